@@ -1,0 +1,121 @@
+/* ops.h: graph constructors, one per op. Each records the op on a new tensor; nothing is
+ * computed until the graph is run by a backend.
+ *
+ * Shapes use ne[0] as the innermost dimension. Matrix products follow GGUF's convention:
+ * a weight stored as [in, out] (ne0 = in) times activations [in, tokens] gives
+ * [out, tokens]. Broadcasting: the second source of a binary op is repeated over the first
+ * when each of its dimensions divides the first's.
+ *
+ * A constructor given shapes that cannot work returns NULL and sets lt_last_error naming
+ * the tensors; model code treats that as a bug in the model definition. */
+#ifndef LATHE_OPS_H
+#define LATHE_OPS_H
+
+#include "lathe/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* copies */
+struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a);
+/* Writes a (converted to dst's type) into dst, which may be a view; the result is a view
+ * of dst that depends on the copy, so later readers of it see the new values. */
+struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *dst);
+/* a and b equal in every dim but `dim`; the result is contiguous. */
+struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim);
+/* a repeated (tiled) to the shape of `like`; each of a's dims divides like's. */
+struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like);
+/* Rows of a [n, rows, ne2] picked by ids (I32 [k, ne2]): F32 [n, k, ne2]. Any type of a
+ * that can be read is dequantised. */
+struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *ids);
+
+/* a [K, M, A2, A3] (any readable type), b [K, N, B2, B3] (F32) -> F32 [M, N, B2, B3];
+ * a is broadcast over b's dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0). */
+struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+
+/* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */
+struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+struct lt_tensor *lt_sub(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+struct lt_tensor *lt_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+struct lt_tensor *lt_div(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+
+/* element-wise unary (F32 in, F32 out, same shape, contiguous result) */
+struct lt_tensor *lt_scale(struct lt_ctx *ctx, struct lt_tensor *a, float s);
+struct lt_tensor *lt_silu(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_sigmoid(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_softplus(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_exp(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_log(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_sqr(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_sqrt(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_sin(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_cos(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_abs(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_neg(struct lt_ctx *ctx, struct lt_tensor *a);
+struct lt_tensor *lt_relu(struct lt_ctx *ctx, struct lt_tensor *a);
+
+/* reductions */
+struct lt_tensor *lt_sum_rows(struct lt_ctx *ctx, struct lt_tensor *a); /* [1, ne1, ne2, ne3] */
+struct lt_tensor *lt_mean(struct lt_ctx *ctx, struct lt_tensor *a);     /* [1, ne1, ne2, ne3] */
+struct lt_tensor *lt_sum(struct lt_ctx *ctx, struct lt_tensor *a);      /* [1] */
+
+/* x / sqrt(mean(x^2) + eps) over ne[0] */
+struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
+/* x / max(sqrt(sum(x^2)), eps) over ne[0]  (the L2 normalisation of torch's F.normalize) */
+struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
+
+enum lt_rope_mode {
+    LT_ROPE_NORMAL = 0, /* rotate pairs (2i, 2i+1) */
+    LT_ROPE_NEOX = 2,   /* rotate pairs (i, i + n_dims/2): HF's rotate_half */
+};
+/* a [head_dim, n_head, n_tokens, ne3], pos I32 [n_tokens]. The first n_dims of head_dim
+ * rotate (partial rotary), the rest pass through. theta_i = pos * base^(-2i/n_dims). */
+struct lt_tensor *lt_rope(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *pos,
+                          int n_dims, enum lt_rope_mode mode, float freq_base);
+
+/* softmax over ne[0] of (a * scale + mask). mask (optional, F32, broadcast over a's dims
+ * 2 and 3) is additive. causal: key i0 of query row i1 is masked when
+ * i0 > i1 + (ne0 - ne1), i.e. queries are the last ne1 positions of ne0 keys. */
+struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *mask,
+                              float scale, bool causal);
+
+/* silu(gate) * up, same shapes */
+struct lt_tensor *lt_swiglu(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up);
+
+/* Causal depthwise conv1d. sx [d_conv - 1 + T, channels, n_seqs] holds, per channel, the
+ * carried state (the previous d_conv - 1 inputs) followed by the T new inputs, time
+ * innermost; w [d_conv, channels]. Result [channels, T, n_seqs]:
+ *   y[c, t, s] = sum_k w[k, c] * sx[t + k, c, s].
+ * The next state is the view of sx's last d_conv - 1 time steps. */
+struct lt_tensor *lt_ssm_conv(struct lt_ctx *ctx, struct lt_tensor *sx, struct lt_tensor *w);
+
+/* The gated delta rule of Gated DeltaNet (Qwen3.5's linear attention), per head h:
+ *   S_t = exp(g_t) * S_{t-1};  S_t += k_t (beta_t * (v_t - S_t^T k_t))^T;  o_t = S_t^T q_t * scale
+ * q, k [S_k, H_k, T, B]; v [S_v, H_v, T, B]; g, beta [H_v, T, B]; state [S_v, S_k, H_v, B]
+ * (S[j, i] pairs value dim j with key dim i). H_v is a multiple of H_k: value head h reads
+ * key head h % H_k (GGUF's tiled order). The result packs the output and the new state:
+ * [S_v, H_v, T + S_k, B]; lt_delta_net_output and lt_delta_net_state view the two parts.
+ * Sequences (T > 1) run chunked, a single token recurrently; both give the same result. */
+struct lt_tensor *lt_delta_net(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k,
+                               struct lt_tensor *v, struct lt_tensor *g, struct lt_tensor *beta,
+                               struct lt_tensor *state, float scale);
+/* [S_v, H_v, T, B] */
+struct lt_tensor *lt_delta_net_output(struct lt_ctx *ctx, struct lt_tensor *r);
+/* [S_v, S_k, H_v, B] (a view with H_v and S_k strides swapped; cont it to store) */
+struct lt_tensor *lt_delta_net_state(struct lt_ctx *ctx, struct lt_tensor *r);
+
+/* Mean next-token cross-entropy: logits [V, N] (F32), labels I32 [N]; a label < 0 is
+ * masked out (no loss, no gradient). Result [1]; 0 when every label is masked. */
+struct lt_tensor *lt_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *logits,
+                                   struct lt_tensor *labels);
+
+/* a with b added into the window of a given by strides nb1..nb3 and a byte offset
+ * (b's shape). Used to send a gradient into a view of a larger tensor. */
+struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,
+                         size_t nb2, size_t nb3, size_t offset);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

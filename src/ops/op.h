@@ -1,0 +1,126 @@
+/* op.h (internal): the op table entry and what a CPU kernel is handed.
+ *
+ * Each op family file in src/ops/ defines the entries of its ops (lt_op_def_<name>) next to
+ * their constructors, CPU kernels and backward rules; op_table.c indexes them by enum
+ * lt_op. A CPU kernel runs on every thread of the pool at once: thread ith of nth does its
+ * share (usually rows ith, ith + nth, ...) and may wait for the others with
+ * lt_compute_barrier(). */
+#ifndef LATHE_OPS_OP_H
+#define LATHE_OPS_OP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "lathe/tensor.h"
+
+struct lt_barrier;
+
+struct lt_compute_params {
+    int ith, nth;
+    void *wdata; /* scratch shared by all threads of this node, wsize bytes */
+    size_t wsize;
+    struct lt_barrier *barrier;
+};
+
+void lt_compute_barrier(const struct lt_compute_params *p);
+
+/* A verdict: can a backend run this node? reason is filled when not. */
+#define LT_REASON_MAX 160
+
+struct lt_autodiff; /* src/autodiff: the backward pass being built */
+
+struct lt_op_def {
+    const char *name; /* upper case, as in messages: "SQR" */
+    int n_src;        /* sources the op reads (optional ones may be NULL) */
+    /* Preconditions of the CPU kernel (NULL: every layout and type the constructor
+     * accepts). Returns false and writes reason when the kernel cannot run `node`. */
+    bool (*cpu_supported)(const struct lt_tensor *node, char *reason, size_t reason_size);
+    /* Scratch bytes the CPU kernel needs for `node` on nth threads (NULL: none). */
+    size_t (*cpu_work_size)(const struct lt_tensor *node, int nth);
+    /* The CPU kernel (NULL for views, which compute nothing). */
+    void (*cpu_forward)(const struct lt_compute_params *p, struct lt_tensor *node);
+    /* Backward rule: adds the gradients of node's sources given node->grad (NULL: the op
+     * has no backward rule; training through it is refused). */
+    lt_status (*backward)(struct lt_autodiff *ad, struct lt_tensor *node);
+};
+
+const struct lt_op_def *lt_op_def(enum lt_op op);
+
+/* ---- helpers shared by kernels ---- */
+
+/* Split [0, n) into nth nearly equal parts; part ith is [*lo, *hi). */
+static inline void lt_split_range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
+{
+    int64_t per = (n + nth - 1) / nth;
+    *lo = per * ith < n ? per * ith : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+/* Address of element (i0..i3) of a tensor with data. */
+static inline void *lt_elem_ptr(const struct lt_tensor *t, int64_t i0, int64_t i1, int64_t i2,
+                                int64_t i3)
+{
+    return (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+/* Reads row (i1, i2, i3) of t (any readable type, any ne0 stride) as ne0 floats. */
+void lt_row_to_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3, float *out);
+/* Writes ne0 floats into row (i1, i2, i3) of t (F32/F16/BF16 or a from_float type). */
+void lt_row_from_f32(struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3, const float *in);
+
+/* All op definitions, one per family file. */
+#define LT_DECLARE_OP(name) extern const struct lt_op_def lt_op_def_##name
+LT_DECLARE_OP(none);
+LT_DECLARE_OP(view);
+LT_DECLARE_OP(reshape);
+LT_DECLARE_OP(permute);
+LT_DECLARE_OP(transpose);
+LT_DECLARE_OP(cont);
+LT_DECLARE_OP(cpy);
+LT_DECLARE_OP(concat);
+LT_DECLARE_OP(repeat);
+LT_DECLARE_OP(get_rows);
+LT_DECLARE_OP(mul_mat);
+LT_DECLARE_OP(add);
+LT_DECLARE_OP(sub);
+LT_DECLARE_OP(mul);
+LT_DECLARE_OP(div);
+LT_DECLARE_OP(scale);
+LT_DECLARE_OP(silu);
+LT_DECLARE_OP(sigmoid);
+LT_DECLARE_OP(softplus);
+LT_DECLARE_OP(exp);
+LT_DECLARE_OP(log);
+LT_DECLARE_OP(sqr);
+LT_DECLARE_OP(sqrt);
+LT_DECLARE_OP(sin);
+LT_DECLARE_OP(cos);
+LT_DECLARE_OP(abs);
+LT_DECLARE_OP(neg);
+LT_DECLARE_OP(relu);
+LT_DECLARE_OP(sum_rows);
+LT_DECLARE_OP(mean);
+LT_DECLARE_OP(sum);
+LT_DECLARE_OP(rms_norm);
+LT_DECLARE_OP(l2_norm);
+LT_DECLARE_OP(rope);
+LT_DECLARE_OP(soft_max);
+LT_DECLARE_OP(swiglu);
+LT_DECLARE_OP(ssm_conv);
+LT_DECLARE_OP(delta_net);
+LT_DECLARE_OP(cross_entropy);
+LT_DECLARE_OP(acc);
+LT_DECLARE_OP(repeat_back);
+LT_DECLARE_OP(get_rows_back);
+LT_DECLARE_OP(silu_back);
+LT_DECLARE_OP(rms_norm_back);
+LT_DECLARE_OP(l2_norm_back);
+LT_DECLARE_OP(rope_back);
+LT_DECLARE_OP(soft_max_back);
+LT_DECLARE_OP(ssm_conv_back);
+LT_DECLARE_OP(delta_net_back);
+LT_DECLARE_OP(cross_entropy_back);
+LT_DECLARE_OP(adamw);
+LT_DECLARE_OP(sgd);
+
+#endif

@@ -1,0 +1,8 @@
+/* commands.h: the subcommands of `lathe`, one file each (tools/cmd_<name>.c). Each takes
+ * argc/argv after the subcommand name and returns the process exit status. */
+#ifndef LATHE_TOOLS_COMMANDS_H
+#define LATHE_TOOLS_COMMANDS_H
+
+int cmd_info(int argc, char **argv);
+
+#endif
