@@ -30,8 +30,10 @@ struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_t
  * that can be read is dequantised. */
 struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *ids);
 
-/* a [K, M, A2, A3] (any readable type), b [K, N, B2, B3] (F32) -> F32 [M, N, B2, B3];
- * a is broadcast over b's dims 2 and 3 (B2 % A2 == 0, B3 % A3 == 0). */
+/* a [K, M, A2, A3] (any readable type), b [K, N, B2, B3] (F32) -> F32 [M, N, B2, B3]:
+ *   dst[m, n, i2, i3] = sum_k a[k, m, i2 / (B2 / A2), i3 / (B3 / A3)] * b[k, n, i2, i3]
+ * a is broadcast over b's dims 2 and 3 in groups (B2 % A2 == 0): consecutive b heads
+ * share one a head, as grouped-query attention shares a KV head. */
 struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */
@@ -62,7 +64,8 @@ struct lt_tensor *lt_sum(struct lt_ctx *ctx, struct lt_tensor *a);      /* [1] *
 
 /* x / sqrt(mean(x^2) + eps) over ne[0] */
 struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
-/* x / max(sqrt(sum(x^2)), eps) over ne[0]  (the L2 normalisation of torch's F.normalize) */
+/* x * rsqrt(sum(x^2) + eps) over ne[0]: the l2norm of Qwen3.5's Gated DeltaNet (HF/FLA),
+ * with eps inside the root (not F.normalize's clamp) */
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
 
 enum lt_rope_mode {
