@@ -17,6 +17,9 @@
 extern "C" {
 #endif
 
+/* A new F32 tensor of like's shape (contiguous) with every element = value. */
+struct lt_tensor *lt_fill(struct lt_ctx *ctx, struct lt_tensor *like, float value);
+
 /* copies */
 struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a);
 /* Writes a (converted to dst's type) into dst, which may be a view; the result is a view

@@ -81,7 +81,8 @@ enum lt_op {
     LT_OP_RESHAPE,
     LT_OP_PERMUTE,
     LT_OP_TRANSPOSE,
-    /* copies */
+    /* constants and copies */
+    LT_OP_FILL,
     LT_OP_CONT,
     LT_OP_CPY,
     LT_OP_CONCAT,

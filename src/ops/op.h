@@ -75,6 +75,7 @@ LT_DECLARE_OP(view);
 LT_DECLARE_OP(reshape);
 LT_DECLARE_OP(permute);
 LT_DECLARE_OP(transpose);
+LT_DECLARE_OP(fill);
 LT_DECLARE_OP(cont);
 LT_DECLARE_OP(cpy);
 LT_DECLARE_OP(concat);

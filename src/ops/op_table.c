@@ -9,6 +9,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_RESHAPE] = &lt_op_def_reshape,
     [LT_OP_PERMUTE] = &lt_op_def_permute,
     [LT_OP_TRANSPOSE] = &lt_op_def_transpose,
+    [LT_OP_FILL] = &lt_op_def_fill,
     [LT_OP_CONT] = &lt_op_def_cont,
     [LT_OP_CPY] = &lt_op_def_cpy,
     [LT_OP_CONCAT] = &lt_op_def_concat,
