@@ -110,6 +110,43 @@ struct lt_tensor *lt_delta_net(struct lt_ctx *ctx, struct lt_tensor *q, struct l
 struct lt_tensor *lt_delta_net_output(struct lt_ctx *ctx, struct lt_tensor *r);
 /* [S_v, S_k, H_v, B] (a view with H_v and S_k strides swapped; cont it to store) */
 struct lt_tensor *lt_delta_net_state(struct lt_ctx *ctx, struct lt_tensor *r);
+/* The CPU kernel's code path for a DELTA_NET node (op_params[1]): AUTO runs T == 1
+ * recurrently and T > 1 in chunks of 64; tests force one path to hold the other to it. */
+enum lt_delta_net_path {
+    LT_DELTA_NET_PATH_AUTO = 0,
+    LT_DELTA_NET_PATH_RECURRENT,
+    LT_DELTA_NET_PATH_CHUNKED,
+};
+void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path);
+
+/* Backward of lt_ssm_conv. grad [channels, T, n_seqs] is the gradient of its result. The
+ * result is one flat F32 tensor of nelements(sx) + nelements(w) elements: d sx, then d w;
+ * lt_ssm_conv_back_sx and lt_ssm_conv_back_w view the parts, contiguous and shaped like
+ * sx and w (d w is F32 whatever w's type). */
+struct lt_tensor *lt_ssm_conv_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                   struct lt_tensor *sx, struct lt_tensor *w);
+struct lt_tensor *lt_ssm_conv_back_sx(struct lt_ctx *ctx, struct lt_tensor *r);
+struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
+
+/* Backward of lt_delta_net. grad [S_v, H_v, T + S_k, B] is the gradient of its packed
+ * result (output rows, then the new state's rows; either part may be zero); the other
+ * sources and scale are the forward's. The result is one flat F32 tensor packing the
+ * gradients of q, k, v, g, beta and state in enum order, each contiguous and shaped like
+ * its source; lt_delta_net_back_grad views one. Seven sources (LT_MAX_SRC is 8). */
+enum lt_delta_net_grad {
+    LT_DELTA_NET_GRAD_Q = 0,
+    LT_DELTA_NET_GRAD_K,
+    LT_DELTA_NET_GRAD_V,
+    LT_DELTA_NET_GRAD_G,
+    LT_DELTA_NET_GRAD_BETA,
+    LT_DELTA_NET_GRAD_STATE,
+    LT_DELTA_NET_GRAD_COUNT
+};
+struct lt_tensor *lt_delta_net_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *q,
+                                    struct lt_tensor *k, struct lt_tensor *v, struct lt_tensor *g,
+                                    struct lt_tensor *beta, struct lt_tensor *state, float scale);
+struct lt_tensor *lt_delta_net_back_grad(struct lt_ctx *ctx, struct lt_tensor *r,
+                                         enum lt_delta_net_grad which);
 
 /* Mean next-token cross-entropy: logits [V, N] (F32), labels I32 [N]; a label < 0 is
  * masked out (no loss, no gradient). Result [1]; 0 when every label is masked. */

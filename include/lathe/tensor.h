@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define LT_MAX_DIMS 4
-#define LT_MAX_SRC 6
+#define LT_MAX_SRC 8 /* DELTA_NET_BACK reads 7: grad, q, k, v, g, beta, state */
 #define LT_MAX_OP_PARAMS 16 /* int32 slots; floats are stored bitwise */
 #define LT_MAX_NAME 64
 

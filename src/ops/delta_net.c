@@ -1,5 +1,672 @@
-/* delta_net.c: (being written) */
+/* delta_net.c: the gated delta rule of Gated DeltaNet (DELTA_NET) and its backward
+ * (DELTA_NET_BACK): constructors, view helpers, shape rules and CPU kernels.
+ *
+ * Per value head h of sequence b (key head h % H_k), with S a [S_k, S_v] matrix:
+ *   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t delta^T;  o_t = scale S^T q_t
+ * The state tensor [S_v, S_k, H_v, B] stores S[i][j] (key dim i, value dim j) at (j, i),
+ * so one key row of S is S_v contiguous floats in every buffer here.
+ *
+ * Two forward paths compute the same thing. The recurrent one steps token by token (the
+ * oracle, and decode). The chunked one (chunks of 64) uses, within a chunk starting from
+ * S0 with G_r = g_0 + ... + g_r, the corrected values u_r (delta_r above):
+ *   u_r = beta_r (v_r - e^{G_r} S0^T k_r) - sum_{s<r} beta_r e^{G_r - G_s} (k_r.k_s) u_s
+ *   o_r = scale (e^{G_r} S0^T q_r + sum_{s<=r} e^{G_r - G_s} (q_r.k_s) u_s)
+ *   S   = e^{G_L-1} S0 + sum_s e^{G_L-1 - G_s} k_s u_s^T
+ * The first line is the unit lower-triangular system (I + A) U = B V' of the WY/UT form,
+ * solved here by forward substitution on U directly. Every exponent is G_r - G_s with
+ * s <= r, never a ratio of two exponentials, so nothing overflows when g <= 0.
+ *
+ * The backward recomputes the states: one recurrent pass keeps a checkpoint every `seg`
+ * (~sqrt T) tokens, then each segment, last first, is replayed to keep its per-token
+ * states and the adjoint recurrence runs back through it. Threads take (key head,
+ * sequence) pairs so the value heads that share a key head add into dq and dk on one
+ * thread; the forward takes (value head, sequence) pairs.
+ *
+ * DELTA_NET_BACK's result is one flat F32 tensor: dq, dk, dv, dg, dbeta, dstate, each
+ * contiguous and shaped like its source (enum lt_delta_net_grad). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lathe/ops.h"
 #include "ops/op.h"
 
-const struct lt_op_def lt_op_def_delta_net = {.name = "DELTA_NET", .n_src = 6};
-const struct lt_op_def lt_op_def_delta_net_back = {.name = "DELTA_NET_BACK", .n_src = 6};
+#define CHUNK 64
+
+enum { SRC_Q, SRC_K, SRC_V, SRC_G, SRC_BETA, SRC_STATE, SRC_COUNT };
+
+/* dims of one problem, read from q [S_k, H_k, T, B] and v [S_v, H_v, T, B] */
+struct dn_dims {
+    int64_t sk, sv, hk, hv, nt, nb;
+};
+
+static struct dn_dims dn_dims_of(const struct lt_tensor *q, const struct lt_tensor *v)
+{
+    return (struct dn_dims){q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[2], q->ne[3]};
+}
+
+static bool dn_shapes_ok(const char *what, struct lt_tensor *const *s)
+{
+    const struct lt_tensor *q = s[SRC_Q], *k = s[SRC_K], *v = s[SRC_V], *g = s[SRC_G],
+                           *beta = s[SRC_BETA], *st = s[SRC_STATE];
+    struct dn_dims d = dn_dims_of(q, v);
+    bool ok = d.sk > 0 && d.sv > 0 && d.hk > 0 && d.hv % d.hk == 0 && lt_same_shape(q, k) &&
+              v->ne[2] == d.nt && v->ne[3] == d.nb;
+    ok = ok && g->ne[0] == d.hv && g->ne[1] == d.nt && g->ne[2] == d.nb && g->ne[3] == 1 &&
+         lt_same_shape(g, beta);
+    ok = ok && st->ne[0] == d.sv && st->ne[1] == d.sk && st->ne[2] == d.hv && st->ne[3] == d.nb;
+    if (ok)
+        return true;
+    char buf[6][64];
+    for (int i = 0; i < SRC_COUNT; i++)
+        snprintf(buf[i], sizeof(buf[i]), "'%.24s' [%lld, %lld, %lld, %lld]", s[i]->name,
+                 (long long)s[i]->ne[0], (long long)s[i]->ne[1], (long long)s[i]->ne[2],
+                 (long long)s[i]->ne[3]);
+    lt_fail(LT_ERR_INVALID,
+            "%s: q %s, k %s, v %s, g %s, beta %s, state %s do not fit (q, k [S_k, H_k, T, B]; "
+            "v [S_v, H_v, T, B] with H_k | H_v; g, beta [H_v, T, B]; state [S_v, S_k, H_v, B])",
+            what, buf[0], buf[1], buf[2], buf[3], buf[4], buf[5]);
+    return false;
+}
+
+struct lt_tensor *lt_delta_net(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k,
+                               struct lt_tensor *v, struct lt_tensor *g, struct lt_tensor *beta,
+                               struct lt_tensor *state, float scale)
+{
+    struct lt_tensor *srcs[SRC_COUNT] = {q, k, v, g, beta, state};
+    if (!dn_shapes_ok("delta_net", srcs))
+        return NULL;
+    struct dn_dims d = dn_dims_of(q, v);
+    int64_t ne[4] = {d.sv, d.hv, d.nt + d.sk, d.nb};
+    struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_DELTA_NET, LT_TYPE_F32, 4, ne, srcs, SRC_COUNT);
+    if (!r)
+        return NULL;
+    lt_set_param_f32(r, 0, scale);
+    lt_set_param_i32(r, 1, LT_DELTA_NET_PATH_AUTO);
+    lt_format_name(r, "delta_net(%s)", v->name);
+    return r;
+}
+
+void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path)
+{
+    if (r && r->op == LT_OP_DELTA_NET)
+        lt_set_param_i32(r, 1, (int32_t)path);
+}
+
+static bool is_op(const struct lt_tensor *r, enum lt_op op, const char *what)
+{
+    if (r && r->op == op)
+        return true;
+    lt_fail(LT_ERR_INVALID, "%s: '%s' is %s, not %s", what, r ? r->name : "(null)",
+            r ? lt_op_name(r->op) : "nothing", lt_op_name(op));
+    return false;
+}
+
+struct lt_tensor *lt_delta_net_output(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    if (!is_op(r, LT_OP_DELTA_NET, "delta_net_output"))
+        return NULL;
+    int64_t sv = r->ne[0], hv = r->ne[1], nt = r->src[SRC_Q]->ne[2], nb = r->ne[3];
+    struct lt_tensor *o = lt_view_4d(ctx, r, sv, hv, nt, nb, r->nb[1], r->nb[2], r->nb[3], 0);
+    if (o)
+        lt_format_name(o, "%.50s out", r->name);
+    return o;
+}
+
+struct lt_tensor *lt_delta_net_state(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    if (!is_op(r, LT_OP_DELTA_NET, "delta_net_state"))
+        return NULL;
+    int64_t sv = r->ne[0], hv = r->ne[1], nt = r->src[SRC_Q]->ne[2], sk = r->src[SRC_Q]->ne[0];
+    struct lt_tensor *s = lt_view_4d(ctx, r, sv, sk, hv, r->ne[3], r->nb[2], r->nb[1], r->nb[3],
+                                     (size_t)nt * r->nb[2]);
+    if (s)
+        lt_format_name(s, "%.50s state", r->name);
+    return s;
+}
+
+struct lt_tensor *lt_delta_net_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *q,
+                                    struct lt_tensor *k, struct lt_tensor *v, struct lt_tensor *g,
+                                    struct lt_tensor *beta, struct lt_tensor *state, float scale)
+{
+    struct lt_tensor *srcs[1 + SRC_COUNT] = {grad, q, k, v, g, beta, state};
+    if (!dn_shapes_ok("delta_net_back", srcs + 1))
+        return NULL;
+    struct dn_dims d = dn_dims_of(q, v);
+    if (grad->ne[0] != d.sv || grad->ne[1] != d.hv || grad->ne[2] != d.nt + d.sk ||
+        grad->ne[3] != d.nb) {
+        lt_fail(LT_ERR_INVALID,
+                "delta_net_back: gradient '%s' [%lld, %lld, %lld, %lld] is not the shape of "
+                "delta_net's result [%lld, %lld, %lld, %lld]",
+                grad->name, (long long)grad->ne[0], (long long)grad->ne[1],
+                (long long)grad->ne[2], (long long)grad->ne[3], (long long)d.sv,
+                (long long)d.hv, (long long)(d.nt + d.sk), (long long)d.nb);
+        return NULL;
+    }
+    int64_t n = 0;
+    for (int i = 0; i < SRC_COUNT; i++)
+        n += lt_nelements(srcs[1 + i]);
+    struct lt_tensor *r =
+        lt_new_op_tensor(ctx, LT_OP_DELTA_NET_BACK, LT_TYPE_F32, 1, &n, srcs, 1 + SRC_COUNT);
+    if (!r)
+        return NULL;
+    lt_set_param_f32(r, 0, scale);
+    lt_format_name(r, "delta_net_back(%s)", v->name);
+    return r;
+}
+
+/* element offset of gradient `which` in DELTA_NET_BACK's flat result */
+static int64_t back_offset(const struct lt_tensor *r, int which)
+{
+    int64_t off = 0;
+    for (int i = 0; i < which; i++)
+        off += lt_nelements(r->src[1 + i]);
+    return off;
+}
+
+struct lt_tensor *lt_delta_net_back_grad(struct lt_ctx *ctx, struct lt_tensor *r,
+                                         enum lt_delta_net_grad which)
+{
+    if (!is_op(r, LT_OP_DELTA_NET_BACK, "delta_net_back_grad"))
+        return NULL;
+    if ((int)which < 0 || which >= LT_DELTA_NET_GRAD_COUNT) {
+        lt_fail(LT_ERR_INVALID, "delta_net_back_grad: no gradient %d", (int)which);
+        return NULL;
+    }
+    const struct lt_tensor *s = r->src[1 + which];
+    size_t nb1 = sizeof(float) * (size_t)s->ne[0], nb2 = nb1 * (size_t)s->ne[1],
+           nb3 = nb2 * (size_t)s->ne[2];
+    struct lt_tensor *t = lt_view_4d(ctx, r, s->ne[0], s->ne[1], s->ne[2], s->ne[3], nb1, nb2, nb3,
+                                     sizeof(float) * (size_t)back_offset(r, which));
+    if (t)
+        lt_format_name(t, "d %s", s->name);
+    return t;
+}
+
+/* ---- CPU: shared helpers ---- */
+
+static bool dn_cpu_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    for (int i = 0; i < LT_MAX_SRC && node->src[i]; i++) {
+        if (node->src[i]->type != LT_TYPE_F32) {
+            snprintf(reason, reason_size, "source %d is %s; the CPU kernel reads F32", i,
+                     lt_type_name(node->src[i]->type));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* n floats from p, stride bytes apart */
+static void load_vec(const char *p, size_t stride, int64_t n, float *out)
+{
+    if (stride == sizeof(float)) {
+        memcpy(out, p, sizeof(float) * (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        out[i] = *(const float *)(p + (size_t)i * stride);
+}
+
+static float scalar_at(const struct lt_tensor *t, int64_t h, int64_t tt, int64_t b)
+{
+    return *(const float *)((const char *)t->data + h * t->nb[0] + tt * t->nb[1] + b * t->nb[2]);
+}
+
+/* dot product with four partial sums (the compiler may not reassociate one) */
+static float dot(const float *a, const float *b, int64_t n)
+{
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++)
+        s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static void axpy(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* S[i][j] = state(j, i, h, b) */
+static void load_state(const struct lt_tensor *st, int64_t h, int64_t b, float *S, int64_t sk,
+                       int64_t sv)
+{
+    for (int64_t i = 0; i < sk; i++)
+        load_vec((const char *)st->data + i * st->nb[1] + h * st->nb[2] + b * st->nb[3],
+                 st->nb[0], sv, S + i * sv);
+}
+
+/* A bump allocator over one thread's part of the scratch; pieces stay 64-byte aligned. */
+struct scratch {
+    float *p;
+    size_t used; /* floats */
+};
+
+static float *scratch_take(struct scratch *s, size_t n)
+{
+    float *r = s->p ? s->p + s->used : NULL;
+    s->used += (n + 15) & ~(size_t)15;
+    return r;
+}
+
+/* ---- CPU: forward ---- */
+
+struct fwd_bufs {
+    float *S;          /* [S_k][S_v] */
+    float *qv, *kv, *vv; /* one token: q, k [S_k]; v [S_v] */
+    float *Q, *K, *U;  /* chunk: [CHUNK][S_k], [CHUNK][S_k], [CHUNK][S_v] (v, then u) */
+    float *W, *O;      /* chunk: [CHUNK][S_v] */
+    float *KK, *QK;    /* [CHUNK][CHUNK] */
+    float *G, *B;      /* [CHUNK] */
+};
+
+static size_t fwd_layout(struct fwd_bufs *f, float *base, struct dn_dims d)
+{
+    struct scratch s = {base, 0};
+    size_t sk = (size_t)d.sk, sv = (size_t)d.sv;
+    f->S = scratch_take(&s, sk * sv);
+    f->qv = scratch_take(&s, sk);
+    f->kv = scratch_take(&s, sk);
+    f->vv = scratch_take(&s, sv);
+    f->Q = scratch_take(&s, CHUNK * sk);
+    f->K = scratch_take(&s, CHUNK * sk);
+    f->U = scratch_take(&s, CHUNK * sv);
+    f->W = scratch_take(&s, CHUNK * sv);
+    f->O = scratch_take(&s, CHUNK * sv);
+    f->KK = scratch_take(&s, CHUNK * CHUNK);
+    f->QK = scratch_take(&s, CHUNK * CHUNK);
+    f->G = scratch_take(&s, CHUNK);
+    f->B = scratch_take(&s, CHUNK);
+    return s.used;
+}
+
+static size_t dn_work_size(const struct lt_tensor *node, int nth)
+{
+    struct fwd_bufs f;
+    return sizeof(float) * fwd_layout(&f, NULL, dn_dims_of(node->src[SRC_Q], node->src[SRC_V])) *
+           (size_t)nth;
+}
+
+/* what every token reader needs: the sources and the (h, b) being computed */
+struct dn_head {
+    const struct lt_tensor *q, *k, *v, *g, *beta;
+    struct dn_dims d;
+    int64_t h, hk, b;
+};
+
+static void load_q(const struct dn_head *c, int64_t t, float *out)
+{
+    const struct lt_tensor *q = c->q;
+    load_vec((const char *)q->data + c->hk * q->nb[1] + t * q->nb[2] + c->b * q->nb[3], q->nb[0],
+             c->d.sk, out);
+}
+
+static void load_k(const struct dn_head *c, int64_t t, float *out)
+{
+    const struct lt_tensor *k = c->k;
+    load_vec((const char *)k->data + c->hk * k->nb[1] + t * k->nb[2] + c->b * k->nb[3], k->nb[0],
+             c->d.sk, out);
+}
+
+static void load_v(const struct dn_head *c, int64_t t, float *out)
+{
+    const struct lt_tensor *v = c->v;
+    load_vec((const char *)v->data + c->h * v->nb[1] + t * v->nb[2] + c->b * v->nb[3], v->nb[0],
+             c->d.sv, out);
+}
+
+/* One recurrent step on S [S_k][S_v]. Writes e = v - S~^T k (S~ the decayed state) when
+ * e_out is given and the output o (scaled) when o is given. */
+static void recurrent_step(float *S, const float *q, const float *k, const float *v, float a,
+                           float beta, float scale, int64_t sk, int64_t sv, float *delta,
+                           float *e_out, float *o)
+{
+    for (int64_t j = 0; j < sv; j++)
+        delta[j] = 0;
+    for (int64_t i = 0; i < sk; i++) {
+        float *row = S + i * sv;
+        for (int64_t j = 0; j < sv; j++)
+            row[j] *= a;
+        axpy(delta, k[i], row, sv);
+    }
+    for (int64_t j = 0; j < sv; j++) {
+        float e = v[j] - delta[j];
+        if (e_out)
+            e_out[j] = e;
+        delta[j] = beta * e;
+    }
+    if (o)
+        for (int64_t j = 0; j < sv; j++)
+            o[j] = 0;
+    for (int64_t i = 0; i < sk; i++) {
+        float *row = S + i * sv;
+        axpy(row, k[i], delta, sv);
+        if (o)
+            axpy(o, q[i], row, sv);
+    }
+    if (o)
+        for (int64_t j = 0; j < sv; j++)
+            o[j] *= scale;
+}
+
+/* output row t of (h, b) in the packed result */
+static float *out_row(struct lt_tensor *node, const struct dn_head *c, int64_t t)
+{
+    return (float *)node->data + ((c->b * node->ne[2] + t) * c->d.hv + c->h) * c->d.sv;
+}
+
+static void forward_recurrent(struct lt_tensor *node, const struct dn_head *c, struct fwd_bufs *f,
+                              float scale)
+{
+    for (int64_t t = 0; t < c->d.nt; t++) {
+        load_q(c, t, f->qv);
+        load_k(c, t, f->kv);
+        load_v(c, t, f->vv);
+        float a = expf(scalar_at(c->g, c->h, t, c->b));
+        float beta = scalar_at(c->beta, c->h, t, c->b);
+        recurrent_step(f->S, f->qv, f->kv, f->vv, a, beta, scale, c->d.sk, c->d.sv, f->W, NULL,
+                       out_row(node, c, t));
+    }
+}
+
+/* tokens [t0, t0 + n) as one chunk, from and into f->S (see the file comment) */
+static void forward_chunk(struct lt_tensor *node, const struct dn_head *c, struct fwd_bufs *f,
+                          int64_t t0, int64_t n, float scale)
+{
+    const int64_t sk = c->d.sk, sv = c->d.sv;
+    float *S = f->S;
+    float gsum = 0;
+    for (int64_t r = 0; r < n; r++) {
+        load_q(c, t0 + r, f->Q + r * sk);
+        load_k(c, t0 + r, f->K + r * sk);
+        load_v(c, t0 + r, f->U + r * sv);
+        gsum += scalar_at(c->g, c->h, t0 + r, c->b);
+        f->G[r] = gsum;
+        f->B[r] = scalar_at(c->beta, c->h, t0 + r, c->b);
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const float *kr = f->K + r * sk, *qr = f->Q + r * sk;
+        for (int64_t s = 0; s < r; s++)
+            f->KK[r * CHUNK + s] = dot(kr, f->K + s * sk, sk);
+        for (int64_t s = 0; s <= r; s++)
+            f->QK[r * CHUNK + s] = dot(qr, f->K + s * sk, sk);
+        /* W = S0^T k_r, O = S0^T q_r */
+        float *w = f->W + r * sv, *o = f->O + r * sv;
+        memset(w, 0, sizeof(float) * (size_t)sv);
+        memset(o, 0, sizeof(float) * (size_t)sv);
+        for (int64_t i = 0; i < sk; i++) {
+            axpy(w, kr[i], S + i * sv, sv);
+            axpy(o, qr[i], S + i * sv, sv);
+        }
+    }
+    for (int64_t r = 0; r < n; r++) {
+        float *u = f->U + r * sv, *w = f->W + r * sv, *o = f->O + r * sv;
+        const float gr = f->G[r], br = f->B[r], er = expf(gr);
+        for (int64_t j = 0; j < sv; j++)
+            u[j] = br * (u[j] - er * w[j]);
+        for (int64_t s = 0; s < r; s++)
+            axpy(u, -br * expf(gr - f->G[s]) * f->KK[r * CHUNK + s], f->U + s * sv, sv);
+        for (int64_t j = 0; j < sv; j++)
+            o[j] *= er;
+        for (int64_t s = 0; s <= r; s++)
+            axpy(o, expf(gr - f->G[s]) * f->QK[r * CHUNK + s], f->U + s * sv, sv);
+        float *dst = out_row(node, c, t0 + r);
+        for (int64_t j = 0; j < sv; j++)
+            dst[j] = scale * o[j];
+    }
+    const float glast = f->G[n - 1], elast = expf(glast);
+    for (int64_t x = 0; x < sk * sv; x++)
+        S[x] *= elast;
+    for (int64_t s = 0; s < n; s++) {
+        const float cs = expf(glast - f->G[s]);
+        const float *ks = f->K + s * sk, *us = f->U + s * sv;
+        for (int64_t i = 0; i < sk; i++)
+            axpy(S + i * sv, cs * ks[i], us, sv);
+    }
+}
+
+static void dn_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct dn_dims d = dn_dims_of(node->src[SRC_Q], node->src[SRC_V]);
+    const float scale = lt_get_param_f32(node, 0);
+    int path = lt_get_param_i32(node, 1);
+    if (path == LT_DELTA_NET_PATH_AUTO)
+        path = d.nt > 1 ? LT_DELTA_NET_PATH_CHUNKED : LT_DELTA_NET_PATH_RECURRENT;
+    struct fwd_bufs f;
+    size_t per = fwd_layout(&f, NULL, d);
+    fwd_layout(&f, (float *)p->wdata + per * (size_t)p->ith, d);
+    struct dn_head c = {node->src[SRC_Q], node->src[SRC_K], node->src[SRC_V], node->src[SRC_G],
+                        node->src[SRC_BETA], d, 0, 0, 0};
+    const struct lt_tensor *st = node->src[SRC_STATE];
+    for (int64_t item = p->ith; item < d.hv * d.nb; item += p->nth) {
+        c.h = item % d.hv;
+        c.b = item / d.hv;
+        c.hk = c.h % d.hk;
+        load_state(st, c.h, c.b, f.S, d.sk, d.sv);
+        if (path == LT_DELTA_NET_PATH_RECURRENT) {
+            forward_recurrent(node, &c, &f, scale);
+        } else {
+            for (int64_t t0 = 0; t0 < d.nt; t0 += CHUNK)
+                forward_chunk(node, &c, &f, t0, d.nt - t0 < CHUNK ? d.nt - t0 : CHUNK, scale);
+        }
+        for (int64_t i = 0; i < d.sk; i++)
+            memcpy(out_row(node, &c, d.nt + i), f.S + i * d.sv, sizeof(float) * (size_t)d.sv);
+    }
+}
+
+/* ---- CPU: backward ---- */
+
+static int64_t back_segment(int64_t nt)
+{
+    int64_t seg = (int64_t)ceil(sqrt((double)nt));
+    return seg < 1 ? 1 : seg;
+}
+
+struct back_bufs {
+    float *ckpt;      /* [n_seg][S_k][S_v]: the state before each segment */
+    float *prev;      /* [seg][S_k][S_v]: the state before each token of one segment */
+    float *E;         /* [seg][S_v]: v - S~^T k of each token of the segment */
+    float *S, *dS;    /* [S_k][S_v] */
+    float *q, *k, *v; /* one token */
+    float *dout, *delta, *ddelta, *dkv; /* [S_v] */
+    float *dq, *dk;                     /* [S_k] */
+};
+
+static size_t back_layout(struct back_bufs *f, float *base, struct dn_dims d)
+{
+    struct scratch s = {base, 0};
+    size_t sk = (size_t)d.sk, sv = (size_t)d.sv, seg = (size_t)back_segment(d.nt);
+    size_t n_seg = ((size_t)d.nt + seg - 1) / seg;
+    f->ckpt = scratch_take(&s, (n_seg ? n_seg : 1) * sk * sv);
+    f->prev = scratch_take(&s, seg * sk * sv);
+    f->E = scratch_take(&s, seg * sv);
+    f->S = scratch_take(&s, sk * sv);
+    f->dS = scratch_take(&s, sk * sv);
+    f->q = scratch_take(&s, sk);
+    f->k = scratch_take(&s, sk);
+    f->v = scratch_take(&s, sv);
+    f->dout = scratch_take(&s, sv);
+    f->delta = scratch_take(&s, sv);
+    f->ddelta = scratch_take(&s, sv);
+    f->dkv = scratch_take(&s, sv);
+    f->dq = scratch_take(&s, sk);
+    f->dk = scratch_take(&s, sk);
+    return s.used;
+}
+
+static size_t dn_back_work_size(const struct lt_tensor *node, int nth)
+{
+    struct back_bufs f;
+    struct dn_dims d = dn_dims_of(node->src[1 + SRC_Q], node->src[1 + SRC_V]);
+    return sizeof(float) * back_layout(&f, NULL, d) * (size_t)nth;
+}
+
+/* where each gradient of one (h, b) lives in the flat result */
+struct back_out {
+    float *dq, *dk, *dv, *dg, *dbeta, *dstate;
+};
+
+/* The adjoint of one token t, given the state before it (prev), e = v - S~^T k and dS
+ * (the gradient of the state after it), which becomes the gradient of the state before.
+ * Adds into dq/dk of the key head; writes dv, dg, dbeta of t. */
+static void back_token(const struct dn_head *c, struct back_bufs *f, const struct back_out *o,
+                       const struct lt_tensor *grad, const float *prev, const float *e, int64_t t,
+                       float scale)
+{
+    const int64_t sk = c->d.sk, sv = c->d.sv;
+    const int64_t tok = c->b * c->d.nt + t; /* token index in the flat [.., T, B] layouts */
+    load_q(c, t, f->q);
+    load_k(c, t, f->k);
+    load_vec((const char *)grad->data + c->h * grad->nb[1] + t * grad->nb[2] + c->b * grad->nb[3],
+             grad->nb[0], sv, f->dout);
+    const float a = expf(scalar_at(c->g, c->h, t, c->b));
+    const float beta = scalar_at(c->beta, c->h, t, c->b);
+    for (int64_t j = 0; j < sv; j++) {
+        f->delta[j] = beta * e[j];
+        f->ddelta[j] = 0;
+    }
+    /* o = scale S^T q with S = a prev + k delta^T: dq, then dS += scale q dout^T; then
+     * S = S~ + k delta^T: dk += dS delta, ddelta = dS^T k */
+    for (int64_t i = 0; i < sk; i++) {
+        const float *pr = prev + i * sv;
+        float *ds = f->dS + i * sv;
+        const float ki = f->k[i], sqi = scale * f->q[i];
+        float dqi = 0, dki = 0;
+        for (int64_t j = 0; j < sv; j++) {
+            float s_new = a * pr[j] + ki * f->delta[j];
+            dqi += s_new * f->dout[j];
+            ds[j] += sqi * f->dout[j];
+            dki += ds[j] * f->delta[j];
+            f->ddelta[j] += ds[j] * ki;
+        }
+        f->dq[i] = scale * dqi;
+        f->dk[i] = dki;
+    }
+    /* delta = beta (v - S~^T k) */
+    float dbeta = 0;
+    float *dv = o->dv + (tok * c->d.hv + c->h) * sv;
+    for (int64_t j = 0; j < sv; j++) {
+        dbeta += f->ddelta[j] * e[j];
+        dv[j] = beta * f->ddelta[j];
+        f->dkv[j] = -beta * f->ddelta[j];
+    }
+    /* kv = S~^T k with S~ = a prev: dS~ = dS + k dkv^T, dk += S~ dkv, dg = <dS~, S~>,
+     * and the gradient of prev is a dS~ */
+    double dg = 0;
+    for (int64_t i = 0; i < sk; i++) {
+        const float *pr = prev + i * sv;
+        float *ds = f->dS + i * sv;
+        const float ki = f->k[i];
+        float dki = 0, dgi = 0;
+        for (int64_t j = 0; j < sv; j++) {
+            float s_dec = a * pr[j];
+            float dsd = ds[j] + ki * f->dkv[j];
+            dki += s_dec * f->dkv[j];
+            dgi += dsd * s_dec;
+            ds[j] = a * dsd;
+        }
+        f->dk[i] += dki;
+        dg += dgi;
+    }
+    o->dg[tok * c->d.hv + c->h] = (float)dg;
+    o->dbeta[tok * c->d.hv + c->h] = dbeta;
+    float *dq = o->dq + (tok * c->d.hk + c->hk) * sk, *dk = o->dk + (tok * c->d.hk + c->hk) * sk;
+    for (int64_t i = 0; i < sk; i++) {
+        dq[i] += f->dq[i];
+        dk[i] += f->dk[i];
+    }
+}
+
+/* value head c->h of sequence c->b: recompute, then run the adjoint back to the start */
+static void back_head(const struct dn_head *c, struct back_bufs *f, const struct back_out *o,
+                      const struct lt_tensor *grad, const struct lt_tensor *st, float scale)
+{
+    const int64_t sk = c->d.sk, sv = c->d.sv, nt = c->d.nt, seg = back_segment(nt);
+    const size_t ssz = sizeof(float) * (size_t)(sk * sv);
+    load_state(st, c->h, c->b, f->S, sk, sv);
+    for (int64_t t = 0; t < nt; t++) {
+        if (t % seg == 0)
+            memcpy(f->ckpt + (t / seg) * sk * sv, f->S, ssz);
+        load_k(c, t, f->k);
+        load_v(c, t, f->v);
+        recurrent_step(f->S, NULL, f->k, f->v, expf(scalar_at(c->g, c->h, t, c->b)),
+                       scalar_at(c->beta, c->h, t, c->b), scale, sk, sv, f->delta, NULL, NULL);
+    }
+    /* the gradient of the final state: rows T.. of grad */
+    for (int64_t i = 0; i < sk; i++)
+        load_vec((const char *)grad->data + c->h * grad->nb[1] + (nt + i) * grad->nb[2] +
+                     c->b * grad->nb[3],
+                 grad->nb[0], sv, f->dS + i * sv);
+    for (int64_t t0 = (nt - 1) / seg * seg; nt > 0 && t0 >= 0; t0 -= seg) {
+        const int64_t n = nt - t0 < seg ? nt - t0 : seg;
+        memcpy(f->S, f->ckpt + (t0 / seg) * sk * sv, ssz);
+        for (int64_t r = 0; r < n; r++) {
+            memcpy(f->prev + r * sk * sv, f->S, ssz);
+            load_k(c, t0 + r, f->k);
+            load_v(c, t0 + r, f->v);
+            recurrent_step(f->S, NULL, f->k, f->v, expf(scalar_at(c->g, c->h, t0 + r, c->b)),
+                           scalar_at(c->beta, c->h, t0 + r, c->b), scale, sk, sv, f->delta,
+                           f->E + r * sv, NULL);
+        }
+        for (int64_t r = n - 1; r >= 0; r--)
+            back_token(c, f, o, grad, f->prev + r * sk * sv, f->E + r * sv, t0 + r, scale);
+    }
+    /* dstate(j, i, h, b) = dS[i][j] */
+    memcpy(o->dstate + (c->b * c->d.hv + c->h) * sk * sv, f->dS, ssz);
+}
+
+static void dn_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *grad = node->src[0], *st = node->src[1 + SRC_STATE];
+    const struct dn_dims d = dn_dims_of(node->src[1 + SRC_Q], node->src[1 + SRC_V]);
+    const float scale = lt_get_param_f32(node, 0);
+    struct back_bufs f;
+    size_t per = back_layout(&f, NULL, d);
+    back_layout(&f, (float *)p->wdata + per * (size_t)p->ith, d);
+    float *base = node->data;
+    struct back_out o = {
+        .dq = base + back_offset(node, LT_DELTA_NET_GRAD_Q),
+        .dk = base + back_offset(node, LT_DELTA_NET_GRAD_K),
+        .dv = base + back_offset(node, LT_DELTA_NET_GRAD_V),
+        .dg = base + back_offset(node, LT_DELTA_NET_GRAD_G),
+        .dbeta = base + back_offset(node, LT_DELTA_NET_GRAD_BETA),
+        .dstate = base + back_offset(node, LT_DELTA_NET_GRAD_STATE),
+    };
+    struct dn_head c = {node->src[1 + SRC_Q], node->src[1 + SRC_K], node->src[1 + SRC_V],
+                        node->src[1 + SRC_G], node->src[1 + SRC_BETA], d, 0, 0, 0};
+    for (int64_t item = p->ith; item < d.hk * d.nb; item += p->nth) {
+        c.hk = item % d.hk;
+        c.b = item / d.hk;
+        for (int64_t t = 0; t < d.nt; t++) {
+            int64_t at = ((c.b * d.nt + t) * d.hk + c.hk) * d.sk;
+            memset(o.dq + at, 0, sizeof(float) * (size_t)d.sk);
+            memset(o.dk + at, 0, sizeof(float) * (size_t)d.sk);
+        }
+        for (c.h = c.hk; c.h < d.hv; c.h += d.hk)
+            back_head(&c, &f, &o, grad, st, scale);
+    }
+}
+
+const struct lt_op_def lt_op_def_delta_net = {
+    .name = "DELTA_NET",
+    .n_src = SRC_COUNT,
+    .cpu_supported = dn_cpu_supported,
+    .cpu_work_size = dn_work_size,
+    .cpu_forward = dn_forward,
+};
+
+const struct lt_op_def lt_op_def_delta_net_back = {
+    .name = "DELTA_NET_BACK",
+    .n_src = 1 + SRC_COUNT,
+    .cpu_supported = dn_cpu_supported,
+    .cpu_work_size = dn_back_work_size,
+    .cpu_forward = dn_back_forward,
+};

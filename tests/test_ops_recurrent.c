@@ -1,0 +1,633 @@
+/* test_ops_recurrent.c: SSM_CONV and DELTA_NET (Gated DeltaNet's recurrent ops) and their
+ * backward ops, against plain reference loops written here: the conv in float, the delta
+ * rule token by token in double. The chunked path is held to the recurrent one (and to the
+ * reference) over lengths around the chunk size of 64; backward ops to central differences
+ * of the double reference (delta rule) or of the op itself (the conv is linear). */
+#include <string.h>
+
+#include "check.h"
+#include "lathe/backend.h"
+#include "lathe/ops.h"
+#include "ops/op.h"
+
+static struct lt_backend *cpu;
+
+/* ---- helpers ---- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static double urand(void) /* [0, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
+
+static void fill_rand(float *x, int64_t n, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = frand(lo, hi);
+}
+
+static struct lt_ctx *new_ctx(void)
+{
+    return lt_ctx_init((struct lt_ctx_params){.mem_size = 16u << 20});
+}
+
+static struct lt_tensor *tensor_from(struct lt_ctx *ctx, const int64_t ne[4], const float *x)
+{
+    struct lt_tensor *t = lt_new_tensor_4d(ctx, LT_TYPE_F32, ne[0], ne[1], ne[2], ne[3]);
+    if (x)
+        memcpy(t->data, x, lt_nbytes(t));
+    return t;
+}
+
+static struct lt_graph *graph_of(struct lt_ctx *ctx, struct lt_tensor *t)
+{
+    struct lt_graph *g = lt_graph_new(ctx, 4096);
+    CHECK(g && lt_graph_build(g, t) == LT_OK, "%s", lt_last_error());
+    return g;
+}
+
+static bool compute(struct lt_graph *g)
+{
+    lt_status st = lt_cpu_graph_compute(cpu, g);
+    CHECK(st == LT_OK, "%s", lt_last_error());
+    return st == LT_OK;
+}
+
+/* largest |a - b| over the largest |b| */
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double m = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        m = d > m || d != d ? d : m;
+        s = fabs((double)b[i]) > s ? fabs((double)b[i]) : s;
+    }
+    return s > 0 ? m / s : m;
+}
+
+/* ---- ssm_conv ---- */
+
+/* y[c, t, s] = sum_k w[k, c] x[t + k, c, s] with x dense [L, C, S], w dense [d, C] */
+static void conv_ref(const float *x, const float *w, int64_t d, int64_t n_l, int64_t n_c,
+                     int64_t n_s, float *y)
+{
+    int64_t n_t = n_l - d + 1;
+    for (int64_t s = 0; s < n_s; s++)
+        for (int64_t t = 0; t < n_t; t++)
+            for (int64_t c = 0; c < n_c; c++) {
+                float acc = 0;
+                for (int64_t k = 0; k < d; k++)
+                    acc += w[c * d + k] * x[(s * n_c + c) * n_l + t + k];
+                y[(s * n_t + t) * n_c + c] = acc;
+            }
+}
+
+static void test_ssm_conv_case(int64_t d, int64_t n_t, int64_t n_c, int64_t n_s, bool transposed,
+                               bool w_f16)
+{
+    struct lt_ctx *ctx = new_ctx();
+    const int64_t n_l = d - 1 + n_t;
+    float *x = malloc(sizeof(float) * (size_t)(n_l * n_c * n_s));
+    float *w = malloc(sizeof(float) * (size_t)(d * n_c));
+    float *y = malloc(sizeof(float) * (size_t)(n_t * n_c * n_s));
+    float *got = malloc(sizeof(float) * (size_t)(n_t * n_c * n_s));
+    fill_rand(x, n_l * n_c * n_s, -1, 1);
+    fill_rand(w, d * n_c, -1, 1);
+    struct lt_tensor *sx;
+    if (transposed) {
+        /* xt [C, L, S] dense, viewed as [L, C, S] */
+        struct lt_tensor *xt = lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_l, n_s);
+        for (int64_t s = 0; s < n_s; s++)
+            for (int64_t t = 0; t < n_l; t++)
+                for (int64_t c = 0; c < n_c; c++)
+                    lt_set_f32_nd(xt, c, t, s, 0, x[(s * n_c + c) * n_l + t]);
+        sx = lt_transpose(ctx, xt);
+        CHECK(!lt_is_contiguous(sx));
+    } else {
+        sx = tensor_from(ctx, (int64_t[]){n_l, n_c, n_s, 1}, x);
+    }
+    struct lt_tensor *wt = lt_new_tensor_2d(ctx, w_f16 ? LT_TYPE_F16 : LT_TYPE_F32, d, n_c);
+    lt_tensor_fill_f32(wt, w);
+    if (w_f16)
+        for (int64_t i = 0; i < d * n_c; i++)
+            w[i] = lt_fp16_to_fp32(lt_fp32_to_fp16(w[i]));
+    struct lt_tensor *r = lt_ssm_conv(ctx, sx, wt);
+    CHECK(r && r->ne[0] == n_c && r->ne[1] == n_t && r->ne[2] == n_s, "%s", lt_last_error());
+    if (r && compute(graph_of(ctx, r))) {
+        conv_ref(x, w, d, n_l, n_c, n_s, y);
+        lt_tensor_read_f32(r, got);
+        double e = rel_err(got, y, n_t * n_c * n_s);
+        CHECK(e < 1e-6, "ssm_conv d=%lld T=%lld transposed=%d f16=%d: rel err %g", (long long)d,
+              (long long)n_t, transposed, w_f16, e);
+    }
+    free(x), free(w), free(y), free(got);
+    lt_ctx_free(ctx);
+}
+
+static void test_ssm_conv(void)
+{
+    test_ssm_conv_case(4, 6, 5, 2, false, false);
+    test_ssm_conv_case(4, 6, 5, 2, true, false);
+    test_ssm_conv_case(4, 1, 37, 3, true, false); /* decode */
+    test_ssm_conv_case(4, 9, 7, 1, false, true);
+    test_ssm_conv_case(1, 3, 4, 2, false, false);
+
+    struct lt_ctx *ctx = new_ctx();
+    struct lt_tensor *sx = lt_new_tensor_3d(ctx, LT_TYPE_F32, 3, 5, 2);
+    CHECK(lt_ssm_conv(ctx, sx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 5)) == NULL); /* T = 0 */
+    CHECK(lt_ssm_conv(ctx, sx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 2, 4)) == NULL); /* channels */
+    CHECK(lt_ssm_conv(ctx, sx, lt_new_tensor_2d(ctx, LT_TYPE_I32, 2, 5)) == NULL);
+    struct lt_tensor *r = lt_ssm_conv(ctx, sx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 2, 5));
+    CHECK(lt_ssm_conv_back(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, 5, 3, 2), sx, r->src[1]) ==
+          NULL);
+    CHECK(lt_ssm_conv_back_sx(ctx, r) == NULL); /* not a SSM_CONV_BACK */
+    lt_ctx_free(ctx);
+}
+
+/* the loss sum(y * R), R random, differentiated by the op and by central differences of
+ * the op itself in float (exact up to rounding: y is linear in sx and in w) */
+static void test_ssm_conv_back(bool transposed)
+{
+    const int64_t d = 4, n_t = 5, n_c = 3, n_s = 2, n_l = d - 1 + n_t;
+    struct lt_ctx *ctx = new_ctx();
+    struct lt_tensor *base = transposed ? lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_l, n_s)
+                                        : lt_new_tensor_3d(ctx, LT_TYPE_F32, n_l, n_c, n_s);
+    fill_rand(base->data, n_l * n_c * n_s, -1, 1);
+    struct lt_tensor *sx = transposed ? lt_transpose(ctx, base) : base;
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_F32, d, n_c);
+    fill_rand(w->data, d * n_c, -1, 1);
+    struct lt_tensor *y = lt_ssm_conv(ctx, sx, w);
+    struct lt_tensor *gr = lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t, n_s);
+    fill_rand(gr->data, n_c * n_t * n_s, -1, 1);
+    struct lt_tensor *back = lt_ssm_conv_back(ctx, gr, sx, w);
+    struct lt_tensor *dsx = lt_ssm_conv_back_sx(ctx, back), *dw = lt_ssm_conv_back_w(ctx, back);
+    CHECK(dsx && dw && lt_same_shape(dsx, sx) && lt_same_shape(dw, w) && lt_is_contiguous(dsx) &&
+          lt_is_contiguous(dw));
+    struct lt_graph *gy = graph_of(ctx, y), *gb = graph_of(ctx, back);
+    if (!compute(gb))
+        goto out_free_ctx;
+    const float h = 1e-3f;
+    const float *R = gr->data;
+    float fd[64], an[64];
+    for (int part = 0; part < 2; part++) {
+        struct lt_tensor *leaf = part ? w : sx;
+        struct lt_tensor *dleaf = part ? dw : dsx;
+        int64_t n = lt_nelements(leaf), k = 0;
+        for (int64_t i3 = 0; i3 < 1; i3++)
+            for (int64_t i2 = 0; i2 < leaf->ne[2]; i2++)
+                for (int64_t i1 = 0; i1 < leaf->ne[1]; i1++)
+                    for (int64_t i0 = 0; i0 < leaf->ne[0]; i0++, k++) {
+                        float x0 = lt_get_f32_nd(leaf, i0, i1, i2, i3);
+                        double loss[2];
+                        for (int sgn = 0; sgn < 2; sgn++) {
+                            lt_set_f32_nd(leaf, i0, i1, i2, i3, x0 + (sgn ? -h : h));
+                            compute(gy);
+                            loss[sgn] = 0;
+                            for (int64_t e = 0; e < n_c * n_t * n_s; e++)
+                                loss[sgn] += (double)((float *)y->data)[e] * R[e];
+                        }
+                        lt_set_f32_nd(leaf, i0, i1, i2, i3, x0);
+                        fd[k] = (float)((loss[0] - loss[1]) / (2 * h));
+                        an[k] = lt_get_f32_nd(dleaf, i0, i1, i2, i3);
+                    }
+        double e = rel_err(an, fd, n);
+        CHECK(e < 1e-2, "ssm_conv_back d %s (transposed %d): rel err %g", part ? "w" : "sx",
+              transposed, e);
+    }
+out_free_ctx:
+    lt_ctx_free(ctx);
+}
+
+/* ---- delta_net: the problem, dense, in the op's contiguous layouts ---- */
+
+struct dn_case {
+    int64_t sk, sv, hk, hv, nt, nb;
+    float scale;
+    double *q, *k; /* [sk, hk, T, B] */
+    double *v;     /* [sv, hv, T, B] */
+    double *g, *beta; /* [hv, T, B] */
+    double *s0;    /* [sv, sk, hv, B] */
+};
+
+static int64_t n_qk(const struct dn_case *c) { return c->sk * c->hk * c->nt * c->nb; }
+static int64_t n_v(const struct dn_case *c) { return c->sv * c->hv * c->nt * c->nb; }
+static int64_t n_g(const struct dn_case *c) { return c->hv * c->nt * c->nb; }
+static int64_t n_s(const struct dn_case *c) { return c->sv * c->sk * c->hv * c->nb; }
+static int64_t n_packed(const struct dn_case *c) { return c->sv * c->hv * (c->nt + c->sk) * c->nb; }
+
+static void normalize_rows(double *x, int64_t n, int64_t rows)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++)
+            s += x[r * n + i] * x[r * n + i];
+        for (int64_t i = 0; i < n; i++)
+            x[r * n + i] /= sqrt(s);
+    }
+}
+
+static struct dn_case dn_case_new(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t nt,
+                                  int64_t nb)
+{
+    struct dn_case c = {.sk = sk, .sv = sv, .hk = hk, .hv = hv, .nt = nt, .nb = nb,
+                        .scale = (float)(1.0 / sqrt((double)sk))};
+    c.q = malloc(sizeof(double) * (size_t)n_qk(&c));
+    c.k = malloc(sizeof(double) * (size_t)n_qk(&c));
+    c.v = malloc(sizeof(double) * (size_t)n_v(&c));
+    c.g = malloc(sizeof(double) * (size_t)n_g(&c));
+    c.beta = malloc(sizeof(double) * (size_t)n_g(&c));
+    c.s0 = malloc(sizeof(double) * (size_t)n_s(&c));
+    /* values rounded to float so the op and the reference see the same inputs */
+    for (int64_t i = 0; i < n_qk(&c); i++) {
+        c.q[i] = frand(-1, 1);
+        c.k[i] = frand(-1, 1);
+    }
+    normalize_rows(c.q, sk, n_qk(&c) / sk);
+    normalize_rows(c.k, sk, n_qk(&c) / sk);
+    for (int64_t i = 0; i < n_qk(&c); i++) {
+        c.q[i] = (float)c.q[i];
+        c.k[i] = (float)c.k[i];
+    }
+    for (int64_t i = 0; i < n_v(&c); i++)
+        c.v[i] = frand(-1, 1);
+    for (int64_t i = 0; i < n_g(&c); i++) {
+        c.g[i] = frand(-2, 0);
+        c.beta[i] = frand(0.02f, 0.98f);
+    }
+    for (int64_t i = 0; i < n_s(&c); i++)
+        c.s0[i] = frand(-0.5f, 0.5f);
+    return c;
+}
+
+static void dn_case_free(struct dn_case *c)
+{
+    free(c->q), free(c->k), free(c->v), free(c->g), free(c->beta), free(c->s0);
+}
+
+/* The delta rule token by token in double, written out as packed [sv, hv, T + sk, B]. */
+static void dn_ref(const struct dn_case *c, double *packed)
+{
+    const int64_t sk = c->sk, sv = c->sv, nt = c->nt, hv = c->hv;
+    double *S = malloc(sizeof(double) * (size_t)(sk * sv));
+    double *kv = malloc(sizeof(double) * (size_t)sv);
+    for (int64_t b = 0; b < c->nb; b++)
+        for (int64_t h = 0; h < hv; h++) {
+            const int64_t hk = h % c->hk;
+            for (int64_t i = 0; i < sk; i++)
+                for (int64_t j = 0; j < sv; j++)
+                    S[i * sv + j] = c->s0[((b * hv + h) * sk + i) * sv + j];
+            for (int64_t t = 0; t < nt; t++) {
+                const double *q = c->q + ((b * nt + t) * c->hk + hk) * sk;
+                const double *k = c->k + ((b * nt + t) * c->hk + hk) * sk;
+                const double *v = c->v + ((b * nt + t) * hv + h) * sv;
+                const double a = exp(c->g[(b * nt + t) * hv + h]);
+                const double beta = c->beta[(b * nt + t) * hv + h];
+                for (int64_t j = 0; j < sv; j++) {
+                    kv[j] = 0;
+                    for (int64_t i = 0; i < sk; i++) {
+                        S[i * sv + j] *= a;
+                        kv[j] += S[i * sv + j] * k[i];
+                    }
+                    double delta = beta * (v[j] - kv[j]);
+                    double o = 0;
+                    for (int64_t i = 0; i < sk; i++) {
+                        S[i * sv + j] += k[i] * delta;
+                        o += S[i * sv + j] * q[i];
+                    }
+                    packed[((b * (nt + sk) + t) * hv + h) * sv + j] = o * c->scale;
+                }
+            }
+            for (int64_t i = 0; i < sk; i++)
+                for (int64_t j = 0; j < sv; j++)
+                    packed[((b * (nt + sk) + nt + i) * hv + h) * sv + j] = S[i * sv + j];
+        }
+    free(S), free(kv);
+}
+
+static struct lt_tensor *tensor_from_d(struct lt_ctx *ctx, const int64_t ne[4], const double *x)
+{
+    struct lt_tensor *t = lt_new_tensor_4d(ctx, LT_TYPE_F32, ne[0], ne[1], ne[2], ne[3]);
+    for (int64_t i = 0; i < lt_nelements(t); i++)
+        ((float *)t->data)[i] = (float)x[i];
+    return t;
+}
+
+struct dn_inputs {
+    struct lt_tensor *q, *k, *v, *g, *beta, *s0;
+};
+
+static struct dn_inputs dn_inputs_new(struct lt_ctx *ctx, const struct dn_case *c)
+{
+    struct dn_inputs in;
+    in.q = tensor_from_d(ctx, (int64_t[]){c->sk, c->hk, c->nt, c->nb}, c->q);
+    in.k = tensor_from_d(ctx, (int64_t[]){c->sk, c->hk, c->nt, c->nb}, c->k);
+    in.v = tensor_from_d(ctx, (int64_t[]){c->sv, c->hv, c->nt, c->nb}, c->v);
+    in.g = tensor_from_d(ctx, (int64_t[]){c->hv, c->nt, c->nb, 1}, c->g);
+    in.beta = tensor_from_d(ctx, (int64_t[]){c->hv, c->nt, c->nb, 1}, c->beta);
+    in.s0 = tensor_from_d(ctx, (int64_t[]){c->sv, c->sk, c->hv, c->nb}, c->s0);
+    return in;
+}
+
+/* runs DELTA_NET on the path given; returns the packed result (malloc'd) or NULL */
+static float *dn_run(const struct dn_case *c, enum lt_delta_net_path path)
+{
+    struct lt_ctx *ctx = new_ctx();
+    struct dn_inputs in = dn_inputs_new(ctx, c);
+    struct lt_tensor *r = lt_delta_net(ctx, in.q, in.k, in.v, in.g, in.beta, in.s0, c->scale);
+    float *out = NULL;
+    CHECK(r != NULL, "%s", lt_last_error());
+    if (r) {
+        lt_delta_net_set_path(r, path);
+        if (compute(graph_of(ctx, r))) {
+            out = malloc(lt_nbytes(r));
+            memcpy(out, r->data, lt_nbytes(r));
+        }
+    }
+    lt_ctx_free(ctx);
+    return out;
+}
+
+/* both paths against the double reference */
+static void test_delta_net_reference(void)
+{
+    const int64_t lens[] = {1, 5, 70};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        struct dn_case c = dn_case_new(16, 12, 2, 4, lens[li], 2);
+        int64_t n = n_packed(&c);
+        double *ref = malloc(sizeof(double) * (size_t)n);
+        float *reff = malloc(sizeof(float) * (size_t)n);
+        dn_ref(&c, ref);
+        for (int64_t i = 0; i < n; i++)
+            reff[i] = (float)ref[i];
+        for (int path = LT_DELTA_NET_PATH_RECURRENT; path <= LT_DELTA_NET_PATH_CHUNKED; path++) {
+            float *got = dn_run(&c, path);
+            if (got) {
+                double e = rel_err(got, reff, n);
+                CHECK(e < 1e-5, "delta_net %s T=%lld vs reference: rel err %g",
+                      path == LT_DELTA_NET_PATH_RECURRENT ? "recurrent" : "chunked",
+                      (long long)c.nt, e);
+                printf("delta_net %-9s T=%-3lld vs double reference: rel err %.2e\n",
+                       path == LT_DELTA_NET_PATH_RECURRENT ? "recurrent" : "chunked",
+                       (long long)c.nt, e);
+            }
+            free(got);
+        }
+        free(ref), free(reff);
+        dn_case_free(&c);
+    }
+}
+
+/* chunked against recurrent around the chunk size, grouped heads, two sequences */
+static void test_delta_net_chunked(void)
+{
+    const int64_t lens[] = {1, 5, 64, 70, 130};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        struct dn_case c = dn_case_new(32, 24, 2, 4, lens[li], 2);
+        float *rec = dn_run(&c, LT_DELTA_NET_PATH_RECURRENT);
+        float *chk = dn_run(&c, LT_DELTA_NET_PATH_CHUNKED);
+        float *aut = dn_run(&c, LT_DELTA_NET_PATH_AUTO);
+        if (rec && chk && aut) {
+            int64_t n = n_packed(&c);
+            double e = rel_err(chk, rec, n);
+            CHECK(e < 1e-5, "delta_net chunked vs recurrent T=%lld: rel err %g",
+                  (long long)c.nt, e);
+            CHECK(memcmp(aut, c.nt > 1 ? chk : rec, sizeof(float) * (size_t)n) == 0,
+                  "AUTO takes the other path at T=%lld", (long long)c.nt);
+            printf("delta_net chunked vs recurrent T=%-3lld: rel err %.2e\n", (long long)c.nt, e);
+        }
+        free(rec), free(chk), free(aut);
+        dn_case_free(&c);
+    }
+}
+
+/* q, k, v slices of one fused projection; g and beta slices of another; the state a
+ * transposed view: the same numbers as the contiguous run */
+static void test_delta_net_strided(void)
+{
+    const int64_t lens[] = {1, 70};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        struct dn_case c = dn_case_new(16, 8, 2, 4, lens[li], 2);
+        const int64_t sk = c.sk, sv = c.sv, hk = c.hk, hv = c.hv, nt = c.nt, nb = c.nb;
+        float *dense = dn_run(&c, LT_DELTA_NET_PATH_AUTO);
+        struct lt_ctx *ctx = new_ctx();
+        const int64_t width = 2 * sk * hk + sv * hv;
+        struct lt_tensor *qkv = lt_new_tensor_3d(ctx, LT_TYPE_F32, width, nt, nb);
+        struct lt_tensor *gb = lt_new_tensor_3d(ctx, LT_TYPE_F32, 2 * hv, nt, nb);
+        struct lt_tensor *st = lt_new_tensor_4d(ctx, LT_TYPE_F32, sk, sv, hv, nb);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t t = 0; t < nt; t++) {
+                for (int64_t x = 0; x < sk * hk; x++) {
+                    lt_set_f32_nd(qkv, x, t, b, 0, (float)c.q[(b * nt + t) * sk * hk + x]);
+                    lt_set_f32_nd(qkv, sk * hk + x, t, b, 0,
+                                  (float)c.k[(b * nt + t) * sk * hk + x]);
+                }
+                for (int64_t x = 0; x < sv * hv; x++)
+                    lt_set_f32_nd(qkv, 2 * sk * hk + x, t, b, 0,
+                                  (float)c.v[(b * nt + t) * sv * hv + x]);
+                for (int64_t h = 0; h < hv; h++) {
+                    lt_set_f32_nd(gb, h, t, b, 0, (float)c.g[(b * nt + t) * hv + h]);
+                    lt_set_f32_nd(gb, hv + h, t, b, 0, (float)c.beta[(b * nt + t) * hv + h]);
+                }
+            }
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t h = 0; h < hv; h++)
+                for (int64_t i = 0; i < sk; i++)
+                    for (int64_t j = 0; j < sv; j++)
+                        lt_set_f32_nd(st, i, j, h, b, (float)c.s0[((b * hv + h) * sk + i) * sv + j]);
+        const size_t f = sizeof(float);
+        struct lt_tensor *q = lt_view_4d(ctx, qkv, sk, hk, nt, nb, sk * f, qkv->nb[1], qkv->nb[2], 0);
+        struct lt_tensor *k =
+            lt_view_4d(ctx, qkv, sk, hk, nt, nb, sk * f, qkv->nb[1], qkv->nb[2], sk * hk * f);
+        struct lt_tensor *v = lt_view_4d(ctx, qkv, sv, hv, nt, nb, sv * f, qkv->nb[1], qkv->nb[2],
+                                         2 * sk * hk * f);
+        struct lt_tensor *g = lt_view_3d(ctx, gb, hv, nt, nb, gb->nb[1], gb->nb[2], 0);
+        struct lt_tensor *beta = lt_view_3d(ctx, gb, hv, nt, nb, gb->nb[1], gb->nb[2], hv * f);
+        struct lt_tensor *s0 = lt_transpose(ctx, st);
+        CHECK(!lt_is_contiguous(q) && !lt_is_contiguous(v) && !lt_is_contiguous(s0));
+        struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, s0, c.scale);
+        CHECK(r != NULL, "%s", lt_last_error());
+        if (r && dense && compute(graph_of(ctx, r)))
+            CHECK(rel_err(r->data, dense, n_packed(&c)) < 1e-6, "strided T=%lld: rel err %g",
+                  (long long)nt, rel_err(r->data, dense, n_packed(&c)));
+        free(dense);
+        lt_ctx_free(ctx);
+        dn_case_free(&c);
+    }
+}
+
+/* one token at a time, each step reading the previous step's state view, against the
+ * whole sequence at once (chunked) */
+static void test_delta_net_decode(void)
+{
+    struct dn_case c = dn_case_new(16, 12, 2, 4, 70, 2);
+    const int64_t sk = c.sk, sv = c.sv, hv = c.hv, nt = c.nt, nb = c.nb;
+    struct lt_ctx *ctx = new_ctx();
+    struct dn_inputs in = dn_inputs_new(ctx, &c);
+    struct lt_tensor *full = lt_delta_net(ctx, in.q, in.k, in.v, in.g, in.beta, in.s0, c.scale);
+    struct lt_tensor *state = in.s0;
+    struct lt_tensor **steps = malloc(sizeof(*steps) * (size_t)nt);
+    for (int64_t t = 0; t < nt; t++) {
+        struct lt_tensor *q = lt_view_4d(ctx, in.q, sk, c.hk, 1, nb, in.q->nb[1], in.q->nb[2],
+                                         in.q->nb[3], t * in.q->nb[2]);
+        struct lt_tensor *k = lt_view_4d(ctx, in.k, sk, c.hk, 1, nb, in.k->nb[1], in.k->nb[2],
+                                         in.k->nb[3], t * in.k->nb[2]);
+        struct lt_tensor *v = lt_view_4d(ctx, in.v, sv, hv, 1, nb, in.v->nb[1], in.v->nb[2],
+                                         in.v->nb[3], t * in.v->nb[2]);
+        struct lt_tensor *g =
+            lt_view_3d(ctx, in.g, hv, 1, nb, in.g->nb[1], in.g->nb[2], t * in.g->nb[1]);
+        struct lt_tensor *beta =
+            lt_view_3d(ctx, in.beta, hv, 1, nb, in.beta->nb[1], in.beta->nb[2], t * in.beta->nb[1]);
+        steps[t] = lt_delta_net(ctx, q, k, v, g, beta, state, c.scale);
+        state = lt_delta_net_state(ctx, steps[t]);
+    }
+    struct lt_graph *gr = lt_graph_new(ctx, 4096);
+    CHECK(lt_graph_build(gr, full) == LT_OK && lt_graph_build(gr, state) == LT_OK);
+    if (compute(gr)) {
+        struct lt_tensor *out = lt_delta_net_output(ctx, full);
+        struct lt_tensor *fs = lt_delta_net_state(ctx, full);
+        double worst = 0;
+        float a[64], b[64];
+        for (int64_t t = 0; t < nt; t++) {
+            struct lt_tensor *o = lt_delta_net_output(ctx, steps[t]);
+            for (int64_t bb = 0; bb < nb; bb++)
+                for (int64_t h = 0; h < hv; h++) {
+                    for (int64_t j = 0; j < sv; j++) {
+                        a[j] = lt_get_f32_nd(o, j, h, 0, bb);
+                        b[j] = lt_get_f32_nd(out, j, h, t, bb);
+                    }
+                    double e = rel_err(a, b, sv);
+                    worst = e > worst ? e : worst;
+                }
+        }
+        CHECK(worst < 1e-4, "decode outputs: rel err %g", worst);
+        float *s1 = malloc(sizeof(float) * (size_t)n_s(&c)), *s2 = malloc(sizeof(float) * (size_t)n_s(&c));
+        lt_tensor_read_f32(state, s1);
+        lt_tensor_read_f32(fs, s2);
+        double es = rel_err(s1, s2, n_s(&c));
+        CHECK(es < 1e-5, "decode final state: rel err %g", es);
+        printf("delta_net decode x%lld vs whole sequence: outputs %.2e, state %.2e\n",
+               (long long)nt, worst, es);
+        free(s1), free(s2);
+    }
+    free(steps);
+    lt_ctx_free(ctx);
+    dn_case_free(&c);
+}
+
+static void test_delta_net_shapes(void)
+{
+    struct lt_ctx *ctx = new_ctx();
+    struct dn_case c = dn_case_new(4, 3, 2, 4, 2, 1);
+    struct dn_inputs in = dn_inputs_new(ctx, &c);
+    struct lt_tensor *v3 = lt_new_tensor_4d(ctx, LT_TYPE_F32, 3, 3, 2, 1); /* 2 does not divide 3 */
+    CHECK(lt_delta_net(ctx, in.q, in.k, v3, in.g, in.beta, in.s0, 1) == NULL);
+    CHECK(lt_delta_net(ctx, in.q, in.k, in.v, in.g, in.beta, in.q, 1) == NULL);
+    CHECK(lt_delta_net(ctx, in.q, in.k, in.v, in.beta, in.q, in.s0, 1) == NULL);
+    struct lt_tensor *r = lt_delta_net(ctx, in.q, in.k, in.v, in.g, in.beta, in.s0, 1);
+    CHECK(r && r->ne[0] == 3 && r->ne[1] == 4 && r->ne[2] == 2 + 4 && r->ne[3] == 1);
+    struct lt_tensor *o = lt_delta_net_output(ctx, r), *s = lt_delta_net_state(ctx, r);
+    CHECK(o && lt_same_shape(o, in.v) && s && lt_same_shape(s, in.s0));
+    CHECK(lt_delta_net_back(ctx, in.v, in.q, in.k, in.v, in.g, in.beta, in.s0, 1) == NULL);
+    CHECK(lt_delta_net_back_grad(ctx, r, LT_DELTA_NET_GRAD_Q) == NULL);
+    struct lt_tensor *f16 = lt_new_tensor_4d(ctx, LT_TYPE_F16, 4, 2, 2, 1);
+    struct lt_tensor *rh = lt_delta_net(ctx, f16, in.k, in.v, in.g, in.beta, in.s0, 1);
+    char reason[LT_REASON_MAX] = "";
+    CHECK(rh && !lt_cpu_supports_op(rh, reason, sizeof(reason)) && strstr(reason, "source 0"),
+          "%s", reason);
+    dn_case_free(&c);
+    lt_ctx_free(ctx);
+}
+
+/* ---- delta_net_back against central differences of the double reference ---- */
+
+static double dn_loss(const struct dn_case *c, const double *R, double *packed)
+{
+    dn_ref(c, packed);
+    double l = 0;
+    for (int64_t i = 0; i < n_packed(c); i++)
+        l += packed[i] * R[i];
+    return l;
+}
+
+static void test_delta_net_back_case(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t nt,
+                                     int64_t nb)
+{
+    struct dn_case c = dn_case_new(sk, sv, hk, hv, nt, nb);
+    const int64_t np = n_packed(&c);
+    double *R = malloc(sizeof(double) * (size_t)np), *packed = malloc(sizeof(double) * (size_t)np);
+    for (int64_t i = 0; i < np; i++)
+        R[i] = (float)frand(-1, 1);
+    struct lt_ctx *ctx = new_ctx();
+    struct dn_inputs in = dn_inputs_new(ctx, &c);
+    struct lt_tensor *grad = tensor_from_d(ctx, (int64_t[]){sv, hv, nt + sk, nb}, R);
+    struct lt_tensor *back =
+        lt_delta_net_back(ctx, grad, in.q, in.k, in.v, in.g, in.beta, in.s0, c.scale);
+    CHECK(back != NULL, "%s", lt_last_error());
+    if (!back || !compute(graph_of(ctx, back)))
+        goto out_free;
+    double *vars[LT_DELTA_NET_GRAD_COUNT] = {c.q, c.k, c.v, c.g, c.beta, c.s0};
+    const int64_t counts[LT_DELTA_NET_GRAD_COUNT] = {n_qk(&c), n_qk(&c), n_v(&c),
+                                                     n_g(&c),  n_g(&c),  n_s(&c)};
+    const char *names[LT_DELTA_NET_GRAD_COUNT] = {"q", "k", "v", "g", "beta", "state"};
+    for (int w = 0; w < LT_DELTA_NET_GRAD_COUNT; w++) {
+        struct lt_tensor *d = lt_delta_net_back_grad(ctx, back, w);
+        CHECK(d && lt_is_contiguous(d) && lt_nelements(d) == counts[w]);
+        if (!d)
+            continue;
+        float *fd = malloc(sizeof(float) * (size_t)counts[w]);
+        const double h = 1e-5;
+        for (int64_t i = 0; i < counts[w]; i++) {
+            double x0 = vars[w][i];
+            vars[w][i] = x0 + h;
+            double lp = dn_loss(&c, R, packed);
+            vars[w][i] = x0 - h;
+            double lm = dn_loss(&c, R, packed);
+            vars[w][i] = x0;
+            fd[i] = (float)((lp - lm) / (2 * h));
+        }
+        double e = rel_err(d->data, fd, counts[w]);
+        CHECK(e < 1e-3, "delta_net_back d%s (S_k %lld S_v %lld H %lld/%lld T %lld B %lld): rel "
+              "err %g", names[w], (long long)sk, (long long)sv, (long long)hk, (long long)hv,
+              (long long)nt, (long long)nb, e);
+        printf("delta_net_back T=%-3lld d%-5s vs central differences: rel err %.2e\n",
+               (long long)nt, names[w], e);
+        free(fd);
+    }
+out_free:
+    lt_ctx_free(ctx);
+    free(R), free(packed);
+    dn_case_free(&c);
+}
+
+static void test_delta_net_back(void)
+{
+    test_delta_net_back_case(4, 3, 1, 2, 1, 2);
+    test_delta_net_back_case(5, 3, 1, 2, 5, 2);
+    test_delta_net_back_case(4, 3, 2, 4, 70, 2);
+}
+
+int main(void)
+{
+    cpu = lt_backend_cpu_new(3); /* more threads than some splits have items */
+    if (!cpu) {
+        fprintf(stderr, "no CPU backend: %s\n", lt_last_error());
+        return 1;
+    }
+    test_ssm_conv();
+    test_ssm_conv_back(false);
+    test_ssm_conv_back(true);
+    test_delta_net_shapes();
+    test_delta_net_reference();
+    test_delta_net_chunked();
+    test_delta_net_strided();
+    test_delta_net_decode();
+    test_delta_net_back();
+    lt_backend_free(cpu);
+    return check_summary();
+}
