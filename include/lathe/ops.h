@@ -157,6 +157,14 @@ struct lt_tensor *lt_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *logits,
  * (b's shape). Used to send a gradient into a view of a larger tensor. */
 struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,
                          size_t nb2, size_t nb3, size_t offset);
+/* The adjoint of lt_repeat: a summed down to like's shape (lt_can_repeat(like, a)), F32. */
+struct lt_tensor *lt_repeat_back(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like);
+/* The adjoint of lt_get_rows: F32 zeros of like's shape [n, rows, ne2, ne3] with the rows
+ * of grad [n, k, ne2, ne3] added at ids (I32 [k, ne2, ne3]); repeated ids accumulate. */
+struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                   struct lt_tensor *ids, struct lt_tensor *like);
+/* grad * d silu(x) / dx, same shapes */
+struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x);
 
 #ifdef __cplusplus
 }

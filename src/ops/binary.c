@@ -1,7 +1,174 @@
-/* binary.c: (being written) */
+/* binary.c: element-wise add, sub, mul and div, with b broadcast (tiled) over a.
+ *
+ * dst[i0, i1, i2, i3] = a[i0, i1, i2, i3] op b[i0 % b.ne0, i1 % b.ne1, i2 % b.ne2, i3 % b.ne3]
+ * Both sources may have any strides (transposed, permuted, sliced, or broadcast views with
+ * nb = 0) and be F32, F16 or BF16: each row is read as ne0 floats, in place when it is F32
+ * with unit stride, otherwise converted into the thread's scratch. The result is
+ * contiguous F32 of a's shape; threads split its rows. */
+#include <assert.h>
+#include <stdio.h>
+
+#include "lathe/ops.h"
 #include "ops/op.h"
 
-const struct lt_op_def lt_op_def_add = {.name = "ADD", .n_src = 2};
-const struct lt_op_def lt_op_def_sub = {.name = "SUB", .n_src = 2};
-const struct lt_op_def lt_op_def_mul = {.name = "MUL", .n_src = 2};
-const struct lt_op_def lt_op_def_div = {.name = "DIV", .n_src = 2};
+static bool type_is_float(enum lt_type t)
+{
+    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
+}
+
+/* Floats of scratch per row, rounded up to whole cache lines. */
+static size_t scratch_floats(int64_t n)
+{
+    return (size_t)((n + 15) & ~(int64_t)15);
+}
+
+/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
+ * otherwise converted into buf. */
+static const float *row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3,
+                            float *buf)
+{
+    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
+        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
+    lt_row_to_f32(t, i1, i2, i3, buf);
+    return buf;
+}
+
+/* y[i] = x[i] op u[i] over n elements */
+static void binary_apply(enum lt_op op, const float *x, const float *u, float *y, int64_t n)
+{
+    switch (op) {
+    case LT_OP_ADD:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] + u[i];
+        break;
+    case LT_OP_SUB:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] - u[i];
+        break;
+    case LT_OP_MUL:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * u[i];
+        break;
+    case LT_OP_DIV:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] / u[i];
+        break;
+    default: assert(!"binary_apply: not a binary op");
+    }
+}
+
+static void binary_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
+    const int64_t bne0 = b->ne[0];
+    float *abuf = (float *)p->wdata + (size_t)p->ith * (scratch_floats(ne0) + scratch_floats(bne0));
+    float *bbuf = abuf + scratch_floats(ne0);
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const float *x = row_f32(a, i1, i2, i3, abuf);
+        const float *u = row_f32(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3], bbuf);
+        float *y = (float *)node->data + r * ne0;
+        /* b's row is tiled along the row in whole copies (bne0 divides ne0) */
+        for (int64_t j = 0; j < ne0; j += bne0)
+            binary_apply(node->op, x + j, u, y + j, bne0);
+    }
+}
+
+static size_t binary_work_size(const struct lt_tensor *node, int nth)
+{
+    return (size_t)nth * (scratch_floats(node->ne[0]) + scratch_floats(node->src[1]->ne[0])) *
+           sizeof(float);
+}
+
+static bool binary_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    for (int i = 0; i < 2; i++) {
+        const struct lt_tensor *s = node->src[i];
+        if (!s || !type_is_float(s->type)) {
+            snprintf(reason, reason_size, "source %d is %s, not f32, f16 or bf16", i,
+                     s ? lt_type_name(s->type) : "missing");
+            return false;
+        }
+    }
+    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
+    if (!lt_same_shape(node, node->src[0]) || !lt_can_repeat(node->src[1], node->src[0])) {
+        snprintf(reason, reason_size, "source 1 cannot be broadcast over source 0");
+        return false;
+    }
+    return true;
+}
+
+static struct lt_tensor *binary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
+                                    struct lt_tensor *b)
+{
+    if (!a || !b) {
+        /* an earlier constructor failed: keep its reason */
+        if (!lt_last_error()[0])
+            lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
+        return NULL;
+    }
+    if (!type_is_float(a->type) || !type_is_float(b->type)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
+                lt_op_name(op), a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
+        return NULL;
+    }
+    if (!lt_can_repeat(b, a)) {
+        lt_fail(LT_ERR_INVALID,
+                "%s of '%s' [%lld %lld %lld %lld] and '%s' [%lld %lld %lld %lld]: the second "
+                "cannot be broadcast over the first",
+                lt_op_name(op), a->name, (long long)a->ne[0], (long long)a->ne[1],
+                (long long)a->ne[2], (long long)a->ne[3], b->name, (long long)b->ne[0],
+                (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
+        return NULL;
+    }
+    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, a->ne, (struct lt_tensor *[]){a, b},
+                            2);
+}
+
+struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
+{
+    return binary_new(ctx, LT_OP_ADD, a, b);
+}
+
+struct lt_tensor *lt_sub(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
+{
+    return binary_new(ctx, LT_OP_SUB, a, b);
+}
+
+struct lt_tensor *lt_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
+{
+    return binary_new(ctx, LT_OP_MUL, a, b);
+}
+
+struct lt_tensor *lt_div(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
+{
+    return binary_new(ctx, LT_OP_DIV, a, b);
+}
+
+const struct lt_op_def lt_op_def_add = {.name = "ADD",
+                                        .n_src = 2,
+                                        .cpu_supported = binary_supported,
+                                        .cpu_work_size = binary_work_size,
+                                        .cpu_forward = binary_forward};
+const struct lt_op_def lt_op_def_sub = {.name = "SUB",
+                                        .n_src = 2,
+                                        .cpu_supported = binary_supported,
+                                        .cpu_work_size = binary_work_size,
+                                        .cpu_forward = binary_forward};
+const struct lt_op_def lt_op_def_mul = {.name = "MUL",
+                                        .n_src = 2,
+                                        .cpu_supported = binary_supported,
+                                        .cpu_work_size = binary_work_size,
+                                        .cpu_forward = binary_forward};
+const struct lt_op_def lt_op_def_div = {.name = "DIV",
+                                        .n_src = 2,
+                                        .cpu_supported = binary_supported,
+                                        .cpu_work_size = binary_work_size,
+                                        .cpu_forward = binary_forward};

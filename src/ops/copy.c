@@ -1,11 +1,770 @@
-/* copy.c: (being written) */
+/* copy.c: ops that move values without arithmetic beyond sums: cont, cpy, concat, repeat,
+ * get_rows, and the backward helpers acc, repeat_back and get_rows_back.
+ *
+ * cont keeps its source's type; cpy converts into dst's type and writes through dst's
+ * strides. Its result is a view of dst (view_src, view_offs, data as a view's), but its op
+ * is CPY with src[0] = a and src[1] = dst, so whoever reads the result runs after the copy.
+ * Both copy rows in flattened order: row r of the source (rows counted i1 fastest) goes
+ * to row r of the destination, which is what lets cpy write into a reshaped view. Every
+ * other op here gives contiguous F32 and reads its sources, of any strides, row by row
+ * through lt_row_to_f32. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lathe/ops.h"
 #include "ops/op.h"
 
-const struct lt_op_def lt_op_def_cont = {.name = "CONT", .n_src = 1};
-const struct lt_op_def lt_op_def_cpy = {.name = "CPY", .n_src = 2};
-const struct lt_op_def lt_op_def_concat = {.name = "CONCAT", .n_src = 2};
-const struct lt_op_def lt_op_def_repeat = {.name = "REPEAT", .n_src = 1};
-const struct lt_op_def lt_op_def_repeat_back = {.name = "REPEAT_BACK", .n_src = 1};
-const struct lt_op_def lt_op_def_acc = {.name = "ACC", .n_src = 2};
-const struct lt_op_def lt_op_def_get_rows = {.name = "GET_ROWS", .n_src = 2};
-const struct lt_op_def lt_op_def_get_rows_back = {.name = "GET_ROWS_BACK", .n_src = 2};
+/* ---- helpers ---- */
+
+static bool type_readable(enum lt_type t)
+{
+    const struct lt_type_traits *tt = lt_type_traits(t);
+    return tt && tt->to_float;
+}
+
+static bool type_is_float(enum lt_type t)
+{
+    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
+}
+
+/* Floats of scratch per thread, rounded up to whole cache lines. */
+static size_t scratch_floats(int64_t n)
+{
+    return (size_t)((n + 15) & ~(int64_t)15);
+}
+
+static void row_index(const struct lt_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3)
+{
+    *i1 = r % t->ne[1];
+    *i2 = (r / t->ne[1]) % t->ne[2];
+    *i3 = r / (t->ne[1] * t->ne[2]);
+}
+
+/* A constructor handed NULL (an earlier constructor failed) keeps that failure's reason. */
+static struct lt_tensor *missing_source(enum lt_op op)
+{
+    if (!lt_last_error()[0])
+        lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
+    return NULL;
+}
+
+static struct lt_tensor *fail_shapes(enum lt_op op, const struct lt_tensor *a,
+                                     const struct lt_tensor *b, const char *why)
+{
+    lt_fail(LT_ERR_INVALID, "%s of '%s' [%lld %lld %lld %lld] and '%s' [%lld %lld %lld %lld]: %s",
+            lt_op_name(op), a->name, (long long)a->ne[0], (long long)a->ne[1], (long long)a->ne[2],
+            (long long)a->ne[3], b->name, (long long)b->ne[0], (long long)b->ne[1],
+            (long long)b->ne[2], (long long)b->ne[3], why);
+    return NULL;
+}
+
+static bool check_result_f32(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
+    return true;
+}
+
+static bool check_source_readable(const struct lt_tensor *node, int i, char *reason,
+                                  size_t reason_size)
+{
+    const struct lt_tensor *s = node->src[i];
+    if (!s || !type_readable(s->type)) {
+        snprintf(reason, reason_size, "source %d has type %s, which the CPU cannot read", i,
+                 s ? lt_type_name(s->type) : "(missing)");
+        return false;
+    }
+    return true;
+}
+
+/* Scratch of ne0 floats per thread for the node's widest row. */
+static size_t row_work_size(int64_t ne0, int nth)
+{
+    return (size_t)nth * scratch_floats(ne0) * sizeof(float);
+}
+
+/* Sizes (byte offsets, strides) are kept in two int32 slots each, low half first. */
+static void set_param_size(struct lt_tensor *t, int i, size_t v)
+{
+    uint64_t u = v;
+    t->op_params[i] = (int32_t)(uint32_t)(u & 0xffffffffu);
+    t->op_params[i + 1] = (int32_t)(uint32_t)(u >> 32);
+}
+
+static size_t get_param_size(const struct lt_tensor *t, int i)
+{
+    uint64_t lo = (uint32_t)t->op_params[i], hi = (uint32_t)t->op_params[i + 1];
+    return (size_t)(lo | hi << 32);
+}
+
+/* ---- cont and cpy ---- */
+
+/* Copies a (node->src[0]) into the destination `dst`, row r to row r. Same types copy
+ * bytes (exact, also for I32 and quantised rows); others go through float. */
+static void copy_rows(const struct lt_compute_params *p, const struct lt_tensor *a,
+                      struct lt_tensor *dst)
+{
+    const struct lt_type_traits *ta = lt_type_traits(a->type), *td = lt_type_traits(dst->type);
+    const bool same_type = a->type == dst->type;
+    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(a), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t a1, a2, a3, d1, d2, d3;
+        row_index(a, r, &a1, &a2, &a3);
+        row_index(dst, r, &d1, &d2, &d3);
+        if (!same_type) {
+            lt_row_to_f32(a, a1, a2, a3, buf);
+            lt_row_from_f32(dst, d1, d2, d3, buf);
+            continue;
+        }
+        const char *s = lt_elem_ptr(a, 0, a1, a2, a3);
+        char *d = lt_elem_ptr(dst, 0, d1, d2, d3);
+        if (ta->is_quantized || (a->nb[0] == ta->type_size && dst->nb[0] == td->type_size)) {
+            memcpy(d, s, lt_row_size(a->type, a->ne[0]));
+            continue;
+        }
+        for (int64_t i0 = 0; i0 < a->ne[0]; i0++)
+            memcpy(d + i0 * dst->nb[0], s + i0 * a->nb[0], ta->type_size);
+    }
+}
+
+/* Element by element in flattened order, for rows of different lengths (types that are
+ * not block-quantised). */
+static void copy_elements(const struct lt_compute_params *p, const struct lt_tensor *a,
+                          struct lt_tensor *dst)
+{
+    const struct lt_type_traits *ta = lt_type_traits(a->type), *td = lt_type_traits(dst->type);
+    const bool same_type = a->type == dst->type;
+    int64_t lo, hi;
+    lt_split_range(lt_nelements(a), p->ith, p->nth, &lo, &hi);
+    if (lo >= hi)
+        return;
+    int64_t ia[LT_MAX_DIMS], id[LT_MAX_DIMS];
+    int64_t fa = lo, fd = lo;
+    for (int k = 0; k < LT_MAX_DIMS; k++) {
+        ia[k] = fa % a->ne[k];
+        fa /= a->ne[k];
+        id[k] = fd % dst->ne[k];
+        fd /= dst->ne[k];
+    }
+    for (int64_t f = lo; f < hi; f++) {
+        const char *s = lt_elem_ptr(a, ia[0], ia[1], ia[2], ia[3]);
+        char *d = lt_elem_ptr(dst, id[0], id[1], id[2], id[3]);
+        if (same_type) {
+            memcpy(d, s, ta->type_size);
+        } else {
+            float v;
+            ta->to_float(s, &v, 1);
+            td->from_float(&v, d, 1);
+        }
+        for (int k = 0; k < LT_MAX_DIMS && ++ia[k] == a->ne[k]; k++)
+            ia[k] = 0;
+        for (int k = 0; k < LT_MAX_DIMS && ++id[k] == dst->ne[k]; k++)
+            id[k] = 0;
+    }
+}
+
+/* cont: the node is the destination; cpy: the node is a view of dst with dst's strides */
+static void cpy_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    if (lt_nelements(a) == 0)
+        return;
+    if (a->ne[0] == node->ne[0])
+        copy_rows(p, a, node);
+    else
+        copy_elements(p, a, node);
+}
+
+static size_t cpy_work_size(const struct lt_tensor *node, int nth)
+{
+    return row_work_size(node->src[0]->ne[0], nth);
+}
+
+/* Can values of type `from` be copied into type `to`, rows of na and nd elements? */
+static bool copy_possible(enum lt_type from, enum lt_type to, int64_t na, int64_t nd, char *why,
+                          size_t why_size)
+{
+    const struct lt_type_traits *tf = lt_type_traits(from), *tt = lt_type_traits(to);
+    if (!tf || !tt) {
+        snprintf(why, why_size, "unknown type");
+        return false;
+    }
+    if (na != nd && (tf->is_quantized || tt->is_quantized)) {
+        snprintf(why, why_size, "rows of %lld and %lld elements, and %s is block-quantised",
+                 (long long)na, (long long)nd, tf->is_quantized ? tf->name : tt->name);
+        return false;
+    }
+    if (from == to)
+        return true;
+    if (!tf->to_float) {
+        snprintf(why, why_size, "%s cannot be read", tf->name);
+        return false;
+    }
+    if (!tt->from_float) {
+        snprintf(why, why_size, "%s cannot be written", tt->name);
+        return false;
+    }
+    return true;
+}
+
+static bool cpy_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0];
+    char why[LT_REASON_MAX];
+    if (!a) {
+        snprintf(reason, reason_size, "source 0 is missing");
+        return false;
+    }
+    if (lt_nelements(a) != lt_nelements(node)) {
+        snprintf(reason, reason_size, "source 0 has %lld elements, the result %lld",
+                 (long long)lt_nelements(a), (long long)lt_nelements(node));
+        return false;
+    }
+    if (!copy_possible(a->type, node->type, a->ne[0], node->ne[0], why, sizeof(why))) {
+        snprintf(reason, reason_size, "copying %s into %s: %s", lt_type_name(a->type),
+                 lt_type_name(node->type), why);
+        return false;
+    }
+    if (node->op == LT_OP_CONT && !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s", lt_layout_name(node));
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    if (!a)
+        return missing_source(LT_OP_CONT);
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_CONT, a->type, LT_MAX_DIMS, a->ne, &a, 1);
+    if (t)
+        lt_format_name(t, "%s (cont)", a->name);
+    return t;
+}
+
+struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *dst)
+{
+    char why[LT_REASON_MAX];
+    if (!a || !dst)
+        return missing_source(LT_OP_CPY);
+    if (lt_nelements(a) != lt_nelements(dst))
+        return fail_shapes(LT_OP_CPY, a, dst, "element counts differ");
+    if (!copy_possible(a->type, dst->type, a->ne[0], dst->ne[0], why, sizeof(why))) {
+        lt_fail(LT_ERR_INVALID, "CPY of '%s' (%s) into '%s' (%s): %s", a->name,
+                lt_type_name(a->type), dst->name, lt_type_name(dst->type), why);
+        return NULL;
+    }
+    /* a view of dst with dst's own strides, then made into the copy node */
+    struct lt_tensor *t = lt_view_4d(ctx, dst, dst->ne[0], dst->ne[1], dst->ne[2], dst->ne[3],
+                                     dst->nb[1], dst->nb[2], dst->nb[3], 0);
+    if (!t)
+        return NULL;
+    t->nb[0] = dst->nb[0];
+    t->op = LT_OP_CPY;
+    t->src[0] = a;
+    t->src[1] = dst;
+    lt_format_name(t, "%s (copy of %s)", dst->name, a->name);
+    return t;
+}
+
+/* ---- concat ---- */
+
+static void concat_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const int dim = lt_get_param_i32(node, 0);
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i[LT_MAX_DIMS] = {0};
+        row_index(node, r, &i[1], &i[2], &i[3]);
+        float *y = (float *)node->data + r * node->ne[0];
+        if (dim == 0) {
+            lt_row_to_f32(a, i[1], i[2], i[3], y);
+            lt_row_to_f32(b, i[1], i[2], i[3], y + a->ne[0]);
+        } else if (i[dim] < a->ne[dim]) {
+            lt_row_to_f32(a, i[1], i[2], i[3], y);
+        } else {
+            i[dim] -= a->ne[dim];
+            lt_row_to_f32(b, i[1], i[2], i[3], y);
+        }
+    }
+}
+
+static bool concat_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    int dim = lt_get_param_i32(node, 0);
+    if (!check_source_readable(node, 0, reason, reason_size) ||
+        !check_source_readable(node, 1, reason, reason_size) ||
+        !check_result_f32(node, reason, reason_size))
+        return false;
+    if (dim < 0 || dim >= LT_MAX_DIMS) {
+        snprintf(reason, reason_size, "concat along dimension %d", dim);
+        return false;
+    }
+    for (int k = 0; k < LT_MAX_DIMS; k++) {
+        int64_t want = node->src[0]->ne[k] + (k == dim ? node->src[1]->ne[k] : 0);
+        if (node->ne[k] != want) {
+            snprintf(reason, reason_size, "the result's shape does not match its sources");
+            return false;
+        }
+    }
+    return true;
+}
+
+struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim)
+{
+    if (!a || !b)
+        return missing_source(LT_OP_CONCAT);
+    if (dim < 0 || dim >= LT_MAX_DIMS) {
+        lt_fail(LT_ERR_INVALID, "CONCAT of '%s' and '%s' along dimension %d (0 to %d)", a->name,
+                b->name, dim, LT_MAX_DIMS - 1);
+        return NULL;
+    }
+    if (!type_readable(a->type) || !type_readable(b->type)) {
+        lt_fail(LT_ERR_INVALID, "CONCAT of '%s' (%s) and '%s' (%s): a type cannot be read", a->name,
+                lt_type_name(a->type), b->name, lt_type_name(b->type));
+        return NULL;
+    }
+    int64_t ne[LT_MAX_DIMS];
+    for (int k = 0; k < LT_MAX_DIMS; k++) {
+        if (k != dim && a->ne[k] != b->ne[k])
+            return fail_shapes(LT_OP_CONCAT, a, b, "shapes differ outside the concat dimension");
+        ne[k] = a->ne[k] + (k == dim ? b->ne[k] : 0);
+    }
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_CONCAT, LT_TYPE_F32, LT_MAX_DIMS, ne,
+                                           (struct lt_tensor *[]){a, b}, 2);
+    if (t)
+        lt_set_param_i32(t, 0, dim);
+    return t;
+}
+
+/* ---- repeat ---- */
+
+static void repeat_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    const int64_t ne0 = node->ne[0], ane0 = a->ne[0];
+    if (lt_nelements(node) == 0)
+        return;
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1, i2, i3;
+        row_index(node, r, &i1, &i2, &i3);
+        float *y = (float *)node->data + r * ne0;
+        lt_row_to_f32(a, i1 % a->ne[1], i2 % a->ne[2], i3 % a->ne[3], y);
+        for (int64_t j = ane0; j < ne0; j += ane0)
+            memcpy(y + j, y, (size_t)ane0 * sizeof(float));
+    }
+}
+
+static bool repeat_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!check_source_readable(node, 0, reason, reason_size) ||
+        !check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_can_repeat(node->src[0], node)) {
+        snprintf(reason, reason_size, "source 0 does not tile the result");
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like)
+{
+    if (!a || !like)
+        return missing_source(LT_OP_REPEAT);
+    if (!type_readable(a->type)) {
+        lt_fail(LT_ERR_INVALID, "REPEAT of '%s': type %s cannot be read", a->name,
+                lt_type_name(a->type));
+        return NULL;
+    }
+    if (!lt_can_repeat(a, like))
+        return fail_shapes(LT_OP_REPEAT, a, like, "the first does not tile the second");
+    return lt_new_op_tensor(ctx, LT_OP_REPEAT, LT_TYPE_F32, LT_MAX_DIMS, like->ne, &a, 1);
+}
+
+/* ---- repeat_back: the sum of every tile ---- */
+
+/* Thread ith owns result rows; for each it adds up, in a fixed order, every row of a that
+ * tiles onto it, in double. */
+static void repeat_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    const int64_t ne0 = node->ne[0], ane0 = a->ne[0];
+    float *buf =
+        (float *)p->wdata + (size_t)p->ith * (scratch_floats(ane0) + 2 * scratch_floats(ne0));
+    double *acc = (double *)(buf + scratch_floats(ane0));
+    const int64_t t1 = a->ne[1] / node->ne[1], t2 = a->ne[2] / node->ne[2],
+                  t3 = a->ne[3] / node->ne[3];
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t j1, j2, j3;
+        row_index(node, r, &j1, &j2, &j3);
+        for (int64_t i = 0; i < ne0; i++)
+            acc[i] = 0.0;
+        for (int64_t k3 = 0; k3 < t3; k3++)
+            for (int64_t k2 = 0; k2 < t2; k2++)
+                for (int64_t k1 = 0; k1 < t1; k1++) {
+                    lt_row_to_f32(a, j1 + k1 * node->ne[1], j2 + k2 * node->ne[2],
+                                  j3 + k3 * node->ne[3], buf);
+                    for (int64_t j = 0; j < ane0; j += ne0)
+                        for (int64_t i = 0; i < ne0; i++)
+                            acc[i] += (double)buf[j + i];
+                }
+        float *y = (float *)node->data + r * ne0;
+        for (int64_t i = 0; i < ne0; i++)
+            y[i] = (float)acc[i];
+    }
+}
+
+static size_t repeat_back_work_size(const struct lt_tensor *node, int nth)
+{
+    /* a row of a, then ne0 doubles */
+    return (size_t)nth * (scratch_floats(node->src[0]->ne[0]) + 2 * scratch_floats(node->ne[0])) *
+           sizeof(float);
+}
+
+static bool repeat_back_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!check_source_readable(node, 0, reason, reason_size) ||
+        !check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_can_repeat(node, node->src[0])) {
+        snprintf(reason, reason_size, "the result does not tile source 0");
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_repeat_back(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like)
+{
+    if (!a || !like)
+        return missing_source(LT_OP_REPEAT_BACK);
+    if (!type_readable(a->type)) {
+        lt_fail(LT_ERR_INVALID, "REPEAT_BACK of '%s': type %s cannot be read", a->name,
+                lt_type_name(a->type));
+        return NULL;
+    }
+    if (!lt_can_repeat(like, a))
+        return fail_shapes(LT_OP_REPEAT_BACK, a, like, "the second does not tile the first");
+    return lt_new_op_tensor(ctx, LT_OP_REPEAT_BACK, LT_TYPE_F32, LT_MAX_DIMS, like->ne, &a, 1);
+}
+
+/* ---- get_rows ---- */
+
+/* Result row (i1, i2, i3) is row ids[i1, i2, i3] of a's matrix (i2, i3). An id outside
+ * a's rows gives a row of NaN: the kernel cannot fail, and NaN cannot go unnoticed. */
+static void get_rows_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *ids = node->src[1];
+    const int64_t ne0 = node->ne[0];
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1, i2, i3;
+        row_index(node, r, &i1, &i2, &i3);
+        int64_t id = *(const int32_t *)lt_elem_ptr(ids, i1, i2, i3, 0);
+        float *y = (float *)node->data + r * ne0;
+        if (id < 0 || id >= a->ne[1]) {
+            for (int64_t i = 0; i < ne0; i++)
+                y[i] = NAN;
+            continue;
+        }
+        lt_row_to_f32(a, id, i2, i3, y);
+    }
+}
+
+static bool rows_ids_supported(const struct lt_tensor *node, const struct lt_tensor *ids,
+                               char *reason, size_t reason_size)
+{
+    if (!ids || ids->type != LT_TYPE_I32) {
+        snprintf(reason, reason_size, "source 1 (the ids) is %s, not i32",
+                 ids ? lt_type_name(ids->type) : "missing");
+        return false;
+    }
+    return check_result_f32(node, reason, reason_size);
+}
+
+static bool get_rows_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *ids = node->src[1];
+    if (!check_source_readable(node, 0, reason, reason_size) ||
+        !rows_ids_supported(node, ids, reason, reason_size))
+        return false;
+    if (node->ne[0] != a->ne[0] || node->ne[1] != ids->ne[0] || node->ne[2] != ids->ne[1] ||
+        node->ne[3] != ids->ne[2] || a->ne[2] != ids->ne[1] || a->ne[3] != ids->ne[2]) {
+        snprintf(reason, reason_size, "the result's shape does not match its sources");
+        return false;
+    }
+    return true;
+}
+
+/* ids [k, ne2, ne3] against rows [n, rows, ne2, ne3] */
+static bool ids_match(const struct lt_tensor *ids, const struct lt_tensor *rows)
+{
+    return ids->ne[1] == rows->ne[2] && ids->ne[2] == rows->ne[3] && ids->ne[3] == 1;
+}
+
+struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *ids)
+{
+    if (!a || !ids)
+        return missing_source(LT_OP_GET_ROWS);
+    if (!type_readable(a->type)) {
+        lt_fail(LT_ERR_INVALID, "GET_ROWS of '%s': type %s cannot be read", a->name,
+                lt_type_name(a->type));
+        return NULL;
+    }
+    if (ids->type != LT_TYPE_I32) {
+        lt_fail(LT_ERR_INVALID, "GET_ROWS of '%s' with ids '%s' of type %s (not i32)", a->name,
+                ids->name, lt_type_name(ids->type));
+        return NULL;
+    }
+    if (!ids_match(ids, a))
+        return fail_shapes(LT_OP_GET_ROWS, a, ids,
+                           "ids must be [k, ne2, ne3] of the rows' ne2, ne3");
+    int64_t ne[LT_MAX_DIMS] = {a->ne[0], ids->ne[0], a->ne[2], a->ne[3]};
+    return lt_new_op_tensor(ctx, LT_OP_GET_ROWS, LT_TYPE_F32, LT_MAX_DIMS, ne,
+                            (struct lt_tensor *[]){a, ids}, 2);
+}
+
+/* ---- get_rows_back: scatter-add ---- */
+
+/* Threads first zero their share of the rows; then each adds every grad row into its own
+ * slice of columns, so repeated ids never race and always add up in the same order. Ids
+ * outside the result's rows are skipped. */
+static void get_rows_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *grad = node->src[0], *ids = node->src[1];
+    const int64_t ne0 = node->ne[0];
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    memset((float *)node->data + lo * ne0, 0, (size_t)(hi - lo) * (size_t)ne0 * sizeof(float));
+    lt_compute_barrier(p);
+    int64_t c0, c1;
+    lt_split_range(ne0, p->ith, p->nth, &c0, &c1);
+    if (c0 >= c1)
+        return;
+    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(ne0);
+    for (int64_t r = 0; r < lt_nrows(grad); r++) {
+        int64_t i1, i2, i3;
+        row_index(grad, r, &i1, &i2, &i3);
+        int64_t id = *(const int32_t *)lt_elem_ptr(ids, i1, i2, i3, 0);
+        if (id < 0 || id >= node->ne[1])
+            continue;
+        const float *g = buf;
+        if (grad->type == LT_TYPE_F32 && grad->nb[0] == sizeof(float))
+            g = (const float *)lt_elem_ptr(grad, 0, i1, i2, i3);
+        else
+            lt_row_to_f32(grad, i1, i2, i3, buf);
+        float *y = lt_elem_ptr(node, 0, id, i2, i3);
+        for (int64_t i = c0; i < c1; i++)
+            y[i] += g[i];
+    }
+}
+
+static size_t get_rows_back_work_size(const struct lt_tensor *node, int nth)
+{
+    return row_work_size(node->ne[0], nth);
+}
+
+static bool get_rows_back_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *grad = node->src[0], *ids = node->src[1];
+    if (!check_source_readable(node, 0, reason, reason_size) ||
+        !rows_ids_supported(node, ids, reason, reason_size))
+        return false;
+    if (grad->ne[0] != node->ne[0] || grad->ne[1] != ids->ne[0] || grad->ne[2] != node->ne[2] ||
+        grad->ne[3] != node->ne[3] || !ids_match(ids, node)) {
+        snprintf(reason, reason_size, "the result's shape does not match its sources");
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                   struct lt_tensor *ids, struct lt_tensor *like)
+{
+    if (!grad || !ids || !like)
+        return missing_source(LT_OP_GET_ROWS_BACK);
+    if (!type_is_float(grad->type)) {
+        lt_fail(LT_ERR_INVALID, "GET_ROWS_BACK of '%s': type %s is not f32, f16 or bf16",
+                grad->name, lt_type_name(grad->type));
+        return NULL;
+    }
+    if (ids->type != LT_TYPE_I32) {
+        lt_fail(LT_ERR_INVALID, "GET_ROWS_BACK with ids '%s' of type %s (not i32)", ids->name,
+                lt_type_name(ids->type));
+        return NULL;
+    }
+    if (grad->ne[0] != like->ne[0] || grad->ne[2] != like->ne[2] || grad->ne[3] != like->ne[3])
+        return fail_shapes(LT_OP_GET_ROWS_BACK, grad, like, "rows and batches differ");
+    if (grad->ne[1] != ids->ne[0] || !ids_match(ids, like))
+        return fail_shapes(LT_OP_GET_ROWS_BACK, grad, ids, "ids must be [k, ne2, ne3] of grad");
+    return lt_new_op_tensor(ctx, LT_OP_GET_ROWS_BACK, LT_TYPE_F32, LT_MAX_DIMS, like->ne,
+                            (struct lt_tensor *[]){grad, ids}, 2);
+}
+
+/* ---- acc: a copy of a with b added into a window ---- */
+
+/* Do the windows of b's rows lie apart (each stride spans the dimension inside it)? */
+static bool acc_rows_disjoint(const struct lt_tensor *b, size_t nb1, size_t nb2, size_t nb3)
+{
+    return (b->ne[1] == 1 || nb1 >= (size_t)b->ne[0] * sizeof(float)) &&
+           (b->ne[2] == 1 || nb2 >= nb1 * (size_t)b->ne[1]) &&
+           (b->ne[3] == 1 || nb3 >= nb2 * (size_t)b->ne[2]);
+}
+
+/* op_params: nb1, nb2, nb3 and offset of the window, in bytes of the (contiguous F32)
+ * result, two slots each. Threads copy a's rows, wait, then add b's rows, split between
+ * them when the rows' windows lie apart and all on thread 0 when they may overlap (then
+ * overlapping elements receive the sum of every row that covers them). */
+static void acc_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const size_t nb1 = get_param_size(node, 0), nb2 = get_param_size(node, 2),
+                 nb3 = get_param_size(node, 4), offset = get_param_size(node, 6);
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1, i2, i3;
+        row_index(node, r, &i1, &i2, &i3);
+        lt_row_to_f32(a, i1, i2, i3, (float *)node->data + r * node->ne[0]);
+    }
+    lt_compute_barrier(p);
+    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(b->ne[0]);
+    if (acc_rows_disjoint(b, nb1, nb2, nb3))
+        lt_split_range(lt_nrows(b), p->ith, p->nth, &lo, &hi);
+    else
+        lt_split_range(lt_nrows(b), p->ith, 1, &lo, &hi); /* thread 0 takes every row */
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1, i2, i3;
+        row_index(b, r, &i1, &i2, &i3);
+        lt_row_to_f32(b, i1, i2, i3, buf);
+        float *y = (float *)((char *)node->data + offset + (size_t)i1 * nb1 + (size_t)i2 * nb2 +
+                             (size_t)i3 * nb3);
+        for (int64_t i = 0; i < b->ne[0]; i++)
+            y[i] += buf[i];
+    }
+}
+
+static size_t acc_work_size(const struct lt_tensor *node, int nth)
+{
+    return row_work_size(node->src[1]->ne[0], nth);
+}
+
+/* The window's last byte, or false when a stride or the offset is not whole floats. */
+static bool acc_window_end(const struct lt_tensor *b, size_t nb1, size_t nb2, size_t nb3,
+                           size_t offset, size_t *end)
+{
+    if (nb1 % sizeof(float) || nb2 % sizeof(float) || nb3 % sizeof(float) || offset % sizeof(float))
+        return false;
+    *end = offset + (size_t)b->ne[0] * sizeof(float) + (size_t)(b->ne[1] - 1) * nb1 +
+           (size_t)(b->ne[2] - 1) * nb2 + (size_t)(b->ne[3] - 1) * nb3;
+    return true;
+}
+
+static bool acc_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *b = node->src[1];
+    size_t end;
+    if (!check_source_readable(node, 0, reason, reason_size) ||
+        !check_source_readable(node, 1, reason, reason_size) ||
+        !check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_same_shape(node, node->src[0])) {
+        snprintf(reason, reason_size, "source 0 differs in shape from the result");
+        return false;
+    }
+    if (lt_nelements(b) > 0 &&
+        (!acc_window_end(b, get_param_size(node, 0), get_param_size(node, 2),
+                         get_param_size(node, 4), get_param_size(node, 6), &end) ||
+         end > (size_t)lt_nelements(node) * sizeof(float))) {
+        snprintf(reason, reason_size, "the window of source 1 is not inside the result");
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,
+                         size_t nb2, size_t nb3, size_t offset)
+{
+    size_t end;
+    if (!a || !b)
+        return missing_source(LT_OP_ACC);
+    if (!type_is_float(a->type) || !type_is_float(b->type)) {
+        lt_fail(LT_ERR_INVALID, "ACC of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
+                a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
+        return NULL;
+    }
+    if (lt_nelements(b) > 0) {
+        if (!acc_window_end(b, nb1, nb2, nb3, offset, &end)) {
+            lt_fail(LT_ERR_INVALID,
+                    "ACC of '%s' into '%s': strides %zu %zu %zu and offset %zu are not whole "
+                    "floats",
+                    b->name, a->name, nb1, nb2, nb3, offset);
+            return NULL;
+        }
+        if (end > (size_t)lt_nelements(a) * sizeof(float)) {
+            lt_fail(LT_ERR_INVALID,
+                    "ACC of '%s' into '%s': the window (strides %zu %zu %zu, offset %zu) ends at "
+                    "byte %zu, past the %zu bytes of the result",
+                    b->name, a->name, nb1, nb2, nb3, offset, end,
+                    (size_t)lt_nelements(a) * sizeof(float));
+            return NULL;
+        }
+    }
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_ACC, LT_TYPE_F32, LT_MAX_DIMS, a->ne,
+                                           (struct lt_tensor *[]){a, b}, 2);
+    if (!t)
+        return NULL;
+    set_param_size(t, 0, nb1);
+    set_param_size(t, 2, nb2);
+    set_param_size(t, 4, nb3);
+    set_param_size(t, 6, offset);
+    return t;
+}
+
+/* ---- the table ---- */
+
+const struct lt_op_def lt_op_def_cont = {.name = "CONT",
+                                         .n_src = 1,
+                                         .cpu_supported = cpy_supported,
+                                         .cpu_work_size = cpy_work_size,
+                                         .cpu_forward = cpy_forward};
+const struct lt_op_def lt_op_def_cpy = {.name = "CPY",
+                                        .n_src = 2,
+                                        .cpu_supported = cpy_supported,
+                                        .cpu_work_size = cpy_work_size,
+                                        .cpu_forward = cpy_forward};
+const struct lt_op_def lt_op_def_concat = {
+    .name = "CONCAT", .n_src = 2, .cpu_supported = concat_supported, .cpu_forward = concat_forward};
+const struct lt_op_def lt_op_def_repeat = {
+    .name = "REPEAT", .n_src = 1, .cpu_supported = repeat_supported, .cpu_forward = repeat_forward};
+const struct lt_op_def lt_op_def_repeat_back = {.name = "REPEAT_BACK",
+                                                .n_src = 1,
+                                                .cpu_supported = repeat_back_supported,
+                                                .cpu_work_size = repeat_back_work_size,
+                                                .cpu_forward = repeat_back_forward};
+const struct lt_op_def lt_op_def_acc = {.name = "ACC",
+                                        .n_src = 2,
+                                        .cpu_supported = acc_supported,
+                                        .cpu_work_size = acc_work_size,
+                                        .cpu_forward = acc_forward};
+const struct lt_op_def lt_op_def_get_rows = {.name = "GET_ROWS",
+                                             .n_src = 2,
+                                             .cpu_supported = get_rows_supported,
+                                             .cpu_forward = get_rows_forward};
+const struct lt_op_def lt_op_def_get_rows_back = {.name = "GET_ROWS_BACK",
+                                                  .n_src = 2,
+                                                  .cpu_supported = get_rows_back_supported,
+                                                  .cpu_work_size = get_rows_back_work_size,
+                                                  .cpu_forward = get_rows_back_forward};

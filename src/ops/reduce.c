@@ -1,6 +1,165 @@
-/* reduce.c: (being written) */
+/* reduce.c: sum_rows and mean (over ne0, one value per row) and sum (of every element).
+ *
+ * Sources may have any strides and be F32, F16 or BF16. Every sum accumulates in double in
+ * a fixed order, so a result does not depend on the number of threads: sum first writes
+ * one double per row (threads split the rows), then thread 0 adds the rows in order.
+ * Results are contiguous F32. */
+#include <stdio.h>
+
+#include "lathe/ops.h"
 #include "ops/op.h"
 
-const struct lt_op_def lt_op_def_sum_rows = {.name = "SUM_ROWS", .n_src = 1};
-const struct lt_op_def lt_op_def_mean = {.name = "MEAN", .n_src = 1};
-const struct lt_op_def lt_op_def_sum = {.name = "SUM", .n_src = 1};
+static bool type_is_float(enum lt_type t)
+{
+    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
+}
+
+/* Floats of scratch per thread, rounded up to whole cache lines. */
+static size_t scratch_floats(int64_t n)
+{
+    return (size_t)((n + 15) & ~(int64_t)15);
+}
+
+/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
+ * otherwise converted into buf. */
+static const float *row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3,
+                            float *buf)
+{
+    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
+        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
+    lt_row_to_f32(t, i1, i2, i3, buf);
+    return buf;
+}
+
+static double row_sum(const float *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i];
+    return s;
+}
+
+/* The row sums of a's rows [lo, hi) into out[lo..hi) (doubles). */
+static void rows_sum(const struct lt_tensor *a, int64_t lo, int64_t hi, float *buf, double *out)
+{
+    const int64_t ne1 = a->ne[1], ne2 = a->ne[2];
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        out[r] = row_sum(row_f32(a, i1, i2, i3, buf), a->ne[0]);
+    }
+}
+
+/* sum_rows and mean: the per-thread row buffer, then (sum only) one double per row */
+static size_t reduce_work_size(const struct lt_tensor *node, int nth)
+{
+    const struct lt_tensor *a = node->src[0];
+    size_t w = (size_t)nth * scratch_floats(a->ne[0]) * sizeof(float);
+    if (node->op == LT_OP_SUM)
+        w += (size_t)lt_nrows(a) * sizeof(double);
+    return w;
+}
+
+static void sum_rows_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    const int64_t ne1 = a->ne[1], ne2 = a->ne[2];
+    const double scale = node->op == LT_OP_MEAN && a->ne[0] > 0 ? 1.0 / (double)a->ne[0] : 1.0;
+    float *y = node->data;
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(a), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        y[r] = (float)(row_sum(row_f32(a, i1, i2, i3, buf), a->ne[0]) * scale);
+    }
+}
+
+static void sum_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    const int64_t nr = lt_nrows(a);
+    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    double *sums = (double *)((float *)p->wdata + (size_t)p->nth * scratch_floats(a->ne[0]));
+    int64_t lo, hi;
+    lt_split_range(nr, p->ith, p->nth, &lo, &hi);
+    rows_sum(a, lo, hi, buf, sums);
+    lt_compute_barrier(p);
+    if (p->ith != 0)
+        return;
+    double s = 0.0;
+    for (int64_t r = 0; r < nr; r++)
+        s += sums[r];
+    *(float *)node->data = (float)s;
+}
+
+static bool reduce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0];
+    if (!a || !type_is_float(a->type)) {
+        snprintf(reason, reason_size, "source 0 is %s, not f32, f16 or bf16",
+                 a ? lt_type_name(a->type) : "missing");
+        return false;
+    }
+    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
+    int64_t expect = node->op == LT_OP_SUM ? 1 : lt_nrows(a);
+    if (lt_nelements(node) != expect) {
+        snprintf(reason, reason_size, "the result has %lld elements, not %lld",
+                 (long long)lt_nelements(node), (long long)expect);
+        return false;
+    }
+    return true;
+}
+
+static struct lt_tensor *reduce_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a)
+{
+    if (!a) {
+        /* an earlier constructor failed: keep its reason */
+        if (!lt_last_error()[0])
+            lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
+        return NULL;
+    }
+    if (!type_is_float(a->type)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s': its type %s is not f32, f16 or bf16", lt_op_name(op),
+                a->name, lt_type_name(a->type));
+        return NULL;
+    }
+    if (op == LT_OP_SUM)
+        return lt_new_op_tensor(ctx, op, LT_TYPE_F32, 1, (int64_t[]){1}, &a, 1);
+    int64_t ne[LT_MAX_DIMS] = {1, a->ne[1], a->ne[2], a->ne[3]};
+    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, ne, &a, 1);
+}
+
+struct lt_tensor *lt_sum_rows(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return reduce_new(ctx, LT_OP_SUM_ROWS, a);
+}
+
+struct lt_tensor *lt_mean(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return reduce_new(ctx, LT_OP_MEAN, a);
+}
+
+struct lt_tensor *lt_sum(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return reduce_new(ctx, LT_OP_SUM, a);
+}
+
+const struct lt_op_def lt_op_def_sum_rows = {.name = "SUM_ROWS",
+                                             .n_src = 1,
+                                             .cpu_supported = reduce_supported,
+                                             .cpu_work_size = reduce_work_size,
+                                             .cpu_forward = sum_rows_forward};
+const struct lt_op_def lt_op_def_mean = {.name = "MEAN",
+                                         .n_src = 1,
+                                         .cpu_supported = reduce_supported,
+                                         .cpu_work_size = reduce_work_size,
+                                         .cpu_forward = sum_rows_forward};
+const struct lt_op_def lt_op_def_sum = {.name = "SUM",
+                                        .n_src = 1,
+                                        .cpu_supported = reduce_supported,
+                                        .cpu_work_size = reduce_work_size,
+                                        .cpu_forward = sum_forward};

@@ -1,18 +1,351 @@
-/* unary.c: (being written) */
+/* unary.c: element-wise unary ops (scale, silu, sigmoid, softplus, exp, log, sqr, sqrt,
+ * sin, cos, abs, neg, relu), swiglu, and silu's backward (SILU_BACK).
+ *
+ * Sources may have any strides (transposed, permuted, sliced, broadcast with nb = 0) and
+ * be F32, F16 or BF16: a kernel reads each source row as ne0 floats, in place when it is
+ * F32 with unit stride, otherwise converted into its thread's scratch. Results are
+ * contiguous F32 of the first source's shape; threads split the rows. */
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "lathe/ops.h"
 #include "ops/op.h"
 
-const struct lt_op_def lt_op_def_scale = {.name = "SCALE", .n_src = 1};
-const struct lt_op_def lt_op_def_silu = {.name = "SILU", .n_src = 1};
-const struct lt_op_def lt_op_def_sigmoid = {.name = "SIGMOID", .n_src = 1};
-const struct lt_op_def lt_op_def_softplus = {.name = "SOFTPLUS", .n_src = 1};
-const struct lt_op_def lt_op_def_exp = {.name = "EXP", .n_src = 1};
-const struct lt_op_def lt_op_def_log = {.name = "LOG", .n_src = 1};
-const struct lt_op_def lt_op_def_sqr = {.name = "SQR", .n_src = 1};
-const struct lt_op_def lt_op_def_sqrt = {.name = "SQRT", .n_src = 1};
-const struct lt_op_def lt_op_def_sin = {.name = "SIN", .n_src = 1};
-const struct lt_op_def lt_op_def_cos = {.name = "COS", .n_src = 1};
-const struct lt_op_def lt_op_def_abs = {.name = "ABS", .n_src = 1};
-const struct lt_op_def lt_op_def_neg = {.name = "NEG", .n_src = 1};
-const struct lt_op_def lt_op_def_relu = {.name = "RELU", .n_src = 1};
-const struct lt_op_def lt_op_def_silu_back = {.name = "SILU_BACK", .n_src = 2};
-const struct lt_op_def lt_op_def_swiglu = {.name = "SWIGLU", .n_src = 2};
+/* ---- shared by the kernels of this file ---- */
+
+static bool type_is_float(enum lt_type t)
+{
+    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
+}
+
+/* Floats of scratch per thread, rounded up to whole cache lines. */
+static size_t scratch_floats(int64_t n)
+{
+    return (size_t)((n + 15) & ~(int64_t)15);
+}
+
+/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
+ * otherwise converted into buf. */
+static const float *row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3,
+                            float *buf)
+{
+    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
+        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
+    lt_row_to_f32(t, i1, i2, i3, buf);
+    return buf;
+}
+
+/* Each source gets ne0 floats of scratch per thread. */
+static size_t rows_work_size(const struct lt_tensor *node, int nth)
+{
+    int n_src = node->src[1] ? 2 : 1;
+    return (size_t)nth * scratch_floats(node->src[0]->ne[0]) * (size_t)n_src * sizeof(float);
+}
+
+/* A constructor handed NULL (an earlier constructor failed) keeps that failure's reason. */
+static struct lt_tensor *missing_source(enum lt_op op)
+{
+    if (!lt_last_error()[0])
+        lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
+    return NULL;
+}
+
+static bool check_source_float(const struct lt_tensor *node, int i, char *reason,
+                               size_t reason_size)
+{
+    const struct lt_tensor *s = node->src[i];
+    if (!s || !type_is_float(s->type)) {
+        snprintf(reason, reason_size, "source %d is %s, not f32, f16 or bf16", i,
+                 s ? lt_type_name(s->type) : "missing");
+        return false;
+    }
+    return true;
+}
+
+static bool check_result_f32(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
+    return true;
+}
+
+/* ---- element-wise unary ---- */
+
+static void unary_apply(enum lt_op op, float s, const float *x, float *y, int64_t n)
+{
+    switch (op) {
+    case LT_OP_SCALE:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * s;
+        break;
+    case LT_OP_SILU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
+    case LT_OP_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-x[i]));
+        break;
+    case LT_OP_SOFTPLUS:
+        /* torch.nn.Softplus (beta 1, threshold 20): linear above the threshold */
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] > 20.0f ? x[i] : log1pf(expf(x[i]));
+        break;
+    case LT_OP_EXP:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = expf(x[i]);
+        break;
+    case LT_OP_LOG:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = logf(x[i]);
+        break;
+    case LT_OP_SQR:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * x[i];
+        break;
+    case LT_OP_SQRT:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = sqrtf(x[i]);
+        break;
+    case LT_OP_SIN:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = sinf(x[i]);
+        break;
+    case LT_OP_COS:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = cosf(x[i]);
+        break;
+    case LT_OP_ABS:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = fabsf(x[i]);
+        break;
+    case LT_OP_NEG:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = -x[i];
+        break;
+    case LT_OP_RELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    default: assert(!"unary_apply: not a unary op");
+    }
+}
+
+static void unary_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
+    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const float *x = row_f32(a, i1, i2, i3, buf);
+        unary_apply(node->op, s, x, (float *)node->data + r * ne0, ne0);
+    }
+}
+
+static bool unary_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!check_source_float(node, 0, reason, reason_size) ||
+        !check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_same_shape(node, node->src[0])) {
+        snprintf(reason, reason_size, "source 0 differs in shape from the result");
+        return false;
+    }
+    return true;
+}
+
+static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a)
+{
+    if (!a)
+        return missing_source(op);
+    if (!type_is_float(a->type)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s': its type %s is not f32, f16 or bf16", lt_op_name(op),
+                a->name, lt_type_name(a->type));
+        return NULL;
+    }
+    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, a->ne, &a, 1);
+}
+
+struct lt_tensor *lt_scale(struct lt_ctx *ctx, struct lt_tensor *a, float s)
+{
+    struct lt_tensor *t = unary_new(ctx, LT_OP_SCALE, a);
+    if (t)
+        lt_set_param_f32(t, 0, s);
+    return t;
+}
+
+struct lt_tensor *lt_silu(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_SILU, a);
+}
+
+struct lt_tensor *lt_sigmoid(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_SIGMOID, a);
+}
+
+struct lt_tensor *lt_softplus(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_SOFTPLUS, a);
+}
+
+struct lt_tensor *lt_exp(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_EXP, a);
+}
+
+struct lt_tensor *lt_log(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_LOG, a);
+}
+
+struct lt_tensor *lt_sqr(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_SQR, a);
+}
+
+struct lt_tensor *lt_sqrt(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_SQRT, a);
+}
+
+struct lt_tensor *lt_sin(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_SIN, a);
+}
+
+struct lt_tensor *lt_cos(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_COS, a);
+}
+
+struct lt_tensor *lt_abs(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_ABS, a);
+}
+
+struct lt_tensor *lt_neg(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_NEG, a);
+}
+
+struct lt_tensor *lt_relu(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    return unary_new(ctx, LT_OP_RELU, a);
+}
+
+/* ---- two same-shape sources: swiglu and silu's backward ---- */
+
+static void pair_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
+    float *buf = (float *)p->wdata + (size_t)p->ith * 2 * scratch_floats(ne0);
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const float *x = row_f32(a, i1, i2, i3, buf);
+        const float *u = row_f32(b, i1, i2, i3, buf + scratch_floats(ne0));
+        float *y = (float *)node->data + r * ne0;
+        if (node->op == LT_OP_SWIGLU) {
+            /* x: gate, u: up */
+            for (int64_t i = 0; i < ne0; i++)
+                y[i] = x[i] / (1.0f + expf(-x[i])) * u[i];
+        } else {
+            /* SILU_BACK: x: the incoming gradient, u: silu's input.
+             * d/du [u s(u)] = s(u) (1 + u (1 - s(u))) */
+            for (int64_t i = 0; i < ne0; i++) {
+                float s = 1.0f / (1.0f + expf(-u[i]));
+                y[i] = x[i] * s * (1.0f + u[i] * (1.0f - s));
+            }
+        }
+    }
+}
+
+static bool pair_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!check_source_float(node, 0, reason, reason_size) ||
+        !check_source_float(node, 1, reason, reason_size) ||
+        !check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_same_shape(node, node->src[0]) || !lt_same_shape(node, node->src[1])) {
+        snprintf(reason, reason_size, "the sources differ in shape from the result");
+        return false;
+    }
+    return true;
+}
+
+static struct lt_tensor *pair_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
+                                  struct lt_tensor *b)
+{
+    if (!a || !b)
+        return missing_source(op);
+    if (!type_is_float(a->type) || !type_is_float(b->type)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
+                lt_op_name(op), a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
+        return NULL;
+    }
+    if (!lt_same_shape(a, b)) {
+        lt_fail(LT_ERR_INVALID,
+                "%s of '%s' [%lld %lld %lld %lld] and '%s' [%lld %lld %lld %lld]: shapes differ",
+                lt_op_name(op), a->name, (long long)a->ne[0], (long long)a->ne[1],
+                (long long)a->ne[2], (long long)a->ne[3], b->name, (long long)b->ne[0],
+                (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
+        return NULL;
+    }
+    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, a->ne, (struct lt_tensor *[]){a, b},
+                            2);
+}
+
+struct lt_tensor *lt_swiglu(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up)
+{
+    return pair_new(ctx, LT_OP_SWIGLU, gate, up);
+}
+
+struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x)
+{
+    return pair_new(ctx, LT_OP_SILU_BACK, grad, x);
+}
+
+/* ---- the table ---- */
+
+#define UNARY_DEF(sym, str)                                                                        \
+    const struct lt_op_def lt_op_def_##sym = {.name = str,                                         \
+                                              .n_src = 1,                                          \
+                                              .cpu_supported = unary_supported,                    \
+                                              .cpu_work_size = rows_work_size,                     \
+                                              .cpu_forward = unary_forward}
+
+UNARY_DEF(scale, "SCALE");
+UNARY_DEF(silu, "SILU");
+UNARY_DEF(sigmoid, "SIGMOID");
+UNARY_DEF(softplus, "SOFTPLUS");
+UNARY_DEF(exp, "EXP");
+UNARY_DEF(log, "LOG");
+UNARY_DEF(sqr, "SQR");
+UNARY_DEF(sqrt, "SQRT");
+UNARY_DEF(sin, "SIN");
+UNARY_DEF(cos, "COS");
+UNARY_DEF(abs, "ABS");
+UNARY_DEF(neg, "NEG");
+UNARY_DEF(relu, "RELU");
+
+const struct lt_op_def lt_op_def_swiglu = {.name = "SWIGLU",
+                                           .n_src = 2,
+                                           .cpu_supported = pair_supported,
+                                           .cpu_work_size = rows_work_size,
+                                           .cpu_forward = pair_forward};
+const struct lt_op_def lt_op_def_silu_back = {.name = "SILU_BACK",
+                                              .n_src = 2,
+                                              .cpu_supported = pair_supported,
+                                              .cpu_work_size = rows_work_size,
+                                              .cpu_forward = pair_forward};

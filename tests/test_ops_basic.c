@@ -1,0 +1,334 @@
+/* test_ops_basic.c: element-wise unary ops, swiglu, silu_back, the binary ops with
+ * broadcasting, and the reductions, on the CPU backend with 1 and 2 threads, against
+ * plain reference loops, for contiguous, transposed, permuted and sliced inputs (and
+ * broadcast second sources). Copies, rows and the backward helpers are in
+ * test_ops_basic_copy.c. */
+#include "test_ops_basic.h"
+
+static const int64_t shape[4] = {7, 5, 3, 2};
+
+/* ---- unary ---- */
+
+struct unary_case {
+    const char *name;
+    struct lt_tensor *(*make)(struct lt_ctx *, struct lt_tensor *);
+    double (*ref)(double);
+    float lo, hi; /* input range */
+};
+
+static double ref_silu(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+static double ref_sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+static double ref_softplus(double x)
+{
+    return x > 20.0 ? x : log1p(exp(x));
+}
+static double ref_exp(double x)
+{
+    return exp(x);
+}
+static double ref_log(double x)
+{
+    return log(x);
+}
+static double ref_sqr(double x)
+{
+    return x * x;
+}
+static double ref_sqrt(double x)
+{
+    return sqrt(x);
+}
+static double ref_sin(double x)
+{
+    return sin(x);
+}
+static double ref_cos(double x)
+{
+    return cos(x);
+}
+static double ref_abs(double x)
+{
+    return fabs(x);
+}
+static double ref_neg(double x)
+{
+    return -x;
+}
+static double ref_relu(double x)
+{
+    return x > 0 ? x : 0;
+}
+
+static const struct unary_case unary_cases[] = {
+    {"silu", lt_silu, ref_silu, -12, 12},
+    {"sigmoid", lt_sigmoid, ref_sigmoid, -12, 12},
+    {"softplus", lt_softplus, ref_softplus, -30, 30},
+    {"exp", lt_exp, ref_exp, -6, 6},
+    {"log", lt_log, ref_log, 0.01f, 20},
+    {"sqr", lt_sqr, ref_sqr, -4, 4},
+    {"sqrt", lt_sqrt, ref_sqrt, 0, 50},
+    {"sin", lt_sin, ref_sin, -10, 10},
+    {"cos", lt_cos, ref_cos, -10, 10},
+    {"abs", lt_abs, ref_abs, -3, 3},
+    {"neg", lt_neg, ref_neg, -3, 3},
+    {"relu", lt_relu, ref_relu, -3, 3},
+};
+
+static void test_unary(struct ops_test *t)
+{
+    const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    char what[128];
+    for (size_t c = 0; c < sizeof(unary_cases) / sizeof(unary_cases[0]); c++) {
+        const struct unary_case *uc = &unary_cases[c];
+        for (int l = 0; l < LAYOUT_COUNT; l++)
+            for (int ty = 0; ty < 3; ty++) {
+                if (ty > 0 && l != LAYOUT_TRANSPOSED)
+                    continue; /* half types once, through a view */
+                struct lt_tensor *x = input_new(t, types[ty], shape, l, uc->lo, uc->hi);
+                float *xv = dense(x);
+                int64_t n = lt_nelements(x);
+                float *ref = malloc(sizeof(float) * (size_t)n);
+                for (int64_t i = 0; i < n; i++)
+                    ref[i] = (float)uc->ref(xv[i]);
+                struct lt_tensor *y = uc->make(t->ctx, x);
+                snprintf(what, sizeof(what), "%s of %s %s", uc->name, lt_type_name(types[ty]),
+                         layout_names[l]);
+                check_op(t, y, ref, 1e-6, 2e-6, what);
+                CHECK(y && y->type == LT_TYPE_F32 && lt_is_contiguous(y), "%s: result", what);
+                free(ref);
+                free(xv);
+            }
+    }
+    /* scale, and softplus right at its threshold */
+    for (int l = 0; l < LAYOUT_COUNT; l++) {
+        struct lt_tensor *x = input_new(t, LT_TYPE_F32, shape, l, -5, 5);
+        float *xv = dense(x);
+        float ref[210];
+        for (int i = 0; i < 210; i++)
+            ref[i] = xv[i] * -0.37f;
+        snprintf(what, sizeof(what), "scale of %s", layout_names[l]);
+        check_op(t, lt_scale(t->ctx, x, -0.37f), ref, 0, 1e-7, what);
+        free(xv);
+    }
+    struct lt_tensor *x = lt_new_tensor_1d(t->ctx, LT_TYPE_F32, 5);
+    lt_tensor_fill_f32(x, (float[]){19.5f, 20.0f, 20.5f, 88.0f, -100.0f});
+    check_op(t, lt_softplus(t->ctx, x),
+             (float[]){(float)log1p(exp(19.5)), (float)log1p(exp(20.0)), 20.5f, 88.0f,
+                       (float)log1p(exp(-100.0))},
+             0, 1e-6, "softplus at the threshold");
+    struct lt_tensor *ints = lt_new_tensor_1d(t->ctx, LT_TYPE_I32, 4);
+    lt_set_name(ints, "token ids");
+    check_refused(lt_sqr(t->ctx, ints), "token ids", "sqr of i32");
+}
+
+/* ---- swiglu and silu_back: two same-shape sources ---- */
+
+static void test_pairs(struct ops_test *t)
+{
+    char what[128];
+    for (int la = 0; la < LAYOUT_COUNT; la++)
+        for (int lb = 0; lb < LAYOUT_COUNT; lb++) {
+            struct lt_tensor *a = input_new(t, LT_TYPE_F32, shape, la, -8, 8);
+            struct lt_tensor *b =
+                input_new(t, lb == 1 ? LT_TYPE_F16 : LT_TYPE_F32, shape, lb, -8, 8);
+            float *av = dense(a), *bv = dense(b);
+            float ref_swiglu[210], ref_back[210];
+            for (int i = 0; i < 210; i++) {
+                double g = av[i], u = bv[i];
+                ref_swiglu[i] = (float)(g / (1 + exp(-g)) * u);
+                /* silu_back(grad = a, x = b) */
+                double s = 1 / (1 + exp(-u));
+                ref_back[i] = (float)(g * (s + u * s * (1 - s)));
+            }
+            snprintf(what, sizeof(what), "swiglu of %s and %s", layout_names[la], layout_names[lb]);
+            check_op(t, lt_swiglu(t->ctx, a, b), ref_swiglu, 1e-6, 4e-6, what);
+            snprintf(what, sizeof(what), "silu_back of %s and %s", layout_names[la],
+                     layout_names[lb]);
+            check_op(t, lt_silu_back(t->ctx, a, b), ref_back, 1e-6, 4e-6, what);
+            free(av);
+            free(bv);
+        }
+    struct lt_tensor *g = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 8, 3), "ffn_gate");
+    struct lt_tensor *u = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 8, 4), "ffn_up");
+    check_refused(lt_swiglu(t->ctx, g, u), "ffn_up", "swiglu of different shapes");
+    check_refused(lt_silu_back(t->ctx, g, u), "ffn_gate", "silu_back of different shapes");
+}
+
+/* ---- binary ---- */
+
+enum bcast_kind {
+    BCAST_SAME,     /* b has a's shape, in layout lb */
+    BCAST_ROWS,     /* b [7, 1, 3, 1] */
+    BCAST_COLS,     /* b [1, 5, 1, 2] */
+    BCAST_SCALAR,   /* b [1, 1, 1, 1] */
+    BCAST_TILE0,    /* b [7, 5, 3, 1] repeated over ne3 */
+    BCAST_NB0_VIEW, /* b a [7, 5, 3, 2] view with nb1 = 0 of a [7, 1, 3, 2] tensor */
+    BCAST_COUNT
+};
+
+static const char *const bcast_names[BCAST_COUNT] = {"same shape", "[7 1 3 1]", "[1 5 1 2]",
+                                                     "[1 1 1 1]",  "[7 5 3 1]", "an nb1 = 0 view"};
+
+static struct lt_tensor *bcast_input(struct ops_test *t, enum bcast_kind kind, enum layout lb,
+                                     enum lt_type type, float lo, float hi)
+{
+    static const int64_t shapes[BCAST_COUNT][4] = {{7, 5, 3, 2}, {7, 1, 3, 1}, {1, 5, 1, 2},
+                                                   {1, 1, 1, 1}, {7, 5, 3, 1}, {7, 1, 3, 2}};
+    if (kind == BCAST_SAME)
+        return input_new(t, type, shape, lb, lo, hi);
+    if (kind != BCAST_NB0_VIEW)
+        return input_new(t, type, shapes[kind], LAYOUT_CONTIGUOUS, lo, hi);
+    struct lt_tensor *base = input_new(t, type, shapes[kind], LAYOUT_CONTIGUOUS, lo, hi);
+    return lt_view_4d(t->ctx, base, 7, 5, 3, 2, 0, base->nb[2], base->nb[3], 0);
+}
+
+static double binary_ref(int op, double x, double y)
+{
+    switch (op) {
+    case 0: return x + y;
+    case 1: return x - y;
+    case 2: return x * y;
+    default: return x / y;
+    }
+}
+
+static void test_binary(struct ops_test *t)
+{
+    struct lt_tensor *(*const make[4])(struct lt_ctx *, struct lt_tensor *,
+                                       struct lt_tensor *) = {lt_add, lt_sub, lt_mul, lt_div};
+    const char *names[4] = {"add", "sub", "mul", "div"};
+    char what[160];
+    for (int op = 0; op < 4; op++)
+        for (int la = 0; la < LAYOUT_COUNT; la++)
+            for (int kind = 0; kind < BCAST_COUNT; kind++)
+                for (int lb = 0; lb < (kind == BCAST_SAME ? LAYOUT_COUNT : 1); lb++) {
+                    /* one half-precision pair per op */
+                    bool half = la == LAYOUT_SLICED && kind == BCAST_SAME && lb == LAYOUT_PERMUTED;
+                    struct lt_tensor *a =
+                        input_new(t, half ? LT_TYPE_BF16 : LT_TYPE_F32, shape, la, -3, 3);
+                    struct lt_tensor *b =
+                        bcast_input(t, kind, lb, half ? LT_TYPE_F16 : LT_TYPE_F32, 0.5f, 2.5f);
+                    float *av = dense(a), *bv = dense(b);
+                    float ref[210];
+                    for (int64_t i3 = 0; i3 < 2; i3++)
+                        for (int64_t i2 = 0; i2 < 3; i2++)
+                            for (int64_t i1 = 0; i1 < 5; i1++)
+                                for (int64_t i0 = 0; i0 < 7; i0++) {
+                                    int64_t j = flat(b->ne, i0 % b->ne[0], i1 % b->ne[1],
+                                                     i2 % b->ne[2], i3 % b->ne[3]);
+                                    int64_t i = flat(shape, i0, i1, i2, i3);
+                                    ref[i] = (float)binary_ref(op, av[i], bv[j]);
+                                }
+                    snprintf(what, sizeof(what), "%s of %s %s and %s %s (%s)", names[op],
+                             lt_type_name(a->type), layout_names[la], lt_type_name(b->type),
+                             kind == BCAST_SAME ? layout_names[lb] : "broadcast",
+                             bcast_names[kind]);
+                    check_op(t, make[op](t->ctx, a, b), ref, 1e-6, 1e-6, what);
+                    free(av);
+                    free(bv);
+                }
+    struct lt_tensor *a = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 7, 5), "attn_out");
+    struct lt_tensor *b = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 3, 5), "residual");
+    check_refused(lt_add(t->ctx, a, b), "residual", "add of [7 5] and [3 5]");
+    check_refused(lt_mul(t->ctx, b, a), "attn_out", "mul of [3 5] and [7 5]");
+    struct lt_tensor *z = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 0, 5), "empty");
+    check_refused(lt_sub(t->ctx, a, z), "empty", "sub with a zero dimension");
+    struct lt_tensor *ids = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_I32, 7, 5), "ids");
+    check_refused(lt_div(t->ctx, a, ids), "ids", "div by i32");
+}
+
+/* ---- reductions ---- */
+
+static void test_reduce(struct ops_test *t)
+{
+    char what[128];
+    for (int l = 0; l < LAYOUT_COUNT; l++)
+        for (int half = 0; half < 2; half++) {
+            if (half && l != LAYOUT_PERMUTED)
+                continue;
+            struct lt_tensor *x = input_new(t, half ? LT_TYPE_F16 : LT_TYPE_F32, shape, l, -2, 3);
+            float *xv = dense(x);
+            float rows[30], means[30];
+            double total = 0;
+            for (int r = 0; r < 30; r++) {
+                double s = 0;
+                for (int i = 0; i < 7; i++)
+                    s += xv[r * 7 + i];
+                rows[r] = (float)s;
+                means[r] = (float)(s / 7);
+                total += s;
+            }
+            float tot = (float)total;
+            struct lt_tensor *sr = lt_sum_rows(t->ctx, x), *mn = lt_mean(t->ctx, x);
+            CHECK(sr && sr->ne[0] == 1 && sr->ne[1] == 5 && sr->ne[2] == 3 && sr->ne[3] == 2);
+            snprintf(what, sizeof(what), "sum_rows of %s %s", lt_type_name(x->type),
+                     layout_names[l]);
+            check_op(t, sr, rows, 1e-6, 1e-6, what);
+            snprintf(what, sizeof(what), "mean of %s %s", lt_type_name(x->type), layout_names[l]);
+            check_op(t, mn, means, 1e-6, 1e-6, what);
+            snprintf(what, sizeof(what), "sum of %s %s", lt_type_name(x->type), layout_names[l]);
+            struct lt_tensor *s = lt_sum(t->ctx, x);
+            CHECK(s && lt_nelements(s) == 1);
+            check_op(t, s, &tot, 1e-6, 1e-6, what);
+            free(xv);
+        }
+    /* accuracy: 300000 values near 1 (a float accumulator would drift by ~1e-4) */
+    struct lt_tensor *big = lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 3001, 100);
+    float *bv = (float *)big->data;
+    double total = 0;
+    float rows[100];
+    for (int r = 0; r < 100; r++) {
+        double s = 0;
+        for (int i = 0; i < 3001; i++) {
+            bv[r * 3001 + i] = 1.0f + rnd(t, 0, 1e-3f);
+            s += bv[r * 3001 + i];
+        }
+        rows[r] = (float)s;
+        total += s;
+    }
+    float tot = (float)total;
+    check_op(t, lt_sum(t->ctx, big), &tot, 0, 1e-7, "sum of 300100 values");
+    check_op(t, lt_sum_rows(t->ctx, big), rows, 0, 1e-7, "sum_rows of 3001-wide rows");
+    struct lt_tensor *ids = lt_set_name(lt_new_tensor_1d(t->ctx, LT_TYPE_I32, 4), "positions");
+    check_refused(lt_sum(t->ctx, ids), "positions", "sum of i32");
+    check_refused(lt_mean(t->ctx, ids), "positions", "mean of i32");
+}
+
+/* ---- what the CPU says it cannot run ---- */
+
+static void test_verdicts(struct ops_test *t)
+{
+    char reason[256] = "";
+    struct lt_tensor *a = lt_new_tensor_1d(t->ctx, LT_TYPE_F32, 8);
+    struct lt_tensor *i = lt_new_tensor_1d(t->ctx, LT_TYPE_I32, 8);
+    /* hand-made nodes that no constructor would make */
+    struct lt_tensor *add =
+        lt_new_op_tensor(t->ctx, LT_OP_ADD, LT_TYPE_F32, 1, a->ne, (struct lt_tensor *[]){a, i}, 2);
+    CHECK(!lt_cpu_supports_op(add, reason, sizeof(reason)) && strstr(reason, "source 1"),
+          "ADD with an i32 source: '%s'", reason);
+    struct lt_tensor *sqr = lt_new_op_tensor(t->ctx, LT_OP_SQR, LT_TYPE_F16, 1, a->ne, &a, 1);
+    CHECK(!lt_cpu_supports_op(sqr, reason, sizeof(reason)) && strstr(reason, "result"),
+          "SQR into f16: '%s'", reason);
+    CHECK(lt_cpu_graph_compute(t->cpu[1], &(struct lt_graph){.n_nodes = 1, .nodes = &sqr}) ==
+          LT_ERR_UNSUPPORTED);
+    lt_clear_error();
+}
+
+int main(void)
+{
+    struct ops_test t;
+    ops_test_init(&t);
+    test_unary(&t);
+    test_pairs(&t);
+    test_binary(&t);
+    test_reduce(&t);
+    test_verdicts(&t);
+    ops_test_free(&t);
+    return check_summary();
+}
