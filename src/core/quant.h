@@ -20,7 +20,7 @@
 #define LT_BLOCK_Q5_0 (2 + 4 + 16)
 #define LT_BLOCK_Q5_1 (2 + 2 + 4 + 16)
 #define LT_BLOCK_Q8_0 (2 + 32)
-#define LT_BLOCK_Q8_1 (2 + 2 + 32)
+#define LT_BLOCK_Q8_1 (2 + 2 + 32) /* ggml's current layout; gguf-py's table says 40 (old f32 d, s) */
 #define LT_BLOCK_Q2_K (16 + 64 + 2 + 2)
 #define LT_BLOCK_Q3_K (32 + 64 + 12 + 2)
 #define LT_BLOCK_Q4_K (2 + 2 + 12 + 128)
@@ -28,7 +28,9 @@
 #define LT_BLOCK_Q6_K (128 + 64 + 16 + 2)
 #define LT_BLOCK_Q8_K (4 + 256 + 32)
 
-/* n is a multiple of the type's block size */
+/* n is a multiple of the type's block size; src and dst must not overlap (the definitions
+ * say restrict; not here, so that C++/CUDA code can include this header for the sizes).
+ * Results are bit-exact with ggml's reference code and gguf-py's numpy code (quant.c). */
 void lt_dequant_q4_0(const void *src, float *dst, int64_t n);
 void lt_dequant_q4_1(const void *src, float *dst, int64_t n);
 void lt_dequant_q5_0(const void *src, float *dst, int64_t n);
