@@ -70,6 +70,11 @@ struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps
 /* x * rsqrt(sum(x^2) + eps) over ne[0]: the l2norm of Qwen3.5's Gated DeltaNet (HF/FLA),
  * with eps inside the root (not F.normalize's clamp) */
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
+/* dL/dx of rms_norm / l2_norm given grad = dL/dy (both F32 of x's shape, any strides) */
+struct lt_tensor *lt_rms_norm_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
+                                   float eps);
+struct lt_tensor *lt_l2_norm_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
+                                  float eps);
 
 enum lt_rope_mode {
     LT_ROPE_NORMAL = 0, /* rotate pairs (2i, 2i+1) */
@@ -79,12 +84,18 @@ enum lt_rope_mode {
  * rotate (partial rotary), the rest pass through. theta_i = pos * base^(-2i/n_dims). */
 struct lt_tensor *lt_rope(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *pos,
                           int n_dims, enum lt_rope_mode mode, float freq_base);
+/* The adjoint of lt_rope (the inverse rotation) applied to grad = dL/dy, same arguments. */
+struct lt_tensor *lt_rope_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *pos,
+                               int n_dims, enum lt_rope_mode mode, float freq_base);
 
 /* softmax over ne[0] of (a * scale + mask). mask (optional, F32, broadcast over a's dims
  * 2 and 3) is additive. causal: key i0 of query row i1 is masked when
  * i0 > i1 + (ne0 - ne1), i.e. queries are the last ne1 positions of ne0 keys. */
 struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *mask,
                               float scale, bool causal);
+/* dx = y * (dy - sum(dy * y)) over ne[0], given grad = dy and the softmax's output y: the
+ * gradient with respect to the softmax's input (a * scale + mask; the scale is the caller's). */
+struct lt_tensor *lt_soft_max_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *y);
 
 /* silu(gate) * up, same shapes */
 struct lt_tensor *lt_swiglu(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up);
@@ -152,6 +163,10 @@ struct lt_tensor *lt_delta_net_back_grad(struct lt_ctx *ctx, struct lt_tensor *r
  * masked out (no loss, no gradient). Result [1]; 0 when every label is masked. */
 struct lt_tensor *lt_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *logits,
                                    struct lt_tensor *labels);
+/* dL/dlogits [V, N] given grad_loss (one F32, dL/dloss): grad_loss / n_valid *
+ * (softmax(logits) - onehot(label)) per unmasked row, 0 for masked rows. */
+struct lt_tensor *lt_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
+                                        struct lt_tensor *logits, struct lt_tensor *labels);
 
 /* a with b added into the window of a given by strides nb1..nb3 and a byte offset
  * (b's shape). Used to send a gradient into a view of a larger tensor. */
@@ -165,6 +180,15 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                    struct lt_tensor *ids, struct lt_tensor *like);
 /* grad * d silu(x) / dx, same shapes */
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x);
+
+/* Optimizer steps: update param (and the moments) in place; the result is a view of param.
+ * grad is an accumulator: the step uses grad * grad_scale, then zeroes it. hp holds the
+ * hyper-parameters (src/ops/optim.c): AdamW [lr, beta1, beta2, eps, weight_decay,
+ * 1 - beta1^t, 1 - beta2^t, grad_scale]; SGD [lr, weight_decay, grad_scale]. F32. */
+struct lt_tensor *lt_adamw_step(struct lt_ctx *ctx, struct lt_tensor *param, struct lt_tensor *grad,
+                                struct lt_tensor *m, struct lt_tensor *v, struct lt_tensor *hp);
+struct lt_tensor *lt_sgd_step(struct lt_ctx *ctx, struct lt_tensor *param, struct lt_tensor *grad,
+                              struct lt_tensor *hp);
 
 #ifdef __cplusplus
 }

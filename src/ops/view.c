@@ -1,12 +1,72 @@
-/* view.c: the table entries of leaves and views (NONE, VIEW, RESHAPE, PERMUTE, TRANSPOSE).
+/* view.c: leaves and views (NONE, VIEW, RESHAPE, PERMUTE, TRANSPOSE).
  *
  * Views are made in src/core/tensor.c and compute nothing: their data is view_src's data
  * plus view_offs, so they have no CPU kernel (cpu_forward NULL) and every backend runs
- * them by skipping them. */
+ * them by skipping them.
+ *
+ * Their backward rules send the gradient back to the viewed tensor. A slice (VIEW) of a
+ * larger tensor, e.g. q out of a fused QKV, gets its gradient with ACC into a contiguous
+ * zero (or the gradient so far) from a contiguous copy of the slice's gradient, so the
+ * accumulation runs on whichever backend runs ACC on contiguous data. */
+#include "autodiff/autodiff.h"
 #include "ops/op.h"
 
+static lt_status view_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    if (!lt_is_contiguous(a))
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "no backward rule for a view of '%s', which is itself %s; cont it first",
+                       a->name, lt_layout_name(a));
+    if (node->nb[0] != lt_type_traits(node->type)->type_size)
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "no backward rule for view '%s' with an element stride of %zu bytes",
+                       node->name, node->nb[0]);
+    size_t base_offs = a->view_src ? a->view_offs : 0;
+    size_t offset = node->view_offs - base_offs;
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    struct lt_tensor *into = a->grad ? a->grad : lt_fill(ctx, a, 0.0f);
+    if (!g || !into)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", a->name);
+    struct lt_tensor *sum = lt_acc(ctx, into, g, node->nb[1], node->nb[2], node->nb[3], offset);
+    if (!sum)
+        return lt_fail(LT_ERR_INVALID, "cannot send the gradient of view '%s' to '%s': %s",
+                       node->name, a->name, lt_last_error());
+    lt_format_name(sum, "grad for %s", a->name);
+    a->grad = sum;
+    return LT_OK;
+}
+
+static lt_status reshape_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    if (!g)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", a->name);
+    return lt_ad_add(ad, a, lt_reshape_4d(lt_ad_ctx(ad), g, a->ne[0], a->ne[1], a->ne[2], a->ne[3]));
+}
+
+static lt_status permute_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    int inv[4];
+    for (int i = 0; i < 4; i++)
+        inv[node->op_params[i]] = i;
+    return lt_ad_add(ad, a, lt_permute(lt_ad_ctx(ad), node->grad, inv[0], inv[1], inv[2], inv[3]));
+}
+
 const struct lt_op_def lt_op_def_none = {.name = "NONE", .n_src = 0};
-const struct lt_op_def lt_op_def_view = {.name = "VIEW", .n_src = 1};
-const struct lt_op_def lt_op_def_reshape = {.name = "RESHAPE", .n_src = 1};
-const struct lt_op_def lt_op_def_permute = {.name = "PERMUTE", .n_src = 1};
-const struct lt_op_def lt_op_def_transpose = {.name = "TRANSPOSE", .n_src = 1};
+const struct lt_op_def lt_op_def_view = {.name = "VIEW", .n_src = 1, .backward = view_backward};
+const struct lt_op_def lt_op_def_reshape = {
+    .name = "RESHAPE", .n_src = 1, .backward = reshape_backward};
+const struct lt_op_def lt_op_def_permute = {
+    .name = "PERMUTE", .n_src = 1, .backward = permute_backward};
+const struct lt_op_def lt_op_def_transpose = {
+    .name = "TRANSPOSE", .n_src = 1, .backward = permute_backward};

@@ -1,0 +1,131 @@
+/* autodiff.c: builds the backward graph from each op's rule.
+ *
+ * Nodes are visited in reverse topological order, so by the time a node is visited every
+ * user of it has added its contribution to node->grad. A tensor "wants" a gradient when it
+ * is trainable or depends on something trainable; rules skip sources that don't. */
+#include <string.h>
+
+#include "autodiff/autodiff.h"
+#include "core/ptrmap.h"
+#include "lathe/opt.h"
+#include "ops/op.h"
+
+struct lt_autodiff {
+    struct lt_ctx *ctx;
+    struct lt_ptrmap wants; /* tensor -> 1 when it needs a gradient */
+};
+
+struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad) { return ad->ctx; }
+
+bool lt_ad_wants(struct lt_autodiff *ad, const struct lt_tensor *src)
+{
+    return src && lt_ptrmap_get(&ad->wants, src, 0) == 1;
+}
+
+struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t)
+{
+    if (!t || lt_is_contiguous(t))
+        return t;
+    struct lt_tensor *c = lt_cont(ad->ctx, t);
+    if (c)
+        lt_format_name(c, "%s (cont)", t->name);
+    return c;
+}
+
+lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)
+{
+    if (!grad)
+        return lt_fail(LT_ERR_INVALID, "cannot build the gradient for '%s': %s", src->name,
+                       lt_last_error());
+    if (!lt_same_shape(src, grad))
+        return lt_fail(LT_ERR_INVALID,
+                       "gradient for '%s' has shape [%lld %lld %lld %lld], not the tensor's "
+                       "[%lld %lld %lld %lld]",
+                       src->name, (long long)grad->ne[0], (long long)grad->ne[1],
+                       (long long)grad->ne[2], (long long)grad->ne[3], (long long)src->ne[0],
+                       (long long)src->ne[1], (long long)src->ne[2], (long long)src->ne[3]);
+    grad = lt_ad_contiguous(ad, grad);
+    if (!grad)
+        return lt_fail(LT_ERR_NOMEM, "cannot copy the gradient for '%s'", src->name);
+    struct lt_tensor *sum = src->grad ? lt_add(ad->ctx, src->grad, grad) : grad;
+    if (!sum)
+        return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", src->name,
+                       lt_last_error());
+    if (sum == grad && grad->op == LT_OP_NONE) {
+        /* never alias a leaf as a gradient: later accumulation would look like a write */
+        sum = lt_scale(ad->ctx, grad, 1.0f);
+        if (!sum)
+            return lt_fail(LT_ERR_NOMEM, "cannot copy the gradient for '%s'", src->name);
+    }
+    lt_format_name(sum, "grad for %s", src->name);
+    src->grad = sum;
+    return LT_OK;
+}
+
+static void mark_wants(struct lt_autodiff *ad, struct lt_graph *g)
+{
+    for (int i = 0; i < g->n_leafs; i++)
+        if (g->leafs[i]->flags & LT_FLAG_PARAM)
+            lt_ptrmap_set(&ad->wants, g->leafs[i], 1);
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct lt_tensor *t = g->nodes[i];
+        bool w = (t->flags & LT_FLAG_PARAM) != 0;
+        for (int s = 0; s < LT_MAX_SRC && !w; s++)
+            w = t->src[s] && lt_ptrmap_get(&ad->wants, t->src[s], 0) == 1;
+        if (w)
+            lt_ptrmap_set(&ad->wants, t, 1);
+    }
+}
+
+lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_tensor *loss,
+                            float grad_scale, struct lt_refusal *refusal)
+{
+    struct lt_autodiff ad = {.ctx = ctx};
+    lt_status st = LT_OK;
+    if (lt_nelements(loss) != 1)
+        return lt_fail(LT_ERR_INVALID, "the loss '%s' has %lld elements, not 1", loss->name,
+                       (long long)lt_nelements(loss));
+    if (!lt_ptrmap_init(&ad.wants, (size_t)(g->n_nodes + g->n_leafs) * 4 + 16))
+        return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+    mark_wants(&ad, g);
+    if (!lt_ad_wants(&ad, loss)) {
+        st = lt_fail(LT_ERR_INVALID, "the loss '%s' depends on no trainable tensor", loss->name);
+        goto out_free_map;
+    }
+    int n_forward = g->n_nodes;
+    struct lt_tensor *seed = lt_fill(ctx, loss, grad_scale);
+    if (!seed) {
+        st = lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+        goto out_free_map;
+    }
+    lt_format_name(seed, "grad for %s", loss->name);
+    loss->grad = seed;
+    for (int i = n_forward - 1; i >= 0; i--) {
+        struct lt_tensor *node = g->nodes[i];
+        if (!node->grad || !lt_ad_wants(&ad, node))
+            continue;
+        const struct lt_op_def *def = lt_op_def(node->op);
+        if (!def->backward) {
+            if (refusal)
+                lt_refusal_set_node(refusal, LT_REFUSAL_NO_BACKWARD, node, "", "no backward rule");
+            st = lt_fail(LT_ERR_REFUSED, "%s",
+                         refusal ? refusal->sentence : "an op has no backward rule");
+            goto out_free_map;
+        }
+        st = def->backward(&ad, node);
+        if (st != LT_OK)
+            goto out_free_map;
+    }
+    /* add every parameter gradient (and what it depends on) to the graph */
+    for (int i = 0; i < g->n_leafs; i++) {
+        struct lt_tensor *p = g->leafs[i];
+        if ((p->flags & LT_FLAG_PARAM) && p->grad) {
+            st = lt_graph_build(g, p->grad);
+            if (st != LT_OK)
+                goto out_free_map;
+        }
+    }
+out_free_map:
+    lt_ptrmap_free(&ad.wants);
+    return st;
+}

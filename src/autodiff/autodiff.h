@@ -1,0 +1,26 @@
+/* autodiff.h (internal): what a backward rule may call.
+ *
+ * A rule (lt_op_def.backward) is handed a node whose ->grad holds d loss / d node. For
+ * each source s that needs a gradient (lt_ad_wants), it builds the gradient with ordinary
+ * op constructors and hands it to lt_ad_add, which accumulates into s->grad (copying a
+ * non-contiguous contribution first). A rule must never give a kernel a layout it
+ * cannot take: where the forward source is a non-contiguous view and the kernel needs a
+ * contiguous one, use lt_ad_contiguous. */
+#ifndef LATHE_AUTODIFF_INTERNAL_H
+#define LATHE_AUTODIFF_INTERNAL_H
+
+#include "lathe/autodiff.h"
+#include "lathe/ops.h"
+
+struct lt_autodiff;
+
+struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad);
+/* Does src lie on a path from a trainable tensor (so it needs a gradient)? */
+bool lt_ad_wants(struct lt_autodiff *ad, const struct lt_tensor *src);
+/* src->grad += grad. grad must have src's shape; NULL grad (a constructor failed) is
+ * reported as an error naming src. */
+lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
+/* t itself when contiguous, otherwise a CONT copy of it. */
+struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t);
+
+#endif

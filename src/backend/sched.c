@@ -1,0 +1,538 @@
+/* sched.c: placement, memory planning and execution of a graph over prioritised backends.
+ *
+ * The plan is computed twice with the same code: once to measure (no allocation) and
+ * once to allocate, so the estimate that admission checks is exactly what allocation
+ * takes. Storage is reused by liveness: a result dies after the last node that reads it
+ * or any view of it; results flagged OUTPUT or LOSS live to the end of the graph. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ptrmap.h"
+#include "lathe/opt.h"
+#include "lathe/sched.h"
+#include "ops/op.h"
+
+#define SCHED_ALIGN 256
+
+struct sched_copy {
+    struct lt_tensor *node;  /* the reader */
+    int slot;                /* which of its sources */
+    struct lt_tensor *orig;  /* the source as the graph made it */
+    struct lt_tensor *root;  /* orig's storage */
+    struct lt_tensor *local; /* a copy of root on the reader's backend */
+};
+
+struct lt_sched {
+    struct lt_backend *be[LT_SCHED_MAX_BACKENDS];
+    int n_be;
+    struct lt_graph *g;
+    int *node_be;
+    int counts[LT_SCHED_MAX_BACKENDS];
+    struct lt_tensor **fallback;
+    int n_fallback;
+    struct lt_buffer **bufs;
+    int n_bufs, cap_bufs;
+    size_t allocated;
+    struct sched_copy *copies;
+    int n_copies;
+    struct lt_ctx *ctx; /* headers of copies */
+};
+
+static bool is_noop(enum lt_op op)
+{
+    return op == LT_OP_NONE || op == LT_OP_VIEW || op == LT_OP_RESHAPE || op == LT_OP_PERMUTE ||
+           op == LT_OP_TRANSPOSE;
+}
+
+/* CPY writes into existing storage: the node is a view of its destination. */
+static bool writes_in_place(const struct lt_tensor *t) { return t->view_src != NULL && !is_noop(t->op); }
+
+struct lt_sched *lt_sched_new(struct lt_backend *const *backends, int n_backends)
+{
+    if (n_backends < 1 || n_backends > LT_SCHED_MAX_BACKENDS) {
+        lt_fail(LT_ERR_INVALID, "a scheduler takes 1 to %d backends", LT_SCHED_MAX_BACKENDS);
+        return NULL;
+    }
+    struct lt_sched *s = calloc(1, sizeof(*s));
+    if (!s) {
+        lt_fail(LT_ERR_NOMEM, "out of memory for a scheduler");
+        return NULL;
+    }
+    for (int i = 0; i < n_backends; i++)
+        s->be[i] = backends[i];
+    s->n_be = n_backends;
+    return s;
+}
+
+void lt_sched_release(struct lt_sched *s)
+{
+    for (int i = 0; i < s->n_bufs; i++)
+        lt_buffer_free(s->bufs[i]);
+    s->n_bufs = 0;
+    s->allocated = 0;
+    /* undo source redirections so the graph reads its own tensors again */
+    for (int i = 0; i < s->n_copies; i++)
+        s->copies[i].node->src[s->copies[i].slot] = s->copies[i].orig;
+    free(s->copies);
+    s->copies = NULL;
+    s->n_copies = 0;
+    lt_ctx_free(s->ctx);
+    s->ctx = NULL;
+}
+
+void lt_sched_free(struct lt_sched *s)
+{
+    if (!s)
+        return;
+    lt_sched_release(s);
+    free(s->bufs);
+    free(s->node_be);
+    free(s->fallback);
+    free(s);
+}
+
+/* The backend that holds t's storage, -1 for host memory outside any backend. */
+static int storage_backend(const struct lt_sched *s, const struct lt_tensor *t)
+{
+    const struct lt_tensor *r = t->view_src ? t->view_src : t;
+    if (!r->buffer)
+        return -1;
+    for (int i = 0; i < s->n_be; i++)
+        if (r->buffer->backend == s->be[i])
+            return i;
+    return -1;
+}
+
+lt_status lt_sched_place(struct lt_sched *s, struct lt_graph *g, bool device_only,
+                         struct lt_refusal *refusal)
+{
+    free(s->node_be);
+    free(s->fallback);
+    s->node_be = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
+    s->fallback = malloc(sizeof(*s->fallback) * (size_t)(g->n_nodes + 1));
+    s->n_fallback = 0;
+    memset(s->counts, 0, sizeof(s->counts));
+    s->g = g;
+    if (!s->node_be || !s->fallback)
+        return lt_fail(LT_ERR_NOMEM, "out of memory placing a graph");
+    char reason[LT_REASON_MAX], first_reason[LT_REASON_MAX];
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct lt_tensor *node = g->nodes[i];
+        s->node_be[i] = -1;
+        if (is_noop(node->op))
+            continue;
+        int chosen = -1;
+        first_reason[0] = '\0';
+        for (int b = 0; b < s->n_be && chosen < 0; b++) {
+            reason[0] = '\0';
+            if (lt_backend_supports_op(s->be[b], node, reason, sizeof(reason)))
+                chosen = b;
+            else if (b == 0)
+                memcpy(first_reason, reason, sizeof(reason));
+        }
+        if (chosen < 0) {
+            if (refusal)
+                lt_refusal_set_node(refusal, LT_REFUSAL_NO_BACKEND, node, s->be[0]->name,
+                                    first_reason);
+            return lt_fail(LT_ERR_UNSUPPORTED, "no backend can run %s '%s' (%s: %s)",
+                           lt_op_name(node->op), node->name, s->be[0]->name, first_reason);
+        }
+        if (chosen > 0 && device_only) {
+            if (refusal)
+                lt_refusal_set_node(refusal, LT_REFUSAL_DEVICE_ONLY, node, s->be[0]->name,
+                                    first_reason);
+            return lt_fail(LT_ERR_UNSUPPORTED, "%s cannot run %s '%s' (%s) and device_only is set",
+                           s->be[0]->name, lt_op_name(node->op), node->name, first_reason);
+        }
+        if (chosen > 0)
+            s->fallback[s->n_fallback++] = node;
+        s->node_be[i] = chosen;
+        s->counts[chosen]++;
+    }
+    return LT_OK;
+}
+
+int lt_sched_node_backend(const struct lt_sched *s, int i) { return s->node_be[i]; }
+int lt_sched_count(const struct lt_sched *s, int b) { return s->counts[b]; }
+int lt_sched_n_fallback(const struct lt_sched *s) { return s->n_fallback; }
+struct lt_tensor *lt_sched_fallback_node(const struct lt_sched *s, int i) { return s->fallback[i]; }
+
+void lt_sched_print(const struct lt_sched *s, FILE *f)
+{
+    fprintf(f, "placement:");
+    for (int b = 0; b < s->n_be; b++)
+        fprintf(f, "%s %s: %d nodes", b ? "," : "", s->be[b]->name, s->counts[b]);
+    fprintf(f, "\n");
+    if (s->n_fallback == 0)
+        return;
+    fprintf(f, "fallback (%d nodes not on %s):\n", s->n_fallback, s->be[0]->name);
+    for (int i = 0; i < s->n_fallback; i++) {
+        const struct lt_tensor *n = s->fallback[i];
+        char reason[LT_REASON_MAX] = "";
+        lt_backend_supports_op(s->be[0], n, reason, sizeof(reason));
+        fprintf(f, "  %s '%s': %s\n", lt_op_name(n->op), n->name, reason);
+    }
+}
+
+/* ---- memory planning ---- */
+
+struct block {
+    size_t offset, size;
+};
+
+struct arena_plan {
+    struct block *live;
+    int n_live, cap;
+    size_t peak;
+};
+
+static size_t align_up(size_t n) { return (n + SCHED_ALIGN - 1) & ~(size_t)(SCHED_ALIGN - 1); }
+
+/* First fit among the gaps between live blocks (kept sorted by offset). */
+static bool plan_take(struct arena_plan *a, size_t size, size_t *offset)
+{
+    size_t at = 0;
+    int pos = 0;
+    for (; pos < a->n_live; pos++) {
+        if (a->live[pos].offset - at >= size)
+            break;
+        at = a->live[pos].offset + a->live[pos].size;
+    }
+    if (a->n_live == a->cap) {
+        int cap = a->cap ? a->cap * 2 : 64;
+        struct block *nb = realloc(a->live, sizeof(*nb) * (size_t)cap);
+        if (!nb)
+            return false;
+        a->live = nb;
+        a->cap = cap;
+    }
+    memmove(&a->live[pos + 1], &a->live[pos], sizeof(*a->live) * (size_t)(a->n_live - pos));
+    a->live[pos] = (struct block){at, size};
+    a->n_live++;
+    if (at + size > a->peak)
+        a->peak = at + size;
+    *offset = at;
+    return true;
+}
+
+static void plan_give(struct arena_plan *a, size_t offset)
+{
+    for (int i = 0; i < a->n_live; i++)
+        if (a->live[i].offset == offset) {
+            memmove(&a->live[i], &a->live[i + 1], sizeof(*a->live) * (size_t)(a->n_live - i - 1));
+            a->n_live--;
+            return;
+        }
+}
+
+struct plan {
+    size_t *offset;    /* per node: offset in its backend's compute buffer; SIZE_MAX: none */
+    size_t compute[LT_SCHED_MAX_BACKENDS];
+    int *leaf_be;      /* per leaf: backend to allocate it on, -1: has storage */
+    size_t leafs[LT_SCHED_MAX_BACKENDS];
+};
+
+static void plan_free(struct plan *p)
+{
+    free(p->offset);
+    free(p->leaf_be);
+}
+
+static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *p)
+{
+    lt_status st = LT_OK;
+    memset(p, 0, sizeof(*p));
+    struct arena_plan arenas[LT_SCHED_MAX_BACKENDS] = {0};
+    struct lt_ptrmap last_use = {0};
+    p->offset = malloc(sizeof(size_t) * (size_t)(g->n_nodes + 1));
+    p->leaf_be = malloc(sizeof(int) * (size_t)(g->n_leafs + 1));
+    if (!p->offset || !p->leaf_be ||
+        !lt_ptrmap_init(&last_use, (size_t)(g->n_nodes + g->n_leafs) + 16)) {
+        st = lt_fail(LT_ERR_NOMEM, "out of memory planning a graph");
+        goto out_free;
+    }
+    /* when does each storage root last get read? */
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct lt_tensor *n = g->nodes[i];
+        for (int k = 0; k < LT_MAX_SRC; k++)
+            if (n->src[k])
+                lt_ptrmap_set(&last_use, lt_storage_root(n->src[k]), i);
+        if (n->flags & (LT_FLAG_OUTPUT | LT_FLAG_LOSS))
+            lt_ptrmap_set(&last_use, lt_storage_root(n), g->n_nodes);
+    }
+    /* leaves without storage live on the backend of their first reader */
+    for (int l = 0; l < g->n_leafs; l++) {
+        struct lt_tensor *t = g->leafs[l];
+        p->leaf_be[l] = -1;
+        if (t->data)
+            continue;
+        int be = 0;
+        for (int i = 0; i < g->n_nodes; i++) {
+            bool reads = false;
+            for (int k = 0; k < LT_MAX_SRC; k++)
+                reads |= g->nodes[i]->src[k] && lt_storage_root(g->nodes[i]->src[k]) == t;
+            if (reads && s->node_be[i] >= 0) {
+                be = s->node_be[i];
+                break;
+            }
+        }
+        p->leaf_be[l] = be;
+        p->leafs[be] += align_up(lt_nbytes(t));
+    }
+    /* nodes in order: take a block, then give back the blocks whose last reader this is.
+     * next_dying chains the nodes that die at the same index (head: first_dying). */
+    int *first_dying = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
+    int *next_dying = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
+    if (!first_dying || !next_dying) {
+        free(first_dying);
+        free(next_dying);
+        st = lt_fail(LT_ERR_NOMEM, "out of memory planning a graph");
+        goto out_free;
+    }
+    for (int i = 0; i <= g->n_nodes; i++)
+        first_dying[i] = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct lt_tensor *n = g->nodes[i];
+        p->offset[i] = SIZE_MAX;
+        next_dying[i] = -1;
+        if (is_noop(n->op) || writes_in_place(n) || n->data)
+            continue;
+        int dies = lt_ptrmap_get(&last_use, n, i);
+        if (dies < i)
+            dies = i;
+        next_dying[i] = first_dying[dies];
+        first_dying[dies] = i;
+        p->offset[i] = 0; /* planned; the real offset comes below */
+    }
+    for (int i = 0; i < g->n_nodes && st == LT_OK; i++) {
+        if (p->offset[i] != SIZE_MAX &&
+            !plan_take(&arenas[s->node_be[i]], align_up(lt_nbytes(g->nodes[i])), &p->offset[i]))
+            st = lt_fail(LT_ERR_NOMEM, "out of memory planning a graph");
+        for (int j = first_dying[i]; j >= 0; j = next_dying[j])
+            plan_give(&arenas[s->node_be[j]], p->offset[j]);
+    }
+    free(first_dying);
+    free(next_dying);
+    if (st != LT_OK)
+        goto out_free;
+    for (int b = 0; b < s->n_be; b++)
+        p->compute[b] = arenas[b].peak;
+out_free:
+    for (int b = 0; b < LT_SCHED_MAX_BACKENDS; b++)
+        free(arenas[b].live);
+    lt_ptrmap_free(&last_use);
+    return st;
+}
+
+lt_status lt_sched_measure(struct lt_sched *s, struct lt_graph *g, struct lt_sched_memory *m)
+{
+    if (s->g != g)
+        return lt_fail(LT_ERR_INVALID, "measure a graph after placing it");
+    struct plan p;
+    lt_status st = make_plan(s, g, &p);
+    if (st != LT_OK)
+        return st;
+    memset(m, 0, sizeof(*m));
+    for (int b = 0; b < s->n_be; b++) {
+        m->compute[b] = p.compute[b];
+        m->leafs[b] = p.leafs[b];
+        m->total += p.compute[b] + p.leafs[b];
+    }
+    plan_free(&p);
+    return LT_OK;
+}
+
+size_t lt_sched_allocated(const struct lt_sched *s) { return s->allocated; }
+
+size_t lt_sched_leaf_bytes(const struct lt_tensor *t) { return align_up(lt_nbytes(t)); }
+
+static lt_status add_buffer(struct lt_sched *s, int be, size_t size, struct lt_buffer **out)
+{
+    if (s->n_bufs == s->cap_bufs) {
+        int cap = s->cap_bufs ? s->cap_bufs * 2 : 16;
+        struct lt_buffer **nb = realloc(s->bufs, sizeof(*nb) * (size_t)cap);
+        if (!nb)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for buffer bookkeeping");
+        s->bufs = nb;
+        s->cap_bufs = cap;
+    }
+    lt_status st = lt_backend_buffer_alloc(s->be[be], size ? size : SCHED_ALIGN, out);
+    if (st != LT_OK)
+        return st;
+    s->bufs[s->n_bufs++] = *out;
+    s->allocated += (*out)->size;
+    return LT_OK;
+}
+
+static void bind(struct lt_tensor *t, struct lt_buffer *buf, size_t offset)
+{
+    t->buffer = buf;
+    t->data = (char *)buf->base + offset;
+}
+
+/* Views made before their storage existed get their data pointers now. */
+static void bind_views(struct lt_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        struct lt_tensor *t = g->nodes[i];
+        if (t->view_src && t->view_src->data) {
+            t->data = (char *)t->view_src->data + t->view_offs;
+            t->buffer = t->view_src->buffer;
+        }
+    }
+}
+
+/* A node reading storage its backend can't address gets a copy of that storage. */
+static lt_status plan_copies(struct lt_sched *s, struct lt_graph *g)
+{
+    int cap = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        int be = s->node_be[i];
+        if (be < 0)
+            continue;
+        struct lt_tensor *n = g->nodes[i];
+        for (int k = 0; k < LT_MAX_SRC; k++) {
+            struct lt_tensor *src = n->src[k];
+            if (!src)
+                continue;
+            int sb = storage_backend(s, src);
+            bool readable = sb == be || (sb < 0 && s->be[be]->is_host) ||
+                            (sb >= 0 && s->be[sb]->is_host && s->be[be]->is_host);
+            if (readable)
+                continue;
+            if (!s->ctx) {
+                s->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+                if (!s->ctx)
+                    return LT_ERR_NOMEM;
+            }
+            if (s->n_copies == cap) {
+                cap = cap ? cap * 2 : 16;
+                struct sched_copy *nc = realloc(s->copies, sizeof(*nc) * (size_t)cap);
+                if (!nc)
+                    return lt_fail(LT_ERR_NOMEM, "out of memory for copies");
+                s->copies = nc;
+            }
+            struct lt_tensor *root = lt_storage_root(src);
+            struct lt_tensor *local = lt_dup_tensor(s->ctx, root);
+            if (!local)
+                return LT_ERR_NOMEM;
+            lt_format_name(local, "%s (copy)", root->name);
+            struct lt_buffer *buf;
+            lt_status st = add_buffer(s, be, align_up(lt_nbytes(root)), &buf);
+            if (st != LT_OK)
+                return st;
+            bind(local, buf, 0);
+            /* the reader sees the same view, over the copy */
+            struct lt_tensor *view = src;
+            if (src != root) {
+                view = lt_view_4d(s->ctx, local, src->ne[0], src->ne[1], src->ne[2], src->ne[3],
+                                  src->nb[1], src->nb[2], src->nb[3], src->view_offs);
+                if (!view)
+                    return LT_ERR_NOMEM;
+                view->nb[0] = src->nb[0];
+            } else {
+                view = local;
+            }
+            s->copies[s->n_copies++] = (struct sched_copy){n, k, src, root, local};
+            n->src[k] = view;
+        }
+    }
+    return LT_OK;
+}
+
+lt_status lt_sched_alloc(struct lt_sched *s, struct lt_graph *g)
+{
+    if (s->g != g)
+        return lt_fail(LT_ERR_INVALID, "allocate a graph after placing it");
+    lt_sched_release(s);
+    struct plan p;
+    lt_status st = make_plan(s, g, &p);
+    if (st != LT_OK)
+        return st;
+    struct lt_buffer *compute[LT_SCHED_MAX_BACKENDS] = {0};
+    struct lt_buffer *leafs[LT_SCHED_MAX_BACKENDS] = {0};
+    size_t leaf_at[LT_SCHED_MAX_BACKENDS] = {0};
+    for (int b = 0; b < s->n_be && st == LT_OK; b++) {
+        if (p.compute[b])
+            st = add_buffer(s, b, p.compute[b], &compute[b]);
+        if (st == LT_OK && p.leafs[b])
+            st = add_buffer(s, b, p.leafs[b], &leafs[b]);
+    }
+    if (st != LT_OK)
+        goto out_release;
+    for (int l = 0; l < g->n_leafs; l++) {
+        int b = p.leaf_be[l];
+        if (b < 0)
+            continue;
+        bind(g->leafs[l], leafs[b], leaf_at[b]);
+        leaf_at[b] += align_up(lt_nbytes(g->leafs[l]));
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        if (p.offset[i] != SIZE_MAX)
+            bind(g->nodes[i], compute[s->node_be[i]], p.offset[i]);
+    bind_views(g);
+    st = plan_copies(s, g);
+    if (st != LT_OK)
+        goto out_release;
+    plan_free(&p);
+    return LT_OK;
+out_release:
+    plan_free(&p);
+    lt_sched_release(s);
+    return st;
+}
+
+/* Brings the copies read by nodes [from, to) up to date with their originals. */
+static lt_status refresh_copies(struct lt_sched *s, int from, int to)
+{
+    for (int c = 0; c < s->n_copies; c++) {
+        struct sched_copy *cp = &s->copies[c];
+        int at = -1;
+        for (int i = from; i < to && at < 0; i++)
+            if (s->g->nodes[i] == cp->node)
+                at = i;
+        if (at < 0)
+            continue;
+        size_t n = lt_nbytes(cp->root);
+        void *host = malloc(n ? n : 1);
+        if (!host)
+            return lt_fail(LT_ERR_NOMEM, "out of host memory staging '%s'", cp->root->name);
+        lt_status st = lt_tensor_get(cp->root, host, 0, n);
+        if (st == LT_OK)
+            st = lt_tensor_set(cp->local, host, 0, n);
+        free(host);
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
+}
+
+lt_status lt_sched_compute(struct lt_sched *s, struct lt_graph *g)
+{
+    return lt_sched_compute_range(s, g, 0, g->n_nodes);
+}
+
+lt_status lt_sched_compute_range(struct lt_sched *s, struct lt_graph *g, int from, int to)
+{
+    if (s->g != g)
+        return lt_fail(LT_ERR_INVALID, "compute a graph after placing and allocating it");
+    int i = from;
+    while (i < to) {
+        if (s->node_be[i] < 0) {
+            i++;
+            continue;
+        }
+        int be = s->node_be[i], j = i + 1;
+        while (j < to && (s->node_be[j] == be || s->node_be[j] < 0))
+            j++;
+        lt_status st = refresh_copies(s, i, j);
+        if (st == LT_OK)
+            st = lt_backend_compute(s->be[be], g->nodes + i, j - i);
+        if (st == LT_OK && s->be[be]->iface->synchronize)
+            st = s->be[be]->iface->synchronize(s->be[be]);
+        if (st != LT_OK)
+            return st;
+        i = j;
+    }
+    return LT_OK;
+}

@@ -1,0 +1,372 @@
+/* train_graph.c: training graphs and their admission.
+ *
+ * Two graphs: the gradient graph (forward, backward, and for every trainable tensor
+ * "accumulator += gradient"), run once per micro-batch, and the optimizer graph (one
+ * in-place step per trainable tensor, which also clears its accumulator), run once per
+ * optimizer step. Splitting them keeps every step after every reader of the old weights
+ * without ordering tricks. Both are placed and measured in lt_train_graph_new; nothing
+ * is allocated on any backend until lt_train_graph_alloc. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lathe/autodiff.h"
+#include "lathe/ops.h"
+#include "lathe/opt.h"
+#include "lathe/sched.h"
+
+#define TRAIN_GRAPH_CAP (1 << 18)
+
+struct lt_train_graph {
+    struct lt_ctx *ctx;
+    struct lt_train_graph_params p;
+    struct lt_backend *backends[LT_SCHED_MAX_BACKENDS];
+    struct lt_tensor *loss;
+    struct lt_graph *grads; /* forward + backward + accumulate */
+    int n_forward;
+    struct lt_graph *steps; /* optimizer */
+    struct lt_sched *grads_sched, *steps_sched;
+    struct lt_tensor **params, **accum, **m, **v;
+    int n_params;
+    struct lt_tensor *hp;
+    size_t estimate, budget;
+    int step, n_accumulated;
+};
+
+static lt_status refuse_from(struct lt_refusal *r, lt_status st)
+{
+    if (r && r->kind != LT_REFUSAL_NONE)
+        return lt_fail(LT_ERR_REFUSED, "%s", r->sentence);
+    return st;
+}
+
+static lt_status collect_params(struct lt_train_graph *tg)
+{
+    struct lt_graph *g = tg->grads;
+    tg->params = calloc((size_t)g->n_leafs + 1, sizeof(*tg->params));
+    tg->accum = calloc((size_t)g->n_leafs + 1, sizeof(*tg->accum));
+    tg->m = calloc((size_t)g->n_leafs + 1, sizeof(*tg->m));
+    tg->v = calloc((size_t)g->n_leafs + 1, sizeof(*tg->v));
+    if (!tg->params || !tg->accum || !tg->m || !tg->v)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the parameter list");
+    for (int i = 0; i < g->n_leafs; i++) {
+        struct lt_tensor *t = g->leafs[i];
+        if (!(t->flags & LT_FLAG_PARAM))
+            continue;
+        if (tg->p.param_filter && !tg->p.param_filter(tg->p.user, t)) {
+            t->flags &= ~(uint32_t)LT_FLAG_PARAM;
+            continue;
+        }
+        if (t->type != LT_TYPE_F32)
+            return lt_fail(LT_ERR_INVALID,
+                           "trainable tensor '%s' is %s; trainable tensors are F32 (master weights)",
+                           t->name, lt_type_name(t->type));
+        tg->params[tg->n_params++] = t;
+    }
+    if (tg->n_params == 0)
+        return lt_fail(LT_ERR_INVALID, "the loss '%s' depends on no trainable tensor", tg->loss->name);
+    return LT_OK;
+}
+
+static lt_status build_accumulators(struct lt_train_graph *tg)
+{
+    for (int i = 0; i < tg->n_params; i++) {
+        struct lt_tensor *p = tg->params[i];
+        if (!p->grad)
+            continue; /* trainable but not on a path to the loss: nothing to update */
+        struct lt_tensor *acc = lt_dup_tensor(tg->ctx, p);
+        if (!acc)
+            return LT_ERR_NOMEM;
+        lt_format_name(acc, "grad accumulator for %s", p->name);
+        struct lt_tensor *sum = lt_add(tg->ctx, acc, p->grad);
+        struct lt_tensor *store = sum ? lt_cpy(tg->ctx, sum, acc) : NULL;
+        if (!store)
+            return lt_fail(LT_ERR_NOMEM, "cannot build the accumulation of '%s': %s", p->name,
+                           lt_last_error());
+        lt_format_name(sum, "accumulate grad for %s", p->name);
+        lt_format_name(store, "store grad for %s", p->name);
+        tg->accum[i] = acc;
+        lt_status st = lt_graph_build(tg->grads, store);
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
+}
+
+static lt_status build_steps(struct lt_train_graph *tg)
+{
+    tg->hp = lt_new_tensor_1d(tg->ctx, LT_TYPE_F32, 8);
+    tg->steps = lt_graph_new(tg->ctx, 16 * tg->n_params + 64);
+    if (!tg->hp || !tg->steps)
+        return LT_ERR_NOMEM;
+    lt_set_name(tg->hp, "optimizer hyper-parameters");
+    for (int i = 0; i < tg->n_params; i++) {
+        struct lt_tensor *p = tg->params[i], *step;
+        if (!tg->accum[i])
+            continue;
+        if (tg->p.optimizer == LT_OPTIMIZER_SGD) {
+            step = lt_sgd_step(tg->ctx, p, tg->accum[i], tg->hp);
+        } else {
+            tg->m[i] = lt_dup_tensor(tg->ctx, p);
+            tg->v[i] = lt_dup_tensor(tg->ctx, p);
+            if (!tg->m[i] || !tg->v[i])
+                return LT_ERR_NOMEM;
+            lt_format_name(tg->m[i], "adamw m for %s", p->name);
+            lt_format_name(tg->v[i], "adamw v for %s", p->name);
+            step = lt_adamw_step(tg->ctx, p, tg->accum[i], tg->m[i], tg->v[i], tg->hp);
+        }
+        if (!step)
+            return LT_ERR_INVALID;
+        lt_status st = lt_graph_build(tg->steps, step);
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
+}
+
+/* Bytes on backend 0 the two graphs need; accumulators are counted once. */
+static lt_status measure(struct lt_train_graph *tg, size_t *device_bytes)
+{
+    struct lt_sched_memory m1, m2;
+    lt_status st = lt_sched_measure(tg->grads_sched, tg->grads, &m1);
+    if (st == LT_OK)
+        st = lt_sched_measure(tg->steps_sched, tg->steps, &m2);
+    if (st != LT_OK)
+        return st;
+    size_t shared = 0;
+    for (int i = 0; i < tg->steps->n_leafs; i++) {
+        struct lt_tensor *t = tg->steps->leafs[i];
+        if (!t->data && lt_graph_contains(tg->grads, t))
+            shared += lt_sched_leaf_bytes(t);
+    }
+    tg->estimate = m1.total + m2.total - shared;
+    *device_bytes = m1.compute[0] + m1.leafs[0] + m2.compute[0] + m2.leafs[0];
+    *device_bytes = *device_bytes > shared ? *device_bytes - shared : 0;
+    return LT_OK;
+}
+
+lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
+                             const struct lt_train_graph_params *params, struct lt_train_graph **out,
+                             struct lt_refusal *refusal)
+{
+    struct lt_refusal local_refusal;
+    if (!refusal)
+        refusal = &local_refusal;
+    memset(refusal, 0, sizeof(*refusal));
+    *out = NULL;
+    if (!lt_ctx_no_alloc(ctx))
+        return lt_fail(LT_ERR_INVALID, "build training graphs in a no_alloc context");
+    if (params->n_backends < 1 || params->n_backends > LT_SCHED_MAX_BACKENDS)
+        return lt_fail(LT_ERR_INVALID, "a training graph needs 1 to %d backends",
+                       LT_SCHED_MAX_BACKENDS);
+    struct lt_train_graph *tg = calloc(1, sizeof(*tg));
+    if (!tg)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a training graph");
+    lt_status st;
+    tg->ctx = ctx;
+    tg->p = *params;
+    for (int i = 0; i < params->n_backends; i++)
+        tg->backends[i] = params->backends[i];
+    tg->p.backends = tg->backends;
+    if (tg->p.beta1 == 0)
+        tg->p.beta1 = 0.9f;
+    if (tg->p.beta2 == 0)
+        tg->p.beta2 = 0.999f;
+    if (tg->p.eps == 0)
+        tg->p.eps = 1e-8f;
+    tg->loss = loss;
+    loss->flags |= LT_FLAG_LOSS;
+    tg->grads = lt_graph_new(ctx, TRAIN_GRAPH_CAP);
+    if (!tg->grads) {
+        st = LT_ERR_NOMEM;
+        goto out_free;
+    }
+    st = lt_graph_build(tg->grads, loss);
+    if (st != LT_OK)
+        goto out_free;
+    tg->n_forward = tg->grads->n_nodes;
+    st = collect_params(tg);
+    if (st != LT_OK)
+        goto out_free;
+    st = lt_autodiff_build(ctx, tg->grads, loss, 1.0f, refusal);
+    if (st != LT_OK)
+        goto out_free;
+    st = build_accumulators(tg);
+    if (st == LT_OK)
+        st = build_steps(tg);
+    if (st != LT_OK)
+        goto out_free;
+
+    /* admission: placement of every node, then memory */
+    tg->grads_sched = lt_sched_new(tg->backends, params->n_backends);
+    tg->steps_sched = lt_sched_new(tg->backends, params->n_backends);
+    if (!tg->grads_sched || !tg->steps_sched) {
+        st = LT_ERR_NOMEM;
+        goto out_free;
+    }
+    st = lt_sched_place(tg->grads_sched, tg->grads, params->device_only, refusal);
+    if (st == LT_OK)
+        st = lt_sched_place(tg->steps_sched, tg->steps, params->device_only, refusal);
+    if (st != LT_OK) {
+        st = refuse_from(refusal, st);
+        goto out_free;
+    }
+    size_t device_bytes;
+    st = measure(tg, &device_bytes);
+    if (st != LT_OK)
+        goto out_free;
+    tg->budget = params->memory_budget;
+    if (tg->budget == 0) {
+        size_t free_bytes = 0, total_bytes = 0;
+        st = lt_backend_memory(tg->backends[0], &free_bytes, &total_bytes);
+        if (st != LT_OK)
+            goto out_free;
+        tg->budget = free_bytes > params->serving_reserve ? free_bytes - params->serving_reserve : 0;
+    }
+    if (device_bytes > tg->budget) {
+        memset(refusal, 0, sizeof(*refusal));
+        refusal->kind = LT_REFUSAL_MEMORY;
+        refusal->need_bytes = device_bytes;
+        refusal->budget_bytes = tg->budget;
+        snprintf(refusal->backend, sizeof(refusal->backend), "%s", tg->backends[0]->name);
+        snprintf(refusal->reason, sizeof(refusal->reason), "estimated peak over budget");
+        lt_refusal_format(refusal);
+        st = lt_fail(LT_ERR_REFUSED, "%s", refusal->sentence);
+        goto out_free;
+    }
+    *out = tg;
+    return LT_OK;
+out_free:
+    lt_train_graph_free(tg);
+    return st;
+}
+
+void lt_train_graph_free(struct lt_train_graph *tg)
+{
+    if (!tg)
+        return;
+    lt_sched_free(tg->grads_sched);
+    lt_sched_free(tg->steps_sched);
+    free(tg->params);
+    free(tg->accum);
+    free(tg->m);
+    free(tg->v);
+    free(tg);
+}
+
+size_t lt_train_graph_estimate(const struct lt_train_graph *tg) { return tg->estimate; }
+size_t lt_train_graph_budget(const struct lt_train_graph *tg) { return tg->budget; }
+int lt_train_graph_n_fallback(const struct lt_train_graph *tg)
+{
+    return lt_sched_n_fallback(tg->grads_sched) + lt_sched_n_fallback(tg->steps_sched);
+}
+
+struct lt_tensor *lt_train_graph_fallback_node(const struct lt_train_graph *tg, int i)
+{
+    int n1 = lt_sched_n_fallback(tg->grads_sched);
+    return i < n1 ? lt_sched_fallback_node(tg->grads_sched, i)
+                  : lt_sched_fallback_node(tg->steps_sched, i - n1);
+}
+
+int lt_train_graph_n_params(const struct lt_train_graph *tg) { return tg->n_params; }
+struct lt_tensor *lt_train_graph_param(const struct lt_train_graph *tg, int i) { return tg->params[i]; }
+
+void lt_train_graph_print(const struct lt_train_graph *tg, FILE *f)
+{
+    fprintf(f, "gradient graph: %d nodes (%d forward); ", tg->grads->n_nodes, tg->n_forward);
+    lt_sched_print(tg->grads_sched, f);
+    fprintf(f, "optimizer graph: %d nodes; ", tg->steps->n_nodes);
+    lt_sched_print(tg->steps_sched, f);
+    fprintf(f, "trainable tensors: %d; memory estimate %.2f MiB (budget %.2f MiB)\n",
+            tg->n_params, (double)tg->estimate / (1 << 20), (double)tg->budget / (1 << 20));
+}
+
+static lt_status zero_tensor(struct lt_tensor *t)
+{
+    if (!t)
+        return LT_OK;
+    size_t n = lt_nbytes(t);
+    void *z = calloc(1, n ? n : 1);
+    if (!z)
+        return lt_fail(LT_ERR_NOMEM, "out of host memory");
+    lt_status st = lt_tensor_set(t, z, 0, n);
+    free(z);
+    return st;
+}
+
+lt_status lt_train_graph_alloc(struct lt_train_graph *tg)
+{
+    lt_status st = lt_sched_alloc(tg->grads_sched, tg->grads);
+    if (st == LT_OK)
+        st = lt_sched_alloc(tg->steps_sched, tg->steps);
+    for (int i = 0; i < tg->n_params && st == LT_OK; i++) {
+        st = zero_tensor(tg->accum[i]);
+        if (st == LT_OK)
+            st = zero_tensor(tg->m[i]);
+        if (st == LT_OK)
+            st = zero_tensor(tg->v[i]);
+    }
+    if (st != LT_OK) {
+        lt_sched_release(tg->grads_sched);
+        lt_sched_release(tg->steps_sched);
+    }
+    tg->n_accumulated = 0;
+    return st;
+}
+
+size_t lt_train_graph_allocated(const struct lt_train_graph *tg)
+{
+    return lt_sched_allocated(tg->grads_sched) + lt_sched_allocated(tg->steps_sched);
+}
+
+static lt_status read_loss(struct lt_train_graph *tg, float *loss_out)
+{
+    if (!loss_out)
+        return LT_OK;
+    return lt_tensor_get(tg->loss, loss_out, 0, sizeof(float));
+}
+
+lt_status lt_train_graph_accumulate(struct lt_train_graph *tg, float *loss_out)
+{
+    lt_status st = lt_sched_compute(tg->grads_sched, tg->grads);
+    if (st != LT_OK)
+        return st;
+    tg->n_accumulated++;
+    return read_loss(tg, loss_out);
+}
+
+lt_status lt_train_graph_eval(struct lt_train_graph *tg, float *loss_out)
+{
+    lt_status st = lt_sched_compute_range(tg->grads_sched, tg->grads, 0, tg->n_forward);
+    if (st != LT_OK)
+        return st;
+    return read_loss(tg, loss_out);
+}
+
+lt_status lt_train_graph_step(struct lt_train_graph *tg, float lr)
+{
+    if (tg->n_accumulated == 0)
+        return lt_fail(LT_ERR_INVALID, "an optimizer step needs at least one accumulated micro-batch");
+    tg->step++;
+    float scale = 1.0f / (float)tg->n_accumulated;
+    float hp[8] = {0};
+    if (tg->p.optimizer == LT_OPTIMIZER_SGD) {
+        hp[0] = lr;
+        hp[1] = tg->p.weight_decay;
+        hp[2] = scale;
+    } else {
+        hp[0] = lr;
+        hp[1] = tg->p.beta1;
+        hp[2] = tg->p.beta2;
+        hp[3] = tg->p.eps;
+        hp[4] = tg->p.weight_decay;
+        hp[5] = 1.0f - powf(tg->p.beta1, (float)tg->step);
+        hp[6] = 1.0f - powf(tg->p.beta2, (float)tg->step);
+        hp[7] = scale;
+    }
+    lt_status st = lt_tensor_set(tg->hp, hp, 0, sizeof(hp));
+    if (st == LT_OK)
+        st = lt_sched_compute(tg->steps_sched, tg->steps);
+    tg->n_accumulated = 0;
+    return st;
+}

@@ -1,0 +1,171 @@
+/* gradcheck.h: finite-difference checks of backward rules, over layouts.
+ *
+ * A case builds y = f(x_1..x_n) with a callback. Each input is given in a layout:
+ * contiguous, transposed (storage [ne1, ne0, ...], viewed transposed), permuted, a slice
+ * (a view into a larger tensor) or broadcast-ready as is. The storage leaves of trainable
+ * inputs are flagged PARAM, so the gradient also passes the view's own backward rule.
+ * loss = sum(y * w) with a fixed random w; autodiff's gradient of every trainable storage
+ * leaf is compared with central differences of the loss:
+ *     ||analytic - numeric|| / ||numeric|| <= tol.
+ * Everything runs on the CPU backend in float32 (h = 1e-3 scaled), so tol ~ 1e-2. */
+#ifndef LATHE_TESTS_GRADCHECK_H
+#define LATHE_TESTS_GRADCHECK_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "lathe/autodiff.h"
+#include "lathe/backend.h"
+#include "lathe/ops.h"
+
+enum gc_layout {
+    GC_CONTIGUOUS = 0,
+    GC_TRANSPOSED, /* axes 0 and 1 swapped in storage */
+    GC_PERMUTED,   /* axes (0 1 2) stored as (1 2 0) */
+    GC_SLICED,     /* a window of a tensor twice as wide in ne0 and one row taller */
+    GC_LAYOUT_COUNT
+};
+
+static const char *const gc_layout_names[GC_LAYOUT_COUNT] = {"contiguous", "transposed",
+                                                             "permuted", "sliced"};
+
+struct gc_input {
+    enum lt_type type; /* F32, or I32 for ids (never trainable) */
+    int64_t ne[4];
+    enum gc_layout layout;
+    bool trainable;
+    float lo, hi; /* uniform range of values (ids: integers in [lo, hi)) */
+};
+
+typedef struct lt_tensor *(*gc_build_fn)(struct lt_ctx *ctx, struct lt_tensor **x, void *user);
+
+static uint64_t gc_rng = 0x1234567;
+static float gc_uniform(float lo, float hi)
+{
+    gc_rng = gc_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((gc_rng >> 40) / 16777216.0);
+}
+
+/* Makes the storage leaf for an input and the view the op sees. */
+static struct lt_tensor *gc_make_input(struct lt_ctx *ctx, const struct gc_input *in,
+                                       struct lt_tensor **storage)
+{
+    const int64_t *ne = in->ne;
+    struct lt_tensor *s = NULL, *x = NULL;
+    switch (in->layout) {
+    case GC_CONTIGUOUS:
+        s = x = lt_new_tensor_4d(ctx, in->type, ne[0], ne[1], ne[2], ne[3]);
+        break;
+    case GC_TRANSPOSED:
+        s = lt_new_tensor_4d(ctx, in->type, ne[1], ne[0], ne[2], ne[3]);
+        x = lt_transpose(ctx, s);
+        break;
+    case GC_PERMUTED:
+        s = lt_new_tensor_4d(ctx, in->type, ne[1], ne[2], ne[0], ne[3]);
+        x = lt_permute(ctx, s, 2, 0, 1, 3);
+        break;
+    case GC_SLICED: {
+        s = lt_new_tensor_4d(ctx, in->type, ne[0] * 2, ne[1] + 1, ne[2], ne[3]);
+        size_t es = lt_type_traits(in->type)->type_size;
+        x = lt_view_4d(ctx, s, ne[0], ne[1], ne[2], ne[3], s->nb[1], s->nb[2], s->nb[3],
+                       es * (size_t)ne[0] / 2 + s->nb[1]);
+        break;
+    }
+    default: break;
+    }
+    int64_t n = lt_nelements(s);
+    for (int64_t i = 0; i < n; i++) {
+        if (in->type == LT_TYPE_I32)
+            ((int32_t *)s->data)[i] = (int32_t)gc_uniform(in->lo, in->hi);
+        else
+            ((float *)s->data)[i] = gc_uniform(in->lo, in->hi);
+    }
+    lt_set_name(s, in->layout == GC_CONTIGUOUS ? "x" : "x storage");
+    if (x != s)
+        lt_set_name(x, "x view");
+    if (in->trainable)
+        s->flags |= LT_FLAG_PARAM;
+    *storage = s;
+    return x;
+}
+
+static double gc_loss(struct lt_backend *cpu, struct lt_graph *g, struct lt_tensor *loss)
+{
+    CHECK(lt_cpu_graph_compute(cpu, g) == LT_OK, "%s", lt_last_error());
+    return *(float *)loss->data;
+}
+
+/* Returns the worst relative error over the trainable inputs (or INFINITY on failure). */
+static double gradcheck(const char *name, gc_build_fn build, void *user, const struct gc_input *in,
+                        int n_in, double tol)
+{
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20});
+    struct lt_backend *cpu = lt_backend_cpu_new(2);
+    struct lt_tensor *x[8], *storage[8];
+    double worst = 0;
+    for (int i = 0; i < n_in; i++)
+        x[i] = gc_make_input(ctx, &in[i], &storage[i]);
+    struct lt_tensor *y = build(ctx, x, user);
+    CHECK(y != NULL, "%s: build failed: %s", name, lt_last_error());
+    if (!y) {
+        worst = INFINITY;
+        goto out_free;
+    }
+    struct lt_tensor *w = lt_new_tensor_4d(ctx, LT_TYPE_F32, y->ne[0], y->ne[1], y->ne[2], y->ne[3]);
+    for (int64_t i = 0; i < lt_nelements(w); i++)
+        ((float *)w->data)[i] = gc_uniform(-1, 1);
+    struct lt_tensor *loss = lt_sum(ctx, lt_mul(ctx, y, w));
+    struct lt_graph *g = lt_graph_new(ctx, 4096);
+    lt_status st = lt_graph_build(g, loss);
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
+    CHECK(st == LT_OK, "%s: autodiff: %s", name, lt_last_error());
+    if (st != LT_OK) {
+        worst = INFINITY;
+        goto out_free;
+    }
+    gc_loss(cpu, g, loss);
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i].trainable)
+            continue;
+        struct lt_tensor *s = storage[i];
+        CHECK(s->grad != NULL, "%s: input %d got no gradient", name, i);
+        if (!s->grad) {
+            worst = INFINITY;
+            continue;
+        }
+        int64_t n = lt_nelements(s);
+        float *analytic = malloc(sizeof(float) * (size_t)n);
+        lt_tensor_read_f32(s->grad, analytic);
+        /* check up to 48 elements spread over the tensor */
+        int64_t stride = n > 48 ? n / 48 : 1;
+        double num2 = 0, err2 = 0;
+        for (int64_t e = 0; e < n; e += stride) {
+            float *p = (float *)s->data + e;
+            float orig = *p;
+            float h = 1e-3f * (fabsf(orig) > 1 ? fabsf(orig) : 1);
+            *p = orig + h;
+            double lp = gc_loss(cpu, g, loss);
+            *p = orig - h;
+            double lm = gc_loss(cpu, g, loss);
+            *p = orig;
+            double numeric = (lp - lm) / (2.0 * h);
+            num2 += numeric * numeric;
+            err2 += (numeric - analytic[e]) * (numeric - analytic[e]);
+        }
+        gc_loss(cpu, g, loss);
+        double rel = sqrt(err2) / (sqrt(num2) > 1e-6 ? sqrt(num2) : 1e-6);
+        if (rel > worst)
+            worst = rel;
+        CHECK(rel <= tol, "%s: input %d (%s): gradient off by %.3g (tol %.3g)", name, i,
+              gc_layout_names[in[i].layout], rel, tol);
+        free(analytic);
+    }
+out_free:
+    lt_backend_free(cpu);
+    lt_ctx_free(ctx);
+    return worst;
+}
+
+#endif
