@@ -122,6 +122,22 @@ static void test_unary(struct ops_test *t)
              (float[]){(float)log1p(exp(19.5)), (float)log1p(exp(20.0)), 20.5f, 88.0f,
                        (float)log1p(exp(-100.0))},
              0, 1e-6, "softplus at the threshold");
+    /* a broadcast view (nb1 = 0: every row is the same memory) */
+    struct lt_tensor *row =
+        input_new(t, LT_TYPE_F32, (int64_t[]){7, 1, 3, 1}, LAYOUT_CONTIGUOUS, -2, 2);
+    struct lt_tensor *bc = lt_view_3d(t->ctx, row, 7, 5, 3, 0, row->nb[2], 0);
+    float *rv = dense(bc), bref[105], rsum[15];
+    for (int i = 0; i < 105; i++)
+        bref[i] = rv[i] * rv[i];
+    for (int r = 0; r < 15; r++) {
+        double s = 0;
+        for (int i = 0; i < 7; i++)
+            s += rv[r * 7 + i];
+        rsum[r] = (float)s;
+    }
+    check_op(t, lt_sqr(t->ctx, bc), bref, 0, 1e-7, "sqr of a broadcast view");
+    check_op(t, lt_sum_rows(t->ctx, bc), rsum, 1e-6, 1e-6, "sum_rows of a broadcast view");
+    free(rv);
     struct lt_tensor *ints = lt_new_tensor_1d(t->ctx, LT_TYPE_I32, 4);
     lt_set_name(ints, "token ids");
     check_refused(lt_sqr(t->ctx, ints), "token ids", "sqr of i32");
