@@ -24,7 +24,9 @@
  *
  * DELTA_NET_BACK's result is one flat F32 tensor: dq, dk, dv, dg, dbeta, dstate, each
  * contiguous and shaped like its source (enum lt_delta_net_grad). */
+#include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -213,26 +215,52 @@ static float scalar_at(const struct lt_tensor *t, int64_t h, int64_t tt, int64_t
     return *(const float *)((const char *)t->data + h * t->nb[0] + tt * t->nb[1] + b * t->nb[2]);
 }
 
-/* dot product with four partial sums (the compiler may not reassociate one) */
-static float dot(const float *a, const float *b, int64_t n)
+/* Vector helpers over rows of S. Their bodies are unrolled by 8 so that -O2's cheap
+ * vectoriser (which will not add a remainder loop itself) turns each into SIMD; dot keeps
+ * 8 partial sums because the compiler may not reassociate one. */
+static float dot(const float *restrict a, const float *restrict b, int64_t n)
 {
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    float s[8] = {0};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        s0 += a[i] * b[i];
-        s1 += a[i + 1] * b[i + 1];
-        s2 += a[i + 2] * b[i + 2];
-        s3 += a[i + 3] * b[i + 3];
-    }
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            s[l] += a[i + l] * b[i + l];
     for (; i < n; i++)
-        s0 += a[i] * b[i];
-    return (s0 + s1) + (s2 + s3);
+        s[0] += a[i] * b[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-static void axpy(float *y, float a, const float *x, int64_t n)
+/* y += a x */
+static void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++)
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            y[i + l] += a * x[i + l];
+    for (; i < n; i++)
         y[i] += a * x[i];
+}
+
+/* y *= a */
+static void vscale(float *y, float a, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            y[i + l] *= a;
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
+/* y = a x */
+static void vscale_to(float *restrict y, float a, const float *restrict x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            y[i + l] = a * x[i + l];
+    for (; i < n; i++)
+        y[i] = a * x[i];
 }
 
 /* S[i][j] = state(j, i, h, b) */
@@ -333,8 +361,7 @@ static void recurrent_step(float *S, const float *q, const float *k, const float
         delta[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
         float *row = S + i * sv;
-        for (int64_t j = 0; j < sv; j++)
-            row[j] *= a;
+        vscale(row, a, sv);
         axpy(delta, k[i], row, sv);
     }
     for (int64_t j = 0; j < sv; j++) {
@@ -353,8 +380,7 @@ static void recurrent_step(float *S, const float *q, const float *k, const float
             axpy(o, q[i], row, sv);
     }
     if (o)
-        for (int64_t j = 0; j < sv; j++)
-            o[j] *= scale;
+        vscale(o, scale, sv);
 }
 
 /* output row t of (h, b) in the packed result */
@@ -392,46 +418,49 @@ static void forward_chunk(struct lt_tensor *node, const struct dn_head *c, struc
         f->G[r] = gsum;
         f->B[r] = scalar_at(c->beta, c->h, t0 + r, c->b);
     }
+    const int L = (int)n, isk = (int)sk, isv = (int)sv;
+    /* KK = K K^T and QK = Q K^T (lower triangles used), W = K S0, O = Q S0 */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, isk, 1, f->K, isk, f->K, isk, 0,
+                f->KK, CHUNK);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, isk, 1, f->Q, isk, f->K, isk, 0,
+                f->QK, CHUNK);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, isv, isk, 1, f->K, isk, S, isv, 0,
+                f->W, isv);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, isv, isk, 1, f->Q, isk, S, isv, 0,
+                f->O, isv);
+    /* KK becomes A of (I + A) U = rhs (strictly lower; trsm takes the unit diagonal as
+     * given), QK the decayed causal P of O += P U; U holds rhs = beta (v - e^G W) */
     for (int64_t r = 0; r < n; r++) {
-        const float *kr = f->K + r * sk, *qr = f->Q + r * sk;
-        for (int64_t s = 0; s < r; s++)
-            f->KK[r * CHUNK + s] = dot(kr, f->K + s * sk, sk);
-        for (int64_t s = 0; s <= r; s++)
-            f->QK[r * CHUNK + s] = dot(qr, f->K + s * sk, sk);
-        /* W = S0^T k_r, O = S0^T q_r */
-        float *w = f->W + r * sv, *o = f->O + r * sv;
-        memset(w, 0, sizeof(float) * (size_t)sv);
-        memset(o, 0, sizeof(float) * (size_t)sv);
-        for (int64_t i = 0; i < sk; i++) {
-            axpy(w, kr[i], S + i * sv, sv);
-            axpy(o, qr[i], S + i * sv, sv);
-        }
-    }
-    for (int64_t r = 0; r < n; r++) {
-        float *u = f->U + r * sv, *w = f->W + r * sv, *o = f->O + r * sv;
         const float gr = f->G[r], br = f->B[r], er = expf(gr);
+        float *kk = f->KK + r * CHUNK, *qk = f->QK + r * CHUNK;
+        for (int64_t s = 0; s < r; s++)
+            kk[s] *= br * expf(gr - f->G[s]);
+        for (int64_t s = 0; s <= r; s++)
+            qk[s] *= expf(gr - f->G[s]);
+        for (int64_t s = r + 1; s < n; s++)
+            qk[s] = 0;
+        float *u = f->U + r * sv, *w = f->W + r * sv;
         for (int64_t j = 0; j < sv; j++)
             u[j] = br * (u[j] - er * w[j]);
-        for (int64_t s = 0; s < r; s++)
-            axpy(u, -br * expf(gr - f->G[s]) * f->KK[r * CHUNK + s], f->U + s * sv, sv);
-        for (int64_t j = 0; j < sv; j++)
-            o[j] *= er;
-        for (int64_t s = 0; s <= r; s++)
-            axpy(o, expf(gr - f->G[s]) * f->QK[r * CHUNK + s], f->U + s * sv, sv);
-        float *dst = out_row(node, c, t0 + r);
-        for (int64_t j = 0; j < sv; j++)
-            dst[j] = scale * o[j];
+        vscale(f->O + r * sv, er, sv);
     }
-    const float glast = f->G[n - 1], elast = expf(glast);
-    for (int64_t x = 0; x < sk * sv; x++)
-        S[x] *= elast;
-    for (int64_t s = 0; s < n; s++) {
-        const float cs = expf(glast - f->G[s]);
-        const float *ks = f->K + s * sk, *us = f->U + s * sv;
-        for (int64_t i = 0; i < sk; i++)
-            axpy(S + i * sv, cs * ks[i], us, sv);
-    }
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, isv, 1, f->KK,
+                CHUNK, f->U, isv);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, isv, L, 1, f->QK, CHUNK, f->U, isv,
+                1, f->O, isv);
+    for (int64_t r = 0; r < n; r++)
+        vscale_to(out_row(node, c, t0 + r), scale, f->O + r * sv, sv);
+    /* S = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s u_s^T, the decayed keys in Q's place */
+    const float glast = f->G[n - 1];
+    for (int64_t s = 0; s < n; s++)
+        vscale_to(f->Q + s * sk, expf(glast - f->G[s]), f->K + s * sk, sk);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, isk, isv, L, 1, f->Q, isk, f->U, isv,
+                expf(glast), S, isv);
 }
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+/* the pool's threads each call BLAS on their own heads; BLAS must not add threads */
+static void blas_single_thread(void) { openblas_set_num_threads(1); }
 
 static void dn_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
@@ -440,6 +469,8 @@ static void dn_forward(const struct lt_compute_params *p, struct lt_tensor *node
     int path = lt_get_param_i32(node, 1);
     if (path == LT_DELTA_NET_PATH_AUTO)
         path = d.nt > 1 ? LT_DELTA_NET_PATH_CHUNKED : LT_DELTA_NET_PATH_RECURRENT;
+    if (path == LT_DELTA_NET_PATH_CHUNKED)
+        pthread_once(&blas_once, blas_single_thread);
     struct fwd_bufs f;
     size_t per = fwd_layout(&f, NULL, d);
     fwd_layout(&f, (float *)p->wdata + per * (size_t)p->ith, d);
@@ -476,7 +507,7 @@ struct back_bufs {
     float *E;         /* [seg][S_v]: v - S~^T k of each token of the segment */
     float *S, *dS;    /* [S_k][S_v] */
     float *q, *k, *v; /* one token */
-    float *dout, *delta, *ddelta, *dkv; /* [S_v] */
+    float *dout, *delta, *ddelta, *dkv, *row; /* [S_v] */
     float *dq, *dk;                     /* [S_k] */
 };
 
@@ -497,6 +528,7 @@ static size_t back_layout(struct back_bufs *f, float *base, struct dn_dims d)
     f->delta = scratch_take(&s, sv);
     f->ddelta = scratch_take(&s, sv);
     f->dkv = scratch_take(&s, sv);
+    f->row = scratch_take(&s, sv);
     f->dq = scratch_take(&s, sk);
     f->dk = scratch_take(&s, sk);
     return s.used;
@@ -536,19 +568,14 @@ static void back_token(const struct dn_head *c, struct back_bufs *f, const struc
     /* o = scale S^T q with S = a prev + k delta^T: dq, then dS += scale q dout^T; then
      * S = S~ + k delta^T: dk += dS delta, ddelta = dS^T k */
     for (int64_t i = 0; i < sk; i++) {
-        const float *pr = prev + i * sv;
         float *ds = f->dS + i * sv;
-        const float ki = f->k[i], sqi = scale * f->q[i];
-        float dqi = 0, dki = 0;
-        for (int64_t j = 0; j < sv; j++) {
-            float s_new = a * pr[j] + ki * f->delta[j];
-            dqi += s_new * f->dout[j];
-            ds[j] += sqi * f->dout[j];
-            dki += ds[j] * f->delta[j];
-            f->ddelta[j] += ds[j] * ki;
-        }
-        f->dq[i] = scale * dqi;
-        f->dk[i] = dki;
+        const float ki = f->k[i];
+        vscale_to(f->row, a, prev + i * sv, sv);
+        axpy(f->row, ki, f->delta, sv);
+        f->dq[i] = scale * dot(f->row, f->dout, sv);
+        axpy(ds, scale * f->q[i], f->dout, sv);
+        f->dk[i] = dot(ds, f->delta, sv);
+        axpy(f->ddelta, ki, ds, sv);
     }
     /* delta = beta (v - S~^T k) */
     float dbeta = 0;
@@ -562,19 +589,12 @@ static void back_token(const struct dn_head *c, struct back_bufs *f, const struc
      * and the gradient of prev is a dS~ */
     double dg = 0;
     for (int64_t i = 0; i < sk; i++) {
-        const float *pr = prev + i * sv;
         float *ds = f->dS + i * sv;
-        const float ki = f->k[i];
-        float dki = 0, dgi = 0;
-        for (int64_t j = 0; j < sv; j++) {
-            float s_dec = a * pr[j];
-            float dsd = ds[j] + ki * f->dkv[j];
-            dki += s_dec * f->dkv[j];
-            dgi += dsd * s_dec;
-            ds[j] = a * dsd;
-        }
-        f->dk[i] += dki;
-        dg += dgi;
+        vscale_to(f->row, a, prev + i * sv, sv);
+        axpy(ds, f->k[i], f->dkv, sv);
+        f->dk[i] += dot(f->row, f->dkv, sv);
+        dg += dot(ds, f->row, sv);
+        vscale(ds, a, sv);
     }
     o->dg[tok * c->d.hv + c->h] = (float)dg;
     o->dbeta[tok * c->d.hv + c->h] = dbeta;
