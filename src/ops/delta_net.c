@@ -1,5 +1,6 @@
 /* delta_net.c: the gated delta rule of Gated DeltaNet (DELTA_NET) and its backward
- * (DELTA_NET_BACK): constructors, view helpers, shape rules and CPU kernels.
+ * (DELTA_NET_BACK): constructors, view helpers, shape rules, the backward rule and CPU
+ * kernels.
  *
  * Per value head h of sequence b (key head h % H_k), with S a [S_k, S_v] matrix:
  *   S = exp(g_t) S;  delta = beta_t (v_t - S^T k_t);  S += k_t delta^T;  o_t = scale S^T q_t
@@ -24,18 +25,22 @@
  *
  * DELTA_NET_BACK's result is one flat F32 tensor: dq, dk, dv, dg, dbeta, dstate, each
  * contiguous and shaped like its source (enum lt_delta_net_grad). */
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
 #define CHUNK 64
 
 enum { SRC_Q, SRC_K, SRC_V, SRC_G, SRC_BETA, SRC_STATE, SRC_COUNT };
+static_assert(SRC_STATE == (int)LT_DELTA_NET_GRAD_STATE && SRC_COUNT == (int)LT_DELTA_NET_GRAD_COUNT,
+              "DELTA_NET's sources and DELTA_NET_BACK's gradients are in the same order");
 
 /* dims of one problem, read from q [S_k, H_k, T, B] and v [S_v, H_v, T, B] */
 struct dn_dims {
@@ -675,12 +680,41 @@ static void dn_back_forward(const struct lt_compute_params *p, struct lt_tensor 
     }
 }
 
+/* ---- backward rule ---- */
+
+/* node->grad covers the whole packed result: the output's and the new state's gradients
+ * arrive through the views' rules (zeros where a part is unused). */
+static lt_status dn_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    bool any = false;
+    for (int i = 0; i < SRC_COUNT; i++)
+        any = any || lt_ad_wants(ad, node->src[i]);
+    if (!any)
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    struct lt_tensor *const *s = node->src;
+    struct lt_tensor *r = lt_delta_net_back(ctx, node->grad, s[SRC_Q], s[SRC_K], s[SRC_V], s[SRC_G],
+                                            s[SRC_BETA], s[SRC_STATE], lt_get_param_f32(node, 0));
+    if (!r)
+        return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
+                       lt_last_error());
+    for (int i = 0; i < SRC_COUNT; i++) {
+        if (!lt_ad_wants(ad, s[i]))
+            continue;
+        lt_status st = lt_ad_add(ad, s[i], lt_delta_net_back_grad(ctx, r, (enum lt_delta_net_grad)i));
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
+}
+
 const struct lt_op_def lt_op_def_delta_net = {
     .name = "DELTA_NET",
     .n_src = SRC_COUNT,
     .cpu_supported = dn_cpu_supported,
     .cpu_work_size = dn_work_size,
     .cpu_forward = dn_forward,
+    .backward = dn_backward,
 };
 
 const struct lt_op_def lt_op_def_delta_net_back = {

@@ -1,5 +1,5 @@
 /* ssm_conv.c: the causal depthwise conv1d of Gated DeltaNet (SSM_CONV) and its backward
- * (SSM_CONV_BACK): constructors, shape rules and CPU kernels.
+ * (SSM_CONV_BACK): constructors, shape rules, the backward rule and CPU kernels.
  *
  * sx [L = d_conv - 1 + T, channels, n_seqs] has time innermost and may be any strided F32
  * view (usually a concat of the carried state with a transposed projection); w
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -228,12 +229,33 @@ static void ssm_conv_back_forward(const struct lt_compute_params *p, struct lt_t
     }
 }
 
+/* ---- backward rule ---- */
+
+static lt_status ssm_conv_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *sx = node->src[0], *w = node->src[1];
+    if (!lt_ad_wants(ad, sx) && !lt_ad_wants(ad, w))
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    struct lt_tensor *r = lt_ssm_conv_back(ctx, node->grad, sx, w);
+    if (!r)
+        return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
+                       lt_last_error());
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, sx))
+        st = lt_ad_add(ad, sx, lt_ssm_conv_back_sx(ctx, r));
+    if (st == LT_OK && lt_ad_wants(ad, w))
+        st = lt_ad_add(ad, w, lt_ssm_conv_back_w(ctx, r));
+    return st;
+}
+
 const struct lt_op_def lt_op_def_ssm_conv = {
     .name = "SSM_CONV",
     .n_src = 2,
     .cpu_supported = ssm_conv_cpu_supported,
     .cpu_work_size = ssm_conv_work_size,
     .cpu_forward = ssm_conv_forward,
+    .backward = ssm_conv_backward,
 };
 
 const struct lt_op_def lt_op_def_ssm_conv_back = {
