@@ -63,7 +63,7 @@ static struct lt_tensor *gc_make_input(struct lt_ctx *ctx, const struct gc_input
         break;
     case GC_PERMUTED:
         s = lt_new_tensor_4d(ctx, in->type, ne[1], ne[2], ne[0], ne[3]);
-        x = lt_permute(ctx, s, 2, 0, 1, 3);
+        x = lt_permute(ctx, s, 1, 2, 0, 3);
         break;
     case GC_SLICED: {
         s = lt_new_tensor_4d(ctx, in->type, ne[0] * 2, ne[1] + 1, ne[2], ne[3]);
