@@ -1,0 +1,148 @@
+/* train.h: training jobs (LoRA and full fine-tuning) as a library API.
+ *
+ * A job is described by lt_train_params, validated as a whole before anything starts (one
+ * message per bad field), admitted (src/opt: placement + memory, refused with a named op,
+ * node and source), then run on a thread of its own. The caller can pause, resume or
+ * cancel it from any thread and read its progress. The output file (an adapter GGUF in
+ * llama.cpp's LoRA layout, or a whole model GGUF for full fine-tuning) is written to a
+ * temporary file and renamed only when the job succeeds: a cancelled or failed job leaves
+ * nothing behind. `lathe train` and the server's /train both run jobs through this API. */
+#ifndef LATHE_TRAIN_H
+#define LATHE_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lathe/opt.h"
+#include "lathe/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct lt_model;
+struct lt_backend;
+
+enum lt_fit_policy {
+    LT_FIT_NONE = 0, /* an example longer than the window is refused with its index */
+    LT_FIT_MIDDLE,   /* drop the oldest whole exchanges; keep system and the last exchange */
+    LT_FIT_LEFT,     /* keep the tail */
+};
+
+#define LT_TRAIN_MAX_TARGETS 16
+#define LT_TRAIN_MAX_EPOCHS 64
+
+struct lt_train_params {
+    const char *out;           /* output .gguf path */
+    /* data: exactly one of text / examples, each a file path or in-memory content */
+    const char *text_path;     /* plain text file */
+    const char *text;          /* plain text itself */
+    const char *examples_path; /* JSONL: {"prompt","completion"} or {"messages":[...]} */
+    const char *examples;      /* JSONL content itself */
+    /* LoRA */
+    int rank;                  /* default 8 */
+    float alpha;               /* default 2 * rank */
+    const char *targets;       /* comma list of module names; NULL: the arch's attention set */
+    int top_layers;            /* adapt only the last K blocks; 0: all */
+    bool full;                 /* full fine-tuning instead of LoRA */
+    /* schedule */
+    int window;                /* tokens per example window; default 256 */
+    int epochs;                /* default 1 */
+    float lr;                  /* default 1e-4 (LoRA: 1e-3) */
+    float weight_decay;        /* default 0 */
+    int batch;                 /* micro-batches per optimizer step (accumulation); default 1 */
+    float val_split;           /* fraction held out for eval loss; default 0 */
+    uint64_t seed;             /* shuffling and LoRA init; default 42 */
+    enum lt_fit_policy fit;
+    /* admission */
+    size_t memory_budget_mib;  /* 0: the device's free memory less a serving reserve */
+    bool device_only;          /* refuse rather than fall back to the CPU */
+    bool dry_run;              /* admit, report, and stop before allocating */
+};
+
+/* Fills the documented defaults into zero fields. */
+void lt_train_params_defaults(struct lt_train_params *p);
+
+/* Problems with parameters, one per field. */
+#define LT_TRAIN_MAX_ERRORS 24
+struct lt_train_errors {
+    int n;
+    struct {
+        char field[32];
+        char message[200];
+    } e[LT_TRAIN_MAX_ERRORS];
+};
+
+/* LT_OK when every field is valid; otherwise LT_ERR_INVALID with errs filled and the
+ * first message in lt_last_error. Checks values only (files are read when the job runs). */
+lt_status lt_train_params_validate(const struct lt_train_params *p, struct lt_train_errors *errs);
+
+enum lt_train_state {
+    LT_TRAIN_IDLE = 0,
+    LT_TRAIN_STARTING, /* loading data, admission, allocation */
+    LT_TRAIN_RUNNING,
+    LT_TRAIN_PAUSED,
+    LT_TRAIN_DONE,
+    LT_TRAIN_CANCELLED,
+    LT_TRAIN_ERROR,
+};
+const char *lt_train_state_name(enum lt_train_state s); /* "idle", "running", ... */
+
+struct lt_train_progress {
+    int epoch, n_epochs;
+    int step, n_steps; /* optimizer steps over the whole job */
+    float loss;        /* of the last micro-batch */
+    double tokens_per_s;
+    double eta_s;
+};
+
+struct lt_train_result {
+    enum lt_train_state state; /* DONE, CANCELLED or ERROR */
+    int n_epochs;
+    float train_loss[LT_TRAIN_MAX_EPOCHS]; /* mean per epoch */
+    float eval_loss[LT_TRAIN_MAX_EPOCHS];  /* NAN without a validation split */
+    int64_t tokens;                        /* trained (loss-bearing and context) */
+    double seconds, tokens_per_s;
+    size_t peak_bytes;                     /* admission estimate */
+    size_t allocated_bytes;                /* what allocation took */
+    int n_fallback;                        /* nodes not on the first backend */
+    lt_status status;
+    struct lt_refusal refusal;             /* kind != NONE when admission refused */
+    char error[1024];                      /* the reason on failure (refusal sentence unchanged) */
+    /* the loss curve (per optimizer step), for plots */
+    int n_curve;
+    float *curve;
+};
+
+typedef void (*lt_train_progress_fn)(void *user, const struct lt_train_progress *p);
+
+struct lt_train_job;
+
+/* Starts a job on its own thread, training `model` on `backends` (priority order).
+ * Parameters are validated first (LT_ERR_INVALID, nothing started). The model must
+ * outlive the job; inference may go on using it meanwhile (the job trains adapters or its
+ * own F32 copies, never the served weights in place). */
+lt_status lt_train_job_start(struct lt_model *model, struct lt_backend *const *backends,
+                             int n_backends, const struct lt_train_params *params,
+                             lt_train_progress_fn progress, void *user, struct lt_train_job **out);
+/* Runs a job on the calling thread to the end (the CLI). */
+lt_status lt_train_job_run(struct lt_model *model, struct lt_backend *const *backends,
+                           int n_backends, const struct lt_train_params *params,
+                           lt_train_progress_fn progress, void *user,
+                           struct lt_train_result *result);
+
+enum lt_train_state lt_train_job_state(struct lt_train_job *job);
+void lt_train_job_progress(struct lt_train_job *job, struct lt_train_progress *out);
+void lt_train_job_cancel(struct lt_train_job *job);
+void lt_train_job_pause(struct lt_train_job *job);
+void lt_train_job_resume(struct lt_train_job *job);
+/* Waits for the end and copies the result (curve is owned by the job). */
+void lt_train_job_wait(struct lt_train_job *job, struct lt_train_result *out);
+/* Cancels if running, waits, frees. */
+void lt_train_job_free(struct lt_train_job *job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
