@@ -1,7 +1,212 @@
-/* norm.c: (being written) */
+/* norm.c: RMS_NORM and L2_NORM over ne[0], and their backward ops RMS_NORM_BACK and
+ * L2_NORM_BACK (dL/dx from dL/dy), with their CPU kernels.
+ *
+ * Both norms are y = x * r with r = (S + eps)^(-1/2), where S = sum(x^2) / n for RMS (n =
+ * ne0) and S = sum(x^2) for L2; eps sits inside the root in both (HF/FLA's l2norm, not
+ * F.normalize's clamp). The gradient is dx = r * g - r^3 * x * sum(g * x) / n (n = 1 for
+ * L2). Sums run in double. Sources may have any strides; results are contiguous F32.
+ * Threads take whole rows, so no barrier is needed; a strided row is first gathered into
+ * the thread's own scratch so the arithmetic loops see unit strides. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lathe/ops.h"
 #include "ops/op.h"
 
-const struct lt_op_def lt_op_def_rms_norm = {.name = "RMS_NORM", .n_src = 1};
-const struct lt_op_def lt_op_def_l2_norm = {.name = "L2_NORM", .n_src = 1};
-const struct lt_op_def lt_op_def_rms_norm_back = {.name = "RMS_NORM_BACK", .n_src = 2};
-const struct lt_op_def lt_op_def_l2_norm_back = {.name = "L2_NORM_BACK", .n_src = 2};
+enum norm_kind { NORM_RMS, NORM_L2 };
+
+static struct lt_tensor *norm_new(struct lt_ctx *ctx, enum lt_op op, const char *what,
+                                  struct lt_tensor *a, float eps)
+{
+    if (a->type != LT_TYPE_F32) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s': %s, not f32", what, a->name, lt_type_name(a->type));
+        return NULL;
+    }
+    if (!(eps >= 0.0f)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s': eps %g is not >= 0", what, a->name, (double)eps);
+        return NULL;
+    }
+    struct lt_tensor *t =
+        lt_new_op_tensor(ctx, op, LT_TYPE_F32, 4, a->ne, (struct lt_tensor *[]){a}, 1);
+    if (t)
+        lt_set_param_f32(t, 0, eps);
+    return t;
+}
+
+struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps)
+{
+    return norm_new(ctx, LT_OP_RMS_NORM, "rms_norm", a, eps);
+}
+
+struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps)
+{
+    return norm_new(ctx, LT_OP_L2_NORM, "l2_norm", a, eps);
+}
+
+static struct lt_tensor *norm_back_new(struct lt_ctx *ctx, enum lt_op op, const char *what,
+                                       struct lt_tensor *grad, struct lt_tensor *x, float eps)
+{
+    if (grad->type != LT_TYPE_F32 || x->type != LT_TYPE_F32 || !lt_same_shape(grad, x)) {
+        lt_fail(LT_ERR_INVALID, "%s: '%s' (%s) and '%s' (%s) must be f32 of one shape", what,
+                grad->name, lt_type_name(grad->type), x->name, lt_type_name(x->type));
+        return NULL;
+    }
+    struct lt_tensor *t =
+        lt_new_op_tensor(ctx, op, LT_TYPE_F32, 4, x->ne, (struct lt_tensor *[]){grad, x}, 2);
+    if (t)
+        lt_set_param_f32(t, 0, eps);
+    return t;
+}
+
+struct lt_tensor *lt_rms_norm_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
+                                   float eps)
+{
+    return norm_back_new(ctx, LT_OP_RMS_NORM_BACK, "rms_norm_back", grad, x, eps);
+}
+
+struct lt_tensor *lt_l2_norm_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
+                                  float eps)
+{
+    return norm_back_new(ctx, LT_OP_L2_NORM_BACK, "l2_norm_back", grad, x, eps);
+}
+
+/* ---- CPU ---- */
+
+static bool norm_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    int n_src = lt_op_def(node->op)->n_src;
+    for (int i = 0; i < n_src; i++) {
+        const struct lt_tensor *s = node->src[i];
+        if (s->type != LT_TYPE_F32 || !lt_same_shape(s, node)) {
+            snprintf(reason, reason_size, "source %d is not f32 of the result's shape", i);
+            return false;
+        }
+    }
+    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is not contiguous f32");
+        return false;
+    }
+    return true;
+}
+
+/* one gather row per strided source, per thread */
+static size_t norm_work_size(const struct lt_tensor *node, int nth)
+{
+    return (size_t)nth * (size_t)lt_op_def(node->op)->n_src * (size_t)node->ne[0] * sizeof(float);
+}
+
+/* Row r (flattened over dims 1..3) of t as unit-strided floats: in place, or gathered. */
+static const float *row_f32(const struct lt_tensor *t, int64_t r, float *buf)
+{
+    int64_t i1 = r % t->ne[1], i2 = (r / t->ne[1]) % t->ne[2], i3 = r / (t->ne[1] * t->ne[2]);
+    const char *row = (const char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+    if (t->nb[0] == sizeof(float))
+        return (const float *)row;
+    for (int64_t i = 0; i < t->ne[0]; i++)
+        memcpy(&buf[i], row + i * t->nb[0], sizeof(float));
+    return buf;
+}
+
+/* r = (S + eps)^(-1/2), S = sum(x^2) (/ n for RMS) */
+static double norm_factor(enum norm_kind kind, const float *x, int64_t n, float eps)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    if (kind == NORM_RMS && n > 0)
+        s /= (double)n;
+    return 1.0 / sqrt(s + (double)eps);
+}
+
+static void norm_forward(const struct lt_compute_params *p, struct lt_tensor *node,
+                         enum norm_kind kind)
+{
+    const struct lt_tensor *a = node->src[0];
+    int64_t n = node->ne[0], lo, hi;
+    float eps = lt_get_param_f32(node, 0);
+    float *buf = (float *)p->wdata + (size_t)p->ith * (size_t)n;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = row_f32(a, r, buf);
+        float *y = (float *)node->data + r * n;
+        float f = (float)norm_factor(kind, x, n, eps);
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * f;
+    }
+}
+
+static void norm_backward(const struct lt_compute_params *p, struct lt_tensor *node,
+                          enum norm_kind kind)
+{
+    const struct lt_tensor *grad = node->src[0], *xt = node->src[1];
+    int64_t n = node->ne[0], lo, hi;
+    float eps = lt_get_param_f32(node, 0);
+    float *gbuf = (float *)p->wdata + (size_t)p->ith * 2 * (size_t)n, *xbuf = gbuf + n;
+    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *g = row_f32(grad, r, gbuf);
+        const float *x = row_f32(xt, r, xbuf);
+        float *dx = (float *)node->data + r * n;
+        double f = norm_factor(kind, x, n, eps), dot = 0;
+        for (int64_t i = 0; i < n; i++)
+            dot += (double)g[i] * x[i];
+        if (kind == NORM_RMS && n > 0)
+            dot /= (double)n;
+        float fa = (float)f, fb = (float)(f * f * f * dot);
+        for (int64_t i = 0; i < n; i++)
+            dx[i] = fa * g[i] - fb * x[i];
+    }
+}
+
+static void rms_norm_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    norm_forward(p, node, NORM_RMS);
+}
+
+static void l2_norm_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    norm_forward(p, node, NORM_L2);
+}
+
+static void rms_norm_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    norm_backward(p, node, NORM_RMS);
+}
+
+static void l2_norm_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    norm_backward(p, node, NORM_L2);
+}
+
+const struct lt_op_def lt_op_def_rms_norm = {
+    .name = "RMS_NORM",
+    .n_src = 1,
+    .cpu_supported = norm_supported,
+    .cpu_work_size = norm_work_size,
+    .cpu_forward = rms_norm_forward,
+};
+
+const struct lt_op_def lt_op_def_l2_norm = {
+    .name = "L2_NORM",
+    .n_src = 1,
+    .cpu_supported = norm_supported,
+    .cpu_work_size = norm_work_size,
+    .cpu_forward = l2_norm_forward,
+};
+
+const struct lt_op_def lt_op_def_rms_norm_back = {
+    .name = "RMS_NORM_BACK",
+    .n_src = 2,
+    .cpu_supported = norm_supported,
+    .cpu_work_size = norm_work_size,
+    .cpu_forward = rms_norm_back_forward,
+};
+
+const struct lt_op_def lt_op_def_l2_norm_back = {
+    .name = "L2_NORM_BACK",
+    .n_src = 2,
+    .cpu_supported = norm_supported,
+    .cpu_work_size = norm_work_size,
+    .cpu_forward = l2_norm_back_forward,
+};

@@ -1,0 +1,586 @@
+/* test_ops_nn.c: RMS_NORM, L2_NORM, ROPE, SOFT_MAX, CROSS_ENTROPY and their _BACK ops on the
+ * CPU, against plain reference loops in double written here, over contiguous, transposed,
+ * permuted and sliced inputs and 1 and 2 threads. Each _BACK op is also held to a central
+ * finite difference of the forward's double reference (so the gradient formula, not only
+ * its code, is checked). MUL_MAT is in test_ops_nn_matmul.c. */
+#include "ops/op.h"
+#include "ops_nn_util.h"
+
+#define FD_H 1e-4
+
+static float *nn_alloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+/* op output (any shape, contiguous) into a dense array */
+static void nn_read(const struct lt_tensor *t, float *out) { lt_tensor_read_f32(t, out); }
+
+/* ---------------- norms ---------------- */
+
+/* y = x * (S + eps)^(-1/2) per row of n, S = sum(x^2) (/ n for rms), in double */
+static void ref_norm_row(bool rms, const double *x, int64_t n, float eps, double *y)
+{
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i] * x[i];
+    if (rms)
+        s /= (double)n;
+    double r = 1.0 / sqrt(s + eps);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * r;
+}
+
+/* L = sum g * norm(x) over one row, for the finite differences */
+static double norm_row_loss(bool rms, const double *x, const float *g, int64_t n, float eps)
+{
+    double y[64], l = 0;
+    ref_norm_row(rms, x, n, eps, y);
+    for (int64_t i = 0; i < n; i++)
+        l += g[i] * y[i];
+    return l;
+}
+
+static void test_norms(void)
+{
+    const int64_t ne[4] = {37, 5, 3, 2};
+    const int64_t n = ne[0], rows = ne[1] * ne[2] * ne[3], cnt = nn_count(ne);
+    float *rx = nn_alloc(cnt), *rg = nn_alloc(cnt), *got = nn_alloc(cnt), *ref = nn_alloc(cnt);
+    float *fd = nn_alloc(cnt);
+    int bad = 0, runs = 0;
+    for (int rms = 0; rms <= 1; rms++)
+        for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++)
+            for (int nth = 1; nth <= 2; nth++) {
+                struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                float eps = rms ? 1e-6f : 1e-5f;
+                struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne);
+                struct lt_tensor *g =
+                    nn_make(ctx, LT_TYPE_F32, (enum nn_layout)((lay + 1) % NN_LAYOUT_COUNT), ne);
+                nn_fill_rand(x, rx, 2.0f);
+                nn_fill_rand(g, rg, 1.0f);
+                struct lt_tensor *y = rms ? lt_rms_norm(ctx, x, eps) : lt_l2_norm(ctx, x, eps);
+                struct lt_tensor *dx =
+                    rms ? lt_rms_norm_back(ctx, g, x, eps) : lt_l2_norm_back(ctx, g, x, eps);
+                CHECK(y && dx && nn_run(ctx, y, nth) == LT_OK && nn_run(ctx, dx, nth) == LT_OK,
+                      "%s", lt_last_error());
+                if (!y || !dx)
+                    continue;
+                runs++;
+                /* forward */
+                for (int64_t r = 0; r < rows; r++) {
+                    double xd[64], yd[64];
+                    for (int64_t i = 0; i < n; i++)
+                        xd[i] = rx[r * n + i];
+                    ref_norm_row(rms, xd, n, eps, yd);
+                    for (int64_t i = 0; i < n; i++)
+                        ref[r * n + i] = (float)yd[i];
+                }
+                nn_read(y, got);
+                double e1 = check_max_ratio(got, ref, (long)cnt, 1e-6, 1e-5, NULL);
+                CHECK(e1 <= 1.0, "%s forward, %s, %d threads: ratio %g", rms ? "rms" : "l2",
+                      nn_layout_names[lay], nth, e1);
+                /* backward: the closed form, and central differences of the reference */
+                for (int64_t r = 0; r < rows; r++) {
+                    double xd[64], s = 0, dot = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        xd[i] = rx[r * n + i];
+                        s += xd[i] * xd[i];
+                        dot += rg[r * n + i] * xd[i];
+                    }
+                    double m = rms ? (double)n : 1.0, f = 1.0 / sqrt(s / m + eps);
+                    for (int64_t i = 0; i < n; i++) {
+                        ref[r * n + i] = (float)(f * rg[r * n + i] - f * f * f * xd[i] * dot / m);
+                        double keep = xd[i];
+                        xd[i] = keep + FD_H;
+                        double lp = norm_row_loss(rms, xd, rg + r * n, n, eps);
+                        xd[i] = keep - FD_H;
+                        double lm = norm_row_loss(rms, xd, rg + r * n, n, eps);
+                        xd[i] = keep;
+                        fd[r * n + i] = (float)((lp - lm) / (2 * FD_H));
+                    }
+                }
+                nn_read(dx, got);
+                double e2 = check_max_ratio(got, ref, (long)cnt, 1e-6, 1e-4, NULL);
+                double e3 = check_max_ratio(got, fd, (long)cnt, 1e-5, 1e-3, NULL);
+                CHECK(e2 <= 1.0 && e3 <= 1.0, "%s backward, %s, %d threads: ratio %g, fd %g",
+                      rms ? "rms" : "l2", nn_layout_names[lay], nth, e2, e3);
+                bad += !(e1 <= 1.0 && e2 <= 1.0 && e3 <= 1.0);
+                lt_ctx_free(ctx);
+            }
+    printf("norms: %d runs, %d bad\n", runs, bad);
+    /* refusals */
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *h = lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 2);
+    struct lt_tensor *f = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 2);
+    struct lt_tensor *f3 = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3);
+    CHECK(lt_rms_norm(ctx, h, 1e-6f) == NULL, "f16 input");
+    CHECK(lt_l2_norm(ctx, f, -1.0f) == NULL, "negative eps");
+    CHECK(lt_rms_norm_back(ctx, f3, f, 1e-6f) == NULL, "shape mismatch");
+    lt_ctx_free(ctx);
+    free(rx);
+    free(rg);
+    free(got);
+    free(ref);
+    free(fd);
+}
+
+/* ---------------- rope ---------------- */
+
+/* y = rope(x) for one row of hd, Hugging Face's float32 rounding of the angle */
+static void ref_rope_row(const double *x, int64_t hd, int n_dims, int mode, float base, int32_t pos,
+                         bool exact_angle, bool inverse, double *y)
+{
+    for (int64_t i = 0; i < hd; i++)
+        y[i] = x[i];
+    for (int j = 0; j < n_dims / 2; j++) {
+        double angle;
+        if (exact_angle) {
+            angle = pos * pow(base, -2.0 * j / n_dims);
+        } else {
+            float inv = 1.0f / (float)pow(base, (double)((float)(2 * j) / (float)n_dims));
+            angle = (double)((float)pos * inv);
+        }
+        double c = cos(angle), s = inverse ? -sin(angle) : sin(angle);
+        int i0 = mode == LT_ROPE_NEOX ? j : 2 * j, i1 = mode == LT_ROPE_NEOX ? j + n_dims / 2 : 2 * j + 1;
+        y[i0] = x[i0] * c - x[i1] * s;
+        y[i1] = x[i0] * s + x[i1] * c;
+    }
+}
+
+static void test_rope(void)
+{
+    const int64_t ne[4] = {10, 3, 5, 2};
+    const int64_t hd = ne[0], cnt = nn_count(ne);
+    const int32_t positions[5] = {0, 1, 7, 1000, 30000};
+    float *rx = nn_alloc(cnt), *rg = nn_alloc(cnt), *got = nn_alloc(cnt), *ref = nn_alloc(cnt);
+    float *exact = nn_alloc(cnt), *back = nn_alloc(cnt), *tol = nn_alloc(cnt);
+    int runs = 0, bad = 0;
+    for (int mi = 0; mi < 2; mi++)
+        for (int nd = 6; nd <= 10; nd += 4)
+            for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++)
+                for (int nth = 1; nth <= 2; nth++) {
+                    int mode = mi ? LT_ROPE_NEOX : LT_ROPE_NORMAL;
+                    float base = nd == 6 ? 10000.0f : 1000000.0f;
+                    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                    struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne);
+                    struct lt_tensor *g = nn_make(
+                        ctx, LT_TYPE_F32, (enum nn_layout)((lay + 2) % NN_LAYOUT_COUNT), ne);
+                    struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, ne[2]);
+                    memcpy(pos->data, positions, sizeof(positions));
+                    nn_fill_rand(x, rx, 1.0f);
+                    nn_fill_rand(g, rg, 1.0f);
+                    struct lt_tensor *y = lt_rope(ctx, x, pos, nd, (enum lt_rope_mode)mode, base);
+                    struct lt_tensor *dx =
+                        lt_rope_back(ctx, g, pos, nd, (enum lt_rope_mode)mode, base);
+                    CHECK(y && dx && nn_run(ctx, y, nth) == LT_OK && nn_run(ctx, dx, nth) == LT_OK,
+                          "%s", lt_last_error());
+                    if (!y || !dx)
+                        continue;
+                    runs++;
+                    double dot_y_g = 0, dot_x_dx = 0, dot_abs = 0;
+                    for (int64_t r = 0; r < cnt / hd; r++) {
+                        int32_t p = positions[(r / ne[1]) % ne[2]];
+                        double xd[16], gd[16], yd[16], ed[16], bd[16];
+                        for (int64_t i = 0; i < hd; i++) {
+                            xd[i] = rx[r * hd + i];
+                            gd[i] = rg[r * hd + i];
+                        }
+                        ref_rope_row(xd, hd, nd, mode, base, p, false, false, yd);
+                        ref_rope_row(xd, hd, nd, mode, base, p, true, false, ed);
+                        ref_rope_row(gd, hd, nd, mode, base, p, false, true, bd);
+                        for (int64_t i = 0; i < hd; i++) {
+                            ref[r * hd + i] = (float)yd[i];
+                            exact[r * hd + i] = (float)ed[i];
+                            back[r * hd + i] = (float)bd[i];
+                            /* the float32 angle is off by up to ~pos * 2^-24 rad */
+                            tol[r * hd + i] = 2e-6f + (float)p * 2.5e-7f;
+                        }
+                    }
+                    nn_read(y, got);
+                    double e1 = check_max_ratio(got, ref, (long)cnt, 2e-6, 1e-6, NULL);
+                    int beyond = 0, passthrough_bad = 0;
+                    for (int64_t i = 0; i < cnt; i++) {
+                        beyond += fabsf(got[i] - exact[i]) > tol[i];
+                        if (i % hd >= nd)
+                            passthrough_bad += got[i] != rx[i];
+                        dot_y_g += (double)got[i] * rg[i];
+                        dot_abs += fabs((double)got[i] * rg[i]);
+                    }
+                    nn_read(dx, got);
+                    double e2 = check_max_ratio(got, back, (long)cnt, 2e-6, 1e-6, NULL);
+                    for (int64_t i = 0; i < cnt; i++)
+                        dot_x_dx += (double)rx[i] * got[i];
+                    /* rope_back is the adjoint: <rope(x), g> = <x, rope_back(g)> */
+                    double adj = fabs(dot_y_g - dot_x_dx) / (1e-6 + dot_abs);
+                    CHECK(e1 <= 1.0 && beyond == 0 && passthrough_bad == 0 && e2 <= 1.0 && adj < 1e-5,
+                          "rope %s n_dims %d, %s, %d threads: fwd %g, %d past the float64 "
+                          "bound, %d pass-through changed, back %g, adjoint %g",
+                          mode ? "neox" : "normal", nd, nn_layout_names[lay], nth, e1, beyond,
+                          passthrough_bad, e2, adj);
+                    bad += !(e1 <= 1.0 && beyond == 0 && passthrough_bad == 0 && e2 <= 1.0 &&
+                             adj < 1e-5);
+                    lt_ctx_free(ctx);
+                }
+    printf("rope: %d runs, %d bad\n", runs, bad);
+
+    /* rope_back against central differences of L = sum g * rope(x), on one small case */
+    {
+        struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+        const int64_t sne[4] = {8, 2, 3, 1};
+        const int32_t sp[3] = {2, 5, 11};
+        float sx[48], sg[48], sdx[48], sfd[48];
+        struct lt_tensor *g = nn_make(ctx, LT_TYPE_F32, NN_TRANSPOSED, sne);
+        struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, 3);
+        memcpy(pos->data, sp, sizeof(sp));
+        nn_fill_rand(g, sg, 1.0f);
+        for (int i = 0; i < 48; i++)
+            sx[i] = nn_rand();
+        struct lt_tensor *dx = lt_rope_back(ctx, g, pos, 6, LT_ROPE_NEOX, 100.0f);
+        CHECK(dx && nn_run(ctx, dx, 2) == LT_OK);
+        nn_read(dx, sdx);
+        for (int r = 0; r < 6; r++)
+            for (int i = 0; i < 8; i++) {
+                double xd[8], yd[8], lp = 0, lm = 0;
+                for (int k = 0; k < 8; k++)
+                    xd[k] = sx[r * 8 + k];
+                xd[i] += FD_H;
+                ref_rope_row(xd, 8, 6, LT_ROPE_NEOX, 100.0f, sp[r / 2], false, false, yd);
+                for (int k = 0; k < 8; k++)
+                    lp += sg[r * 8 + k] * yd[k];
+                xd[i] -= 2 * FD_H;
+                ref_rope_row(xd, 8, 6, LT_ROPE_NEOX, 100.0f, sp[r / 2], false, false, yd);
+                for (int k = 0; k < 8; k++)
+                    lm += sg[r * 8 + k] * yd[k];
+                sfd[r * 8 + i] = (float)((lp - lm) / (2 * FD_H));
+            }
+        double e = check_max_ratio(sdx, sfd, 48, 1e-5, 1e-3, NULL);
+        CHECK(e <= 1.0, "rope_back vs finite differences: ratio %g", e);
+        lt_ctx_free(ctx);
+    }
+
+    /* refusals */
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *x = lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 2, 4);
+    struct lt_tensor *p4 = lt_new_tensor_1d(ctx, LT_TYPE_I32, 4);
+    struct lt_tensor *p3 = lt_new_tensor_1d(ctx, LT_TYPE_I32, 3);
+    CHECK(lt_rope(ctx, x, p3, 8, LT_ROPE_NEOX, 1e4f) == NULL, "positions per token");
+    CHECK(lt_rope(ctx, x, p4, 7, LT_ROPE_NEOX, 1e4f) == NULL, "odd n_dims");
+    CHECK(lt_rope(ctx, x, p4, 10, LT_ROPE_NEOX, 1e4f) == NULL, "n_dims > head_dim");
+    CHECK(lt_rope(ctx, x, p4, 8, (enum lt_rope_mode)1, 1e4f) == NULL, "unknown mode");
+    CHECK(lt_rope(ctx, x, p4, 8, LT_ROPE_NORMAL, 1e4f) != NULL);
+    lt_ctx_free(ctx);
+    free(rx);
+    free(rg);
+    free(got);
+    free(ref);
+    free(exact);
+    free(back);
+    free(tol);
+}
+
+/* ---------------- softmax ---------------- */
+
+/* one row: y = softmax(x * scale + m) over keys [0, keep); dropped keys 0; all dropped: 0 */
+static void ref_softmax_row(const double *x, const float *m, int64_t n, int64_t keep, double scale,
+                            double *y)
+{
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = i < keep ? x[i] * scale + (m ? m[i] : 0.0) : -INFINITY;
+        mx = y[i] > mx ? y[i] : mx;
+    }
+    if (mx == -INFINITY) {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 0;
+        return;
+    }
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        s += y[i] = exp(y[i] - mx);
+    for (int64_t i = 0; i < n; i++)
+        y[i] /= s;
+}
+
+static void test_softmax(void)
+{
+    const int64_t ne[4] = {11, 7, 4, 2}, mne[4] = {11, 7, 2, 1};
+    const int64_t n = ne[0], cnt = nn_count(ne), mcnt = nn_count(mne);
+    const float scale = 0.37f;
+    float *rx = nn_alloc(cnt), *got = nn_alloc(cnt), *ref = nn_alloc(cnt), *rm = nn_alloc(mcnt);
+    int runs = 0, bad = 0;
+    for (int use_mask = 0; use_mask <= 1; use_mask++)
+        for (int causal = 0; causal <= 1; causal++)
+            for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++)
+                for (int nth = 1; nth <= 2; nth++) {
+                    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                    struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne);
+                    nn_fill_rand(x, rx, 4.0f);
+                    struct lt_tensor *mask = NULL;
+                    if (use_mask) {
+                        mask = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)((lay + 3) % 4), mne);
+                        for (int64_t i = 0; i < mcnt; i++) {
+                            float u = nn_rand();
+                            rm[i] = u < -0.6f ? -INFINITY : u;
+                            if (i / n == 3) /* row 3 of head 0: every key masked */
+                                rm[i] = -INFINITY;
+                        }
+                        nn_fill_values(mask, rm);
+                    }
+                    struct lt_tensor *y = lt_soft_max(ctx, x, mask, scale, causal);
+                    CHECK(y && nn_run(ctx, y, nth) == LT_OK, "%s", lt_last_error());
+                    if (!y)
+                        continue;
+                    runs++;
+                    int nonzero_dropped = 0;
+                    nn_read(y, got);
+                    for (int64_t r = 0; r < cnt / n; r++) {
+                        int64_t i1 = r % ne[1], i2 = (r / ne[1]) % ne[2], i3 = r / (ne[1] * ne[2]);
+                        int64_t keep = causal ? i1 + (ne[0] - ne[1]) + 1 : n;
+                        const float *m =
+                            use_mask ? rm + nn_idx(mne, 0, i1, i2 % mne[2], i3 % mne[3]) : NULL;
+                        double xd[16], yd[16];
+                        for (int64_t i = 0; i < n; i++)
+                            xd[i] = rx[r * n + i];
+                        ref_softmax_row(xd, m, n, keep, scale, yd);
+                        for (int64_t i = 0; i < n; i++) {
+                            ref[r * n + i] = (float)yd[i];
+                            bool dropped = i >= keep || (m && m[i] == -INFINITY);
+                            nonzero_dropped += dropped && got[r * n + i] != 0.0f;
+                        }
+                    }
+                    double e = check_max_ratio(got, ref, (long)cnt, 1e-7, 1e-5, NULL);
+                    CHECK(e <= 1.0 && nonzero_dropped == 0,
+                          "softmax mask %d causal %d, %s, %d threads: ratio %g, %d dropped "
+                          "keys not 0",
+                          use_mask, causal, nn_layout_names[lay], nth, e, nonzero_dropped);
+                    bad += !(e <= 1.0 && nonzero_dropped == 0);
+                    lt_ctx_free(ctx);
+                }
+    printf("softmax: %d runs, %d bad\n", runs, bad);
+
+    /* backward: closed form and finite differences, d/d(input of the softmax) */
+    runs = bad = 0;
+    float *ry = nn_alloc(cnt), *rg = nn_alloc(cnt), *fd = nn_alloc(cnt);
+    for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++)
+        for (int nth = 1; nth <= 2; nth++) {
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+            struct lt_tensor *g = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne);
+            struct lt_tensor *yv = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)((lay + 1) % 4), ne);
+            nn_fill_rand(g, rg, 1.0f);
+            for (int64_t i = 0; i < cnt; i++)
+                rx[i] = 3.0f * nn_rand();
+            for (int64_t r = 0; r < cnt / n; r++) {
+                double xd[16], yd[16];
+                for (int64_t i = 0; i < n; i++)
+                    xd[i] = rx[r * n + i];
+                ref_softmax_row(xd, NULL, n, n, 1.0, yd);
+                for (int64_t i = 0; i < n; i++)
+                    ry[r * n + i] = (float)yd[i];
+            }
+            nn_fill_values(yv, ry);
+            struct lt_tensor *dx = lt_soft_max_back(ctx, g, yv);
+            CHECK(dx && nn_run(ctx, dx, nth) == LT_OK, "%s", lt_last_error());
+            if (!dx)
+                continue;
+            runs++;
+            for (int64_t r = 0; r < cnt / n; r++) {
+                double dot = 0, xd[16], yd[16];
+                for (int64_t i = 0; i < n; i++)
+                    dot += (double)rg[r * n + i] * ry[r * n + i];
+                for (int64_t i = 0; i < n; i++) {
+                    ref[r * n + i] = (float)(ry[r * n + i] * (rg[r * n + i] - dot));
+                    for (int64_t k = 0; k < n; k++)
+                        xd[k] = rx[r * n + k];
+                    double lp = 0, lm = 0;
+                    xd[i] += FD_H;
+                    ref_softmax_row(xd, NULL, n, n, 1.0, yd);
+                    for (int64_t k = 0; k < n; k++)
+                        lp += rg[r * n + k] * yd[k];
+                    xd[i] -= 2 * FD_H;
+                    ref_softmax_row(xd, NULL, n, n, 1.0, yd);
+                    for (int64_t k = 0; k < n; k++)
+                        lm += rg[r * n + k] * yd[k];
+                    fd[r * n + i] = (float)((lp - lm) / (2 * FD_H));
+                }
+            }
+            nn_read(dx, got);
+            double e1 = check_max_ratio(got, ref, (long)cnt, 1e-7, 1e-5, NULL);
+            double e2 = check_max_ratio(got, fd, (long)cnt, 1e-6, 1e-3, NULL);
+            CHECK(e1 <= 1.0 && e2 <= 1.0, "softmax_back %s, %d threads: ratio %g, fd %g",
+                  nn_layout_names[lay], nth, e1, e2);
+            bad += !(e1 <= 1.0 && e2 <= 1.0);
+            lt_ctx_free(ctx);
+        }
+    printf("softmax_back: %d runs, %d bad\n", runs, bad);
+
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *x = lt_new_tensor_4d(ctx, LT_TYPE_F32, 8, 4, 6, 1);
+    CHECK(lt_soft_max(ctx, x, lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 4, 4), 1, false) == NULL,
+          "4 mask heads do not divide 6");
+    CHECK(lt_soft_max(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3), 1, false) == NULL,
+          "mask rows differ");
+    CHECK(lt_soft_max(ctx, x, lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 4, 3), 1, true) != NULL);
+    lt_ctx_free(ctx);
+    free(rx);
+    free(got);
+    free(ref);
+    free(rm);
+    free(ry);
+    free(rg);
+    free(fd);
+}
+
+/* ---------------- cross-entropy ---------------- */
+
+enum { CE_V = 29, CE_N = 7 };
+
+/* mean over unmasked rows of logsumexp(x) - x[label]; logits dense [V, N] in double */
+static double ref_ce(const double *x, const int32_t *labels)
+{
+    double total = 0;
+    int valid = 0;
+    for (int n = 0; n < CE_N; n++) {
+        if (labels[n] < 0)
+            continue;
+        const double *row = x + n * CE_V;
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < CE_V; i++)
+            mx = row[i] > mx ? row[i] : mx;
+        for (int i = 0; i < CE_V; i++)
+            s += exp(row[i] - mx);
+        total += mx + log(s) - row[labels[n]];
+        valid++;
+    }
+    return valid ? total / valid : 0.0;
+}
+
+/* logits [V, N] in one of four layouts: contiguous, transposed, sliced, and every other
+ * element of a larger tensor (neither stride is the element size) */
+static struct lt_tensor *ce_logits(struct lt_ctx *ctx, int lay)
+{
+    const int64_t ne[4] = {CE_V, CE_N, 1, 1};
+    if (lay != 2)
+        return nn_make(ctx, LT_TYPE_F32, (enum nn_layout)(lay == 3 ? NN_SLICED : lay), ne);
+    struct lt_tensor *s = lt_new_tensor_3d(ctx, LT_TYPE_F32, 2, CE_V, CE_N);
+    nn_fill_nan(s);
+    struct lt_tensor *p = lt_permute(ctx, s, 2, 0, 1, 3); /* [V, N, 2], nb0 = 8 */
+    return lt_view_2d(ctx, p, CE_V, CE_N, p->nb[1], sizeof(float));
+}
+
+static const char *const ce_layout_names[] = {"contiguous", "transposed", "strided", "sliced"};
+
+static void test_cross_entropy(void)
+{
+    const int32_t labels_v[CE_N] = {3, -1, 28, 0, 17, -1, 5};
+    const float grad_loss = 0.7f;
+    float rx[CE_V * CE_N], got[CE_V * CE_N], ref[CE_V * CE_N], fd[CE_V * CE_N];
+    int runs = 0, bad = 0;
+    float loss_by_thread[3] = {0};
+    for (int lay = 0; lay < 4; lay++)
+        for (int nth = 1; nth <= 2; nth++) {
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+            struct lt_tensor *x = ce_logits(ctx, lay);
+            CHECK(x && x->ne[0] == CE_V && x->ne[1] == CE_N, "%s", lt_last_error());
+            if (!x)
+                continue;
+            nn_rng_state = 0x1234567u; /* the same logits for every layout and thread count */
+            nn_fill_rand(x, rx, 3.0f);
+            struct lt_tensor *labels = lt_new_tensor_1d(ctx, LT_TYPE_I32, CE_N);
+            memcpy(labels->data, labels_v, sizeof(labels_v));
+            struct lt_tensor *gl = lt_new_tensor_1d(ctx, LT_TYPE_F32, 1);
+            memcpy(gl->data, &grad_loss, sizeof(grad_loss));
+            struct lt_tensor *loss = lt_cross_entropy(ctx, x, labels);
+            struct lt_tensor *dx = lt_cross_entropy_back(ctx, gl, x, labels);
+            CHECK(loss && dx && nn_run(ctx, loss, nth) == LT_OK && nn_run(ctx, dx, nth) == LT_OK,
+                  "%s", lt_last_error());
+            if (!loss || !dx)
+                continue;
+            runs++;
+            double xd[CE_V * CE_N];
+            for (int i = 0; i < CE_V * CE_N; i++)
+                xd[i] = rx[i];
+            double want = ref_ce(xd, labels_v);
+            float l = *(float *)loss->data;
+            if (lay == 0)
+                loss_by_thread[nth] = l;
+            bool fwd_ok = fabs(l - want) <= 1e-6 + 1e-6 * fabs(want);
+            /* closed form and central differences of grad_loss * ref_ce */
+            int valid = 0;
+            for (int n = 0; n < CE_N; n++)
+                valid += labels_v[n] >= 0;
+            for (int n = 0; n < CE_N; n++) {
+                double mx = -INFINITY, s = 0;
+                for (int i = 0; i < CE_V; i++)
+                    mx = xd[n * CE_V + i] > mx ? xd[n * CE_V + i] : mx;
+                for (int i = 0; i < CE_V; i++)
+                    s += exp(xd[n * CE_V + i] - mx);
+                for (int i = 0; i < CE_V; i++) {
+                    double p = exp(xd[n * CE_V + i] - mx) / s - (i == labels_v[n]);
+                    ref[n * CE_V + i] = labels_v[n] < 0 ? 0.0f : (float)(grad_loss * p / valid);
+                    double keep = xd[n * CE_V + i];
+                    xd[n * CE_V + i] = keep + FD_H;
+                    double lp = ref_ce(xd, labels_v);
+                    xd[n * CE_V + i] = keep - FD_H;
+                    double lm = ref_ce(xd, labels_v);
+                    xd[n * CE_V + i] = keep;
+                    fd[n * CE_V + i] = (float)(grad_loss * (lp - lm) / (2 * FD_H));
+                }
+            }
+            nn_read(dx, got);
+            double e1 = check_max_ratio(got, ref, CE_V * CE_N, 1e-8, 1e-5, NULL);
+            double e2 = check_max_ratio(got, fd, CE_V * CE_N, 1e-6, 1e-3, NULL);
+            int masked_nonzero = 0;
+            for (int n = 0; n < CE_N; n++)
+                for (int i = 0; i < CE_V && labels_v[n] < 0; i++)
+                    masked_nonzero += got[n * CE_V + i] != 0.0f;
+            CHECK(fwd_ok && e1 <= 1.0 && e2 <= 1.0 && masked_nonzero == 0,
+                  "cross_entropy %s, %d threads: loss %.9g vs %.9g, grad ratio %g, fd %g, %d "
+                  "masked nonzero",
+                  ce_layout_names[lay], nth, l, want, e1, e2, masked_nonzero);
+            bad += !(fwd_ok && e1 <= 1.0 && e2 <= 1.0 && masked_nonzero == 0);
+            lt_ctx_free(ctx);
+        }
+    printf("cross_entropy: %d runs, %d bad\n", runs, bad);
+    CHECK(loss_by_thread[1] == loss_by_thread[2], "the loss depends on the thread count");
+
+    /* every label masked: loss 0, gradient 0; a label >= V: NaN loss */
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+    struct lt_tensor *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, CE_V, 3);
+    for (int i = 0; i < CE_V * 3; i++)
+        ((float *)x->data)[i] = nn_rand();
+    struct lt_tensor *lab = lt_new_tensor_1d(ctx, LT_TYPE_I32, 3);
+    int32_t none[3] = {-1, -1, -100};
+    memcpy(lab->data, none, sizeof(none));
+    struct lt_tensor *gl = lt_new_tensor_1d(ctx, LT_TYPE_F32, 1);
+    *(float *)gl->data = 1.0f;
+    struct lt_tensor *loss = lt_cross_entropy(ctx, x, lab), *dx = lt_cross_entropy_back(ctx, gl, x, lab);
+    CHECK(nn_run(ctx, loss, 2) == LT_OK && nn_run(ctx, dx, 2) == LT_OK);
+    CHECK(*(float *)loss->data == 0.0f, "all masked: loss %g", *(float *)loss->data);
+    int nz = 0;
+    for (int i = 0; i < CE_V * 3; i++)
+        nz += ((float *)dx->data)[i] != 0.0f;
+    CHECK(nz == 0, "all masked: %d gradient entries nonzero", nz);
+    int32_t out_of_range[3] = {1, CE_V, 2};
+    memcpy(lab->data, out_of_range, sizeof(out_of_range));
+    CHECK(nn_run(ctx, loss, 1) == LT_OK && isnan(*(float *)loss->data), "label >= V gives NaN");
+    lt_ctx_free(ctx);
+
+    ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *l3 = lt_new_tensor_3d(ctx, LT_TYPE_F32, 5, 2, 2);
+    struct lt_tensor *lb2 = lt_new_tensor_1d(ctx, LT_TYPE_I32, 2);
+    CHECK(lt_cross_entropy(ctx, l3, lb2) == NULL, "3d logits");
+    CHECK(lt_cross_entropy(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 5, 3), lb2) == NULL,
+          "label count");
+    CHECK(lt_cross_entropy(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 5, 2),
+                           lt_new_tensor_1d(ctx, LT_TYPE_F32, 2)) == NULL,
+          "f32 labels");
+    lt_ctx_free(ctx);
+}
+
+int main(void)
+{
+    nn_backends_init();
+    test_norms();
+    test_rope();
+    test_softmax();
+    test_cross_entropy();
+    nn_backends_free();
+    return check_summary();
+}
