@@ -718,6 +718,42 @@ static void test_hand_built(void)
     put(&k, "abcd", 4);
     expect_refusal("string one byte short", &k, at, "key 's'", "past the end");
 
+    /* found by the fuzzer: a 0-byte tensor in a file that ends before its data section
+     * would point past the end; refused */
+    k.n = 0;
+    put(&k, "GGUF", 4);
+    put_u32(&k, 3);
+    put_u64(&k, 1);
+    put_u64(&k, 0);
+    put_str(&k, "z");
+    put_u32(&k, 2);
+    put_u64(&k, 32);
+    put_u64(&k, 0);
+    put_u32(&k, LT_TYPE_F32);
+    at = put_u64(&k, 0);
+    expect_refusal("empty tensor past the end", &k, at, "tensor 'z'", "past the end");
+    pad_to(&k, 32); /* with the data section present, a 0-byte tensor is fine */
+    CHECK(lt_gguf_open_memory(k.p, k.n, &g) == LT_OK, "%s", lt_last_error());
+    if (g)
+        CHECK(lt_gguf_tensor(g, 0)->nbytes == 0 && lt_gguf_tensor(g, 0)->data == k.p + k.n);
+    lt_gguf_close(g);
+
+    /* a zero dim must not hide that the other dims' product overflows */
+    k.n = 0;
+    put(&k, "GGUF", 4);
+    put_u32(&k, 3);
+    put_u64(&k, 1);
+    put_u64(&k, 0);
+    put_str(&k, "z");
+    put_u32(&k, 3);
+    put_u64(&k, 0);
+    put_u64(&k, 1ull << 40);
+    at = put_u64(&k, 1ull << 40);
+    put_u32(&k, LT_TYPE_F32);
+    put_u64(&k, 0);
+    pad_to(&k, 32);
+    expect_refusal("zero dim and overflow", &k, at, "tensor 'z'", "overflows");
+
     /* a 64-byte tensor name is one too long, 63 bytes is fine */
     char name[65];
     memset(name, 'n', 64);

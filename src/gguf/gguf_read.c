@@ -423,7 +423,8 @@ static lt_status read_tensor_info(struct cursor *c, struct lt_gguf_tensor_info *
         if (ne > (uint64_t)INT64_MAX)
             return bad_at(c, at, "ne[%u] = %lld is negative", d, (long long)(int64_t)ne);
         t->ne[d] = (int64_t)ne;
-        if (__builtin_mul_overflow(n_el, t->ne[d], &n_el))
+        /* zero dims count as 1, so no partial product (ne1*ne2*ne3, say) overflows either */
+        if (__builtin_mul_overflow(n_el, ne ? t->ne[d] : 1, &n_el))
             return bad_at(c, at, "the element count overflows at ne[%u] = %lld", d,
                           (long long)t->ne[d]);
     }
@@ -463,8 +464,9 @@ static lt_status place_tensors(struct cursor *c, const struct info_at *where)
         if (t->offset % g->alignment != 0)
             return bad_at(c, where[i].offset, "data offset %llu is not a multiple of the alignment %zu",
                           (unsigned long long)t->offset, g->alignment);
-        size_t avail = g->size > g->data_offset ? g->size - g->data_offset : 0;
-        if (t->offset > avail || t->nbytes > avail - t->offset)
+        /* even a tensor of 0 bytes must point inside the file */
+        size_t avail = g->size >= g->data_offset ? g->size - g->data_offset : 0;
+        if (g->data_offset > g->size || t->offset > avail || t->nbytes > avail - t->offset)
             return bad_at(c, where[i].offset,
                           "data ends past the end of the file (data section at %zu + offset "
                           "%llu + %zu bytes > file size %zu)",
