@@ -175,18 +175,23 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Throughput of the shapes inference and training hit (printed, not asserted). */
-static void bench_mul_mat(void)
+/* Throughput of the shapes inference and training hit (printed, not asserted), on
+ * LATHE_BENCH threads. */
+static void bench_mul_mat(int nth)
 {
+    struct lt_backend *cpu = lt_backend_cpu_new(nth);
     struct {
         enum lt_type type;
         int64_t K, M, N;
     } shapes[] = {
         {LT_TYPE_F32, 576, 1536, 1},   {LT_TYPE_F16, 576, 1536, 1}, {LT_TYPE_BF16, 576, 1536, 1},
         {LT_TYPE_F32, 576, 1536, 128}, {LT_TYPE_F16, 576, 1536, 128},
+        /* a 1.5B model's FFN: weights far larger than the caches */
+        {LT_TYPE_F32, 1536, 8960, 1},  {LT_TYPE_F16, 1536, 8960, 1}, {LT_TYPE_BF16, 1536, 8960, 1},
+        {LT_TYPE_F32, 1536, 8960, 64}, {LT_TYPE_BF16, 1536, 8960, 64},
     };
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20});
+        struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
         struct lt_tensor *a = lt_new_tensor_2d(ctx, shapes[i].type, shapes[i].K, shapes[i].M);
         struct lt_tensor *b = lt_new_tensor_2d(ctx, LT_TYPE_F32, shapes[i].K, shapes[i].N);
         memset(a->data, 0, lt_nbytes(a));
@@ -194,23 +199,24 @@ static void bench_mul_mat(void)
         struct lt_tensor *d = lt_mul_mat(ctx, a, b);
         struct lt_graph *g = lt_graph_new(ctx, 8);
         lt_graph_build(g, d);
-        int reps = shapes[i].N == 1 ? 50 : 4;
-        double dt = INFINITY; /* the best of 7 trials: the machine is shared */
-        for (int trial = 0; trial < 7; trial++) {
+        int reps = shapes[i].N == 1 ? 20 : 2;
+        double dt = INFINITY; /* the best of 5 trials: the machine is shared */
+        for (int trial = 0; trial < 5; trial++) {
             double t0 = now_s();
             for (int r = 0; r < reps; r++)
-                lt_cpu_graph_compute(nn_cpu[2], g);
+                lt_cpu_graph_compute(cpu, g);
             double t = (now_s() - t0) / reps;
             dt = t < dt ? t : dt;
         }
         double gflops = 2.0 * shapes[i].K * shapes[i].M * shapes[i].N / dt * 1e-9;
         double gbs = (double)lt_nbytes(a) / dt * 1e-9;
-        printf("bench mul_mat %s K=%lld M=%lld N=%lld, 2 threads: %.3f ms, %.1f GFLOP/s, %.1f GB/s "
-               "of weights\n",
+        printf("bench mul_mat %s K=%lld M=%lld N=%lld, %d threads: %.3f ms, %.1f GFLOP/s, %.1f "
+               "GB/s of weights\n",
                lt_type_name(shapes[i].type), (long long)shapes[i].K, (long long)shapes[i].M,
-               (long long)shapes[i].N, dt * 1e3, gflops, gbs);
+               (long long)shapes[i].N, nth, dt * 1e3, gflops, gbs);
         lt_ctx_free(ctx);
     }
+    lt_backend_free(cpu);
 }
 
 int main(void)
@@ -220,7 +226,7 @@ int main(void)
     test_mul_mat_q8_0();
     test_mul_mat_refusals();
     if (getenv("LATHE_BENCH"))
-        bench_mul_mat();
+        bench_mul_mat(atoi(getenv("LATHE_BENCH")) > 0 ? atoi(getenv("LATHE_BENCH")) : 2);
     nn_backends_free();
     return check_summary();
 }
