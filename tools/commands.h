@@ -5,5 +5,6 @@
 
 int cmd_convert(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ struct command {
 static const struct command commands[] = {
     {"convert", cmd_convert, "convert HF_DIR -o OUT.gguf  convert a Hugging Face checkpoint to GGUF"},
     {"info", cmd_info, "info FILE.gguf            print a GGUF file's metadata and tensors"},
+    {"tokenize", cmd_tokenize, "tokenize MODEL.gguf       encode stdin / decode ids / render a chat"},
 };
 
 static void usage(FILE *f)
