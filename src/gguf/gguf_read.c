@@ -3,9 +3,10 @@
  * The parser reads through a cursor that never moves past the end of the file: each read
  * first checks the bytes are there, and each count (keys, tensors, array elements, string
  * lengths) is checked against the bytes that remain, times the smallest size one item can
- * take, before anything is allocated for it. So allocation is bounded by a small multiple of
- * the file's size whatever the counts say, and a bad file fails with a message naming the
- * byte offset and the field, never with a crash. Assumes a little-endian host. */
+ * take. Lists of items grow as items are actually parsed (struct vec), so memory follows
+ * the metadata really present, never a count: a lying count fails at the first item that
+ * is not there. A bad file fails with a message naming the byte offset and the field,
+ * never with a crash. Assumes a little-endian host. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -64,6 +65,39 @@ static void arena_free(struct lt_gguf *g)
         c = next;
     }
     g->arena = NULL;
+}
+
+/* A growing array for items being parsed. Memory follows the items actually read, never
+ * a count read from the file: a count is only an upper bound that the remaining bytes were
+ * checked against, and a file of tensor data behind a lying count must not make us allocate
+ * gigabytes before the lie shows. */
+struct vec {
+    void *p;
+    size_t n, cap, elem;
+};
+
+static void *vec_push(struct vec *v)
+{
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 16;
+        void *p = realloc(v->p, cap * v->elem);
+        if (!p)
+            return NULL;
+        v->p = p;
+        v->cap = cap;
+    }
+    return (char *)v->p + v->n++ * v->elem;
+}
+
+/* Moves the items into the arena (so they live until close) and frees the vector. */
+static void *vec_to_arena(struct lt_gguf *g, struct vec *v)
+{
+    void *p = arena_alloc(g, v->n * v->elem + 1);
+    if (p && v->n)
+        memcpy(p, v->p, v->n * v->elem);
+    free(v->p);
+    v->p = NULL;
+    return p;
 }
 
 /* ---------------------------------------------------------------- cursor */
@@ -170,7 +204,7 @@ static lt_status read_array(struct cursor *c, int depth, struct lt_gguf_value *o
     size_t at = c->pos;
     uint32_t et;
     uint64_t n;
-    lt_status st;
+    lt_status st = LT_OK;
     if (depth > LT_GGUF_MAX_ARRAY_DEPTH)
         return bad_at(c, at, "arrays nested more than %d deep", LT_GGUF_MAX_ARRAY_DEPTH);
     if ((st = read_u32(c, &et, "array element type")))
@@ -193,27 +227,29 @@ static lt_status read_array(struct cursor *c, int depth, struct lt_gguf_value *o
     if (n == 0)
         return LT_OK;
 
+    if (et == LT_GGUF_TYPE_STRING || et == LT_GGUF_TYPE_ARRAY) {
+        struct vec v = {.elem = et == LT_GGUF_TYPE_STRING ? sizeof(struct lt_gguf_str)
+                                                          : sizeof(struct lt_gguf_value)};
+        for (uint64_t i = 0; i < n; i++) {
+            void *item = vec_push(&v);
+            if (!item) {
+                st = no_memory(c, v.cap * v.elem);
+                break;
+            }
+            st = et == LT_GGUF_TYPE_STRING ? read_string(c, item, "array string")
+                                           : read_array(c, depth + 1, item);
+            if (st)
+                break;
+        }
+        if (st) {
+            free(v.p);
+            return st;
+        }
+        out->arr.data = vec_to_arena(c->g, &v);
+        return out->arr.data ? LT_OK : no_memory(c, (size_t)n * v.elem);
+    }
+
     switch ((enum lt_gguf_type)et) {
-    case LT_GGUF_TYPE_STRING: {
-        struct lt_gguf_str *strs = arena_alloc(c->g, (size_t)n * sizeof(*strs));
-        if (!strs)
-            return no_memory(c, (size_t)n * sizeof(*strs));
-        for (uint64_t i = 0; i < n; i++)
-            if ((st = read_string(c, &strs[i], "array string")))
-                return st;
-        out->arr.data = strs;
-        return LT_OK;
-    }
-    case LT_GGUF_TYPE_ARRAY: {
-        struct lt_gguf_value *vals = arena_alloc(c->g, (size_t)n * sizeof(*vals));
-        if (!vals)
-            return no_memory(c, (size_t)n * sizeof(*vals));
-        for (uint64_t i = 0; i < n; i++)
-            if ((st = read_array(c, depth + 1, &vals[i])))
-                return st;
-        out->arr.data = vals;
-        return LT_OK;
-    }
     default: {
         size_t bytes = (size_t)n * min;
         uint8_t *data = arena_alloc(c->g, bytes);
@@ -332,30 +368,38 @@ static lt_status read_header(struct cursor *c, uint64_t *n_tensors, uint64_t *n_
 static lt_status read_kvs(struct cursor *c, uint64_t n_kv)
 {
     struct lt_gguf *g = c->g;
-    lt_status st;
-    g->kv = arena_alloc(g, (size_t)n_kv * sizeof(*g->kv) + 1);
-    g->kv_by_key = arena_alloc(g, (size_t)n_kv * sizeof(*g->kv_by_key) + 1);
-    if (!g->kv || !g->kv_by_key)
-        return no_memory(c, (size_t)n_kv * sizeof(*g->kv));
+    lt_status st = LT_OK;
+    struct vec kvs = {.elem = sizeof(struct gguf_kv)};
     for (uint64_t i = 0; i < n_kv; i++) {
-        struct gguf_kv *kv = &g->kv[i];
+        struct gguf_kv *kv = vec_push(&kvs);
+        if (!kv) {
+            st = no_memory(c, kvs.cap * kvs.elem);
+            goto out_free_kvs;
+        }
         snprintf(c->field, sizeof(c->field), "key %llu", (unsigned long long)i);
         kv->key_at = c->pos;
         if ((st = read_name(c, &kv->key, "key name")))
-            return st;
+            goto out_free_kvs;
         snprintf(c->field, sizeof(c->field), "key '%.120s'", kv->key);
         size_t type_at = c->pos;
         uint32_t type;
         if ((st = read_u32(c, &type, "value type")))
-            return st;
-        if (type >= LT_GGUF_TYPE_COUNT)
-            return bad_at(c, type_at, "unknown value type %u", type);
+            goto out_free_kvs;
+        if (type >= LT_GGUF_TYPE_COUNT) {
+            st = bad_at(c, type_at, "unknown value type %u", type);
+            goto out_free_kvs;
+        }
         kv->value_at = c->pos;
         if ((st = read_value(c, (enum lt_gguf_type)type, 0, &kv->value)))
-            return st;
-        g->kv_by_key[i] = kv;
-        g->n_kv = (int64_t)i + 1;
+            goto out_free_kvs;
     }
+    g->kv = vec_to_arena(g, &kvs);
+    g->kv_by_key = arena_alloc(g, (size_t)n_kv * sizeof(*g->kv_by_key) + 1);
+    if (!g->kv || !g->kv_by_key)
+        return no_memory(c, (size_t)n_kv * sizeof(*g->kv));
+    g->n_kv = (int64_t)n_kv;
+    for (uint64_t i = 0; i < n_kv; i++)
+        g->kv_by_key[i] = &g->kv[i];
     qsort(g->kv_by_key, (size_t)n_kv, sizeof(*g->kv_by_key), cmp_kv_key);
     for (uint64_t i = 1; i < n_kv; i++) {
         const struct gguf_kv *a = g->kv_by_key[i - 1], *b = g->kv_by_key[i];
@@ -366,6 +410,10 @@ static lt_status read_kvs(struct cursor *c, uint64_t n_kv)
         }
     }
     return LT_OK;
+
+out_free_kvs:
+    free(kvs.p);
+    return st;
 }
 
 static lt_status read_alignment(struct cursor *c)
@@ -505,35 +553,45 @@ static lt_status read_tensors(struct cursor *c, uint64_t n_tensors)
 {
     struct lt_gguf *g = c->g;
     lt_status st = LT_OK;
-    g->tensors = arena_alloc(g, (size_t)n_tensors * sizeof(*g->tensors) + 1);
-    g->tensors_by_name = arena_alloc(g, (size_t)n_tensors * sizeof(*g->tensors_by_name) + 1);
-    struct info_at *where = malloc((size_t)n_tensors * sizeof(*where) + 1);
-    if (!g->tensors || !g->tensors_by_name || !where) {
-        st = no_memory(c, (size_t)n_tensors * sizeof(*g->tensors));
-        goto out_free_offsets;
-    }
+    struct vec infos = {.elem = sizeof(struct lt_gguf_tensor_info)};
+    struct vec where = {.elem = sizeof(struct info_at)};
     for (uint64_t i = 0; i < n_tensors; i++) {
-        if ((st = read_tensor_info(c, &g->tensors[i], i, &where[i])))
-            goto out_free_offsets;
-        g->tensors_by_name[i] = &g->tensors[i];
-        g->n_tensors = (int64_t)i + 1;
+        struct lt_gguf_tensor_info *t = vec_push(&infos);
+        struct info_at *at = vec_push(&where);
+        if (!t || !at) {
+            st = no_memory(c, infos.cap * infos.elem);
+            goto out_free_vecs;
+        }
+        if ((st = read_tensor_info(c, t, i, at)))
+            goto out_free_vecs;
     }
+    g->tensors = vec_to_arena(g, &infos);
+    g->tensors_by_name = arena_alloc(g, (size_t)n_tensors * sizeof(*g->tensors_by_name) + 1);
+    if (!g->tensors || !g->tensors_by_name) {
+        st = no_memory(c, (size_t)n_tensors * sizeof(*g->tensors));
+        goto out_free_vecs;
+    }
+    g->n_tensors = (int64_t)n_tensors;
+    const struct info_at *w = where.p;
+    for (uint64_t i = 0; i < n_tensors; i++)
+        g->tensors_by_name[i] = &g->tensors[i];
     qsort(g->tensors_by_name, (size_t)n_tensors, sizeof(*g->tensors_by_name), cmp_tensor_name);
     for (uint64_t i = 1; i < n_tensors; i++) {
         const struct lt_gguf_tensor_info *a = g->tensors_by_name[i - 1], *b = g->tensors_by_name[i];
         if (!strcmp(a->name, b->name)) {
-            size_t at_a = where[a - g->tensors].name, at_b = where[b - g->tensors].name;
+            size_t at_a = w[a - g->tensors].name, at_b = w[b - g->tensors].name;
             snprintf(c->field, sizeof(c->field), "tensor '%.120s'", b->name);
             st = bad_at(c, at_a > at_b ? at_a : at_b, "the name appears more than once");
-            goto out_free_offsets;
+            goto out_free_vecs;
         }
     }
 
     size_t pad = (g->alignment - c->pos % g->alignment) % g->alignment;
     g->data_offset = c->pos + pad; /* may pass the end when there is no tensor data */
-    st = place_tensors(c, where);
-out_free_offsets:
-    free(where);
+    st = place_tensors(c, w);
+out_free_vecs:
+    free(infos.p); /* NULL once moved into the arena */
+    free(where.p);
     return st;
 }
 
