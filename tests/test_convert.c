@@ -301,6 +301,32 @@ static void test_gradients(void)
     lt_convert_map_hf(&c, "model.layers.0.linear_attn.A_log", &m);
     CHECK(lt_convert_grad_to_hf(&m, 1, s_alog, gv, NULL, out) == LT_ERR_INVALID);
 
+    /* the one-call form the model checker uses: conv1d's gradient, GGUF ne [4, 24] */
+    int64_t ne[4] = {4, 24, 1, 1}, hs[LT_MAX_DIMS + 1];
+    float grad[96], ghf[96];
+    char hf_name[128];
+    int hnd = 0;
+    for (int i = 0; i < 96; i++)
+        grad[i] = (float)i;
+    CHECK(lt_convert_grad_gguf_to_hf(&c, "blk.2.ssm_conv1d.weight", 2, ne, grad, NULL, hf_name,
+                                     sizeof(hf_name), &hnd, hs, ghf) == LT_OK,
+          "%s", lt_last_error());
+    CHECK(!strcmp(hf_name, "model.layers.2.linear_attn.conv1d.weight"));
+    CHECK(hnd == 3 && hs[0] == 24 && hs[1] == 1 && hs[2] == 4);
+    int bad = 0;
+    for (int ch = 0; ch < 24; ch++) {
+        int src = ch; /* the GGUF channel HF channel ch was written to */
+        if (ch >= 12) {
+            int j = (ch - 12) / 2, d = (ch - 12) % 2;
+            src = 12 + ((j % 3) * 2 + j / 3) * 2 + d;
+        }
+        for (int k = 0; k < 4; k++)
+            bad += ghf[ch * 4 + k] != grad[src * 4 + k];
+    }
+    CHECK(bad == 0, "%d conv1d gradient entries misplaced", bad);
+    CHECK(lt_convert_grad_gguf_to_hf(&c, "blk.2.nothing.weight", 2, ne, grad, NULL, hf_name,
+                                     sizeof(hf_name), &hnd, hs, ghf) == LT_ERR_UNSUPPORTED);
+
     lt_hf_config_parse(llama_json, strlen(llama_json), "llama", &c);
     int64_t s_q[2] = {12, 12}, s_k[2] = {4, 12};
     check_chain_rule(&c, "model.layers.0.self_attn.q_proj.weight", 2, s_q);

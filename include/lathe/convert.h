@@ -138,7 +138,8 @@ void lt_convert_hf_shape(const struct lt_convert_map *m, int n_dims, const int64
                          int *hf_n_dims, int64_t *hf_shape);
 
 /* Forward: the HF parameter's values (dense, HF layout) -> the GGUF tensor's (dense, GGUF
- * order). hf and gguf must not overlap. */
+ * order). hf and gguf may be the same buffer only when m->perm is NONE; otherwise they must
+ * not overlap. */
 lt_status lt_convert_values(const struct lt_convert_map *m, int hf_n_dims, const int64_t *hf_shape,
                             const float *hf, float *gguf);
 
@@ -149,6 +150,15 @@ lt_status lt_convert_values(const struct lt_convert_map *m, int hf_n_dims, const
 lt_status lt_convert_grad_to_hf(const struct lt_convert_map *m, int hf_n_dims,
                                 const int64_t *hf_shape, const float *grad_gguf,
                                 const float *gguf_values, float *grad_hf);
+
+/* All of the above in one call, for the model checker: lathe's gradient of the GGUF tensor
+ * `gguf_name` (dims n_dims/ne, dense float in GGUF order) and that tensor's values -> the HF
+ * parameter's name (hf_name, cap bytes), shape (*hf_n_dims, hf_shape[LT_MAX_DIMS + 1]) and
+ * gradient (grad_hf, as many floats as grad). */
+lt_status lt_convert_grad_gguf_to_hf(const struct lt_hf_config *cfg, const char *gguf_name,
+                                     int n_dims, const int64_t *ne, const float *grad,
+                                     const float *gguf_values, char *hf_name, size_t cap,
+                                     int *hf_n_dims, int64_t *hf_shape, float *grad_hf);
 
 /* ---- the whole conversion ---- */
 

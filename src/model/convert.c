@@ -64,8 +64,10 @@ static lt_status conv_fill(void *user, void *dst, size_t nbytes)
     if (nbytes != job->nbytes)
         return lt_fail(LT_ERR_INVALID, "tensor '%s': the writer asks for %zu bytes, not %zu",
                        job->map.gguf_name, nbytes, job->nbytes);
+    /* without a permutation the element-wise map runs in place: one buffer, not two */
+    bool in_place = job->map.perm == LT_CONVERT_PERM_NONE;
     float *hf = malloc((n ? n : 1) * sizeof(float));
-    float *out = malloc((n ? n : 1) * sizeof(float));
+    float *out = in_place ? hf : malloc((n ? n : 1) * sizeof(float));
     if (!hf || !out) {
         st = lt_fail(LT_ERR_NOMEM, "tensor '%s': out of memory for %zu floats", t->name, n);
         goto out_free;
@@ -81,7 +83,8 @@ static lt_status conv_fill(void *user, void *dst, size_t nbytes)
     }
     tr->from_float(out, dst, (int64_t)n);
 out_free:
-    free(out);
+    if (!in_place)
+        free(out);
     free(hf);
     return st;
 }

@@ -375,6 +375,11 @@ lt_status lt_convert_values(const struct lt_convert_map *m, int hf_n_dims, const
         return st;
     int64_t outer, len, inner;
     axis_split(m, hf_n_dims, hf_shape, &outer, &len, &inner);
+    if (m->perm == LT_CONVERT_PERM_NONE && m->fn == LT_CONVERT_FN_COPY) {
+        if (hf != gguf)
+            memcpy(gguf, hf, (size_t)(outer * len * inner) * sizeof(float));
+        return LT_OK;
+    }
     for (int64_t x = 0; x < len; x++) {
         int64_t px = lt_convert_perm_index(m, x);
         for (int64_t o = 0; o < outer; o++) {
@@ -411,6 +416,23 @@ lt_status lt_convert_grad_to_hf(const struct lt_convert_map *m, int hf_n_dims,
         }
     }
     return LT_OK;
+}
+
+lt_status lt_convert_grad_gguf_to_hf(const struct lt_hf_config *cfg, const char *gguf_name,
+                                     int n_dims, const int64_t *ne, const float *grad,
+                                     const float *gguf_values, char *hf_name, size_t cap,
+                                     int *hf_n_dims, int64_t *hf_shape, float *grad_hf)
+{
+    struct lt_convert_map m;
+    lt_status st = lt_convert_map_gguf(cfg, gguf_name, &m);
+    if (st != LT_OK)
+        return st;
+    if (n_dims < 1 || n_dims > LT_MAX_DIMS)
+        return lt_fail(LT_ERR_INVALID, "GGUF tensor '%s': %d dims", gguf_name, n_dims);
+    if ((size_t)snprintf(hf_name, cap, "%s", m.hf_name) >= cap)
+        return lt_fail(LT_ERR_INVALID, "HF name '%s' does not fit %zu bytes", m.hf_name, cap);
+    lt_convert_hf_shape(&m, n_dims, ne, hf_n_dims, hf_shape);
+    return lt_convert_grad_to_hf(&m, *hf_n_dims, hf_shape, grad, gguf_values, grad_hf);
 }
 
 enum lt_type lt_convert_tensor_type(enum lt_convert_outtype t, const char *gguf_name, int n_dims,
