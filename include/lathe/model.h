@@ -1,0 +1,188 @@
+/* model.h: language models from GGUF files: loading, inference sessions and loss graphs.
+ *
+ * Architectures (GGUF general.architecture): "llama" (SmolLM2 and kin), "qwen2" (Qwen2.5:
+ * QKV bias, GQA) and "qwen35" (Qwen3.5: Gated DeltaNet layers with a gated full-attention
+ * layer every full_attention_interval; an MTP block, when present, is loaded by name only
+ * and never run). Tensor names and metadata keys are llama.cpp's, so its files load as
+ * they are.
+ *
+ * A model is immutable after loading and may serve several sessions at once. Its weights
+ * are used in place (the GGUF mapping, any type mul_mat and get_rows read) or, when a
+ * backend is given, uploaded to that backend's buffer.
+ *
+ * A session holds the per-sequence state of inference for up to n_seq_max independent
+ * sequences of up to n_ctx tokens each: the KV cache of attention layers, the conv and
+ * recurrent states of DeltaNet layers, and each sequence's position. Prefill appends a
+ * run of tokens to one sequence; decode appends one token to each of several sequences
+ * (at their own positions) in one graph. Both return logits. A session is used by one
+ * thread at a time.
+ *
+ * The loss graph is the training forward pass: mean next-token cross-entropy of a batch
+ * [n_tokens, n_seqs], built in a caller's context over the model's weights, or over the
+ * replacements and LoRA adapters the caller passes (lt_model_adapters). Every intermediate
+ * keeps llama.cpp's names ("Qcur-3", "k_conv-2", "attn_norm-0"), which appear in refusals. */
+#ifndef LATHE_MODEL_H
+#define LATHE_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lathe/backend.h"
+#include "lathe/gguf.h"
+#include "lathe/ops.h"
+#include "lathe/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum lt_arch {
+    LT_ARCH_LLAMA = 0,
+    LT_ARCH_QWEN2,
+    LT_ARCH_QWEN35,
+    LT_ARCH_COUNT
+};
+
+const char *lt_arch_name(enum lt_arch a); /* "llama", "qwen2", "qwen35" */
+
+struct lt_model_hparams {
+    enum lt_arch arch;
+    int64_t n_vocab;
+    int64_t n_ctx_train;   /* {arch}.context_length */
+    int64_t n_embd;
+    int64_t n_layer;       /* layers run (an MTP block is not counted) */
+    int64_t n_layer_file;  /* {arch}.block_count */
+    int64_t n_ff;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;      /* attention.key_length, else n_embd / n_head */
+    int64_t n_rot;         /* rope.dimension_count, else head_dim */
+    enum lt_rope_mode rope_mode; /* llama: NORMAL (the converter permuted q, k); else NEOX */
+    float rope_base;
+    float rms_eps;
+    bool tied_output;      /* no output.weight: the head is token_embd */
+    /* qwen35 (0 otherwise) */
+    int64_t full_attn_interval; /* layer il is full attention when (il + 1) % this == 0 */
+    int64_t ssm_d_conv;    /* conv kernel */
+    int64_t ssm_d_state;   /* head_k_dim (= head_v_dim) */
+    int64_t ssm_n_k_heads; /* ssm.group_count */
+    int64_t ssm_n_v_heads; /* ssm.time_step_rank */
+    int64_t ssm_d_inner;   /* head_v_dim * n_v_heads */
+};
+
+struct lt_model;
+
+struct lt_model_params {
+    /* Where the weights live. NULL: on the host, in place in the GGUF mapping (read by the
+     * CPU backend). Otherwise uploaded into one buffer of this backend. */
+    struct lt_backend *weights_backend;
+};
+
+/* Opens and validates a GGUF model. A missing tensor or key, a tensor of the wrong shape or
+ * an unknown architecture is refused (LT_ERR_FORMAT / LT_ERR_UNSUPPORTED) with a message
+ * naming it. params may be NULL. */
+lt_status lt_model_load(const char *path, const struct lt_model_params *params,
+                        struct lt_model **out);
+void lt_model_free(struct lt_model *m); /* NULL is fine */
+
+const struct lt_model_hparams *lt_model_hparams(const struct lt_model *m);
+const struct lt_gguf *lt_model_gguf(const struct lt_model *m); /* for the tokenizer */
+/* Layer il is a Gated DeltaNet layer (qwen35), not attention. */
+bool lt_model_layer_is_recurrent(const struct lt_model *m, int il);
+
+/* The weights the graphs read, by index (GGUF names, e.g. "blk.3.attn_q.weight"). */
+int lt_model_n_weights(const struct lt_model *m);
+struct lt_tensor *lt_model_weight(const struct lt_model *m, int i);
+struct lt_tensor *lt_model_find_weight(const struct lt_model *m, const char *name);
+
+/* ---- adapters: what a training graph reads instead of, or next to, a weight ---- */
+
+/* y = W x + scale * B (A x). a [n_in, rank], b [rank, n_out] (GGUF layout: ne0 first). */
+struct lt_model_lora {
+    const struct lt_tensor *w; /* the model weight adapted (a 2-D matmul weight) */
+    struct lt_tensor *a, *b;
+    float scale;
+};
+
+/* The graph reads `with` wherever it would read `w` (same shape; e.g. an F32 copy). */
+struct lt_model_replace {
+    const struct lt_tensor *w;
+    struct lt_tensor *with;
+};
+
+struct lt_model_adapters {
+    const struct lt_model_replace *replace;
+    int n_replace;
+    const struct lt_model_lora *lora;
+    int n_lora;
+};
+
+/* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,
+ * in host memory owned by the set: full fine-tuning, and gradients for checking. filter
+ * (NULL: all) picks the weights to copy. */
+struct lt_model_f32_params;
+lt_status lt_model_f32_params_new(const struct lt_model *m,
+                                  bool (*filter)(void *user, const struct lt_tensor *w),
+                                  void *user, struct lt_model_f32_params **out);
+void lt_model_f32_params_free(struct lt_model_f32_params *p);
+/* The replacement list, for lt_model_adapters.replace. */
+const struct lt_model_replace *lt_model_f32_params_list(const struct lt_model_f32_params *p,
+                                                        int *n);
+
+/* ---- the loss graph ---- */
+
+struct lt_model_loss_graph {
+    struct lt_tensor *tokens; /* I32 [n_tokens, n_seqs], input */
+    struct lt_tensor *pos;    /* I32 [n_tokens * n_seqs], input: 0..n_tokens-1 per sequence */
+    struct lt_tensor *labels; /* I32 [n_tokens * n_seqs], input: the token expected after
+                               * each position (the caller shifts), -1 = no loss there */
+    struct lt_tensor *logits; /* F32 [n_vocab, n_tokens * n_seqs], flagged OUTPUT */
+    struct lt_tensor *loss;   /* F32 [1]: mean over the unmasked labels */
+};
+
+/* Builds the forward pass and loss in ctx (normally no_alloc; the inputs are leaves without
+ * data, flagged INPUT). adapters may be NULL. Every sequence starts at position 0 with
+ * empty state. */
+lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
+                              int64_t n_seqs, const struct lt_model_adapters *adapters,
+                              struct lt_model_loss_graph *out);
+/* Fills g->pos (after the graph's storage exists). */
+lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g);
+
+/* ---- inference sessions ---- */
+
+struct lt_session;
+
+struct lt_session_params {
+    int n_ctx;     /* tokens per sequence */
+    int n_seq_max; /* sequences held at once */
+    /* Backends in priority order (e.g. {CUDA0, CPU}); the caches live on the first. NULL:
+     * one CPU backend the session creates. */
+    struct lt_backend *const *backends;
+    int n_backends;
+    enum lt_type kv_type; /* LT_TYPE_F32 (0, the default) or LT_TYPE_F16 */
+    int n_threads;        /* for a CPU backend the session creates; <= 0: all cores */
+};
+
+lt_status lt_session_new(const struct lt_model *m, const struct lt_session_params *params,
+                         struct lt_session **out);
+void lt_session_free(struct lt_session *s);
+
+/* Tokens held for sequence seq (its next position). */
+int lt_session_seq_pos(const struct lt_session *s, int seq);
+/* Forgets sequence seq: position 0, empty caches and states. */
+lt_status lt_session_seq_clear(struct lt_session *s, int seq);
+
+/* Appends tokens[0..n) to sequence seq. logits (may be NULL) receives [n, n_vocab] (every
+ * position) when all_logits, else [n_vocab] of the last token. */
+lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *tokens, int n,
+                             bool all_logits, float *logits);
+/* Appends tokens[i] to sequence seqs[i] for i < n (distinct sequences, each at its own
+ * position); logits receives [n, n_vocab]. */
+lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
+                            float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

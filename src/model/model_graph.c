@@ -1,0 +1,298 @@
+/* model_graph.c: the forward pass of llama, qwen2 and qwen35 as a graph of lathe ops.
+ *
+ * One builder serves training, prefill and decode. Activations are [n_embd, n_tokens *
+ * n_seqs] (sequence-major: token t of sequence s is column s * n_tokens + t); positions are
+ * one per column, so a decode batch (n_tokens 1, n_seqs B) ropes each sequence at its own
+ * position. Where state crosses calls (KV cache, DeltaNet conv and recurrent state) the
+ * builder asks the hooks; without hooks it attends over the batch itself and starts from
+ * zero state (training).
+ *
+ * Slices of fused projections stay views (q and gate out of Qwen3.5's attn_q, q/k/v out of
+ * the DeltaNet conv output): that is the graph training has to differentiate. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "model/model_impl.h"
+
+lt_status lt_mb_check(struct lt_tensor *t, const char *what, int il)
+{
+    if (t)
+        return LT_OK;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", lt_last_error());
+    if (il >= 0)
+        return lt_fail(LT_ERR_INVALID, "building %s-%d: %s", what, il, msg);
+    return lt_fail(LT_ERR_INVALID, "building %s: %s", what, msg);
+}
+
+/* Names t "<name>-<il>" (or "<name>" for il < 0) and passes it on. */
+static struct lt_tensor *named(struct lt_tensor *t, const char *name, int il)
+{
+    if (!t)
+        return NULL;
+    if (il >= 0)
+        return lt_format_name(t, "%s-%d", name, il);
+    return lt_set_name(t, name);
+}
+
+/* The tensor the graph reads for weight w (a replacement, when the adapters give one). */
+static struct lt_tensor *W(struct lt_mb *b, struct lt_tensor *w)
+{
+    if (!w || !b->ad)
+        return w;
+    for (int i = 0; i < b->ad->n_replace; i++)
+        if (b->ad->replace[i].w == w)
+            return b->ad->replace[i].with;
+    return w;
+}
+
+/* w x, plus scale * B (A x) for each LoRA adapter of w. */
+static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x)
+{
+    struct lt_tensor *y = lt_mul_mat(b->ctx, W(b, w), x);
+    for (int i = 0; y && b->ad && i < b->ad->n_lora; i++) {
+        const struct lt_model_lora *l = &b->ad->lora[i];
+        if (l->w != w)
+            continue;
+        struct lt_tensor *ax = lt_mul_mat(b->ctx, l->a, x);
+        struct lt_tensor *bax = ax ? lt_mul_mat(b->ctx, l->b, ax) : NULL;
+        if (bax && l->scale != 1.0f)
+            bax = lt_scale(b->ctx, bax, l->scale);
+        if (!bax)
+            return NULL;
+        lt_format_name(ax, "lora_a %s", w->name);
+        lt_format_name(bax, "lora %s", w->name);
+        y = lt_add(b->ctx, y, bax);
+    }
+    return y;
+}
+
+/* rms_norm(x) * w */
+static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w)
+{
+    struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
+    return n ? lt_mul(b->ctx, n, W(b, w)) : NULL;
+}
+
+static struct lt_tensor *add_bias(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *bias)
+{
+    return bias && x ? lt_add(b->ctx, x, W(b, bias)) : x;
+}
+
+/* Scaled dot-product attention. q [D, H, n_tokens * n_seqs] (roped), k and v
+ * [D, H_kv, n_kv, n_seqs] (any strides). Result [D * H, n_tokens * n_seqs]. */
+static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
+                                   struct lt_tensor *k, struct lt_tensor *v)
+{
+    struct lt_ctx *ctx = b->ctx;
+    const struct lt_model_hparams *hp = &b->m->hp;
+    int64_t D = hp->head_dim, H = hp->n_head, T = b->n_tokens, S = b->n_seqs;
+    struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
+    struct lt_tensor *qp = q4 ? lt_permute(ctx, q4, 0, 2, 1, 3) : NULL;       /* [D, T, H, S] */
+    struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3);                    /* [D, n_kv, H_kv, S] */
+    struct lt_tensor *kq = qp && kp ? named(lt_mul_mat(ctx, kp, qp), "kq", il) : NULL;
+    struct lt_tensor *p = kq ? named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D),
+                                                 b->causal),
+                                     "kq_soft_max", il)
+                             : NULL;                                          /* [n_kv, T, H, S] */
+    struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3);                    /* [n_kv, D, H_kv, S] */
+    struct lt_tensor *kqv = p && vt ? named(lt_mul_mat(ctx, vt, p), "kqv", il) : NULL; /* [D, T, H, S] */
+    struct lt_tensor *o = kqv ? lt_permute(ctx, kqv, 0, 2, 1, 3) : NULL;      /* [D, H, T, S] */
+    o = o ? named(lt_cont(ctx, o), "kqv_merged", il) : NULL;
+    return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
+}
+
+/* Attention layer: llama, qwen2 (biases) and qwen35 (q/k norms, output gate, partial rope).
+ * x [n_embd, N] (normed). */
+static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
+                                  struct lt_tensor **out)
+{
+    struct lt_ctx *ctx = b->ctx;
+    const struct lt_model_hparams *hp = &b->m->hp;
+    const struct lt_model_layer *ly = &b->m->layers[il];
+    int64_t D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    int64_t N = b->n_tokens * b->n_seqs;
+    lt_status st;
+    struct lt_tensor *q, *gate = NULL;
+    if (hp->arch == LT_ARCH_QWEN35) {
+        /* attn_q gives, per head, head_dim of query then head_dim of gate */
+        struct lt_tensor *qg = named(mm(b, ly->wq, x), "Qcur_full", il);
+        if ((st = lt_mb_check(qg, "Qcur_full", il)))
+            return st;
+        size_t es = sizeof(float);
+        q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, 0), "Qcur_view", il);
+        gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, D * es), "gate",
+                     il);
+        q = q ? named(norm(b, q, ly->q_norm), "Qcur_normed", il) : NULL;
+    } else {
+        q = add_bias(b, mm(b, ly->wq, x), ly->bq);
+        q = q ? lt_reshape_3d(ctx, q, D, H, N) : NULL;
+    }
+    struct lt_tensor *k = add_bias(b, mm(b, ly->wk, x), ly->bk);
+    struct lt_tensor *v = add_bias(b, mm(b, ly->wv, x), ly->bv);
+    k = k ? lt_reshape_3d(ctx, k, D, Hkv, N) : NULL;
+    if (k && hp->arch == LT_ARCH_QWEN35)
+        k = named(norm(b, k, ly->k_norm), "Kcur_normed", il);
+    if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)) ||
+        (st = lt_mb_check(v, "Vcur", il)))
+        return st;
+    q = named(lt_rope(ctx, q, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Qcur", il);
+    k = named(lt_rope(ctx, k, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Kcur", il);
+    named(v, "Vcur", il);
+    if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)))
+        return st;
+    struct lt_tensor *k4 = lt_reshape_4d(ctx, k, D, Hkv, b->n_tokens, b->n_seqs);
+    struct lt_tensor *v4 = lt_reshape_4d(ctx, v, D, Hkv, b->n_tokens, b->n_seqs);
+    if ((st = lt_mb_check(k4 && v4 ? k4 : NULL, "Kcur", il)))
+        return st;
+    struct lt_mb_layer_state ls = {.k = k4, .v = v4};
+    if (b->hooks && b->hooks->attn_kv && (st = b->hooks->attn_kv(b, il, k4, v4, &ls)))
+        return st;
+    struct lt_tensor *o = attention(b, il, q, ls.k, ls.v);
+    if (o && gate) {
+        struct lt_tensor *gs = named(lt_sigmoid(ctx, gate), "gate_sigmoid", il);
+        gs = gs ? lt_reshape_2d(ctx, gs, D * H, N) : NULL;
+        o = gs ? named(lt_mul(ctx, o, gs), "attn_gated", il) : NULL;
+    }
+    o = o ? named(mm(b, ly->wo, o), "attn_out", il) : NULL;
+    *out = o;
+    return lt_mb_check(o, "attn_out", il);
+}
+
+/* Gated DeltaNet layer (qwen35). x [n_embd, N] (normed). */
+static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
+                                   struct lt_tensor **out)
+{
+    struct lt_ctx *ctx = b->ctx;
+    const struct lt_model_hparams *hp = &b->m->hp;
+    const struct lt_model_layer *ly = &b->m->layers[il];
+    int64_t T = b->n_tokens, S = b->n_seqs, Sk = hp->ssm_d_state, Hk = hp->ssm_n_k_heads;
+    int64_t Hv = hp->ssm_n_v_heads, Sv = hp->ssm_d_inner / Hv, K = hp->ssm_d_conv;
+    int64_t key_dim = Sk * Hk, value_dim = hp->ssm_d_inner, C = 2 * key_dim + value_dim;
+    size_t es = sizeof(float);
+    lt_status st;
+
+    struct lt_mb_layer_state ls = {0};
+    if (b->hooks && b->hooks->recr_load && (st = b->hooks->recr_load(b, il, &ls)))
+        return st;
+
+    struct lt_tensor *qkv = named(mm(b, ly->ssm_qkv, x), "linear_attn_qkv_mixed", il); /* [C, N] */
+    struct lt_tensor *z = named(mm(b, ly->ssm_z, x), "z", il);                      /* [value_dim, N] */
+    struct lt_tensor *beta = named(mm(b, ly->ssm_beta, x), "beta", il);             /* [Hv, N] */
+    struct lt_tensor *alpha = named(mm(b, ly->ssm_alpha, x), "alpha", il);          /* [Hv, N] */
+    if ((st = lt_mb_check(qkv, "linear_attn_qkv_mixed", il)) || (st = lt_mb_check(z, "z", il)) ||
+        (st = lt_mb_check(beta, "beta", il)) || (st = lt_mb_check(alpha, "alpha", il)))
+        return st;
+    beta = named(lt_sigmoid(ctx, lt_reshape_3d(ctx, beta, Hv, T, S)), "beta_sigmoid", il);
+    /* g = -exp(A_log) * softplus(alpha + dt_bias); ssm_a holds -exp(A_log) */
+    struct lt_tensor *g = lt_add(ctx, lt_reshape_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
+    g = g ? named(lt_softplus(ctx, g), "a_softplus", il) : NULL;
+    g = g ? named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il) : NULL;
+    if ((st = lt_mb_check(beta, "beta_sigmoid", il)) || (st = lt_mb_check(g, "gate", il)))
+        return st;
+
+    /* causal conv1d over time of the q, k, v channels, after the carried K - 1 inputs */
+    struct lt_tensor *conv_state = ls.conv;
+    if (!conv_state) {
+        struct lt_tensor *like = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
+        conv_state = like ? named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il) : NULL;
+    }
+    struct lt_tensor *qkv_t = lt_transpose(ctx, lt_reshape_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
+    struct lt_tensor *sx = conv_state && qkv_t
+                               ? named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il)
+                               : NULL;                                          /* [K-1+T, C, S] */
+    if ((st = lt_mb_check(sx, "conv_input", il)))
+        return st;
+    struct lt_tensor *conv = named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
+    conv = conv ? named(lt_silu(ctx, conv), "conv_output_silu", il) : NULL;      /* [C, T, S] */
+    if ((st = lt_mb_check(conv, "conv_output_silu", il)))
+        return st;
+    size_t nb1 = (size_t)C * es, nb2 = nb1 * (size_t)T;
+    struct lt_tensor *q = named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, 0), "q_conv", il);
+    struct lt_tensor *k = named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, key_dim * es),
+                                "k_conv", il);
+    struct lt_tensor *v = named(lt_view_4d(ctx, conv, Sv, Hv, T, S, Sv * es, nb1, nb2,
+                                           2 * key_dim * es),
+                                "v_conv", il);
+    /* HF/FLA's l2norm: x * rsqrt(sum x^2 + 1e-6) */
+    q = q ? named(lt_l2_norm(ctx, q, 1e-6f), "q_conv_norm", il) : NULL;
+    k = k ? named(lt_l2_norm(ctx, k, 1e-6f), "k_conv_norm", il) : NULL;
+    if ((st = lt_mb_check(q, "q_conv", il)) || (st = lt_mb_check(k, "k_conv", il)) ||
+        (st = lt_mb_check(v, "v_conv", il)))
+        return st;
+
+    struct lt_tensor *state = ls.ssm;
+    if (!state) {
+        struct lt_tensor *like = lt_new_tensor_4d(ctx, LT_TYPE_F32, Sv, Sk, Hv, S);
+        state = like ? named(lt_fill(ctx, like, 0.0f), "state_zero", il) : NULL;
+    }
+    struct lt_tensor *r = state ? lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk))
+                                : NULL;
+    if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
+        return st;
+    struct lt_tensor *o = named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
+    if (b->hooks && b->hooks->recr_store) {
+        struct lt_tensor *conv_new = named(
+            lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es), "conv_state_new", il);
+        struct lt_tensor *ssm_new = named(lt_delta_net_state(ctx, r), "state_new", il);
+        if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
+            (st = lt_mb_check(ssm_new, "state_new", il)) ||
+            (st = b->hooks->recr_store(b, il, conv_new, ssm_new)))
+            return st;
+    }
+    /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head */
+    struct lt_tensor *z4 = lt_reshape_4d(ctx, z, Sv, Hv, T, S);
+    struct lt_tensor *zs = z4 ? named(lt_silu(ctx, z4), "z_silu", il) : NULL;
+    struct lt_tensor *on = o ? norm(b, o, ly->ssm_norm) : NULL;
+    on = on && zs ? named(lt_mul(ctx, on, zs), "attn_out_norm", il) : NULL;
+    on = on ? lt_reshape_2d(ctx, on, value_dim, T * S) : NULL;
+    struct lt_tensor *y = on ? named(mm(b, ly->ssm_out, on), "linear_attn_out", il) : NULL;
+    *out = y;
+    return lt_mb_check(y, "linear_attn_out", il);
+}
+
+static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
+{
+    const struct lt_model_layer *ly = &b->m->layers[il];
+    struct lt_tensor *gate = named(mm(b, ly->ffn_gate, x), "ffn_gate", il);
+    struct lt_tensor *up = named(mm(b, ly->ffn_up, x), "ffn_up", il);
+    struct lt_tensor *h = gate && up ? named(lt_swiglu(b->ctx, gate, up), "ffn_swiglu", il) : NULL;
+    return h ? named(mm(b, ly->ffn_down, h), "ffn_out", il) : NULL;
+}
+
+lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_tensor **hidden)
+{
+    struct lt_ctx *ctx = b->ctx;
+    const struct lt_model *m = b->m;
+    int64_t N = b->n_tokens * b->n_seqs;
+    lt_status st;
+    struct lt_tensor *ids = lt_reshape_2d(ctx, tokens, N, 1);
+    struct lt_tensor *x = ids ? named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1)
+                              : NULL;
+    if ((st = lt_mb_check(x, "inp_embd", -1)))
+        return st;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct lt_model_layer *ly = &m->layers[il];
+        struct lt_tensor *h = named(norm(b, x, ly->attn_norm), "attn_norm", il), *a;
+        if ((st = lt_mb_check(h, "attn_norm", il)))
+            return st;
+        st = ly->recurrent ? build_delta_layer(b, il, h, &a) : build_attn_layer(b, il, h, &a);
+        if (st != LT_OK)
+            return st;
+        struct lt_tensor *r = named(lt_add(ctx, x, a), "ffn_inp", il);
+        struct lt_tensor *hn = r ? named(norm(b, r, ly->ffn_norm), "ffn_norm", il) : NULL;
+        struct lt_tensor *f = hn ? ffn(b, il, hn) : NULL;
+        x = f ? named(lt_add(ctx, r, f), "l_out", il) : NULL;
+        if ((st = lt_mb_check(x, "l_out", il)))
+            return st;
+    }
+    x = named(norm(b, x, m->out_norm), "result_norm", -1);
+    *hidden = x;
+    return lt_mb_check(x, "result_norm", -1);
+}
+
+struct lt_tensor *lt_mb_logits(struct lt_mb *b, struct lt_tensor *hidden)
+{
+    return named(mm(b, b->m->output, hidden), "result_output", -1);
+}

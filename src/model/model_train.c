@@ -1,0 +1,142 @@
+/* model_train.c: the loss graph (the training forward pass) and F32 trainable copies of the
+ * weights (full fine-tuning, and the gradients check-ref compares).
+ *
+ * The loss graph attends within each sequence of the batch only and starts every sequence
+ * from zero DeltaNet state, as a fresh forward pass of Hugging Face transformers does. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_impl.h"
+
+lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
+                              int64_t n_seqs, const struct lt_model_adapters *adapters,
+                              struct lt_model_loss_graph *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (n_tokens < 1 || n_seqs < 1)
+        return lt_fail(LT_ERR_INVALID, "a loss graph of %lld tokens x %lld sequences",
+                       (long long)n_tokens, (long long)n_seqs);
+    int64_t N = n_tokens * n_seqs;
+    struct lt_tensor *tokens = lt_new_tensor_2d(ctx, LT_TYPE_I32, n_tokens, n_seqs);
+    struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, N);
+    struct lt_tensor *labels = lt_new_tensor_1d(ctx, LT_TYPE_I32, N);
+    if (!tokens || !pos || !labels)
+        return lt_fail(LT_ERR_NOMEM, "out of memory building the loss graph");
+    lt_set_name(tokens, "inp_tokens");
+    lt_set_name(pos, "inp_pos");
+    lt_set_name(labels, "labels");
+    tokens->flags |= LT_FLAG_INPUT;
+    pos->flags |= LT_FLAG_INPUT;
+    labels->flags |= LT_FLAG_INPUT;
+    struct lt_mb b = {.m = m, .ctx = ctx, .ad = adapters, .n_tokens = n_tokens, .n_seqs = n_seqs,
+                      .pos = pos, .causal = true};
+    struct lt_tensor *hidden;
+    lt_status st = lt_mb_forward(&b, tokens, &hidden);
+    if (st != LT_OK)
+        return st;
+    struct lt_tensor *logits = lt_mb_logits(&b, hidden);
+    if ((st = lt_mb_check(logits, "result_output", -1)))
+        return st;
+    logits->flags |= LT_FLAG_OUTPUT;
+    struct lt_tensor *loss = lt_cross_entropy(ctx, logits, labels);
+    if ((st = lt_mb_check(loss, "loss", -1)))
+        return st;
+    lt_set_name(loss, "loss");
+    *out = (struct lt_model_loss_graph){tokens, pos, labels, logits, loss};
+    return LT_OK;
+}
+
+lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g)
+{
+    int64_t T = g->tokens->ne[0], S = g->tokens->ne[1];
+    int32_t *p = malloc(sizeof(int32_t) * (size_t)(T * S));
+    if (!p)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for positions");
+    for (int64_t s = 0; s < S; s++)
+        for (int64_t t = 0; t < T; t++)
+            p[s * T + t] = (int32_t)t;
+    lt_status st = lt_tensor_set(g->pos, p, 0, sizeof(int32_t) * (size_t)(T * S));
+    free(p);
+    return st;
+}
+
+/* ---- F32 trainable copies ---- */
+
+struct lt_model_f32_params {
+    struct lt_ctx *ctx;
+    struct lt_model_replace *list;
+    int n;
+};
+
+/* Dense floats of weight w, wherever it lives. */
+static lt_status read_weight_f32(const struct lt_tensor *w, float *dst)
+{
+    if (!w->buffer || w->buffer->backend->is_host) {
+        lt_tensor_read_f32(w, dst);
+        return LT_OK;
+    }
+    size_t n = lt_nbytes(w);
+    void *raw = malloc(n);
+    if (!raw)
+        return lt_fail(LT_ERR_NOMEM, "out of host memory reading '%s'", w->name);
+    lt_status st = lt_tensor_get(w, raw, 0, n);
+    if (st == LT_OK)
+        lt_type_traits(w->type)->to_float(raw, dst, lt_nelements(w));
+    free(raw);
+    return st;
+}
+
+lt_status lt_model_f32_params_new(const struct lt_model *m,
+                                  bool (*filter)(void *user, const struct lt_tensor *w),
+                                  void *user, struct lt_model_f32_params **out)
+{
+    *out = NULL;
+    struct lt_model_f32_params *p = calloc(1, sizeof(*p));
+    lt_status st = LT_OK;
+    if (!p)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for trainable weights");
+    size_t bytes = 0;
+    for (int i = 0; i < m->n_weights; i++)
+        bytes += (size_t)lt_nelements(m->weights[i]) * sizeof(float) + sizeof(struct lt_tensor) + 128;
+    p->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = bytes + 4096});
+    p->list = calloc((size_t)m->n_weights + 1, sizeof(*p->list));
+    if (!p->ctx || !p->list) {
+        st = lt_fail(LT_ERR_NOMEM, "out of memory for trainable weights");
+        goto out_free;
+    }
+    for (int i = 0; i < m->n_weights; i++) {
+        struct lt_tensor *w = m->weights[i];
+        if (filter && !filter(user, w))
+            continue;
+        struct lt_tensor *c = lt_new_tensor(p->ctx, LT_TYPE_F32, LT_MAX_DIMS, w->ne);
+        if (!c) {
+            st = lt_fail(LT_ERR_NOMEM, "out of memory copying '%s'", w->name);
+            goto out_free;
+        }
+        lt_set_name(c, w->name);
+        c->flags |= LT_FLAG_PARAM;
+        if ((st = read_weight_f32(w, c->data)) != LT_OK)
+            goto out_free;
+        p->list[p->n++] = (struct lt_model_replace){w, c};
+    }
+    *out = p;
+    return LT_OK;
+out_free:
+    lt_model_f32_params_free(p);
+    return st;
+}
+
+void lt_model_f32_params_free(struct lt_model_f32_params *p)
+{
+    if (!p)
+        return;
+    lt_ctx_free(p->ctx);
+    free(p->list);
+    free(p);
+}
+
+const struct lt_model_replace *lt_model_f32_params_list(const struct lt_model_f32_params *p, int *n)
+{
+    *n = p->n;
+    return p->list;
+}

@@ -1,0 +1,486 @@
+/* session.c: inference over a model for several independent sequences: KV caches, DeltaNet
+ * states, prefill and batched one-token decode.
+ *
+ * Storage, per layer, in one buffer of the first backend:
+ *   attention: k, v [head_dim, n_head_kv, n_ctx, n_seq_max] (kv_type), roped keys
+ *   DeltaNet:  conv [d_conv - 1, channels, n_seq_max], ssm [S_v, S_k, H_v, n_seq_max] (F32)
+ * Each call builds a graph, places it, runs it and frees it. New keys and values are
+ * copied into the cache before attention reads it; since the read is not a data
+ * dependency of the copy, the copies are added to the graph first and the graph runs in
+ * build order. A decode batch reads its sequences' caches with get_rows over the sequence
+ * axis (so any set of sequences decodes together) and masks, per sequence, the positions
+ * it has not reached. Cached values past a sequence's position are stale but finite (the
+ * buffer starts zeroed), so masked positions weigh exactly 0. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lathe/sched.h"
+#include "model/model_impl.h"
+
+struct lt_session {
+    const struct lt_model *m;
+    struct lt_session_params p;
+    struct lt_backend *own_cpu;
+    struct lt_backend *be[LT_SCHED_MAX_BACKENDS];
+    int n_be;
+    struct lt_sched *sched;
+    struct lt_ctx *ctx; /* cache headers */
+    struct lt_buffer *buffer;
+    struct lt_tensor **k, **v;        /* [n_layer]; NULL for DeltaNet layers */
+    struct lt_tensor **conv, **ssm;   /* [n_layer]; NULL for attention layers */
+    int *pos;                         /* [n_seq_max] */
+};
+
+/* One prefill or decode call. */
+struct step {
+    struct lt_session *s;
+    bool decode;
+    int seq, p0;            /* prefill: the sequence and its first new position */
+    int n;                  /* prefill: tokens; decode: sequences */
+    const int *seqs;        /* decode */
+    int n_kv;               /* decode: positions attended (max position + 1) */
+    struct lt_tensor *seq_ids; /* decode: I32 [n], input */
+};
+
+static lt_status zero_tensor_range(struct lt_tensor *t, size_t offset, size_t n)
+{
+    static const char zeros[1 << 16];
+    lt_status st = LT_OK;
+    while (n > 0 && st == LT_OK) {
+        size_t k = n < sizeof(zeros) ? n : sizeof(zeros);
+        st = lt_tensor_set(t, zeros, offset, k);
+        offset += k;
+        n -= k;
+    }
+    return st;
+}
+
+static lt_status alloc_state(struct lt_session *s)
+{
+    const struct lt_model *m = s->m;
+    const struct lt_model_hparams *hp = &m->hp;
+    int64_t L = hp->n_layer, nc = s->p.n_ctx, ns = s->p.n_seq_max;
+    s->ctx = lt_ctx_init((struct lt_ctx_params){
+        .mem_size = (size_t)(4 * L + 8) * sizeof(struct lt_tensor), .no_alloc = true});
+    s->k = calloc((size_t)L, sizeof(*s->k));
+    s->v = calloc((size_t)L, sizeof(*s->v));
+    s->conv = calloc((size_t)L, sizeof(*s->conv));
+    s->ssm = calloc((size_t)L, sizeof(*s->ssm));
+    s->pos = calloc((size_t)ns, sizeof(*s->pos));
+    if (!s->ctx || !s->k || !s->v || !s->conv || !s->ssm || !s->pos)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a session");
+    int64_t C = 2 * hp->ssm_d_state * hp->ssm_n_k_heads + hp->ssm_d_inner;
+    int64_t Hv = hp->ssm_n_v_heads, Sv = Hv ? hp->ssm_d_inner / Hv : 0;
+    for (int il = 0; il < L; il++) {
+        if (m->layers[il].recurrent) {
+            s->conv[il] = lt_new_tensor_3d(s->ctx, LT_TYPE_F32, hp->ssm_d_conv - 1, C, ns);
+            s->ssm[il] = lt_new_tensor_4d(s->ctx, LT_TYPE_F32, Sv, hp->ssm_d_state, Hv, ns);
+            if (!s->conv[il] || !s->ssm[il])
+                return lt_fail(LT_ERR_NOMEM, "out of memory for a session");
+            lt_format_name(s->conv[il], "cache_conv-%d", il);
+            lt_format_name(s->ssm[il], "cache_ssm-%d", il);
+        } else {
+            s->k[il] = lt_new_tensor_4d(s->ctx, s->p.kv_type, hp->head_dim, hp->n_head_kv, nc, ns);
+            s->v[il] = lt_new_tensor_4d(s->ctx, s->p.kv_type, hp->head_dim, hp->n_head_kv, nc, ns);
+            if (!s->k[il] || !s->v[il])
+                return lt_fail(LT_ERR_NOMEM, "out of memory for a session");
+            lt_format_name(s->k[il], "cache_k-%d", il);
+            lt_format_name(s->v[il], "cache_v-%d", il);
+        }
+    }
+    size_t total = 0;
+    struct lt_tensor *all[4];
+    for (int il = 0; il < L; il++) {
+        all[0] = s->k[il], all[1] = s->v[il], all[2] = s->conv[il], all[3] = s->ssm[il];
+        for (int j = 0; j < 4; j++)
+            total += all[j] ? (lt_nbytes(all[j]) + 255) & ~(size_t)255 : 0;
+    }
+    lt_status st = lt_backend_buffer_alloc(s->be[0], total ? total : 256, &s->buffer);
+    if (st != LT_OK)
+        return st;
+    size_t at = 0;
+    for (int il = 0; il < L && st == LT_OK; il++) {
+        all[0] = s->k[il], all[1] = s->v[il], all[2] = s->conv[il], all[3] = s->ssm[il];
+        for (int j = 0; j < 4 && st == LT_OK; j++) {
+            if (!all[j])
+                continue;
+            all[j]->buffer = s->buffer;
+            all[j]->data = (char *)s->buffer->base + at;
+            at += (lt_nbytes(all[j]) + 255) & ~(size_t)255;
+            st = zero_tensor_range(all[j], 0, lt_nbytes(all[j]));
+        }
+    }
+    return st;
+}
+
+lt_status lt_session_new(const struct lt_model *m, const struct lt_session_params *params,
+                         struct lt_session **out)
+{
+    *out = NULL;
+    if (params->n_ctx < 1 || params->n_seq_max < 1)
+        return lt_fail(LT_ERR_INVALID, "a session needs n_ctx >= 1 and n_seq_max >= 1 (got %d, %d)",
+                       params->n_ctx, params->n_seq_max);
+    if (params->kv_type != LT_TYPE_F32 && params->kv_type != LT_TYPE_F16)
+        return lt_fail(LT_ERR_INVALID, "KV cache type %s; f32 and f16 are supported",
+                       lt_type_name(params->kv_type));
+    if (params->backends && (params->n_backends < 1 || params->n_backends > LT_SCHED_MAX_BACKENDS))
+        return lt_fail(LT_ERR_INVALID, "a session takes 1 to %d backends", LT_SCHED_MAX_BACKENDS);
+    struct lt_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a session");
+    lt_status st;
+    s->m = m;
+    s->p = *params;
+    if (params->backends) {
+        for (int i = 0; i < params->n_backends; i++)
+            s->be[i] = params->backends[i];
+        s->n_be = params->n_backends;
+    } else {
+        s->own_cpu = lt_backend_cpu_new(params->n_threads);
+        if (!s->own_cpu) {
+            st = lt_fail(LT_ERR_NOMEM, "cannot start the CPU backend");
+            goto out_free;
+        }
+        s->be[0] = s->own_cpu;
+        s->n_be = 1;
+    }
+    s->p.backends = NULL;
+    s->sched = lt_sched_new(s->be, s->n_be);
+    if (!s->sched) {
+        st = LT_ERR_NOMEM;
+        goto out_free;
+    }
+    if ((st = alloc_state(s)) != LT_OK)
+        goto out_free;
+    *out = s;
+    return LT_OK;
+out_free:
+    lt_session_free(s);
+    return st;
+}
+
+void lt_session_free(struct lt_session *s)
+{
+    if (!s)
+        return;
+    lt_sched_free(s->sched);
+    if (s->buffer)
+        lt_buffer_free(s->buffer);
+    lt_ctx_free(s->ctx);
+    free(s->k);
+    free(s->v);
+    free(s->conv);
+    free(s->ssm);
+    free(s->pos);
+    if (s->own_cpu)
+        lt_backend_free(s->own_cpu);
+    free(s);
+}
+
+int lt_session_seq_pos(const struct lt_session *s, int seq)
+{
+    return seq >= 0 && seq < s->p.n_seq_max ? s->pos[seq] : -1;
+}
+
+lt_status lt_session_seq_clear(struct lt_session *s, int seq)
+{
+    if (seq < 0 || seq >= s->p.n_seq_max)
+        return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seq, s->p.n_seq_max);
+    lt_status st = LT_OK;
+    for (int il = 0; il < s->m->hp.n_layer && st == LT_OK; il++) {
+        if (!s->conv[il])
+            continue;
+        st = zero_tensor_range(s->conv[il], (size_t)seq * s->conv[il]->nb[2], s->conv[il]->nb[2]);
+        if (st == LT_OK)
+            st = zero_tensor_range(s->ssm[il], (size_t)seq * s->ssm[il]->nb[3], s->ssm[il]->nb[3]);
+    }
+    s->pos[seq] = 0;
+    return st;
+}
+
+/* ---- hooks ---- */
+
+static lt_status add_to_graph(struct lt_mb *b, struct lt_tensor *t, const char *what, int il)
+{
+    lt_status st = lt_mb_check(t, what, il);
+    return st ? st : lt_graph_build(b->g, t);
+}
+
+
+/* cpy(src, dst), added to the graph now so that it runs before later readers of dst. */
+static lt_status store(struct lt_mb *b, struct lt_tensor *src, struct lt_tensor *dst,
+                       const char *what, int il, int seq)
+{
+    struct lt_tensor *c = dst ? lt_cpy(b->ctx, src, dst) : NULL;
+    if (c)
+        lt_format_name(c, "%s-%d (seq %d)", what, il, seq);
+    return add_to_graph(b, c, what, il);
+}
+
+/* [D, Hkv, T, 1] of cache (k or v) at sequence seq, positions p..p+T-1. */
+static struct lt_tensor *kv_slot(struct lt_mb *b, struct lt_tensor *cache, int seq, int p, int T)
+{
+    return lt_view_4d(b->ctx, cache, cache->ne[0], cache->ne[1], T, 1, cache->nb[1], cache->nb[2],
+                      cache->nb[3], (size_t)seq * cache->nb[3] + (size_t)p * cache->nb[2]);
+}
+
+/* The slot of sequence seq in a state whose axis `ax` (2: conv, 3: ssm) is the sequence. */
+static struct lt_tensor *state_slot(struct lt_mb *b, struct lt_tensor *state, int ax, int seq)
+{
+    if (ax == 3)
+        return lt_view_4d(b->ctx, state, state->ne[0], state->ne[1], state->ne[2], 1, state->nb[1],
+                          state->nb[2], state->nb[3], (size_t)seq * state->nb[3]);
+    return lt_view_3d(b->ctx, state, state->ne[0], state->ne[1], 1, state->nb[1], state->nb[2],
+                      (size_t)seq * state->nb[2]);
+}
+
+/* Rows [0, n_per_seq) of every sequence's slot (slots are `stride` bytes apart), gathered
+ * for the batch's sequences: F32 [n_per_seq, n]. */
+static struct lt_tensor *gather(struct lt_mb *b, struct step *sp, struct lt_tensor *storage,
+                                int64_t n_per_seq, size_t stride)
+{
+    struct lt_tensor *rows =
+        lt_view_2d(b->ctx, storage, n_per_seq, sp->s->p.n_seq_max, stride, 0);
+    return rows ? lt_get_rows(b->ctx, rows, sp->seq_ids) : NULL;
+}
+
+static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
+                              struct lt_tensor *v_new, struct lt_mb_layer_state *ls)
+{
+    struct step *sp = b->hooks->user;
+    struct lt_session *s = sp->s;
+    struct lt_tensor *kc = s->k[il], *vc = s->v[il];
+    int64_t D = kc->ne[0], Hkv = kc->ne[1];
+    lt_status st;
+    if (!sp->decode) {
+        int T = sp->n;
+        if ((st = store(b, k_new, kv_slot(b, kc, sp->seq, sp->p0, T), "k_store", il, sp->seq)) ||
+            (st = store(b, v_new, kv_slot(b, vc, sp->seq, sp->p0, T), "v_store", il, sp->seq)))
+            return st;
+        ls->k = kv_slot(b, kc, sp->seq, 0, sp->p0 + T);
+        ls->v = kv_slot(b, vc, sp->seq, 0, sp->p0 + T);
+    } else {
+        for (int i = 0; i < sp->n; i++) {
+            int seq = sp->seqs[i], p = s->pos[seq];
+            struct lt_tensor *ki = lt_view_4d(b->ctx, k_new, D, Hkv, 1, 1, k_new->nb[1],
+                                              k_new->nb[2], k_new->nb[3], (size_t)i * k_new->nb[3]);
+            struct lt_tensor *vi = lt_view_4d(b->ctx, v_new, D, Hkv, 1, 1, v_new->nb[1],
+                                              v_new->nb[2], v_new->nb[3], (size_t)i * v_new->nb[3]);
+            if ((st = lt_mb_check(ki && vi ? ki : NULL, "Kcur", il)) ||
+                (st = store(b, ki, kv_slot(b, kc, seq, p, 1), "k_store", il, seq)) ||
+                (st = store(b, vi, kv_slot(b, vc, seq, p, 1), "v_store", il, seq)))
+                return st;
+        }
+        struct lt_tensor *k = gather(b, sp, kc, D * Hkv * sp->n_kv, kc->nb[3]);
+        struct lt_tensor *v = gather(b, sp, vc, D * Hkv * sp->n_kv, vc->nb[3]);
+        k = k ? lt_format_name(lt_reshape_4d(b->ctx, k, D, Hkv, sp->n_kv, sp->n), "k_cached-%d", il)
+              : NULL;
+        v = v ? lt_format_name(lt_reshape_4d(b->ctx, v, D, Hkv, sp->n_kv, sp->n), "v_cached-%d", il)
+              : NULL;
+        ls->k = k;
+        ls->v = v;
+    }
+    if ((st = lt_mb_check(ls->k, "k_cached", il)) || (st = lt_mb_check(ls->v, "v_cached", il)))
+        return st;
+    return LT_OK;
+}
+
+static lt_status hook_recr_load(struct lt_mb *b, int il, struct lt_mb_layer_state *ls)
+{
+    struct step *sp = b->hooks->user;
+    struct lt_session *s = sp->s;
+    struct lt_tensor *cs = s->conv[il], *ss = s->ssm[il];
+    if (!sp->decode) {
+        ls->conv = state_slot(b, cs, 2, sp->seq);
+        ls->ssm = state_slot(b, ss, 3, sp->seq);
+    } else {
+        struct lt_tensor *c = gather(b, sp, cs, cs->ne[0] * cs->ne[1], cs->nb[2]);
+        struct lt_tensor *r = gather(b, sp, ss, ss->ne[0] * ss->ne[1] * ss->ne[2], ss->nb[3]);
+        ls->conv = c ? lt_reshape_3d(b->ctx, c, cs->ne[0], cs->ne[1], sp->n) : NULL;
+        ls->ssm = r ? lt_reshape_4d(b->ctx, r, ss->ne[0], ss->ne[1], ss->ne[2], sp->n) : NULL;
+    }
+    lt_status st;
+    if ((st = lt_mb_check(ls->conv, "conv_state", il)) || (st = lt_mb_check(ls->ssm, "state", il)))
+        return st;
+    lt_format_name(ls->conv, "conv_state-%d", il);
+    lt_format_name(ls->ssm, "state_predelta-%d", il);
+    return LT_OK;
+}
+
+static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv_new,
+                                 struct lt_tensor *ssm_new)
+{
+    struct step *sp = b->hooks->user;
+    struct lt_session *s = sp->s;
+    lt_status st;
+    int n = sp->decode ? sp->n : 1;
+    for (int i = 0; i < n; i++) {
+        int seq = sp->decode ? sp->seqs[i] : sp->seq;
+        struct lt_tensor *ci = lt_view_3d(b->ctx, conv_new, conv_new->ne[0], conv_new->ne[1], 1,
+                                          conv_new->nb[1], conv_new->nb[2], (size_t)i * conv_new->nb[2]);
+        struct lt_tensor *si = lt_view_4d(b->ctx, ssm_new, ssm_new->ne[0], ssm_new->ne[1],
+                                          ssm_new->ne[2], 1, ssm_new->nb[1], ssm_new->nb[2],
+                                          ssm_new->nb[3], (size_t)i * ssm_new->nb[3]);
+        if (!ci || !si)
+            return lt_mb_check(NULL, "state_store", il);
+        if ((st = store(b, ci, state_slot(b, s->conv[il], 2, seq), "conv_store", il, seq)) ||
+            (st = store(b, si, state_slot(b, s->ssm[il], 3, seq), "state_store", il, seq)))
+            return st;
+    }
+    return LT_OK;
+}
+
+/* ---- running a step ---- */
+
+static lt_status set_i32(struct lt_tensor *t, const int32_t *v, int64_t n)
+{
+    return lt_tensor_set(t, v, 0, sizeof(int32_t) * (size_t)n);
+}
+
+/* Builds, runs and frees the graph of one step; logits [n_out, n_vocab] go to out. */
+static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logits, float *out)
+{
+    struct lt_session *s = sp->s;
+    const struct lt_model *m = s->m;
+    int64_t T = sp->decode ? 1 : sp->n, S = sp->decode ? sp->n : 1, N = T * S;
+    int64_t L = m->hp.n_layer;
+    lt_status st;
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){
+        .mem_size = (size_t)(L * (160 + 12 * S) + 256) * sizeof(struct lt_tensor), .no_alloc = true});
+    if (!ctx)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
+    int cap = (int)(L * (128 + 8 * S) + 256);
+    struct lt_graph *g = lt_graph_new(ctx, cap);
+    struct lt_tensor *tok = lt_new_tensor_2d(ctx, LT_TYPE_I32, T, S);
+    struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, N);
+    struct lt_tensor *mask = NULL;
+    if (!g || !tok || !pos) {
+        st = lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
+        goto out_free_ctx;
+    }
+    lt_set_name(tok, "inp_tokens");
+    lt_set_name(pos, "inp_pos");
+    if (sp->decode) {
+        sp->seq_ids = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+        mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, sp->n_kv, 1, 1, S);
+        if (!sp->seq_ids || !mask) {
+            st = lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
+            goto out_free_ctx;
+        }
+        lt_set_name(sp->seq_ids, "inp_seq_ids");
+        lt_set_name(mask, "kq_mask");
+    }
+    struct lt_mb_hooks hooks = {sp, hook_attn_kv, hook_recr_load, hook_recr_store};
+    struct lt_mb b = {.m = m, .ctx = ctx, .g = g, .n_tokens = T, .n_seqs = S, .pos = pos,
+                      .kq_mask = mask, .causal = !sp->decode, .hooks = &hooks};
+    struct lt_tensor *hidden, *logits;
+    if ((st = lt_mb_forward(&b, tok, &hidden)) != LT_OK)
+        goto out_free_ctx;
+    int64_t n_out = all_logits ? N : S;
+    if (!all_logits && !sp->decode)
+        hidden = lt_view_2d(ctx, hidden, hidden->ne[0], 1, hidden->nb[1],
+                            (size_t)(T - 1) * hidden->nb[1]);
+    logits = hidden ? lt_mb_logits(&b, hidden) : NULL;
+    if ((st = lt_mb_check(logits, "result_output", -1)) != LT_OK)
+        goto out_free_ctx;
+    logits->flags |= LT_FLAG_OUTPUT;
+    if ((st = lt_graph_build(g, logits)) != LT_OK ||
+        (st = lt_sched_place(s->sched, g, false, NULL)) != LT_OK ||
+        (st = lt_sched_alloc(s->sched, g)) != LT_OK)
+        goto out_free_ctx;
+
+    /* inputs */
+    int32_t *iv = malloc(sizeof(int32_t) * (size_t)(N + S));
+    float *mv = mask ? malloc(sizeof(float) * (size_t)(sp->n_kv * S)) : NULL;
+    if (!iv || (mask && !mv)) {
+        free(iv);
+        free(mv);
+        st = lt_fail(LT_ERR_NOMEM, "out of memory for inputs");
+        goto out_release;
+    }
+    st = set_i32(tok, tokens, N);
+    for (int64_t i = 0; i < N; i++)
+        iv[i] = sp->decode ? s->pos[sp->seqs[i]] : sp->p0 + (int32_t)i;
+    if (st == LT_OK)
+        st = set_i32(pos, iv, N);
+    if (sp->decode) {
+        for (int64_t i = 0; i < S; i++) {
+            iv[i] = sp->seqs[i];
+            for (int64_t j = 0; j < sp->n_kv; j++)
+                mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
+        }
+        if (st == LT_OK)
+            st = set_i32(sp->seq_ids, iv, S);
+        if (st == LT_OK)
+            st = lt_tensor_set(mask, mv, 0, sizeof(float) * (size_t)(sp->n_kv * S));
+    }
+    free(iv);
+    free(mv);
+    if (st == LT_OK)
+        st = lt_sched_compute(s->sched, g);
+    if (st == LT_OK && out)
+        st = lt_tensor_get(logits, out, 0, sizeof(float) * (size_t)(n_out * m->hp.n_vocab));
+out_release:
+    lt_sched_release(s->sched);
+out_free_ctx:
+    lt_ctx_free(ctx);
+    return st;
+}
+
+static lt_status check_tokens(const struct lt_session *s, const int32_t *tokens, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= s->m->hp.n_vocab)
+            return lt_fail(LT_ERR_INVALID, "token %d (%d of %d) is outside the vocabulary of %lld",
+                           tokens[i], i, n, (long long)s->m->hp.n_vocab);
+    return LT_OK;
+}
+
+lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *tokens, int n,
+                             bool all_logits, float *logits)
+{
+    if (seq < 0 || seq >= s->p.n_seq_max)
+        return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seq, s->p.n_seq_max);
+    if (n < 1)
+        return lt_fail(LT_ERR_INVALID, "prefill of %d tokens", n);
+    if (s->pos[seq] + n > s->p.n_ctx)
+        return lt_fail(LT_ERR_INVALID, "sequence %d: %d + %d tokens exceed the context of %d", seq,
+                       s->pos[seq], n, s->p.n_ctx);
+    lt_status st = check_tokens(s, tokens, n);
+    if (st != LT_OK)
+        return st;
+    struct step sp = {.s = s, .seq = seq, .p0 = s->pos[seq], .n = n};
+    st = run_step(&sp, tokens, all_logits, logits);
+    if (st == LT_OK)
+        s->pos[seq] += n;
+    return st;
+}
+
+lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
+                            float *logits)
+{
+    if (n < 1 || n > s->p.n_seq_max)
+        return lt_fail(LT_ERR_INVALID, "decode of %d sequences in a session of %d", n,
+                       s->p.n_seq_max);
+    int n_kv = 0;
+    for (int i = 0; i < n; i++) {
+        if (seqs[i] < 0 || seqs[i] >= s->p.n_seq_max)
+            return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seqs[i], s->p.n_seq_max);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == seqs[i])
+                return lt_fail(LT_ERR_INVALID, "sequence %d appears twice in one decode", seqs[i]);
+        if (s->pos[seqs[i]] >= s->p.n_ctx)
+            return lt_fail(LT_ERR_INVALID, "sequence %d is full (%d tokens)", seqs[i], s->p.n_ctx);
+        n_kv = s->pos[seqs[i]] + 1 > n_kv ? s->pos[seqs[i]] + 1 : n_kv;
+    }
+    lt_status st = check_tokens(s, tokens, n);
+    if (st != LT_OK)
+        return st;
+    struct step sp = {.s = s, .decode = true, .n = n, .seqs = seqs, .n_kv = n_kv};
+    st = run_step(&sp, tokens, true, logits);
+    if (st == LT_OK)
+        for (int i = 0; i < n; i++)
+            s->pos[seqs[i]]++;
+    return st;
+}
