@@ -4,10 +4,17 @@
  * Both sources may have any strides (transposed, permuted, sliced, or broadcast views with
  * nb = 0) and be F32, F16 or BF16: each row is read as ne0 floats, in place when it is F32
  * with unit stride, otherwise converted into the thread's scratch. The result is
- * contiguous F32 of a's shape; threads split its rows. */
+ * contiguous F32 of a's shape; threads split its rows.
+ *
+ * Backward: b was tiled over a, so b's gradient is the sum over its tiles (lt_repeat_back
+ * down to b's shape). Where a rule reads a forward source in a kernel (the other operand of
+ * MUL, the divisor of DIV), it reads a contiguous copy when the source is a view
+ * (lt_ad_contiguous): the backward graph hands no kernel a strided source, so a device
+ * whose element-wise kernels need unit strides can run all of it. */
 #include <assert.h>
 #include <stdio.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -152,23 +159,94 @@ struct lt_tensor *lt_div(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
     return binary_new(ctx, LT_OP_DIV, a, b);
 }
 
+/* ---- backward rules ---- */
+
+/* The gradient g of the result (a's shape) summed down to the shape of b, which was tiled
+ * over it. NULL stays NULL (a constructor failed; lt_ad_add reports it). */
+static struct lt_tensor *sum_to_shape(struct lt_ctx *ctx, struct lt_tensor *g, struct lt_tensor *b)
+{
+    if (!g || lt_same_shape(g, b))
+        return g;
+    return lt_repeat_back(ctx, g, b);
+}
+
+/* y = a + b: da = g, db = sum of g over b's tiles */
+static lt_status add_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1], *g = node->grad;
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, a))
+        st = lt_ad_add(ad, a, g);
+    if (st == LT_OK && lt_ad_wants(ad, b))
+        st = lt_ad_add(ad, b, sum_to_shape(lt_ad_ctx(ad), g, b));
+    return st;
+}
+
+/* y = a - b: da = g, db = -(sum of g over b's tiles), negated after the sum (fewer
+ * elements) */
+static lt_status sub_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1], *g = node->grad;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, a))
+        st = lt_ad_add(ad, a, g);
+    if (st == LT_OK && lt_ad_wants(ad, b))
+        st = lt_ad_add(ad, b, lt_neg(ctx, sum_to_shape(ctx, g, b)));
+    return st;
+}
+
+/* y = a * b: da = g * b (b tiled again by the kernel), db = sum of g * a over b's tiles */
+static lt_status mul_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1], *g = node->grad;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, a))
+        st = lt_ad_add(ad, a, lt_mul(ctx, g, lt_ad_contiguous(ad, b)));
+    if (st == LT_OK && lt_ad_wants(ad, b))
+        st = lt_ad_add(ad, b, sum_to_shape(ctx, lt_mul(ctx, g, lt_ad_contiguous(ad, a)), b));
+    return st;
+}
+
+/* y = a / b: da = g / b; db = -g a / b^2 = -(g / b) * y, summed over b's tiles. Both
+ * share t = g / b, and y (the node, contiguous) stands in for a / b. */
+static lt_status div_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1];
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    if (!lt_ad_wants(ad, a) && !lt_ad_wants(ad, b))
+        return LT_OK;
+    struct lt_tensor *t = lt_div(ctx, node->grad, lt_ad_contiguous(ad, b));
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, a))
+        st = lt_ad_add(ad, a, t);
+    if (st == LT_OK && lt_ad_wants(ad, b))
+        st = lt_ad_add(ad, b, lt_neg(ctx, sum_to_shape(ctx, lt_mul(ctx, t, node), b)));
+    return st;
+}
+
 const struct lt_op_def lt_op_def_add = {.name = "ADD",
                                         .n_src = 2,
                                         .cpu_supported = binary_supported,
                                         .cpu_work_size = binary_work_size,
-                                        .cpu_forward = binary_forward};
+                                        .cpu_forward = binary_forward,
+                                        .backward = add_backward};
 const struct lt_op_def lt_op_def_sub = {.name = "SUB",
                                         .n_src = 2,
                                         .cpu_supported = binary_supported,
                                         .cpu_work_size = binary_work_size,
-                                        .cpu_forward = binary_forward};
+                                        .cpu_forward = binary_forward,
+                                        .backward = sub_backward};
 const struct lt_op_def lt_op_def_mul = {.name = "MUL",
                                         .n_src = 2,
                                         .cpu_supported = binary_supported,
                                         .cpu_work_size = binary_work_size,
-                                        .cpu_forward = binary_forward};
+                                        .cpu_forward = binary_forward,
+                                        .backward = mul_backward};
 const struct lt_op_def lt_op_def_div = {.name = "DIV",
                                         .n_src = 2,
                                         .cpu_supported = binary_supported,
                                         .cpu_work_size = binary_work_size,
-                                        .cpu_forward = binary_forward};
+                                        .cpu_forward = binary_forward,
+                                        .backward = div_backward};

@@ -7,11 +7,20 @@
  * Both copy rows in flattened order: row r of the source (rows counted i1 fastest) goes
  * to row r of the destination, which is what lets cpy write into a reshaped view. Every
  * other op here gives contiguous F32 and reads its sources, of any strides, row by row
- * through lt_row_to_f32. */
+ * through lt_row_to_f32.
+ *
+ * Backward rules (each beside its op, at the end of its section) move the gradient back
+ * the way the values came: a slice of it for concat and acc, a sum for repeat (and a tile
+ * for repeat_back), a scatter-add for get_rows (and a gather for get_rows_back). CPY sends
+ * its gradient to the copied source only: the copy overwrites dst, so dst's old values do
+ * not reach the result and get no gradient from it (see cpy_backward for views of a larger
+ * tensor). A gradient is always F32, whatever the source's type: through a conversion
+ * (cont or cpy to F16, say) it passes unchanged. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -273,6 +282,41 @@ struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
     return t;
 }
 
+/* cont: the values pass unchanged, so does the gradient */
+static lt_status cont_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    return lt_ad_add(ad, a, node->grad);
+}
+
+/* cpy: the result holds a's values in dst's shape, element r (flattened, i0 fastest) from
+ * element r of a, so a's gradient is the result's (contiguous) gradient reshaped to a.
+ *
+ * dst gets nothing from this node: its old values are overwritten and never reach the
+ * result. When dst is a window of a larger tensor (a KV cache slot, a slice of a state),
+ * the elements outside the window are not part of this node's value either; they reach
+ * the loss only through other readers of that tensor, whose rules send them their own
+ * gradients. The one thing autodiff cannot see is a reader that takes the copied values
+ * through another view of dst's storage rather than through this node: it has no graph
+ * edge to the copy, so its gradient goes to the storage, not to a. A training graph must
+ * therefore read what it copied through the CPY result (as it must anyway, to be ordered
+ * after the copy). */
+static lt_status cpy_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *g = node->grad;
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    if (!lt_same_shape(a, node)) {
+        g = lt_ad_contiguous(ad, g);
+        if (!g)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", a->name);
+        g = lt_reshape_4d(lt_ad_ctx(ad), g, a->ne[0], a->ne[1], a->ne[2], a->ne[3]);
+    }
+    return lt_ad_add(ad, a, g);
+}
+
 /* ---- concat ---- */
 
 static void concat_forward(const struct lt_compute_params *p, struct lt_tensor *node)
@@ -345,6 +389,27 @@ struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_t
     return t;
 }
 
+/* concat: each source's gradient is its window of the result's gradient (a view, which
+ * lt_ad_add copies to a contiguous tensor) */
+static lt_status concat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *g = node->grad;
+    const int dim = lt_get_param_i32(node, 0);
+    size_t offset = 0;
+    for (int i = 0; i < 2; i++) {
+        struct lt_tensor *s = node->src[i];
+        if (lt_ad_wants(ad, s)) {
+            lt_status st = lt_ad_add(ad, s,
+                                     lt_view_4d(lt_ad_ctx(ad), g, s->ne[0], s->ne[1], s->ne[2],
+                                                s->ne[3], g->nb[1], g->nb[2], g->nb[3], offset));
+            if (st != LT_OK)
+                return st;
+        }
+        offset = (size_t)s->ne[dim] * g->nb[dim];
+    }
+    return LT_OK;
+}
+
 /* ---- repeat ---- */
 
 static void repeat_forward(const struct lt_compute_params *p, struct lt_tensor *node)
@@ -389,6 +454,15 @@ struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_t
     if (!lt_can_repeat(a, like))
         return fail_shapes(LT_OP_REPEAT, a, like, "the first does not tile the second");
     return lt_new_op_tensor(ctx, LT_OP_REPEAT, LT_TYPE_F32, LT_MAX_DIMS, like->ne, &a, 1);
+}
+
+/* repeat: every tile of a moved the result, so a's gradient is the sum of the tiles */
+static lt_status repeat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    return lt_ad_add(ad, a, lt_repeat_back(lt_ad_ctx(ad), node->grad, a));
 }
 
 /* ---- repeat_back: the sum of every tile ---- */
@@ -457,6 +531,16 @@ struct lt_tensor *lt_repeat_back(struct lt_ctx *ctx, struct lt_tensor *a, struct
     if (!lt_can_repeat(like, a))
         return fail_shapes(LT_OP_REPEAT_BACK, a, like, "the second does not tile the first");
     return lt_new_op_tensor(ctx, LT_OP_REPEAT_BACK, LT_TYPE_F32, LT_MAX_DIMS, like->ne, &a, 1);
+}
+
+/* repeat_back: every element of a went into one sum, so a's gradient is the result's
+ * gradient tiled back over a */
+static lt_status repeat_back_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    return lt_ad_add(ad, a, lt_repeat(lt_ad_ctx(ad), node->grad, a));
 }
 
 /* ---- get_rows ---- */
@@ -536,6 +620,19 @@ struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt
                             (struct lt_tensor *[]){a, ids}, 2);
 }
 
+/* get_rows: the table's gradient is the result's rows added back at their ids (repeated
+ * ids accumulate). A table that is frozen (a quantised or F16 embedding matrix, not
+ * trainable) does not want a gradient, so none is built; the ids never do. The ids are
+ * read contiguous, like every forward source a backward kernel reads. */
+static lt_status get_rows_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *ids = node->src[1];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    return lt_ad_add(ad, a,
+                     lt_get_rows_back(lt_ad_ctx(ad), node->grad, lt_ad_contiguous(ad, ids), a));
+}
+
 /* ---- get_rows_back: scatter-add ---- */
 
 /* Threads first zero their share of the rows; then each adds every grad row into its own
@@ -611,6 +708,17 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
         return fail_shapes(LT_OP_GET_ROWS_BACK, grad, ids, "ids must be [k, ne2, ne3] of grad");
     return lt_new_op_tensor(ctx, LT_OP_GET_ROWS_BACK, LT_TYPE_F32, LT_MAX_DIMS, like->ne,
                             (struct lt_tensor *[]){grad, ids}, 2);
+}
+
+/* get_rows_back: result row ids[r] received grad row r, so grad's gradient is the
+ * result's gradient gathered at the ids. (An id outside the rows was skipped forward;
+ * get_rows gives NaN for it, which cannot go unnoticed.) */
+static lt_status get_rows_back_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *grad = node->src[0], *ids = node->src[1];
+    if (!lt_ad_wants(ad, grad))
+        return LT_OK;
+    return lt_ad_add(ad, grad, lt_get_rows(lt_ad_ctx(ad), node->grad, lt_ad_contiguous(ad, ids)));
 }
 
 /* ---- acc: a copy of a with b added into a window ---- */
@@ -733,38 +841,71 @@ struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
     return t;
 }
 
+/* acc: a passes whole, so its gradient is the result's; b's is the window of the
+ * result's gradient it was added into, read through the same strides (the gradient is
+ * contiguous F32 of the result's shape, as the result is), then made contiguous. Where
+ * windows of b's rows overlap, each element of b still gets the gradient of the one
+ * result element it was added to. */
+static lt_status acc_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1], *g = node->grad;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, a))
+        st = lt_ad_add(ad, a, g);
+    if (st == LT_OK && lt_ad_wants(ad, b)) {
+        struct lt_tensor *w =
+            lt_view_4d(ctx, g, b->ne[0], b->ne[1], b->ne[2], b->ne[3], get_param_size(node, 0),
+                       get_param_size(node, 2), get_param_size(node, 4), get_param_size(node, 6));
+        st = lt_ad_add(ad, b, lt_ad_contiguous(ad, w));
+    }
+    return st;
+}
+
 /* ---- the table ---- */
 
 const struct lt_op_def lt_op_def_cont = {.name = "CONT",
                                          .n_src = 1,
                                          .cpu_supported = cpy_supported,
                                          .cpu_work_size = cpy_work_size,
-                                         .cpu_forward = cpy_forward};
+                                         .cpu_forward = cpy_forward,
+                                         .backward = cont_backward};
 const struct lt_op_def lt_op_def_cpy = {.name = "CPY",
                                         .n_src = 2,
                                         .cpu_supported = cpy_supported,
                                         .cpu_work_size = cpy_work_size,
-                                        .cpu_forward = cpy_forward};
-const struct lt_op_def lt_op_def_concat = {
-    .name = "CONCAT", .n_src = 2, .cpu_supported = concat_supported, .cpu_forward = concat_forward};
-const struct lt_op_def lt_op_def_repeat = {
-    .name = "REPEAT", .n_src = 1, .cpu_supported = repeat_supported, .cpu_forward = repeat_forward};
+                                        .cpu_forward = cpy_forward,
+                                        .backward = cpy_backward};
+const struct lt_op_def lt_op_def_concat = {.name = "CONCAT",
+                                           .n_src = 2,
+                                           .cpu_supported = concat_supported,
+                                           .cpu_forward = concat_forward,
+                                           .backward = concat_backward};
+const struct lt_op_def lt_op_def_repeat = {.name = "REPEAT",
+                                           .n_src = 1,
+                                           .cpu_supported = repeat_supported,
+                                           .cpu_forward = repeat_forward,
+                                           .backward = repeat_backward};
 const struct lt_op_def lt_op_def_repeat_back = {.name = "REPEAT_BACK",
                                                 .n_src = 1,
                                                 .cpu_supported = repeat_back_supported,
                                                 .cpu_work_size = repeat_back_work_size,
-                                                .cpu_forward = repeat_back_forward};
+                                                .cpu_forward = repeat_back_forward,
+                                                .backward = repeat_back_backward};
 const struct lt_op_def lt_op_def_acc = {.name = "ACC",
                                         .n_src = 2,
                                         .cpu_supported = acc_supported,
                                         .cpu_work_size = acc_work_size,
-                                        .cpu_forward = acc_forward};
+                                        .cpu_forward = acc_forward,
+                                        .backward = acc_backward};
 const struct lt_op_def lt_op_def_get_rows = {.name = "GET_ROWS",
                                              .n_src = 2,
                                              .cpu_supported = get_rows_supported,
-                                             .cpu_forward = get_rows_forward};
+                                             .cpu_forward = get_rows_forward,
+                                             .backward = get_rows_backward};
 const struct lt_op_def lt_op_def_get_rows_back = {.name = "GET_ROWS_BACK",
                                                   .n_src = 2,
                                                   .cpu_supported = get_rows_back_supported,
                                                   .cpu_work_size = get_rows_back_work_size,
-                                                  .cpu_forward = get_rows_back_forward};
+                                                  .cpu_forward = get_rows_back_forward,
+                                                  .backward = get_rows_back_backward};

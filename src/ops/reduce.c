@@ -3,9 +3,15 @@
  * Sources may have any strides and be F32, F16 or BF16. Every sum accumulates in double in
  * a fixed order, so a result does not depend on the number of threads: sum first writes
  * one double per row (threads split the rows), then thread 0 adds the rows in order.
- * Results are contiguous F32. */
+ * Results are contiguous F32.
+ *
+ * Backward: every element of a row (of the tensor, for sum) moved the result by the same
+ * amount, so the gradient is the result's gradient tiled back over the source's shape
+ * (lt_repeat); mean scales it by 1 / ne0 first, on the smaller tensor. Only the source's
+ * shape is used, never its data, so its layout does not matter. */
 #include <stdio.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -148,18 +154,34 @@ struct lt_tensor *lt_sum(struct lt_ctx *ctx, struct lt_tensor *a)
     return reduce_new(ctx, LT_OP_SUM, a);
 }
 
+/* ---- backward rule (sum_rows, mean, sum) ---- */
+
+static lt_status reduce_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *g = node->grad;
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    if (node->op == LT_OP_MEAN)
+        g = lt_scale(ctx, g, a->ne[0] > 0 ? 1.0f / (float)a->ne[0] : 1.0f);
+    return lt_ad_add(ad, a, lt_repeat(ctx, g, a));
+}
+
 const struct lt_op_def lt_op_def_sum_rows = {.name = "SUM_ROWS",
                                              .n_src = 1,
                                              .cpu_supported = reduce_supported,
                                              .cpu_work_size = reduce_work_size,
-                                             .cpu_forward = sum_rows_forward};
+                                             .cpu_forward = sum_rows_forward,
+                                             .backward = reduce_backward};
 const struct lt_op_def lt_op_def_mean = {.name = "MEAN",
                                          .n_src = 1,
                                          .cpu_supported = reduce_supported,
                                          .cpu_work_size = reduce_work_size,
-                                         .cpu_forward = sum_rows_forward};
+                                         .cpu_forward = sum_rows_forward,
+                                         .backward = reduce_backward};
 const struct lt_op_def lt_op_def_sum = {.name = "SUM",
                                         .n_src = 1,
                                         .cpu_supported = reduce_supported,
                                         .cpu_work_size = reduce_work_size,
-                                        .cpu_forward = sum_forward};
+                                        .cpu_forward = sum_forward,
+                                        .backward = reduce_backward};

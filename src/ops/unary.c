@@ -4,11 +4,18 @@
  * Sources may have any strides (transposed, permuted, sliced, broadcast with nb = 0) and
  * be F32, F16 or BF16: a kernel reads each source row as ne0 floats, in place when it is
  * F32 with unit stride, otherwise converted into its thread's scratch. Results are
- * contiguous F32 of the first source's shape; threads split the rows. */
+ * contiguous F32 of the first source's shape; threads split the rows.
+ *
+ * Backward rules build each derivative from these same ops. They prefer the result y
+ * (always contiguous) to the source x where the derivative can be written in y (exp,
+ * sigmoid, sqrt, relu); where they must read x they read a contiguous copy when x is a
+ * view (lt_ad_contiguous), so no backward kernel is handed a strided source. There is no
+ * step or sign op: sign(x) is written with saturating sigmoids (see sign_of). */
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -316,6 +323,71 @@ struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struc
     return pair_new(ctx, LT_OP_SILU_BACK, grad, x);
 }
 
+/* ---- backward rules ---- */
+
+/* sigmoid(S x) is exactly 1 for x > 17 / S and exactly 0 for x < -17 / S (1 + e^-17
+ * rounds to 1 in float; e^+inf gives 1 / inf = 0, never NaN), so with S = 1e38
+ *   sign(x) = sigmoid(S x) - sigmoid(-S x)
+ * is exactly -1, 0 or +1 for every float except the |x| < 2e-37 around 0, where it ramps
+ * through 0 smoothly; sign(0) = 0, as torch's sgn. S x saturates to +-inf past |x| > 3.4,
+ * which the sigmoid takes. */
+#define SIGN_SLOPE 1e38f
+static struct lt_tensor *sign_of(struct lt_ctx *ctx, struct lt_tensor *x)
+{
+    return lt_sub(ctx, lt_sigmoid(ctx, lt_scale(ctx, x, SIGN_SLOPE)),
+                  lt_sigmoid(ctx, lt_scale(ctx, x, -SIGN_SLOPE)));
+}
+
+/* dx = g * f'(x), for g = node->grad and y = node = f(x) */
+static lt_status unary_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *x = node->src[0], *g = node->grad, *y = node, *dx = NULL;
+    if (!lt_ad_wants(ad, x))
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    switch (node->op) {
+    case LT_OP_SCALE: dx = lt_scale(ctx, g, lt_get_param_f32(node, 0)); break;
+    case LT_OP_SILU: dx = lt_silu_back(ctx, g, lt_ad_contiguous(ad, x)); break;
+    /* y' = y (1 - y) = y - y^2 */
+    case LT_OP_SIGMOID: dx = lt_mul(ctx, g, lt_sub(ctx, y, lt_sqr(ctx, y))); break;
+    /* sigmoid(x); above the threshold 20 the forward is x, and sigmoid(x > 20) is 1 in
+     * float, so the one formula holds on both sides */
+    case LT_OP_SOFTPLUS: dx = lt_mul(ctx, g, lt_sigmoid(ctx, lt_ad_contiguous(ad, x))); break;
+    case LT_OP_EXP: dx = lt_mul(ctx, g, y); break;
+    case LT_OP_LOG: dx = lt_div(ctx, g, lt_ad_contiguous(ad, x)); break;
+    case LT_OP_SQR: dx = lt_scale(ctx, lt_mul(ctx, g, lt_ad_contiguous(ad, x)), 2.0f); break;
+    /* 1 / (2 sqrt(x)) = 0.5 / y */
+    case LT_OP_SQRT: dx = lt_scale(ctx, lt_div(ctx, g, y), 0.5f); break;
+    case LT_OP_SIN: dx = lt_mul(ctx, g, lt_cos(ctx, lt_ad_contiguous(ad, x))); break;
+    case LT_OP_COS: dx = lt_neg(ctx, lt_mul(ctx, g, lt_sin(ctx, lt_ad_contiguous(ad, x)))); break;
+    case LT_OP_ABS: dx = lt_mul(ctx, g, sign_of(ctx, lt_ad_contiguous(ad, x))); break;
+    case LT_OP_NEG: dx = lt_neg(ctx, g); break;
+    /* step(x) = sign(y) as y = relu(x) >= 0; 0 at x = 0, as torch */
+    case LT_OP_RELU: dx = lt_mul(ctx, g, sign_of(ctx, y)); break;
+    default:
+        return lt_fail(LT_ERR_INVALID, "no unary backward rule for %s '%s'", lt_op_name(node->op),
+                       node->name);
+    }
+    return lt_ad_add(ad, x, dx);
+}
+
+/* y = silu(gate) * up: d gate = silu'(gate) * (g * up), d up = g * silu(gate) */
+static lt_status swiglu_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *gate = node->src[0], *up = node->src[1], *g = node->grad;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    if (!lt_ad_wants(ad, gate) && !lt_ad_wants(ad, up))
+        return LT_OK;
+    struct lt_tensor *gate_c = lt_ad_contiguous(ad, gate);
+    lt_status st = LT_OK;
+    if (lt_ad_wants(ad, gate))
+        st = lt_ad_add(ad, gate,
+                       lt_silu_back(ctx, lt_mul(ctx, g, lt_ad_contiguous(ad, up)), gate_c));
+    if (st == LT_OK && lt_ad_wants(ad, up))
+        st = lt_ad_add(ad, up, lt_mul(ctx, g, lt_silu(ctx, gate_c)));
+    return st;
+}
+
 /* ---- the table ---- */
 
 #define UNARY_DEF(sym, str)                                                                        \
@@ -323,7 +395,8 @@ struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struc
                                               .n_src = 1,                                          \
                                               .cpu_supported = unary_supported,                    \
                                               .cpu_work_size = rows_work_size,                     \
-                                              .cpu_forward = unary_forward}
+                                              .cpu_forward = unary_forward,                        \
+                                              .backward = unary_backward}
 
 UNARY_DEF(scale, "SCALE");
 UNARY_DEF(silu, "SILU");
@@ -343,7 +416,8 @@ const struct lt_op_def lt_op_def_swiglu = {.name = "SWIGLU",
                                            .n_src = 2,
                                            .cpu_supported = pair_supported,
                                            .cpu_work_size = rows_work_size,
-                                           .cpu_forward = pair_forward};
+                                           .cpu_forward = pair_forward,
+                                           .backward = swiglu_backward};
 const struct lt_op_def lt_op_def_silu_back = {.name = "SILU_BACK",
                                               .n_src = 2,
                                               .cpu_supported = pair_supported,
