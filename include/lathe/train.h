@@ -33,6 +33,8 @@ enum lt_fit_policy {
 #define LT_TRAIN_MAX_TARGETS 16
 #define LT_TRAIN_MAX_EPOCHS 64
 
+/* Zero numeric fields take the documented defaults (lt_train_params_defaults), so a
+ * zeroed struct plus a data source and an output is a valid job. */
 struct lt_train_params {
     const char *out;           /* output .gguf path */
     /* data: exactly one of text / examples, each a file path or in-memory content */
@@ -49,20 +51,23 @@ struct lt_train_params {
     /* schedule */
     int window;                /* tokens per example window; default 256 */
     int epochs;                /* default 1 */
-    float lr;                  /* default 1e-4 (LoRA: 1e-3) */
+    float lr;                  /* default 1e-4 (full), 1e-3 (LoRA) */
     float weight_decay;        /* default 0 */
     int batch;                 /* micro-batches per optimizer step (accumulation); default 1 */
     float val_split;           /* fraction held out for eval loss; default 0 */
     uint64_t seed;             /* shuffling and LoRA init; default 42 */
-    enum lt_fit_policy fit;
+    enum lt_fit_policy fit;    /* chat examples only */
     /* admission */
-    size_t memory_budget_mib;  /* 0: the device's free memory less a serving reserve */
+    size_t memory_budget_mib;  /* 0: the device's free memory less serving_reserve_mib */
+    size_t serving_reserve_mib; /* default 1024 on a device, 0 on the host */
     bool device_only;          /* refuse rather than fall back to the CPU */
     bool dry_run;              /* admit, report, and stop before allocating */
 };
 
 /* Fills the documented defaults into zero fields. */
 void lt_train_params_defaults(struct lt_train_params *p);
+/* "none", "middle", "left" -> the policy; false for anything else. */
+bool lt_fit_policy_parse(const char *s, enum lt_fit_policy *out);
 
 /* Problems with parameters, one per field. */
 #define LT_TRAIN_MAX_ERRORS 24
@@ -74,8 +79,10 @@ struct lt_train_errors {
     } e[LT_TRAIN_MAX_ERRORS];
 };
 
-/* LT_OK when every field is valid; otherwise LT_ERR_INVALID with errs filled and the
- * first message in lt_last_error. Checks values only (files are read when the job runs). */
+/* LT_OK when every field is valid (zero fields count as their defaults); otherwise
+ * LT_ERR_INVALID with errs (may be NULL) filled, one entry per bad field, and the messages
+ * joined by "; " in lt_last_error. Checks values only (files are read when the job runs;
+ * what depends on the model, such as a target it lacks, is checked then). */
 lt_status lt_train_params_validate(const struct lt_train_params *p, struct lt_train_errors *errs);
 
 enum lt_train_state {
@@ -90,10 +97,12 @@ enum lt_train_state {
 const char *lt_train_state_name(enum lt_train_state s); /* "idle", "running", ... */
 
 struct lt_train_progress {
-    int epoch, n_epochs;
-    int step, n_steps; /* optimizer steps over the whole job */
-    float loss;        /* of the last micro-batch */
-    double tokens_per_s;
+    enum lt_train_state state;
+    int epoch, n_epochs; /* epoch counts from 1 */
+    int step, n_steps;   /* optimizer steps done, and in the whole job */
+    float loss;          /* of the last optimizer step (its micro-batches' token-weighted mean) */
+    int64_t tokens;      /* input tokens processed so far (padding excluded) */
+    double tokens_per_s; /* over the time spent running (pauses excluded) */
     double eta_s;
 };
 
@@ -107,6 +116,11 @@ struct lt_train_result {
     size_t peak_bytes;                     /* admission estimate */
     size_t allocated_bytes;                /* what allocation took */
     int n_fallback;                        /* nodes not on the first backend */
+    int n_train, n_val;                    /* examples (or text windows) in each split */
+    int n_tokens_graph;                    /* tokens per micro-batch graph (<= window) */
+    int n_trainable;                       /* trainable tensors */
+    int64_t n_trainable_elements;          /* trainable numbers */
+    char admission[4096];                  /* placement summary and memory estimate (text) */
     lt_status status;
     struct lt_refusal refusal;             /* kind != NONE when admission refused */
     char error[1024];                      /* the reason on failure (refusal sentence unchanged) */
@@ -115,6 +129,10 @@ struct lt_train_result {
     float *curve;
 };
 
+/* Writes the loss curve (per step, with the per-epoch eval losses when present) as an SVG
+ * image. */
+lt_status lt_train_plot_svg(const struct lt_train_result *r, const char *path);
+
 typedef void (*lt_train_progress_fn)(void *user, const struct lt_train_progress *p);
 
 struct lt_train_job;
@@ -122,11 +140,14 @@ struct lt_train_job;
 /* Starts a job on its own thread, training `model` on `backends` (priority order).
  * Parameters are validated first (LT_ERR_INVALID, nothing started). The model must
  * outlive the job; inference may go on using it meanwhile (the job trains adapters or its
- * own F32 copies, never the served weights in place). */
+ * own F32 copies, never the served weights in place). Parameters are copied (strings
+ * included). The progress callback runs on the job's thread. */
 lt_status lt_train_job_start(struct lt_model *model, struct lt_backend *const *backends,
                              int n_backends, const struct lt_train_params *params,
                              lt_train_progress_fn progress, void *user, struct lt_train_job **out);
-/* Runs a job on the calling thread to the end (the CLI). */
+/* Runs a job on the calling thread to the end (the CLI). The status is result->status;
+ * the progress callback runs on the calling thread. result->curve is malloc'd: release it
+ * with lt_train_result_free. */
 lt_status lt_train_job_run(struct lt_model *model, struct lt_backend *const *backends,
                            int n_backends, const struct lt_train_params *params,
                            lt_train_progress_fn progress, void *user,
@@ -137,8 +158,11 @@ void lt_train_job_progress(struct lt_train_job *job, struct lt_train_progress *o
 void lt_train_job_cancel(struct lt_train_job *job);
 void lt_train_job_pause(struct lt_train_job *job);
 void lt_train_job_resume(struct lt_train_job *job);
-/* Waits for the end and copies the result (curve is owned by the job). */
+/* Waits for the end and copies the result; out->curve is a copy for the caller to release
+ * with lt_train_result_free. */
 void lt_train_job_wait(struct lt_train_job *job, struct lt_train_result *out);
+/* Frees r->curve (NULL is fine). */
+void lt_train_result_free(struct lt_train_result *r);
 /* Cancels if running, waits, frees. */
 void lt_train_job_free(struct lt_train_job *job);
 

@@ -1,0 +1,70 @@
+/* dataset.h (internal): training examples made from plain text or chat JSONL.
+ *
+ * An example is a run of at most `window` input tokens with, per position, the label the
+ * model should predict next (-1: no loss there). Labels are always a shift of the tokens
+ * the example was cut from (label[i] is the token that follows token i in the source), so
+ * the graph's inputs need no shifting.
+ *
+ * Text: the token stream is cut into windows of `window` inputs starting every window / 2
+ * tokens (they overlap by half). Each target token carries loss exactly once: in every
+ * window after the first, the positions whose targets the previous window already covered
+ * are context only (label -1).
+ *
+ * Chat: each JSONL line is {"prompt", "completion"} (plus an optional "system") or
+ * {"messages": [{"role", "content", "train"?}, ...]}, rendered through the model's chat
+ * template. Loss is on the tokens of assistant turns (content and closing marker), except
+ * turns marked "train": false, which stay as context. An example longer than the window is
+ * refused with its index unless a fit policy is given. */
+#ifndef LATHE_TRAIN_DATASET_H
+#define LATHE_TRAIN_DATASET_H
+
+#include <stdint.h>
+
+#include "lathe/status.h"
+#include "lathe/tokenizer.h"
+#include "lathe/train.h"
+
+struct lt_example {
+    int32_t *tokens; /* [n] */
+    int32_t *labels; /* [n]: the next token, or -1 */
+    int n;           /* 1..window */
+    int n_loss;      /* labels >= 0 */
+    int source;      /* the JSONL example's index (0-based), or the text window's */
+};
+
+struct lt_dataset {
+    struct lt_example *ex;
+    int n, cap;
+    int window;
+    int64_t n_tokens; /* sum of n */
+    int64_t n_loss;   /* sum of n_loss */
+    int n_fitted;     /* examples shortened by the fit policy */
+};
+
+/* Plain text. Adds the tokenizer's bos first when it asks for one. Fewer than two tokens
+ * is LT_ERR_INVALID. */
+lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len,
+                          int window, struct lt_dataset *out);
+
+/* Chat JSONL (blank lines skipped). A malformed line is LT_ERR_FORMAT naming its line
+ * number; an example too long for the window (with fit NONE), or with nothing to train on,
+ * is LT_ERR_INVALID naming its index. Needs jansson in the build. */
+lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                          const char *jsonl, size_t len, int window, enum lt_fit_policy fit,
+                          struct lt_dataset *out);
+
+void lt_dataset_free(struct lt_dataset *d);
+/* Appends an example (tokens and labels copied). */
+lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int32_t *labels,
+                          int n, int source);
+
+/* A permutation of 0..n-1 drawn from seed (Fisher-Yates over lathe's own PRNG, the same on
+ * every machine), split into the first n_val (validation) and the rest (training).
+ * n_val = round(n * val_split), at least 1 when val_split > 0, and at most n - 1. */
+lt_status lt_dataset_split(int n, float val_split, uint64_t seed, int **order, int *n_val);
+
+/* Shuffles idx[0..n) in place with the PRNG state (epoch-to-epoch reshuffles). */
+struct lt_rng;
+void lt_dataset_shuffle(int *idx, int n, struct lt_rng *rng);
+
+#endif

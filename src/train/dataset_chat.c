@@ -1,0 +1,283 @@
+/* dataset_chat.c: chat examples from JSONL, rendered through the model's chat template,
+ * with loss on assistant turns only.
+ *
+ * Each example is rendered once as a whole conversation; the token spans of its assistant
+ * turns (lt_chat_tokenize) decide which labels carry loss. A label at position i is the
+ * token i + 1, kept only when token i + 1 lies in a trained turn, so the model learns to
+ * produce the turn (and its closing marker) from everything before it.
+ *
+ * fit MIDDLE re-renders without the oldest exchanges (an exchange runs from a user message
+ * to the next one), keeping the leading system messages and the last exchange; fit LEFT
+ * keeps the last `window` tokens of the rendering. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/dataset.h"
+
+#ifdef LATHE_HAVE_JANSSON
+#include <jansson.h>
+
+struct chat_example {
+    struct lt_chat_message *msgs;
+    bool *train; /* per message: an assistant turn carrying loss */
+    size_t n;
+};
+
+static void chat_example_free(struct chat_example *c)
+{
+    free(c->msgs);
+    free(c->train);
+    memset(c, 0, sizeof(*c));
+}
+
+/* Fills c from one parsed JSON line (strings point into `root`). */
+static lt_status parse_example(json_t *root, int line, struct chat_example *c)
+{
+    memset(c, 0, sizeof(*c));
+    if (!json_is_object(root))
+        return lt_fail(LT_ERR_FORMAT, "line %d: an example must be a JSON object", line);
+    json_t *msgs = json_object_get(root, "messages");
+    json_t *prompt = json_object_get(root, "prompt");
+    json_t *completion = json_object_get(root, "completion");
+    json_t *system = json_object_get(root, "system");
+    if (msgs) {
+        if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+            return lt_fail(LT_ERR_FORMAT, "line %d: \"messages\" must be a non-empty array", line);
+        c->n = json_array_size(msgs);
+    } else if (prompt || completion) {
+        if (!json_is_string(prompt) || !json_is_string(completion))
+            return lt_fail(LT_ERR_FORMAT,
+                           "line %d: \"prompt\" and \"completion\" must both be strings", line);
+        if (system && !json_is_string(system))
+            return lt_fail(LT_ERR_FORMAT, "line %d: \"system\" must be a string", line);
+        c->n = system ? 3 : 2;
+    } else {
+        return lt_fail(LT_ERR_FORMAT,
+                       "line %d: an example needs \"messages\" or \"prompt\" and \"completion\"",
+                       line);
+    }
+    c->msgs = calloc(c->n, sizeof(*c->msgs));
+    c->train = calloc(c->n, sizeof(*c->train));
+    if (!c->msgs || !c->train) {
+        chat_example_free(c);
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
+    }
+    if (!msgs) {
+        size_t k = 0;
+        if (system)
+            c->msgs[k++] = (struct lt_chat_message){"system", json_string_value(system), NULL};
+        c->msgs[k++] = (struct lt_chat_message){"user", json_string_value(prompt), NULL};
+        c->msgs[k] = (struct lt_chat_message){"assistant", json_string_value(completion), NULL};
+        c->train[k] = true;
+        return LT_OK;
+    }
+    for (size_t i = 0; i < c->n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        json_t *train = json_object_get(m, "train");
+        json_t *reasoning = json_object_get(m, "reasoning_content");
+        const char *bad = !json_is_object(m)                  ? "is not an object"
+                          : !json_is_string(role)             ? "has no \"role\" string"
+                          : !json_is_string(content)          ? "has no \"content\" string"
+                          : train && !json_is_boolean(train)  ? "has a \"train\" that is not true or false"
+                          : reasoning && !json_is_string(reasoning) ? "has a \"reasoning_content\" that is not a string"
+                                                              : NULL;
+        if (bad) {
+            chat_example_free(c);
+            return lt_fail(LT_ERR_FORMAT, "line %d: message %zu %s", line, i, bad);
+        }
+        c->msgs[i] = (struct lt_chat_message){json_string_value(role), json_string_value(content),
+                                              reasoning ? json_string_value(reasoning) : NULL};
+        c->train[i] = !strcmp(c->msgs[i].role, "assistant") && !json_is_false(train);
+    }
+    return LT_OK;
+}
+
+/* Renders msgs (with per-message train flags) into tokens and labels (malloc'd). */
+static lt_status render(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                        const struct lt_chat_message *msgs, const bool *train, size_t n,
+                        int32_t **tokens, int32_t **labels, int *n_tokens)
+{
+    struct lt_chat_render r = {0};
+    struct lt_tokens tk = {0};
+    struct lt_chat_token_span *spans = NULL;
+    *tokens = *labels = NULL;
+    lt_status st = lt_chat_render(ct, msgs, n, &(struct lt_chat_options){0}, &r);
+    if (st != LT_OK)
+        return st;
+    bool bos = lt_tokenizer_add_bos(tok) && lt_tokenizer_bos(tok) != LT_TOKEN_NONE;
+    if (bos && (st = lt_tokenize(tok, "", 0, LT_TOKENIZE_ADD_BOS, &tk)) != LT_OK)
+        goto out_free;
+    spans = calloc(r.n_spans ? r.n_spans : 1, sizeof(*spans));
+    if (!spans) {
+        st = lt_fail(LT_ERR_NOMEM, "out of memory");
+        goto out_free;
+    }
+    if ((st = lt_chat_tokenize(tok, &r, &tk, spans)) != LT_OK)
+        goto out_free;
+    int nt = (int)tk.n;
+    *tokens = malloc((size_t)(nt ? nt : 1) * sizeof(int32_t));
+    *labels = malloc((size_t)(nt ? nt : 1) * sizeof(int32_t));
+    bool *in_loss = calloc((size_t)nt + 1, 1);
+    if (!*tokens || !*labels || !in_loss) {
+        free(in_loss);
+        st = lt_fail(LT_ERR_NOMEM, "out of memory");
+        goto out_free;
+    }
+    for (size_t s = 0; s < r.n_spans; s++)
+        if (train[r.spans[s].message])
+            for (size_t i = spans[s].turn_begin; i < spans[s].turn_end && i < (size_t)nt; i++)
+                in_loss[i] = true;
+    for (int i = 0; i < nt; i++) {
+        (*tokens)[i] = tk.ids[i];
+        (*labels)[i] = i + 1 < nt && in_loss[i + 1] ? tk.ids[i + 1] : -1;
+    }
+    free(in_loss);
+    *n_tokens = nt;
+out_free:
+    if (st != LT_OK) {
+        free(*tokens);
+        free(*labels);
+        *tokens = *labels = NULL;
+    }
+    free(spans);
+    lt_tokens_free(&tk);
+    lt_chat_render_free(&r);
+    return st;
+}
+
+/* fit MIDDLE: drops the oldest exchanges until the rendering fits. The leading system
+ * messages and the last exchange always stay; when those alone are too long, *n_tokens is
+ * left over the window and the caller refuses. */
+static lt_status fit_middle(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                            const struct chat_example *c, int window, int32_t **tokens,
+                            int32_t **labels, int *n_tokens)
+{
+    size_t n_sys = 0;
+    while (n_sys < c->n && !strcmp(c->msgs[n_sys].role, "system"))
+        n_sys++;
+    struct lt_chat_message *m = malloc(c->n * sizeof(*m));
+    bool *tr = malloc(c->n * sizeof(*tr));
+    if (!m || !tr) {
+        free(m);
+        free(tr);
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
+    }
+    lt_status st = LT_OK;
+    size_t keep_from = n_sys; /* first message of the oldest exchange kept */
+    for (;;) {
+        /* the next exchange starts at the next user message after keep_from */
+        size_t next = keep_from + 1;
+        while (next < c->n && strcmp(c->msgs[next].role, "user"))
+            next++;
+        if (next >= c->n)
+            break; /* keep_from starts the last exchange */
+        keep_from = next;
+        size_t k = 0;
+        for (size_t i = 0; i < n_sys; i++, k++) {
+            m[k] = c->msgs[i];
+            tr[k] = c->train[i];
+        }
+        for (size_t i = keep_from; i < c->n; i++, k++) {
+            m[k] = c->msgs[i];
+            tr[k] = c->train[i];
+        }
+        free(*tokens);
+        free(*labels);
+        st = render(tok, ct, m, tr, k, tokens, labels, n_tokens);
+        if (st != LT_OK || *n_tokens <= window)
+            break;
+    }
+    free(m);
+    free(tr);
+    return st;
+}
+
+lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                          const char *jsonl, size_t len, int window, enum lt_fit_policy fit,
+                          struct lt_dataset *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->window = window;
+    if (window < 2)
+        return lt_fail(LT_ERR_INVALID, "window must be at least 2 tokens, not %d", window);
+    lt_status st = LT_OK;
+    int line = 0, index = 0;
+    for (size_t p = 0; p < len && st == LT_OK;) {
+        const char *s = jsonl + p;
+        const char *nl = memchr(s, '\n', len - p);
+        size_t ll = nl ? (size_t)(nl - s) : len - p;
+        p += ll + (nl ? 1 : 0);
+        line++;
+        size_t b = 0;
+        while (b < ll && (s[b] == ' ' || s[b] == '\t' || s[b] == '\r'))
+            b++;
+        if (b == ll)
+            continue;
+        json_error_t jerr;
+        json_t *root = json_loadb(s, ll, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+            st = lt_fail(LT_ERR_FORMAT, "line %d: %s (column %d)", line, jerr.text, jerr.column);
+            break;
+        }
+        struct chat_example c;
+        st = parse_example(root, line, &c);
+        int32_t *tokens = NULL, *labels = NULL;
+        int n = 0;
+        if (st == LT_OK)
+            st = render(tok, ct, c.msgs, c.train, c.n, &tokens, &labels, &n);
+        if (st == LT_OK && n > window && fit == LT_FIT_MIDDLE) {
+            st = fit_middle(tok, ct, &c, window, &tokens, &labels, &n);
+            out->n_fitted++;
+        }
+        const int32_t *tk = tokens, *lb = labels;
+        if (st == LT_OK && n > window && fit == LT_FIT_LEFT) {
+            tk += n - window;
+            lb += n - window;
+            n = window;
+            out->n_fitted++;
+        }
+        if (st == LT_OK && n > window)
+            st = lt_fail(LT_ERR_INVALID,
+                         "example %d (line %d) is %d tokens, longer than the window of %d%s", index,
+                         line, n, window,
+                         fit == LT_FIT_MIDDLE
+                             ? " even with only its system messages and last exchange"
+                             : "; raise the window or give a fit policy (middle or left)");
+        if (st == LT_OK) {
+            int n_loss = 0;
+            for (int i = 0; i < n; i++)
+                n_loss += lb[i] >= 0;
+            if (n_loss == 0)
+                st = lt_fail(LT_ERR_INVALID,
+                             "example %d (line %d) has nothing to train on: no assistant turn "
+                             "without \"train\": false%s",
+                             index, line, fit == LT_FIT_LEFT ? " in its last window tokens" : "");
+        }
+        if (st == LT_OK)
+            st = lt_dataset_push(out, tk, lb, n, index);
+        free(tokens);
+        free(labels);
+        chat_example_free(&c);
+        json_decref(root);
+        index++;
+    }
+    if (st == LT_OK && out->n == 0)
+        st = lt_fail(LT_ERR_INVALID, "the examples hold no example (every line is blank)");
+    if (st != LT_OK)
+        lt_dataset_free(out);
+    return st;
+}
+
+#else
+
+lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                          const char *jsonl, size_t len, int window, enum lt_fit_policy fit,
+                          struct lt_dataset *out)
+{
+    memset(out, 0, sizeof(*out));
+    return lt_fail(LT_ERR_UNSUPPORTED, "chat examples need jansson, which this build lacks");
+}
+
+#endif
