@@ -162,6 +162,9 @@ struct lt_session_params {
     int n_backends;
     enum lt_type kv_type; /* LT_TYPE_F32 (0, the default) or LT_TYPE_F16 */
     int n_threads;        /* for a CPU backend the session creates; <= 0: all cores */
+    /* LoRA adapters (and replacements) every graph of the session reads; NULL: none. The
+     * list must outlive the session. */
+    const struct lt_model_adapters *adapters;
 };
 
 lt_status lt_session_new(const struct lt_model *m, const struct lt_session_params *params,

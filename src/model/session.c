@@ -372,7 +372,7 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
         lt_set_name(mask, "kq_mask");
     }
     struct lt_mb_hooks hooks = {sp, hook_attn_kv, hook_recr_load, hook_recr_store};
-    struct lt_mb b = {.m = m, .ctx = ctx, .g = g, .n_tokens = T, .n_seqs = S, .pos = pos,
+    struct lt_mb b = {.m = m, .ctx = ctx, .g = g, .ad = s->p.adapters, .n_tokens = T, .n_seqs = S, .pos = pos,
                       .kq_mask = mask, .causal = !sp->decode, .hooks = &hooks};
     struct lt_tensor *hidden, *logits;
     if ((st = lt_mb_forward(&b, tok, &hidden)) != LT_OK)

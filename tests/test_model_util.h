@@ -1,0 +1,183 @@
+/* test_model_util.h: tiny random GGUF models of each architecture, written with lathe's own
+ * GGUF writer, and the full-sequence forward (the loss graph) run on the CPU, for the model
+ * tests. Weights are random with norms near 1, so every tensor matters to the output. */
+#ifndef LATHE_TESTS_MODEL_UTIL_H
+#define LATHE_TESTS_MODEL_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lathe/gguf.h"
+#include "lathe/model.h"
+#include "lathe/sched.h"
+
+struct tm_spec {
+    const char *arch;
+    int n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_rot;
+    float rope_base, rms_eps;
+    bool tied;
+    /* qwen35 */
+    int interval, d_conv, d_state, n_k_heads, n_v_heads, n_mtp;
+};
+
+static uint64_t tm_rng = 1;
+static float tm_rand(void) /* uniform in [-1, 1) */
+{
+    tm_rng = tm_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((tm_rng >> 40) / 16777216.0) * 2.0f - 1.0f;
+}
+
+struct tm_writer {
+    struct lt_gguf_writer *w;
+    float *bufs[512];
+    int n_bufs;
+};
+
+/* A random F32 tensor: offset + scale * U(-1, 1). */
+static void tm_tensor(struct tm_writer *tw, const char *name, int64_t ne0, int64_t ne1, float scale,
+                      float offset)
+{
+    int64_t n = ne0 * ne1;
+    float *d = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = offset + scale * tm_rand();
+    tw->bufs[tw->n_bufs++] = d;
+    int64_t ne[2] = {ne0, ne1};
+    lt_gguf_writer_add_tensor(tw->w, name, LT_TYPE_F32, ne1 > 1 ? 2 : 1, ne, d,
+                              sizeof(float) * (size_t)n);
+}
+
+static void tm_blk(struct tm_writer *tw, int il, const char *suffix, int64_t ne0, int64_t ne1,
+                   float scale, float offset)
+{
+    char name[LT_MAX_NAME];
+    snprintf(name, sizeof(name), "blk.%d.%s", il, suffix);
+    tm_tensor(tw, name, ne0, ne1, scale, offset);
+}
+
+static void tm_key(struct tm_writer *tw, const struct tm_spec *s, const char *suffix, uint32_t v)
+{
+    char key[96];
+    snprintf(key, sizeof(key), "%s.%s", s->arch, suffix);
+    lt_gguf_writer_set_u32(tw->w, key, v);
+}
+
+/* Writes the model of spec s to path; LT_OK or the writer's failure. */
+static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint64_t seed)
+{
+    struct tm_writer tw = {.w = lt_gguf_writer_new()};
+    bool q35 = !strcmp(s->arch, "qwen35"), qwen2 = !strcmp(s->arch, "qwen2");
+    int E = s->n_embd, D = s->head_dim;
+    tm_rng = seed;
+    char key[96];
+    lt_gguf_writer_set_str(tw.w, "general.architecture", s->arch);
+    tm_key(&tw, s, "context_length", 4096);
+    tm_key(&tw, s, "embedding_length", (uint32_t)E);
+    tm_key(&tw, s, "block_count", (uint32_t)(s->n_layer + s->n_mtp));
+    tm_key(&tw, s, "feed_forward_length", (uint32_t)s->n_ff);
+    tm_key(&tw, s, "attention.head_count", (uint32_t)s->n_head);
+    tm_key(&tw, s, "attention.head_count_kv", (uint32_t)s->n_head_kv);
+    tm_key(&tw, s, "attention.key_length", (uint32_t)D);
+    tm_key(&tw, s, "attention.value_length", (uint32_t)D);
+    tm_key(&tw, s, "rope.dimension_count", (uint32_t)s->n_rot);
+    snprintf(key, sizeof(key), "%s.rope.freq_base", s->arch);
+    lt_gguf_writer_set_f32(tw.w, key, s->rope_base);
+    snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", s->arch);
+    lt_gguf_writer_set_f32(tw.w, key, s->rms_eps);
+    int key_dim = s->d_state * s->n_k_heads, value_dim = s->d_state * s->n_v_heads;
+    int C = 2 * key_dim + value_dim;
+    if (q35) {
+        tm_key(&tw, s, "full_attention_interval", (uint32_t)s->interval);
+        tm_key(&tw, s, "ssm.conv_kernel", (uint32_t)s->d_conv);
+        tm_key(&tw, s, "ssm.state_size", (uint32_t)s->d_state);
+        tm_key(&tw, s, "ssm.group_count", (uint32_t)s->n_k_heads);
+        tm_key(&tw, s, "ssm.time_step_rank", (uint32_t)s->n_v_heads);
+        tm_key(&tw, s, "ssm.inner_size", (uint32_t)value_dim);
+        if (s->n_mtp)
+            tm_key(&tw, s, "nextn_predict_layers", (uint32_t)s->n_mtp);
+    }
+    float se = 1.0f / sqrtf((float)E);
+    tm_tensor(&tw, "token_embd.weight", E, s->n_vocab, 1.0f, 0);
+    tm_tensor(&tw, "output_norm.weight", E, 1, 0.2f, 1.0f);
+    if (!s->tied)
+        tm_tensor(&tw, "output.weight", E, s->n_vocab, se, 0);
+    for (int il = 0; il < s->n_layer; il++) {
+        tm_blk(&tw, il, "attn_norm.weight", E, 1, 0.2f, 1.0f);
+        tm_blk(&tw, il, q35 ? "post_attention_norm.weight" : "ffn_norm.weight", E, 1, 0.2f, 1.0f);
+        tm_blk(&tw, il, "ffn_gate.weight", E, s->n_ff, se, 0);
+        tm_blk(&tw, il, "ffn_up.weight", E, s->n_ff, se, 0);
+        tm_blk(&tw, il, "ffn_down.weight", s->n_ff, E, 1.0f / sqrtf((float)s->n_ff), 0);
+        if (q35 && (il + 1) % s->interval != 0) {
+            tm_blk(&tw, il, "attn_qkv.weight", E, C, se, 0);
+            tm_blk(&tw, il, "attn_gate.weight", E, value_dim, se, 0);
+            tm_blk(&tw, il, "ssm_beta.weight", E, s->n_v_heads, se, 0);
+            tm_blk(&tw, il, "ssm_alpha.weight", E, s->n_v_heads, se, 0);
+            tm_blk(&tw, il, "ssm_conv1d.weight", s->d_conv, C, 0.5f, 0);
+            tm_blk(&tw, il, "ssm_dt.bias", s->n_v_heads, 1, 0.5f, 0);
+            tm_blk(&tw, il, "ssm_a", s->n_v_heads, 1, 0.3f, -1.0f);
+            tm_blk(&tw, il, "ssm_norm.weight", s->d_state, 1, 0.2f, 1.0f);
+            tm_blk(&tw, il, "ssm_out.weight", value_dim, E, 1.0f / sqrtf((float)value_dim), 0);
+            continue;
+        }
+        int q_rows = D * s->n_head * (q35 ? 2 : 1), kv_rows = D * s->n_head_kv;
+        tm_blk(&tw, il, "attn_q.weight", E, q_rows, se, 0);
+        tm_blk(&tw, il, "attn_k.weight", E, kv_rows, se, 0);
+        tm_blk(&tw, il, "attn_v.weight", E, kv_rows, se, 0);
+        tm_blk(&tw, il, "attn_output.weight", D * s->n_head, E, 1.0f / sqrtf((float)(D * s->n_head)), 0);
+        if (qwen2) {
+            tm_blk(&tw, il, "attn_q.bias", q_rows, 1, 0.3f, 0);
+            tm_blk(&tw, il, "attn_k.bias", kv_rows, 1, 0.3f, 0);
+            tm_blk(&tw, il, "attn_v.bias", kv_rows, 1, 0.3f, 0);
+        }
+        if (q35) {
+            tm_blk(&tw, il, "attn_q_norm.weight", D, 1, 0.2f, 1.0f);
+            tm_blk(&tw, il, "attn_k_norm.weight", D, 1, 0.2f, 1.0f);
+        }
+    }
+    lt_status st = lt_gguf_writer_write(tw.w, path);
+    lt_gguf_writer_free(tw.w);
+    for (int i = 0; i < tw.n_bufs; i++)
+        free(tw.bufs[i]);
+    return st;
+}
+
+/* The full-sequence forward: logits [n_seqs][n_tokens][n_vocab] of tokens [n_seqs][n_tokens]
+ * through the loss graph on the CPU. */
+static lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, const int32_t *tokens,
+                            int n_tokens, int n_seqs, float *logits)
+{
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20, .no_alloc = true});
+    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
+    struct lt_sched *s = lt_sched_new(&cpu, 1);
+    struct lt_model_loss_graph lg;
+    int64_t N = (int64_t)n_tokens * n_seqs;
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
+    for (int64_t i = 0; i < N; i++)
+        labels[i] = -1;
+    lt_status st = lt_model_build_loss(m, ctx, n_tokens, n_seqs, NULL, &lg);
+    if (st == LT_OK)
+        st = lt_graph_build(g, lg.loss);
+    if (st == LT_OK)
+        st = lt_sched_place(s, g, false, NULL);
+    if (st == LT_OK)
+        st = lt_sched_alloc(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.tokens, tokens, 0, sizeof(int32_t) * (size_t)N);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.labels, labels, 0, sizeof(int32_t) * (size_t)N);
+    if (st == LT_OK)
+        st = lt_model_loss_graph_set_pos(&lg);
+    if (st == LT_OK)
+        st = lt_sched_compute(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_get(lg.logits, logits, 0,
+                           sizeof(float) * (size_t)(N * lt_model_hparams(m)->n_vocab));
+    free(labels);
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    return st;
+}
+
+#endif
