@@ -31,7 +31,7 @@ static const char tiny_chat_template[] =
     "{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /* GPT-2's byte-to-character map, as UTF-8 text of one character. */
-static void tiny_byte_text(int b, char out[4])
+static inline void tiny_byte_text(int b, char out[4])
 {
     int cp;
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
@@ -54,7 +54,7 @@ static void tiny_byte_text(int b, char out[4])
 }
 
 static uint64_t tiny_gguf_rng;
-static float tiny_gguf_rand(void)
+static inline float tiny_gguf_rand(void)
 {
     tiny_gguf_rng = tiny_gguf_rng * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((tiny_gguf_rng >> 40) / 16777216.0) * 2.0f - 1.0f;
@@ -66,7 +66,7 @@ struct tiny_store {
     int n;
 };
 
-static int tiny_add(struct lt_gguf_writer *w, struct tiny_store *s, const char *name,
+static inline int tiny_add(struct lt_gguf_writer *w, struct tiny_store *s, const char *name,
                     enum lt_type type, int64_t ne0, int64_t ne1, float scale, float offset)
 {
     int64_t n = ne0 * ne1;
@@ -85,7 +85,7 @@ static int tiny_add(struct lt_gguf_writer *w, struct tiny_store *s, const char *
 }
 
 /* Writes the model to path; returns 0 on success. */
-static int tiny_model_write(const char *path, const struct tiny_spec *sp)
+static inline int tiny_model_write(const char *path, const struct tiny_spec *sp)
 {
     tiny_gguf_rng = sp->seed;
     struct lt_gguf_writer *w = lt_gguf_writer_new();
@@ -155,7 +155,7 @@ static int tiny_model_write(const char *path, const struct tiny_spec *sp)
 }
 
 /* A path in the build folder (or /tmp) for a test's file. */
-static void tiny_path(char *out, size_t size, const char *name)
+static inline void tiny_path(char *out, size_t size, const char *name)
 {
     const char *dir = getenv("LATHE_BUILD_DIR");
     snprintf(out, size, "%s/%s", dir && *dir ? dir : "/tmp", name);
