@@ -69,7 +69,7 @@ static struct lt_tensor *gc_make_input(struct lt_ctx *ctx, const struct gc_input
         s = lt_new_tensor_4d(ctx, in->type, ne[0] * 2, ne[1] + 1, ne[2], ne[3]);
         size_t es = lt_type_traits(in->type)->type_size;
         x = lt_view_4d(ctx, s, ne[0], ne[1], ne[2], ne[3], s->nb[1], s->nb[2], s->nb[3],
-                       es * (size_t)ne[0] / 2 + s->nb[1]);
+                       es * (size_t)(ne[0] / 2) + s->nb[1]);
         break;
     }
     default: break;

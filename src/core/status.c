@@ -1,5 +1,6 @@
 /* status.c: the thread-local reason behind the last failed call. */
 #include <stdio.h>
+#include <string.h>
 
 #include "lathe/status.h"
 
@@ -26,7 +27,10 @@ const char *lt_status_name(lt_status s)
 
 lt_status lt_failv(lt_status s, const char *fmt, va_list ap)
 {
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    /* format first: callers may pass lt_last_error() itself as an argument */
+    char msg[sizeof(last_error)];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    memcpy(last_error, msg, sizeof(msg));
     return s;
 }
 
