@@ -7,11 +7,17 @@
  * summed in double. The forward keeps one double per row in scratch and thread 0 adds
  * them in row order after a barrier, so the loss does not depend on the thread count.
  * A label >= V cannot be reported from a kernel; it makes the loss NaN (loud, where the
- * training loop looks) and gets no gradient. */
+ * training loop looks) and gets no gradient.
+ *
+ * Backward rule: CROSS_ENTROPY -> CROSS_ENTROPY_BACK with the incoming dL/dloss (one F32,
+ * read by the kernel, so a scaled or micro-batched loss scales the gradient); the labels
+ * are integers and get none. The kernel takes any strides, but it is handed contiguous
+ * logits and labels, as every backward kernel is (a no-op for mul_mat's logits). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -175,12 +181,28 @@ static void ce_back_forward(const struct lt_compute_params *p, struct lt_tensor 
     }
 }
 
+/* ---- backward rule ---- */
+
+static lt_status ce_rule(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *logits = node->src[0];
+    if (!lt_ad_wants(ad, logits))
+        return LT_OK;
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    struct lt_tensor *x = lt_ad_contiguous(ad, logits);
+    struct lt_tensor *labels = lt_ad_contiguous(ad, node->src[1]);
+    if (!g || !x || !labels)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", logits->name);
+    return lt_ad_add(ad, logits, lt_cross_entropy_back(lt_ad_ctx(ad), g, x, labels));
+}
+
 const struct lt_op_def lt_op_def_cross_entropy = {
     .name = "CROSS_ENTROPY",
     .n_src = 2,
     .cpu_supported = ce_supported,
     .cpu_work_size = ce_work_size,
     .cpu_forward = ce_forward,
+    .backward = ce_rule,
 };
 
 const struct lt_op_def lt_op_def_cross_entropy_back = {

@@ -14,7 +14,15 @@
  * is cut into units (a batch of b slices sharing one a head, times a range of m) that the
  * pool threads divide; no two threads write the same element of dst. The plan (forms,
  * folding, units, tile height) is a pure function of the node and nth, so every thread and
- * cpu_work_size compute the same one. */
+ * cpu_work_size compute the same one.
+ *
+ * Backward (mul_mat_backward, at the end): with g = dL/dy [M, N, B2, B3],
+ *   db = mul_mat(a^T, g): a's transposed view as the first operand, grouped over b's heads
+ *        exactly as in the forward, so nothing is left to reduce;
+ *   da = mul_mat(b^T, g^T) [K, M, B2, B3], then summed over each group of consecutive b
+ *        heads that shared one a head (GQA), down to a's [K, M, A2, A3].
+ * The first operand may have any layout and readable type, but a block-quantised a cannot
+ * be viewed transposed (its blocks run along ne0): it is dequantised to F32 first. */
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
@@ -22,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -498,10 +507,88 @@ static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tenso
     }
 }
 
+/* ---- backward rule ---- */
+
+/* a in a form whose transposed view mul_mat takes as its first operand: a itself, unless
+ * block-quantised; then an F32 copy (a CPY into a FILL, so it is scheduled like any node
+ * and its memory freed after its last reader). */
+static struct lt_tensor *transposable(struct lt_ctx *ctx, struct lt_tensor *a)
+{
+    if (!lt_type_traits(a->type)->is_quantized)
+        return a;
+    struct lt_tensor *f32 = lt_fill(ctx, a, 0.0f);
+    struct lt_tensor *deq = f32 ? lt_cpy(ctx, a, f32) : NULL;
+    if (deq)
+        lt_format_name(deq, "%s (f32)", a->name);
+    return deq;
+}
+
+/* t [K, M, B2, B3] (contiguous F32) summed down to [K, M, A2, A3] over each group of
+ * B2 / A2 consecutive heads in dim 2 (and B3 / A3 in dim 3): head i2 of t belongs to head
+ * i2 / r2, so reshaped to [K*M, r2, A2, B3] the group is dim 1, which REPEAT_BACK sums
+ * (its "like" is only a shape: a view of t's first elements). */
+static struct lt_tensor *sum_head_groups(struct lt_ctx *ctx, struct lt_tensor *t, int64_t A2,
+                                         int64_t A3)
+{
+    const int64_t K = t->ne[0], M = t->ne[1], B2 = t->ne[2], B3 = t->ne[3], km = K * M;
+    if (B2 != A2) {
+        struct lt_tensor *v = lt_reshape_4d(ctx, t, km, B2 / A2, A2, B3);
+        struct lt_tensor *like = v ? lt_view_4d(ctx, v, km, 1, A2, B3, v->nb[1], v->nb[2],
+                                                v->nb[3], 0)
+                                   : NULL;
+        t = like ? lt_repeat_back(ctx, v, like) : NULL;
+    }
+    if (t && B3 != A3) {
+        struct lt_tensor *v = lt_reshape_4d(ctx, t, km * A2, B3 / A3, A3, 1);
+        struct lt_tensor *like = v ? lt_view_4d(ctx, v, km * A2, 1, A3, 1, v->nb[1], v->nb[2],
+                                                v->nb[3], 0)
+                                   : NULL;
+        t = like ? lt_repeat_back(ctx, v, like) : NULL;
+    }
+    return t ? lt_reshape_4d(ctx, t, K, M, A2, A3) : NULL;
+}
+
+/* da for every a that wants one: the formula does not read a, and the F32 gradient of an
+ * F16/BF16/quantised a computed from a trainable tensor (a CPY into a half KV cache, say)
+ * passes on through that op's rule. A frozen weight never wants one; a non-F32 leaf
+ * flagged trainable is refused, since no optimizer step updates it. */
+static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1];
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    bool want_a = lt_ad_wants(ad, a), want_b = lt_ad_wants(ad, b);
+    if (!want_a && !want_b)
+        return LT_OK;
+    if (want_a && a->type != LT_TYPE_F32 && a->op == LT_OP_NONE)
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "'%s' is a trainable %s weight of MUL_MAT '%s': only f32 weights take "
+                       "gradients (a quantised or half weight stays frozen; train an adapter "
+                       "or an f32 copy)",
+                       a->name, lt_type_name(a->type), node->name);
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    if (!g)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
+    lt_status st = LT_OK;
+    if (want_b) {
+        struct lt_tensor *at = transposable(ctx, a);
+        at = at ? lt_transpose(ctx, at) : NULL;
+        st = lt_ad_add(ad, b, at ? lt_mul_mat(ctx, at, g) : NULL);
+    }
+    if (st == LT_OK && want_a) {
+        struct lt_tensor *bt = lt_transpose(ctx, b), *gt = lt_transpose(ctx, g);
+        struct lt_tensor *da = bt && gt ? lt_mul_mat(ctx, bt, gt) : NULL;
+        if (da && (da->ne[2] != a->ne[2] || da->ne[3] != a->ne[3]))
+            da = sum_head_groups(ctx, da, a->ne[2], a->ne[3]);
+        st = lt_ad_add(ad, a, da);
+    }
+    return st;
+}
+
 const struct lt_op_def lt_op_def_mul_mat = {
     .name = "MUL_MAT",
     .n_src = 2,
     .cpu_supported = mul_mat_supported,
     .cpu_work_size = mul_mat_work_size,
     .cpu_forward = mul_mat_forward,
+    .backward = mul_mat_backward,
 };

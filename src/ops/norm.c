@@ -6,11 +6,19 @@
  * F.normalize's clamp). The gradient is dx = r * g - r^3 * x * sum(g * x) / n (n = 1 for
  * L2). Sums run in double. Sources may have any strides; results are contiguous F32.
  * Threads take whole rows, so no barrier is needed; a strided row is first gathered into
- * the thread's own scratch so the arithmetic loops see unit strides. */
+ * the thread's own scratch so the arithmetic loops see unit strides.
+ *
+ * Backward rules: RMS_NORM -> RMS_NORM_BACK, L2_NORM -> L2_NORM_BACK, each reading x and
+ * dL/dy. The CPU kernels of the _BACK ops take any strides (norm_supported asks only for
+ * f32 of the result's shape), but the rules still hand them a contiguous x: the forward x
+ * is often a view (Qwen3.5's k_conv, sliced out of the conv output, is the l2_norm case
+ * that crashed llama.cpp), and a device kernel that needs unit strides must be able to
+ * run the backward pass too. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -179,12 +187,39 @@ static void l2_norm_back_forward(const struct lt_compute_params *p, struct lt_te
     norm_backward(p, node, NORM_L2);
 }
 
+/* ---- backward rules ---- */
+
+typedef struct lt_tensor *(*norm_back_fn)(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                          struct lt_tensor *x, float eps);
+
+static lt_status norm_rule(struct lt_autodiff *ad, struct lt_tensor *node, norm_back_fn back)
+{
+    struct lt_tensor *x = node->src[0];
+    if (!lt_ad_wants(ad, x))
+        return LT_OK;
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad), *xc = lt_ad_contiguous(ad, x);
+    if (!g || !xc)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", x->name);
+    return lt_ad_add(ad, x, back(lt_ad_ctx(ad), g, xc, lt_get_param_f32(node, 0)));
+}
+
+static lt_status rms_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    return norm_rule(ad, node, lt_rms_norm_back);
+}
+
+static lt_status l2_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    return norm_rule(ad, node, lt_l2_norm_back);
+}
+
 const struct lt_op_def lt_op_def_rms_norm = {
     .name = "RMS_NORM",
     .n_src = 1,
     .cpu_supported = norm_supported,
     .cpu_work_size = norm_work_size,
     .cpu_forward = rms_norm_forward,
+    .backward = rms_norm_rule,
 };
 
 const struct lt_op_def lt_op_def_l2_norm = {
@@ -193,6 +228,7 @@ const struct lt_op_def lt_op_def_l2_norm = {
     .cpu_supported = norm_supported,
     .cpu_work_size = norm_work_size,
     .cpu_forward = l2_norm_forward,
+    .backward = l2_norm_rule,
 };
 
 const struct lt_op_def lt_op_def_rms_norm_back = {

@@ -8,11 +8,15 @@
  * float), angle = float(pos) * inv_freq[j] rounded to float; only cos and sin are taken in
  * double. An exact float64 angle would differ from HF by up to pos * 2^-24 radians (1e-3
  * at 16k positions); matching its rounding keeps us within ~1e-6 of HF's outputs.
- * Threads take ranges of rows; each keeps its own cos/sin table for the current position. */
+ * Threads take ranges of rows; each keeps its own cos/sin table for the current position.
+ *
+ * Backward rule: ROPE -> ROPE_BACK of dL/dy with the same positions and parameters (a
+ * rotation's adjoint is its inverse); the positions are integers and get no gradient. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -155,12 +159,29 @@ static void rope_back_forward(const struct lt_compute_params *p, struct lt_tenso
     rope_run(p, node, true);
 }
 
+/* ---- backward rule ---- */
+
+static lt_status rope_rule(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0];
+    if (!lt_ad_wants(ad, a))
+        return LT_OK;
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad), *pos = lt_ad_contiguous(ad, node->src[1]);
+    if (!g || !pos)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", a->name);
+    return lt_ad_add(ad, a,
+                     lt_rope_back(lt_ad_ctx(ad), g, pos, lt_get_param_i32(node, 0),
+                                  (enum lt_rope_mode)lt_get_param_i32(node, 1),
+                                  lt_get_param_f32(node, 2)));
+}
+
 const struct lt_op_def lt_op_def_rope = {
     .name = "ROPE",
     .n_src = 2,
     .cpu_supported = rope_supported,
     .cpu_work_size = rope_work_size,
     .cpu_forward = rope_forward,
+    .backward = rope_rule,
 };
 
 const struct lt_op_def lt_op_def_rope_back = {

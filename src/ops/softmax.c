@@ -8,11 +8,17 @@
  * SOFT_MAX_BACK takes dy and y and gives dx = y * (dy - sum(dy * y)), the gradient with
  * respect to the softmax's input (a * scale + mask); the scale's own factor is the backward
  * rule's to apply. Sources may have any strides; results are contiguous F32; threads take
- * whole rows. */
+ * whole rows.
+ *
+ * Backward rule: dz = SOFT_MAX_BACK(dy, y) with z = a * scale + mask, so da = scale * dz.
+ * Dropped keys need nothing special: y is 0 there, so dz is too. The mask is normally a
+ * constant and wants no gradient; one that does (a learned bias) gets dz summed over the
+ * heads it was tiled across. y is the node itself, always contiguous. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -173,12 +179,36 @@ static void soft_max_back_forward(const struct lt_compute_params *p, struct lt_t
     }
 }
 
+/* ---- backward rule ---- */
+
+static lt_status soft_max_rule(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *mask = node->src[1];
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    bool want_a = lt_ad_wants(ad, a), want_mask = mask && lt_ad_wants(ad, mask);
+    if (!want_a && !want_mask)
+        return LT_OK;
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    if (!g)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
+    struct lt_tensor *dz = lt_soft_max_back(ctx, g, node);
+    float scale = lt_get_param_f32(node, 0);
+    lt_status st = LT_OK;
+    if (want_a)
+        st = lt_ad_add(ad, a, dz && scale != 1.0f ? lt_scale(ctx, dz, scale) : dz);
+    if (st == LT_OK && want_mask)
+        st = lt_ad_add(ad, mask, dz && !lt_same_shape(dz, mask) ? lt_repeat_back(ctx, dz, mask)
+                                                                  : dz);
+    return st;
+}
+
 const struct lt_op_def lt_op_def_soft_max = {
     .name = "SOFT_MAX",
     .n_src = 2,
     .cpu_supported = soft_max_supported,
     .cpu_work_size = soft_max_work_size,
     .cpu_forward = soft_max_forward,
+    .backward = soft_max_rule,
 };
 
 const struct lt_op_def lt_op_def_soft_max_back = {
