@@ -1,0 +1,649 @@
+/* job.c: training jobs: the run (data, trainables, admission, the loop, the output) and the
+ * control around it (thread, pause, resume, cancel, progress).
+ *
+ * One micro-batch graph of n_tokens = min(window, longest example) positions is built and
+ * admitted once; every example is copied into its inputs, padded at the end with labels
+ * -1 (attention and DeltaNet are causal, so padding after an example cannot change it).
+ * The output file is written only after the last epoch, and only when nothing failed and
+ * nobody cancelled: a job that stops early leaves the disk as it found it. All memory the
+ * run took is released before the job reports its final state. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lathe/lora.h"
+#include "lathe/model.h"
+#include "lathe/sampling.h"
+#include "lathe/sched.h"
+#include "lathe/tokenizer.h"
+#include "lathe/train.h"
+#include "train/dataset.h"
+#include "train/train_impl.h"
+
+struct lt_train_job {
+    struct lt_model *model;
+    struct lt_backend *backends[LT_SCHED_MAX_BACKENDS];
+    int n_backends;
+    struct lt_train_params p; /* defaults filled; strings point into strs */
+    char *strs[7];
+    lt_train_progress_fn progress_fn;
+    void *user;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool has_thread;
+    bool cancel, pause;
+    enum lt_train_state state;
+    struct lt_train_progress prog;
+    struct lt_train_result result;
+};
+
+/* What one run holds; released by run_free in reverse order. */
+struct run {
+    struct lt_tokenizer *tok;
+    struct lt_chat_template ct;
+    bool have_ct;
+    struct lt_dataset data;
+    int *order; /* [n]: validation first (n_val), then training */
+    int n_val;
+    struct lt_lora *lora;
+    struct lt_model_f32_params *f32;
+    struct lt_model_lora *lora_list;
+    int n_lora;
+    struct lt_ctx *ctx;
+    struct lt_model_loss_graph lg;
+    struct lt_train_graph *tg;
+    int n_tokens; /* per micro-batch graph */
+    int32_t *tok_buf, *lab_buf;
+    int32_t pad;
+    double active_s; /* running time, pauses excluded */
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_free(struct run *r)
+{
+    lt_train_graph_free(r->tg);
+    lt_ctx_free(r->ctx);
+    free(r->lora_list);
+    lt_model_f32_params_free(r->f32);
+    lt_lora_free(r->lora);
+    free(r->order);
+    free(r->tok_buf);
+    free(r->lab_buf);
+    lt_dataset_free(&r->data);
+    if (r->have_ct)
+        lt_chat_template_free(&r->ct);
+    lt_tokenizer_free(r->tok);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- control ---- */
+
+static void set_state(struct lt_train_job *j, enum lt_train_state s)
+{
+    pthread_mutex_lock(&j->mu);
+    j->state = s;
+    j->prog.state = s;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Blocks while paused; true when the job should stop. Paused time is not running time. */
+static bool should_stop(struct lt_train_job *j, struct run *r, double *t_mark)
+{
+    pthread_mutex_lock(&j->mu);
+    if (j->pause && !j->cancel) {
+        r->active_s += now_s() - *t_mark;
+        j->state = j->prog.state = LT_TRAIN_PAUSED;
+        pthread_cond_broadcast(&j->cv);
+        while (j->pause && !j->cancel)
+            pthread_cond_wait(&j->cv, &j->mu);
+        j->state = j->prog.state = LT_TRAIN_RUNNING;
+        pthread_cond_broadcast(&j->cv);
+        *t_mark = now_s();
+    }
+    bool stop = j->cancel;
+    pthread_mutex_unlock(&j->mu);
+    return stop;
+}
+
+static void report(struct lt_train_job *j, const struct lt_train_progress *pr)
+{
+    pthread_mutex_lock(&j->mu);
+    enum lt_train_state s = j->prog.state;
+    j->prog = *pr;
+    j->prog.state = s;
+    struct lt_train_progress copy = j->prog;
+    pthread_mutex_unlock(&j->mu);
+    if (j->progress_fn)
+        j->progress_fn(j->user, &copy);
+}
+
+/* ---- the run ---- */
+
+static lt_status read_file(const char *path, char **data, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return lt_fail(LT_ERR_IO, "%s: %s", path, strerror(errno));
+    lt_status st = LT_OK;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (n < cap)
+            break;
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        }
+        buf = nb;
+    }
+    if (!buf)
+        st = lt_fail(LT_ERR_NOMEM, "%s: out of memory reading it", path);
+    else if (ferror(f))
+        st = lt_fail(LT_ERR_IO, "%s: read error", path);
+    fclose(f);
+    if (st != LT_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = 0;
+    *data = buf;
+    *len = n;
+    return LT_OK;
+}
+
+static lt_status load_data(struct lt_train_job *j, struct run *r)
+{
+    const struct lt_train_params *p = &j->p;
+    lt_status st = lt_tokenizer_from_gguf(lt_model_gguf(j->model), &r->tok);
+    if (st != LT_OK)
+        return st;
+    const char *path = p->text_path ? p->text_path : p->examples_path;
+    char *file = NULL;
+    size_t len = 0;
+    const char *content = p->text ? p->text : p->examples;
+    if (path) {
+        if ((st = read_file(path, &file, &len)) != LT_OK)
+            return st;
+        content = file;
+    } else {
+        len = strlen(content);
+    }
+    if (p->text || p->text_path) {
+        st = lt_dataset_text(r->tok, content, len, p->window, &r->data);
+    } else {
+        st = lt_chat_template_from_gguf(lt_model_gguf(j->model), &r->ct);
+        r->have_ct = st == LT_OK;
+        if (st == LT_OK)
+            st = lt_dataset_chat(r->tok, &r->ct, content, len, p->window, p->fit, &r->data);
+    }
+    free(file);
+    if (st != LT_OK) {
+        if (path)
+            return lt_fail(st, "%s: %s", path, lt_last_error());
+        return st;
+    }
+    st = lt_dataset_split(r->data.n, p->val_split, p->seed, &r->order, &r->n_val);
+    if (st != LT_OK)
+        return st;
+    if (r->data.n - r->n_val < 1)
+        return lt_fail(LT_ERR_INVALID, "no example is left for training after the validation split");
+    int longest = 1;
+    for (int i = 0; i < r->data.n; i++)
+        longest = r->data.ex[i].n > longest ? r->data.ex[i].n : longest;
+    r->n_tokens = longest < p->window ? longest : p->window;
+    lt_token pad = lt_tokenizer_pad(r->tok);
+    if (pad == LT_TOKEN_NONE)
+        pad = lt_tokenizer_eos(r->tok);
+    r->pad = pad == LT_TOKEN_NONE ? 0 : pad;
+    r->tok_buf = malloc((size_t)r->n_tokens * sizeof(int32_t));
+    r->lab_buf = malloc((size_t)r->n_tokens * sizeof(int32_t));
+    if (!r->tok_buf || !r->lab_buf)
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
+    j->result.n_train = r->data.n - r->n_val;
+    j->result.n_val = r->n_val;
+    j->result.n_tokens_graph = r->n_tokens;
+    return LT_OK;
+}
+
+static lt_status make_trainables(struct lt_train_job *j, struct run *r,
+                                 struct lt_model_adapters *ad)
+{
+    const struct lt_train_params *p = &j->p;
+    memset(ad, 0, sizeof(*ad));
+    lt_status st;
+    if (p->full) {
+        for (int i = 0; i < lt_model_n_weights(j->model); i++) {
+            const struct lt_tensor *w = lt_model_weight(j->model, i);
+            if (w->type != LT_TYPE_F32 && w->type != LT_TYPE_F16 && w->type != LT_TYPE_BF16)
+                return lt_fail(LT_ERR_INVALID,
+                               "full fine-tuning needs an F32, F16 or BF16 model, and '%s' is %s; "
+                               "train a LoRA on this model instead",
+                               w->name, lt_type_name(w->type));
+        }
+        st = lt_model_f32_params_new(j->model, NULL, NULL, &r->f32);
+        if (st != LT_OK)
+            return st;
+        ad->replace = lt_model_f32_params_list(r->f32, &ad->n_replace);
+        return LT_OK;
+    }
+    struct lt_lora_params lp = {.rank = p->rank, .alpha = p->alpha, .targets = p->targets,
+                                .top_layers = p->top_layers, .seed = p->seed};
+    if ((st = lt_lora_new(j->model, &lp, &r->lora)) != LT_OK)
+        return st;
+    struct lt_lora *ls[1] = {r->lora};
+    if ((st = lt_lora_model_list(j->model, ls, NULL, 1, &r->lora_list, &r->n_lora)) != LT_OK)
+        return st;
+    ad->lora = r->lora_list;
+    ad->n_lora = r->n_lora;
+    return LT_OK;
+}
+
+static void capture_admission(struct lt_train_job *j, struct run *r)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return;
+    lt_train_graph_print(r->tg, f);
+    fclose(f);
+    snprintf(j->result.admission, sizeof(j->result.admission), "%s", buf ? buf : "");
+    free(buf);
+}
+
+static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
+                                 const struct lt_model_adapters *ad)
+{
+    const struct lt_train_params *p = &j->p;
+    r->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16u << 20, .no_alloc = true});
+    if (!r->ctx)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the training graph");
+    lt_status st = lt_model_build_loss(j->model, r->ctx, r->n_tokens, 1, ad, &r->lg);
+    if (st != LT_OK)
+        return st;
+    size_t reserve = p->serving_reserve_mib;
+    if (reserve == 0 && !j->backends[0]->is_host)
+        reserve = 1024;
+    struct lt_train_graph_params gp = {
+        .backends = j->backends,
+        .n_backends = j->n_backends,
+        .device_only = p->device_only,
+        .memory_budget = p->memory_budget_mib << 20,
+        .serving_reserve = reserve << 20,
+        .optimizer = LT_OPTIMIZER_ADAMW,
+        .weight_decay = p->weight_decay,
+    };
+    st = lt_train_graph_new(r->ctx, r->lg.loss, &gp, &r->tg, &j->result.refusal);
+    if (st != LT_OK)
+        return st;
+    struct lt_train_result *res = &j->result;
+    res->peak_bytes = lt_train_graph_estimate(r->tg);
+    res->n_fallback = lt_train_graph_n_fallback(r->tg);
+    res->n_trainable = lt_train_graph_n_params(r->tg);
+    for (int i = 0; i < res->n_trainable; i++)
+        res->n_trainable_elements += lt_nelements(lt_train_graph_param(r->tg, i));
+    capture_admission(j, r);
+    return LT_OK;
+}
+
+/* Copies example e into the graph's inputs, padded to n_tokens. */
+static lt_status set_inputs(struct run *r, const struct lt_example *e)
+{
+    for (int i = 0; i < r->n_tokens; i++) {
+        r->tok_buf[i] = i < e->n ? e->tokens[i] : r->pad;
+        r->lab_buf[i] = i < e->n ? e->labels[i] : -1;
+    }
+    size_t bytes = (size_t)r->n_tokens * sizeof(int32_t);
+    lt_status st = lt_tensor_set(r->lg.tokens, r->tok_buf, 0, bytes);
+    if (st == LT_OK)
+        st = lt_tensor_set(r->lg.labels, r->lab_buf, 0, bytes);
+    return st;
+}
+
+/* Token-weighted mean loss over the validation examples. */
+static lt_status evaluate(struct run *r, float *out)
+{
+    double sum = 0, n = 0;
+    for (int k = 0; k < r->n_val; k++) {
+        const struct lt_example *e = &r->data.ex[r->order[k]];
+        float loss;
+        lt_status st = set_inputs(r, e);
+        if (st == LT_OK)
+            st = lt_train_graph_eval(r->tg, &loss);
+        if (st != LT_OK)
+            return st;
+        sum += (double)loss * e->n_loss;
+        n += e->n_loss;
+    }
+    *out = n > 0 ? (float)(sum / n) : NAN;
+    return LT_OK;
+}
+
+static lt_status train_loop(struct lt_train_job *j, struct run *r)
+{
+    const struct lt_train_params *p = &j->p;
+    struct lt_train_result *res = &j->result;
+    int n_train = r->data.n - r->n_val;
+    int *train_idx = r->order + r->n_val;
+    int steps_per_epoch = (n_train + p->batch - 1) / p->batch;
+    int n_steps = steps_per_epoch * p->epochs;
+    res->curve = malloc((size_t)n_steps * sizeof(float));
+    if (!res->curve)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the loss curve");
+    struct lt_rng rng;
+    lt_rng_seed(&rng, p->seed ^ 0x5eed5eed5eedull);
+    struct lt_train_progress pr = {.n_epochs = p->epochs, .n_steps = n_steps};
+    double t_mark = now_s();
+    lt_status st = LT_OK;
+    for (int ep = 0; ep < p->epochs; ep++) {
+        lt_dataset_shuffle(train_idx, n_train, &rng);
+        double ep_sum = 0, ep_n = 0;
+        for (int s = 0; s < steps_per_epoch; s++) {
+            double step_sum = 0, step_n = 0;
+            for (int b = 0; b < p->batch; b++) {
+                int k = s * p->batch + b;
+                if (k >= n_train)
+                    break;
+                if (should_stop(j, r, &t_mark))
+                    return lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
+                const struct lt_example *e = &r->data.ex[train_idx[k]];
+                float loss;
+                if ((st = set_inputs(r, e)) != LT_OK ||
+                    (st = lt_train_graph_accumulate(r->tg, &loss)) != LT_OK)
+                    return st;
+                if (!isfinite(loss))
+                    return lt_fail(LT_ERR_INVALID,
+                                   "the loss became %g at epoch %d, step %d (try a lower lr)",
+                                   (double)loss, ep + 1, s + 1);
+                step_sum += (double)loss * e->n_loss;
+                step_n += e->n_loss;
+                pr.tokens += e->n;
+            }
+            if ((st = lt_train_graph_step(r->tg, p->lr)) != LT_OK)
+                return st;
+            float step_loss = step_n > 0 ? (float)(step_sum / step_n) : 0.0f;
+            res->curve[res->n_curve++] = step_loss;
+            ep_sum += step_sum;
+            ep_n += step_n;
+            double t = now_s();
+            double active = r->active_s + (t - t_mark);
+            pr.epoch = ep + 1;
+            pr.step = res->n_curve;
+            pr.loss = step_loss;
+            pr.tokens_per_s = active > 0 ? (double)pr.tokens / active : 0;
+            pr.eta_s = pr.step > 0 ? active / pr.step * (n_steps - pr.step) : 0;
+            report(j, &pr);
+        }
+        res->train_loss[ep] = ep_n > 0 ? (float)(ep_sum / ep_n) : NAN;
+        res->eval_loss[ep] = NAN;
+        if (r->n_val > 0 && (st = evaluate(r, &res->eval_loss[ep])) != LT_OK)
+            return st;
+        res->n_epochs = ep + 1;
+    }
+    r->active_s += now_s() - t_mark;
+    res->tokens = pr.tokens;
+    res->seconds = r->active_s;
+    res->tokens_per_s = r->active_s > 0 ? (double)pr.tokens / r->active_s : 0;
+    return LT_OK;
+}
+
+static lt_status write_output(struct lt_train_job *j, struct run *r)
+{
+    if (j->p.full) {
+        int n;
+        const struct lt_model_replace *list = lt_model_f32_params_list(r->f32, &n);
+        return lt_train_write_model(j->model, list, n, j->p.out);
+    }
+    return lt_lora_save(r->lora, j->p.out);
+}
+
+/* The whole job; fills j->result. */
+static void job_main(struct lt_train_job *j)
+{
+    struct run r = {0};
+    struct lt_model_adapters ad;
+    struct lt_train_result *res = &j->result;
+    set_state(j, LT_TRAIN_STARTING);
+    lt_status st = load_data(j, &r);
+    if (st == LT_OK)
+        st = make_trainables(j, &r, &ad);
+    if (st == LT_OK)
+        st = build_and_admit(j, &r, &ad);
+    if (st == LT_OK && !j->p.dry_run) {
+        st = lt_train_graph_alloc(r.tg);
+        if (st == LT_OK) {
+            res->allocated_bytes = lt_train_graph_allocated(r.tg);
+            st = lt_model_loss_graph_set_pos(&r.lg);
+        }
+        if (st == LT_OK && !should_stop(j, &r, &(double){now_s()})) {
+            set_state(j, LT_TRAIN_RUNNING);
+            st = train_loop(j, &r);
+        } else if (st == LT_OK) {
+            st = lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
+        }
+        if (st == LT_OK)
+            st = write_output(j, &r);
+    }
+    res->status = st;
+    if (st != LT_OK)
+        snprintf(res->error, sizeof(res->error), "%s",
+                 st == LT_ERR_REFUSED && res->refusal.kind != LT_REFUSAL_NONE
+                     ? res->refusal.sentence
+                     : lt_last_error());
+    run_free(&r);
+    res->state = st == LT_OK ? LT_TRAIN_DONE
+                 : st == LT_ERR_CANCELLED ? LT_TRAIN_CANCELLED
+                                          : LT_TRAIN_ERROR;
+    set_state(j, res->state);
+}
+
+/* ---- the API ---- */
+
+static char *dup_str(const char *s, bool *ok)
+{
+    if (!s)
+        return NULL;
+    char *d = strdup(s);
+    if (!d)
+        *ok = false;
+    return d;
+}
+
+static lt_status job_new(struct lt_model *model, struct lt_backend *const *backends,
+                         int n_backends, const struct lt_train_params *params,
+                         lt_train_progress_fn progress, void *user, struct lt_train_job **out)
+{
+    *out = NULL;
+    if (!model)
+        return lt_fail(LT_ERR_INVALID, "a training job needs a model");
+    if (n_backends < 1 || n_backends > LT_SCHED_MAX_BACKENDS || !backends)
+        return lt_fail(LT_ERR_INVALID, "a training job needs 1 to %d backends",
+                       LT_SCHED_MAX_BACKENDS);
+    lt_status st = lt_train_params_validate(params, NULL);
+    if (st != LT_OK)
+        return st;
+    struct lt_train_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a training job");
+    j->model = model;
+    for (int i = 0; i < n_backends; i++)
+        j->backends[i] = backends[i];
+    j->n_backends = n_backends;
+    j->p = *params;
+    lt_train_params_defaults(&j->p);
+    bool ok = true;
+    j->p.out = j->strs[0] = dup_str(params->out, &ok);
+    j->p.text_path = j->strs[1] = dup_str(params->text_path, &ok);
+    j->p.text = j->strs[2] = dup_str(params->text, &ok);
+    j->p.examples_path = j->strs[3] = dup_str(params->examples_path, &ok);
+    j->p.examples = j->strs[4] = dup_str(params->examples, &ok);
+    j->p.targets = j->strs[5] = dup_str(params->targets, &ok);
+    j->progress_fn = progress;
+    j->user = user;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->result.refusal.kind = LT_REFUSAL_NONE;
+    j->prog.n_epochs = j->p.epochs;
+    if (!ok) {
+        lt_train_job_free(j);
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a training job");
+    }
+    *out = j;
+    return LT_OK;
+}
+
+static void *job_thread(void *arg)
+{
+    job_main(arg);
+    return NULL;
+}
+
+lt_status lt_train_job_start(struct lt_model *model, struct lt_backend *const *backends,
+                             int n_backends, const struct lt_train_params *params,
+                             lt_train_progress_fn progress, void *user, struct lt_train_job **out)
+{
+    struct lt_train_job *j;
+    lt_status st = job_new(model, backends, n_backends, params, progress, user, &j);
+    if (st != LT_OK)
+        return st;
+    j->state = j->prog.state = LT_TRAIN_STARTING;
+    if (pthread_create(&j->thread, NULL, job_thread, j) != 0) {
+        lt_train_job_free(j);
+        return lt_fail(LT_ERR_NOMEM, "cannot start a thread for the training job");
+    }
+    j->has_thread = true;
+    *out = j;
+    return LT_OK;
+}
+
+lt_status lt_train_job_run(struct lt_model *model, struct lt_backend *const *backends,
+                           int n_backends, const struct lt_train_params *params,
+                           lt_train_progress_fn progress, void *user,
+                           struct lt_train_result *result)
+{
+    memset(result, 0, sizeof(*result));
+    struct lt_train_job *j;
+    lt_status st = job_new(model, backends, n_backends, params, progress, user, &j);
+    if (st != LT_OK) {
+        result->state = LT_TRAIN_ERROR;
+        result->status = st;
+        snprintf(result->error, sizeof(result->error), "%s", lt_last_error());
+        return st;
+    }
+    job_main(j);
+    *result = j->result;
+    j->result.curve = NULL; /* handed to the caller */
+    lt_train_job_free(j);
+    if (result->status != LT_OK)
+        lt_fail(result->status, "%s", result->error);
+    return result->status;
+}
+
+enum lt_train_state lt_train_job_state(struct lt_train_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    enum lt_train_state s = j->state;
+    pthread_mutex_unlock(&j->mu);
+    return s;
+}
+
+void lt_train_job_progress(struct lt_train_job *j, struct lt_train_progress *out)
+{
+    pthread_mutex_lock(&j->mu);
+    *out = j->prog;
+    out->state = j->state;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void lt_train_job_cancel(struct lt_train_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->cancel = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void lt_train_job_pause(struct lt_train_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->pause = true;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void lt_train_job_resume(struct lt_train_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->pause = false;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static bool finished(enum lt_train_state s)
+{
+    return s == LT_TRAIN_DONE || s == LT_TRAIN_CANCELLED || s == LT_TRAIN_ERROR;
+}
+
+void lt_train_job_wait(struct lt_train_job *j, struct lt_train_result *out)
+{
+    pthread_mutex_lock(&j->mu);
+    while (!finished(j->state))
+        pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
+    if (j->has_thread) {
+        pthread_join(j->thread, NULL);
+        j->has_thread = false;
+    }
+    if (!out)
+        return;
+    *out = j->result;
+    out->curve = NULL;
+    if (j->result.n_curve > 0) {
+        out->curve = malloc((size_t)j->result.n_curve * sizeof(float));
+        if (out->curve)
+            memcpy(out->curve, j->result.curve, (size_t)j->result.n_curve * sizeof(float));
+        else
+            out->n_curve = 0;
+    }
+}
+
+void lt_train_result_free(struct lt_train_result *r)
+{
+    if (!r)
+        return;
+    free(r->curve);
+    r->curve = NULL;
+    r->n_curve = 0;
+}
+
+void lt_train_job_free(struct lt_train_job *j)
+{
+    if (!j)
+        return;
+    if (j->has_thread) {
+        lt_train_job_cancel(j);
+        lt_train_job_wait(j, NULL);
+    }
+    free(j->result.curve);
+    for (size_t i = 0; i < sizeof(j->strs) / sizeof(j->strs[0]); i++)
+        free(j->strs[i]);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
