@@ -20,12 +20,13 @@ static const char usage_text[] =
     "  --offsets      print 'id offset' per line instead\n"
     "  --decode       read ids (whitespace-separated) and write their bytes\n"
     "                 (--special: render control tokens)\n"
-    "  --chat         read NUL-separated role, content pairs and print the rendered chat\n"
-    "    --gen          add the generation prompt\n"
-    "    --think        enable thinking (Qwen3.5)\n"
-    "    --spans FILE   write the token ids, then one line per assistant turn:\n"
-    "                   message turn_begin content_begin content_end turn_end\n"
-    "                   tok_turn_begin tok_turn_end tok_content_begin tok_content_end\n"
+    "  --chat         render conversations with the model's chat template; input: per\n"
+    "                 conversation a field \"chat N [gen] [think]\" (gen: add the generation\n"
+    "                 prompt; think: enable thinking) then N role, content pairs, every field\n"
+    "                 ending with a NUL; output: each rendered text followed by a NUL\n"
+    "    --spans FILE   per conversation: its token ids, one line per assistant turn\n"
+    "                   (message turn_begin content_begin content_end turn_end\n"
+    "                   tok_turn_begin tok_turn_end tok_content_begin tok_content_end), '--'\n"
     "  --info         print the tokenizer's settings\n"
     "  --time         report the encoding time on stderr\n";
 
@@ -50,7 +51,7 @@ static double now_s(void)
 
 struct opts {
     const char *model, *spans;
-    bool special, bos, bin, offsets, decode, chat, gen, think, info, time;
+    bool special, bos, bin, offsets, decode, chat, info, time;
 };
 
 static int run_encode(const struct lt_tokenizer *t, const struct opts *o,
@@ -120,6 +121,75 @@ out_free_text:
     return rc;
 }
 
+/* One conversation of the --chat input: a header field "chat N [gen] [think]", then N role,
+ * content pairs; every field ends with a NUL. */
+static int read_conversation(const struct lt_strbuf *in, size_t *pos, struct lt_chat_message **msgs,
+                             size_t *n, struct lt_chat_options *co)
+{
+    const char *end = in->data + in->len, *p = in->data + *pos;
+    const char *hdr = p;
+    if (!memchr(p, 0, (size_t)(end - p)) || strncmp(hdr, "chat ", 5))
+        return -1;
+    *n = strtoul(hdr + 5, NULL, 10);
+    co->add_generation_prompt = strstr(hdr, " gen") != NULL;
+    co->enable_thinking = strstr(hdr, " think") != NULL;
+    p += strlen(p) + 1;
+    *msgs = calloc(*n + 1, sizeof(**msgs));
+    if (!*msgs)
+        return -1;
+    for (size_t i = 0; i < *n; i++) {
+        for (int f = 0; f < 2; f++) {
+            if (p >= end || !memchr(p, 0, (size_t)(end - p)))
+                return -1;
+            if (f == 0)
+                (*msgs)[i].role = p;
+            else
+                (*msgs)[i].content = p;
+            p += strlen(p) + 1;
+        }
+    }
+    *pos = (size_t)(p - in->data);
+    return 0;
+}
+
+static int render_one(const struct lt_tokenizer *t, const struct lt_chat_template *ct,
+                      const struct lt_chat_message *msgs, size_t n,
+                      const struct lt_chat_options *co, FILE *spans_file)
+{
+    int rc = 1;
+    struct lt_chat_render r;
+    struct lt_tokens tk = {0};
+    struct lt_chat_token_span *spans = NULL;
+    if (lt_chat_render(ct, msgs, n, co, &r)) {
+        fprintf(stderr, "lathe tokenize --chat: %s\n", lt_last_error());
+        return 1;
+    }
+    fwrite(r.text.data, 1, r.text.len, stdout);
+    fputc(0, stdout);
+    if (spans_file) {
+        spans = calloc(r.n_spans + 1, sizeof(*spans));
+        if (!spans || lt_chat_tokenize(t, &r, &tk, spans)) {
+            fprintf(stderr, "lathe tokenize --chat: %s\n", spans ? lt_last_error() : "out of memory");
+            goto out_free_render;
+        }
+        for (size_t i = 0; i < tk.n; i++)
+            fprintf(spans_file, i ? " %d" : "%d", tk.ids[i]);
+        fprintf(spans_file, "\n");
+        for (size_t s = 0; s < r.n_spans; s++)
+            fprintf(spans_file, "%zu %zu %zu %zu %zu %zu %zu %zu %zu\n", r.spans[s].message,
+                    r.spans[s].turn_begin, r.spans[s].content_begin, r.spans[s].content_end,
+                    r.spans[s].turn_end, spans[s].turn_begin, spans[s].turn_end,
+                    spans[s].content_begin, spans[s].content_end);
+        fprintf(spans_file, "--\n");
+    }
+    rc = 0;
+out_free_render:
+    free(spans);
+    lt_tokens_free(&tk);
+    lt_chat_render_free(&r);
+    return rc;
+}
+
 static int run_chat(const struct lt_tokenizer *t, const struct lt_gguf *g, const struct opts *o,
                     const struct lt_strbuf *in)
 {
@@ -128,68 +198,32 @@ static int run_chat(const struct lt_tokenizer *t, const struct lt_gguf *g, const
         fprintf(stderr, "lathe tokenize --chat: %s\n", lt_last_error());
         return 1;
     }
-    int rc = 1;
-    size_t n_fields = 0;
-    for (size_t i = 0; i < in->len; i++)
-        n_fields += in->data[i] == 0;
-    if (in->len && in->data[in->len - 1] != 0)
-        n_fields++; /* the last field need not end with a NUL */
-    struct lt_chat_message *msgs = calloc(n_fields / 2 + 1, sizeof(*msgs));
-    struct lt_chat_render r = {0};
-    struct lt_tokens tk = {0};
-    struct lt_chat_token_span *spans = NULL;
-    if (!msgs)
+    int rc = 0;
+    FILE *spans_file = NULL;
+    if (o->spans && !(spans_file = fopen(o->spans, "w"))) {
+        fprintf(stderr, "lathe tokenize --chat: cannot write %s: %s\n", o->spans, strerror(errno));
+        rc = 1;
         goto out_free_template;
-    if (n_fields % 2) {
-        fprintf(stderr, "lathe tokenize --chat: %zu fields; expected role, content pairs\n",
-                n_fields);
-        goto out_free_messages;
     }
-    const char *p = in->data;
-    for (size_t i = 0; i < n_fields / 2; i++) {
-        msgs[i].role = p;
-        p += strlen(p) + 1;
-        msgs[i].content = p;
-        p += strlen(p) + 1;
-    }
-    struct lt_chat_options co = {.add_generation_prompt = o->gen, .enable_thinking = o->think};
-    if (lt_chat_render(&ct, msgs, n_fields / 2, &co, &r)) {
-        fprintf(stderr, "lathe tokenize --chat: %s\n", lt_last_error());
-        goto out_free_messages;
-    }
-    fwrite(r.text.data, 1, r.text.len, stdout);
-    if (o->spans) {
-        spans = calloc(r.n_spans + 1, sizeof(*spans));
-        if (!spans || lt_chat_tokenize(t, &r, &tk, spans)) {
-            fprintf(stderr, "lathe tokenize --chat: %s\n", spans ? lt_last_error() : "out of memory");
-            goto out_free_render;
+    for (size_t pos = 0; pos < in->len && !rc;) {
+        struct lt_chat_message *msgs = NULL;
+        size_t n = 0;
+        struct lt_chat_options co = {0};
+        if (read_conversation(in, &pos, &msgs, &n, &co)) {
+            fprintf(stderr, "lathe tokenize --chat: malformed input at byte %zu (expected "
+                            "\"chat N [gen] [think]\" then N role, content pairs, each "
+                            "field ending with a NUL)\n",
+                    pos);
+            rc = 1;
+        } else {
+            rc = render_one(t, &ct, msgs, n, &co, spans_file);
         }
-        FILE *f = fopen(o->spans, "w");
-        if (!f) {
-            fprintf(stderr, "lathe tokenize --chat: cannot write %s: %s\n", o->spans,
-                    strerror(errno));
-            goto out_free_render;
-        }
-        for (size_t i = 0; i < tk.n; i++)
-            fprintf(f, i ? " %d" : "%d", tk.ids[i]);
-        fprintf(f, "\n");
-        for (size_t s = 0; s < r.n_spans; s++)
-            fprintf(f, "%zu %zu %zu %zu %zu %zu %zu %zu %zu\n", r.spans[s].message,
-                    r.spans[s].turn_begin, r.spans[s].content_begin, r.spans[s].content_end,
-                    r.spans[s].turn_end, spans[s].turn_begin, spans[s].turn_end,
-                    spans[s].content_begin, spans[s].content_end);
-        if (fclose(f)) {
-            fprintf(stderr, "lathe tokenize --chat: writing %s failed\n", o->spans);
-            goto out_free_render;
-        }
+        free(msgs);
     }
-    rc = 0;
-out_free_render:
-    free(spans);
-    lt_tokens_free(&tk);
-    lt_chat_render_free(&r);
-out_free_messages:
-    free(msgs);
+    if (spans_file && fclose(spans_file)) {
+        fprintf(stderr, "lathe tokenize --chat: writing %s failed\n", o->spans);
+        rc = 1;
+    }
 out_free_template:
     lt_chat_template_free(&ct);
     return rc;
@@ -236,10 +270,6 @@ int cmd_tokenize(int argc, char **argv)
             o.decode = true;
         else if (!strcmp(a, "--chat"))
             o.chat = true;
-        else if (!strcmp(a, "--gen"))
-            o.gen = true;
-        else if (!strcmp(a, "--think"))
-            o.think = true;
         else if (!strcmp(a, "--info"))
             o.info = true;
         else if (!strcmp(a, "--time"))
