@@ -15,18 +15,6 @@
 #define T_LEN 12
 #define N_SEQ 3
 
-static const struct tm_spec specs[] = {
-    {.arch = "llama", .n_vocab = 40, .n_embd = 32, .n_ff = 48, .n_layer = 2, .n_head = 4,
-     .n_head_kv = 2, .head_dim = 8, .n_rot = 8, .rope_base = 10000.0f, .rms_eps = 1e-5f,
-     .tied = true},
-    {.arch = "qwen2", .n_vocab = 40, .n_embd = 32, .n_ff = 48, .n_layer = 2, .n_head = 4,
-     .n_head_kv = 1, .head_dim = 8, .n_rot = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
-     .tied = false},
-    {.arch = "qwen35", .n_vocab = 48, .n_embd = 32, .n_ff = 40, .n_layer = 4, .n_head = 2,
-     .n_head_kv = 1, .head_dim = 16, .n_rot = 4, .rope_base = 1e4f, .rms_eps = 1e-6f,
-     .tied = true, .interval = 2, .d_conv = 4, .d_state = 8, .n_k_heads = 2, .n_v_heads = 4,
-     .n_mtp = 1},
-};
 
 /* Logits agree: within 2e-4 of the forward's, relative to its largest magnitude. */
 static bool close_logits(const float *a, const float *b, int n, double *err)
@@ -158,7 +146,7 @@ static void test_refusals(const char *dir)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/test_model_decode_bad.gguf", dir);
-    struct tm_spec spec = specs[0];
+    struct tm_spec spec = tm_specs[0];
     spec.n_layer = 2;
     /* block_count says 3, the file holds 2 blocks */
     struct tm_spec more = spec;
@@ -195,8 +183,8 @@ int main(void)
     if (!dir)
         dir = "/tmp";
     struct lt_backend *cpu = lt_backend_cpu_new(2);
-    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++)
-        test_arch(&specs[i], dir, cpu);
+    for (int i = 0; i < TM_N_SPECS; i++)
+        test_arch(&tm_specs[i], dir, cpu);
     test_refusals(dir);
     lt_backend_free(cpu);
     return check_summary();

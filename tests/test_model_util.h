@@ -22,6 +22,22 @@ struct tm_spec {
     int interval, d_conv, d_state, n_k_heads, n_v_heads, n_mtp;
 };
 
+/* One small model per architecture: GQA everywhere, qwen2 untied with biases, qwen35 with
+ * partial rope, grouped value heads and an MTP block the loader must skip. */
+static const struct tm_spec tm_specs[] = {
+    {.arch = "llama", .n_vocab = 40, .n_embd = 32, .n_ff = 48, .n_layer = 2, .n_head = 4,
+     .n_head_kv = 2, .head_dim = 8, .n_rot = 8, .rope_base = 10000.0f, .rms_eps = 1e-5f,
+     .tied = true},
+    {.arch = "qwen2", .n_vocab = 40, .n_embd = 32, .n_ff = 48, .n_layer = 2, .n_head = 4,
+     .n_head_kv = 1, .head_dim = 8, .n_rot = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
+     .tied = false},
+    {.arch = "qwen35", .n_vocab = 48, .n_embd = 32, .n_ff = 40, .n_layer = 4, .n_head = 2,
+     .n_head_kv = 1, .head_dim = 16, .n_rot = 4, .rope_base = 1e4f, .rms_eps = 1e-6f,
+     .tied = true, .interval = 2, .d_conv = 4, .d_state = 8, .n_k_heads = 2, .n_v_heads = 4,
+     .n_mtp = 1},
+};
+#define TM_N_SPECS ((int)(sizeof(tm_specs) / sizeof(tm_specs[0])))
+
 static uint64_t tm_rng = 1;
 static float tm_rand(void) /* uniform in [-1, 1) */
 {
