@@ -206,6 +206,7 @@ static lt_status check_loss_and_grads(struct ref_run *r)
         (st = lt_graph_build(g, lg.loss)) != LT_OK)
         goto out_free;
     lg.loss->flags |= LT_FLAG_LOSS;
+    int n_forward = g->n_nodes;
     /* without gradients (an op lacks its backward rule) the rest is still worth checking */
     bool grads = lt_autodiff_build(ctx, g, lg.loss, 1.0f, &refusal) == LT_OK;
     if (!grads) {
@@ -236,12 +237,15 @@ static lt_status check_loss_and_grads(struct ref_run *r)
     for (int64_t b = 0; b < r->B; b++)
         for (int64_t t = 0; t < r->T; t++)
             labels[b * r->T + t] = t + 1 < r->T ? r->ids[b * r->T + t + 1] : -1;
+    /* logits and loss are read between the forward and the backward part: the scheduler may
+     * reuse the logits' storage once the backward pass has read them */
     if ((st = lt_tensor_set(lg.tokens, r->ids, 0, sizeof(int32_t) * (size_t)N)) != LT_OK ||
         (st = lt_tensor_set(lg.labels, labels, 0, sizeof(int32_t) * (size_t)N)) != LT_OK ||
         (st = lt_model_loss_graph_set_pos(&lg)) != LT_OK ||
-        (st = lt_sched_compute(sched, g)) != LT_OK ||
+        (st = lt_sched_compute_range(sched, g, 0, n_forward)) != LT_OK ||
         (st = lt_tensor_get(lg.logits, logits, 0, sizeof(float) * (size_t)(N * r->V))) != LT_OK ||
-        (st = lt_tensor_get(lg.loss, &r->loss, 0, sizeof(float))) != LT_OK)
+        (st = lt_tensor_get(lg.loss, &r->loss, 0, sizeof(float))) != LT_OK ||
+        (st = lt_sched_compute_range(sched, g, n_forward, g->n_nodes)) != LT_OK)
         goto out_free;
     if (!(ref_logits = ref_floats(r, "logits", N * r->V, NULL)) ||
         !(ref_loss = ref_floats(r, "loss", 1, NULL))) {
