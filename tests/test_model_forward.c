@@ -234,6 +234,86 @@ static void ref_forward(struct ref *r, const int32_t *tokens, float *logits)
     }
 }
 
+/* The adapter hooks: a LoRA pair on a weight gives what the merged weight W + s B A gives
+ * through a replacement; F32 copies of every weight (full fine-tuning) change nothing. */
+static void test_adapters(struct lt_backend *cpu, const char *dir)
+{
+    const struct tm_spec *s = &tm_specs[2]; /* qwen35: LoRA on a DeltaNet and an attention weight */
+    char path[512];
+    snprintf(path, sizeof(path), "%s/test_model_forward_lora.gguf", dir);
+    CHECK(tm_write_model(s, path, 99) == LT_OK);
+    struct lt_model *m = NULL;
+    CHECK(lt_model_load(path, NULL, &m) == LT_OK, "%s", lt_last_error());
+    if (!m)
+        return;
+    int32_t tokens[T_LEN];
+    for (int t = 0; t < T_LEN; t++)
+        tokens[t] = (int32_t)((t * 5 + 1) % s->n_vocab);
+    static float base[T_LEN * MAXV], lora[T_LEN * MAXV], merged[T_LEN * MAXV];
+    CHECK(tm_forward(m, cpu, tokens, T_LEN, 1, base) == LT_OK);
+
+    const char *names[2] = {"blk.0.attn_qkv.weight", "blk.1.attn_output.weight"};
+    const int rank = 3;
+    const float scale = 0.75f;
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+    struct lt_model_lora pairs[2];
+    struct lt_model_replace reps[2];
+    for (int p = 0; p < 2; p++) {
+        struct lt_tensor *w = lt_model_find_weight(m, names[p]);
+        CHECK(w != NULL, "%s", names[p]);
+        if (!w)
+            goto out_free;
+        int64_t n_in = w->ne[0], n_out = w->ne[1];
+        struct lt_tensor *a = lt_new_tensor_2d(ctx, LT_TYPE_F32, n_in, rank);
+        struct lt_tensor *b = lt_new_tensor_2d(ctx, LT_TYPE_F32, rank, n_out);
+        struct lt_tensor *wm = lt_new_tensor_2d(ctx, LT_TYPE_F32, n_in, n_out);
+        float *A = a->data, *B = b->data, *Wm = wm->data;
+        for (int64_t i = 0; i < n_in * rank; i++)
+            A[i] = 0.3f * tm_rand();
+        for (int64_t i = 0; i < rank * n_out; i++)
+            B[i] = 0.3f * tm_rand();
+        lt_tensor_read_f32(w, Wm);
+        for (int64_t o = 0; o < n_out; o++)
+            for (int64_t i = 0; i < n_in; i++) {
+                double acc = 0;
+                for (int r = 0; r < rank; r++)
+                    acc += (double)B[o * rank + r] * A[r * n_in + i];
+                Wm[o * n_in + i] += scale * (float)acc;
+            }
+        pairs[p] = (struct lt_model_lora){w, a, b, scale};
+        reps[p] = (struct lt_model_replace){w, wm};
+    }
+    struct lt_model_adapters with_lora = {.lora = pairs, .n_lora = 2};
+    struct lt_model_adapters with_merged = {.replace = reps, .n_replace = 2};
+    CHECK(tm_forward_ad(m, cpu, &with_lora, tokens, T_LEN, 1, lora) == LT_OK, "%s", lt_last_error());
+    CHECK(tm_forward_ad(m, cpu, &with_merged, tokens, T_LEN, 1, merged) == LT_OK, "%s",
+          lt_last_error());
+    long n = (long)T_LEN * s->n_vocab, worst;
+    CHECK(check_max_ratio(lora, merged, n, 1e-4, 1e-4, &worst) <= 1.0, "LoRA vs merged at %ld", worst);
+    CHECK(check_max_ratio(lora, base, n, 1e-3, 1e-3, &worst) > 1.0, "the adapter changes nothing");
+
+    struct lt_model_f32_params *fp = NULL;
+    CHECK(lt_model_f32_params_new(m, NULL, NULL, &fp) == LT_OK);
+    if (fp) {
+        int nr;
+        const struct lt_model_replace *list = lt_model_f32_params_list(fp, &nr);
+        CHECK(nr == lt_model_n_weights(m));
+        bool flagged = true;
+        for (int i = 0; i < nr; i++)
+            flagged &= (list[i].with->flags & LT_FLAG_PARAM) && list[i].with->type == LT_TYPE_F32 &&
+                        !strcmp(list[i].with->name, list[i].w->name);
+        CHECK(flagged, "copies are F32, trainable and named as their weight");
+        struct lt_model_adapters full = {.replace = list, .n_replace = nr};
+        CHECK(tm_forward_ad(m, cpu, &full, tokens, T_LEN, 1, merged) == LT_OK);
+        CHECK(check_max_ratio(merged, base, n, 1e-6, 1e-6, &worst) <= 1.0, "F32 copies at %ld", worst);
+        lt_model_f32_params_free(fp);
+    }
+out_free:
+    lt_ctx_free(ctx);
+    lt_model_free(m);
+    remove(path);
+}
+
 int main(void)
 {
     const char *dir = getenv("LATHE_BUILD_DIR");
@@ -267,6 +347,7 @@ int main(void)
         lt_gguf_close(r.g);
         remove(path);
     }
+    test_adapters(cpu, dir);
     lt_backend_free(cpu);
     return check_summary();
 }

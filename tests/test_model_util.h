@@ -161,8 +161,9 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
 
 /* The full-sequence forward: logits [n_seqs][n_tokens][n_vocab] of tokens [n_seqs][n_tokens]
  * through the loss graph on the CPU. */
-static lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, const int32_t *tokens,
-                            int n_tokens, int n_seqs, float *logits)
+static lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,
+                               const struct lt_model_adapters *ad, const int32_t *tokens,
+                               int n_tokens, int n_seqs, float *logits)
 {
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20, .no_alloc = true});
     struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
@@ -172,7 +173,7 @@ static lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, co
     int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
     for (int64_t i = 0; i < N; i++)
         labels[i] = -1;
-    lt_status st = lt_model_build_loss(m, ctx, n_tokens, n_seqs, NULL, &lg);
+    lt_status st = lt_model_build_loss(m, ctx, n_tokens, n_seqs, ad, &lg);
     if (st == LT_OK)
         st = lt_graph_build(g, lg.loss);
     if (st == LT_OK)
@@ -194,6 +195,12 @@ static lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, co
     lt_sched_free(s);
     lt_ctx_free(ctx);
     return st;
+}
+
+static lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, const int32_t *tokens,
+                            int n_tokens, int n_seqs, float *logits)
+{
+    return tm_forward_ad(m, cpu, NULL, tokens, n_tokens, n_seqs, logits);
 }
 
 #endif
