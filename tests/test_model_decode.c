@@ -15,7 +15,6 @@
 #define T_LEN 12
 #define N_SEQ 3
 
-
 /* Logits agree: within 2e-4 of the forward's, relative to its largest magnitude. */
 static bool close_logits(const float *a, const float *b, int n, double *err)
 {
@@ -61,8 +60,8 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
 
     struct lt_session *s = NULL;
     struct lt_backend *bes[1] = {cpu};
-    struct lt_session_params sp = {.n_ctx = T_LEN, .n_seq_max = N_SEQ, .backends = bes,
-                                   .n_backends = 1};
+    struct lt_session_params sp = {
+        .n_ctx = T_LEN, .n_seq_max = N_SEQ, .backends = bes, .n_backends = 1};
     st = lt_session_new(m, &sp, &s);
     CHECK(st == LT_OK, "%s session: %s", spec->arch, lt_last_error());
     if (st != LT_OK)
@@ -86,8 +85,8 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
 
     /* prefill, all logits, then the same in two chunks */
     st = lt_session_prefill(s, 0, tokens[0], T_LEN, true, one);
-    CHECK(st == LT_OK && close_logits(one, full, T_LEN * V, &err), "%s prefill: %s %g",
-          spec->arch, lt_last_error(), err);
+    CHECK(st == LT_OK && close_logits(one, full, T_LEN * V, &err), "%s prefill: %s %g", spec->arch,
+          lt_last_error(), err);
     CHECK(lt_session_seq_clear(s, 0) == LT_OK && lt_session_seq_pos(s, 0) == 0);
     st = lt_session_prefill(s, 0, tokens[0], 5, false, one);
     CHECK(st == LT_OK && close_logits(one, full + 4 * (size_t)V, V, &err), "%s chunk 1: %g",

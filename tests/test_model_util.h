@@ -25,15 +25,47 @@ struct tm_spec {
 /* One small model per architecture: GQA everywhere, qwen2 untied with biases, qwen35 with
  * partial rope, grouped value heads and an MTP block the loader must skip. */
 static const struct tm_spec tm_specs[] = {
-    {.arch = "llama", .n_vocab = 40, .n_embd = 32, .n_ff = 48, .n_layer = 2, .n_head = 4,
-     .n_head_kv = 2, .head_dim = 8, .n_rot = 8, .rope_base = 10000.0f, .rms_eps = 1e-5f,
+    {.arch = "llama",
+     .n_vocab = 40,
+     .n_embd = 32,
+     .n_ff = 48,
+     .n_layer = 2,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 8,
+     .n_rot = 8,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
      .tied = true},
-    {.arch = "qwen2", .n_vocab = 40, .n_embd = 32, .n_ff = 48, .n_layer = 2, .n_head = 4,
-     .n_head_kv = 1, .head_dim = 8, .n_rot = 8, .rope_base = 1e6f, .rms_eps = 1e-6f,
+    {.arch = "qwen2",
+     .n_vocab = 40,
+     .n_embd = 32,
+     .n_ff = 48,
+     .n_layer = 2,
+     .n_head = 4,
+     .n_head_kv = 1,
+     .head_dim = 8,
+     .n_rot = 8,
+     .rope_base = 1e6f,
+     .rms_eps = 1e-6f,
      .tied = false},
-    {.arch = "qwen35", .n_vocab = 48, .n_embd = 32, .n_ff = 40, .n_layer = 4, .n_head = 2,
-     .n_head_kv = 1, .head_dim = 16, .n_rot = 4, .rope_base = 1e4f, .rms_eps = 1e-6f,
-     .tied = true, .interval = 2, .d_conv = 4, .d_state = 8, .n_k_heads = 2, .n_v_heads = 4,
+    {.arch = "qwen35",
+     .n_vocab = 48,
+     .n_embd = 32,
+     .n_ff = 40,
+     .n_layer = 4,
+     .n_head = 2,
+     .n_head_kv = 1,
+     .head_dim = 16,
+     .n_rot = 4,
+     .rope_base = 1e4f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .interval = 2,
+     .d_conv = 4,
+     .d_state = 8,
+     .n_k_heads = 2,
+     .n_v_heads = 4,
      .n_mtp = 1},
 };
 #define TM_N_SPECS ((int)(sizeof(tm_specs) / sizeof(tm_specs[0])))
@@ -141,7 +173,8 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
         tm_blk(&tw, il, "attn_q.weight", E, q_rows, se, 0);
         tm_blk(&tw, il, "attn_k.weight", E, kv_rows, se, 0);
         tm_blk(&tw, il, "attn_v.weight", E, kv_rows, se, 0);
-        tm_blk(&tw, il, "attn_output.weight", D * s->n_head, E, 1.0f / sqrtf((float)(D * s->n_head)), 0);
+        tm_blk(&tw, il, "attn_output.weight", D * s->n_head, E,
+               1.0f / sqrtf((float)(D * s->n_head)), 0);
         if (qwen2) {
             tm_blk(&tw, il, "attn_q.bias", q_rows, 1, 0.3f, 0);
             tm_blk(&tw, il, "attn_k.bias", kv_rows, 1, 0.3f, 0);

@@ -95,7 +95,7 @@ static float *ref_floats(struct ref_run *r, const char *name, int64_t want, int6
 static void hf_config_of(const struct lt_model_hparams *hp, struct lt_hf_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->arch = hp->arch == LT_ARCH_LLAMA  ? LT_HF_ARCH_LLAMA
+    cfg->arch = hp->arch == LT_ARCH_LLAMA   ? LT_HF_ARCH_LLAMA
                 : hp->arch == LT_ARCH_QWEN2 ? LT_HF_ARCH_QWEN2
                                             : LT_HF_ARCH_QWEN35;
     snprintf(cfg->hf_arch, sizeof(cfg->hf_arch), "%s", lt_arch_name(hp->arch));
@@ -130,7 +130,8 @@ static lt_status compare_grads(struct ref_run *r, const struct lt_model_replace 
     for (int i = 0; i < n && st == LT_OK; i++) {
         struct lt_tensor *p = list[i].with;
         int64_t ne = lt_nelements(p);
-        float *grad = calloc((size_t)ne, sizeof(float)), *grad_hf = malloc(sizeof(float) * (size_t)ne);
+        float *grad = calloc((size_t)ne, sizeof(float)),
+              *grad_hf = malloc(sizeof(float) * (size_t)ne);
         float *ref = NULL;
         if (!grad || !grad_hf) {
             st = lt_fail(LT_ERR_NOMEM, "out of memory");
@@ -304,8 +305,10 @@ static lt_status check_greedy(struct ref_run *r)
     }
     for (int64_t i = 0; i < n_prompt; i++)
         prompt[i] = (int32_t)prompt_f[i];
-    struct lt_session_params sp = {.n_ctx = (int)(n_prompt + n_gen + 1), .n_seq_max = 1,
-                                   .backends = r->be, .n_backends = r->n_be};
+    struct lt_session_params sp = {.n_ctx = (int)(n_prompt + n_gen + 1),
+                                   .n_seq_max = 1,
+                                   .backends = r->be,
+                                   .n_backends = r->n_be};
     if ((st = lt_session_new(r->model, &sp, &s)) != LT_OK ||
         (st = lt_session_prefill(s, 0, prompt, (int)n_prompt, false, logits)) != LT_OK)
         goto out_free;

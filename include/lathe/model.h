@@ -36,38 +36,33 @@
 extern "C" {
 #endif
 
-enum lt_arch {
-    LT_ARCH_LLAMA = 0,
-    LT_ARCH_QWEN2,
-    LT_ARCH_QWEN35,
-    LT_ARCH_COUNT
-};
+enum lt_arch { LT_ARCH_LLAMA = 0, LT_ARCH_QWEN2, LT_ARCH_QWEN35, LT_ARCH_COUNT };
 
 const char *lt_arch_name(enum lt_arch a); /* "llama", "qwen2", "qwen35" */
 
 struct lt_model_hparams {
     enum lt_arch arch;
     int64_t n_vocab;
-    int64_t n_ctx_train;   /* {arch}.context_length */
+    int64_t n_ctx_train; /* {arch}.context_length */
     int64_t n_embd;
-    int64_t n_layer;       /* layers run (an MTP block is not counted) */
-    int64_t n_layer_file;  /* {arch}.block_count */
+    int64_t n_layer;      /* layers run (an MTP block is not counted) */
+    int64_t n_layer_file; /* {arch}.block_count */
     int64_t n_ff;
     int64_t n_head;
     int64_t n_head_kv;
-    int64_t head_dim;      /* attention.key_length, else n_embd / n_head */
-    int64_t n_rot;         /* rope.dimension_count, else head_dim */
+    int64_t head_dim;            /* attention.key_length, else n_embd / n_head */
+    int64_t n_rot;               /* rope.dimension_count, else head_dim */
     enum lt_rope_mode rope_mode; /* llama: NORMAL (the converter permuted q, k); else NEOX */
     float rope_base;
     float rms_eps;
-    bool tied_output;      /* no output.weight: the head is token_embd */
+    bool tied_output; /* no output.weight: the head is token_embd */
     /* qwen35 (0 otherwise) */
     int64_t full_attn_interval; /* layer il is full attention when (il + 1) % this == 0 */
-    int64_t ssm_d_conv;    /* conv kernel */
-    int64_t ssm_d_state;   /* head_k_dim (= head_v_dim) */
-    int64_t ssm_n_k_heads; /* ssm.group_count */
-    int64_t ssm_n_v_heads; /* ssm.time_step_rank */
-    int64_t ssm_d_inner;   /* head_v_dim * n_v_heads */
+    int64_t ssm_d_conv;         /* conv kernel */
+    int64_t ssm_d_state;        /* head_k_dim (= head_v_dim) */
+    int64_t ssm_n_k_heads;      /* ssm.group_count */
+    int64_t ssm_n_v_heads;      /* ssm.time_step_rank */
+    int64_t ssm_d_inner;        /* head_v_dim * n_v_heads */
 };
 
 struct lt_model;
@@ -122,8 +117,8 @@ struct lt_model_adapters {
  * (NULL: all) picks the weights to copy. */
 struct lt_model_f32_params;
 lt_status lt_model_f32_params_new(const struct lt_model *m,
-                                  bool (*filter)(void *user, const struct lt_tensor *w),
-                                  void *user, struct lt_model_f32_params **out);
+                                  bool (*filter)(void *user, const struct lt_tensor *w), void *user,
+                                  struct lt_model_f32_params **out);
 void lt_model_f32_params_free(struct lt_model_f32_params *p);
 /* The replacement list, for lt_model_adapters.replace. */
 const struct lt_model_replace *lt_model_f32_params_list(const struct lt_model_f32_params *p,

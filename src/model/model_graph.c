@@ -89,16 +89,17 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     const struct lt_model_hparams *hp = &b->m->hp;
     int64_t D = hp->head_dim, H = hp->n_head, T = b->n_tokens, S = b->n_seqs;
     struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
-    struct lt_tensor *qp = q4 ? lt_permute(ctx, q4, 0, 2, 1, 3) : NULL;       /* [D, T, H, S] */
-    struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3);                    /* [D, n_kv, H_kv, S] */
+    struct lt_tensor *qp = q4 ? lt_permute(ctx, q4, 0, 2, 1, 3) : NULL; /* [D, T, H, S] */
+    struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3);              /* [D, n_kv, H_kv, S] */
     struct lt_tensor *kq = qp && kp ? named(lt_mul_mat(ctx, kp, qp), "kq", il) : NULL;
-    struct lt_tensor *p = kq ? named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D),
-                                                 b->causal),
-                                     "kq_soft_max", il)
-                             : NULL;                                          /* [n_kv, T, H, S] */
-    struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3);                    /* [n_kv, D, H_kv, S] */
-    struct lt_tensor *kqv = p && vt ? named(lt_mul_mat(ctx, vt, p), "kqv", il) : NULL; /* [D, T, H, S] */
-    struct lt_tensor *o = kqv ? lt_permute(ctx, kqv, 0, 2, 1, 3) : NULL;      /* [D, H, T, S] */
+    struct lt_tensor *p =
+        kq ? named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D), b->causal),
+                   "kq_soft_max", il)
+           : NULL;                                         /* [n_kv, T, H, S] */
+    struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3); /* [n_kv, D, H_kv, S] */
+    struct lt_tensor *kqv =
+        p && vt ? named(lt_mul_mat(ctx, vt, p), "kqv", il) : NULL;       /* [D, T, H, S] */
+    struct lt_tensor *o = kqv ? lt_permute(ctx, kqv, 0, 2, 1, 3) : NULL; /* [D, H, T, S] */
     o = o ? named(lt_cont(ctx, o), "kqv_merged", il) : NULL;
     return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
 }
@@ -122,8 +123,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             return st;
         size_t es = sizeof(float);
         q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, 0), "Qcur_view", il);
-        gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, D * es), "gate",
-                     il);
+        gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, D * es), "gate", il);
         q = q ? named(norm(b, q, ly->q_norm), "Qcur_normed", il) : NULL;
     } else {
         q = add_bias(b, mm(b, ly->wq, x), ly->bq);
@@ -178,9 +178,9 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         return st;
 
     struct lt_tensor *qkv = named(mm(b, ly->ssm_qkv, x), "linear_attn_qkv_mixed", il); /* [C, N] */
-    struct lt_tensor *z = named(mm(b, ly->ssm_z, x), "z", il);                      /* [value_dim, N] */
-    struct lt_tensor *beta = named(mm(b, ly->ssm_beta, x), "beta", il);             /* [Hv, N] */
-    struct lt_tensor *alpha = named(mm(b, ly->ssm_alpha, x), "alpha", il);          /* [Hv, N] */
+    struct lt_tensor *z = named(mm(b, ly->ssm_z, x), "z", il);             /* [value_dim, N] */
+    struct lt_tensor *beta = named(mm(b, ly->ssm_beta, x), "beta", il);    /* [Hv, N] */
+    struct lt_tensor *alpha = named(mm(b, ly->ssm_alpha, x), "alpha", il); /* [Hv, N] */
     if ((st = lt_mb_check(qkv, "linear_attn_qkv_mixed", il)) || (st = lt_mb_check(z, "z", il)) ||
         (st = lt_mb_check(beta, "beta", il)) || (st = lt_mb_check(alpha, "alpha", il)))
         return st;
@@ -201,20 +201,21 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *qkv_t = lt_transpose(ctx, lt_reshape_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
     struct lt_tensor *sx = conv_state && qkv_t
                                ? named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il)
-                               : NULL;                                          /* [K-1+T, C, S] */
+                               : NULL; /* [K-1+T, C, S] */
     if ((st = lt_mb_check(sx, "conv_input", il)))
         return st;
-    struct lt_tensor *conv = named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
-    conv = conv ? named(lt_silu(ctx, conv), "conv_output_silu", il) : NULL;      /* [C, T, S] */
+    struct lt_tensor *conv =
+        named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
+    conv = conv ? named(lt_silu(ctx, conv), "conv_output_silu", il) : NULL; /* [C, T, S] */
     if ((st = lt_mb_check(conv, "conv_output_silu", il)))
         return st;
     size_t nb1 = (size_t)C * es, nb2 = nb1 * (size_t)T;
-    struct lt_tensor *q = named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, 0), "q_conv", il);
-    struct lt_tensor *k = named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, key_dim * es),
-                                "k_conv", il);
-    struct lt_tensor *v = named(lt_view_4d(ctx, conv, Sv, Hv, T, S, Sv * es, nb1, nb2,
-                                           2 * key_dim * es),
-                                "v_conv", il);
+    struct lt_tensor *q =
+        named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, 0), "q_conv", il);
+    struct lt_tensor *k =
+        named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, key_dim * es), "k_conv", il);
+    struct lt_tensor *v = named(
+        lt_view_4d(ctx, conv, Sv, Hv, T, S, Sv * es, nb1, nb2, 2 * key_dim * es), "v_conv", il);
     /* HF/FLA's l2norm: x * rsqrt(sum x^2 + 1e-6) */
     q = q ? named(lt_l2_norm(ctx, q, 1e-6f), "q_conv_norm", il) : NULL;
     k = k ? named(lt_l2_norm(ctx, k, 1e-6f), "k_conv_norm", il) : NULL;
@@ -227,14 +228,16 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *like = lt_new_tensor_4d(ctx, LT_TYPE_F32, Sv, Sk, Hv, S);
         state = like ? named(lt_fill(ctx, like, 0.0f), "state_zero", il) : NULL;
     }
-    struct lt_tensor *r = state ? lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk))
-                                : NULL;
+    struct lt_tensor *r =
+        state ? lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk)) : NULL;
     if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
         return st;
-    struct lt_tensor *o = named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
+    struct lt_tensor *o =
+        named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
     if (b->hooks && b->hooks->recr_store) {
-        struct lt_tensor *conv_new = named(
-            lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es), "conv_state_new", il);
+        struct lt_tensor *conv_new =
+            named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
+                  "conv_state_new", il);
         struct lt_tensor *ssm_new = named(lt_delta_net_state(ctx, r), "state_new", il);
         if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
             (st = lt_mb_check(ssm_new, "state_new", il)) ||
@@ -268,8 +271,8 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
     int64_t N = b->n_tokens * b->n_seqs;
     lt_status st;
     struct lt_tensor *ids = lt_reshape_2d(ctx, tokens, N, 1);
-    struct lt_tensor *x = ids ? named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1)
-                              : NULL;
+    struct lt_tensor *x =
+        ids ? named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1) : NULL;
     if ((st = lt_mb_check(x, "inp_embd", -1)))
         return st;
     for (int il = 0; il < m->hp.n_layer; il++) {

@@ -19,38 +19,38 @@ struct lt_model_layer {
     struct lt_tensor *ffn_down;  /* [n_ff, n_embd] */
 
     /* attention layers */
-    struct lt_tensor *wq;        /* [n_embd, head_dim * n_head] (qwen35: * 2, q and gate
-                                  * interleaved per head) */
-    struct lt_tensor *wk;        /* [n_embd, head_dim * n_head_kv] */
-    struct lt_tensor *wv;        /* [n_embd, head_dim * n_head_kv] */
-    struct lt_tensor *wo;        /* [head_dim * n_head, n_embd] */
+    struct lt_tensor *wq;           /* [n_embd, head_dim * n_head] (qwen35: * 2, q and gate
+                                     * interleaved per head) */
+    struct lt_tensor *wk;           /* [n_embd, head_dim * n_head_kv] */
+    struct lt_tensor *wv;           /* [n_embd, head_dim * n_head_kv] */
+    struct lt_tensor *wo;           /* [head_dim * n_head, n_embd] */
     struct lt_tensor *bq, *bk, *bv; /* qwen2: biases */
-    struct lt_tensor *q_norm;    /* qwen35: [head_dim] */
-    struct lt_tensor *k_norm;    /* qwen35: [head_dim] */
+    struct lt_tensor *q_norm;       /* qwen35: [head_dim] */
+    struct lt_tensor *k_norm;       /* qwen35: [head_dim] */
 
     /* qwen35 Gated DeltaNet layers */
     bool recurrent;
-    struct lt_tensor *ssm_qkv;   /* attn_qkv  [n_embd, 2 * key_dim + value_dim] */
-    struct lt_tensor *ssm_z;     /* attn_gate [n_embd, value_dim] */
-    struct lt_tensor *ssm_beta;  /* [n_embd, n_v_heads] */
-    struct lt_tensor *ssm_alpha; /* [n_embd, n_v_heads] */
+    struct lt_tensor *ssm_qkv;    /* attn_qkv  [n_embd, 2 * key_dim + value_dim] */
+    struct lt_tensor *ssm_z;      /* attn_gate [n_embd, value_dim] */
+    struct lt_tensor *ssm_beta;   /* [n_embd, n_v_heads] */
+    struct lt_tensor *ssm_alpha;  /* [n_embd, n_v_heads] */
     struct lt_tensor *ssm_conv1d; /* [d_conv, 2 * key_dim + value_dim] */
-    struct lt_tensor *ssm_dt;    /* [n_v_heads] (the bias added before softplus) */
-    struct lt_tensor *ssm_a;     /* [n_v_heads] = -exp(A_log) */
-    struct lt_tensor *ssm_norm;  /* [head_v_dim] (gated norm: not 1 + w) */
-    struct lt_tensor *ssm_out;   /* [value_dim, n_embd] */
+    struct lt_tensor *ssm_dt;     /* [n_v_heads] (the bias added before softplus) */
+    struct lt_tensor *ssm_a;      /* [n_v_heads] = -exp(A_log) */
+    struct lt_tensor *ssm_norm;   /* [head_v_dim] (gated norm: not 1 + w) */
+    struct lt_tensor *ssm_out;    /* [value_dim, n_embd] */
 };
 
 struct lt_model {
     struct lt_model_hparams hp;
     struct lt_gguf *gguf;
-    struct lt_ctx *ctx;          /* weight headers */
-    struct lt_buffer *buffer;    /* weights uploaded to a backend, or NULL */
-    struct lt_tensor *tok_embd;  /* [n_embd, n_vocab] */
-    struct lt_tensor *out_norm;  /* [n_embd] */
-    struct lt_tensor *output;    /* [n_embd, n_vocab]; == tok_embd when tied */
+    struct lt_ctx *ctx;            /* weight headers */
+    struct lt_buffer *buffer;      /* weights uploaded to a backend, or NULL */
+    struct lt_tensor *tok_embd;    /* [n_embd, n_vocab] */
+    struct lt_tensor *out_norm;    /* [n_embd] */
+    struct lt_tensor *output;      /* [n_embd, n_vocab]; == tok_embd when tied */
     struct lt_model_layer *layers; /* [n_layer] */
-    struct lt_tensor **weights;  /* every tensor the graphs read, once */
+    struct lt_tensor **weights;    /* every tensor the graphs read, once */
     int n_weights;
 };
 
@@ -62,8 +62,8 @@ struct lt_mb_layer_state {
      * (any strides); NULL: the layer's own new K and V (training: no cache) */
     struct lt_tensor *k, *v;
     /* DeltaNet: the state before this batch; NULL: zeros */
-    struct lt_tensor *conv;  /* [d_conv - 1, channels, n_seqs] */
-    struct lt_tensor *ssm;   /* [S_v, S_k, H_v, n_seqs] */
+    struct lt_tensor *conv; /* [d_conv - 1, channels, n_seqs] */
+    struct lt_tensor *ssm;  /* [S_v, S_k, H_v, n_seqs] */
 };
 
 struct lt_mb;
@@ -73,8 +73,8 @@ struct lt_mb_hooks {
     void *user;
     /* attention layer il: the new K and V [head_dim, n_head_kv, n_tokens, n_seqs] are
      * known; store them and fill st->k, st->v (and st->kq_mask via lt_mb). */
-    lt_status (*attn_kv)(struct lt_mb *b, int il, struct lt_tensor *k_new,
-                         struct lt_tensor *v_new, struct lt_mb_layer_state *st);
+    lt_status (*attn_kv)(struct lt_mb *b, int il, struct lt_tensor *k_new, struct lt_tensor *v_new,
+                         struct lt_mb_layer_state *st);
     /* DeltaNet layer il: fill st->conv and st->ssm before the layer is built */
     lt_status (*recr_load)(struct lt_mb *b, int il, struct lt_mb_layer_state *st);
     /* DeltaNet layer il: store the new states ([d_conv-1, channels, n_seqs] view of the
@@ -86,12 +86,12 @@ struct lt_mb_hooks {
 struct lt_mb {
     const struct lt_model *m;
     struct lt_ctx *ctx;
-    struct lt_graph *g;          /* nodes that must run in build order go here at once */
+    struct lt_graph *g; /* nodes that must run in build order go here at once */
     const struct lt_model_adapters *ad;
     int64_t n_tokens, n_seqs;
-    struct lt_tensor *pos;       /* I32 [n_tokens * n_seqs]: each column's position */
-    struct lt_tensor *kq_mask;   /* optional additive mask [n_kv, n_tokens, 1, n_seqs] */
-    bool causal;                 /* causal mask in soft_max (prefill, training) */
+    struct lt_tensor *pos;     /* I32 [n_tokens * n_seqs]: each column's position */
+    struct lt_tensor *kq_mask; /* optional additive mask [n_kv, n_tokens, 1, n_seqs] */
+    bool causal;               /* causal mask in soft_max (prefill, training) */
     const struct lt_mb_hooks *hooks;
 };
 

@@ -105,8 +105,8 @@ static lt_status load_hparams(struct loader *L)
         hp->arch = LT_ARCH_QWEN35;
     else
         return lt_fail(LT_ERR_UNSUPPORTED,
-                       "%s: architecture '%s' is not supported (llama, qwen2, qwen35 are)",
-                       L->path, arch);
+                       "%s: architecture '%s' is not supported (llama, qwen2, qwen35 are)", L->path,
+                       arch);
     snprintf(L->arch, sizeof(L->arch), "%s", arch);
 
     bool have;
@@ -149,8 +149,8 @@ static lt_status load_hparams(struct loader *L)
     char key[96];
     key_name(L, "rope.scaling.type", key, sizeof(key));
     const char *scaling;
-    if (lt_gguf_find_key(L->m->gguf, key) >= 0 && lt_gguf_get_str(L->m->gguf, key, &scaling) == LT_OK &&
-        strcmp(scaling, "none") != 0)
+    if (lt_gguf_find_key(L->m->gguf, key) >= 0 &&
+        lt_gguf_get_str(L->m->gguf, key, &scaling) == LT_OK && strcmp(scaling, "none") != 0)
         return lt_fail(LT_ERR_UNSUPPORTED, "%s: %s '%s' is not supported", L->path, key, scaling);
     hp->rope_mode = hp->arch == LT_ARCH_LLAMA ? LT_ROPE_NORMAL : LT_ROPE_NEOX;
     hp->n_layer = hp->n_layer_file;
@@ -237,8 +237,8 @@ static struct lt_tensor *weight(struct loader *L, const char *name, int64_t ne0,
                       L->path, name, lt_type_name(ti->type));
         return NULL;
     }
-    struct lt_tensor *t = lt_new_tensor(L->m->ctx, ti->type, ne1 > 0 ? 2 : 1,
-                                        (int64_t[]){ne0, want1});
+    struct lt_tensor *t =
+        lt_new_tensor(L->m->ctx, ti->type, ne1 > 0 ? 2 : 1, (int64_t[]){ne0, want1});
     if (!t) {
         *st = lt_fail(LT_ERR_NOMEM, "out of memory loading %s", L->path);
         return NULL;
@@ -251,8 +251,8 @@ static struct lt_tensor *weight(struct loader *L, const char *name, int64_t ne0,
 }
 
 /* Loads blk.IL.SUFFIX; goto-free chains use *st to stop at the first error. */
-static struct lt_tensor *blk(struct loader *L, int il, const char *suffix, int64_t ne0,
-                             int64_t ne1, bool required, lt_status *st)
+static struct lt_tensor *blk(struct loader *L, int il, const char *suffix, int64_t ne0, int64_t ne1,
+                             bool required, lt_status *st)
 {
     if (*st != LT_OK)
         return NULL;
@@ -269,9 +269,9 @@ static lt_status load_layer(struct loader *L, int il)
     int64_t E = hp->n_embd, D = hp->head_dim;
     lt_status st = LT_OK;
     ly->attn_norm = blk(L, il, "attn_norm.weight", E, 0, true, &st);
-    ly->ffn_norm = blk(L, il,
-                       hp->arch == LT_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight",
-                       E, 0, true, &st);
+    ly->ffn_norm =
+        blk(L, il, hp->arch == LT_ARCH_QWEN35 ? "post_attention_norm.weight" : "ffn_norm.weight", E,
+            0, true, &st);
     ly->ffn_gate = blk(L, il, "ffn_gate.weight", E, hp->n_ff, true, &st);
     ly->ffn_up = blk(L, il, "ffn_up.weight", E, hp->n_ff, true, &st);
     ly->ffn_down = blk(L, il, "ffn_down.weight", hp->n_ff, E, true, &st);
@@ -398,15 +398,24 @@ void lt_model_free(struct lt_model *m)
     free(m);
 }
 
-const struct lt_model_hparams *lt_model_hparams(const struct lt_model *m) { return &m->hp; }
-const struct lt_gguf *lt_model_gguf(const struct lt_model *m) { return m->gguf; }
+const struct lt_model_hparams *lt_model_hparams(const struct lt_model *m)
+{
+    return &m->hp;
+}
+const struct lt_gguf *lt_model_gguf(const struct lt_model *m)
+{
+    return m->gguf;
+}
 
 bool lt_model_layer_is_recurrent(const struct lt_model *m, int il)
 {
     return il >= 0 && il < m->hp.n_layer && m->layers[il].recurrent;
 }
 
-int lt_model_n_weights(const struct lt_model *m) { return m->n_weights; }
+int lt_model_n_weights(const struct lt_model *m)
+{
+    return m->n_weights;
+}
 
 struct lt_tensor *lt_model_weight(const struct lt_model *m, int i)
 {

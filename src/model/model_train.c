@@ -28,8 +28,13 @@ lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int6
     tokens->flags |= LT_FLAG_INPUT;
     pos->flags |= LT_FLAG_INPUT;
     labels->flags |= LT_FLAG_INPUT;
-    struct lt_mb b = {.m = m, .ctx = ctx, .ad = adapters, .n_tokens = n_tokens, .n_seqs = n_seqs,
-                      .pos = pos, .causal = true};
+    struct lt_mb b = {.m = m,
+                      .ctx = ctx,
+                      .ad = adapters,
+                      .n_tokens = n_tokens,
+                      .n_seqs = n_seqs,
+                      .pos = pos,
+                      .causal = true};
     struct lt_tensor *hidden;
     lt_status st = lt_mb_forward(&b, tokens, &hidden);
     if (st != LT_OK)
@@ -87,8 +92,8 @@ static lt_status read_weight_f32(const struct lt_tensor *w, float *dst)
 }
 
 lt_status lt_model_f32_params_new(const struct lt_model *m,
-                                  bool (*filter)(void *user, const struct lt_tensor *w),
-                                  void *user, struct lt_model_f32_params **out)
+                                  bool (*filter)(void *user, const struct lt_tensor *w), void *user,
+                                  struct lt_model_f32_params **out)
 {
     *out = NULL;
     struct lt_model_f32_params *p = calloc(1, sizeof(*p));
@@ -97,7 +102,8 @@ lt_status lt_model_f32_params_new(const struct lt_model *m,
         return lt_fail(LT_ERR_NOMEM, "out of memory for trainable weights");
     size_t bytes = 0;
     for (int i = 0; i < m->n_weights; i++)
-        bytes += (size_t)lt_nelements(m->weights[i]) * sizeof(float) + sizeof(struct lt_tensor) + 128;
+        bytes +=
+            (size_t)lt_nelements(m->weights[i]) * sizeof(float) + sizeof(struct lt_tensor) + 128;
     p->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = bytes + 4096});
     p->list = calloc((size_t)m->n_weights + 1, sizeof(*p->list));
     if (!p->ctx || !p->list) {

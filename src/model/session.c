@@ -27,19 +27,19 @@ struct lt_session {
     struct lt_sched *sched;
     struct lt_ctx *ctx; /* cache headers */
     struct lt_buffer *buffer;
-    struct lt_tensor **k, **v;        /* [n_layer]; NULL for DeltaNet layers */
-    struct lt_tensor **conv, **ssm;   /* [n_layer]; NULL for attention layers */
-    int *pos;                         /* [n_seq_max] */
+    struct lt_tensor **k, **v;      /* [n_layer]; NULL for DeltaNet layers */
+    struct lt_tensor **conv, **ssm; /* [n_layer]; NULL for attention layers */
+    int *pos;                       /* [n_seq_max] */
 };
 
 /* One prefill or decode call. */
 struct step {
     struct lt_session *s;
     bool decode;
-    int seq, p0;            /* prefill: the sequence and its first new position */
-    int n;                  /* prefill: tokens; decode: sequences */
-    const int *seqs;        /* decode */
-    int n_kv;               /* decode: positions attended (max position + 1) */
+    int seq, p0;               /* prefill: the sequence and its first new position */
+    int n;                     /* prefill: tokens; decode: sequences */
+    const int *seqs;           /* decode */
+    int n_kv;                  /* decode: positions attended (max position + 1) */
     struct lt_tensor *seq_ids; /* decode: I32 [n], input */
 };
 
@@ -207,7 +207,6 @@ static lt_status add_to_graph(struct lt_mb *b, struct lt_tensor *t, const char *
     return st ? st : lt_graph_build(b->g, t);
 }
 
-
 /* cpy(src, dst), added to the graph now so that it runs before later readers of dst. */
 static lt_status store(struct lt_mb *b, struct lt_tensor *src, struct lt_tensor *dst,
                        const char *what, int il, int seq)
@@ -240,8 +239,7 @@ static struct lt_tensor *state_slot(struct lt_mb *b, struct lt_tensor *state, in
 static struct lt_tensor *gather(struct lt_mb *b, struct step *sp, struct lt_tensor *storage,
                                 int64_t n_per_seq, size_t stride)
 {
-    struct lt_tensor *rows =
-        lt_view_2d(b->ctx, storage, n_per_seq, sp->s->p.n_seq_max, stride, 0);
+    struct lt_tensor *rows = lt_view_2d(b->ctx, storage, n_per_seq, sp->s->p.n_seq_max, stride, 0);
     return rows ? lt_get_rows(b->ctx, rows, sp->seq_ids) : NULL;
 }
 
@@ -317,11 +315,12 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
     int n = sp->decode ? sp->n : 1;
     for (int i = 0; i < n; i++) {
         int seq = sp->decode ? sp->seqs[i] : sp->seq;
-        struct lt_tensor *ci = lt_view_3d(b->ctx, conv_new, conv_new->ne[0], conv_new->ne[1], 1,
-                                          conv_new->nb[1], conv_new->nb[2], (size_t)i * conv_new->nb[2]);
-        struct lt_tensor *si = lt_view_4d(b->ctx, ssm_new, ssm_new->ne[0], ssm_new->ne[1],
-                                          ssm_new->ne[2], 1, ssm_new->nb[1], ssm_new->nb[2],
-                                          ssm_new->nb[3], (size_t)i * ssm_new->nb[3]);
+        struct lt_tensor *ci =
+            lt_view_3d(b->ctx, conv_new, conv_new->ne[0], conv_new->ne[1], 1, conv_new->nb[1],
+                       conv_new->nb[2], (size_t)i * conv_new->nb[2]);
+        struct lt_tensor *si =
+            lt_view_4d(b->ctx, ssm_new, ssm_new->ne[0], ssm_new->ne[1], ssm_new->ne[2], 1,
+                       ssm_new->nb[1], ssm_new->nb[2], ssm_new->nb[3], (size_t)i * ssm_new->nb[3]);
         if (!ci || !si)
             return lt_mb_check(NULL, "state_store", il);
         if ((st = store(b, ci, state_slot(b, s->conv[il], 2, seq), "conv_store", il, seq)) ||
@@ -347,7 +346,8 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
     int64_t L = m->hp.n_layer;
     lt_status st;
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){
-        .mem_size = (size_t)(L * (160 + 12 * S) + 256) * sizeof(struct lt_tensor), .no_alloc = true});
+        .mem_size = (size_t)(L * (160 + 12 * S) + 256) * sizeof(struct lt_tensor),
+        .no_alloc = true});
     if (!ctx)
         return lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
     int cap = (int)(L * (128 + 8 * S) + 256);
@@ -372,8 +372,16 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
         lt_set_name(mask, "kq_mask");
     }
     struct lt_mb_hooks hooks = {sp, hook_attn_kv, hook_recr_load, hook_recr_store};
-    struct lt_mb b = {.m = m, .ctx = ctx, .g = g, .ad = s->p.adapters, .n_tokens = T, .n_seqs = S, .pos = pos,
-                      .kq_mask = mask, .causal = !sp->decode, .hooks = &hooks};
+    struct lt_mb b = {.m = m,
+                      .ctx = ctx,
+                      .g = g,
+                      .ad = s->p.adapters,
+                      .n_tokens = T,
+                      .n_seqs = S,
+                      .pos = pos,
+                      .kq_mask = mask,
+                      .causal = !sp->decode,
+                      .hooks = &hooks};
     struct lt_tensor *hidden, *logits;
     if ((st = lt_mb_forward(&b, tok, &hidden)) != LT_OK)
         goto out_free_ctx;
@@ -466,7 +474,8 @@ lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const 
     int n_kv = 0;
     for (int i = 0; i < n; i++) {
         if (seqs[i] < 0 || seqs[i] >= s->p.n_seq_max)
-            return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seqs[i], s->p.n_seq_max);
+            return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seqs[i],
+                           s->p.n_seq_max);
         for (int j = 0; j < i; j++)
             if (seqs[j] == seqs[i])
                 return lt_fail(LT_ERR_INVALID, "sequence %d appears twice in one decode", seqs[i]);
