@@ -1,0 +1,231 @@
+/* test_admission.c: placement, fallback and every refusal kind, with a backend that has
+ * gaps (tests/gap_backend.h), so CI exercises them without a GPU. And the reverse: graphs
+ * that should train are admitted, and the memory estimate matches what allocation takes. */
+#include <string.h>
+
+#include "check.h"
+#include "gap_backend.h"
+#include "lathe/opt.h"
+#include "lathe/sched.h"
+#include "tiny_model.h"
+
+static struct lt_backend *dev, *host;
+
+static void reset_backends(void)
+{
+    lt_backend_free(dev);
+    lt_backend_free(host);
+    dev = gap_backend_new("GAP0");
+    host = gap_backend_new("CPU");
+}
+
+/* The scenario of the original crash: y = sum(sqr(k_conv) * w) where k_conv is a
+ * non-contiguous slice of a trainable conv output. */
+struct kconv_graph {
+    struct lt_ctx *wctx, *ctx;
+    struct lt_tensor *conv, *k_conv, *w, *loss, *sqr;
+};
+
+static void kconv_build(struct kconv_graph *k, bool no_alloc)
+{
+    k->wctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+    k->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = no_alloc});
+    k->conv = lt_new_tensor_2d(k->wctx, LT_TYPE_F32, 12, 5);
+    lt_set_name(k->conv, "conv_out-22");
+    k->conv->flags |= LT_FLAG_PARAM;
+    k->w = lt_new_tensor_2d(k->wctx, LT_TYPE_F32, 4, 5);
+    for (int i = 0; i < 60; i++)
+        ((float *)k->conv->data)[i] = 0.1f * (float)(i % 7) - 0.3f;
+    for (int i = 0; i < 20; i++)
+        ((float *)k->w->data)[i] = 0.05f * (float)(i % 5);
+    k->k_conv = lt_view_2d(k->ctx, k->conv, 4, 5, k->conv->nb[1], 4 * sizeof(float));
+    lt_set_name(k->k_conv, "k_conv-22");
+    k->sqr = lt_sqr(k->ctx, k->k_conv);
+    lt_set_name(k->sqr, "sqr k_conv-22");
+    k->loss = lt_sum(k->ctx, lt_mul(k->ctx, k->sqr, k->w));
+    lt_set_name(k->loss, "loss");
+}
+
+static void kconv_free(struct kconv_graph *k)
+{
+    lt_ctx_free(k->ctx);
+    lt_ctx_free(k->wctx);
+}
+
+static void test_inference_fallback(void)
+{
+    reset_backends();
+    gap_of(dev)->gap_strided[LT_OP_SQR] = true;
+    struct kconv_graph k;
+    kconv_build(&k, true);
+    struct lt_graph *g = lt_graph_new(k.ctx, 256);
+    lt_graph_build(g, k.loss);
+    struct lt_backend *bes[2] = {dev, host};
+    struct lt_sched *s = lt_sched_new(bes, 2);
+    CHECK(lt_sched_place(s, g, false, NULL) == LT_OK, "%s", lt_last_error());
+    CHECK(lt_sched_n_fallback(s) == 1 && lt_sched_fallback_node(s, 0) == k.sqr);
+    CHECK(lt_sched_alloc(s, g) == LT_OK, "%s", lt_last_error());
+    CHECK(lt_sched_compute(s, g) == LT_OK, "%s", lt_last_error());
+    float got = *(float *)k.loss->data;
+    double expect = 0;
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 4; c++) {
+            double x = ((float *)k.conv->data)[r * 12 + 4 + c];
+            expect += x * x * ((float *)k.w->data)[r * 4 + c];
+        }
+    CHECK(fabs(got - expect) < 1e-5, "fallback result %g, expected %g", got, expect);
+    CHECK(gap_of(dev)->n_computed > 0 && gap_of(host)->n_computed == 1);
+    lt_sched_free(s);
+    kconv_free(&k);
+}
+
+static lt_status try_train(struct lt_tensor *loss, struct lt_ctx *ctx, bool device_only,
+                           size_t budget, struct lt_refusal *r, struct lt_train_graph **tg)
+{
+    struct lt_backend *bes[2] = {dev, host};
+    struct lt_train_graph_params p = {
+        .backends = bes, .n_backends = 2, .device_only = device_only, .memory_budget = budget};
+    return lt_train_graph_new(ctx, loss, &p, tg, r);
+}
+
+static void test_refusals(void)
+{
+    struct lt_refusal r;
+    struct lt_train_graph *tg;
+
+    /* device_only with a gap: refused, naming op, node and source; nothing allocated */
+    reset_backends();
+    gap_of(dev)->gap_strided[LT_OP_SQR] = true;
+    struct kconv_graph k;
+    kconv_build(&k, true);
+    lt_status st = try_train(k.loss, k.ctx, true, 0, &r, &tg);
+    CHECK(st == LT_ERR_REFUSED && tg == NULL, "status %d: %s", st, lt_last_error());
+    CHECK(r.kind == LT_REFUSAL_DEVICE_ONLY, "kind %s", lt_refusal_kind_name(r.kind));
+    CHECK(!strcmp(r.op, "SQR"), "op %s", r.op);
+    CHECK(!strcmp(r.source, "k_conv-22"), "source '%s'", r.source);
+    CHECK(!strcmp(r.source_layout, "a non-contiguous view"), "layout '%s'", r.source_layout);
+    CHECK(!strcmp(r.backend, "GAP0"));
+    CHECK(strstr(r.sentence, "SQR") && strstr(r.sentence, "k_conv-22") &&
+              strstr(r.sentence, "nothing was allocated"),
+          "sentence: %s", r.sentence);
+    CHECK(!strcmp(lt_last_error(), r.sentence), "the error carries the sentence unchanged");
+    CHECK(gap_of(dev)->bytes_allocated == 0 && gap_of(host)->bytes_allocated == 0,
+          "a refused job allocated %zu + %zu bytes", gap_of(dev)->bytes_allocated,
+          gap_of(host)->bytes_allocated);
+    printf("refusal (device_only): %s\n", r.sentence);
+    kconv_free(&k);
+
+    /* without device_only: admitted, trains, lists the fallback nodes */
+    reset_backends();
+    gap_of(dev)->gap_strided[LT_OP_SQR] = true;
+    kconv_build(&k, true);
+    st = try_train(k.loss, k.ctx, false, 0, &r, &tg);
+    CHECK(st == LT_OK, "%s", lt_last_error());
+    if (st == LT_OK) {
+        CHECK(lt_train_graph_n_fallback(tg) >= 1);
+        bool named = false;
+        for (int i = 0; i < lt_train_graph_n_fallback(tg); i++)
+            named |= lt_train_graph_fallback_node(tg, i) == k.sqr;
+        CHECK(named, "the SQR node is listed as a fallback");
+        lt_train_graph_print(tg, stdout);
+        CHECK(lt_train_graph_alloc(tg) == LT_OK, "%s", lt_last_error());
+        float l0, l1;
+        CHECK(lt_train_graph_accumulate(tg, &l0) == LT_OK, "%s", lt_last_error());
+        CHECK(lt_train_graph_step(tg, 0.05f) == LT_OK, "%s", lt_last_error());
+        CHECK(lt_train_graph_eval(tg, &l1) == LT_OK, "%s", lt_last_error());
+        CHECK(l1 < l0, "loss %g -> %g", l0, l1);
+        lt_train_graph_free(tg);
+    }
+    kconv_free(&k);
+
+    /* an op no backend supports: refused in every mode */
+    for (int mode = 0; mode < 2; mode++) {
+        reset_backends();
+        gap_of(dev)->gap_always[LT_OP_SQR] = true;
+        gap_of(host)->gap_always[LT_OP_SQR] = true;
+        kconv_build(&k, true);
+        st = try_train(k.loss, k.ctx, mode == 1, 0, &r, &tg);
+        CHECK(st == LT_ERR_REFUSED && r.kind == LT_REFUSAL_NO_BACKEND && !strcmp(r.op, "SQR"),
+              "status %d kind %s", st, lt_refusal_kind_name(r.kind));
+        CHECK(strstr(r.sentence, "no backend can run (GAP0 included)") != NULL, "%s", r.sentence);
+        CHECK(gap_of(dev)->bytes_allocated == 0 && gap_of(host)->bytes_allocated == 0);
+        kconv_free(&k);
+    }
+
+    /* a budget below the estimate */
+    reset_backends();
+    kconv_build(&k, true);
+    st = try_train(k.loss, k.ctx, true, 1024, &r, &tg);
+    CHECK(st == LT_ERR_REFUSED && r.kind == LT_REFUSAL_MEMORY, "kind %s", lt_refusal_kind_name(r.kind));
+    CHECK(r.need_bytes > 1024 && r.budget_bytes == 1024);
+    CHECK(gap_of(dev)->bytes_allocated == 0 && gap_of(host)->bytes_allocated == 0);
+    printf("refusal (memory): %s\n", r.sentence);
+    kconv_free(&k);
+
+    /* an op without a backward rule on the path to the loss */
+    reset_backends();
+    kconv_build(&k, true);
+    struct lt_tensor *labels = lt_new_tensor_1d(k.wctx, LT_TYPE_I32, 5);
+    memset(labels->data, 0, 5 * sizeof(int32_t));
+    struct lt_tensor *one = lt_new_tensor_1d(k.wctx, LT_TYPE_F32, 1);
+    *(float *)one->data = 1.0f;
+    struct lt_tensor *logits = lt_cont(k.ctx, k.k_conv);
+    struct lt_tensor *ceb = lt_cross_entropy_back(k.ctx, one, logits, labels);
+    lt_set_name(ceb, "ce back");
+    struct lt_tensor *loss2 = lt_sum(k.ctx, ceb);
+    st = try_train(loss2, k.ctx, false, 0, &r, &tg);
+    CHECK(st == LT_ERR_REFUSED && r.kind == LT_REFUSAL_NO_BACKWARD, "status %d kind %s: %s", st,
+          lt_refusal_kind_name(r.kind), lt_last_error());
+    CHECK(!strcmp(r.op, "CROSS_ENTROPY_BACK") && !strcmp(r.node, "ce back"), "%s %s", r.op, r.node);
+    CHECK(gap_of(dev)->bytes_allocated == 0 && gap_of(host)->bytes_allocated == 0);
+    printf("refusal (no backward): %s\n", r.sentence);
+    kconv_free(&k);
+}
+
+/* Graphs that should train are admitted in device_only mode when the device has no gaps,
+ * and the estimate is what allocation takes. */
+static void test_regression_and_estimate(void)
+{
+    const int shapes[3][5] = {{32, 16, 2, 32, 1}, {64, 32, 4, 48, 2}, {50, 24, 3, 40, 3}};
+    for (int c = 0; c < 3; c++) {
+        reset_backends();
+        struct tiny_model m;
+        tiny_model_init(&m, shapes[c][0], shapes[c][1], shapes[c][2], shapes[c][3], shapes[c][4], 7);
+        struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+        const int T = 9 + c;
+        struct lt_tensor *tokens = lt_new_tensor_1d(ctx, LT_TYPE_I32, T);
+        struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, T);
+        struct lt_tensor *labels = lt_new_tensor_1d(ctx, LT_TYPE_I32, T);
+        struct lt_tensor *loss = tiny_model_loss(&m, ctx, tokens, pos, labels);
+        struct lt_refusal r;
+        struct lt_train_graph *tg;
+        lt_status st = try_train(loss, ctx, true, 0, &r, &tg);
+        CHECK(st == LT_OK, "graph %d refused: %s", c, lt_last_error());
+        if (st == LT_OK) {
+            CHECK(lt_train_graph_n_fallback(tg) == 0);
+            size_t est = lt_train_graph_estimate(tg);
+            CHECK(lt_train_graph_alloc(tg) == LT_OK, "%s", lt_last_error());
+            size_t got = lt_train_graph_allocated(tg);
+            size_t counted = gap_of(dev)->bytes_live + gap_of(host)->bytes_live;
+            printf("graph %d: estimate %zu bytes, allocated %zu (backends count %zu)\n", c, est,
+                   got, counted);
+            CHECK(counted == got);
+            CHECK(fabs((double)got - (double)est) <= 0.10 * (double)est,
+                  "estimate %zu vs allocated %zu", est, got);
+            lt_train_graph_free(tg);
+            CHECK(gap_of(dev)->bytes_live + gap_of(host)->bytes_live == 0, "freed");
+        }
+        lt_ctx_free(ctx);
+        tiny_model_free(&m);
+    }
+}
+
+int main(void)
+{
+    test_inference_fallback();
+    test_refusals();
+    test_regression_and_estimate();
+    lt_backend_free(dev);
+    lt_backend_free(host);
+    return check_summary();
+}
