@@ -140,7 +140,8 @@ static void ref_attention(struct ref *r, int il, float (*h)[64], float (*out)[64
 static void ref_delta(struct ref *r, int il, float (*h)[64], float (*out)[64])
 {
     const struct tm_spec *s = r->s;
-    int E = s->n_embd, Sk = s->d_state, Sv = s->d_state, Hk = s->n_k_heads, Hv = s->n_v_heads;
+    int E = s->n_embd, Sk = s->d_state, Sv = s->d_v ? s->d_v : s->d_state, Hk = s->n_k_heads,
+        Hv = s->n_v_heads;
     int key_dim = Sk * Hk, value_dim = Sv * Hv, C = 2 * key_dim + value_dim, K = s->d_conv;
     static float qkv[T_LEN][256], z[T_LEN][256], beta[T_LEN][16], g[T_LEN][16], conv[T_LEN][256];
     static float S[16][32][32];

@@ -20,6 +20,7 @@ struct tm_spec {
     bool tied;
     /* qwen35 */
     int interval, d_conv, d_state, n_k_heads, n_v_heads, n_mtp;
+    int d_v; /* value head dim; 0: d_state */
 };
 
 /* One small model per architecture: GQA everywhere, qwen2 untied with biases, qwen35 with
@@ -67,6 +68,25 @@ static const struct tm_spec tm_specs[] = {
      .n_k_heads = 2,
      .n_v_heads = 4,
      .n_mtp = 1},
+    /* value heads wider than key heads, three DeltaNet layers per attention layer */
+    {.arch = "qwen35",
+     .n_vocab = 48,
+     .n_embd = 32,
+     .n_ff = 40,
+     .n_layer = 4,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 8,
+     .n_rot = 8,
+     .rope_base = 1e4f,
+     .rms_eps = 1e-6f,
+     .tied = false,
+     .interval = 4,
+     .d_conv = 3,
+     .d_state = 8,
+     .n_k_heads = 1,
+     .n_v_heads = 3,
+     .d_v = 12},
 };
 #define TM_N_SPECS ((int)(sizeof(tm_specs) / sizeof(tm_specs[0])))
 
@@ -134,7 +154,8 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
     lt_gguf_writer_set_f32(tw.w, key, s->rope_base);
     snprintf(key, sizeof(key), "%s.attention.layer_norm_rms_epsilon", s->arch);
     lt_gguf_writer_set_f32(tw.w, key, s->rms_eps);
-    int key_dim = s->d_state * s->n_k_heads, value_dim = s->d_state * s->n_v_heads;
+    int d_v = s->d_v ? s->d_v : s->d_state;
+    int key_dim = s->d_state * s->n_k_heads, value_dim = d_v * s->n_v_heads;
     int C = 2 * key_dim + value_dim;
     if (q35) {
         tm_key(&tw, s, "full_attention_interval", (uint32_t)s->interval);
@@ -165,7 +186,7 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
             tm_blk(&tw, il, "ssm_conv1d.weight", s->d_conv, C, 0.5f, 0);
             tm_blk(&tw, il, "ssm_dt.bias", s->n_v_heads, 1, 0.5f, 0);
             tm_blk(&tw, il, "ssm_a", s->n_v_heads, 1, 0.3f, -1.0f);
-            tm_blk(&tw, il, "ssm_norm.weight", s->d_state, 1, 0.2f, 1.0f);
+            tm_blk(&tw, il, "ssm_norm.weight", d_v, 1, 0.2f, 1.0f);
             tm_blk(&tw, il, "ssm_out.weight", value_dim, E, 1.0f / sqrtf((float)value_dim), 0);
             continue;
         }

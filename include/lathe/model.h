@@ -59,10 +59,10 @@ struct lt_model_hparams {
     /* qwen35 (0 otherwise) */
     int64_t full_attn_interval; /* layer il is full attention when (il + 1) % this == 0 */
     int64_t ssm_d_conv;         /* conv kernel */
-    int64_t ssm_d_state;        /* head_k_dim (= head_v_dim) */
+    int64_t ssm_d_state;        /* head_k_dim */
     int64_t ssm_n_k_heads;      /* ssm.group_count */
     int64_t ssm_n_v_heads;      /* ssm.time_step_rank */
-    int64_t ssm_d_inner;        /* head_v_dim * n_v_heads */
+    int64_t ssm_d_inner;        /* head_v_dim * n_v_heads (ssm.inner_size) */
 };
 
 struct lt_model;

@@ -178,8 +178,7 @@ static lt_status load_hparams(struct loader *L)
             (st = positive(L, "ssm.time_step_rank", hp->ssm_n_v_heads)) ||
             (st = positive(L, "ssm.inner_size", hp->ssm_d_inner)))
             return st;
-        if (hp->ssm_n_v_heads % hp->ssm_n_k_heads != 0 ||
-            hp->ssm_d_inner != hp->ssm_d_state * hp->ssm_n_v_heads)
+        if (hp->ssm_n_v_heads % hp->ssm_n_k_heads != 0 || hp->ssm_d_inner % hp->ssm_n_v_heads != 0)
             return lt_fail(LT_ERR_FORMAT,
                            "%s: DeltaNet sizes do not fit: inner_size %lld, state_size %lld, "
                            "%lld value heads over %lld key heads",
@@ -286,7 +285,7 @@ static lt_status load_layer(struct loader *L, int il)
         ly->ssm_conv1d = blk(L, il, "ssm_conv1d.weight", hp->ssm_d_conv, channels, true, &st);
         ly->ssm_dt = blk(L, il, "ssm_dt.bias", Hv, 0, true, &st);
         ly->ssm_a = blk(L, il, "ssm_a", Hv, 0, true, &st);
-        ly->ssm_norm = blk(L, il, "ssm_norm.weight", hp->ssm_d_state, 0, true, &st);
+        ly->ssm_norm = blk(L, il, "ssm_norm.weight", value_dim / Hv, 0, true, &st);
         ly->ssm_out = blk(L, il, "ssm_out.weight", value_dim, E, true, &st);
         return st;
     }
