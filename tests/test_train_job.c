@@ -231,6 +231,42 @@ static void test_cancel_pause(struct lt_model *m)
     lt_backend_free(gap);
 }
 
+/* A backend that is not the host (the gap backend, claiming device memory): trainables
+ * must move to it, or every optimizer step would update a copy and be lost. */
+static void test_device_backend(struct lt_model *m)
+{
+    remove(out_path);
+    struct lt_backend *dev = gap_backend_new("DEV0");
+    dev->is_host = false;
+    struct lt_train_params p = {.out = out_path, .text = text, .rank = 4, .window = 32,
+                                .epochs = 2, .lr = 1e-2f, .targets = "attn_q,attn_v"};
+    struct lt_train_result r;
+    lt_status st = lt_train_job_run(m, &dev, 1, &p, NULL, NULL, &r);
+    CHECK(st == LT_OK, "%s", r.error);
+    CHECK(st != LT_OK || r.train_loss[1] < r.train_loss[0], "loss fell on the device: %g -> %g",
+          r.train_loss[0], r.train_loss[1]);
+    CHECK(gap_of(dev)->bytes_live == 0, "device memory freed: %zu", gap_of(dev)->bytes_live);
+    struct lt_lora *l = NULL;
+    CHECK(lt_lora_load(out_path, &l) == LT_OK, "%s", lt_last_error());
+    if (l) {
+        double bsum = 0;
+        for (int i = 0; i < l->n_pairs; i++)
+            for (int64_t k = 0; k < lt_nelements(l->pairs[i].b); k++)
+                bsum += fabsf(((float *)l->pairs[i].b->data)[k]);
+        CHECK(bsum > 0, "the saved B comes from the device, trained");
+        lt_lora_free(l);
+    }
+    lt_train_result_free(&r);
+    /* the trainables join the budget check on a device */
+    p.dry_run = true;
+    CHECK(lt_train_job_run(m, &dev, 1, &p, NULL, NULL, &r) == LT_OK && r.allocated_bytes == 0 &&
+              gap_of(dev)->bytes_live == 0,
+          "dry run on the device: %s", r.error);
+    lt_train_result_free(&r);
+    lt_backend_free(dev);
+    remove(out_path);
+}
+
 static void test_full(struct lt_backend *cpu, enum lt_type wtype)
 {
     char base_path[700];
@@ -314,6 +350,7 @@ int main(void)
         test_lora_job(m, cpu);
         test_dry_run_and_refusals(m);
         test_cancel_pause(m);
+        test_device_backend(m);
         lt_model_free(m);
     }
     test_full(cpu, LT_TYPE_F32);

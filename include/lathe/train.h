@@ -113,8 +113,8 @@ struct lt_train_result {
     float eval_loss[LT_TRAIN_MAX_EPOCHS];  /* NAN without a validation split */
     int64_t tokens;                        /* trained (loss-bearing and context) */
     double seconds, tokens_per_s;
-    size_t peak_bytes;                     /* admission estimate */
-    size_t allocated_bytes;                /* what allocation took */
+    size_t peak_bytes;                     /* admission estimate (+ trainables on a device) */
+    size_t allocated_bytes;                /* what allocation took (likewise) */
     int n_fallback;                        /* nodes not on the first backend */
     int n_train, n_val;                    /* examples (or text windows) in each split */
     int n_tokens_graph;                    /* tokens per micro-batch graph (<= window) */

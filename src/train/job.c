@@ -61,6 +61,7 @@ struct run {
     int n_tokens; /* per micro-batch graph */
     int32_t *tok_buf, *lab_buf;
     int32_t pad;
+    struct lt_buffer *param_buf; /* trainable tensors on a device backend */
     double active_s; /* running time, pauses excluded */
 };
 
@@ -74,6 +75,8 @@ static double now_s(void)
 static void run_free(struct run *r)
 {
     lt_train_graph_free(r->tg);
+    if (r->param_buf)
+        lt_buffer_free(r->param_buf); /* the trainables' data pointers go stale: freed below */
     lt_ctx_free(r->ctx);
     free(r->lora_list);
     lt_model_f32_params_free(r->f32);
@@ -303,6 +306,66 @@ static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
     return LT_OK;
 }
 
+#define PARAM_ALIGN 256
+
+/* Bytes the trainable tensors take on a device (0 on the host, where they already are). */
+static size_t trainable_device_bytes(struct lt_train_job *j, struct run *r)
+{
+    if (j->backends[0]->is_host)
+        return 0;
+    size_t total = 0;
+    for (int i = 0; i < lt_train_graph_n_params(r->tg); i++)
+        total += (lt_nbytes(lt_train_graph_param(r->tg, i)) + PARAM_ALIGN - 1) & ~(size_t)(PARAM_ALIGN - 1);
+    return total;
+}
+
+/* The admission estimate counts what the graphs allocate; on a device the trainable tensors
+ * (made on the host) move there too, so they join the budget check here, still before
+ * anything is allocated on the device. */
+static lt_status admit_trainables(struct lt_train_job *j, struct run *r)
+{
+    size_t extra = trainable_device_bytes(j, r);
+    struct lt_train_result *res = &j->result;
+    res->peak_bytes += extra;
+    size_t budget = lt_train_graph_budget(r->tg);
+    if (extra == 0 || res->peak_bytes <= budget)
+        return LT_OK;
+    struct lt_refusal *rf = &res->refusal;
+    memset(rf, 0, sizeof(*rf));
+    rf->kind = LT_REFUSAL_MEMORY;
+    rf->need_bytes = res->peak_bytes;
+    rf->budget_bytes = budget;
+    snprintf(rf->backend, sizeof(rf->backend), "%s", j->backends[0]->name);
+    snprintf(rf->reason, sizeof(rf->reason), "estimated peak with the trainable tensors over budget");
+    lt_refusal_format(rf);
+    return lt_fail(LT_ERR_REFUSED, "%s", rf->sentence);
+}
+
+/* On a device, the trainable tensors move into one buffer of the first backend, so each
+ * optimizer step updates them where the graphs read them (a host tensor would be copied to
+ * the device for every run, and the update made to the copy lost). Runs after admission and
+ * before the graphs are allocated, which binds views of them to the new storage. */
+static lt_status upload_trainables(struct lt_train_job *j, struct run *r)
+{
+    size_t total = trainable_device_bytes(j, r);
+    if (total == 0)
+        return LT_OK;
+    lt_status st = lt_backend_buffer_alloc(j->backends[0], total, &r->param_buf);
+    if (st != LT_OK)
+        return st;
+    size_t at = 0;
+    for (int i = 0; i < lt_train_graph_n_params(r->tg) && st == LT_OK; i++) {
+        struct lt_tensor *t = lt_train_graph_param(r->tg, i);
+        const void *host = t->data;
+        size_t n = lt_nbytes(t);
+        t->buffer = r->param_buf;
+        t->data = (char *)r->param_buf->base + at;
+        st = lt_tensor_set(t, host, 0, n);
+        at += (n + PARAM_ALIGN - 1) & ~(size_t)(PARAM_ALIGN - 1);
+    }
+    return st;
+}
+
 /* Copies example e into the graph's inputs, padded to n_tokens. */
 static lt_status set_inputs(struct run *r, const struct lt_example *e)
 {
@@ -426,10 +489,15 @@ static void job_main(struct lt_train_job *j)
         st = make_trainables(j, &r, &ad);
     if (st == LT_OK)
         st = build_and_admit(j, &r, &ad);
+    if (st == LT_OK)
+        st = admit_trainables(j, &r);
     if (st == LT_OK && !j->p.dry_run) {
-        st = lt_train_graph_alloc(r.tg);
+        st = upload_trainables(j, &r);
+        if (st == LT_OK)
+            st = lt_train_graph_alloc(r.tg);
         if (st == LT_OK) {
-            res->allocated_bytes = lt_train_graph_allocated(r.tg);
+            res->allocated_bytes = lt_train_graph_allocated(r.tg) +
+                                   (r.param_buf ? r.param_buf->size : 0);
             st = lt_model_loss_graph_set_pos(&r.lg);
         }
         if (st == LT_OK && !should_stop(j, &r, &(double){now_s()})) {
