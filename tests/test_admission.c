@@ -52,9 +52,12 @@ static void kconv_free(struct kconv_graph *k)
     lt_ctx_free(k->wctx);
 }
 
-static void test_inference_fallback(void)
+static void test_inference_fallback(bool device_memory)
 {
     reset_backends();
+    /* device_memory: the gap backend's storage is not host-addressable to the scheduler,
+     * so every crossing between it and the CPU goes through a copy */
+    dev->is_host = !device_memory;
     gap_of(dev)->gap_strided[LT_OP_SQR] = true;
     struct kconv_graph k;
     kconv_build(&k, true);
@@ -64,7 +67,12 @@ static void test_inference_fallback(void)
     struct lt_sched *s = lt_sched_new(bes, 2);
     CHECK(lt_sched_place(s, g, false, NULL) == LT_OK, "%s", lt_last_error());
     CHECK(lt_sched_n_fallback(s) == 1 && lt_sched_fallback_node(s, 0) == k.sqr);
+    struct lt_sched_memory mem;
+    CHECK(lt_sched_measure(s, g, &mem) == LT_OK);
     CHECK(lt_sched_alloc(s, g) == LT_OK, "%s", lt_last_error());
+    CHECK(mem.total == lt_sched_allocated(s), "measured %zu, allocated %zu", mem.total,
+          lt_sched_allocated(s));
+    CHECK((mem.copies[0] > 0) == device_memory, "copies into the device: %zu", mem.copies[0]);
     CHECK(lt_sched_compute(s, g) == LT_OK, "%s", lt_last_error());
     float got = *(float *)k.loss->data;
     double expect = 0;
@@ -222,7 +230,8 @@ static void test_regression_and_estimate(void)
 
 int main(void)
 {
-    test_inference_fallback();
+    test_inference_fallback(false);
+    test_inference_fallback(true);
     test_refusals();
     test_regression_and_estimate();
     lt_backend_free(dev);

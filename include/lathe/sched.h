@@ -47,6 +47,7 @@ void lt_sched_print(const struct lt_sched *s, FILE *f);
 struct lt_sched_memory {
     size_t compute[LT_SCHED_MAX_BACKENDS]; /* intermediates, per backend (reused) */
     size_t leafs[LT_SCHED_MAX_BACKENDS];   /* leaves without storage yet (inputs, state) */
+    size_t copies[LT_SCHED_MAX_BACKENDS];  /* storage copied in for readers on another backend */
     size_t total;
 };
 /* The bytes lt_sched_alloc would take for g (after place), without allocating. */

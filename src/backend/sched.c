@@ -16,6 +16,7 @@
 
 struct sched_copy {
     struct lt_tensor *node;  /* the reader */
+    int node_index;          /* its position in the graph */
     int slot;                /* which of its sources */
     struct lt_tensor *orig;  /* the source as the graph made it */
     struct lt_tensor *root;  /* orig's storage */
@@ -89,6 +90,15 @@ void lt_sched_free(struct lt_sched *s)
     free(s->node_be);
     free(s->fallback);
     free(s);
+}
+
+/* Can a node on backend `be` read storage held by backend `sb` (-1: plain host memory)? */
+static bool can_read(const struct lt_sched *s, int sb, int be)
+{
+    if (sb == be)
+        return true;
+    bool host_storage = sb < 0 || s->be[sb]->is_host;
+    return host_storage && s->be[be]->is_host;
 }
 
 /* The backend that holds t's storage, -1 for host memory outside any backend. */
@@ -230,12 +240,64 @@ struct plan {
     size_t compute[LT_SCHED_MAX_BACKENDS];
     int *leaf_be;      /* per leaf: backend to allocate it on, -1: has storage */
     size_t leafs[LT_SCHED_MAX_BACKENDS];
+    size_t copies[LT_SCHED_MAX_BACKENDS]; /* storage copied in for readers on another backend */
 };
 
 static void plan_free(struct plan *p)
 {
     free(p->offset);
     free(p->leaf_be);
+}
+
+/* Where a storage root will live once allocated: its buffer's backend, the backend of the
+ * node that computes it, or the one planned for a leaf; -1 for plain host memory. */
+static int planned_backend(const struct lt_sched *s, const struct lt_graph *g,
+                           const struct plan *p, const struct lt_ptrmap *index,
+                           const struct lt_tensor *root)
+{
+    if (root->buffer || root->data)
+        return storage_backend(s, root);
+    int i = lt_ptrmap_get(index, root, -1);
+    if (i >= 0)
+        return s->node_be[i];
+    for (int l = 0; l < g->n_leafs; l++)
+        if (g->leafs[l] == root)
+            return p->leaf_be[l];
+    return -1;
+}
+
+/* Bytes of the copies readers on other backends need, one per (storage, backend). */
+static lt_status plan_copy_bytes(struct lt_sched *s, struct lt_graph *g, struct plan *p)
+{
+    struct lt_ptrmap index = {0}, copied = {0};
+    size_t keys = (size_t)(g->n_nodes + g->n_leafs) + 16;
+    if (!lt_ptrmap_init(&index, keys) || !lt_ptrmap_init(&copied, keys)) {
+        lt_ptrmap_free(&index);
+        return lt_fail(LT_ERR_NOMEM, "out of memory planning copies");
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        lt_ptrmap_set(&index, g->nodes[i], i);
+    for (int i = 0; i < g->n_nodes; i++) {
+        int be = s->node_be[i];
+        if (be < 0)
+            continue;
+        for (int k = 0; k < LT_MAX_SRC; k++) {
+            struct lt_tensor *src = g->nodes[i]->src[k];
+            if (!src)
+                continue;
+            struct lt_tensor *root = lt_storage_root(src);
+            if (can_read(s, planned_backend(s, g, p, &index, root), be))
+                continue;
+            int mask = lt_ptrmap_get(&copied, root, 0);
+            if (mask & (1 << be))
+                continue;
+            lt_ptrmap_set(&copied, root, mask | (1 << be));
+            p->copies[be] += align_up(lt_nbytes(root));
+        }
+    }
+    lt_ptrmap_free(&index);
+    lt_ptrmap_free(&copied);
+    return LT_OK;
 }
 
 static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *p)
@@ -317,6 +379,7 @@ static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *
         goto out_free;
     for (int b = 0; b < s->n_be; b++)
         p->compute[b] = arenas[b].peak;
+    st = plan_copy_bytes(s, g, p);
 out_free:
     for (int b = 0; b < LT_SCHED_MAX_BACKENDS; b++)
         free(arenas[b].live);
@@ -336,7 +399,8 @@ lt_status lt_sched_measure(struct lt_sched *s, struct lt_graph *g, struct lt_sch
     for (int b = 0; b < s->n_be; b++) {
         m->compute[b] = p.compute[b];
         m->leafs[b] = p.leafs[b];
-        m->total += p.compute[b] + p.leafs[b];
+        m->copies[b] = p.copies[b];
+        m->total += p.compute[b] + p.leafs[b] + p.copies[b];
     }
     plan_free(&p);
     return LT_OK;
@@ -395,10 +459,7 @@ static lt_status plan_copies(struct lt_sched *s, struct lt_graph *g)
             struct lt_tensor *src = n->src[k];
             if (!src)
                 continue;
-            int sb = storage_backend(s, src);
-            bool readable = sb == be || (sb < 0 && s->be[be]->is_host) ||
-                            (sb >= 0 && s->be[sb]->is_host && s->be[be]->is_host);
-            if (readable)
+            if (can_read(s, storage_backend(s, src), be))
                 continue;
             if (!s->ctx) {
                 s->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
@@ -413,15 +474,21 @@ static lt_status plan_copies(struct lt_sched *s, struct lt_graph *g)
                 s->copies = nc;
             }
             struct lt_tensor *root = lt_storage_root(src);
-            struct lt_tensor *local = lt_dup_tensor(s->ctx, root);
-            if (!local)
-                return LT_ERR_NOMEM;
-            lt_format_name(local, "%s (copy)", root->name);
-            struct lt_buffer *buf;
-            lt_status st = add_buffer(s, be, align_up(lt_nbytes(root)), &buf);
-            if (st != LT_OK)
-                return st;
-            bind(local, buf, 0);
+            struct lt_tensor *local = NULL;
+            for (int c = 0; c < s->n_copies && !local; c++)
+                if (s->copies[c].root == root && s->copies[c].local->buffer->backend == s->be[be])
+                    local = s->copies[c].local;
+            if (!local) {
+                local = lt_dup_tensor(s->ctx, root);
+                if (!local)
+                    return LT_ERR_NOMEM;
+                lt_format_name(local, "%s (copy)", root->name);
+                struct lt_buffer *buf;
+                lt_status st = add_buffer(s, be, align_up(lt_nbytes(root)), &buf);
+                if (st != LT_OK)
+                    return st;
+                bind(local, buf, 0);
+            }
             /* the reader sees the same view, over the copy */
             struct lt_tensor *view = src;
             if (src != root) {
@@ -433,7 +500,7 @@ static lt_status plan_copies(struct lt_sched *s, struct lt_graph *g)
             } else {
                 view = local;
             }
-            s->copies[s->n_copies++] = (struct sched_copy){n, k, src, root, local};
+            s->copies[s->n_copies++] = (struct sched_copy){n, i, k, src, root, local};
             n->src[k] = view;
         }
     }
@@ -482,16 +549,18 @@ out_release:
     return st;
 }
 
-/* Brings the copies read by nodes [from, to) up to date with their originals. */
+/* Brings the copies read by nodes [from, to) up to date with their originals, each once. */
 static lt_status refresh_copies(struct lt_sched *s, int from, int to)
 {
     for (int c = 0; c < s->n_copies; c++) {
         struct sched_copy *cp = &s->copies[c];
-        int at = -1;
-        for (int i = from; i < to && at < 0; i++)
-            if (s->g->nodes[i] == cp->node)
-                at = i;
-        if (at < 0)
+        if (cp->node_index < from || cp->node_index >= to)
+            continue;
+        bool done = false;
+        for (int d = 0; d < c && !done; d++)
+            done = s->copies[d].local == cp->local && s->copies[d].node_index >= from &&
+                   s->copies[d].node_index < to;
+        if (done)
             continue;
         size_t n = lt_nbytes(cp->root);
         void *host = malloc(n ? n : 1);
