@@ -141,11 +141,30 @@ static void test_chatml(void)
     lt_chat_render_free(&r);
     lt_chat_template_free(&ct);
 
+    /* SmolLM2 renders a tool message like any other role */
+    struct lt_chat_message m3[] = {M("user", "u"), M("tool", "42")};
+    CHECK(lt_chat_template_detect(smollm_template, "llama", &ct) == LT_OK && !ct.tool_responses);
+    snprintf(want, sizeof(want), "%s<|im_start|>user\nu<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n",
+             sys);
+    CHECK(render_is(&ct, m3, 2, false, false, want, NULL));
+    lt_chat_template_free(&ct);
+
     /* Qwen2.5: the default system prompt comes before the loop, so even with no messages */
     CHECK(lt_chat_template_detect(qwen25_template, "qwen2", &ct) == LT_OK);
     CHECK(render_is(&ct, NULL, 0, true, false,
                     "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
                     "assistant.<|im_end|>\n<|im_start|>assistant\n",
+                    NULL));
+    lt_chat_template_free(&ct);
+    /* ... and with Qwen's tool blocks in the template, tool results go in a user turn */
+    char with_tools[sizeof(qwen25_template) + 64];
+    snprintf(with_tools, sizeof(with_tools), "%s{{- '\\n<tool_response>\\n' }}", qwen25_template);
+    CHECK(lt_chat_template_detect(with_tools, "qwen2", &ct) == LT_OK && ct.tool_responses);
+    struct lt_chat_message m4[] = {M("system", "S"), M("tool", "1"), M("tool", "2"), M("user", "u")};
+    CHECK(render_is(&ct, m4, 4, false, false,
+                    "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n<tool_response>\n1\n"
+                    "</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
+                    "<|im_start|>user\nu<|im_end|>\n",
                     NULL));
     lt_chat_template_free(&ct);
 }

@@ -179,7 +179,8 @@ lt_status lt_decode_stream_flush(struct lt_decode_stream *s, struct lt_strbuf *o
  * lathe renders the template families its models use natively instead of running Jinja:
  *   LT_CHAT_CHATML: "<|im_start|>ROLE\nCONTENT<|im_end|>\n" per message, generation prompt
  *     "<|im_start|>assistant\n"; with an optional default system message rendered first when
- *     the first message is not a system message (SmolLM2, Qwen2.5);
+ *     the first message is not a system message (SmolLM2, Qwen2.5), and, when the template
+ *     has Qwen's <tool_response> blocks, tool messages rendered as those (Qwen2.5);
  *   LT_CHAT_QWEN35: Qwen3.5's ChatML with thinking blocks: assistant turns after the last user
  *     query carry "<think>\nREASONING\n</think>\n\n"; the generation prompt is
  *     "<|im_start|>assistant\n<think>\n\n</think>\n\n" (thinking off, lathe's default) or
@@ -196,6 +197,7 @@ struct lt_chat_template {
     enum lt_chat_kind kind;
     char *default_system;         /* CHATML only; NULL: none */
     bool default_system_if_empty; /* render default_system even for zero messages */
+    bool tool_responses;          /* CHATML: "tool" messages as Qwen's user <tool_response> */
 };
 
 /* Recognises `jinja` (the template text; NULL when the file has none) for `arch`. */

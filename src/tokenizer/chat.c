@@ -79,6 +79,7 @@ lt_status lt_chat_template_detect(const char *jinja, const char *arch,
         return LT_OK;
     }
     out->kind = LT_CHAT_CHATML;
+    out->tool_responses = strstr(jinja, "<tool_response>") != NULL;
     const char *where = NULL;
     out->default_system = find_default_system(jinja, &where);
     if (out->default_system) {
@@ -138,6 +139,18 @@ static void add_span(struct renderer *w, const struct lt_chat_span *sp)
     r->spans[r->n_spans++] = *sp;
 }
 
+/* Qwen's tool results: consecutive tool messages share one user turn. */
+static void render_tool(struct renderer *w, const struct lt_chat_message *m, size_t n, size_t i)
+{
+    if (i == 0 || strcmp(m[i - 1].role, "tool"))
+        puts_(w, "<|im_start|>user");
+    puts_(w, "\n<tool_response>\n");
+    puts_(w, m[i].content);
+    puts_(w, "\n</tool_response>");
+    if (i + 1 == n || strcmp(m[i + 1].role, "tool"))
+        puts_(w, "<|im_end|>\n");
+}
+
 static void render_chatml(struct renderer *w, const struct lt_chat_template *ct,
                           const struct lt_chat_message *m, size_t n)
 {
@@ -147,6 +160,10 @@ static void render_chatml(struct renderer *w, const struct lt_chat_template *ct,
         puts_(w, "<|im_end|>\n");
     }
     for (size_t i = 0; i < n; i++) {
+        if (ct->tool_responses && !strcmp(m[i].role, "tool")) {
+            render_tool(w, m, n, i);
+            continue;
+        }
         puts_(w, "<|im_start|>");
         puts_(w, m[i].role);
         puts_(w, "\n");
@@ -265,13 +282,7 @@ static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, s
         } else if (!strcmp(role, "assistant")) {
             render_qwen35_assistant(w, &m[i], i, i > last_query, i + 1 == n);
         } else if (!strcmp(role, "tool")) {
-            if (i == 0 || strcmp(m[i - 1].role, "tool"))
-                puts_(w, "<|im_start|>user");
-            puts_(w, "\n<tool_response>\n");
-            puts_(w, m[i].content);
-            puts_(w, "\n</tool_response>");
-            if (i + 1 == n || strcmp(m[i + 1].role, "tool"))
-                puts_(w, "<|im_end|>\n");
+            render_tool(w, m, n, i);
         }
     }
 }

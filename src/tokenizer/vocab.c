@@ -75,11 +75,10 @@ int tok_cp_to_byte(uint32_t cp)
 {
     if (cp < 256)
         return byte_is_printable(cp) ? (int)cp : -1;
+    /* the 68 bytes that are not printable stand, in order, for 256..323: 0x00..0x20,
+     * 0x7F..0xA0, 0xAD */
     uint32_t n = cp - 256;
-    for (unsigned c = 0; c < 256; c++)
-        if (!byte_is_printable(c) && n-- == 0)
-            return (int)c;
-    return -1;
+    return n < 33 ? (int)n : n < 67 ? (int)(127 + n - 33) : n == 67 ? 173 : -1;
 }
 
 static size_t utf8_put(uint32_t cp, char *out)

@@ -117,7 +117,8 @@ QWEN35_TEMPLATE = """{%- if messages[0].role == 'system' %}
     {%- endif %}
 {%- endif %}"""
 
-# Qwen2.5's chat template without its tools branch: a default system prompt before the loop.
+# Qwen2.5's chat template without its tools branch and tool calls: a default system prompt
+# before the loop, tool results as <tool_response> blocks in a user turn.
 QWEN25_TEMPLATE = """{%- if messages[0]['role'] == 'system' %}
     {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
 {%- else %}
@@ -126,6 +127,16 @@ QWEN25_TEMPLATE = """{%- if messages[0]['role'] == 'system' %}
 {%- for message in messages %}
     {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant") %}
         {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
     {%- endif %}
 {%- endfor %}
 {%- if add_generation_prompt %}
@@ -614,8 +625,6 @@ CONVERSATIONS = [
 def check_chat(v, template, jinja_kw_sets, tok, name):
     cases = []
     for ci, msgs in enumerate(CONVERSATIONS):
-        if name != "qwen35" and any(m["role"] == "tool" for m in msgs):
-            continue
         for gen in (False, True):
             for kw, think in jinja_kw_sets:
                 cases.append((ci, msgs, gen, kw, think))
