@@ -14,6 +14,7 @@ static const struct command commands[] = {
     {"check-ref", cmd_check_ref, "check-ref MODEL.gguf REF.safetensors  compare with a transformers reference"},
     {"convert", cmd_convert, "convert HF_DIR -o OUT.gguf  convert a Hugging Face checkpoint to GGUF"},
     {"info", cmd_info, "info FILE.gguf            print a GGUF file's metadata and tensors"},
+    {"run", cmd_run, "run -m MODEL.gguf -p PROMPT    generate text (streams to stdout; --help lists options)"},
     {"tokenize", cmd_tokenize, "tokenize MODEL.gguf       encode stdin / decode ids / render a chat"},
     {"train", cmd_train, "train -m MODEL.gguf (--text F | --examples F.jsonl) --out OUT.gguf  LoRA or full fine-tuning"},
 };

