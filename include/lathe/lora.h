@@ -71,8 +71,10 @@ struct lt_lora {
 /* A new adapter for `m`: one pair per target weight of the last top_layers blocks, A drawn
  * Kaiming-uniform (U(-1/sqrt(n_in), 1/sqrt(n_in)), PEFT's default) from `seed`, B zero, so
  * the adapted model starts equal to the base. Targets the model lacks in some layers (qwen35
- * has attn_q only in its attention layers) are skipped there; a target found in no adapted
- * layer is LT_ERR_INVALID. A and B are flagged LT_FLAG_PARAM. */
+ * has attn_q only in its attention layers, attn_qkv only in its DeltaNet layers) are skipped
+ * there. A target given explicitly that the model has in no layer at all is LT_ERR_INVALID
+ * (a typo, or another architecture's module); so is an adapter that would have no pair. A
+ * and B are flagged LT_FLAG_PARAM. */
 lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
                       struct lt_lora **out);
 /* Reads an adapter file (see the top of this file). Anything else (another general.type, a

@@ -173,23 +173,31 @@ lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
     if (n_targets == 0)
         return lt_fail(LT_ERR_INVALID, "no LoRA targets given");
 
+    /* A target the model has in no layer is a mistake (a typo, another architecture's
+     * module) unless it came from the default list; one it has only outside the adapted top
+     * layers is skipped (qwen35 has attn_q in its attention layers alone). */
+    bool explicit_targets = p->targets && *p->targets;
     int first = p->top_layers > 0 ? (int)hp->n_layer - p->top_layers : 0;
-    int n_pairs = 0, found[LT_LORA_MAX_TARGETS] = {0};
+    int n_pairs = 0, anywhere[LT_LORA_MAX_TARGETS] = {0};
     size_t bytes = 0;
-    for (int il = first; il < hp->n_layer; il++)
+    for (int il = 0; il < hp->n_layer; il++)
         for (int t = 0; t < n_targets; t++) {
             struct lt_tensor *w = find_target(m, il, targets[t]);
             if (!w)
                 continue;
-            found[t]++;
+            anywhere[t]++;
+            if (il < first)
+                continue;
             n_pairs++;
             bytes += (size_t)(w->ne[0] + w->ne[1]) * (size_t)p->rank * sizeof(float) + 256;
         }
-    for (int t = 0; t < n_targets; t++)
-        if (!found[t])
-            return lt_fail(LT_ERR_INVALID, "target '%s' matches no weight of this %s model%s",
-                           targets[t], lt_arch_name(hp->arch),
-                           p->top_layers ? " in the adapted top layers" : "");
+    for (int t = 0; t < n_targets && explicit_targets; t++)
+        if (!anywhere[t])
+            return lt_fail(LT_ERR_INVALID, "target '%s' matches no weight of this %s model",
+                           targets[t], lt_arch_name(hp->arch));
+    if (n_pairs == 0)
+        return lt_fail(LT_ERR_INVALID, "no target weight (%s) in the top %d layers of this %s model",
+                       list, p->top_layers, lt_arch_name(hp->arch));
 
     struct lt_lora *l;
     st = lora_alloc(n_pairs, bytes, &l);
