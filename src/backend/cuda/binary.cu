@@ -1,0 +1,98 @@
+/* binary.cu: ADD, SUB, MUL and DIV on the device, b broadcast (tiled) over a:
+ *   y[i0, i1, i2, i3] = a[i0, i1, i2, i3] op b[i0 % b.ne0, i1 % b.ne1, i2 % b.ne2, i3 % b.ne3]
+ * Sources are F32, F16 or BF16 of any strides (broadcast views with nb = 0 included); the
+ * result is contiguous F32 of a's shape. A contiguous F32 a with a contiguous F32 b that is
+ * either a's shape or one row takes a path without index arithmetic. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+
+static const enum lt_op binary_ops[] = {LT_OP_ADD, LT_OP_SUB, LT_OP_MUL, LT_OP_DIV};
+
+bool binary_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->op != LT_OP_ADD && node->op != LT_OP_SUB && node->op != LT_OP_MUL &&
+        node->op != LT_OP_DIV) {
+        snprintf(reason, reason_size, "%s is not a binary op", lt_op_name(node->op));
+        return false;
+    }
+    if (!cu_check_source(node, 0, CU_TYPES_FLOAT, reason, reason_size) ||
+        !cu_check_source(node, 1, CU_TYPES_FLOAT, reason, reason_size) ||
+        !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_same_shape(node, node->src[0]) || !lt_can_repeat(node->src[1], node->src[0])) {
+        snprintf(reason, reason_size, "source 1 cannot be broadcast over source 0");
+        return false;
+    }
+    return true;
+}
+
+template <int OP> static __device__ __forceinline__ float apply(float x, float u)
+{
+    if (OP == LT_OP_ADD)
+        return x + u;
+    if (OP == LT_OP_SUB)
+        return x - u;
+    if (OP == LT_OP_MUL)
+        return x * u;
+    return x / u;
+}
+
+template <int OP>
+static __global__ void binary_kernel(struct cu_t a, struct cu_t b, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, out.ne, i0, i1, i2, i3);
+        y[f] = apply<OP>(cu_get(a, i0, i1, i2, i3),
+                         cu_get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]));
+    }
+}
+
+/* a contiguous, b contiguous and repeating with period bn */
+template <int OP>
+static __global__ void binary_flat_kernel(const float *a, const float *b, float *y, int64_t n,
+                                          int64_t bn)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        y[f] = apply<OP>(a[f], b[bn == n ? f : f % bn]);
+}
+
+template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const int64_t n = lt_nelements(node);
+    if (n == 0)
+        return LT_OK;
+    const bool flat = a->type == LT_TYPE_F32 && b->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
+                      lt_is_contiguous(b) &&
+                      (lt_same_shape(a, b) ||
+                       (b->ne[0] == a->ne[0] && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1));
+    if (flat) {
+        binary_flat_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(
+            (const float *)a->data, (const float *)b->data, (float *)node->data, n,
+            lt_nelements(b));
+        return cu_launched("binary_flat");
+    }
+    binary_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a), cu_view(b),
+                                                               cu_view(node));
+    return cu_launched("binary");
+}
+
+lt_status binary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!binary_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    switch (node->op) {
+    case LT_OP_ADD: return launch<LT_OP_ADD>(c, node);
+    case LT_OP_SUB: return launch<LT_OP_SUB>(c, node);
+    case LT_OP_MUL: return launch<LT_OP_MUL>(c, node);
+    default: return launch<LT_OP_DIV>(c, node);
+    }
+}
+
+const struct cuda_family cuda_family_binary = {"binary", binary_ops, 4, binary_cuda_supported,
+                                               binary_cuda_compute};

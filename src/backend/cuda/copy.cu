@@ -1,0 +1,472 @@
+/* copy.cu: the device kernels of src/ops/copy.c: cont, cpy, concat, repeat, get_rows, and
+ * the backward helpers acc, repeat_back and get_rows_back.
+ *
+ * Sources may have any strides and any type the device can read (float types, I32 and the
+ * quantised types of quant.cuh, dequantised element by element); results other than
+ * cont/cpy's are contiguous F32. cont/cpy copy element f of the source (flattened, i0
+ * fastest) to element f of the destination, which is the CPU's row-by-row order whenever
+ * the rows have one length; same-type copies move bytes (whole blocks for quantised
+ * types), others convert through float into F32, F16, BF16 or I32.
+ *
+ * Two sums differ from the CPU in order only: get_rows_back adds repeated ids with atomics,
+ * and acc adds overlapping windows with atomics; the CPU adds both in a fixed order. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/quant.cuh"
+
+static const enum lt_op copy_ops[] = {LT_OP_CONT,   LT_OP_CPY,         LT_OP_CONCAT,
+                                      LT_OP_REPEAT, LT_OP_GET_ROWS,    LT_OP_ACC,
+                                      LT_OP_REPEAT_BACK, LT_OP_GET_ROWS_BACK};
+
+/* Same-type copies move bytes of any type lathe lays out; conversions need a device reader
+ * and a device writer. */
+#define COPY_TYPES_ANY                                                                             \
+    (CU_TYPES_READABLE | CU_TYPE_BIT(LT_TYPE_I8) | CU_TYPE_BIT(LT_TYPE_I16) |                      \
+     CU_TYPE_BIT(LT_TYPE_I64) | CU_TYPE_BIT(LT_TYPE_F64))
+#define COPY_TYPES_WRITABLE (CU_TYPES_FLOAT | CU_TYPES_I32)
+
+static size_t get_param_size(const struct lt_tensor *t, int i)
+{
+    uint64_t lo = (uint32_t)t->op_params[i], hi = (uint32_t)t->op_params[i + 1];
+    return (size_t)(lo | hi << 32);
+}
+
+/* ---- preconditions ---- */
+
+static bool cpy_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0];
+    if (!a) {
+        snprintf(reason, reason_size, "source 0 is missing");
+        return false;
+    }
+    const struct lt_type_traits *ta = lt_type_traits(a->type), *td = lt_type_traits(node->type);
+    if (!ta || !td) {
+        snprintf(reason, reason_size, "unknown type");
+        return false;
+    }
+    if (lt_nelements(a) != lt_nelements(node)) {
+        snprintf(reason, reason_size, "source 0 has %lld elements, the result %lld",
+                 (long long)lt_nelements(a), (long long)lt_nelements(node));
+        return false;
+    }
+    const bool same = a->type == node->type;
+    if (!cu_check_source(node, 0, same ? COPY_TYPES_ANY : CU_TYPES_READABLE, reason, reason_size))
+        return false;
+    if (!same && !(COPY_TYPES_WRITABLE & CU_TYPE_BIT(node->type))) {
+        snprintf(reason, reason_size, "the device does not write %s", td->name);
+        return false;
+    }
+    if ((ta->is_quantized || td->is_quantized) && a->ne[0] != node->ne[0]) {
+        snprintf(reason, reason_size, "rows of %lld and %lld elements, and a type is quantised",
+                 (long long)a->ne[0], (long long)node->ne[0]);
+        return false;
+    }
+    /* the destination: whole elements (quantised: unsplit blocks) */
+    bool ok = td->is_quantized ? node->nb[0] == td->type_size
+                               : node->view_offs % td->type_size == 0;
+    for (int k = 0; k < LT_MAX_DIMS && !td->is_quantized; k++)
+        ok = ok && (node->ne[k] <= 1 || node->nb[k] % td->type_size == 0);
+    if (!ok) {
+        snprintf(reason, reason_size, "the destination (%s) is not aligned to its elements",
+                 lt_layout_name(node));
+        return false;
+    }
+    if (node->op == LT_OP_CONT && !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s", lt_layout_name(node));
+        return false;
+    }
+    return true;
+}
+
+static bool shapes_concat_ok(const struct lt_tensor *node)
+{
+    int dim = lt_get_param_i32(node, 0);
+    if (dim < 0 || dim >= LT_MAX_DIMS)
+        return false;
+    for (int k = 0; k < LT_MAX_DIMS; k++) {
+        int64_t want = node->src[0]->ne[k] + (k == dim ? node->src[1]->ne[k] : 0);
+        if (node->ne[k] != want || (k != dim && node->src[0]->ne[k] != node->src[1]->ne[k]))
+            return false;
+    }
+    return true;
+}
+
+static bool ids_match(const struct lt_tensor *ids, const struct lt_tensor *rows)
+{
+    return ids->ne[1] == rows->ne[2] && ids->ne[2] == rows->ne[3] && ids->ne[3] == 1;
+}
+
+static bool acc_window_ok(const struct lt_tensor *node)
+{
+    const struct lt_tensor *b = node->src[1];
+    size_t nb1 = get_param_size(node, 0), nb2 = get_param_size(node, 2),
+           nb3 = get_param_size(node, 4), offset = get_param_size(node, 6);
+    if (lt_nelements(b) == 0)
+        return true;
+    if (nb1 % 4 || nb2 % 4 || nb3 % 4 || offset % 4)
+        return false;
+    size_t end = offset + (size_t)b->ne[0] * 4 + (size_t)(b->ne[1] - 1) * nb1 +
+                 (size_t)(b->ne[2] - 1) * nb2 + (size_t)(b->ne[3] - 1) * nb3;
+    return end <= (size_t)lt_nelements(node) * 4;
+}
+
+bool copy_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    switch (node->op) {
+    case LT_OP_CONT:
+    case LT_OP_CPY: return cpy_supported(node, reason, reason_size);
+    case LT_OP_CONCAT:
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_source(node, 1, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_result_f32(node, reason, reason_size))
+            return false;
+        if (!shapes_concat_ok(node)) {
+            snprintf(reason, reason_size, "the result's shape does not match its sources");
+            return false;
+        }
+        return true;
+    case LT_OP_REPEAT:
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_result_f32(node, reason, reason_size))
+            return false;
+        if (!lt_can_repeat(node->src[0], node)) {
+            snprintf(reason, reason_size, "source 0 does not tile the result");
+            return false;
+        }
+        return true;
+    case LT_OP_REPEAT_BACK:
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_result_f32(node, reason, reason_size))
+            return false;
+        if (!lt_can_repeat(node, node->src[0])) {
+            snprintf(reason, reason_size, "the result does not tile source 0");
+            return false;
+        }
+        return true;
+    case LT_OP_GET_ROWS: {
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_source(node, 1, CU_TYPES_I32, reason, reason_size) ||
+            !cu_check_result_f32(node, reason, reason_size))
+            return false;
+        const struct lt_tensor *a = node->src[0], *ids = node->src[1];
+        if (node->ne[0] != a->ne[0] || node->ne[1] != ids->ne[0] || node->ne[2] != ids->ne[1] ||
+            node->ne[3] != ids->ne[2] || a->ne[2] != ids->ne[1] || a->ne[3] != ids->ne[2]) {
+            snprintf(reason, reason_size, "the result's shape does not match its sources");
+            return false;
+        }
+        return true;
+    }
+    case LT_OP_GET_ROWS_BACK: {
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_source(node, 1, CU_TYPES_I32, reason, reason_size) ||
+            !cu_check_result_f32(node, reason, reason_size))
+            return false;
+        const struct lt_tensor *grad = node->src[0], *ids = node->src[1];
+        if (grad->ne[0] != node->ne[0] || grad->ne[1] != ids->ne[0] ||
+            grad->ne[2] != node->ne[2] || grad->ne[3] != node->ne[3] || !ids_match(ids, node)) {
+            snprintf(reason, reason_size, "the result's shape does not match its sources");
+            return false;
+        }
+        return true;
+    }
+    case LT_OP_ACC:
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_source(node, 1, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_result_f32(node, reason, reason_size))
+            return false;
+        if (!lt_same_shape(node, node->src[0])) {
+            snprintf(reason, reason_size, "source 0 differs in shape from the result");
+            return false;
+        }
+        if (!acc_window_ok(node)) {
+            snprintf(reason, reason_size, "the window of source 1 is not inside the result");
+            return false;
+        }
+        return true;
+    default:
+        snprintf(reason, reason_size, "%s is not a copy op", lt_op_name(node->op));
+        return false;
+    }
+}
+
+/* ---- kernels ---- */
+
+/* a and d in units of `es` bytes (elements, or blocks for quantised types) */
+static __global__ void copy_same_kernel(struct cu_t a, struct cu_t d, int64_t n, int es)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3, j0, j1, j2, j3;
+        cu_unravel(f, a.ne, i0, i1, i2, i3);
+        cu_unravel(f, d.ne, j0, j1, j2, j3);
+        const char *s = cu_ptr(a, i0, i1, i2, i3);
+        char *t = (char *)cu_ptr(d, j0, j1, j2, j3);
+        switch (es) {
+        case 1: *t = *s; break;
+        case 2: *(uint16_t *)t = *(const uint16_t *)s; break;
+        case 4: *(uint32_t *)t = *(const uint32_t *)s; break;
+        case 8: *(uint64_t *)t = *(const uint64_t *)s; break;
+        default:
+            for (int k = 0; k < es; k++)
+                t[k] = s[k];
+        }
+    }
+}
+
+static __global__ void copy_convert_kernel(struct cu_t a, struct cu_t d, int64_t n)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3, j0, j1, j2, j3;
+        cu_unravel(f, a.ne, i0, i1, i2, i3);
+        cu_unravel(f, d.ne, j0, j1, j2, j3);
+        cu_store((char *)cu_ptr(d, j0, j1, j2, j3), d.type, cu_read(a, i0, i1, i2, i3));
+    }
+}
+
+static __global__ void concat_kernel(struct cu_t a, struct cu_t b, struct cu_t out, int dim)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i[4];
+        cu_unravel(f, out.ne, i[0], i[1], i[2], i[3]);
+        float v;
+        if (i[dim] < a.ne[dim]) {
+            v = cu_read(a, i[0], i[1], i[2], i[3]);
+        } else {
+            i[dim] -= a.ne[dim];
+            v = cu_read(b, i[0], i[1], i[2], i[3]);
+        }
+        y[f] = v;
+    }
+}
+
+static __global__ void repeat_kernel(struct cu_t a, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, out.ne, i0, i1, i2, i3);
+        y[f] = cu_read(a, i0 % a.ne[0], i1 % a.ne[1], i2 % a.ne[2], i3 % a.ne[3]);
+    }
+}
+
+/* Output element (j0..j3) of repeat_back: the sum, in double, of every tile's element. The
+ * CPU adds tiles k3, k2, k1 outermost and k0 innermost; so does this. */
+static __device__ double repeat_back_sum(const struct cu_t &a, const struct cu_t &out,
+                                         int64_t j0, int64_t j1, int64_t j2, int64_t j3,
+                                         int64_t t_lo, int64_t t_step)
+{
+    const int64_t t0 = a.ne[0] / out.ne[0], t1 = a.ne[1] / out.ne[1], t2 = a.ne[2] / out.ne[2],
+                  t3 = a.ne[3] / out.ne[3];
+    const int64_t n_tiles = t0 * t1 * t2 * t3;
+    double acc = 0.0;
+    for (int64_t t = t_lo; t < n_tiles; t += t_step) {
+        int64_t k0 = t % t0, k1 = (t / t0) % t1, k2 = (t / (t0 * t1)) % t2, k3 = t / (t0 * t1 * t2);
+        acc += (double)cu_read(a, j0 + k0 * out.ne[0], j1 + k1 * out.ne[1], j2 + k2 * out.ne[2],
+                               j3 + k3 * out.ne[3]);
+    }
+    return acc;
+}
+
+/* few tiles: a thread per output element */
+static __global__ void repeat_back_thread_kernel(struct cu_t a, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t j0, j1, j2, j3;
+        cu_unravel(f, out.ne, j0, j1, j2, j3);
+        y[f] = (float)repeat_back_sum(a, out, j0, j1, j2, j3, 0, 1);
+    }
+}
+
+/* many tiles: a block per output element */
+static __global__ void repeat_back_block_kernel(struct cu_t a, struct cu_t out)
+{
+    __shared__ double shared[32];
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = blockIdx.x; f < n; f += gridDim.x) {
+        int64_t j0, j1, j2, j3;
+        cu_unravel(f, out.ne, j0, j1, j2, j3);
+        double s = cu_block_sum(repeat_back_sum(a, out, j0, j1, j2, j3, threadIdx.x, blockDim.x),
+                                shared);
+        if (threadIdx.x == 0)
+            y[f] = (float)s;
+    }
+}
+
+static __device__ __forceinline__ int32_t id_at(const struct cu_t &ids, int64_t i1, int64_t i2,
+                                                int64_t i3)
+{
+    return *(const int32_t *)(ids.data + i1 * ids.nb[0] + i2 * ids.nb[1] + i3 * ids.nb[2]);
+}
+
+static __global__ void get_rows_kernel(struct cu_t a, struct cu_t ids, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, out.ne, i0, i1, i2, i3);
+        int64_t id = id_at(ids, i1, i2, i3);
+        y[f] = id < 0 || id >= a.ne[1] ? __int_as_float(0x7fc00000)
+                                       : cu_read(a, i0, id, i2, i3);
+    }
+}
+
+/* grad [n, k, ne2, ne3] rows added into out's rows at ids (out zeroed first) */
+static __global__ void get_rows_back_kernel(struct cu_t grad, struct cu_t ids, struct cu_t out)
+{
+    const int64_t n = cu_nelements(grad);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, grad.ne, i0, i1, i2, i3);
+        int64_t id = id_at(ids, i1, i2, i3);
+        if (id < 0 || id >= out.ne[1])
+            continue;
+        atomicAdd(&y[((i3 * out.ne[2] + i2) * out.ne[1] + id) * out.ne[0] + i0],
+                  cu_read(grad, i0, i1, i2, i3));
+    }
+}
+
+static __global__ void read_all_kernel(struct cu_t a, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, out.ne, i0, i1, i2, i3);
+        y[f] = cu_read(a, i0, i1, i2, i3);
+    }
+}
+
+/* b added into the window (strides in floats) of out; atomics when windows may overlap */
+static __global__ void acc_add_kernel(struct cu_t b, float *window, int64_t s1, int64_t s2,
+                                      int64_t s3, bool atomic)
+{
+    const int64_t n = cu_nelements(b);
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, b.ne, i0, i1, i2, i3);
+        float *y = window + i0 + i1 * s1 + i2 * s2 + i3 * s3;
+        float v = cu_read(b, i0, i1, i2, i3);
+        if (atomic)
+            atomicAdd(y, v);
+        else
+            *y += v;
+    }
+}
+
+/* ---- launchers ---- */
+
+static lt_status launch_cpy(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    int64_t n = lt_nelements(a);
+    if (n == 0)
+        return LT_OK;
+    struct cu_t av = cu_view(a), dv = cu_view(node);
+    if (a->type != node->type) {
+        copy_convert_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(av, dv, n);
+        return cu_launched("copy_convert");
+    }
+    const struct lt_type_traits *tt = lt_type_traits(a->type);
+    av.ne[0] /= tt->block_size;
+    dv.ne[0] /= tt->block_size;
+    n /= tt->block_size;
+    copy_same_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(av, dv, n, (int)tt->type_size);
+    return cu_launched("copy_same");
+}
+
+static lt_status launch_repeat_back(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    int64_t n = lt_nelements(node), tiles = n > 0 ? lt_nelements(a) / n : 0;
+    if (n == 0)
+        return LT_OK;
+    if (tiles <= 64) {
+        repeat_back_thread_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a),
+                                                                            cu_view(node));
+        return cu_launched("repeat_back_thread");
+    }
+    repeat_back_block_kernel<<<cu_blocks(n, 1), 256, 0, c->stream>>>(cu_view(a), cu_view(node));
+    return cu_launched("repeat_back_block");
+}
+
+static lt_status launch_acc(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    int64_t n = lt_nelements(node), nb_ = lt_nelements(b);
+    if (n > 0) {
+        read_all_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a), cu_view(node));
+        lt_status st = cu_launched("acc_copy");
+        if (st != LT_OK)
+            return st;
+    }
+    if (nb_ == 0)
+        return LT_OK;
+    const size_t nb1 = get_param_size(node, 0), nb2 = get_param_size(node, 2),
+                 nb3 = get_param_size(node, 4), offset = get_param_size(node, 6);
+    /* windows of b's rows lie apart when each stride spans the dimension inside it */
+    const bool apart = (b->ne[1] == 1 || nb1 >= (size_t)b->ne[0] * 4) &&
+                       (b->ne[2] == 1 || nb2 >= nb1 * (size_t)b->ne[1]) &&
+                       (b->ne[3] == 1 || nb3 >= nb2 * (size_t)b->ne[2]);
+    acc_add_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(
+        cu_view(b), (float *)((char *)node->data + offset), (int64_t)(nb1 / 4),
+        (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), !apart);
+    return cu_launched("acc_add");
+}
+
+lt_status copy_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!copy_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const int64_t n = lt_nelements(node);
+    const unsigned blocks = cu_blocks(n, 256);
+    switch (node->op) {
+    case LT_OP_CONT:
+    case LT_OP_CPY: return launch_cpy(c, node);
+    case LT_OP_CONCAT:
+        if (n == 0)
+            return LT_OK;
+        concat_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(node->src[0]), cu_view(node->src[1]),
+                                                      cu_view(node), lt_get_param_i32(node, 0));
+        return cu_launched("concat");
+    case LT_OP_REPEAT:
+        if (n == 0)
+            return LT_OK;
+        repeat_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(node->src[0]), cu_view(node));
+        return cu_launched("repeat");
+    case LT_OP_REPEAT_BACK: return launch_repeat_back(c, node);
+    case LT_OP_GET_ROWS:
+        if (n == 0)
+            return LT_OK;
+        get_rows_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(node->src[0]),
+                                                        cu_view(node->src[1]), cu_view(node));
+        return cu_launched("get_rows");
+    case LT_OP_GET_ROWS_BACK: {
+        if (n == 0)
+            return LT_OK;
+        lt_status st = cu_check(cudaMemsetAsync(node->data, 0, (size_t)n * 4, c->stream),
+                                "zeroing get_rows_back's result");
+        int64_t ng = lt_nelements(node->src[0]);
+        if (st != LT_OK || ng == 0)
+            return st;
+        get_rows_back_kernel<<<cu_blocks(ng, 256), 256, 0, c->stream>>>(
+            cu_view(node->src[0]), cu_view(node->src[1]), cu_view(node));
+        return cu_launched("get_rows_back");
+    }
+    case LT_OP_ACC: return launch_acc(c, node);
+    default: return cu_refuse(node, "not a copy op");
+    }
+}
+
+const struct cuda_family cuda_family_copy = {
+    "copy", copy_ops, (int)(sizeof(copy_ops) / sizeof(copy_ops[0])), copy_cuda_supported,
+    copy_cuda_compute};

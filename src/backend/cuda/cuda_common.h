@@ -1,0 +1,269 @@
+/* cuda_common.h (internal, CUDA C++): what the op family files of the CUDA backend share:
+ * the backend's context (device, stream, cuBLAS handle, scratch), status helpers that turn
+ * CUDA and cuBLAS errors into LT_ERR_BACKEND, a by-value tensor description for kernels,
+ * element loads and stores for F32/F16/BF16/I32, and the family interface.
+ *
+ * Invariants that are not obvious:
+ * - Every family file exports exactly one precondition, <family>_cuda_supported, and one
+ *   launcher, <family>_cuda_compute. supports_op calls the precondition; the launcher calls
+ *   it again first and returns LT_ERR_UNSUPPORTED instead of launching, so a claim and a
+ *   kernel cannot disagree. Preconditions look at types, shapes and strides only (never at
+ *   data pointers): the scheduler asks before anything is allocated.
+ * - Kernels take sources of any strides through struct cu_t (element strides in bytes) and
+ *   read every element with the loads below, which need each element aligned to its size;
+ *   cu_check_source refuses views whose offset or strides are not whole elements.
+ * - Everything runs on the context's one stream; nothing here synchronises except scratch
+ *   growth (which must not free memory a queued kernel still reads). */
+#ifndef LATHE_BACKEND_CUDA_COMMON_H
+#define LATHE_BACKEND_CUDA_COMMON_H
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lathe/backend.h"
+#include "lathe/status.h"
+#include "lathe/tensor.h"
+
+#define CU_REASON_MAX 160
+
+/* Scratch slots: a launcher may hold one buffer per slot at once. */
+enum cu_scratch_slot {
+    CU_SCRATCH_B = 0, /* mul_mat: b converted */
+    CU_SCRATCH_A,     /* mul_mat: a tile converted or dequantised */
+    CU_SCRATCH_REDUCE, /* partial sums of reductions and losses */
+    CU_SCRATCH_WORK,  /* anything else a kernel needs for one node */
+    CU_SCRATCH_COUNT
+};
+
+struct cuda_ctx {
+    int device;
+    int n_sm;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *scratch[CU_SCRATCH_COUNT];
+    size_t scratch_size[CU_SCRATCH_COUNT];
+    bool disabled[LT_OP_COUNT]; /* LATHE_CUDA_DISABLE_OPS */
+    char name[32];
+};
+
+/* ---- status ---- */
+
+/* LT_OK, or LT_ERR_BACKEND naming `what` and CUDA's error text. */
+lt_status cu_check(cudaError_t e, const char *what);
+/* LT_OK, or LT_ERR_BACKEND naming `what` and cuBLAS's status text. */
+lt_status cu_check_blas(cublasStatus_t s, const char *what);
+/* The launch error of the kernel just queued (bad configuration, no kernel image), if any. */
+lt_status cu_launched(const char *kernel);
+/* LT_ERR_UNSUPPORTED for a node the launcher's precondition refused. */
+lt_status cu_refuse(const struct lt_tensor *node, const char *reason);
+
+/* A device buffer of at least `bytes` for `slot`, valid until the next call for that slot. */
+lt_status cu_scratch(struct cuda_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out);
+
+/* ---- the family interface ---- */
+
+typedef bool (*cu_supported_fn)(const struct lt_tensor *node, char *reason, size_t reason_size);
+typedef lt_status (*cu_compute_fn)(struct cuda_ctx *c, struct lt_tensor *node);
+
+struct cuda_family {
+    const char *name;
+    const enum lt_op *ops; /* the ops this family runs */
+    int n_ops;
+    cu_supported_fn supported;
+    cu_compute_fn compute;
+};
+
+#define CU_DECLARE_FAMILY(fam)                                                                  \
+    bool fam##_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size); \
+    lt_status fam##_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node);                \
+    extern const struct cuda_family cuda_family_##fam
+
+CU_DECLARE_FAMILY(fill);
+CU_DECLARE_FAMILY(copy);
+CU_DECLARE_FAMILY(binary);
+CU_DECLARE_FAMILY(unary);
+CU_DECLARE_FAMILY(reduce);
+CU_DECLARE_FAMILY(norm);
+CU_DECLARE_FAMILY(rope);
+CU_DECLARE_FAMILY(softmax);
+CU_DECLARE_FAMILY(matmul);
+CU_DECLARE_FAMILY(ssm_conv);
+CU_DECLARE_FAMILY(delta_net);
+CU_DECLARE_FAMILY(loss);
+CU_DECLARE_FAMILY(optim);
+
+/* ---- host-side checks shared by preconditions ---- */
+
+bool cu_type_is_float(enum lt_type t); /* F32, F16, BF16 */
+/* Types whose elements the device can read one at a time: float types, I32 and the
+ * block-quantised types with a device dequantiser (quant.cuh). */
+bool cu_type_readable(enum lt_type t);
+/* Source i exists, has one of the types in `types` (a bit per enum lt_type value, see
+ * CU_TYPES), and whole-element offset and strides (quantised: nb[0] is one block). */
+bool cu_check_source(const struct lt_tensor *node, int i, uint64_t types, char *reason,
+                     size_t reason_size);
+/* The node is contiguous F32. */
+bool cu_check_result_f32(const struct lt_tensor *node, char *reason, size_t reason_size);
+
+#define CU_TYPE_BIT(t) ((uint64_t)1 << (t))
+#define CU_TYPES_FLOAT (CU_TYPE_BIT(LT_TYPE_F32) | CU_TYPE_BIT(LT_TYPE_F16) | CU_TYPE_BIT(LT_TYPE_BF16))
+#define CU_TYPES_F32 CU_TYPE_BIT(LT_TYPE_F32)
+#define CU_TYPES_I32 CU_TYPE_BIT(LT_TYPE_I32)
+#define CU_TYPES_QUANT                                                                             \
+    (CU_TYPE_BIT(LT_TYPE_Q4_0) | CU_TYPE_BIT(LT_TYPE_Q4_1) | CU_TYPE_BIT(LT_TYPE_Q5_0) |          \
+     CU_TYPE_BIT(LT_TYPE_Q5_1) | CU_TYPE_BIT(LT_TYPE_Q8_0) | CU_TYPE_BIT(LT_TYPE_Q8_1) |          \
+     CU_TYPE_BIT(LT_TYPE_Q2_K) | CU_TYPE_BIT(LT_TYPE_Q3_K) | CU_TYPE_BIT(LT_TYPE_Q4_K) |          \
+     CU_TYPE_BIT(LT_TYPE_Q5_K) | CU_TYPE_BIT(LT_TYPE_Q6_K) | CU_TYPE_BIT(LT_TYPE_Q8_K))
+#define CU_TYPES_READABLE (CU_TYPES_FLOAT | CU_TYPES_I32 | CU_TYPES_QUANT)
+
+/* ---- what kernels are handed ---- */
+
+/* A tensor as a kernel sees it: storage address, element counts and byte strides. For
+ * quantised types ne[0] counts elements and nb[0] is the stride of one block. */
+struct cu_t {
+    char *data;
+    int64_t ne[4];
+    int64_t nb[4];
+    int type;
+};
+
+static inline struct cu_t cu_view(const struct lt_tensor *t)
+{
+    struct cu_t v;
+    v.data = (char *)t->data;
+    for (int i = 0; i < 4; i++) {
+        v.ne[i] = t->ne[i];
+        v.nb[i] = (int64_t)t->nb[i];
+    }
+    v.type = (int)t->type;
+    return v;
+}
+
+/* Blocks for a grid-stride loop over n items, threads per block given. */
+static inline unsigned cu_blocks(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1)
+        b = 1;
+    if (b > 65535 * 4)
+        b = 65535 * 4;
+    return (unsigned)b;
+}
+
+/* ---- device: element access ---- */
+
+#ifdef __CUDACC__
+
+__device__ __forceinline__ float cu_load(const char *p, int type)
+{
+    switch (type) {
+    case LT_TYPE_F16: return __half2float(*(const __half *)p);
+    case LT_TYPE_BF16: return __bfloat162float(*(const __nv_bfloat16 *)p);
+    case LT_TYPE_I32: return (float)*(const int32_t *)p;
+    default: return *(const float *)p;
+    }
+}
+
+__device__ __forceinline__ void cu_store(char *p, int type, float v)
+{
+    switch (type) {
+    case LT_TYPE_F16: *(__half *)p = __float2half_rn(v); break;
+    case LT_TYPE_BF16: *(__nv_bfloat16 *)p = __float2bfloat16_rn(v); break;
+    case LT_TYPE_I32: *(int32_t *)p = __float2int_rn(v); break;
+    default: *(float *)p = v; break;
+    }
+}
+
+__device__ __forceinline__ const char *cu_ptr(const struct cu_t &t, int64_t i0, int64_t i1,
+                                              int64_t i2, int64_t i3)
+{
+    return t.data + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+}
+
+/* Element (i0..i3) of a non-quantised tensor as float. */
+__device__ __forceinline__ float cu_get(const struct cu_t &t, int64_t i0, int64_t i1, int64_t i2,
+                                        int64_t i3)
+{
+    return cu_load(cu_ptr(t, i0, i1, i2, i3), t.type);
+}
+
+/* F32 element (i0..i3). */
+__device__ __forceinline__ float cu_getf(const struct cu_t &t, int64_t i0, int64_t i1,
+                                         int64_t i2, int64_t i3)
+{
+    return *(const float *)cu_ptr(t, i0, i1, i2, i3);
+}
+
+/* Grid-stride loops: for (int64_t i = cu_thread_index(); i < n; i += cu_thread_count()) */
+__device__ __forceinline__ int64_t cu_thread_index()
+{
+    return blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ int64_t cu_thread_count() { return (int64_t)gridDim.x * blockDim.x; }
+
+__host__ __device__ __forceinline__ int64_t cu_nelements(const struct cu_t &t)
+{
+    return t.ne[0] * t.ne[1] * t.ne[2] * t.ne[3];
+}
+
+/* Flat index f (i0 fastest) of shape ne into its coordinates. */
+__device__ __forceinline__ void cu_unravel(int64_t f, const int64_t *ne, int64_t &i0, int64_t &i1,
+                                           int64_t &i2, int64_t &i3)
+{
+    i0 = f % ne[0];
+    f /= ne[0];
+    i1 = f % ne[1];
+    f /= ne[1];
+    i2 = f % ne[2];
+    i3 = f / ne[2];
+}
+
+/* Sum of a double over a warp (every lane gets it). */
+__device__ __forceinline__ double cu_warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float cu_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024); every thread
+ * gets the result. `shared` holds 32 doubles; the block must reach this call together. */
+__device__ __forceinline__ double cu_block_sum(double v, double *shared)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = cu_warp_sum(v);
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? shared[lane] : 0.0;
+    return cu_warp_sum(v);
+}
+
+__device__ __forceinline__ float cu_block_max(float v, float *shared)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = cu_warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    v = lane < n_warps ? shared[lane] : -INFINITY;
+    return cu_warp_max(v);
+}
+
+#endif /* __CUDACC__ */
+
+#endif

@@ -1,0 +1,323 @@
+/* matmul.cu: MUL_MAT on the device through cuBLAS.
+ *
+ * dst[m, n, i2, i3] = sum_k a[k, m, i2 / r2, i3 / r3] * b[k, n, i2, i3] (r2 = B2 / A2, r3 =
+ * B3 / A3: consecutive b heads share one a head, as grouped-query attention does). In
+ * cuBLAS's column-major terms one slice is C (M x N, ldc = M) = op(A) op(B), with a's
+ * column m at stride nb1 (A transposed) or, for a transposed view, its rows as columns.
+ *
+ * The compute type of A and B (ct) follows a:
+ *   - F32 a: F32 b, CUBLAS_COMPUTE_32F (no TF32: the CPU's float32 results within 1e-5);
+ *   - F16 / BF16 a: b converted to a's type, tensor cores with F32 accumulation and an F32
+ *     result (b is rounded to a's precision: ~1e-6 normalised error for BF16);
+ *   - quantised a: dequantised to F16 in tiles of rows, b converted to F16, as for F16
+ *     (an activation beyond F16's range, 65504, would become inf).
+ * a is used in place when its type is ct and one of its two inner strides is one element;
+ * otherwise (other strides, or quantised) it is converted tile by tile into scratch, at
+ * most TILE_BYTES at a time, each tile's products queued before the next tile overwrites
+ * it (one stream keeps them in order). b is used in place when ct is F32 and one of its
+ * inner strides is one float, else converted whole into scratch.
+ *
+ * Batches: for each i3, one strided-batched product over i2 when r2 == 1; when r2 > 1 the
+ * r2 b slices of a head are folded into one product of N * r2 columns where they lie at
+ * one stride (decode, or a converted b), else one strided-batched product per a head with
+ * A's stride 0. The plan is a pure function of the node, so the precondition and the
+ * launcher make the same one. */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/quant.cuh"
+
+static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
+
+#define TILE_BYTES ((size_t)64 << 20)
+
+struct mm_plan {
+    int64_t K, M, N, A2, A3, B2, B3, r2, r3;
+    enum lt_type ct; /* element type of A and B as cuBLAS reads them */
+    size_t es;       /* its size */
+    bool a_direct;
+    cublasOperation_t op_a;
+    int64_t lda, sa2, sa3; /* in elements (direct a) */
+    bool b_direct;
+    cublasOperation_t op_b;
+    int64_t ldb, sb2, sb3; /* in elements, of b or of its converted copy */
+    bool fold;             /* the r2 b slices of a head lie at one stride */
+    int64_t tile;          /* rows of a per converted tile */
+};
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+static cudaDataType_t cuda_type(enum lt_type t)
+{
+    return t == LT_TYPE_F16 ? CUDA_R_16F : t == LT_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* A matrix of `cols` columns of `rows` elements, element stride s0 and column stride s1
+ * (bytes): can cuBLAS read it as it is (false: op N, true: op T via *trans)? */
+static bool direct_ld(int64_t rows, int64_t cols, size_t s0, size_t s1, size_t es,
+                      bool *trans_out, int64_t *ld)
+{
+    /* columns of unit-strided elements */
+    if (s0 == es && (cols <= 1 || (s1 % es == 0 && (int64_t)(s1 / es) >= rows))) {
+        *trans_out = false;
+        *ld = cols <= 1 ? (rows > 1 ? rows : 1) : (int64_t)(s1 / es);
+        return fits_int(*ld);
+    }
+    /* rows of unit-strided elements: the matrix transposed */
+    if (s1 == es && cols > 1 && (rows <= 1 || (s0 % es == 0 && (int64_t)(s0 / es) >= cols))) {
+        *trans_out = true;
+        *ld = rows <= 1 ? cols : (int64_t)(s0 / es);
+        return fits_int(*ld);
+    }
+    return false;
+}
+
+static bool mm_plan_make(const struct lt_tensor *node, struct mm_plan *p, char *reason,
+                         size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const struct lt_type_traits *ta = lt_type_traits(a->type);
+    memset(p, 0, sizeof(*p));
+    p->K = a->ne[0];
+    p->M = a->ne[1];
+    p->N = b->ne[1];
+    p->A2 = a->ne[2];
+    p->A3 = a->ne[3];
+    p->B2 = b->ne[2];
+    p->B3 = b->ne[3];
+    if (p->A2 == 0 || p->A3 == 0 || p->K != b->ne[0] || p->B2 % p->A2 || p->B3 % p->A3 ||
+        node->ne[0] != p->M || node->ne[1] != p->N || node->ne[2] != p->B2 ||
+        node->ne[3] != p->B3) {
+        snprintf(reason, reason_size, "the shapes of the sources and result do not fit");
+        return false;
+    }
+    p->r2 = p->B2 / p->A2;
+    p->r3 = p->B3 / p->A3;
+    if (!fits_int(p->K) || !fits_int(p->M) || !fits_int(p->N) || !fits_int(p->B2)) {
+        snprintf(reason, reason_size, "a matrix dimension exceeds what cuBLAS takes (2^31 - 1)");
+        return false;
+    }
+    p->ct = ta->is_quantized ? LT_TYPE_F16 : a->type;
+    p->es = p->ct == LT_TYPE_F32 ? 4 : 2;
+
+    /* a: K x M, column m at nb1 (op T), or its transpose (op N) */
+    bool trans;
+    p->a_direct = a->type == p->ct && direct_ld(p->K, p->M, a->nb[0], a->nb[1], p->es, &trans,
+                                                &p->lda);
+    if (p->a_direct) {
+        p->op_a = trans ? CUBLAS_OP_N : CUBLAS_OP_T;
+        p->sa2 = (int64_t)(a->nb[2] / p->es);
+        p->sa3 = (int64_t)(a->nb[3] / p->es);
+    } else {
+        int64_t t = (int64_t)(TILE_BYTES / (p->es * (size_t)(p->K > 0 ? p->K : 1)));
+        if (t > 64)
+            t -= t % 64;
+        p->tile = t < 1 ? 1 : t > p->M ? (p->M > 0 ? p->M : 1) : t;
+        p->op_a = CUBLAS_OP_T;
+        p->lda = p->K > 0 ? p->K : 1;
+    }
+
+    /* b: K x N, column n at nb1 (op N), or its transpose (op T) */
+    p->b_direct = p->ct == LT_TYPE_F32 && direct_ld(p->K, p->N, b->nb[0], b->nb[1], 4, &trans,
+                                                    &p->ldb);
+    if (p->b_direct) {
+        p->op_b = trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+        p->sb2 = (int64_t)(b->nb[2] / 4);
+        p->sb3 = (int64_t)(b->nb[3] / 4);
+    } else {
+        p->op_b = CUBLAS_OP_N;
+        p->ldb = p->K > 0 ? p->K : 1;
+        p->sb2 = p->K * p->N;
+        p->sb3 = p->sb2 * p->B2;
+    }
+    p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N && (p->N == 1 ? p->sb2 == p->ldb
+                                                                : p->sb2 == p->N * p->ldb) &&
+              fits_int(p->N * p->r2);
+    return true;
+}
+
+bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->op != LT_OP_MUL_MAT) {
+        snprintf(reason, reason_size, "%s is not a matrix product", lt_op_name(node->op));
+        return false;
+    }
+    if (!cu_check_source(node, 0, CU_TYPES_FLOAT | CU_TYPES_QUANT, reason, reason_size) ||
+        !cu_check_source(node, 1, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    struct mm_plan p;
+    return mm_plan_make(node, &p, reason, reason_size);
+}
+
+/* ---- conversions into scratch ---- */
+
+/* b (F32, any strides) into contiguous [K, N, B2, B3] of type ct */
+static __global__ void convert_b_kernel(struct cu_t b, char *dst, int ct, int es)
+{
+    const int64_t n = cu_nelements(b);
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, b.ne, i0, i1, i2, i3);
+        cu_store(dst + f * es, ct, cu_getf(b, i0, i1, i2, i3));
+    }
+}
+
+/* rows [m0, m0 + tl) of a's head (a2, a3), any readable type, into contiguous [K, tl] */
+static __global__ void convert_a_kernel(struct cu_t a, int64_t a2, int64_t a3, int64_t m0,
+                                        int64_t tl, char *dst, int ct, int es)
+{
+    const int64_t K = a.ne[0], n = K * tl;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        cu_store(dst + f * es, ct, cu_read(a, f % K, m0 + f / K, a2, a3));
+}
+
+/* ---- products ---- */
+
+struct gemm_args {
+    cublasOperation_t op_a, op_b;
+    int64_t m, n, k;
+    const void *a;
+    int64_t lda, sa;
+    const void *b;
+    int64_t ldb, sb;
+    float *c;
+    int64_t ldc, sc, batch;
+};
+
+static lt_status gemm(struct cuda_ctx *c, const struct mm_plan *p, const struct gemm_args *g)
+{
+    const float alpha = 1.0f, beta = 0.0f;
+    const cudaDataType_t t = cuda_type(p->ct);
+    if (g->batch == 1)
+        return cu_check_blas(cublasGemmEx(c->blas, g->op_a, g->op_b, (int)g->m, (int)g->n,
+                                          (int)g->k, &alpha, g->a, t, (int)g->lda, g->b, t,
+                                          (int)g->ldb, &beta, g->c, CUDA_R_32F, (int)g->ldc,
+                                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmEx (mul_mat)");
+    return cu_check_blas(cublasGemmStridedBatchedEx(
+                             c->blas, g->op_a, g->op_b, (int)g->m, (int)g->n, (int)g->k, &alpha,
+                             g->a, t, (int)g->lda, g->sa, g->b, t, (int)g->ldb, g->sb, &beta, g->c,
+                             CUDA_R_32F, (int)g->ldc, g->sc, (int)g->batch, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT),
+                         "cublasGemmStridedBatchedEx (mul_mat)");
+}
+
+/* The products of every b slice that reads a's head (a2, a3), with that head given as
+ * (ah, lda, sa2-less) and output rows [m0, m0 + mlen). b slices i2 of the head are
+ * [a2 * r2, (a2 + 1) * r2); when head_all, a2 spans every head through A's stride sa2. */
+static lt_status head_products(struct cuda_ctx *c, const struct mm_plan *p, const char *ah,
+                               int64_t lda, int64_t a2, int64_t i3, const char *bbase,
+                               float *cbase, int64_t m0, int64_t mlen)
+{
+    const int64_t MN = p->M * p->N;
+    struct gemm_args g;
+    g.op_a = p->op_a;
+    g.op_b = p->op_b;
+    g.m = mlen;
+    g.k = p->K;
+    g.a = ah;
+    g.lda = lda;
+    g.ldb = p->ldb;
+    g.ldc = p->M;
+    g.b = bbase + ((size_t)i3 * p->sb3 + (size_t)(a2 * p->r2) * p->sb2) * (p->b_direct ? 4 : p->es);
+    g.c = cbase + (size_t)i3 * MN * p->B2 + (size_t)(a2 * p->r2) * MN + m0;
+    if (p->r2 == 1 || p->fold) {
+        g.n = p->N * p->r2;
+        g.batch = 1;
+        g.sa = g.sb = g.sc = 0;
+    } else {
+        g.n = p->N;
+        g.sa = 0;
+        g.sb = p->sb2;
+        g.sc = MN;
+        g.batch = p->r2;
+    }
+    return gemm(c, p, &g);
+}
+
+static lt_status run_direct(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
+                            const char *bbase, float *cbase)
+{
+    const int64_t MN = p->M * p->N;
+    for (int64_t i3 = 0; i3 < p->B3; i3++) {
+        const char *a3p = (const char *)a->data + (size_t)(i3 / p->r3) * a->nb[3];
+        lt_status st;
+        if (p->r2 == 1 && p->B2 > 1) {
+            /* every head at once: A, B and C advance together over i2 */
+            struct gemm_args g = {p->op_a, p->op_b, p->M, p->N, p->K, a3p, p->lda, p->sa2,
+                                  bbase + (size_t)i3 * p->sb3 * (p->b_direct ? 4 : p->es),
+                                  p->ldb, p->sb2, cbase + (size_t)i3 * MN * p->B2, p->M, MN,
+                                  p->B2};
+            st = gemm(c, p, &g);
+        } else {
+            st = LT_OK;
+            for (int64_t a2 = 0; a2 < p->A2 && st == LT_OK; a2++)
+                st = head_products(c, p, a3p + (size_t)a2 * p->sa2 * p->es, p->lda, a2, i3, bbase,
+                                   cbase, 0, p->M);
+        }
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
+}
+
+static lt_status run_tiled(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
+                           const char *bbase, float *cbase)
+{
+    void *tile;
+    lt_status st = cu_scratch(c, CU_SCRATCH_A, (size_t)p->tile * (size_t)p->K * p->es, &tile);
+    if (st != LT_OK)
+        return st;
+    for (int64_t a3 = 0; a3 < p->A3; a3++)
+        for (int64_t a2 = 0; a2 < p->A2; a2++)
+            for (int64_t m0 = 0; m0 < p->M; m0 += p->tile) {
+                const int64_t tl = p->M - m0 < p->tile ? p->M - m0 : p->tile;
+                convert_a_kernel<<<cu_blocks(tl * p->K, 256), 256, 0, c->stream>>>(
+                    cu_view(a), a2, a3, m0, tl, (char *)tile, (int)p->ct, (int)p->es);
+                st = cu_launched("mul_mat convert_a");
+                for (int64_t i3 = a3 * p->r3; i3 < (a3 + 1) * p->r3 && st == LT_OK; i3++)
+                    st = head_products(c, p, (const char *)tile, p->lda, a2, i3, bbase, cbase, m0,
+                                       tl);
+                if (st != LT_OK)
+                    return st;
+            }
+    return LT_OK;
+}
+
+lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    struct mm_plan p;
+    if (!matmul_cuda_supported(node, reason, sizeof(reason)) ||
+        !mm_plan_make(node, &p, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    if (lt_nelements(node) == 0)
+        return LT_OK;
+    if (p.K == 0)
+        return cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
+                        "zeroing an empty product");
+    const char *bbase = (const char *)b->data;
+    if (!p.b_direct) {
+        void *bc;
+        const int64_t nb_ = lt_nelements(b);
+        lt_status st = cu_scratch(c, CU_SCRATCH_B, (size_t)nb_ * p.es, &bc);
+        if (st != LT_OK)
+            return st;
+        convert_b_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(cu_view(b), (char *)bc,
+                                                                     (int)p.ct, (int)p.es);
+        st = cu_launched("mul_mat convert_b");
+        if (st != LT_OK)
+            return st;
+        bbase = (const char *)bc;
+    }
+    if (p.a_direct)
+        return run_direct(c, &p, a, bbase, (float *)node->data);
+    return run_tiled(c, &p, a, bbase, (float *)node->data);
+}
+
+const struct cuda_family cuda_family_matmul = {"matmul", matmul_ops, 1, matmul_cuda_supported,
+                                               matmul_cuda_compute};

@@ -1,0 +1,106 @@
+/* norm.cu: RMS_NORM and L2_NORM over ne0 and their backward ops on the device.
+ *
+ * y = x * r, r = (S + eps)^(-1/2), S = sum(x^2) / n (RMS) or sum(x^2) (L2); the backward
+ * gives dx = r g - r^3 x sum(g x) / n (n = 1 for L2). As on the CPU (src/ops/norm.c) the
+ * sums and r are computed in double and r is rounded to float before it scales; dx's two
+ * products are rounded separately (no fused multiply-add) as the CPU's are. A block runs a
+ * row; sources are F32 of any strides, results contiguous F32. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+
+static const enum lt_op norm_ops[] = {LT_OP_RMS_NORM, LT_OP_L2_NORM, LT_OP_RMS_NORM_BACK,
+                                      LT_OP_L2_NORM_BACK};
+
+static bool is_back(enum lt_op op) { return op == LT_OP_RMS_NORM_BACK || op == LT_OP_L2_NORM_BACK; }
+
+bool norm_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->op != LT_OP_RMS_NORM && node->op != LT_OP_L2_NORM && !is_back(node->op)) {
+        snprintf(reason, reason_size, "%s is not a norm", lt_op_name(node->op));
+        return false;
+    }
+    int n_src = is_back(node->op) ? 2 : 1;
+    for (int i = 0; i < n_src; i++) {
+        if (!cu_check_source(node, i, CU_TYPES_F32, reason, reason_size))
+            return false;
+        if (!lt_same_shape(node->src[i], node)) {
+            snprintf(reason, reason_size, "source %d is not of the result's shape", i);
+            return false;
+        }
+    }
+    return cu_check_result_f32(node, reason, reason_size);
+}
+
+/* r = (S + eps)^(-1/2) of row (i1, i2, i3) of x; every thread of the block gets it */
+static __device__ double norm_factor(const struct cu_t &x, int64_t i1, int64_t i2, int64_t i3,
+                                     bool rms, float eps, double *shared)
+{
+    double s = 0.0;
+    for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x) {
+        double v = (double)cu_getf(x, i0, i1, i2, i3);
+        s += v * v;
+    }
+    s = cu_block_sum(s, shared);
+    if (rms && x.ne[0] > 0)
+        s /= (double)x.ne[0];
+    return 1.0 / sqrt(s + (double)eps);
+}
+
+static __global__ void norm_kernel(struct cu_t x, float *y, bool rms, float eps)
+{
+    __shared__ double shared[32];
+    const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        const float f = (float)norm_factor(x, i1, i2, i3, rms, eps, shared);
+        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x)
+            y[r * x.ne[0] + i0] = cu_getf(x, i0, i1, i2, i3) * f;
+    }
+}
+
+static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx, bool rms,
+                                        float eps)
+{
+    __shared__ double shared[32];
+    const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        const double f = norm_factor(x, i1, i2, i3, rms, eps, shared);
+        double dot = 0.0;
+        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x)
+            dot += (double)cu_getf(g, i0, i1, i2, i3) * (double)cu_getf(x, i0, i1, i2, i3);
+        dot = cu_block_sum(dot, shared);
+        if (rms && x.ne[0] > 0)
+            dot /= (double)x.ne[0];
+        const float fa = (float)f, fb = (float)(f * f * f * dot);
+        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x)
+            dx[r * x.ne[0] + i0] = __fsub_rn(__fmul_rn(fa, cu_getf(g, i0, i1, i2, i3)),
+                                             __fmul_rn(fb, cu_getf(x, i0, i1, i2, i3)));
+    }
+}
+
+lt_status norm_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!norm_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const int64_t rows = lt_nrows(node);
+    if (rows == 0 || node->ne[0] == 0)
+        return LT_OK;
+    const bool rms = node->op == LT_OP_RMS_NORM || node->op == LT_OP_RMS_NORM_BACK;
+    const float eps = lt_get_param_f32(node, 0);
+    int64_t t = (node->ne[0] + 31) / 32 * 32;
+    const int threads = t > 256 ? 256 : (int)t;
+    if (!is_back(node->op)) {
+        norm_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
+            cu_view(node->src[0]), (float *)node->data, rms, eps);
+        return cu_launched("norm");
+    }
+    norm_back_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
+        cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
+    return cu_launched("norm_back");
+}
+
+const struct cuda_family cuda_family_norm = {"norm", norm_ops, 4, norm_cuda_supported,
+                                             norm_cuda_compute};

@@ -1,0 +1,98 @@
+/* rope.cu: ROPE and ROPE_BACK (the inverse rotation) on the device.
+ *
+ * a [head_dim, n_head, n_tokens, ne3] F32 of any strides, pos I32 [n_tokens]. Pair j of the
+ * first n_dims dims ((j, j + n_dims/2) for NEOX, (2j, 2j+1) for NORMAL) turns by
+ * float(pos) * inv_freq[j]; the rest pass through. Angles are rounded exactly as the CPU
+ * (src/ops/rope.c) rounds them, after Hugging Face: inv_freq = 1 / float(base^(2j/n_dims))
+ * with the exponent a float quotient, the angle a float product, cos and sin taken in
+ * double and rounded to float. Each thread computes one output element (both elements of a
+ * pair compute the same angle), with the rotation's products rounded separately. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "lathe/ops.h"
+
+static const enum lt_op rope_ops[] = {LT_OP_ROPE, LT_OP_ROPE_BACK};
+
+bool rope_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->op != LT_OP_ROPE && node->op != LT_OP_ROPE_BACK) {
+        snprintf(reason, reason_size, "%s is not a rope", lt_op_name(node->op));
+        return false;
+    }
+    if (!cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, 1, CU_TYPES_I32, reason, reason_size) ||
+        !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    const struct lt_tensor *a = node->src[0], *pos = node->src[1];
+    if (!lt_same_shape(a, node)) {
+        snprintf(reason, reason_size, "source 0 is not of the result's shape");
+        return false;
+    }
+    if (lt_nelements(pos) != a->ne[2] || pos->ne[0] != a->ne[2]) {
+        snprintf(reason, reason_size, "source 1 is not i32 [n_tokens]");
+        return false;
+    }
+    int n_dims = lt_get_param_i32(node, 0), mode = lt_get_param_i32(node, 1);
+    if (n_dims <= 0 || n_dims % 2 || n_dims > a->ne[0] ||
+        (mode != LT_ROPE_NORMAL && mode != LT_ROPE_NEOX)) {
+        snprintf(reason, reason_size, "n_dims %d or mode %d is not valid", n_dims, mode);
+        return false;
+    }
+    return true;
+}
+
+static __global__ void rope_kernel(struct cu_t a, const char *pos, int64_t pos_stride, float *y,
+                                   int n_dims, bool neox, float base, float sign)
+{
+    const int64_t n = cu_nelements(a);
+    const int half = n_dims / 2;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, a.ne, i0, i1, i2, i3);
+        const float x = cu_getf(a, i0, i1, i2, i3);
+        if (i0 >= n_dims) {
+            y[f] = x;
+            continue;
+        }
+        /* j: the pair; first: is i0 the pair's first element; other: the partner */
+        int j;
+        bool first;
+        int64_t other;
+        if (neox) {
+            first = i0 < half;
+            j = (int)(first ? i0 : i0 - half);
+            other = first ? i0 + half : i0 - half;
+        } else {
+            first = i0 % 2 == 0;
+            j = (int)(i0 / 2);
+            other = first ? i0 + 1 : i0 - 1;
+        }
+        const float e = (float)(2 * j) / (float)n_dims;
+        const float inv_freq = 1.0f / (float)pow((double)base, (double)e);
+        const float angle = (float)*(const int32_t *)(pos + i2 * pos_stride) * inv_freq;
+        const float cs = (float)cos((double)angle), sn = sign * (float)sin((double)angle);
+        const float xo = cu_getf(a, other, i1, i2, i3);
+        y[f] = first ? __fsub_rn(__fmul_rn(x, cs), __fmul_rn(xo, sn))
+                     : __fadd_rn(__fmul_rn(xo, sn), __fmul_rn(x, cs));
+    }
+}
+
+lt_status rope_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!rope_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const int64_t n = lt_nelements(node);
+    if (n == 0)
+        return LT_OK;
+    const struct lt_tensor *pos = node->src[1];
+    rope_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(
+        cu_view(node->src[0]), (const char *)pos->data, (int64_t)pos->nb[0], (float *)node->data,
+        lt_get_param_i32(node, 0), lt_get_param_i32(node, 1) == LT_ROPE_NEOX,
+        lt_get_param_f32(node, 2), node->op == LT_OP_ROPE_BACK ? -1.0f : 1.0f);
+    return cu_launched("rope");
+}
+
+const struct cuda_family cuda_family_rope = {"rope", rope_ops, 2, rope_cuda_supported,
+                                             rope_cuda_compute};

@@ -1,0 +1,122 @@
+/* unary.cu: the element-wise unary ops (scale, silu, sigmoid, softplus, exp, log, sqr,
+ * sqrt, sin, cos, abs, neg, relu), SWIGLU and SILU_BACK on the device.
+ *
+ * Sources are F32, F16 or BF16 of any strides; results are contiguous F32 of source 0's
+ * shape. The formulas are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float
+ * functions (no fast math): softplus is linear above 20 like torch.nn.Softplus. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+
+static const enum lt_op unary_ops[] = {
+    LT_OP_SCALE, LT_OP_SILU, LT_OP_SIGMOID, LT_OP_SOFTPLUS, LT_OP_EXP, LT_OP_LOG,    LT_OP_SQR,
+    LT_OP_SQRT,  LT_OP_SIN,  LT_OP_COS,     LT_OP_ABS,      LT_OP_NEG, LT_OP_RELU,   LT_OP_SWIGLU,
+    LT_OP_SILU_BACK};
+
+static bool is_pair(enum lt_op op) { return op == LT_OP_SWIGLU || op == LT_OP_SILU_BACK; }
+
+bool unary_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    bool known = false;
+    for (enum lt_op op : unary_ops)
+        known = known || op == node->op;
+    if (!known) {
+        snprintf(reason, reason_size, "%s is not a unary op", lt_op_name(node->op));
+        return false;
+    }
+    if (!cu_check_source(node, 0, CU_TYPES_FLOAT, reason, reason_size) ||
+        (is_pair(node->op) && !cu_check_source(node, 1, CU_TYPES_FLOAT, reason, reason_size)) ||
+        !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    if (!lt_same_shape(node, node->src[0]) ||
+        (is_pair(node->op) && !lt_same_shape(node, node->src[1]))) {
+        snprintf(reason, reason_size, "the sources differ in shape from the result");
+        return false;
+    }
+    return true;
+}
+
+static __device__ __forceinline__ float apply(int op, float s, float x)
+{
+    switch (op) {
+    case LT_OP_SCALE: return x * s;
+    case LT_OP_SILU: return x / (1.0f + expf(-x));
+    case LT_OP_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case LT_OP_SOFTPLUS: return x > 20.0f ? x : log1pf(expf(x));
+    case LT_OP_EXP: return expf(x);
+    case LT_OP_LOG: return logf(x);
+    case LT_OP_SQR: return x * x;
+    case LT_OP_SQRT: return sqrtf(x);
+    case LT_OP_SIN: return sinf(x);
+    case LT_OP_COS: return cosf(x);
+    case LT_OP_ABS: return fabsf(x);
+    case LT_OP_NEG: return -x;
+    default: return x > 0.0f ? x : 0.0f; /* RELU */
+    }
+}
+
+/* x: gate (SWIGLU) or the incoming gradient (SILU_BACK); u: up, or silu's input */
+static __device__ __forceinline__ float apply_pair(int op, float x, float u)
+{
+    if (op == LT_OP_SWIGLU)
+        return x / (1.0f + expf(-x)) * u;
+    float s = 1.0f / (1.0f + expf(-u));
+    return x * s * (1.0f + u * (1.0f - s));
+}
+
+static __global__ void unary_kernel(int op, float s, struct cu_t a, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, out.ne, i0, i1, i2, i3);
+        y[f] = apply(op, s, cu_get(a, i0, i1, i2, i3));
+    }
+}
+
+static __global__ void unary_flat_kernel(int op, float s, const float *a, float *y, int64_t n)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        y[f] = apply(op, s, a[f]);
+}
+
+static __global__ void pair_kernel(int op, struct cu_t a, struct cu_t b, struct cu_t out)
+{
+    const int64_t n = cu_nelements(out);
+    float *y = (float *)out.data;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, out.ne, i0, i1, i2, i3);
+        y[f] = apply_pair(op, cu_get(a, i0, i1, i2, i3), cu_get(b, i0, i1, i2, i3));
+    }
+}
+
+lt_status unary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!unary_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const struct lt_tensor *a = node->src[0];
+    const int64_t n = lt_nelements(node);
+    if (n == 0)
+        return LT_OK;
+    const unsigned blocks = cu_blocks(n, 256);
+    if (is_pair(node->op)) {
+        pair_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, cu_view(a),
+                                                    cu_view(node->src[1]), cu_view(node));
+        return cu_launched("swiglu/silu_back");
+    }
+    const float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
+    if (a->type == LT_TYPE_F32 && lt_is_contiguous(a)) {
+        unary_flat_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, s, (const float *)a->data,
+                                                          (float *)node->data, n);
+        return cu_launched("unary_flat");
+    }
+    unary_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, s, cu_view(a), cu_view(node));
+    return cu_launched("unary");
+}
+
+const struct cuda_family cuda_family_unary = {
+    "unary", unary_ops, (int)(sizeof(unary_ops) / sizeof(unary_ops[0])), unary_cuda_supported,
+    unary_cuda_compute};
