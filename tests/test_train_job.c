@@ -330,6 +330,74 @@ out_free:
     remove(base_path);
 }
 
+/* LoRA over frozen F16, BF16 and Q8_0 bases: the gradient flows through the dequantised
+ * weight to the activations. */
+static void test_lora_bases(struct lt_backend *cpu)
+{
+    const enum lt_type types[] = {LT_TYPE_F16, LT_TYPE_BF16, LT_TYPE_Q8_0};
+    char base_path[700];
+    snprintf(base_path, sizeof(base_path), "%s/test_train_job_base.gguf", dir);
+    for (int t = 0; t < 3; t++) {
+        struct tiny_spec sp = {32, 4, 2, 64, 2, types[t], 13};
+        if (tiny_model_write(base_path, &sp) != 0)
+            continue;
+        struct lt_model *m = load(base_path);
+        if (!m)
+            continue;
+        remove(out_path);
+        struct lt_train_params p = {.out = out_path, .text = text, .window = 32, .epochs = 2,
+                                    .lr = 1e-2f, .targets = "attn_q,attn_v,ffn_up,ffn_down"};
+        struct lt_train_result r;
+        lt_status st = lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r);
+        CHECK(st == LT_OK, "%s base: %s", lt_type_name(types[t]), r.error);
+        if (st == LT_OK) {
+            printf("LoRA on a %s base: train loss %.3f -> %.3f\n", lt_type_name(types[t]),
+                   r.train_loss[0], r.train_loss[1]);
+            CHECK(r.train_loss[1] < 0.95f * r.train_loss[0] && exists(out_path), "%s: loss fell",
+                  lt_type_name(types[t]));
+        }
+        lt_train_result_free(&r);
+        lt_model_free(m);
+        remove(out_path);
+    }
+    remove(base_path);
+}
+
+/* Chat examples through the job: loss on the answers only, and the window refusal names the
+ * example unless a fit policy is given. */
+static void test_chat_job(struct lt_model *m, struct lt_backend *cpu)
+{
+    remove(out_path);
+    static char ex[8192];
+    ex[0] = 0;
+    for (int i = 0; i < 8; i++) {
+        char line[256];
+        snprintf(line, sizeof(line),
+                 "{\"prompt\": \"what is %d plus %d?\", \"completion\": \"it is %d.\"}\n", i, i,
+                 2 * i);
+        strcat(ex, line);
+    }
+    strcat(ex, "{\"messages\": [{\"role\": \"user\", \"content\": \"a very long question that "
+               "goes on and on and on\"}, {\"role\": \"assistant\", \"content\": \"yes.\"}]}\n");
+    struct lt_train_params p = {.out = out_path, .examples = ex, .window = 48, .epochs = 3,
+                                .lr = 1e-2f, .val_split = 0.25f};
+    struct lt_train_result r;
+    CHECK(lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r) == LT_ERR_INVALID &&
+              strstr(r.error, "example 8 (line 9)") && !exists(out_path),
+          "too long: %s", r.error);
+    lt_train_result_free(&r);
+    p.fit = LT_FIT_LEFT;
+    lt_status st = lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r);
+    CHECK(st == LT_OK && r.n_train + r.n_val == 9 && r.n_val == 2 && r.n_tokens_graph == 48,
+          "chat job: %s (%d + %d examples, %d tokens)", r.error, r.n_train, r.n_val,
+          r.n_tokens_graph);
+    if (st == LT_OK)
+        CHECK(r.train_loss[2] < r.train_loss[0] && isfinite(r.eval_loss[2]), "loss %g -> %g",
+              r.train_loss[0], r.train_loss[2]);
+    lt_train_result_free(&r);
+    remove(out_path);
+}
+
 int main(void)
 {
     tiny_path(dir, sizeof(dir), "");
@@ -351,10 +419,13 @@ int main(void)
         test_dry_run_and_refusals(m);
         test_cancel_pause(m);
         test_device_backend(m);
+        test_chat_job(m, cpu);
         lt_model_free(m);
     }
+    test_lora_bases(cpu);
     test_full(cpu, LT_TYPE_F32);
     test_full(cpu, LT_TYPE_F16);
+    test_full(cpu, LT_TYPE_BF16);
     test_full(cpu, LT_TYPE_Q8_0);
     lt_backend_free(cpu);
     remove(model_path);
