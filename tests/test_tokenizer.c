@@ -35,9 +35,9 @@ static void make_byte_texts(void)
 
 /* merges in rank order: left, right */
 static const char *const merge_pairs[][2] = {
-    {"a", "b"}, {"b", "c"}, {"a", "a"}, {"Ġ", "a"}, {"ab", "c"}, {"c", "a"}, {"aa", "a"},
-    {"Ġa", "b"}, {"c", "c"}, {"ab", "ab"}, {"bc", "a"}, {"Ġab", "c"}, {"cc", "c"},
-    {"Ġ", "Ġ"}, {"Ġ", "c"}, {"abc", "a"}, {"1", "2"}, {"ca", "b"},
+    {"a", "b"},  {"b", "c"},  {"a", "a"}, {"Ġ", "a"},   {"ab", "c"}, {"c", "a"},
+    {"aa", "a"}, {"Ġa", "b"}, {"c", "c"}, {"ab", "ab"}, {"bc", "a"}, {"Ġab", "c"},
+    {"cc", "c"}, {"Ġ", "Ġ"},  {"Ġ", "c"}, {"abc", "a"}, {"1", "2"},  {"ca", "b"},
 };
 #define N_MERGES (sizeof(merge_pairs) / sizeof(merge_pairs[0]))
 
@@ -73,20 +73,27 @@ static void make_vocab(void)
     }
     for (size_t s = 0; s < N_SPECIALS; s++) {
         V.tokens[n] = specials[s];
-        V.types[n++] = strcmp(specials[s], "<think>") ? LT_TOKEN_TYPE_CONTROL
-                                                       : LT_TOKEN_TYPE_USER_DEFINED;
+        V.types[n++] =
+            strcmp(specials[s], "<think>") ? LT_TOKEN_TYPE_CONTROL : LT_TOKEN_TYPE_USER_DEFINED;
     }
     V.n_tokens = n;
 }
 
 static struct lt_vocab_desc desc(const char *pre)
 {
-    return (struct lt_vocab_desc){.model = "gpt2", .pre = pre, .n_tokens = V.n_tokens,
-                                  .tokens = V.tokens, .token_types = V.types,
-                                  .n_merges = N_MERGES, .merges = V.merges,
-                                  .bos = LT_TOKEN_NONE, .eos = 256 + (lt_token)N_MERGES + 1,
-                                  .eot = LT_TOKEN_NONE, .eom = LT_TOKEN_NONE,
-                                  .pad = LT_TOKEN_NONE, .unk = LT_TOKEN_NONE};
+    return (struct lt_vocab_desc){.model = "gpt2",
+                                  .pre = pre,
+                                  .n_tokens = V.n_tokens,
+                                  .tokens = V.tokens,
+                                  .token_types = V.types,
+                                  .n_merges = N_MERGES,
+                                  .merges = V.merges,
+                                  .bos = LT_TOKEN_NONE,
+                                  .eos = 256 + (lt_token)N_MERGES + 1,
+                                  .eot = LT_TOKEN_NONE,
+                                  .eom = LT_TOKEN_NONE,
+                                  .pad = LT_TOKEN_NONE,
+                                  .unk = LT_TOKEN_NONE};
 }
 
 static lt_token id_of(const char *text)
@@ -187,11 +194,14 @@ static void test_invalid_utf8(struct lt_tokenizer *t)
 {
     /* each byte that starts no valid sequence is its own byte token; the valid runs around
      * it are tokenized on their own */
-    const char s[] = "ab\xff" "ab\xe2\x82" "c\xed\xa0\x80" "\xc3\xa9";
+    const char s[] = "ab\xff"
+                     "ab\xe2\x82"
+                     "c\xed\xa0\x80"
+                     "\xc3\xa9";
     struct lt_tokens tk = {.want_offsets = true};
     CHECK(lt_tokenize(t, s, sizeof(s) - 1, 0, &tk) == LT_OK);
-    lt_token want[] = {id_of("ab"), 0xff, id_of("ab"), 0xe2, 0x82, id_of("c"), 0xed, 0xa0, 0x80,
-                       0xc3, 0xa9};
+    lt_token want[] = {id_of("ab"), 0xff, id_of("ab"), 0xe2, 0x82, id_of("c"),
+                       0xed,        0xa0, 0x80,        0xc3, 0xa9};
     CHECK(same_ids(&tk, want, sizeof(want) / sizeof(want[0])), "got %zu tokens", tk.n);
     size_t offs[] = {0, 2, 3, 5, 6, 7, 8, 9, 10, 11, 12};
     for (size_t i = 0; i < tk.n && i < 11; i++)
@@ -268,8 +278,13 @@ static void test_specials(struct lt_tokenizer *t)
     struct lt_tokens tk = {0};
     CHECK(lt_tokenize(t, s, strlen(s), LT_TOKENIZE_PARSE_SPECIAL, &tk) == LT_OK);
     /* leftmost-longest: "<s>x" beats "<s>"; an unfinished special is text */
-    lt_token want[] = {id_of("a"), id_of("<|im_start|>"), id_of("b"), id_of("<s>x"), id_of("<s>"),
-                       id_of("<think>"), '<', '|', 'i', 'm', '_', 'e', 'n', 'd'};
+    lt_token want[] = {id_of("a"),   id_of("<|im_start|>"),
+                       id_of("b"),   id_of("<s>x"),
+                       id_of("<s>"), id_of("<think>"),
+                       '<',          '|',
+                       'i',          'm',
+                       '_',          'e',
+                       'n',          'd'};
     CHECK(same_ids(&tk, want, sizeof(want) / sizeof(want[0])), "got %zu tokens", tk.n);
     struct lt_strbuf b = {0};
     CHECK(lt_detokenize(t, tk.ids, tk.n, LT_DETOKENIZE_SPECIAL, &b) == LT_OK);
@@ -346,7 +361,8 @@ static void test_stream(struct lt_tokenizer *t)
 {
     /* text whose tokens split multi-byte characters: each byte of é, 日, 😀 is its own token
      * here (no merges for them) */
-    const char *s = "ab\xc3\xa9 c\xe6\x97\xa5\xf0\x9f\x98\x80\xe2\x82" "a\xff\xf0\x9f";
+    const char *s = "ab\xc3\xa9 c\xe6\x97\xa5\xf0\x9f\x98\x80\xe2\x82"
+                    "a\xff\xf0\x9f";
     size_t n = strlen(s);
     struct lt_tokens tk = {.want_offsets = true};
     CHECK(lt_tokenize(t, s, n, 0, &tk) == LT_OK);
@@ -374,8 +390,10 @@ static void test_stream(struct lt_tokenizer *t)
         for (size_t i = 0; i < len; i++) {
             rng = rng * 1103515245u + 12345u;
             unsigned r = rng >> 16;
-            buf[i] = (unsigned char)(r % 4 == 0 ? 0x80 + r % 64 : r % 4 == 1 ? 0xC2 + r % 51
-                                                                 : r % 4 == 2 ? 'a' + r % 3 : r);
+            buf[i] = (unsigned char)(r % 4 == 0   ? 0x80 + r % 64
+                                     : r % 4 == 1 ? 0xC2 + r % 51
+                                     : r % 4 == 2 ? 'a' + r % 3
+                                                  : r);
         }
         lt_decode_stream_init(&ds, t, 0);
         for (size_t i = 0; i < len;) {
@@ -464,8 +482,10 @@ static void test_gguf(const struct lt_tokenizer *ref)
     CHECK(lt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LT_GGUF_TYPE_I32, V.types,
                                  V.n_tokens) == LT_OK);
     CHECK(lt_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", V.merges, N_MERGES) == LT_OK);
-    CHECK(lt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)id_of("<|im_end|>")) == LT_OK);
-    CHECK(lt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)id_of("<s>")) == LT_OK);
+    CHECK(lt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)id_of("<|im_end|>")) ==
+          LT_OK);
+    CHECK(lt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)id_of("<s>")) ==
+          LT_OK);
     CHECK(lt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true) == LT_OK);
     CHECK(lt_gguf_writer_write(w, path) == LT_OK, "%s", lt_last_error());
     lt_gguf_writer_free(w);
@@ -484,7 +504,8 @@ static void test_gguf(const struct lt_tokenizer *ref)
         CHECK(lt_tokenizer_token_type(t, id_of("<think>")) == LT_TOKEN_TYPE_USER_DEFINED);
         const char *s = "<s>abcab cab\xf0\x9f\x98\x80 12";
         struct lt_tokens a = {0}, b = {0};
-        CHECK(lt_tokenize(t, s, strlen(s), LT_TOKENIZE_ADD_BOS | LT_TOKENIZE_PARSE_SPECIAL, &a) == LT_OK);
+        CHECK(lt_tokenize(t, s, strlen(s), LT_TOKENIZE_ADD_BOS | LT_TOKENIZE_PARSE_SPECIAL, &a) ==
+              LT_OK);
         CHECK(lt_tokenize(ref, s, strlen(s), LT_TOKENIZE_PARSE_SPECIAL, &b) == LT_OK);
         CHECK(a.n == b.n + 1 && a.ids[0] == id_of("<s>") &&
               !memcmp(a.ids + 1, b.ids, b.n * sizeof(lt_token)));

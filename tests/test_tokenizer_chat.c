@@ -41,7 +41,10 @@ static const char llama3_template[] =
     "{{ '<|begin_of_text|>' }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
     "'<|end_header_id|>\\n\\n' + m['content'] + '<|eot_id|>' }}{% endfor %}";
 
-#define M(r, c) {.role = r, .content = c}
+#define M(r, c)                                                                                    \
+    {                                                                                              \
+        .role = r, .content = c                                                                    \
+    }
 
 static void test_detect(void)
 {
@@ -64,7 +67,8 @@ static void test_detect(void)
     CHECK(ct.kind == LT_CHAT_CHATML && !ct.default_system);
     lt_chat_template_free(&ct);
 
-    CHECK(lt_chat_template_detect(qwen35_like, "qwen35", &ct) == LT_OK && ct.kind == LT_CHAT_QWEN35);
+    CHECK(lt_chat_template_detect(qwen35_like, "qwen35", &ct) == LT_OK &&
+          ct.kind == LT_CHAT_QWEN35);
     lt_chat_template_free(&ct);
     CHECK(lt_chat_template_detect(qwen35_like, "qwen3", &ct) == LT_ERR_UNSUPPORTED);
     CHECK(strstr(lt_last_error(), "qwen3") != NULL, "%s", lt_last_error());
@@ -74,9 +78,8 @@ static void test_detect(void)
     CHECK(ct.default_system == NULL); /* nothing to free after a failure */
 }
 
-static bool render_is(const struct lt_chat_template *ct, const struct lt_chat_message *m,
-                      size_t n, bool gen, bool think, const char *want,
-                      struct lt_chat_render *keep)
+static bool render_is(const struct lt_chat_template *ct, const struct lt_chat_message *m, size_t n,
+                      bool gen, bool think, const char *want, struct lt_chat_render *keep)
 {
     struct lt_chat_options o = {.add_generation_prompt = gen, .enable_thinking = think};
     struct lt_chat_render r;
@@ -126,9 +129,8 @@ static void test_chatml(void)
     /* SmolLM2's default system prompt lives in the loop: no messages, no system prompt */
     CHECK(render_is(&ct, NULL, 0, true, false, "<|im_start|>assistant\n", NULL));
 
-    struct lt_chat_message m2[] = {M("system", "Be brief."), M("user", "2+2?"),
-                                   M("assistant", "4"), M("user", "and 3+3?"),
-                                   M("assistant", "6\n")};
+    struct lt_chat_message m2[] = {M("system", "Be brief."), M("user", "2+2?"), M("assistant", "4"),
+                                   M("user", "and 3+3?"), M("assistant", "6\n")};
     struct lt_chat_render r;
     CHECK(render_is(&ct, m2, 5, false, false,
                     "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
@@ -144,8 +146,8 @@ static void test_chatml(void)
     /* SmolLM2 renders a tool message like any other role */
     struct lt_chat_message m3[] = {M("user", "u"), M("tool", "42")};
     CHECK(lt_chat_template_detect(smollm_template, "llama", &ct) == LT_OK && !ct.tool_responses);
-    snprintf(want, sizeof(want), "%s<|im_start|>user\nu<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n",
-             sys);
+    snprintf(want, sizeof(want),
+             "%s<|im_start|>user\nu<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n", sys);
     CHECK(render_is(&ct, m3, 2, false, false, want, NULL));
     lt_chat_template_free(&ct);
 
@@ -160,7 +162,8 @@ static void test_chatml(void)
     char with_tools[sizeof(qwen25_template) + 64];
     snprintf(with_tools, sizeof(with_tools), "%s{{- '\\n<tool_response>\\n' }}", qwen25_template);
     CHECK(lt_chat_template_detect(with_tools, "qwen2", &ct) == LT_OK && ct.tool_responses);
-    struct lt_chat_message m4[] = {M("system", "S"), M("tool", "1"), M("tool", "2"), M("user", "u")};
+    struct lt_chat_message m4[] = {M("system", "S"), M("tool", "1"), M("tool", "2"),
+                                   M("user", "u")};
     CHECK(render_is(&ct, m4, 4, false, false,
                     "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\n<tool_response>\n1\n"
                     "</tool_response>\n<tool_response>\n2\n</tool_response><|im_end|>\n"
@@ -196,7 +199,8 @@ static void test_qwen35(void)
     CHECK(span_is(&r, 0, 2, "<|im_start|>assistant\n", "A1"));
     CHECK(span_is(&r, 1, 4, "<|im_start|>assistant\n", "A2"));
     /* the turn includes the think block, the content does not */
-    CHECK(r.n_spans == 2 && r.spans[1].content_begin - r.spans[1].turn_begin == strlen("<think>\n\n</think>\n\n"));
+    CHECK(r.n_spans == 2 &&
+          r.spans[1].content_begin - r.spans[1].turn_begin == strlen("<think>\n\n</think>\n\n"));
     lt_chat_render_free(&r);
 
     /* reasoning given apart, and a non-final turn after the query with reasoning */
@@ -236,7 +240,7 @@ static struct lt_tokenizer *small_tokenizer(void)
     static const char *tokens[256 + 8];
     static int32_t types[256 + 8];
     static const char *const merges[] = {"a b", "ab c", "Ċ Ċ", "Ġ a"};
-    static const char *const more[] = {"ab", "abc", "ĊĊ", "Ġa",
+    static const char *const more[] = {"ab",           "abc",        "ĊĊ",      "Ġa",
                                        "<|im_start|>", "<|im_end|>", "<think>", "</think>"};
     unsigned next = 256;
     for (unsigned b = 0; b < 256; b++) {
@@ -254,13 +258,23 @@ static struct lt_tokenizer *small_tokenizer(void)
     }
     for (size_t i = 0; i < 8; i++) {
         tokens[256 + i] = more[i];
-        types[256 + i] = i < 4 ? LT_TOKEN_TYPE_NORMAL
-                       : i < 6 ? LT_TOKEN_TYPE_CONTROL : LT_TOKEN_TYPE_USER_DEFINED;
+        types[256 + i] = i < 4   ? LT_TOKEN_TYPE_NORMAL
+                         : i < 6 ? LT_TOKEN_TYPE_CONTROL
+                                 : LT_TOKEN_TYPE_USER_DEFINED;
     }
-    struct lt_vocab_desc d = {.model = "gpt2", .pre = "qwen35", .n_tokens = 264, .tokens = tokens,
-                              .token_types = types, .n_merges = 4, .merges = merges,
-                              .bos = LT_TOKEN_NONE, .eos = 261, .eot = LT_TOKEN_NONE,
-                              .eom = LT_TOKEN_NONE, .pad = LT_TOKEN_NONE, .unk = LT_TOKEN_NONE};
+    struct lt_vocab_desc d = {.model = "gpt2",
+                              .pre = "qwen35",
+                              .n_tokens = 264,
+                              .tokens = tokens,
+                              .token_types = types,
+                              .n_merges = 4,
+                              .merges = merges,
+                              .bos = LT_TOKEN_NONE,
+                              .eos = 261,
+                              .eot = LT_TOKEN_NONE,
+                              .eom = LT_TOKEN_NONE,
+                              .pad = LT_TOKEN_NONE,
+                              .unk = LT_TOKEN_NONE};
     struct lt_tokenizer *t = NULL;
     lt_status st = lt_tokenizer_init(&d, &t);
     CHECK(st == LT_OK || st == LT_ERR_UNSUPPORTED, "%s", lt_last_error());
@@ -274,8 +288,8 @@ static void test_token_spans(void)
         return; /* no PCRE2 in this build */
     struct lt_chat_template ct;
     CHECK(lt_chat_template_detect(qwen35_like, "qwen35", &ct) == LT_OK);
-    struct lt_chat_message m[] = {M("user", "abc"), M("assistant", "\n\nab abc"),
-                                  M("user", "c"), M("assistant", "")};
+    struct lt_chat_message m[] = {M("user", "abc"), M("assistant", "\n\nab abc"), M("user", "c"),
+                                  M("assistant", "")};
     struct lt_chat_options o = {0};
     struct lt_chat_render r;
     CHECK(lt_chat_render(&ct, m, 4, &o, &r) == LT_OK);
@@ -309,8 +323,9 @@ static void test_token_spans(void)
             if (first == tk.n) /* an empty span: an empty token range */
                 CHECK(got[k][0] == got[k][1], "span %zu/%d: %zu..%zu", s, k, got[k][0], got[k][1]);
             else
-                CHECK(got[k][0] == first && got[k][1] == last, "span %zu/%d: %zu..%zu, want %zu..%zu",
-                      s, k, got[k][0], got[k][1], first, last);
+                CHECK(got[k][0] == first && got[k][1] == last,
+                      "span %zu/%d: %zu..%zu, want %zu..%zu", s, k, got[k][0], got[k][1], first,
+                      last);
         }
         /* the turn's tokens end with <|im_end|> */
         CHECK(spans[s].turn_end > 0 && tk.ids[spans[s].turn_end - 1] == 261);

@@ -10,7 +10,10 @@
 
 /* xoshiro256** as its authors publish it, seeded by splitmix64: the reference stream */
 static uint64_t ref_state[4];
-static uint64_t ref_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t ref_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 static void ref_seed(uint64_t seed)
 {
     for (int i = 0; i < 4; i++) {
@@ -197,9 +200,9 @@ static void test_filters(void)
         float top_p, min_p;
         const char *what;
     } cases[] = {
-        {1.0f, 0, 1.0f, 0.0f, "plain softmax"},   {0.7f, 0, 1.0f, 0.0f, "temperature 0.7"},
-        {1.5f, 10, 1.0f, 0.0f, "top-k 10"},        {1.0f, 0, 0.6f, 0.0f, "top-p 0.6"},
-        {1.0f, 0, 1.0f, 0.3f, "min-p 0.3"},       {0.8f, 20, 0.9f, 0.05f, "all four"},
+        {1.0f, 0, 1.0f, 0.0f, "plain softmax"}, {0.7f, 0, 1.0f, 0.0f, "temperature 0.7"},
+        {1.5f, 10, 1.0f, 0.0f, "top-k 10"},     {1.0f, 0, 0.6f, 0.0f, "top-p 0.6"},
+        {1.0f, 0, 1.0f, 0.3f, "min-p 0.3"},     {0.8f, 20, 0.9f, 0.05f, "all four"},
         {1.0f, 1, 1.0f, 0.0f, "top-k 1"},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

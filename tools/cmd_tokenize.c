@@ -58,7 +58,8 @@ static int run_encode(const struct lt_tokenizer *t, const struct opts *o,
                       const struct lt_strbuf *in)
 {
     struct lt_tokens tk = {.want_offsets = o->offsets};
-    unsigned flags = (o->special ? LT_TOKENIZE_PARSE_SPECIAL : 0) | (o->bos ? LT_TOKENIZE_ADD_BOS : 0);
+    unsigned flags =
+        (o->special ? LT_TOKENIZE_PARSE_SPECIAL : 0) | (o->bos ? LT_TOKENIZE_ADD_BOS : 0);
     double t0 = now_s();
     if (lt_tokenize(t, in->data, in->len, flags, &tk)) {
         fprintf(stderr, "lathe tokenize: %s\n", lt_last_error());
@@ -66,8 +67,8 @@ static int run_encode(const struct lt_tokenizer *t, const struct opts *o,
     }
     double dt = now_s() - t0;
     if (o->time)
-        fprintf(stderr, "lathe tokenize: %zu bytes -> %zu tokens in %.3f s (%.1f MB/s)\n",
-                in->len, tk.n, dt, dt > 0 ? (double)in->len / dt / 1e6 : 0.0);
+        fprintf(stderr, "lathe tokenize: %zu bytes -> %zu tokens in %.3f s (%.1f MB/s)\n", in->len,
+                tk.n, dt, dt > 0 ? (double)in->len / dt / 1e6 : 0.0);
     if (o->bin) {
         for (size_t i = 0; i < tk.n; i++) {
             unsigned char b[4] = {(unsigned char)tk.ids[i], (unsigned char)(tk.ids[i] >> 8),
@@ -107,7 +108,8 @@ static int run_decode(const struct lt_tokenizer *t, const struct opts *o,
             goto out_free_text;
         }
         lt_token id = (lt_token)v;
-        if (errno || v != id || lt_detokenize(t, &id, 1, o->special ? LT_DETOKENIZE_SPECIAL : 0, &out)) {
+        if (errno || v != id ||
+            lt_detokenize(t, &id, 1, o->special ? LT_DETOKENIZE_SPECIAL : 0, &out)) {
             fprintf(stderr, "lathe tokenize --decode: %s\n",
                     errno ? "id out of range" : lt_last_error());
             rc = 1;
@@ -169,7 +171,8 @@ static int render_one(const struct lt_tokenizer *t, const struct lt_chat_templat
     if (spans_file) {
         spans = calloc(r.n_spans + 1, sizeof(*spans));
         if (!spans || lt_chat_tokenize(t, &r, &tk, spans)) {
-            fprintf(stderr, "lathe tokenize --chat: %s\n", spans ? lt_last_error() : "out of memory");
+            fprintf(stderr, "lathe tokenize --chat: %s\n",
+                    spans ? lt_last_error() : "out of memory");
             goto out_free_render;
         }
         for (size_t i = 0; i < tk.n; i++)
@@ -210,9 +213,10 @@ static int run_chat(const struct lt_tokenizer *t, const struct lt_gguf *g, const
         size_t n = 0;
         struct lt_chat_options co = {0};
         if (read_conversation(in, &pos, &msgs, &n, &co)) {
-            fprintf(stderr, "lathe tokenize --chat: malformed input at byte %zu (expected "
-                            "\"chat N [gen] [think]\" then N role, content pairs, each "
-                            "field ending with a NUL)\n",
+            fprintf(stderr,
+                    "lathe tokenize --chat: malformed input at byte %zu (expected "
+                    "\"chat N [gen] [think]\" then N role, content pairs, each "
+                    "field ending with a NUL)\n",
                     pos);
             rc = 1;
         } else {

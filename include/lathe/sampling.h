@@ -61,7 +61,7 @@ struct lt_sampler {
     struct lt_rng rng;
     struct lt_sampler_cand *cands; /* scratch, [cap] */
     size_t cap;
-    uint8_t *seen;                 /* scratch, [cap]: penalised already */
+    uint8_t *seen; /* scratch, [cap]: penalised already */
 };
 
 /* Checks the parameters (a NaN or a negative top_p/min_p/penalty is LT_ERR_INVALID). */

@@ -65,17 +65,17 @@ const char *lt_pretokenizer_name(enum lt_pretokenizer p);
 /* A vocabulary as plain arrays, for building a tokenizer without a GGUF file. Strings are
  * token texts as GGUF stores them (byte-level alphabet for NORMAL tokens: "Ġthe"). */
 struct lt_vocab_desc {
-    const char *model;               /* "gpt2" (the only one supported) */
-    const char *pre;                 /* "qwen2", "qwen35", "smollm" */
+    const char *model; /* "gpt2" (the only one supported) */
+    const char *pre;   /* "qwen2", "qwen35", "smollm" */
     size_t n_tokens;
-    const char *const *tokens;       /* [n_tokens] */
-    const size_t *token_lens;        /* [n_tokens], or NULL: strlen */
-    const int32_t *token_types;      /* [n_tokens] enum lt_token_type, or NULL: all NORMAL */
+    const char *const *tokens;  /* [n_tokens] */
+    const size_t *token_lens;   /* [n_tokens], or NULL: strlen */
+    const int32_t *token_types; /* [n_tokens] enum lt_token_type, or NULL: all NORMAL */
     size_t n_merges;
-    const char *const *merges;       /* [n_merges] "left right", rank = index */
-    const size_t *merge_lens;        /* [n_merges], or NULL: strlen */
+    const char *const *merges;             /* [n_merges] "left right", rank = index */
+    const size_t *merge_lens;              /* [n_merges], or NULL: strlen */
     lt_token bos, eos, eot, eom, pad, unk; /* LT_TOKEN_NONE when absent */
-    bool add_bos;                    /* tokenizer.ggml.add_bos_token */
+    bool add_bos;                          /* tokenizer.ggml.add_bos_token */
 };
 
 struct lt_tokenizer;
@@ -129,8 +129,8 @@ struct lt_tokens {
 
 /* Appends the tokens of text[0..len) to out; offsets are relative to text. On failure
  * out->n is as it was. */
-lt_status lt_tokenize(const struct lt_tokenizer *t, const char *text, size_t len,
-                      unsigned flags, struct lt_tokens *out);
+lt_status lt_tokenize(const struct lt_tokenizer *t, const char *text, size_t len, unsigned flags,
+                      struct lt_tokens *out);
 void lt_tokens_free(struct lt_tokens *tk);
 
 /* Length of the valid UTF-8 sequence starting at s (1..4), 0 when s[0..n) does not start
@@ -152,8 +152,8 @@ enum lt_detokenize_flags {
 };
 
 /* Appends the bytes of ids[0..n) to out. An id out of range is LT_ERR_INVALID. */
-lt_status lt_detokenize(const struct lt_tokenizer *t, const lt_token *ids, size_t n,
-                        unsigned flags, struct lt_strbuf *out);
+lt_status lt_detokenize(const struct lt_tokenizer *t, const lt_token *ids, size_t n, unsigned flags,
+                        struct lt_strbuf *out);
 
 /* Streaming: push tokens one at a time; what is appended to `out` never ends inside a UTF-8
  * sequence that may still complete. Bytes that can never become valid UTF-8 are passed
@@ -235,8 +235,7 @@ struct lt_chat_render {
 
 /* Renders messages[0..n) into out (which must be zeroed or freed). */
 lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat_message *msgs,
-                         size_t n, const struct lt_chat_options *opts,
-                         struct lt_chat_render *out);
+                         size_t n, const struct lt_chat_options *opts, struct lt_chat_render *out);
 void lt_chat_render_free(struct lt_chat_render *r);
 
 /* Token ranges of one span: tokens [turn_begin, turn_end) are those whose bytes overlap the

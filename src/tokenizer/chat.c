@@ -53,8 +53,7 @@ static char *find_default_system(const char *jinja, const char **where)
     return NULL;
 }
 
-lt_status lt_chat_template_detect(const char *jinja, const char *arch,
-                                  struct lt_chat_template *out)
+lt_status lt_chat_template_detect(const char *jinja, const char *arch, struct lt_chat_template *out)
 {
     memset(out, 0, sizeof(*out));
     if (!jinja)
@@ -117,9 +116,15 @@ static void put(struct renderer *w, const char *s, size_t n)
         w->st = lt_strbuf_append(&w->r->text, s, n);
 }
 
-static void puts_(struct renderer *w, const char *s) { put(w, s, strlen(s)); }
+static void puts_(struct renderer *w, const char *s)
+{
+    put(w, s, strlen(s));
+}
 
-static size_t pos(struct renderer *w) { return w->r->text.len; }
+static size_t pos(struct renderer *w)
+{
+    return w->r->text.len;
+}
 
 static void add_span(struct renderer *w, const struct lt_chat_span *sp)
 {
@@ -205,8 +210,8 @@ static bool is_tool_response(const char *c)
     return starts_with(c, open) && n >= strlen(close) && !strcmp(c + n - strlen(close), close);
 }
 
-static void render_qwen35_assistant(struct renderer *w, const struct lt_chat_message *m,
-                                    size_t i, bool after_query, bool last)
+static void render_qwen35_assistant(struct renderer *w, const struct lt_chat_message *m, size_t i,
+                                    bool after_query, bool last)
 {
     const char *c = m->content;
     size_t cb = 0, ce = strlen(c);
@@ -288,8 +293,7 @@ static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, s
 }
 
 lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat_message *msgs,
-                         size_t n, const struct lt_chat_options *opts,
-                         struct lt_chat_render *out)
+                         size_t n, const struct lt_chat_options *opts, struct lt_chat_render *out)
 {
     memset(out, 0, sizeof(*out));
     for (size_t i = 0; i < n; i++)
@@ -351,8 +355,8 @@ static size_t tokens_starting_before(const struct lt_tokens *tk, size_t e)
     return lo;
 }
 
-static void token_range(const struct lt_tokens *tk, size_t len, size_t b, size_t e,
-                        size_t *tb, size_t *te)
+static void token_range(const struct lt_tokens *tk, size_t len, size_t b, size_t e, size_t *tb,
+                        size_t *te)
 {
     *tb = tokens_ending_by(tk, len, b);
     *te = e > b ? tokens_starting_before(tk, e) : *tb;
@@ -375,8 +379,7 @@ lt_status lt_chat_tokenize(const struct lt_tokenizer *t, const struct lt_chat_re
     for (size_t s = 0; s < r->n_spans; s++) {
         const struct lt_chat_span *sp = &r->spans[s];
         struct lt_chat_token_span *ts = &spans[s];
-        token_range(&tk, r->text.len, sp->turn_begin, sp->turn_end, &ts->turn_begin,
-                    &ts->turn_end);
+        token_range(&tk, r->text.len, sp->turn_begin, sp->turn_end, &ts->turn_begin, &ts->turn_end);
         token_range(&tk, r->text.len, sp->content_begin, sp->content_end, &ts->content_begin,
                     &ts->content_end);
         ts->turn_begin += base;

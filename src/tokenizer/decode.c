@@ -39,15 +39,13 @@ static bool token_rendered(const struct lt_tokenizer *t, lt_token id, unsigned f
     switch (t->types[id]) {
     case LT_TOKEN_TYPE_CONTROL:
     case LT_TOKEN_TYPE_UNKNOWN:
-    case LT_TOKEN_TYPE_UNUSED:
-        return flags & LT_DETOKENIZE_SPECIAL;
-    default:
-        return true;
+    case LT_TOKEN_TYPE_UNUSED: return flags & LT_DETOKENIZE_SPECIAL;
+    default: return true;
     }
 }
 
-lt_status lt_detokenize(const struct lt_tokenizer *t, const lt_token *ids, size_t n,
-                        unsigned flags, struct lt_strbuf *out)
+lt_status lt_detokenize(const struct lt_tokenizer *t, const lt_token *ids, size_t n, unsigned flags,
+                        struct lt_strbuf *out)
 {
     size_t len0 = out->len;
     for (size_t i = 0; i < n; i++) {
@@ -56,13 +54,15 @@ lt_status lt_detokenize(const struct lt_tokenizer *t, const lt_token *ids, size_
             out->len = len0;
             if (out->data)
                 out->data[len0] = 0;
-            return lt_fail(LT_ERR_INVALID, "detokenize: token %zu is id %d, outside the "
-                                           "vocabulary (%zu tokens)",
+            return lt_fail(LT_ERR_INVALID,
+                           "detokenize: token %zu is id %d, outside the "
+                           "vocabulary (%zu tokens)",
                            i, id, t->n_tokens);
         }
         if (!token_rendered(t, id, flags))
             continue;
-        lt_status st = lt_strbuf_append(out, t->bytes_pool + t->bytes_off[id], tok_bytes_len(t, id));
+        lt_status st =
+            lt_strbuf_append(out, t->bytes_pool + t->bytes_off[id], tok_bytes_len(t, id));
         if (st)
             return st;
     }
@@ -76,8 +76,10 @@ static size_t incomplete_tail(const unsigned char *s, size_t n)
         unsigned c = s[n - k];
         if ((c & 0xC0) == 0x80)
             continue; /* a continuation byte: its lead is further back */
-        size_t need = (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                    : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t need = (c >= 0xC2 && c <= 0xDF)   ? 2
+                      : (c >= 0xE0 && c <= 0xEF) ? 3
+                      : (c >= 0xF0 && c <= 0xF4) ? 4
+                                                 : 0;
         if (need <= k)
             return 0; /* complete, ASCII, or a byte that leads nothing */
         if (k >= 2) {
@@ -98,8 +100,7 @@ static size_t incomplete_tail(const unsigned char *s, size_t n)
     return 0;
 }
 
-void lt_decode_stream_init(struct lt_decode_stream *s, const struct lt_tokenizer *t,
-                           unsigned flags)
+void lt_decode_stream_init(struct lt_decode_stream *s, const struct lt_tokenizer *t, unsigned flags)
 {
     memset(s, 0, sizeof(*s));
     s->tok = t;

@@ -122,8 +122,8 @@ static lt_status try_pair(struct encoder *e, int32_t left, int32_t right)
 {
     if (left < 0 || right < 0)
         return LT_OK;
-    struct bpe_cand c = {.left = left, .right = right, .lid = e->syms[left].id,
-                         .rid = e->syms[right].id};
+    struct bpe_cand c = {
+        .left = left, .right = right, .lid = e->syms[left].id, .rid = e->syms[right].id};
     c.rank = tok_merge_find(e->t, c.lid, c.rid, &c.merged);
     return c.rank < 0 ? LT_OK : heap_push(e, &c);
 }
@@ -161,7 +161,8 @@ static lt_status bpe_piece(void *user, size_t off, size_t len)
         e->syms_cap = cap;
     }
     for (size_t i = 0; i < len; i++)
-        e->syms[i] = (struct bpe_sym){.id = t->byte_token[s[i]], .prev = (int32_t)i - 1,
+        e->syms[i] = (struct bpe_sym){.id = t->byte_token[s[i]],
+                                      .prev = (int32_t)i - 1,
                                       .next = i + 1 < len ? (int32_t)i + 1 : -1,
                                       .off = (uint32_t)i};
     e->heap_n = 0;
@@ -242,8 +243,8 @@ static bool find_special(const struct lt_tokenizer *t, const char *text, size_t 
     return false;
 }
 
-lt_status lt_tokenize(const struct lt_tokenizer *t, const char *text, size_t len,
-                      unsigned flags, struct lt_tokens *out)
+lt_status lt_tokenize(const struct lt_tokenizer *t, const char *text, size_t len, unsigned flags,
+                      struct lt_tokens *out)
 {
     size_t n0 = out->n;
     struct encoder e = {.t = t, .text = text, .out = out};

@@ -21,21 +21,22 @@
 /* \s spelled out as Unicode's White_Space, which is what \s means to Oniguruma (Hugging Face
  * tokenizers' regex engine); PCRE2's UCP \s also takes U+180E MONGOLIAN VOWEL SEPARATOR,
  * a format character since Unicode 6.3, and would split text differently around it. */
-#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}" \
-           "\\x{205F}\\x{3000}"
+#define WS                                                                                         \
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"    \
+    "\\x{205F}\\x{3000}"
 
 /* The tokenizer.json regexes with \s -> [WS], \S -> [^WS]. */
 static const char *const pretok_regex[LT_PRETOK_COUNT] = {
     /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*
      * |\s*[\r\n]+|\s+(?!\S)|\s+ */
-    [LT_PRETOK_QWEN2] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
-                        "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS
-                        "])|[" WS "]+",
+    [LT_PRETOK_QWEN2] =
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
+        "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
     /* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
      * | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
     [LT_PRETOK_QWEN35] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+"
-                         "|\\p{N}| ?[^" WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|["
-                         WS "]+(?![^" WS "])|[" WS "]+",
+                         "|\\p{N}| ?[^" WS "\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS
+                         "]+(?![^" WS "])|[" WS "]+",
     /* GPT-2's: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     [LT_PRETOK_SMOLLM] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+"
                          "|[" WS "]+(?![^" WS "])|[" WS "]+",
@@ -46,8 +47,7 @@ static lt_status compile_one(const char *pattern, pcre2_code **out)
     int err;
     PCRE2_SIZE erroff;
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &erroff,
-                                   NULL);
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &erroff, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
@@ -187,7 +187,8 @@ lt_status tok_pretok_split(const struct lt_tokenizer *t, struct tok_pretok_state
         if (r < 0)
             return err;
         size_t stop = r ? ms : n;
-        if (stop > off && (pst = split_regex(st, t->re_main, s + off, stop - off, off, piece, user)))
+        if (stop > off &&
+            (pst = split_regex(st, t->re_main, s + off, stop - off, off, piece, user)))
             return pst;
         if (!r)
             break;
@@ -208,8 +209,14 @@ lt_status tok_pretok_compile(struct lt_tokenizer *t)
                    lt_pretokenizer_name(t->pre));
 }
 
-void tok_pretok_free(struct lt_tokenizer *t) { (void)t; }
-void tok_pretok_state_free(struct tok_pretok_state *st) { (void)st; }
+void tok_pretok_free(struct lt_tokenizer *t)
+{
+    (void)t;
+}
+void tok_pretok_state_free(struct tok_pretok_state *st)
+{
+    (void)st;
+}
 
 lt_status tok_pretok_split(const struct lt_tokenizer *t, struct tok_pretok_state **st,
                            const char *s, size_t n, tok_piece_fn piece, void *user)

@@ -30,7 +30,10 @@ void lt_rng_seed(struct lt_rng *r, uint64_t seed)
         r->s[i] = splitmix64(&x);
 }
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t lt_rng_next(struct lt_rng *r)
 {
@@ -55,9 +58,13 @@ double lt_rng_uniform(struct lt_rng *r)
 
 struct lt_sampler_params lt_sampler_default_params(void)
 {
-    return (struct lt_sampler_params){.temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
-                                      .min_p = 0.0f, .repeat_penalty = 1.0f,
-                                      .repeat_last_n = 64, .seed = 0};
+    return (struct lt_sampler_params){.temperature = 1.0f,
+                                      .top_k = 0,
+                                      .top_p = 1.0f,
+                                      .min_p = 0.0f,
+                                      .repeat_penalty = 1.0f,
+                                      .repeat_last_n = 64,
+                                      .seed = 0};
 }
 
 lt_status lt_sampler_init(struct lt_sampler *s, const struct lt_sampler_params *p)
@@ -223,13 +230,15 @@ lt_status lt_sampler_sample(struct lt_sampler *s, const float *logits, size_t n_
 
     if (p->repeat_penalty != 1.0f && n_history) {
         size_t from = (p->repeat_last_n < 0 || (size_t)p->repeat_last_n >= n_history)
-                          ? 0 : n_history - (size_t)p->repeat_last_n;
+                          ? 0
+                          : n_history - (size_t)p->repeat_last_n;
         lt_status st = LT_OK;
         for (size_t i = from; i < n_history; i++) {
             lt_token id = history[i];
             if (id < 0 || (size_t)id >= n_vocab) {
-                st = lt_fail(LT_ERR_INVALID, "sampler: history token %zu is id %d, outside "
-                                             "the vocabulary (%zu)",
+                st = lt_fail(LT_ERR_INVALID,
+                             "sampler: history token %zu is id %d, outside "
+                             "the vocabulary (%zu)",
                              i, id, n_vocab);
                 break;
             }

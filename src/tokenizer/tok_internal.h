@@ -24,13 +24,13 @@ struct tok_merge_slot {
 struct lt_tokenizer {
     enum lt_pretokenizer pre;
     size_t n_tokens;
-    uint8_t *types;       /* [n_tokens] enum lt_token_type */
-    char *text_pool;      /* token texts, each NUL-terminated */
-    size_t *text_off;     /* [n_tokens + 1] */
-    char *bytes_pool;     /* token bytes, each NUL-terminated */
-    size_t *bytes_off;    /* [n_tokens + 1] */
+    uint8_t *types;    /* [n_tokens] enum lt_token_type */
+    char *text_pool;   /* token texts, each NUL-terminated */
+    size_t *text_off;  /* [n_tokens + 1] */
+    char *bytes_pool;  /* token bytes, each NUL-terminated */
+    size_t *bytes_off; /* [n_tokens + 1] */
 
-    uint32_t *str_slots;  /* text -> id + 1 (0 empty) */
+    uint32_t *str_slots; /* text -> id + 1 (0 empty) */
     size_t str_mask;
 
     struct tok_merge_slot *merge_slots;
@@ -39,7 +39,7 @@ struct lt_tokenizer {
     lt_token byte_token[256];
     size_t n_missing_bytes; /* bytes with no token of their own */
 
-    lt_token *specials;   /* CONTROL / USER_DEFINED tokens with text, longest first */
+    lt_token *specials; /* CONTROL / USER_DEFINED tokens with text, longest first */
     size_t n_specials;
     uint8_t special_first[256]; /* 1 when some special token's text starts with this byte */
 

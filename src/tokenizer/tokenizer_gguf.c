@@ -81,8 +81,7 @@ lt_status lt_tokenizer_from_gguf(const struct lt_gguf *g, struct lt_tokenizer **
             goto out_free_arrays;
         }
         if (lt_gguf_arr_len(v) != d.n_tokens) {
-            st = lt_fail(LT_ERR_FORMAT,
-                         "tokenizer.ggml.token_type has %llu entries for %zu tokens",
+            st = lt_fail(LT_ERR_FORMAT, "tokenizer.ggml.token_type has %llu entries for %zu tokens",
                          (unsigned long long)lt_gguf_arr_len(v), d.n_tokens);
             goto out_free_arrays;
         }

