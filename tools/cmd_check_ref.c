@@ -228,6 +228,10 @@ static lt_status check_loss_and_grads(struct ref_run *r)
     if ((st = lt_sched_place(sched, g, false, &refusal)) != LT_OK ||
         (st = lt_sched_alloc(sched, g)) != LT_OK)
         goto out_free;
+    printf("training graph: %d nodes;", g->n_nodes);
+    for (int b = 0; b < r->n_be; b++)
+        printf("%s %s %d", b ? "," : "", r->be[b]->name, lt_sched_count(sched, b));
+    printf(" (%d nodes fell back from %s)\n", lt_sched_n_fallback(sched), r->be[0]->name);
     int64_t N = r->B * r->T;
     labels = malloc(sizeof(int32_t) * (size_t)N);
     logits = malloc(sizeof(float) * (size_t)(N * r->V));
