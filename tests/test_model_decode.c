@@ -126,6 +126,24 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
     CHECK(bad_step < 0, "%s: batched decode differs at step %d (%g)", spec->arch, bad_step, worst);
     printf("%-7s decode/prefill/batch agree with the forward (worst %.2e)\n", spec->arch, worst);
 
+    /* an F16 KV cache: decode stays near the forward (keys and values rounded to half) */
+    {
+        struct lt_session *s16 = NULL;
+        struct lt_session_params p16 = sp;
+        p16.kv_type = LT_TYPE_F16;
+        CHECK(lt_session_new(m, &p16, &s16) == LT_OK, "%s", lt_last_error());
+        double worst16 = 0;
+        for (int t = 0; s16 && t < T_LEN; t++) {
+            CHECK(lt_session_decode(s16, 1, &seq, &tokens[1][t], one) == LT_OK);
+            close_logits(one, full + ((size_t)T_LEN + t) * V, V, &err);
+            worst16 = err > worst16 ? err : worst16;
+        }
+        CHECK(worst16 <= 1e-2, "%s: f16 cache error %g", spec->arch, worst16);
+        lt_session_free(s16);
+        p16.kv_type = LT_TYPE_Q8_0;
+        CHECK(lt_session_new(m, &p16, &s16) == LT_ERR_INVALID && s16 == NULL);
+    }
+
     /* a sequence asked twice in one batch, an unknown sequence, a bad token */
     int twice[2] = {0, 0}, bad_seq = N_SEQ;
     int32_t toks2[2] = {1, 2}, bad_tok = V;

@@ -152,7 +152,8 @@ struct lt_session_params {
     int n_ctx;     /* tokens per sequence */
     int n_seq_max; /* sequences held at once */
     /* Backends in priority order (e.g. {CUDA0, CPU}); the caches live on the first. NULL:
-     * one CPU backend the session creates. */
+     * one CPU backend the session creates. With a device first, load the model with that
+     * device as weights_backend: host weights would be copied to it at every call. */
     struct lt_backend *const *backends;
     int n_backends;
     enum lt_type kv_type; /* LT_TYPE_F32 (0, the default) or LT_TYPE_F16 */
