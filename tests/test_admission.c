@@ -228,8 +228,39 @@ static void test_regression_and_estimate(void)
     }
 }
 
+/* An OUTPUT node keeps its storage to the end even when it is read early: later results
+ * of the same size must not land on it. */
+static void test_output_lifetime(void)
+{
+    reset_backends();
+    struct lt_ctx *wctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *x = lt_new_tensor_1d(wctx, LT_TYPE_F32, 64);
+    for (int i = 0; i < 64; i++)
+        ((float *)x->data)[i] = 0.01f * (float)i;
+    struct lt_tensor *y = lt_sqr(ctx, x);
+    y->flags |= LT_FLAG_OUTPUT;
+    struct lt_tensor *z = lt_neg(ctx, y);
+    for (int i = 0; i < 6; i++)
+        z = lt_neg(ctx, lt_exp(ctx, z));
+    struct lt_graph *g = lt_graph_new(ctx, 64);
+    lt_graph_build(g, z);
+    struct lt_sched *s = lt_sched_new(&host, 1);
+    CHECK(lt_sched_place(s, g, true, NULL) == LT_OK);
+    CHECK(lt_sched_alloc(s, g) == LT_OK);
+    CHECK(lt_sched_compute(s, g) == LT_OK);
+    int bad = 0;
+    for (int i = 0; i < 64; i++)
+        bad += ((float *)y->data)[i] != ((float *)x->data)[i] * ((float *)x->data)[i];
+    CHECK(bad == 0, "%d elements of the OUTPUT node were overwritten", bad);
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    lt_ctx_free(wctx);
+}
+
 int main(void)
 {
+    test_output_lifetime();
     test_inference_fallback(false);
     test_inference_fallback(true);
     test_refusals();

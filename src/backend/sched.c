@@ -319,9 +319,12 @@ static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *
         for (int k = 0; k < LT_MAX_SRC; k++)
             if (n->src[k])
                 lt_ptrmap_set(&last_use, lt_storage_root(n->src[k]), i);
-        if (n->flags & (LT_FLAG_OUTPUT | LT_FLAG_LOSS))
-            lt_ptrmap_set(&last_use, lt_storage_root(n), g->n_nodes);
     }
+    /* outputs live to the end, whoever reads them (a second pass: a later reader must not
+     * shorten that) */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i]->flags & (LT_FLAG_OUTPUT | LT_FLAG_LOSS))
+            lt_ptrmap_set(&last_use, lt_storage_root(g->nodes[i]), g->n_nodes);
     /* leaves without storage live on the backend of their first reader */
     for (int l = 0; l < g->n_leafs; l++) {
         struct lt_tensor *t = g->leafs[l];
