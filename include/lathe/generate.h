@@ -159,7 +159,8 @@ lt_status lt_generator_prefill(struct lt_generator *gen, int seq, struct lt_gen_
 
 /* One decode step: feeds the pending token of gs[i] to session sequence seqs[i] for every
  * i < n (all running, distinct sequences) in one batched graph, then steps each with its
- * logits. On failure no sequence has moved. */
+ * logits. When the decode itself fails, no sequence has moved; when sampling fails for one
+ * (NaN logits), those before it have stepped and that one should be abandoned. */
 lt_status lt_generator_decode(struct lt_generator *gen, int n, const int *seqs,
                               struct lt_gen_seq *const *gs);
 
