@@ -6,7 +6,8 @@
  * BPE applies them in. A heap entry records the two token ids it was made for and is
  * skipped when popped if either symbol has changed since: the list is the truth, the heap
  * only a schedule. Each merge is O(log n), so a piece of megabytes (a run of spaces) stays
- * fast. */
+ * fast. Large inputs also get a direct-mapped cache of short pieces (words repeat), private
+ * to the call so the tokenizer itself stays immutable and shareable. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,8 +25,21 @@ struct bpe_cand {
     lt_token lid, rid, merged;
 };
 
+#define CACHE_PIECE 24        /* pieces up to this many bytes are cached */
+#define CACHE_SLOTS 4096      /* a power of two */
+#define CACHE_MIN_INPUT 65536 /* smaller inputs are not worth the cache's memory */
+
+struct cache_slot {
+    uint8_t len; /* 0: empty */
+    uint8_t n;   /* tokens */
+    uint8_t bytes[CACHE_PIECE];
+    uint8_t offs[CACHE_PIECE]; /* each token's first byte in the piece */
+    lt_token ids[CACHE_PIECE];
+};
+
 struct encoder {
     const struct lt_tokenizer *t;
+    struct cache_slot *cache; /* [CACHE_SLOTS] or NULL */
     const char *text;
     size_t run_base; /* offset of the current UTF-8 run in text */
     struct lt_tokens *out;
@@ -150,6 +164,17 @@ static lt_status bpe_piece(void *user, size_t off, size_t len)
                 return missing_byte(s[i], base + i);
     if (len == 1)
         return tok_push(e->out, t->byte_token[s[0]], base);
+    lt_status st;
+    struct cache_slot *slot = NULL;
+    if (e->cache && len <= CACHE_PIECE) {
+        slot = &e->cache[tok_hash(s, len) & (CACHE_SLOTS - 1)];
+        if (slot->len == len && !memcmp(slot->bytes, s, len)) {
+            for (size_t i = 0; i < slot->n; i++)
+                if ((st = tok_push(e->out, slot->ids[i], base + slot->offs[i])))
+                    return st;
+            return LT_OK;
+        }
+    }
     if (len > INT32_MAX)
         return lt_fail(LT_ERR_INVALID, "tokenizer: a piece of %zu bytes is too long", len);
     if (len > e->syms_cap) {
@@ -166,7 +191,6 @@ static lt_status bpe_piece(void *user, size_t off, size_t len)
                                       .next = i + 1 < len ? (int32_t)i + 1 : -1,
                                       .off = (uint32_t)i};
     e->heap_n = 0;
-    lt_status st;
     for (size_t i = 0; i + 1 < len; i++)
         if ((st = try_pair(e, (int32_t)i, (int32_t)i + 1)))
             return st;
@@ -183,9 +207,19 @@ static lt_status bpe_piece(void *user, size_t off, size_t len)
         if ((st = try_pair(e, l->prev, c.left)) || (st = try_pair(e, c.left, l->next)))
             return st;
     }
-    for (int32_t i = 0; i >= 0; i = e->syms[i].next)
+    if (slot) {
+        slot->len = (uint8_t)len;
+        slot->n = 0;
+        memcpy(slot->bytes, s, len);
+    }
+    for (int32_t i = 0; i >= 0; i = e->syms[i].next) {
         if ((st = tok_push(e->out, e->syms[i].id, base + e->syms[i].off)))
             return st;
+        if (slot) {
+            slot->ids[slot->n] = e->syms[i].id;
+            slot->offs[slot->n++] = (uint8_t)e->syms[i].off;
+        }
+    }
     return LT_OK;
 }
 
@@ -249,6 +283,8 @@ lt_status lt_tokenize(const struct lt_tokenizer *t, const char *text, size_t len
     size_t n0 = out->n;
     struct encoder e = {.t = t, .text = text, .out = out};
     lt_status st = LT_OK;
+    if (len >= CACHE_MIN_INPUT)
+        e.cache = calloc(CACHE_SLOTS, sizeof(*e.cache)); /* none (NULL) is fine too */
     if (flags & LT_TOKENIZE_ADD_BOS) {
         if (t->bos == LT_TOKEN_NONE) {
             st = lt_fail(LT_ERR_INVALID, "tokenizer: asked to add bos, but the vocabulary has "
@@ -277,6 +313,7 @@ lt_status lt_tokenize(const struct lt_tokenizer *t, const char *text, size_t len
 out_rollback:
     out->n = n0;
 out_free_encoder:
+    free(e.cache);
     tok_pretok_state_free(e.pst);
     free(e.syms);
     free(e.heap);

@@ -25,6 +25,7 @@ with and without special-token parsing; decode(encode(x)) == x; the chat templat
 Jinja (SmolLM2's real template; Qwen3.5's and Qwen2.5's as written below); chat spans.
 """
 import base64
+import glob
 import os
 import random
 import subprocess
@@ -570,12 +571,25 @@ def check_roundtrip(v, ids, data, special, what):
         print(f"  first difference at byte {i}: {back[i - 20:i + 20]!r} vs {data[i - 20:i + 20]!r}")
 
 
+def real_text(size):
+    """Python's own library sources: real English and code, with the repetition of real text
+    (which exercises the encoder's piece cache)."""
+    out, total = [], 0
+    for path in sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "*.py"))):
+        with open(path, "rb") as f:
+            out.append(f.read())
+        total += len(out[-1])
+        if total >= size:
+            break
+    return b"".join(out)[:size]
+
+
 def check_vocab(v, corpus_mb, special_mb):
     t0 = time.time()
     tok = hf_tokenizer(v)
     print(f"  {v.name}: tokenizers reference built in {time.time() - t0:.1f} s", flush=True)
     rng = random.Random(f"{SEED}-{v.name}")
-    data = make_corpus(rng, int(corpus_mb * 1e6))
+    data = real_text(500_000) + make_corpus(rng, int(corpus_mb * 1e6))
     ids = compare(v, tok, data, False, "plain corpus")
     check_roundtrip(v, ids, data, False, "plain corpus")
     hf_add_specials(tok, v)
