@@ -12,7 +12,9 @@
  *      merges and pre-tokenizer.
  * An invalid byte becomes the single token of that byte (byte-level vocabularies have one
  * for every byte value), so no input byte is ever dropped or replaced: decoding the tokens
- * of any input gives back exactly its bytes. Unicode normalization (NFC) is not applied.
+ * of any input gives back exactly its bytes. Unicode normalization is not applied: the Hugging
+ * Face Qwen tokenizers normalize to NFC first, so for text that is not already NFC (rare:
+ * decomposed accents) their ids differ unless the caller normalizes before encoding.
  * One exception, inherited from the vocabulary: a byte value it has no token for (SmolLM2
  * lacks 21, e.g. 0x04, 0xC0, 0xFF) encodes as its unknown token, as Hugging Face does, or,
  * when it has none, makes lt_tokenize fail; lt_tokenizer_missing_bytes lists them.
