@@ -95,8 +95,8 @@ static bool is_2d_target(void *user, const struct lt_tensor *w)
 static void test_create(struct lt_model *m)
 {
     struct lt_lora *l;
-    struct lt_lora_params p = {.rank = 4, .alpha = 8, .targets = "attn_q, ffn_down", .top_layers = 2,
-                               .seed = 3};
+    struct lt_lora_params p = {
+        .rank = 4, .alpha = 8, .targets = "attn_q, ffn_down", .top_layers = 2, .seed = 3};
     CHECK(lt_lora_new(m, &p, &l) == LT_OK, "%s", lt_last_error());
     if (!l)
         return;
@@ -131,7 +131,8 @@ static void test_create(struct lt_model *m)
     int64_t n_a = 0;
     for (int i = 0; i < l->n_pairs; i++)
         n_a += lt_nelements(l->pairs[i].a);
-    CHECK(fabs(a_abs / (double)n_a - 0.5) < 0.05, "A uniform: mean |a|/bound %.3f", a_abs / (double)n_a);
+    CHECK(fabs(a_abs / (double)n_a - 0.5) < 0.05, "A uniform: mean |a|/bound %.3f",
+          a_abs / (double)n_a);
     CHECK(params, "A and B trainable");
     struct lt_lora *l2;
     CHECK(lt_lora_new(m, &p, &l2) == LT_OK &&
@@ -144,12 +145,12 @@ static void test_create(struct lt_model *m)
               l->n_pairs == 12,
           "default targets: q, k, v, output in 3 layers");
     lt_lora_free(l);
-    CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 4, .targets = "attn_qkv"}, &l) ==
-                  LT_ERR_INVALID &&
+    CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 4, .targets = "attn_qkv"},
+                      &l) == LT_ERR_INVALID &&
               strstr(lt_last_error(), "'attn_qkv' matches no weight of this llama model"),
           "%s", lt_last_error());
-    CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 4, .targets = "attn_z"}, &l) ==
-                  LT_ERR_INVALID &&
+    CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 4, .targets = "attn_z"},
+                      &l) == LT_ERR_INVALID &&
               strstr(lt_last_error(), "unknown target 'attn_z'"),
           "%s", lt_last_error());
     CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 4, .top_layers = 4}, &l) ==
@@ -162,8 +163,9 @@ static void test_round_trip(struct lt_model *m, const char *dir)
     char path[600];
     snprintf(path, sizeof(path), "%s/test_lora_rt.gguf", dir);
     struct lt_lora *l, *r;
-    CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 3, .alpha = 5, .seed = 9,
-                                                  .targets = "attn_v,ffn_up"},
+    CHECK(lt_lora_new(m,
+                      &(struct lt_lora_params){
+                          .rank = 3, .alpha = 5, .seed = 9, .targets = "attn_v,ffn_up"},
                       &l) == LT_OK,
           "%s", lt_last_error());
     randomise_b(l, 11, 0.1f);
@@ -186,9 +188,11 @@ static void test_round_trip(struct lt_model *m, const char *dir)
         float scales[2] = {0.5f, 2.0f};
         CHECK(lt_lora_model_list(m, ls, scales, 2, &list, &n) == LT_OK && n == 2 * l->n_pairs,
               "list of both adapters");
-        CHECK(fabsf(list[0].scale - 0.5f * 5 / 3) < 1e-6f && fabsf(list[n - 1].scale - 2.0f * 5 / 3) < 1e-6f,
+        CHECK(fabsf(list[0].scale - 0.5f * 5 / 3) < 1e-6f &&
+                  fabsf(list[n - 1].scale - 2.0f * 5 / 3) < 1e-6f,
               "scale = user * alpha / rank: %g %g", list[0].scale, list[n - 1].scale);
-        CHECK(list[0].w == lt_model_find_weight(m, l->pairs[0].weight) && list[0].a == r->pairs[0].a,
+        CHECK(list[0].w == lt_model_find_weight(m, l->pairs[0].weight) &&
+                  list[0].a == r->pairs[0].a,
               "pairs point at the weight and the adapter");
         free(list);
         /* a mismatched adapter is refused */
@@ -220,7 +224,8 @@ static lt_status write_adapter(const char *path, int variant)
     }
     int64_t na[2] = {32, 2}, nb[2] = {variant == 3 ? 3 : 2, 32};
     size_t nbb = (size_t)nb[0] * 32 * 2;
-    lt_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_a", LT_TYPE_F16, 2, na, a16, sizeof(a16));
+    lt_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_a", LT_TYPE_F16, 2, na, a16,
+                              sizeof(a16));
     if (variant != 2)
         lt_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_b", LT_TYPE_F16, 2, nb,
                                   variant == 3 ? calloc(1, nbb) : (void *)b16, nbb);
@@ -234,7 +239,8 @@ static void test_bad_files(struct lt_model *m, const char *dir)
     char path[600];
     snprintf(path, sizeof(path), "%s/test_lora_bad.gguf", dir);
     struct lt_lora *l;
-    CHECK(write_adapter(path, 0) == LT_OK && lt_lora_load(path, &l) == LT_OK, "%s", lt_last_error());
+    CHECK(write_adapter(path, 0) == LT_OK && lt_lora_load(path, &l) == LT_OK, "%s",
+          lt_last_error());
     if (l) {
         float a = ((float *)l->pairs[0].a->data)[3], b = ((float *)l->pairs[0].b->data)[7];
         CHECK(a == 0.25f * 3 - 0.5f && b == 0.125f * 2, "F16 tensors converted: %g %g", a, b);
@@ -274,12 +280,16 @@ static void test_apply(const char *dir, enum lt_type wtype)
     for (int i = 0; i < T; i++)
         tokens[i] = (i * 37 + 5) % TINY_VOCAB;
     struct lt_lora *l1, *l2;
-    lt_lora_new(m, &(struct lt_lora_params){.rank = 4, .alpha = 8, .seed = 1,
-                                            .targets = "attn_q,attn_v,attn_output,ffn_down"},
-                &l1);
-    lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 2, .seed = 2,
-                                            .targets = "attn_q,ffn_gate", .top_layers = 1},
-                &l2);
+    lt_lora_new(
+        m,
+        &(struct lt_lora_params){
+            .rank = 4, .alpha = 8, .seed = 1, .targets = "attn_q,attn_v,attn_output,ffn_down"},
+        &l1);
+    lt_lora_new(
+        m,
+        &(struct lt_lora_params){
+            .rank = 2, .alpha = 2, .seed = 2, .targets = "attn_q,ffn_gate", .top_layers = 1},
+        &l2);
     randomise_b(l1, 21, 0.3f);
     randomise_b(l2, 22, 0.3f);
     static float base[T * TINY_VOCAB], with[T * TINY_VOCAB], merged[T * TINY_VOCAB];
@@ -303,8 +313,10 @@ static void test_apply(const char *dir, enum lt_type wtype)
     struct lt_model_adapters mad = {.replace = rep, .n_replace = n_rep};
     CHECK(logits_of(m, &mad, tokens, T, merged) == LT_OK, "%s", lt_last_error());
     lt_model_f32_params_free(f32);
-    double e1 = check_nmse(with, merged, T * TINY_VOCAB), d1 = check_nmse(with, base, T * TINY_VOCAB);
-    printf("%s base: one adapter vs merged nmse %.3g (vs base %.3g)\n", lt_type_name(wtype), e1, d1);
+    double e1 = check_nmse(with, merged, T * TINY_VOCAB),
+           d1 = check_nmse(with, base, T * TINY_VOCAB);
+    printf("%s base: one adapter vs merged nmse %.3g (vs base %.3g)\n", lt_type_name(wtype), e1,
+           d1);
     CHECK(e1 < 1e-9 && d1 > 1e-4, "one adapter = merged weights (nmse %g), and not the base (%g)",
           e1, d1);
 
@@ -365,8 +377,9 @@ static int mode_write(const char *dir)
     struct lt_model *m;
     struct lt_lora *l;
     if (tiny_model_write(mp, &sp) || lt_model_load(mp, NULL, &m) ||
-        lt_lora_new(m, &(struct lt_lora_params){.rank = 4, .alpha = 8, .seed = 5,
-                                                .targets = "attn_q,attn_v,ffn_down"},
+        lt_lora_new(m,
+                    &(struct lt_lora_params){
+                        .rank = 4, .alpha = 8, .seed = 5, .targets = "attn_q,attn_v,ffn_down"},
                     &l)) {
         fprintf(stderr, "%s\n", lt_last_error());
         return 1;

@@ -121,9 +121,10 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     for (int i = 0; i < l->n_pairs; i++) {
         const char *w = l->pairs[i].weight;
         bool rec = lt_model_layer_is_recurrent(m, l->pairs[i].layer);
-        bool ok = rec ? (strstr(w, ".attn_qkv.") || strstr(w, ".attn_gate.") || strstr(w, ".ssm_out."))
-                      : (strstr(w, ".attn_q.") || strstr(w, ".attn_k.") || strstr(w, ".attn_v.") ||
-                         strstr(w, ".attn_output."));
+        bool ok =
+            rec ? (strstr(w, ".attn_qkv.") || strstr(w, ".attn_gate.") || strstr(w, ".ssm_out."))
+                : (strstr(w, ".attn_q.") || strstr(w, ".attn_k.") || strstr(w, ".attn_v.") ||
+                   strstr(w, ".attn_output."));
         CHECK(ok, "%s: %s in a %s layer", sp->arch, w, rec ? "recurrent" : "attention");
         n_ssm += strstr(w, ".ssm_out.") != NULL;
     }
@@ -159,7 +160,8 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     CHECK(tm_forward_ad(m, cpu, &mad, tok, T, 1, merged) == LT_OK, "%s", lt_last_error());
     lt_model_f32_params_free(f32);
     double e = check_nmse(with, merged, (long)nl), d = check_nmse(with, base, (long)nl);
-    CHECK(e < 1e-9 && d > 1e-4, "%s: adapters = merged (nmse %g; %g from the base)", sp->arch, e, d);
+    CHECK(e < 1e-9 && d > 1e-4, "%s: adapters = merged (nmse %g; %g from the base)", sp->arch, e,
+          d);
     free(with);
     free(merged);
     free(base);
@@ -177,8 +179,9 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     /* qwen35: the top block is an attention layer, where attn_qkv and ssm_out don't exist */
     const char *targets = strcmp(sp->arch, "qwen35") ? "attn_q,attn_v,ffn_down"
                                                      : "attn_qkv,ssm_out,attn_q,attn_v,ffn_down";
-    CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 4, .alpha = 8, .seed = 2, .top_layers = 1,
-                                                  .targets = targets},
+    CHECK(lt_lora_new(m,
+                      &(struct lt_lora_params){
+                          .rank = 4, .alpha = 8, .seed = 2, .top_layers = 1, .targets = targets},
                       &l) == LT_OK,
           "%s", lt_last_error());
     bool top_only = l && l->n_pairs > 0;

@@ -100,7 +100,8 @@ static void test_text_windows(void)
     int once = 0;
     for (int t = 1; t < N; t++)
         once += times[t] == 1;
-    CHECK(once == N - 1 && times[0] == 0, "every target trained exactly once (%d of %d)", once, N - 1);
+    CHECK(once == N - 1 && times[0] == 0, "every target trained exactly once (%d of %d)", once,
+          N - 1);
     CHECK(d.n_loss == N - 1, "n_loss %lld", (long long)d.n_loss);
     CHECK(d.ex[0].n == W && d.ex[0].n_loss == W, "the first window is all loss");
     lt_dataset_free(&d);
@@ -179,13 +180,14 @@ static void test_chat_refusals(void)
 static void test_fit(void)
 {
     struct lt_dataset d;
-    const char *conv = "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"},"
-                       " {\"role\": \"user\", \"content\": \"u1\"},"
-                       " {\"role\": \"assistant\", \"content\": \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"},"
-                       " {\"role\": \"user\", \"content\": \"u2\"},"
-                       " {\"role\": \"assistant\", \"content\": \"b\"},"
-                       " {\"role\": \"user\", \"content\": \"u3\"},"
-                       " {\"role\": \"assistant\", \"content\": \"c\"}]}";
+    const char *conv =
+        "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"},"
+        " {\"role\": \"user\", \"content\": \"u1\"},"
+        " {\"role\": \"assistant\", \"content\": \"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"},"
+        " {\"role\": \"user\", \"content\": \"u2\"},"
+        " {\"role\": \"assistant\", \"content\": \"b\"},"
+        " {\"role\": \"user\", \"content\": \"u3\"},"
+        " {\"role\": \"assistant\", \"content\": \"c\"}]}";
     struct seq full = {0}, last2 = {0}, last1 = {0};
     put_msg(&full, "system", "S", false);
     put_msg(&full, "user", "u1", false);

@@ -18,7 +18,10 @@
 static char dir[400], model_path[600], out_path[600];
 static const char *text;
 
-static bool exists(const char *p) { return access(p, F_OK) == 0; }
+static bool exists(const char *p)
+{
+    return access(p, F_OK) == 0;
+}
 
 static void sleep_ms(int ms)
 {
@@ -52,8 +55,13 @@ static struct lt_model *load(const char *path)
 static void test_lora_job(struct lt_model *m, struct lt_backend *cpu)
 {
     remove(out_path);
-    struct lt_train_params p = {.out = out_path, .text = text, .rank = 4, .window = 32,
-                                .epochs = 4, .lr = 1e-2f, .val_split = 0.2f,
+    struct lt_train_params p = {.out = out_path,
+                                .text = text,
+                                .rank = 4,
+                                .window = 32,
+                                .epochs = 4,
+                                .lr = 1e-2f,
+                                .val_split = 0.2f,
                                 .targets = "attn_q,attn_v,attn_output,ffn_down"};
     struct lt_train_result r;
     struct counter c = {0, 0, true};
@@ -70,7 +78,8 @@ static void test_lora_job(struct lt_model *m, struct lt_backend *cpu)
           r.n_train, r.n_val);
     CHECK(r.train_loss[3] < 0.8f * r.train_loss[0], "train loss fell: %g -> %g", r.train_loss[0],
           r.train_loss[3]);
-    CHECK(r.eval_loss[3] < r.eval_loss[0], "eval loss fell: %g -> %g", r.eval_loss[0], r.eval_loss[3]);
+    CHECK(r.eval_loss[3] < r.eval_loss[0], "eval loss fell: %g -> %g", r.eval_loss[0],
+          r.eval_loss[3]);
     CHECK(r.curve[0] > 4.0f, "the first step's loss %g is near log(259) = 5.56 (B = 0: the base)",
           r.curve[0]);
     CHECK(c.calls == r.n_curve && c.monotonic && r.n_curve == 4 * r.n_train, "progress: %d calls",
@@ -78,7 +87,8 @@ static void test_lora_job(struct lt_model *m, struct lt_backend *cpu)
     CHECK(r.tokens > 0 && r.tokens_per_s > 0 && r.seconds > 0, "throughput");
     CHECK(r.peak_bytes > 0 && r.allocated_bytes > 0 && r.n_trainable == 16, "admission numbers: %d",
           r.n_trainable);
-    CHECK(r.n_trainable_elements == 2 * (4 * (32 + 32) + 4 * (32 + 16) + 4 * (32 + 32) + 4 * (64 + 32)),
+    CHECK(r.n_trainable_elements ==
+              2 * (4 * (32 + 32) + 4 * (32 + 16) + 4 * (32 + 32) + 4 * (64 + 32)),
           "trainable elements %lld", (long long)r.n_trainable_elements);
     CHECK(strstr(r.admission, "memory estimate") != NULL, "admission text: %s", r.admission);
     struct lt_lora *l = NULL;
@@ -121,8 +131,8 @@ static void test_dry_run_and_refusals(struct lt_model *m)
           "dry run: %s", r.error);
     CHECK(!exists(out_path) && r.allocated_bytes == 0 && gap_of(gap)->bytes_allocated == 0,
           "a dry run writes and allocates nothing");
-    CHECK(r.peak_bytes > 0 && r.n_fallback == 0 && strstr(r.admission, "GAP0"), "dry run report: %s",
-          r.admission);
+    CHECK(r.peak_bytes > 0 && r.n_fallback == 0 && strstr(r.admission, "GAP0"),
+          "dry run report: %s", r.admission);
     lt_train_result_free(&r);
 
     /* the device can't run SOFT_MAX_BACK: allowed by default (fallback), refused device_only */
@@ -140,11 +150,12 @@ static void test_dry_run_and_refusals(struct lt_model *m)
     CHECK(!strcmp(r.refusal.op, "SOFT_MAX_BACK") && r.refusal.source[0] &&
               strstr(r.refusal.sentence, "SOFT_MAX_BACK") &&
               strstr(r.refusal.sentence, r.refusal.source),
-          "names op %s, node '%s', source '%s': %s", r.refusal.op, r.refusal.node,
-          r.refusal.source, r.refusal.sentence);
+          "names op %s, node '%s', source '%s': %s", r.refusal.op, r.refusal.node, r.refusal.source,
+          r.refusal.sentence);
     CHECK(!strcmp(r.error, r.refusal.sentence) && !strcmp(lt_last_error(), r.refusal.sentence),
           "the sentence is carried unchanged: %s", r.error);
-    CHECK(!exists(out_path) && gap_of(gap)->bytes_allocated == 0, "refused: nothing written or allocated");
+    CHECK(!exists(out_path) && gap_of(gap)->bytes_allocated == 0,
+          "refused: nothing written or allocated");
     lt_train_result_free(&r);
 
     gap_of(gap)->gap_always[LT_OP_SOFT_MAX_BACK] = false;
@@ -191,8 +202,8 @@ static void test_cancel_pause(struct lt_model *m)
 {
     remove(out_path);
     struct lt_backend *gap = gap_backend_new("GAP0");
-    struct lt_train_params p = {.out = out_path, .text = text, .window = 32,
-                                .epochs = LT_TRAIN_MAX_EPOCHS};
+    struct lt_train_params p = {
+        .out = out_path, .text = text, .window = 32, .epochs = LT_TRAIN_MAX_EPOCHS};
     struct lt_train_job *job;
     CHECK(lt_train_job_start(m, &gap, 1, &p, NULL, NULL, &job) == LT_OK, "%s", lt_last_error());
     wait_for(job, 2, LT_TRAIN_IDLE);
@@ -238,8 +249,13 @@ static void test_device_backend(struct lt_model *m)
     remove(out_path);
     struct lt_backend *dev = gap_backend_new("DEV0");
     dev->is_host = false;
-    struct lt_train_params p = {.out = out_path, .text = text, .rank = 4, .window = 32,
-                                .epochs = 2, .lr = 1e-2f, .targets = "attn_q,attn_v"};
+    struct lt_train_params p = {.out = out_path,
+                                .text = text,
+                                .rank = 4,
+                                .window = 32,
+                                .epochs = 2,
+                                .lr = 1e-2f,
+                                .targets = "attn_q,attn_v"};
     struct lt_train_result r;
     lt_status st = lt_train_job_run(m, &dev, 1, &p, NULL, NULL, &r);
     CHECK(st == LT_OK, "%s", r.error);
@@ -278,8 +294,8 @@ static void test_full(struct lt_backend *cpu, enum lt_type wtype)
     if (!m)
         return;
     remove(out_path);
-    struct lt_train_params p = {.out = out_path, .text = text, .window = 32, .epochs = 2,
-                                .full = true, .lr = 3e-3f};
+    struct lt_train_params p = {
+        .out = out_path, .text = text, .window = 32, .epochs = 2, .full = true, .lr = 3e-3f};
     struct lt_train_result r;
     lt_status st = lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r);
     if (wtype == LT_TYPE_Q8_0) {
@@ -304,7 +320,8 @@ static void test_full(struct lt_backend *cpu, enum lt_type wtype)
                    lt_gguf_kv_type(a, i) == lt_gguf_kv_type(b, i);
         CHECK(keys, "every metadata key kept");
         const char *name;
-        CHECK(lt_gguf_get_str(b, "general.name", &name) == LT_OK && !strcmp(name, "tiny test model"),
+        CHECK(lt_gguf_get_str(b, "general.name", &name) == LT_OK &&
+                  !strcmp(name, "tiny test model"),
               "general.name");
         bool same_layout = lt_gguf_n_tensors(a) == lt_gguf_n_tensors(b);
         int changed = 0;
@@ -345,8 +362,12 @@ static void test_lora_bases(struct lt_backend *cpu)
         if (!m)
             continue;
         remove(out_path);
-        struct lt_train_params p = {.out = out_path, .text = text, .window = 32, .epochs = 2,
-                                    .lr = 1e-2f, .targets = "attn_q,attn_v,ffn_up,ffn_down"};
+        struct lt_train_params p = {.out = out_path,
+                                    .text = text,
+                                    .window = 32,
+                                    .epochs = 2,
+                                    .lr = 1e-2f,
+                                    .targets = "attn_q,attn_v,ffn_up,ffn_down"};
         struct lt_train_result r;
         lt_status st = lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r);
         CHECK(st == LT_OK, "%s base: %s", lt_type_name(types[t]), r.error);
@@ -379,8 +400,12 @@ static void test_chat_job(struct lt_model *m, struct lt_backend *cpu)
     }
     strcat(ex, "{\"messages\": [{\"role\": \"user\", \"content\": \"a very long question that "
                "goes on and on and on\"}, {\"role\": \"assistant\", \"content\": \"yes.\"}]}\n");
-    struct lt_train_params p = {.out = out_path, .examples = ex, .window = 48, .epochs = 3,
-                                .lr = 1e-2f, .val_split = 0.25f};
+    struct lt_train_params p = {.out = out_path,
+                                .examples = ex,
+                                .window = 48,
+                                .epochs = 3,
+                                .lr = 1e-2f,
+                                .val_split = 0.25f};
     struct lt_train_result r;
     CHECK(lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r) == LT_ERR_INVALID &&
               strstr(r.error, "example 8 (line 9)") && !exists(out_path),

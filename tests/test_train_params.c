@@ -24,11 +24,13 @@ int main(void)
     CHECK(fabsf(p.lr - 1e-3f) < 1e-9f, "LoRA lr default %g", (double)p.lr);
     struct lt_train_params f = {.full = true, .rank = 4};
     lt_train_params_defaults(&f);
-    CHECK(fabsf(f.lr - 1e-4f) < 1e-9f && f.alpha == 8, "full lr %g, alpha follows rank", (double)f.lr);
+    CHECK(fabsf(f.lr - 1e-4f) < 1e-9f && f.alpha == 8, "full lr %g, alpha follows rank",
+          (double)f.lr);
 
     struct lt_train_errors e;
     struct lt_train_params ok = {.out = "a.gguf", .text = "hello"};
-    CHECK(lt_train_params_validate(&ok, &e) == LT_OK && e.n == 0, "minimal job: %s", lt_last_error());
+    CHECK(lt_train_params_validate(&ok, &e) == LT_OK && e.n == 0, "minimal job: %s",
+          lt_last_error());
 
     struct lt_train_params bad = {
         .text = "x",
@@ -67,16 +69,19 @@ int main(void)
     CHECK(lt_train_params_validate(&nodata, &e) == LT_ERR_INVALID && e.n == 1 &&
               has_field(&e, "text", "training data"),
           "no data");
-    struct lt_train_params fulltargets = {.out = "a.gguf", .text = "x", .full = true,
-                                          .targets = "attn_q"};
+    struct lt_train_params fulltargets = {
+        .out = "a.gguf", .text = "x", .full = true, .targets = "attn_q"};
     CHECK(lt_train_params_validate(&fulltargets, &e) == LT_ERR_INVALID &&
               has_field(&e, "targets", "full fine-tuning"),
           "targets with full");
     struct lt_train_params textfit = {.out = "a.gguf", .text_path = "t.txt", .fit = LT_FIT_LEFT};
     CHECK(lt_train_params_validate(&textfit, &e) == LT_ERR_INVALID && has_field(&e, "fit", "chat"),
           "fit with text");
-    struct lt_train_params chatfit = {.out = "a.gguf", .examples = "{}", .fit = LT_FIT_MIDDLE,
-                                      .val_split = 0.1f, .targets = " attn_qkv , ssm_out,"};
+    struct lt_train_params chatfit = {.out = "a.gguf",
+                                      .examples = "{}",
+                                      .fit = LT_FIT_MIDDLE,
+                                      .val_split = 0.1f,
+                                      .targets = " attn_qkv , ssm_out,"};
     CHECK(lt_train_params_validate(&chatfit, NULL) == LT_OK, "%s", lt_last_error());
 
     enum lt_fit_policy fp;

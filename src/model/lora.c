@@ -14,8 +14,8 @@
 #include "lathe/sampling.h"
 
 static const char *const known_targets[] = {
-    "attn_q",   "attn_k",   "attn_v",    "attn_output", "ffn_gate",
-    "ffn_up",   "ffn_down", "attn_qkv",  "attn_gate",   "ssm_out",
+    "attn_q", "attn_k",   "attn_v",   "attn_output", "ffn_gate",
+    "ffn_up", "ffn_down", "attn_qkv", "attn_gate",   "ssm_out",
 };
 
 bool lt_lora_target_known(const char *module)
@@ -77,7 +77,8 @@ static lt_status lora_alloc(int n_pairs, size_t data_bytes, struct lt_lora **out
         return lt_fail(LT_ERR_NOMEM, "out of memory for an adapter");
     l->pairs = calloc((size_t)(n_pairs > 0 ? n_pairs : 1), sizeof(*l->pairs));
     /* headers (two per pair, ~512 bytes each) plus data, aligned */
-    l->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = data_bytes + (size_t)n_pairs * 2048 + 4096});
+    l->ctx =
+        lt_ctx_init((struct lt_ctx_params){.mem_size = data_bytes + (size_t)n_pairs * 2048 + 4096});
     if (!l->pairs || !l->ctx) {
         lt_lora_free(l);
         return lt_fail(LT_ERR_NOMEM, "out of memory for an adapter of %d pairs", n_pairs);
@@ -117,7 +118,10 @@ static lt_status add_pair(struct lt_lora *l, const char *weight, int layer, int6
     return LT_OK;
 }
 
-int lt_lora_rank(const struct lt_lora *l, int i) { return (int)l->pairs[i].a->ne[1]; }
+int lt_lora_rank(const struct lt_lora *l, int i)
+{
+    return (int)l->pairs[i].a->ne[1];
+}
 
 float lt_lora_scale(const struct lt_lora *l, int i, float user_scale)
 {
@@ -196,8 +200,9 @@ lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
             return lt_fail(LT_ERR_INVALID, "target '%s' matches no weight of this %s model",
                            targets[t], lt_arch_name(hp->arch));
     if (n_pairs == 0)
-        return lt_fail(LT_ERR_INVALID, "no target weight (%s) in the top %d layers of this %s model",
-                       list, p->top_layers, lt_arch_name(hp->arch));
+        return lt_fail(LT_ERR_INVALID,
+                       "no target weight (%s) in the top %d layers of this %s model", list,
+                       p->top_layers, lt_arch_name(hp->arch));
 
     struct lt_lora *l;
     st = lora_alloc(n_pairs, bytes, &l);
@@ -252,8 +257,7 @@ lt_status lt_lora_check(const struct lt_lora *l, const struct lt_model *m)
 }
 
 lt_status lt_lora_model_list(const struct lt_model *m, struct lt_lora *const *loras,
-                             const float *scales, int n, struct lt_model_lora **list,
-                             int *n_list)
+                             const float *scales, int n, struct lt_model_lora **list, int *n_list)
 {
     *list = NULL;
     *n_list = 0;
@@ -328,8 +332,8 @@ static lt_status read_tensor(const char *path, const struct lt_gguf_tensor_info 
 {
     const struct lt_type_traits *tr = lt_type_traits(ti->type);
     if (!tr || !tr->to_float)
-        return lt_fail(LT_ERR_FORMAT, "%s: tensor '%s' has type %s, which lathe cannot read",
-                       path, ti->name, lt_type_name(ti->type));
+        return lt_fail(LT_ERR_FORMAT, "%s: tensor '%s' has type %s, which lathe cannot read", path,
+                       ti->name, lt_type_name(ti->type));
     size_t row = lt_row_size(ti->type, ti->ne[0]);
     for (int64_t r = 0; r < ti->ne[1]; r++)
         tr->to_float((const char *)ti->data + (size_t)r * row, (float *)dst->data + r * ti->ne[0],

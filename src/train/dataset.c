@@ -22,8 +22,8 @@ void lt_dataset_free(struct lt_dataset *d)
 }
 
 /* Appends an example of n tokens (copied) with labels (copied). */
-lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int32_t *labels,
-                          int n, int source)
+lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int32_t *labels, int n,
+                          int source)
 {
     if (d->n == d->cap) {
         int cap = d->cap ? 2 * d->cap : 64;
@@ -54,8 +54,8 @@ lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int
     return LT_OK;
 }
 
-lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len,
-                          int window, struct lt_dataset *out)
+lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len, int window,
+                          struct lt_dataset *out)
 {
     memset(out, 0, sizeof(*out));
     out->window = window;

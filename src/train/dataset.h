@@ -43,8 +43,8 @@ struct lt_dataset {
 
 /* Plain text. Adds the tokenizer's bos first when it asks for one. Fewer than two tokens
  * is LT_ERR_INVALID. */
-lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len,
-                          int window, struct lt_dataset *out);
+lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len, int window,
+                          struct lt_dataset *out);
 
 /* Chat JSONL (blank lines skipped). A malformed line is LT_ERR_FORMAT naming its line
  * number; an example too long for the window (with fit NONE), or with nothing to train on,
@@ -55,8 +55,8 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
 
 void lt_dataset_free(struct lt_dataset *d);
 /* Appends an example (tokens and labels copied). */
-lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int32_t *labels,
-                          int n, int source);
+lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int32_t *labels, int n,
+                          int source);
 
 /* A permutation of 0..n-1 drawn from seed (Fisher-Yates over lathe's own PRNG, the same on
  * every machine), split into the first n_val (validation) and the rest (training).

@@ -77,12 +77,14 @@ static lt_status parse_example(json_t *root, int line, struct chat_example *c)
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         json_t *train = json_object_get(m, "train");
         json_t *reasoning = json_object_get(m, "reasoning_content");
-        const char *bad = !json_is_object(m)                  ? "is not an object"
-                          : !json_is_string(role)             ? "has no \"role\" string"
-                          : !json_is_string(content)          ? "has no \"content\" string"
-                          : train && !json_is_boolean(train)  ? "has a \"train\" that is not true or false"
-                          : reasoning && !json_is_string(reasoning) ? "has a \"reasoning_content\" that is not a string"
-                                                              : NULL;
+        const char *bad = !json_is_object(m)         ? "is not an object"
+                          : !json_is_string(role)    ? "has no \"role\" string"
+                          : !json_is_string(content) ? "has no \"content\" string"
+                          : train && !json_is_boolean(train)
+                              ? "has a \"train\" that is not true or false"
+                          : reasoning && !json_is_string(reasoning)
+                              ? "has a \"reasoning_content\" that is not a string"
+                              : NULL;
         if (bad) {
             chat_example_free(c);
             return lt_fail(LT_ERR_FORMAT, "line %d: message %zu %s", line, i, bad);
@@ -239,12 +241,11 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
             out->n_fitted++;
         }
         if (st == LT_OK && n > window)
-            st = lt_fail(LT_ERR_INVALID,
-                         "example %d (line %d) is %d tokens, longer than the window of %d%s", index,
-                         line, n, window,
-                         fit == LT_FIT_MIDDLE
-                             ? " even with only its system messages and last exchange"
-                             : "; raise the window or give a fit policy (middle or left)");
+            st = lt_fail(
+                LT_ERR_INVALID, "example %d (line %d) is %d tokens, longer than the window of %d%s",
+                index, line, n, window,
+                fit == LT_FIT_MIDDLE ? " even with only its system messages and last exchange"
+                                     : "; raise the window or give a fit policy (middle or left)");
         if (st == LT_OK) {
             int n_loss = 0;
             for (int i = 0; i < n; i++)

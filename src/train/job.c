@@ -62,7 +62,7 @@ struct run {
     int32_t *tok_buf, *lab_buf;
     int32_t pad;
     struct lt_buffer *param_buf; /* trainable tensors on a device backend */
-    double active_s; /* running time, pauses excluded */
+    double active_s;             /* running time, pauses excluded */
 };
 
 static double now_s(void)
@@ -206,7 +206,8 @@ static lt_status load_data(struct lt_train_job *j, struct run *r)
     if (st != LT_OK)
         return st;
     if (r->data.n - r->n_val < 1)
-        return lt_fail(LT_ERR_INVALID, "no example is left for training after the validation split");
+        return lt_fail(LT_ERR_INVALID,
+                       "no example is left for training after the validation split");
     int longest = 1;
     for (int i = 0; i < r->data.n; i++)
         longest = r->data.ex[i].n > longest ? r->data.ex[i].n : longest;
@@ -246,8 +247,11 @@ static lt_status make_trainables(struct lt_train_job *j, struct run *r,
         ad->replace = lt_model_f32_params_list(r->f32, &ad->n_replace);
         return LT_OK;
     }
-    struct lt_lora_params lp = {.rank = p->rank, .alpha = p->alpha, .targets = p->targets,
-                                .top_layers = p->top_layers, .seed = p->seed};
+    struct lt_lora_params lp = {.rank = p->rank,
+                                .alpha = p->alpha,
+                                .targets = p->targets,
+                                .top_layers = p->top_layers,
+                                .seed = p->seed};
     if ((st = lt_lora_new(j->model, &lp, &r->lora)) != LT_OK)
         return st;
     struct lt_lora *ls[1] = {r->lora};
@@ -315,7 +319,8 @@ static size_t trainable_device_bytes(struct lt_train_job *j, struct run *r)
         return 0;
     size_t total = 0;
     for (int i = 0; i < lt_train_graph_n_params(r->tg); i++)
-        total += (lt_nbytes(lt_train_graph_param(r->tg, i)) + PARAM_ALIGN - 1) & ~(size_t)(PARAM_ALIGN - 1);
+        total += (lt_nbytes(lt_train_graph_param(r->tg, i)) + PARAM_ALIGN - 1) &
+                 ~(size_t)(PARAM_ALIGN - 1);
     return total;
 }
 
@@ -336,7 +341,8 @@ static lt_status admit_trainables(struct lt_train_job *j, struct run *r)
     rf->need_bytes = res->peak_bytes;
     rf->budget_bytes = budget;
     snprintf(rf->backend, sizeof(rf->backend), "%s", j->backends[0]->name);
-    snprintf(rf->reason, sizeof(rf->reason), "estimated peak with the trainable tensors over budget");
+    snprintf(rf->reason, sizeof(rf->reason),
+             "estimated peak with the trainable tensors over budget");
     lt_refusal_format(rf);
     return lt_fail(LT_ERR_REFUSED, "%s", rf->sentence);
 }
@@ -496,8 +502,8 @@ static void job_main(struct lt_train_job *j)
         if (st == LT_OK)
             st = lt_train_graph_alloc(r.tg);
         if (st == LT_OK) {
-            res->allocated_bytes = lt_train_graph_allocated(r.tg) +
-                                   (r.param_buf ? r.param_buf->size : 0);
+            res->allocated_bytes =
+                lt_train_graph_allocated(r.tg) + (r.param_buf ? r.param_buf->size : 0);
             st = lt_model_loss_graph_set_pos(&r.lg);
         }
         if (st == LT_OK && !should_stop(j, &r, &(double){now_s()})) {
@@ -516,7 +522,7 @@ static void job_main(struct lt_train_job *j)
                      ? res->refusal.sentence
                      : lt_last_error());
     run_free(&r);
-    res->state = st == LT_OK ? LT_TRAIN_DONE
+    res->state = st == LT_OK              ? LT_TRAIN_DONE
                  : st == LT_ERR_CANCELLED ? LT_TRAIN_CANCELLED
                                           : LT_TRAIN_ERROR;
     set_state(j, res->state);
@@ -534,9 +540,9 @@ static char *dup_str(const char *s, bool *ok)
     return d;
 }
 
-static lt_status job_new(struct lt_model *model, struct lt_backend *const *backends,
-                         int n_backends, const struct lt_train_params *params,
-                         lt_train_progress_fn progress, void *user, struct lt_train_job **out)
+static lt_status job_new(struct lt_model *model, struct lt_backend *const *backends, int n_backends,
+                         const struct lt_train_params *params, lt_train_progress_fn progress,
+                         void *user, struct lt_train_job **out)
 {
     *out = NULL;
     if (!model)

@@ -34,8 +34,8 @@ static lt_status fill_converted(void *user, void *dst, size_t nbytes)
     return st;
 }
 
-lt_status lt_train_write_model(const struct lt_model *m, const struct lt_model_replace *list,
-                               int n, const char *path)
+lt_status lt_train_write_model(const struct lt_model *m, const struct lt_model_replace *list, int n,
+                               const char *path)
 {
     const struct lt_gguf *g = lt_model_gguf(m);
     int64_t nt = lt_gguf_n_tensors(g);

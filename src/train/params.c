@@ -69,9 +69,13 @@ static void add_error(struct lt_train_errors *e, const char *field, const char *
     e->n++;
 }
 
-static bool finite_positive(float x) { return isfinite(x) && x > 0; }
+static bool finite_positive(float x)
+{
+    return isfinite(x) && x > 0;
+}
 
-lt_status lt_train_params_validate(const struct lt_train_params *given, struct lt_train_errors *errs)
+lt_status lt_train_params_validate(const struct lt_train_params *given,
+                                   struct lt_train_errors *errs)
 {
     struct lt_train_errors local;
     struct lt_train_errors *e = errs ? errs : &local;
@@ -100,7 +104,8 @@ lt_status lt_train_params_validate(const struct lt_train_params *given, struct l
                 add_error(e, "targets", "targets is empty; leave it out for the default set");
         }
     } else if (p.targets) {
-        add_error(e, "targets", "targets choose LoRA modules; full fine-tuning trains every weight");
+        add_error(e, "targets",
+                  "targets choose LoRA modules; full fine-tuning trains every weight");
     }
     if (p.top_layers < 0)
         add_error(e, "top_layers", "top_layers must be 0 (all) or more, not %d", p.top_layers);

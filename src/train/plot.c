@@ -41,14 +41,15 @@ lt_status lt_train_plot_svg(const struct lt_train_result *r, const char *path)
         return lt_fail(LT_ERR_IO, "%s: %s", path, strerror(errno));
     const double pw = PLOT_W - PLOT_L - PLOT_R, ph = PLOT_H - PLOT_T - PLOT_B;
     int xmax = n > 1 ? n : 2;
-#define X(step) (PLOT_L + pw * ((double)(step) - 1) / (xmax - 1))
-#define Y(v) (PLOT_T + ph * (1.0 - ((double)(v) - lo) / (hi - lo)))
-    fprintf(f,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
-            "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-            "<text x=\"%d\" y=\"24\" font-size=\"15\">loss per step (%d steps, %d epoch%s)</text>\n",
-            PLOT_W, PLOT_H, PLOT_W, PLOT_H, PLOT_L, n, r->n_epochs, r->n_epochs == 1 ? "" : "s");
+#define X(step) (PLOT_L + pw * ((double)(step)-1) / (xmax - 1))
+#define Y(v) (PLOT_T + ph * (1.0 - ((double)(v)-lo) / (hi - lo)))
+    fprintf(
+        f,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+        "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n"
+        "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+        "<text x=\"%d\" y=\"24\" font-size=\"15\">loss per step (%d steps, %d epoch%s)</text>\n",
+        PLOT_W, PLOT_H, PLOT_W, PLOT_H, PLOT_L, n, r->n_epochs, r->n_epochs == 1 ? "" : "s");
     /* axes and grid: 5 horizontal lines */
     for (int k = 0; k <= 4; k++) {
         double v = lo + (hi - lo) * k / 4.0;
@@ -79,11 +80,12 @@ lt_status lt_train_plot_svg(const struct lt_train_result *r, const char *path)
             fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#d62728\"/>\n",
                     X(per_epoch * (e + 1)), Y(r->eval_loss[e]));
         }
-    fprintf(f,
-            "<text x=\"%d\" y=\"24\" text-anchor=\"end\" fill=\"#1f77b4\">train</text>\n",
+    fprintf(f, "<text x=\"%d\" y=\"24\" text-anchor=\"end\" fill=\"#1f77b4\">train</text>\n",
             PLOT_W - PLOT_R);
     if (any_eval)
-        fprintf(f, "<text x=\"%d\" y=\"38\" text-anchor=\"end\" fill=\"#d62728\">eval (per epoch)</text>\n",
+        fprintf(f,
+                "<text x=\"%d\" y=\"38\" text-anchor=\"end\" fill=\"#d62728\">eval (per "
+                "epoch)</text>\n",
                 PLOT_W - PLOT_R);
     fprintf(f, "</svg>\n");
 #undef X

@@ -8,7 +8,7 @@
 /* Writes m's GGUF file anew at path (temporary file, then rename): every metadata key and
  * every tensor as the file has them, except the weights in `list`, whose trained F32
  * values are stored back in the weight's own type (F32, F16 or BF16). */
-lt_status lt_train_write_model(const struct lt_model *m, const struct lt_model_replace *list,
-                               int n, const char *path);
+lt_status lt_train_write_model(const struct lt_model *m, const struct lt_model_replace *list, int n,
+                               const char *path);
 
 #endif

@@ -24,7 +24,10 @@
 static char dir[400], out_path[600];
 static char text[8192];
 
-static bool exists(const char *p) { return access(p, F_OK) == 0; }
+static bool exists(const char *p)
+{
+    return access(p, F_OK) == 0;
+}
 
 static struct lt_model *load(const char *path, struct lt_backend *weights_be)
 {
@@ -49,8 +52,12 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
         CHECK(0, "tiny model");
         goto out_free;
     }
-    struct lt_train_params p = {.out = out_path, .text = text, .window = 64, .epochs = 2,
-                                .lr = 5e-3f, .targets = "attn_q,attn_v,attn_output,ffn_down"};
+    struct lt_train_params p = {.out = out_path,
+                                .text = text,
+                                .window = 64,
+                                .epochs = 2,
+                                .lr = 5e-3f,
+                                .targets = "attn_q,attn_v,attn_output,ffn_down"};
     struct lt_train_result rh, rd;
     struct lt_backend *both[2] = {cuda, cpu};
     lt_status sh = lt_train_job_run(mh, &cpu, 1, &p, NULL, NULL, &rh);
@@ -64,18 +71,20 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
             double d = fabs((double)rh.curve[i] - rd.curve[i]) / fmax(1e-3, fabs(rh.curve[i]));
             worst = d > worst ? d : worst;
         }
-        printf("tiny LoRA: CPU loss %.4f -> %.4f, CUDA %.4f -> %.4f (worst step difference %.2e over "
-               "30 steps); CUDA %.0f tokens/s, %d fallback nodes, peak %.1f MiB\n",
-               rh.train_loss[0], rh.train_loss[1], rd.train_loss[0], rd.train_loss[1], worst,
-               rd.tokens_per_s, rd.n_fallback, (double)rd.peak_bytes / (1 << 20));
-        CHECK(rh.n_curve == rd.n_curve && worst < 2e-2, "CUDA follows the CPU's loss curve: %g", worst);
+        printf(
+            "tiny LoRA: CPU loss %.4f -> %.4f, CUDA %.4f -> %.4f (worst step difference %.2e over "
+            "30 steps); CUDA %.0f tokens/s, %d fallback nodes, peak %.1f MiB\n",
+            rh.train_loss[0], rh.train_loss[1], rd.train_loss[0], rd.train_loss[1], worst,
+            rd.tokens_per_s, rd.n_fallback, (double)rd.peak_bytes / (1 << 20));
+        CHECK(rh.n_curve == rd.n_curve && worst < 2e-2, "CUDA follows the CPU's loss curve: %g",
+              worst);
         CHECK(rd.train_loss[1] < rd.train_loss[0], "the CUDA job lowers the loss");
     }
     lt_train_result_free(&rh);
     lt_train_result_free(&rd);
     remove(out_path);
-    struct lt_train_params f = {.out = out_path, .text = text, .window = 64, .epochs = 2,
-                                .full = true, .lr = 1e-3f};
+    struct lt_train_params f = {
+        .out = out_path, .text = text, .window = 64, .epochs = 2, .full = true, .lr = 1e-3f};
     sd = lt_train_job_run(md, both, 2, &f, NULL, NULL, &rd);
     CHECK(sd == LT_OK && rd.train_loss[1] < rd.train_loss[0] && exists(out_path),
           "full fine-tune on CUDA: %s (%g -> %g)", rd.error, rd.train_loss[0], rd.train_loss[1]);
@@ -117,7 +126,8 @@ static void test_refusal(struct lt_backend *cpu)
     lt_train_result_free(&r);
     p.dry_run = true;
     st = lt_train_job_run(m, both, 2, &p, NULL, NULL, &r);
-    CHECK(st == LT_ERR_REFUSED && r.refusal.kind == LT_REFUSAL_DEVICE_ONLY, "dry run: the same refusal");
+    CHECK(st == LT_ERR_REFUSED && r.refusal.kind == LT_REFUSAL_DEVICE_ONLY,
+          "dry run: the same refusal");
     lt_train_result_free(&r);
     p.device_only = false;
     st = lt_train_job_run(m, both, 2, &p, NULL, NULL, &r);
@@ -249,16 +259,16 @@ static void test_scale(const struct tm_spec *sp, const char *name, struct lt_bac
             continue;
         }
         const char *tn = k == 0 ? "BF16" : "Q8_0";
-        struct lt_train_params p = {.out = out_path, .text = text, .window = 256, .rank = 16,
-                                    .lr = 1e-3f};
+        struct lt_train_params p = {
+            .out = out_path, .text = text, .window = 256, .rank = 16, .lr = 1e-3f};
         snprintf(what, sizeof(what), "%s %s LoRA", name, tn);
         run_job(what, m, both, 2, &p);
         p.top_layers = 4;
         snprintf(what, sizeof(what), "%s %s LoRA top_layers 4", name, tn);
         run_job(what, m, both, 2, &p);
         if (k == 0) {
-            struct lt_train_params f = {.out = out_path, .text = text, .window = 256, .full = true,
-                                        .lr = 1e-5f};
+            struct lt_train_params f = {
+                .out = out_path, .text = text, .window = 256, .full = true, .lr = 1e-5f};
             snprintf(what, sizeof(what), "%s %s full fine-tune", name, tn);
             run_job(what, m, both, 2, &f);
         }
@@ -292,16 +302,37 @@ int main(void)
         /* Qwen3.5-0.8B: 24 layers (every 4th full attention), hidden 1024, ffn 3584, 8 query and
          * 2 KV heads of 256 (rotary 64), DeltaNet 16 key and 16 value heads of 128, conv 4,
          * vocabulary 248320, tied head */
-        struct tm_spec q35 = {.arch = "qwen35", .n_vocab = 248320, .n_embd = 1024, .n_ff = 3584,
-                              .n_layer = 24, .n_head = 8, .n_head_kv = 2, .head_dim = 256,
-                              .n_rot = 64, .rope_base = 1e7f, .rms_eps = 1e-6f, .tied = true,
-                              .interval = 4, .d_conv = 4, .d_state = 128, .n_k_heads = 16,
+        struct tm_spec q35 = {.arch = "qwen35",
+                              .n_vocab = 248320,
+                              .n_embd = 1024,
+                              .n_ff = 3584,
+                              .n_layer = 24,
+                              .n_head = 8,
+                              .n_head_kv = 2,
+                              .head_dim = 256,
+                              .n_rot = 64,
+                              .rope_base = 1e7f,
+                              .rms_eps = 1e-6f,
+                              .tied = true,
+                              .interval = 4,
+                              .d_conv = 4,
+                              .d_state = 128,
+                              .n_k_heads = 16,
                               .n_v_heads = 16};
         /* Qwen2.5-1.5B: 28 layers, hidden 1536, ffn 8960, 12 query and 2 KV heads of 128,
          * QKV bias, vocabulary 151936, tied head */
-        struct tm_spec q2 = {.arch = "qwen2", .n_vocab = 151936, .n_embd = 1536, .n_ff = 8960,
-                             .n_layer = 28, .n_head = 12, .n_head_kv = 2, .head_dim = 128,
-                             .n_rot = 128, .rope_base = 1e6f, .rms_eps = 1e-6f, .tied = true};
+        struct tm_spec q2 = {.arch = "qwen2",
+                             .n_vocab = 151936,
+                             .n_embd = 1536,
+                             .n_ff = 8960,
+                             .n_layer = 28,
+                             .n_head = 12,
+                             .n_head_kv = 2,
+                             .head_dim = 128,
+                             .n_rot = 128,
+                             .rope_base = 1e6f,
+                             .rms_eps = 1e-6f,
+                             .tied = true};
         test_scale(&q35, "qwen35-0.8B", cuda, cpu);
         test_scale(&q2, "qwen2.5-1.5B", cuda, cpu);
     }
