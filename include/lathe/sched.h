@@ -60,6 +60,10 @@ lt_status lt_sched_alloc(struct lt_sched *s, struct lt_graph *g);
 size_t lt_sched_allocated(const struct lt_sched *s);
 /* Frees the buffers of the last alloc (tensors' data pointers become stale). */
 void lt_sched_release(struct lt_sched *s);
+/* Forgets the graph (call before freeing it) but keeps the compute and leaf buffers for
+ * the next graph, which reuses them when they are large enough: a decode loop that builds
+ * a graph per token then allocates nothing per token. */
+void lt_sched_reset(struct lt_sched *s);
 /* Runs g (placed and allocated), backend by backend in runs of consecutive nodes. */
 lt_status lt_sched_compute(struct lt_sched *s, struct lt_graph *g);
 /* Runs nodes [from, to) of g only (e.g. the forward part of a training graph). */

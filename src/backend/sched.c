@@ -31,8 +31,11 @@ struct lt_sched {
     int counts[LT_SCHED_MAX_BACKENDS];
     struct lt_tensor **fallback;
     int n_fallback;
-    struct lt_buffer **bufs;
+    struct lt_buffer **bufs; /* copies' buffers, remade by each alloc */
     int n_bufs, cap_bufs;
+    /* compute (0) and leaf (1) buffers per backend, kept across allocs and grown on demand,
+     * so a graph rebuilt per token (decode) does not allocate per token */
+    struct lt_buffer *kept[2][LT_SCHED_MAX_BACKENDS];
     size_t allocated;
     struct sched_copy *copies;
     int n_copies;
@@ -65,12 +68,13 @@ struct lt_sched *lt_sched_new(struct lt_backend *const *backends, int n_backends
     return s;
 }
 
-void lt_sched_release(struct lt_sched *s)
+static void drop_copies(struct lt_sched *s)
 {
-    for (int i = 0; i < s->n_bufs; i++)
+    for (int i = 0; i < s->n_bufs; i++) {
+        s->allocated -= s->bufs[i]->size;
         lt_buffer_free(s->bufs[i]);
+    }
     s->n_bufs = 0;
-    s->allocated = 0;
     /* undo source redirections so the graph reads its own tensors again */
     for (int i = 0; i < s->n_copies; i++)
         s->copies[i].node->src[s->copies[i].slot] = s->copies[i].orig;
@@ -79,6 +83,23 @@ void lt_sched_release(struct lt_sched *s)
     s->n_copies = 0;
     lt_ctx_free(s->ctx);
     s->ctx = NULL;
+}
+
+void lt_sched_reset(struct lt_sched *s)
+{
+    drop_copies(s);
+    s->g = NULL;
+}
+
+void lt_sched_release(struct lt_sched *s)
+{
+    drop_copies(s);
+    for (int k = 0; k < 2; k++)
+        for (int b = 0; b < LT_SCHED_MAX_BACKENDS; b++) {
+            lt_buffer_free(s->kept[k][b]);
+            s->kept[k][b] = NULL;
+        }
+    s->allocated = 0;
 }
 
 void lt_sched_free(struct lt_sched *s)
@@ -514,20 +535,30 @@ lt_status lt_sched_alloc(struct lt_sched *s, struct lt_graph *g)
 {
     if (s->g != g)
         return lt_fail(LT_ERR_INVALID, "allocate a graph after placing it");
-    lt_sched_release(s);
+    drop_copies(s);
     struct plan p;
     lt_status st = make_plan(s, g, &p);
     if (st != LT_OK)
         return st;
-    struct lt_buffer *compute[LT_SCHED_MAX_BACKENDS] = {0};
-    struct lt_buffer *leafs[LT_SCHED_MAX_BACKENDS] = {0};
+    struct lt_buffer **compute = s->kept[0], **leafs = s->kept[1];
     size_t leaf_at[LT_SCHED_MAX_BACKENDS] = {0};
-    for (int b = 0; b < s->n_be && st == LT_OK; b++) {
-        if (p.compute[b])
-            st = add_buffer(s, b, p.compute[b], &compute[b]);
-        if (st == LT_OK && p.leafs[b])
-            st = add_buffer(s, b, p.leafs[b], &leafs[b]);
-    }
+    for (int b = 0; b < s->n_be && st == LT_OK; b++)
+        for (int k = 0; k < 2 && st == LT_OK; k++) {
+            size_t need = k == 0 ? p.compute[b] : p.leafs[b];
+            struct lt_buffer **slot = &s->kept[k][b];
+            if (*slot && (*slot)->size >= need)
+                continue;
+            if (*slot) {
+                s->allocated -= (*slot)->size;
+                lt_buffer_free(*slot);
+                *slot = NULL;
+            }
+            if (need == 0)
+                continue;
+            st = lt_backend_buffer_alloc(s->be[b], need, slot);
+            if (st == LT_OK)
+                s->allocated += (*slot)->size;
+        }
     if (st != LT_OK)
         goto out_release;
     for (int l = 0; l < g->n_leafs; l++) {

@@ -430,7 +430,8 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
     if (st == LT_OK && out)
         st = lt_tensor_get(logits, out, 0, sizeof(float) * (size_t)(n_out * m->hp.n_vocab));
 out_release:
-    lt_sched_release(s->sched);
+    /* keep the buffers for the next call; forget this call's graph before freeing it */
+    lt_sched_reset(s->sched);
 out_free_ctx:
     lt_ctx_free(ctx);
     return st;
