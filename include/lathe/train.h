@@ -138,10 +138,12 @@ typedef void (*lt_train_progress_fn)(void *user, const struct lt_train_progress 
 struct lt_train_job;
 
 /* Starts a job on its own thread, training `model` on `backends` (priority order).
- * Parameters are validated first (LT_ERR_INVALID, nothing started). The model must
- * outlive the job; inference may go on using it meanwhile (the job trains adapters or its
- * own F32 copies, never the served weights in place). Parameters are copied (strings
- * included). The progress callback runs on the job's thread. */
+ * Parameters are validated first (LT_ERR_INVALID, nothing started). The model and the
+ * backends must outlive the job; inference may go on using the model meanwhile (the job
+ * trains adapters or its own F32 copies, never the served weights in place), but a backend
+ * runs one graph at a time: give the job a backend object of its own (e.g. its own CPU
+ * backend) unless the caller serialises compute. Parameters are copied (strings included).
+ * The progress callback runs on the job's thread. */
 lt_status lt_train_job_start(struct lt_model *model, struct lt_backend *const *backends,
                              int n_backends, const struct lt_train_params *params,
                              lt_train_progress_fn progress, void *user, struct lt_train_job **out);
