@@ -15,6 +15,7 @@ static const struct command commands[] = {
     {"convert", cmd_convert, "convert HF_DIR -o OUT.gguf  convert a Hugging Face checkpoint to GGUF"},
     {"info", cmd_info, "info FILE.gguf            print a GGUF file's metadata and tensors"},
     {"run", cmd_run, "run -m MODEL.gguf -p PROMPT    generate text (streams to stdout; --help lists options)"},
+    {"serve", cmd_serve, "serve -m MODEL.gguf [options]  OpenAI-compatible server; trains beside serving"},
     {"tokenize", cmd_tokenize, "tokenize MODEL.gguf       encode stdin / decode ids / render a chat"},
     {"train", cmd_train, "train -m MODEL.gguf (--text F | --examples F.jsonl) --out OUT.gguf  LoRA or full fine-tuning"},
 };

@@ -1,0 +1,423 @@
+/* engine.c: the real engine: loading the model on a thread of its own (so /health can say
+ * "loading"), the srv_engine_iface over it, queueing generations, metrics, shutdown.
+ *
+ * Until state is READY only state() and info() may touch the engine's model fields; every
+ * other entry point checks state first (the routes do too). The model, tokenizer and chat
+ * template are immutable once READY and are read by HTTP threads without a lock. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lathe/backend_cuda.h"
+#include "lathe/generate.h"
+#include "server/engine_impl.h"
+
+static struct engine *eng(struct srv_engine *se)
+{
+    return se->impl;
+}
+
+static int not_ready(struct engine *e)
+{
+    int st = atomic_load(&e->state);
+    return st == SRV_STATE_READY ? 0
+           : srv_fail(503, NULL, st == SRV_STATE_LOADING ? "loading" : "model_failed",
+                      st == SRV_STATE_LOADING ? "the model is still loading"
+                                              : "the model failed to load");
+}
+
+/* ---- loading ---- */
+
+static lt_status make_backends(struct engine *e)
+{
+    const char *b = e->p.backend ? e->p.backend : "cpu";
+    e->cpu = lt_backend_cpu_new(e->p.n_threads);
+    e->train_cpu = lt_backend_cpu_new(e->p.n_threads);
+    if (!e->cpu || !e->train_cpu)
+        return lt_fail(LT_ERR_NOMEM, "cannot create the CPU backend");
+    if (!strcmp(b, "cuda")) {
+        e->cuda = lt_backend_cuda_new(0);
+        if (!e->cuda)
+            return lt_fail(LT_ERR_UNSUPPORTED, "--backend cuda: no usable CUDA device (%s)",
+                           *lt_last_error() ? lt_last_error() : "not built with CUDA");
+        e->backends[e->n_backends++] = e->cuda;
+        e->train_backends[e->n_train_backends++] = e->cuda;
+    }
+    e->backends[e->n_backends++] = e->cpu;
+    e->train_backends[e->n_train_backends++] = e->train_cpu;
+    return LT_OK;
+}
+
+static lt_status load_all(struct engine *e)
+{
+    lt_status st = make_backends(e);
+    if (st != LT_OK)
+        return st;
+    struct lt_model_params mp = {.weights_backend = e->cuda};
+    if ((st = lt_model_load(e->model_path, &mp, &e->model)) != LT_OK)
+        return st;
+    if ((st = lt_tokenizer_from_gguf(lt_model_gguf(e->model), &e->tok)) != LT_OK)
+        return st;
+    e->have_ct = lt_chat_template_from_gguf(lt_model_gguf(e->model), &e->ct) == LT_OK;
+    const struct lt_model_hparams *hp = lt_model_hparams(e->model);
+    struct srv_model_info *mi = &e->info;
+    int n_ctx = e->p.n_ctx;
+    if (n_ctx <= 0)
+        n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 2048 ? (int)hp->n_ctx_train : 2048;
+    mi->n_ctx = n_ctx;
+    mi->parallel = e->p.parallel;
+    mi->n_vocab = hp->n_vocab;
+    mi->n_ctx_train = hp->n_ctx_train;
+    mi->n_layer = hp->n_layer;
+    mi->has_chat_template = e->have_ct;
+    snprintf(mi->arch, sizeof(mi->arch), "%s", lt_arch_name(hp->arch));
+
+    int P = e->p.parallel;
+    e->slots = calloc((size_t)P, sizeof(*e->slots));
+    e->logits = malloc((size_t)P * (size_t)hp->n_vocab * sizeof(float));
+    e->batch_seqs = calloc((size_t)P, sizeof(int));
+    e->batch_tokens = calloc((size_t)P, sizeof(lt_token));
+    e->batch_slots = calloc((size_t)P, sizeof(int));
+    if (!e->slots || !e->logits || !e->batch_seqs || !e->batch_tokens || !e->batch_slots)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for %d slots", P);
+
+    /* the base session now, so a model that cannot fit says so at start */
+    struct eng_config none = {0};
+    int hst;
+    pthread_mutex_lock(&e->step_mu);
+    struct eng_session *es = eng_session_get(e, &none, &hst);
+    pthread_mutex_unlock(&e->step_mu);
+    if (!es)
+        return lt_fail(LT_ERR_NOMEM, "cannot create a session of %d x %d tokens: %s", P, n_ctx,
+                       lt_last_error());
+
+    for (int i = 0; i < e->p.n_loras; i++) {
+        const char *path = e->lora_paths[i];
+        const char *base = strrchr(path, '/');
+        int hs = eng_lora_load(&e->base, base ? base + 1 : path, path, 1.0f);
+        if (hs != 200)
+            return lt_fail(LT_ERR_INVALID, "--lora %s: %s", path, lt_last_error());
+    }
+    if (e->train_dir) {
+        st = srv_trainer_new(e->model, e->train_backends, e->n_train_backends, &e->n_busy,
+                             e->p.train_yield_ms, &e->trainer);
+        if (st != LT_OK)
+            return st;
+    }
+    if (pthread_create(&e->loop_thread, NULL, eng_loop_main, e) != 0)
+        return lt_fail(LT_ERR_NOMEM, "cannot start the decode thread");
+    e->have_loop_thread = true;
+    return LT_OK;
+}
+
+static void *load_main(void *arg)
+{
+    struct engine *e = arg;
+    lt_status st = load_all(e);
+    pthread_mutex_lock(&e->ready_mu);
+    if (st != LT_OK) {
+        snprintf(e->why, sizeof(e->why), "%s: %s", lt_status_name(st), lt_last_error());
+        atomic_store(&e->state, SRV_STATE_FAILED);
+    } else {
+        atomic_store(&e->state, SRV_STATE_READY);
+    }
+    pthread_cond_broadcast(&e->ready_cv);
+    pthread_mutex_unlock(&e->ready_mu);
+    return NULL;
+}
+
+/* ---- the interface ---- */
+
+static enum srv_state eng_state(struct srv_engine *se, char *why, size_t why_size)
+{
+    struct engine *e = eng(se);
+    enum srv_state st = (enum srv_state)atomic_load(&e->state);
+    if (st == SRV_STATE_FAILED && why)
+        snprintf(why, why_size, "%s", e->why);
+    return st;
+}
+
+static void eng_info(struct srv_engine *se, struct srv_model_info *out)
+{
+    struct engine *e = eng(se);
+    if (atomic_load(&e->state) == SRV_STATE_READY) {
+        *out = e->info;
+    } else {
+        memset(out, 0, sizeof(*out));
+        out->parallel = e->p.parallel;
+    }
+    snprintf(out->id, sizeof(out->id), "%s", e->alias);
+}
+
+static int eng_tokenize(struct srv_engine *se, const char *text, size_t len, unsigned flags,
+                        struct lt_tokens *out)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    if ((flags & LT_TOKENIZE_ADD_BOS) && lt_tokenizer_bos(e->tok) == LT_TOKEN_NONE)
+        flags &= ~(unsigned)LT_TOKENIZE_ADD_BOS; /* "add_special" where there is none */
+    lt_status ls = lt_tokenize(e->tok, text, len, flags, out);
+    return ls == LT_OK ? 200 : srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());
+}
+
+static int eng_detokenize(struct srv_engine *se, const lt_token *ids, size_t n, unsigned flags,
+                          struct lt_strbuf *out)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    lt_status ls = lt_detokenize(e->tok, ids, n, flags, out);
+    return ls == LT_OK ? 200 : srv_fail(400, "tokens", NULL, "%s", lt_last_error());
+}
+
+static int eng_prompt_chat(struct srv_engine *se, const struct lt_chat_message *msgs, size_t n,
+                           bool enable_thinking, struct lt_tokens *out)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    if (!e->have_ct)
+        return srv_fail(400, "messages", "no_chat_template",
+                        "the model has no chat template lathe can render; use /v1/completions");
+    lt_status ls = lt_gen_prompt_chat(e->tok, &e->ct, msgs, n, enable_thinking, out);
+    return ls == LT_OK ? 200 : srv_fail(srv_http_status_of(ls), "messages", NULL, "%s",
+                                        lt_last_error());
+}
+
+static int eng_prompt_text(struct srv_engine *se, const char *text, struct lt_tokens *out)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    lt_status ls = lt_gen_prompt_text(e->tok, text, true, out);
+    return ls == LT_OK ? 200 : srv_fail(srv_http_status_of(ls), "prompt", NULL, "%s",
+                                        lt_last_error());
+}
+
+static int eng_submit(struct srv_engine *se, struct srv_gen *g)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    struct eng_config cfg;
+    if ((st = eng_config_resolve(e, &g->p, &cfg)) != 200)
+        return st;
+    pthread_mutex_lock(&e->q_mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->q_mu);
+        return srv_fail(503, NULL, "shutting_down", "the server is shutting down");
+    }
+    if (e->q_len + e->q_admitting >= ENG_MAX_QUEUE) {
+        pthread_mutex_unlock(&e->q_mu);
+        return srv_fail(503, NULL, "busy", "%d requests are waiting already; try again later",
+                        e->q_len);
+    }
+    srv_gen_ref(g);
+    e->queue[e->q_len++] = g;
+    pthread_cond_broadcast(&e->q_cv);
+    pthread_mutex_unlock(&e->q_mu);
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.requests++;
+    e->stats.prompt_tokens += g->p.n_prompt;
+    pthread_mutex_unlock(&e->stats_mu);
+    return 200;
+}
+
+static void eng_metrics(struct srv_engine *se, struct lt_strbuf *out)
+{
+    struct engine *e = eng(se);
+    if (atomic_load(&e->state) != SRV_STATE_READY)
+        return;
+    eng_metrics_decode(e, out);
+    if (e->trainer)
+        srv_trainer_metrics(e->trainer, out);
+}
+
+static int no_training(void)
+{
+    return srv_fail(403, NULL, "training_disabled",
+                    "training is disabled: start lathe serve with --train-dir DIR");
+}
+
+static int eng_train_start(struct srv_engine *se, const struct lt_train_params *p,
+                           const struct srv_train_meta *meta, char *id, size_t id_size)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    return e->trainer ? srv_trainer_start(e->trainer, p, meta, id, id_size) : no_training();
+}
+
+static int eng_train_info(struct srv_engine *se, const char *id, struct srv_train_info *out)
+{
+    struct engine *e = eng(se);
+    if (!e->trainer || atomic_load(&e->state) != SRV_STATE_READY)
+        return srv_fail(404, NULL, "not_found", "no training job has run");
+    return srv_trainer_info(e->trainer, id, out);
+}
+
+static int eng_train_list(struct srv_engine *se, char (*ids)[48], int max, int *n)
+{
+    struct engine *e = eng(se);
+    *n = 0;
+    if (!e->trainer || atomic_load(&e->state) != SRV_STATE_READY)
+        return 200;
+    return srv_trainer_list(e->trainer, ids, max, n);
+}
+
+static int eng_train_control(struct srv_engine *se, const char *id, enum srv_train_op op)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    return e->trainer ? srv_trainer_control(e->trainer, id, op) : no_training();
+}
+
+static void eng_free(struct srv_engine *se)
+{
+    struct engine *e = eng(se);
+    if (e->have_load_thread)
+        pthread_join(e->load_thread, NULL);
+    pthread_mutex_lock(&e->q_mu);
+    e->stopping = true;
+    pthread_cond_broadcast(&e->q_cv);
+    pthread_mutex_unlock(&e->q_mu);
+    if (e->have_loop_thread)
+        pthread_join(e->loop_thread, NULL);
+    eng_fail_all(e, 503, "the server is shutting down");
+    srv_trainer_free(e->trainer);
+    eng_sessions_free_all(e);
+    eng_loras_free_all(e);
+    free(e->logits);
+    free(e->batch_seqs);
+    free(e->batch_tokens);
+    free(e->batch_slots);
+    free(e->slots);
+    free(e->queue);
+    free(e->admitting);
+    if (e->have_ct)
+        lt_chat_template_free(&e->ct);
+    lt_tokenizer_free(e->tok);
+    lt_model_free(e->model);
+    if (e->cuda)
+        lt_backend_free(e->cuda);
+    if (e->cpu)
+        lt_backend_free(e->cpu);
+    if (e->train_cpu)
+        lt_backend_free(e->train_cpu);
+    for (int i = 0; i < e->p.n_loras; i++)
+        free(e->lora_paths[i]);
+    free(e->lora_paths);
+    free(e->model_path);
+    free(e->train_dir);
+    free(e->alias);
+    pthread_mutex_destroy(&e->q_mu);
+    pthread_cond_destroy(&e->q_cv);
+    pthread_mutex_destroy(&e->step_mu);
+    pthread_mutex_destroy(&e->lora_mu);
+    pthread_mutex_destroy(&e->stats_mu);
+    pthread_mutex_destroy(&e->ready_mu);
+    pthread_cond_destroy(&e->ready_cv);
+    free(e);
+}
+
+static const struct srv_engine_iface engine_iface = {
+    .state = eng_state,
+    .info = eng_info,
+    .tokenize = eng_tokenize,
+    .detokenize = eng_detokenize,
+    .prompt_chat = eng_prompt_chat,
+    .prompt_text = eng_prompt_text,
+    .submit = eng_submit,
+    .metrics = eng_metrics,
+    .lora_list = eng_lora_list,
+    .lora_load = eng_lora_load,
+    .lora_unload = eng_lora_unload,
+    .lora_set_scale = eng_lora_set_scale,
+    .train_start = eng_train_start,
+    .train_info = eng_train_info,
+    .train_list = eng_train_list,
+    .train_control = eng_train_control,
+    .free = eng_free,
+};
+
+static char *alias_of(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char *a = strdup(base);
+    if (a) {
+        size_t n = strlen(a);
+        if (n > 5 && !strcmp(a + n - 5, ".gguf"))
+            a[n - 5] = 0;
+    }
+    return a;
+}
+
+lt_status srv_engine_model_new(const struct lt_server_params *p, struct srv_engine **out)
+{
+    *out = NULL;
+    struct engine *e = calloc(1, sizeof(*e));
+    if (!e)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the engine");
+    e->base.iface = &engine_iface;
+    e->base.impl = e;
+    e->p = *p;
+    pthread_mutex_init(&e->q_mu, NULL);
+    pthread_cond_init(&e->q_cv, NULL);
+    pthread_mutex_init(&e->step_mu, NULL);
+    pthread_mutex_init(&e->lora_mu, NULL);
+    pthread_mutex_init(&e->stats_mu, NULL);
+    pthread_mutex_init(&e->ready_mu, NULL);
+    pthread_cond_init(&e->ready_cv, NULL);
+    atomic_init(&e->state, SRV_STATE_LOADING);
+    atomic_init(&e->n_busy, 0);
+    bool ok = true;
+    e->model_path = strdup(p->model_path);
+    e->alias = p->model_alias ? strdup(p->model_alias) : alias_of(p->model_path);
+    e->train_dir = p->train_dir ? strdup(p->train_dir) : NULL;
+    ok = e->model_path && e->alias && (!p->train_dir || e->train_dir);
+    e->lora_paths = calloc((size_t)(p->n_loras > 0 ? p->n_loras : 1), sizeof(char *));
+    ok = ok && e->lora_paths;
+    for (int i = 0; ok && i < p->n_loras; i++)
+        ok = (e->lora_paths[i] = strdup(p->loras[i])) != NULL;
+    e->queue = calloc(ENG_MAX_QUEUE, sizeof(*e->queue));
+    e->admitting = calloc(ENG_MAX_QUEUE, sizeof(*e->admitting));
+    ok = ok && e->queue && e->admitting;
+    e->p.model_path = e->model_path;
+    e->p.train_dir = e->train_dir;
+    e->p.loras = NULL;
+    if (!ok) {
+        e->p.n_loras = 0;
+        eng_free(&e->base);
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the engine");
+    }
+    if (pthread_create(&e->load_thread, NULL, load_main, e) != 0) {
+        eng_free(&e->base);
+        return lt_fail(LT_ERR_NOMEM, "cannot start the loading thread");
+    }
+    e->have_load_thread = true;
+    *out = &e->base;
+    return LT_OK;
+}
+
+lt_status srv_engine_model_wait(struct srv_engine *se)
+{
+    struct engine *e = eng(se);
+    pthread_mutex_lock(&e->ready_mu);
+    while (atomic_load(&e->state) == SRV_STATE_LOADING)
+        pthread_cond_wait(&e->ready_cv, &e->ready_mu);
+    pthread_mutex_unlock(&e->ready_mu);
+    if (atomic_load(&e->state) == SRV_STATE_READY)
+        return LT_OK;
+    return lt_fail(LT_ERR_INVALID, "%s", e->why);
+}

@@ -1,0 +1,331 @@
+/* routes.c: the route table and the small routes (/health, /v1/models, /metrics, /tokenize,
+ * /detokenize). Completions are in routes_complete.c, training and adapters in
+ * routes_train.c.
+ *
+ * /health reads only the engine's state, which never waits on a lock held while decoding or
+ * training, so it answers at once whatever the server is doing. A known path asked with
+ * the wrong method gets 405 with Allow; an unknown path 404; both in OpenAI's error shape. */
+#ifdef LATHE_HAVE_JANSSON
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/json_check.h"
+#include "server/routes.h"
+
+/* ---- small routes ---- */
+
+static void route_health(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs)
+{
+    char why[512] = "";
+    enum srv_state st = app->engine->iface->state(app->engine, why, sizeof(why));
+    if (st == SRV_STATE_READY)
+        srv_respond_json(rs, 200, json_pack("{s:s}", "status", "ok"));
+    else if (st == SRV_STATE_LOADING)
+        srv_respond_json(rs, 503, json_pack("{s:s}", "status", "loading"));
+    else
+        srv_respond_json(rs, 503, json_pack("{s:s,s:s}", "status", "error", "error", why));
+}
+
+static void route_models(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs)
+{
+    struct srv_model_info mi;
+    app->engine->iface->info(app->engine, &mi);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:I,s:I,s:I}}", "id", mi.id, "object",
+                          "model", "created", (json_int_t)srv_now_unix(), "owned_by", "lathe",
+                          "meta", "arch", mi.arch, "n_ctx", mi.n_ctx, "parallel", mi.parallel,
+                          "n_vocab", (json_int_t)mi.n_vocab, "n_ctx_train",
+                          (json_int_t)mi.n_ctx_train, "n_layer", (json_int_t)mi.n_layer);
+    srv_respond_json(rs, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+static void route_metrics(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs)
+{
+    rs->status = 200;
+    rs->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    char buf[256];
+    static const char *const cls[] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
+    static const char head[] = "# HELP lathe_http_requests_total HTTP requests answered, by "
+                               "status class.\n# TYPE lathe_http_requests_total counter\n";
+    lt_strbuf_append(&rs->body, head, sizeof(head) - 1);
+    pthread_mutex_lock(&app->stats_mu);
+    uint64_t counts[6];
+    memcpy(counts, app->http_requests, sizeof(counts));
+    pthread_mutex_unlock(&app->stats_mu);
+    for (int i = 0; i < 6; i++) {
+        int n = snprintf(buf, sizeof(buf), "lathe_http_requests_total{class=\"%s\"} %llu\n",
+                         cls[i], (unsigned long long)counts[i]);
+        lt_strbuf_append(&rs->body, buf, (size_t)n);
+    }
+    char why[64];
+    enum srv_state st = app->engine->iface->state(app->engine, why, sizeof(why));
+    int n = snprintf(buf, sizeof(buf),
+                     "# HELP lathe_ready 1 when the model is loaded and serving.\n"
+                     "# TYPE lathe_ready gauge\nlathe_ready %d\n",
+                     st == SRV_STATE_READY);
+    lt_strbuf_append(&rs->body, buf, (size_t)n);
+    app->engine->iface->metrics(app->engine, &rs->body);
+}
+
+/* The engine must be ready for these; false after answering 503. */
+bool srv_require_ready(struct srv_app *app, struct srv_response *rs)
+{
+    char why[512] = "";
+    enum srv_state st = app->engine->iface->state(app->engine, why, sizeof(why));
+    if (st == SRV_STATE_READY)
+        return true;
+    if (st == SRV_STATE_LOADING)
+        srv_respond_error(rs, 503, NULL, "loading", "the model is still loading; try again soon");
+    else
+        srv_respond_error(rs, 503, NULL, "model_failed", "the model failed to load: %s", why);
+    return false;
+}
+
+static void route_tokenize(struct srv_app *app, const struct srv_request *rq,
+                           struct srv_response *rs)
+{
+    static const struct srv_field fields[] = {
+        {"content", SRV_JT_STRING, 0, 0, true},
+        {"add_special", SRV_JT_BOOL, 0, 0, false},
+        {"parse_special", SRV_JT_BOOL, 0, 0, false},
+        {"with_pieces", SRV_JT_BOOL, 0, 0, false},
+    };
+    json_t *body = NULL;
+    int st = srv_parse_body(rq, &body);
+    if (st == 200)
+        st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
+    if (st != 200) {
+        srv_respond_last_error(rs, st);
+        goto out_free_body;
+    }
+    if (!srv_require_ready(app, rs))
+        goto out_free_body;
+    json_t *content = json_object_get(body, "content");
+    unsigned flags = (srv_json_bool(body, "add_special", false) ? LT_TOKENIZE_ADD_BOS : 0) |
+                     (srv_json_bool(body, "parse_special", true) ? LT_TOKENIZE_PARSE_SPECIAL : 0);
+    struct lt_tokens tk = {0};
+    st = app->engine->iface->tokenize(app->engine, json_string_value(content),
+                                      json_string_length(content), flags, &tk);
+    if (st != 200) {
+        srv_respond_last_error(rs, st);
+        goto out_free_body;
+    }
+    bool pieces = srv_json_bool(body, "with_pieces", false);
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < tk.n; i++) {
+        if (!pieces) {
+            json_array_append_new(arr, json_integer(tk.ids[i]));
+            continue;
+        }
+        struct lt_strbuf piece = {0};
+        app->engine->iface->detokenize(app->engine, &tk.ids[i], 1, LT_DETOKENIZE_SPECIAL, &piece);
+        json_array_append_new(arr, json_pack("{s:i,s:o}", "id", tk.ids[i], "piece",
+                                             srv_json_text(piece.data, piece.len)));
+        lt_strbuf_free(&piece);
+    }
+    lt_tokens_free(&tk);
+    srv_respond_json(rs, 200, json_pack("{s:o}", "tokens", arr));
+out_free_body:
+    json_decref(body);
+}
+
+static void route_detokenize(struct srv_app *app, const struct srv_request *rq,
+                             struct srv_response *rs)
+{
+    static const struct srv_field fields[] = {
+        {"tokens", SRV_JT_ARRAY, 0, 0, true},
+        {"special", SRV_JT_BOOL, 0, 0, false},
+    };
+    json_t *body = NULL;
+    lt_token *ids = NULL;
+    int st = srv_parse_body(rq, &body);
+    if (st == 200)
+        st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
+    if (st != 200) {
+        srv_respond_last_error(rs, st);
+        goto out_free_body;
+    }
+    if (!srv_require_ready(app, rs))
+        goto out_free_body;
+    size_t n;
+    st = srv_token_array(app, json_object_get(body, "tokens"), "tokens", &ids, &n);
+    if (st != 200) {
+        srv_respond_last_error(rs, st);
+        goto out_free_body;
+    }
+    struct lt_strbuf text = {0};
+    unsigned flags = srv_json_bool(body, "special", false) ? LT_DETOKENIZE_SPECIAL : 0;
+    st = app->engine->iface->detokenize(app->engine, ids, n, flags, &text);
+    if (st != 200)
+        srv_respond_last_error(rs, st);
+    else
+        srv_respond_json(rs, 200, json_pack("{s:o}", "content", srv_json_text(text.data, text.len)));
+    lt_strbuf_free(&text);
+out_free_body:
+    free(ids);
+    json_decref(body);
+}
+
+/* ---- shared helpers ---- */
+
+json_t *srv_json_text(const char *s, size_t n)
+{
+    if (!s)
+        return json_string("");
+    json_t *j = json_stringn(s, n); /* NULL when s is not valid UTF-8 */
+    if (j)
+        return j;
+    /* A token may be a lone byte: replace what is not UTF-8 with U+FFFD. */
+    struct lt_strbuf b = {0};
+    for (size_t i = 0; i < n;) {
+        size_t k = lt_utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (k == 0) {
+            lt_strbuf_append(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        } else {
+            lt_strbuf_append(&b, s + i, k);
+            i += k;
+        }
+    }
+    j = json_stringn(b.data ? b.data : "", b.len);
+    lt_strbuf_free(&b);
+    return j ? j : json_string("");
+}
+
+int srv_token_array(struct srv_app *app, const json_t *arr, const char *name, lt_token **out,
+                    size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    struct srv_model_info mi;
+    app->engine->iface->info(app->engine, &mi);
+    size_t n = json_array_size(arr);
+    lt_token *ids = malloc((n ? n : 1) * sizeof(*ids));
+    if (!ids)
+        return srv_fail(503, name, NULL, "out of memory for %zu tokens", n);
+    char fname[64];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(fname, sizeof(fname), "%s[%zu]", name, i);
+        int st = srv_check_value(json_array_get(arr, i), fname, SRV_JT_INT, 0,
+                                 (double)mi.n_vocab - 1);
+        if (st != 200) {
+            free(ids);
+            return st;
+        }
+        ids[i] = (lt_token)srv_json_value_num(json_array_get(arr, i));
+    }
+    *out = ids;
+    *n_out = n;
+    return 200;
+}
+
+/* ---- the table ---- */
+
+struct route {
+    const char *method;
+    const char *path; /* a trailing '*' matches one path segment: the id */
+    srv_route_fn fn;
+};
+
+static const struct route routes[] = {
+    {"GET", "/health", route_health},
+    {"GET", "/v1/health", route_health},
+    {"GET", "/v1/models", route_models},
+    {"GET", "/models", route_models},
+    {"GET", "/metrics", route_metrics},
+    {"POST", "/tokenize", route_tokenize},
+    {"POST", "/detokenize", route_detokenize},
+    {"POST", "/v1/chat/completions", srv_route_chat},
+    {"POST", "/chat/completions", srv_route_chat},
+    {"POST", "/v1/completions", srv_route_completions},
+    {"POST", "/completions", srv_route_completions},
+    {"GET", "/train", srv_route_train_get},
+    {"POST", "/train", srv_route_train_post},
+    {"POST", "/train/cancel", srv_route_train_cancel},
+    {"POST", "/train/pause", srv_route_train_pause},
+    {"POST", "/train/resume", srv_route_train_resume},
+    {"GET", "/v1/fine_tuning/jobs", srv_route_ft_list},
+    {"POST", "/v1/fine_tuning/jobs", srv_route_ft_create},
+    {"GET", "/v1/fine_tuning/jobs/*", srv_route_ft_get},
+    {"GET", "/v1/fine_tuning/jobs/*/events", srv_route_ft_events},
+    {"POST", "/v1/fine_tuning/jobs/*/cancel", srv_route_ft_cancel},
+    {"GET", "/lora-adapters", srv_route_lora_list},
+    {"POST", "/lora-adapters", srv_route_lora_scale},
+    {"POST", "/lora-adapters/load", srv_route_lora_load},
+    {"POST", "/lora-adapters/unload", srv_route_lora_unload},
+};
+
+/* Matches path against pattern; a '*' segment matches one non-empty segment, copied to id. */
+static bool path_match(const char *pattern, const char *path, char *id, size_t id_size)
+{
+    while (*pattern && *path) {
+        if (*pattern == '*') {
+            size_t n = strcspn(path, "/");
+            if (n == 0 || n >= id_size)
+                return false;
+            memcpy(id, path, n);
+            id[n] = 0;
+            path += n;
+            pattern++;
+            continue;
+        }
+        if (*pattern != *path)
+            return false;
+        pattern++;
+        path++;
+    }
+    return *pattern == 0 && *path == 0;
+}
+
+void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", rq->path);
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        path[--len] = 0;
+    char id[128] = "";
+    struct srv_request r = *rq;
+    r.path = path;
+    char allow[64] = "";
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        char this_id[128] = "";
+        if (!path_match(routes[i].path, path, this_id, sizeof(this_id)))
+            continue;
+        if (!strcmp(routes[i].method, rq->method) ||
+            (!strcmp(rq->method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
+            snprintf(id, sizeof(id), "%s", this_id);
+            r.route_id = id;
+            routes[i].fn(app, &r, rs);
+            return;
+        }
+        size_t al = strlen(allow);
+        snprintf(allow + al, sizeof(allow) - al, "%s%s", al ? ", " : "", routes[i].method);
+    }
+    if (allow[0]) {
+        srv_respond_error(rs, 405, NULL, "method_not_allowed", "%s %s is not allowed; use %s",
+                          rq->method, path, allow);
+        snprintf(rs->allow, sizeof(rs->allow), "%s", allow);
+        return;
+    }
+    srv_respond_error(rs, 404, NULL, "not_found", "no route %s %s", rq->method, path);
+}
+
+#else /* !LATHE_HAVE_JANSSON */
+
+#include "server/server_impl.h"
+
+void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
+{
+    rs->status = 501;
+    rs->content_type = "application/json";
+    static const char msg[] = "{\"error\":{\"message\":\"this build has no JSON library "
+                              "(jansson)\",\"type\":\"server_error\",\"param\":null,"
+                              "\"code\":\"unsupported\"}}\n";
+    lt_strbuf_append(&rs->body, msg, sizeof(msg) - 1);
+}
+
+#endif

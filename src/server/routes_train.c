@@ -1,0 +1,527 @@
+/* routes_train.c: training beside serving, in lathe's shape (/train, /train/cancel|pause|
+ * resume) and in OpenAI's fine-tuning shape (/v1/fine_tuning/jobs...).
+ *
+ * Every parameter is checked here, before the engine starts anything: types and ranges
+ * from the field table, then lt_train_params_validate for the rules between fields. Files
+ * are named, never given as paths: `out` and `training_file` are plain names resolved inside
+ * the train dir. A job that later fails (admission refused it, say) is reported by GET as
+ * state "error" with the library's sentence unchanged; serving is not involved. */
+#ifdef LATHE_HAVE_JANSSON
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "server/json_check.h"
+#include "server/routes.h"
+
+static json_t *num_or_null(double x)
+{
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+static bool job_active(enum lt_train_state s)
+{
+    return s == LT_TRAIN_STARTING || s == LT_TRAIN_RUNNING || s == LT_TRAIN_PAUSED;
+}
+
+/* ---- lathe's shape ---- */
+
+static json_t *train_json(const struct srv_train_info *ti)
+{
+    const struct lt_train_progress *pr = &ti->prog;
+    json_t *epochs = json_array();
+    for (int i = 0; i < ti->n_epochs; i++)
+        json_array_append_new(epochs, json_pack("{s:i,s:o,s:o}", "epoch", i + 1, "train_loss",
+                                                num_or_null(ti->train_loss[i]), "eval_loss",
+                                                num_or_null(ti->eval_loss[i])));
+    const struct lt_train_result *r = &ti->result;
+    const struct lt_train_params *p = &ti->params;
+    json_t *j = json_pack(
+        "{s:s,s:s,s:s,s:s,s:I,s:o,"
+        "s:{s:i,s:i,s:i,s:i,s:o,s:I,s:f,s:f},"
+        "s:o,s:{s:I,s:I,s:I},"
+        "s:{s:i,s:f,s:i,s:i,s:f,s:f,s:I,s:i,s:I,s:b,s:i,s:f,s:s},"
+        "s:f}",
+        "id", ti->id, "object", "train.job", "state", lt_train_state_name(ti->state), "out",
+        ti->meta.out_name, "created_at", (json_int_t)ti->created_at, "finished_at",
+        ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(),
+        "progress", "epoch", pr->epoch, "n_epochs", pr->n_epochs, "step", pr->step, "n_steps",
+        pr->n_steps, "loss", pr->step > 0 ? num_or_null(pr->loss) : json_null(), "tokens",
+        (json_int_t)pr->tokens, "tokens_per_s", pr->tokens_per_s, "eta_s", pr->eta_s,
+        "epochs", epochs, "memory", "rss_bytes", (json_int_t)ti->rss_bytes, "peak_bytes",
+        (json_int_t)(ti->have_result ? r->peak_bytes : 0), "allocated_bytes",
+        (json_int_t)(ti->have_result ? r->allocated_bytes : 0), "params", "rank", p->rank,
+        "alpha", (double)p->alpha, "window", p->window, "epochs", p->epochs, "lr", (double)p->lr,
+        "val_split", (double)p->val_split, "seed", (json_int_t)p->seed, "top_layers",
+        p->top_layers, "memory_budget_mib", (json_int_t)p->memory_budget_mib, "device_only",
+        p->device_only, "batch", p->batch, "weight_decay", (double)p->weight_decay, "fit",
+        p->fit == LT_FIT_MIDDLE ? "middle" : p->fit == LT_FIT_LEFT ? "left" : "none",
+        "yielded_s", ti->yielded_s);
+    if (!j)
+        return NULL;
+    bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
+    json_object_set_new(j, "error", failed ? json_string(r->error) : json_null());
+    if (failed && r->refusal.kind != LT_REFUSAL_NONE) {
+        const struct lt_refusal *f = &r->refusal;
+        json_object_set_new(
+            j, "refusal",
+            json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:I,s:s}", "kind",
+                      lt_refusal_kind_name(f->kind), "op", f->op, "node", f->node, "source",
+                      f->source, "source_layout", f->source_layout, "backend", f->backend,
+                      "reason", f->reason, "need_bytes", (json_int_t)f->need_bytes,
+                      "budget_bytes", (json_int_t)f->budget_bytes, "sentence", f->sentence));
+    } else {
+        json_object_set_new(j, "refusal", json_null());
+    }
+    if (ti->have_result && ti->state == LT_TRAIN_DONE)
+        json_object_set_new(
+            j, "result",
+            json_pack("{s:i,s:i,s:I,s:f,s:f,s:i,s:i,s:I,s:i,s:s}", "n_train", r->n_train,
+                      "n_val", r->n_val, "tokens", (json_int_t)r->tokens, "seconds", r->seconds,
+                      "tokens_per_s", r->tokens_per_s, "n_fallback", r->n_fallback,
+                      "n_trainable", r->n_trainable, "n_trainable_elements",
+                      (json_int_t)r->n_trainable_elements, "n_tokens_graph", r->n_tokens_graph,
+                      "admission", r->admission));
+    else
+        json_object_set_new(j, "result", json_null());
+    return j;
+}
+
+static void respond_train_info(struct srv_app *app, struct srv_response *rs, const char *id,
+                               json_t *(*shape)(const struct srv_train_info *))
+{
+    struct srv_train_info *ti = calloc(1, sizeof(*ti));
+    if (!ti) {
+        srv_respond_error(rs, 503, NULL, NULL, "out of memory");
+        return;
+    }
+    int st = app->engine->iface->train_info(app->engine, id, ti);
+    if (st == 404 && (!id || !*id) && shape == train_json)
+        srv_respond_json(rs, 200, json_pack("{s:n,s:s,s:s}", "id", "object", "train.job", "state",
+                                            "idle"));
+    else if (st != 200)
+        srv_respond_last_error(rs, st);
+    else
+        srv_respond_json(rs, 200, shape(ti));
+    free(ti);
+}
+
+void srv_route_train_get(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs)
+{
+    respond_train_info(app, rs, NULL, train_json);
+}
+
+static bool require_training(struct srv_app *app, struct srv_response *rs)
+{
+    if (!app->train_dir) {
+        srv_respond_error(rs, 403, NULL, "training_disabled",
+                          "training is disabled: start lathe serve with --train-dir DIR");
+        return false;
+    }
+    return srv_require_ready(app, rs);
+}
+
+/* Joins an array of strings (targets) with commas. */
+static int join_targets(const json_t *v, char *buf, size_t size)
+{
+    if (json_is_string(v)) {
+        if (json_string_length(v) >= size)
+            return srv_fail(400, "targets", "out_of_range", "'targets' is too long");
+        snprintf(buf, size, "%s", json_string_value(v));
+        return 200;
+    }
+    size_t len = 0;
+    buf[0] = 0;
+    char name[32];
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        snprintf(name, sizeof(name), "targets[%zu]", i);
+        int st = srv_check_value(e, name, SRV_JT_STRING, 0, 0);
+        if (st != 200)
+            return st;
+        int w = snprintf(buf + len, size - len, "%s%s", i ? "," : "", json_string_value(e));
+        if (w < 0 || (size_t)w >= size - len)
+            return srv_fail(400, "targets", "out_of_range", "'targets' is too long");
+        len += (size_t)w;
+    }
+    return 200;
+}
+
+/* Chat examples given as an array of objects become JSONL. */
+static int examples_jsonl(const json_t *v, struct lt_strbuf *out)
+{
+    char name[32];
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *e = json_array_get(v, i);
+        snprintf(name, sizeof(name), "examples[%zu]", i);
+        int st = srv_check_value(e, name, SRV_JT_OBJECT, 0, 0);
+        if (st != 200)
+            return st;
+        char *s = json_dumps(e, JSON_COMPACT);
+        bool ok = s && lt_strbuf_append(out, s, strlen(s)) == LT_OK &&
+                  lt_strbuf_append(out, "\n", 1) == LT_OK;
+        free(s);
+        if (!ok)
+            return srv_fail(503, "examples", NULL, "out of memory for the examples");
+    }
+    if (out->len == 0)
+        return srv_fail(400, "examples", "invalid_value", "'examples' is empty");
+    return 200;
+}
+
+/* Checks the library's rules between fields; the first bad field is named. */
+static int validate_params(const struct lt_train_params *p)
+{
+    struct lt_train_errors errs;
+    if (lt_train_params_validate(p, &errs) == LT_OK)
+        return 200;
+    char msg[1024];
+    size_t len = 0;
+    msg[0] = 0;
+    for (int i = 0; i < errs.n && len + 1 < sizeof(msg); i++) {
+        int w = snprintf(msg + len, sizeof(msg) - len, "%s%s: %s", i ? "; " : "",
+                         errs.e[i].field, errs.e[i].message);
+        len += w > 0 ? (size_t)w : 0;
+    }
+    return srv_fail(400, errs.n ? errs.e[0].field : NULL, "invalid_value", "%s", msg);
+}
+
+void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs)
+{
+    static const struct srv_field fields[] = {
+        {"out", SRV_JT_STRING, 0, 0, true},
+        {"text", SRV_JT_STRING, 0, 0, false},
+        {"examples", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, false},
+        {"rank", SRV_JT_INT, 1, 4096, false},
+        {"alpha", SRV_JT_NUMBER, 1e-6, 1e6, false},
+        {"targets", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, false},
+        {"window", SRV_JT_INT, 2, 1 << 20, false},
+        {"epochs", SRV_JT_INT, 1, LT_TRAIN_MAX_EPOCHS, false},
+        {"lr", SRV_JT_NUMBER, 1e-12, 1, false},
+        {"val_split", SRV_JT_NUMBER, 0, 0.99, false},
+        {"seed", SRV_JT_INT, 0, 9.2e18, false},
+        {"top_layers", SRV_JT_INT, 0, 1 << 20, false},
+        {"memory_budget_mib", SRV_JT_INT, 0, 1 << 30, false},
+        {"fit", SRV_JT_STRING, 0, 0, false},
+        {"device_only", SRV_JT_BOOL, 0, 0, false},
+        {"batch", SRV_JT_INT, 1, 65536, false},
+        {"weight_decay", SRV_JT_NUMBER, 0, 1, false},
+    };
+    json_t *body = NULL;
+    struct lt_strbuf examples = {0};
+    struct lt_train_params p = {0};
+    struct srv_train_meta meta = {0};
+    char path[1024], targets[512];
+    int st = srv_parse_body(rq, &body);
+    if (st == 200)
+        st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
+    if (st != 200)
+        goto out_error;
+    const char *out = srv_json_str(body, "out", "");
+    if ((st = srv_path_in_dir(app->train_dir, out, ".gguf", "out", path, sizeof(path))) != 200)
+        goto out_error;
+    if (!require_training(app, rs))
+        goto out_free;
+    snprintf(meta.out_name, sizeof(meta.out_name), "%s", out);
+    p.out = path;
+    p.text = srv_json_str(body, "text", NULL);
+    json_t *ex = srv_json_get(body, "examples");
+    if (ex && json_is_string(ex)) {
+        p.examples = json_string_value(ex);
+    } else if (ex) {
+        if ((st = examples_jsonl(ex, &examples)) != 200)
+            goto out_error;
+        p.examples = examples.data;
+    }
+    p.rank = (int)srv_json_int(body, "rank", 0);
+    p.alpha = (float)srv_json_num(body, "alpha", 0);
+    json_t *tg = srv_json_get(body, "targets");
+    if (tg) {
+        if ((st = join_targets(tg, targets, sizeof(targets))) != 200)
+            goto out_error;
+        p.targets = targets;
+    }
+    p.window = (int)srv_json_int(body, "window", 0);
+    p.epochs = (int)srv_json_int(body, "epochs", 0);
+    p.lr = (float)srv_json_num(body, "lr", 0);
+    p.val_split = (float)srv_json_num(body, "val_split", 0);
+    p.seed = (uint64_t)srv_json_int(body, "seed", 0);
+    p.top_layers = (int)srv_json_int(body, "top_layers", 0);
+    p.memory_budget_mib = (size_t)srv_json_int(body, "memory_budget_mib", 0);
+    p.device_only = srv_json_bool(body, "device_only", false);
+    p.batch = (int)srv_json_int(body, "batch", 0);
+    p.weight_decay = (float)srv_json_num(body, "weight_decay", 0);
+    const char *fit = srv_json_str(body, "fit", NULL);
+    if (fit && !lt_fit_policy_parse(fit, &p.fit)) {
+        st = srv_fail(400, "fit", "invalid_value", "'fit' must be none, middle or left");
+        goto out_error;
+    }
+    struct srv_model_info mi;
+    app->engine->iface->info(app->engine, &mi);
+    snprintf(meta.model, sizeof(meta.model), "%s", mi.id);
+    if (p.top_layers > mi.n_layer) {
+        st = srv_fail(400, "top_layers", "out_of_range", "'top_layers' must be 0..%lld",
+                      (long long)mi.n_layer);
+        goto out_error;
+    }
+    if ((st = validate_params(&p)) != 200)
+        goto out_error;
+    char id[48];
+    if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
+        goto out_error;
+    respond_train_info(app, rs, id, train_json);
+    goto out_free;
+
+out_error:
+    srv_respond_last_error(rs, st);
+out_free:
+    lt_strbuf_free(&examples);
+    json_decref(body);
+}
+
+static void train_control(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs, const char *id, enum srv_train_op op,
+                          json_t *(*shape)(const struct srv_train_info *))
+{
+    if (!app->train_dir) {
+        require_training(app, rs);
+        return;
+    }
+    int st = app->engine->iface->train_control(app->engine, id, op);
+    if (st != 200)
+        srv_respond_last_error(rs, st);
+    else
+        respond_train_info(app, rs, id, shape);
+}
+
+void srv_route_train_cancel(struct srv_app *app, const struct srv_request *rq,
+                            struct srv_response *rs)
+{
+    train_control(app, rq, rs, NULL, SRV_TRAIN_CANCEL, train_json);
+}
+
+void srv_route_train_pause(struct srv_app *app, const struct srv_request *rq,
+                           struct srv_response *rs)
+{
+    train_control(app, rq, rs, NULL, SRV_TRAIN_PAUSE, train_json);
+}
+
+void srv_route_train_resume(struct srv_app *app, const struct srv_request *rq,
+                            struct srv_response *rs)
+{
+    train_control(app, rq, rs, NULL, SRV_TRAIN_RESUME, train_json);
+}
+
+/* ---- OpenAI's fine-tuning shape ---- */
+
+static const char *ft_status(enum lt_train_state s)
+{
+    switch (s) {
+    case LT_TRAIN_IDLE: return "queued";
+    case LT_TRAIN_STARTING: return "validating_files";
+    case LT_TRAIN_RUNNING:
+    case LT_TRAIN_PAUSED: return "running";
+    case LT_TRAIN_DONE: return "succeeded";
+    case LT_TRAIN_CANCELLED: return "cancelled";
+    case LT_TRAIN_ERROR: return "failed";
+    }
+    return "failed";
+}
+
+static json_t *ft_json(const struct srv_train_info *ti)
+{
+    const struct lt_train_params *p = &ti->params;
+    bool done = ti->state == LT_TRAIN_DONE;
+    bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
+    json_t *j = json_pack(
+        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:n,s:s,s:{s:i,s:i,s:f},s:o,s:I,s:o,s:[],s:n}",
+        "object", "fine_tuning.job", "id", ti->id, "model", ti->meta.model, "created_at",
+        (json_int_t)ti->created_at, "finished_at",
+        ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(),
+        "fine_tuned_model", done ? json_string(ti->meta.out_name) : json_null(),
+        "organization_id", "lathe", "result_files", "status", ft_status(ti->state),
+        "validation_file", "training_file", ti->meta.training_file, "hyperparameters",
+        "n_epochs", p->epochs, "batch_size", p->batch, "learning_rate_multiplier",
+        (double)p->lr / 1e-3, "trained_tokens",
+        done ? json_integer((json_int_t)ti->prog.tokens) : json_null(), "seed",
+        (json_int_t)p->seed, "error",
+        failed ? json_pack("{s:s,s:s,s:n}", "code", ti->result.refusal.kind != LT_REFUSAL_NONE
+                                                        ? "refused" : "training_failed",
+                           "message", ti->result.error, "param")
+               : json_null(),
+        "integrations", "metadata");
+    if (j) {
+        json_object_set_new(j, "lathe_state", json_string(lt_train_state_name(ti->state)));
+        json_object_set_new(j, "estimated_finish",
+                            job_active(ti->state) && ti->prog.eta_s > 0
+                                ? json_integer((json_int_t)(srv_now_unix() + ti->prog.eta_s))
+                                : json_null());
+    }
+    return j;
+}
+
+void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs)
+{
+    static const struct srv_field fields[] = {
+        {"model", SRV_JT_STRING, 0, 0, false},
+        {"training_file", SRV_JT_STRING, 0, 0, true},
+        {"validation_file", SRV_JT_NULL, 0, 0, false},
+        {"hyperparameters", SRV_JT_OBJECT, 0, 0, false},
+        {"suffix", SRV_JT_STRING, 0, 0, false},
+        {"seed", SRV_JT_INT, 0, 9.2e18, false},
+    };
+    json_t *body = NULL;
+    struct lt_train_params p = {0};
+    struct srv_train_meta meta = {.openai_shape = true};
+    char data_path[1024], out_path[1024];
+    int st = srv_parse_body(rq, &body);
+    if (st == 200)
+        st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
+    if (st != 200)
+        goto out_error;
+    json_t *hp = srv_json_get(body, "hyperparameters");
+    if (hp) {
+        static const struct srv_field hp_fields[] = {
+            {"n_epochs", SRV_JT_INT | SRV_JT_STRING, 1, LT_TRAIN_MAX_EPOCHS, false},
+            {"batch_size", SRV_JT_INT | SRV_JT_STRING, 1, 65536, false},
+            {"learning_rate_multiplier", SRV_JT_NUMBER | SRV_JT_STRING, 1e-6, 1000, false},
+        };
+        if ((st = srv_check_object(hp, "hyperparameters", hp_fields, 3)) != 200)
+            goto out_error;
+        for (int i = 0; i < 3; i++) {
+            json_t *v = srv_json_get(hp, hp_fields[i].name);
+            if (v && json_is_string(v) && strcmp(json_string_value(v), "auto") != 0) {
+                char name[64];
+                srv_field_name(name, sizeof(name), "hyperparameters", hp_fields[i].name);
+                st = srv_fail(400, name, "invalid_value", "'%s' must be a number or \"auto\"",
+                              name);
+                goto out_error;
+            }
+        }
+    }
+    const char *file = srv_json_str(body, "training_file", "");
+    st = srv_path_in_dir(app->train_dir, file, ".jsonl", "training_file", data_path,
+                         sizeof(data_path));
+    if (st != 200)
+        goto out_error;
+    const char *suffix = srv_json_str(body, "suffix", "ft");
+    if (strlen(suffix) > 40 || strspn(suffix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789_-") != strlen(suffix) || !*suffix) {
+        st = srv_fail(400, "suffix", "invalid_value",
+                      "'suffix' is 1..40 letters, digits, '_' or '-'");
+        goto out_error;
+    }
+    if (!require_training(app, rs))
+        goto out_free;
+    struct srv_model_info mi;
+    app->engine->iface->info(app->engine, &mi);
+    const char *model = srv_json_str(body, "model", NULL);
+    if (model && strcmp(model, mi.id) != 0) {
+        st = srv_fail(400, "model", "model_not_found", "this server fine-tunes only '%s', not "
+                      "'%.64s'", mi.id, model);
+        goto out_error;
+    }
+    struct stat sb;
+    if (stat(data_path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = srv_fail(400, "training_file", "file_not_found",
+                      "there is no file '%s' in the train dir", file);
+        goto out_error;
+    }
+    snprintf(meta.training_file, sizeof(meta.training_file), "%s", file);
+    snprintf(meta.model, sizeof(meta.model), "%s", mi.id);
+    snprintf(meta.out_name, sizeof(meta.out_name), "%s-%08x.gguf", suffix,
+             (unsigned)((uint64_t)(srv_now_mono() * 1e6) & 0xffffffffu));
+    snprintf(out_path, sizeof(out_path), "%s/%s", app->train_dir, meta.out_name);
+    p.out = out_path;
+    p.examples_path = data_path;
+    p.epochs = hp && json_is_integer(srv_json_get(hp, "n_epochs"))
+                   ? (int)srv_json_int(hp, "n_epochs", 0) : 0;
+    p.batch = hp && json_is_integer(srv_json_get(hp, "batch_size"))
+                  ? (int)srv_json_int(hp, "batch_size", 0) : 0;
+    p.lr = hp && json_is_number(srv_json_get(hp, "learning_rate_multiplier"))
+               ? (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1)) : 0;
+    p.seed = (uint64_t)srv_json_int(body, "seed", 0);
+    if ((st = validate_params(&p)) != 200)
+        goto out_error;
+    char id[48];
+    if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
+        goto out_error;
+    respond_train_info(app, rs, id, ft_json);
+    goto out_free;
+
+out_error:
+    srv_respond_last_error(rs, st);
+out_free:
+    json_decref(body);
+}
+
+void srv_route_ft_list(struct srv_app *app, const struct srv_request *rq,
+                       struct srv_response *rs)
+{
+    char(*ids)[48] = calloc(64, sizeof(*ids));
+    struct srv_train_info *ti = calloc(1, sizeof(*ti));
+    json_t *data = json_array();
+    int n = 0;
+    if (!ids || !ti || !data) {
+        srv_respond_error(rs, 503, NULL, NULL, "out of memory");
+        goto out_free;
+    }
+    app->engine->iface->train_list(app->engine, ids, 64, &n);
+    for (int i = n - 1; i >= 0; i--) /* newest first */
+        if (app->engine->iface->train_info(app->engine, ids[i], ti) == 200)
+            json_array_append_new(data, ft_json(ti));
+    srv_respond_json(rs, 200, json_pack("{s:s,s:o,s:b}", "object", "list", "data", data,
+                                        "has_more", false));
+    data = NULL;
+out_free:
+    json_decref(data);
+    free(ti);
+    free(ids);
+}
+
+void srv_route_ft_get(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
+{
+    respond_train_info(app, rs, rq->route_id, ft_json);
+}
+
+void srv_route_ft_events(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs)
+{
+    struct srv_train_info *ti = calloc(1, sizeof(*ti));
+    if (!ti) {
+        srv_respond_error(rs, 503, NULL, NULL, "out of memory");
+        return;
+    }
+    int st = app->engine->iface->train_info(app->engine, rq->route_id, ti);
+    if (st != 200) {
+        srv_respond_last_error(rs, st);
+        free(ti);
+        return;
+    }
+    json_t *data = json_array();
+    char eid[96];
+    for (int i = ti->n_events - 1; i >= 0; i--) { /* newest first */
+        snprintf(eid, sizeof(eid), "ftevent-%s-%d", ti->id, i);
+        json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "object",
+                                              "fine_tuning.job.event", "id", eid, "created_at",
+                                              (json_int_t)ti->events[i].t, "level",
+                                              ti->events[i].level, "message",
+                                              ti->events[i].message, "type", "message"));
+    }
+    srv_respond_json(rs, 200, json_pack("{s:s,s:o,s:b}", "object", "list", "data", data,
+                                        "has_more", false));
+    free(ti);
+}
+
+void srv_route_ft_cancel(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs)
+{
+    train_control(app, rq, rs, rq->route_id, SRV_TRAIN_CANCEL, ft_json);
+}
+
+#endif

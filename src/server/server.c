@@ -1,0 +1,107 @@
+/* server.c: lt_server_start / lt_server_free: the HTTP layer over the real engine.
+ *
+ * Start order: engine (loading begins on its own thread), then HTTP, so /health answers
+ * "loading" while the weights load. Stop order matters too: the engine fails every
+ * generation first (so every stream a connection thread is writing ends), then HTTP stops
+ * (joining those threads), and only then is the engine freed, since a connection thread may
+ * be inside a route calling it until HTTP has stopped. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lathe/server.h"
+#include "server/engine_impl.h"
+
+struct lt_server {
+    struct srv_app app;
+    struct srv_engine *engine;
+    struct srv_http *http;
+};
+
+lt_status lt_server_start(const struct lt_server_params *params, struct lt_server **out)
+{
+    *out = NULL;
+#if !defined(LATHE_HAVE_MHD) || !defined(LATHE_HAVE_JANSSON)
+    return lt_fail(LT_ERR_UNSUPPORTED, "this build has no server: it needs libmicrohttpd and "
+                   "jansson when it is configured");
+#else
+    struct lt_server_params p = *params;
+    if (!p.model_path || !*p.model_path)
+        return lt_fail(LT_ERR_INVALID, "a model is required (-m MODEL.gguf)");
+    if (p.parallel == 0)
+        p.parallel = 4;
+    if (p.parallel < 1 || p.parallel > 256)
+        return lt_fail(LT_ERR_INVALID, "--parallel must be 1..256, not %d", p.parallel);
+    if (p.n_ctx < 0 || p.n_ctx > (1 << 20))
+        return lt_fail(LT_ERR_INVALID, "--ctx must be 0 (default) or up to %d, not %d", 1 << 20,
+                       p.n_ctx);
+    if (p.n_ctx > 0 && p.n_ctx < 8)
+        return lt_fail(LT_ERR_INVALID, "--ctx %d is too small to hold a prompt", p.n_ctx);
+    if (p.backend && strcmp(p.backend, "cpu") != 0 && strcmp(p.backend, "cuda") != 0)
+        return lt_fail(LT_ERR_INVALID, "--backend must be cpu or cuda, not '%s'", p.backend);
+    if (p.max_body_bytes == 0)
+        p.max_body_bytes = (size_t)8 << 20;
+    if (p.train_dir) {
+        struct stat sb;
+        if (stat(p.train_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return lt_fail(LT_ERR_IO, "--train-dir %s is not a directory", p.train_dir);
+    }
+    struct lt_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the server");
+    pthread_mutex_init(&s->app.stats_mu, NULL);
+    lt_status st = srv_engine_model_new(&p, &s->engine);
+    if (st != LT_OK)
+        goto out_free_server;
+    s->app.engine = s->engine;
+    s->app.train_dir = ((struct engine *)s->engine->impl)->train_dir;
+    s->app.max_body_bytes = p.max_body_bytes;
+    s->app.quiet = p.quiet;
+    st = srv_http_start(&s->app, p.host, p.port, p.max_connections, &s->http);
+    if (st != LT_OK)
+        goto out_free_engine;
+    *out = s;
+    return LT_OK;
+
+out_free_engine:
+    s->engine->iface->free(s->engine);
+out_free_server:
+    pthread_mutex_destroy(&s->app.stats_mu);
+    free(s);
+    return st;
+#endif
+}
+
+int lt_server_port(const struct lt_server *s)
+{
+    return srv_http_port(s->http);
+}
+
+lt_status lt_server_wait_ready(struct lt_server *s)
+{
+    return srv_engine_model_wait(s->engine);
+}
+
+void lt_server_free(struct lt_server *s)
+{
+    if (!s)
+        return;
+    struct engine *e = s->engine->impl;
+    pthread_mutex_lock(&e->q_mu);
+    e->stopping = true; /* no new generations */
+    pthread_cond_broadcast(&e->q_cv);
+    pthread_mutex_unlock(&e->q_mu);
+    if (e->have_load_thread) {
+        pthread_join(e->load_thread, NULL);
+        e->have_load_thread = false;
+    }
+    if (e->have_loop_thread) {
+        pthread_join(e->loop_thread, NULL);
+        e->have_loop_thread = false;
+    }
+    eng_fail_all(e, 503, "the server is shutting down");
+    srv_http_stop(s->http);
+    s->engine->iface->free(s->engine);
+    pthread_mutex_destroy(&s->app.stats_mu);
+    free(s);
+}

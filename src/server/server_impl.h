@@ -1,0 +1,313 @@
+/* server_impl.h: the server's internal interfaces, in three layers:
+ *
+ *   http.c        libmicrohttpd: request bodies and their cap, dispatch, full and streamed
+ *                 responses, noticing a client that went away. Knows nothing of models.
+ *   routes_*.c    each route: validates its JSON body (json_check.c), calls the engine,
+ *                 shapes the OpenAI response. Knows the engine only through srv_engine_iface.
+ *   engine*.c     the real engine: model, tokenizer, slots decoding in one batch, adapters
+ *                 (pool.c), the training worker (trainer.c). Tests substitute a fake one,
+ *                 so routes and HTTP are tested without a model.
+ *
+ * Engine calls that can fail return an HTTP status (200 on success) and leave the reason in
+ * lt_last_error and the offending request field, if any, in srv_last_param: the route turns
+ * both into the error body unchanged. A generation (srv_gen) is the one object the HTTP
+ * side and the engine share; it is reference counted and guarded by its own mutex. */
+#ifndef LATHE_SERVER_IMPL_H
+#define LATHE_SERVER_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lathe/sampling.h"
+#include "lathe/status.h"
+#include "lathe/tokenizer.h"
+#include "lathe/train.h"
+
+/* ---- errors ---- */
+
+/* Records reason (lt_fail), the request field at fault (param, may be NULL) and an error
+ * code (NULL: one for the status) for this thread; returns http_status. */
+int srv_fail(int http_status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *srv_last_param(void); /* "" when none */
+const char *srv_last_code(void);  /* "" when none */
+/* The HTTP status for a library status (LT_ERR_INVALID -> 400, LT_ERR_NOMEM -> 503, ...). */
+int srv_http_status_of(lt_status st);
+
+/* ---- a generation: what one completion request asks for and what it has produced ---- */
+
+enum srv_finish {
+    SRV_FINISH_NONE = 0,
+    SRV_FINISH_STOP,      /* an end-of-generation token or a stop string */
+    SRV_FINISH_LENGTH,    /* max_tokens or the context ran out */
+    SRV_FINISH_CANCELLED, /* the client went away */
+    SRV_FINISH_ERROR,
+};
+const char *srv_finish_name(enum srv_finish f); /* "stop", "length", ... */
+
+#define SRV_MAX_STOPS 16
+#define SRV_MAX_REQ_LORAS 8
+#define SRV_NAME_MAX 128
+
+struct srv_lora_choice {
+    char name[SRV_NAME_MAX]; /* the adapter's name, or "" with id >= 0 */
+    int id;
+    float scale;
+};
+
+struct srv_gen_params {
+    lt_token *prompt; /* [n_prompt], owned */
+    size_t n_prompt;
+    int max_tokens; /* <= 0: until the context is full */
+    struct lt_sampler_params sampling;
+    char *stops[SRV_MAX_STOPS]; /* owned */
+    size_t n_stops;
+    bool lora_given; /* the request chose its adapters (possibly none) */
+    struct srv_lora_choice loras[SRV_MAX_REQ_LORAS];
+    int n_loras;
+};
+
+struct srv_gen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    struct srv_gen_params p;
+    /* produced (under mu); visible == text.len except while an append is in progress */
+    struct lt_strbuf text;
+    size_t visible;
+    int n_completion; /* tokens generated */
+    bool done;
+    enum srv_finish finish;
+    int err_status;
+    char err[512];
+    bool cancel; /* the consumer gave up (disconnect) */
+    double t_submit, t_start, t_first_token, t_done; /* monotonic seconds; 0: not yet */
+};
+
+/* A generation with one reference; takes ownership of p's allocations on success (p is
+ * zeroed); on failure (out of memory) frees them. */
+int srv_gen_new(struct srv_gen_params *p, struct srv_gen **out);
+void srv_gen_params_free(struct srv_gen_params *p);
+void srv_gen_ref(struct srv_gen *g);
+void srv_gen_unref(struct srv_gen *g); /* frees on the last reference */
+
+/* Engine side. Appends text that may be shown (stop strings already handled by the
+ * engine) and sets the count of generated tokens. */
+void srv_gen_push(struct srv_gen *g, const char *bytes, size_t n, int n_completion);
+void srv_gen_mark_started(struct srv_gen *g); /* it got a slot */
+/* Finishes (no-op when already done). */
+void srv_gen_finish(struct srv_gen *g, enum srv_finish why);
+void srv_gen_fail(struct srv_gen *g, int http_status, const char *msg);
+bool srv_gen_cancelled(struct srv_gen *g);
+
+/* Consumer side. A copy of what the generation has shown beyond `from`, and its state. */
+struct srv_gen_snap {
+    size_t visible;
+    bool done;
+    enum srv_finish finish;
+    int n_completion;
+    int err_status;
+    char err[512];
+    double queue_s, first_token_s, total_s; /* from submission; 0 when not reached */
+};
+/* Appends text[from..visible) to out (may be NULL) and fills s. */
+void srv_gen_snapshot(struct srv_gen *g, size_t from, struct lt_strbuf *out,
+                      struct srv_gen_snap *s);
+/* Waits up to timeout_ms for visible text beyond `seen` or the end; returns
+ * the visible length. */
+size_t srv_gen_wait(struct srv_gen *g, size_t seen, int timeout_ms);
+void srv_gen_cancel(struct srv_gen *g);
+
+/* ---- the engine interface ---- */
+
+enum srv_state {
+    SRV_STATE_LOADING = 0,
+    SRV_STATE_READY,
+    SRV_STATE_FAILED,
+};
+
+struct srv_model_info {
+    char id[SRV_NAME_MAX];
+    char arch[32];
+    int n_ctx;       /* per slot */
+    int parallel;
+    int64_t n_vocab;
+    int64_t n_ctx_train;
+    int64_t n_layer;
+    bool has_chat_template;
+};
+
+struct srv_lora_info {
+    int id;
+    char name[SRV_NAME_MAX];
+    char path[512];
+    float scale; /* applied to requests that do not choose their adapters */
+    int n_pairs;
+    int rank;    /* of the first pair */
+    int in_use;  /* generations decoding with it now */
+};
+
+enum srv_train_op {
+    SRV_TRAIN_CANCEL,
+    SRV_TRAIN_PAUSE,
+    SRV_TRAIN_RESUME,
+};
+
+#define SRV_TRAIN_MAX_EVENTS 64
+
+/* What the caller adds to the job parameters, for reporting. */
+struct srv_train_meta {
+    char model[SRV_NAME_MAX];         /* the served model's id */
+    char out_name[SRV_NAME_MAX];      /* the adapter's name inside the train dir */
+    char training_file[SRV_NAME_MAX]; /* fine-tuning shape: the examples file; "" otherwise */
+    bool openai_shape;
+};
+
+struct srv_train_info {
+    char id[48];
+    struct srv_train_meta meta;
+    enum lt_train_state state;
+    struct lt_train_progress prog;
+    struct lt_train_params params; /* numbers only (strings are NULL) */
+    double created_at, finished_at; /* unix seconds; finished_at 0 while not finished */
+    int n_epochs;                   /* epochs with a loss below */
+    float train_loss[LT_TRAIN_MAX_EPOCHS];
+    float eval_loss[LT_TRAIN_MAX_EPOCHS]; /* NAN: none */
+    double yielded_s;               /* time spent waiting for decoding to go idle */
+    size_t rss_bytes;               /* the process's resident memory now */
+    bool have_result;
+    struct lt_train_result result;  /* when have_result; curve NULL */
+    int n_events;
+    struct {
+        double t;
+        char level[8];
+        char message[248];
+    } events[SRV_TRAIN_MAX_EVENTS]; /* oldest first */
+};
+
+struct srv_engine;
+
+struct srv_engine_iface {
+    /* Never blocks. `why` receives the reason when FAILED. */
+    enum srv_state (*state)(struct srv_engine *e, char *why, size_t why_size);
+    void (*info)(struct srv_engine *e, struct srv_model_info *out);
+    int (*tokenize)(struct srv_engine *e, const char *text, size_t len, unsigned flags,
+                    struct lt_tokens *out);
+    int (*detokenize)(struct srv_engine *e, const lt_token *ids, size_t n, unsigned flags,
+                      struct lt_strbuf *out);
+    /* A prompt's tokens (into an empty list), as `lathe run` makes them: bos when the
+     * vocabulary asks for it; the chat through the model's template with the generation
+     * prompt; special tokens' text recognised. */
+    int (*prompt_chat)(struct srv_engine *e, const struct lt_chat_message *msgs, size_t n,
+                       bool enable_thinking, struct lt_tokens *out);
+    int (*prompt_text)(struct srv_engine *e, const char *text, struct lt_tokens *out);
+    /* Queues g (the engine takes a reference); it decodes as soon as a slot is free. */
+    int (*submit)(struct srv_engine *e, struct srv_gen *g);
+    /* Appends Prometheus text. */
+    void (*metrics)(struct srv_engine *e, struct lt_strbuf *out);
+    /* adapters; *out is malloc'd */
+    int (*lora_list)(struct srv_engine *e, struct srv_lora_info **out, int *n);
+    int (*lora_load)(struct srv_engine *e, const char *name, const char *path, float scale);
+    int (*lora_unload)(struct srv_engine *e, const char *name);
+    int (*lora_set_scale)(struct srv_engine *e, const char *name, int id, float scale);
+    /* training; id NULL or "": the latest job */
+    int (*train_start)(struct srv_engine *e, const struct lt_train_params *p,
+                       const struct srv_train_meta *meta, char *id, size_t id_size);
+    int (*train_info)(struct srv_engine *e, const char *id, struct srv_train_info *out);
+    int (*train_list)(struct srv_engine *e, char (*ids)[48], int max, int *n);
+    int (*train_control)(struct srv_engine *e, const char *id, enum srv_train_op op);
+    void (*free)(struct srv_engine *e);
+};
+
+struct srv_engine {
+    const struct srv_engine_iface *iface;
+    void *impl;
+};
+
+/* ---- HTTP ---- */
+
+struct srv_conn; /* an open client connection */
+
+/* True while the client is connected (it has not closed or reset its end). */
+bool srv_conn_alive(struct srv_conn *c);
+
+struct srv_request {
+    const char *method;
+    const char *path;   /* without the query string */
+    const char *body;   /* NUL-terminated; "" when none */
+    size_t body_len;
+    bool body_too_large;
+    struct srv_conn *conn;
+    const char *route_id; /* the path segment a route's '*' matched ("" when none) */
+};
+
+/* A body produced over time (server-sent events). fill appends the next bytes to out,
+ * waiting at most ~100 ms; sets *end after the last bytes; false closes the connection. */
+struct srv_stream {
+    bool (*fill)(void *user, struct srv_conn *conn, struct lt_strbuf *out, bool *end);
+    void (*free)(void *user); /* exactly once, whatever happened */
+    void *user;
+};
+
+struct srv_response {
+    int status;
+    const char *content_type; /* static string */
+    struct lt_strbuf body;
+    bool is_stream;
+    struct srv_stream stream;
+    char allow[64]; /* the Allow header of a 405 */
+};
+
+struct srv_app {
+    struct srv_engine *engine;
+    const char *train_dir; /* NULL: training and loading by name disabled */
+    size_t max_body_bytes;
+    bool quiet;
+    /* counted by http.c */
+    pthread_mutex_t stats_mu;
+    uint64_t http_requests[6]; /* by class: 1xx..5xx, [0] other */
+    uint64_t http_disconnects;
+};
+
+struct srv_http;
+
+/* Serves app on host:port (port 0: any). */
+lt_status srv_http_start(struct srv_app *app, const char *host, int port, int max_connections,
+                         struct srv_http **out);
+int srv_http_port(const struct srv_http *h);
+void srv_http_stop(struct srv_http *h); /* NULL is fine */
+
+/* ---- routes ---- */
+
+/* Answers one request (fills rs); never fails to answer. */
+void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+
+/* Response helpers (routes_util.c). */
+void srv_respond_json(struct srv_response *rs, int status, void *json /* json_t*, stolen */);
+void srv_respond_error(struct srv_response *rs, int status, const char *param, const char *code,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The error recorded by srv_fail (lt_last_error, srv_last_param, srv_last_code). */
+void srv_respond_last_error(struct srv_response *rs, int status);
+/* The OpenAI error body {"error":{"message","type","param","code"}} (a json_t*). */
+void *srv_error_json(int status, const char *param, const char *code, const char *message);
+
+/* The path of `name` inside dir, when name is a plain file name ending in `ext` (no
+ * directory parts, no leading dot, only [A-Za-z0-9._-], at most 200 bytes); otherwise an
+ * HTTP status with the reason naming `param`. */
+int srv_path_in_dir(const char *dir, const char *name, const char *ext, const char *param,
+                    char *path, size_t path_size);
+
+double srv_now_unix(void);
+double srv_now_mono(void);
+
+/* ---- the real engine (engine.c) ---- */
+
+struct lt_server_params;
+/* Starts loading the model on a thread; state() says LOADING until it is done. */
+lt_status srv_engine_model_new(const struct lt_server_params *p, struct srv_engine **out);
+/* Waits until the engine is READY (LT_OK) or FAILED. */
+lt_status srv_engine_model_wait(struct srv_engine *e);
+
+#endif

@@ -1,0 +1,379 @@
+/* slots.c: the decode loop. `parallel` slots; each holds one generation on one sequence of
+ * the session for its adapter set. Every iteration of the loop:
+ *   1. admits queued generations into free slots (FIFO, skipping one whose adapter set has
+ *      no session free yet, so it does not hold back the others);
+ *   2. drops slots whose client went away (their sequence is cleared for the next one);
+ *   3. prefills at most ENG_PREFILL_CHUNK prompt tokens per prefilling slot, so a long
+ *      prompt delays the others' next token by one chunk, not by the whole prompt;
+ *   4. decodes one token for every decoding slot, all slots of a session in one batch.
+ * Each slot's lt_gen_seq (src/generate, shared with `lathe run`) samples, detokenizes and
+ * handles stop strings and limits; its `pending` token, sampled but not yet fed to the
+ * model, is what step 4 feeds. Nothing here aborts: a failed prefill or decode fails the
+ * generations involved (HTTP 500) and frees their slots; the loop goes on. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/engine_impl.h"
+
+/* ---- slot life ---- */
+
+static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish why)
+{
+    if (sl->state == ENG_SLOT_FREE)
+        return;
+    srv_gen_finish(sl->g, why);
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.finished[why]++;
+    pthread_mutex_unlock(&e->stats_mu);
+    if (lt_session_seq_clear(sl->es->s, sl->seq) != LT_OK)
+        fprintf(stderr, "lathe serve: clearing sequence %d: %s\n", sl->seq, lt_last_error());
+    sl->es->seq_busy[sl->seq] = false;
+    sl->es->n_active--;
+    sl->es->last_used = srv_now_mono();
+    eng_config_use(e, &sl->es->cfg, -1);
+    srv_gen_unref(sl->g);
+    if (sl->have_gs)
+        lt_gen_seq_free(&sl->gs);
+    memset(sl, 0, sizeof(*sl));
+    atomic_fetch_sub(&e->n_busy, 1);
+}
+
+static void slot_fail(struct engine *e, struct eng_slot *sl, int status, const char *what)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s: %s", what, lt_last_error());
+    srv_gen_fail(sl->g, status, msg);
+    slot_release(e, sl, SRV_FINISH_ERROR);
+}
+
+/* Puts g in slot sl on sequence seq of es. 200, or an error status (g answered by the
+ * caller, nothing held). */
+static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
+                      struct eng_session *es, int seq)
+{
+    const struct srv_gen_params *p = &g->p;
+    memset(sl, 0, sizeof(*sl));
+    struct lt_gen_params gp = lt_gen_default_params();
+    gp.sampler = p->sampling;
+    gp.max_tokens = p->max_tokens;
+    gp.stops = (const char *const *)p->stops;
+    gp.n_stops = p->n_stops;
+    lt_status ls = lt_gen_seq_init(&sl->gs, e->tok, &gp);
+    if (ls != LT_OK)
+        return srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());
+    /* the prompt and all but the last generated token live in the session */
+    size_t room = (size_t)e->info.n_ctx - p->n_prompt + 1;
+    if ((ls = lt_gen_seq_set_prompt(&sl->gs, p->prompt, p->n_prompt, room)) != LT_OK) {
+        lt_gen_seq_free(&sl->gs);
+        return srv_fail(srv_http_status_of(ls), "prompt", NULL, "%s", lt_last_error());
+    }
+    sl->have_gs = true;
+    sl->g = g;
+    sl->es = es;
+    sl->seq = seq;
+    sl->state = ENG_SLOT_PREFILL;
+    es->seq_busy[seq] = true;
+    es->n_active++;
+    es->last_used = srv_now_mono();
+    atomic_fetch_add(&e->n_busy, 1);
+    srv_gen_mark_started(g);
+    return 200;
+}
+
+static enum srv_finish finish_of(enum lt_gen_finish f)
+{
+    return f == LT_GEN_FINISH_LENGTH || f == LT_GEN_FINISH_CONTEXT ? SRV_FINISH_LENGTH
+                                                                   : SRV_FINISH_STOP;
+}
+
+/* After a step of the slot's lt_gen_seq: hand its piece on, and end it when it is done. */
+static void slot_after_step(struct engine *e, struct eng_slot *sl)
+{
+    double now = srv_now_mono();
+    pthread_mutex_lock(&e->stats_mu);
+    struct eng_stats *s = &e->stats;
+    if (sl->t_last > 0) {
+        s->latency[s->latency_pos] = (float)(now - sl->t_last);
+        s->latency_pos = (s->latency_pos + 1) % ENG_LATENCY_RING;
+        s->n_latency += s->n_latency < ENG_LATENCY_RING;
+    }
+    s->generated_tokens++;
+    pthread_mutex_unlock(&e->stats_mu);
+    sl->t_last = now;
+    size_t len;
+    const char *piece = lt_gen_seq_piece(&sl->gs, &len);
+    srv_gen_push(sl->g, piece, len, (int)lt_gen_seq_stats(&sl->gs).n_generated);
+    if (lt_gen_seq_done(&sl->gs))
+        slot_release(e, sl, finish_of(sl->gs.finish));
+    else
+        sl->state = ENG_SLOT_DECODE;
+}
+
+static void slot_step(struct engine *e, struct eng_slot *sl, const float *logits)
+{
+    if (lt_gen_seq_step(&sl->gs, logits, (size_t)e->info.n_vocab) != LT_OK)
+        slot_fail(e, sl, 500, "sampling");
+    else
+        slot_after_step(e, sl);
+}
+
+/* ---- the loop's steps ---- */
+
+static int free_slot(struct engine *e)
+{
+    for (int i = 0; i < e->p.parallel; i++)
+        if (e->slots[i].state == ENG_SLOT_FREE)
+            return i;
+    return -1;
+}
+
+/* Takes the queue out of q_mu (sessions may be created meanwhile, which takes time, and the
+ * adapter registry's lock must not nest inside q_mu), then puts back what must still wait,
+ * ahead of what arrived in between. */
+static void admit(struct engine *e)
+{
+    pthread_mutex_lock(&e->q_mu);
+    int n = e->q_len;
+    memcpy(e->admitting, e->queue, (size_t)n * sizeof(*e->queue));
+    e->q_len = 0;
+    e->q_admitting = n;
+    pthread_mutex_unlock(&e->q_mu);
+
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        struct srv_gen *g = e->admitting[i];
+        int si = free_slot(e);
+        if (srv_gen_cancelled(g)) {
+            srv_gen_finish(g, SRV_FINISH_CANCELLED);
+            srv_gen_unref(g);
+            continue;
+        }
+        if (si < 0) {
+            e->admitting[kept++] = g;
+            continue;
+        }
+        struct eng_config cfg;
+        int st = eng_config_resolve(e, &g->p, &cfg);
+        struct eng_session *es = st == 200 ? eng_session_get(e, &cfg, &st) : NULL;
+        if (!es && st == 200) { /* every session busy: wait, let others pass */
+            e->admitting[kept++] = g;
+            continue;
+        }
+        if (!es) {
+            srv_gen_fail(g, st, lt_last_error());
+            srv_gen_unref(g);
+            continue;
+        }
+        int seq = 0;
+        while (es->seq_busy[seq])
+            seq++;
+        if ((st = slot_start(e, &e->slots[si], g, es, seq)) != 200) {
+            srv_gen_fail(g, st, lt_last_error());
+            srv_gen_unref(g);
+        } else {
+            eng_config_use(e, &es->cfg, +1);
+        }
+    }
+
+    pthread_mutex_lock(&e->q_mu);
+    memmove(e->queue + kept, e->queue, (size_t)e->q_len * sizeof(*e->queue));
+    memcpy(e->queue, e->admitting, (size_t)kept * sizeof(*e->queue));
+    e->q_len += kept;
+    e->q_admitting = 0;
+    pthread_mutex_unlock(&e->q_mu);
+}
+
+static void drop_cancelled(struct engine *e)
+{
+    for (int i = 0; i < e->p.parallel; i++) {
+        struct eng_slot *sl = &e->slots[i];
+        if (sl->state != ENG_SLOT_FREE && srv_gen_cancelled(sl->g))
+            slot_release(e, sl, SRV_FINISH_CANCELLED);
+    }
+}
+
+static void prefill(struct engine *e)
+{
+    for (int i = 0; i < e->p.parallel; i++) {
+        struct eng_slot *sl = &e->slots[i];
+        if (sl->state != ENG_SLOT_PREFILL)
+            continue;
+        size_t n_prompt = sl->g->p.n_prompt;
+        size_t n = n_prompt - sl->n_prefilled;
+        bool whole = n <= ENG_PREFILL_CHUNK;
+        n = whole ? n : ENG_PREFILL_CHUNK;
+        double t0 = srv_now_mono();
+        lt_status st = lt_session_prefill(sl->es->s, sl->seq, sl->g->p.prompt + sl->n_prefilled,
+                                          (int)n, false, whole ? e->logits : NULL);
+        pthread_mutex_lock(&e->stats_mu);
+        e->stats.prefill_s += srv_now_mono() - t0;
+        pthread_mutex_unlock(&e->stats_mu);
+        if (st != LT_OK) {
+            slot_fail(e, sl, st == LT_ERR_NOMEM ? 503 : 500, "prefill");
+            continue;
+        }
+        sl->n_prefilled += n;
+        if (whole)
+            slot_step(e, sl, e->logits);
+    }
+}
+
+static void decode_session(struct engine *e, struct eng_session *es)
+{
+    int n = 0;
+    for (int i = 0; i < e->p.parallel; i++) {
+        struct eng_slot *sl = &e->slots[i];
+        if (sl->state != ENG_SLOT_DECODE || sl->es != es)
+            continue;
+        e->batch_slots[n] = i;
+        e->batch_seqs[n] = sl->seq;
+        e->batch_tokens[n] = sl->gs.pending;
+        n++;
+    }
+    if (n == 0)
+        return;
+    double t0 = srv_now_mono();
+    lt_status st = lt_session_decode(es->s, n, e->batch_seqs, e->batch_tokens, e->logits);
+    double dt = srv_now_mono() - t0;
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.decode_s += dt;
+    e->stats.decode_steps++;
+    e->stats.decode_tokens += (uint64_t)n;
+    e->stats.batch_max = n > e->stats.batch_max ? n : e->stats.batch_max;
+    pthread_mutex_unlock(&e->stats_mu);
+    for (int k = 0; k < n; k++) {
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        if (st != LT_OK)
+            slot_fail(e, sl, 500, "decode");
+        else
+            slot_step(e, sl, e->logits + (size_t)k * (size_t)e->info.n_vocab);
+    }
+}
+
+static bool any_busy(struct engine *e)
+{
+    return atomic_load(&e->n_busy) > 0;
+}
+
+void *eng_loop_main(void *arg)
+{
+    struct engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->q_mu);
+        while (!e->stopping && e->q_len == 0 && !any_busy(e))
+            pthread_cond_wait(&e->q_cv, &e->q_mu);
+        bool stop = e->stopping;
+        pthread_mutex_unlock(&e->q_mu);
+        if (stop)
+            break;
+        pthread_mutex_lock(&e->step_mu);
+        eng_sessions_collect(e);
+        admit(e);
+        drop_cancelled(e);
+        prefill(e);
+        for (int i = 0; i < e->n_sessions; i++)
+            decode_session(e, e->sessions[i]);
+        bool waiting = false;
+        if (!any_busy(e)) {
+            pthread_mutex_lock(&e->q_mu);
+            waiting = e->q_len > 0;
+            pthread_mutex_unlock(&e->q_mu);
+        }
+        pthread_mutex_unlock(&e->step_mu);
+        if (waiting) {
+            /* queued work no session could take (all busy with other adapter sets and not
+             * idle yet): it cannot be, since no slot is busy; yield briefly anyway */
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+void eng_fail_all(struct engine *e, int status, const char *msg)
+{
+    pthread_mutex_lock(&e->step_mu);
+    for (int i = 0; e->slots && i < e->p.parallel; i++)
+        if (e->slots[i].state != ENG_SLOT_FREE) {
+            srv_gen_fail(e->slots[i].g, status, msg);
+            slot_release(e, &e->slots[i], SRV_FINISH_ERROR);
+        }
+    pthread_mutex_lock(&e->q_mu);
+    for (int i = 0; i < e->q_len; i++) {
+        srv_gen_fail(e->queue[i], status, msg);
+        srv_gen_unref(e->queue[i]);
+    }
+    e->q_len = 0;
+    pthread_mutex_unlock(&e->q_mu);
+    pthread_mutex_unlock(&e->step_mu);
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
+{
+    struct eng_stats *s = malloc(sizeof(*s));
+    if (!s)
+        return;
+    pthread_mutex_lock(&e->stats_mu);
+    *s = e->stats;
+    pthread_mutex_unlock(&e->stats_mu);
+    int busy = atomic_load(&e->n_busy);
+    pthread_mutex_lock(&e->q_mu);
+    int queued = e->q_len;
+    pthread_mutex_unlock(&e->q_mu);
+    qsort(s->latency, (size_t)s->n_latency, sizeof(float), cmp_float);
+    double p50 = s->n_latency ? s->latency[(s->n_latency - 1) / 2] : 0;
+    double p95 = s->n_latency ? s->latency[(int)((s->n_latency - 1) * 0.95)] : 0;
+    char buf[2048];
+    int n = snprintf(
+        buf, sizeof(buf),
+        "# HELP lathe_requests_total Completion requests accepted.\n"
+        "# TYPE lathe_requests_total counter\nlathe_requests_total %llu\n"
+        "# HELP lathe_requests_finished_total Completions ended, by reason.\n"
+        "# TYPE lathe_requests_finished_total counter\n"
+        "lathe_requests_finished_total{reason=\"stop\"} %llu\n"
+        "lathe_requests_finished_total{reason=\"length\"} %llu\n"
+        "lathe_requests_finished_total{reason=\"cancelled\"} %llu\n"
+        "lathe_requests_finished_total{reason=\"error\"} %llu\n"
+        "# HELP lathe_prompt_tokens_total Prompt tokens accepted.\n"
+        "# TYPE lathe_prompt_tokens_total counter\nlathe_prompt_tokens_total %llu\n"
+        "# HELP lathe_generated_tokens_total Tokens generated.\n"
+        "# TYPE lathe_generated_tokens_total counter\nlathe_generated_tokens_total %llu\n"
+        "# HELP lathe_slots Slots decoding at once.\n# TYPE lathe_slots gauge\nlathe_slots %d\n"
+        "# HELP lathe_slots_busy Slots holding a generation now.\n"
+        "# TYPE lathe_slots_busy gauge\nlathe_slots_busy %d\n"
+        "# HELP lathe_requests_queued Generations waiting for a slot.\n"
+        "# TYPE lathe_requests_queued gauge\nlathe_requests_queued %d\n"
+        "# HELP lathe_decode_steps_total Batched decode steps.\n"
+        "# TYPE lathe_decode_steps_total counter\nlathe_decode_steps_total %llu\n"
+        "# HELP lathe_decode_tokens_total Tokens decoded in batched steps.\n"
+        "# TYPE lathe_decode_tokens_total counter\nlathe_decode_tokens_total %llu\n"
+        "# HELP lathe_decode_batch_max The largest batch decoded in one step.\n"
+        "# TYPE lathe_decode_batch_max gauge\nlathe_decode_batch_max %d\n"
+        "# HELP lathe_decode_seconds_total Time in batched decode steps.\n"
+        "# TYPE lathe_decode_seconds_total counter\nlathe_decode_seconds_total %.6f\n"
+        "# HELP lathe_prefill_seconds_total Time in prompt prefill.\n"
+        "# TYPE lathe_prefill_seconds_total counter\nlathe_prefill_seconds_total %.6f\n"
+        "# HELP lathe_token_latency_seconds Time between a slot's tokens (last %d).\n"
+        "# TYPE lathe_token_latency_seconds summary\n"
+        "lathe_token_latency_seconds{quantile=\"0.5\"} %.6f\n"
+        "lathe_token_latency_seconds{quantile=\"0.95\"} %.6f\n"
+        "lathe_token_latency_seconds_count %d\n",
+        (unsigned long long)s->requests, (unsigned long long)s->finished[SRV_FINISH_STOP],
+        (unsigned long long)s->finished[SRV_FINISH_LENGTH],
+        (unsigned long long)s->finished[SRV_FINISH_CANCELLED],
+        (unsigned long long)s->finished[SRV_FINISH_ERROR], (unsigned long long)s->prompt_tokens,
+        (unsigned long long)s->generated_tokens, e->p.parallel, busy, queued,
+        (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
+        s->decode_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
+    if (n > 0)
+        lt_strbuf_append(out, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+    free(s);
+}

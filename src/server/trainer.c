@@ -1,0 +1,381 @@
+/* trainer.c: the training worker beside serving: one job at a time (lt_train_job_start runs
+ * it on its own thread), its record kept for GET /train and /v1/fine_tuning/jobs/{id}.
+ *
+ * Yielding. The job reports progress after every optimizer step, on its own thread; the
+ * callback here then waits while any slot is decoding (at most yield_ms per step, so a
+ * server that is never idle still trains, slowly). Serving thus competes with at most one
+ * step at a time, not with the whole job. A cancel ends the wait at once.
+ *
+ * Records. A watcher thread per job waits for its end and stores the result (loss per
+ * epoch, the refusal sentence unchanged), then frees the job. Records are malloc'd and
+ * never move, since the job's callback holds a pointer to its own; finished ones beyond
+ * SRV_TRAIN_MAX_RECORDS are dropped oldest first. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/engine_impl.h"
+
+#define SRV_TRAIN_MAX_RECORDS 32
+
+struct record {
+    struct srv_trainer *t;
+    struct srv_train_info info; /* under t->mu */
+    struct lt_train_job *job;   /* NULL once finished and freed */
+    pthread_t watcher;
+    bool have_watcher;
+    atomic_bool cancel;         /* ends a yield at once */
+    int cur_epoch;
+    double ep_sum;
+    int ep_n;
+};
+
+struct srv_trainer {
+    struct lt_model *model;
+    struct lt_backend *backends[LT_SCHED_MAX_BACKENDS];
+    int n_backends;
+    atomic_int *busy;
+    int yield_ms;
+    pthread_mutex_t mu;
+    struct record *records[SRV_TRAIN_MAX_RECORDS]; /* oldest first */
+    int n_records;
+    unsigned counter;
+};
+
+static bool active(enum lt_train_state s)
+{
+    return s == LT_TRAIN_STARTING || s == LT_TRAIN_RUNNING || s == LT_TRAIN_PAUSED;
+}
+
+static size_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (f) {
+        if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Under t->mu. */
+static void add_event(struct record *r, const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void add_event(struct record *r, const char *level, const char *fmt, ...)
+{
+    struct srv_train_info *ti = &r->info;
+    if (ti->n_events == SRV_TRAIN_MAX_EVENTS) {
+        /* keep the first event (the job's creation) and the most recent ones */
+        memmove(&ti->events[1], &ti->events[2],
+                (size_t)(SRV_TRAIN_MAX_EVENTS - 2) * sizeof(ti->events[0]));
+        ti->n_events--;
+    }
+    int k = ti->n_events++;
+    ti->events[k].t = srv_now_unix();
+    snprintf(ti->events[k].level, sizeof(ti->events[k].level), "%s", level);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ti->events[k].message, sizeof(ti->events[k].message), fmt, ap);
+    va_end(ap);
+}
+
+/* On the job's thread, after every optimizer step. */
+static void on_progress(void *user, const struct lt_train_progress *p)
+{
+    struct record *r = user;
+    struct srv_trainer *t = r->t;
+    pthread_mutex_lock(&t->mu);
+    struct srv_train_info *ti = &r->info;
+    if (ti->prog.step == 0)
+        add_event(r, "info", "training started: %d steps over %d epoch(s)", p->n_steps,
+                  p->n_epochs);
+    ti->prog = *p;
+    if (p->epoch != r->cur_epoch) {
+        r->cur_epoch = p->epoch;
+        r->ep_sum = 0;
+        r->ep_n = 0;
+    }
+    if (p->epoch >= 1 && p->epoch <= LT_TRAIN_MAX_EPOCHS && isfinite(p->loss)) {
+        r->ep_sum += p->loss;
+        r->ep_n++;
+        ti->train_loss[p->epoch - 1] = (float)(r->ep_sum / r->ep_n); /* running mean */
+        ti->eval_loss[p->epoch - 1] = NAN;
+        ti->n_epochs = p->epoch;
+    }
+    add_event(r, "info", "step %d/%d (epoch %d): loss %.4f, %.1f tokens/s", p->step, p->n_steps,
+              p->epoch, (double)p->loss, p->tokens_per_s);
+    pthread_mutex_unlock(&t->mu);
+
+    /* yield to decoding, bounded */
+    if (t->yield_ms < 0)
+        return;
+    double t0 = srv_now_mono(), limit = t->yield_ms / 1000.0;
+    while (atomic_load(t->busy) > 0 && !atomic_load(&r->cancel) &&
+           srv_now_mono() - t0 < limit) {
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    double waited = srv_now_mono() - t0;
+    if (waited > 0.001) {
+        pthread_mutex_lock(&t->mu);
+        ti->yielded_s += waited;
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+static void *watch_main(void *arg)
+{
+    struct record *r = arg;
+    struct srv_trainer *t = r->t;
+    struct lt_train_result res;
+    lt_train_job_wait(r->job, &res);
+    pthread_mutex_lock(&t->mu);
+    struct srv_train_info *ti = &r->info;
+    ti->result = res;
+    ti->result.curve = NULL;
+    ti->have_result = true;
+    ti->state = res.state;
+    ti->finished_at = srv_now_unix();
+    if (res.n_epochs > 0) {
+        ti->n_epochs = res.n_epochs;
+        for (int i = 0; i < res.n_epochs; i++) {
+            ti->train_loss[i] = res.train_loss[i];
+            ti->eval_loss[i] = res.eval_loss[i];
+        }
+    }
+    if (res.state == LT_TRAIN_DONE)
+        add_event(r, "info", "done: %s written (%lld tokens, %.1f tokens/s)", ti->meta.out_name,
+                  (long long)res.tokens, res.tokens_per_s);
+    else if (res.state == LT_TRAIN_CANCELLED)
+        add_event(r, "warn", "cancelled; nothing was written");
+    else
+        add_event(r, "error", "failed: %s", res.error);
+    struct lt_train_job *job = r->job;
+    r->job = NULL;
+    pthread_mutex_unlock(&t->mu);
+    lt_train_result_free(&res);
+    lt_train_job_free(job);
+    return NULL;
+}
+
+lt_status srv_trainer_new(struct lt_model *m, struct lt_backend *const *backends, int n,
+                          atomic_int *busy, int yield_ms, struct srv_trainer **out)
+{
+    *out = NULL;
+    struct srv_trainer *t = calloc(1, sizeof(*t));
+    if (!t)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the trainer");
+    t->model = m;
+    t->n_backends = n < LT_SCHED_MAX_BACKENDS ? n : LT_SCHED_MAX_BACKENDS;
+    for (int i = 0; i < t->n_backends; i++)
+        t->backends[i] = backends[i];
+    t->busy = busy;
+    t->yield_ms = yield_ms == 0 ? 2000 : yield_ms;
+    pthread_mutex_init(&t->mu, NULL);
+    *out = t;
+    return LT_OK;
+}
+
+/* Under t->mu: the record with this id, or the latest for NULL / "". */
+static struct record *find(struct srv_trainer *t, const char *id)
+{
+    if (!id || !*id)
+        return t->n_records ? t->records[t->n_records - 1] : NULL;
+    for (int i = 0; i < t->n_records; i++)
+        if (!strcmp(t->records[i]->info.id, id))
+            return t->records[i];
+    return NULL;
+}
+
+static enum lt_train_state state_of(struct record *r)
+{
+    return r->job ? lt_train_job_state(r->job) : r->info.state;
+}
+
+static void record_free(struct record *r)
+{
+    if (r->have_watcher)
+        pthread_join(r->watcher, NULL);
+    free(r);
+}
+
+int srv_trainer_start(struct srv_trainer *t, const struct lt_train_params *p,
+                      const struct srv_train_meta *meta, char *id, size_t id_size)
+{
+    pthread_mutex_lock(&t->mu);
+    struct record *last = find(t, NULL);
+    if (last && active(state_of(last))) {
+        int st = srv_fail(409, NULL, "job_running",
+                          "training job %s is %s; one job runs at a time (cancel it with POST "
+                          "/train/cancel)", last->info.id, lt_train_state_name(state_of(last)));
+        pthread_mutex_unlock(&t->mu);
+        return st;
+    }
+    if (t->n_records == SRV_TRAIN_MAX_RECORDS) { /* all finished: drop the oldest */
+        struct record *old = t->records[0];
+        memmove(&t->records[0], &t->records[1],
+                (size_t)(SRV_TRAIN_MAX_RECORDS - 1) * sizeof(t->records[0]));
+        t->n_records--;
+        pthread_mutex_unlock(&t->mu);
+        record_free(old); /* its watcher has finished or is about to */
+        pthread_mutex_lock(&t->mu);
+    }
+    struct record *r = calloc(1, sizeof(*r));
+    if (!r) {
+        pthread_mutex_unlock(&t->mu);
+        return srv_fail(503, NULL, NULL, "out of memory for a training job");
+    }
+    r->t = t;
+    struct srv_train_info *ti = &r->info;
+    ti->meta = *meta;
+    ti->created_at = srv_now_unix();
+    ti->state = LT_TRAIN_STARTING;
+    snprintf(ti->id, sizeof(ti->id), "ftjob-%06u%06x", ++t->counter,
+             (unsigned)((uint64_t)(srv_now_mono() * 1e6) & 0xffffff));
+    ti->params = *p;
+    lt_train_params_defaults(&ti->params);
+    ti->params.out = ti->params.text = ti->params.text_path = NULL;
+    ti->params.examples = ti->params.examples_path = ti->params.targets = NULL;
+    for (int i = 0; i < LT_TRAIN_MAX_EPOCHS; i++)
+        ti->train_loss[i] = ti->eval_loss[i] = NAN;
+    ti->prog.n_epochs = ti->params.epochs;
+    add_event(r, "info", "job created: training %s", meta->out_name);
+    lt_status ls = lt_train_job_start(t->model, t->backends, t->n_backends, p, on_progress, r,
+                                      &r->job);
+    if (ls != LT_OK) {
+        pthread_mutex_unlock(&t->mu);
+        free(r);
+        return srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());
+    }
+    if (pthread_create(&r->watcher, NULL, watch_main, r) != 0) {
+        /* without a watcher the job is still ours: stop it here */
+        struct lt_train_job *job = r->job;
+        pthread_mutex_unlock(&t->mu);
+        lt_train_job_free(job);
+        free(r);
+        return srv_fail(503, NULL, NULL, "cannot start a thread to watch the training job");
+    }
+    r->have_watcher = true;
+    t->records[t->n_records++] = r;
+    snprintf(id, id_size, "%s", ti->id);
+    pthread_mutex_unlock(&t->mu);
+    return 200;
+}
+
+int srv_trainer_info(struct srv_trainer *t, const char *id, struct srv_train_info *out)
+{
+    pthread_mutex_lock(&t->mu);
+    struct record *r = find(t, id);
+    if (!r) {
+        pthread_mutex_unlock(&t->mu);
+        return id && *id ? srv_fail(404, NULL, "not_found", "no training job '%s'", id)
+                         : srv_fail(404, NULL, "not_found", "no training job has run");
+    }
+    *out = r->info;
+    if (r->job) {
+        struct lt_train_progress pr;
+        lt_train_job_progress(r->job, &pr);
+        out->state = pr.state;
+        if (pr.step >= out->prog.step)
+            out->prog = pr;
+    }
+    pthread_mutex_unlock(&t->mu);
+    out->rss_bytes = rss_bytes();
+    return 200;
+}
+
+int srv_trainer_list(struct srv_trainer *t, char (*ids)[48], int max, int *n)
+{
+    pthread_mutex_lock(&t->mu);
+    int k = 0;
+    int first = t->n_records > max ? t->n_records - max : 0;
+    for (int i = first; i < t->n_records; i++)
+        snprintf(ids[k++], 48, "%s", t->records[i]->info.id);
+    pthread_mutex_unlock(&t->mu);
+    *n = k;
+    return 200;
+}
+
+int srv_trainer_control(struct srv_trainer *t, const char *id, enum srv_train_op op)
+{
+    pthread_mutex_lock(&t->mu);
+    struct record *r = find(t, id);
+    int st = 200;
+    if (!r) {
+        st = id && *id ? srv_fail(404, NULL, "not_found", "no training job '%s'", id)
+                       : srv_fail(409, NULL, "no_job", "no training job is running");
+    } else if (!r->job || !active(state_of(r))) {
+        st = srv_fail(409, NULL, "job_finished", "training job %s has finished (%s)",
+                      r->info.id, lt_train_state_name(state_of(r)));
+    } else if (op == SRV_TRAIN_CANCEL) {
+        atomic_store(&r->cancel, true);
+        lt_train_job_cancel(r->job);
+        add_event(r, "info", "cancel requested");
+    } else if (op == SRV_TRAIN_PAUSE) {
+        lt_train_job_pause(r->job);
+        add_event(r, "info", "pause requested");
+    } else {
+        lt_train_job_resume(r->job);
+        add_event(r, "info", "resumed");
+    }
+    pthread_mutex_unlock(&t->mu);
+    return st;
+}
+
+void srv_trainer_metrics(struct srv_trainer *t, struct lt_strbuf *out)
+{
+    struct srv_train_info *ti = malloc(sizeof(*ti));
+    if (!ti)
+        return;
+    bool have = srv_trainer_info(t, NULL, ti) == 200;
+    static const enum lt_train_state states[] = {LT_TRAIN_IDLE, LT_TRAIN_STARTING,
+                                                 LT_TRAIN_RUNNING, LT_TRAIN_PAUSED,
+                                                 LT_TRAIN_DONE, LT_TRAIN_CANCELLED,
+                                                 LT_TRAIN_ERROR};
+    enum lt_train_state cur = have ? ti->state : LT_TRAIN_IDLE;
+    char buf[256];
+    const char *head = "# HELP lathe_train_state The latest training job's state (1 = current).\n"
+                       "# TYPE lathe_train_state gauge\n";
+    lt_strbuf_append(out, head, strlen(head));
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+        int n = snprintf(buf, sizeof(buf), "lathe_train_state{state=\"%s\"} %d\n",
+                         lt_train_state_name(states[i]), states[i] == cur);
+        lt_strbuf_append(out, buf, (size_t)n);
+    }
+    if (have) {
+        int n = snprintf(buf, sizeof(buf),
+                         "# TYPE lathe_train_step gauge\nlathe_train_step %d\n"
+                         "# TYPE lathe_train_loss gauge\nlathe_train_loss %g\n"
+                         "# TYPE lathe_train_tokens_per_second gauge\n"
+                         "lathe_train_tokens_per_second %g\n"
+                         "# TYPE lathe_train_yield_seconds_total counter\n"
+                         "lathe_train_yield_seconds_total %g\n",
+                         ti->prog.step, ti->prog.step > 0 ? (double)ti->prog.loss : 0.0,
+                         ti->prog.tokens_per_s, ti->yielded_s);
+        lt_strbuf_append(out, buf, (size_t)n);
+    }
+    free(ti);
+}
+
+void srv_trainer_free(struct srv_trainer *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < t->n_records; i++) {
+        struct record *r = t->records[i];
+        atomic_store(&r->cancel, true);
+        if (r->job)
+            lt_train_job_cancel(r->job);
+    }
+    pthread_mutex_unlock(&t->mu);
+    for (int i = 0; i < t->n_records; i++)
+        record_free(t->records[i]);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
