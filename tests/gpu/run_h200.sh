@@ -4,7 +4,9 @@
 # run each conformance group on its own when the whole test fails (a crashed CUDA context
 # fails everything after it), then the matmul benchmarks against cuBLAS and torch.
 # Logs go to $OUT (the device tool's folder) or /tmp/lathe-h200. Prints a short summary.
-# Usage: tests/gpu/run_h200.sh [--no-bench]
+# Other gpu tests (tests/gpu/test_*.c) are built too, each on its own so that one that does
+# not build stops nothing else, and run by ctest with a 150 s limit each.
+# Usage: tests/gpu/run_h200.sh [--no-bench] [--no-torch]
 set -o pipefail
 out=${OUT:-/tmp/lathe-h200}
 mkdir -p "$out"
@@ -27,21 +29,32 @@ if ! build ON; then
     fi
     echo "built without -Werror"
 fi
+for t in tests/gpu/test_*.c; do
+    name=gpu_$(basename "$t" .c)
+    [ "$name" = gpu_test_cuda_conformance ] && continue
+    cmake --build build-h200 -j16 --target "$name" >>"$out/build.log" 2>&1 ||
+        echo "$name does not build: $(grep -m1 -E 'error' "$out/build.log")"
+done
 echo "built in $(($(date +%s) - t0)) s"
 
 t1=$(date +%s)
-ctest --test-dir build-h200 -L gpu --output-on-failure >"$out/ctest.log" 2>&1
+./build-h200/tests/gpu_test_cuda_conformance >"$out/conformance.log" 2>&1
+crc=$?
+echo "conformance: rc $crc in $(($(date +%s) - t1)) s"
+sed -n '/^op  /,/^$/p' "$out/conformance.log" | cut -c1-110
+grep -E "^  no: |check failed|first mismatch|failed:|computing|placing|allocating" \
+    "$out/conformance.log" | head -40
+grep -E "free of|refused as expected|fallback|LATHE_CUDA_DISABLE|passed, .* failed" \
+    "$out/conformance.log"
+
+t1=$(date +%s)
+ctest --test-dir build-h200 -L gpu --timeout 150 --output-on-failure >"$out/ctest.log" 2>&1
 rc=$?
 echo "ctest -L gpu: rc $rc in $(($(date +%s) - t1)) s"
-grep -E "tests passed|tests failed|Passed|Failed|\*\*\*" "$out/ctest.log" | head -10
-# the table, the refusals and the first failed checks
-sed -n '/^op  /,/^$/p' "$out/ctest.log"
-grep -E "^  no: " "$out/ctest.log" | head -20
-grep -E "check failed|first mismatch|failed:|computing|placing|allocating" "$out/ctest.log" \
-    | head -40
-grep -E "passed, .* failed" "$out/ctest.log"
+grep -E "Test +#|tests passed|tests failed" "$out/ctest.log"
+grep -E "check failed|passed, .* failed|Timeout|Exception" "$out/ctest.log" | head -30
 
-if [ $rc -ne 0 ]; then
+if [ $crc -ne 0 ]; then
     for g in errors copies matmul elementwise nn recurrent disabled; do
         timeout 120 ./build-h200/tests/gpu_test_cuda_conformance $g >/tmp/group.log 2>&1
         echo "group $g: rc $? $(grep -E 'passed, .* failed' /tmp/group.log)"
@@ -49,15 +62,17 @@ if [ $rc -ne 0 ]; then
     done
     if command -v compute-sanitizer >/dev/null; then
         timeout 120 compute-sanitizer --tool memcheck --print-limit 5 \
-            ./build-h200/tests/gpu_test_cuda_conformance copies elementwise nn recurrent \
+            ./build-h200/tests/gpu_test_cuda_conformance copies matmul elementwise nn recurrent \
             >"$out/memcheck.log" 2>&1
         grep -E "ERROR SUMMARY|Invalid|at 0x|by thread" "$out/memcheck.log" | head -12
     fi
 fi
 
-if [ "$1" != "--no-bench" ]; then
+case " $* " in *" --no-bench "*) ;; *)
     ./build-h200/bench/bench_matmul 20 2>&1 | tee "$out/bench_matmul.txt"
-    PYTHONUNBUFFERED=1 timeout 120 python3 bench/bench_matmul_torch.py 20 2>&1 \
-        | tee "$out/bench_matmul_torch.txt"
-fi
+    case " $* " in *" --no-torch "*) ;; *)
+        PYTHONUNBUFFERED=1 timeout 120 python3 bench/bench_matmul_torch.py 20 2>&1 |
+            tee "$out/bench_matmul_torch.txt"
+    esac
+esac
 exit $rc

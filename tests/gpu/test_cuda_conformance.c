@@ -226,6 +226,8 @@ static void mm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_
     run_case(LT_OP_MUL_MAT, buf, tol, b_mul_mat, &p);
 }
 
+/* N <= 8 with an F16, BF16 or quantised a runs the backend's own kernel (mmv), more
+ * columns run cuBLAS: both are covered for every layout. */
 static void test_matmul(void)
 {
     static const enum lt_type halfs[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
@@ -234,16 +236,22 @@ static void test_matmul(void)
             for (int lb = 0; lb < L_COUNT; lb++) {
                 if (la != lb && la != L_CONTIG && lb != L_CONTIG)
                     continue;
-                mm_case(halfs[t], la, lb, 64, 48, 7, 1, 1, 1, 1);
+                mm_case(halfs[t], la, lb, 64, 48, 19, 1, 1, 1, 1);
+                mm_case(halfs[t], la, lb, 64, 48, 3, 1, 1, 1, 1);
             }
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 64, 48, 1, 1, 1, 1, 1);
-        mm_case(halfs[t], L_CONTIG, L_CONTIG, 32, 16, 5, 2, 2, 1, 2);   /* batched, r3 = 2 */
-        mm_case(halfs[t], L_CONTIG, L_CONTIG, 32, 16, 5, 2, 6, 1, 1);   /* grouped, r2 = 3 */
-        mm_case(halfs[t], L_CONTIG, L_PERMUTED, 32, 16, 5, 2, 6, 2, 2); /* grouped, no fold */
+        for (int n = 5; n <= 12; n += 7) {
+            mm_case(halfs[t], L_CONTIG, L_CONTIG, 32, 16, n, 2, 2, 1, 2);   /* batched, r3 = 2 */
+            mm_case(halfs[t], L_CONTIG, L_CONTIG, 32, 16, n, 2, 6, 1, 1);   /* grouped, r2 = 3 */
+            mm_case(halfs[t], L_CONTIG, L_PERMUTED, 32, 16, n, 2, 6, 2, 2); /* grouped, no fold */
+            mm_case(halfs[t], L_TRANSPOSED, L_SLICED, 32, 16, n, 3, 6, 1, 2);
+        }
         mm_case(halfs[t], L_PERMUTED, L_CONTIG, 32, 16, 1, 2, 6, 1, 1); /* grouped decode */
-        mm_case(halfs[t], L_TRANSPOSED, L_SLICED, 32, 16, 5, 3, 6, 1, 2);
-        mm_case(halfs[t], L_CONTIG, L_CONTIG, 96, 1, 7, 1, 1, 1, 1); /* M = 1 */
-        mm_case(halfs[t], L_CONTIG, L_CONTIG, 1, 9, 7, 1, 1, 1, 1);  /* K = 1 */
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 96, 1, 7, 1, 1, 1, 1);    /* M = 1 */
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 96, 1, 10, 1, 1, 1, 1);
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 1, 9, 7, 1, 1, 1, 1); /* K = 1 */
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 1, 9, 10, 1, 1, 1, 1);
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 60, 9, 2, 1, 1, 1, 1); /* K not a multiple of 8 */
     }
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                           LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K,
@@ -252,10 +260,12 @@ static void test_matmul(void)
         int64_t K = lt_type_traits(quants[t])->block_size == 256 ? 512 : 96;
         mm_case(quants[t], L_CONTIG, L_CONTIG, K, 40, 17, 1, 1, 1, 1);
         mm_case(quants[t], L_SLICED, L_TRANSPOSED, K, 40, 1, 1, 1, 1, 1);
+        mm_case(quants[t], L_SLICED, L_PERMUTED, K, 40, 6, 1, 1, 1, 1);
         mm_case(quants[t], L_CONTIG, L_CONTIG, K, 24, 3, 2, 4, 1, 1);
+        mm_case(quants[t], L_CONTIG, L_CONTIG, K, 24, 12, 2, 4, 1, 1);
     }
-    /* a product taller than one dequantised tile would be too slow to check on the CPU
-     * here; the tiling is exercised by K * M * 2 > TILE_BYTES only in bench_matmul */
+    /* taller than one dequantised tile (64 MiB of F16 is 8192 rows of 4096): two tiles */
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 4096, 8200, 12, 1, 1, 1, 1);
 }
 
 /* ---- element-wise ---- */

@@ -17,6 +17,13 @@
  * it (one stream keeps them in order). b is used in place when ct is F32 and one of its
  * inner strides is one float, else converted whole into scratch.
  *
+ * Few columns (N <= MMV_MAX_N: decode) with an F16, BF16 or quantised a take a kernel of
+ * our own instead (mmv): a warp per output row reads a's row once, in its own type (16-byte
+ * loads for unsplit half rows, element-wise dequantisation otherwise), and sums its
+ * products with the F32 columns of b in F32. It converts nothing into scratch, which is
+ * what dominates a product with one token (a dequantised weight would be written and read
+ * back whole), and it is more exact than the tensor-core path (b is not rounded).
+ *
  * Batches: for each i3, one strided-batched product over i2 when r2 == 1; when r2 > 1 the
  * r2 b slices of a head are folded into one product of N * r2 columns where they lie at
  * one stride (decode, or a converted b), else one strided-batched product per a head with
@@ -32,6 +39,7 @@
 static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
 
 #define TILE_BYTES ((size_t)64 << 20)
+#define MMV_MAX_N 8
 
 struct mm_plan {
     int64_t K, M, N, A2, A3, B2, B3, r2, r3;
@@ -287,6 +295,108 @@ static lt_status run_tiled(struct cuda_ctx *c, const struct mm_plan *p, const st
     return LT_OK;
 }
 
+/* ---- few columns: a warp per output row ---- */
+
+/* element k of a row of a (any readable type) whose elements (or blocks) are nb0 apart */
+static __device__ __forceinline__ float row_elem(const char *row, int type, int64_t k,
+                                                 int64_t nb0)
+{
+    const int bs = cu_block_size(type);
+    if (bs == 1)
+        return cu_load(row + k * nb0, type);
+    return cu_dequant((const uint8_t *)row + (k / bs) * nb0, type, (int)(k % bs));
+}
+
+/* 8 halves (F16 or BF16) at p, 16-byte aligned, as floats */
+static __device__ __forceinline__ void load8(const char *p, int type, float *w)
+{
+    const uint4 u = *(const uint4 *)p;
+    const uint32_t v[4] = {u.x, u.y, u.z, u.w};
+    for (int e = 0; e < 4; e++) {
+        const uint16_t lo = (uint16_t)(v[e] & 0xffffu), hi = (uint16_t)(v[e] >> 16);
+        if (type == LT_TYPE_BF16) {
+            w[2 * e] = __uint_as_float((uint32_t)lo << 16);
+            w[2 * e + 1] = __uint_as_float((uint32_t)hi << 16);
+        } else {
+            __half_raw hl, hh;
+            hl.x = lo;
+            hh.x = hi;
+            w[2 * e] = __half2float(__half(hl));
+            w[2 * e + 1] = __half2float(__half(hh));
+        }
+    }
+}
+
+/* dst[m, n, i2, i3] for n < N <= NC: warp w takes output rows (m, i2, i3) w, w + warps, ... */
+template <int NC>
+static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2,
+                                  int64_t r3, bool vec)
+{
+    const int64_t K = a.ne[0], M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
+    const int64_t rows = M * B2 * b.ne[3];
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += warps) {
+        const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+        const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
+        const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
+        float acc[NC];
+        for (int n = 0; n < NC; n++)
+            acc[n] = 0.0f;
+        if (vec) {
+            for (int64_t k8 = lane; k8 < K / 8; k8 += 32) {
+                float w[8];
+                load8(row + k8 * 16, a.type, w);
+                for (int e = 0; e < 8; e++) {
+                    const char *xk = xb + (8 * k8 + e) * b.nb[0];
+                    for (int n = 0; n < NC && n < N; n++)
+                        acc[n] += w[e] * *(const float *)(xk + n * b.nb[1]);
+                }
+            }
+        } else {
+            for (int64_t k = lane; k < K; k += 32) {
+                const float w = row_elem(row, a.type, k, a.nb[0]);
+                const char *xk = xb + k * b.nb[0];
+                for (int n = 0; n < NC && n < N; n++)
+                    acc[n] += w * *(const float *)(xk + n * b.nb[1]);
+            }
+        }
+        for (int n = 0; n < NC; n++)
+            for (int o = 16; o > 0; o >>= 1)
+                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
+        if (lane == 0)
+            for (int n = 0; n < NC && n < N; n++)
+                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+    }
+}
+
+static bool use_mmv(const struct lt_tensor *a, const struct mm_plan *p)
+{
+    return p->N <= MMV_MAX_N && a->type != LT_TYPE_F32;
+}
+
+static lt_status run_mmv(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
+                         const struct lt_tensor *b, float *dst)
+{
+    const struct cu_t av = cu_view(a), bv = cu_view(b);
+    const bool vec = (a->type == LT_TYPE_F16 || a->type == LT_TYPE_BF16) && a->nb[0] == 2 &&
+                     p->K % 8 == 0 && (uintptr_t)a->data % 16 == 0 &&
+                     (p->M <= 1 || a->nb[1] % 16 == 0) && (p->A2 <= 1 || a->nb[2] % 16 == 0) &&
+                     (p->A3 <= 1 || a->nb[3] % 16 == 0);
+    const int64_t rows = p->M * p->B2 * p->B3;
+    const unsigned blocks = cu_blocks(rows, 8); /* 8 warps a block */
+    if (p->N <= 1)
+        mmv_kernel<1><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, vec);
+    else if (p->N <= 2)
+        mmv_kernel<2><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, vec);
+    else if (p->N <= 4)
+        mmv_kernel<4><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, vec);
+    else
+        mmv_kernel<8><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, vec);
+    return cu_launched("mul_mat mmv");
+}
+
 lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -300,6 +410,8 @@ lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     if (p.K == 0)
         return cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
                         "zeroing an empty product");
+    if (use_mmv(a, &p))
+        return run_mmv(c, &p, a, b, (float *)node->data);
     const char *bbase = (const char *)b->data;
     if (!p.b_direct) {
         void *bc;
