@@ -3,6 +3,7 @@
  * Nodes are visited in reverse topological order, so by the time a node is visited every
  * user of it has added its contribution to node->grad. A tensor "wants" a gradient when it
  * is trainable or depends on something trainable; rules skip sources that don't. */
+#include <stdio.h>
 #include <string.h>
 
 #include "autodiff/autodiff.h"
@@ -77,6 +78,36 @@ static void mark_wants(struct lt_autodiff *ad, struct lt_graph *g)
     }
 }
 
+/* Backward nodes that rules left unnamed are named after the forward tensor they serve
+ * ("grad for k_conv-22"), so refusals and placement reports can name them. Sources come
+ * before users, so a name found on a source passes on to the nodes built from it. */
+static void name_backward_nodes(struct lt_graph *g, int n_forward)
+{
+    for (int i = n_forward; i < g->n_nodes; i++) {
+        struct lt_tensor *t = g->nodes[i];
+        if (t->name[0])
+            continue;
+        const struct lt_tensor *from = NULL;
+        for (int k = 0; k < LT_MAX_SRC && !from; k++) /* a forward tensor first */
+            if (t->src[k] && t->src[k]->name[0] && strncmp(t->src[k]->name, "grad for ", 9))
+                from = t->src[k];
+        if (from) {
+            char base[LT_MAX_NAME];
+            snprintf(base, sizeof(base), "%s", from->name);
+            char *suffix = strstr(base, " (");
+            if (suffix) /* " (view)", " (cont)": name the tensor they come from */
+                *suffix = '\0';
+            lt_format_name(t, "grad for %s", base);
+            continue;
+        }
+        for (int k = 0; k < LT_MAX_SRC && !from; k++)
+            if (t->src[k] && t->src[k]->name[0])
+                from = t->src[k];
+        if (from)
+            lt_set_name(t, from->name);
+    }
+}
+
 lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_tensor *loss,
                             float grad_scale, struct lt_refusal *refusal)
 {
@@ -125,6 +156,7 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
                 goto out_free_map;
         }
     }
+    name_backward_nodes(g, n_forward);
 out_free_map:
     lt_ptrmap_free(&ad.wants);
     return st;

@@ -208,9 +208,29 @@ static lt_status rms_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
     return norm_rule(ad, node, lt_rms_norm_back);
 }
 
+/* L2_NORM's rule is built from primitives, as llama.cpp's is:
+ *   s = sum_rows(sqr(x)), t = sqrt(s + eps), y = x / t, dx = (g - y * sum_rows(g * y)) / t
+ * This is the very graph that crashed llama.cpp (SQR of a viewed k_conv on a device whose
+ * SQR kernel wanted a contiguous source), kept on purpose with the one change that
+ * matters: SQR reads a contiguous copy of x, never the view. So a device that can run
+ * these primitives trains Qwen3.5 with no special kernel, and LATHE_CUDA_DISABLE_OPS=SQR
+ * shows the refusal on the real model's graph. L2_NORM_BACK stays as the fused form. */
 static lt_status l2_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 {
-    return norm_rule(ad, node, lt_l2_norm_back);
+    struct lt_tensor *x = node->src[0];
+    if (!lt_ad_wants(ad, x))
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad), *xc = lt_ad_contiguous(ad, x);
+    if (!g || !xc)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", x->name);
+    struct lt_tensor *s = lt_sum_rows(ctx, lt_sqr(ctx, xc));
+    struct lt_tensor *t = s ? lt_sqrt(ctx, lt_add(ctx, s, lt_fill(ctx, s, lt_get_param_f32(node, 0))))
+                            : NULL;
+    struct lt_tensor *y = t ? lt_div(ctx, xc, t) : NULL;
+    struct lt_tensor *dot = y ? lt_sum_rows(ctx, lt_mul(ctx, g, y)) : NULL;
+    struct lt_tensor *dx = dot ? lt_div(ctx, lt_sub(ctx, g, lt_mul(ctx, y, dot)), t) : NULL;
+    return lt_ad_add(ad, x, dx);
 }
 
 const struct lt_op_def lt_op_def_rms_norm = {

@@ -43,9 +43,9 @@ void lt_refusal_set_node(struct lt_refusal *r, enum lt_refusal_kind kind,
         /* name the storage a view was cut from when the view itself is unnamed */
         const char *name = src->name;
         char base[LT_MAX_NAME];
-        if (src->view_src && strstr(name, " (view)")) {
+        if (strstr(name, " (view)") || strstr(name, " (cont)")) {
             copy_str(base, sizeof(base), name);
-            *strstr(base, " (view)") = '\0';
+            *strstr(base, " (") = '\0';
             name = base;
         }
         copy_str(r->source, sizeof(r->source), name);
