@@ -10,6 +10,15 @@
 #define T 24
 #define STEPS 150
 
+static int schedule_calls;
+/* linear warm-up over 10 steps, then constant */
+static float warmup(void *user, int step, float lr)
+{
+    (void)user;
+    schedule_calls++;
+    return step < 10 ? lr * (float)step / 10.0f : lr;
+}
+
 static void run(float *losses)
 {
     struct tiny_model m;
@@ -21,7 +30,7 @@ static void run(float *losses)
     struct lt_tensor *loss = tiny_model_loss(&m, ctx, tokens, pos, labels);
     struct lt_backend *cpu = lt_backend_cpu_new(2);
     struct lt_train_graph_params p = {.backends = &cpu, .n_backends = 1, .device_only = true,
-                                      .weight_decay = 0.01f};
+                                      .weight_decay = 0.01f, .lr_schedule = warmup};
     struct lt_train_graph *tg;
     struct lt_refusal r;
     lt_status st = lt_train_graph_new(ctx, loss, &p, &tg, &r);
@@ -65,5 +74,6 @@ int main(void)
     CHECK(a[0] > 3.0f, "the first loss %g is near log(40) = 3.69", a[0]);
     CHECK(a[STEPS - 1] < 0.25f * a[0], "loss fell from %g to %g", a[0], a[STEPS - 1]);
     CHECK(memcmp(a, b, sizeof(a)) == 0, "two runs gave different losses");
+    CHECK(schedule_calls == 2 * STEPS, "the schedule was asked %d times", schedule_calls);
     return check_summary();
 }

@@ -59,6 +59,9 @@ struct lt_train_graph_params {
     size_t serving_reserve;
     enum lt_optimizer optimizer;
     float beta1, beta2, eps, weight_decay; /* AdamW; 0 picks 0.9, 0.999, 1e-8; wd as given */
+    /* Learning-rate schedule (NULL: the lr given to each step as it is): the step's rate
+     * is lr_schedule(user, step, lr), step counting from 1. */
+    float (*lr_schedule)(void *user, int step, float lr);
     /* Which PARAM-flagged leaves train (NULL: all). Others lose the flag. */
     bool (*param_filter)(void *user, const struct lt_tensor *param);
     void *user;

@@ -154,11 +154,19 @@ lt_status lt_sched_place(struct lt_sched *s, struct lt_graph *g, bool device_onl
             continue;
         int chosen = -1;
         first_reason[0] = '\0';
+        /* a node that writes into existing storage (CPY, optimizer steps) must run where
+         * that storage is addressable: elsewhere it would update a copy and be lost */
+        int dst_be = -2;
+        if (writes_in_place(node) && (node->view_src->data || node->view_src->buffer))
+            dst_be = storage_backend(s, node->view_src);
         for (int b = 0; b < s->n_be && chosen < 0; b++) {
             reason[0] = '\0';
-            if (lt_backend_supports_op(s->be[b], node, reason, sizeof(reason)))
+            if (dst_be != -2 && !can_read(s, dst_be, b))
+                snprintf(reason, sizeof(reason), "it writes into '%s', which %s cannot address",
+                         node->view_src->name, s->be[b]->name);
+            else if (lt_backend_supports_op(s->be[b], node, reason, sizeof(reason)))
                 chosen = b;
-            else if (b == 0)
+            if (chosen < 0 && b == 0)
                 memcpy(first_reason, reason, sizeof(reason));
         }
         if (chosen < 0) {

@@ -348,6 +348,8 @@ lt_status lt_train_graph_step(struct lt_train_graph *tg, float lr)
     if (tg->n_accumulated == 0)
         return lt_fail(LT_ERR_INVALID, "an optimizer step needs at least one accumulated micro-batch");
     tg->step++;
+    if (tg->p.lr_schedule)
+        lr = tg->p.lr_schedule(tg->p.user, tg->step, lr);
     float scale = 1.0f / (float)tg->n_accumulated;
     float hp[8] = {0};
     if (tg->p.optimizer == LT_OPTIMIZER_SGD) {
