@@ -8,9 +8,9 @@
  * median of the timed repetitions after warm-ups, so lathe's figure includes its
  * scheduler, its conversion kernel and its stream synchronisation, and the ratio is
  * lathe / cuBLAS (1.0 = no overhead). The two results are compared as a sanity check.
- * With 8 tokens or fewer lathe runs its own kernel (mmv) on the BF16 weights and the F32
- * activations, so its result differs from cuBLAS's by the rounding of the activations to
- * BF16 that cuBLAS's operands carry (nmse ~1e-6).
+ * With 8 tokens or fewer and weights of at most 16 MiB lathe runs its own kernel (mmv) on
+ * the BF16 weights and the F32 activations, so its result differs from cuBLAS's by the
+ * rounding of the activations to BF16 that cuBLAS's operands carry (nmse ~1e-6).
  *
  * A second table times lathe alone on quantised weights (Q8_0, Q4_K, Q6_K; random blocks
  * with small scales), which have no cuBLAS peer: the effective weight bandwidth shows how

@@ -226,8 +226,9 @@ static void mm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_
     run_case(LT_OP_MUL_MAT, buf, tol, b_mul_mat, &p);
 }
 
-/* N <= 8 with an F16, BF16 or quantised a runs the backend's own kernel (mmv), more
- * columns run cuBLAS: both are covered for every layout. */
+/* N <= 8 with a quantised a, or a small F16 / BF16 one, runs the backend's own kernel
+ * (mmv), more columns (or larger half weights) run cuBLAS: both are covered for every
+ * layout. */
 static void test_matmul(void)
 {
     static const enum lt_type halfs[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
@@ -252,6 +253,8 @@ static void test_matmul(void)
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 1, 9, 7, 1, 1, 1, 1); /* K = 1 */
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 1, 9, 10, 1, 1, 1, 1);
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 60, 9, 2, 1, 1, 1, 1); /* K not a multiple of 8 */
+        /* half weights over 16 MiB take cuBLAS even for few columns */
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 4096, 2100, 2, 1, 1, 1, 1);
     }
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                           LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K,

@@ -17,12 +17,17 @@
  * it (one stream keeps them in order). b is used in place when ct is F32 and one of its
  * inner strides is one float, else converted whole into scratch.
  *
- * Few columns (N <= MMV_MAX_N: decode) with an F16, BF16 or quantised a take a kernel of
- * our own instead (mmv): a warp per output row reads a's row once, in its own type (16-byte
- * loads for unsplit half rows, element-wise dequantisation otherwise), and sums its
- * products with the F32 columns of b in F32. It converts nothing into scratch, which is
- * what dominates a product with one token (a dequantised weight would be written and read
- * back whole), and it is more exact than the tensor-core path (b is not rounded).
+ * Few columns (N <= MMV_MAX_N: decode) with a quantised a, or an F16 / BF16 a of at most
+ * MMV_HALF_MAX_BYTES, take a kernel of our own instead (mmv): a warp per output row reads
+ * a's row once, in its own type (16-byte loads for unsplit half rows, element-wise
+ * dequantisation otherwise), and sums its products with the F32 columns of b in F32. It
+ * converts nothing into scratch, which is what dominates a product with one token (a
+ * dequantised weight would be written and read back whole), and it is more exact than the
+ * tensor-core path (b is not rounded). Measured on an H200 with one token: BF16 1024x3584
+ * 15 us against 20 us through conversion + cuBLAS, but the 1024x248320 output head 287 us
+ * against 137 us (mmv reads at ~1.8 TB/s, cuBLAS at ~3.7), hence the size limit for half
+ * weights; quantised weights have no cheaper path (dequantising a whole Q8_0 head into
+ * scratch costs more than mmv's 1.0 ms).
  *
  * Batches: for each i3, one strided-batched product over i2 when r2 == 1; when r2 > 1 the
  * r2 b slices of a head are folded into one product of N * r2 columns where they lie at
@@ -40,6 +45,7 @@ static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
 
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
+#define MMV_HALF_MAX_BYTES ((int64_t)16 << 20)
 
 struct mm_plan {
     int64_t K, M, N, A2, A3, B2, B3, r2, r3;
@@ -373,7 +379,10 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
 
 static bool use_mmv(const struct lt_tensor *a, const struct mm_plan *p)
 {
-    return p->N <= MMV_MAX_N && a->type != LT_TYPE_F32;
+    if (p->N > MMV_MAX_N || a->type == LT_TYPE_F32)
+        return false;
+    return lt_type_traits(a->type)->is_quantized ||
+           p->K * p->M * p->A2 * p->A3 * 2 <= MMV_HALF_MAX_BYTES;
 }
 
 static lt_status run_mmv(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
