@@ -7,6 +7,7 @@
  * of a reset), up to a drain limit past which the connection is closed. A client that
  * closes its end is noticed by srv_conn_alive (poll for hang-up, peek for EOF) between
  * waits, so an abandoned generation is cancelled within ~100 ms rather than at its end. */
+/* POLLRDHUP needs _GNU_SOURCE, which the build defines for every file */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -18,6 +19,10 @@
 #include <unistd.h>
 
 #include "server/server_impl.h"
+
+#ifndef POLLRDHUP
+#define POLLRDHUP 0
+#endif
 
 #ifdef LATHE_HAVE_MHD
 #include <microhttpd.h>
