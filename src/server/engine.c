@@ -41,8 +41,12 @@ static lt_status make_backends(struct engine *e)
         if (!e->cuda)
             return lt_fail(LT_ERR_UNSUPPORTED, "--backend cuda: no usable CUDA device (%s)",
                            *lt_last_error() ? lt_last_error() : "not built with CUDA");
-        e->backends[e->n_backends++] = e->cuda;
-        e->train_backends[e->n_train_backends++] = e->cuda;
+        /* one device, two threads (decoding, a training job): share it behind a lock */
+        e->cuda_shared = srv_backend_locked_new(e->cuda);
+        if (!e->cuda_shared)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for the shared CUDA backend");
+        e->backends[e->n_backends++] = e->cuda_shared;
+        e->train_backends[e->n_train_backends++] = e->cuda_shared;
     }
     e->backends[e->n_backends++] = e->cpu;
     e->train_backends[e->n_train_backends++] = e->train_cpu;
@@ -54,7 +58,7 @@ static lt_status load_all(struct engine *e)
     lt_status st = make_backends(e);
     if (st != LT_OK)
         return st;
-    struct lt_model_params mp = {.weights_backend = e->cuda};
+    struct lt_model_params mp = {.weights_backend = e->cuda_shared};
     if ((st = lt_model_load(e->model_path, &mp, &e->model)) != LT_OK)
         return st;
     if ((st = lt_tokenizer_from_gguf(lt_model_gguf(e->model), &e->tok)) != LT_OK)
@@ -100,7 +104,7 @@ static lt_status load_all(struct engine *e)
             return lt_fail(LT_ERR_INVALID, "--lora %s: %s", path, lt_last_error());
     }
     if (e->train_dir) {
-        st = srv_trainer_new(e->model, e->train_backends, e->n_train_backends, &e->n_busy,
+        st = srv_trainer_new(e->model, e->train_backends, e->n_train_backends, &e->act,
                              e->p.train_yield_ms, &e->trainer);
         if (st != LT_OK)
             return st;
@@ -308,6 +312,8 @@ static void eng_free(struct srv_engine *se)
         lt_chat_template_free(&e->ct);
     lt_tokenizer_free(e->tok);
     lt_model_free(e->model);
+    if (e->cuda_shared)
+        lt_backend_free(e->cuda_shared);
     if (e->cuda)
         lt_backend_free(e->cuda);
     if (e->cpu)
@@ -380,7 +386,8 @@ lt_status srv_engine_model_new(const struct lt_server_params *p, struct srv_engi
     pthread_mutex_init(&e->ready_mu, NULL);
     pthread_cond_init(&e->ready_cv, NULL);
     atomic_init(&e->state, SRV_STATE_LOADING);
-    atomic_init(&e->n_busy, 0);
+    atomic_init(&e->act.busy, 0);
+    atomic_init(&e->act.last_busy_us, 0);
     bool ok = true;
     e->model_path = strdup(p->model_path);
     e->alias = p->model_alias ? strdup(p->model_alias) : alias_of(p->model_path);

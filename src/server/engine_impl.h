@@ -6,8 +6,8 @@
  * loop; it holds step_mu while it works. HTTP threads only queue generations (q_mu) and
  * read counters (stats_mu); the adapter registry has its own lora_mu so loading an adapter
  * never waits for a decode step. Lock order: step_mu, then lora_mu, then q_mu or stats_mu.
- * `state` and `n_busy` are atomics, read by /health and by the training job's thread
- * without any lock. */
+ * `state` and `act` are atomics, read by /health and by the training job's thread without
+ * any lock. */
 #ifndef LATHE_SERVER_ENGINE_IMPL_H
 #define LATHE_SERVER_ENGINE_IMPL_H
 
@@ -87,6 +87,14 @@ struct eng_stats {
 
 struct srv_trainer;
 
+/* What the training worker watches to yield: slots holding a generation, and when one last
+ * did (CLOCK_MONOTONIC microseconds; a request that follows another a few ms later should
+ * not find a training step started in the gap). */
+struct eng_activity {
+    atomic_int busy;
+    atomic_llong last_busy_us;
+};
+
 struct engine {
     struct srv_engine base;
     struct lt_server_params p; /* strings point into owned copies below */
@@ -107,6 +115,7 @@ struct engine {
     bool have_ct;
     struct srv_model_info info;
     struct lt_backend *cpu, *cuda, *train_cpu;
+    struct lt_backend *cuda_shared; /* cuda behind a lock: serving and training use this one */
     struct lt_backend *backends[2];
     int n_backends;
     struct lt_backend *train_backends[2];
@@ -132,7 +141,7 @@ struct engine {
     int *batch_seqs; /* [parallel] */
     lt_token *batch_tokens;
     int *batch_slots;
-    atomic_int n_busy; /* slots not FREE */
+    struct eng_activity act; /* act.busy: slots not FREE */
 
     /* adapters (lora_mu) */
     pthread_mutex_t lora_mu;
@@ -145,6 +154,10 @@ struct engine {
 
     struct srv_trainer *trainer;
 };
+
+/* backend_lock.c: `inner` behind a mutex, as the same backend (shares its impl); free the
+ * proxy with lt_backend_free before freeing inner. NULL when out of memory. */
+struct lt_backend *srv_backend_locked_new(struct lt_backend *inner);
 
 /* slots.c */
 void *eng_loop_main(void *arg);
@@ -172,7 +185,7 @@ void eng_loras_free_all(struct engine *e);
 
 /* trainer.c */
 lt_status srv_trainer_new(struct lt_model *m, struct lt_backend *const *backends, int n,
-                          atomic_int *busy, int yield_ms, struct srv_trainer **out);
+                          struct eng_activity *act, int yield_ms, struct srv_trainer **out);
 int srv_trainer_start(struct srv_trainer *t, const struct lt_train_params *p,
                       const struct srv_train_meta *meta, char *id, size_t id_size);
 int srv_trainer_info(struct srv_trainer *t, const char *id, struct srv_train_info *out);

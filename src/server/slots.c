@@ -37,7 +37,8 @@ static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish 
     if (sl->have_gs)
         lt_gen_seq_free(&sl->gs);
     memset(sl, 0, sizeof(*sl));
-    atomic_fetch_sub(&e->n_busy, 1);
+    atomic_store(&e->act.last_busy_us, (long long)(srv_now_mono() * 1e6));
+    atomic_fetch_sub(&e->act.busy, 1);
 }
 
 static void slot_fail(struct engine *e, struct eng_slot *sl, int status, const char *what)
@@ -77,7 +78,7 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     es->seq_busy[seq] = true;
     es->n_active++;
     es->last_used = srv_now_mono();
-    atomic_fetch_add(&e->n_busy, 1);
+    atomic_fetch_add(&e->act.busy, 1);
     srv_gen_mark_started(g);
     return 200;
 }
@@ -254,7 +255,7 @@ static void decode_session(struct engine *e, struct eng_session *es)
 
 static bool any_busy(struct engine *e)
 {
-    return atomic_load(&e->n_busy) > 0;
+    return atomic_load(&e->act.busy) > 0;
 }
 
 void *eng_loop_main(void *arg)
@@ -324,7 +325,7 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
     pthread_mutex_lock(&e->stats_mu);
     *s = e->stats;
     pthread_mutex_unlock(&e->stats_mu);
-    int busy = atomic_load(&e->n_busy);
+    int busy = atomic_load(&e->act.busy);
     pthread_mutex_lock(&e->q_mu);
     int queued = e->q_len;
     pthread_mutex_unlock(&e->q_mu);

@@ -2,9 +2,11 @@
  * it on its own thread), its record kept for GET /train and /v1/fine_tuning/jobs/{id}.
  *
  * Yielding. The job reports progress after every optimizer step, on its own thread; the
- * callback here then waits while any slot is decoding (at most yield_ms per step, so a
- * server that is never idle still trains, slowly). Serving thus competes with at most one
- * step at a time, not with the whole job. A cancel ends the wait at once.
+ * callback here then waits while any slot is decoding, and until decoding has been idle for
+ * SRV_TRAIN_QUIET_S (a client's next request usually follows within milliseconds), at most
+ * yield_ms per step, so a server that is never idle still trains, slowly. Serving thus
+ * competes with at most one step at a time, not with the whole job. A cancel ends the wait
+ * at once.
  *
  * Records. A watcher thread per job waits for its end and stores the result (loss per
  * epoch, the refusal sentence unchanged), then frees the job. Records are malloc'd and
@@ -21,6 +23,7 @@
 #include "server/engine_impl.h"
 
 #define SRV_TRAIN_MAX_RECORDS 32
+#define SRV_TRAIN_QUIET_S 0.25 /* idle this long before a step may start */
 
 struct record {
     struct srv_trainer *t;
@@ -38,7 +41,7 @@ struct srv_trainer {
     struct lt_model *model;
     struct lt_backend *backends[LT_SCHED_MAX_BACKENDS];
     int n_backends;
-    atomic_int *busy;
+    struct eng_activity *act;
     int yield_ms;
     pthread_mutex_t mu;
     struct record *records[SRV_TRAIN_MAX_RECORDS]; /* oldest first */
@@ -84,6 +87,15 @@ static void add_event(struct record *r, const char *level, const char *fmt, ...)
     va_end(ap);
 }
 
+/* A slot is decoding, or one was within the last SRV_TRAIN_QUIET_S. */
+static bool serving_active(struct srv_trainer *t)
+{
+    if (atomic_load(&t->act->busy) > 0)
+        return true;
+    double last = (double)atomic_load(&t->act->last_busy_us) * 1e-6;
+    return last > 0 && srv_now_mono() - last < SRV_TRAIN_QUIET_S;
+}
+
 /* On the job's thread, after every optimizer step. */
 static void on_progress(void *user, const struct lt_train_progress *p)
 {
@@ -115,8 +127,7 @@ static void on_progress(void *user, const struct lt_train_progress *p)
     if (t->yield_ms < 0)
         return;
     double t0 = srv_now_mono(), limit = t->yield_ms / 1000.0;
-    while (atomic_load(t->busy) > 0 && !atomic_load(&r->cancel) &&
-           srv_now_mono() - t0 < limit) {
+    while (serving_active(t) && !atomic_load(&r->cancel) && srv_now_mono() - t0 < limit) {
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -164,7 +175,7 @@ static void *watch_main(void *arg)
 }
 
 lt_status srv_trainer_new(struct lt_model *m, struct lt_backend *const *backends, int n,
-                          atomic_int *busy, int yield_ms, struct srv_trainer **out)
+                          struct eng_activity *act, int yield_ms, struct srv_trainer **out)
 {
     *out = NULL;
     struct srv_trainer *t = calloc(1, sizeof(*t));
@@ -174,7 +185,7 @@ lt_status srv_trainer_new(struct lt_model *m, struct lt_backend *const *backends
     t->n_backends = n < LT_SCHED_MAX_BACKENDS ? n : LT_SCHED_MAX_BACKENDS;
     for (int i = 0; i < t->n_backends; i++)
         t->backends[i] = backends[i];
-    t->busy = busy;
+    t->act = act;
     t->yield_ms = yield_ms == 0 ? 2000 : yield_ms;
     pthread_mutex_init(&t->mu, NULL);
     *out = t;
