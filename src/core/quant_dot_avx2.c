@@ -1,0 +1,446 @@
+/* quant_dot_avx2.c: the dot kernels of quant_dot.c and the activation quantiser in AVX2,
+ * FMA and F16C, for x86-64 CPUs that have them (chosen at run time by lt_simd_best; the
+ * rest of the library is built for baseline x86-64, so this file alone is compiled for
+ * that target, by the pragma below).
+ *
+ * Per block the integer dot is done 32 products at once: unsigned weight values (0..63)
+ * times signed activations with maddubs (pairs summed to int16: at most 2 * 63 * 127, no
+ * saturation), then madd against ones, or against the sub-block scale, to int32 lanes;
+ * Q8_0's signed weights go through the sign trick (|w| times x with w's sign). The eight
+ * int32 lanes are converted to float and multiply-added with the block's scale product,
+ * so no horizontal sum is needed until the end of the row. Sums are the same as the
+ * portable kernels'; only the order of float additions differs.
+ *
+ * Kernels take up to LT_DOT_MAX_X activation rows: the weight block is loaded and
+ * unpacked once for all. Each kernel body is an always-inline function of a constant row
+ * count, called from a switch, so the accumulators stay in registers. */
+#include "core/quant_dot_impl.h"
+
+#ifdef LT_QD_HAVE_AVX2
+
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#endif
+
+#include <immintrin.h>
+#include <math.h>
+
+#define QD_INLINE static inline __attribute__((always_inline))
+
+QD_INLINE float f16_at(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+QD_INLINE float hsum_ps(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+QD_INLINE int hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* unsigned bytes u times signed bytes s, summed in fours, times the int16 factor f */
+QD_INLINE __m256i dot_us8(__m256i u, __m256i s, __m256i f)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), f);
+}
+
+/* 16 bytes of packed nibbles as 32 values: low nibbles (elements 0..15) then high ones */
+QD_INLINE __m256i nibbles32(const uint8_t *qs)
+{
+    __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* bit l of qh as byte l: 16 when set, else 0 (bit 4 of the 5-bit formats). Each byte
+ * takes the qh byte holding its bit, then tests that bit. */
+QD_INLINE __m256i bit4_bytes(uint32_t qh)
+{
+    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(16));
+}
+
+QD_INLINE const struct lt_q8a_block *xrow(const void *x, size_t stride, int j)
+{
+    return (const struct lt_q8a_block *)((const char *)x + (size_t)j * stride);
+}
+
+QD_INLINE __m256i x_qs(const struct lt_q8a_block *a) { return _mm256_loadu_si256((const __m256i *)a->qs); }
+
+/* ---- 32-element formats; kind says how the weight block reads ---- */
+
+enum q32_kind { Q32_4_0, Q32_4_1, Q32_5_0, Q32_5_1, Q32_8_0 };
+
+QD_INLINE void dot_q32(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                       float *out, const enum q32_kind kind, const size_t bsize)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[LT_DOT_MAX_X];
+    float corr[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++) {
+        acc[j] = _mm256_setzero_ps();
+        corr[j] = 0.0f;
+    }
+    for (int64_t ib = 0; ib < K / 32; ib++, w += bsize) {
+        const float d = f16_at(w);
+        float m = 0.0f;
+        __m256i q;
+        switch (kind) {
+        case Q32_4_0:
+            q = nibbles32(w + 2);
+            break;
+        case Q32_4_1:
+            m = f16_at(w + 2);
+            q = nibbles32(w + 4);
+            break;
+        case Q32_5_0:
+            q = _mm256_or_si256(nibbles32(w + 6), bit4_bytes(qd_u32(w + 2)));
+            break;
+        case Q32_5_1:
+            m = f16_at(w + 2);
+            q = _mm256_or_si256(nibbles32(w + 8), bit4_bytes(qd_u32(w + 4)));
+            break;
+        default: /* Q8_0: signed; |q| is the unsigned operand */
+            q = _mm256_loadu_si256((const __m256i *)(w + 2));
+            break;
+        }
+        const __m256i qa = kind == Q32_8_0 ? _mm256_sign_epi8(q, q) : q;
+        for (int j = 0; j < nx; j++) {
+            const struct lt_q8a_block *a = xrow(x, xs, j) + ib;
+            __m256i y = x_qs(a);
+            if (kind == Q32_8_0)
+                y = _mm256_sign_epi8(y, q);
+            const __m256 p = _mm256_cvtepi32_ps(dot_us8(qa, y, ones));
+            acc[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a->d), acc[j]);
+            if (kind == Q32_4_1 || kind == Q32_5_1)
+                corr[j] += m * a->ds;
+            else if (kind != Q32_8_0)
+                corr[j] += d * a->ds;
+        }
+    }
+    for (int j = 0; j < nx; j++) {
+        const float s = hsum_ps(acc[j]);
+        switch (kind) {
+        case Q32_4_0:
+            out[j] = s - 8.0f * corr[j];
+            break;
+        case Q32_5_0:
+            out[j] = s - 16.0f * corr[j];
+            break;
+        default:
+            out[j] = s + corr[j];
+            break;
+        }
+    }
+}
+
+#define QD_ROWS_SWITCH(call_n)                                                               \
+    switch (nx) {                                                                            \
+    case 1:                                                                                  \
+        call_n(1);                                                                           \
+        break;                                                                               \
+    case 2:                                                                                  \
+        call_n(2);                                                                           \
+        break;                                                                               \
+    case 3:                                                                                  \
+        call_n(3);                                                                           \
+        break;                                                                               \
+    default:                                                                                 \
+        call_n(4);                                                                           \
+        break;                                                                               \
+    }
+
+static void dot_q4_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_4_0, LT_BLOCK_Q4_0)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+static void dot_q4_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_4_1, LT_BLOCK_Q4_1)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+static void dot_q5_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_5_0, LT_BLOCK_Q5_0)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+static void dot_q5_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_5_1, LT_BLOCK_Q5_1)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+static void dot_q8_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_8_0, LT_BLOCK_Q8_0)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+/* ---- K-quants ---- */
+
+/* Q4_K (five_bits false) and Q5_K (true): sub-blocks 2p and 2p + 1 share 32 bytes of qs
+ * (low and high nibbles); Q5_K's bit 4 of sub-block s is bit s of qh[l]. */
+QD_INLINE void dot_q45k(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                        float *out, const bool five_bits)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[LT_DOT_MAX_X];
+    float corr[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++) {
+        acc[j] = _mm256_setzero_ps();
+        corr[j] = 0.0f;
+    }
+    const size_t bsize = five_bits ? LT_BLOCK_Q5_K : LT_BLOCK_Q4_K;
+    for (int64_t ib = 0; ib < K / LT_QK_K; ib++, w += bsize) {
+        const float d = f16_at(w), dmin = f16_at(w + 2);
+        const uint8_t *qs = w + (five_bits ? 48 : 16);
+        const __m256i qh = five_bits ? _mm256_loadu_si256((const __m256i *)(w + 16))
+                                     : _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            int sc, mn;
+            qd_k4_scale_min(w + 4, s, &sc, &mn);
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (s / 2)));
+            if (s % 2)
+                q = _mm256_srli_epi16(q, 4);
+            q = _mm256_and_si256(q, low4);
+            if (five_bits) {
+                const __m256i bit = _mm256_set1_epi8((char)(1 << s));
+                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+                q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+            }
+            const __m256i f = _mm256_set1_epi16((short)sc);
+            const float dm = dmin * (float)mn;
+            for (int j = 0; j < nx; j++) {
+                const struct lt_q8a_block *a = xrow(x, xs, j) + ib * 8 + s;
+                const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
+                acc[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a->d), acc[j]);
+                corr[j] += dm * a->ds;
+            }
+        }
+    }
+    for (int j = 0; j < nx; j++)
+        out[j] = hsum_ps(acc[j]) - corr[j];
+}
+
+static void dot_q4_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q45k(K, w, x, xs, n, out, false)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+static void dot_q5_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q45k(K, w, x, xs, n, out, true)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+/* Q6_K: in half i, 32-element group s takes nibble s / 2 of ql[64 i + 32 (s % 2) + l] and
+ * bits 2s, 2s + 1 of qh[32 i + l] (moved to bits 4, 5 by 16-bit shifts; the bits a shift
+ * carries in from the neighbouring byte are masked off). Its two scales (per 16) multiply
+ * the int16 pair sums of each half: low 128-bit lane, then high. */
+QD_INLINE void dot_q6k_n(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                         float *out)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
+    __m256 acc[LT_DOT_MAX_X];
+    float corr[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++) {
+        acc[j] = _mm256_setzero_ps();
+        corr[j] = 0.0f;
+    }
+    for (int64_t ib = 0; ib < K / LT_QK_K; ib++, w += LT_BLOCK_Q6_K) {
+        const int8_t *scales = (const int8_t *)(w + 192);
+        const float d = f16_at(w + 208);
+        for (int i = 0; i < 2; i++) {
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * i));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w + 64 * i + 32));
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * i));
+            for (int s = 0; s < 4; s++) {
+                __m256i lo, hi;
+                switch (s) {
+                case 0:
+                    lo = _mm256_and_si256(ql0, low4);
+                    hi = _mm256_slli_epi16(qh, 4);
+                    break;
+                case 1:
+                    lo = _mm256_and_si256(ql1, low4);
+                    hi = _mm256_slli_epi16(qh, 2);
+                    break;
+                case 2:
+                    lo = _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4);
+                    hi = qh;
+                    break;
+                default:
+                    lo = _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4);
+                    hi = _mm256_srli_epi16(qh, 2);
+                    break;
+                }
+                const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi, bits45));
+                const int sa = scales[8 * i + 2 * s], sb = scales[8 * i + 2 * s + 1];
+                const __m256i f =
+                    _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
+                for (int j = 0; j < nx; j++) {
+                    const struct lt_q8a_block *a = xrow(x, xs, j) + ib * 8 + 4 * i + s;
+                    const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
+                    const float da = d * a->d;
+                    acc[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(da), acc[j]);
+                    corr[j] += da * (float)(sa * a->hs[0] + sb * a->hs[1]);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < nx; j++)
+        out[j] = hsum_ps(acc[j]) - 32.0f * corr[j];
+}
+
+static void dot_q6_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_q6k_n(K, w, x, xs, n, out)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+/* ---- half weights: 16 at a time, converted in registers, two accumulators a row ---- */
+
+QD_INLINE __m256 half8(const uint8_t *p, const bool bf16)
+{
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (bf16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+QD_INLINE void dot_half(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                        float *out, const bool bf16)
+{
+    __m256 acc0[LT_DOT_MAX_X], acc1[LT_DOT_MAX_X];
+    const float *xr[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++) {
+        acc0[j] = acc1[j] = _mm256_setzero_ps();
+        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
+    }
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        const __m256 w0 = half8(w + 2 * k, bf16), w1 = half8(w + 2 * k + 16, bf16);
+        for (int j = 0; j < nx; j++) {
+            acc0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[j] + k), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[j] + k + 8), acc1[j]);
+        }
+    }
+    for (int j = 0; j < nx; j++) {
+        float s = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));
+        for (int64_t t = k; t < K; t++) {
+            uint16_t h;
+            memcpy(&h, w + 2 * t, 2);
+            s += (bf16 ? qd_bf16(h) : _cvtsh_ss(h)) * xr[j][t];
+        }
+        out[j] = s;
+    }
+}
+
+static void dot_f16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_half(K, w, x, xs, n, out, false)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+static void dot_bf16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+#define CALL(n) dot_half(K, w, x, xs, n, out, true)
+    QD_ROWS_SWITCH(CALL)
+#undef CALL
+}
+
+const struct lt_dot_kernel lt_dot_kernels_avx2[LT_TYPE_COUNT] = {
+    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0},
+    [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
+    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0},
+    [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
+    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0},
+    [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
+    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},
+    [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
+    [LT_TYPE_F16] = {dot_f16, false, 1},
+    [LT_TYPE_BF16] = {dot_bf16, false, 1},
+};
+
+/* ---- activation quantiser: the same blocks as the portable one (same scale, the same
+ * product x * id, rounded to nearest even) ---- */
+
+void lt_q8a_quantise_avx2(const float *x, struct lt_q8a_block *y, int64_t K)
+{
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t ib = 0; ib < K / LT_Q8A_BLOCK; ib++, x += LT_Q8A_BLOCK, y++) {
+        __m256 v[4], mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + 8 * i);
+            mx = _mm256_max_ps(mx, _mm256_and_ps(v[i], abs_mask));
+            bad = _mm256_add_ps(bad, _mm256_sub_ps(v[i], v[i]));
+        }
+        memset(y, 0, sizeof(*y));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(bad, bad, _CMP_UNORD_Q))) {
+            y->d = y->ds = NAN;
+            continue;
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++)
+            q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vid),
+                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const int s0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));
+        const int s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, order);
+        _mm256_storeu_si256((__m256i *)y->qs, p);
+        y->d = d;
+        y->hs[0] = (int16_t)s0;
+        y->hs[1] = (int16_t)s1;
+        y->ds = d * (float)(s0 + s1);
+    }
+}
+
+#ifdef __clang__
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
+
+#endif /* LT_QD_HAVE_AVX2 */
