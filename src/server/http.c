@@ -284,8 +284,9 @@ lt_status srv_http_start(struct srv_app *app, const char *host, int port, int ma
                             MHD_OPTION_SOCK_ADDR, sa,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)(max_connections > 0 ? max_connections : 64),
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                            (unsigned)(max_connections > 0 ? max_connections : 256),
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, /* idle keep-alive */
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)2 << 20,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)128 * 1024,
                             MHD_OPTION_END);
     if (!h->d) {

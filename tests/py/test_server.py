@@ -18,7 +18,8 @@ Checked, while a thread polls /health every 50 ms and must never see it fail onc
     traversal in `out` and `name`) each get a 4xx in OpenAI's error shape naming the field,
     and the server is healthy after each.
 Skipped (77) when the model, `openai` or `requests` is missing. The server is started on a
-free loopback port with LATHE_BIN and always killed at the end.
+free loopback port with LATHE_BIN and always killed at the end; LATHE_SERVE_EXTRA adds options
+(e.g. "--backend cuda" on a GPU machine), LATHE_SMOLLM2_GGUF names the model file.
 """
 import atexit
 import json
@@ -68,7 +69,7 @@ class Server:
                     "--port", str(self.port), "--ctx", "1024", "--parallel", "4"]
             if train_dir:
                 args += ["--train-dir", train_dir]
-            args += list(extra)
+            args += list(extra) + os.environ.get("LATHE_SERVE_EXTRA", "").split()
             self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
             atexit.register(self.stop)
             self.base = f"http://127.0.0.1:{self.port}"
