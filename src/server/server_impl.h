@@ -268,7 +268,6 @@ struct srv_app {
     /* counted by http.c */
     pthread_mutex_t stats_mu;
     uint64_t http_requests[6]; /* by class: 1xx..5xx, [0] other */
-    uint64_t http_disconnects;
 };
 
 struct srv_http;
