@@ -147,32 +147,30 @@ static void test_refusals(void)
     kconv_free(&k);
 
     /* the device's memory is not host-addressable and the trainable tensor lives in host
-     * memory: its optimizer step must run where it lives (the CPU), or the update would
-     * land in a copy and be lost */
-    reset_backends();
-    dev->is_host = false;
-    kconv_build(&k, true);
-    st = try_train(k.loss, k.ctx, false, 0, &r, &tg);
-    CHECK(st == LT_OK, "%s", lt_last_error());
-    if (st == LT_OK) {
+     * memory: the optimizer step runs on the device over a copy, which must go back to the
+     * tensor after the step or the update is lost; with and without device_only */
+    for (int mode = 0; mode < 2; mode++) {
+        reset_backends();
+        dev->is_host = false;
+        kconv_build(&k, true);
+        st = try_train(k.loss, k.ctx, mode == 1, 0, &r, &tg);
+        CHECK(st == LT_OK, "%s", lt_last_error());
+        if (st != LT_OK) {
+            kconv_free(&k);
+            continue;
+        }
         CHECK(lt_train_graph_alloc(tg) == LT_OK, "%s", lt_last_error());
-        float l0 = 0, l1 = 0;
+        float l0 = 0, l1 = 0, before = ((float *)k.conv->data)[5]; /* w there is not 0 */
         for (int i = 0; i < 3; i++) {
             CHECK(lt_train_graph_accumulate(tg, i == 0 ? &l0 : NULL) == LT_OK, "%s", lt_last_error());
             CHECK(lt_train_graph_step(tg, 0.05f) == LT_OK, "%s", lt_last_error());
         }
         CHECK(lt_train_graph_eval(tg, &l1) == LT_OK, "%s", lt_last_error());
+        CHECK(((float *)k.conv->data)[5] != before, "the host tensor itself was updated");
         CHECK(l1 < l0, "updates reached the trainable tensor: loss %g -> %g", l0, l1);
         lt_train_graph_free(tg);
+        kconv_free(&k);
     }
-    kconv_free(&k);
-    reset_backends();
-    dev->is_host = false;
-    kconv_build(&k, true);
-    st = try_train(k.loss, k.ctx, true, 0, &r, &tg);
-    CHECK(st == LT_ERR_REFUSED && r.kind == LT_REFUSAL_DEVICE_ONLY && strstr(r.reason, "cannot address"),
-          "kind %s: %s", lt_refusal_kind_name(r.kind), r.sentence);
-    kconv_free(&k);
 
     /* an op no backend supports: refused in every mode */
     for (int mode = 0; mode < 2; mode++) {

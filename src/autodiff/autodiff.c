@@ -118,6 +118,12 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
                        (long long)lt_nelements(loss));
     if (!lt_ptrmap_init(&ad.wants, (size_t)(g->n_nodes + g->n_leafs) * 4 + 16))
         return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+    /* gradients from an earlier build over the same tensors (a second job on the same
+     * weights) belong to a graph that may be gone: start from none */
+    for (int i = 0; i < g->n_leafs; i++)
+        g->leafs[i]->grad = NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i]->grad = NULL;
     mark_wants(&ad, g);
     if (!lt_ad_wants(&ad, loss)) {
         st = lt_fail(LT_ERR_INVALID, "the loss '%s' depends on no trainable tensor", loss->name);

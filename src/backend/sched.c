@@ -21,6 +21,9 @@ struct sched_copy {
     struct lt_tensor *orig;  /* the source as the graph made it */
     struct lt_tensor *root;  /* orig's storage */
     struct lt_tensor *local; /* a copy of root on the reader's backend */
+    bool written;            /* the reader writes this source in place: copy it back after */
+    void *node_data;         /* the reader's own data pointer before it was moved onto */
+    struct lt_buffer *node_buffer; /* the copy (in-place writers are views of their target) */
 };
 
 struct lt_sched {
@@ -75,9 +78,16 @@ static void drop_copies(struct lt_sched *s)
         lt_buffer_free(s->bufs[i]);
     }
     s->n_bufs = 0;
-    /* undo source redirections so the graph reads its own tensors again */
-    for (int i = 0; i < s->n_copies; i++)
-        s->copies[i].node->src[s->copies[i].slot] = s->copies[i].orig;
+    /* undo source redirections so the graph reads its own tensors again (in reverse, so a
+     * node moved onto a copy twice ends with its first pointer) */
+    for (int i = s->n_copies - 1; i >= 0; i--) {
+        struct sched_copy *cp = &s->copies[i];
+        cp->node->src[cp->slot] = cp->orig;
+        if (cp->node->view_src == cp->root) {
+            cp->node->data = cp->node_data;
+            cp->node->buffer = cp->node_buffer;
+        }
+    }
     free(s->copies);
     s->copies = NULL;
     s->n_copies = 0;
@@ -114,24 +124,30 @@ void lt_sched_free(struct lt_sched *s)
 }
 
 /* Can a node on backend `be` read storage held by backend `sb` (-1: plain host memory)? */
+#define STORAGE_HOST (-1)    /* plain host memory, or a host backend's buffer */
+#define STORAGE_FOREIGN (-3) /* device memory of a backend this scheduler does not hold */
+
 static bool can_read(const struct lt_sched *s, int sb, int be)
 {
     if (sb == be)
         return true;
+    if (sb == STORAGE_FOREIGN)
+        return false;
     bool host_storage = sb < 0 || s->be[sb]->is_host;
     return host_storage && s->be[be]->is_host;
 }
 
-/* The backend that holds t's storage, -1 for host memory outside any backend. */
+/* The backend of this scheduler that holds t's storage, STORAGE_HOST for host memory, or
+ * STORAGE_FOREIGN for another backend's device memory (readable only through a copy). */
 static int storage_backend(const struct lt_sched *s, const struct lt_tensor *t)
 {
     const struct lt_tensor *r = t->view_src ? t->view_src : t;
     if (!r->buffer)
-        return -1;
+        return STORAGE_HOST;
     for (int i = 0; i < s->n_be; i++)
         if (r->buffer->backend == s->be[i])
             return i;
-    return -1;
+    return r->buffer->backend->is_host ? STORAGE_HOST : STORAGE_FOREIGN;
 }
 
 lt_status lt_sched_place(struct lt_sched *s, struct lt_graph *g, bool device_only,
@@ -154,17 +170,9 @@ lt_status lt_sched_place(struct lt_sched *s, struct lt_graph *g, bool device_onl
             continue;
         int chosen = -1;
         first_reason[0] = '\0';
-        /* a node that writes into existing storage (CPY, optimizer steps) must run where
-         * that storage is addressable: elsewhere it would update a copy and be lost */
-        int dst_be = -2;
-        if (writes_in_place(node) && (node->view_src->data || node->view_src->buffer))
-            dst_be = storage_backend(s, node->view_src);
         for (int b = 0; b < s->n_be && chosen < 0; b++) {
             reason[0] = '\0';
-            if (dst_be != -2 && !can_read(s, dst_be, b))
-                snprintf(reason, sizeof(reason), "it writes into '%s', which %s cannot address",
-                         node->view_src->name, s->be[b]->name);
-            else if (lt_backend_supports_op(s->be[b], node, reason, sizeof(reason)))
+            if (lt_backend_supports_op(s->be[b], node, reason, sizeof(reason)))
                 chosen = b;
             if (chosen < 0 && b == 0)
                 memcpy(first_reason, reason, sizeof(reason));
@@ -478,7 +486,19 @@ static void bind_views(struct lt_graph *g)
     }
 }
 
-/* A node reading storage its backend can't address gets a copy of that storage. */
+/* Does node write source k in place? CPY writes its destination; an optimizer step its
+ * parameter, gradient accumulator and moments (every source but the hyper-parameters). */
+static bool writes_source(const struct lt_tensor *node, int k)
+{
+    if (!writes_in_place(node) || !node->src[k])
+        return false;
+    if (lt_storage_root(node->src[k]) == node->view_src)
+        return true;
+    return (node->op == LT_OP_ADAMW && k <= 3) || (node->op == LT_OP_SGD && k <= 1);
+}
+
+/* A node reading storage its backend can't address gets a copy of that storage; a node
+ * writing such storage in place writes the copy, which goes back after its run. */
 static lt_status plan_copies(struct lt_sched *s, struct lt_graph *g)
 {
     int cap = 0;
@@ -532,7 +552,14 @@ static lt_status plan_copies(struct lt_sched *s, struct lt_graph *g)
             } else {
                 view = local;
             }
-            s->copies[s->n_copies++] = (struct sched_copy){n, i, k, src, root, local};
+            s->copies[s->n_copies++] = (struct sched_copy){
+                n, i, k, src, root, local, writes_source(n, k), n->data, n->buffer};
+            if (n->view_src == root) {
+                /* an in-place writer is a view of its target: it writes through its own
+                 * data pointer, which must now point into the copy */
+                n->data = (char *)local->data + n->view_offs;
+                n->buffer = local->buffer;
+            }
             n->src[k] = view;
         }
     }
@@ -618,6 +645,27 @@ static lt_status refresh_copies(struct lt_sched *s, int from, int to)
     return LT_OK;
 }
 
+/* Copies written in place by nodes [from, to) go back to their originals. */
+static lt_status write_back_copies(struct lt_sched *s, int from, int to)
+{
+    for (int c = 0; c < s->n_copies; c++) {
+        struct sched_copy *cp = &s->copies[c];
+        if (!cp->written || cp->node_index < from || cp->node_index >= to)
+            continue;
+        size_t n = lt_nbytes(cp->root);
+        void *host = malloc(n ? n : 1);
+        if (!host)
+            return lt_fail(LT_ERR_NOMEM, "out of host memory staging '%s'", cp->root->name);
+        lt_status st = lt_tensor_get(cp->local, host, 0, n);
+        if (st == LT_OK)
+            st = lt_tensor_set(cp->root, host, 0, n);
+        free(host);
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
+}
+
 lt_status lt_sched_compute(struct lt_sched *s, struct lt_graph *g)
 {
     return lt_sched_compute_range(s, g, 0, g->n_nodes);
@@ -641,6 +689,8 @@ lt_status lt_sched_compute_range(struct lt_sched *s, struct lt_graph *g, int fro
             st = lt_backend_compute(s->be[be], g->nodes + i, j - i);
         if (st == LT_OK && s->be[be]->iface->synchronize)
             st = s->be[be]->iface->synchronize(s->be[be]);
+        if (st == LT_OK)
+            st = write_back_copies(s, i, j);
         if (st != LT_OK)
             return st;
         i = j;

@@ -348,8 +348,10 @@ static lt_status unary_backward(struct lt_autodiff *ad, struct lt_tensor *node)
     switch (node->op) {
     case LT_OP_SCALE: dx = lt_scale(ctx, g, lt_get_param_f32(node, 0)); break;
     case LT_OP_SILU: dx = lt_silu_back(ctx, g, lt_ad_contiguous(ad, x)); break;
-    /* y' = y (1 - y) = y - y^2 */
-    case LT_OP_SIGMOID: dx = lt_mul(ctx, g, lt_sub(ctx, y, lt_sqr(ctx, y))); break;
+    /* y' = y (1 - y) */
+    case LT_OP_SIGMOID:
+        dx = lt_mul(ctx, g, lt_mul(ctx, y, lt_sub(ctx, lt_fill(ctx, y, 1.0f), y)));
+        break;
     /* sigmoid(x); above the threshold 20 the forward is x, and sigmoid(x > 20) is 1 in
      * float, so the one formula holds on both sides */
     case LT_OP_SOFTPLUS: dx = lt_mul(ctx, g, lt_sigmoid(ctx, lt_ad_contiguous(ad, x))); break;
