@@ -26,7 +26,7 @@
 
 static const enum lt_type dot_types[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                          LT_TYPE_Q8_0, LT_TYPE_Q4_K, LT_TYPE_Q5_K, LT_TYPE_Q6_K,
-                                         LT_TYPE_F16,  LT_TYPE_BF16};
+                                         LT_TYPE_F16,  LT_TYPE_BF16, LT_TYPE_F32};
 #define N_DOT_TYPES (sizeof(dot_types) / sizeof(dot_types[0]))
 
 static void put_f16(uint8_t *p, float f)
@@ -37,16 +37,21 @@ static void put_f16(uint8_t *p, float f)
 }
 
 /* Random weight rows of `type`: random bytes with sane (finite, mixed-sign) f16 scales
- * for the block types, random values in [-1, 1] for the half types. */
+ * for the block types, random values in [-1, 1] for the half and F32 types. */
 static void random_weights(enum lt_type type, void *dst, int64_t K, int64_t rows)
 {
     const struct lt_type_traits *tt = lt_type_traits(type);
     uint8_t *p = dst;
     size_t bytes = (size_t)(K / tt->block_size) * tt->type_size * (size_t)rows;
+    if (type == LT_TYPE_F32) {
+        for (size_t i = 0; i < bytes / 4; i++)
+            ((float *)dst)[i] = nn_rand();
+        return;
+    }
     if (!tt->is_quantized) {
         for (size_t i = 0; i < bytes / 2; i++) {
-            uint16_t h = type == LT_TYPE_F16 ? lt_fp32_to_fp16(nn_rand())
-                                             : lt_fp32_to_bf16(nn_rand());
+            uint16_t h =
+                type == LT_TYPE_F16 ? lt_fp32_to_fp16(nn_rand()) : lt_fp32_to_bf16(nn_rand());
             memcpy(p + 2 * i, &h, 2);
         }
         return;
@@ -66,12 +71,8 @@ static void random_weights(enum lt_type type, void *dst, int64_t K, int64_t rows
             put_f16(b, 0.001f * nn_rand());
             put_f16(b + 2, 0.002f * nn_rand());
             break;
-        case LT_TYPE_Q6_K:
-            put_f16(b + 208, 0.001f * nn_rand());
-            break;
-        default: /* Q4_0, Q5_0, Q8_0 */
-            put_f16(b, d);
-            break;
+        case LT_TYPE_Q6_K: put_f16(b + 208, 0.001f * nn_rand()); break;
+        default: /* Q4_0, Q5_0, Q8_0 */ put_f16(b, d); break;
         }
     }
 }
@@ -87,7 +88,10 @@ static void random_acts(float *x, int64_t n, bool spread)
     }
 }
 
-static double max_d(double a, double b) { return a > b ? a : b; }
+static double max_d(double a, double b)
+{
+    return a > b ? a : b;
+}
 
 /* ---- the activation quantiser ---- */
 
@@ -102,6 +106,8 @@ static void test_quantiser(void)
     for (int i = 0; i < 32; i++) /* d = 1 and x = k + 1/2: ties, to even in both levels */
         x[8 * 32 + i] = (float)(i - 16) + 0.5f;
     x[8 * 32] = -127.0f;
+    for (int i = 0; i < 32; i++) /* tiny (subnormal) values: 1 / d would overflow */
+        x[10 * 32 + i] = 1e-39f * (float)(i % 3);
     lt_q8a_quantise(x, y, K, LT_SIMD_SCALAR);
     int bad_err = 0, bad_sum = 0;
     for (int b = 0; b < K / 32; b++) {
@@ -113,6 +119,11 @@ static void test_quantiser(void)
         float amax = 0;
         for (int i = 0; i < 32; i++)
             amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+        if (b == 10) {
+            CHECK(y[b].d == 0.0f && y[b].ds == 0.0f && y[b].qs[1] == 0,
+                  "a block below 127 * FLT_MIN is zero: d %g", y[b].d);
+            continue;
+        }
         CHECK(y[b].d == amax / 127.0f, "block %d: d %g, max/127 %g", b, y[b].d, amax / 127.0f);
         int s[2] = {0, 0};
         for (int i = 0; i < 32; i++) {
@@ -120,15 +131,14 @@ static void test_quantiser(void)
             bad_err += e > 0.5 * y[b].d * (1 + 1e-6) + 1e-30;
             s[i / 16] += y[b].qs[i];
         }
-        bad_sum += s[0] != y[b].hs[0] || s[1] != y[b].hs[1] ||
-                   y[b].ds != y[b].d * (float)(s[0] + s[1]);
+        bad_sum +=
+            s[0] != y[b].hs[0] || s[1] != y[b].hs[1] || y[b].ds != y[b].d * (float)(s[0] + s[1]);
     }
     CHECK(bad_err == 0, "%d elements off by more than d/2", bad_err);
     CHECK(bad_sum == 0, "%d blocks with wrong sums", bad_sum);
     CHECK(y[9].d == 0.0f && y[9].qs[3] == 0, "an all-zero block is d = 0, q = 0");
     CHECK(y[8].d == 1.0f && y[8].qs[18] == 2 && y[8].qs[19] == 4 && y[8].qs[15] == 0,
-          "ties to even: 2.5 -> %d, 3.5 -> %d, -0.5 -> %d", y[8].qs[18], y[8].qs[19],
-          y[8].qs[15]);
+          "ties to even: 2.5 -> %d, 3.5 -> %d, -0.5 -> %d", y[8].qs[18], y[8].qs[19], y[8].qs[15]);
     if (lt_simd_available(LT_SIMD_AVX2)) {
         lt_q8a_quantise(x, z, K, LT_SIMD_AVX2);
         int diff = 0;
@@ -159,19 +169,34 @@ static void check_kernels(struct dot_case *c)
 {
     const int64_t K = c->K;
     double worst_bound = 0, worst_int = 0, worst_lvl = 0, err2 = 0, ref2 = 0;
+    size_t ws = lt_row_size(c->type, K);
     for (int nx = 1; nx <= LT_DOT_MAX_X; nx++) {
+        /* all rows in one call, and the last rows again on their own */
+        float all[LT_SIMD_COUNT][LT_DOT_MAX_X][8], one[LT_SIMD_COUNT][LT_DOT_MAX_X][8];
+        for (int lvl = 0; lvl < LT_SIMD_COUNT; lvl++) {
+            const struct lt_dot_kernel *k = lt_dot_kernel(c->type, (enum lt_simd)lvl);
+            if (!k)
+                continue;
+            const void *xs = k->quantised_x ? (const void *)c->xq : (const void *)c->x;
+            size_t stride = k->quantised_x ? sizeof(c->xq[0]) : sizeof(c->x[0]);
+            float *o[LT_DOT_MAX_X], *o1[LT_DOT_MAX_X];
+            for (int j = 0; j < nx; j++) {
+                o[j] = all[lvl][j];
+                o1[j] = one[lvl][j] + c->rows - 1;
+            }
+            k->dot(K, c->w, ws, c->rows, xs, stride, nx, o);
+            k->dot(K, (const char *)c->w + (c->rows - 1) * ws, ws, 1, xs, stride, nx, o1);
+            for (int j = 0; j < nx; j++)
+                CHECK(memcmp(&all[lvl][j][c->rows - 1], &one[lvl][j][c->rows - 1], 4) == 0,
+                      "%s %s: a row alone = the row among others", lt_type_name(c->type),
+                      lt_simd_name((enum lt_simd)lvl));
+        }
         for (int64_t r = 0; r < c->rows; r++) {
             const float *wf = c->wf + r * K;
-            const char *wrow = (const char *)c->w + r * (int64_t)lt_row_size(c->type, K);
             float got[LT_SIMD_COUNT][LT_DOT_MAX_X];
-            for (int lvl = 0; lvl < LT_SIMD_COUNT; lvl++) {
-                const struct lt_dot_kernel *k = lt_dot_kernel(c->type, (enum lt_simd)lvl);
-                if (!k)
-                    continue;
-                const void *xs = k->quantised_x ? (const void *)c->xq : (const void *)c->x;
-                size_t stride = k->quantised_x ? sizeof(c->xq[0]) : sizeof(c->x[0]);
-                k->dot(K, wrow, xs, stride, nx, got[lvl]);
-            }
+            for (int lvl = 0; lvl < LT_SIMD_COUNT; lvl++)
+                for (int j = 0; j < nx; j++)
+                    got[lvl][j] = all[lvl][j][r];
             bool quant = lt_dot_kernel(c->type, LT_SIMD_SCALAR)->quantised_x;
             for (int j = 0; j < nx; j++) {
                 double exact = 0, deq = 0, mag = 0, bound = 0;
@@ -210,9 +235,9 @@ static void check_kernels(struct dot_case *c)
                         worst_int = worst_bound = INFINITY;
                 }
                 if (lt_dot_kernel(c->type, LT_SIMD_AVX2))
-                    worst_lvl = max_d(worst_lvl, fabs((double)got[LT_SIMD_AVX2][j] -
-                                                      got[LT_SIMD_SCALAR][j]) /
-                                                     (1e-6 * mag + 1e-30));
+                    worst_lvl = max_d(worst_lvl,
+                                      fabs((double)got[LT_SIMD_AVX2][j] - got[LT_SIMD_SCALAR][j]) /
+                                          (1e-6 * mag + 1e-30));
             }
         }
     }
@@ -222,7 +247,8 @@ static void check_kernels(struct dot_case *c)
           (long long)K, worst_int);
     CHECK(worst_bound <= 1.0, "%s K=%lld: %g x the activation rounding bound", tn, (long long)K,
           worst_bound);
-    CHECK(c->spread || rel < 1e-2, "%s K=%lld: rms error %g of the rms output", tn, (long long)K, rel);
+    CHECK(c->spread || rel < 1e-2, "%s K=%lld: rms error %g of the rms output", tn, (long long)K,
+          rel);
     CHECK(worst_lvl <= 1.0, "%s K=%lld: scalar and avx2 differ by %g x 1e-6 sum|wx|", tn,
           (long long)K, worst_lvl);
     printf("dot %-5s K=%-5lld %-7s rms error %.2e of rms y, %.2f of the bound; avx2-scalar %.2f of "
@@ -249,8 +275,8 @@ static void test_kernels(void)
             c.wf = malloc(sizeof(float) * (size_t)(K * c.rows));
             random_weights(type, c.w, K, c.rows);
             for (int64_t r = 0; r < c.rows; r++)
-                tt->to_float((const char *)c.w + r * (int64_t)lt_row_size(type, K),
-                             c.wf + r * K, K);
+                tt->to_float((const char *)c.w + r * (int64_t)lt_row_size(type, K), c.wf + r * K,
+                             K);
             for (int j = 0; j < LT_DOT_MAX_X; j++) {
                 random_acts(c.x[j], K, c.spread);
                 if (K % 32 == 0)
@@ -272,21 +298,22 @@ static void test_kernels(void)
         const struct lt_dot_kernel *k = lt_dot_kernel(LT_TYPE_Q4_0, (enum lt_simd)lvl);
         if (!k)
             continue;
-        float out = 0;
+        float out = 0, *o = &out;
         lt_q8a_quantise(x, xq, 64, (enum lt_simd)lvl);
-        k->dot(64, w, xq, sizeof(xq), 1, &out);
+        k->dot(64, w, sizeof(w), 1, xq, sizeof(xq), 1, &o);
         CHECK(isnan(out), "%s: nan in, %g out", lt_simd_name((enum lt_simd)lvl), out);
     }
-    CHECK(lt_dot_kernel(LT_TYPE_F32, LT_SIMD_SCALAR) == NULL && lt_dot_kernel(LT_TYPE_Q2_K, LT_SIMD_SCALAR) == NULL,
-          "f32 and q2_K have no dot kernel (they take BLAS)");
+    CHECK(lt_dot_kernel(LT_TYPE_Q2_K, LT_SIMD_SCALAR) == NULL &&
+              lt_dot_kernel(LT_TYPE_Q8_K, LT_SIMD_SCALAR) == NULL,
+          "q2_K and q8_K have no dot kernel (they take BLAS)");
 }
 
 /* ---- MUL_MAT through the backend ---- */
 
 /* max |got - ref| / allowed over the outputs; ref and allowed from plain loops: the exact
  * product, and the activation rounding bound (when quant) plus float rounding. */
-static double mm_check(const float *af, const int64_t ane[4], const float *bf,
-                       const int64_t bne[4], const float *got, bool quant, double rtol)
+static double mm_check(const float *af, const int64_t ane[4], const float *bf, const int64_t bne[4],
+                       const float *got, bool quant, double rtol)
 {
     int64_t K = ane[0], M = ane[1], N = bne[1], r2 = bne[2] / ane[2], r3 = bne[3] / ane[3];
     int64_t one[4] = {M, N, bne[2], bne[3]};
@@ -324,13 +351,13 @@ static void test_mul_mat(void)
         int64_t K, M, N, a2, b2;
     } cases[] = {
         {LT_TYPE_Q4_1, 64, 37, 1, 1, 1},  {LT_TYPE_Q4_1, 64, 37, 3, 1, 2},
-        {LT_TYPE_Q4_0, 96, 19, 1, 2, 6},  /* GQA: 3 b heads per a head */
-        {LT_TYPE_Q8_0, 64, 21, 8, 1, 1},  /* the dot path's limit */
-        {LT_TYPE_Q8_0, 64, 21, 9, 1, 1},  /* past it: BLAS, exact */
+        {LT_TYPE_Q4_0, 96, 19, 1, 2, 6}, /* GQA: 3 b heads per a head */
+        {LT_TYPE_Q8_0, 64, 21, 8, 1, 1}, /* the dot path's limit */
+        {LT_TYPE_Q8_0, 64, 21, 9, 1, 1}, /* past it: BLAS, exact */
         {LT_TYPE_Q5_0, 64, 9, 2, 1, 1},   {LT_TYPE_Q5_1, 64, 9, 2, 1, 1},
         {LT_TYPE_Q4_K, 256, 13, 2, 1, 1}, {LT_TYPE_Q5_K, 256, 13, 1, 1, 1},
         {LT_TYPE_Q6_K, 512, 11, 5, 1, 1}, {LT_TYPE_F16, 40, 17, 2, 3, 6},
-        {LT_TYPE_BF16, 72, 5, 1, 1, 2},
+        {LT_TYPE_BF16, 72, 5, 1, 1, 2},   {LT_TYPE_F32, 33, 7, 2, 2, 4},
     };
     int runs = 0, bad = 0;
     for (size_t ci = 0; ci < sizeof(cases) / sizeof(cases[0]); ci++) {
@@ -358,7 +385,8 @@ static void test_mul_mat(void)
                     lt_tensor_read_f32(d, got);
                     double r = mm_check(af, ane, bf, bne, got, quant, 2e-6 * sqrt((double)ane[0]));
                     bad += !(r <= 1.0);
-                    CHECK(r <= 1.0, "mul_mat %s K=%lld M=%lld N=%lld heads %lld/%lld, b %s, %d "
+                    CHECK(r <= 1.0,
+                          "mul_mat %s K=%lld M=%lld N=%lld heads %lld/%lld, b %s, %d "
                           "threads: %g x allowed",
                           lt_type_name(type), (long long)ane[0], (long long)ane[1],
                           (long long)bne[1], (long long)ane[2], (long long)bne[2],
@@ -390,7 +418,8 @@ static void bench(enum lt_type type, int64_t K, int64_t M)
     size_t rs = lt_row_size(type, K);
     char *w = malloc(rs * (size_t)M);
     float *wf = malloc(sizeof(float) * (size_t)(K * M));
-    float *x = malloc(sizeof(float) * (size_t)(K * 16)), *y = malloc(sizeof(float) * (size_t)(M * 16));
+    float *x = malloc(sizeof(float) * (size_t)(K * 16)),
+          *y = malloc(sizeof(float) * (size_t)(M * 16));
     struct lt_q8a_block *xq = malloc(sizeof(*xq) * (size_t)(K / 32 * 16));
     random_weights(type, w, K, M);
     random_acts(x, K * 16, false);
@@ -404,21 +433,26 @@ static void bench(enum lt_type type, int64_t K, int64_t M)
                 lt_q8a_quantise(x + n * K, xq + n * (K / 32), K, lv);
             const void *xs = k->quantised_x ? (const void *)xq : (const void *)x;
             size_t stride = lt_dot_x_row_size(k, K);
-            for (int64_t m = 0; m < M; m++)
-                for (int n0 = 0; n0 < N; n0 += LT_DOT_MAX_X)
-                    k->dot(K, w + m * (int64_t)rs, (const char *)xs + n0 * stride, stride,
-                           N - n0 < LT_DOT_MAX_X ? N - n0 : LT_DOT_MAX_X, y + n0 * M + m);
+            for (int64_t m = 0; m < M; m += 16)
+                for (int n0 = 0; n0 < N; n0 += LT_DOT_MAX_X) {
+                    int nx = N - n0 < LT_DOT_MAX_X ? N - n0 : LT_DOT_MAX_X;
+                    float *o[LT_DOT_MAX_X];
+                    for (int j = 0; j < nx; j++)
+                        o[j] = y + (n0 + j) * M + m;
+                    k->dot(K, w + m * (int64_t)rs, rs, M - m < 16 ? M - m : 16,
+                           (const char *)xs + n0 * stride, stride, nx, o);
+                }
             double t1 = now_s();
             lt_type_traits(type)->to_float(w, wf, K * M);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, (int)M, (int)K, 1.0f, x,
-                        (int)K, wf, (int)K, 0.0f, y, (int)M);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, (int)M, (int)K, 1.0f, x, (int)K,
+                        wf, (int)K, 0.0f, y, (int)M);
             double t2 = now_s();
             best_dot = fmin(best_dot, t1 - t0);
             best_blas = fmin(best_blas, t2 - t1);
         }
         printf("bench %s K=%lld M=%lld N=%2d (%s): dot %.3f ms, dequantise+sgemm %.3f ms\n",
-               lt_type_name(type), (long long)K, (long long)M, N, lt_simd_name(lv),
-               best_dot * 1e3, best_blas * 1e3);
+               lt_type_name(type), (long long)K, (long long)M, N, lt_simd_name(lv), best_dot * 1e3,
+               best_blas * 1e3);
     }
     free(w);
     free(wf);
@@ -439,6 +473,8 @@ int main(void)
         bench(LT_TYPE_Q4_1, 576, 1536);
         bench(LT_TYPE_Q8_0, 576, 1536);
         bench(LT_TYPE_Q4_K, 1536, 576);
+        bench(LT_TYPE_Q5_K, 1536, 576);
+        bench(LT_TYPE_Q6_K, 1536, 576);
         bench(LT_TYPE_F16, 576, 1536);
     }
     nn_backends_free();

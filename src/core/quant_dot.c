@@ -1,9 +1,9 @@
-/* quant_dot.c: the portable dot kernels (quantised or half weight row times activation
- * rows), the activation quantiser, and the choice of SIMD level at run time. The AVX2
- * kernels are in quant_dot_avx2.c; both compute the same sums (see quant_dot.h for the
- * accuracy bound), differing only in the order of float additions.
+/* quant_dot.c: the portable dot kernels (quantised, half or F32 weight rows times
+ * activation rows), the activation quantiser, and the choice of SIMD level at run time.
+ * The AVX2 kernels are in quant_dot_avx2.c; both compute the same sums (see quant_dot.h
+ * for the accuracy bound), differing only in the order of float additions.
  *
- * Every kernel here follows one shape per activation block b (32 weights):
+ * Every quantised kernel here follows one shape per activation block b (32 weights):
  *   acc  += (weight scale * d_b) * (float)(integer dot of the block's quantised values),
  *   corr += (weight offset or minimum) * ds_b   (ds_b = d_b * sum of the block's qs),
  * and returns acc plus (or minus) a multiple of corr. Weight values q are read unsigned
@@ -15,6 +15,7 @@
 #pragma GCC optimize("fp-contract=off") /* x * id then rounding, as the SIMD quantiser */
 #endif
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,12 +23,19 @@
 
 #include "core/quant_dot_impl.h"
 
+#ifdef LT_QD_HAVE_AVX2
+#include <cpuid.h>
+#endif
+
 /* ---- activation quantiser ---- */
 
 /* Round to nearest, ties to even, for |v| < 2^22: adding and removing 1.5 * 2^23 leaves
  * the float with no fraction bits (the default rounding mode decides, as the SIMD
  * rounding instruction does). */
-static inline float round_even(float v) { return (v + 0x1.8p23f) - 0x1.8p23f; }
+static inline float round_even(float v)
+{
+    return (v + 0x1.8p23f) - 0x1.8p23f;
+}
 
 static void q8a_quantise_scalar(const float *x, struct lt_q8a_block *y, int64_t K)
 {
@@ -43,7 +51,7 @@ static void q8a_quantise_scalar(const float *x, struct lt_q8a_block *y, int64_t 
             y->d = y->ds = NAN;
             continue;
         }
-        const float d = amax / 127.0f;
+        const float d = amax / 127.0f >= FLT_MIN ? amax / 127.0f : 0.0f; /* 1 / d finite */
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         int s0 = 0, s1 = 0;
         for (int i = 0; i < LT_Q8A_BLOCK; i++) {
@@ -69,7 +77,7 @@ static inline const struct lt_q8a_block *xrow(const void *x, size_t stride, int 
 }
 
 /* Q4_0: d, qs[16]; w = d * (q - 8) */
-static void dot_q4_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q4_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -89,7 +97,7 @@ static void dot_q4_0(int64_t K, const void *w, const void *x, size_t xs, int nx,
 }
 
 /* Q4_1: d, m, qs[16]; w = d * q + m */
-static void dot_q4_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q4_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -116,7 +124,7 @@ static inline int q5_value(const uint8_t *qs, uint32_t qh, int l)
 }
 
 /* Q5_0: d, qh (u32), qs[16]; w = d * (q - 16) */
-static void dot_q5_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q5_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -136,7 +144,7 @@ static void dot_q5_0(int64_t K, const void *w, const void *x, size_t xs, int nx,
 }
 
 /* Q5_1: d, m, qh (u32), qs[16]; w = d * q + m */
-static void dot_q5_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q5_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -156,7 +164,7 @@ static void dot_q5_1(int64_t K, const void *w, const void *x, size_t xs, int nx,
 }
 
 /* Q8_0: d, qs[32] (int8); w = d * q */
-static void dot_q8_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q8_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -179,7 +187,7 @@ static void dot_q8_0(int64_t K, const void *w, const void *x, size_t xs, int nx,
 
 /* Q4_K: d, dmin, scales[12], qs[128]; sub-block s: w = d * sc_s * q - dmin * m_s, q the
  * nibble s % 2 of qs[32 * (s / 2) + l] */
-static void dot_q4_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q4_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -204,7 +212,7 @@ static void dot_q4_k(int64_t K, const void *w, const void *x, size_t xs, int nx,
 }
 
 /* Q5_K: d, dmin, scales[12], qh[32], qs[128]: Q4_K plus bit s of qh[l] as bit 4 */
-static void dot_q5_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q5_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -232,7 +240,7 @@ static void dot_q5_k(int64_t K, const void *w, const void *x, size_t xs, int nx,
 /* Q6_K: ql[128], qh[64], scales[16] (int8, one per 16 elements), d; element
  * 128 i + 32 s + l: w = d * sc * (q - 32), q = nibble s / 2 of ql[64 i + 32 (s % 2) + l]
  * with bits 2s, 2s + 1 of qh[32 i + l] above it */
-static void dot_q6_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_q6_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *b = w;
@@ -260,9 +268,9 @@ static void dot_q6_k(int64_t K, const void *w, const void *x, size_t xs, int nx,
     }
 }
 
-/* ---- half weights times F32 activations ---- */
+/* ---- half and F32 weights times F32 activations ---- */
 
-static void dot_f16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_f16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint8_t *h = w;
@@ -274,7 +282,7 @@ static void dot_f16(int64_t K, const void *w, const void *x, size_t xs, int nx, 
     }
 }
 
-static void dot_bf16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void row_bf16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
 {
     for (int j = 0; j < nx; j++) {
         const uint16_t *h = w;
@@ -286,17 +294,106 @@ static void dot_bf16(int64_t K, const void *w, const void *x, size_t xs, int nx,
     }
 }
 
+static void row_f32(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+{
+    for (int j = 0; j < nx; j++) {
+        const float *h = w;
+        const float *a = (const float *)((const char *)x + (size_t)j * xs);
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; k++)
+            acc += h[k] * a[k];
+        out[j] = acc;
+    }
+}
+
+/* ---- many weight rows ---- */
+
+typedef void (*row_fn)(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out);
+
+static inline void rows(row_fn f, int64_t K, const void *w, size_t ws, int64_t nw, const void *x,
+                        size_t xs, int nx, float *const *out)
+{
+    float res[LT_DOT_MAX_X];
+    for (int64_t r = 0; r < nw; r++) {
+        f(K, (const char *)w + r * ws, x, xs, nx, res);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
+    }
+}
+
+static void dot_q4_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q4_0, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q4_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q4_1, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q5_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q5_0, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q5_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q5_1, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q8_0, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q4_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q4_k, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q5_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q5_k, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_q6_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_q6_k, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_f16(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                    int nx, float *const *out)
+{
+    rows(row_f16, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_f32(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                    int nx, float *const *out)
+{
+    rows(row_f32, K, w, ws, nw, x, xs, nx, out);
+}
+
+static void dot_bf16(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    rows(row_bf16, K, w, ws, nw, x, xs, nx, out);
+}
+
 const struct lt_dot_kernel lt_dot_kernels_scalar[LT_TYPE_COUNT] = {
-    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0},
-    [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
-    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0},
-    [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
-    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0},
-    [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
-    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},
-    [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
-    [LT_TYPE_F16] = {dot_f16, false, 1},
-    [LT_TYPE_BF16] = {dot_bf16, false, 1},
+    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0}, [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
+    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0}, [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
+    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0}, [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
+    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},  [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
+    [LT_TYPE_F16] = {dot_f16, false, 1},         [LT_TYPE_BF16] = {dot_bf16, false, 1},
+    [LT_TYPE_F32] = {dot_f32, false, 1},
 };
 
 /* ---- the choice of level ---- */
@@ -308,9 +405,12 @@ static pthread_once_t simd_once = PTHREAD_ONCE_INIT;
 static void simd_detect(void)
 {
 #ifdef LT_QD_HAVE_AVX2
+    /* __builtin_cpu_supports checks that the OS saves the AVX registers too; F16C (which
+     * not every compiler's builtin knows) is CPUID leaf 1, ECX bit 29 */
+    unsigned eax, ebx, ecx = 0, edx;
+    bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
     __builtin_cpu_init();
-    simd_ok[LT_SIMD_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                            __builtin_cpu_supports("f16c");
+    simd_ok[LT_SIMD_AVX2] = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #endif
     const char *env = getenv("LATHE_SIMD");
     bool scalar_only = env && !strcmp(env, "scalar");

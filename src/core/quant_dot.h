@@ -5,8 +5,8 @@
  * activation row (F32) is quantised once, in blocks of 32, to int8 with one float scale a
  * block (an "lt_q8a" row), and each weight block meets the activation block under it in an
  * integer dot product; only one float multiply-add a block (two with the weight's minimum)
- * remains. F16 and BF16 weight rows meet the F32 activations as they are (no activation
- * quantisation), converted to float in registers.
+ * remains. F16, BF16 and F32 weight rows meet the F32 activations as they are (no
+ * activation quantisation), converted to float in registers.
  *
  * Accuracy. Activation block b (32 elements) is stored as q_i = round(x_i / d_b) with
  * d_b = max|x_i| / 127, so |x_i - d_b q_i| <= d_b / 2. The weights are used exactly (as
@@ -15,8 +15,8 @@
  *     sum over blocks b of (d_b / 2) * sum_{i in b} |w_i|          (activation rounding)
  *   + a few float roundings of the block partial sums              (~1e-6 relative),
  * typically a few 1e-3 of the result for random data (the errors are independent and
- * partly cancel), which is what llama.cpp's Q8 activations give too. F16/BF16 rows carry
- * only float rounding (sum order differs from a sequential loop). tests/test_quant_dot.c
+ * partly cancel), which is what llama.cpp's Q8 activations give too. F32/F16/BF16 rows
+ * carry only float rounding (sum order differs from a sequential loop). tests/test_quant_dot.c
  * checks the bound above per output, and that the scalar and SIMD kernels agree to 1e-6.
  *
  * Each kernel exists as portable C and, on x86-64, as AVX2+FMA(+F16C) code compiled with
@@ -58,15 +58,17 @@ enum lt_simd lt_simd_best(void);
 bool lt_simd_available(enum lt_simd level);
 const char *lt_simd_name(enum lt_simd level);
 
-/* The most activation rows one kernel call takes (the weight row is unpacked once for
+/* The most activation rows one kernel call takes (each weight block is unpacked once for
  * all of them). */
 #define LT_DOT_MAX_X 4
 
-/* out[j] = dot(weight row w of K elements, activation row j), j < nx <= LT_DOT_MAX_X.
- * Activation row j starts at x + j * x_stride bytes: lt_q8a blocks (K / 32 of them) when
- * the kernel's quantised_x is set, else K floats. */
-typedef void (*lt_dot_fn)(int64_t K, const void *w, const void *x, size_t x_stride, int nx,
-                          float *out);
+/* out[j][r] = dot(weight row r, activation row j) for r < nw, j < nx <= LT_DOT_MAX_X; rows
+ * have K elements. Weight row r starts at w + r * w_stride bytes; activation row j at
+ * x + j * x_stride bytes: lt_q8a blocks (K / 32 of them) when the kernel's quantised_x is
+ * set, else K floats. Many weight rows a call keep the call and setup cost off each row
+ * (a decode row of K = 576 is only 18 blocks). */
+typedef void (*lt_dot_fn)(int64_t K, const void *w, size_t w_stride, int64_t nw, const void *x,
+                          size_t x_stride, int nx, float *const *out);
 
 struct lt_dot_kernel {
     lt_dot_fn dot;
@@ -74,9 +76,9 @@ struct lt_dot_kernel {
     int64_t k_multiple; /* K must be a multiple of this (the weight's block size) */
 };
 
-/* The kernel for weights of `type` at `level`, or NULL when there is none (F32 weights,
- * or a type without a kernel: Q2_K, Q3_K, Q8_1, Q8_K): those take the dequantise+BLAS
- * path. A level this CPU cannot run also gives NULL. */
+/* The kernel for weights of `type` at `level`, or NULL when there is none (Q2_K, Q3_K,
+ * Q8_1, Q8_K: those take the dequantise+BLAS path). F32 weights have one too (small
+ * products skip BLAS's packing). A level this CPU cannot run also gives NULL. */
 const struct lt_dot_kernel *lt_dot_kernel(enum lt_type type, enum lt_simd level);
 
 /* Bytes of one activation row of K elements for kernel k (lt_q8a blocks or floats). */
@@ -85,7 +87,8 @@ size_t lt_dot_x_row_size(const struct lt_dot_kernel *k, int64_t K);
 /* Quantises K floats (K a multiple of 32) into K / 32 lt_q8a blocks. Scalar and SIMD
  * give identical blocks (round to nearest even of x * (1 / d) in both). A block holding
  * a nan or an infinity gets d = nan and qs = 0, so the dots it enters are nan, as the
- * exact sum would be (or would be infinite). */
+ * exact sum would be (or would be infinite). A block whose max |x| is below 127 * FLT_MIN
+ * (~1.5e-36) is taken as zero (its 1 / d would overflow). */
 void lt_q8a_quantise(const float *x, struct lt_q8a_block *y, int64_t K, enum lt_simd level);
 
 #endif

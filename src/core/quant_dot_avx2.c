@@ -13,7 +13,8 @@
  *
  * Kernels take up to LT_DOT_MAX_X activation rows: the weight block is loaded and
  * unpacked once for all. Each kernel body is an always-inline function of a constant row
- * count, called from a switch, so the accumulators stay in registers. */
+ * count, called from a switch, so the accumulators stay in registers; it loops over the
+ * weight rows itself, so a call covers many. */
 #include "core/quant_dot_impl.h"
 
 #ifdef LT_QD_HAVE_AVX2
@@ -25,6 +26,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #endif
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -84,264 +86,327 @@ QD_INLINE const struct lt_q8a_block *xrow(const void *x, size_t stride, int j)
     return (const struct lt_q8a_block *)((const char *)x + (size_t)j * stride);
 }
 
-QD_INLINE __m256i x_qs(const struct lt_q8a_block *a) { return _mm256_loadu_si256((const __m256i *)a->qs); }
+QD_INLINE __m256i x_qs(const struct lt_q8a_block *a)
+{
+    return _mm256_loadu_si256((const __m256i *)a->qs);
+}
 
 /* ---- 32-element formats; kind says how the weight block reads ---- */
 
 enum q32_kind { Q32_4_0, Q32_4_1, Q32_5_0, Q32_5_1, Q32_8_0 };
 
-QD_INLINE void dot_q32(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
-                       float *out, const enum q32_kind kind, const size_t bsize)
+/* Block ib of one weight row against nx activation rows, into accumulator set h. */
+QD_INLINE void q32_block(const uint8_t *w, const struct lt_q8a_block *a0, size_t xs, int64_t ib,
+                         const int nx, __m256 (*acc)[2], float (*corr)[2], const int h,
+                         const enum q32_kind kind)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[LT_DOT_MAX_X];
-    float corr[LT_DOT_MAX_X];
+    const float d = f16_at(w);
+    float m = 0.0f;
+    __m256i q;
+    switch (kind) {
+    case Q32_4_0: q = nibbles32(w + 2); break;
+    case Q32_4_1:
+        m = f16_at(w + 2);
+        q = nibbles32(w + 4);
+        break;
+    case Q32_5_0: q = _mm256_or_si256(nibbles32(w + 6), bit4_bytes(qd_u32(w + 2))); break;
+    case Q32_5_1:
+        m = f16_at(w + 2);
+        q = _mm256_or_si256(nibbles32(w + 8), bit4_bytes(qd_u32(w + 4)));
+        break;
+    default: /* Q8_0: signed; |q| is the unsigned operand */
+        q = _mm256_loadu_si256((const __m256i *)(w + 2));
+        break;
+    }
+    const __m256i qa = kind == Q32_8_0 ? _mm256_sign_epi8(q, q) : q;
     for (int j = 0; j < nx; j++) {
-        acc[j] = _mm256_setzero_ps();
-        corr[j] = 0.0f;
+        const struct lt_q8a_block *a = xrow(a0, xs, j) + ib;
+        __m256i y = x_qs(a);
+        if (kind == Q32_8_0)
+            y = _mm256_sign_epi8(y, q);
+        const __m256 p = _mm256_cvtepi32_ps(dot_us8(qa, y, ones));
+        acc[j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a->d), acc[j][h]);
+        if (kind == Q32_4_1 || kind == Q32_5_1)
+            corr[j][h] += m * a->ds;
+        else if (kind != Q32_8_0)
+            corr[j][h] += d * a->ds;
     }
-    for (int64_t ib = 0; ib < K / 32; ib++, w += bsize) {
-        const float d = f16_at(w);
-        float m = 0.0f;
-        __m256i q;
-        switch (kind) {
-        case Q32_4_0:
-            q = nibbles32(w + 2);
-            break;
-        case Q32_4_1:
-            m = f16_at(w + 2);
-            q = nibbles32(w + 4);
-            break;
-        case Q32_5_0:
-            q = _mm256_or_si256(nibbles32(w + 6), bit4_bytes(qd_u32(w + 2)));
-            break;
-        case Q32_5_1:
-            m = f16_at(w + 2);
-            q = _mm256_or_si256(nibbles32(w + 8), bit4_bytes(qd_u32(w + 4)));
-            break;
-        default: /* Q8_0: signed; |q| is the unsigned operand */
-            q = _mm256_loadu_si256((const __m256i *)(w + 2));
-            break;
-        }
-        const __m256i qa = kind == Q32_8_0 ? _mm256_sign_epi8(q, q) : q;
-        for (int j = 0; j < nx; j++) {
-            const struct lt_q8a_block *a = xrow(x, xs, j) + ib;
-            __m256i y = x_qs(a);
-            if (kind == Q32_8_0)
-                y = _mm256_sign_epi8(y, q);
-            const __m256 p = _mm256_cvtepi32_ps(dot_us8(qa, y, ones));
-            acc[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a->d), acc[j]);
-            if (kind == Q32_4_1 || kind == Q32_5_1)
-                corr[j] += m * a->ds;
-            else if (kind != Q32_8_0)
-                corr[j] += d * a->ds;
-        }
-    }
+}
+
+/* One weight row against nx activation rows. Even and odd blocks go to two accumulators
+ * (and two corrections), so consecutive blocks' multiply-adds do not wait on each other;
+ * the loop is unrolled by two so that the accumulator index is a constant. */
+QD_INLINE void q32_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                       float *res, const enum q32_kind kind, const size_t bsize)
+{
+    __m256 acc[LT_DOT_MAX_X][2];
+    float corr[LT_DOT_MAX_X][2];
     for (int j = 0; j < nx; j++) {
-        const float s = hsum_ps(acc[j]);
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+        corr[j][0] = corr[j][1] = 0.0f;
+    }
+    const int64_t nb = K / 32;
+    int64_t ib = 0;
+    for (; ib + 2 <= nb; ib += 2, w += 2 * bsize) {
+        q32_block(w, x, xs, ib, nx, acc, corr, 0, kind);
+        q32_block(w + bsize, x, xs, ib + 1, nx, acc, corr, 1, kind);
+    }
+    if (ib < nb)
+        q32_block(w, x, xs, ib, nx, acc, corr, 0, kind);
+    for (int j = 0; j < nx; j++) {
+        const float s = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
+        const float c = corr[j][0] + corr[j][1];
         switch (kind) {
-        case Q32_4_0:
-            out[j] = s - 8.0f * corr[j];
-            break;
-        case Q32_5_0:
-            out[j] = s - 16.0f * corr[j];
-            break;
-        default:
-            out[j] = s + corr[j];
-            break;
+        case Q32_4_0: res[j] = s - 8.0f * c; break;
+        case Q32_5_0: res[j] = s - 16.0f * c; break;
+        default: res[j] = s + c; break;
         }
     }
 }
 
-#define QD_ROWS_SWITCH(call_n)                                                               \
-    switch (nx) {                                                                            \
-    case 1:                                                                                  \
-        call_n(1);                                                                           \
-        break;                                                                               \
-    case 2:                                                                                  \
-        call_n(2);                                                                           \
-        break;                                                                               \
-    case 3:                                                                                  \
-        call_n(3);                                                                           \
-        break;                                                                               \
-    default:                                                                                 \
-        call_n(4);                                                                           \
-        break;                                                                               \
+QD_INLINE void q32_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                        size_t xs, const int nx, float *const *out, const enum q32_kind kind,
+                        const size_t bsize)
+{
+    for (int64_t r = 0; r < nw; r++, w += ws) {
+        float res[LT_DOT_MAX_X];
+        q32_row(K, w, x, xs, nx, res, kind, bsize);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
     }
-
-static void dot_q4_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
-{
-#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_4_0, LT_BLOCK_Q4_0)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
 }
 
-static void dot_q4_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+/* The row count made a constant for each body (so its accumulators stay in registers). */
+QD_INLINE void q32_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                       int nx, float *const *out, const enum q32_kind kind, const size_t bsize)
 {
-#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_4_1, LT_BLOCK_Q4_1)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    switch (nx) {
+    case 1: q32_rows(K, w, ws, nw, x, xs, 1, out, kind, bsize); break;
+    case 2: q32_rows(K, w, ws, nw, x, xs, 2, out, kind, bsize); break;
+    case 3: q32_rows(K, w, ws, nw, x, xs, 3, out, kind, bsize); break;
+    default: q32_rows(K, w, ws, nw, x, xs, 4, out, kind, bsize); break;
+    }
 }
 
-static void dot_q5_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void dot_q4_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
 {
-#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_5_0, LT_BLOCK_Q5_0)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_4_0, LT_BLOCK_Q4_0);
 }
 
-static void dot_q5_1(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void dot_q4_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
 {
-#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_5_1, LT_BLOCK_Q5_1)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_4_1, LT_BLOCK_Q4_1);
 }
 
-static void dot_q8_0(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+static void dot_q5_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
 {
-#define CALL(n) dot_q32(K, w, x, xs, n, out, Q32_8_0, LT_BLOCK_Q8_0)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_5_0, LT_BLOCK_Q5_0);
+}
+
+static void dot_q5_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_5_1, LT_BLOCK_Q5_1);
+}
+
+static void dot_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_8_0, LT_BLOCK_Q8_0);
 }
 
 /* ---- K-quants ---- */
 
 /* Q4_K (five_bits false) and Q5_K (true): sub-blocks 2p and 2p + 1 share 32 bytes of qs
- * (low and high nibbles); Q5_K's bit 4 of sub-block s is bit s of qh[l]. */
-QD_INLINE void dot_q45k(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
-                        float *out, const bool five_bits)
+ * (low and high nibbles: h = 0, 1); Q5_K's bit 4 of sub-block s is bit s of qh[l]. Each
+ * half h has its own accumulators (h is a constant in every call). */
+QD_INLINE void q45k_sub(const uint8_t *w, const struct lt_q8a_block *a0, size_t xs, int64_t ib,
+                        int p, const int h, const int nx, __m256 (*acc)[2], float (*corr)[2],
+                        const bool five_bits)
 {
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 acc[LT_DOT_MAX_X];
-    float corr[LT_DOT_MAX_X];
+    const int s = 2 * p + h;
+    const float d = f16_at(w), dmin = f16_at(w + 2);
+    int sc, mn;
+    qd_k4_scale_min(w + 4, s, &sc, &mn);
+    __m256i q = _mm256_loadu_si256((const __m256i *)(w + (five_bits ? 48 : 16) + 32 * p));
+    if (h)
+        q = _mm256_srli_epi16(q, 4);
+    q = _mm256_and_si256(q, _mm256_set1_epi8(0x0f));
+    if (five_bits) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 16));
+        const __m256i bit = _mm256_set1_epi8((char)(1 << s));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+        q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+    const __m256i f = _mm256_set1_epi16((short)sc);
+    const float dm = dmin * (float)mn;
     for (int j = 0; j < nx; j++) {
-        acc[j] = _mm256_setzero_ps();
-        corr[j] = 0.0f;
+        const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + s;
+        const __m256 pr = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
+        acc[j][h] = _mm256_fmadd_ps(pr, _mm256_set1_ps(d * a->d), acc[j][h]);
+        corr[j][h] += dm * a->ds;
+    }
+}
+
+QD_INLINE void q45k_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                        float *res, const bool five_bits)
+{
+    __m256 acc[LT_DOT_MAX_X][2];
+    float corr[LT_DOT_MAX_X][2];
+    for (int j = 0; j < nx; j++) {
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+        corr[j][0] = corr[j][1] = 0.0f;
     }
     const size_t bsize = five_bits ? LT_BLOCK_Q5_K : LT_BLOCK_Q4_K;
     for (int64_t ib = 0; ib < K / LT_QK_K; ib++, w += bsize) {
-        const float d = f16_at(w), dmin = f16_at(w + 2);
-        const uint8_t *qs = w + (five_bits ? 48 : 16);
-        const __m256i qh = five_bits ? _mm256_loadu_si256((const __m256i *)(w + 16))
-                                     : _mm256_setzero_si256();
-        for (int s = 0; s < 8; s++) {
-            int sc, mn;
-            qd_k4_scale_min(w + 4, s, &sc, &mn);
-            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * (s / 2)));
-            if (s % 2)
-                q = _mm256_srli_epi16(q, 4);
-            q = _mm256_and_si256(q, low4);
-            if (five_bits) {
-                const __m256i bit = _mm256_set1_epi8((char)(1 << s));
-                const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-                q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)));
-            }
-            const __m256i f = _mm256_set1_epi16((short)sc);
-            const float dm = dmin * (float)mn;
-            for (int j = 0; j < nx; j++) {
-                const struct lt_q8a_block *a = xrow(x, xs, j) + ib * 8 + s;
-                const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
-                acc[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a->d), acc[j]);
-                corr[j] += dm * a->ds;
-            }
+        for (int p = 0; p < 4; p++) {
+            q45k_sub(w, x, xs, ib, p, 0, nx, acc, corr, five_bits);
+            q45k_sub(w, x, xs, ib, p, 1, nx, acc, corr, five_bits);
         }
     }
     for (int j = 0; j < nx; j++)
-        out[j] = hsum_ps(acc[j]) - corr[j];
+        res[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1])) - (corr[j][0] + corr[j][1]);
 }
 
-static void dot_q4_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+QD_INLINE void q45k_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                         size_t xs, const int nx, float *const *out, const bool five_bits)
 {
-#define CALL(n) dot_q45k(K, w, x, xs, n, out, false)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    for (int64_t r = 0; r < nw; r++, w += ws) {
+        float res[LT_DOT_MAX_X];
+        q45k_row(K, w, x, xs, nx, res, five_bits);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
+    }
 }
 
-static void dot_q5_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+QD_INLINE void q45k_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                        int nx, float *const *out, const bool five_bits)
 {
-#define CALL(n) dot_q45k(K, w, x, xs, n, out, true)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    switch (nx) {
+    case 1: q45k_rows(K, w, ws, nw, x, xs, 1, out, five_bits); break;
+    case 2: q45k_rows(K, w, ws, nw, x, xs, 2, out, five_bits); break;
+    case 3: q45k_rows(K, w, ws, nw, x, xs, 3, out, five_bits); break;
+    default: q45k_rows(K, w, ws, nw, x, xs, 4, out, five_bits); break;
+    }
+}
+
+static void dot_q4_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    q45k_dot(K, w, ws, nw, x, xs, nx, out, false);
+}
+
+static void dot_q5_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    q45k_dot(K, w, ws, nw, x, xs, nx, out, true);
 }
 
 /* Q6_K: in half i, 32-element group s takes nibble s / 2 of ql[64 i + 32 (s % 2) + l] and
  * bits 2s, 2s + 1 of qh[32 i + l] (moved to bits 4, 5 by 16-bit shifts; the bits a shift
  * carries in from the neighbouring byte are masked off). Its two scales (per 16) multiply
- * the int16 pair sums of each half: low 128-bit lane, then high. */
-QD_INLINE void dot_q6k_n(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
-                         float *out)
+ * the int16 pair sums of each half: low 128-bit lane, then high. s is a constant in every
+ * call; groups alternate between two accumulators. */
+QD_INLINE void q6k_group(const uint8_t *w, const struct lt_q8a_block *a0, size_t xs, int64_t ib,
+                         int i, const int s, const int nx, __m256 (*acc)[2], float (*corr)[2])
 {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
-    __m256 acc[LT_DOT_MAX_X];
-    float corr[LT_DOT_MAX_X];
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i ql = _mm256_loadu_si256((const __m256i *)(w + 64 * i + 32 * (s % 2)));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * i));
+    const __m256i lo =
+        s < 2 ? _mm256_and_si256(ql, low4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), low4);
+    const __m256i hi = s == 0   ? _mm256_slli_epi16(qh, 4)
+                       : s == 1 ? _mm256_slli_epi16(qh, 2)
+                       : s == 2 ? qh
+                                : _mm256_srli_epi16(qh, 2);
+    const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+    const int8_t *scales = (const int8_t *)(w + 192);
+    const int sa = scales[8 * i + 2 * s], sb = scales[8 * i + 2 * s + 1];
+    const __m256i f = _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
+    const float d = f16_at(w + 208);
     for (int j = 0; j < nx; j++) {
-        acc[j] = _mm256_setzero_ps();
-        corr[j] = 0.0f;
+        const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + 4 * i + s;
+        const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
+        const float da = d * a->d;
+        acc[j][s & 1] = _mm256_fmadd_ps(p, _mm256_set1_ps(da), acc[j][s & 1]);
+        corr[j][s & 1] += da * (float)(sa * a->hs[0] + sb * a->hs[1]);
+    }
+}
+
+QD_INLINE void q6k_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                       float *res)
+{
+    __m256 acc[LT_DOT_MAX_X][2];
+    float corr[LT_DOT_MAX_X][2];
+    for (int j = 0; j < nx; j++) {
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+        corr[j][0] = corr[j][1] = 0.0f;
     }
     for (int64_t ib = 0; ib < K / LT_QK_K; ib++, w += LT_BLOCK_Q6_K) {
-        const int8_t *scales = (const int8_t *)(w + 192);
-        const float d = f16_at(w + 208);
         for (int i = 0; i < 2; i++) {
-            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(w + 64 * i));
-            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(w + 64 * i + 32));
-            const __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * i));
-            for (int s = 0; s < 4; s++) {
-                __m256i lo, hi;
-                switch (s) {
-                case 0:
-                    lo = _mm256_and_si256(ql0, low4);
-                    hi = _mm256_slli_epi16(qh, 4);
-                    break;
-                case 1:
-                    lo = _mm256_and_si256(ql1, low4);
-                    hi = _mm256_slli_epi16(qh, 2);
-                    break;
-                case 2:
-                    lo = _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4);
-                    hi = qh;
-                    break;
-                default:
-                    lo = _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4);
-                    hi = _mm256_srli_epi16(qh, 2);
-                    break;
-                }
-                const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi, bits45));
-                const int sa = scales[8 * i + 2 * s], sb = scales[8 * i + 2 * s + 1];
-                const __m256i f =
-                    _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
-                for (int j = 0; j < nx; j++) {
-                    const struct lt_q8a_block *a = xrow(x, xs, j) + ib * 8 + 4 * i + s;
-                    const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
-                    const float da = d * a->d;
-                    acc[j] = _mm256_fmadd_ps(p, _mm256_set1_ps(da), acc[j]);
-                    corr[j] += da * (float)(sa * a->hs[0] + sb * a->hs[1]);
-                }
-            }
+            q6k_group(w, x, xs, ib, i, 0, nx, acc, corr);
+            q6k_group(w, x, xs, ib, i, 1, nx, acc, corr);
+            q6k_group(w, x, xs, ib, i, 2, nx, acc, corr);
+            q6k_group(w, x, xs, ib, i, 3, nx, acc, corr);
         }
     }
     for (int j = 0; j < nx; j++)
-        out[j] = hsum_ps(acc[j]) - 32.0f * corr[j];
+        res[j] = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1])) - 32.0f * (corr[j][0] + corr[j][1]);
 }
 
-static void dot_q6_k(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+QD_INLINE void q6k_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                        size_t xs, const int nx, float *const *out)
 {
-#define CALL(n) dot_q6k_n(K, w, x, xs, n, out)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    for (int64_t r = 0; r < nw; r++, w += ws) {
+        float res[LT_DOT_MAX_X];
+        q6k_row(K, w, x, xs, nx, res);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
+    }
 }
 
-/* ---- half weights: 16 at a time, converted in registers, two accumulators a row ---- */
-
-QD_INLINE __m256 half8(const uint8_t *p, const bool bf16)
+static void dot_q6_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
 {
-    const __m128i h = _mm_loadu_si128((const __m128i *)p);
-    if (bf16)
+    switch (nx) {
+    case 1: q6k_rows(K, w, ws, nw, x, xs, 1, out); break;
+    case 2: q6k_rows(K, w, ws, nw, x, xs, 2, out); break;
+    case 3: q6k_rows(K, w, ws, nw, x, xs, 3, out); break;
+    default: q6k_rows(K, w, ws, nw, x, xs, 4, out); break;
+    }
+}
+
+/* ---- half and F32 weights: 16 at a time, converted in registers, two accumulators a
+ * row ---- */
+
+enum half_kind { HALF_F16, HALF_BF16, HALF_F32 };
+
+/* 8 weights from element k on, as floats */
+QD_INLINE __m256 half8(const uint8_t *w, int64_t k, const enum half_kind kind)
+{
+    if (kind == HALF_F32)
+        return _mm256_loadu_ps((const float *)w + k);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * k));
+    if (kind == HALF_BF16)
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
 }
 
-QD_INLINE void dot_half(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
-                        float *out, const bool bf16)
+QD_INLINE float half1(const uint8_t *w, int64_t k, const enum half_kind kind)
+{
+    if (kind == HALF_F32)
+        return ((const float *)w)[k];
+    uint16_t h;
+    memcpy(&h, w + 2 * k, 2);
+    return kind == HALF_BF16 ? qd_bf16(h) : _cvtsh_ss(h);
+}
+
+QD_INLINE void half_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                        float *res, const enum half_kind kind)
 {
     __m256 acc0[LT_DOT_MAX_X], acc1[LT_DOT_MAX_X];
     const float *xr[LT_DOT_MAX_X];
@@ -351,7 +416,7 @@ QD_INLINE void dot_half(int64_t K, const uint8_t *w, const void *x, size_t xs, c
     }
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
-        const __m256 w0 = half8(w + 2 * k, bf16), w1 = half8(w + 2 * k + 16, bf16);
+        const __m256 w0 = half8(w, k, kind), w1 = half8(w, k + 8, kind);
         for (int j = 0; j < nx; j++) {
             acc0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[j] + k), acc0[j]);
             acc1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[j] + k + 8), acc1[j]);
@@ -359,40 +424,59 @@ QD_INLINE void dot_half(int64_t K, const uint8_t *w, const void *x, size_t xs, c
     }
     for (int j = 0; j < nx; j++) {
         float s = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));
-        for (int64_t t = k; t < K; t++) {
-            uint16_t h;
-            memcpy(&h, w + 2 * t, 2);
-            s += (bf16 ? qd_bf16(h) : _cvtsh_ss(h)) * xr[j][t];
-        }
-        out[j] = s;
+        for (int64_t t = k; t < K; t++)
+            s += half1(w, t, kind) * xr[j][t];
+        res[j] = s;
     }
 }
 
-static void dot_f16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+QD_INLINE void half_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                         size_t xs, const int nx, float *const *out, const enum half_kind kind)
 {
-#define CALL(n) dot_half(K, w, x, xs, n, out, false)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    for (int64_t r = 0; r < nw; r++, w += ws) {
+        float res[LT_DOT_MAX_X];
+        half_row(K, w, x, xs, nx, res, kind);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
+    }
 }
 
-static void dot_bf16(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out)
+QD_INLINE void half_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                        int nx, float *const *out, const enum half_kind kind)
 {
-#define CALL(n) dot_half(K, w, x, xs, n, out, true)
-    QD_ROWS_SWITCH(CALL)
-#undef CALL
+    switch (nx) {
+    case 1: half_rows(K, w, ws, nw, x, xs, 1, out, kind); break;
+    case 2: half_rows(K, w, ws, nw, x, xs, 2, out, kind); break;
+    case 3: half_rows(K, w, ws, nw, x, xs, 3, out, kind); break;
+    default: half_rows(K, w, ws, nw, x, xs, 4, out, kind); break;
+    }
+}
+
+static void dot_f16(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                    int nx, float *const *out)
+{
+    half_dot(K, w, ws, nw, x, xs, nx, out, HALF_F16);
+}
+
+static void dot_bf16(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    half_dot(K, w, ws, nw, x, xs, nx, out, HALF_BF16);
+}
+
+static void dot_f32(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                    int nx, float *const *out)
+{
+    half_dot(K, w, ws, nw, x, xs, nx, out, HALF_F32);
 }
 
 const struct lt_dot_kernel lt_dot_kernels_avx2[LT_TYPE_COUNT] = {
-    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0},
-    [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
-    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0},
-    [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
-    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0},
-    [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
-    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},
-    [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
-    [LT_TYPE_F16] = {dot_f16, false, 1},
-    [LT_TYPE_BF16] = {dot_bf16, false, 1},
+    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0}, [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
+    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0}, [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
+    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0}, [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
+    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},  [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
+    [LT_TYPE_F16] = {dot_f16, false, 1},         [LT_TYPE_BF16] = {dot_bf16, false, 1},
+    [LT_TYPE_F32] = {dot_f32, false, 1},
 };
 
 /* ---- activation quantiser: the same blocks as the portable one (same scale, the same
@@ -418,16 +502,17 @@ void lt_q8a_quantise_avx2(const float *x, struct lt_q8a_block *y, int64_t K)
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4);
-        const float d = amax / 127.0f;
+        const float d = amax / 127.0f >= FLT_MIN ? amax / 127.0f : 0.0f; /* 1 / d finite */
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         const __m256 vid = _mm256_set1_ps(id);
         __m256i q[4];
         for (int i = 0; i < 4; i++)
-            q[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vid),
-                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            q[i] = _mm256_cvtps_epi32(_mm256_round_ps(
+                _mm256_mul_ps(v[i], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         const int s0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));
         const int s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         p = _mm256_permutevar8x32_epi32(p, order);
         _mm256_storeu_si256((__m256i *)y->qs, p);
         y->d = d;

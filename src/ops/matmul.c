@@ -10,6 +10,15 @@
  *     tile of rows at a time, each thread its own tile in its own scratch, just before the
  *     sgemm that uses it, so the tile is still in cache and scratch stays small even for
  *     an output head of 150k rows.
+ * Decode and small batches take another road (mm_dot_*): when at most MM_DOT_MAX_ROWS rows
+ * of b share one head of a, a's rows are unit-strided, and a is F32, F16, BF16 or a
+ * quantised type with a dot kernel (core/quant_dot.h), each output is a dot product
+ * straight from a's row, never converted to floats: the b rows are first quantised to
+ * int8 blocks (for quantised a; the result is then exact up to that activation rounding,
+ * bounded in quant_dot.h), or read in place (F32, F16, BF16; copied when strided), by each
+ * thread for itself, so no barrier is needed. Output rows are divided
+ * among the threads as below. Larger N (prefill, training) stays on BLAS, and so does a
+ * node autodiff differentiates (training graphs keep F32 numerics).
  * Parallelism is ours, not OpenBLAS's: OpenBLAS is set to one thread once, and the output
  * is cut into units (a batch of b slices sharing one a head, times a range of m) that the
  * pool threads divide; no two threads write the same element of dst. The plan (forms,
@@ -28,9 +37,11 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "autodiff/autodiff.h"
+#include "core/quant_dot.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
 
@@ -87,7 +98,22 @@ struct mm_plan {
     int fold;            /* 0: one b slice per batch; 1: r2 slices sharing a head; 2: all */
     int64_t n_batches, n_eff, chunks, tile;
     size_t b_copy_bytes, thread_bytes; /* scratch: the b copy, then one region per thread */
+    /* the dot path (dot != NULL): units are a's heads times chunks of m */
+    const struct lt_dot_kernel *dot;
+    enum lt_simd simd;
+    int64_t dot_rows;  /* rows of b per head of a: N * r2 * r3 */
+    size_t dot_x_row;  /* bytes of one prepared b row (lt_q8a blocks or floats) */
+    size_t dot_x_direct; /* F32 activations: b's rows are read in place, this far apart */
+    int64_t a_heads;   /* a->ne[2] * a->ne[3] */
 };
+
+/* The dot path serves at most this many b rows per head of a: past it, converting a's
+ * rows once and multiplying by BLAS is faster (bench/bench_cpu_decode.py and the dot
+ * bench in tests/test_quant_dot.c measure where). */
+#define MM_DOT_MAX_ROWS 8
+/* Weight rows per kernel call: small enough that they stay in L1/L2 while more than
+ * LT_DOT_MAX_X b rows pass over them. */
+#define MM_DOT_ROW_BLOCK 16
 
 #define SCRATCH_ALIGN 64
 
@@ -163,6 +189,63 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
+/* What the dot path may do, read once from LATHE_MATMUL_DOT: "int8" (the default:
+ * quantised a meets int8 activations), "exact" (only F16/BF16 a, which lose nothing;
+ * quantised a goes to BLAS), "off" (everything to BLAS, as before the dot path existed;
+ * for measuring it). */
+enum mm_dot_mode { MM_DOT_INT8, MM_DOT_EXACT, MM_DOT_OFF };
+static enum mm_dot_mode dot_mode = MM_DOT_INT8;
+static pthread_once_t dot_mode_once = PTHREAD_ONCE_INIT;
+
+static void dot_mode_read(void)
+{
+    const char *env = getenv("LATHE_MATMUL_DOT");
+    if (env && !strcmp(env, "exact"))
+        dot_mode = MM_DOT_EXACT;
+    else if (env && !strcmp(env, "off"))
+        dot_mode = MM_DOT_OFF;
+}
+
+/* Takes the dot path for node when it fits (see the file comment); fills p's dot fields.
+ * A node that autodiff differentiates (node->grad: a training step or a gradient check)
+ * never meets quantised activations: its loss and gradients must be the F32 ones, and a
+ * forward that is piecewise constant in b would defeat finite differences. */
+static bool mm_dot_plan(const struct lt_tensor *node, int nth, struct mm_plan *p)
+{
+    const struct lt_tensor *a = node->src[0];
+    const struct lt_type_traits *ta = lt_type_traits(a->type);
+    pthread_once(&dot_mode_once, dot_mode_read);
+    enum lt_simd simd = lt_simd_best();
+    const struct lt_dot_kernel *k = lt_dot_kernel(a->type, simd);
+    int64_t rows = p->N * p->r2 * p->r3;
+    if (!k || dot_mode == MM_DOT_OFF ||
+        (k->quantised_x && (dot_mode == MM_DOT_EXACT || node->grad)))
+        return false;
+    if (a->nb[0] != ta->type_size || p->K <= 0 || p->M <= 0 || p->K % k->k_multiple ||
+        rows <= 0 || rows > MM_DOT_MAX_ROWS)
+        return false;
+    const struct lt_tensor *b = node->src[1];
+    p->dot = k;
+    p->simd = simd;
+    p->dot_rows = rows;
+    p->dot_x_row = align_up(lt_dot_x_row_size(k, p->K));
+    p->a_heads = a->ne[2] * a->ne[3];
+    int64_t g = gcd64(p->a_heads, nth);
+    p->chunks = nth / g;
+    if (p->chunks > p->M)
+        p->chunks = p->M;
+    /* F32 activations whose rows (for one head of a) lie at one stride are read in place */
+    int64_t ne[4] = {1, p->N, p->r2, p->r3};
+    if (!k->quantised_x && b->nb[0] == sizeof(float))
+        p->dot_x_direct = uniform_row_stride(ne, b->nb, 3, (size_t)p->K * sizeof(float));
+    /* otherwise the prepared rows, and for quantised a one b row as floats (b may be
+     * strided) */
+    if (!p->dot_x_direct)
+        p->thread_bytes = (size_t)rows * p->dot_x_row +
+                          (k->quantised_x ? align_up((size_t)p->K * sizeof(float)) : 0);
+    return true;
+}
+
 static void mm_plan_make(const struct lt_tensor *node, int nth, struct mm_plan *p)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
@@ -175,6 +258,8 @@ static void mm_plan_make(const struct lt_tensor *node, int nth, struct mm_plan *
     p->B3 = b->ne[3];
     p->r2 = b->ne[2] / a->ne[2];
     p->r3 = b->ne[3] / a->ne[3];
+    if (mm_dot_plan(node, nth, p))
+        return;
 
     /* a */
     bool a_al = a->type == LT_TYPE_F32 && floats_aligned(a);
@@ -351,8 +436,7 @@ static void blas_single_thread(void)
 {
     openblas_set_num_threads(1);
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c"))
+    if (lt_simd_best() == LT_SIMD_AVX2) /* AVX2 level includes F16C */
         f16_row = f16_row_f16c;
 #endif
 }
@@ -449,11 +533,87 @@ static void gemm_unit(const struct mm_plan *p, const float *bp, const float *ap,
                 (int)p->ldb, ap, (int)lda, 0.0f, cp, (int)p->M);
 }
 
+/* Prepares the b rows that meet head (i2a, i3a) of a: row r is b's (i1, i2, i3) with
+ * i1 = r % N and the group index r / N running over i2 first; quantised (or copied as
+ * floats) into xs, one row every p->dot_x_row bytes. f32 is room for one row of floats. */
+static void mm_dot_prepare(const struct mm_plan *p, const struct lt_tensor *b, int64_t i2a,
+                           int64_t i3a, char *xs, float *f32)
+{
+    for (int64_t r = 0; r < p->dot_rows; r++) {
+        int64_t i1 = r % p->N, grp = r / p->N;
+        int64_t i2 = i2a * p->r2 + grp % p->r2, i3 = i3a * p->r3 + grp / p->r2;
+        const char *src = (const char *)b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
+        char *x = xs + r * p->dot_x_row;
+        float *row = p->dot->quantised_x ? f32 : (float *)x;
+        if (b->nb[0] == sizeof(float) && p->dot->quantised_x) {
+            row = (float *)src; /* read in place (b's rows are float aligned) */
+        } else if (b->nb[0] == sizeof(float)) {
+            memcpy(row, src, (size_t)p->K * sizeof(float));
+        } else {
+            for (int64_t k = 0; k < p->K; k++)
+                memcpy(&row[k], src + k * b->nb[0], sizeof(float));
+        }
+        if (p->dot->quantised_x)
+            lt_q8a_quantise(row, (struct lt_q8a_block *)x, p->K, p->simd);
+    }
+}
+
+static void mm_dot_forward(const struct lt_compute_params *prm, const struct mm_plan *p,
+                           struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    char *xs = (char *)prm->wdata + (size_t)prm->ith * p->thread_bytes;
+    float *f32 = (float *)(xs + (size_t)p->dot_rows * p->dot_x_row);
+    int64_t units = p->a_heads * p->chunks, ulo, uhi, prepared = -1;
+    lt_split_range(units, prm->ith, prm->nth, &ulo, &uhi);
+    for (int64_t u = ulo; u < uhi; u++) {
+        int64_t head = u / p->chunks, chunk = u % p->chunks;
+        int64_t i2a = head % a->ne[2], i3a = head / a->ne[2];
+        const char *x = xs;
+        size_t x_stride = p->dot_x_row;
+        if (p->dot_x_direct) {
+            x = (const char *)b->data + i2a * p->r2 * b->nb[2] + i3a * p->r3 * b->nb[3];
+            x_stride = p->dot_x_direct;
+        } else if (head != prepared) {
+            mm_dot_prepare(p, b, i2a, i3a, xs, f32);
+            prepared = head;
+        }
+        int64_t m0, m1;
+        lt_split_range(p->M, (int)chunk, (int)p->chunks, &m0, &m1);
+        float *out[MM_DOT_MAX_ROWS]; /* where row r's results go, from m0 on */
+        for (int64_t r = 0; r < p->dot_rows; r++) {
+            int64_t i1 = r % p->N, grp = r / p->N;
+            int64_t i2 = i2a * p->r2 + grp % p->r2, i3 = i3a * p->r3 + grp / p->r2;
+            out[r] = (float *)((char *)node->data + i1 * node->nb[1] + i2 * node->nb[2] +
+                               i3 * node->nb[3]) +
+                     m0;
+        }
+        const char *wrows = (const char *)a->data + i2a * a->nb[2] + i3a * a->nb[3] + m0 * a->nb[1];
+        /* a block of weight rows per call, all b rows (up to LT_DOT_MAX_X at once) each:
+         * the block stays in cache while the b rows beyond the first LT_DOT_MAX_X meet it */
+        for (int64_t mb = 0; mb < m1 - m0; mb += MM_DOT_ROW_BLOCK) {
+            int64_t nw = m1 - m0 - mb < MM_DOT_ROW_BLOCK ? m1 - m0 - mb : MM_DOT_ROW_BLOCK;
+            for (int64_t r0 = 0; r0 < p->dot_rows; r0 += LT_DOT_MAX_X) {
+                int nx = (int)(p->dot_rows - r0 < LT_DOT_MAX_X ? p->dot_rows - r0 : LT_DOT_MAX_X);
+                float *o[LT_DOT_MAX_X];
+                for (int j = 0; j < nx; j++)
+                    o[j] = out[r0 + j] + mb;
+                p->dot->dot(p->K, wrows + mb * a->nb[1], a->nb[1], nw, x + r0 * x_stride,
+                            x_stride, nx, o);
+            }
+        }
+    }
+}
+
 static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     struct mm_plan p;
     mm_plan_make(node, prm->nth, &p);
+    if (p.dot) {
+        mm_dot_forward(prm, &p, node);
+        return;
+    }
     pthread_once(&blas_once, blas_single_thread);
 
     char *scratch = prm->wdata;
