@@ -31,6 +31,11 @@
 #include <math.h>
 
 #define QD_INLINE static inline __attribute__((always_inline))
+/* the loops over activation rows run a constant 1..4 times: unrolled, their accumulators
+ * stay in registers */
+#define QD_UNROLL _Pragma("GCC unroll 4")
+/* the accumulator set of every second block: its own for 1 or 2 rows, else the first */
+#define QD_SECOND(nx) ((nx) <= 2 ? 1 : 0)
 
 QD_INLINE float f16_at(const uint8_t *p)
 {
@@ -95,71 +100,74 @@ QD_INLINE __m256i x_qs(const struct lt_q8a_block *a)
 
 enum q32_kind { Q32_4_0, Q32_4_1, Q32_5_0, Q32_5_1, Q32_8_0 };
 
-/* Block ib of one weight row against nx activation rows, into accumulator set h. */
+/* Block ib of one weight row against nx activation rows, into accumulator set h. The
+ * block's scale and offset (Q4_1, Q5_1; else the scale twice) are converted together, and
+ * multiply the activation block's d and ds (adjacent floats) in one go: lane 0 scales the
+ * integer dot, lane 1 is the correction term, summed in lane 1 of corr. */
 QD_INLINE void q32_block(const uint8_t *w, const struct lt_q8a_block *a0, size_t xs, int64_t ib,
-                         const int nx, __m256 (*acc)[2], float (*corr)[2], const int h,
+                         const int nx, __m256 (*acc)[2], __m128 (*corr)[2], const int h,
                          const enum q32_kind kind)
 {
     const __m256i ones = _mm256_set1_epi16(1);
-    const float d = f16_at(w);
-    float m = 0.0f;
+    const bool has_min = kind == Q32_4_1 || kind == Q32_5_1;
+    uint32_t dm_bits;
+    memcpy(&dm_bits, w, 4); /* d, then m (with a min) or the first bytes of the quants */
+    const __m128i dm_h = has_min ? _mm_cvtsi32_si128((int)dm_bits)
+                                 : _mm_set1_epi16((short)(dm_bits & 0xffff));
+    const __m128 dm = _mm_cvtph_ps(dm_h);
     __m256i q;
     switch (kind) {
     case Q32_4_0: q = nibbles32(w + 2); break;
-    case Q32_4_1:
-        m = f16_at(w + 2);
-        q = nibbles32(w + 4);
-        break;
+    case Q32_4_1: q = nibbles32(w + 4); break;
     case Q32_5_0: q = _mm256_or_si256(nibbles32(w + 6), bit4_bytes(qd_u32(w + 2))); break;
-    case Q32_5_1:
-        m = f16_at(w + 2);
-        q = _mm256_or_si256(nibbles32(w + 8), bit4_bytes(qd_u32(w + 4)));
-        break;
+    case Q32_5_1: q = _mm256_or_si256(nibbles32(w + 8), bit4_bytes(qd_u32(w + 4))); break;
     default: /* Q8_0: signed; |q| is the unsigned operand */
         q = _mm256_loadu_si256((const __m256i *)(w + 2));
         break;
     }
     const __m256i qa = kind == Q32_8_0 ? _mm256_sign_epi8(q, q) : q;
-    for (int j = 0; j < nx; j++) {
+    QD_UNROLL for (int j = 0; j < nx; j++) {
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib;
         __m256i y = x_qs(a);
         if (kind == Q32_8_0)
             y = _mm256_sign_epi8(y, q);
         const __m256 p = _mm256_cvtepi32_ps(dot_us8(qa, y, ones));
-        acc[j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * a->d), acc[j][h]);
-        if (kind == Q32_4_1 || kind == Q32_5_1)
-            corr[j][h] += m * a->ds;
-        else if (kind != Q32_8_0)
-            corr[j][h] += d * a->ds;
+        const __m128 d_ds = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)&a->d));
+        const __m128 prod = _mm_mul_ps(dm, d_ds); /* d * a->d, (m or d) * a->ds */
+        acc[j][h] = _mm256_fmadd_ps(p, _mm256_broadcastss_ps(prod), acc[j][h]);
+        if (kind != Q32_8_0)
+            corr[j][h] = _mm_add_ps(corr[j][h], prod);
     }
 }
 
 /* One weight row against nx activation rows. Even and odd blocks go to two accumulators
- * (and two corrections), so consecutive blocks' multiply-adds do not wait on each other;
- * the loop is unrolled by two so that the accumulator index is a constant. */
+ * (and two corrections) when nx <= 2, so consecutive blocks' multiply-adds do not wait on
+ * each other (more rows are independent chains already, and more accumulators would not
+ * fit the 16 registers); the loop is unrolled by two so that the index is a constant. */
 QD_INLINE void q32_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
                        float *res, const enum q32_kind kind, const size_t bsize)
 {
     __m256 acc[LT_DOT_MAX_X][2];
-    float corr[LT_DOT_MAX_X][2];
+    __m128 corr[LT_DOT_MAX_X][2];
     for (int j = 0; j < nx; j++) {
         acc[j][0] = acc[j][1] = _mm256_setzero_ps();
-        corr[j][0] = corr[j][1] = 0.0f;
+        corr[j][0] = corr[j][1] = _mm_setzero_ps();
     }
     const int64_t nb = K / 32;
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2, w += 2 * bsize) {
         q32_block(w, x, xs, ib, nx, acc, corr, 0, kind);
-        q32_block(w + bsize, x, xs, ib + 1, nx, acc, corr, 1, kind);
+        q32_block(w + bsize, x, xs, ib + 1, nx, acc, corr, QD_SECOND(nx), kind);
     }
     if (ib < nb)
         q32_block(w, x, xs, ib, nx, acc, corr, 0, kind);
     for (int j = 0; j < nx; j++) {
         const float s = hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1]));
-        const float c = corr[j][0] + corr[j][1];
+        const float c = _mm_cvtss_f32(_mm_movehdup_ps(_mm_add_ps(corr[j][0], corr[j][1])));
         switch (kind) {
         case Q32_4_0: res[j] = s - 8.0f * c; break;
         case Q32_5_0: res[j] = s - 16.0f * c; break;
+        case Q32_8_0: res[j] = s; break;
         default: res[j] = s + c; break;
         }
     }
@@ -222,11 +230,11 @@ static void dot_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void
 /* ---- K-quants ---- */
 
 /* Q4_K (five_bits false) and Q5_K (true): sub-blocks 2p and 2p + 1 share 32 bytes of qs
- * (low and high nibbles: h = 0, 1); Q5_K's bit 4 of sub-block s is bit s of qh[l]. Each
- * half h has its own accumulators (h is a constant in every call). */
+ * (low and high nibbles: h = 0, 1); Q5_K's bit 4 of sub-block s is bit s of qh[l]. The
+ * sums go to accumulator set ai (h and ai are constants in every call). */
 QD_INLINE void q45k_sub(const uint8_t *w, const struct lt_q8a_block *a0, size_t xs, int64_t ib,
                         int p, const int h, const int nx, __m256 (*acc)[2], float (*corr)[2],
-                        const bool five_bits)
+                        const int ai, const bool five_bits)
 {
     const int s = 2 * p + h;
     const float d = f16_at(w), dmin = f16_at(w + 2);
@@ -244,11 +252,11 @@ QD_INLINE void q45k_sub(const uint8_t *w, const struct lt_q8a_block *a0, size_t 
     }
     const __m256i f = _mm256_set1_epi16((short)sc);
     const float dm = dmin * (float)mn;
-    for (int j = 0; j < nx; j++) {
+    QD_UNROLL for (int j = 0; j < nx; j++) {
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + s;
         const __m256 pr = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
-        acc[j][h] = _mm256_fmadd_ps(pr, _mm256_set1_ps(d * a->d), acc[j][h]);
-        corr[j][h] += dm * a->ds;
+        acc[j][ai] = _mm256_fmadd_ps(pr, _mm256_set1_ps(d * a->d), acc[j][ai]);
+        corr[j][ai] += dm * a->ds;
     }
 }
 
@@ -264,8 +272,8 @@ QD_INLINE void q45k_row(int64_t K, const uint8_t *w, const void *x, size_t xs, c
     const size_t bsize = five_bits ? LT_BLOCK_Q5_K : LT_BLOCK_Q4_K;
     for (int64_t ib = 0; ib < K / LT_QK_K; ib++, w += bsize) {
         for (int p = 0; p < 4; p++) {
-            q45k_sub(w, x, xs, ib, p, 0, nx, acc, corr, five_bits);
-            q45k_sub(w, x, xs, ib, p, 1, nx, acc, corr, five_bits);
+            q45k_sub(w, x, xs, ib, p, 0, nx, acc, corr, 0, five_bits);
+            q45k_sub(w, x, xs, ib, p, 1, nx, acc, corr, QD_SECOND(nx), five_bits);
         }
     }
     for (int j = 0; j < nx; j++)
@@ -328,12 +336,13 @@ QD_INLINE void q6k_group(const uint8_t *w, const struct lt_q8a_block *a0, size_t
     const int sa = scales[8 * i + 2 * s], sb = scales[8 * i + 2 * s + 1];
     const __m256i f = _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
     const float d = f16_at(w + 208);
-    for (int j = 0; j < nx; j++) {
+    QD_UNROLL for (int j = 0; j < nx; j++) {
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + 4 * i + s;
         const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
         const float da = d * a->d;
-        acc[j][s & 1] = _mm256_fmadd_ps(p, _mm256_set1_ps(da), acc[j][s & 1]);
-        corr[j][s & 1] += da * (float)(sa * a->hs[0] + sb * a->hs[1]);
+        const int h = (s & 1) ? QD_SECOND(nx) : 0;
+        acc[j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(da), acc[j][h]);
+        corr[j][h] += da * (float)(sa * a->hs[0] + sb * a->hs[1]);
     }
 }
 
@@ -417,7 +426,7 @@ QD_INLINE void half_row(int64_t K, const uint8_t *w, const void *x, size_t xs, c
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
         const __m256 w0 = half8(w, k, kind), w1 = half8(w, k + 8, kind);
-        for (int j = 0; j < nx; j++) {
+        QD_UNROLL for (int j = 0; j < nx; j++) {
             acc0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[j] + k), acc0[j]);
             acc1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[j] + k + 8), acc1[j]);
         }
