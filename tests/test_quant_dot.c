@@ -11,7 +11,8 @@
  *     rounding bound of quant_dot.h (and an rms error under 1e-2 of the rms result);
  *   - scalar and AVX2 kernels agree to 1e-6 of sum |w x|;
  *   - MUL_MAT on 1 and 2 threads, b in every layout, heads grouped: small N within the
- *     bound, N past the dot path's limit as exact as BLAS.
+ *     bound, N past the dot path's limit as exact as BLAS; small N is the dot kernel's
+ *     result, and exact instead when the node has a gradient (training).
  * LATHE_BENCH=1 adds timings: kernel vs dequantise+sgemm over N (printed, not asserted). */
 #include <cblas.h>
 #include <math.h>
@@ -461,6 +462,51 @@ static void bench(enum lt_type type, int64_t K, int64_t M)
     free(xq);
 }
 
+/* Which road MUL_MAT takes: small N with quantised a is the kernel's result exactly (the
+ * int8 activations, not BLAS); the same node given a gradient (as autodiff does in a
+ * training graph) is the exact F32 product instead. */
+static void test_mul_mat_roads(void)
+{
+    const char *mode = getenv("LATHE_MATMUL_DOT");
+    if (mode && strcmp(mode, "int8")) {
+        printf("mul_mat roads: skipped (LATHE_MATMUL_DOT=%s)\n", mode);
+        return;
+    }
+    enum { K = 128, M = 40, N = 3 };
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 4 << 20});
+    struct lt_tensor *a = lt_new_tensor_2d(ctx, LT_TYPE_Q4_1, K, M);
+    struct lt_tensor *b = lt_new_tensor_2d(ctx, LT_TYPE_F32, K, N);
+    static float af[K * M], bf[K * N], got[M * N], kern[N][M];
+    random_weights(LT_TYPE_Q4_1, a->data, K, M);
+    lt_type_traits(LT_TYPE_Q4_1)->to_float(a->data, af, K * M);
+    nn_fill_rand(b, bf, 1.0f);
+    struct lt_q8a_block xq[N][K / 32];
+    float *o[N];
+    for (int n = 0; n < N; n++) {
+        lt_q8a_quantise(bf + n * K, xq[n], K, lt_simd_best());
+        o[n] = kern[n];
+    }
+    lt_dot_kernel(LT_TYPE_Q4_1, lt_simd_best())
+        ->dot(K, a->data, lt_row_size(LT_TYPE_Q4_1, K), M, xq, sizeof(xq[0]), N, o);
+    int64_t ane[4] = {K, M, 1, 1}, bne[4] = {K, N, 1, 1};
+    for (int nth = 1; nth <= 2; nth++) {
+        struct lt_tensor *d = lt_mul_mat(ctx, a, b);
+        CHECK(d && nn_run(ctx, d, nth) == LT_OK, "%s", lt_last_error());
+        lt_tensor_read_f32(d, got);
+        CHECK(memcmp(got, kern, sizeof(got)) == 0, "%d threads: N = %d is the dot kernel's", nth,
+              N);
+        double r = mm_check(af, ane, bf, bne, got, false, 1e-5);
+        CHECK(r > 1.0, "and not the exact product (%g x 1e-5 of sum |w x| off)", r);
+        struct lt_tensor *dg = lt_mul_mat(ctx, a, b);
+        dg->grad = lt_dup_tensor(ctx, dg); /* what autodiff gives a node it differentiates */
+        CHECK(nn_run(ctx, dg, nth) == LT_OK, "%s", lt_last_error());
+        lt_tensor_read_f32(dg, got);
+        r = mm_check(af, ane, bf, bne, got, false, 1e-5);
+        CHECK(r <= 1.0, "%d threads: with a gradient it is exact (%g x 1e-5 of sum |w x|)", nth, r);
+    }
+    lt_ctx_free(ctx);
+}
+
 int main(void)
 {
     nn_backends_init();
@@ -468,6 +514,7 @@ int main(void)
     test_quantiser();
     test_kernels();
     test_mul_mat();
+    test_mul_mat_roads();
     if (getenv("LATHE_BENCH")) {
         openblas_set_num_threads(1);
         bench(LT_TYPE_Q4_1, 576, 1536);
