@@ -309,6 +309,72 @@ static void test_kernels(void)
           "q2_K and q8_K have no dot kernel (they take BLAS)");
 }
 
+static double mm_check(const float *af, const int64_t ane[4], const float *bf, const int64_t bne[4],
+                       const float *got, bool quant, double rtol);
+
+/* The column kernels (a stored transposed): every level against a double loop, over
+ * widths that take the 16-wide, 8-wide and scalar parts, and MUL_MAT on a transposed a. */
+static void test_cols(void)
+{
+    const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    const int64_t Ms[] = {64, 29, 5}, Ks[] = {1, 37, 130};
+    double worst = 0;
+    for (int t = 0; t < 3; t++)
+        for (int mi = 0; mi < 3; mi++)
+            for (int ki = 0; ki < 3; ki++) {
+                int64_t M = Ms[mi], K = Ks[ki], stride = M + 3; /* a row of a: M + 3 */
+                size_t es = lt_type_traits(types[t])->type_size;
+                char *a = malloc(es * (size_t)(stride * K));
+                float *af = malloc(sizeof(float) * (size_t)(stride * K));
+                float x[LT_DOT_MAX_X][130], y[LT_DOT_MAX_X][64];
+                random_weights(types[t], a, stride * K, 1);
+                lt_type_traits(types[t])->to_float(a, af, stride * K);
+                for (int j = 0; j < LT_DOT_MAX_X; j++)
+                    random_acts(x[j], K, false);
+                for (int nx = 1; nx <= LT_DOT_MAX_X; nx++)
+                    for (int lvl = 0; lvl < LT_SIMD_COUNT; lvl++) {
+                        const struct lt_dot_kernel *k = lt_dot_kernel(types[t], (enum lt_simd)lvl);
+                        if (!k)
+                            continue;
+                        float *o[LT_DOT_MAX_X];
+                        for (int j = 0; j < nx; j++)
+                            o[j] = y[j];
+                        k->dot_cols(K, M, a, (size_t)stride * es, x, sizeof(x[0]), nx, o);
+                        for (int j = 0; j < nx; j++)
+                            for (int64_t m = 0; m < M; m++) {
+                                double s = 0, mag = 0;
+                                for (int64_t kk = 0; kk < K; kk++) {
+                                    s += (double)x[j][kk] * af[kk * stride + m];
+                                    mag += fabs((double)x[j][kk] * af[kk * stride + m]);
+                                }
+                                worst = max_d(worst, fabs(y[j][m] - s) / (2e-6 * mag + 1e-30));
+                            }
+                    }
+                free(a);
+                free(af);
+            }
+    CHECK(worst <= 1.0, "column kernels off by %g x 2e-6 of sum |w x|", worst);
+
+    /* MUL_MAT with a transposed: a [K, M] viewed from storage [M, K] */
+    for (int t = 0; t < 3; t++)
+        for (int nth = 1; nth <= 2; nth++) {
+            int64_t ane[4] = {45, 21, 2, 1}, bne[4] = {45, 3, 4, 1};
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 4 << 20});
+            struct lt_tensor *a = nn_make(ctx, types[t], NN_TRANSPOSED, ane);
+            struct lt_tensor *b = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, bne);
+            float af[45 * 21 * 2], bf[45 * 3 * 4], got[21 * 3 * 4];
+            nn_fill_rand(a, af, 1.0f);
+            nn_fill_rand(b, bf, 1.0f);
+            struct lt_tensor *d = lt_mul_mat(ctx, a, b);
+            CHECK(d && nn_run(ctx, d, nth) == LT_OK, "%s", lt_last_error());
+            lt_tensor_read_f32(d, got);
+            double r = mm_check(af, ane, bf, bne, got, false, 2e-6 * sqrt(45.0));
+            CHECK(r <= 1.0, "mul_mat %s a transposed, %d threads: %g x allowed",
+                  lt_type_name(types[t]), nth, r);
+            lt_ctx_free(ctx);
+        }
+}
+
 /* ---- MUL_MAT through the backend ---- */
 
 /* max |got - ref| / allowed over the outputs; ref and allowed from plain loops: the exact
@@ -515,6 +581,7 @@ int main(void)
     test_kernels();
     test_mul_mat();
     test_mul_mat_roads();
+    test_cols();
     if (getenv("LATHE_BENCH")) {
         openblas_set_num_threads(1);
         bench(LT_TYPE_Q4_1, 576, 1536);

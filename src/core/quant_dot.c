@@ -306,6 +306,52 @@ static void row_f32(int64_t K, const void *w, const void *x, size_t xs, int nx, 
     }
 }
 
+/* ---- weights in columns ---- */
+
+static inline float elem(const uint8_t *p, int64_t m, enum lt_type type)
+{
+    if (type == LT_TYPE_F32) {
+        float f;
+        memcpy(&f, p + 4 * m, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p + 2 * m, 2);
+    return type == LT_TYPE_BF16 ? qd_bf16(h) : qd_f16(p + 2 * m);
+}
+
+static inline void cols(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                        int nx, float *const *out, enum lt_type type)
+{
+    for (int j = 0; j < nx; j++) {
+        const float *xr = (const float *)((const char *)x + (size_t)j * xs);
+        for (int64_t m = 0; m < M; m++) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                acc += xr[k] * elem((const uint8_t *)a + k * as, m, type);
+            out[j][m] = acc;
+        }
+    }
+}
+
+static void cols_f32(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    cols(K, M, a, as, x, xs, nx, out, LT_TYPE_F32);
+}
+
+static void cols_f16(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    cols(K, M, a, as, x, xs, nx, out, LT_TYPE_F16);
+}
+
+static void cols_bf16(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    cols(K, M, a, as, x, xs, nx, out, LT_TYPE_BF16);
+}
+
 /* ---- many weight rows ---- */
 
 typedef void (*row_fn)(int64_t K, const void *w, const void *x, size_t xs, int nx, float *out);
@@ -388,12 +434,17 @@ static void dot_bf16(int64_t K, const void *w, size_t ws, int64_t nw, const void
 }
 
 const struct lt_dot_kernel lt_dot_kernels_scalar[LT_TYPE_COUNT] = {
-    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0}, [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
-    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0}, [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
-    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0}, [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
-    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},  [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
-    [LT_TYPE_F16] = {dot_f16, false, 1},         [LT_TYPE_BF16] = {dot_bf16, false, 1},
-    [LT_TYPE_F32] = {dot_f32, false, 1},
+    [LT_TYPE_Q4_0] = {dot_q4_0, NULL, true, LT_QK4_0},
+    [LT_TYPE_Q4_1] = {dot_q4_1, NULL, true, LT_QK4_1},
+    [LT_TYPE_Q5_0] = {dot_q5_0, NULL, true, LT_QK5_0},
+    [LT_TYPE_Q5_1] = {dot_q5_1, NULL, true, LT_QK5_1},
+    [LT_TYPE_Q8_0] = {dot_q8_0, NULL, true, LT_QK8_0},
+    [LT_TYPE_Q4_K] = {dot_q4_k, NULL, true, LT_QK_K},
+    [LT_TYPE_Q5_K] = {dot_q5_k, NULL, true, LT_QK_K},
+    [LT_TYPE_Q6_K] = {dot_q6_k, NULL, true, LT_QK_K},
+    [LT_TYPE_F16] = {dot_f16, cols_f16, false, 1},
+    [LT_TYPE_BF16] = {dot_bf16, cols_bf16, false, 1},
+    [LT_TYPE_F32] = {dot_f32, cols_f32, false, 1},
 };
 
 /* ---- the choice of level ---- */

@@ -70,10 +70,18 @@ const char *lt_simd_name(enum lt_simd level);
 typedef void (*lt_dot_fn)(int64_t K, const void *w, size_t w_stride, int64_t nw, const void *x,
                           size_t x_stride, int nx, float *const *out);
 
+/* The same products for weights stored the other way round (a transposed view: element
+ * (k, m) at a + k * a_stride bytes + m elements): out[j][m] = sum over k < K of
+ * x_j[k] * a(k, m), for m < M, j < nx <= LT_DOT_MAX_X, x rows K floats x_stride bytes
+ * apart. Attention's product with V in decode has this shape. */
+typedef void (*lt_dot_cols_fn)(int64_t K, int64_t M, const void *a, size_t a_stride,
+                               const void *x, size_t x_stride, int nx, float *const *out);
+
 struct lt_dot_kernel {
     lt_dot_fn dot;
-    bool quantised_x;   /* activations as lt_q8a rows (else F32) */
-    int64_t k_multiple; /* K must be a multiple of this (the weight's block size) */
+    lt_dot_cols_fn dot_cols; /* F32, F16, BF16 only (NULL for block types) */
+    bool quantised_x;        /* activations as lt_q8a rows (else F32) */
+    int64_t k_multiple;      /* K must be a multiple of this (the weight's block size) */
 };
 
 /* The kernel for weights of `type` at `level`, or NULL when there is none (Q2_K, Q3_K,

@@ -112,8 +112,8 @@ QD_INLINE void q32_block(const uint8_t *w, const struct lt_q8a_block *a0, size_t
     const bool has_min = kind == Q32_4_1 || kind == Q32_5_1;
     uint32_t dm_bits;
     memcpy(&dm_bits, w, 4); /* d, then m (with a min) or the first bytes of the quants */
-    const __m128i dm_h = has_min ? _mm_cvtsi32_si128((int)dm_bits)
-                                 : _mm_set1_epi16((short)(dm_bits & 0xffff));
+    const __m128i dm_h =
+        has_min ? _mm_cvtsi32_si128((int)dm_bits) : _mm_set1_epi16((short)(dm_bits & 0xffff));
     const __m128 dm = _mm_cvtph_ps(dm_h);
     __m256i q;
     switch (kind) {
@@ -126,7 +126,8 @@ QD_INLINE void q32_block(const uint8_t *w, const struct lt_q8a_block *a0, size_t
         break;
     }
     const __m256i qa = kind == Q32_8_0 ? _mm256_sign_epi8(q, q) : q;
-    QD_UNROLL for (int j = 0; j < nx; j++) {
+    QD_UNROLL for (int j = 0; j < nx; j++)
+    {
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib;
         __m256i y = x_qs(a);
         if (kind == Q32_8_0)
@@ -252,7 +253,8 @@ QD_INLINE void q45k_sub(const uint8_t *w, const struct lt_q8a_block *a0, size_t 
     }
     const __m256i f = _mm256_set1_epi16((short)sc);
     const float dm = dmin * (float)mn;
-    QD_UNROLL for (int j = 0; j < nx; j++) {
+    QD_UNROLL for (int j = 0; j < nx; j++)
+    {
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + s;
         const __m256 pr = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
         acc[j][ai] = _mm256_fmadd_ps(pr, _mm256_set1_ps(d * a->d), acc[j][ai]);
@@ -336,7 +338,8 @@ QD_INLINE void q6k_group(const uint8_t *w, const struct lt_q8a_block *a0, size_t
     const int sa = scales[8 * i + 2 * s], sb = scales[8 * i + 2 * s + 1];
     const __m256i f = _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
     const float d = f16_at(w + 208);
-    QD_UNROLL for (int j = 0; j < nx; j++) {
+    QD_UNROLL for (int j = 0; j < nx; j++)
+    {
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + 4 * i + s;
         const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
         const float da = d * a->d;
@@ -426,7 +429,8 @@ QD_INLINE void half_row(int64_t K, const uint8_t *w, const void *x, size_t xs, c
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
         const __m256 w0 = half8(w, k, kind), w1 = half8(w, k + 8, kind);
-        QD_UNROLL for (int j = 0; j < nx; j++) {
+        QD_UNROLL for (int j = 0; j < nx; j++)
+        {
             acc0[j] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xr[j] + k), acc0[j]);
             acc1[j] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xr[j] + k + 8), acc1[j]);
         }
@@ -479,13 +483,93 @@ static void dot_f32(int64_t K, const void *w, size_t ws, int64_t nw, const void 
     half_dot(K, w, ws, nw, x, xs, nx, out, HALF_F32);
 }
 
+/* ---- half and F32 weights in columns: 16 (then 8) outputs at a time, every k ---- */
+
+QD_INLINE void cols_n(int64_t K, const uint8_t *a, size_t as, int64_t m0, const float *const *xr,
+                      const int nx, float *const *out, const int nv, const enum half_kind kind)
+{
+    __m256 acc[LT_DOT_MAX_X][2];
+    for (int j = 0; j < nx; j++)
+        acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++, a += as) {
+        const __m256 w0 = half8(a, m0, kind);
+        const __m256 w1 = nv == 2 ? half8(a, m0 + 8, kind) : w0;
+        QD_UNROLL for (int j = 0; j < nx; j++)
+        {
+            const __m256 xb = _mm256_broadcast_ss(xr[j] + k);
+            acc[j][0] = _mm256_fmadd_ps(w0, xb, acc[j][0]);
+            if (nv == 2)
+                acc[j][1] = _mm256_fmadd_ps(w1, xb, acc[j][1]);
+        }
+    }
+    for (int j = 0; j < nx; j++) {
+        _mm256_storeu_ps(out[j] + m0, acc[j][0]);
+        if (nv == 2)
+            _mm256_storeu_ps(out[j] + m0 + 8, acc[j][1]);
+    }
+}
+
+QD_INLINE void cols_rows(int64_t K, int64_t M, const uint8_t *a, size_t as, const void *x,
+                         size_t xs, const int nx, float *const *out, const enum half_kind kind)
+{
+    const float *xr[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++)
+        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
+    int64_t m = 0;
+    for (; m + 16 <= M; m += 16)
+        cols_n(K, a, as, m, xr, nx, out, 2, kind);
+    for (; m + 8 <= M; m += 8)
+        cols_n(K, a, as, m, xr, nx, out, 1, kind);
+    for (; m < M; m++)
+        for (int j = 0; j < nx; j++) {
+            float s = 0.0f;
+            for (int64_t k = 0; k < K; k++)
+                s += xr[j][k] * half1(a + k * as, m, kind);
+            out[j][m] = s;
+        }
+}
+
+QD_INLINE void cols_dot(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                        int nx, float *const *out, const enum half_kind kind)
+{
+    switch (nx) {
+    case 1: cols_rows(K, M, a, as, x, xs, 1, out, kind); break;
+    case 2: cols_rows(K, M, a, as, x, xs, 2, out, kind); break;
+    case 3: cols_rows(K, M, a, as, x, xs, 3, out, kind); break;
+    default: cols_rows(K, M, a, as, x, xs, 4, out, kind); break;
+    }
+}
+
+static void cols_f32(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    cols_dot(K, M, a, as, x, xs, nx, out, HALF_F32);
+}
+
+static void cols_f16(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                     int nx, float *const *out)
+{
+    cols_dot(K, M, a, as, x, xs, nx, out, HALF_F16);
+}
+
+static void cols_bf16(int64_t K, int64_t M, const void *a, size_t as, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    cols_dot(K, M, a, as, x, xs, nx, out, HALF_BF16);
+}
+
 const struct lt_dot_kernel lt_dot_kernels_avx2[LT_TYPE_COUNT] = {
-    [LT_TYPE_Q4_0] = {dot_q4_0, true, LT_QK4_0}, [LT_TYPE_Q4_1] = {dot_q4_1, true, LT_QK4_1},
-    [LT_TYPE_Q5_0] = {dot_q5_0, true, LT_QK5_0}, [LT_TYPE_Q5_1] = {dot_q5_1, true, LT_QK5_1},
-    [LT_TYPE_Q8_0] = {dot_q8_0, true, LT_QK8_0}, [LT_TYPE_Q4_K] = {dot_q4_k, true, LT_QK_K},
-    [LT_TYPE_Q5_K] = {dot_q5_k, true, LT_QK_K},  [LT_TYPE_Q6_K] = {dot_q6_k, true, LT_QK_K},
-    [LT_TYPE_F16] = {dot_f16, false, 1},         [LT_TYPE_BF16] = {dot_bf16, false, 1},
-    [LT_TYPE_F32] = {dot_f32, false, 1},
+    [LT_TYPE_Q4_0] = {dot_q4_0, NULL, true, LT_QK4_0},
+    [LT_TYPE_Q4_1] = {dot_q4_1, NULL, true, LT_QK4_1},
+    [LT_TYPE_Q5_0] = {dot_q5_0, NULL, true, LT_QK5_0},
+    [LT_TYPE_Q5_1] = {dot_q5_1, NULL, true, LT_QK5_1},
+    [LT_TYPE_Q8_0] = {dot_q8_0, NULL, true, LT_QK8_0},
+    [LT_TYPE_Q4_K] = {dot_q4_k, NULL, true, LT_QK_K},
+    [LT_TYPE_Q5_K] = {dot_q5_k, NULL, true, LT_QK_K},
+    [LT_TYPE_Q6_K] = {dot_q6_k, NULL, true, LT_QK_K},
+    [LT_TYPE_F16] = {dot_f16, cols_f16, false, 1},
+    [LT_TYPE_BF16] = {dot_bf16, cols_bf16, false, 1},
+    [LT_TYPE_F32] = {dot_f32, cols_f32, false, 1},
 };
 
 /* ---- activation quantiser: the same blocks as the portable one (same scale, the same

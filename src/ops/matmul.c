@@ -11,8 +11,9 @@
  *     sgemm that uses it, so the tile is still in cache and scratch stays small even for
  *     an output head of 150k rows.
  * Decode and small batches take another road (mm_dot_*): when at most MM_DOT_MAX_ROWS rows
- * of b share one head of a, a's rows are unit-strided, and a is F32, F16, BF16 or a
- * quantised type with a dot kernel (core/quant_dot.h), each output is a dot product
+ * of b share one head of a, a's rows are unit-strided (or, for F32/F16/BF16, its columns:
+ * attention's V), and a is F32, F16, BF16 or a quantised type with a dot kernel
+ * (core/quant_dot.h), each output is a dot product
  * straight from a's row, never converted to floats: the b rows are first quantised to
  * int8 blocks (for quantised a; the result is then exact up to that activation rounding,
  * bounded in quant_dot.h), or read in place (F32, F16, BF16; copied when strided), by each
@@ -104,6 +105,7 @@ struct mm_plan {
     int64_t dot_rows;  /* rows of b per head of a: N * r2 * r3 */
     size_t dot_x_row;  /* bytes of one prepared b row (lt_q8a blocks or floats) */
     size_t dot_x_direct; /* F32 activations: b's rows are read in place, this far apart */
+    bool dot_cols;       /* a's columns are unit-strided (a transposed view): dot_cols */
     int64_t a_heads;   /* a->ne[2] * a->ne[3] */
 };
 
@@ -221,11 +223,13 @@ static bool mm_dot_plan(const struct lt_tensor *node, int nth, struct mm_plan *p
     if (!k || dot_mode == MM_DOT_OFF ||
         (k->quantised_x && (dot_mode == MM_DOT_EXACT || node->grad)))
         return false;
-    if (a->nb[0] != ta->type_size || p->K <= 0 || p->M <= 0 || p->K % k->k_multiple ||
-        rows <= 0 || rows > MM_DOT_MAX_ROWS)
+    bool by_cols = a->nb[0] != ta->type_size;
+    if ((by_cols && (!k->dot_cols || a->nb[1] != ta->type_size)) || p->K <= 0 || p->M <= 0 ||
+        p->K % k->k_multiple || rows <= 0 || rows > MM_DOT_MAX_ROWS)
         return false;
     const struct lt_tensor *b = node->src[1];
     p->dot = k;
+    p->dot_cols = by_cols;
     p->simd = simd;
     p->dot_rows = rows;
     p->dot_x_row = align_up(lt_dot_x_row_size(k, p->K));
@@ -589,6 +593,16 @@ static void mm_dot_forward(const struct lt_compute_params *prm, const struct mm_
                      m0;
         }
         const char *wrows = (const char *)a->data + i2a * a->nb[2] + i3a * a->nb[3] + m0 * a->nb[1];
+        if (p->dot_cols) { /* all of [m0, m1) per call: a's rows run along m */
+            for (int64_t r0 = 0; r0 < p->dot_rows; r0 += LT_DOT_MAX_X) {
+                int nx = (int)(p->dot_rows - r0 < LT_DOT_MAX_X ? p->dot_rows - r0 : LT_DOT_MAX_X);
+                const char *acols = (const char *)a->data + i2a * a->nb[2] + i3a * a->nb[3] +
+                                    m0 * a->nb[1];
+                p->dot->dot_cols(p->K, m1 - m0, acols, a->nb[0], x + r0 * x_stride, x_stride, nx,
+                                 out + r0);
+            }
+            continue;
+        }
         /* a block of weight rows per call, all b rows (up to LT_DOT_MAX_X at once) each:
          * the block stays in cache while the b rows beyond the first LT_DOT_MAX_X meet it */
         for (int64_t mb = 0; mb < m1 - m0; mb += MM_DOT_ROW_BLOCK) {
