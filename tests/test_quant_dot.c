@@ -191,6 +191,12 @@ static void check_kernels(struct dot_case *c)
                 CHECK(memcmp(&all[lvl][j][c->rows - 1], &one[lvl][j][c->rows - 1], 4) == 0,
                       "%s %s: a row alone = the row among others", lt_type_name(c->type),
                       lt_simd_name((enum lt_simd)lvl));
+            /* and the last activation row alone = it among nx (batch invariance) */
+            float alone[8], *oa = alone;
+            k->dot(K, c->w, ws, c->rows, (const char *)xs + (nx - 1) * stride, stride, 1, &oa);
+            CHECK(memcmp(alone, all[lvl][nx - 1], sizeof(float) * (size_t)c->rows) == 0,
+                  "%s %s: activation row %d alone = among %d", lt_type_name(c->type),
+                  lt_simd_name((enum lt_simd)lvl), nx - 1, nx);
         }
         for (int64_t r = 0; r < c->rows; r++) {
             const float *wf = c->wf + r * K;

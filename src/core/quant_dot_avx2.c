@@ -34,8 +34,6 @@
 /* the loops over activation rows run a constant 1..4 times: unrolled, their accumulators
  * stay in registers */
 #define QD_UNROLL _Pragma("GCC unroll 4")
-/* the accumulator set of every second block: its own for 1 or 2 rows, else the first */
-#define QD_SECOND(nx) ((nx) <= 2 ? 1 : 0)
 
 QD_INLINE float f16_at(const uint8_t *p)
 {
@@ -142,9 +140,10 @@ QD_INLINE void q32_block(const uint8_t *w, const struct lt_q8a_block *a0, size_t
 }
 
 /* One weight row against nx activation rows. Even and odd blocks go to two accumulators
- * (and two corrections) when nx <= 2, so consecutive blocks' multiply-adds do not wait on
- * each other (more rows are independent chains already, and more accumulators would not
- * fit the 16 registers); the loop is unrolled by two so that the index is a constant. */
+ * (and two corrections), so consecutive blocks' multiply-adds do not wait on each other;
+ * the loop is unrolled by two so that the index is a constant. The order of additions is
+ * the same for every nx (a row's result does not depend on the rows batched with it), at
+ * the price of a few spills at nx = 3, 4. */
 QD_INLINE void q32_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
                        float *res, const enum q32_kind kind, const size_t bsize)
 {
@@ -158,7 +157,7 @@ QD_INLINE void q32_row(int64_t K, const uint8_t *w, const void *x, size_t xs, co
     int64_t ib = 0;
     for (; ib + 2 <= nb; ib += 2, w += 2 * bsize) {
         q32_block(w, x, xs, ib, nx, acc, corr, 0, kind);
-        q32_block(w + bsize, x, xs, ib + 1, nx, acc, corr, QD_SECOND(nx), kind);
+        q32_block(w + bsize, x, xs, ib + 1, nx, acc, corr, 1, kind);
     }
     if (ib < nb)
         q32_block(w, x, xs, ib, nx, acc, corr, 0, kind);
@@ -275,7 +274,7 @@ QD_INLINE void q45k_row(int64_t K, const uint8_t *w, const void *x, size_t xs, c
     for (int64_t ib = 0; ib < K / LT_QK_K; ib++, w += bsize) {
         for (int p = 0; p < 4; p++) {
             q45k_sub(w, x, xs, ib, p, 0, nx, acc, corr, 0, five_bits);
-            q45k_sub(w, x, xs, ib, p, 1, nx, acc, corr, QD_SECOND(nx), five_bits);
+            q45k_sub(w, x, xs, ib, p, 1, nx, acc, corr, 1, five_bits);
         }
     }
     for (int j = 0; j < nx; j++)
@@ -343,7 +342,7 @@ QD_INLINE void q6k_group(const uint8_t *w, const struct lt_q8a_block *a0, size_t
         const struct lt_q8a_block *a = xrow(a0, xs, j) + ib * 8 + 4 * i + s;
         const __m256 p = _mm256_cvtepi32_ps(dot_us8(q, x_qs(a), f));
         const float da = d * a->d;
-        const int h = (s & 1) ? QD_SECOND(nx) : 0;
+        const int h = s & 1;
         acc[j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(da), acc[j][h]);
         corr[j][h] += da * (float)(sa * a->hs[0] + sb * a->hs[1]);
     }
