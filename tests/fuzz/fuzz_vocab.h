@@ -26,15 +26,20 @@ static const char *const fuzz_merge_raw[][2] = {
 };
 #define FUZZ_N_MERGES (sizeof(fuzz_merge_raw) / sizeof(fuzz_merge_raw[0]))
 
-/* "<s>" and "<s>x" test leftmost-longest matching */
-static const char *const fuzz_specials[] = {
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<s>", "<s>x"};
+/* "<s>" and "<s>x" test leftmost-longest matching; the last one, FUZZ_PAD_LEN bytes of
+ * "<|pad===...|>" (filled in by fuzz_vocab_tokenizer), pads inputs past a size cheaply */
+#define FUZZ_PAD_LEN 4096
+static char fuzz_pad_text[FUZZ_PAD_LEN + 1];
+static const char *const fuzz_specials[] = {"<|im_start|>", "<|im_end|>", "<|endoftext|>",
+                                            "<think>",      "</think>",   "<s>",
+                                            "<s>x",         fuzz_pad_text};
 #define FUZZ_N_SPECIALS (sizeof(fuzz_specials) / sizeof(fuzz_specials[0]))
 #define FUZZ_N_CONTROL 3
 #define FUZZ_ID_SPECIAL0 (256 + (lt_token)FUZZ_N_MERGES)
 #define FUZZ_ID_IM_START FUZZ_ID_SPECIAL0
 #define FUZZ_ID_IM_END (FUZZ_ID_SPECIAL0 + 1)
 #define FUZZ_ID_BOS (FUZZ_ID_SPECIAL0 + 2)
+#define FUZZ_ID_PAD (FUZZ_ID_SPECIAL0 + (lt_token)FUZZ_N_SPECIALS - 1)
 #define FUZZ_N_TOKENS (256 + FUZZ_N_MERGES + FUZZ_N_SPECIALS)
 
 struct fuzz_vocab {
@@ -63,6 +68,9 @@ static void fuzz_byte_level(const struct fuzz_vocab *v, const char *raw, char *d
 /* Fills v and builds a tokenizer over it with pre-tokenizer `pre`. */
 static struct lt_tokenizer *fuzz_vocab_tokenizer(struct fuzz_vocab *v, enum lt_pretokenizer pre)
 {
+    memset(fuzz_pad_text, '=', FUZZ_PAD_LEN);
+    memcpy(fuzz_pad_text, "<|pad", 5);
+    memcpy(fuzz_pad_text + FUZZ_PAD_LEN - 2, "|>", 3);
     unsigned next = 256;
     for (unsigned b = 0; b < 256; b++) {
         bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
