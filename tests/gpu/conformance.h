@@ -370,10 +370,12 @@ static void row_add_label(struct op_row *r, const char *label)
         snprintf(r->labels + len, sizeof(r->labels) - len, "%s%s", len ? " " : "", label);
 }
 
-/* Runs one case on both sides and records it under op. */
-static void run_case(enum lt_op op, const char *label, double tol, build_fn fn,
-                     const struct params *p)
+/* Runs one case on both sides and records it under op; returns its normalised error
+ * (NaN when a side failed). */
+static double run_case(enum lt_op op, const char *label, double tol, build_fn fn,
+                       const struct params *p)
 {
+    double case_err = NAN;
     uint64_t seed = 0x5eed0000u + (uint64_t)++case_counter;
     struct lt_backend *cpu_only[1] = {g_cpu};
     struct lt_backend *both[2] = {g_cuda, g_cpu};
@@ -419,6 +421,7 @@ static void run_case(enum lt_op op, const char *label, double tol, build_fn fn,
         }
         if (err > row->worst || err != err)
             row->worst = err != err ? INFINITY : err;
+        case_err = err;
         CHECK(err <= tol, "%s [%s] on %s: normalised error %.3g over %.0e", lt_op_name(op), label,
               yes ? "CUDA" : "CPU", err, tol);
         if (!(err <= tol) && bad >= 0)
@@ -427,6 +430,7 @@ static void run_case(enum lt_op op, const char *label, double tol, build_fn fn,
     }
     run_result_free(&ref);
     run_result_free(&dev);
+    return case_err;
 }
 
 static void print_table(void)

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/cuda_verdict.h"
 #include "lathe/backend_cuda.h"
 
 /* ---- status ---- */
@@ -170,8 +171,9 @@ static bool op_is_noop(enum lt_op op)
 
 static struct cuda_ctx *ctx_of(struct lt_backend *be) { return (struct cuda_ctx *)be->impl; }
 
-static bool cuda_verdict(const struct cuda_ctx *c, const struct lt_tensor *node, char *reason,
-                         size_t reason_size)
+/* disabled: per op, or NULL for none; name: the backend's name for reasons */
+static bool verdict(const bool *disabled, const char *name, const struct lt_tensor *node,
+                    char *reason, size_t reason_size)
 {
     if ((int)node->op < 0 || node->op >= LT_OP_COUNT) {
         snprintf(reason, reason_size, "unknown op %d", (int)node->op);
@@ -179,17 +181,30 @@ static bool cuda_verdict(const struct cuda_ctx *c, const struct lt_tensor *node,
     }
     if (op_is_noop(node->op))
         return true;
-    if (c->disabled[node->op]) {
+    if (disabled && disabled[node->op]) {
         snprintf(reason, reason_size, "disabled by LATHE_CUDA_DISABLE_OPS");
         return false;
     }
     const struct cuda_family *f = family_table()[node->op];
     if (!f) {
-        snprintf(reason, reason_size, "%s has no kernel for %s", c->name, lt_op_name(node->op));
+        snprintf(reason, reason_size, "%s has no kernel for %s", name, lt_op_name(node->op));
         return false;
     }
     return f->supported(node, reason, reason_size);
 }
+
+static bool cuda_verdict(const struct cuda_ctx *c, const struct lt_tensor *node, char *reason,
+                         size_t reason_size)
+{
+    return verdict(c->disabled, c->name, node, reason, reason_size);
+}
+
+extern "C" bool lt_cuda_verdict(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    return verdict(NULL, "CUDA0", node, reason, reason_size);
+}
+
+extern "C" bool lt_cuda_compiled(void) { return true; }
 
 static bool cuda_supports_op(struct lt_backend *be, const struct lt_tensor *node, char *reason,
                              size_t reason_size)

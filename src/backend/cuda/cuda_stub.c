@@ -2,6 +2,9 @@
  * build was configured), so that callers, GPU tests and benchmarks compile and link
  * everywhere and learn at run time that there is no GPU backend. With CUDA, the real
  * definitions are in cuda_backend.cu and this file is empty. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_verdict.h"
 #include "lathe/backend_cuda.h"
 
 #ifndef LATHE_HAVE_CUDA
@@ -19,5 +22,14 @@ bool lt_backend_is_cuda(const struct lt_backend *be)
     (void)be;
     return false;
 }
+
+bool lt_cuda_verdict(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    (void)node;
+    snprintf(reason, reason_size, "no CUDA build");
+    return false;
+}
+
+bool lt_cuda_compiled(void) { return false; }
 
 #endif
