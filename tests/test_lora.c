@@ -224,13 +224,15 @@ static lt_status write_adapter(const char *path, int variant)
     }
     int64_t na[2] = {32, 2}, nb[2] = {variant == 3 ? 3 : 2, 32};
     size_t nbb = (size_t)nb[0] * 32 * 2;
+    void *zeros = variant == 3 ? calloc(1, nbb) : NULL; /* a rank-3 B, the wrong rank */
     lt_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_a", LT_TYPE_F16, 2, na, a16,
                               sizeof(a16));
     if (variant != 2)
         lt_gguf_writer_add_tensor(w, "blk.0.attn_q.weight.lora_b", LT_TYPE_F16, 2, nb,
-                                  variant == 3 ? calloc(1, nbb) : (void *)b16, nbb);
+                                  zeros ? zeros : (void *)b16, nbb);
     lt_status st = lt_gguf_writer_write(w, path);
     lt_gguf_writer_free(w);
+    free(zeros);
     return st;
 }
 
