@@ -581,6 +581,8 @@ static void test_mul_mat_roads(void)
 
 int main(void)
 {
+    /* int8 activations are opt-in (src/ops/matmul.c); this test exercises them */
+    setenv("LATHE_MATMUL_DOT", "int8", 0);
     nn_backends_init();
     printf("simd: %s\n", lt_simd_name(lt_simd_best()));
     test_quantiser();
