@@ -430,6 +430,17 @@ int cmd_check_ref(int argc, char **argv)
         st = lt_st_file_open(r.ref_path, &r.ref);
     if (st != LT_OK)
         goto out;
+    /* the references are float32: a model stored in another type cannot meet 1e-4 */
+    for (int i = 0; i < lt_model_n_weights(r.model); i++) {
+        const struct lt_tensor *w = lt_model_weight(r.model, i);
+        if (w->type != LT_TYPE_F32) {
+            fprintf(stderr,
+                    "lathe check-ref: warning: '%s' is %s, not f32; convert with --outtype f32 to "
+                    "compare with a float32 reference\n",
+                    w->name, lt_type_name(w->type));
+            break;
+        }
+    }
     int64_t n_ids;
     const struct lt_st_tensor *ids = lt_st_file_find(r.ref, "input_ids");
     float *idf = ids && ids->n_dims == 2 ? ref_floats(&r, "input_ids", 0, &n_ids) : NULL;
