@@ -7,11 +7,10 @@
  * Each call builds a graph, places it, runs it and frees it. New keys and values are
  * copied into the cache before attention reads it; since the read is not a data
  * dependency of the copy, the copies are added to the graph first and the graph runs in
- * build order. A decode batch reads its sequences' caches in place through one strided
- * view when the sequences are evenly spaced and increasing (always so for one sequence),
- * else with get_rows over the sequence axis (so any set of sequences decodes together),
- * and masks, per sequence, the positions it has not reached. Cached values past a sequence's
- * position are stale but finite (the buffer starts zeroed), so masked positions weigh exactly 0. */
+ * build order. A decode batch reads its sequences' caches with get_rows over the sequence
+ * axis (so any set of sequences decodes together) and masks, per sequence, the positions
+ * it has not reached. Cached values past a sequence's position are stale but finite (the
+ * buffer starts zeroed), so masked positions weigh exactly 0. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,8 +40,7 @@ struct step {
     int n;                     /* prefill: tokens; decode: sequences */
     const int *seqs;           /* decode */
     int n_kv;                  /* decode: positions attended (max position + 1) */
-    int seq_step;              /* decode: d > 0 when seqs[i] = seqs[0] + i * d, else 0 */
-    struct lt_tensor *seq_ids; /* decode: I32 [n], input; made by the first gather, if any */
+    struct lt_tensor *seq_ids; /* decode: I32 [n], input */
 };
 
 static lt_status zero_tensor_range(struct lt_tensor *t, size_t offset, size_t n)
@@ -241,23 +239,8 @@ static struct lt_tensor *state_slot(struct lt_mb *b, struct lt_tensor *state, in
 static struct lt_tensor *gather(struct lt_mb *b, struct step *sp, struct lt_tensor *storage,
                                 int64_t n_per_seq, size_t stride)
 {
-    if (!sp->seq_ids) {
-        sp->seq_ids = lt_new_tensor_1d(b->ctx, LT_TYPE_I32, sp->n);
-        if (!sp->seq_ids)
-            return NULL;
-        lt_set_name(sp->seq_ids, "inp_seq_ids");
-    }
     struct lt_tensor *rows = lt_view_2d(b->ctx, storage, n_per_seq, sp->s->p.n_seq_max, stride, 0);
     return rows ? lt_get_rows(b->ctx, rows, sp->seq_ids) : NULL;
-}
-
-/* [D, Hkv, n_kv, n] of cache (k or v): positions 0..n_kv-1 of the batch's sequences
- * seqs[0] + i * seq_step, read in place (no copy). */
-static struct lt_tensor *kv_seqs_view(struct lt_mb *b, struct lt_tensor *cache, struct step *sp)
-{
-    return lt_view_4d(b->ctx, cache, cache->ne[0], cache->ne[1], sp->n_kv, sp->n, cache->nb[1],
-                      cache->nb[2], (size_t)sp->seq_step * cache->nb[3],
-                      (size_t)sp->seqs[0] * cache->nb[3]);
 }
 
 static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
@@ -287,18 +270,14 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
                 (st = store(b, vi, kv_slot(b, vc, seq, p, 1), "v_store", il, seq)))
                 return st;
         }
-        struct lt_tensor *k, *v;
-        if (sp->seq_step > 0) {
-            k = kv_seqs_view(b, kc, sp);
-            v = kv_seqs_view(b, vc, sp);
-        } else {
-            k = gather(b, sp, kc, D * Hkv * sp->n_kv, kc->nb[3]);
-            v = gather(b, sp, vc, D * Hkv * sp->n_kv, vc->nb[3]);
-            k = k ? lt_reshape_4d(b->ctx, k, D, Hkv, sp->n_kv, sp->n) : NULL;
-            v = v ? lt_reshape_4d(b->ctx, v, D, Hkv, sp->n_kv, sp->n) : NULL;
-        }
-        ls->k = k ? lt_format_name(k, "k_cached-%d", il) : NULL;
-        ls->v = v ? lt_format_name(v, "v_cached-%d", il) : NULL;
+        struct lt_tensor *k = gather(b, sp, kc, D * Hkv * sp->n_kv, kc->nb[3]);
+        struct lt_tensor *v = gather(b, sp, vc, D * Hkv * sp->n_kv, vc->nb[3]);
+        k = k ? lt_format_name(lt_reshape_4d(b->ctx, k, D, Hkv, sp->n_kv, sp->n), "k_cached-%d", il)
+              : NULL;
+        v = v ? lt_format_name(lt_reshape_4d(b->ctx, v, D, Hkv, sp->n_kv, sp->n), "v_cached-%d", il)
+              : NULL;
+        ls->k = k;
+        ls->v = v;
     }
     if ((st = lt_mb_check(ls->k, "k_cached", il)) || (st = lt_mb_check(ls->v, "v_cached", il)))
         return st;
@@ -383,11 +362,13 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
     lt_set_name(tok, "inp_tokens");
     lt_set_name(pos, "inp_pos");
     if (sp->decode) {
+        sp->seq_ids = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
         mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, sp->n_kv, 1, 1, S);
-        if (!mask) {
+        if (!sp->seq_ids || !mask) {
             st = lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
             goto out_free_ctx;
         }
+        lt_set_name(sp->seq_ids, "inp_seq_ids");
         lt_set_name(mask, "kq_mask");
     }
     struct lt_mb_hooks hooks = {sp, hook_attn_kv, hook_recr_load, hook_recr_store};
@@ -437,7 +418,7 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
             for (int64_t j = 0; j < sp->n_kv; j++)
                 mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
         }
-        if (st == LT_OK && sp->seq_ids) /* made only where the graph gathers */
+        if (st == LT_OK)
             st = set_i32(sp->seq_ids, iv, S);
         if (st == LT_OK)
             st = lt_tensor_set(mask, mv, 0, sizeof(float) * (size_t)(sp->n_kv * S));
@@ -506,18 +487,7 @@ lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const 
     lt_status st = check_tokens(s, tokens, n);
     if (st != LT_OK)
         return st;
-    /* sequences evenly spaced in increasing order (one sequence always is) read the cache
-     * through one strided view; any other set is gathered */
-    int seq_step = n > 1 ? seqs[1] - seqs[0] : 1;
-    for (int i = 2; i < n && seq_step > 0; i++)
-        if (seqs[i] - seqs[i - 1] != seq_step)
-            seq_step = 0;
-    struct step sp = {.s = s,
-                      .decode = true,
-                      .n = n,
-                      .seqs = seqs,
-                      .n_kv = n_kv,
-                      .seq_step = seq_step > 0 ? seq_step : 0};
+    struct step sp = {.s = s, .decode = true, .n = n, .seqs = seqs, .n_kv = n_kv};
     st = run_step(&sp, tokens, true, logits);
     if (st == LT_OK)
         for (int i = 0; i < n; i++)
