@@ -18,28 +18,6 @@
 #include "lathe/ops.h"
 #include "ops/op.h"
 
-static bool type_is_float(enum lt_type t)
-{
-    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
-}
-
-/* Floats of scratch per row, rounded up to whole cache lines. */
-static size_t scratch_floats(int64_t n)
-{
-    return (size_t)((n + 15) & ~(int64_t)15);
-}
-
-/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
- * otherwise converted into buf. */
-static const float *row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3,
-                            float *buf)
-{
-    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
-        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
-    lt_row_to_f32(t, i1, i2, i3, buf);
-    return buf;
-}
-
 /* y[i] = x[i] op u[i] over n elements */
 static void binary_apply(enum lt_op op, const float *x, const float *u, float *y, int64_t n)
 {
@@ -69,14 +47,14 @@ static void binary_forward(const struct lt_compute_params *p, struct lt_tensor *
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
     const int64_t bne0 = b->ne[0];
-    float *abuf = (float *)p->wdata + (size_t)p->ith * (scratch_floats(ne0) + scratch_floats(bne0));
-    float *bbuf = abuf + scratch_floats(ne0);
+    float *abuf = (float *)p->wdata + (size_t)p->ith * (lt_scratch_floats(ne0) + lt_scratch_floats(bne0));
+    float *bbuf = abuf + lt_scratch_floats(ne0);
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-        const float *x = row_f32(a, i1, i2, i3, abuf);
-        const float *u = row_f32(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3], bbuf);
+        const float *x = lt_row_f32(a, i1, i2, i3, abuf);
+        const float *u = lt_row_f32(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3], bbuf);
         float *y = (float *)node->data + r * ne0;
         /* b's row is tiled along the row in whole copies (bne0 divides ne0) */
         for (int64_t j = 0; j < ne0; j += bne0)
@@ -86,7 +64,7 @@ static void binary_forward(const struct lt_compute_params *p, struct lt_tensor *
 
 static size_t binary_work_size(const struct lt_tensor *node, int nth)
 {
-    return (size_t)nth * (scratch_floats(node->ne[0]) + scratch_floats(node->src[1]->ne[0])) *
+    return (size_t)nth * (lt_scratch_floats(node->ne[0]) + lt_scratch_floats(node->src[1]->ne[0])) *
            sizeof(float);
 }
 
@@ -94,7 +72,7 @@ static bool binary_supported(const struct lt_tensor *node, char *reason, size_t 
 {
     for (int i = 0; i < 2; i++) {
         const struct lt_tensor *s = node->src[i];
-        if (!s || !type_is_float(s->type)) {
+        if (!s || !lt_type_is_float(s->type)) {
             snprintf(reason, reason_size, "source %d is %s, not f32, f16 or bf16", i,
                      s ? lt_type_name(s->type) : "missing");
             return false;
@@ -121,7 +99,7 @@ static struct lt_tensor *binary_new(struct lt_ctx *ctx, enum lt_op op, struct lt
             lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
         return NULL;
     }
-    if (!type_is_float(a->type) || !type_is_float(b->type)) {
+    if (!lt_type_is_float(a->type) || !lt_type_is_float(b->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
                 lt_op_name(op), a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
         return NULL;

@@ -32,17 +32,6 @@ static bool type_readable(enum lt_type t)
     return tt && tt->to_float;
 }
 
-static bool type_is_float(enum lt_type t)
-{
-    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
-}
-
-/* Floats of scratch per thread, rounded up to whole cache lines. */
-static size_t scratch_floats(int64_t n)
-{
-    return (size_t)((n + 15) & ~(int64_t)15);
-}
-
 static void row_index(const struct lt_tensor *t, int64_t r, int64_t *i1, int64_t *i2, int64_t *i3)
 {
     *i1 = r % t->ne[1];
@@ -93,7 +82,7 @@ static bool check_source_readable(const struct lt_tensor *node, int i, char *rea
 /* Scratch of ne0 floats per thread for the node's widest row. */
 static size_t row_work_size(int64_t ne0, int nth)
 {
-    return (size_t)nth * scratch_floats(ne0) * sizeof(float);
+    return (size_t)nth * lt_scratch_floats(ne0) * sizeof(float);
 }
 
 /* Sizes (byte offsets, strides) are kept in two int32 slots each, low half first. */
@@ -119,7 +108,7 @@ static void copy_rows(const struct lt_compute_params *p, const struct lt_tensor 
 {
     const struct lt_type_traits *ta = lt_type_traits(a->type), *td = lt_type_traits(dst->type);
     const bool same_type = a->type == dst->type;
-    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(a->ne[0]);
     int64_t lo, hi;
     lt_split_range(lt_nrows(a), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
@@ -474,8 +463,8 @@ static void repeat_back_forward(const struct lt_compute_params *p, struct lt_ten
     const struct lt_tensor *a = node->src[0];
     const int64_t ne0 = node->ne[0], ane0 = a->ne[0];
     float *buf =
-        (float *)p->wdata + (size_t)p->ith * (scratch_floats(ane0) + 2 * scratch_floats(ne0));
-    double *acc = (double *)(buf + scratch_floats(ane0));
+        (float *)p->wdata + (size_t)p->ith * (lt_scratch_floats(ane0) + 2 * lt_scratch_floats(ne0));
+    double *acc = (double *)(buf + lt_scratch_floats(ane0));
     const int64_t t1 = a->ne[1] / node->ne[1], t2 = a->ne[2] / node->ne[2],
                   t3 = a->ne[3] / node->ne[3];
     int64_t lo, hi;
@@ -503,7 +492,7 @@ static void repeat_back_forward(const struct lt_compute_params *p, struct lt_ten
 static size_t repeat_back_work_size(const struct lt_tensor *node, int nth)
 {
     /* a row of a, then ne0 doubles */
-    return (size_t)nth * (scratch_floats(node->src[0]->ne[0]) + 2 * scratch_floats(node->ne[0])) *
+    return (size_t)nth * (lt_scratch_floats(node->src[0]->ne[0]) + 2 * lt_scratch_floats(node->ne[0])) *
            sizeof(float);
 }
 
@@ -650,7 +639,7 @@ static void get_rows_back_forward(const struct lt_compute_params *p, struct lt_t
     lt_split_range(ne0, p->ith, p->nth, &c0, &c1);
     if (c0 >= c1)
         return;
-    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(ne0);
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(ne0);
     for (int64_t r = 0; r < lt_nrows(grad); r++) {
         int64_t i1, i2, i3;
         row_index(grad, r, &i1, &i2, &i3);
@@ -692,7 +681,7 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
 {
     if (!grad || !ids || !like)
         return missing_source(LT_OP_GET_ROWS_BACK);
-    if (!type_is_float(grad->type)) {
+    if (!lt_type_is_float(grad->type)) {
         lt_fail(LT_ERR_INVALID, "GET_ROWS_BACK of '%s': type %s is not f32, f16 or bf16",
                 grad->name, lt_type_name(grad->type));
         return NULL;
@@ -748,7 +737,7 @@ static void acc_forward(const struct lt_compute_params *p, struct lt_tensor *nod
         lt_row_to_f32(a, i1, i2, i3, (float *)node->data + r * node->ne[0]);
     }
     lt_compute_barrier(p);
-    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(b->ne[0]);
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(b->ne[0]);
     if (acc_rows_disjoint(b, nb1, nb2, nb3))
         lt_split_range(lt_nrows(b), p->ith, p->nth, &lo, &hi);
     else
@@ -808,7 +797,7 @@ struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
     size_t end;
     if (!a || !b)
         return missing_source(LT_OP_ACC);
-    if (!type_is_float(a->type) || !type_is_float(b->type)) {
+    if (!lt_type_is_float(a->type) || !lt_type_is_float(b->type)) {
         lt_fail(LT_ERR_INVALID, "ACC of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
                 a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
         return NULL;

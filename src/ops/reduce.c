@@ -15,28 +15,6 @@
 #include "lathe/ops.h"
 #include "ops/op.h"
 
-static bool type_is_float(enum lt_type t)
-{
-    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
-}
-
-/* Floats of scratch per thread, rounded up to whole cache lines. */
-static size_t scratch_floats(int64_t n)
-{
-    return (size_t)((n + 15) & ~(int64_t)15);
-}
-
-/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
- * otherwise converted into buf. */
-static const float *row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3,
-                            float *buf)
-{
-    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
-        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
-    lt_row_to_f32(t, i1, i2, i3, buf);
-    return buf;
-}
-
 static double row_sum(const float *x, int64_t n)
 {
     double s = 0.0;
@@ -51,7 +29,7 @@ static void rows_sum(const struct lt_tensor *a, int64_t lo, int64_t hi, float *b
     const int64_t ne1 = a->ne[1], ne2 = a->ne[2];
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-        out[r] = row_sum(row_f32(a, i1, i2, i3, buf), a->ne[0]);
+        out[r] = row_sum(lt_row_f32(a, i1, i2, i3, buf), a->ne[0]);
     }
 }
 
@@ -59,7 +37,7 @@ static void rows_sum(const struct lt_tensor *a, int64_t lo, int64_t hi, float *b
 static size_t reduce_work_size(const struct lt_tensor *node, int nth)
 {
     const struct lt_tensor *a = node->src[0];
-    size_t w = (size_t)nth * scratch_floats(a->ne[0]) * sizeof(float);
+    size_t w = (size_t)nth * lt_scratch_floats(a->ne[0]) * sizeof(float);
     if (node->op == LT_OP_SUM)
         w += (size_t)lt_nrows(a) * sizeof(double);
     return w;
@@ -68,7 +46,7 @@ static size_t reduce_work_size(const struct lt_tensor *node, int nth)
 static void sum_rows_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0];
-    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(a->ne[0]);
     const int64_t ne1 = a->ne[1], ne2 = a->ne[2];
     const double scale = node->op == LT_OP_MEAN && a->ne[0] > 0 ? 1.0 / (double)a->ne[0] : 1.0;
     float *y = node->data;
@@ -76,7 +54,7 @@ static void sum_rows_forward(const struct lt_compute_params *p, struct lt_tensor
     lt_split_range(lt_nrows(a), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-        y[r] = (float)(row_sum(row_f32(a, i1, i2, i3, buf), a->ne[0]) * scale);
+        y[r] = (float)(row_sum(lt_row_f32(a, i1, i2, i3, buf), a->ne[0]) * scale);
     }
 }
 
@@ -84,8 +62,8 @@ static void sum_forward(const struct lt_compute_params *p, struct lt_tensor *nod
 {
     const struct lt_tensor *a = node->src[0];
     const int64_t nr = lt_nrows(a);
-    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
-    double *sums = (double *)((float *)p->wdata + (size_t)p->nth * scratch_floats(a->ne[0]));
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(a->ne[0]);
+    double *sums = (double *)((float *)p->wdata + (size_t)p->nth * lt_scratch_floats(a->ne[0]));
     int64_t lo, hi;
     lt_split_range(nr, p->ith, p->nth, &lo, &hi);
     rows_sum(a, lo, hi, buf, sums);
@@ -101,7 +79,7 @@ static void sum_forward(const struct lt_compute_params *p, struct lt_tensor *nod
 static bool reduce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const struct lt_tensor *a = node->src[0];
-    if (!a || !type_is_float(a->type)) {
+    if (!a || !lt_type_is_float(a->type)) {
         snprintf(reason, reason_size, "source 0 is %s, not f32, f16 or bf16",
                  a ? lt_type_name(a->type) : "missing");
         return false;
@@ -128,7 +106,7 @@ static struct lt_tensor *reduce_new(struct lt_ctx *ctx, enum lt_op op, struct lt
             lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
         return NULL;
     }
-    if (!type_is_float(a->type)) {
+    if (!lt_type_is_float(a->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s': its type %s is not f32, f16 or bf16", lt_op_name(op),
                 a->name, lt_type_name(a->type));
         return NULL;

@@ -21,33 +21,11 @@
 
 /* ---- shared by the kernels of this file ---- */
 
-static bool type_is_float(enum lt_type t)
-{
-    return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
-}
-
-/* Floats of scratch per thread, rounded up to whole cache lines. */
-static size_t scratch_floats(int64_t n)
-{
-    return (size_t)((n + 15) & ~(int64_t)15);
-}
-
-/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
- * otherwise converted into buf. */
-static const float *row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3,
-                            float *buf)
-{
-    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
-        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
-    lt_row_to_f32(t, i1, i2, i3, buf);
-    return buf;
-}
-
 /* Each source gets ne0 floats of scratch per thread. */
 static size_t rows_work_size(const struct lt_tensor *node, int nth)
 {
     int n_src = node->src[1] ? 2 : 1;
-    return (size_t)nth * scratch_floats(node->src[0]->ne[0]) * (size_t)n_src * sizeof(float);
+    return (size_t)nth * lt_scratch_floats(node->src[0]->ne[0]) * (size_t)n_src * sizeof(float);
 }
 
 /* A constructor handed NULL (an earlier constructor failed) keeps that failure's reason. */
@@ -62,7 +40,7 @@ static bool check_source_float(const struct lt_tensor *node, int i, char *reason
                                size_t reason_size)
 {
     const struct lt_tensor *s = node->src[i];
-    if (!s || !type_is_float(s->type)) {
+    if (!s || !lt_type_is_float(s->type)) {
         snprintf(reason, reason_size, "source %d is %s, not f32, f16 or bf16", i,
                  s ? lt_type_name(s->type) : "missing");
         return false;
@@ -146,13 +124,13 @@ static void unary_forward(const struct lt_compute_params *p, struct lt_tensor *n
 {
     const struct lt_tensor *a = node->src[0];
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
-    float *buf = (float *)p->wdata + (size_t)p->ith * scratch_floats(a->ne[0]);
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(a->ne[0]);
     float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-        const float *x = row_f32(a, i1, i2, i3, buf);
+        const float *x = lt_row_f32(a, i1, i2, i3, buf);
         unary_apply(node->op, s, x, (float *)node->data + r * ne0, ne0);
     }
 }
@@ -173,7 +151,7 @@ static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_
 {
     if (!a)
         return missing_source(op);
-    if (!type_is_float(a->type)) {
+    if (!lt_type_is_float(a->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s': its type %s is not f32, f16 or bf16", lt_op_name(op),
                 a->name, lt_type_name(a->type));
         return NULL;
@@ -255,13 +233,13 @@ static void pair_forward(const struct lt_compute_params *p, struct lt_tensor *no
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
-    float *buf = (float *)p->wdata + (size_t)p->ith * 2 * scratch_floats(ne0);
+    float *buf = (float *)p->wdata + (size_t)p->ith * 2 * lt_scratch_floats(ne0);
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
-        const float *x = row_f32(a, i1, i2, i3, buf);
-        const float *u = row_f32(b, i1, i2, i3, buf + scratch_floats(ne0));
+        const float *x = lt_row_f32(a, i1, i2, i3, buf);
+        const float *u = lt_row_f32(b, i1, i2, i3, buf + lt_scratch_floats(ne0));
         float *y = (float *)node->data + r * ne0;
         if (node->op == LT_OP_SWIGLU) {
             /* x: gate, u: up */
@@ -296,7 +274,7 @@ static struct lt_tensor *pair_new(struct lt_ctx *ctx, enum lt_op op, struct lt_t
 {
     if (!a || !b)
         return missing_source(op);
-    if (!type_is_float(a->type) || !type_is_float(b->type)) {
+    if (!lt_type_is_float(a->type) || !lt_type_is_float(b->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
                 lt_op_name(op), a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
         return NULL;
