@@ -22,47 +22,10 @@ static bool reads_any_layout(enum lt_op op)
            op == LT_OP_TRANSPOSE;
 }
 
-/* Builds sum(y * w) and its backward pass as gradcheck does, and checks each node that
- * autodiff added. Returns the number of backward nodes (0 on failure). */
-static int check_backward_graph(const char *name, gc_build_fn build, void *user,
-                                const struct gc_input *in, int n_in)
+/* Every backward node but copies and views reads contiguous sources. */
+static bool reads_contiguous(enum lt_op op)
 {
-    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
-    struct lt_tensor *x[8], *storage[8];
-    int n_backward = 0;
-    for (int i = 0; i < n_in; i++)
-        x[i] = gc_make_input(ctx, &in[i], &storage[i]);
-    struct lt_tensor *y = build(ctx, x, user);
-    CHECK(y != NULL, "%s: build failed: %s", name, lt_last_error());
-    if (!y)
-        goto out_free_ctx;
-    struct lt_tensor *w =
-        lt_new_tensor_4d(ctx, LT_TYPE_F32, y->ne[0], y->ne[1], y->ne[2], y->ne[3]);
-    struct lt_tensor *loss = lt_sum(ctx, lt_mul(ctx, y, w));
-    struct lt_graph *g = lt_graph_new(ctx, 4096);
-    lt_status st = lt_graph_build(g, loss);
-    int n_forward = g->n_nodes;
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
-    CHECK(st == LT_OK, "%s: autodiff: %s", name, lt_last_error());
-    if (st != LT_OK)
-        goto out_free_ctx;
-    for (int i = n_forward; i < g->n_nodes; i++) {
-        const struct lt_tensor *node = g->nodes[i];
-        char reason[LT_REASON_MAX] = "";
-        CHECK(lt_cpu_supports_op(node, reason, sizeof(reason)), "%s: the CPU refuses %s '%s': %s",
-              name, lt_op_name(node->op), node->name, reason);
-        if (reads_any_layout(node->op))
-            continue;
-        for (int s = 0; s < LT_MAX_SRC; s++)
-            CHECK(!node->src[s] || lt_is_contiguous(node->src[s]),
-                  "%s: backward node %s '%s' reads '%s', %s", name, lt_op_name(node->op),
-                  node->name, node->src[s]->name, lt_layout_name(node->src[s]));
-    }
-    n_backward = g->n_nodes - n_forward;
-out_free_ctx:
-    lt_ctx_free(ctx);
-    return n_backward;
+    return !reads_any_layout(op);
 }
 
 /* gradcheck and the layout check of the same case */
@@ -70,7 +33,9 @@ static void check_case(const char *name, gc_build_fn build, void *user, const st
                        int n_in)
 {
     gradcheck(name, build, user, in, n_in, TOL);
-    CHECK(check_backward_graph(name, build, user, in, n_in) > 0, "%s: no backward nodes", name);
+    CHECK(gc_check_backward_graph(name, build, user, in, n_in, reads_contiguous, LT_OP_NONE, NULL) >
+              0,
+          "%s: no backward nodes", name);
 }
 
 #endif

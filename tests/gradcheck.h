@@ -18,6 +18,7 @@
 #include "lathe/autodiff.h"
 #include "lathe/backend.h"
 #include "lathe/ops.h"
+#include "ops/op.h"
 
 enum gc_layout {
     GC_CONTIGUOUS = 0,
@@ -27,8 +28,8 @@ enum gc_layout {
     GC_LAYOUT_COUNT
 };
 
-static const char *const gc_layout_names[GC_LAYOUT_COUNT] = {"contiguous", "transposed",
-                                                             "permuted", "sliced"};
+static const char *const gc_layout_names[GC_LAYOUT_COUNT] = {"contiguous", "transposed", "permuted",
+                                                             "sliced"};
 
 struct gc_input {
     enum lt_type type; /* F32, or I32 for ids (never trainable) */
@@ -54,9 +55,7 @@ static struct lt_tensor *gc_make_input(struct lt_ctx *ctx, const struct gc_input
     const int64_t *ne = in->ne;
     struct lt_tensor *s = NULL, *x = NULL;
     switch (in->layout) {
-    case GC_CONTIGUOUS:
-        s = x = lt_new_tensor_4d(ctx, in->type, ne[0], ne[1], ne[2], ne[3]);
-        break;
+    case GC_CONTIGUOUS: s = x = lt_new_tensor_4d(ctx, in->type, ne[0], ne[1], ne[2], ne[3]); break;
     case GC_TRANSPOSED:
         s = lt_new_tensor_4d(ctx, in->type, ne[1], ne[0], ne[2], ne[3]);
         x = lt_transpose(ctx, s);
@@ -112,7 +111,8 @@ static double gradcheck(const char *name, gc_build_fn build, void *user, const s
         worst = INFINITY;
         goto out_free;
     }
-    struct lt_tensor *w = lt_new_tensor_4d(ctx, LT_TYPE_F32, y->ne[0], y->ne[1], y->ne[2], y->ne[3]);
+    struct lt_tensor *w =
+        lt_new_tensor_4d(ctx, LT_TYPE_F32, y->ne[0], y->ne[1], y->ne[2], y->ne[3]);
     for (int64_t i = 0; i < lt_nelements(w); i++)
         ((float *)w->data)[i] = gc_uniform(-1, 1);
     struct lt_tensor *loss = lt_sum(ctx, lt_mul(ctx, y, w));
@@ -166,6 +166,57 @@ out_free:
     lt_backend_free(cpu);
     lt_ctx_free(ctx);
     return worst;
+}
+
+/* Builds sum(y * w) and its backward pass as gradcheck does and checks each node autodiff
+ * added: the CPU accepts it, and nodes of the ops contiguous_only names read only contiguous
+ * sources. Returns the number of backward nodes (0 on failure); counts nodes of op `count_op`
+ * into *n_counted when given. */
+static inline int gc_check_backward_graph(const char *name, gc_build_fn build, void *user,
+                                          const struct gc_input *in, int n_in,
+                                          bool (*contiguous_only)(enum lt_op op),
+                                          enum lt_op count_op, int *n_counted)
+{
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
+    struct lt_tensor *x[8], *storage[8];
+    int n_backward = 0;
+    if (n_counted)
+        *n_counted = 0;
+    for (int i = 0; i < n_in; i++)
+        x[i] = gc_make_input(ctx, &in[i], &storage[i]);
+    struct lt_tensor *y = build(ctx, x, user);
+    CHECK(y != NULL, "%s: build failed: %s", name, lt_last_error());
+    if (!y)
+        goto out_free_ctx;
+    struct lt_tensor *w =
+        lt_new_tensor_4d(ctx, LT_TYPE_F32, y->ne[0], y->ne[1], y->ne[2], y->ne[3]);
+    struct lt_tensor *loss = lt_sum(ctx, lt_mul(ctx, y, w));
+    struct lt_graph *g = lt_graph_new(ctx, 4096);
+    lt_status st = lt_graph_build(g, loss);
+    int n_forward = g->n_nodes;
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
+    CHECK(st == LT_OK, "%s: autodiff: %s", name, lt_last_error());
+    if (st != LT_OK)
+        goto out_free_ctx;
+    for (int i = n_forward; i < g->n_nodes; i++) {
+        const struct lt_tensor *node = g->nodes[i];
+        char reason[LT_REASON_MAX] = "";
+        CHECK(lt_cpu_supports_op(node, reason, sizeof(reason)), "%s: the CPU refuses %s '%s': %s",
+              name, lt_op_name(node->op), node->name, reason);
+        if (n_counted && node->op == count_op)
+            (*n_counted)++;
+        if (!contiguous_only(node->op))
+            continue;
+        for (int s = 0; s < LT_MAX_SRC; s++)
+            CHECK(!node->src[s] || lt_is_contiguous(node->src[s]),
+                  "%s: backward node %s '%s' reads '%s', %s", name, lt_op_name(node->op),
+                  node->name, node->src[s]->name, lt_layout_name(node->src[s]));
+    }
+    n_backward = g->n_nodes - n_forward;
+out_free_ctx:
+    lt_ctx_free(ctx);
+    return n_backward;
 }
 
 #endif

@@ -25,59 +25,12 @@ static bool reads_contiguous_only(enum lt_op op)
            op == LT_OP_SOFT_MAX_BACK || op == LT_OP_CROSS_ENTROPY_BACK || op == LT_OP_SQR;
 }
 
-/* Builds sum(y * w) and its backward pass as gradcheck does and checks each node autodiff
- * added. Returns the number of backward nodes (0 on failure); counts nodes of op `count_op`
- * into *n_counted when given. */
-static int check_backward_graph(const char *name, gc_build_fn build, void *user,
-                                const struct gc_input *in, int n_in, enum lt_op count_op,
-                                int *n_counted)
-{
-    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
-    struct lt_tensor *x[8], *storage[8];
-    int n_backward = 0;
-    if (n_counted)
-        *n_counted = 0;
-    for (int i = 0; i < n_in; i++)
-        x[i] = gc_make_input(ctx, &in[i], &storage[i]);
-    struct lt_tensor *y = build(ctx, x, user);
-    CHECK(y != NULL, "%s: build failed: %s", name, lt_last_error());
-    if (!y)
-        goto out_free_ctx;
-    struct lt_tensor *w = lt_new_tensor_4d(ctx, LT_TYPE_F32, y->ne[0], y->ne[1], y->ne[2], y->ne[3]);
-    struct lt_tensor *loss = lt_sum(ctx, lt_mul(ctx, y, w));
-    struct lt_graph *g = lt_graph_new(ctx, 4096);
-    lt_status st = lt_graph_build(g, loss);
-    int n_forward = g->n_nodes;
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
-    CHECK(st == LT_OK, "%s: autodiff: %s", name, lt_last_error());
-    if (st != LT_OK)
-        goto out_free_ctx;
-    for (int i = n_forward; i < g->n_nodes; i++) {
-        const struct lt_tensor *node = g->nodes[i];
-        char reason[LT_REASON_MAX] = "";
-        CHECK(lt_cpu_supports_op(node, reason, sizeof(reason)), "%s: the CPU refuses %s '%s': %s",
-              name, lt_op_name(node->op), node->name, reason);
-        if (n_counted && node->op == count_op)
-            (*n_counted)++;
-        if (!reads_contiguous_only(node->op))
-            continue;
-        for (int s = 0; s < LT_MAX_SRC; s++)
-            CHECK(!node->src[s] || lt_is_contiguous(node->src[s]),
-                  "%s: backward node %s '%s' reads '%s', %s", name, lt_op_name(node->op),
-                  node->name, node->src[s]->name, lt_layout_name(node->src[s]));
-    }
-    n_backward = g->n_nodes - n_forward;
-out_free_ctx:
-    lt_ctx_free(ctx);
-    return n_backward;
-}
-
 static void check_case(const char *name, gc_build_fn build, void *user, const struct gc_input *in,
                        int n_in)
 {
     gradcheck(name, build, user, in, n_in, TOL);
-    CHECK(check_backward_graph(name, build, user, in, n_in, LT_OP_NONE, NULL) > 0,
+    CHECK(gc_check_backward_graph(name, build, user, in, n_in, reads_contiguous_only, LT_OP_NONE,
+                                  NULL) > 0,
           "%s: no backward nodes", name);
 }
 
@@ -201,12 +154,14 @@ static void test_mul_mat_frozen_types(void)
                 char name[128];
                 snprintf(name, sizeof(name), "mul_mat, frozen %s a (K=%lld%s), b %s",
                          lt_type_name(t.type), (long long)K,
-                         t.transposed ? ", transposed" : t.row_slice ? ", row slice" : "",
+                         t.transposed  ? ", transposed"
+                         : t.row_slice ? ", row slice"
+                                       : "",
                          gc_layout_names[lb]);
                 gradcheck(name, build_mul_mat_typed, &t, in, 2, TOL);
                 int n_cpy = 0;
-                CHECK(check_backward_graph(name, build_mul_mat_typed, &t, in, 2, LT_OP_CPY,
-                                           &n_cpy) > 0,
+                CHECK(gc_check_backward_graph(name, build_mul_mat_typed, &t, in, 2,
+                                              reads_contiguous_only, LT_OP_CPY, &n_cpy) > 0,
                       "%s: no backward nodes", name);
                 /* only a quantised a is dequantised for the backward product */
                 CHECK(n_cpy == (quant ? 1 : 0), "%s: %d CPY nodes in the backward graph", name,
@@ -262,8 +217,8 @@ static void test_train_through_frozen_weight(enum lt_type type)
     memcpy(x->data, x0, sizeof(x0));
     memcpy(lab->data, labels, sizeof(labels));
     struct lt_tensor *loss = lt_cross_entropy(ctx, lt_mul_mat(ctx, w, x), lab);
-    struct lt_train_graph_params p = {.backends = &cpu, .n_backends = 1, .device_only = true,
-                                      .optimizer = LT_OPTIMIZER_SGD};
+    struct lt_train_graph_params p = {
+        .backends = &cpu, .n_backends = 1, .device_only = true, .optimizer = LT_OPTIMIZER_SGD};
     struct lt_train_graph *tg = NULL;
     struct lt_refusal r;
     float l0 = 0;
@@ -363,8 +318,8 @@ static struct lt_tensor *build_k_conv_l2(struct lt_ctx *ctx, struct lt_tensor **
 {
     (void)user;
     struct lt_tensor *conv = x[0];
-    struct lt_tensor *k_conv = lt_view_3d(ctx, conv, 4, 2, conv->ne[1], 4 * sizeof(float),
-                                          conv->nb[1], 8 * sizeof(float));
+    struct lt_tensor *k_conv =
+        lt_view_3d(ctx, conv, 4, 2, conv->ne[1], 4 * sizeof(float), conv->nb[1], 8 * sizeof(float));
     lt_set_name(k_conv, "k_conv-22");
     return lt_l2_norm(ctx, k_conv, 1e-6f);
 }
@@ -377,7 +332,8 @@ static void test_l2_norm_of_k_conv(void)
     /* the rule is llama.cpp's graph (SQR of x among primitives), but SQR reads a
      * contiguous copy of the view */
     int n_sqr = 0;
-    CHECK(check_backward_graph(name, build_k_conv_l2, NULL, &in, 1, LT_OP_SQR, &n_sqr) > 0);
+    CHECK(gc_check_backward_graph(name, build_k_conv_l2, NULL, &in, 1, reads_contiguous_only,
+                                  LT_OP_SQR, &n_sqr) > 0);
     CHECK(n_sqr == 1, "%d SQR nodes", n_sqr);
 }
 
@@ -421,7 +377,7 @@ static void test_rope(void)
 struct soft_max_case {
     float scale;
     bool causal;
-    int mask; /* 0: none; 1: [6, 4, 1, 1]; 2: [6, 4, 2, 1] */
+    int mask;      /* 0: none; 1: [6, 4, 1, 1]; 2: [6, 4, 2, 1] */
     bool mask_inf; /* some mask entries -inf, and row 0 entirely */
     bool mask_trainable;
 };
@@ -458,9 +414,8 @@ static void test_soft_max(void)
             };
             char name[128];
             snprintf(name, sizeof(name), "soft_max scale %g%s%s%s%s, %s", (double)c->scale,
-                     c->causal ? " causal" : "", c->mask ? (c->mask == 1 ? " mask [6,4,1,1]"
-                                                                         : " mask [6,4,2,1]")
-                                                         : "",
+                     c->causal ? " causal" : "",
+                     c->mask ? (c->mask == 1 ? " mask [6,4,1,1]" : " mask [6,4,2,1]") : "",
                      c->mask_inf ? " with -inf" : "", c->mask_trainable ? " (trainable)" : "",
                      gc_layout_names[l]);
             check_case(name, build_soft_max, (void *)c, in, c->mask ? 2 : 1);
@@ -538,13 +493,13 @@ static struct lt_tensor *build_attention(struct lt_ctx *ctx, struct lt_tensor **
     k = lt_rms_norm(ctx, k, 1e-6f);
     q = lt_rope(ctx, q, pos, ATT_D, LT_ROPE_NEOX, 10000.0f);
     k = lt_rope(ctx, k, pos, ATT_D, LT_ROPE_NEOX, 10000.0f);
-    struct lt_tensor *qp = lt_permute(ctx, q, 0, 2, 1, 3);  /* [D, T, H] */
-    struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3);  /* [D, T, H_kv] */
-    struct lt_tensor *kq = lt_mul_mat(ctx, kp, qp);          /* [T_k, T_q, H] */
+    struct lt_tensor *qp = lt_permute(ctx, q, 0, 2, 1, 3); /* [D, T, H] */
+    struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3); /* [D, T, H_kv] */
+    struct lt_tensor *kq = lt_mul_mat(ctx, kp, qp);        /* [T_k, T_q, H] */
     struct lt_tensor *p = lt_soft_max(ctx, kq, NULL, 0.5f, true);
-    struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3);  /* [T, D, H_kv] */
-    struct lt_tensor *o = lt_mul_mat(ctx, vt, p);            /* [D, T_q, H] */
-    return lt_cont(ctx, lt_permute(ctx, o, 0, 2, 1, 3));     /* [D, H, T] */
+    struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3); /* [T, D, H_kv] */
+    struct lt_tensor *o = lt_mul_mat(ctx, vt, p);          /* [D, T_q, H] */
+    return lt_cont(ctx, lt_permute(ctx, o, 0, 2, 1, 3));   /* [D, H, T] */
 }
 
 static void test_attention(void)
