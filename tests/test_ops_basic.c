@@ -1,5 +1,5 @@
 /* test_ops_basic.c: element-wise unary ops, swiglu, silu_back, the binary ops with
- * broadcasting, and the reductions, on the CPU backend with 1 and 2 threads, against
+ * broadcasting (and mul and swiglu writing F16 / BF16 results), and the reductions, on the CPU backend with 1 and 2 threads, against
  * plain reference loops, for contiguous, transposed, permuted and sliced inputs (and
  * broadcast second sources). Copies, rows and the backward helpers are in
  * test_ops_basic_copy.c. */
@@ -259,6 +259,61 @@ static void test_binary(struct ops_test *t)
     check_refused(lt_div(t->ctx, a, ids), "ids", "div by i32");
 }
 
+/* ---- half results (lt_mul_as, lt_swiglu_as: a model's activations for half weights) ---- */
+
+static float round_to(enum lt_type type, float v)
+{
+    return type == LT_TYPE_BF16 ? lt_bf16_to_fp32(lt_fp32_to_bf16(v))
+                                : lt_fp16_to_fp32(lt_fp32_to_fp16(v));
+}
+
+/* MUL into F16 / BF16 is the F32 product rounded once to nearest even, exactly; SWIGLU's
+ * is within half a unit of the last place of the type (its expf may differ from libm's
+ * double exp in the last F32 bit, which can move a rounding) */
+static void test_half_results(struct ops_test *t)
+{
+    static const enum lt_type types[] = {LT_TYPE_BF16, LT_TYPE_F16};
+    char what[160];
+    for (int ti = 0; ti < 2; ti++)
+        for (int la = 0; la < LAYOUT_COUNT; la++)
+            for (int kind = 0; kind < BCAST_COUNT; kind += BCAST_COUNT - 1) {
+                enum lt_type type = types[ti];
+                struct lt_tensor *a = input_new(t, LT_TYPE_F32, shape, la, -3, 3);
+                struct lt_tensor *b = bcast_input(t, (enum bcast_kind)kind, LAYOUT_CONTIGUOUS,
+                                                  LT_TYPE_F32, 0.5f, 2.5f);
+                struct lt_tensor *u =
+                    input_new(t, LT_TYPE_F32, shape, (la + 1) % LAYOUT_COUNT, -3, 3);
+                float *av = dense(a), *bv = dense(b), *uv = dense(u);
+                float ref_mul[210], ref_swiglu[210];
+                for (int64_t i3 = 0; i3 < 2; i3++)
+                    for (int64_t i2 = 0; i2 < 3; i2++)
+                        for (int64_t i1 = 0; i1 < 5; i1++)
+                            for (int64_t i0 = 0; i0 < 7; i0++) {
+                                int64_t j = flat(b->ne, i0 % b->ne[0], i1 % b->ne[1], i2 % b->ne[2],
+                                                 i3 % b->ne[3]);
+                                int64_t i = flat(shape, i0, i1, i2, i3);
+                                ref_mul[i] = round_to(type, av[i] * bv[j]);
+                                double g = av[i];
+                                ref_swiglu[i] = round_to(type, (float)(g / (1 + exp(-g)) * uv[i]));
+                            }
+                snprintf(what, sizeof(what), "mul of %s and %s into %s", layout_names[la],
+                         bcast_names[kind], lt_type_name(type));
+                struct lt_tensor *m = lt_mul_as(t->ctx, a, b, type);
+                CHECK(m && m->type == type, "%s: the result's type", what);
+                check_op(t, m, ref_mul, 0, 0, what);
+                snprintf(what, sizeof(what), "swiglu of %s into %s", layout_names[la],
+                         lt_type_name(type));
+                check_op(t, lt_swiglu_as(t->ctx, a, u, type), ref_swiglu, 1e-6,
+                         type == LT_TYPE_BF16 ? 1.0 / 256 : 1.0 / 2048, what);
+                free(av);
+                free(bv);
+                free(uv);
+            }
+    struct lt_tensor *a = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 7, 5), "normed");
+    check_refused(lt_mul_as(t->ctx, a, a, LT_TYPE_Q8_0), "normed", "mul into q8_0");
+    check_refused(lt_swiglu_as(t->ctx, a, a, LT_TYPE_I32), "normed", "swiglu into i32");
+}
+
 /* ---- reductions ---- */
 
 static void test_reduce(struct ops_test *t)
@@ -343,6 +398,7 @@ int main(void)
     test_unary(&t);
     test_pairs(&t);
     test_binary(&t);
+    test_half_results(&t);
     test_reduce(&t);
     test_verdicts(&t);
     ops_test_free(&t);

@@ -1,5 +1,5 @@
 /* test_ops_nn_matmul.c: MUL_MAT on the CPU against a plain triple loop in double, over a's
- * types (F32, F16, BF16, Q8_0), every pair of layouts of a and b (contiguous, transposed,
+ * types (F32, F16, BF16, Q8_0), b F32 or (for F16 / BF16 a) of a's own type, every pair of layouts of a and b (contiguous, transposed,
  * permuted, sliced), grouped broadcast over dims 2 and 3, odd shapes, decode (N = 1) and
  * 1 and 2 threads; plus the constructor's refusals and a throughput figure. */
 #include <time.h>
@@ -38,8 +38,8 @@ static const struct mm_case mm_cases[] = {
     {24, 70, 40, 2, 2, 2, 2}, /* N > 16: tall tiles, no broadcast */
 };
 
-static int mm_run_case(const struct mm_case *c, enum lt_type type, enum nn_layout la,
-                       enum nn_layout lb, int nth)
+static int mm_run_case(const struct mm_case *c, enum lt_type type, enum lt_type btype,
+                       enum nn_layout la, enum nn_layout lb, int nth)
 {
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
     int64_t ane[4] = {c->K, c->M, c->a2, c->a3}, bne[4] = {c->K, c->N, c->b2, c->b3};
@@ -48,7 +48,7 @@ static int mm_run_case(const struct mm_case *c, enum lt_type type, enum nn_layou
     float *rb = malloc(sizeof(float) * (size_t)nn_count(bne));
     float *ref = malloc(sizeof(float) * (size_t)nn_count(one));
     float *got = malloc(sizeof(float) * (size_t)nn_count(one));
-    struct lt_tensor *a = nn_make(ctx, type, la, ane), *b = nn_make(ctx, LT_TYPE_F32, lb, bne);
+    struct lt_tensor *a = nn_make(ctx, type, la, ane), *b = nn_make(ctx, btype, lb, bne);
     int bad = 0;
     if (!a || !b) {
         CHECK(a && b, "cannot make inputs: %s", lt_last_error());
@@ -60,8 +60,8 @@ static int mm_run_case(const struct mm_case *c, enum lt_type type, enum nn_layou
     struct lt_tensor *d = lt_mul_mat(ctx, a, b);
     char reason[LT_REASON_MAX] = "";
     bool ok = d && lt_cpu_supports_op(d, reason, sizeof(reason));
-    CHECK(ok, "mul_mat %s a %s, b %s: %s %s", lt_type_name(type), nn_layout_names[la],
-          nn_layout_names[lb], reason, lt_last_error());
+    CHECK(ok, "mul_mat %s a %s, %s b %s: %s %s", lt_type_name(type), nn_layout_names[la],
+          lt_type_name(btype), nn_layout_names[lb], reason, lt_last_error());
     if (!ok || nn_run(ctx, d, nth) != LT_OK) {
         bad = 1;
         goto out;
@@ -72,9 +72,11 @@ static int mm_run_case(const struct mm_case *c, enum lt_type type, enum nn_layou
     double r = check_max_ratio(got, ref, (long)nn_count(one), 1e-4 * sqrt((double)c->K), 1e-4,
                                &worst);
     CHECK(r <= 1.0,
-          "mul_mat K=%lld M=%lld N=%lld %s a %s, b %s, %d threads: ratio %g at %ld (%g vs %g)",
+          "mul_mat K=%lld M=%lld N=%lld %s a %s, %s b %s, %d threads: ratio %g at %ld (%g vs "
+          "%g)",
           (long long)c->K, (long long)c->M, (long long)c->N, lt_type_name(type),
-          nn_layout_names[la], nn_layout_names[lb], nth, r, worst, got[worst], ref[worst]);
+          nn_layout_names[la], lt_type_name(btype), nn_layout_names[lb], nth, r, worst,
+          got[worst], ref[worst]);
     bad = !(r <= 1.0);
 out:
     free(ra);
@@ -85,17 +87,23 @@ out:
     return bad;
 }
 
+/* a's type, b's type: F32 activations for every float weight, and half activations
+ * meeting weights of their own type (what a model's prefill feeds a device) */
+static const enum lt_type mm_types[][2] = {
+    {LT_TYPE_F32, LT_TYPE_F32},  {LT_TYPE_F16, LT_TYPE_F32}, {LT_TYPE_BF16, LT_TYPE_F32},
+    {LT_TYPE_F16, LT_TYPE_F16}, {LT_TYPE_BF16, LT_TYPE_BF16},
+};
+
 static void test_mul_mat_layouts(void)
 {
-    const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
     int runs = 0, bad = 0;
     for (size_t ci = 0; ci < sizeof(mm_cases) / sizeof(mm_cases[0]); ci++)
-        for (size_t ti = 0; ti < 3; ti++)
+        for (size_t ti = 0; ti < sizeof(mm_types) / sizeof(mm_types[0]); ti++)
             for (int la = 0; la < NN_LAYOUT_COUNT; la++)
                 for (int lb = 0; lb < NN_LAYOUT_COUNT; lb++)
                     for (int nth = 1; nth <= 2; nth++) {
-                        bad += mm_run_case(&mm_cases[ci], types[ti], (enum nn_layout)la,
-                                           (enum nn_layout)lb, nth);
+                        bad += mm_run_case(&mm_cases[ci], mm_types[ti][0], mm_types[ti][1],
+                                           (enum nn_layout)la, (enum nn_layout)lb, nth);
                         runs++;
                     }
     printf("mul_mat: %d layout/type/thread runs, %d bad\n", runs, bad);
@@ -156,7 +164,11 @@ static void test_mul_mat_refusals(void)
     struct lt_tensor *b2 = lt_new_tensor_2d(ctx, LT_TYPE_F32, 9, 3);
     CHECK(lt_mul_mat(ctx, a, b2) == NULL, "K differs");
     struct lt_tensor *bh = lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 3);
-    CHECK(lt_mul_mat(ctx, a, bh) == NULL, "b must be f32");
+    CHECK(lt_mul_mat(ctx, a, bh) == NULL, "b must be f32 or a's type");
+    struct lt_tensor *abf = lt_new_tensor_2d(ctx, LT_TYPE_BF16, 8, 4);
+    CHECK(lt_mul_mat(ctx, abf, bh) == NULL, "an f16 b with a bf16 a");
+    struct lt_tensor *hh = lt_mul_mat(ctx, abf, lt_new_tensor_2d(ctx, LT_TYPE_BF16, 8, 3));
+    CHECK(hh && hh->type == LT_TYPE_F32, "a bf16 b with a bf16 a gives f32");
     struct lt_tensor *ai = lt_new_tensor_2d(ctx, LT_TYPE_I8, 8, 3);
     struct lt_tensor *bb = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3);
     CHECK(lt_mul_mat(ctx, ai, bb) == NULL, "i8 cannot be read");

@@ -44,6 +44,11 @@ struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
 struct lt_tensor *lt_sub(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
 struct lt_tensor *lt_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
 struct lt_tensor *lt_div(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+/* lt_mul with the result stored as type (F32, F16 or BF16): an activation that only
+ * half-precision weights multiply, written in their type by the op that makes it (the
+ * values are computed in F32 and rounded once). Gradients pass through as F32. */
+struct lt_tensor *lt_mul_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                            enum lt_type type);
 
 /* element-wise unary (F32 in, F32 out, same shape, contiguous result) */
 struct lt_tensor *lt_scale(struct lt_ctx *ctx, struct lt_tensor *a, float s);
@@ -99,6 +104,9 @@ struct lt_tensor *lt_soft_max_back(struct lt_ctx *ctx, struct lt_tensor *grad, s
 
 /* silu(gate) * up, same shapes */
 struct lt_tensor *lt_swiglu(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up);
+/* lt_swiglu with the result stored as type (F32, F16 or BF16), as lt_mul_as */
+struct lt_tensor *lt_swiglu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up,
+                               enum lt_type type);
 
 /* Causal depthwise conv1d. sx [d_conv - 1 + T, channels, n_seqs] holds, per channel, the
  * carried state (the previous d_conv - 1 inputs) followed by the T new inputs, time

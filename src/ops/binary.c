@@ -4,7 +4,9 @@
  * Both sources may have any strides (transposed, permuted, sliced, or broadcast views with
  * nb = 0) and be F32, F16 or BF16: each row is read as ne0 floats, in place when it is F32
  * with unit stride, otherwise converted into the thread's scratch. The result is
- * contiguous F32 of a's shape; threads split its rows.
+ * contiguous, of a's shape, F32, or F16 / BF16 when built so (lt_mul_as: an activation
+ * that only half-precision weights multiply is written in their type at once, rounded to
+ * nearest even from the F32 value); threads split its rows.
  *
  * Backward: b was tiled over a, so b's gradient is the sum over its tiles (lt_repeat_back
  * down to b's shape). Where a rule reads a forward source in a kernel (the other operand of
@@ -42,30 +44,40 @@ static void binary_apply(enum lt_op op, const float *x, const float *u, float *y
     }
 }
 
+/* Scratch floats of one thread: a row of a and of b, and of the result when it is not F32 */
+static size_t binary_thread_floats(const struct lt_tensor *node)
+{
+    return lt_scratch_floats(node->ne[0]) + lt_scratch_floats(node->src[1]->ne[0]) +
+           (node->type == LT_TYPE_F32 ? 0 : lt_scratch_floats(node->ne[0]));
+}
+
 static void binary_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
     const int64_t bne0 = b->ne[0];
-    float *abuf = (float *)p->wdata + (size_t)p->ith * (lt_scratch_floats(ne0) + lt_scratch_floats(bne0));
+    const bool f32 = node->type == LT_TYPE_F32;
+    float *abuf = (float *)p->wdata + (size_t)p->ith * binary_thread_floats(node);
     float *bbuf = abuf + lt_scratch_floats(ne0);
+    float *ybuf = bbuf + lt_scratch_floats(bne0); /* a half result's row, before rounding */
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
         const float *x = lt_row_f32(a, i1, i2, i3, abuf);
         const float *u = lt_row_f32(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3], bbuf);
-        float *y = (float *)node->data + r * ne0;
+        float *y = f32 ? (float *)node->data + r * ne0 : ybuf;
         /* b's row is tiled along the row in whole copies (bne0 divides ne0) */
         for (int64_t j = 0; j < ne0; j += bne0)
             binary_apply(node->op, x + j, u, y + j, bne0);
+        if (!f32)
+            lt_row_from_f32(node, i1, i2, i3, y);
     }
 }
 
 static size_t binary_work_size(const struct lt_tensor *node, int nth)
 {
-    return (size_t)nth * (lt_scratch_floats(node->ne[0]) + lt_scratch_floats(node->src[1]->ne[0])) *
-           sizeof(float);
+    return (size_t)nth * binary_thread_floats(node) * sizeof(float);
 }
 
 static bool binary_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -78,8 +90,8 @@ static bool binary_supported(const struct lt_tensor *node, char *reason, size_t 
             return false;
         }
     }
-    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
-        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32",
+    if (!lt_type_is_float(node->type) || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32, f16 or bf16",
                  lt_type_name(node->type), lt_layout_name(node));
         return false;
     }
@@ -91,7 +103,7 @@ static bool binary_supported(const struct lt_tensor *node, char *reason, size_t 
 }
 
 static struct lt_tensor *binary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
-                                    struct lt_tensor *b)
+                                    struct lt_tensor *b, enum lt_type type)
 {
     if (!a || !b) {
         /* an earlier constructor failed: keep its reason */
@@ -113,28 +125,38 @@ static struct lt_tensor *binary_new(struct lt_ctx *ctx, enum lt_op op, struct lt
                 (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
         return NULL;
     }
-    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, a->ne, (struct lt_tensor *[]){a, b},
-                            2);
+    if (!lt_type_is_float(type)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s' and '%s' into %s: the result must be f32, f16 or bf16",
+                lt_op_name(op), a->name, b->name, lt_type_name(type));
+        return NULL;
+    }
+    return lt_new_op_tensor(ctx, op, type, LT_MAX_DIMS, a->ne, (struct lt_tensor *[]){a, b}, 2);
 }
 
 struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
 {
-    return binary_new(ctx, LT_OP_ADD, a, b);
+    return binary_new(ctx, LT_OP_ADD, a, b, LT_TYPE_F32);
 }
 
 struct lt_tensor *lt_sub(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
 {
-    return binary_new(ctx, LT_OP_SUB, a, b);
+    return binary_new(ctx, LT_OP_SUB, a, b, LT_TYPE_F32);
 }
 
 struct lt_tensor *lt_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
 {
-    return binary_new(ctx, LT_OP_MUL, a, b);
+    return binary_new(ctx, LT_OP_MUL, a, b, LT_TYPE_F32);
+}
+
+struct lt_tensor *lt_mul_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                            enum lt_type type)
+{
+    return binary_new(ctx, LT_OP_MUL, a, b, type);
 }
 
 struct lt_tensor *lt_div(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
 {
-    return binary_new(ctx, LT_OP_DIV, a, b);
+    return binary_new(ctx, LT_OP_DIV, a, b, LT_TYPE_F32);
 }
 
 /* ---- backward rules ---- */

@@ -5,7 +5,9 @@
  * is always contiguous). Every layout is taken:
  *   - an F32 operand whose rows or columns are unit-strided goes to sgemm as it is (its
  *     other stride becomes the leading dimension, a transposed view becomes a transpose);
- *   - any other b is first copied, by all threads, into contiguous scratch (then a barrier);
+ *   - any other b is first copied, by all threads, into contiguous F32 scratch (then a
+ *     barrier): strided F32, or an F16 / BF16 b, which a of the same type may meet (an
+ *     activation a device multiplies without converting it; here it is only widened);
  *   - any other a (F16, BF16, quantised, or F32 with odd strides) is converted to F32 a
  *     tile of rows at a time, each thread its own tile in its own scratch, just before the
  *     sgemm that uses it, so the tile is still in cache and scratch stays small even for
@@ -46,6 +48,12 @@
 #include "lathe/ops.h"
 #include "ops/op.h"
 
+/* b may be F16 or BF16 when a is of that same type (the result stays F32) */
+static bool half_pair(enum lt_type ta, enum lt_type tb)
+{
+    return (tb == LT_TYPE_F16 || tb == LT_TYPE_BF16) && ta == tb;
+}
+
 struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
 {
     const struct lt_type_traits *ta = lt_type_traits(a->type);
@@ -54,8 +62,9 @@ struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_
                 lt_type_name(a->type));
         return NULL;
     }
-    if (b->type != LT_TYPE_F32) {
-        lt_fail(LT_ERR_INVALID, "mul_mat: '%s' is %s, not f32", b->name, lt_type_name(b->type));
+    if (b->type != LT_TYPE_F32 && !half_pair(a->type, b->type)) {
+        lt_fail(LT_ERR_INVALID, "mul_mat: '%s' is %s, not f32 nor %s's own type (%s)", b->name,
+                lt_type_name(b->type), a->name, lt_type_name(a->type));
         return NULL;
     }
     if (a->ne[0] != b->ne[0] || a->ne[2] == 0 || a->ne[3] == 0 || b->ne[2] % a->ne[2] != 0 ||
@@ -242,7 +251,7 @@ static bool mm_dot_plan(const struct lt_tensor *node, int nth, struct mm_plan *p
         p->chunks = p->M;
     /* F32 activations whose rows (for one head of a) lie at one stride are read in place */
     int64_t ne[4] = {1, p->N, p->r2, p->r3};
-    if (!k->quantised_x && b->nb[0] == sizeof(float))
+    if (!k->quantised_x && b->type == LT_TYPE_F32 && b->nb[0] == sizeof(float))
         p->dot_x_direct = uniform_row_stride(ne, b->nb, 3, (size_t)p->K * sizeof(float));
     /* otherwise the prepared rows, and for quantised a one b row as floats (b may be
      * strided) */
@@ -281,7 +290,7 @@ static void mm_plan_make(const struct lt_tensor *node, int nth, struct mm_plan *
         p->a_form = A_TILE_GATHER;
 
     /* b */
-    bool b_al = floats_aligned(b);
+    bool b_al = b->type == LT_TYPE_F32 && floats_aligned(b);
     p->b_nb2 = b->nb[2];
     p->b_nb3 = b->nb[3];
     if (b_al && f32_rows_ld(p->K, p->N, b->nb[0], b->nb[1], &p->ldb)) {
@@ -371,8 +380,9 @@ static bool mul_mat_supported(const struct lt_tensor *node, char *reason, size_t
         snprintf(reason, reason_size, "source 0 is quantised with split blocks");
         return false;
     }
-    if (b->type != LT_TYPE_F32) {
-        snprintf(reason, reason_size, "source 1 is %s, not f32", lt_type_name(b->type));
+    if (b->type != LT_TYPE_F32 && !half_pair(a->type, b->type)) {
+        snprintf(reason, reason_size, "source 1 is %s, not f32 nor source 0's type (%s)",
+                 lt_type_name(b->type), lt_type_name(a->type));
         return false;
     }
     if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
@@ -456,7 +466,8 @@ static row_to_f32_fn row_converter(enum lt_type type)
     return lt_type_traits(type)->to_float;
 }
 
-/* Copies b (any strides) into contiguous F32 scratch, rows split among the threads. */
+/* Copies b (any strides, F32 or half) into contiguous F32 scratch, rows split among the
+ * threads. */
 static void copy_b(const struct lt_compute_params *prm, const struct lt_tensor *b, float *dst)
 {
     int64_t K = b->ne[0], rows = b->ne[1] * b->ne[2] * b->ne[3];
@@ -467,6 +478,10 @@ static void copy_b(const struct lt_compute_params *prm, const struct lt_tensor *
         int64_t i1 = r % b->ne[1], i2 = (r / b->ne[1]) % b->ne[2], i3 = r / (b->ne[1] * b->ne[2]);
         const char *src = (const char *)b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
         float *d = dst + r * K;
+        if (b->type != LT_TYPE_F32) {
+            lt_row_to_f32(b, i1, i2, i3, d);
+            continue;
+        }
         for (int64_t k = 0; k < K; k++)
             memcpy(&d[k], src + k * s0, sizeof(float));
     }
@@ -551,7 +566,9 @@ static void mm_dot_prepare(const struct mm_plan *p, const struct lt_tensor *b, i
         const char *src = (const char *)b->data + i1 * b->nb[1] + i2 * b->nb[2] + i3 * b->nb[3];
         char *x = xs + r * p->dot_x_row;
         float *row = p->dot->quantised_x ? f32 : (float *)x;
-        if (b->nb[0] == sizeof(float) && p->dot->quantised_x) {
+        if (b->type != LT_TYPE_F32) {
+            lt_row_to_f32(b, i1, i2, i3, row); /* a half b (only ever with a half a) */
+        } else if (b->nb[0] == sizeof(float) && p->dot->quantised_x) {
             row = (float *)src; /* read in place (b's rows are float aligned) */
         } else if (b->nb[0] == sizeof(float)) {
             memcpy(row, src, (size_t)p->K * sizeof(float));

@@ -4,7 +4,8 @@
  * Sources may have any strides (transposed, permuted, sliced, broadcast with nb = 0) and
  * be F32, F16 or BF16: a kernel reads each source row as ne0 floats, in place when it is
  * F32 with unit stride, otherwise converted into its thread's scratch. Results are
- * contiguous F32 of the first source's shape; threads split the rows.
+ * contiguous F32 of the first source's shape (swiglu's may be F16 or BF16, lt_swiglu_as:
+ * computed in F32, rounded once to nearest even); threads split the rows.
  *
  * Backward rules build each derivative from these same ops. They prefer the result y
  * (always contiguous) to the source x where the derivative can be written in y (exp,
@@ -24,8 +25,8 @@
 /* Each source gets ne0 floats of scratch per thread. */
 static size_t rows_work_size(const struct lt_tensor *node, int nth)
 {
-    int n_src = node->src[1] ? 2 : 1;
-    return (size_t)nth * lt_scratch_floats(node->src[0]->ne[0]) * (size_t)n_src * sizeof(float);
+    int n_rows = (node->src[1] ? 2 : 1) + (node->type == LT_TYPE_F32 ? 0 : 1);
+    return (size_t)nth * lt_scratch_floats(node->src[0]->ne[0]) * (size_t)n_rows * sizeof(float);
 }
 
 /* A constructor handed NULL (an earlier constructor failed) keeps that failure's reason. */
@@ -233,14 +234,15 @@ static void pair_forward(const struct lt_compute_params *p, struct lt_tensor *no
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
-    float *buf = (float *)p->wdata + (size_t)p->ith * 2 * lt_scratch_floats(ne0);
+    const bool f32 = node->type == LT_TYPE_F32;
+    float *buf = (float *)p->wdata + (size_t)p->ith * (f32 ? 2 : 3) * lt_scratch_floats(ne0);
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
         const float *x = lt_row_f32(a, i1, i2, i3, buf);
         const float *u = lt_row_f32(b, i1, i2, i3, buf + lt_scratch_floats(ne0));
-        float *y = (float *)node->data + r * ne0;
+        float *y = f32 ? (float *)node->data + r * ne0 : buf + 2 * lt_scratch_floats(ne0);
         if (node->op == LT_OP_SWIGLU) {
             /* x: gate, u: up */
             for (int64_t i = 0; i < ne0; i++)
@@ -253,15 +255,25 @@ static void pair_forward(const struct lt_compute_params *p, struct lt_tensor *no
                 y[i] = x[i] * s * (1.0f + u[i] * (1.0f - s));
             }
         }
+        if (!f32)
+            lt_row_from_f32(node, i1, i2, i3, y);
     }
 }
 
 static bool pair_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (!check_source_float(node, 0, reason, reason_size) ||
-        !check_source_float(node, 1, reason, reason_size) ||
-        !check_result_f32(node, reason, reason_size))
+        !check_source_float(node, 1, reason, reason_size))
         return false;
+    if (node->op == LT_OP_SWIGLU && lt_type_is_float(node->type) && node->type != LT_TYPE_F32) {
+        if (!lt_is_contiguous(node)) {
+            snprintf(reason, reason_size, "the result is %s %s, not contiguous",
+                     lt_type_name(node->type), lt_layout_name(node));
+            return false;
+        }
+    } else if (!check_result_f32(node, reason, reason_size)) {
+        return false;
+    }
     if (!lt_same_shape(node, node->src[0]) || !lt_same_shape(node, node->src[1])) {
         snprintf(reason, reason_size, "the sources differ in shape from the result");
         return false;
@@ -270,7 +282,7 @@ static bool pair_supported(const struct lt_tensor *node, char *reason, size_t re
 }
 
 static struct lt_tensor *pair_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
-                                  struct lt_tensor *b)
+                                  struct lt_tensor *b, enum lt_type type)
 {
     if (!a || !b)
         return missing_source(op);
@@ -287,18 +299,28 @@ static struct lt_tensor *pair_new(struct lt_ctx *ctx, enum lt_op op, struct lt_t
                 (long long)b->ne[1], (long long)b->ne[2], (long long)b->ne[3]);
         return NULL;
     }
-    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, a->ne, (struct lt_tensor *[]){a, b},
-                            2);
+    if (!lt_type_is_float(type)) {
+        lt_fail(LT_ERR_INVALID, "%s of '%s' and '%s' into %s: the result must be f32, f16 or bf16",
+                lt_op_name(op), a->name, b->name, lt_type_name(type));
+        return NULL;
+    }
+    return lt_new_op_tensor(ctx, op, type, LT_MAX_DIMS, a->ne, (struct lt_tensor *[]){a, b}, 2);
 }
 
 struct lt_tensor *lt_swiglu(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up)
 {
-    return pair_new(ctx, LT_OP_SWIGLU, gate, up);
+    return pair_new(ctx, LT_OP_SWIGLU, gate, up, LT_TYPE_F32);
+}
+
+struct lt_tensor *lt_swiglu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up,
+                               enum lt_type type)
+{
+    return pair_new(ctx, LT_OP_SWIGLU, gate, up, type);
 }
 
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x)
 {
-    return pair_new(ctx, LT_OP_SILU_BACK, grad, x);
+    return pair_new(ctx, LT_OP_SILU_BACK, grad, x, LT_TYPE_F32);
 }
 
 /* ---- backward rules ---- */

@@ -209,21 +209,23 @@ static struct lt_tensor *b_mul_mat(struct build *b, const struct params *p)
 {
     struct lt_tensor *a = mk(b, p->type[0], p->lay[0], p->ne[0], p->ne[1], p->i[0], p->i[2],
                              FILL_UNIFORM, -1, 1);
-    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[1], p->ne[0], p->ne[2], p->i[1], p->i[3],
+    struct lt_tensor *x = mk(b, p->type[1], p->lay[1], p->ne[0], p->ne[2], p->i[1], p->i[3],
                              FILL_UNIFORM, -1, 1);
     return lt_mul_mat(b->ctx, a, x);
 }
 
-static void mm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_t N, int a2,
-                    int b2, int a3, int b3)
+/* a of type t, b of type tb: F32, or t itself for F16 / BF16 (cuBLAS reads it in place) */
+static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
+                      int64_t N, int a2, int b2, int a3, int b3)
 {
-    struct params p = P(la, lb, t, LT_TYPE_F32);
+    struct params p = P(la, lb, t, tb);
     p.ne[0] = K, p.ne[1] = M, p.ne[2] = N;
     p.i[0] = a2, p.i[1] = b2, p.i[2] = a3, p.i[3] = b3;
     const bool quant = lt_type_traits(t)->is_quantized;
     double tol = t == LT_TYPE_F32 ? TOL_MM_F32 : quant ? TOL_QUANT : TOL_HALF;
     char buf[64];
-    snprintf(buf, sizeof(buf), "%s/%s%s%s", lt_type_name(t), layout_names[la], la == lb ? "" : "+",
+    snprintf(buf, sizeof(buf), "%s%s%s/%s%s%s", lt_type_name(t), tb == LT_TYPE_F32 ? "" : "x",
+             tb == LT_TYPE_F32 ? "" : lt_type_name(tb), layout_names[la], la == lb ? "" : "+",
              la == lb ? "" : layout_names[lb]);
     if (b2 > a2 || b3 > a3)
         snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "/grp");
@@ -232,6 +234,12 @@ static void mm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_
     double err = run_case(LT_OP_MUL_MAT, buf, tol, b_mul_mat, &p);
     if (t == LT_TYPE_F32 && (err != err || err > mm_f32_worst))
         mm_f32_worst = err != err ? INFINITY : err;
+}
+
+static void mm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_t N, int a2,
+                    int b2, int a3, int b3)
+{
+    mm_case_b(t, LT_TYPE_F32, la, lb, K, M, N, a2, b2, a3, b3);
 }
 
 /* N <= 8 with a quantised a, or a small F16 / BF16 one, runs the backend's own kernel
@@ -277,6 +285,24 @@ static void test_matmul(void)
     }
     /* taller than one dequantised tile (64 MiB of F16 is 8192 rows of 4096): two tiles */
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 4096, 8200, 12, 1, 1, 1, 1);
+    /* half activations meeting weights of their own type (a model's prefill): b in place
+     * when one of its inner strides is one element, converted otherwise; few columns skip
+     * mmv (it reads F32 b) for cuBLAS */
+    for (int t = 1; t < 3; t++) {
+        for (int la = 0; la < L_COUNT; la++)
+            for (int lb = 0; lb < L_COUNT; lb++) {
+                if (la != lb && la != L_CONTIG && lb != L_CONTIG)
+                    continue;
+                mm_case_b(halfs[t], halfs[t], la, lb, 64, 48, 19, 1, 1, 1, 1);
+                mm_case_b(halfs[t], halfs[t], la, lb, 64, 48, 3, 1, 1, 1, 1);
+            }
+        mm_case_b(halfs[t], halfs[t], L_CONTIG, L_CONTIG, 64, 48, 1, 1, 1, 1, 1);
+        mm_case_b(halfs[t], halfs[t], L_CONTIG, L_CONTIG, 32, 16, 12, 2, 2, 1, 2);
+        mm_case_b(halfs[t], halfs[t], L_CONTIG, L_CONTIG, 32, 16, 12, 2, 6, 1, 1);
+        mm_case_b(halfs[t], halfs[t], L_CONTIG, L_PERMUTED, 32, 16, 12, 2, 6, 2, 2);
+        mm_case_b(halfs[t], halfs[t], L_TRANSPOSED, L_SLICED, 32, 16, 12, 3, 6, 1, 2);
+        mm_case_b(halfs[t], halfs[t], L_CONTIG, L_CONTIG, 1024, 384, 64, 1, 1, 1, 1);
+    }
 }
 
 /* ---- element-wise ---- */
@@ -298,7 +324,7 @@ static struct lt_tensor *b_binary(struct build *b, const struct params *p)
     switch (op) {
     case LT_OP_ADD: return lt_add(b->ctx, x, y);
     case LT_OP_SUB: return lt_sub(b->ctx, x, y);
-    case LT_OP_MUL: return lt_mul(b->ctx, x, y);
+    case LT_OP_MUL: return lt_mul_as(b->ctx, x, y, p->type[2]); /* type[2]: the result's */
     default: return lt_div(b->ctx, x, y);
     }
 }
@@ -339,7 +365,8 @@ static struct lt_tensor *b_pair(struct build *b, const struct params *p)
 {
     struct lt_tensor *x = mk(b, p->type[0], p->lay[0], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
     struct lt_tensor *y = mk(b, p->type[1], p->lay[1], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
-    return p->i[0] == LT_OP_SWIGLU ? lt_swiglu(b->ctx, x, y) : lt_silu_back(b->ctx, x, y);
+    return p->i[0] == LT_OP_SWIGLU ? lt_swiglu_as(b->ctx, x, y, p->type[2])
+                                   : lt_silu_back(b->ctx, x, y);
 }
 
 static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
@@ -364,6 +391,18 @@ static void test_elementwise(void)
                 p.i[0] = bins[o], p.i[1] = k;
                 run_case(bins[o], lbl(layout_names[l], bcast[k]), TOL_F32, b_binary, &p);
             }
+    /* MUL writing a half activation (the model's norms and gates): CPU and device round the
+     * same F32 product to nearest even */
+    static const enum lt_type half_out[] = {LT_TYPE_BF16, LT_TYPE_F16};
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < L_COUNT; l++)
+            for (int k = 0; k < 2; k++) {
+                p = P(l, k == 0 ? (l + 3) % L_COUNT : L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                p.type[2] = half_out[h];
+                p.i[0] = LT_OP_MUL, p.i[1] = k;
+                run_case(LT_OP_MUL, lbl(layout_names[l], lt_type_name(half_out[h])), TOL_F32,
+                         b_binary, &p);
+            }
     for (int u = 0; u < 13; u++)
         for (int l = 0; l < L_COUNT; l++) {
             enum lt_type t = l == L_SLICED ? LT_TYPE_F16 : l == L_BROADCAST ? LT_TYPE_BF16 : LT_TYPE_F32;
@@ -378,6 +417,16 @@ static void test_elementwise(void)
             p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, l == L_CONTIG ? LT_TYPE_BF16 : LT_TYPE_F32);
             p.i[0] = pairs[o];
             run_case(pairs[o], layout_names[l], TOL_F32, b_pair, &p);
+        }
+    /* SWIGLU writing a half activation (ffn_down's input): expf may differ in the last bit
+     * between CPU and device, which can move a rounding by one half ulp */
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < L_COUNT; l++) {
+            p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
+            p.type[2] = h ? LT_TYPE_F16 : LT_TYPE_BF16;
+            p.i[0] = LT_OP_SWIGLU;
+            run_case(LT_OP_SWIGLU, lbl(layout_names[l], lt_type_name(p.type[2])), TOL_HALF,
+                     b_pair, &p);
         }
     static const enum lt_op reds[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM};
     for (int o = 0; o < 3; o++)

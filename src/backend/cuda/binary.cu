@@ -1,8 +1,9 @@
 /* binary.cu: ADD, SUB, MUL and DIV on the device, b broadcast (tiled) over a:
  *   y[i0, i1, i2, i3] = a[i0, i1, i2, i3] op b[i0 % b.ne0, i1 % b.ne1, i2 % b.ne2, i3 % b.ne3]
  * Sources are F32, F16 or BF16 of any strides (broadcast views with nb = 0 included); the
- * result is contiguous F32 of a's shape. A contiguous F32 a with a contiguous F32 b that is
- * either a's shape or one row takes a path without index arithmetic. */
+ * result is contiguous of a's shape, F32, or F16 / BF16 (lt_mul_as: the value computed in
+ * F32, rounded to nearest even, as the CPU does). A contiguous F32 a with a contiguous F32
+ * b that is either a's shape or one row takes a path without index arithmetic. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -18,7 +19,7 @@ bool binary_cuda_supported(const struct lt_tensor *node, char *reason, size_t re
     }
     if (!cu_check_source(node, 0, CU_TYPES_FLOAT, reason, reason_size) ||
         !cu_check_source(node, 1, CU_TYPES_FLOAT, reason, reason_size) ||
-        !cu_check_result_f32(node, reason, reason_size))
+        !cu_check_result_float(node, reason, reason_size))
         return false;
     if (!lt_same_shape(node, node->src[0]) || !lt_can_repeat(node->src[1], node->src[0])) {
         snprintf(reason, reason_size, "source 1 cannot be broadcast over source 0");
@@ -42,22 +43,24 @@ template <int OP>
 static __global__ void binary_kernel(struct cu_t a, struct cu_t b, struct cu_t out)
 {
     const int64_t n = cu_nelements(out);
-    float *y = (float *)out.data;
+    const int es = out.type == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
         cu_unravel(f, out.ne, i0, i1, i2, i3);
-        y[f] = apply<OP>(cu_get(a, i0, i1, i2, i3),
-                         cu_get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3]));
+        cu_store(out.data + f * es, out.type,
+                 apply<OP>(cu_get(a, i0, i1, i2, i3),
+                           cu_get(b, i0 % b.ne[0], i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3])));
     }
 }
 
-/* a contiguous, b contiguous and repeating with period bn */
-template <int OP>
-static __global__ void binary_flat_kernel(const float *a, const float *b, float *y, int64_t n,
+/* a contiguous, b contiguous and repeating with period bn; y of type YT (F32, F16, BF16) */
+template <int OP, int YT>
+static __global__ void binary_flat_kernel(const float *a, const float *b, char *y, int64_t n,
                                           int64_t bn)
 {
+    const int es = YT == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
-        y[f] = apply<OP>(a[f], b[bn == n ? f : f % bn]);
+        cu_store(y + f * es, YT, apply<OP>(a[f], b[bn == n ? f : f % bn]));
 }
 
 template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *node)
@@ -71,9 +74,18 @@ template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *
                       (lt_same_shape(a, b) ||
                        (b->ne[0] == a->ne[0] && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1));
     if (flat) {
-        binary_flat_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(
-            (const float *)a->data, (const float *)b->data, (float *)node->data, n,
-            lt_nelements(b));
+        const float *ad = (const float *)a->data, *bd = (const float *)b->data;
+        char *y = (char *)node->data;
+        const unsigned blocks = cu_blocks(n, 256);
+        if (node->type == LT_TYPE_BF16)
+            binary_flat_kernel<OP, LT_TYPE_BF16>
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
+        else if (node->type == LT_TYPE_F16)
+            binary_flat_kernel<OP, LT_TYPE_F16>
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
+        else
+            binary_flat_kernel<OP, LT_TYPE_F32>
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
         return cu_launched("binary_flat");
     }
     binary_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a), cu_view(b),

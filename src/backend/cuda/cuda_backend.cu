@@ -136,6 +136,17 @@ bool cu_check_result_f32(const struct lt_tensor *node, char *reason, size_t reas
     return true;
 }
 
+bool cu_check_result_float(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const size_t es = node->type == LT_TYPE_F32 ? 4 : 2;
+    if (!cu_type_is_float(node->type) || !lt_is_contiguous(node) || node->view_offs % es != 0) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32, f16 or bf16",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
+    return true;
+}
+
 /* ---- the op -> family table ---- */
 
 static const struct cuda_family *const all_families[] = {

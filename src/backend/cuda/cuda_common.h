@@ -108,6 +108,9 @@ bool cu_check_source(const struct lt_tensor *node, int i, uint64_t types, char *
                      size_t reason_size);
 /* The node is contiguous F32. */
 bool cu_check_result_f32(const struct lt_tensor *node, char *reason, size_t reason_size);
+/* The node is contiguous F32, F16 or BF16 (an element-wise op that may write a half
+ * activation). */
+bool cu_check_result_float(const struct lt_tensor *node, char *reason, size_t reason_size);
 
 #define CU_TYPE_BIT(t) ((uint64_t)1 << (t))
 #define CU_TYPES_FLOAT (CU_TYPE_BIT(LT_TYPE_F32) | CU_TYPE_BIT(LT_TYPE_F16) | CU_TYPE_BIT(LT_TYPE_BF16))

@@ -8,14 +8,16 @@
  * The compute type of A and B (ct) follows a:
  *   - F32 a: F32 b, CUBLAS_COMPUTE_32F (no TF32: the CPU's float32 results within 1e-5);
  *   - F16 / BF16 a: b converted to a's type, tensor cores with F32 accumulation and an F32
- *     result (b is rounded to a's precision: ~1e-6 normalised error for BF16);
+ *     result (b is rounded to a's precision: ~1e-6 normalised error for BF16); a b already
+ *     of a's type (the model's prefill activations, written so by the op producing them)
+ *     is read as it is, which saves the conversion kernel;
  *   - quantised a: dequantised to F16 in tiles of rows, b converted to F16, as for F16
  *     (an activation beyond F16's range, 65504, would become inf).
  * a is used in place when its type is ct and one of its two inner strides is one element;
  * otherwise (other strides, or quantised) it is converted tile by tile into scratch, at
  * most TILE_BYTES at a time, each tile's products queued before the next tile overwrites
- * it (one stream keeps them in order). b is used in place when ct is F32 and one of its
- * inner strides is one float, else converted whole into scratch.
+ * it (one stream keeps them in order). b is used in place when it is of type ct and one of
+ * its inner strides is one element, else converted whole into scratch.
  *
  * Few columns (N <= MMV_MAX_N: decode) with a quantised a, or an F16 / BF16 a of at most
  * MMV_HALF_MAX_BYTES, take a kernel of our own instead (mmv): a warp per output row reads
@@ -23,8 +25,10 @@
  * dequantisation otherwise), and sums its products with the F32 columns of b in F32. It
  * converts nothing into scratch, which is what dominates a product with one token (a
  * dequantised weight would be written and read back whole), and it is more exact than the
- * tensor-core path (b is not rounded). Measured on an H200 with one token: BF16 1024x3584
- * 15 us against 20 us through conversion + cuBLAS, but the 1024x248320 output head 287 us
+ * tensor-core path (b is not rounded). It reads F32 b only: a half b (which the model
+ * does not feed it: batches of 8 tokens or fewer keep F32 activations) goes to cuBLAS in
+ * place. Measured on an H200 with one token: BF16 1024x3584 15 us against 20 us through
+ * conversion + cuBLAS, but the 1024x248320 output head 287 us
  * against 137 us (mmv reads at ~1.8 TB/s, cuBLAS at ~3.7), hence the size limit for half
  * weights; quantised weights have no cheaper path (dequantising a whole Q8_0 head into
  * scratch costs more than mmv's 1.0 ms).
@@ -134,12 +138,12 @@ static bool mm_plan_make(const struct lt_tensor *node, struct mm_plan *p, char *
     }
 
     /* b: K x N, column n at nb1 (op N), or its transpose (op T) */
-    p->b_direct = p->ct == LT_TYPE_F32 && direct_ld(p->K, p->N, b->nb[0], b->nb[1], 4, &trans,
-                                                    &p->ldb);
+    p->b_direct = b->type == p->ct && direct_ld(p->K, p->N, b->nb[0], b->nb[1], p->es, &trans,
+                                                &p->ldb);
     if (p->b_direct) {
         p->op_b = trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-        p->sb2 = (int64_t)(b->nb[2] / 4);
-        p->sb3 = (int64_t)(b->nb[3] / 4);
+        p->sb2 = (int64_t)(b->nb[2] / p->es);
+        p->sb3 = (int64_t)(b->nb[3] / p->es);
     } else {
         p->op_b = CUBLAS_OP_N;
         p->ldb = p->K > 0 ? p->K : 1;
@@ -158,8 +162,13 @@ bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t re
         snprintf(reason, reason_size, "%s is not a matrix product", lt_op_name(node->op));
         return false;
     }
+    /* b is F32, or F16 / BF16 when a is of that same type */
+    const enum lt_type ta = node->src[0]->type, tb = node->src[1]->type;
+    const uint64_t b_types = CU_TYPES_F32 | ((ta == LT_TYPE_F16 || ta == LT_TYPE_BF16) && tb == ta
+                                                 ? CU_TYPE_BIT(ta)
+                                                 : 0);
     if (!cu_check_source(node, 0, CU_TYPES_FLOAT | CU_TYPES_QUANT, reason, reason_size) ||
-        !cu_check_source(node, 1, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, 1, b_types, reason, reason_size) ||
         !cu_check_result_f32(node, reason, reason_size))
         return false;
     struct mm_plan p;
@@ -168,14 +177,14 @@ bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t re
 
 /* ---- conversions into scratch ---- */
 
-/* b (F32, any strides) into contiguous [K, N, B2, B3] of type ct */
+/* b (F32, F16 or BF16, any strides) into contiguous [K, N, B2, B3] of type ct */
 static __global__ void convert_b_kernel(struct cu_t b, char *dst, int ct, int es)
 {
     const int64_t n = cu_nelements(b);
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
         cu_unravel(f, b.ne, i0, i1, i2, i3);
-        cu_store(dst + f * es, ct, cu_getf(b, i0, i1, i2, i3));
+        cu_store(dst + f * es, ct, cu_get(b, i0, i1, i2, i3));
     }
 }
 
@@ -236,7 +245,7 @@ static lt_status head_products(struct cuda_ctx *c, const struct mm_plan *p, cons
     g.lda = lda;
     g.ldb = p->ldb;
     g.ldc = p->M;
-    g.b = bbase + ((size_t)i3 * p->sb3 + (size_t)(a2 * p->r2) * p->sb2) * (p->b_direct ? 4 : p->es);
+    g.b = bbase + ((size_t)i3 * p->sb3 + (size_t)(a2 * p->r2) * p->sb2) * p->es;
     g.c = cbase + (size_t)i3 * MN * p->B2 + (size_t)(a2 * p->r2) * MN + m0;
     if (p->r2 == 1 || p->fold) {
         g.n = p->N * p->r2;
@@ -262,7 +271,7 @@ static lt_status run_direct(struct cuda_ctx *c, const struct mm_plan *p, const s
         if (p->r2 == 1 && p->B2 > 1) {
             /* every head at once: A, B and C advance together over i2 */
             struct gemm_args g = {p->op_a, p->op_b, p->M, p->N, p->K, a3p, p->lda, p->sa2,
-                                  bbase + (size_t)i3 * p->sb3 * (p->b_direct ? 4 : p->es),
+                                  bbase + (size_t)i3 * p->sb3 * p->es,
                                   p->ldb, p->sb2, cbase + (size_t)i3 * MN * p->B2, p->M, MN,
                                   p->B2};
             st = gemm(c, p, &g);
@@ -377,9 +386,9 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
     }
 }
 
-static bool use_mmv(const struct lt_tensor *a, const struct mm_plan *p)
+static bool use_mmv(const struct lt_tensor *a, const struct lt_tensor *b, const struct mm_plan *p)
 {
-    if (p->N > MMV_MAX_N || a->type == LT_TYPE_F32)
+    if (p->N > MMV_MAX_N || a->type == LT_TYPE_F32 || b->type != LT_TYPE_F32)
         return false;
     return lt_type_traits(a->type)->is_quantized ||
            p->K * p->M * p->A2 * p->A3 * 2 <= MMV_HALF_MAX_BYTES;
@@ -419,7 +428,7 @@ lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     if (p.K == 0)
         return cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
                         "zeroing an empty product");
-    if (use_mmv(a, &p))
+    if (use_mmv(a, b, &p))
         return run_mmv(c, &p, a, b, (float *)node->data);
     const char *bbase = (const char *)b->data;
     if (!p.b_direct) {

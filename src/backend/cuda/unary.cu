@@ -2,7 +2,7 @@
  * sqrt, sin, cos, abs, neg, relu), SWIGLU and SILU_BACK on the device.
  *
  * Sources are F32, F16 or BF16 of any strides; results are contiguous F32 of source 0's
- * shape. The formulas are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float
+ * shape (SWIGLU's may be F16 or BF16, lt_swiglu_as: rounded to nearest even from F32). The formulas are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float
  * functions (no fast math): softplus is linear above 20 like torch.nn.Softplus. */
 #include <stdio.h>
 
@@ -26,7 +26,8 @@ bool unary_cuda_supported(const struct lt_tensor *node, char *reason, size_t rea
     }
     if (!cu_check_source(node, 0, CU_TYPES_FLOAT, reason, reason_size) ||
         (is_pair(node->op) && !cu_check_source(node, 1, CU_TYPES_FLOAT, reason, reason_size)) ||
-        !cu_check_result_f32(node, reason, reason_size))
+        (node->op == LT_OP_SWIGLU ? !cu_check_result_float(node, reason, reason_size)
+                                  : !cu_check_result_f32(node, reason, reason_size)))
         return false;
     if (!lt_same_shape(node, node->src[0]) ||
         (is_pair(node->op) && !lt_same_shape(node, node->src[1]))) {
@@ -84,11 +85,12 @@ static __global__ void unary_flat_kernel(int op, float s, const float *a, float 
 static __global__ void pair_kernel(int op, struct cu_t a, struct cu_t b, struct cu_t out)
 {
     const int64_t n = cu_nelements(out);
-    float *y = (float *)out.data;
+    const int es = out.type == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
         cu_unravel(f, out.ne, i0, i1, i2, i3);
-        y[f] = apply_pair(op, cu_get(a, i0, i1, i2, i3), cu_get(b, i0, i1, i2, i3));
+        cu_store(out.data + f * es, out.type,
+                 apply_pair(op, cu_get(a, i0, i1, i2, i3), cu_get(b, i0, i1, i2, i3)));
     }
 }
 
