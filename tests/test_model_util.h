@@ -103,7 +103,12 @@ struct tm_writer {
     int n_bufs;
 };
 
-/* A random F32 tensor: offset + scale * U(-1, 1). */
+/* The type tm_write_model stores the projection matrices in (every matrix but the token
+ * embedding and the DeltaNet conv kernel): F32, F16 or BF16. The values drawn are the same;
+ * a half type rounds them. */
+static enum lt_type tm_matrix_type = LT_TYPE_F32;
+
+/* A random tensor: offset + scale * U(-1, 1), F32 (or tm_matrix_type, for a projection). */
 static void tm_tensor(struct tm_writer *tw, const char *name, int64_t ne0, int64_t ne1, float scale,
                       float offset)
 {
@@ -113,8 +118,16 @@ static void tm_tensor(struct tm_writer *tw, const char *name, int64_t ne0, int64
         d[i] = offset + scale * tm_rand();
     tw->bufs[tw->n_bufs++] = d;
     int64_t ne[2] = {ne0, ne1};
-    lt_gguf_writer_add_tensor(tw->w, name, LT_TYPE_F32, ne1 > 1 ? 2 : 1, ne, d,
-                              sizeof(float) * (size_t)n);
+    enum lt_type type = ne1 > 1 && !strstr(name, "token_embd") && !strstr(name, "conv1d")
+                            ? tm_matrix_type
+                            : LT_TYPE_F32;
+    if (type != LT_TYPE_F32) { /* halves written over the first half of d */
+        uint16_t *h = (uint16_t *)d;
+        for (int64_t i = 0; i < n; i++)
+            h[i] = type == LT_TYPE_BF16 ? lt_fp32_to_bf16(d[i]) : lt_fp32_to_fp16(d[i]);
+    }
+    lt_gguf_writer_add_tensor(tw->w, name, type, ne1 > 1 ? 2 : 1, ne, d,
+                              lt_row_size(type, ne0) * (size_t)ne1);
 }
 
 static void tm_blk(struct tm_writer *tw, int il, const char *suffix, int64_t ne0, int64_t ne1,

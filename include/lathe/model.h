@@ -158,6 +158,12 @@ struct lt_session_params {
     int n_backends;
     enum lt_type kv_type; /* LT_TYPE_F32 (0, the default) or LT_TYPE_F16 */
     int n_threads;        /* for a CPU backend the session creates; <= 0: all cores */
+    /* Batches of more than 8 tokens write the activations that only F16 / BF16 weights
+     * multiply in that type, so a device's products read them without a conversion (they
+     * are rounded once, as that product would round them anyway). 0: when the first
+     * backend is a device (on the CPU it saves nothing and only rounds); > 0: always;
+     * < 0: never. */
+    int half_acts;
     /* LoRA adapters (and replacements) every graph of the session reads; NULL: none. The
      * list must outlive the session. */
     const struct lt_model_adapters *adapters;

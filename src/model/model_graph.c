@@ -8,7 +8,13 @@
  * zero state (training).
  *
  * Slices of fused projections stay views (q and gate out of Qwen3.5's attn_q, q/k/v out of
- * the DeltaNet conv output): that is the graph training has to differentiate. */
+ * the DeltaNet conv output): that is the graph training has to differentiate.
+ *
+ * Activations are F32, except with b->half_acts (inference, chosen by the session): then
+ * the ops whose results only F16 / BF16 weights multiply write them in that type (act_type):
+ * the attention and FFN norms, the SwiGLU product, Qwen3.5's gated attention output and
+ * gated DeltaNet norm. llama's and qwen2's merged attention output (a CONT) and the final
+ * norm (the head often reads one column of it) stay F32. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,11 +74,33 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
     return y;
 }
 
-/* rms_norm(x) * w */
-static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w)
+/* The type to store an activation in when the products that read it are by the weights
+ * ws[0..n) alone: their type when b->half_acts and they are all F16, or all BF16, as the
+ * graph reads them (W), with no LoRA adapter on them (its A is F32 and reads the same
+ * activation); F32 otherwise. */
+static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws)
+{
+    if (!b->half_acts || n < 1 || !ws[0])
+        return LT_TYPE_F32;
+    enum lt_type t = W(b, ws[0])->type;
+    if (t != LT_TYPE_F16 && t != LT_TYPE_BF16)
+        return LT_TYPE_F32;
+    for (int i = 0; i < n; i++) {
+        if (!ws[i] || W(b, ws[i])->type != t)
+            return LT_TYPE_F32;
+        for (int j = 0; b->ad && j < b->ad->n_lora; j++)
+            if (b->ad->lora[j].w == ws[i])
+                return LT_TYPE_F32;
+    }
+    return t;
+}
+
+/* rms_norm(x) * w, stored as type */
+static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w,
+                              enum lt_type type)
 {
     struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
-    return n ? lt_mul(b->ctx, n, W(b, w)) : NULL;
+    return n ? lt_mul_as(b->ctx, n, W(b, w), type) : NULL;
 }
 
 static struct lt_tensor *add_bias(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *bias)
@@ -124,7 +152,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         size_t es = sizeof(float);
         q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, 0), "Qcur_view", il);
         gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, D * es), "gate", il);
-        q = q ? named(norm(b, q, ly->q_norm), "Qcur_normed", il) : NULL;
+        q = q ? named(norm(b, q, ly->q_norm, LT_TYPE_F32), "Qcur_normed", il) : NULL;
     } else {
         q = add_bias(b, mm(b, ly->wq, x), ly->bq);
         q = q ? lt_reshape_3d(ctx, q, D, H, N) : NULL;
@@ -133,7 +161,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *v = add_bias(b, mm(b, ly->wv, x), ly->bv);
     k = k ? lt_reshape_3d(ctx, k, D, Hkv, N) : NULL;
     if (k && hp->arch == LT_ARCH_QWEN35)
-        k = named(norm(b, k, ly->k_norm), "Kcur_normed", il);
+        k = named(norm(b, k, ly->k_norm, LT_TYPE_F32), "Kcur_normed", il);
     if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)) ||
         (st = lt_mb_check(v, "Vcur", il)))
         return st;
@@ -153,7 +181,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     if (o && gate) {
         struct lt_tensor *gs = named(lt_sigmoid(ctx, gate), "gate_sigmoid", il);
         gs = gs ? lt_reshape_2d(ctx, gs, D * H, N) : NULL;
-        o = gs ? named(lt_mul(ctx, o, gs), "attn_gated", il) : NULL;
+        o = gs ? named(lt_mul_as(ctx, o, gs, act_type(b, 1, &ly->wo)), "attn_gated", il) : NULL;
     }
     o = o ? named(mm(b, ly->wo, o), "attn_out", il) : NULL;
     *out = o;
@@ -247,8 +275,9 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head */
     struct lt_tensor *z4 = lt_reshape_4d(ctx, z, Sv, Hv, T, S);
     struct lt_tensor *zs = z4 ? named(lt_silu(ctx, z4), "z_silu", il) : NULL;
-    struct lt_tensor *on = o ? norm(b, o, ly->ssm_norm) : NULL;
-    on = on && zs ? named(lt_mul(ctx, on, zs), "attn_out_norm", il) : NULL;
+    struct lt_tensor *on = o ? norm(b, o, ly->ssm_norm, LT_TYPE_F32) : NULL;
+    on = on && zs ? named(lt_mul_as(ctx, on, zs, act_type(b, 1, &ly->ssm_out)), "attn_out_norm", il)
+                  : NULL;
     on = on ? lt_reshape_2d(ctx, on, value_dim, T * S) : NULL;
     struct lt_tensor *y = on ? named(mm(b, ly->ssm_out, on), "linear_attn_out", il) : NULL;
     *out = y;
@@ -260,7 +289,10 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     const struct lt_model_layer *ly = &b->m->layers[il];
     struct lt_tensor *gate = named(mm(b, ly->ffn_gate, x), "ffn_gate", il);
     struct lt_tensor *up = named(mm(b, ly->ffn_up, x), "ffn_up", il);
-    struct lt_tensor *h = gate && up ? named(lt_swiglu(b->ctx, gate, up), "ffn_swiglu", il) : NULL;
+    struct lt_tensor *h =
+        gate && up
+            ? named(lt_swiglu_as(b->ctx, gate, up, act_type(b, 1, &ly->ffn_down)), "ffn_swiglu", il)
+            : NULL;
     return h ? named(mm(b, ly->ffn_down, h), "ffn_out", il) : NULL;
 }
 
@@ -277,20 +309,29 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
         return st;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct lt_model_layer *ly = &m->layers[il];
-        struct lt_tensor *h = named(norm(b, x, ly->attn_norm), "attn_norm", il), *a;
+        struct lt_tensor *readers[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
+        if (!ly->recurrent) {
+            readers[0] = ly->wq;
+            readers[1] = ly->wk;
+            readers[2] = ly->wv;
+        }
+        enum lt_type ht = act_type(b, ly->recurrent ? 4 : 3, readers);
+        struct lt_tensor *h = named(norm(b, x, ly->attn_norm, ht), "attn_norm", il), *a;
         if ((st = lt_mb_check(h, "attn_norm", il)))
             return st;
         st = ly->recurrent ? build_delta_layer(b, il, h, &a) : build_attn_layer(b, il, h, &a);
         if (st != LT_OK)
             return st;
         struct lt_tensor *r = named(lt_add(ctx, x, a), "ffn_inp", il);
-        struct lt_tensor *hn = r ? named(norm(b, r, ly->ffn_norm), "ffn_norm", il) : NULL;
+        struct lt_tensor *ffn_in[2] = {ly->ffn_gate, ly->ffn_up};
+        struct lt_tensor *hn =
+            r ? named(norm(b, r, ly->ffn_norm, act_type(b, 2, ffn_in)), "ffn_norm", il) : NULL;
         struct lt_tensor *f = hn ? ffn(b, il, hn) : NULL;
         x = f ? named(lt_add(ctx, r, f), "l_out", il) : NULL;
         if ((st = lt_mb_check(x, "l_out", il)))
             return st;
     }
-    x = named(norm(b, x, m->out_norm), "result_norm", -1);
+    x = named(norm(b, x, m->out_norm, LT_TYPE_F32), "result_norm", -1);
     *hidden = x;
     return lt_mb_check(x, "result_norm", -1);
 }

@@ -92,6 +92,11 @@ struct lt_mb {
     struct lt_tensor *pos;     /* I32 [n_tokens * n_seqs]: each column's position */
     struct lt_tensor *kq_mask; /* optional additive mask [n_kv, n_tokens, 1, n_seqs] */
     bool causal;               /* causal mask in soft_max (prefill, training) */
+    /* inference only (no gradients): an activation that only F16 / BF16 weights multiply is
+     * written in their type by the op producing it, so a device's product reads it as it
+     * is instead of converting it first (set for batches of more than 8 tokens, which a
+     * device multiplies with tensor cores; fewer stay F32 for its exact few-column kernel) */
+    bool half_acts;
     const struct lt_mb_hooks *hooks;
 };
 

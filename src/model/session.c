@@ -381,6 +381,8 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
                       .pos = pos,
                       .kq_mask = mask,
                       .causal = !sp->decode,
+                      .half_acts = N > 8 && (s->p.half_acts > 0 ||
+                                             (s->p.half_acts == 0 && !s->be[0]->is_host)),
                       .hooks = &hooks};
     struct lt_tensor *hidden, *logits;
     if ((st = lt_mb_forward(&b, tok, &hidden)) != LT_OK)
