@@ -1,16 +1,21 @@
-/* bench_matmul.c: BF16 weights times F32 activations through lathe's CUDA backend (a
- * one-node graph run by the scheduler: convert the activations to BF16, then cuBLAS with
- * F32 accumulation and an F32 result) against cuBLAS called directly on the same BF16
- * operands (no conversion), for Qwen3.5-0.8B's shapes: hidden 1024, intermediate 3584,
- * vocabulary 248320; 1, 64 and 512 tokens.
+/* bench_matmul.c: BF16 weights times activations through lathe's CUDA backend (a one-node
+ * graph run by the scheduler) against cuBLAS called directly on the same BF16 operands, for
+ * Qwen3.5-0.8B's shapes: hidden 1024, intermediate 3584, vocabulary 248320; 1, 64 and 512
+ * tokens. lathe is timed on two paths:
+ *   - "f32 x": F32 activations (decode's, and every model's before half activations):
+ *     converted to BF16 into scratch, then cuBLAS with F32 accumulation and an F32 result;
+ *   - "bf16 x": BF16 activations, as a model's prefill of more than 8 tokens now feeds its
+ *     BF16 weights (the norm, SwiGLU or gate op writes them in BF16): cuBLAS reads them in
+ *     place, no conversion kernel.
  *
- * Both sides are timed the same way: wall clock around one product and a synchronisation,
- * median of the timed repetitions after warm-ups, so lathe's figure includes its
- * scheduler, its conversion kernel and its stream synchronisation, and the ratio is
- * lathe / cuBLAS (1.0 = no overhead). The two results are compared as a sanity check.
- * With 8 tokens or fewer and weights of at most 16 MiB lathe runs its own kernel (mmv) on
- * the BF16 weights and the F32 activations, so its result differs from cuBLAS's by the
- * rounding of the activations to BF16 that cuBLAS's operands carry (nmse ~1e-6).
+ * All are timed the same way: wall clock around one product and a synchronisation,
+ * median of the timed repetitions after warm-ups, so lathe's figures include its
+ * scheduler and its stream synchronisation, and each ratio is lathe / cuBLAS (1.0 = no
+ * overhead). The results are compared with cuBLAS's as a sanity check (nmse). With 8 tokens
+ * or fewer and weights of at most 16 MiB, "f32 x" runs lathe's own kernel (mmv) on the
+ * BF16 weights and the F32 activations, so its result differs from cuBLAS's by the
+ * rounding of the activations to BF16 that cuBLAS's operands carry (nmse ~1e-6); "bf16 x"
+ * is cuBLAS on cuBLAS's own operands (mmv reads F32 activations only), so ~0.
  *
  * A second table times lathe alone on quantised weights (Q8_0, Q4_K, Q6_K; random blocks
  * with small scales), which have no cuBLAS peer: the effective weight bandwidth shows how
@@ -77,6 +82,63 @@ static int cuda_ok(cudaError_t e, const char *what)
     return 0;
 }
 
+/* lathe's product of the BF16 weights w_host [K, M] and activations x_host [K, N] of type
+ * xt (F32 or BF16), a one-node graph on CUDA0: the median time into *median, the result
+ * into y. Returns 0 on failure. */
+static int time_lathe(struct lt_backend *cuda, int64_t K, int64_t M, int64_t N, enum lt_type xt,
+                      const uint16_t *w_host, const void *x_host, int reps, double *times,
+                      float *y_out, double *median_s)
+{
+    int ok = 0;
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_BF16, K, M);
+    struct lt_tensor *x = lt_new_tensor_2d(ctx, xt, K, N);
+    struct lt_tensor *y = lt_mul_mat(ctx, w, x);
+    struct lt_graph *g = lt_graph_new(ctx, 8);
+    struct lt_sched *s = lt_sched_new(&cuda, 1);
+    if (!y || !g || !s) {
+        fprintf(stderr, "lathe graph (%s x): %s\n", lt_type_name(xt), lt_last_error());
+        goto out;
+    }
+    y->flags |= LT_FLAG_OUTPUT;
+    if (lt_graph_build(g, y) != LT_OK || lt_sched_place(s, g, true, NULL) != LT_OK ||
+        lt_sched_alloc(s, g) != LT_OK ||
+        lt_tensor_set(w, w_host, 0, 2 * (size_t)(K * M)) != LT_OK ||
+        lt_tensor_set(x, x_host, 0, lt_nbytes(x)) != LT_OK) {
+        fprintf(stderr, "lathe setup (%s x): %s\n", lt_type_name(xt), lt_last_error());
+        goto out;
+    }
+    for (int r = -3; r < reps; r++) {
+        double t0 = now_s();
+        if (lt_sched_compute(s, g) != LT_OK) {
+            fprintf(stderr, "lathe compute (%s x): %s\n", lt_type_name(xt), lt_last_error());
+            goto out;
+        }
+        if (r >= 0)
+            times[r] = now_s() - t0;
+    }
+    if (lt_tensor_get(y, y_out, 0, sizeof(float) * (size_t)(M * N)) != LT_OK)
+        goto out;
+    *median_s = median(times, reps);
+    ok = 1;
+out:
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    return ok;
+}
+
+/* normalised squared error of y against ref */
+static double nmse(const float *y, const float *ref, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
 /* One shape and token count; returns 0 on failure. */
 static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct shape *sh,
                      int64_t N, const uint16_t *w_host, int reps)
@@ -85,39 +147,17 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
     int ok = 0;
     float *x_host = malloc(sizeof(float) * (size_t)(K * N));
     uint16_t *xb_host = malloc(2 * (size_t)(K * N));
-    float *y_lathe = malloc(sizeof(float) * (size_t)(M * N));
+    float *y_f32x = malloc(sizeof(float) * (size_t)(M * N));
+    float *y_bf16x = malloc(sizeof(float) * (size_t)(M * N));
     float *y_blas = malloc(sizeof(float) * (size_t)(M * N));
-    double *t_lathe = malloc(sizeof(double) * (size_t)reps), *t_blas = malloc(sizeof(double) * (size_t)reps);
+    double *t_blas = malloc(sizeof(double) * (size_t)reps);
+    double tf = 0, th = 0;
     for (int64_t i = 0; i < K * N; i++) {
         x_host[i] = rnd();
         xb_host[i] = lt_fp32_to_bf16(x_host[i]);
     }
-
-    /* lathe: a one-node graph on CUDA0 */
-    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
-    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_BF16, K, M);
-    struct lt_tensor *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, K, N);
-    struct lt_tensor *y = lt_mul_mat(ctx, w, x);
-    y->flags |= LT_FLAG_OUTPUT;
-    struct lt_graph *g = lt_graph_new(ctx, 8);
-    struct lt_sched *s = lt_sched_new(&cuda, 1);
-    if (lt_graph_build(g, y) != LT_OK || lt_sched_place(s, g, true, NULL) != LT_OK ||
-        lt_sched_alloc(s, g) != LT_OK ||
-        lt_tensor_set(w, w_host, 0, 2 * (size_t)(K * M)) != LT_OK ||
-        lt_tensor_set(x, x_host, 0, sizeof(float) * (size_t)(K * N)) != LT_OK) {
-        fprintf(stderr, "lathe setup: %s\n", lt_last_error());
-        goto out_lathe;
-    }
-    for (int r = -3; r < reps; r++) {
-        double t0 = now_s();
-        if (lt_sched_compute(s, g) != LT_OK) {
-            fprintf(stderr, "lathe compute: %s\n", lt_last_error());
-            goto out_lathe;
-        }
-        if (r >= 0)
-            t_lathe[r] = now_s() - t0;
-    }
-    if (lt_tensor_get(y, y_lathe, 0, sizeof(float) * (size_t)(M * N)) != LT_OK)
+    if (!time_lathe(cuda, K, M, N, LT_TYPE_F32, w_host, x_host, reps, t_blas, y_f32x, &tf) ||
+        !time_lathe(cuda, K, M, N, LT_TYPE_BF16, w_host, xb_host, reps, t_blas, y_bf16x, &th))
         goto out_lathe;
 
     /* cuBLAS directly: the same BF16 weights, the activations already BF16 */
@@ -148,30 +188,22 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
                  "copy back"))
         goto out_blas;
 
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < M * N; i++) {
-        double d = (double)y_lathe[i] - y_blas[i];
-        num += d * d;
-        den += (double)y_blas[i] * y_blas[i];
-    }
-    double tl = median(t_lathe, reps), tb = median(t_blas, reps);
+    double tb = median(t_blas, reps);
     double flop = 2.0 * (double)K * (double)M * (double)N;
-    printf("%-22s %5lld  %9.1f  %9.1f  %7.1f  %7.1f   %5.2f   %.1e\n", sh->name, (long long)N,
-           tl * 1e6, tb * 1e6, flop / tl * 1e-12, flop / tb * 1e-12, tl / tb,
-           den > 0 ? num / den : num);
+    printf("%-22s %5lld  %9.1f  %9.1f  %9.1f  %7.1f   %5.2f   %5.2f   %.1e  %.1e\n", sh->name,
+           (long long)N, tf * 1e6, th * 1e6, tb * 1e6, flop / tb * 1e-12, tf / tb, th / tb,
+           nmse(y_f32x, y_blas, M * N), nmse(y_bf16x, y_blas, M * N));
     ok = 1;
 out_blas:
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dy);
 out_lathe:
-    lt_sched_free(s);
-    lt_ctx_free(ctx);
     free(x_host);
     free(xb_host);
-    free(y_lathe);
+    free(y_f32x);
+    free(y_bf16x);
     free(y_blas);
-    free(t_lathe);
     free(t_blas);
     return ok;
 }
@@ -263,11 +295,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "cublasCreate failed\n");
         return 1;
     }
-    printf("BF16 weights x activations, median of %d (wall clock, synchronised), lathe = "
-           "scheduler + F32->BF16 conversion + cuBLAS\n",
+    printf("BF16 weights x activations, median of %d (wall clock, synchronised); lathe "
+           "f32 x = scheduler + F32->BF16 conversion + cuBLAS (mmv for N <= 8), lathe bf16 x = "
+           "scheduler + cuBLAS on the BF16 activations in place; ratios are lathe / cuBLAS\n",
            reps);
-    printf("%-22s %5s  %9s  %9s  %7s  %7s   %5s   %s\n", "shape", "N", "lathe us", "cuBLAS us",
-           "lathe TF", "cuBLAS TF", "ratio", "nmse");
+    printf("%-22s %5s  %9s  %9s  %9s  %7s   %5s   %5s   %-7s  %-7s\n", "shape", "N", "f32 x us",
+           "bf16 x us", "cuBLAS us", "cuBLAS TF", "f32x", "bf16x", "nmse f32x", "nmse bf16x");
     int failed = 0;
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         const struct shape *sh = &shapes[i];
