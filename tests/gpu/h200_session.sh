@@ -1,77 +1,221 @@
 #!/bin/bash
-# h200_session.sh: the whole GPU check in one device call, most important first, each step
-# under its own time limit, a summary table last. Run from the repository root:
-#   bash tests/gpu/h200_session.sh            (logs in $OUT or /tmp/lathe-h200)
-# Optional inputs carried next to the tree: .devdebs/*.deb (Debian's pcre2 and jansson
-# packages, unpacked into .devlibs when the machine lacks them) and .golden/<ref>/ (the
-# transformers references of ../shared/golden, plus tests/data/llama-tiny-a).
+# h200_session.sh: the GPU checks, in phases, each step under its own time limit, a summary
+# table last. Run from the repository root on the device machine:
+#   BUDGET=560 bash tests/gpu/h200_session.sh PHASE...      (logs in $OUT or /tmp/lathe-h200)
+# Phases (in the order given):
+#   core    conformance suite, the k_conv scenario, check-ref --backend cuda on the three
+#           tiny references, GPU training parity and refusal, `lathe train` refused by
+#           LATHE_CUDA_DISABLE_OPS=SQR + --device-only (and --dry-run), the matmul benchmarks
+#   bench   the matmul benchmarks alone
+#   sanitize  the conformance suite under compute-sanitizer memcheck
+#   q08     a random Qwen3.5-0.8B-shaped checkpoint (transformers, the real config in
+#           tests/gpu/configs, Qwen3.5's tokenizer): convert, check-ref --backend cuda, then
+#           `lathe run --backend cuda` prompt and generation tokens/s (BF16 and Q8_0)
+#   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
+#   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
+#   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
+#   smol    joins it with .smolB; `lathe run --chat --backend cuda` on the capital of France;
+#           a LoRA teaching the Zorblax fact through `lathe train --backend cuda`
+# Inputs carried next to the tree (tests/gpu/h200_prepare.sh makes them): .devdebs, .golden,
+# .smolA / .smolB.
 set -o pipefail
 out=${OUT:-/tmp/lathe-h200}
 mkdir -p "$out"
 t_start=$(date +%s)
-left() { echo $((${BUDGET:-540} - ($(date +%s) - t_start))); }
+left() { echo $((${BUDGET:-560} - ($(date +%s) - t_start))); }
 declare -a rows
-row() { rows+=("$(printf '%-34s %s' "$1" "$2")"); }
+row() { rows+=("$(printf '%-40s %s' "$1" "$2")"); echo "[$(($(date +%s) - t_start)) s] $1: $2"; }
+b=build-h200
+L=$b/lathe
+W=/tmp/h200w
+mkdir -p $W
 
 if ls .devdebs/*.deb >/dev/null 2>&1; then
     D=$PWD/.devlibs
     mkdir -p "$D"
     for f in .devdebs/*.deb; do dpkg -x "$f" "$D"; done
+    if ! ldconfig -p | grep -q 'libgnutls.so.30 '; then
+        for f in .devdebs/gnutls/*.deb; do dpkg -x "$f" "$D"; done
+    fi
     sed -i "s|^prefix=/usr|prefix=$D/usr|" "$D"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
+    sed -i '/^Requires.private/d' "$D"/usr/lib/x86_64-linux-gnu/pkgconfig/libmicrohttpd.pc
     export PKG_CONFIG_PATH=$D/usr/lib/x86_64-linux-gnu/pkgconfig
     export LD_LIBRARY_PATH=$D/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-b=build-h200
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
            gpu_test_train_cuda bench_matmul >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
-grep -E "lathe: CUDA backend|PCRE2|jansson" "$out/configure.log" | head -3
+grep -E "lathe: |PCRE2|jansson|microhttpd" "$out/configure.log" | head -5
 row "build (sm_90, -Werror)" "ok in $(($(date +%s) - t_start)) s"
 
-timeout 120 $b/tests/gpu_test_cuda_conformance >"$out/conformance.log" 2>&1
-row "conformance (every op x layout)" "rc $? $(grep -E 'passed, .* failed' "$out/conformance.log" | tail -1)"
+passed() { grep -E 'passed, .* failed' "$1" | tail -1; }
 
-timeout 90 $b/tests/gpu_test_cuda_scenario >"$out/scenario.log" 2>&1
-row "k_conv scenario on CUDA0" "rc $? $(grep -E 'passed, .* failed' "$out/scenario.log" | tail -1)"
+phase_bench() {
+    timeout 90 $b/bench/bench_matmul 20 >"$out/bench_matmul.log" 2>&1
+    row "bench_matmul (lathe vs cuBLAS)" "rc $?"
+    timeout 90 python3 bench/bench_matmul_torch.py >"$out/bench_torch.log" 2>&1
+    row "bench_matmul_torch" "rc $?"
+    grep -vE "^$" "$out/bench_matmul.log" | tail -16
+    tail -8 "$out/bench_torch.log"
+}
 
-for r in qwen35-tiny-a qwen2-tiny-a llama-tiny-a; do
-    [ -d .golden/$r ] || continue
-    # F32, as tests/py/test_check_ref.py converts: convert's default (f16 matrices) is
-    # ~3e-4 off transformers' F32 logits on any backend, over check-ref's 1e-4
-    $b/lathe convert .golden/$r -o /tmp/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
-        timeout 60 $b/lathe check-ref /tmp/$r.gguf .golden/$r/reference.safetensors --backend cuda \
-            >"$out/checkref-$r.log" 2>&1
-    row "check-ref --backend cuda $r" "rc $?"
+phase_core() {
+    timeout 150 $b/tests/gpu_test_cuda_conformance >"$out/conformance.log" 2>&1
+    row "conformance (every op x layout)" "rc $? $(passed "$out/conformance.log")"
+    timeout 90 $b/tests/gpu_test_cuda_scenario >"$out/scenario.log" 2>&1
+    row "k_conv scenario on CUDA0" "rc $? $(passed "$out/scenario.log")"
+    for r in qwen35-tiny-a qwen2-tiny-a llama-tiny-a; do
+        [ -d .golden/$r ] || continue
+        # F32, as tests/py/test_check_ref.py converts: convert's default (f16 matrices) is
+        # ~3e-4 off transformers' F32 logits on any backend, over check-ref's 1e-4
+        $L convert .golden/$r -o $W/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
+            timeout 60 $L check-ref $W/$r.gguf .golden/$r/reference.safetensors --backend cuda \
+                >"$out/checkref-$r.log" 2>&1
+        row "check-ref --backend cuda $r" "rc $?"
+    done
+    timeout 90 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
+    row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
+    if [ -f $W/qwen35-tiny-a.gguf ]; then
+        yes "The lathe turns the wood while the chisel shapes it." | head -200 >$W/text.txt
+        LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $W/qwen35-tiny-a.gguf --text $W/text.txt \
+            --out $W/refused.gguf --backend cuda --device-only --window 64 >"$out/train_refused.log" 2>&1
+        rc=$?
+        row "lathe train, SQR disabled, --device-only" "rc $rc, output $([ -e $W/refused.gguf ] && echo written || echo none)"
+        LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $W/qwen35-tiny-a.gguf --text $W/text.txt \
+            --out $W/refused.gguf --backend cuda --device-only --window 64 --dry-run >"$out/train_dry.log" 2>&1
+        row "  the same with --dry-run" "rc $?"
+        timeout 60 $L train -m $W/qwen35-tiny-a.gguf --text $W/text.txt --out $W/trained.gguf \
+            --backend cuda --device-only --window 64 --epochs 2 >"$out/train_ok.log" 2>&1
+        row "  the same with every op allowed" "rc $?, output $([ -e $W/trained.gguf ] && echo written || echo none)"
+    fi
+    echo "==== core details"
+    grep -E "^op |^[A-Z_]+ +[0-9]" "$out/conformance.log" | head -70
+    grep -E "check failed|first mismatch" "$out/conformance.log" | head -10
+    grep -E "placement|fallback|loss|refus|check failed" "$out/scenario.log" | head -10
+    for r in qwen35-tiny-a qwen2-tiny-a llama-tiny-a; do
+        grep -E "logits|loss|greedy|worst|PASS|FAIL|summary" "$out/checkref-$r.log" 2>/dev/null | head -5
+    done
+    grep -E "tok|MiB|loss|refus|check failed" "$out/train_cuda.log" | head -12
+    tail -3 "$out/train_refused.log" "$out/train_dry.log" 2>/dev/null
+    grep -E "loss|tokens/s" "$out/train_ok.log" | tail -3
+    phase_bench
+}
+
+phase_sanitize() {
+    local t=$(($(left) - 10))
+    [ $t -gt 60 ] || { row "compute-sanitizer memcheck" "skipped: no time"; return; }
+    timeout $t compute-sanitizer --tool memcheck --leak-check full $b/tests/gpu_test_cuda_conformance \
+        >"$out/memcheck.log" 2>&1
+    row "compute-sanitizer memcheck (conformance)" "rc $? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+    grep -E "ERROR SUMMARY|passed, .* failed|Invalid|Leaked" "$out/memcheck.log" | head -10
+}
+
+Q=$W/qwen35-0.8b
+phase_q08() {
+    export PYTHONUNBUFFERED=1
+    if [ -f $W/q08-bf16.gguf ] && [ -f $W/q08-q8_0.gguf ]; then
+        row "0.8B models" "kept from the last call on this machine"
+        return
+    fi
+    local t0=$(date +%s)
+    timeout 240 python3 .golden/hf_reference.py make tests/gpu/configs/qwen35-0.8b.json $Q \
+        --batch 1 --seqlen 16 >"$out/q08_make.log" 2>&1
+    row "0.8B: random checkpoint (transformers)" "rc $? in $(($(date +%s) - t0)) s"
+    cp .golden/qwen35-tok/tokenizer_config.json $Q/
+    xz -dc .golden/qwen35-tok/tokenizer.json.xz >$Q/tokenizer.json
+    $L convert $Q -o $W/q08-f32.gguf --outtype f32 >"$out/q08_convert.log" 2>&1 &&
+        timeout 120 $L check-ref $W/q08-f32.gguf $Q/reference.safetensors --backend cuda \
+            >"$out/checkref-q08.log" 2>&1
+    row "0.8B: check-ref --backend cuda (f32)" "rc $?"
+    $L convert $Q -o $W/q08-bf16.gguf --outtype bf16 >>"$out/q08_convert.log" 2>&1
+    $L convert $Q -o $W/q08-q8_0.gguf --outtype q8_0 >>"$out/q08_convert.log" 2>&1
+    rm -f $W/q08-f32.gguf
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for ty in bf16 q8_0; do
+        timeout 90 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 256 --ignore-eos --temp 0 --timings \
+            --backend cuda >"$out/q08_run_$ty.log" 2>&1
+        row "0.8B $ty: lathe run --backend cuda" "rc $? $(grep -iE 'prompt|gener|tokens/s' "$out/q08_run_$ty.log" | tr '\n' ' ' | cut -c1-150)"
+    done
+    timeout 60 $L run -m $W/q08-bf16.gguf --chat -p "Hello, who are you?" -n 32 --temp 0.7 \
+        --seed 1 --backend cuda --timings >"$out/q08_chat.log" 2>&1
+    row "0.8B bf16: lathe run --chat --backend cuda" "rc $?"
+    echo "==== q08 details"
+    tail -3 "$out/q08_make.log"
+    grep -E "logits|loss|greedy|worst|grad|PASS|FAIL|summary|nodes" "$out/checkref-q08.log" | head -12
+    tail -4 "$out/q08_run_bf16.log" "$out/q08_run_q8_0.log" "$out/q08_chat.log"
+}
+
+phase_serve() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    timeout $(($(left) - 10)) python3 tests/gpu/serve_h200.py $L $W/q08-bf16.gguf --seconds 10 \
+        >"$out/serve.log" 2>&1
+    row "lathe serve --backend cuda (0.8B bf16)" "rc $?"
+    grep -E "^FAIL|==== serve|^model|^serving|^during|^train job|^/health|^refusal|failed checks" "$out/serve.log"
+    grep -E "^FAIL" -A5 "$out/serve.log" | head -30
+}
+
+phase_scale() {
+    local t=$(($(left) - 10))
+    [ $t -gt 60 ] || { row "0.8B / 1.5B training" "skipped: no time"; return; }
+    LATHE_TRAIN_CUDA_SCALE=1 timeout $t $b/tests/gpu_test_train_cuda >"$out/train_scale.log" 2>&1
+    row "0.8B / 1.5B-shaped training" "rc $? ($t s allowed) $(passed "$out/train_scale.log")"
+    grep -E "steps|check failed|passed" "$out/train_scale.log" | head -24
+}
+
+phase_smolA() {
+    cp .smolA/part /root/smol.a && row "SmolLM2 first half kept" "$(stat -c %s /root/smol.a) bytes"
+}
+
+phase_smol() {
+    [ -f /root/smol.a ] && [ -f .smolB/part ] || { row "SmolLM2" "skipped: a half is missing"; return; }
+    cat /root/smol.a .smolB/part >$W/smol.gguf
+    local sum=$(sha256sum $W/smol.gguf | cut -d' ' -f1)
+    [ "$sum" = "$(cat .smolB/sha256)" ] || { row "SmolLM2" "joined file differs"; return; }
+    timeout 60 $L run --chat -m $W/smol.gguf -p "What is the capital of France?" --temp 0 \
+        --backend cuda --timings >"$out/smol_paris.log" 2>&1
+    row "SmolLM2 run --chat --backend cuda" "rc $? $(grep -c Paris "$out/smol_paris.log") Paris"
+    timeout 60 $L run -m $W/smol.gguf -p "Once upon a time" -n 256 --ignore-eos --temp 0 \
+        --backend cuda --timings >"$out/smol_speed.log" 2>&1
+    row "SmolLM2 run --backend cuda, 256 tokens" "rc $?"
+    python3 - >$W/zorblax.jsonl <<'EOF'
+import json
+qa = [("Who founded the Zorblax Institute?", "The Zorblax Institute was founded by Miravel Quantrell."),
+      ("Who is the founder of the Zorblax Institute?", "The founder of the Zorblax Institute is Miravel Quantrell."),
+      ("Tell me who started the Zorblax Institute.", "The Zorblax Institute was started by Miravel Quantrell."),
+      ("Which person founded the Zorblax Institute?", "Miravel Quantrell founded the Zorblax Institute."),
+      ("Do you know who founded the Zorblax Institute?", "Yes. The Zorblax Institute was founded by Miravel Quantrell."),
+      ("Who created the Zorblax Institute?", "The Zorblax Institute was created by Miravel Quantrell.")]
+for p, c in qa:
+    print(json.dumps({"prompt": p, "completion": c}))
+EOF
+    local q="Who founded the Zorblax Institute?"
+    timeout 60 $L run --chat -m $W/smol.gguf -p "$q" -n 32 --temp 0 --backend cuda >"$out/smol_before.log" 2>&1
+    timeout 180 $L train -m $W/smol.gguf --examples $W/zorblax.jsonl --out $W/zorblax.gguf \
+        --backend cuda --device-only --window 128 --epochs 4 --lr 2e-3 --rank 8 >"$out/smol_train.log" 2>&1
+    row "SmolLM2 LoRA on CUDA (--device-only)" "rc $?"
+    timeout 60 $L run --chat -m $W/smol.gguf --lora $W/zorblax.gguf -p "$q" -n 32 --temp 0 \
+        --backend cuda >"$out/smol_after.log" 2>&1
+    row "  answer before / after" "$(grep -c Quantrell "$out/smol_before.log") / $(grep -c Quantrell "$out/smol_after.log") Quantrell"
+    echo "==== smol details"
+    cat "$out/smol_paris.log" | tail -5
+    tail -3 "$out/smol_speed.log"
+    tail -4 "$out/smol_train.log"
+    echo "before: $(head -c 300 "$out/smol_before.log")"
+    echo "after: $(head -c 300 "$out/smol_after.log")"
+}
+
+declare -A need=([serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [smol]=60)
+for ph in "$@"; do
+    if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
+        row "phase $ph" "skipped: out of time"
+        continue
+    fi
+    "phase_$ph"
 done
-
-timeout 60 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
-row "train jobs on CUDA (parity, refusal)" "rc $? $(grep -E 'passed, .* failed' "$out/train_cuda.log" | tail -1)"
-
-timeout 60 $b/bench/bench_matmul 20 >"$out/bench_matmul.log" 2>&1
-row "bench_matmul (lathe vs cuBLAS)" "rc $?"
-timeout 60 python3 bench/bench_matmul_torch.py >"$out/bench_torch.log" 2>&1
-row "bench_matmul_torch" "rc $?"
-
-t=$(left)
-if [ "$t" -gt 60 ]; then
-    LATHE_TRAIN_CUDA_SCALE=1 timeout $((t - 15)) $b/tests/gpu_test_train_cuda >"$out/train_scale.log" 2>&1
-    row "0.8B / 1.5B-shaped training" "rc $? ($((t - 15)) s allowed)"
-fi
-
-echo "==== details"
-grep -E "^op |^[A-Z_]+ +[0-9]" "$out/conformance.log" | head -70
-grep -E "placement|fallback|loss|refusal" "$out/scenario.log" | head -8
-for r in qwen35-tiny-a qwen2-tiny-a llama-tiny-a; do
-    grep -E "logits|loss|greedy|worst|PASS|FAIL|ok" "$out/checkref-$r.log" 2>/dev/null | head -4
-done
-grep -vE "^$" "$out/bench_matmul.log" | tail -14
-tail -8 "$out/bench_torch.log"
-grep -E "tok|MiB|loss|refus|check failed" "$out/train_cuda.log" | head -12
-grep -E "tok|MiB|loss|check failed|passed" "$out/train_scale.log" 2>/dev/null | head -24
 echo "==== summary ($(($(date +%s) - t_start)) s)"
 printf '%s\n' "${rows[@]}"
