@@ -2,11 +2,12 @@
  * backward ops, against plain reference loops written here: the conv in float, the delta
  * rule token by token in double. The chunked path is held to the recurrent one (and to the
  * reference) over lengths around the chunk size of 64; backward ops to central differences
- * of the double reference (delta rule) or of the op itself (the conv is linear). */
+ * of the double reference (delta rule) or of the op itself (the conv is linear); their
+ * rules through autodiff over layouts (grad_recurrent_cases.h). */
 #include <string.h>
 
 #include "check.h"
-#include "gradcheck.h"
+#include "grad_recurrent_cases.h"
 #include "lathe/backend.h"
 #include "lathe/ops.h"
 #include "ops/op.h"
@@ -611,73 +612,6 @@ static void test_delta_net_back(void)
     test_delta_net_back_case(4, 3, 1, 2, 1, 2);
     test_delta_net_back_case(5, 3, 1, 2, 5, 2);
     test_delta_net_back_case(4, 3, 2, 4, 70, 2);
-}
-
-/* ---- backward rules, through autodiff, over input layouts (tests/gradcheck.h) ---- */
-
-static struct lt_tensor *gc_ssm_conv(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
-{
-    (void)user;
-    return lt_ssm_conv(ctx, x[0], x[1]);
-}
-
-enum gc_dn_part { GC_DN_ALL, GC_DN_OUTPUT, GC_DN_STATE };
-
-static struct lt_tensor *gc_delta_net(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
-{
-    enum gc_dn_part part = *(enum gc_dn_part *)user;
-    struct lt_tensor *r = lt_delta_net(ctx, x[0], x[1], x[2], x[3], x[4], x[5], 0.5f);
-    if (!r || part == GC_DN_ALL)
-        return r;
-    return part == GC_DN_OUTPUT ? lt_delta_net_output(ctx, r) : lt_delta_net_state(ctx, r);
-}
-
-/* gradcheck.h's loss is sum(y * w): it needs MUL's and SUM's rules (src/ops, not here) */
-static bool loss_rules_ready(void)
-{
-    return lt_op_def(LT_OP_MUL)->backward && lt_op_def(LT_OP_SUM)->backward;
-}
-
-/* GC_PERMUTED is left out: gradcheck.h's permuted view does not have the shape asked for */
-static const enum gc_layout gc_layouts[] = {GC_CONTIGUOUS, GC_TRANSPOSED, GC_SLICED};
-
-static void test_backward_rules(void)
-{
-    if (!loss_rules_ready()) {
-        printf("backward rules through autodiff: skipped (MUL or SUM has no backward rule yet)\n");
-        return;
-    }
-    for (int li = 0; li < 3; li++) {
-        const struct gc_input in[2] = {
-            {LT_TYPE_F32, {7, 5, 2, 1}, gc_layouts[li], true, -1, 1},
-            {LT_TYPE_F32, {4, 5, 1, 1}, gc_layouts[(li + 1) % 3], true, -1, 1},
-        };
-        double e = gradcheck("ssm_conv", gc_ssm_conv, NULL, in, 2, 1e-2);
-        printf("ssm_conv (sx %s) through autodiff: worst gradient error %.2e\n",
-               gc_layout_names[gc_layouts[li]], e);
-    }
-    const int64_t lens[] = {3, 70};
-    for (int part = GC_DN_ALL; part <= GC_DN_STATE; part++)
-        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
-            const int64_t nt = lens[li];
-            /* q a slice (as of a fused projection), k, v and the state transposed; |k| <= 1
-             * keeps the rule contracting */
-            const struct gc_input in[6] = {
-                {LT_TYPE_F32, {4, 1, nt, 2}, GC_SLICED, true, -0.5f, 0.5f},
-                {LT_TYPE_F32, {4, 1, nt, 2}, GC_TRANSPOSED, true, -0.5f, 0.5f},
-                {LT_TYPE_F32, {3, 2, nt, 2}, GC_TRANSPOSED, true, -1, 1},
-                {LT_TYPE_F32, {2, nt, 2, 1}, GC_CONTIGUOUS, true, -2, 0},
-                {LT_TYPE_F32, {2, nt, 2, 1}, GC_SLICED, true, 0.1f, 0.9f},
-                {LT_TYPE_F32, {3, 4, 2, 2}, GC_TRANSPOSED, true, -0.5f, 0.5f},
-            };
-            char name[64];
-            snprintf(name, sizeof(name), "delta_net %s T=%lld",
-                     part == GC_DN_ALL ? "packed" : part == GC_DN_OUTPUT ? "output" : "state",
-                     (long long)nt);
-            enum gc_dn_part pp = part;
-            double e = gradcheck(name, gc_delta_net, &pp, in, 6, 1e-2);
-            printf("%s through autodiff: worst gradient error %.2e\n", name, e);
-        }
 }
 
 int main(void)
