@@ -231,11 +231,61 @@ static void bench_mul_mat(int nth)
     lt_backend_free(cpu);
 }
 
+/* b broadcast along its columns (and heads): a view whose dim 1 (and 2) has stride 0 over
+ * one stored row, as a repeated activation is. Small N takes the dot-product path, larger N
+ * sgemm; both must read the single row, not rows past it. */
+static void test_mul_mat_broadcast_b(void)
+{
+    static const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    static const int64_t ns[] = {1, 3, 8, 19};
+    for (int t = 0; t < 3; t++)
+        for (int ni = 0; ni < 4; ni++)
+            for (int heads = 1; heads <= 2; heads++)
+                for (int nth = 1; nth <= 2; nth++) {
+                    const int64_t K = 64, M = 24, N = ns[ni];
+                    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 4 << 20});
+                    int64_t ane[4] = {K, M, 1, 1};
+                    float *ra = malloc(sizeof(float) * (size_t)(K * M));
+                    struct lt_tensor *a = nn_make(ctx, types[t], NN_CONTIG, ane);
+                    struct lt_tensor *row = lt_new_tensor_4d(ctx, LT_TYPE_F32, K, 1, 1, 1);
+                    struct lt_tensor *b =
+                        row ? lt_view_4d(ctx, row, K, N, heads, 1, 0, 0, row->nb[3], 0) : NULL;
+                    struct lt_tensor *d = a && b ? lt_mul_mat(ctx, a, b) : NULL;
+                    CHECK(d != NULL, "broadcast b: %s", lt_last_error());
+                    if (d) {
+                        nn_fill_rand(a, ra, 1.0f);
+                        for (int64_t k = 0; k < K; k++)
+                            ((float *)row->data)[k] = (float)sin(0.37 * (double)k);
+                    }
+                    if (d && nn_run(ctx, d, nth) == LT_OK) {
+                        double worst = 0;
+                        for (int64_t h = 0; h < heads; h++)
+                            for (int64_t n = 0; n < N; n++)
+                                for (int64_t m = 0; m < M; m++) {
+                                    double ref = 0;
+                                    for (int64_t k = 0; k < K; k++)
+                                        ref += (double)ra[m * K + k] * ((float *)row->data)[k];
+                                    float got = ((float *)d->data)[(h * N + n) * M + m];
+                                    double e = fabs(got - ref) / (1 + fabs(ref));
+                                    worst = e > worst || e != e ? e : worst;
+                                }
+                        CHECK(worst < 2e-2, "mul_mat %s a, b broadcast over %lld columns x %d "
+                              "heads, %d threads: worst error %g", lt_type_name(types[t]),
+                              (long long)N, heads, nth, worst);
+                    } else if (d) {
+                        CHECK(0, "broadcast b: %s", lt_last_error());
+                    }
+                    free(ra);
+                    lt_ctx_free(ctx);
+                }
+}
+
 int main(void)
 {
     nn_backends_init();
     test_mul_mat_layouts();
     test_mul_mat_q8_0();
+    test_mul_mat_broadcast_b();
     test_mul_mat_refusals();
     if (getenv("LATHE_BENCH"))
         bench_mul_mat(atoi(getenv("LATHE_BENCH")) > 0 ? atoi(getenv("LATHE_BENCH")) : 2);

@@ -181,6 +181,8 @@ static size_t uniform_row_stride(const int64_t *ne, const size_t *nb, int last, 
     for (int d = 1; d <= last; d++) {
         if (ne[d] == 1)
             continue;
+        if (nb[d] == 0)
+            return 0; /* a broadcast (stride 0) dimension: rows repeat, no single stride */
         if (s == 0)
             s = nb[d];
         else if (nb[d] != s * (size_t)before)
