@@ -7,6 +7,7 @@
 #           tiny references, GPU training parity and refusal, `lathe train` refused by
 #           LATHE_CUDA_DISABLE_OPS=SQR + --device-only (and --dry-run), the matmul benchmarks
 #   bench   the matmul benchmarks alone
+#   gradcheck  the finite-difference gradient checks on {CUDA0, CPU}
 #   sanitize  the conformance suite under compute-sanitizer memcheck
 #   q08     a random Qwen3.5-0.8B-shaped checkpoint (transformers, the real config in
 #           tests/gpu/configs, Qwen3.5's tokenizer): convert, check-ref --backend cuda, then
@@ -46,7 +47,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
-           gpu_test_train_cuda bench_matmul >"$out/build.log" 2>&1; }; then
+           gpu_test_train_cuda gpu_test_cuda_gradcheck bench_matmul >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
@@ -62,6 +63,24 @@ phase_bench() {
     row "bench_matmul_torch" "rc $?"
     grep -vE "^$" "$out/bench_matmul.log" | tail -16
     tail -8 "$out/bench_torch.log"
+}
+
+phase_traincli() {
+    local m=$W/q08-bf16.gguf
+    [ -f $m ] || phase_q08
+    yes "The lathe turns the wood while the chisel shapes it." | head -200 >$W/text.txt
+    LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $m --text $W/text.txt \
+        --out $W/refused.gguf --backend cuda --device-only --window 64 >"$out/train_refused.log" 2>&1
+    rc=$?
+    row "lathe train, SQR disabled, --device-only" "rc $rc, output $([ -e $W/refused.gguf ] && echo written || echo none)"
+    LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $m --text $W/text.txt \
+        --out $W/refused.gguf --backend cuda --device-only --window 64 --dry-run >"$out/train_dry.log" 2>&1
+    row "  the same with --dry-run" "rc $?"
+    timeout 120 $L train -m $m --text $W/text.txt --out $W/trained.gguf \
+        --backend cuda --device-only --window 256 --epochs 2 >"$out/train_ok.log" 2>&1
+    row "  the same with every op allowed" "rc $?, output $([ -e $W/trained.gguf ] && echo written || echo none)"
+    tail -3 "$out/train_refused.log" "$out/train_dry.log"
+    tail -c 600 "$out/train_ok.log"; echo
 }
 
 phase_core() {
@@ -80,19 +99,6 @@ phase_core() {
     done
     timeout 90 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
     row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
-    if [ -f $W/qwen35-tiny-a.gguf ]; then
-        yes "The lathe turns the wood while the chisel shapes it." | head -200 >$W/text.txt
-        LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $W/qwen35-tiny-a.gguf --text $W/text.txt \
-            --out $W/refused.gguf --backend cuda --device-only --window 64 >"$out/train_refused.log" 2>&1
-        rc=$?
-        row "lathe train, SQR disabled, --device-only" "rc $rc, output $([ -e $W/refused.gguf ] && echo written || echo none)"
-        LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $W/qwen35-tiny-a.gguf --text $W/text.txt \
-            --out $W/refused.gguf --backend cuda --device-only --window 64 --dry-run >"$out/train_dry.log" 2>&1
-        row "  the same with --dry-run" "rc $?"
-        timeout 60 $L train -m $W/qwen35-tiny-a.gguf --text $W/text.txt --out $W/trained.gguf \
-            --backend cuda --device-only --window 64 --epochs 2 >"$out/train_ok.log" 2>&1
-        row "  the same with every op allowed" "rc $?, output $([ -e $W/trained.gguf ] && echo written || echo none)"
-    fi
     echo "==== core details"
     grep -E "^op |^[A-Z_]+ +[0-9]" "$out/conformance.log" | head -70
     grep -E "check failed|first mismatch" "$out/conformance.log" | head -10
@@ -101,9 +107,14 @@ phase_core() {
         grep -E "logits|loss|greedy|worst|PASS|FAIL|summary" "$out/checkref-$r.log" 2>/dev/null | head -5
     done
     grep -E "tok|MiB|loss|refus|check failed" "$out/train_cuda.log" | head -12
-    tail -3 "$out/train_refused.log" "$out/train_dry.log" 2>/dev/null
-    grep -E "loss|tokens/s" "$out/train_ok.log" | tail -3
     phase_bench
+}
+
+phase_gradcheck() {
+    timeout 300 $b/tests/gpu_test_cuda_gradcheck >"$out/gradcheck.log" 2>&1
+    row "finite differences on CUDA0" "rc $? $(passed "$out/gradcheck.log")"
+    grep -E "check failed" "$out/gradcheck.log" | head -10
+    tail -n 32 "$out/gradcheck.log" | cut -c1-150
 }
 
 phase_sanitize() {
@@ -147,7 +158,7 @@ phase_q08() {
     echo "==== q08 details"
     tail -3 "$out/q08_make.log"
     grep -E "logits|loss|greedy|worst|grad|PASS|FAIL|summary|nodes" "$out/checkref-q08.log" | head -12
-    tail -4 "$out/q08_run_bf16.log" "$out/q08_run_q8_0.log" "$out/q08_chat.log"
+    tail -n 4 "$out/q08_run_bf16.log" "$out/q08_run_q8_0.log" "$out/q08_chat.log"
 }
 
 phase_serve() {
@@ -209,7 +220,7 @@ EOF
     echo "after: $(head -c 300 "$out/smol_after.log")"
 }
 
-declare -A need=([serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [smol]=60)
+declare -A need=([traincli]=60 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
@@ -217,5 +228,7 @@ for ph in "$@"; do
     fi
     "phase_$ph"
 done
+(cd "$out" && tar czf /tmp/logs.tgz --exclude=logs.tgz . && mkdir -p keep && mv /tmp/logs.tgz keep/ 2>/dev/null; \
+    find . -maxdepth 1 -type f -delete)
 echo "==== summary ($(($(date +%s) - t_start)) s)"
 printf '%s\n' "${rows[@]}"
