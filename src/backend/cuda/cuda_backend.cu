@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_verdict.h"
@@ -298,6 +299,88 @@ static bool sources_on_device(struct lt_backend *be, const struct lt_tensor *nod
     return true;
 }
 
+/* ---- LATHE_CUDA_PROFILE=1: where the device's time goes ----
+ * Each node is bracketed by two events; at the end of a compute call the stream is
+ * synchronised and the elapsed times added up per op, with the host's time spent issuing
+ * the node (precondition, plan, launch). The table is printed to stderr when the backend is
+ * freed. The events and the synchronisation cost time themselves: use it to find where time
+ * goes, not to measure speed. */
+#define CU_PROFILE_EVENTS 8192
+
+struct cu_profile {
+    cudaEvent_t ev[2 * CU_PROFILE_EVENTS];
+    enum lt_op op[CU_PROFILE_EVENTS];
+    double gpu_ms[LT_OP_COUNT], host_ms[LT_OP_COUNT];
+    long count[LT_OP_COUNT];
+    long calls;
+    double wall_ms;
+};
+
+static double host_ms_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
+}
+
+static void profile_new(struct cuda_ctx *c)
+{
+    const char *env = getenv("LATHE_CUDA_PROFILE");
+    if (!env || strcmp(env, "1") != 0)
+        return;
+    struct cu_profile *p = (struct cu_profile *)calloc(1, sizeof(*p));
+    if (!p)
+        return;
+    for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
+        if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            for (int j = 0; j < i; j++)
+                cudaEventDestroy(p->ev[j]);
+            free(p);
+            return;
+        }
+    c->profile = p;
+}
+
+static void profile_collect(struct cuda_ctx *c, int n)
+{
+    struct cu_profile *p = c->profile;
+    if (cudaEventSynchronize(p->ev[2 * n - 1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess)
+            p->gpu_ms[p->op[i]] += ms;
+        else
+            (void)cudaGetLastError();
+    }
+}
+
+static void profile_print(struct cuda_ctx *c)
+{
+    struct cu_profile *p = c->profile;
+    double gpu = 0, host = 0;
+    for (int op = 0; op < LT_OP_COUNT; op++) {
+        gpu += p->gpu_ms[op];
+        host += p->host_ms[op];
+    }
+    fprintf(stderr, "%s profile: %ld compute calls, %.1f ms wall inside them, %.1f ms on the "
+            "device in nodes, %.1f ms issuing them\n%-16s %9s %10s %9s %10s %9s\n", c->name,
+            p->calls, p->wall_ms, gpu, host, "op", "nodes", "device ms", "us/node", "issue ms",
+            "us/node");
+    for (int op = 0; op < LT_OP_COUNT; op++)
+        if (p->count[op])
+            fprintf(stderr, "%-16s %9ld %10.2f %9.2f %10.2f %9.2f\n", lt_op_name((enum lt_op)op),
+                    p->count[op], p->gpu_ms[op], 1e3 * p->gpu_ms[op] / (double)p->count[op],
+                    p->host_ms[op], 1e3 * p->host_ms[op] / (double)p->count[op]);
+    for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
+        cudaEventDestroy(p->ev[i]);
+    free(p);
+    c->profile = NULL;
+}
+
 static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
 {
     struct cuda_ctx *c = ctx_of(be);
@@ -305,10 +388,20 @@ static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *no
     if (st != LT_OK)
         return st;
     char reason[CU_REASON_MAX];
+    struct cu_profile *prof = c->profile;
+    const double t_call = prof ? host_ms_now() : 0;
+    int n_prof = 0;
     for (int i = 0; i < n_nodes; i++) {
         struct lt_tensor *node = nodes[i];
         if (op_is_noop(node->op))
             continue;
+        const double t_node = prof ? host_ms_now() : 0;
+        if (prof && n_prof == CU_PROFILE_EVENTS) {
+            profile_collect(c, n_prof);
+            n_prof = 0;
+        }
+        if (prof)
+            cudaEventRecord(prof->ev[2 * n_prof], c->stream);
         reason[0] = '\0';
         if (!cuda_verdict(c, node, reason, sizeof(reason)))
             return lt_fail(LT_ERR_UNSUPPORTED, "%s cannot run %s '%s': %s", c->name,
@@ -322,6 +415,18 @@ static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *no
         st = family_table()[node->op]->compute(c, node);
         if (st != LT_OK)
             return st;
+        if (prof) {
+            cudaEventRecord(prof->ev[2 * n_prof + 1], c->stream);
+            prof->op[n_prof++] = node->op;
+            prof->count[node->op]++;
+            prof->host_ms[node->op] += host_ms_now() - t_node;
+        }
+    }
+    if (prof) {
+        if (n_prof)
+            profile_collect(c, n_prof);
+        prof->calls++;
+        prof->wall_ms += host_ms_now() - t_call;
     }
     return LT_OK;
 }
@@ -351,6 +456,8 @@ static void ctx_free(struct cuda_ctx *c)
     cudaSetDevice(c->device);
     if (c->stream)
         cudaStreamSynchronize(c->stream);
+    if (c->profile)
+        profile_print(c);
     for (int i = 0; i < CU_SCRATCH_COUNT; i++)
         if (c->scratch[i])
             cudaFree(c->scratch[i]);
@@ -454,6 +561,7 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
     if (st != LT_OK)
         goto out_free;
     parse_disabled(c);
+    profile_new(c);
     be->iface = &cuda_iface;
     be->impl = c;
     be->is_host = false;

@@ -48,6 +48,7 @@ struct cuda_ctx {
     size_t scratch_size[CU_SCRATCH_COUNT];
     bool disabled[LT_OP_COUNT]; /* LATHE_CUDA_DISABLE_OPS */
     char name[32];
+    struct cu_profile *profile; /* LATHE_CUDA_PROFILE=1: time per op, printed when freed */
 };
 
 /* ---- status ---- */
