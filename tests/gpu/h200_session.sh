@@ -12,8 +12,10 @@
 #   q08     a random Qwen3.5-0.8B-shaped checkpoint (transformers, the real config in
 #           tests/gpu/configs, Qwen3.5's tokenizer): convert, check-ref --backend cuda, then
 #           `lathe run --backend cuda` prompt and generation tokens/s (BF16 and Q8_0)
+#   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
+#   scale35  the same, the 0.8B-shaped model alone
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
 #   smol    joins it with .smolB; `lathe run --chat --backend cuda` on the capital of France;
 #           a LoRA teaching the Zorblax fact through `lathe train --backend cuda`
@@ -161,6 +163,24 @@ phase_q08() {
     tail -n 4 "$out/q08_run_bf16.log" "$out/q08_run_q8_0.log" "$out/q08_chat.log"
 }
 
+phase_profile() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for ty in bf16 q8_0; do
+        timeout 60 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 1 --ignore-eos --temp 0 --timings \
+            --backend cuda >/dev/null 2>"$out/prof_prefill_$ty.log"
+        LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 1 --ignore-eos \
+            --temp 0 --backend cuda >/dev/null 2>>"$out/prof_prefill_$ty.log"
+        timeout 60 $L run -m $W/q08-$ty.gguf -p "Hello" -n 128 --ignore-eos --temp 0 --timings \
+            --backend cuda >/dev/null 2>"$out/prof_decode_$ty.log"
+        LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-$ty.gguf -p "Hello" -n 128 --ignore-eos \
+            --temp 0 --backend cuda >/dev/null 2>>"$out/prof_decode_$ty.log"
+        row "profile 0.8B $ty" "done"
+        echo "== prefill $ty"; cat "$out/prof_prefill_$ty.log" | cut -c1-120
+        echo "== decode $ty"; cat "$out/prof_decode_$ty.log" | cut -c1-120
+    done
+}
+
 phase_serve() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     timeout $(($(left) - 10)) python3 tests/gpu/serve_h200.py $L $W/q08-bf16.gguf --seconds 10 \
@@ -168,6 +188,12 @@ phase_serve() {
     row "lathe serve --backend cuda (0.8B bf16)" "rc $?"
     grep -E "^FAIL|==== serve|^model|^serving|^during|^train job|^/health|^refusal|failed checks" "$out/serve.log"
     grep -E "^FAIL" -A5 "$out/serve.log" | head -30
+}
+
+phase_scale35() {
+    LATHE_TRAIN_CUDA_SCALE=qwen35 timeout 200 $b/tests/gpu_test_train_cuda >"$out/train_scale35.log" 2>&1
+    row "0.8B-shaped training" "rc $? $(passed "$out/train_scale35.log")"
+    grep -E "steps|check failed" "$out/train_scale35.log" | head -12
 }
 
 phase_scale() {
@@ -220,7 +246,7 @@ EOF
     echo "after: $(head -c 300 "$out/smol_after.log")"
 }
 
-declare -A need=([traincli]=60 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([scale35]=150 [profile]=60 [traincli]=60 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
