@@ -33,7 +33,7 @@ __device__ __forceinline__ float cu_f16_at(const uint8_t *p)
 __device__ __forceinline__ float cu_mul(float a, float b) { return __fmul_rn(a, b); }
 
 /* Element j of the block at b. */
-__device__ inline float cu_dequant(const uint8_t *b, int type, int j)
+__device__ __forceinline__ float cu_dequant(const uint8_t *b, int type, int j)
 {
     switch (type) {
     case LT_TYPE_Q4_0: {
