@@ -1,0 +1,85 @@
+/* test_cuda_delta_net_plan.c: the block split of the CUDA backward of the gated delta rule
+ * (src/backend/cuda/delta_net_plan.c), checked on the host: no GPU needed. The kernel relies
+ * on what is checked here: whole warps, column groups that do not straddle a warp (the row
+ * sums shuffle within one), every element of a chunk's S owned by exactly one thread, every
+ * chunk starting inside S_v, a grid that fills an H200 for the Qwen3.5-0.8B shape, shared
+ * memory within the limit for every S_k the forward takes, and scratch sized for the
+ * checkpoints and partials. */
+#include <string.h>
+
+#include "backend/cuda/delta_net_plan.h"
+#include "check.h"
+
+static void check_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t nt)
+{
+    struct dn_back_plan p;
+    char reason[160];
+    const bool ok = dn_back_plan_init(&p, sk, sv, hv, nb, nt, reason, sizeof(reason));
+    CHECK(ok, "S_k %lld S_v %lld H_v %lld B %lld T %lld: %s", (long long)sk, (long long)sv,
+          (long long)hv, (long long)nb, (long long)nt, reason);
+    if (!ok)
+        return;
+    CHECK(p.cols == 8 || p.cols == 16 || p.cols == 32, "cols %lld", (long long)p.cols);
+    CHECK(p.threads == p.cols * p.row_groups && p.threads % 32 == 0 && p.threads <= DN_BACK_THREADS,
+          "threads %lld", (long long)p.threads);
+    CHECK(32 % p.cols == 0); /* a column group lies inside one warp */
+    CHECK(p.chunks * p.cols >= sv && (p.chunks - 1) * p.cols < sv, "chunks %lld",
+          (long long)p.chunks);
+    CHECK(p.blocks == hv * nb * p.chunks);
+    CHECK(p.blocks >= DN_BACK_TARGET_BLOCKS || p.cols == 8, "blocks %lld with cols %lld",
+          (long long)p.blocks, (long long)p.cols);
+    CHECK(p.shared_bytes <= DN_BACK_MAX_SHARED &&
+          p.shared_bytes == sizeof(float) * (size_t)(2 * sk * p.cols + 4 * sk + p.threads));
+    CHECK(p.seg >= 1 && p.n_seg >= 1 &&
+          (nt == 0 || (p.n_seg * p.seg >= nt && (p.n_seg - 1) * p.seg < nt)));
+    CHECK(p.part_per_token == 2 * sk + 2 && p.part_per_block == nt * p.part_per_token);
+    CHECK(p.work_per_block == (p.n_seg + p.seg) * sk * p.cols + p.seg * p.cols);
+
+    /* thread t = (r, jj) owns rows r, r + row_groups, ... of column jj: once each */
+    static unsigned char owned[1024 * 32];
+    if (sk * p.cols <= (int64_t)sizeof(owned)) {
+        memset(owned, 0, sizeof(owned));
+        for (int64_t t = 0; t < p.threads; t++)
+            for (int64_t i = t / p.cols; i < sk; i += p.row_groups)
+                owned[i * p.cols + t % p.cols]++;
+        int64_t bad = 0;
+        for (int64_t x = 0; x < sk * p.cols; x++)
+            bad += owned[x] != 1;
+        CHECK(bad == 0, "%lld elements not owned once", (long long)bad);
+    }
+}
+
+int main(void)
+{
+    /* Qwen3.5-0.8B's DeltaNet layers, a 256-token window: 128 blocks of 16 columns */
+    struct dn_back_plan p;
+    char reason[160];
+    CHECK(dn_back_plan_init(&p, 128, 128, 16, 1, 256, reason, sizeof(reason)), "%s", reason);
+    CHECK(p.cols == 16 && p.blocks == 128 && p.threads == 256 && p.row_groups == 16,
+          "cols %lld blocks %lld threads %lld", (long long)p.cols, (long long)p.blocks,
+          (long long)p.threads);
+    CHECK(p.seg == 16 && p.n_seg == 16);
+    /* a batch of 4 of it keeps chunks of 32 */
+    CHECK(dn_back_plan_init(&p, 128, 128, 16, 4, 256, reason, sizeof(reason)), "%s", reason);
+    CHECK(p.cols == 32 && p.blocks == 256 && p.row_groups == 8);
+
+    /* the conformance suite's shapes, and a spread of others up to the forward's S_k 256 */
+    check_plan(16, 12, 4, 2, 5);
+    check_plan(16, 12, 3, 2, 1);
+    check_plan(128, 128, 4, 1, 40);
+    check_plan(1, 1, 1, 1, 1);
+    check_plan(128, 128, 16, 1, 0);
+    static const int64_t sks[] = {1, 3, 16, 33, 64, 100, 128, 255, 256};
+    static const int64_t svs[] = {1, 7, 12, 32, 65, 128, 256, 1000};
+    static const int64_t hvs[] = {1, 3, 16, 48};
+    for (size_t a = 0; a < sizeof(sks) / sizeof(sks[0]); a++)
+        for (size_t b = 0; b < sizeof(svs) / sizeof(svs[0]); b++)
+            for (size_t h = 0; h < sizeof(hvs) / sizeof(hvs[0]); h++)
+                check_plan(sks[a], svs[b], hvs[h], 1 + (int64_t)h % 2, 1 + (int64_t)(a * 37 + b));
+
+    /* S_k too large for S and dS in shared memory, even at 8 columns: refused, with why */
+    reason[0] = 0;
+    CHECK(!dn_back_plan_init(&p, 8192, 128, 16, 1, 16, reason, sizeof(reason)));
+    CHECK(strstr(reason, "shared memory") != NULL, "%s", reason);
+    return check_summary();
+}
