@@ -66,6 +66,9 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
     CHECK(st == LT_OK, "%s session: %s", spec->arch, lt_last_error());
     if (st != LT_OK)
         goto out_free;
+    /* a warm-up runs on sequence 0 and leaves it empty: its prefill below still matches */
+    CHECK(lt_session_warmup(s) == LT_OK && lt_session_seq_pos(s, 0) == 0, "%s warm-up: %s",
+          spec->arch, lt_last_error());
 
     /* decode token by token from an empty sequence */
     int seq = 1, worst_t = -1;
@@ -87,6 +90,7 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
     st = lt_session_prefill(s, 0, tokens[0], T_LEN, true, one);
     CHECK(st == LT_OK && close_logits(one, full, T_LEN * V, &err), "%s prefill: %s %g", spec->arch,
           lt_last_error(), err);
+    CHECK(lt_session_warmup(s) == LT_ERR_INVALID, "a warm-up refuses a sequence 0 in use");
     CHECK(lt_session_seq_clear(s, 0) == LT_OK && lt_session_seq_pos(s, 0) == 0);
     st = lt_session_prefill(s, 0, tokens[0], 5, false, one);
     CHECK(st == LT_OK && close_logits(one, full + 4 * (size_t)V, V, &err), "%s chunk 1: %g",

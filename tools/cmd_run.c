@@ -480,6 +480,11 @@ int cmd_run(int argc, char **argv)
         say_error("%s", lt_last_error());
         goto out_free_run;
     }
+    /* on the GPU, load the kernels before the prompt (part of the load time, as llama.cpp) */
+    if (r.cuda && (st = lt_session_warmup(r.session)) != LT_OK) {
+        say_error("warming up on CUDA: %s", lt_last_error());
+        goto out_free_run;
+    }
     if ((st = lt_generator_init(&r.gen, r.model, r.session, n_ctx, 1, o.batch)) != LT_OK) {
         say_error("%s", lt_last_error());
         goto out_free_run;

@@ -173,6 +173,13 @@ lt_status lt_session_new(const struct lt_model *m, const struct lt_session_param
                          struct lt_session **out);
 void lt_session_free(struct lt_session *s);
 
+/* Runs a prefill of min(n_ctx - 1, 64) tokens and one decode step on sequence 0, then
+ * clears it (as llama.cpp warms up): a device loads its kernels (CUDA loads each on its
+ * first launch, milliseconds apiece) and the scheduler its buffers before the first real
+ * request, so that request's latency and prompt speed are the steady ones. Sequence 0 must
+ * be empty. */
+lt_status lt_session_warmup(struct lt_session *s);
+
 /* Tokens held for sequence seq (its next position). */
 int lt_session_seq_pos(const struct lt_session *s, int seq);
 /* Forgets sequence seq: position 0, empty caches and states. */

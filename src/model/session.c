@@ -439,6 +439,21 @@ out_free_ctx:
     return st;
 }
 
+lt_status lt_session_warmup(struct lt_session *s)
+{
+    if (s->pos[0] != 0)
+        return lt_fail(LT_ERR_INVALID, "warm-up needs sequence 0 empty (it holds %d tokens)",
+                       s->pos[0]);
+    int n = s->p.n_ctx - 1 < 64 ? s->p.n_ctx - 1 : 64;
+    int32_t tokens[64] = {0};
+    const int seq = 0;
+    lt_status st = n > 0 ? lt_session_prefill(s, 0, tokens, n, false, NULL) : LT_OK;
+    if (st == LT_OK)
+        st = lt_session_decode(s, 1, &seq, tokens, NULL);
+    lt_status cl = lt_session_seq_clear(s, 0);
+    return st != LT_OK ? st : cl;
+}
+
 static lt_status check_tokens(const struct lt_session *s, const int32_t *tokens, int n)
 {
     for (int i = 0; i < n; i++)

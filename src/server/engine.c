@@ -91,10 +91,14 @@ static lt_status load_all(struct engine *e)
     int hst;
     pthread_mutex_lock(&e->step_mu);
     struct eng_session *es = eng_session_get(e, &none, &hst);
+    /* on a device, load its kernels now rather than during the first request */
+    lt_status ws = es && !e->backends[0]->is_host ? lt_session_warmup(es->s) : LT_OK;
     pthread_mutex_unlock(&e->step_mu);
     if (!es)
         return lt_fail(LT_ERR_NOMEM, "cannot create a session of %d x %d tokens: %s", P, n_ctx,
                        lt_last_error());
+    if (ws != LT_OK)
+        return lt_fail(ws, "warming up on %s: %s", e->backends[0]->name, lt_last_error());
 
     for (int i = 0; i < e->p.n_loras; i++) {
         const char *path = e->lora_paths[i];

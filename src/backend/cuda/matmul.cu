@@ -354,7 +354,7 @@ static __device__ __forceinline__ void load8(const char *p, int type, float *w)
  * VEC: unsplit F16 / BF16 rows read 8 elements (16 bytes) a lane at a time. */
 template <int TYPE, int NC, bool VEC>
 static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2,
-                                  int64_t r3)
+                                  int64_t r3, bool xvec)
 {
     const int type = mmv_type<TYPE>(a);
     const int K = (int)a.ne[0];
@@ -371,7 +371,23 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
 #pragma unroll
         for (int n = 0; n < NC; n++)
             acc[n] = 0.0f;
-        if (VEC) {
+        if (VEC && xvec) {
+            /* b's columns are unit-strided and 16-byte aligned: 8 of its floats in two loads */
+#pragma unroll 4
+            for (int k8 = lane; k8 < K / 8; k8 += 32) {
+                float w[8];
+                load8(row + (int64_t)k8 * 16, type, w);
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+                    if (n < N) {
+                        const float4 *xk = (const float4 *)(xb + n * b.nb[1]) + 2 * k8;
+                        const float4 x0 = xk[0], x1 = xk[1];
+                        acc[n] += w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w +
+                                  w[4] * x1.x + w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
+                    }
+            }
+        } else if (VEC) {
+#pragma unroll 4
             for (int k8 = lane; k8 < K / 8; k8 += 32) {
                 float w[8];
                 load8(row + (int64_t)k8 * 16, type, w);
@@ -419,14 +435,18 @@ static void mmv_launch(struct cuda_ctx *c, const struct mm_plan *p, const struct
 {
     const int64_t rows = p->M * p->B2 * p->B3;
     const unsigned blocks = cu_blocks(rows, 8); /* 8 warps a block */
+    /* every column of every b slice starts 16-byte aligned, its floats one after another */
+    const bool xvec = VEC && bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 &&
+                      (p->N <= 1 || bv.nb[1] % 16 == 0) && (p->B2 <= 1 || bv.nb[2] % 16 == 0) &&
+                      (p->B3 <= 1 || bv.nb[3] % 16 == 0);
     if (p->N <= 1)
-        mmv_kernel<TYPE, 1, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+        mmv_kernel<TYPE, 1, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
     else if (p->N <= 2)
-        mmv_kernel<TYPE, 2, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+        mmv_kernel<TYPE, 2, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
     else if (p->N <= 4)
-        mmv_kernel<TYPE, 4, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+        mmv_kernel<TYPE, 4, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
     else
-        mmv_kernel<TYPE, 8, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+        mmv_kernel<TYPE, 8, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
 }
 
 static lt_status run_mmv(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
