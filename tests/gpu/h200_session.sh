@@ -183,7 +183,7 @@ phase_profile() {
 
 phase_serve() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
-    timeout $(($(left) - 10)) python3 tests/gpu/serve_h200.py $L $W/q08-bf16.gguf --seconds 10 \
+    timeout $(($(left) - 10)) python3 tests/gpu/serve_h200.py $L $W/q08-bf16.gguf --seconds 10 --reps ${SERVE_REPS:-400} \
         >"$out/serve.log" 2>&1
     row "lathe serve --backend cuda (0.8B bf16)" "rc $?"
     grep -E "^FAIL|==== serve|^model|^serving|^during|^train job|^/health|^refusal|failed checks" "$out/serve.log"

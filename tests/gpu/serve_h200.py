@@ -2,7 +2,7 @@
 """serve_h200.py: issue 8's GPU items against a real `lathe serve --backend cuda`, with
 `requests` alone (the H200 image has no `openai` package).
 
-  serve_h200.py LATHE MODEL.gguf [--text FILE] [--seconds S]
+  serve_h200.py LATHE MODEL.gguf [--text FILE | --reps N] [--seconds S]
 
 1. Serving alone: one client streams greedy chat completions for S seconds; the gaps
    between streamed chunks give per-token latency (p50, p95) and tokens/s.
@@ -173,7 +173,8 @@ def wait_train(srv, states, timeout):
 def main():
     lathe, model = sys.argv[1], sys.argv[2]
     seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 10
-    text = ("The lathe turns the wood while the chisel shapes it. " * 400).strip()
+    reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 400
+    text = ("The lathe turns the wood while the chisel shapes it. " * reps).strip()
     if "--text" in sys.argv:
         text = open(sys.argv[sys.argv.index("--text") + 1]).read()
     summary = []
