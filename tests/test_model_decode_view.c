@@ -13,18 +13,6 @@
 #define T_LEN 16
 #define N_SEQ 5
 
-/* Logits agree: within 2e-4 of the forward's, relative to its largest magnitude. */
-static double rel_err(const float *a, const float *b, int n)
-{
-    double mx = 0, d = 0;
-    for (int i = 0; i < n; i++) {
-        mx = fabs(b[i]) > mx ? fabs(b[i]) : mx;
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || e != e ? e : d;
-    }
-    return d / (mx > 0 ? mx : 1);
-}
-
 static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_backend *cpu)
 {
     char path[512];
@@ -90,7 +78,7 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
             done++;
             for (int i = 0; i < n; i++) {
                 const float *want = full + ((size_t)seqs[i] * T_LEN + (size_t)pos[i]) * V;
-                double e = rel_err(out + (size_t)i * V, want, V);
+                double e = tm_rel_err(out + (size_t)i * V, want, V);
                 if (!(e <= 2e-4))
                     bad = bi;
                 worst = e > worst || e != e ? e : worst;

@@ -61,18 +61,6 @@ static struct lt_backend *emu_new(void)
 #define T_LONG 12
 #define T_SHORT 8
 
-/* Largest |a - b| relative to b's largest magnitude. */
-static double rel_err(const float *a, const float *b, int n)
-{
-    double mx = 0, d = 0;
-    for (int i = 0; i < n; i++) {
-        mx = fabs(b[i]) > mx ? fabs(b[i]) : mx;
-        double e = fabs((double)a[i] - b[i]);
-        d = e > d || e != e ? e : d;
-    }
-    return d / (mx > 0 ? mx : 1);
-}
-
 /* Prefills tokens[0..n) into a fresh session (half_acts as given), all logits into out,
  * then decodes one more token into out + n * V. */
 static lt_status run(const struct lt_model *m, struct lt_backend *cpu, int half_acts,
@@ -126,8 +114,8 @@ static void test_arch(const struct tm_spec *spec, enum lt_type wtype, const char
         /* each half activation is rounded once (2^-9 relative for BF16, 2^-12 for F16);
          * a few of them in a row, through two layers, stay well inside 100 of those */
         double unit = wtype == LT_TYPE_BF16 ? 1.0 / 512 : 1.0 / 4096;
-        double e = rel_err(half, f32, T_LONG * V);
-        double ed = rel_err(half + (size_t)T_LONG * V, f32 + (size_t)T_LONG * V, V);
+        double e = tm_rel_err(half, f32, T_LONG * V);
+        double ed = tm_rel_err(half + (size_t)T_LONG * V, f32 + (size_t)T_LONG * V, V);
         CHECK(e <= 10 * unit, "%s %s prefill: half vs f32 activations %g (> %g)", spec->arch,
               lt_type_name(wtype), e, 10 * unit);
         CHECK(e > 0, "%s %s prefill: half activations gave the f32 logits exactly: not used?",
@@ -137,7 +125,7 @@ static void test_arch(const struct tm_spec *spec, enum lt_type wtype, const char
         float *fwd = malloc(sizeof(float) * (size_t)T_LONG * (size_t)V);
         double ef = 1;
         CHECK(tm_forward(m, cpu, tokens, T_LONG, 1, fwd) == LT_OK &&
-                  (ef = rel_err(fwd, f32, T_LONG * V)) <= 2e-4,
+                  (ef = tm_rel_err(fwd, f32, T_LONG * V)) <= 2e-4,
               "%s %s: the loss graph's forward vs the f32 prefill: %g (%s)", spec->arch,
               lt_type_name(wtype), ef, lt_last_error());
         free(fwd);
@@ -172,7 +160,7 @@ static void test_arch(const struct tm_spec *spec, enum lt_type wtype, const char
              lt_session_prefill(s, 0, tokens, T_LONG, true, f32) == LT_OK;
         CHECK(ok, "%s %s on the emulated device: %s", spec->arch, lt_type_name(wtype),
               lt_last_error());
-        double e = ok ? rel_err(f32, half, T_LONG * V) : 1;
+        double e = ok ? tm_rel_err(f32, half, T_LONG * V) : 1;
         CHECK(ok && e <= 1e-6, "%s %s: emulated device vs forced half activations: %g", spec->arch,
               lt_type_name(wtype), e);
         CHECK(gap_of(bes[0])->n_computed > 0, "%s %s: nothing ran on the emulated device",

@@ -90,6 +90,18 @@ static const struct tm_spec tm_specs[] = {
 };
 #define TM_N_SPECS ((int)(sizeof(tm_specs) / sizeof(tm_specs[0])))
 
+/* Largest |a - b| relative to b's largest magnitude (NaN counts as infinitely off). */
+static inline double tm_rel_err(const float *a, const float *b, int n)
+{
+    double mx = 0, d = 0;
+    for (int i = 0; i < n; i++) {
+        mx = fabs(b[i]) > mx ? fabs(b[i]) : mx;
+        double e = fabs((double)a[i] - b[i]);
+        d = e > d || e != e ? e : d;
+    }
+    return d / (mx > 0 ? mx : 1);
+}
+
 static uint64_t tm_rng = 1;
 static float tm_rand(void) /* uniform in [-1, 1) */
 {

@@ -12,7 +12,8 @@
    device_only job comes back from GET /train as "error" with the admission's sentence
    (naming SQR, the node and k_conv); a chat completion still answers afterwards.
 /health is polled every 50 ms throughout and must never fail once ready. Prints a summary
-and exits 1 on any failed check.
+and exits 1 on any failed check. LATHE_SERVE_BACKEND=cpu runs it without a GPU (a smoke test of
+the script; the refusal step then fails, as nothing refuses).
 """
 import json
 import os
@@ -49,7 +50,8 @@ class Server:
         self.log = open(os.path.join(train_dir, f"serve-{self.port}.log"), "w+")
         env = dict(os.environ, **(env_extra or {}))
         self.proc = subprocess.Popen(
-            [lathe, "serve", "-m", model, "--backend", "cuda", "--host", "127.0.0.1", "--port",
+            [lathe, "serve", "-m", model, "--backend", os.environ.get("LATHE_SERVE_BACKEND", "cuda"),
+             "--host", "127.0.0.1", "--port",
              str(self.port), "--parallel", "4", "--ctx", "2048", "--train-dir", train_dir],
             stdout=self.log, stderr=self.log, env=env)
         t0 = time.time()
@@ -157,7 +159,7 @@ def latency(name, s):
     line = (f"{name}: p50 {p50 * 1e3:.2f} ms, p95 {p95 * 1e3:.2f} ms, {tps:.1f} tokens/s "
             f"({len(s.gaps)} gaps, {s.n_requests} requests)")
     print(line, flush=True)
-    return line, p50
+    return line
 
 
 def wait_train(srv, states, timeout):
@@ -170,6 +172,33 @@ def wait_train(srv, states, timeout):
     return srv.get("/train").json()
 
 
+def answers(srv):
+    r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                          "max_tokens": 8, "temperature": 0})
+    return r.status_code == 200
+
+
+def serve(lathe, model, train_dir, env_extra, steps, min_polls):
+    """Starts `lathe serve`, polls /health while steps(srv) runs, stops it with SIGTERM;
+    checks /health never failed and the exit status. Returns a line on /health."""
+    srv = Server(lathe, model, train_dir, env_extra)
+    health = Health(srv.base)
+    health.start()
+    try:
+        steps(srv)
+    except Exception as e:  # noqa: BLE001 - report, then stop the server
+        check(False, f"exception {e!r}\n{srv.tail()}")
+    finally:
+        health.stop_flag.set()
+        health.join()
+        rc = srv.stop()
+    line = (f"/health {health.n_ok} polls, {len(health.bad)} failures {health.bad[:3]}, slowest "
+            f"{health.slowest * 1e3:.0f} ms (model ready in {srv.ready_s:.1f} s)")
+    check(health.n_ok > min_polls and not health.bad, line)
+    check(rc == 0, f"SIGTERM exit status {rc}")
+    return line
+
+
 def main():
     lathe, model = sys.argv[1], sys.argv[2]
     seconds = float(sys.argv[sys.argv.index("--seconds") + 1]) if "--seconds" in sys.argv else 10
@@ -179,18 +208,13 @@ def main():
         text = open(sys.argv[sys.argv.index("--text") + 1]).read()
     summary = []
     with tempfile.TemporaryDirectory(prefix="serve_h200_") as d:
-        srv = Server(lathe, model, d)
-        summary.append(f"model ready in {srv.ready_s:.1f} s")
-        health = Health(srv.base)
-        health.start()
-        try:
+        def alongside(srv):
             idle = Streamer(srv.base)
             idle.start()
             time.sleep(seconds)
             idle.finish()
             check(not idle.errors and len(idle.gaps) > 20, f"idle streaming {idle.errors[:2]}")
-            line, idle_p50 = latency("serving alone", idle)
-            summary.append(line)
+            summary.append(latency("serving alone", idle))
 
             r = srv.post("/train", {"out": "job.gguf", "text": text, "window": 256, "epochs": 2,
                                     "rank": 16, "lr": 1e-3})
@@ -204,8 +228,7 @@ def main():
             check(j["state"] == "done", f"job done: {json.dumps(j)[:600]}")
             losses = [e["train_loss"] for e in j.get("epochs", [])]
             check(len(losses) == 2 and losses[-1] < losses[0], f"loss falls {losses}")
-            line, busy_p50 = latency("during training", busy)
-            summary.append(line)
+            summary.append(latency("during training", busy))
             prog = j.get("progress", {})
             summary.append(f"train job: {time.time() - t0:.1f} s, losses {losses}, "
                            f"{prog.get('tokens_per_s', 0):.0f} tokens/s, peak "
@@ -214,26 +237,9 @@ def main():
             check(os.path.exists(os.path.join(d, "job.gguf")), "adapter written")
             r = srv.post("/lora-adapters/load", {"name": "job.gguf"})
             check(r.status_code == 200, f"adapter loaded: {r.text[:200]}")
-            r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                  "max_tokens": 8, "temperature": 0})
-            check(r.status_code == 200, "answers with the adapter")
-        except Exception as e:  # noqa: BLE001
-            check(False, f"exception {e!r}\n{srv.tail()}")
-        finally:
-            health.stop_flag.set()
-            health.join()
-            rc = srv.stop()
-        check(health.n_ok > 20 and not health.bad,
-              f"/health: {health.n_ok} polls ok, failures {health.bad[:3]}, slowest "
-              f"{health.slowest * 1e3:.0f} ms")
-        summary.append(f"/health {health.n_ok} polls, {len(health.bad)} failures, slowest "
-                       f"{health.slowest * 1e3:.0f} ms")
-        check(rc == 0, f"SIGTERM exit status {rc}")
+            check(answers(srv), "answers with the adapter")
 
-        srv = Server(lathe, model, d, {"LATHE_CUDA_DISABLE_OPS": "SQR"})
-        health = Health(srv.base)
-        health.start()
-        try:
+        def refusal(srv):
             r = srv.post("/train", {"out": "refused.gguf", "text": text[:4000], "window": 128,
                                     "device_only": True})
             check(r.status_code == 200, f"/train takes the job: {r.text[:300]}")
@@ -243,17 +249,10 @@ def main():
                   f"refused naming SQR and k_conv: {err[:400]}")
             summary.append(f"refusal via GET /train: state {j['state']}: {err[:300]}")
             check(not os.path.exists(os.path.join(d, "refused.gguf")), "nothing written")
-            r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
-                                                  "max_tokens": 8, "temperature": 0})
-            check(r.status_code == 200, "serving continues after the refusal")
-        except Exception as e:  # noqa: BLE001
-            check(False, f"exception {e!r}\n{srv.tail()}")
-        finally:
-            health.stop_flag.set()
-            health.join()
-            rc = srv.stop()
-        check(health.n_ok > 5 and not health.bad, f"/health during refusal: {health.n_ok} ok")
-        check(rc == 0, f"SIGTERM exit status {rc}")
+            check(answers(srv), "serving continues after the refusal")
+
+        summary.append(serve(lathe, model, d, None, alongside, 20))
+        serve(lathe, model, d, {"LATHE_CUDA_DISABLE_OPS": "SQR"}, refusal, 5)
     print("==== serve summary")
     for s in summary:
         print(s)
