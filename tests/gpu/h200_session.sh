@@ -81,8 +81,19 @@ phase_traincli() {
     timeout 120 $L train -m $m --text $W/text.txt --out $W/trained.gguf \
         --backend cuda --device-only --window 256 --epochs 2 >"$out/train_ok.log" 2>&1
     row "  the same with every op allowed" "rc $?, output $([ -e $W/trained.gguf ] && echo written || echo none)"
-    tail -3 "$out/train_refused.log" "$out/train_dry.log"
+    tail -n 3 "$out/train_refused.log" "$out/train_dry.log"
     tail -c 600 "$out/train_ok.log"; echo
+    # the jobs of issue 7 through the CLI on the converted checkpoints (BF16 and Q8_0 bases)
+    local k=0
+    for args in "-m $W/q08-bf16.gguf" "-m $W/q08-bf16.gguf --top-layers 4" "-m $W/q08-q8_0.gguf" \
+        "-m $W/q08-q8_0.gguf --top-layers 4" "-m $W/q08-bf16.gguf --full --lr 1e-5"; do
+        k=$((k + 1))
+        rm -f $W/job$k.gguf
+        timeout 150 $L train $args --text $W/text.txt --out $W/job$k.gguf --backend cuda \
+            --device-only --window 256 --epochs 2 >"$out/train_job$k.log" 2>&1
+        row "lathe train ${args#-m $W/}" "rc $? $(grep -E '^epoch [0-9]+:' "$out/train_job$k.log" | tr '\n' ' ')$(grep -oE 'trained .*tokens/s\)|memory estimate [0-9.]+ MiB' "$out/train_job$k.log" | tr '\n' ' ')"
+        rm -f $W/job$k.gguf
+    done
 }
 
 phase_core() {
@@ -246,7 +257,7 @@ EOF
     echo "after: $(head -c 300 "$out/smol_after.log")"
 }
 
-declare -A need=([scale35]=150 [profile]=60 [traincli]=60 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
