@@ -1,14 +1,50 @@
-/* test_cuda_delta_net_plan.c: the block split of the CUDA backward of the gated delta rule
- * (src/backend/cuda/delta_net_plan.c), checked on the host: no GPU needed. The kernel relies
- * on what is checked here: whole warps, column groups that do not straddle a warp (the row
- * sums shuffle within one), every element of a chunk's S owned by exactly one thread, every
- * chunk starting inside S_v, a grid that fills an H200 for the Qwen3.5-0.8B shape, shared
- * memory within the limit for every S_k the forward takes, and scratch sized for the
- * checkpoints and partials. */
+/* test_cuda_delta_net_plan.c: the block split of the CUDA forward and backward of the gated
+ * delta rule (src/backend/cuda/delta_net_plan.c), checked on the host: no GPU needed. The
+ * kernels rely on what is checked here: whole warps, lane groups that do not straddle a warp
+ * (the sums shuffle within one), every element of a chunk's S owned by exactly one thread,
+ * every chunk starting inside S_v, a grid that fills an H200 for the Qwen3.5-0.8B shape,
+ * the forward's rows a thread within its instantiated kernels, the backward's shared memory
+ * within the limit for every S_k the forward takes, and scratch sized for the checkpoints
+ * and partials. */
 #include <string.h>
 
 #include "backend/cuda/delta_net_plan.h"
 #include "check.h"
+
+static void check_fwd_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb)
+{
+    struct dn_fwd_plan p;
+    char reason[160];
+    const bool ok = dn_fwd_plan_init(&p, sk, sv, hv, nb, reason, sizeof(reason));
+    CHECK(ok, "forward S_k %lld S_v %lld H_v %lld B %lld: %s", (long long)sk, (long long)sv,
+          (long long)hv, (long long)nb, reason);
+    if (!ok)
+        return;
+    /* the launcher instantiates 1, 2, 4, 8 and 16 rows a thread */
+    CHECK(p.rows == 1 || p.rows == 2 || p.rows == 4 || p.rows == 8 || p.rows == 16, "rows %lld",
+          (long long)p.rows);
+    CHECK(p.rows * DN_FWD_ROW_GROUPS >= sk && (p.rows == 1 || p.rows * DN_FWD_ROW_GROUPS < 2 * sk),
+          "S_k %lld rows %lld", (long long)sk, (long long)p.rows);
+    CHECK(p.chunks * DN_FWD_COLS >= sv && (p.chunks - 1) * DN_FWD_COLS < sv, "chunks %lld",
+          (long long)p.chunks);
+    CHECK(p.blocks == hv * nb * p.chunks);
+
+    /* thread t = (jj, r) = (t / row_groups, t % row_groups) owns rows r + m row_groups,
+     * m < rows, of column jj: every row of every column once, nothing past S_k kept */
+    static unsigned char owned[256 * DN_FWD_COLS];
+    memset(owned, 0, sizeof(owned));
+    for (int64_t t = 0; t < DN_FWD_THREADS; t++)
+        for (int64_t m = 0; m < p.rows; m++) {
+            const int64_t i = t % DN_FWD_ROW_GROUPS + m * DN_FWD_ROW_GROUPS;
+            if (i < sk)
+                owned[i * DN_FWD_COLS + t / DN_FWD_ROW_GROUPS]++;
+        }
+    int64_t bad = 0;
+    for (int64_t x = 0; x < sk * DN_FWD_COLS; x++)
+        bad += owned[x] != 1;
+    CHECK(bad == 0, "forward S_k %lld: %lld elements not owned once", (long long)sk,
+          (long long)bad);
+}
 
 static void check_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t nt)
 {
@@ -51,6 +87,32 @@ static void check_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t n
 
 int main(void)
 {
+    /* forward: a column's lanes are a power-of-two group inside one warp; whole warps */
+    CHECK(32 % DN_FWD_ROW_GROUPS == 0 && DN_FWD_THREADS % 32 == 0 &&
+          DN_FWD_COLS * DN_FWD_ROW_GROUPS == DN_FWD_THREADS);
+    CHECK(DN_FWD_ROW_GROUPS * DN_FWD_MAX_ROWS >= 256); /* the backward's plans below go there */
+    /* Qwen3.5-0.8B's DeltaNet layers: 8 rows a thread, 1024 warps (the old kernel: 64) */
+    struct dn_fwd_plan fp;
+    char freason[160];
+    CHECK(dn_fwd_plan_init(&fp, 128, 128, 16, 1, freason, sizeof(freason)), "%s", freason);
+    CHECK(fp.rows == 8 && fp.chunks == 16 && fp.blocks == 256 &&
+              fp.blocks * DN_FWD_THREADS / 32 == 1024,
+          "rows %lld chunks %lld blocks %lld", (long long)fp.rows, (long long)fp.chunks,
+          (long long)fp.blocks);
+    static const int64_t fsks[] = {1, 3, 15, 16, 17, 33, 64, 100, 128, 129, 255, 256};
+    static const int64_t fsvs[] = {1, 7, 8, 12, 65, 128, 1000};
+    for (size_t a = 0; a < sizeof(fsks) / sizeof(fsks[0]); a++)
+        for (size_t b = 0; b < sizeof(fsvs) / sizeof(fsvs[0]); b++)
+            check_fwd_plan(fsks[a], fsvs[b], 1 + (int64_t)(a + b) % 16, 1 + (int64_t)b % 3);
+    check_fwd_plan(16, 12, 4, 2); /* the conformance suite's shapes */
+    check_fwd_plan(128, 128, 4, 1);
+    /* a batch of none: no blocks, nothing launched */
+    CHECK(dn_fwd_plan_init(&fp, 128, 128, 16, 0, freason, sizeof(freason)) && fp.blocks == 0);
+    /* S_k past 256 rows does not fit the registers: refused, with why */
+    freason[0] = 0;
+    CHECK(!dn_fwd_plan_init(&fp, 257, 128, 16, 1, freason, sizeof(freason)));
+    CHECK(strstr(freason, "S_k 257") != NULL, "%s", freason);
+
     /* Qwen3.5-0.8B's DeltaNet layers, a 256-token window: 128 blocks of 16 columns */
     struct dn_back_plan p;
     char reason[160];

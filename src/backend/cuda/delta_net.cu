@@ -5,12 +5,21 @@
  * The recurrence never mixes value columns: with S = [S_k][S_v] and column j,
  *   S[:, j] *= exp(g_t);  e_j = v_j - k_t . S[:, j];  S[:, j] += k_t beta_t e_j;
  *   o_j = scale q_t . S[:, j]
- * so a thread owns one column j of one (value head, sequence), kept in shared memory, and
- * a block of 32 threads shares the token's q and k. Every product and sum is rounded on
- * its own in the CPU's recurrent order, so the device matches the CPU's recurrent path up
- * to the rounding of exp(g) (the CPU's chunked path, its default for T > 1, agrees to
- * rounding). The node's path parameter is ignored here: the device always runs the
- * recurrence.
+ * but within a column each token is a chain: the update needs k_t . S[:, j] of the decayed
+ * column. The forward used to give a column one thread (S[:, j] in shared memory, 32
+ * columns a block), so a token was three dependent loops of S_k steps, and the Qwen3.5-0.8B
+ * shape (16 value heads, S_k = S_v = 128, batch 1) ran 64 warps on a 132-SM H200: a
+ * 504-token prefill spent ~45 of its ~71 ms in the 18 DELTA_NET nodes (~2.5 ms each), and a
+ * decode step ~16 us a node. Now a column is split over the 16 lanes of a half warp, lane r
+ * owning key rows r, r + 16, ... (S_k / 16 of them, kept in registers), so a token is a
+ * chain of S_k / 16 multiply-adds and a 4-step shuffle tree for each dot product; a block
+ * of 128 threads takes 8 columns of one (value head, sequence), 1024 warps for that shape
+ * (plan in delta_net_plan.c, which also sets the limit S_k <= 256). Warps never wait on
+ * each other (no shared memory, no barrier), and each loads the next token's q, k, v, g and
+ * beta while it computes this one. The dot products sum in another order than the CPU's
+ * (partial sums by row, then the shuffle tree; multiply-adds fused), so the forward agrees
+ * with both CPU paths to rounding, not bits. The node's path parameter is ignored here: the
+ * device always runs the recurrence.
  *
  * DELTA_NET_BACK follows the CPU's backward (recompute the states with a checkpoint every
  * seg ~ sqrt(T) tokens, then replay each segment, last first, keeping its per-token states
@@ -35,9 +44,6 @@
 #include "backend/cuda/delta_net_plan.h"
 
 static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK};
-
-#define DN_COLS 32     /* value columns (threads) per block */
-#define DN_MAX_SK 256  /* shared memory: S_k * (DN_COLS + 2) floats */
 
 enum { SRC_Q, SRC_K, SRC_V, SRC_G, SRC_BETA, SRC_STATE, SRC_COUNT };
 
@@ -78,64 +84,131 @@ bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t
         snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
         return false;
     }
-    if (!back && sk > DN_MAX_SK) {
-        snprintf(reason, reason_size, "S_k %lld is over the kernel's %d", (long long)sk,
-                 DN_MAX_SK);
-        return false;
+    if (!back) {
+        struct dn_fwd_plan plan;
+        return dn_fwd_plan_init(&plan, sk, sv, hv, nb, reason, reason_size);
     }
     struct dn_back_plan plan;
-    if (back && !dn_back_plan_init(&plan, sk, sv, hv, nb, nt, reason, reason_size))
-        return false;
-    return true;
+    return dn_back_plan_init(&plan, sk, sv, hv, nb, nt, reason, reason_size);
 }
 
 struct dn_srcs {
     struct cu_t q, k, v, g, beta, state;
 };
 
-/* block: (value head h, sequence b, columns j0..j0+31); shared: S [S_k][32], q, k [S_k] */
-static __global__ void delta_net_kernel(struct dn_srcs s, float *out, float scale)
+/* The sum of v over the n lanes of this thread's group (n a power of two <= 32, the group
+ * aligned in its warp), by a shuffle tree: every lane of the group gets the same value
+ * (each level adds the same two numbers, in either order). The whole warp must call it
+ * together. */
+static __device__ __forceinline__ float group_sum(float v, int n)
 {
-    extern __shared__ float sh[];
-    const int64_t sk = s.q.ne[0], sv = s.v.ne[0], hk_n = s.q.ne[1], hv = s.v.ne[1];
-    const int64_t nt = s.q.ne[2], n_tiles = (sv + DN_COLS - 1) / DN_COLS;
-    const int64_t h = blockIdx.x % hv, b = (blockIdx.x / hv) / n_tiles;
-    const int64_t j = (blockIdx.x / hv) % n_tiles * DN_COLS + threadIdx.x, hk = h % hk_n;
-    const bool active = j < sv;
-    float *S = sh, *qs = sh + sk * DN_COLS, *ks = qs + sk;
-    const int tj = threadIdx.x;
-    const int64_t ne2 = nt + sk;
-    if (active)
-        for (int64_t i = 0; i < sk; i++)
-            S[i * DN_COLS + tj] = cu_getf(s.state, j, i, h, b);
-    for (int64_t t = 0; t < nt; t++) {
-        __syncthreads(); /* the previous token's q and k are no longer read */
-        for (int64_t i = tj; i < sk; i += DN_COLS) {
-            qs[i] = cu_getf(s.q, i, hk, t, b);
-            ks[i] = cu_getf(s.k, i, hk, t, b);
-        }
-        __syncthreads();
-        if (!active)
-            continue;
-        const float a = expf(cu_getf(s.g, h, t, b, 0)), beta = cu_getf(s.beta, h, t, b, 0);
-        float kv = 0.0f;
-        for (int64_t i = 0; i < sk; i++) {
-            float x = __fmul_rn(S[i * DN_COLS + tj], a);
-            S[i * DN_COLS + tj] = x;
-            kv = __fadd_rn(kv, __fmul_rn(ks[i], x));
-        }
-        const float delta = __fmul_rn(beta, __fsub_rn(cu_getf(s.v, j, h, t, b), kv));
-        float o = 0.0f;
-        for (int64_t i = 0; i < sk; i++) {
-            float x = __fadd_rn(S[i * DN_COLS + tj], __fmul_rn(ks[i], delta));
-            S[i * DN_COLS + tj] = x;
-            o = __fadd_rn(o, __fmul_rn(qs[i], x));
-        }
-        out[((b * ne2 + t) * hv + h) * sv + j] = __fmul_rn(o, scale);
+    for (int o = n >> 1; o > 0; o >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* One token's inputs as the forward's thread (r, j) reads them: k and q at its key rows
+ * r, r + DN_FWD_ROW_GROUPS, ... (0 past S_k), g, beta and v_j (0 past S_v). */
+template <int N> struct dn_token {
+    float k[N], q[N], g, beta, v;
+};
+
+/* The forward's sources of one (value head, sequence) at token 0, as this thread reads them:
+ * pointers to its first row of q and k, to v_j, g and beta. */
+struct dn_fwd_ptrs {
+    const char *q, *k, *v, *g, *beta;
+};
+
+template <int N>
+static __device__ __forceinline__ void dn_load_token(struct dn_token<N> &x, const struct dn_srcs &s,
+                                                     const struct dn_fwd_ptrs &p, int64_t t, int r,
+                                                     bool active)
+{
+    const int64_t sk = s.q.ne[0];
+    const char *q = p.q + t * s.q.nb[2], *k = p.k + t * s.k.nb[2];
+#pragma unroll
+    for (int m = 0; m < N; m++) {
+        const bool own = r + m * DN_FWD_ROW_GROUPS < sk;
+        x.q[m] = own ? *(const float *)(q + m * DN_FWD_ROW_GROUPS * s.q.nb[0]) : 0.0f;
+        x.k[m] = own ? *(const float *)(k + m * DN_FWD_ROW_GROUPS * s.k.nb[0]) : 0.0f;
     }
-    if (active)
-        for (int64_t i = 0; i < sk; i++)
-            out[((b * ne2 + nt + i) * hv + h) * sv + j] = S[i * DN_COLS + tj];
+    x.g = *(const float *)(p.g + t * s.g.nb[1]);
+    x.beta = *(const float *)(p.beta + t * s.beta.nb[1]);
+    x.v = active ? *(const float *)(p.v + t * s.v.nb[2]) : 0.0f;
+}
+
+/* block: columns c * DN_FWD_COLS .. of value head h of sequence b (block (b * H_v + h) *
+ * chunks + c); thread (jj, r) = (threadIdx / DN_FWD_ROW_GROUPS, threadIdx %
+ * DN_FWD_ROW_GROUPS) keeps S[i][j] of column j = c * DN_FWD_COLS + jj at the N key rows
+ * i = r + m * DN_FWD_ROW_GROUPS in registers (0 past S_k or S_v, so it adds nothing); the
+ * dot products over a column are shuffle trees over its DN_FWD_ROW_GROUPS lanes. No shared
+ * memory and no block barrier: every warp runs its two columns alone, reading the next
+ * token's inputs while it computes this one's. */
+template <int N>
+static __global__ void __launch_bounds__(DN_FWD_THREADS)
+delta_net_kernel(struct dn_srcs s, float *out, float scale, int64_t chunks)
+{
+    const int64_t sk = s.q.ne[0], sv = s.v.ne[0], hv = s.v.ne[1], nt = s.q.ne[2];
+    const int r = (int)(threadIdx.x % DN_FWD_ROW_GROUPS),
+              jj = (int)(threadIdx.x / DN_FWD_ROW_GROUPS);
+    const int64_t c = blockIdx.x % chunks, h = (blockIdx.x / chunks) % hv,
+                  b = blockIdx.x / chunks / hv, hk = h % s.q.ne[1], j = c * DN_FWD_COLS + jj;
+    const bool active = j < sv; /* every lane still shuffles with its warp */
+    const int64_t jl = active ? j : 0, ne2 = nt + sk;
+    float S[N];
+    const char *st = cu_ptr(s.state, jl, r, h, b);
+#pragma unroll
+    for (int m = 0; m < N; m++) {
+        const bool own = active && r + m * DN_FWD_ROW_GROUPS < sk;
+        S[m] = own ? *(const float *)(st + m * DN_FWD_ROW_GROUPS * s.state.nb[1]) : 0.0f;
+    }
+    const struct dn_fwd_ptrs p = {cu_ptr(s.q, r, hk, 0, b), cu_ptr(s.k, r, hk, 0, b),
+                                  cu_ptr(s.v, jl, h, 0, b), cu_ptr(s.g, h, 0, b, 0),
+                                  cu_ptr(s.beta, h, 0, b, 0)};
+    float *o_out = out + (b * ne2 * hv + h) * sv + jl; /* token t at o_out[t * hv * sv] */
+    struct dn_token<N> cur, next;
+    if (nt > 0)
+        dn_load_token(cur, s, p, 0, r, active);
+    for (int64_t t = 0; t < nt; t++) {
+        /* the next token's loads are in flight while this one computes (the last reloads
+         * itself) */
+        dn_load_token(next, s, p, t + 1 < nt ? t + 1 : t, r, active);
+        const float a = expf(cur.g);
+        float kv = 0.0f;
+#pragma unroll
+        for (int m = 0; m < N; m++) {
+            S[m] *= a;
+            kv = fmaf(cur.k[m], S[m], kv);
+        }
+        kv = group_sum(kv, DN_FWD_ROW_GROUPS);
+        const float d = cur.beta * (cur.v - kv);
+        float o = 0.0f;
+#pragma unroll
+        for (int m = 0; m < N; m++) {
+            S[m] = fmaf(cur.k[m], d, S[m]);
+            o = fmaf(cur.q[m], S[m], o);
+        }
+        o = group_sum(o, DN_FWD_ROW_GROUPS);
+        if (active && r == 0)
+            o_out[t * hv * sv] = o * scale;
+        cur = next;
+    }
+    float *s_out = o_out + nt * hv * sv; /* the new state's row i at s_out[i * hv * sv] */
+#pragma unroll
+    for (int m = 0; m < N; m++) {
+        const int64_t i = r + m * DN_FWD_ROW_GROUPS;
+        if (active && i < sk)
+            s_out[i * hv * sv] = S[m];
+    }
+}
+
+template <int N>
+static lt_status launch_forward(struct cuda_ctx *c, const struct dn_fwd_plan &p,
+                                const struct dn_srcs &s, float *out, float scale)
+{
+    delta_net_kernel<N><<<(unsigned)p.blocks, DN_FWD_THREADS, 0, c->stream>>>(s, out, scale,
+                                                                               p.chunks);
+    return cu_launched("delta_net");
 }
 
 static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node);
@@ -150,16 +223,21 @@ lt_status delta_net_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     struct dn_srcs s = {cu_view(node->src[SRC_Q]),    cu_view(node->src[SRC_K]),
                         cu_view(node->src[SRC_V]),    cu_view(node->src[SRC_G]),
                         cu_view(node->src[SRC_BETA]), cu_view(node->src[SRC_STATE])};
-    const int64_t sk = s.q.ne[0], sv = s.v.ne[0], hv = s.v.ne[1], nb = s.q.ne[3];
-    const int64_t blocks = hv * nb * ((sv + DN_COLS - 1) / DN_COLS);
-    if (blocks == 0)
+    struct dn_fwd_plan p;
+    if (!dn_fwd_plan_init(&p, s.q.ne[0], s.v.ne[0], s.v.ne[1], s.q.ne[3], reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    if (p.blocks == 0)
         return LT_OK;
-    if (blocks > 0x7fffffff)
-        return cu_refuse(node, "too many heads and sequences for one grid");
-    const size_t shared = sizeof(float) * (size_t)sk * (DN_COLS + 2);
-    delta_net_kernel<<<(unsigned)blocks, DN_COLS, shared, c->stream>>>(
-        s, (float *)node->data, lt_get_param_f32(node, 0));
-    return cu_launched("delta_net");
+    float *out = (float *)node->data;
+    const float scale = lt_get_param_f32(node, 0);
+    switch (p.rows) {
+    case 1: return launch_forward<1>(c, p, s, out, scale);
+    case 2: return launch_forward<2>(c, p, s, out, scale);
+    case 4: return launch_forward<4>(c, p, s, out, scale);
+    case 8: return launch_forward<8>(c, p, s, out, scale);
+    case 16: return launch_forward<16>(c, p, s, out, scale);
+    default: return cu_refuse(node, "no forward kernel for this many key rows a thread");
+    }
 }
 
 /* ---- backward ---- */
@@ -169,16 +247,6 @@ struct dn_back_layout {
     int64_t off_q, off_k, off_v, off_g, off_beta, off_state; /* in the flat result */
     struct dn_back_plan p;
 };
-
-/* The sum of v over the `cols` lanes of this thread's column group (a power of two <= 32,
- * aligned in its warp), by a shuffle tree: every lane of the group gets the same value. The
- * whole warp must call it together. */
-static __device__ __forceinline__ float group_sum(float v, int cols)
-{
-    for (int o = cols >> 1; o > 0; o >>= 1)
-        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
 
 /* The sum of each column's partials over the row groups, in row-group order. */
 static __device__ __forceinline__ float column_sum(const float *colpart, int64_t row_groups,

@@ -1,9 +1,33 @@
-/* delta_net_plan.c: the block split of the CUDA backward of the gated delta rule (see
- * delta_net_plan.h). Compiled in every build: it needs no CUDA. */
+/* delta_net_plan.c: the block split of the CUDA forward and backward of the gated delta
+ * rule (see delta_net_plan.h). Compiled in every build: it needs no CUDA. */
 #include <math.h>
 #include <stdio.h>
 
 #include "backend/cuda/delta_net_plan.h"
+
+bool dn_fwd_plan_init(struct dn_fwd_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+                      char *reason, size_t reason_size)
+{
+    if (sk <= 0 || sv <= 0 || hv <= 0 || nb < 0) {
+        snprintf(reason, reason_size, "the forward's dims are not positive");
+        return false;
+    }
+    if (sk > (int64_t)DN_FWD_ROW_GROUPS * DN_FWD_MAX_ROWS) {
+        snprintf(reason, reason_size, "S_k %lld is over the forward kernel's %d", (long long)sk,
+                 DN_FWD_ROW_GROUPS * DN_FWD_MAX_ROWS);
+        return false;
+    }
+    p->rows = 1;
+    while (p->rows * DN_FWD_ROW_GROUPS < sk)
+        p->rows *= 2;
+    p->chunks = (sv + DN_FWD_COLS - 1) / DN_FWD_COLS;
+    p->blocks = hv * nb * p->chunks;
+    if (p->blocks > 0x7fffffff) {
+        snprintf(reason, reason_size, "too many heads and sequences for one grid");
+        return false;
+    }
+    return true;
+}
 
 static int64_t plan_shared_floats(int64_t sk, int64_t cols, int64_t row_groups)
 {

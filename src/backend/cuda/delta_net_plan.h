@@ -1,13 +1,18 @@
-/* delta_net_plan.h (internal, C and C++): how the CUDA backward of the gated delta rule
- * (DELTA_NET_BACK, src/backend/cuda/delta_net.cu) splits one problem over blocks, worked
- * out on the host from the shape alone. Plain C so that a test without a GPU can check it,
- * and so that the precondition (which must not touch the device) and the launcher read the
- * same numbers.
+/* delta_net_plan.h (internal, C and C++): how the CUDA forward and backward of the gated
+ * delta rule (DELTA_NET, DELTA_NET_BACK, src/backend/cuda/delta_net.cu) split one problem
+ * over blocks, worked out on the host from the shape alone. Plain C so that a test without
+ * a GPU can check it, and so that the precondition (which must not touch the device) and
+ * the launcher read the same numbers.
  *
- * A block takes one column chunk of one (value head, sequence): `cols` value columns, each
- * walked by `row_groups` threads that own the key rows r, r + row_groups, ... So a thread
- * owns the same elements of S and dS for the whole recurrence. The plan does not depend on
- * the device (the same shape always sums in the same order). */
+ * Both split the value columns of each (value head, sequence) and give every column several
+ * threads, each owning the key rows r, r + row_groups, ... So a thread owns the same
+ * elements of S (and dS) for the whole recurrence, and only dot products cross threads.
+ * A plan does not depend on the device (the same shape always sums in the same order).
+ *
+ * Forward: a block of DN_FWD_THREADS threads takes DN_FWD_COLS columns, each walked by the
+ * DN_FWD_ROW_GROUPS lanes of one half warp, which keep their rows of S in registers (`rows`
+ * of them, the kernel's template parameter). Backward: a block takes one column chunk of
+ * `cols` columns walked by `row_groups` threads each, with S and dS in shared memory. */
 #ifndef LATHE_BACKEND_CUDA_DELTA_NET_PLAN_H
 #define LATHE_BACKEND_CUDA_DELTA_NET_PLAN_H
 
@@ -18,6 +23,23 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define DN_FWD_ROW_GROUPS 16 /* forward: lanes a column, aligned in a warp (a power of two) */
+#define DN_FWD_THREADS 128   /* forward: threads a block */
+#define DN_FWD_COLS (DN_FWD_THREADS / DN_FWD_ROW_GROUPS) /* forward: columns a block */
+#define DN_FWD_MAX_ROWS 16 /* forward: key rows a thread keeps in registers; S_k <= 256 */
+
+struct dn_fwd_plan {
+    int64_t rows;   /* key rows a thread: the least power of two >= S_k / DN_FWD_ROW_GROUPS */
+    int64_t chunks; /* column chunks of a value head: ceil(S_v / DN_FWD_COLS) */
+    int64_t blocks; /* H_v * B * chunks; block (c, h, b) is (b * H_v + h) * chunks + c */
+};
+
+/* The forward's plan for S_k, S_v, H_v value heads and B sequences. False, with a reason,
+ * when the kernel cannot run it (S_k over DN_FWD_ROW_GROUPS * DN_FWD_MAX_ROWS, too many
+ * blocks). */
+bool dn_fwd_plan_init(struct dn_fwd_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+                      char *reason, size_t reason_size);
 
 #define DN_BACK_THREADS 256             /* the most threads a block */
 #define DN_BACK_TARGET_BLOCKS 128       /* narrow the chunks until there are this many */
