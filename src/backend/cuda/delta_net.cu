@@ -19,7 +19,9 @@
  * beta while it computes this one. The dot products sum in another order than the CPU's
  * (partial sums by row, then the shuffle tree; multiply-adds fused), so the forward agrees
  * with both CPU paths to rounding, not bits. The node's path parameter is ignored here: the
- * device always runs the recurrence.
+ * device always runs the recurrence. Measured after the split (H200, LATHE_CUDA_PROFILE):
+ * ~0.12 ms a node in that prefill (11350 prompt tokens/s for the whole model, 7116 before),
+ * 7.7 us a node in decode.
  *
  * DELTA_NET_BACK follows the CPU's backward (recompute the states with a checkpoint every
  * seg ~ sqrt(T) tokens, then replay each segment, last first, keeping its per-token states
@@ -36,7 +38,10 @@
  * kernel adds the partials over the chunks and over the value heads of a key head, in a
  * fixed order (value head, then chunk): deterministic, no atomics. Row sums over a chunk's
  * columns are shuffle trees within a warp, column sums over rows go through shared memory
- * in row-group order, so the backward agrees with the CPU to rounding, not bits. */
+ * in row-group order, so the backward agrees with the CPU to rounding, not bits. Measured
+ * after the split: that LoRA job 2406 tokens/s (Q8_0 base 1969, full fine-tune 1415). Both
+ * kernels pass the conformance suite, the GPU finite-difference checks and check-ref of the
+ * 0.8B shape against transformers (logits 6.5e-6, 320 gradients within 2.1e-5). */
 #include <math.h>
 #include <stdio.h>
 
