@@ -579,6 +579,63 @@ static void test_mul_mat_roads(void)
     lt_ctx_free(ctx);
 }
 
+/* ---- F32-activation kernels of the exact path (lt_dot_kernel_f32x) ---- */
+
+static void test_f32x_kernels(void)
+{
+    static const enum lt_type q32[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
+                                       LT_TYPE_Q8_0};
+    static float x[LT_DOT_MAX_X][1536], wf[8 * 1536];
+    static uint8_t w[8 * 1536 * 2];
+    const int64_t rows = 8;
+    for (size_t t = 0; t < sizeof(q32) / sizeof(q32[0]); t++) {
+        const struct lt_dot_kernel *k = lt_dot_kernel_f32x(q32[t], LT_SIMD_AVX2);
+        CHECK(lt_dot_kernel_f32x(q32[t], LT_SIMD_SCALAR) == NULL,
+              "%s: no scalar F32-activation kernel (dequantise + BLAS instead)",
+              lt_type_name(q32[t]));
+        if (!k) {
+            CHECK(!lt_simd_available(LT_SIMD_AVX2), "%s: an AVX2 kernel", lt_type_name(q32[t]));
+            continue;
+        }
+        CHECK(!k->quantised_x && k->k_multiple == 32, "%s: F32 activations, blocks of 32",
+              lt_type_name(q32[t]));
+        for (int64_t K = 256; K <= 1536; K += 1280) {
+            const size_t ws = lt_row_size(q32[t], K);
+            random_weights(q32[t], w, K, rows);
+            for (int64_t r = 0; r < rows; r++)
+                lt_type_traits(q32[t])->to_float(w + r * ws, wf + r * K, K);
+            for (int j = 0; j < LT_DOT_MAX_X; j++)
+                random_acts(x[j], K, j == 1);
+            double worst = 0;
+            for (int nx = 1; nx <= LT_DOT_MAX_X; nx++) {
+                float got[LT_DOT_MAX_X][8], *o[LT_DOT_MAX_X];
+                for (int j = 0; j < nx; j++)
+                    o[j] = got[j];
+                k->dot(K, w, ws, rows, x, sizeof(x[0]), nx, o);
+                for (int j = 0; j < nx; j++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        double ref = 0, mag = 0;
+                        for (int64_t i = 0; i < K; i++) {
+                            ref += (double)wf[r * K + i] * x[j][i];
+                            mag += fabs((double)wf[r * K + i] * x[j][i]);
+                        }
+                        /* float sums, and d * q + m possibly fused (one rounding apart) */
+                        double e = fabs(got[j][r] - ref) / (2e-6 * mag + 1e-30);
+                        worst = e > worst || e != e ? e : worst;
+                    }
+            }
+            CHECK(worst <= 1.0, "%s K=%lld: F32-activation dot off by %g x 2e-6 sum|wx|",
+                  lt_type_name(q32[t]), (long long)K, worst);
+            printf("dot f32x %-5s K=%-5lld %.2f of 2e-6 sum|wx|\n", lt_type_name(q32[t]),
+                   (long long)K, worst);
+        }
+    }
+    CHECK(lt_dot_kernel_f32x(LT_TYPE_Q4_K, LT_SIMD_AVX2) == NULL &&
+              lt_dot_kernel_f32x(LT_TYPE_F16, LT_SIMD_SCALAR) ==
+                  lt_dot_kernel(LT_TYPE_F16, LT_SIMD_SCALAR),
+          "K-quants have none; float weights' own kernel reads floats already");
+}
+
 int main(void)
 {
     /* int8 activations are opt-in (src/ops/matmul.c); this test exercises them */
@@ -587,6 +644,7 @@ int main(void)
     printf("simd: %s\n", lt_simd_name(lt_simd_best()));
     test_quantiser();
     test_kernels();
+    test_f32x_kernels();
     test_mul_mat();
     test_mul_mat_roads();
     test_cols();

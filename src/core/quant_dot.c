@@ -497,6 +497,18 @@ const struct lt_dot_kernel *lt_dot_kernel(enum lt_type type, enum lt_simd level)
     return k->dot ? k : NULL;
 }
 
+const struct lt_dot_kernel *lt_dot_kernel_f32x(enum lt_type type, enum lt_simd level)
+{
+    if ((int)type < 0 || type >= LT_TYPE_COUNT || !lt_simd_available(level))
+        return NULL;
+#ifdef LT_QD_HAVE_AVX2
+    if (level == LT_SIMD_AVX2 && lt_dot_kernels_f32x_avx2[type].dot)
+        return &lt_dot_kernels_f32x_avx2[type];
+#endif
+    const struct lt_dot_kernel *k = lt_dot_kernel(type, level);
+    return k && !k->quantised_x ? k : NULL;
+}
+
 size_t lt_dot_x_row_size(const struct lt_dot_kernel *k, int64_t K)
 {
     return k->quantised_x ? (size_t)(K / LT_Q8A_BLOCK) * sizeof(struct lt_q8a_block)

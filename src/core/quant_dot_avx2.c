@@ -227,6 +227,124 @@ static void dot_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void
     q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_8_0, LT_BLOCK_Q8_0);
 }
 
+/* ---- 32-element formats against F32 activations (the exact path: no activation rounding)
+ * ----
+ * A block's 32 weights are rebuilt in registers as the dequantiser builds them (d * q, plus
+ * m for Q4_1 / Q5_1: the same formula; the add may be fused with the multiply here, within
+ * one rounding of it) and multiply-added with the activations' floats: nothing is written
+ * to memory, where the dequantise + BLAS path writes and rereads 4 bytes a weight. */
+
+/* the 32 quants of a block, minus the format's offset (8 for Q4_0, 16 for Q5_0), as signed
+ * bytes: elements 0..15 in the low lane, 16..31 in the high one */
+QD_INLINE __m256i q32_signed(const uint8_t *w, const enum q32_kind kind)
+{
+    switch (kind) {
+    case Q32_4_0: return _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8));
+    case Q32_4_1: return nibbles32(w + 4);
+    case Q32_5_0:
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles32(w + 6), bit4_bytes(qd_u32(w + 2))),
+                               _mm256_set1_epi8(16));
+    case Q32_5_1: return _mm256_or_si256(nibbles32(w + 8), bit4_bytes(qd_u32(w + 4)));
+    default: return _mm256_loadu_si256((const __m256i *)(w + 2));
+    }
+}
+
+QD_INLINE void q32f_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
+                        float *res, const enum q32_kind kind, const size_t bsize)
+{
+    const bool has_min = kind == Q32_4_1 || kind == Q32_5_1;
+    __m256 acc0[LT_DOT_MAX_X], acc1[LT_DOT_MAX_X];
+    const float *xr[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++) {
+        acc0[j] = acc1[j] = _mm256_setzero_ps();
+        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
+    }
+    for (int64_t k = 0; k < K; k += 32, w += bsize) {
+        const __m256 d = _mm256_set1_ps(f16_at(w));
+        const __m256 m = has_min ? _mm256_set1_ps(f16_at(w + 2)) : _mm256_setzero_ps();
+        const __m256i q = q32_signed(w, kind);
+        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        for (int g = 0; g < 4; g++) {
+            __m256 wv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[g])), d);
+            if (has_min)
+                wv = _mm256_add_ps(wv, m);
+            QD_UNROLL for (int j = 0; j < nx; j++)
+            {
+                const __m256 xv = _mm256_loadu_ps(xr[j] + k + 8 * g);
+                if (g % 2 == 0)
+                    acc0[j] = _mm256_fmadd_ps(wv, xv, acc0[j]);
+                else
+                    acc1[j] = _mm256_fmadd_ps(wv, xv, acc1[j]);
+            }
+        }
+    }
+    for (int j = 0; j < nx; j++)
+        res[j] = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));
+}
+
+QD_INLINE void q32f_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                         size_t xs, const int nx, float *const *out, const enum q32_kind kind,
+                         const size_t bsize)
+{
+    for (int64_t r = 0; r < nw; r++, w += ws) {
+        float res[LT_DOT_MAX_X];
+        q32f_row(K, w, x, xs, nx, res, kind, bsize);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
+    }
+}
+
+QD_INLINE void q32f_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x,
+                        size_t xs, int nx, float *const *out, const enum q32_kind kind,
+                        const size_t bsize)
+{
+    switch (nx) {
+    case 1: q32f_rows(K, w, ws, nw, x, xs, 1, out, kind, bsize); break;
+    case 2: q32f_rows(K, w, ws, nw, x, xs, 2, out, kind, bsize); break;
+    case 3: q32f_rows(K, w, ws, nw, x, xs, 3, out, kind, bsize); break;
+    default: q32f_rows(K, w, ws, nw, x, xs, 4, out, kind, bsize); break;
+    }
+}
+
+static void dotf_q4_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_4_0, LT_BLOCK_Q4_0);
+}
+
+static void dotf_q4_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_4_1, LT_BLOCK_Q4_1);
+}
+
+static void dotf_q5_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_5_0, LT_BLOCK_Q5_0);
+}
+
+static void dotf_q5_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_5_1, LT_BLOCK_Q5_1);
+}
+
+static void dotf_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_8_0, LT_BLOCK_Q8_0);
+}
+
+const struct lt_dot_kernel lt_dot_kernels_f32x_avx2[LT_TYPE_COUNT] = {
+    [LT_TYPE_Q4_0] = {dotf_q4_0, NULL, false, LT_QK4_0},
+    [LT_TYPE_Q4_1] = {dotf_q4_1, NULL, false, LT_QK4_1},
+    [LT_TYPE_Q5_0] = {dotf_q5_0, NULL, false, LT_QK5_0},
+    [LT_TYPE_Q5_1] = {dotf_q5_1, NULL, false, LT_QK5_1},
+    [LT_TYPE_Q8_0] = {dotf_q8_0, NULL, false, LT_QK8_0},
+};
+
 /* ---- K-quants ---- */
 
 /* Q4_K (five_bits false) and Q5_K (true): sub-blocks 2p and 2p + 1 share 32 bytes of qs

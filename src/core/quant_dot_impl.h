@@ -61,6 +61,7 @@ extern const struct lt_dot_kernel lt_dot_kernels_scalar[LT_TYPE_COUNT];
 #if defined(__x86_64__) && defined(__GNUC__)
 #define LT_QD_HAVE_AVX2 1
 extern const struct lt_dot_kernel lt_dot_kernels_avx2[LT_TYPE_COUNT];
+extern const struct lt_dot_kernel lt_dot_kernels_f32x_avx2[LT_TYPE_COUNT];
 void lt_q8a_quantise_avx2(const float *x, struct lt_q8a_block *y, int64_t K);
 #endif
 

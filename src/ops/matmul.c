@@ -16,10 +16,12 @@
  * of b share one head of a, a's rows are unit-strided (or, for F32/F16/BF16, its columns:
  * attention's V), and a is F32, F16, BF16 or a quantised type with a dot kernel
  * (core/quant_dot.h), each output is a dot product
- * straight from a's row, never converted to floats: the b rows are first quantised to
- * int8 blocks (for quantised a; the result is then exact up to that activation rounding,
- * bounded in quant_dot.h), or read in place (F32, F16, BF16; copied when strided), by each
- * thread for itself, so no barrier is needed. Output rows are divided
+ * straight from a's row, never converted to floats into memory: the b rows are read in
+ * place (F32, F16, BF16 a, and by default the 32-element quantised formats, whose weights
+ * the AVX2 kernel rebuilds in registers; copied when strided), or, with
+ * LATHE_MATMUL_DOT=int8, quantised to int8 blocks for quantised a (the result is then exact
+ * up to that activation rounding, bounded in quant_dot.h), by each thread for itself, so
+ * no barrier is needed. Output rows are divided
  * among the threads as below. Larger N (prefill, training) stays on BLAS, and so does a
  * node autodiff differentiates (training graphs keep F32 numerics).
  * Parallelism is ours, not OpenBLAS's: OpenBLAS is set to one thread once, and the output
@@ -202,8 +204,9 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
-/* What the dot path may do, read once from LATHE_MATMUL_DOT: "exact" (the default: only
- * F32/F16/BF16 a, which lose nothing; quantised a goes to dequantise + BLAS), "int8"
+/* What the dot path may do, read once from LATHE_MATMUL_DOT: "exact" (the default: float
+ * activations only: F32/F16/BF16 a, and quantised a with an F32-activation kernel
+ * (lt_dot_kernel_f32x); other quantised a goes to dequantise + BLAS), "int8"
  * (quantised a meets int8 activations, as llama.cpp does: about 3x faster decode of a Q4_1
  * SmolLM2, but its greedy answers drift: "What is the capital of France?" stops saying
  * Paris, as llama.cpp's does too), "off" (everything to BLAS, for measuring). Correct
@@ -233,8 +236,11 @@ static bool mm_dot_plan(const struct lt_tensor *node, int nth, struct mm_plan *p
     enum lt_simd simd = lt_simd_best();
     const struct lt_dot_kernel *k = lt_dot_kernel(a->type, simd);
     int64_t rows = p->N * p->r2 * p->r3;
-    if (!k || dot_mode == MM_DOT_OFF ||
-        (k->quantised_x && (dot_mode == MM_DOT_EXACT || node->grad)))
+    /* exact numerics (the default, and every differentiated node): a kernel that reads the
+     * activations as floats, where the weight type has one */
+    if (k && k->quantised_x && (dot_mode == MM_DOT_EXACT || node->grad))
+        k = lt_dot_kernel_f32x(a->type, simd);
+    if (!k || dot_mode == MM_DOT_OFF)
         return false;
     bool by_cols = a->nb[0] != ta->type_size;
     if ((by_cols && (!k->dot_cols || a->nb[1] != ta->type_size)) || p->K <= 0 || p->M <= 0 ||
