@@ -229,10 +229,11 @@ static void dot_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void
 
 /* ---- 32-element formats against F32 activations (the exact path: no activation rounding)
  * ----
- * A block's 32 weights are rebuilt in registers as the dequantiser builds them (d * q, plus
- * m for Q4_1 / Q5_1: the same formula; the add may be fused with the multiply here, within
- * one rounding of it) and multiply-added with the activations' floats: nothing is written
- * to memory, where the dequantise + BLAS path writes and rereads 4 bytes a weight. */
+ * Per block, sum(q * x) over its 32 integer quants (converted to float in registers) is
+ * scaled by d once, and m * sum(x) added for the formats with a min: the same value as the
+ * dequantised weights' dot (d * q + m each) up to float rounding, with nothing written to
+ * memory, where the dequantise + BLAS path writes and rereads 4 bytes a weight. The x block
+ * sums are computed once per call, for all the weight rows it covers. */
 
 /* the 32 quants of a block, minus the format's offset (8 for Q4_0, 16 for Q5_0), as signed
  * bytes: elements 0..15 in the low lane, 16..31 in the high one */
@@ -249,47 +250,72 @@ QD_INLINE __m256i q32_signed(const uint8_t *w, const enum q32_kind kind)
     }
 }
 
-QD_INLINE void q32f_row(int64_t K, const uint8_t *w, const void *x, size_t xs, const int nx,
-                        float *res, const enum q32_kind kind, const size_t bsize)
+/* Most blocks of a row whose activation block sums are precomputed once per call (8 KiB of
+ * stack at four activation rows); longer rows sum each block as they go. */
+#define Q32F_MAX_BLOCKS 512
+
+/* One weight row against nx activation rows: per block, sum(q * x) in two accumulators (its
+ * groups of 8 alternate), then times d into the row's accumulator, plus m * sum(x) for the
+ * formats with a min (sum(x) from xsum when given). d and m are factored out of the block,
+ * so each weight costs one conversion and one multiply-add. */
+QD_INLINE void q32f_row(int64_t K, const uint8_t *w, const float *const *xr, const int nx,
+                        float (*xsum)[Q32F_MAX_BLOCKS], float *res, const enum q32_kind kind,
+                        const size_t bsize)
 {
     const bool has_min = kind == Q32_4_1 || kind == Q32_5_1;
-    __m256 acc0[LT_DOT_MAX_X], acc1[LT_DOT_MAX_X];
-    const float *xr[LT_DOT_MAX_X];
+    __m256 acc[LT_DOT_MAX_X];
+    float macc[LT_DOT_MAX_X];
     for (int j = 0; j < nx; j++) {
-        acc0[j] = acc1[j] = _mm256_setzero_ps();
-        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
+        acc[j] = _mm256_setzero_ps();
+        macc[j] = 0.0f;
     }
-    for (int64_t k = 0; k < K; k += 32, w += bsize) {
-        const __m256 d = _mm256_set1_ps(f16_at(w));
-        const __m256 m = has_min ? _mm256_set1_ps(f16_at(w + 2)) : _mm256_setzero_ps();
+    for (int64_t k = 0, b = 0; k < K; k += 32, b++, w += bsize) {
         const __m256i q = q32_signed(w, kind);
         const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-        for (int g = 0; g < 4; g++) {
-            __m256 wv = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[g])), d);
+        const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+        const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+        const __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+        const __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+        const __m256 d = _mm256_set1_ps(f16_at(w));
+        const float m = has_min ? f16_at(w + 2) : 0.0f;
+        QD_UNROLL for (int j = 0; j < nx; j++)
+        {
+            const float *xk = xr[j] + k;
+            const __m256 x0 = _mm256_loadu_ps(xk), x1 = _mm256_loadu_ps(xk + 8),
+                         x2 = _mm256_loadu_ps(xk + 16), x3 = _mm256_loadu_ps(xk + 24);
+            __m256 s0 = _mm256_mul_ps(q0, x0), s1 = _mm256_mul_ps(q1, x1);
+            s0 = _mm256_fmadd_ps(q2, x2, s0);
+            s1 = _mm256_fmadd_ps(q3, x3, s1);
+            acc[j] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc[j]);
             if (has_min)
-                wv = _mm256_add_ps(wv, m);
-            QD_UNROLL for (int j = 0; j < nx; j++)
-            {
-                const __m256 xv = _mm256_loadu_ps(xr[j] + k + 8 * g);
-                if (g % 2 == 0)
-                    acc0[j] = _mm256_fmadd_ps(wv, xv, acc0[j]);
-                else
-                    acc1[j] = _mm256_fmadd_ps(wv, xv, acc1[j]);
-            }
+                macc[j] += m * (xsum ? xsum[j][b]
+                                     : hsum_ps(_mm256_add_ps(_mm256_add_ps(x0, x1),
+                                                             _mm256_add_ps(x2, x3))));
         }
     }
     for (int j = 0; j < nx; j++)
-        res[j] = hsum_ps(_mm256_add_ps(acc0[j], acc1[j]));
+        res[j] = hsum_ps(acc[j]) + macc[j];
 }
 
 QD_INLINE void q32f_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
                          size_t xs, const int nx, float *const *out, const enum q32_kind kind,
                          const size_t bsize)
 {
+    const float *xr[LT_DOT_MAX_X];
+    float xsum[LT_DOT_MAX_X][Q32F_MAX_BLOCKS];
+    const bool pre = (kind == Q32_4_1 || kind == Q32_5_1) && K / 32 <= Q32F_MAX_BLOCKS;
+    for (int j = 0; j < nx; j++) {
+        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
+        for (int64_t b = 0; pre && b < K / 32; b++) {
+            const float *xk = xr[j] + 32 * b;
+            xsum[j][b] = hsum_ps(_mm256_add_ps(
+                _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
+                _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24))));
+        }
+    }
     for (int64_t r = 0; r < nw; r++, w += ws) {
         float res[LT_DOT_MAX_X];
-        q32f_row(K, w, x, xs, nx, res, kind, bsize);
+        q32f_row(K, w, xr, nx, pre ? xsum : NULL, res, kind, bsize);
         for (int j = 0; j < nx; j++)
             out[j][r] = res[j];
     }
