@@ -584,9 +584,10 @@ static void test_mul_mat_roads(void)
 static void test_f32x_kernels(void)
 {
     static const enum lt_type q32[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
-                                       LT_TYPE_Q8_0};
-    static float x[LT_DOT_MAX_X][1536], wf[8 * 1536];
-    static uint8_t w[8 * 1536 * 2];
+                                       LT_TYPE_Q8_0, LT_TYPE_Q4_K, LT_TYPE_Q5_K, LT_TYPE_Q6_K};
+    /* K up to 16640: past 512 blocks of 32 the kernels sum x's blocks as they go */
+    static float x[LT_DOT_MAX_X][16640], wf[8 * 16640];
+    static uint8_t w[8 * 16640 * 2];
     const int64_t rows = 8;
     for (size_t t = 0; t < sizeof(q32) / sizeof(q32[0]); t++) {
         const struct lt_dot_kernel *k = lt_dot_kernel_f32x(q32[t], LT_SIMD_AVX2);
@@ -597,9 +598,11 @@ static void test_f32x_kernels(void)
             CHECK(!lt_simd_available(LT_SIMD_AVX2), "%s: an AVX2 kernel", lt_type_name(q32[t]));
             continue;
         }
-        CHECK(!k->quantised_x && k->k_multiple == 32, "%s: F32 activations, blocks of 32",
-              lt_type_name(q32[t]));
-        for (int64_t K = 256; K <= 1536; K += 1280) {
+        CHECK(!k->quantised_x && k->k_multiple == lt_type_traits(q32[t])->block_size,
+              "%s: F32 activations, whole blocks", lt_type_name(q32[t]));
+        static const int64_t Ks[] = {256, 1536, 16640};
+        for (int ki = 0; ki < 3; ki++) {
+            const int64_t K = Ks[ki];
             const size_t ws = lt_row_size(q32[t], K);
             random_weights(q32[t], w, K, rows);
             for (int64_t r = 0; r < rows; r++)
@@ -630,10 +633,10 @@ static void test_f32x_kernels(void)
                    (long long)K, worst);
         }
     }
-    CHECK(lt_dot_kernel_f32x(LT_TYPE_Q4_K, LT_SIMD_AVX2) == NULL &&
+    CHECK(lt_dot_kernel_f32x(LT_TYPE_Q2_K, LT_SIMD_AVX2) == NULL &&
               lt_dot_kernel_f32x(LT_TYPE_F16, LT_SIMD_SCALAR) ==
                   lt_dot_kernel(LT_TYPE_F16, LT_SIMD_SCALAR),
-          "K-quants have none; float weights' own kernel reads floats already");
+          "Q2_K has none; float weights' own kernel reads floats already");
 }
 
 int main(void)

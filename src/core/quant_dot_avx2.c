@@ -363,12 +363,157 @@ static void dotf_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const voi
     q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_8_0, LT_BLOCK_Q8_0);
 }
 
+/* K-quants against F32 activations, the same way: per 32 elements (Q4_K / Q5_K: one
+ * sub-block of scale d * sc and min dmin * mn; Q6_K: two halves of scales d * sc[.]),
+ * sum(q * x) times the scale, and for Q4_K / Q5_K minus the min times the x block sums. */
+enum kf_kind { KF_4, KF_5, KF_6 };
+
+/* sum over 32 elements of q * x (q as 32 bytes, signed), in two halves of 16 elements */
+QD_INLINE void q32_times_x(__m256i q, const float *xk, __m256 *first, __m256 *second)
+{
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    const __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    const __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+    *first = _mm256_fmadd_ps(q1, _mm256_loadu_ps(xk + 8), _mm256_mul_ps(q0, _mm256_loadu_ps(xk)));
+    *second = _mm256_fmadd_ps(q3, _mm256_loadu_ps(xk + 24),
+                              _mm256_mul_ps(q2, _mm256_loadu_ps(xk + 16)));
+}
+
+QD_INLINE void kf_row(int64_t K, const uint8_t *w, const float *const *xr, const int nx,
+                      float (*xsum)[Q32F_MAX_BLOCKS], float *res, const enum kf_kind kind,
+                      const size_t bsize)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[LT_DOT_MAX_X];
+    float macc[LT_DOT_MAX_X];
+    for (int j = 0; j < nx; j++) {
+        acc[j] = _mm256_setzero_ps();
+        macc[j] = 0.0f;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += 256, w += bsize) {
+        if (kind == KF_6) {
+            const uint8_t *ql = w, *qh = w + 128;
+            const int8_t *sc = (const int8_t *)(w + 192);
+            const float d = f16_at(w + 208);
+            for (int i = 0; i < 2; i++) {
+                const __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * i));
+                for (int t = 0; t < 4; t++) {
+                    const __m256i lv = _mm256_loadu_si256((const __m256i *)(ql + 64 * i + 32 * (t % 2)));
+                    const __m256i lo = _mm256_and_si256(t / 2 ? _mm256_srli_epi16(lv, 4) : lv, low4);
+                    const __m256i hi = _mm256_slli_epi16(
+                        _mm256_and_si256(_mm256_srli_epi16(hv, 2 * t), _mm256_set1_epi8(3)), 4);
+                    const __m256i q =
+                        _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+                    const __m256 s0 = _mm256_set1_ps(d * (float)sc[8 * i + 2 * t]);
+                    const __m256 s1 = _mm256_set1_ps(d * (float)sc[8 * i + 2 * t + 1]);
+                    QD_UNROLL for (int j = 0; j < nx; j++)
+                    {
+                        __m256 a, b;
+                        q32_times_x(q, xr[j] + k0 + 128 * i + 32 * t, &a, &b);
+                        acc[j] = _mm256_fmadd_ps(s1, b, _mm256_fmadd_ps(s0, a, acc[j]));
+                    }
+                }
+            }
+            continue;
+        }
+        const float d = f16_at(w), dmin = f16_at(w + 2);
+        const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (kind == KF_5 ? 48 : 16);
+        const __m256i hv = kind == KF_5 ? _mm256_loadu_si256((const __m256i *)qh)
+                                        : _mm256_setzero_si256();
+        for (int sb = 0; sb < 8; sb++) {
+            int scale, min;
+            qd_k4_scale_min(sc, sb, &scale, &min);
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (sb / 2)));
+            __m256i q = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, low4);
+            if (kind == KF_5)
+                q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, sb),
+                                                                          _mm256_set1_epi8(1)),
+                                                         4));
+            const __m256 d1 = _mm256_set1_ps(d * (float)scale);
+            const float m1 = dmin * (float)min;
+            const int64_t blk = (k0 + 32 * sb) / 32;
+            QD_UNROLL for (int j = 0; j < nx; j++)
+            {
+                const float *xk = xr[j] + k0 + 32 * sb;
+                __m256 a, b;
+                q32_times_x(q, xk, &a, &b);
+                acc[j] = _mm256_fmadd_ps(d1, _mm256_add_ps(a, b), acc[j]);
+                macc[j] -= m1 * (xsum ? xsum[j][blk]
+                                      : hsum_ps(_mm256_add_ps(
+                                            _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
+                                            _mm256_add_ps(_mm256_loadu_ps(xk + 16),
+                                                          _mm256_loadu_ps(xk + 24)))));
+            }
+        }
+    }
+    for (int j = 0; j < nx; j++)
+        res[j] = hsum_ps(acc[j]) + macc[j];
+}
+
+QD_INLINE void kf_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                       size_t xs, const int nx, float *const *out, const enum kf_kind kind,
+                       const size_t bsize)
+{
+    const float *xr[LT_DOT_MAX_X];
+    float xsum[LT_DOT_MAX_X][Q32F_MAX_BLOCKS];
+    const bool pre = kind != KF_6 && K / 32 <= Q32F_MAX_BLOCKS;
+    for (int j = 0; j < nx; j++) {
+        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
+        for (int64_t b = 0; pre && b < K / 32; b++) {
+            const float *xk = xr[j] + 32 * b;
+            xsum[j][b] = hsum_ps(_mm256_add_ps(
+                _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
+                _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24))));
+        }
+    }
+    for (int64_t r = 0; r < nw; r++, w += ws) {
+        float res[LT_DOT_MAX_X];
+        kf_row(K, w, xr, nx, pre ? xsum : NULL, res, kind, bsize);
+        for (int j = 0; j < nx; j++)
+            out[j][r] = res[j];
+    }
+}
+
+QD_INLINE void kf_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out, const enum kf_kind kind, const size_t bsize)
+{
+    switch (nx) {
+    case 1: kf_rows(K, w, ws, nw, x, xs, 1, out, kind, bsize); break;
+    case 2: kf_rows(K, w, ws, nw, x, xs, 2, out, kind, bsize); break;
+    case 3: kf_rows(K, w, ws, nw, x, xs, 3, out, kind, bsize); break;
+    default: kf_rows(K, w, ws, nw, x, xs, 4, out, kind, bsize); break;
+    }
+}
+
+static void dotf_q4_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    kf_dot(K, w, ws, nw, x, xs, nx, out, KF_4, LT_BLOCK_Q4_K);
+}
+
+static void dotf_q5_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    kf_dot(K, w, ws, nw, x, xs, nx, out, KF_5, LT_BLOCK_Q5_K);
+}
+
+static void dotf_q6_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    kf_dot(K, w, ws, nw, x, xs, nx, out, KF_6, LT_BLOCK_Q6_K);
+}
+
 const struct lt_dot_kernel lt_dot_kernels_f32x_avx2[LT_TYPE_COUNT] = {
     [LT_TYPE_Q4_0] = {dotf_q4_0, NULL, false, LT_QK4_0},
     [LT_TYPE_Q4_1] = {dotf_q4_1, NULL, false, LT_QK4_1},
     [LT_TYPE_Q5_0] = {dotf_q5_0, NULL, false, LT_QK5_0},
     [LT_TYPE_Q5_1] = {dotf_q5_1, NULL, false, LT_QK5_1},
     [LT_TYPE_Q8_0] = {dotf_q8_0, NULL, false, LT_QK8_0},
+    [LT_TYPE_Q4_K] = {dotf_q4_k, NULL, false, LT_QK_K},
+    [LT_TYPE_Q5_K] = {dotf_q5_k, NULL, false, LT_QK_K},
+    [LT_TYPE_Q6_K] = {dotf_q6_k, NULL, false, LT_QK_K},
 };
 
 /* ---- K-quants ---- */
