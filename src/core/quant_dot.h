@@ -90,9 +90,10 @@ struct lt_dot_kernel {
 const struct lt_dot_kernel *lt_dot_kernel(enum lt_type type, enum lt_simd level);
 
 /* A kernel for weights of `type` that takes F32 activations as they are (quantised_x
- * false), or NULL: for the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) at AVX2, the
- * weights rebuilt in registers and multiplied with the floats (no activation rounding, so
- * the exact path may use it); for float weights, lt_dot_kernel's own. */
+ * false), or NULL: for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K at AVX2, the
+ * quants converted in registers and multiplied with the floats, scales and mins applied
+ * per block (no activation rounding, so the exact path may use it); for float weights,
+ * lt_dot_kernel's own. */
 const struct lt_dot_kernel *lt_dot_kernel_f32x(enum lt_type type, enum lt_simd level);
 
 /* Bytes of one activation row of K elements for kernel k (lt_q8a blocks or floats). */

@@ -17,8 +17,8 @@
  * attention's V), and a is F32, F16, BF16 or a quantised type with a dot kernel
  * (core/quant_dot.h), each output is a dot product
  * straight from a's row, never converted to floats into memory: the b rows are read in
- * place (F32, F16, BF16 a, and by default the 32-element quantised formats, whose weights
- * the AVX2 kernel rebuilds in registers; copied when strided), or, with
+ * place (F32, F16, BF16 a, and by default the quantised formats with an F32-activation
+ * AVX2 kernel: Q4_0..Q8_0, Q4_K..Q6_K; copied when strided), or, with
  * LATHE_MATMUL_DOT=int8, quantised to int8 blocks for quantised a (the result is then exact
  * up to that activation rounding, bounded in quant_dot.h), by each thread for itself, so
  * no barrier is needed. Output rows are divided
