@@ -227,13 +227,26 @@ static void dot_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void
     q32_dot(K, w, ws, nw, x, xs, nx, out, Q32_8_0, LT_BLOCK_Q8_0);
 }
 
-/* ---- 32-element formats against F32 activations (the exact path: no activation rounding)
+/* ---- quantised weights against F32 activations (the exact path: no activation rounding)
  * ----
- * Per block, sum(q * x) over its 32 integer quants (converted to float in registers) is
- * scaled by d once, and m * sum(x) added for the formats with a min: the same value as the
- * dequantised weights' dot (d * q + m each) up to float rounding, with nothing written to
- * memory, where the dequantise + BLAS path writes and rereads 4 bytes a weight. The x block
- * sums are computed once per call, for all the weight rows it covers. */
+ * Per 32 elements, sum(q * x) over the integer quants (converted to float in registers) is
+ * multiplied by the scale once (Q4_K / Q5_K: the sub-block's d * sc; Q6_K: d * sc for each
+ * half of 16), and the formats with a min add m * sum(x) (Q4_1, Q5_1) or take dmin * mn *
+ * sum(x) off (Q4_K, Q5_K): the dequantised weights' dot up to float rounding, with nothing
+ * written to memory, where the dequantise + BLAS path writes and rereads 4 bytes a weight.
+ * The x block sums are computed once per call, for all the weight rows it covers. */
+
+/* The formats; the first five are q32_kind's, so q32_signed reads their quants. */
+enum fx_kind {
+    FX_4_0 = Q32_4_0,
+    FX_4_1 = Q32_4_1,
+    FX_5_0 = Q32_5_0,
+    FX_5_1 = Q32_5_1,
+    FX_8_0 = Q32_8_0,
+    FX_4_K,
+    FX_5_K,
+    FX_6_K
+};
 
 /* the 32 quants of a block, minus the format's offset (8 for Q4_0, 16 for Q5_0), as signed
  * bytes: elements 0..15 in the low lane, 16..31 in the high one */
@@ -250,125 +263,14 @@ QD_INLINE __m256i q32_signed(const uint8_t *w, const enum q32_kind kind)
     }
 }
 
-/* Most blocks of a row whose activation block sums are precomputed once per call (8 KiB of
- * stack at four activation rows); longer rows sum each block as they go. */
-#define Q32F_MAX_BLOCKS 512
-
-/* One weight row against nx activation rows: per block, sum(q * x) in two accumulators (its
- * groups of 8 alternate), then times d into the row's accumulator, plus m * sum(x) for the
- * formats with a min (sum(x) from xsum when given). d and m are factored out of the block,
- * so each weight costs one conversion and one multiply-add. */
-QD_INLINE void q32f_row(int64_t K, const uint8_t *w, const float *const *xr, const int nx,
-                        float (*xsum)[Q32F_MAX_BLOCKS], float *res, const enum q32_kind kind,
-                        const size_t bsize)
+/* sum of 32 floats at xk */
+QD_INLINE float sum32(const float *xk)
 {
-    const bool has_min = kind == Q32_4_1 || kind == Q32_5_1;
-    __m256 acc[LT_DOT_MAX_X];
-    float macc[LT_DOT_MAX_X];
-    for (int j = 0; j < nx; j++) {
-        acc[j] = _mm256_setzero_ps();
-        macc[j] = 0.0f;
-    }
-    for (int64_t k = 0, b = 0; k < K; k += 32, b++, w += bsize) {
-        const __m256i q = q32_signed(w, kind);
-        const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-        const __m256 q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
-        const __m256 q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
-        const __m256 q2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
-        const __m256 q3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-        const __m256 d = _mm256_set1_ps(f16_at(w));
-        const float m = has_min ? f16_at(w + 2) : 0.0f;
-        QD_UNROLL for (int j = 0; j < nx; j++)
-        {
-            const float *xk = xr[j] + k;
-            const __m256 x0 = _mm256_loadu_ps(xk), x1 = _mm256_loadu_ps(xk + 8),
-                         x2 = _mm256_loadu_ps(xk + 16), x3 = _mm256_loadu_ps(xk + 24);
-            __m256 s0 = _mm256_mul_ps(q0, x0), s1 = _mm256_mul_ps(q1, x1);
-            s0 = _mm256_fmadd_ps(q2, x2, s0);
-            s1 = _mm256_fmadd_ps(q3, x3, s1);
-            acc[j] = _mm256_fmadd_ps(d, _mm256_add_ps(s0, s1), acc[j]);
-            if (has_min)
-                macc[j] += m * (xsum ? xsum[j][b]
-                                     : hsum_ps(_mm256_add_ps(_mm256_add_ps(x0, x1),
-                                                             _mm256_add_ps(x2, x3))));
-        }
-    }
-    for (int j = 0; j < nx; j++)
-        res[j] = hsum_ps(acc[j]) + macc[j];
+    return hsum_ps(_mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
+                                 _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24))));
 }
 
-QD_INLINE void q32f_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
-                         size_t xs, const int nx, float *const *out, const enum q32_kind kind,
-                         const size_t bsize)
-{
-    const float *xr[LT_DOT_MAX_X];
-    float xsum[LT_DOT_MAX_X][Q32F_MAX_BLOCKS];
-    const bool pre = (kind == Q32_4_1 || kind == Q32_5_1) && K / 32 <= Q32F_MAX_BLOCKS;
-    for (int j = 0; j < nx; j++) {
-        xr[j] = (const float *)((const char *)x + (size_t)j * xs);
-        for (int64_t b = 0; pre && b < K / 32; b++) {
-            const float *xk = xr[j] + 32 * b;
-            xsum[j][b] = hsum_ps(_mm256_add_ps(
-                _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
-                _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24))));
-        }
-    }
-    for (int64_t r = 0; r < nw; r++, w += ws) {
-        float res[LT_DOT_MAX_X];
-        q32f_row(K, w, xr, nx, pre ? xsum : NULL, res, kind, bsize);
-        for (int j = 0; j < nx; j++)
-            out[j][r] = res[j];
-    }
-}
-
-QD_INLINE void q32f_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x,
-                        size_t xs, int nx, float *const *out, const enum q32_kind kind,
-                        const size_t bsize)
-{
-    switch (nx) {
-    case 1: q32f_rows(K, w, ws, nw, x, xs, 1, out, kind, bsize); break;
-    case 2: q32f_rows(K, w, ws, nw, x, xs, 2, out, kind, bsize); break;
-    case 3: q32f_rows(K, w, ws, nw, x, xs, 3, out, kind, bsize); break;
-    default: q32f_rows(K, w, ws, nw, x, xs, 4, out, kind, bsize); break;
-    }
-}
-
-static void dotf_q4_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
-                      int nx, float *const *out)
-{
-    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_4_0, LT_BLOCK_Q4_0);
-}
-
-static void dotf_q4_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
-                      int nx, float *const *out)
-{
-    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_4_1, LT_BLOCK_Q4_1);
-}
-
-static void dotf_q5_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
-                      int nx, float *const *out)
-{
-    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_5_0, LT_BLOCK_Q5_0);
-}
-
-static void dotf_q5_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
-                      int nx, float *const *out)
-{
-    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_5_1, LT_BLOCK_Q5_1);
-}
-
-static void dotf_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
-                      int nx, float *const *out)
-{
-    q32f_dot(K, w, ws, nw, x, xs, nx, out, Q32_8_0, LT_BLOCK_Q8_0);
-}
-
-/* K-quants against F32 activations, the same way: per 32 elements (Q4_K / Q5_K: one
- * sub-block of scale d * sc and min dmin * mn; Q6_K: two halves of scales d * sc[.]),
- * sum(q * x) times the scale, and for Q4_K / Q5_K minus the min times the x block sums. */
-enum kf_kind { KF_4, KF_5, KF_6 };
-
-/* sum over 32 elements of q * x (q as 32 bytes, signed), in two halves of 16 elements */
+/* sum over 32 elements of q * x (q as 32 signed bytes), as two halves of 16 elements */
 QD_INLINE void q32_times_x(__m256i q, const float *xk, __m256 *first, __m256 *second)
 {
     const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
@@ -381,128 +283,184 @@ QD_INLINE void q32_times_x(__m256i q, const float *xk, __m256 *first, __m256 *se
                               _mm256_mul_ps(q2, _mm256_loadu_ps(xk + 16)));
 }
 
-QD_INLINE void kf_row(int64_t K, const uint8_t *w, const float *const *xr, const int nx,
-                      float (*xsum)[Q32F_MAX_BLOCKS], float *res, const enum kf_kind kind,
-                      const size_t bsize)
-{
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
+/* Most blocks of 32 a row may have for its x block sums to be precomputed (8 KiB of stack
+ * at four activation rows); longer rows sum each block as they go. */
+#define FX_MAX_BLOCKS 512
+
+/* Accumulators of one weight row against nx activation rows: the scaled sums in a vector,
+ * the min terms in a float. xsum[j][b]: block b's sum of activation row j, or NULL. */
+struct fx_acc {
     __m256 acc[LT_DOT_MAX_X];
     float macc[LT_DOT_MAX_X];
-    for (int j = 0; j < nx; j++) {
-        acc[j] = _mm256_setzero_ps();
-        macc[j] = 0.0f;
+};
+
+/* 32 quants q of scale s (and min term m, times the block sum, when has_min) at element k */
+QD_INLINE void fx_part(struct fx_acc *a, const float *const *xr, const int nx,
+                       float (*xsum)[FX_MAX_BLOCKS], int64_t k, __m256i q, __m256 s, float m,
+                       bool has_min)
+{
+    QD_UNROLL for (int j = 0; j < nx; j++)
+    {
+        __m256 p0, p1;
+        q32_times_x(q, xr[j] + k, &p0, &p1);
+        a->acc[j] = _mm256_fmadd_ps(s, _mm256_add_ps(p0, p1), a->acc[j]);
+        if (has_min)
+            a->macc[j] += m * (xsum ? xsum[j][k / 32] : sum32(xr[j] + k));
     }
-    for (int64_t k0 = 0; k0 < K; k0 += 256, w += bsize) {
-        if (kind == KF_6) {
-            const uint8_t *ql = w, *qh = w + 128;
-            const int8_t *sc = (const int8_t *)(w + 192);
-            const float d = f16_at(w + 208);
-            for (int i = 0; i < 2; i++) {
-                const __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * i));
-                for (int t = 0; t < 4; t++) {
-                    const __m256i lv = _mm256_loadu_si256((const __m256i *)(ql + 64 * i + 32 * (t % 2)));
-                    const __m256i lo = _mm256_and_si256(t / 2 ? _mm256_srli_epi16(lv, 4) : lv, low4);
-                    const __m256i hi = _mm256_slli_epi16(
-                        _mm256_and_si256(_mm256_srli_epi16(hv, 2 * t), _mm256_set1_epi8(3)), 4);
-                    const __m256i q =
-                        _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
-                    const __m256 s0 = _mm256_set1_ps(d * (float)sc[8 * i + 2 * t]);
-                    const __m256 s1 = _mm256_set1_ps(d * (float)sc[8 * i + 2 * t + 1]);
-                    QD_UNROLL for (int j = 0; j < nx; j++)
-                    {
-                        __m256 a, b;
-                        q32_times_x(q, xr[j] + k0 + 128 * i + 32 * t, &a, &b);
-                        acc[j] = _mm256_fmadd_ps(s1, b, _mm256_fmadd_ps(s0, a, acc[j]));
-                    }
-                }
-            }
-            continue;
-        }
-        const float d = f16_at(w), dmin = f16_at(w + 2);
-        const uint8_t *sc = w + 4, *qh = w + 16, *qs = w + (kind == KF_5 ? 48 : 16);
-        const __m256i hv = kind == KF_5 ? _mm256_loadu_si256((const __m256i *)qh)
-                                        : _mm256_setzero_si256();
-        for (int sb = 0; sb < 8; sb++) {
-            int scale, min;
-            qd_k4_scale_min(sc, sb, &scale, &min);
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (sb / 2)));
-            __m256i q = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, low4);
-            if (kind == KF_5)
-                q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, sb),
-                                                                          _mm256_set1_epi8(1)),
-                                                         4));
-            const __m256 d1 = _mm256_set1_ps(d * (float)scale);
-            const float m1 = dmin * (float)min;
-            const int64_t blk = (k0 + 32 * sb) / 32;
-            QD_UNROLL for (int j = 0; j < nx; j++)
-            {
-                const float *xk = xr[j] + k0 + 32 * sb;
-                __m256 a, b;
-                q32_times_x(q, xk, &a, &b);
-                acc[j] = _mm256_fmadd_ps(d1, _mm256_add_ps(a, b), acc[j]);
-                macc[j] -= m1 * (xsum ? xsum[j][blk]
-                                      : hsum_ps(_mm256_add_ps(
-                                            _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
-                                            _mm256_add_ps(_mm256_loadu_ps(xk + 16),
-                                                          _mm256_loadu_ps(xk + 24)))));
-            }
-        }
-    }
-    for (int j = 0; j < nx; j++)
-        res[j] = hsum_ps(acc[j]) + macc[j];
 }
 
-QD_INLINE void kf_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
-                       size_t xs, const int nx, float *const *out, const enum kf_kind kind,
+/* A Q6_K super-block at k0: per 32 elements, two scales of 16 */
+QD_INLINE void fx_q6_k(struct fx_acc *a, const uint8_t *w, const float *const *xr, const int nx,
+                       int64_t k0)
+{
+    const uint8_t *ql = w, *qh = w + 128;
+    const int8_t *sc = (const int8_t *)(w + 192);
+    const float d = f16_at(w + 208);
+    for (int i = 0; i < 2; i++) {
+        const __m256i hv = _mm256_loadu_si256((const __m256i *)(qh + 32 * i));
+        for (int t = 0; t < 4; t++) {
+            const __m256i lv = _mm256_loadu_si256((const __m256i *)(ql + 64 * i + 32 * (t % 2)));
+            const __m256i lo =
+                _mm256_and_si256(t / 2 ? _mm256_srli_epi16(lv, 4) : lv, _mm256_set1_epi8(0x0f));
+            const __m256i hi = _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srli_epi16(hv, 2 * t), _mm256_set1_epi8(3)), 4);
+            const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+            const __m256 s0 = _mm256_set1_ps(d * (float)sc[8 * i + 2 * t]);
+            const __m256 s1 = _mm256_set1_ps(d * (float)sc[8 * i + 2 * t + 1]);
+            QD_UNROLL for (int j = 0; j < nx; j++)
+            {
+                __m256 p0, p1;
+                q32_times_x(q, xr[j] + k0 + 128 * i + 32 * t, &p0, &p1);
+                a->acc[j] = _mm256_fmadd_ps(s1, p1, _mm256_fmadd_ps(s0, p0, a->acc[j]));
+            }
+        }
+    }
+}
+
+/* A Q4_K or Q5_K super-block at k0: eight sub-blocks of a scale and a min */
+QD_INLINE void fx_q45_k(struct fx_acc *a, const uint8_t *w, const float *const *xr, const int nx,
+                        float (*xsum)[FX_MAX_BLOCKS], int64_t k0, const bool five)
+{
+    const float d = f16_at(w), dmin = f16_at(w + 2);
+    const uint8_t *sc = w + 4, *qs = w + (five ? 48 : 16);
+    const __m256i hv = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+    for (int sb = 0; sb < 8; sb++) {
+        int scale, min;
+        qd_k4_scale_min(sc, sb, &scale, &min);
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (sb / 2)));
+        __m256i q = _mm256_and_si256(sb % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+        if (five)
+            q = _mm256_or_si256(q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hv, sb),
+                                                                      _mm256_set1_epi8(1)),
+                                                     4));
+        fx_part(a, xr, nx, xsum, k0 + 32 * sb, q, _mm256_set1_ps(d * (float)scale),
+                -(dmin * (float)min), true);
+    }
+}
+
+QD_INLINE void fx_row(int64_t K, const uint8_t *w, const float *const *xr, const int nx,
+                      float (*xsum)[FX_MAX_BLOCKS], float *res, const enum fx_kind kind,
+                      const size_t bsize)
+{
+    struct fx_acc a;
+    for (int j = 0; j < nx; j++) {
+        a.acc[j] = _mm256_setzero_ps();
+        a.macc[j] = 0.0f;
+    }
+    if (kind == FX_6_K || kind == FX_4_K || kind == FX_5_K) {
+        for (int64_t k0 = 0; k0 < K; k0 += 256, w += bsize)
+            if (kind == FX_6_K)
+                fx_q6_k(&a, w, xr, nx, k0);
+            else
+                fx_q45_k(&a, w, xr, nx, xsum, k0, kind == FX_5_K);
+    } else {
+        const bool has_min = kind == FX_4_1 || kind == FX_5_1;
+        for (int64_t k = 0; k < K; k += 32, w += bsize)
+            fx_part(&a, xr, nx, xsum, k, q32_signed(w, (enum q32_kind)kind),
+                    _mm256_set1_ps(f16_at(w)), has_min ? f16_at(w + 2) : 0.0f, has_min);
+    }
+    for (int j = 0; j < nx; j++)
+        res[j] = hsum_ps(a.acc[j]) + a.macc[j];
+}
+
+QD_INLINE void fx_rows(int64_t K, const uint8_t *w, size_t ws, int64_t nw, const void *x,
+                       size_t xs, const int nx, float *const *out, const enum fx_kind kind,
                        const size_t bsize)
 {
     const float *xr[LT_DOT_MAX_X];
-    float xsum[LT_DOT_MAX_X][Q32F_MAX_BLOCKS];
-    const bool pre = kind != KF_6 && K / 32 <= Q32F_MAX_BLOCKS;
+    float xsum[LT_DOT_MAX_X][FX_MAX_BLOCKS];
+    const bool pre = (kind == FX_4_1 || kind == FX_5_1 || kind == FX_4_K || kind == FX_5_K) &&
+                     K / 32 <= FX_MAX_BLOCKS;
     for (int j = 0; j < nx; j++) {
         xr[j] = (const float *)((const char *)x + (size_t)j * xs);
-        for (int64_t b = 0; pre && b < K / 32; b++) {
-            const float *xk = xr[j] + 32 * b;
-            xsum[j][b] = hsum_ps(_mm256_add_ps(
-                _mm256_add_ps(_mm256_loadu_ps(xk), _mm256_loadu_ps(xk + 8)),
-                _mm256_add_ps(_mm256_loadu_ps(xk + 16), _mm256_loadu_ps(xk + 24))));
-        }
+        for (int64_t b = 0; pre && b < K / 32; b++)
+            xsum[j][b] = sum32(xr[j] + 32 * b);
     }
     for (int64_t r = 0; r < nw; r++, w += ws) {
         float res[LT_DOT_MAX_X];
-        kf_row(K, w, xr, nx, pre ? xsum : NULL, res, kind, bsize);
+        fx_row(K, w, xr, nx, pre ? xsum : NULL, res, kind, bsize);
         for (int j = 0; j < nx; j++)
             out[j][r] = res[j];
     }
 }
 
-QD_INLINE void kf_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
-                      int nx, float *const *out, const enum kf_kind kind, const size_t bsize)
+QD_INLINE void fx_dot(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out, const enum fx_kind kind, const size_t bsize)
 {
     switch (nx) {
-    case 1: kf_rows(K, w, ws, nw, x, xs, 1, out, kind, bsize); break;
-    case 2: kf_rows(K, w, ws, nw, x, xs, 2, out, kind, bsize); break;
-    case 3: kf_rows(K, w, ws, nw, x, xs, 3, out, kind, bsize); break;
-    default: kf_rows(K, w, ws, nw, x, xs, 4, out, kind, bsize); break;
+    case 1: fx_rows(K, w, ws, nw, x, xs, 1, out, kind, bsize); break;
+    case 2: fx_rows(K, w, ws, nw, x, xs, 2, out, kind, bsize); break;
+    case 3: fx_rows(K, w, ws, nw, x, xs, 3, out, kind, bsize); break;
+    default: fx_rows(K, w, ws, nw, x, xs, 4, out, kind, bsize); break;
     }
+}
+
+static void dotf_q4_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_4_0, LT_BLOCK_Q4_0);
+}
+
+static void dotf_q4_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_4_1, LT_BLOCK_Q4_1);
+}
+
+static void dotf_q5_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_5_0, LT_BLOCK_Q5_0);
+}
+
+static void dotf_q5_1(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_5_1, LT_BLOCK_Q5_1);
+}
+
+static void dotf_q8_0(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
+                      int nx, float *const *out)
+{
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_8_0, LT_BLOCK_Q8_0);
 }
 
 static void dotf_q4_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
                       int nx, float *const *out)
 {
-    kf_dot(K, w, ws, nw, x, xs, nx, out, KF_4, LT_BLOCK_Q4_K);
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_4_K, LT_BLOCK_Q4_K);
 }
 
 static void dotf_q5_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
                       int nx, float *const *out)
 {
-    kf_dot(K, w, ws, nw, x, xs, nx, out, KF_5, LT_BLOCK_Q5_K);
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_5_K, LT_BLOCK_Q5_K);
 }
 
 static void dotf_q6_k(int64_t K, const void *w, size_t ws, int64_t nw, const void *x, size_t xs,
                       int nx, float *const *out)
 {
-    kf_dot(K, w, ws, nw, x, xs, nx, out, KF_6, LT_BLOCK_Q6_K);
+    fx_dot(K, w, ws, nw, x, xs, nx, out, FX_6_K, LT_BLOCK_Q6_K);
 }
 
 const struct lt_dot_kernel lt_dot_kernels_f32x_avx2[LT_TYPE_COUNT] = {
