@@ -53,6 +53,29 @@ static inline void tiny_byte_text(int b, char out[4])
     }
 }
 
+/* The byte-level vocabulary (256 bytes, then the three specials) and its eos id, with the
+ * given pre-tokenizer name. */
+static inline void tiny_write_tokenizer(struct lt_gguf_writer *w, const char *pre)
+{
+    static char texts[TINY_VOCAB][16];
+    const char *toks[TINY_VOCAB];
+    int32_t types[TINY_VOCAB];
+    for (int b = 0; b < 256; b++) {
+        tiny_byte_text(b, texts[b]);
+        toks[b] = texts[b];
+        types[b] = 1;
+    }
+    toks[TINY_ENDOFTEXT] = "<|endoftext|>";
+    toks[TINY_IM_START] = "<|im_start|>";
+    toks[TINY_IM_END] = "<|im_end|>";
+    types[TINY_ENDOFTEXT] = types[TINY_IM_START] = types[TINY_IM_END] = 3;
+    lt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
+    lt_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    lt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, TINY_VOCAB);
+    lt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LT_GGUF_TYPE_I32, types, TINY_VOCAB);
+    lt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", TINY_IM_END);
+}
+
 static uint64_t tiny_gguf_rng;
 static inline float tiny_gguf_rand(void)
 {
@@ -101,25 +124,8 @@ static inline int tiny_model_write(const char *path, const struct tiny_spec *sp)
     lt_gguf_writer_set_u32(w, "llama.attention.head_count_kv", (uint32_t)sp->n_head_kv);
     lt_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     lt_gguf_writer_set_f32(w, "llama.rope.freq_base", 10000.0f);
-    /* tokenizer */
-    static char texts[TINY_VOCAB][16];
-    const char *toks[TINY_VOCAB];
-    int32_t types[TINY_VOCAB];
-    for (int b = 0; b < 256; b++) {
-        tiny_byte_text(b, texts[b]);
-        toks[b] = texts[b];
-        types[b] = 1;
-    }
-    toks[TINY_ENDOFTEXT] = "<|endoftext|>";
-    toks[TINY_IM_START] = "<|im_start|>";
-    toks[TINY_IM_END] = "<|im_end|>";
-    types[TINY_ENDOFTEXT] = types[TINY_IM_START] = types[TINY_IM_END] = 3;
-    lt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    lt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "smollm");
-    lt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, TINY_VOCAB);
-    lt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LT_GGUF_TYPE_I32, types, TINY_VOCAB);
+    tiny_write_tokenizer(w, "smollm");
     lt_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", TINY_ENDOFTEXT);
-    lt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", TINY_IM_END);
     lt_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
     lt_gguf_writer_set_str(w, "tokenizer.chat_template", tiny_chat_template);
     /* weights */

@@ -184,23 +184,7 @@ static lt_status convert(const char *src, const char *dst, enum lt_type type)
         return st;
     struct lt_gguf_writer *w = lt_gguf_writer_new();
     lt_gguf_writer_copy_kv(w, g);
-    static char texts[TINY_VOCAB][16];
-    const char *toks[TINY_VOCAB];
-    int32_t types[TINY_VOCAB];
-    for (int b = 0; b < 256; b++) {
-        tiny_byte_text(b, texts[b]);
-        toks[b] = texts[b];
-        types[b] = 1;
-    }
-    toks[TINY_ENDOFTEXT] = "<|endoftext|>";
-    toks[TINY_IM_START] = "<|im_start|>";
-    toks[TINY_IM_END] = "<|im_end|>";
-    types[TINY_ENDOFTEXT] = types[TINY_IM_START] = types[TINY_IM_END] = 3;
-    lt_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
-    lt_gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2");
-    lt_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, TINY_VOCAB);
-    lt_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", LT_GGUF_TYPE_I32, types, TINY_VOCAB);
-    lt_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", TINY_IM_END);
+    tiny_write_tokenizer(w, "qwen2");
     int64_t n = lt_gguf_n_tensors(g);
     struct conv_job *jobs = calloc((size_t)n, sizeof(*jobs));
     for (int64_t i = 0; i < n && st == LT_OK; i++) {
