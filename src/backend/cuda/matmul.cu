@@ -156,7 +156,9 @@ static bool mm_plan_make(const struct lt_tensor *node, struct mm_plan *p, char *
     return true;
 }
 
-bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+/* The precondition, and the plan when it holds (the launcher runs on that same plan). */
+static bool mm_supported_plan(const struct lt_tensor *node, struct mm_plan *p, char *reason,
+                              size_t reason_size)
 {
     if (node->op != LT_OP_MUL_MAT) {
         snprintf(reason, reason_size, "%s is not a matrix product", lt_op_name(node->op));
@@ -171,8 +173,13 @@ bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t re
         !cu_check_source(node, 1, b_types, reason, reason_size) ||
         !cu_check_result_f32(node, reason, reason_size))
         return false;
+    return mm_plan_make(node, p, reason, reason_size);
+}
+
+bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
     struct mm_plan p;
-    return mm_plan_make(node, &p, reason, reason_size);
+    return mm_supported_plan(node, &p, reason, reason_size);
 }
 
 /* ---- conversions into scratch ---- */
@@ -483,8 +490,7 @@ lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
     struct mm_plan p;
-    if (!matmul_cuda_supported(node, reason, sizeof(reason)) ||
-        !mm_plan_make(node, &p, reason, sizeof(reason)))
+    if (!mm_supported_plan(node, &p, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     if (lt_nelements(node) == 0)
