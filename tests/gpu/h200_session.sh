@@ -162,19 +162,12 @@ phase_gradcheck() {
 }
 
 phase_sanitize() {
-    local t=$(($(left) - 40))
+    local t=$(($(left) - 10))
     [ $t -gt 60 ] || { row "compute-sanitizer memcheck" "skipped: no time"; return; }
-    # every group but "errors", whose deliberate 1 PiB cudaMalloc memcheck reports as an API
-    # error (an expected failure, checked by the suite); that group runs second, alone
-    timeout $t compute-sanitizer --tool memcheck --leak-check full \
-        $b/tests/gpu_test_cuda_conformance copies matmul elementwise nn recurrent disabled \
+    timeout $t compute-sanitizer --tool memcheck --leak-check full $b/tests/gpu_test_cuda_conformance \
         >"$out/memcheck.log" 2>&1
     row "compute-sanitizer memcheck (conformance)" "rc $? $(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1) $(passed "$out/memcheck.log")"
-    timeout 30 compute-sanitizer --tool memcheck --leak-check full \
-        $b/tests/gpu_test_cuda_conformance errors >"$out/memcheck_errors.log" 2>&1
-    row "  the same, group errors (1 PiB malloc)" "rc $? $(grep -E 'ERROR SUMMARY' "$out/memcheck_errors.log" | tail -1) $(grep -cE 'Program hit cudaErrorMemoryAllocation' "$out/memcheck_errors.log") of them cudaMalloc's out-of-memory"
-    grep -E "ERROR SUMMARY|passed, .* failed|Invalid|Leaked" "$out/memcheck.log" | head -10
-    grep -E "=========" "$out/memcheck_errors.log" | head -12
+    grep -E "=========" "$out/memcheck.log" | head -12
 }
 
 Q=$W/qwen35-0.8b

@@ -709,6 +709,8 @@ static void test_backend_errors(void)
     struct lt_buffer *buf = NULL;
     lt_status st = lt_backend_buffer_alloc(g_cuda, (size_t)1 << 50, &buf);
     CHECK(st == LT_ERR_NOMEM, "a 1 PiB buffer gave %s", lt_status_name(st));
+    CHECK(strstr(lt_last_error(), "does not fit") != NULL,
+          "a 1 PiB buffer is refused before cudaMalloc: %s", lt_last_error());
     printf("refused as expected: %s\n", lt_last_error());
     st = lt_backend_buffer_alloc(g_cuda, 1 << 20, &buf);
     CHECK(st == LT_OK, "a 1 MiB buffer after a failed one: %s", lt_last_error());

@@ -235,6 +235,18 @@ static lt_status cuda_buffer_alloc(struct lt_backend *be, size_t size, struct lt
         free(buf);
         return st;
     }
+    /* a request over the free memory is refused here, with the figures, not by a failing
+     * cudaMalloc (which leaves an error for cudaGetLastError to clear and that
+     * compute-sanitizer reports); cudaMalloc still decides the close cases */
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+    } else if (size > free_b) {
+        free(buf);
+        return lt_fail(LT_ERR_NOMEM,
+                       "%s: a buffer of %.1f MiB does not fit: %.1f MiB free of %.1f MiB", c->name,
+                       size / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+    }
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, size ? size : 256);
     if (e != cudaSuccess) {
