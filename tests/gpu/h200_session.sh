@@ -15,6 +15,7 @@
 #   q15     a random Qwen2.5-1.5B-shaped checkpoint (transformers, Qwen2.5's tokenizer):
 #           `lathe convert` to BF16 and Q8_0, then the `lathe train` jobs of traincli on it
 #           (LoRA, top_layers 4, on both; full on BF16) with nvidia-smi's peak GPU memory
+#   graphs  the CUDA-graph test, then (after q08) decode with LATHE_CUDA_GRAPHS=0 and on
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
@@ -52,7 +53,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
-           gpu_test_train_cuda gpu_test_cuda_gradcheck bench_matmul >"$out/build.log" 2>&1; }; then
+           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs bench_matmul >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
@@ -132,6 +133,8 @@ phase_core() {
     row "conformance (every op x layout)" "rc $? $(passed "$out/conformance.log")"
     timeout 90 $b/tests/gpu_test_cuda_scenario >"$out/scenario.log" 2>&1
     row "k_conv scenario on CUDA0" "rc $? $(passed "$out/scenario.log")"
+    timeout 120 $b/tests/gpu_test_cuda_graphs >"$out/graphs.log" 2>&1
+    row "CUDA graphs (cache paths, vs eager, vs CPU)" "rc $? $(passed "$out/graphs.log")"
     for r in qwen35-tiny-a qwen2-tiny-a llama-tiny-a; do
         [ -d .golden/$r ] || continue
         # F32, as tests/py/test_check_ref.py converts: convert's default (f16 matrices) is
@@ -229,6 +232,23 @@ phase_q15() {
     train_jobs q15 1e-5
     echo "==== q15 details"
     for f in "$out"/train_q15_job*.log; do echo "== $f"; tail -n 4 "$f" | cut -c1-200; done
+}
+
+# CUDA graphs: the cache test, then decode with graphs off and on (same text, tokens/s)
+phase_graphs() {
+    timeout 120 $b/tests/gpu_test_cuda_graphs >"$out/graphs.log" 2>&1
+    row "CUDA graphs (cache paths, vs eager, vs CPU)" "rc $? $(passed "$out/graphs.log") $(grep -E '^graphs:' "$out/graphs.log")"
+    grep -E "check failed" "$out/graphs.log" | head -10
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    for ty in bf16 q8_0; do
+        for gr in 0 1; do
+            LATHE_CUDA_GRAPHS=$gr timeout 90 $L run -m $W/q08-$ty.gguf -p "Hello" -n 256 --ignore-eos \
+                --temp 0 --timings --backend cuda >"$out/graphs_run_${ty}_$gr.txt" 2>"$out/graphs_run_${ty}_$gr.log"
+            row "0.8B $ty decode, LATHE_CUDA_GRAPHS=$gr" "rc $? $(grep -oE 'generation [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\)' "$out/graphs_run_${ty}_$gr.log")"
+        done
+        cmp -s "$out/graphs_run_${ty}_0.txt" "$out/graphs_run_${ty}_1.txt"
+        row "  $ty text with and without graphs" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/graphs_run_${ty}_1.txt") bytes)"
+    done
 }
 
 phase_profile() {

@@ -61,6 +61,10 @@ lt_status cu_scratch(struct cuda_ctx *c, enum cu_scratch_slot slot, size_t bytes
         *out = c->scratch[slot];
         return LT_OK;
     }
+    if (c->capturing) { /* no synchronising during a capture: the caller runs eagerly */
+        c->capture_spoiled = true;
+        return lt_fail(LT_ERR_BACKEND, "%s: scratch growth during a graph capture", c->name);
+    }
     /* a queued kernel may still read the old buffer */
     lt_status st = cu_check(cudaStreamSynchronize(c->stream), "synchronising before scratch growth");
     if (st != LT_OK)
@@ -393,12 +397,11 @@ static void profile_print(struct cuda_ctx *c)
     c->profile = NULL;
 }
 
-static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
+/* Queues nodes on the stream one by one (each through its family's launcher). */
+static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
 {
     struct cuda_ctx *c = ctx_of(be);
-    lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
-    if (st != LT_OK)
-        return st;
+    lt_status st;
     char reason[CU_REASON_MAX];
     struct cu_profile *prof = c->profile;
     const double t_call = prof ? host_ms_now() : 0;
@@ -443,6 +446,165 @@ static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *no
     return LT_OK;
 }
 
+/* ---- CUDA graphs: small-batch node lists (decode) launched as one graph ----
+ * Decode runs ~800 small kernels a token, so launching them one by one leaves the device
+ * waiting on the host. A node list whose products all take at most CU_GRAPH_MAX_TOKENS
+ * activation columns is recorded by stream capture (the launchers run as usual, their
+ * launches are recorded instead of run), and the graph replaces an executable graph kept
+ * for the same sequence of ops (cudaGraphExecUpdate: new pointers and sizes, same kernels),
+ * or a new one is instantiated. Anything that needs to synchronise during the capture
+ * (scratch growth) spoils it, and the list runs eagerly instead, as does any failure: an
+ * error is then reported by the eager run itself. LATHE_CUDA_GRAPHS=0 turns it off. */
+#define CU_GRAPH_SLOTS 4
+#define CU_GRAPH_MIN_NODES 32
+#define CU_GRAPH_MAX_TOKENS 8
+#define CU_BLAS_WORKSPACE (32u << 20)
+
+struct cu_graphs {
+    struct {
+        cudaGraphExec_t exec; /* NULL: free */
+        uint64_t key, last_used;
+    } slot[CU_GRAPH_SLOTS];
+    uint64_t clock;
+    void *blas_workspace; /* cuBLAS's, set once: no allocation inside a capture */
+    long launched, instantiated, eager;
+};
+
+static void graphs_free(struct cuda_ctx *c)
+{
+    struct cu_graphs *gs = c->graphs;
+    if (!gs)
+        return;
+    for (int i = 0; i < CU_GRAPH_SLOTS; i++)
+        if (gs->slot[i].exec)
+            cudaGraphExecDestroy(gs->slot[i].exec);
+    if (gs->blas_workspace)
+        cudaFree(gs->blas_workspace);
+    free(gs);
+    c->graphs = NULL;
+}
+
+/* On unless LATHE_CUDA_GRAPHS=0; a failure here leaves graphs off, not the backend. */
+static void graphs_new(struct cuda_ctx *c)
+{
+    const char *env = getenv("LATHE_CUDA_GRAPHS");
+    if (env && strcmp(env, "0") == 0)
+        return;
+    struct cu_graphs *gs = (struct cu_graphs *)calloc(1, sizeof(*gs));
+    if (!gs)
+        return;
+    if (cudaMalloc(&gs->blas_workspace, CU_BLAS_WORKSPACE) != cudaSuccess ||
+        cublasSetWorkspace(c->blas, gs->blas_workspace, CU_BLAS_WORKSPACE) !=
+            CUBLAS_STATUS_SUCCESS) {
+        (void)cudaGetLastError();
+        if (gs->blas_workspace)
+            cudaFree(gs->blas_workspace);
+        free(gs);
+        return;
+    }
+    c->graphs = gs;
+}
+
+static bool graph_worthy(struct lt_tensor *const *nodes, int n_nodes)
+{
+    if (n_nodes < CU_GRAPH_MIN_NODES)
+        return false;
+    for (int i = 0; i < n_nodes; i++)
+        if (nodes[i]->op == LT_OP_MUL_MAT && nodes[i]->src[1]->ne[1] > CU_GRAPH_MAX_TOKENS)
+            return false;
+    return true;
+}
+
+/* the sequence of ops (FNV-1a): lists with equal keys usually update each other's graph */
+static uint64_t graph_key(struct lt_tensor *const *nodes, int n_nodes)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)n_nodes;
+    for (int i = 0; i < n_nodes; i++)
+        h = (h ^ (uint64_t)nodes[i]->op) * 1099511628211ull;
+    return h;
+}
+
+/* Runs the list as a graph; *eager set when it could not be, and nothing ran. */
+static lt_status graph_compute(struct lt_backend *be, struct lt_tensor *const *nodes,
+                               int n_nodes, bool *eager)
+{
+    struct cuda_ctx *c = ctx_of(be);
+    struct cu_graphs *gs = c->graphs;
+    *eager = true;
+    if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        (void)cudaGetLastError();
+        gs->eager++;
+        return LT_OK;
+    }
+    c->capturing = true;
+    c->capture_spoiled = false;
+    lt_status st = issue_nodes(be, nodes, n_nodes);
+    c->capturing = false;
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+    if (st != LT_OK || e != cudaSuccess || !graph) {
+        (void)cudaGetLastError();
+        if (graph)
+            cudaGraphDestroy(graph);
+        gs->eager++;
+        return LT_OK;
+    }
+    const uint64_t key = graph_key(nodes, n_nodes);
+    int k = -1;
+    for (int i = 0; i < CU_GRAPH_SLOTS && k < 0; i++)
+        if (gs->slot[i].exec && gs->slot[i].key == key)
+            k = i;
+    if (k >= 0) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(gs->slot[k].exec, graph, &info) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cudaGraphExecDestroy(gs->slot[k].exec);
+            gs->slot[k].exec = NULL;
+        }
+    } else { /* a free slot, else the least recently used */
+        k = 0;
+        for (int i = 1; i < CU_GRAPH_SLOTS; i++)
+            if (!gs->slot[i].exec ||
+                (gs->slot[k].exec && gs->slot[i].last_used < gs->slot[k].last_used))
+                k = i;
+        if (gs->slot[k].exec)
+            cudaGraphExecDestroy(gs->slot[k].exec);
+        gs->slot[k].exec = NULL;
+    }
+    if (!gs->slot[k].exec) {
+        if (cudaGraphInstantiate(&gs->slot[k].exec, graph, 0) != cudaSuccess) {
+            (void)cudaGetLastError();
+            gs->slot[k].exec = NULL;
+            cudaGraphDestroy(graph);
+            gs->eager++;
+            return LT_OK;
+        }
+        gs->instantiated++;
+    }
+    gs->slot[k].key = key;
+    gs->slot[k].last_used = ++gs->clock;
+    *eager = false;
+    st = cu_check(cudaGraphLaunch(gs->slot[k].exec, c->stream), "launching a CUDA graph");
+    cudaGraphDestroy(graph);
+    gs->launched++;
+    return st;
+}
+
+static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
+{
+    struct cuda_ctx *c = ctx_of(be);
+    lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
+    if (st != LT_OK)
+        return st;
+    if (c->graphs && !c->profile && graph_worthy(nodes, n_nodes)) {
+        bool eager;
+        st = graph_compute(be, nodes, n_nodes, &eager);
+        if (!eager)
+            return st;
+    }
+    return issue_nodes(be, nodes, n_nodes);
+}
+
 static lt_status cuda_synchronize(struct lt_backend *be)
 {
     struct cuda_ctx *c = ctx_of(be);
@@ -475,6 +637,7 @@ static void ctx_free(struct cuda_ctx *c)
             cudaFree(c->scratch[i]);
     if (c->blas)
         cublasDestroy(c->blas);
+    graphs_free(c); /* after the handle that used its workspace */
     if (c->stream)
         cudaStreamDestroy(c->stream);
     (void)cudaGetLastError();
@@ -533,6 +696,18 @@ extern "C" bool lt_backend_is_cuda(const struct lt_backend *be)
     return be && be->iface == &cuda_iface;
 }
 
+extern "C" void lt_backend_cuda_graph_stats(const struct lt_backend *be,
+                                            struct lt_cuda_graph_stats *out)
+{
+    *out = (struct lt_cuda_graph_stats){0, 0, 0};
+    if (!lt_backend_is_cuda(be) || !((struct cuda_ctx *)be->impl)->graphs)
+        return;
+    const struct cu_graphs *gs = ((struct cuda_ctx *)be->impl)->graphs;
+    out->launched = gs->launched;
+    out->instantiated = gs->instantiated;
+    out->eager = gs->eager;
+}
+
 extern "C" struct lt_backend *lt_backend_cuda_new(int device)
 {
     int n = 0;
@@ -574,6 +749,7 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
         goto out_free;
     parse_disabled(c);
     profile_new(c);
+    graphs_new(c);
     be->iface = &cuda_iface;
     be->impl = c;
     be->is_host = false;

@@ -13,7 +13,9 @@
  *   read every element with the loads below, which need each element aligned to its size;
  *   cu_check_source refuses views whose offset or strides are not whole elements.
  * - Everything runs on the context's one stream; nothing here synchronises except scratch
- *   growth (which must not free memory a queued kernel still reads). */
+ *   growth (which must not free memory a queued kernel still reads). While c->capturing
+ *   (a node list being recorded as a CUDA graph) nothing may synchronise or allocate:
+ *   cu_scratch sets c->capture_spoiled instead of growing, and the list runs eagerly. */
 #ifndef LATHE_BACKEND_CUDA_COMMON_H
 #define LATHE_BACKEND_CUDA_COMMON_H
 
@@ -49,6 +51,9 @@ struct cuda_ctx {
     bool disabled[LT_OP_COUNT]; /* LATHE_CUDA_DISABLE_OPS */
     char name[32];
     struct cu_profile *profile; /* LATHE_CUDA_PROFILE=1: time per op, printed when freed */
+    struct cu_graphs *graphs;   /* small-batch node lists replayed as CUDA graphs; NULL: off */
+    bool capturing;             /* the stream is being captured: nothing may synchronise */
+    bool capture_spoiled;       /* something during the capture needs an eager run */
 };
 
 /* ---- status ---- */

@@ -23,6 +23,12 @@ bool lt_backend_is_cuda(const struct lt_backend *be)
     return false;
 }
 
+void lt_backend_cuda_graph_stats(const struct lt_backend *be, struct lt_cuda_graph_stats *out)
+{
+    (void)be;
+    *out = (struct lt_cuda_graph_stats){0};
+}
+
 bool lt_cuda_verdict(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     (void)node;
