@@ -242,9 +242,9 @@ phase_graphs() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     for ty in bf16 q8_0; do
         for gr in 0 1; do
-            LATHE_CUDA_GRAPHS=$gr timeout 90 $L run -m $W/q08-$ty.gguf -p "Hello" -n 256 --ignore-eos \
+            LATHE_CUDA_GRAPHS_STATS=1 LATHE_CUDA_GRAPHS=$gr timeout 90 $L run -m $W/q08-$ty.gguf -p "Hello" -n 256 --ignore-eos \
                 --temp 0 --timings --backend cuda >"$out/graphs_run_${ty}_$gr.txt" 2>"$out/graphs_run_${ty}_$gr.log"
-            row "0.8B $ty decode, LATHE_CUDA_GRAPHS=$gr" "rc $? $(grep -oE 'generation [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\)' "$out/graphs_run_${ty}_$gr.log")"
+            row "0.8B $ty decode, LATHE_CUDA_GRAPHS=$gr" "rc $? $(grep -oE 'generation [0-9]+ tokens in [0-9.]+ s \([0-9.]+ tokens/s\)' "$out/graphs_run_${ty}_$gr.log") $(grep -E 'graphs:' "$out/graphs_run_${ty}_$gr.log")"
         done
         cmp -s "$out/graphs_run_${ty}_0.txt" "$out/graphs_run_${ty}_1.txt"
         row "  $ty text with and without graphs" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/graphs_run_${ty}_1.txt") bytes)"

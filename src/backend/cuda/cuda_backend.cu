@@ -475,6 +475,9 @@ static void graphs_free(struct cuda_ctx *c)
     struct cu_graphs *gs = c->graphs;
     if (!gs)
         return;
+    if (getenv("LATHE_CUDA_GRAPHS_STATS"))
+        fprintf(stderr, "%s graphs: %ld launched, %ld instantiated, %ld lists run eagerly\n",
+                c->name, gs->launched, gs->instantiated, gs->eager);
     for (int i = 0; i < CU_GRAPH_SLOTS; i++)
         if (gs->slot[i].exec)
             cudaGraphExecDestroy(gs->slot[i].exec);
