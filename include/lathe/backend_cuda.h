@@ -10,11 +10,11 @@
  * e.g. "SQR,ACC") before the backend is made makes it refuse those ops, with the reason
  * "disabled by LATHE_CUDA_DISABLE_OPS".
  *
- * Small-batch node lists (every matrix product over at most 8 activation columns, as in
- * decode) of 32 nodes or more run as CUDA graphs: recorded by stream capture and launched
- * at once, the executable graph kept and updated from one call to the next. Results are
- * those of the eager launches (the same kernels in the same order). LATHE_CUDA_GRAPHS=0
- * (when the backend is made) launches every node on its own.
+ * With LATHE_CUDA_GRAPHS=1 (when the backend is made), small-batch node lists (every matrix
+ * product over at most 8 activation columns, as in decode) of 32 nodes or more run as CUDA
+ * graphs: recorded by stream capture and launched at once, the executable graph kept and
+ * updated from one call to the next. Results are those of the eager launches (the same
+ * kernels in the same order). Off by default: no faster for decode yet (cuda_backend.cu).
  *
  * Without a CUDA build (no nvcc) or without a usable GPU, lt_backend_cuda_new returns NULL
  * and lt_last_error says why; GPU tests exit 77 (skipped) then. */

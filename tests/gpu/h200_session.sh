@@ -15,7 +15,7 @@
 #   q15     a random Qwen2.5-1.5B-shaped checkpoint (transformers, Qwen2.5's tokenizer):
 #           `lathe convert` to BF16 and Q8_0, then the `lathe train` jobs of traincli on it
 #           (LoRA, top_layers 4, on both; full on BF16) with nvidia-smi's peak GPU memory
-#   graphs  the CUDA-graph test, then (after q08) decode with LATHE_CUDA_GRAPHS=0 and on
+#   graphs  the CUDA-graph test, then (after q08) decode with LATHE_CUDA_GRAPHS=0 and =1
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
