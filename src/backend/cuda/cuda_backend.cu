@@ -61,10 +61,8 @@ lt_status cu_scratch(struct cuda_ctx *c, enum cu_scratch_slot slot, size_t bytes
         *out = c->scratch[slot];
         return LT_OK;
     }
-    if (c->capturing) { /* no synchronising during a capture: the caller runs eagerly */
-        c->capture_spoiled = true;
+    if (c->capturing) /* no synchronising during a capture: the caller runs eagerly */
         return lt_fail(LT_ERR_BACKEND, "%s: scratch growth during a graph capture", c->name);
-    }
     /* a queued kernel may still read the old buffer */
     lt_status st = cu_check(cudaStreamSynchronize(c->stream), "synchronising before scratch growth");
     if (st != LT_OK)
@@ -546,7 +544,6 @@ static lt_status graph_compute(struct lt_backend *be, struct lt_tensor *const *n
         return LT_OK;
     }
     c->capturing = true;
-    c->capture_spoiled = false;
     lt_status st = issue_nodes(be, nodes, n_nodes);
     c->capturing = false;
     cudaGraph_t graph = NULL;

@@ -15,7 +15,7 @@
  * - Everything runs on the context's one stream; nothing here synchronises except scratch
  *   growth (which must not free memory a queued kernel still reads). While c->capturing
  *   (a node list being recorded as a CUDA graph) nothing may synchronise or allocate:
- *   cu_scratch sets c->capture_spoiled instead of growing, and the list runs eagerly. */
+ *   cu_scratch fails instead of growing, and the list runs eagerly. */
 #ifndef LATHE_BACKEND_CUDA_COMMON_H
 #define LATHE_BACKEND_CUDA_COMMON_H
 
@@ -53,7 +53,6 @@ struct cuda_ctx {
     struct cu_profile *profile; /* LATHE_CUDA_PROFILE=1: time per op, printed when freed */
     struct cu_graphs *graphs;   /* small-batch node lists replayed as CUDA graphs; NULL: off */
     bool capturing;             /* the stream is being captured: nothing may synchronise */
-    bool capture_spoiled;       /* something during the capture needs an eager run */
 };
 
 /* ---- status ---- */
