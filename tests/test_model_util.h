@@ -240,7 +240,7 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
 
 /* The full-sequence forward: logits [n_seqs][n_tokens][n_vocab] of tokens [n_seqs][n_tokens]
  * through the loss graph on the CPU. */
-static lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,
+static inline lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,
                                const struct lt_model_adapters *ad, const int32_t *tokens,
                                int n_tokens, int n_seqs, float *logits)
 {
@@ -276,7 +276,7 @@ static lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,
     return st;
 }
 
-static lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, const int32_t *tokens,
+static inline lt_status tm_forward(const struct lt_model *m, struct lt_backend *cpu, const int32_t *tokens,
                             int n_tokens, int n_seqs, float *logits)
 {
     return tm_forward_ad(m, cpu, NULL, tokens, n_tokens, n_seqs, logits);

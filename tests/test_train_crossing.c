@@ -39,6 +39,8 @@ int main(void)
     struct lt_train_params p = {.out = out,
                                 .text = text,
                                 .window = 64,
+                                .batch_tokens = 256, /* packed steps of 4 windows, on both */
+                                .f32_products = true, /* F32 on the device too */
                                 .epochs = 2,
                                 .lr = 5e-3f,
                                 .targets = "attn_q,attn_v,attn_output,ffn_down"};

@@ -18,7 +18,8 @@ int main(void)
 {
     struct lt_train_params p = {0};
     lt_train_params_defaults(&p);
-    CHECK(p.rank == 8 && p.alpha == 16 && p.window == 256 && p.epochs == 1 && p.batch == 1 &&
+    CHECK(p.rank == 8 && p.alpha == 16 && p.window == 256 && p.epochs == 1 && p.batch == 0 &&
+              p.batch_tokens == 0 && p.grad_accum == 0 &&
               p.seed == 42,
           "defaults");
     CHECK(fabsf(p.lr - 1e-3f) < 1e-9f, "LoRA lr default %g", (double)p.lr);
@@ -44,6 +45,8 @@ int main(void)
         .lr = -1,
         .weight_decay = 2,
         .batch = -3,
+        .batch_tokens = -5,
+        .grad_accum = -4,
         .val_split = 1.5f,
         .fit = (enum lt_fit_policy)7,
     };
@@ -59,11 +62,22 @@ int main(void)
     CHECK(has_field(&e, "lr", "-1"), "lr");
     CHECK(has_field(&e, "weight_decay", "2"), "weight_decay");
     CHECK(has_field(&e, "batch", "-3"), "batch");
+    CHECK(has_field(&e, "batch_tokens", "-5"), "batch_tokens");
+    CHECK(has_field(&e, "grad_accum", "-4"), "grad_accum");
     CHECK(has_field(&e, "val_split", "1.5"), "val_split");
     CHECK(has_field(&e, "fit", "none, middle or left"), "fit");
-    CHECK(e.n == 13, "one message per bad field: %d", e.n);
+    CHECK(e.n == 15, "one message per bad field: %d", e.n);
     CHECK(strstr(lt_last_error(), "rank: rank must be") && strstr(lt_last_error(), "; "),
           "all messages in lt_last_error: %s", lt_last_error());
+
+    struct lt_train_params both = {.out = "a.gguf", .text = "x", .batch = 8, .grad_accum = 2};
+    CHECK(lt_train_params_validate(&both, &e) == LT_ERR_INVALID && e.n == 1 &&
+              has_field(&e, "grad_accum", "not both"),
+          "batch and grad_accum together");
+    struct lt_train_params packed = {
+        .out = "a.gguf", .text = "x", .batch_tokens = 8192, .grad_accum = 4};
+    CHECK(lt_train_params_validate(&packed, &e) == LT_OK, "batch_tokens with grad_accum: %s",
+          lt_last_error());
 
     struct lt_train_params nodata = {.out = "a.gguf"};
     CHECK(lt_train_params_validate(&nodata, &e) == LT_ERR_INVALID && e.n == 1 &&

@@ -50,12 +50,19 @@ static void usage(FILE *f)
         "  --epochs N             (default 1)\n"
         "  --lr F                 learning rate (default 1e-3 LoRA, 1e-4 full)\n"
         "  --weight-decay F       AdamW weight decay (default 0)\n"
-        "  --batch N              micro-batches per optimizer step (default 1)\n"
+        "  --batch-tokens N       tokens per micro-batch: N / window sequences side by side\n"
+        "                         (default: on cuda the most that fit, up to 16384; on cpu one\n"
+        "                         window)\n"
+        "  --grad-accum K         micro-batches per optimizer step (default 1)\n"
+        "  --batch N              examples per optimizer step instead (micro-batches of up to\n"
+        "                         N sequences, as many as that takes)\n"
         "where:\n"
         "  --backend cpu|cuda     (default cpu)\n"
         "  --threads N            CPU threads (default: all cores)\n"
         "  --memory-budget-mib N  refuse a job whose estimated peak is larger\n"
         "  --device-only          refuse rather than run a node on the CPU\n"
+        "  --f32-products         keep products by F32 weights in F32 on the device (slower;\n"
+        "                         by default their operands are rounded to BF16)\n"
         "  --dry-run              admit and report, then stop without training\n");
 }
 
@@ -172,13 +179,15 @@ int cmd_train(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        bool is_bool =
-            !strcmp(a, "--full") || !strcmp(a, "--device-only") || !strcmp(a, "--dry-run");
+        bool is_bool = !strcmp(a, "--full") || !strcmp(a, "--device-only") ||
+                       !strcmp(a, "--dry-run") || !strcmp(a, "--f32-products");
         if (is_bool) {
             if (!strcmp(a, "--full"))
                 p.full = true;
             else if (!strcmp(a, "--device-only"))
                 p.device_only = true;
+            else if (!strcmp(a, "--f32-products"))
+                p.f32_products = true;
             else
                 p.dry_run = true;
             continue;
@@ -217,6 +226,12 @@ int cmd_train(int argc, char **argv)
                 return bad_value(a, v);
         } else if (!strcmp(a, "--batch")) {
             if (!parse_int(v, 1, 1 << 24, &p.batch))
+                return bad_value(a, v);
+        } else if (!strcmp(a, "--batch-tokens")) {
+            if (!parse_int(v, 1, 1 << 24, &p.batch_tokens))
+                return bad_value(a, v);
+        } else if (!strcmp(a, "--grad-accum")) {
+            if (!parse_int(v, 1, 1 << 24, &p.grad_accum))
                 return bad_value(a, v);
         } else if (!strcmp(a, "--top-layers")) {
             if (!parse_int(v, 0, 1 << 20, &p.top_layers))
@@ -329,10 +344,10 @@ int cmd_train(int argc, char **argv)
                    p.device_only ? "; refused with --device-only" : "");
         if (r.status == LT_OK)
             printf(
-                "memory estimate: %.1f MiB; %d examples for training, %d for eval; %d tokens per "
-                "micro-batch; %d trainable tensors (%lld numbers)\n",
-                (double)r.peak_bytes / (1 << 20), r.n_train, r.n_val, r.n_tokens_graph,
-                r.n_trainable, (long long)r.n_trainable_elements);
+                "memory estimate: %.1f MiB; %d examples for training, %d for eval; micro-batch "
+                "%d x %d tokens, %d a step; %d trainable tensors (%lld numbers)\n",
+                (double)r.peak_bytes / (1 << 20), r.n_train, r.n_val, r.n_seqs_graph,
+                r.n_tokens_graph, r.grad_accum, r.n_trainable, (long long)r.n_trainable_elements);
     }
     if (r.status != LT_OK) {
         fprintf(stderr, "lathe train: %s\n", r.error);
@@ -351,10 +366,11 @@ int cmd_train(int argc, char **argv)
             printf(", eval loss %.4f", r.eval_loss[e]);
         printf("\n");
     }
-    printf("trained %lld tokens in %.1f s (%.0f tokens/s); memory estimate %.1f MiB, allocated "
-           "%.1f MiB; %d fallback nodes\n",
-           (long long)r.tokens, r.seconds, r.tokens_per_s, (double)r.peak_bytes / (1 << 20),
-           (double)r.allocated_bytes / (1 << 20), r.n_fallback);
+    printf("trained %lld tokens in %.1f s (%.0f tokens/s); micro-batch %d x %d tokens, %d a "
+           "step; memory estimate %.1f MiB, allocated %.1f MiB; %d fallback nodes\n",
+           (long long)r.tokens, r.seconds, r.tokens_per_s, r.n_seqs_graph, r.n_tokens_graph,
+           r.grad_accum, (double)r.peak_bytes / (1 << 20), (double)r.allocated_bytes / (1 << 20),
+           r.n_fallback);
     printf("wrote %s (%s)\n", p.out, p.full ? "model" : "LoRA adapter");
     char svg[4096];
     curve_path(p.out, svg, sizeof(svg));

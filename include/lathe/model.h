@@ -110,6 +110,10 @@ struct lt_model_adapters {
     int n_replace;
     const struct lt_model_lora *lora;
     int n_lora;
+    /* products by an F32 weight (a trainable copy) read it and its activation rounded to
+     * BF16, with F32 sums: a device runs them on its BF16 matrix units (training speed);
+     * check-ref and the CPU oracle leave this off */
+    bool bf16_products;
 };
 
 /* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,

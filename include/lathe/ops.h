@@ -22,6 +22,9 @@ struct lt_tensor *lt_fill(struct lt_ctx *ctx, struct lt_tensor *like, float valu
 
 /* copies */
 struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a);
+/* a contiguous copy of a stored as `type` (F32, F16 or BF16 from any readable type): the
+ * rounding a product with half operands needs, made once where several read it */
+struct lt_tensor *lt_cont_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_type type);
 /* Writes a (converted to dst's type) into dst, which may be a view; the result is a view
  * of dst that depends on the copy, so later readers of it see the new values. */
 struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *dst);

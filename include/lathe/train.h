@@ -53,7 +53,14 @@ struct lt_train_params {
     int epochs;             /* default 1 */
     float lr;               /* default 1e-4 (full), 1e-3 (LoRA) */
     float weight_decay;     /* default 0 */
-    int batch;              /* micro-batches per optimizer step (accumulation); default 1 */
+    int batch;              /* examples per optimizer step; 0: batch_tokens' sequences x
+                               grad_accum. Given alone: micro-batches of up to that many
+                               sequences, as many as the step needs */
+    int batch_tokens;       /* tokens per micro-batch graph: window-long sequences packed
+                               side by side (batch_tokens / window of them); 0: on a device
+                               the most that fit the memory budget, up to 16384 tokens, on
+                               the host one window */
+    int grad_accum;         /* micro-batches per optimizer step; 0: 1 (or what batch asks) */
     float val_split;        /* fraction held out for eval loss; default 0 */
     uint64_t seed;          /* shuffling and LoRA init; default 42 */
     enum lt_fit_policy fit; /* chat examples only */
@@ -61,6 +68,8 @@ struct lt_train_params {
     size_t memory_budget_mib;   /* 0: the device's free memory less serving_reserve_mib */
     size_t serving_reserve_mib; /* default 1024 on a device, 0 on the host */
     bool device_only;           /* refuse rather than fall back to the CPU */
+    bool f32_products;          /* on a device, keep products by F32 weights in F32 (slower;
+                                   by default a device rounds their operands to BF16) */
     bool dry_run;               /* admit, report, and stop before allocating */
 };
 
@@ -113,11 +122,13 @@ struct lt_train_result {
     float eval_loss[LT_TRAIN_MAX_EPOCHS];  /* NAN without a validation split */
     int64_t tokens;                        /* trained (loss-bearing and context) */
     double seconds, tokens_per_s;
-    size_t peak_bytes;            /* admission estimate (+ trainables on a device) */
-    size_t allocated_bytes;       /* what allocation took (likewise) */
+    size_t peak_bytes;            /* admission estimate (the trainable tensors included) */
+    size_t allocated_bytes;       /* what allocation took */
     int n_fallback;               /* nodes not on the first backend */
     int n_train, n_val;           /* examples (or text windows) in each split */
-    int n_tokens_graph;           /* tokens per micro-batch graph (<= window) */
+    int n_tokens_graph;           /* tokens per sequence of the micro-batch graph (<= window) */
+    int n_seqs_graph;             /* sequences per micro-batch graph */
+    int grad_accum;               /* micro-batches per optimizer step (the last may be short) */
     int n_trainable;              /* trainable tensors */
     int64_t n_trainable_elements; /* trainable numbers */
     char admission[4096];         /* placement summary and memory estimate (text) */

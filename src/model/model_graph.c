@@ -14,7 +14,11 @@
  * the ops whose results only F16 / BF16 weights multiply write them in that type (act_type):
  * the attention and FFN norms, the SwiGLU product, Qwen3.5's gated attention output and
  * gated DeltaNet norm. llama's and qwen2's merged attention output (a CONT) and the final
- * norm (the head often reads one column of it) stay F32. */
+ * norm (the head often reads one column of it) stay F32.
+ *
+ * Training on a device (adapters->bf16_products) rounds instead the operands of every
+ * product by an F32 weight to BF16 just before it (lt_cont_as), so the products and their
+ * gradients run on BF16 matrix units; the activations themselves stay F32. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -53,10 +57,28 @@ static struct lt_tensor *W(struct lt_mb *b, struct lt_tensor *w)
     return w;
 }
 
-/* w x, plus scale * B (A x) for each LoRA adapter of w. */
+/* x rounded to BF16, once for every product that reads it */
+static struct lt_tensor *bf16_act(struct lt_mb *b, struct lt_tensor *x)
+{
+    if (b->bf16_from != x) {
+        b->bf16_act = lt_cont_as(b->ctx, x, LT_TYPE_BF16);
+        b->bf16_from = b->bf16_act ? x : NULL;
+    }
+    return b->bf16_act;
+}
+
+/* w x, plus scale * B (A x) for each LoRA adapter of w. With bf16_products, an F32 weight
+ * matrix and x are rounded to BF16 first (the adapters' small products stay F32). */
 static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x)
 {
-    struct lt_tensor *y = lt_mul_mat(b->ctx, W(b, w), x);
+    struct lt_tensor *wr = W(b, w), *xr = x;
+    if (wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1) {
+        wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
+        xr = bf16_act(b, x);
+        if (!wr || !xr)
+            return NULL;
+    }
+    struct lt_tensor *y = lt_mul_mat(b->ctx, wr, xr);
     for (int i = 0; y && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)

@@ -97,6 +97,9 @@ struct lt_mb {
      * is instead of converting it first (set for batches of more than 8 tokens, which a
      * device multiplies with tensor cores; fewer stay F32 for its exact few-column kernel) */
     bool half_acts;
+    /* ad->bf16_products: the last activation rounded to BF16, and what it was rounded from
+     * (the q/k/v and gate/up products of one input share one rounding) */
+    struct lt_tensor *bf16_from, *bf16_act;
     const struct lt_mb_hooks *hooks;
 };
 

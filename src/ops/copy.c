@@ -246,6 +246,21 @@ struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a)
     return t;
 }
 
+struct lt_tensor *lt_cont_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_type type)
+{
+    if (!a)
+        return missing_source(LT_OP_CONT);
+    if (type != LT_TYPE_F32 && type != LT_TYPE_F16 && type != LT_TYPE_BF16) {
+        lt_fail(LT_ERR_INVALID, "cont_as: '%s' into %s: only f32, f16 or bf16", a->name,
+                lt_type_name(type));
+        return NULL;
+    }
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_CONT, type, LT_MAX_DIMS, a->ne, &a, 1);
+    if (t)
+        lt_format_name(t, "%s (%s)", a->name, lt_type_name(type));
+    return t;
+}
+
 struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *dst)
 {
     char why[LT_REASON_MAX];

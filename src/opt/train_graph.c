@@ -1,11 +1,18 @@
 /* train_graph.c: training graphs and their admission.
  *
  * Two graphs: the gradient graph (forward, backward, and for every trainable tensor
- * "accumulator += gradient"), run once per micro-batch, and the optimizer graph (one
- * in-place step per trainable tensor, which also clears its accumulator), run once per
- * optimizer step. Splitting them keeps every step after every reader of the old weights
- * without ordering tricks. Both are placed and measured in lt_train_graph_new; nothing
- * is allocated on any backend until lt_train_graph_alloc. */
+ * "accumulator += gradient"), run once per micro-batch, and the optimizer graph, run once
+ * per optimizer step. Splitting them keeps every step after every reader of the old
+ * weights without ordering tricks. Both are placed and measured in lt_train_graph_new;
+ * nothing is allocated on any backend until lt_train_graph_alloc.
+ *
+ * The optimizer state is flat: the trainable tensors, their accumulators and AdamW's
+ * moments each live in one F32 tensor ([n_flat], every tensor at the same offset in all
+ * four, 64-element aligned, zeros between), so one step is one node that streams them
+ * once. The accumulators are views of the flat one. The trainable tensors are the
+ * caller's: lt_train_graph_alloc copies them into the flat tensor (on the optimizer's
+ * backend) and points them there, and lt_train_graph_free copies the values back and
+ * points them home again, so a caller sees its tensors trained in place. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +33,15 @@ struct lt_train_graph {
     int n_forward;
     struct lt_graph *steps; /* optimizer */
     struct lt_sched *grads_sched, *steps_sched;
-    struct lt_tensor **params, **accum, **m, **v;
+    struct lt_tensor **params, **accum;
     int n_params;
+    /* the flat optimizer state, [n_flat] each; m and v for AdamW only */
+    struct lt_tensor *w_flat, *acc_flat, *m_flat, *v_flat;
+    int64_t n_flat;
+    int64_t *offset;   /* per trainable tensor: its first element in the flat tensors, -1: none */
+    void **home_data;  /* per trainable tensor: its own storage while it lives in w_flat */
+    struct lt_buffer **home_buffer;
+    bool bound;        /* the trainable tensors point into w_flat */
     struct lt_tensor *hp;
     size_t estimate, budget;
     int step, n_accumulated;
@@ -43,11 +57,13 @@ static lt_status refuse_from(struct lt_refusal *r, lt_status st)
 static lt_status collect_params(struct lt_train_graph *tg)
 {
     struct lt_graph *g = tg->grads;
-    tg->params = calloc((size_t)g->n_leafs + 1, sizeof(*tg->params));
-    tg->accum = calloc((size_t)g->n_leafs + 1, sizeof(*tg->accum));
-    tg->m = calloc((size_t)g->n_leafs + 1, sizeof(*tg->m));
-    tg->v = calloc((size_t)g->n_leafs + 1, sizeof(*tg->v));
-    if (!tg->params || !tg->accum || !tg->m || !tg->v)
+    size_t n = (size_t)g->n_leafs + 1;
+    tg->params = calloc(n, sizeof(*tg->params));
+    tg->accum = calloc(n, sizeof(*tg->accum));
+    tg->offset = calloc(n, sizeof(*tg->offset));
+    tg->home_data = calloc(n, sizeof(*tg->home_data));
+    tg->home_buffer = calloc(n, sizeof(*tg->home_buffer));
+    if (!tg->params || !tg->accum || !tg->offset || !tg->home_data || !tg->home_buffer)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the parameter list");
     for (int i = 0; i < g->n_leafs; i++) {
         struct lt_tensor *t = g->leafs[i];
@@ -68,15 +84,53 @@ static lt_status collect_params(struct lt_train_graph *tg)
     return LT_OK;
 }
 
+#define FLAT_ALIGN 64 /* elements: 256 bytes, so every tensor's slice starts aligned */
+
+/* Lays the trainable tensors that get a gradient out in the flat tensors. */
+static lt_status build_flat(struct lt_train_graph *tg)
+{
+    tg->n_flat = 0;
+    for (int i = 0; i < tg->n_params; i++) {
+        tg->offset[i] = -1;
+        if (!tg->params[i]->grad)
+            continue; /* trainable but not on a path to the loss: nothing to update */
+        tg->offset[i] = tg->n_flat;
+        tg->n_flat += (lt_nelements(tg->params[i]) + FLAT_ALIGN - 1) / FLAT_ALIGN * FLAT_ALIGN;
+    }
+    if (tg->n_flat == 0)
+        return LT_OK;
+    bool adamw = tg->p.optimizer != LT_OPTIMIZER_SGD;
+    tg->w_flat = lt_new_tensor_1d(tg->ctx, LT_TYPE_F32, tg->n_flat);
+    tg->acc_flat = lt_new_tensor_1d(tg->ctx, LT_TYPE_F32, tg->n_flat);
+    if (adamw) {
+        tg->m_flat = lt_new_tensor_1d(tg->ctx, LT_TYPE_F32, tg->n_flat);
+        tg->v_flat = lt_new_tensor_1d(tg->ctx, LT_TYPE_F32, tg->n_flat);
+    }
+    if (!tg->w_flat || !tg->acc_flat || (adamw && (!tg->m_flat || !tg->v_flat)))
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the optimizer state");
+    lt_set_name(tg->w_flat, "trainable tensors (flat)");
+    lt_set_name(tg->acc_flat, "grad accumulators (flat)");
+    if (adamw) {
+        lt_set_name(tg->m_flat, "adamw m (flat)");
+        lt_set_name(tg->v_flat, "adamw v (flat)");
+    }
+    return LT_OK;
+}
+
 static lt_status build_accumulators(struct lt_train_graph *tg)
 {
     for (int i = 0; i < tg->n_params; i++) {
         struct lt_tensor *p = tg->params[i];
-        if (!p->grad)
-            continue; /* trainable but not on a path to the loss: nothing to update */
-        struct lt_tensor *acc = lt_dup_tensor(tg->ctx, p);
+        if (tg->offset[i] < 0)
+            continue;
+        const size_t es = sizeof(float);
+        struct lt_tensor *acc =
+            lt_view_4d(tg->ctx, tg->acc_flat, p->ne[0], p->ne[1], p->ne[2], p->ne[3],
+                       (size_t)p->ne[0] * es, (size_t)(p->ne[0] * p->ne[1]) * es,
+                       (size_t)(p->ne[0] * p->ne[1] * p->ne[2]) * es, (size_t)tg->offset[i] * es);
         if (!acc)
-            return LT_ERR_NOMEM;
+            return lt_fail(LT_ERR_NOMEM, "cannot view the accumulator of '%s': %s", p->name,
+                           lt_last_error());
         lt_format_name(acc, "grad accumulator for %s", p->name);
         struct lt_tensor *sum = lt_add(tg->ctx, acc, p->grad);
         struct lt_tensor *store = sum ? lt_cpy(tg->ctx, sum, acc) : NULL;
@@ -93,35 +147,24 @@ static lt_status build_accumulators(struct lt_train_graph *tg)
     return LT_OK;
 }
 
+/* One step node over the flat tensors. */
 static lt_status build_steps(struct lt_train_graph *tg)
 {
     tg->hp = lt_new_tensor_1d(tg->ctx, LT_TYPE_F32, 8);
-    tg->steps = lt_graph_new(tg->ctx, 16 * tg->n_params + 64);
+    tg->steps = lt_graph_new(tg->ctx, 64);
     if (!tg->hp || !tg->steps)
         return LT_ERR_NOMEM;
     lt_set_name(tg->hp, "optimizer hyper-parameters");
-    for (int i = 0; i < tg->n_params; i++) {
-        struct lt_tensor *p = tg->params[i], *step;
-        if (!tg->accum[i])
-            continue;
-        if (tg->p.optimizer == LT_OPTIMIZER_SGD) {
-            step = lt_sgd_step(tg->ctx, p, tg->accum[i], tg->hp);
-        } else {
-            tg->m[i] = lt_dup_tensor(tg->ctx, p);
-            tg->v[i] = lt_dup_tensor(tg->ctx, p);
-            if (!tg->m[i] || !tg->v[i])
-                return LT_ERR_NOMEM;
-            lt_format_name(tg->m[i], "adamw m for %s", p->name);
-            lt_format_name(tg->v[i], "adamw v for %s", p->name);
-            step = lt_adamw_step(tg->ctx, p, tg->accum[i], tg->m[i], tg->v[i], tg->hp);
-        }
-        if (!step)
-            return LT_ERR_INVALID;
-        lt_status st = lt_graph_build(tg->steps, step);
-        if (st != LT_OK)
-            return st;
-    }
-    return LT_OK;
+    if (tg->n_flat == 0)
+        return LT_OK;
+    struct lt_tensor *step =
+        tg->p.optimizer == LT_OPTIMIZER_SGD
+            ? lt_sgd_step(tg->ctx, tg->w_flat, tg->acc_flat, tg->hp)
+            : lt_adamw_step(tg->ctx, tg->w_flat, tg->acc_flat, tg->m_flat, tg->v_flat, tg->hp);
+    if (!step)
+        return lt_fail(LT_ERR_INVALID, "cannot build the optimizer step: %s", lt_last_error());
+    lt_set_name(step, "optimizer step (flat)");
+    return lt_graph_build(tg->steps, step);
 }
 
 /* Bytes on backend 0 the two graphs need; accumulators are counted once. */
@@ -139,7 +182,18 @@ static lt_status measure(struct lt_train_graph *tg, size_t *device_bytes)
         if (!t->data && lt_graph_contains(tg->grads, t))
             shared += lt_sched_leaf_bytes(t);
     }
+    /* the gradient graph was planned with the trainable tensors where the caller keeps
+     * them; a device would read a copy of each host one, but they will live in w_flat
+     * (counted in the optimizer graph) by then */
+    size_t home_copies = 0;
+    if (!tg->backends[0]->is_host)
+        for (int i = 0; i < tg->n_params; i++) {
+            const struct lt_tensor *p = tg->params[i];
+            if (tg->offset[i] >= 0 && (!p->buffer || p->buffer->backend->is_host))
+                home_copies += lt_sched_leaf_bytes(p);
+        }
     tg->estimate = m1.total + m2.total - shared;
+    tg->estimate = tg->estimate > home_copies ? tg->estimate - home_copies : 0;
     *device_bytes = m1.compute[0] + m1.leafs[0] + m2.compute[0] + m2.leafs[0];
     *device_bytes = *device_bytes > shared ? *device_bytes - shared : 0;
     return LT_OK;
@@ -191,7 +245,9 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     st = lt_autodiff_build(ctx, tg->grads, loss, 1.0f, refusal);
     if (st != LT_OK)
         goto out_free;
-    st = build_accumulators(tg);
+    st = build_flat(tg);
+    if (st == LT_OK)
+        st = build_accumulators(tg);
     if (st == LT_OK)
         st = build_steps(tg);
     if (st != LT_OK)
@@ -241,16 +297,72 @@ out_free:
     return st;
 }
 
+/* Points the trainable tensors back at their own storage, with the values w_flat holds.
+ * The first failure is returned; every tensor is pointed home regardless. */
+static lt_status unbind_params(struct lt_train_graph *tg)
+{
+    lt_status first = LT_OK;
+    if (!tg->bound)
+        return LT_OK;
+    for (int i = 0; i < tg->n_params; i++) {
+        struct lt_tensor *p = tg->params[i];
+        if (tg->offset[i] < 0)
+            continue;
+        size_t n = lt_nbytes(p);
+        void *tmp = malloc(n ? n : 1);
+        lt_status st = tmp ? lt_tensor_get(p, tmp, 0, n)
+                           : lt_fail(LT_ERR_NOMEM, "out of host memory for '%s'", p->name);
+        p->data = tg->home_data[i];
+        p->buffer = tg->home_buffer[i];
+        if (st == LT_OK)
+            st = lt_tensor_set(p, tmp, 0, n);
+        free(tmp);
+        if (first == LT_OK && st != LT_OK)
+            first = st;
+    }
+    tg->bound = false;
+    return first;
+}
+
+/* Copies each trainable tensor into its place in w_flat (allocated by now) and points it
+ * there, so the gradient graph reads what the step updates. */
+static lt_status bind_params(struct lt_train_graph *tg)
+{
+    lt_status st = LT_OK;
+    for (int i = 0; i < tg->n_params && st == LT_OK; i++) {
+        struct lt_tensor *p = tg->params[i];
+        if (tg->offset[i] < 0)
+            continue;
+        size_t n = lt_nbytes(p), at = (size_t)tg->offset[i] * sizeof(float);
+        void *tmp = malloc(n ? n : 1);
+        st = tmp ? lt_tensor_get(p, tmp, 0, n)
+                 : lt_fail(LT_ERR_NOMEM, "out of host memory for '%s'", p->name);
+        if (st == LT_OK)
+            st = lt_tensor_set(tg->w_flat, tmp, at, n);
+        free(tmp);
+        if (st != LT_OK)
+            break;
+        tg->home_data[i] = p->data;
+        tg->home_buffer[i] = p->buffer;
+        p->data = (char *)tg->w_flat->data + at;
+        p->buffer = tg->w_flat->buffer;
+        tg->bound = true;
+    }
+    return st;
+}
+
 void lt_train_graph_free(struct lt_train_graph *tg)
 {
     if (!tg)
         return;
+    (void)unbind_params(tg); /* best effort: the caller keeps what could be copied back */
     lt_sched_free(tg->grads_sched);
     lt_sched_free(tg->steps_sched);
     free(tg->params);
     free(tg->accum);
-    free(tg->m);
-    free(tg->v);
+    free(tg->offset);
+    free(tg->home_data);
+    free(tg->home_buffer);
     free(tg);
 }
 
@@ -285,28 +397,38 @@ static lt_status zero_tensor(struct lt_tensor *t)
 {
     if (!t)
         return LT_OK;
-    size_t n = lt_nbytes(t);
-    void *z = calloc(1, n ? n : 1);
+    size_t n = lt_nbytes(t), chunk = n < ((size_t)16 << 20) ? n : (size_t)16 << 20;
+    void *z = calloc(1, chunk ? chunk : 1);
     if (!z)
         return lt_fail(LT_ERR_NOMEM, "out of host memory");
-    lt_status st = lt_tensor_set(t, z, 0, n);
+    lt_status st = LT_OK;
+    for (size_t at = 0; at < n && st == LT_OK; at += chunk)
+        st = lt_tensor_set(t, z, at, n - at < chunk ? n - at : chunk);
     free(z);
     return st;
 }
 
+/* The optimizer graph first: it holds the flat tensors, which the trainable tensors then
+ * move into before the gradient graph binds its views of them. */
 lt_status lt_train_graph_alloc(struct lt_train_graph *tg)
 {
-    lt_status st = lt_sched_alloc(tg->grads_sched, tg->grads);
+    if (tg->bound)
+        return lt_fail(LT_ERR_INVALID, "the training graph is allocated already");
+    lt_status st = lt_sched_alloc(tg->steps_sched, tg->steps);
     if (st == LT_OK)
-        st = lt_sched_alloc(tg->steps_sched, tg->steps);
-    for (int i = 0; i < tg->n_params && st == LT_OK; i++) {
-        st = zero_tensor(tg->accum[i]);
-        if (st == LT_OK)
-            st = zero_tensor(tg->m[i]);
-        if (st == LT_OK)
-            st = zero_tensor(tg->v[i]);
-    }
+        st = zero_tensor(tg->w_flat); /* the gaps between tensors stay zero */
+    if (st == LT_OK)
+        st = zero_tensor(tg->acc_flat);
+    if (st == LT_OK)
+        st = zero_tensor(tg->m_flat);
+    if (st == LT_OK)
+        st = zero_tensor(tg->v_flat);
+    if (st == LT_OK)
+        st = bind_params(tg);
+    if (st == LT_OK)
+        st = lt_sched_alloc(tg->grads_sched, tg->grads);
     if (st != LT_OK) {
+        (void)unbind_params(tg);
         lt_sched_release(tg->grads_sched);
         lt_sched_release(tg->steps_sched);
     }

@@ -42,7 +42,7 @@ static json_t *train_json(const struct srv_train_info *ti)
         "{s:s,s:s,s:s,s:s,s:I,s:o,"
         "s:{s:i,s:i,s:i,s:i,s:o,s:I,s:f,s:f},"
         "s:o,s:{s:I,s:I,s:I},"
-        "s:{s:i,s:f,s:i,s:i,s:f,s:f,s:I,s:i,s:I,s:b,s:i,s:f,s:s},"
+        "s:{s:i,s:f,s:i,s:i,s:f,s:f,s:I,s:i,s:I,s:b,s:i,s:i,s:i,s:f,s:s},"
         "s:f}",
         "id", ti->id, "object", "train.job", "state", lt_train_state_name(ti->state), "out",
         ti->meta.out_name, "created_at", (json_int_t)ti->created_at, "finished_at",
@@ -56,7 +56,8 @@ static json_t *train_json(const struct srv_train_info *ti)
         "alpha", (double)p->alpha, "window", p->window, "epochs", p->epochs, "lr", (double)p->lr,
         "val_split", (double)p->val_split, "seed", (json_int_t)p->seed, "top_layers",
         p->top_layers, "memory_budget_mib", (json_int_t)p->memory_budget_mib, "device_only",
-        p->device_only, "batch", p->batch, "weight_decay", (double)p->weight_decay, "fit",
+        p->device_only, "batch", p->batch, "batch_tokens", p->batch_tokens, "grad_accum",
+        p->grad_accum, "weight_decay", (double)p->weight_decay, "fit",
         p->fit == LT_FIT_MIDDLE ? "middle" : p->fit == LT_FIT_LEFT ? "left" : "none",
         "yielded_s", ti->yielded_s);
     if (!j)
@@ -208,7 +209,10 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         {"memory_budget_mib", SRV_JT_INT, 0, 1 << 30, false},
         {"fit", SRV_JT_STRING, 0, 0, false},
         {"device_only", SRV_JT_BOOL, 0, 0, false},
+        {"f32_products", SRV_JT_BOOL, 0, 0, false},
         {"batch", SRV_JT_INT, 1, 65536, false},
+        {"batch_tokens", SRV_JT_INT, 1, 1 << 24, false},
+        {"grad_accum", SRV_JT_INT, 1, 65536, false},
         {"weight_decay", SRV_JT_NUMBER, 0, 1, false},
     };
     json_t *body = NULL;
@@ -253,7 +257,10 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     p.top_layers = (int)srv_json_int(body, "top_layers", 0);
     p.memory_budget_mib = (size_t)srv_json_int(body, "memory_budget_mib", 0);
     p.device_only = srv_json_bool(body, "device_only", false);
+    p.f32_products = srv_json_bool(body, "f32_products", false);
     p.batch = (int)srv_json_int(body, "batch", 0);
+    p.batch_tokens = (int)srv_json_int(body, "batch_tokens", 0);
+    p.grad_accum = (int)srv_json_int(body, "grad_accum", 0);
     p.weight_decay = (float)srv_json_num(body, "weight_decay", 0);
     const char *fit = srv_json_str(body, "fit", NULL);
     if (fit && !lt_fit_policy_parse(fit, &p.fit)) {
@@ -338,14 +345,15 @@ static json_t *ft_json(const struct srv_train_info *ti)
     bool done = ti->state == LT_TRAIN_DONE;
     bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
     json_t *j = json_pack(
-        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:n,s:s,s:{s:i,s:i,s:f},s:o,s:I,s:o,s:[],s:n}",
+        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:n,s:s,s:{s:i,s:o,s:f},s:o,s:I,s:o,s:[],s:n}",
         "object", "fine_tuning.job", "id", ti->id, "model", ti->meta.model, "created_at",
         (json_int_t)ti->created_at, "finished_at",
         ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(),
         "fine_tuned_model", done ? json_string(ti->meta.out_name) : json_null(),
         "organization_id", "lathe", "result_files", "status", ft_status(ti->state),
         "validation_file", "training_file", ti->meta.training_file, "hyperparameters",
-        "n_epochs", p->epochs, "batch_size", p->batch, "learning_rate_multiplier",
+        "n_epochs", p->epochs, "batch_size",
+        p->batch > 0 ? json_integer(p->batch) : json_string("auto"), "learning_rate_multiplier",
         (double)p->lr / 1e-3, "trained_tokens",
         done ? json_integer((json_int_t)ti->prog.tokens) : json_null(), "seed",
         (json_int_t)p->seed, "error",
@@ -390,10 +398,13 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
             {"n_epochs", SRV_JT_INT | SRV_JT_STRING, 1, LT_TRAIN_MAX_EPOCHS, false},
             {"batch_size", SRV_JT_INT | SRV_JT_STRING, 1, 65536, false},
             {"learning_rate_multiplier", SRV_JT_NUMBER | SRV_JT_STRING, 1e-6, 1000, false},
+            {"batch_tokens", SRV_JT_INT | SRV_JT_STRING, 1, 1 << 24, false},
+            {"grad_accum", SRV_JT_INT | SRV_JT_STRING, 1, 65536, false},
         };
-        if ((st = srv_check_object(hp, "hyperparameters", hp_fields, 3)) != 200)
+        const int n_hp = (int)(sizeof(hp_fields) / sizeof(hp_fields[0]));
+        if ((st = srv_check_object(hp, "hyperparameters", hp_fields, n_hp)) != 200)
             goto out_error;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < n_hp; i++) {
             json_t *v = srv_json_get(hp, hp_fields[i].name);
             if (v && json_is_string(v) && strcmp(json_string_value(v), "auto") != 0) {
                 char name[64];
@@ -443,6 +454,10 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
                    ? (int)srv_json_int(hp, "n_epochs", 0) : 0;
     p.batch = hp && json_is_integer(srv_json_get(hp, "batch_size"))
                   ? (int)srv_json_int(hp, "batch_size", 0) : 0;
+    p.batch_tokens = hp && json_is_integer(srv_json_get(hp, "batch_tokens"))
+                         ? (int)srv_json_int(hp, "batch_tokens", 0) : 0;
+    p.grad_accum = hp && json_is_integer(srv_json_get(hp, "grad_accum"))
+                       ? (int)srv_json_int(hp, "grad_accum", 0) : 0;
     p.lr = hp && json_is_number(srv_json_get(hp, "learning_rate_multiplier"))
                ? (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1)) : 0;
     p.seed = (uint64_t)srv_json_int(body, "seed", 0);

@@ -1,9 +1,13 @@
 /* job.c: training jobs: the run (data, trainables, admission, the loop, the output) and the
  * control around it (thread, pause, resume, cancel, progress).
  *
- * One micro-batch graph of n_tokens = min(window, longest example) positions is built and
- * admitted once; every example is copied into its inputs, padded at the end with labels
- * -1 (attention and DeltaNet are causal, so padding after an example cannot change it).
+ * One micro-batch graph of n_seqs sequences of n_tokens = min(window, longest example)
+ * positions is built and admitted once; examples are copied into its sequences side by
+ * side, each padded at the end with labels -1 (attention and DeltaNet are causal and stay
+ * within a sequence, so padding after an example cannot change it; a short last micro-batch
+ * fills its empty sequences with padding alone). The graph's loss is the mean over every
+ * label of the micro-batch, so a step's loss and gradient weigh examples by their labelled
+ * tokens, as a padded batch does in PyTorch.
  * The output file is written only after the last epoch, and only when nothing failed and
  * nobody cancelled: a job that stops early leaves the disk as it found it. All memory the
  * run took is released before the job reports its final state. */
@@ -58,10 +62,12 @@ struct run {
     struct lt_ctx *ctx;
     struct lt_model_loss_graph lg;
     struct lt_train_graph *tg;
-    int n_tokens; /* per micro-batch graph */
-    int32_t *tok_buf, *lab_buf;
+    int n_tokens;   /* per sequence of the micro-batch graph */
+    int n_seqs;     /* sequences per micro-batch graph */
+    int grad_accum; /* micro-batches per optimizer step */
+    int per_step;   /* examples per optimizer step */
+    int32_t *tok_buf, *lab_buf; /* [n_tokens * n_seqs] */
     int32_t pad;
-    struct lt_buffer *param_buf; /* trainable tensors on a device backend */
     double active_s;             /* running time, pauses excluded */
 };
 
@@ -74,9 +80,7 @@ static double now_s(void)
 
 static void run_free(struct run *r)
 {
-    lt_train_graph_free(r->tg);
-    if (r->param_buf)
-        lt_buffer_free(r->param_buf); /* the trainables' data pointers go stale: freed below */
+    lt_train_graph_free(r->tg); /* points the trainable tensors home before they are freed */
     lt_ctx_free(r->ctx);
     free(r->lora_list);
     lt_model_f32_params_free(r->f32);
@@ -216,10 +220,6 @@ static lt_status load_data(struct lt_train_job *j, struct run *r)
     if (pad == LT_TOKEN_NONE)
         pad = lt_tokenizer_eos(r->tok);
     r->pad = pad == LT_TOKEN_NONE ? 0 : pad;
-    r->tok_buf = malloc((size_t)r->n_tokens * sizeof(int32_t));
-    r->lab_buf = malloc((size_t)r->n_tokens * sizeof(int32_t));
-    if (!r->tok_buf || !r->lab_buf)
-        return lt_fail(LT_ERR_NOMEM, "out of memory");
     j->result.n_train = r->data.n - r->n_val;
     j->result.n_val = r->n_val;
     j->result.n_tokens_graph = r->n_tokens;
@@ -245,6 +245,7 @@ static lt_status make_trainables(struct lt_train_job *j, struct run *r,
         if (st != LT_OK)
             return st;
         ad->replace = lt_model_f32_params_list(r->f32, &ad->n_replace);
+        ad->bf16_products = !p->f32_products && !j->backends[0]->is_host;
         return LT_OK;
     }
     struct lt_lora_params lp = {.rank = p->rank,
@@ -259,6 +260,7 @@ static lt_status make_trainables(struct lt_train_job *j, struct run *r,
         return st;
     ad->lora = r->lora_list;
     ad->n_lora = r->n_lora;
+    ad->bf16_products = !p->f32_products && !j->backends[0]->is_host; /* an F32 base */
     return LT_OK;
 }
 
@@ -282,7 +284,7 @@ static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
     r->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16u << 20, .no_alloc = true});
     if (!r->ctx)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the training graph");
-    lt_status st = lt_model_build_loss(j->model, r->ctx, r->n_tokens, 1, ad, &r->lg);
+    lt_status st = lt_model_build_loss(j->model, r->ctx, r->n_tokens, r->n_seqs, ad, &r->lg);
     if (st != LT_OK)
         return st;
     size_t reserve = p->serving_reserve_mib;
@@ -310,76 +312,76 @@ static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
     return LT_OK;
 }
 
-#define PARAM_ALIGN 256
+#define AUTO_BATCH_TOKENS 16384
 
-/* Bytes the trainable tensors take on a device (0 on the host, where they already are). */
-static size_t trainable_device_bytes(struct lt_train_job *j, struct run *r)
+/* Chooses the micro-batch (sequences side by side) and the accumulation, then builds and
+ * admits the graph. batch_tokens 0 on a device tries the most sequences that 16384 tokens
+ * hold and halves them while admission refuses for memory, down to one sequence (the graph
+ * of a job that was admitted before there were packed steps); on the host it is one window.
+ * A micro-batch never holds more sequences than a step has examples. */
+static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
+                                  const struct lt_model_adapters *ad)
 {
-    if (j->backends[0]->is_host)
-        return 0;
-    size_t total = 0;
-    for (int i = 0; i < lt_train_graph_n_params(r->tg); i++)
-        total += (lt_nbytes(lt_train_graph_param(r->tg, i)) + PARAM_ALIGN - 1) &
-                 ~(size_t)(PARAM_ALIGN - 1);
-    return total;
-}
-
-/* The admission estimate counts what the graphs allocate; on a device the trainable tensors
- * (made on the host) move there too, so they join the budget check here, still before
- * anything is allocated on the device. */
-static lt_status admit_trainables(struct lt_train_job *j, struct run *r)
-{
-    size_t extra = trainable_device_bytes(j, r);
+    const struct lt_train_params *p = &j->p;
     struct lt_train_result *res = &j->result;
-    res->peak_bytes += extra;
-    size_t budget = lt_train_graph_budget(r->tg);
-    if (extra == 0 || res->peak_bytes <= budget)
-        return LT_OK;
-    struct lt_refusal *rf = &res->refusal;
-    memset(rf, 0, sizeof(*rf));
-    rf->kind = LT_REFUSAL_MEMORY;
-    rf->need_bytes = res->peak_bytes;
-    rf->budget_bytes = budget;
-    snprintf(rf->backend, sizeof(rf->backend), "%s", j->backends[0]->name);
-    snprintf(rf->reason, sizeof(rf->reason),
-             "estimated peak with the trainable tensors over budget");
-    lt_refusal_format(rf);
-    return lt_fail(LT_ERR_REFUSED, "%s", rf->sentence);
-}
-
-/* On a device, the trainable tensors move into one buffer of the first backend, so each
- * optimizer step updates them where the graphs read them (a host tensor would be copied to
- * the device for every run, and the update made to the copy lost). Runs after admission and
- * before the graphs are allocated, which binds views of them to the new storage. */
-static lt_status upload_trainables(struct lt_train_job *j, struct run *r)
-{
-    size_t total = trainable_device_bytes(j, r);
-    if (total == 0)
-        return LT_OK;
-    lt_status st = lt_backend_buffer_alloc(j->backends[0], total, &r->param_buf);
+    int n_train = r->data.n - r->n_val;
+    bool auto_size = p->batch_tokens == 0 && !j->backends[0]->is_host;
+    int tokens = p->batch_tokens > 0 ? p->batch_tokens
+                 : auto_size         ? AUTO_BATCH_TOKENS
+                                     : r->n_tokens;
+    int seqs = tokens / r->n_tokens > 1 ? tokens / r->n_tokens : 1;
+    int cap = p->batch > 0 ? p->batch : n_train;
+    seqs = seqs < cap ? seqs : cap;
+    seqs = seqs < n_train ? seqs : n_train;
+    lt_status st;
+    for (;;) {
+        r->n_seqs = seqs;
+        st = build_and_admit(j, r, ad);
+        if (st == LT_OK || !auto_size || seqs == 1 || res->refusal.kind != LT_REFUSAL_MEMORY)
+            break;
+        lt_train_graph_free(r->tg);
+        r->tg = NULL;
+        lt_ctx_free(r->ctx);
+        r->ctx = NULL;
+        memset(&res->refusal, 0, sizeof(res->refusal));
+        res->refusal.kind = LT_REFUSAL_NONE;
+        seqs /= 2;
+    }
     if (st != LT_OK)
         return st;
-    size_t at = 0;
-    for (int i = 0; i < lt_train_graph_n_params(r->tg) && st == LT_OK; i++) {
-        struct lt_tensor *t = lt_train_graph_param(r->tg, i);
-        const void *host = t->data;
-        size_t n = lt_nbytes(t);
-        t->buffer = r->param_buf;
-        t->data = (char *)r->param_buf->base + at;
-        st = lt_tensor_set(t, host, 0, n);
-        at += (n + PARAM_ALIGN - 1) & ~(size_t)(PARAM_ALIGN - 1);
+    if (p->batch > 0) {
+        r->per_step = p->batch;
+        r->grad_accum = (p->batch + seqs - 1) / seqs;
+    } else {
+        r->grad_accum = p->grad_accum > 0 ? p->grad_accum : 1;
+        r->per_step = seqs * r->grad_accum;
     }
-    return st;
+    size_t n = (size_t)r->n_tokens * (size_t)seqs;
+    r->tok_buf = malloc(n * sizeof(int32_t));
+    r->lab_buf = malloc(n * sizeof(int32_t));
+    if (!r->tok_buf || !r->lab_buf)
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
+    res->n_seqs_graph = seqs;
+    res->grad_accum = r->grad_accum;
+    return LT_OK;
 }
 
-/* Copies example e into the graph's inputs, padded to n_tokens. */
-static lt_status set_inputs(struct run *r, const struct lt_example *e)
+/* Copies examples idx[0..n) (n <= n_seqs) into the graph's sequences, each padded to
+ * n_tokens; sequences past n hold padding alone. Returns their labelled tokens in *n_loss. */
+static lt_status set_inputs(struct run *r, const int *idx, int n, double *n_loss)
 {
-    for (int i = 0; i < r->n_tokens; i++) {
-        r->tok_buf[i] = i < e->n ? e->tokens[i] : r->pad;
-        r->lab_buf[i] = i < e->n ? e->labels[i] : -1;
+    *n_loss = 0;
+    for (int s = 0; s < r->n_seqs; s++) {
+        const struct lt_example *e = s < n ? &r->data.ex[idx[s]] : NULL;
+        int len = e ? e->n : 0;
+        int32_t *tok = r->tok_buf + (size_t)s * r->n_tokens, *lab = r->lab_buf + (size_t)s * r->n_tokens;
+        for (int i = 0; i < r->n_tokens; i++) {
+            tok[i] = i < len ? e->tokens[i] : r->pad;
+            lab[i] = i < len ? e->labels[i] : -1;
+        }
+        *n_loss += e ? e->n_loss : 0;
     }
-    size_t bytes = (size_t)r->n_tokens * sizeof(int32_t);
+    size_t bytes = (size_t)r->n_tokens * (size_t)r->n_seqs * sizeof(int32_t);
     lt_status st = lt_tensor_set(r->lg.tokens, r->tok_buf, 0, bytes);
     if (st == LT_OK)
         st = lt_tensor_set(r->lg.labels, r->lab_buf, 0, bytes);
@@ -390,16 +392,19 @@ static lt_status set_inputs(struct run *r, const struct lt_example *e)
 static lt_status evaluate(struct run *r, float *out)
 {
     double sum = 0, n = 0;
-    for (int k = 0; k < r->n_val; k++) {
-        const struct lt_example *e = &r->data.ex[r->order[k]];
+    for (int k = 0; k < r->n_val; k += r->n_seqs) {
+        int count = r->n_val - k < r->n_seqs ? r->n_val - k : r->n_seqs;
         float loss;
-        lt_status st = set_inputs(r, e);
-        if (st == LT_OK)
+        double n_loss;
+        lt_status st = set_inputs(r, r->order + k, count, &n_loss);
+        if (st == LT_OK && n_loss > 0)
             st = lt_train_graph_eval(r->tg, &loss);
         if (st != LT_OK)
             return st;
-        sum += (double)loss * e->n_loss;
-        n += e->n_loss;
+        if (n_loss > 0) {
+            sum += (double)loss * n_loss;
+            n += n_loss;
+        }
     }
     *out = n > 0 ? (float)(sum / n) : NAN;
     return LT_OK;
@@ -411,7 +416,7 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
     struct lt_train_result *res = &j->result;
     int n_train = r->data.n - r->n_val;
     int *train_idx = r->order + r->n_val;
-    int steps_per_epoch = (n_train + p->batch - 1) / p->batch;
+    int steps_per_epoch = (n_train + r->per_step - 1) / r->per_step;
     int n_steps = steps_per_epoch * p->epochs;
     res->curve = malloc((size_t)n_steps * sizeof(float));
     if (!res->curve)
@@ -426,24 +431,25 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
         double ep_sum = 0, ep_n = 0;
         for (int s = 0; s < steps_per_epoch; s++) {
             double step_sum = 0, step_n = 0;
-            for (int b = 0; b < p->batch; b++) {
-                int k = s * p->batch + b;
-                if (k >= n_train)
-                    break;
+            int end = (s + 1) * r->per_step < n_train ? (s + 1) * r->per_step : n_train;
+            for (int k = s * r->per_step; k < end; k += r->n_seqs) {
+                int count = end - k < r->n_seqs ? end - k : r->n_seqs;
                 if (should_stop(j, r, &t_mark))
                     return lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
-                const struct lt_example *e = &r->data.ex[train_idx[k]];
                 float loss;
-                if ((st = set_inputs(r, e)) != LT_OK ||
-                    (st = lt_train_graph_accumulate(r->tg, &loss)) != LT_OK)
+                double n_loss;
+                if ((st = set_inputs(r, train_idx + k, count, &n_loss)) != LT_OK)
+                    return st;
+                for (int i = 0; i < count; i++)
+                    pr.tokens += r->data.ex[train_idx[k + i]].n;
+                if ((st = lt_train_graph_accumulate(r->tg, &loss)) != LT_OK)
                     return st;
                 if (!isfinite(loss))
                     return lt_fail(LT_ERR_INVALID,
                                    "the loss became %g at epoch %d, step %d (try a lower lr)",
                                    (double)loss, ep + 1, s + 1);
-                step_sum += (double)loss * e->n_loss;
-                step_n += e->n_loss;
-                pr.tokens += e->n;
+                step_sum += (double)loss * n_loss;
+                step_n += n_loss;
             }
             if ((st = lt_train_graph_step(r->tg, p->lr)) != LT_OK)
                 return st;
@@ -494,16 +500,11 @@ static void job_main(struct lt_train_job *j)
     if (st == LT_OK)
         st = make_trainables(j, &r, &ad);
     if (st == LT_OK)
-        st = build_and_admit(j, &r, &ad);
-    if (st == LT_OK)
-        st = admit_trainables(j, &r);
+        st = choose_and_admit(j, &r, &ad);
     if (st == LT_OK && !j->p.dry_run) {
-        st = upload_trainables(j, &r);
-        if (st == LT_OK)
-            st = lt_train_graph_alloc(r.tg);
+        st = lt_train_graph_alloc(r.tg);
         if (st == LT_OK) {
-            res->allocated_bytes =
-                lt_train_graph_allocated(r.tg) + (r.param_buf ? r.param_buf->size : 0);
+            res->allocated_bytes = lt_train_graph_allocated(r.tg);
             st = lt_model_loss_graph_set_pos(&r.lg);
         }
         if (st == LT_OK && !should_stop(j, &r, &(double){now_s()})) {

@@ -24,8 +24,6 @@ void lt_train_params_defaults(struct lt_train_params *p)
         p->epochs = 1;
     if (p->lr == 0)
         p->lr = p->full ? 1e-4f : 1e-3f;
-    if (p->batch == 0)
-        p->batch = 1;
     if (p->seed == 0)
         p->seed = 42;
 }
@@ -118,8 +116,18 @@ lt_status lt_train_params_validate(const struct lt_train_params *given,
     if (!isfinite(p.weight_decay) || p.weight_decay < 0 || p.weight_decay > 1)
         add_error(e, "weight_decay", "weight_decay must be in [0, 1], not %g",
                   (double)p.weight_decay);
-    if (p.batch < 1 || p.batch > 65536)
-        add_error(e, "batch", "batch must be 1..65536 micro-batches, not %d", p.batch);
+    if (p.batch < 0 || p.batch > 65536)
+        add_error(e, "batch", "batch must be 1..65536 examples a step (0: the default), not %d",
+                  p.batch);
+    if (p.grad_accum < 0 || p.grad_accum > 65536)
+        add_error(e, "grad_accum", "grad_accum must be 1..65536 micro-batches a step, not %d",
+                  p.grad_accum);
+    if (p.batch > 0 && p.grad_accum > 0)
+        add_error(e, "grad_accum",
+                  "give batch (examples a step) or grad_accum (micro-batches a step), not both");
+    if (p.batch_tokens < 0 || p.batch_tokens > (1 << 24))
+        add_error(e, "batch_tokens", "batch_tokens must be 1..%d (0: the default), not %d",
+                  1 << 24, p.batch_tokens);
     if (!isfinite(p.val_split) || p.val_split < 0 || p.val_split >= 1)
         add_error(e, "val_split", "val_split must be in [0, 1), not %g", (double)p.val_split);
     if ((int)p.fit < LT_FIT_NONE || (int)p.fit > LT_FIT_LEFT)

@@ -20,6 +20,10 @@
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
 #   scale35  the same, the 0.8B-shaped model alone
+#   trainspeed  the conformance group with the optimizer steps (recurrent), the CUDA training
+#           jobs (parity, the BF16-product full fine-tune, refusal), bench/bench_train.sh
+#           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
+#           at 16x512 under LATHE_CUDA_PROFILE
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
 #   smol    joins it with .smolB; `lathe run --chat --backend cuda` on the capital of France;
 #           a LoRA teaching the Zorblax fact through `lathe train --backend cuda`
@@ -334,7 +338,31 @@ EOF
     echo "after: $(head -c 300 "$out/smol_after.log")"
 }
 
-declare -A need=([q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+phase_trainspeed() {
+    timeout 90 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
+    row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
+    grep -E "^(ADAMW|SGD|DELTA_NET)|check failed|first mismatch" "$out/conf_recurrent.log" | head -12
+    timeout 150 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
+    row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
+    grep -E "tok|MiB|loss|refus|check failed" "$out/train_cuda.log" | head -12
+    OUT=$out/bench BUDGET=$(($(left) - 70)) SHAPES=${SHAPES:-"16x512 1x512"} LATHE=$L \
+        bash bench/bench_train.sh >"$out/bench_train_stdout.log" 2>&1
+    row "bench/bench_train.sh" "rc $?"
+    local txt
+    txt=$(ls $W/bench_text_16x512.txt 2>/dev/null)
+    if [ -n "$txt" ] && [ "$(left)" -gt 40 ]; then
+        LATHE_CUDA_PROFILE=1 timeout $(($(left) - 10)) $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/prof-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            --full --lr 1e-5 >"$out/train_profile.log" 2>&1
+        row "full fine-tune 16x512 under LATHE_CUDA_PROFILE" "rc $?"
+    fi
+    echo "==== trainspeed details"
+    grep -E "trained|micro-batch" "$out/train_profile.log" | head -3
+    grep -E "profile:|^op |^[A-Z_]+ +[0-9]" "$out/train_profile.log" | sort -k3 -n -r | head -16
+    cat "$out/bench/bench_train.md" 2>/dev/null
+}
+
+declare -A need=([trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

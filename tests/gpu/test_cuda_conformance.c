@@ -573,13 +573,15 @@ static struct lt_tensor *b_optim(struct build *b, const struct params *p)
 {
     static const float adamw_hp[8] = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.271f, 0.002997f, 0.5f};
     static const float sgd_hp[3] = {0.1f, 0.01f, 0.5f};
-    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, 33, 7, 1, 1, FILL_UNIFORM, -1, 1);
-    struct lt_tensor *g = mk(b, LT_TYPE_F32, L_CONTIG, 33, 7, 1, 1, FILL_UNIFORM, -1, 1);
+    /* i[1]: the row length: 33 (the scalar kernel), or a multiple of 4 (the float4 one) */
+    const int64_t n0 = p->i[1] ? p->i[1] : 33;
+    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, n0, 7, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, L_CONTIG, n0, 7, 1, 1, FILL_UNIFORM, -1, 1);
     b->extra[b->n_extra++] = g;
     if (p->i[0] == LT_OP_SGD)
         return lt_sgd_step(b->ctx, w, g, mk_values(b, 3, sgd_hp));
-    struct lt_tensor *m = mk(b, LT_TYPE_F32, L_CONTIG, 33, 7, 1, 1, FILL_UNIFORM, -0.1f, 0.1f);
-    struct lt_tensor *v = mk(b, LT_TYPE_F32, L_CONTIG, 33, 7, 1, 1, FILL_UNIFORM, 0, 0.01f);
+    struct lt_tensor *m = mk(b, LT_TYPE_F32, L_CONTIG, n0, 7, 1, 1, FILL_UNIFORM, -0.1f, 0.1f);
+    struct lt_tensor *v = mk(b, LT_TYPE_F32, L_CONTIG, n0, 7, 1, 1, FILL_UNIFORM, 0, 0.01f);
     b->extra[b->n_extra++] = m;
     b->extra[b->n_extra++] = v;
     return lt_adamw_step(b->ctx, w, g, m, v, mk_values(b, 8, adamw_hp));
@@ -637,11 +639,17 @@ static void test_recurrent_loss_optim(void)
                          lbl(layout_names[ce_layouts[l]], big ? "V3000" : ""), TOL_F32,
                          b_cross_entropy, &p);
             }
-    p = P(L_CONTIG, 0, LT_TYPE_F32, LT_TYPE_F32);
-    p.i[0] = LT_OP_ADAMW;
-    run_case(LT_OP_ADAMW, "contig", TOL_F32, b_optim, &p);
-    p.i[0] = LT_OP_SGD;
-    run_case(LT_OP_SGD, "contig", TOL_F32, b_optim, &p);
+    static const int widths[] = {0, 64, 150000};
+    for (int k = 0; k < 3; k++) {
+        p = P(L_CONTIG, 0, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[1] = widths[k];
+        p.i[0] = LT_OP_ADAMW;
+        run_case(LT_OP_ADAMW, lbl("contig", k == 0 ? "" : k == 1 ? "vec4" : "vec4 1M"), TOL_F32,
+                 b_optim, &p);
+        p.i[0] = LT_OP_SGD;
+        run_case(LT_OP_SGD, lbl("contig", k == 0 ? "" : k == 1 ? "w64" : "1M"), TOL_F32, b_optim,
+                 &p);
+    }
 }
 
 /* ---- the backend itself ---- */

@@ -53,9 +53,13 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
         CHECK(0, "tiny model");
         goto out_free;
     }
+    /* the same packed steps on both, in F32 (a device's default rounds the products by the
+     * tiny model's F32 weights to BF16: the full fine-tune below runs that way) */
     struct lt_train_params p = {.out = out_path,
                                 .text = text,
                                 .window = 64,
+                                .batch_tokens = 256,
+                                .f32_products = true,
                                 .epochs = 2,
                                 .lr = 5e-3f,
                                 .targets = "attn_q,attn_v,attn_output,ffn_down"};

@@ -1,0 +1,146 @@
+/* test_train_packed.c: a packed step (several examples side by side in one loss graph, as
+ * `lathe train --batch-tokens` builds it) gives the loss and the gradients of the same
+ * examples run one at a time, weighted by their labelled tokens. On every architecture of
+ * tests/test_model_util.h, qwen35's DeltaNet layers included: a sequence must start from
+ * zero state and attend only within itself, and its padding must change nothing. Every
+ * weight is trainable (F32 copies), so the gradients reach every op's backward rule. */
+#include <string.h>
+
+#include "check.h"
+#include "lathe/autodiff.h"
+#include "test_model_util.h"
+
+#define T 9 /* tokens per sequence */
+#define S 3 /* sequences */
+
+static const int lens[S] = {9, 5, 7}; /* the last two are padded */
+
+/* loss and d loss / d w (every trainable copy, concatenated) of tokens [n_seqs][T] */
+static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu,
+                                const struct lt_model_replace *rep, int n_rep,
+                                const int32_t *tok, const int32_t *lab, int n_seqs, float *loss,
+                                float *grads)
+{
+    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep};
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
+    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
+    struct lt_sched *s = lt_sched_new(&cpu, 1);
+    struct lt_model_loss_graph lg;
+    size_t bytes = sizeof(int32_t) * (size_t)(T * n_seqs);
+    lt_status st = lt_model_build_loss(m, ctx, T, n_seqs, &ad, &lg);
+    if (st == LT_OK) {
+        lg.loss->flags |= LT_FLAG_LOSS; /* kept to the end of the graph */
+        st = lt_graph_build(g, lg.loss);
+    }
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, lg.loss, 1.0f, NULL);
+    for (int i = 0; i < n_rep && st == LT_OK; i++)
+        if (rep[i].with->grad)
+            rep[i].with->grad->flags |= LT_FLAG_OUTPUT;
+    if (st == LT_OK)
+        st = lt_sched_place(s, g, false, NULL);
+    if (st == LT_OK)
+        st = lt_sched_alloc(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.tokens, tok, 0, bytes);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.labels, lab, 0, bytes);
+    if (st == LT_OK)
+        st = lt_model_loss_graph_set_pos(&lg);
+    if (st == LT_OK)
+        st = lt_sched_compute(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_get(lg.loss, loss, 0, sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < n_rep && st == LT_OK; i++) {
+        size_t n = (size_t)lt_nelements(rep[i].with);
+        if (rep[i].with->grad)
+            st = lt_tensor_get(rep[i].with->grad, grads + at, 0, n * sizeof(float));
+        else
+            memset(grads + at, 0, n * sizeof(float));
+        at += n;
+    }
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    return st;
+}
+
+static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
+{
+    char path[600];
+    const char *dir = getenv("LATHE_BUILD_DIR");
+    snprintf(path, sizeof(path), "%s/test_train_packed_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    struct lt_model *m = NULL;
+    struct lt_model_f32_params *fp = NULL;
+    float *packed = NULL, *one = NULL, *expect = NULL;
+    if (tm_write_model(sp, path, 300 + (uint64_t)idx) != LT_OK ||
+        lt_model_load(path, NULL, &m) != LT_OK ||
+        lt_model_f32_params_new(m, NULL, NULL, &fp) != LT_OK) {
+        CHECK(0, "%s: %s", sp->arch, lt_last_error());
+        goto out_free;
+    }
+    int n_rep;
+    const struct lt_model_replace *rep = lt_model_f32_params_list(fp, &n_rep);
+    size_t n_w = 0;
+    for (int i = 0; i < n_rep; i++)
+        n_w += (size_t)lt_nelements(rep[i].with);
+    packed = malloc(n_w * sizeof(float));
+    one = malloc(n_w * sizeof(float));
+    expect = calloc(n_w, sizeof(float));
+    int V = (int)lt_model_hparams(m)->n_vocab;
+    int32_t tok[S * T], lab[S * T];
+    int n_lab = 0;
+    for (int s = 0; s < S; s++)
+        for (int t = 0; t < T; t++) {
+            bool in = t < lens[s];
+            tok[s * T + t] = in ? (s * 11 + t * 7 + 3) % V : 0; /* padding: token 0 */
+            lab[s * T + t] = in && t + 1 < lens[s] ? (s * 11 + (t + 1) * 7 + 3) % V : -1;
+            n_lab += lab[s * T + t] >= 0;
+        }
+    float loss_packed, loss_expect = 0;
+    lt_status st = loss_and_grads(m, cpu, rep, n_rep, tok, lab, S, &loss_packed, packed);
+    CHECK(st == LT_OK, "%s packed: %s", sp->arch, lt_last_error());
+    for (int s = 0; s < S && st == LT_OK; s++) {
+        float loss;
+        st = loss_and_grads(m, cpu, rep, n_rep, tok + s * T, lab + s * T, 1, &loss, one);
+        CHECK(st == LT_OK, "%s sequence %d: %s", sp->arch, s, lt_last_error());
+        double w = (double)(lens[s] - 1) / n_lab; /* its share of the labels */
+        loss_expect += (float)(w * loss);
+        for (size_t i = 0; i < n_w; i++)
+            expect[i] += (float)(w * one[i]);
+    }
+    if (st != LT_OK)
+        goto out_free;
+    CHECK(fabsf(loss_packed - loss_expect) <= 1e-5f * fabsf(loss_expect),
+          "%s: packed loss %.7f, one at a time %.7f", sp->arch, (double)loss_packed,
+          (double)loss_expect);
+    double err = tm_rel_err(packed, expect, (int)n_w);
+    CHECK(err < 1e-4, "%s: packed gradients differ from one at a time: relative error %.3g",
+          sp->arch, err);
+    /* and per tensor, so a small tensor cannot hide behind the embedding */
+    size_t at = 0;
+    for (int i = 0; i < n_rep; i++) {
+        int n = (int)lt_nelements(rep[i].with);
+        double e = tm_rel_err(packed + at, expect + at, n);
+        CHECK(e < 1e-3, "%s: gradient of %s: relative error %.3g", sp->arch, rep[i].w->name, e);
+        at += (size_t)n;
+    }
+    printf("%s: %d weights, loss %.5f, gradient relative error %.2g\n", sp->arch, n_rep,
+           (double)loss_packed, err);
+out_free:
+    free(packed);
+    free(one);
+    free(expect);
+    lt_model_f32_params_free(fp);
+    lt_model_free(m);
+    remove(path);
+}
+
+int main(void)
+{
+    struct lt_backend *cpu = lt_backend_cpu_new(2);
+    for (size_t i = 0; i < sizeof(tm_specs) / sizeof(tm_specs[0]); i++)
+        test_arch(&tm_specs[i], (int)i, cpu);
+    lt_backend_free(cpu);
+    return check_summary();
+}
