@@ -37,6 +37,8 @@ static void run(float *losses)
     CHECK(st == LT_OK, "%s", lt_last_error());
     if (st != LT_OK)
         goto out_free;
+    struct lt_tensor *w = m.layers[0].wq;
+    void *home = w->data; /* the tensor's own storage */
     CHECK(lt_train_graph_alloc(tg) == LT_OK, "%s", lt_last_error());
     int32_t tok[T], ps[T], lab[T];
     for (int i = 0; i < T; i++) {
@@ -57,7 +59,15 @@ static void run(float *losses)
             break;
         }
     }
+    /* the optimizer state is flat: while allocated, a trainable tensor lives in it; freed,
+     * it is back in its own storage with the trained values */
+    float trained[4];
+    lt_tensor_get(w, trained, 0, sizeof(trained));
+    CHECK(w->data != home && memcmp(trained, home, sizeof(trained)) != 0,
+          "while allocated, the tensor lives in the flat state, its own storage untouched");
     lt_train_graph_free(tg);
+    CHECK(w->data == home && memcmp(trained, home, sizeof(trained)) == 0,
+          "after free the tensor holds its trained values in its own storage");
 out_free:
     lt_backend_free(cpu);
     lt_ctx_free(ctx);
