@@ -3,6 +3,7 @@
 #ifndef LATHE_TOOLS_COMMANDS_H
 #define LATHE_TOOLS_COMMANDS_H
 
+int cmd_bench(int argc, char **argv);
 int cmd_check_ref(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_info(int argc, char **argv);

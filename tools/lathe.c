@@ -11,6 +11,7 @@ struct command {
 };
 
 static const struct command commands[] = {
+    {"bench", cmd_bench, "bench -m MODEL.gguf [-p 512] [-n 128] [-r 3]  prompt and generation speed (llama-bench's table)"},
     {"check-ref", cmd_check_ref, "check-ref MODEL.gguf REF.safetensors  compare with a transformers reference"},
     {"convert", cmd_convert, "convert HF_DIR -o OUT.gguf  convert a Hugging Face checkpoint to GGUF"},
     {"info", cmd_info, "info FILE.gguf            print a GGUF file's metadata and tensors"},
