@@ -4,7 +4,8 @@
  *   - bad bodies (broken JSON, not an object, empty, too large, unknown fields, wrong types,
  *     out-of-range values, nested fields, path traversal in `out` and `name`) each get a
  *     4xx with the OpenAI error shape naming the field;
- *   - unknown routes (404) and wrong methods (405 with Allow);
+ *   - unknown routes (404, a path that is not UTF-8 quoted in valid JSON) and wrong methods
+ *     (405 with Allow);
  *   - chat and text completions, whole and streamed (SSE ending in "data: [DONE]"), against
  *     the text the fake is known to produce, with usage and finish_reason;
  *   - sampling parameters reaching the engine; /tokenize and /detokenize;
@@ -12,7 +13,8 @@
  *   - a generation that fails mid-stream ends with an error event and [DONE];
  *   - /train, /v1/fine_tuning/jobs and /lora-adapters passing the right values through;
  *   - /metrics in Prometheus text; many connections at once.
- * The real engine with a real model is tested by tests/py/test_server.py. */
+ * The guard (keys, Host, Origin, Content-Type) and connection limits are tested by
+ * test_server_guard.c; the real engine with a real model by tests/py/test_server.py. */
 #include "check.h"
 
 #if !defined(LATHE_HAVE_JANSSON) || !defined(LATHE_HAVE_MHD)
@@ -114,6 +116,8 @@ static void test_health(void)
 static void test_routing(void)
 {
     expect_error("GET", "/nope", NULL, 404, NULL, "not_found");
+    /* a path that is not UTF-8 once unescaped is quoted in valid JSON */
+    expect_error("GET", "/nope%ff%c3", NULL, 404, NULL, "not_found");
     expect_error("GET", "/v1/fine_tuning/jobs/a/b", NULL, 404, NULL, "not_found");
     struct http_reply r;
     http_do(port, "DELETE", "/v1/chat/completions", NULL, &r);

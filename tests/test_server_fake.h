@@ -1,5 +1,5 @@
-/* test_server_fake.h: a fake engine for the server's HTTP and route tests, and a small
- * HTTP/1.0 client over a socket. The fake has a byte vocabulary (token id = byte value,
+/* test_server_fake.h: a fake engine for the server's HTTP and route tests (with the small
+ * HTTP/1.0 client of http_client.h). The fake has a byte vocabulary (token id = byte value,
  * 256 tokens); a "chat" prompt is the bytes of "role:content\n" per message; a generation
  * produces the words "w0 w1 w2 ..." one per token, max_tokens of them (5 by default), on
  * a thread of its own, stopping early when cancelled. A prompt containing "FAIL" fails
@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "http_client.h"
 #include "server/server_impl.h"
 
 /* ---- the fake engine ---- */
@@ -338,105 +339,5 @@ static const struct srv_engine_iface fake_iface = {
     .train_list = fake_train_list,
     .train_control = fake_train_control,
 };
-
-/* ---- a tiny HTTP/1.0 client ---- */
-
-struct http_reply {
-    int status;
-    char headers[4096];
-    char *body; /* NUL-terminated, malloc'd */
-    size_t body_len;
-};
-
-static int http_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    struct timeval tv = {10, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool send_all(int fd, const char *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* Sends a request (body may be NULL); returns the connected socket or -1. */
-static int http_send(int port, const char *method, const char *path, const char *body,
-                     size_t body_len)
-{
-    int fd = http_connect(port);
-    if (fd < 0)
-        return -1;
-    char head[512];
-    int n = snprintf(head, sizeof(head),
-                     "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     method, path, body ? body_len : 0);
-    if (!send_all(fd, head, (size_t)n) || (body && !send_all(fd, body, body_len))) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* Reads the whole reply (to EOF) from fd and closes it. */
-static bool http_read(int fd, struct http_reply *r)
-{
-    memset(r, 0, sizeof(*r));
-    struct lt_strbuf b = {0};
-    char buf[8192];
-    ssize_t k;
-    while ((k = recv(fd, buf, sizeof(buf), 0)) > 0)
-        lt_strbuf_append(&b, buf, (size_t)k);
-    close(fd);
-    if (!b.data)
-        return false;
-    char *sep = strstr(b.data, "\r\n\r\n");
-    if (!sep || sscanf(b.data, "HTTP/1.%*d %d", &r->status) != 1) {
-        lt_strbuf_free(&b);
-        return false;
-    }
-    size_t hl = (size_t)(sep - b.data);
-    snprintf(r->headers, sizeof(r->headers), "%.*s", (int)(hl < 4000 ? hl : 4000), b.data);
-    r->body_len = b.len - hl - 4;
-    r->body = malloc(r->body_len + 1);
-    memcpy(r->body, sep + 4, r->body_len);
-    r->body[r->body_len] = 0;
-    lt_strbuf_free(&b);
-    return true;
-}
-
-static bool http_do(int port, const char *method, const char *path, const char *body,
-                    struct http_reply *r)
-{
-    int fd = http_send(port, method, path, body, body ? strlen(body) : 0);
-    if (fd < 0) {
-        memset(r, 0, sizeof(*r));
-        return false;
-    }
-    return http_read(fd, r);
-}
-
-static void http_reply_free(struct http_reply *r)
-{
-    free(r->body);
-    r->body = NULL;
-}
 
 #endif

@@ -4,7 +4,8 @@
  * no server thread is ever interrupted by them and shutdown runs in order (lt_server_free).
  * SIGPIPE is ignored: a client that disconnects is an HTTP event, never a signal. Once
  * listening, one line "lathe serve: listening on http://HOST:PORT" goes to stdout (tests
- * and scripts read the port from it when --port 0 was given). */
+ * and scripts read the port from it when --port 0 was given). The access options (keys,
+ * CORS origins, allowed hosts) are only collected here; src/server/guard.c applies them. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,7 +31,22 @@ static const char usage_text[] =
     "  --max-body BYTES      largest request body (default 8388608)\n"
     "  --train-yield-ms N    longest a training step waits for decoding to go idle\n"
     "                        (default 2000; -1: never wait)\n"
-    "  --quiet               no request log\n";
+    "  --quiet               no request log\n"
+    "access:\n"
+    "  --api-key KEY         require 'Authorization: Bearer KEY' on every route but /health\n"
+    "                        (repeatable; visible to other local users in ps: prefer a file)\n"
+    "  --api-key-file FILE   more keys, one a line (blank lines and '#' lines skipped)\n"
+    "  --metrics-public      /metrics answers without a key (default: it needs one)\n"
+    "  --cors ORIGIN         a web origin browsers may call from, e.g. http://localhost:3000\n"
+    "                        ('*': any; repeatable); other cross-origin requests get 403\n"
+    "  --allowed-hosts H     Host names accepted besides localhost and the bound address when\n"
+    "                        no key is set (repeatable or comma-separated); others get 403\n"
+    "  --insecure-no-auth    allow a non-loopback --host with --train-dir and no key\n"
+    "                        (refused otherwise)\n"
+    "connections:\n"
+    "  --max-connections N   open connections, one thread each (default 256)\n"
+    "  --header-timeout S    seconds a connection has to send a request's headers, from when\n"
+    "                        it opened or its previous request ended (default 10)\n";
 
 static bool parse_int(const char *s, long lo, long hi, long *out)
 {
@@ -45,98 +61,170 @@ static bool parse_int(const char *s, long lo, long hi, long *out)
     return true;
 }
 
-int cmd_serve(int argc, char **argv)
+/* The repeatable options' values, each list with room for every argument. */
+struct serve_lists {
+    const char **loras, **keys, **origins, **hosts;
+};
+
+static bool lists_alloc(struct serve_lists *l, int argc)
 {
-    struct lt_server_params p = {.port = 8080};
-    const char **loras = calloc((size_t)argc + 1, sizeof(char *));
-    int rc = 2;
-    if (!loras) {
-        fprintf(stderr, "lathe serve: out of memory\n");
-        return 1;
-    }
+    size_t n = (size_t)argc + 1;
+    l->loras = calloc(n, sizeof(char *));
+    l->keys = calloc(n, sizeof(char *));
+    l->origins = calloc(n, sizeof(char *));
+    l->hosts = calloc(n, sizeof(char *));
+    return l->loras && l->keys && l->origins && l->hosts;
+}
+
+static void lists_free(struct serve_lists *l)
+{
+    free(l->loras);
+    free(l->keys);
+    free(l->origins);
+    free(l->hosts);
+}
+
+/* An option without a value; false when a is not one. */
+static bool parse_flag(const char *a, struct lt_server_params *p)
+{
+    if (!strcmp(a, "--quiet"))
+        p->quiet = true;
+    else if (!strcmp(a, "--metrics-public"))
+        p->metrics_public = true;
+    else if (!strcmp(a, "--insecure-no-auth"))
+        p->insecure_no_auth = true;
+    else
+        return false;
+    return true;
+}
+
+/* An option with value v (may be NULL); false when a is not one or v is not good for it. */
+static bool parse_valued(const char *a, const char *v, struct lt_server_params *p,
+                         struct serve_lists *l)
+{
+    long n;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+        p->model_path = v;
+    else if (!strcmp(a, "--alias"))
+        p->model_alias = v;
+    else if (!strcmp(a, "--host"))
+        p->host = v;
+    else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n))
+        p->port = (int)n;
+    else if (!strcmp(a, "--backend"))
+        p->backend = v;
+    else if (!strcmp(a, "--parallel") && parse_int(v, 1, 256, &n))
+        p->parallel = (int)n;
+    else if (!strcmp(a, "--ctx") && parse_int(v, 8, 1 << 20, &n))
+        p->n_ctx = (int)n;
+    else if (!strcmp(a, "--threads") && parse_int(v, 1, 4096, &n))
+        p->n_threads = (int)n;
+    else if (!strcmp(a, "--train-dir"))
+        p->train_dir = v;
+    else if (!strcmp(a, "--lora") && v)
+        l->loras[p->n_loras++] = v;
+    else if (!strcmp(a, "--max-body") && parse_int(v, 1024, 1L << 30, &n))
+        p->max_body_bytes = (size_t)n;
+    else if (!strcmp(a, "--train-yield-ms") && parse_int(v, -1, 3600000, &n))
+        p->train_yield_ms = n == 0 ? -1 : (int)n;
+    else if (!strcmp(a, "--api-key") && v)
+        l->keys[p->n_api_keys++] = v;
+    else if (!strcmp(a, "--api-key-file"))
+        p->api_key_file = v;
+    else if (!strcmp(a, "--cors") && v)
+        l->origins[p->n_cors_origins++] = v;
+    else if (!strcmp(a, "--allowed-hosts") && v)
+        l->hosts[p->n_allowed_hosts++] = v;
+    else if (!strcmp(a, "--max-connections") && parse_int(v, 1, 65536, &n))
+        p->max_connections = (int)n;
+    else if (!strcmp(a, "--header-timeout") && parse_int(v, 1, 3600, &n))
+        p->header_timeout_ms = (int)n * 1000;
+    else
+        return false;
+    return true;
+}
+
+/* 0: parsed; 1: --help shown; 2: a bad option (said on stderr). */
+static int parse_args(int argc, char **argv, struct lt_server_params *p, struct serve_lists *l)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long n;
-        bool takes = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage_text, stdout);
-            rc = 0;
-            goto out_free;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            p.model_path = v;
-        } else if (!strcmp(a, "--alias")) {
-            p.model_alias = v;
-        } else if (!strcmp(a, "--host")) {
-            p.host = v;
-        } else if (!strcmp(a, "--port") && parse_int(v, 0, 65535, &n)) {
-            p.port = (int)n;
-        } else if (!strcmp(a, "--backend")) {
-            p.backend = v;
-        } else if (!strcmp(a, "--parallel") && parse_int(v, 1, 256, &n)) {
-            p.parallel = (int)n;
-        } else if (!strcmp(a, "--ctx") && parse_int(v, 8, 1 << 20, &n)) {
-            p.n_ctx = (int)n;
-        } else if (!strcmp(a, "--threads") && parse_int(v, 1, 4096, &n)) {
-            p.n_threads = (int)n;
-        } else if (!strcmp(a, "--train-dir")) {
-            p.train_dir = v;
-        } else if (!strcmp(a, "--lora") && v) {
-            loras[p.n_loras++] = v;
-        } else if (!strcmp(a, "--max-body") && parse_int(v, 1024, 1L << 30, &n)) {
-            p.max_body_bytes = (size_t)n;
-        } else if (!strcmp(a, "--train-yield-ms") && parse_int(v, -1, 3600000, &n)) {
-            p.train_yield_ms = n == 0 ? -1 : (int)n;
-        } else if (!strcmp(a, "--quiet")) {
-            p.quiet = true;
-            takes = false;
-        } else {
+            return 1;
+        }
+        if (parse_flag(a, p))
+            continue;
+        if (!parse_valued(a, v, p, l)) {
             fprintf(stderr, "lathe serve: bad option or value: %s%s%s\n%s", a, v ? " " : "",
                     v ? v : "", usage_text);
-            goto out_free;
+            return 2;
         }
-        if (takes && !v) {
+        if (!v) {
             fprintf(stderr, "lathe serve: %s needs a value\n", a);
-            goto out_free;
+            return 2;
         }
-        i += takes;
+        i++;
     }
-    if (!p.model_path) {
+    if (!p->model_path) {
         fprintf(stderr, "lathe serve: a model is required (-m MODEL.gguf)\n%s", usage_text);
-        goto out_free;
+        return 2;
     }
-    p.loras = loras;
+    p->loras = l->loras;
+    p->api_keys = l->keys;
+    p->cors_origins = l->origins;
+    p->allowed_hosts = l->hosts;
+    return 0;
+}
 
+/* Serves until SIGINT or SIGTERM; the exit status. */
+static int serve(const struct lt_server_params *p, sigset_t *sigs)
+{
+    struct lt_server *s = NULL;
+    if (lt_server_start(p, &s) != LT_OK) {
+        fprintf(stderr, "lathe serve: %s\n", lt_last_error());
+        return 1;
+    }
+    printf("lathe serve: listening on http://%s:%d\n", p->host ? p->host : "127.0.0.1",
+           lt_server_port(s));
+    fflush(stdout);
+    if (lt_server_wait_ready(s) != LT_OK) {
+        fprintf(stderr, "lathe serve: %s\n", lt_last_error());
+        lt_server_free(s);
+        return 1;
+    }
+    fprintf(stderr, "lathe serve: model ready\n");
+    int sig = 0;
+    sigwait(sigs, &sig);
+    fprintf(stderr, "lathe serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    lt_server_free(s);
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    struct lt_server_params p = {.port = 8080};
+    struct serve_lists lists = {0};
+    int rc = 1;
+    if (!lists_alloc(&lists, argc)) {
+        fprintf(stderr, "lathe serve: out of memory\n");
+        goto out_free_lists;
+    }
+    int parsed = parse_args(argc, argv, &p, &lists);
+    if (parsed != 0) {
+        rc = parsed == 1 ? 0 : 2;
+        goto out_free_lists;
+    }
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    rc = serve(&p, &sigs);
 
-    struct lt_server *s = NULL;
-    if (lt_server_start(&p, &s) != LT_OK) {
-        fprintf(stderr, "lathe serve: %s\n", lt_last_error());
-        rc = 1;
-        goto out_free;
-    }
-    printf("lathe serve: listening on http://%s:%d\n", p.host ? p.host : "127.0.0.1",
-           lt_server_port(s));
-    fflush(stdout);
-    if (lt_server_wait_ready(s) != LT_OK) {
-        fprintf(stderr, "lathe serve: %s\n", lt_last_error());
-        lt_server_free(s);
-        rc = 1;
-        goto out_free;
-    }
-    fprintf(stderr, "lathe serve: model ready\n");
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    fprintf(stderr, "lathe serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    lt_server_free(s);
-    rc = 0;
-
-out_free:
-    free(loras);
+out_free_lists:
+    lists_free(&lists);
     return rc;
 }

@@ -36,13 +36,31 @@ struct lt_server_params {
     int max_connections;     /* open connections (one thread each); 0: 256 */
     int train_yield_ms;      /* the longest a training job waits, between two steps, for
                               * decoding to go idle; 0: 2000; < 0: never waits */
+    int header_timeout_ms;   /* a request's headers must arrive within this of the connection
+                              * opening (or its previous request ending); 0: 10000 */
     bool quiet;              /* no request log on stderr */
+
+    /* Who may call it. With keys, every route but /health needs "Authorization: Bearer
+     * KEY". Without, the Host header must name this server. See src/server/guard.c. */
+    const char *const *api_keys; /* [n_api_keys] */
+    int n_api_keys;
+    const char *api_key_file;    /* more keys, one a line ('#' comments, blank lines) */
+    bool metrics_public;         /* /metrics answers without a key */
+    const char *const *cors_origins; /* [n_cors_origins] cross origins browsers may call
+                                      * from ("http://host:port", or "*": any) */
+    int n_cors_origins;
+    const char *const *allowed_hosts; /* [n_allowed_hosts] Host names accepted besides
+                                       * loopback and the bound address (no key set) */
+    int n_allowed_hosts;
+    bool insecure_no_auth;       /* allow a non-loopback host with a train dir and no key */
 };
 
 struct lt_server;
 
 /* Validates the parameters, binds the socket, starts answering HTTP and starts loading the
- * model in the background. An unusable address or port is LT_ERR_IO. */
+ * model in the background. An unusable address or port is LT_ERR_IO. A host that is not
+ * loopback, with a train dir and no API key, is refused (LT_ERR_INVALID) unless
+ * insecure_no_auth; a non-loopback host without a key is warned about on stderr. */
 lt_status lt_server_start(const struct lt_server_params *params, struct lt_server **out);
 /* The port listened on (the one chosen when params->port was 0). */
 int lt_server_port(const struct lt_server *s);

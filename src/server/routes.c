@@ -4,7 +4,9 @@
  *
  * /health reads only the engine's state, which never waits on a lock held while decoding or
  * training, so it answers at once whatever the server is doing. A known path asked with
- * the wrong method gets 405 with Allow; an unknown path 404; both in OpenAI's error shape. */
+ * the wrong method gets 405 with Allow; an unknown path 404; both in OpenAI's error shape.
+ * Before any of this, srv_route_admit puts every request past the guard (guard.c) as soon
+ * as its headers are in, so a refused one is answered without its body being kept. */
 #ifdef LATHE_HAVE_JANSSON
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,27 +48,29 @@ static void route_metrics(struct srv_app *app, const struct srv_request *rq,
 {
     rs->status = 200;
     rs->content_type = "text/plain; version=0.0.4; charset=utf-8";
-    char buf[256];
     static const char *const cls[] = {"other", "1xx", "2xx", "3xx", "4xx", "5xx"};
-    static const char head[] = "# HELP lathe_http_requests_total HTTP requests answered, by "
-                               "status class.\n# TYPE lathe_http_requests_total counter\n";
-    lt_strbuf_append(&rs->body, head, sizeof(head) - 1);
+    srv_strbuf_appendf(&rs->body, "# HELP lathe_http_requests_total HTTP requests answered, by "
+                                  "status class.\n# TYPE lathe_http_requests_total counter\n");
     pthread_mutex_lock(&app->stats_mu);
     uint64_t counts[6];
     memcpy(counts, app->http_requests, sizeof(counts));
+    uint64_t timeouts = app->header_timeouts;
     pthread_mutex_unlock(&app->stats_mu);
-    for (int i = 0; i < 6; i++) {
-        int n = snprintf(buf, sizeof(buf), "lathe_http_requests_total{class=\"%s\"} %llu\n",
-                         cls[i], (unsigned long long)counts[i]);
-        lt_strbuf_append(&rs->body, buf, (size_t)n);
-    }
+    for (int i = 0; i < 6; i++)
+        srv_strbuf_appendf(&rs->body, "lathe_http_requests_total{class=\"%s\"} %llu\n", cls[i],
+                           (unsigned long long)counts[i]);
+    srv_strbuf_appendf(&rs->body,
+                       "# HELP lathe_http_header_timeouts_total Connections closed because "
+                       "their request headers did not arrive in time.\n"
+                       "# TYPE lathe_http_header_timeouts_total counter\n"
+                       "lathe_http_header_timeouts_total %llu\n",
+                       (unsigned long long)timeouts);
     char why[64];
     enum srv_state st = app->engine->iface->state(app->engine, why, sizeof(why));
-    int n = snprintf(buf, sizeof(buf),
-                     "# HELP lathe_ready 1 when the model is loaded and serving.\n"
-                     "# TYPE lathe_ready gauge\nlathe_ready %d\n",
-                     st == SRV_STATE_READY);
-    lt_strbuf_append(&rs->body, buf, (size_t)n);
+    srv_strbuf_appendf(&rs->body,
+                       "# HELP lathe_ready 1 when the model is loaded and serving.\n"
+                       "# TYPE lathe_ready gauge\nlathe_ready %d\n",
+                       st == SRV_STATE_READY);
     app->engine->iface->metrics(app->engine, &rs->body);
 }
 
@@ -171,30 +175,6 @@ out_free_body:
 
 /* ---- shared helpers ---- */
 
-json_t *srv_json_text(const char *s, size_t n)
-{
-    if (!s)
-        return json_string("");
-    json_t *j = json_stringn(s, n); /* NULL when s is not valid UTF-8 */
-    if (j)
-        return j;
-    /* A token may be a lone byte: replace what is not UTF-8 with U+FFFD. */
-    struct lt_strbuf b = {0};
-    for (size_t i = 0; i < n;) {
-        size_t k = lt_utf8_seq_len((const unsigned char *)s + i, n - i);
-        if (k == 0) {
-            lt_strbuf_append(&b, "\xEF\xBF\xBD", 3);
-            i++;
-        } else {
-            lt_strbuf_append(&b, s + i, k);
-            i += k;
-        }
-    }
-    j = json_stringn(b.data ? b.data : "", b.len);
-    lt_strbuf_free(&b);
-    return j ? j : json_string("");
-}
-
 int srv_token_array(struct srv_app *app, const json_t *arr, const char *name, lt_token **out,
                     size_t *n_out)
 {
@@ -280,13 +260,31 @@ static bool path_match(const char *pattern, const char *path, char *id, size_t i
     return *pattern == 0 && *path == 0;
 }
 
-void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
+/* The path without trailing slashes ("/health/" is "/health"). */
+static void path_normalise(const char *in, char *out, size_t size)
+{
+    snprintf(out, size, "%s", in);
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/')
+        out[--len] = 0;
+}
+
+bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
 {
     char path[512];
-    snprintf(path, sizeof(path), "%s", rq->path);
-    size_t len = strlen(path);
-    while (len > 1 && path[len - 1] == '/')
-        path[--len] = 0;
+    path_normalise(rq->path, path, sizeof(path));
+    if (srv_guard_admit(&app->guard, rq, path, rs))
+        return true;
+    if (rs->status != 204) /* a preflight has its CORS headers already */
+        srv_guard_cors(&app->guard, rq, rs); /* a browser may read why it was refused */
+    return false;
+}
+
+static void route_dispatch(struct srv_app *app, const struct srv_request *rq,
+                           struct srv_response *rs)
+{
+    char path[512];
+    path_normalise(rq->path, path, sizeof(path));
     char id[128] = "";
     struct srv_request r = *rq;
     r.path = path;
@@ -314,9 +312,20 @@ void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_res
     srv_respond_error(rs, 404, NULL, "not_found", "no route %s %s", rq->method, path);
 }
 
+void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
+{
+    route_dispatch(app, rq, rs);
+    srv_guard_cors(&app->guard, rq, rs);
+}
+
 #else /* !LATHE_HAVE_JANSSON */
 
 #include "server/server_impl.h"
+
+bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
+{
+    return true;
+}
 
 void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
 {

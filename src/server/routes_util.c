@@ -1,6 +1,6 @@
 /* routes_util.c: what every route shares: recording an error (reason, field, code) for the
  * thread, OpenAI-shaped error bodies, JSON responses, names resolved inside a directory,
- * clocks.
+ * clocks, formatted text appended whole (the metrics).
  *
  * A name from a request never becomes a path by itself: it must be a plain file name
  * (no '/', no '\\', no leading '.', only [A-Za-z0-9._-]) with the expected extension, so
@@ -70,8 +70,40 @@ double srv_now_mono(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+lt_status srv_strbuf_appendf(struct lt_strbuf *out, const char *fmt, ...)
+{
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return lt_fail(LT_ERR_INVALID, "a format could not be written");
+    if ((size_t)n < sizeof(small))
+        return lt_strbuf_append(out, small, (size_t)n);
+    char *big = malloc((size_t)n + 1);
+    if (!big)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for %d bytes of text", n);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    lt_status st = lt_strbuf_append(out, big, (size_t)n);
+    free(big);
+    return st;
+}
+
+void srv_response_header(struct srv_response *rs, const char *name, const char *value)
+{
+    if (rs->n_headers == SRV_MAX_HEADERS)
+        return;
+    rs->headers[rs->n_headers].name = name;
+    snprintf(rs->headers[rs->n_headers].value, sizeof(rs->headers[0].value), "%s", value);
+    rs->n_headers++;
+}
+
 #ifdef LATHE_HAVE_JANSSON
 #include "server/json_check.h"
+#include "server/routes.h"
 
 static const char *code_for(int status)
 {
@@ -82,19 +114,46 @@ static const char *code_for(int status)
     case 405: return "method_not_allowed";
     case 409: return "conflict";
     case 413: return "body_too_large";
+    case 415: return "unsupported_media_type";
     case 503: return "unavailable";
     default: return status >= 500 ? "server_error" : "invalid_request";
     }
 }
 
+json_t *srv_json_text(const char *s, size_t n)
+{
+    if (!s)
+        return json_string("");
+    json_t *j = json_stringn(s, n); /* NULL when s is not valid UTF-8 */
+    if (j)
+        return j;
+    /* A token may be a lone byte: replace what is not UTF-8 with U+FFFD. */
+    struct lt_strbuf b = {0};
+    for (size_t i = 0; i < n;) {
+        size_t k = lt_utf8_seq_len((const unsigned char *)s + i, n - i);
+        if (k == 0) {
+            lt_strbuf_append(&b, "\xEF\xBF\xBD", 3);
+            i++;
+        } else {
+            lt_strbuf_append(&b, s + i, k);
+            i += k;
+        }
+    }
+    j = json_stringn(b.data ? b.data : "", b.len);
+    lt_strbuf_free(&b);
+    return j ? j : json_string("");
+}
+
 void *srv_error_json(int status, const char *param, const char *code, const char *message)
 {
-    const char *type = status == 401 ? "authentication_error"
-                       : status == 404 ? "not_found_error"
+    const char *type = status == 404 ? "not_found_error"
                        : status >= 500 ? "server_error"
                                        : "invalid_request_error";
-    return json_pack("{s:{s:s,s:s,s:s?,s:s}}", "error", "message", message ? message : "",
-                     "type", type, "param", param && *param ? param : NULL, "code",
+    /* a message may quote what the client sent (a path, a header): keep the JSON valid */
+    const char *m = message ? message : "";
+    json_t *param_json = param && *param ? srv_json_text(param, strlen(param)) : json_null();
+    return json_pack("{s:{s:o,s:s,s:o,s:s}}", "error", "message", srv_json_text(m, strlen(m)),
+                     "type", type, "param", param_json, "code",
                      code && *code ? code : code_for(status));
 }
 

@@ -5,6 +5,7 @@
  * generation first (so every stream a connection thread is writing ends), then HTTP stops
  * (joining those threads), and only then is the engine freed, since a connection thread may
  * be inside a route calling it until HTTP has stopped. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +18,26 @@ struct lt_server {
     struct srv_engine *engine;
     struct srv_http *http;
 };
+
+#if defined(LATHE_HAVE_MHD) && defined(LATHE_HAVE_JANSSON)
+/* Who can reach the server, and with what. Training writes files and fills the machine, so
+ * a server that others can reach and that trains must ask for a key (or be told plainly
+ * that it need not); one that only serves is started with a warning. */
+static lt_status check_exposure(const struct lt_server_params *p, const struct srv_guard *g)
+{
+    if (srv_host_is_loopback(p->host) || g->n_keys > 0)
+        return LT_OK;
+    if (p->train_dir && !p->insecure_no_auth)
+        return lt_fail(LT_ERR_INVALID, "refusing to listen on %s with --train-dir and no API "
+                       "key: anyone who can reach it could train, write files and load "
+                       "adapters. Give --api-key KEY or --api-key-file FILE (or, to run it "
+                       "open anyway, --insecure-no-auth)", p->host);
+    fprintf(stderr, "lathe serve: WARNING: listening on %s without an API key: anyone who can "
+            "reach this address can use the server%s (give --api-key or --api-key-file)\n",
+            p->host, p->train_dir ? ", train on it and load adapters" : "");
+    return LT_OK;
+}
+#endif
 
 lt_status lt_server_start(const struct lt_server_params *params, struct lt_server **out)
 {
@@ -46,16 +67,27 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
         if (stat(p.train_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
             return lt_fail(LT_ERR_IO, "--train-dir %s is not a directory", p.train_dir);
     }
+    if (p.max_connections < 0 || p.max_connections > 65536)
+        return lt_fail(LT_ERR_INVALID, "--max-connections must be 1..65536, not %d",
+                       p.max_connections);
+    if (p.header_timeout_ms < 0)
+        return lt_fail(LT_ERR_INVALID, "--header-timeout must be positive");
     struct lt_server *s = calloc(1, sizeof(*s));
     if (!s)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the server");
     pthread_mutex_init(&s->app.stats_mu, NULL);
-    lt_status st = srv_engine_model_new(&p, &s->engine);
+    lt_status st = srv_guard_init(&s->app.guard, &p);
     if (st != LT_OK)
         goto out_free_server;
+    if ((st = check_exposure(&p, &s->app.guard)) != LT_OK)
+        goto out_free_guard;
+    st = srv_engine_model_new(&p, &s->engine);
+    if (st != LT_OK)
+        goto out_free_guard;
     s->app.engine = s->engine;
     s->app.train_dir = ((struct engine *)s->engine->impl)->train_dir;
     s->app.max_body_bytes = p.max_body_bytes;
+    s->app.header_timeout_s = p.header_timeout_ms / 1000.0;
     s->app.quiet = p.quiet;
     st = srv_http_start(&s->app, p.host, p.port, p.max_connections, &s->http);
     if (st != LT_OK)
@@ -65,6 +97,8 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
 
 out_free_engine:
     s->engine->iface->free(s->engine);
+out_free_guard:
+    srv_guard_free(&s->app.guard);
 out_free_server:
     pthread_mutex_destroy(&s->app.stats_mu);
     free(s);
@@ -102,6 +136,7 @@ void lt_server_free(struct lt_server *s)
     eng_fail_all(e, 503, "the server is shutting down");
     srv_http_stop(s->http);
     s->engine->iface->free(s->engine);
+    srv_guard_free(&s->app.guard);
     pthread_mutex_destroy(&s->app.stats_mu);
     free(s);
 }

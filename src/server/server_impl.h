@@ -1,7 +1,10 @@
 /* server_impl.h: the server's internal interfaces, in three layers:
  *
- *   http.c        libmicrohttpd: request bodies and their cap, dispatch, full and streamed
- *                 responses, noticing a client that went away. Knows nothing of models.
+ *   http.c        libmicrohttpd: request bodies and their cap, the header deadline, dispatch,
+ *                 full and streamed responses, noticing a client that went away. Knows
+ *                 nothing of models.
+ *   guard.c       who may call what (keys, Host, Origin/CORS, JSON for state changes),
+ *                 decided on the headers alone, before a body is read.
  *   routes_*.c    each route: validates its JSON body (json_check.c), calls the engine,
  *                 shapes the OpenAI response. Knows the engine only through srv_engine_iface.
  *   engine*.c     the real engine: model, tokenizer, slots decoding in one batch, adapters
@@ -236,11 +239,17 @@ bool srv_conn_alive(struct srv_conn *c);
 struct srv_request {
     const char *method;
     const char *path;   /* without the query string */
-    const char *body;   /* NUL-terminated; "" when none */
+    const char *body;   /* NUL-terminated; "" when none (and while only headers are in) */
     size_t body_len;
     bool body_too_large;
     struct srv_conn *conn;
     const char *route_id; /* the path segment a route's '*' matched ("" when none) */
+    /* request headers the guard reads; NULL when absent */
+    const char *host;
+    const char *origin;
+    const char *authorization;
+    const char *content_type;
+    const char *acr_headers; /* Access-Control-Request-Headers of a CORS preflight */
 };
 
 /* A body produced over time (server-sent events). fill appends the next bytes to out,
@@ -251,6 +260,8 @@ struct srv_stream {
     void *user;
 };
 
+#define SRV_MAX_HEADERS 6
+
 struct srv_response {
     int status;
     const char *content_type; /* static string */
@@ -258,16 +269,64 @@ struct srv_response {
     bool is_stream;
     struct srv_stream stream;
     char allow[64]; /* the Allow header of a 405 */
+    int n_headers;
+    struct {
+        const char *name; /* static string */
+        char value[256];
+    } headers[SRV_MAX_HEADERS]; /* more headers (CORS, WWW-Authenticate, Connection) */
 };
+
+/* Adds a header to rs (name static); one that does not fit is dropped. */
+void srv_response_header(struct srv_response *rs, const char *name, const char *value);
+
+/* ---- the guard: who may call what (guard.c) ---- */
+
+/* Which clients a server answers. With API keys, every route but /health needs
+ * "Authorization: Bearer KEY" (/metrics too unless metrics_public); without, a request's
+ * Host must name this server (loopback, the bound address or an allowed host), so a page
+ * that rebinds its own name to 127.0.0.1 is refused. Either way a browser's cross-origin
+ * request needs its Origin listed, and a state-changing route (/train*, /lora-adapters*,
+ * /v1/fine_tuning*, /v1/files*) needs a JSON body, which no HTML form can send. */
+struct srv_guard {
+    char **keys; /* [n_keys]; none: no authentication */
+    int n_keys;
+    bool metrics_public;
+    char **origins; /* [n_origins] cross origins allowed (CORS); "*": any */
+    int n_origins;
+    char **hosts; /* [n_hosts] Host names accepted besides loopback and bind_host */
+    int n_hosts;
+    char bind_host[64]; /* the numeric address listened on */
+};
+
+struct lt_server_params;
+
+/* Copies the parameters' keys (reading api_key_file), origins and hosts into g, checking
+ * each; LT_ERR_INVALID or LT_ERR_IO names the bad one. g is zeroed first. */
+lt_status srv_guard_init(struct srv_guard *g, const struct lt_server_params *p);
+void srv_guard_free(struct srv_guard *g);
+/* A request whose headers are in (path normalised, body not yet read): true when it may go
+ * on to its route; false after answering it in rs (401, 403, 415, or 204 for a preflight). */
+bool srv_guard_admit(const struct srv_guard *g, const struct srv_request *rq, const char *path,
+                     struct srv_response *rs);
+/* Adds Access-Control-Allow-Origin (and Vary) to rs when rq comes from an allowed cross
+ * origin. */
+void srv_guard_cors(const struct srv_guard *g, const struct srv_request *rq,
+                    struct srv_response *rs);
+/* The address is a loopback one (127.0.0.0/8, ::1); NULL means the default, 127.0.0.1. */
+bool srv_host_is_loopback(const char *numeric_host);
 
 struct srv_app {
     struct srv_engine *engine;
     const char *train_dir; /* NULL: training and loading by name disabled */
     size_t max_body_bytes;
+    double header_timeout_s; /* a request's headers must be in this long after the
+                              * connection opened or its previous request ended; 0: 10 */
     bool quiet;
+    struct srv_guard guard;
     /* counted by http.c */
     pthread_mutex_t stats_mu;
     uint64_t http_requests[6]; /* by class: 1xx..5xx, [0] other */
+    uint64_t header_timeouts;  /* connections closed for headers not in on time */
 };
 
 struct srv_http;
@@ -280,7 +339,10 @@ void srv_http_stop(struct srv_http *h); /* NULL is fine */
 
 /* ---- routes ---- */
 
-/* Answers one request (fills rs); never fails to answer. */
+/* Once a request's headers are in: true when it may proceed (its body is then read and
+ * srv_route answers it); false after answering it in rs (the guard refused it). */
+bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+/* Answers one admitted request (fills rs); never fails to answer. */
 void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 
 /* Response helpers (routes_util.c). */
@@ -300,6 +362,11 @@ int srv_path_in_dir(const char *dir, const char *name, const char *ext, const ch
 
 double srv_now_unix(void);
 double srv_now_mono(void);
+
+/* Appends printf-formatted text to out, all of it: never a fixed buffer's worth. LT_ERR_NOMEM
+ * leaves out as it was. */
+lt_status srv_strbuf_appendf(struct lt_strbuf *out, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* ---- the real engine (engine.c) ---- */
 

@@ -19,14 +19,34 @@
 
 /* ---- slot life ---- */
 
+/* Every generation eng_submit accepted (lathe_requests_total) ends here exactly once, by
+ * whatever path: from a slot, or still queued (cancelled, refused at admission, shutdown). */
+static void count_finished(struct engine *e, enum srv_finish why)
+{
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.finished[why]++;
+    pthread_mutex_unlock(&e->stats_mu);
+}
+
+/* A generation that never got a slot ends: finished with why (failed with status and msg
+ * when status is not 0), counted, and its queue reference dropped. */
+static void queued_end(struct engine *e, struct srv_gen *g, enum srv_finish why, int status,
+                       const char *msg)
+{
+    if (status)
+        srv_gen_fail(g, status, msg);
+    else
+        srv_gen_finish(g, why);
+    count_finished(e, why);
+    srv_gen_unref(g);
+}
+
 static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish why)
 {
     if (sl->state == ENG_SLOT_FREE)
         return;
     srv_gen_finish(sl->g, why);
-    pthread_mutex_lock(&e->stats_mu);
-    e->stats.finished[why]++;
-    pthread_mutex_unlock(&e->stats_mu);
+    count_finished(e, why);
     if (lt_session_seq_clear(sl->es->s, sl->seq) != LT_OK)
         fprintf(stderr, "lathe serve: clearing sequence %d: %s\n", sl->seq, lt_last_error());
     sl->es->seq_busy[sl->seq] = false;
@@ -147,8 +167,7 @@ static void admit(struct engine *e)
         struct srv_gen *g = e->admitting[i];
         int si = free_slot(e);
         if (srv_gen_cancelled(g)) {
-            srv_gen_finish(g, SRV_FINISH_CANCELLED);
-            srv_gen_unref(g);
+            queued_end(e, g, SRV_FINISH_CANCELLED, 0, NULL);
             continue;
         }
         if (si < 0) {
@@ -163,16 +182,14 @@ static void admit(struct engine *e)
             continue;
         }
         if (!es) {
-            srv_gen_fail(g, st, lt_last_error());
-            srv_gen_unref(g);
+            queued_end(e, g, SRV_FINISH_ERROR, st, lt_last_error());
             continue;
         }
         int seq = 0;
         while (es->seq_busy[seq])
             seq++;
         if ((st = slot_start(e, &e->slots[si], g, es, seq)) != 200) {
-            srv_gen_fail(g, st, lt_last_error());
-            srv_gen_unref(g);
+            queued_end(e, g, SRV_FINISH_ERROR, st, lt_last_error());
         } else {
             eng_config_use(e, &es->cfg, +1);
         }
@@ -301,13 +318,14 @@ void eng_fail_all(struct engine *e, int status, const char *msg)
             srv_gen_fail(e->slots[i].g, status, msg);
             slot_release(e, &e->slots[i], SRV_FINISH_ERROR);
         }
-    pthread_mutex_lock(&e->q_mu);
-    for (int i = 0; i < e->q_len; i++) {
-        srv_gen_fail(e->queue[i], status, msg);
-        srv_gen_unref(e->queue[i]);
+    for (;;) { /* one at a time: stats_mu may not nest inside q_mu */
+        pthread_mutex_lock(&e->q_mu);
+        struct srv_gen *g = e->q_len > 0 ? e->queue[--e->q_len] : NULL;
+        pthread_mutex_unlock(&e->q_mu);
+        if (!g)
+            break;
+        queued_end(e, g, SRV_FINISH_ERROR, status, msg);
     }
-    e->q_len = 0;
-    pthread_mutex_unlock(&e->q_mu);
     pthread_mutex_unlock(&e->step_mu);
 }
 
@@ -332,9 +350,8 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
     qsort(s->latency, (size_t)s->n_latency, sizeof(float), cmp_float);
     double p50 = s->n_latency ? s->latency[(s->n_latency - 1) / 2] : 0;
     double p95 = s->n_latency ? s->latency[(int)((s->n_latency - 1) * 0.95)] : 0;
-    char buf[2048];
-    int n = snprintf(
-        buf, sizeof(buf),
+    srv_strbuf_appendf(
+        out,
         "# HELP lathe_requests_total Completion requests accepted.\n"
         "# TYPE lathe_requests_total counter\nlathe_requests_total %llu\n"
         "# HELP lathe_requests_finished_total Completions ended, by reason.\n"
@@ -374,7 +391,5 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         (unsigned long long)s->generated_tokens, e->p.parallel, busy, queued,
         (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
         s->decode_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
-    if (n > 0)
-        lt_strbuf_append(out, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
     free(s);
 }

@@ -349,27 +349,21 @@ void srv_trainer_metrics(struct srv_trainer *t, struct lt_strbuf *out)
                                                  LT_TRAIN_DONE, LT_TRAIN_CANCELLED,
                                                  LT_TRAIN_ERROR};
     enum lt_train_state cur = have ? ti->state : LT_TRAIN_IDLE;
-    char buf[256];
-    const char *head = "# HELP lathe_train_state The latest training job's state (1 = current).\n"
-                       "# TYPE lathe_train_state gauge\n";
-    lt_strbuf_append(out, head, strlen(head));
-    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
-        int n = snprintf(buf, sizeof(buf), "lathe_train_state{state=\"%s\"} %d\n",
-                         lt_train_state_name(states[i]), states[i] == cur);
-        lt_strbuf_append(out, buf, (size_t)n);
-    }
-    if (have) {
-        int n = snprintf(buf, sizeof(buf),
-                         "# TYPE lathe_train_step gauge\nlathe_train_step %d\n"
-                         "# TYPE lathe_train_loss gauge\nlathe_train_loss %g\n"
-                         "# TYPE lathe_train_tokens_per_second gauge\n"
-                         "lathe_train_tokens_per_second %g\n"
-                         "# TYPE lathe_train_yield_seconds_total counter\n"
-                         "lathe_train_yield_seconds_total %g\n",
-                         ti->prog.step, ti->prog.step > 0 ? (double)ti->prog.loss : 0.0,
-                         ti->prog.tokens_per_s, ti->yielded_s);
-        lt_strbuf_append(out, buf, (size_t)n);
-    }
+    srv_strbuf_appendf(out, "# HELP lathe_train_state The latest training job's state (1 = "
+                            "current).\n# TYPE lathe_train_state gauge\n");
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+        srv_strbuf_appendf(out, "lathe_train_state{state=\"%s\"} %d\n",
+                           lt_train_state_name(states[i]), states[i] == cur);
+    if (have)
+        srv_strbuf_appendf(out,
+                           "# TYPE lathe_train_step gauge\nlathe_train_step %d\n"
+                           "# TYPE lathe_train_loss gauge\nlathe_train_loss %g\n"
+                           "# TYPE lathe_train_tokens_per_second gauge\n"
+                           "lathe_train_tokens_per_second %g\n"
+                           "# TYPE lathe_train_yield_seconds_total counter\n"
+                           "lathe_train_yield_seconds_total %g\n",
+                           ti->prog.step, ti->prog.step > 0 ? (double)ti->prog.loss : 0.0,
+                           ti->prog.tokens_per_s, ti->yielded_s);
     free(ti);
 }
 
