@@ -17,6 +17,7 @@ struct gap_impl {
     bool gap_always[LT_OP_COUNT];   /* no, whatever the layout */
     bool gap_strided[LT_OP_COUNT];  /* no when a source is a non-contiguous view */
     size_t bytes_allocated;         /* ever */
+    size_t mem_free;                /* what memory() reports free; 0: 4 GiB */
     size_t bytes_live;
     int n_computed;                 /* nodes run */
 };
@@ -72,7 +73,8 @@ static lt_status gap_compute(struct lt_backend *be, struct lt_tensor *const *nod
 
 static lt_status gap_memory(struct lt_backend *be, size_t *free_bytes, size_t *total_bytes)
 {
-    *free_bytes = (size_t)1 << 32;
+    size_t f = ((struct gap_impl *)be->impl)->mem_free;
+    *free_bytes = f ? f : (size_t)1 << 32;
     *total_bytes = (size_t)1 << 33;
     return LT_OK;
 }

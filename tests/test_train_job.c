@@ -181,6 +181,27 @@ static void test_dry_run_and_refusals(struct lt_model *m)
               strstr(r.error, "/nonexistent/x.txt") && !exists(out_path),
           "%s", r.error);
     lt_train_result_free(&r);
+
+    /* an output nobody can write: refused before anything else, in a dry run too */
+    for (int dry = 0; dry < 2; dry++) {
+        struct lt_train_params nodir = {
+            .out = "/nonexistent-dir/x.gguf", .text = text, .window = 32, .dry_run = dry};
+        CHECK(lt_train_job_run(m, both, 2, &nodir, NULL, NULL, &r) == LT_ERR_IO &&
+                  strstr(r.error, "cannot write the output '/nonexistent-dir/x.gguf'") &&
+                  r.tokens == 0 && r.peak_bytes == 0,
+              "unwritable output (dry run %d): %s", dry, r.error);
+        lt_train_result_free(&r);
+    }
+
+    /* a budget larger than the device has lowers nothing and raises nothing */
+    p = (struct lt_train_params){
+        .out = out_path, .text = text, .window = 32, .dry_run = true, .memory_budget_mib = 1u << 30};
+    gap_of(gap)->mem_free = 64u << 10; /* 64 KiB free: the job does not fit */
+    st = lt_train_job_run(m, both, 2, &p, NULL, NULL, &r);
+    CHECK(st == LT_ERR_REFUSED && r.refusal.kind == LT_REFUSAL_MEMORY &&
+              r.refusal.budget_bytes <= (64u << 10),
+          "a client's 1 TiB budget is capped by the device's free memory: %s", r.error);
+    lt_train_result_free(&r);
     lt_backend_free(gap);
     lt_backend_free(cpu);
 }

@@ -55,7 +55,8 @@ struct lt_train_graph_params {
     struct lt_backend *const *backends; /* priority order, e.g. {CUDA0, CPU} */
     int n_backends;
     bool device_only;     /* refuse when the first backend can't run a node */
-    size_t memory_budget; /* bytes; 0: the first backend's free memory less serving_reserve */
+    size_t memory_budget; /* bytes, at most the first backend's free memory less serving_reserve
+                             (0: all of that); a larger one does not raise it */
     size_t serving_reserve;
     enum lt_optimizer optimizer;
     float beta1, beta2, eps, weight_decay; /* AdamW; 0 picks 0.9, 0.999, 1e-8; wd as given */

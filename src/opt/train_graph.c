@@ -271,14 +271,15 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     st = measure(tg, &device_bytes);
     if (st != LT_OK)
         goto out_free;
-    tg->budget = params->memory_budget;
-    if (tg->budget == 0) {
-        size_t free_bytes = 0, total_bytes = 0;
-        st = lt_backend_memory(tg->backends[0], &free_bytes, &total_bytes);
-        if (st != LT_OK)
-            goto out_free;
-        tg->budget = free_bytes > params->serving_reserve ? free_bytes - params->serving_reserve : 0;
-    }
+    /* a caller's budget may lower what the device has free (less the reserve), never raise
+     * it: a job that does not fit the device is refused whatever it asked for */
+    size_t free_bytes = 0, total_bytes = 0;
+    st = lt_backend_memory(tg->backends[0], &free_bytes, &total_bytes);
+    if (st != LT_OK)
+        goto out_free;
+    tg->budget = free_bytes > params->serving_reserve ? free_bytes - params->serving_reserve : 0;
+    if (params->memory_budget > 0 && params->memory_budget < tg->budget)
+        tg->budget = params->memory_budget;
     if (device_bytes > tg->budget) {
         memset(refusal, 0, sizeof(*refusal));
         refusal->kind = LT_REFUSAL_MEMORY;
