@@ -246,7 +246,6 @@ static lt_status make_trainables(struct lt_train_job *j, struct run *r,
         if (st != LT_OK)
             return st;
         ad->replace = lt_model_f32_params_list(r->f32, &ad->n_replace);
-        ad->bf16_products = !p->f32_products && !j->backends[0]->is_host;
         return LT_OK;
     }
     struct lt_lora_params lp = {.rank = p->rank,
@@ -261,7 +260,6 @@ static lt_status make_trainables(struct lt_train_job *j, struct run *r,
         return st;
     ad->lora = r->lora_list;
     ad->n_lora = r->n_lora;
-    ad->bf16_products = !p->f32_products && !j->backends[0]->is_host; /* an F32 base */
     return LT_OK;
 }
 
@@ -526,6 +524,8 @@ static void job_main(struct lt_train_job *j)
         st = load_data(j, &r);
     if (st == LT_OK)
         st = make_trainables(j, &r, &ad);
+    /* on a device, products by F32 weights (full fine-tuning, an F32 base) run in BF16 */
+    ad.bf16_products = !j->p.f32_products && !j->backends[0]->is_host;
     if (st == LT_OK)
         st = choose_and_admit(j, &r, &ad);
     if (st == LT_OK && !j->p.dry_run) {
