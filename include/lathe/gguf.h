@@ -217,6 +217,9 @@ lt_status lt_gguf_writer_add_tensor_fill(struct lt_gguf_writer *w, const char *n
 /* Writes GGUF version 3 to a temporary file next to `path`, fsyncs it and renames it to
  * `path`. On failure the temporary file is removed and `path` is left as it was. */
 lt_status lt_gguf_writer_write(struct lt_gguf_writer *w, const char *path);
+/* LT_OK when lt_gguf_writer_write could create its temporary file beside path (made and
+ * removed again): a check before hours of work that end in a write. */
+lt_status lt_gguf_check_writable(const char *path);
 
 #ifdef __cplusplus
 }

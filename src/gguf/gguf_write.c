@@ -651,24 +651,44 @@ static void sync_parent_dir(const char *path)
     free(copy);
 }
 
+/* Creates "PATH.tmp-XXXXXX" beside path; *tmp (the caller frees it) names it. */
+static lt_status open_temp_beside(const char *path, char **tmp, int *fd)
+{
+    size_t n = strlen(path);
+    *tmp = malloc(n + sizeof(".tmp-XXXXXX"));
+    if (!*tmp)
+        return lt_fail(LT_ERR_NOMEM, "%s: out of memory", path);
+    memcpy(*tmp, path, n);
+    memcpy(*tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
+    *fd = mkstemp(*tmp);
+    if (*fd < 0)
+        return lt_fail(LT_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
+                       strerror(errno));
+    return LT_OK;
+}
+
+lt_status lt_gguf_check_writable(const char *path)
+{
+    char *tmp = NULL;
+    int fd = -1;
+    lt_status st = open_temp_beside(path, &tmp, &fd);
+    if (st == LT_OK) {
+        close(fd);
+        unlink(tmp);
+    }
+    free(tmp);
+    return st;
+}
+
 lt_status lt_gguf_writer_write(struct lt_gguf_writer *w, const char *path)
 {
-    lt_status st;
-    size_t n = strlen(path);
-    char *tmp = malloc(n + sizeof(".tmp-XXXXXX"));
+    char *tmp = NULL;
+    int fd = -1;
     struct out *o = malloc(sizeof(*o));
-    if (!tmp || !o) {
-        st = lt_fail(LT_ERR_NOMEM, "%s: out of memory", path);
+    lt_status st = o ? open_temp_beside(path, &tmp, &fd)
+                     : lt_fail(LT_ERR_NOMEM, "%s: out of memory", path);
+    if (st != LT_OK)
         goto out_free;
-    }
-    memcpy(tmp, path, n);
-    memcpy(tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        st = lt_fail(LT_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
-                     strerror(errno));
-        goto out_free;
-    }
     fchmod(fd, 0644); /* mkstemp makes it 0600; a model file is not a secret */
     *o = (struct out){.fd = fd, .path = tmp, .st = LT_OK};
     out_file(o, w);

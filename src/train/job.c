@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
+#include "lathe/gguf.h"
 #include "lathe/lora.h"
 #include "lathe/model.h"
 #include "lathe/sampling.h"
@@ -488,30 +488,6 @@ static lt_status write_output(struct lt_train_job *j, struct run *r)
     return lt_lora_save(r->lora, j->p.out);
 }
 
-/* Can the output be written where the job will write it (a temporary file beside it, then
- * renamed)? Asked before anything else, so a bad --out fails at once, in a dry run too,
- * instead of after the training. */
-static lt_status check_output(const char *out)
-{
-    size_t n = strlen(out);
-    char *probe = malloc(n + sizeof(".tmp-XXXXXX"));
-    if (!probe)
-        return lt_fail(LT_ERR_NOMEM, "out of memory");
-    memcpy(probe, out, n);
-    memcpy(probe + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-    int fd = mkstemp(probe);
-    lt_status st = LT_OK;
-    if (fd < 0) {
-        st = lt_fail(LT_ERR_IO, "cannot write the output '%s': %s (nothing was trained)", out,
-                     strerror(errno));
-    } else {
-        close(fd);
-        unlink(probe);
-    }
-    free(probe);
-    return st;
-}
-
 /* The whole job; fills j->result. */
 static void job_main(struct lt_train_job *j)
 {
@@ -519,7 +495,13 @@ static void job_main(struct lt_train_job *j)
     struct lt_model_adapters ad;
     struct lt_train_result *res = &j->result;
     set_state(j, LT_TRAIN_STARTING);
-    lt_status st = check_output(j->p.out);
+    /* a bad --out fails at once, in a dry run too, instead of after the training */
+    lt_status st = lt_gguf_check_writable(j->p.out);
+    if (st != LT_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", lt_last_error());
+        st = lt_fail(st, "cannot write the output '%s': %s (nothing was trained)", j->p.out, why);
+    }
     if (st == LT_OK)
         st = load_data(j, &r);
     if (st == LT_OK)
