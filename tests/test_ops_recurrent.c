@@ -558,7 +558,7 @@ static double dn_loss(const struct dn_case *c, const double *R, double *packed)
 }
 
 static void test_delta_net_back_case(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t nt,
-                                     int64_t nb)
+                                     int64_t nb, enum lt_delta_net_path path)
 {
     struct dn_case c = dn_case_new(sk, sv, hk, hv, nt, nb);
     const int64_t np = n_packed(&c);
@@ -571,6 +571,7 @@ static void test_delta_net_back_case(int64_t sk, int64_t sv, int64_t hk, int64_t
     struct lt_tensor *back =
         lt_delta_net_back(ctx, grad, in.q, in.k, in.v, in.g, in.beta, in.s0, c.scale);
     CHECK(back != NULL, "%s", lt_last_error());
+    lt_delta_net_set_path(back, path);
     if (!back || !compute(graph_of(ctx, back)))
         goto out_free;
     double *vars[LT_DELTA_NET_GRAD_COUNT] = {c.q, c.k, c.v, c.g, c.beta, c.s0};
@@ -597,8 +598,8 @@ static void test_delta_net_back_case(int64_t sk, int64_t sv, int64_t hk, int64_t
         CHECK(e < 1e-3, "delta_net_back d%s (S_k %lld S_v %lld H %lld/%lld T %lld B %lld): rel "
               "err %g", names[w], (long long)sk, (long long)sv, (long long)hk, (long long)hv,
               (long long)nt, (long long)nb, e);
-        printf("delta_net_back T=%-3lld d%-5s vs central differences: rel err %.2e\n",
-               (long long)nt, names[w], e);
+        printf("delta_net_back %s T=%-3lld d%-5s vs central differences: rel err %.2e\n",
+               path == LT_DELTA_NET_PATH_CHUNKED ? "chunked" : "auto", (long long)nt, names[w], e);
         free(fd);
     }
 out_free:
@@ -609,9 +610,63 @@ out_free:
 
 static void test_delta_net_back(void)
 {
-    test_delta_net_back_case(4, 3, 1, 2, 1, 2);
-    test_delta_net_back_case(5, 3, 1, 2, 5, 2);
-    test_delta_net_back_case(4, 3, 2, 4, 70, 2);
+    test_delta_net_back_case(4, 3, 1, 2, 1, 2, LT_DELTA_NET_PATH_AUTO);
+    test_delta_net_back_case(5, 3, 1, 2, 5, 2, LT_DELTA_NET_PATH_AUTO);
+    test_delta_net_back_case(4, 3, 2, 4, 70, 2, LT_DELTA_NET_PATH_AUTO);
+    test_delta_net_back_case(5, 3, 1, 2, 5, 2, LT_DELTA_NET_PATH_CHUNKED);
+    test_delta_net_back_case(4, 3, 2, 4, 70, 2, LT_DELTA_NET_PATH_CHUNKED);
+}
+
+/* runs DELTA_NET_BACK of case c with gradient R on the path given; the flat result
+ * (malloc'd) or NULL */
+static float *dn_back_run(const struct dn_case *c, const double *R, enum lt_delta_net_path path)
+{
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 64u << 20});
+    struct dn_inputs in = dn_inputs_new(ctx, c);
+    struct lt_tensor *grad = tensor_from_d(ctx, (int64_t[]){c->sv, c->hv, c->nt + c->sk, c->nb}, R);
+    struct lt_tensor *back =
+        lt_delta_net_back(ctx, grad, in.q, in.k, in.v, in.g, in.beta, in.s0, c->scale);
+    float *out = NULL;
+    CHECK(back != NULL, "%s", lt_last_error());
+    if (back) {
+        lt_delta_net_set_path(back, path);
+        if (compute(graph_of(ctx, back))) {
+            out = malloc(lt_nbytes(back));
+            memcpy(out, back->data, lt_nbytes(back));
+        }
+    }
+    lt_ctx_free(ctx);
+    return out;
+}
+
+/* the chunked backward against the recurrent one around the chunk size, each gradient
+ * apart, grouped heads, two sequences */
+static void test_delta_net_back_chunked(void)
+{
+    const int64_t lens[] = {1, 5, 63, 64, 65, 150};
+    const char *names[LT_DELTA_NET_GRAD_COUNT] = {"q", "k", "v", "g", "beta", "state"};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+        struct dn_case c = dn_case_new(16, 12, 2, 4, lens[li], 2);
+        const int64_t np = n_packed(&c);
+        double *R = malloc(sizeof(double) * (size_t)np);
+        for (int64_t i = 0; i < np; i++)
+            R[i] = (float)frand(-1, 1);
+        float *rec = dn_back_run(&c, R, LT_DELTA_NET_PATH_RECURRENT);
+        float *chk = dn_back_run(&c, R, LT_DELTA_NET_PATH_CHUNKED);
+        const int64_t counts[LT_DELTA_NET_GRAD_COUNT] = {n_qk(&c), n_qk(&c), n_v(&c),
+                                                         n_g(&c),  n_g(&c),  n_s(&c)};
+        int64_t off = 0;
+        for (int w = 0; rec && chk && w < LT_DELTA_NET_GRAD_COUNT; w++) {
+            double e = rel_err(chk + off, rec + off, counts[w]);
+            CHECK(e < 2e-5, "delta_net_back chunked vs recurrent T=%lld d%s: rel err %g",
+                  (long long)c.nt, names[w], e);
+            printf("delta_net_back chunked vs recurrent T=%-3lld d%-5s: rel err %.2e\n",
+                   (long long)c.nt, names[w], e);
+            off += counts[w];
+        }
+        free(rec), free(chk), free(R);
+        dn_case_free(&c);
+    }
 }
 
 int main(void)
@@ -630,6 +685,7 @@ int main(void)
     test_delta_net_strided();
     test_delta_net_decode();
     test_delta_net_back();
+    test_delta_net_back_chunked();
     test_backward_rules();
     lt_backend_free(cpu);
     return check_summary();

@@ -96,7 +96,7 @@ struct lt_tensor *lt_delta_net(struct lt_ctx *ctx, struct lt_tensor *q, struct l
 
 void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path)
 {
-    if (r && r->op == LT_OP_DELTA_NET)
+    if (r && (r->op == LT_OP_DELTA_NET || r->op == LT_OP_DELTA_NET_BACK))
         lt_set_param_i32(r, 1, (int32_t)path);
 }
 
@@ -158,6 +158,7 @@ struct lt_tensor *lt_delta_net_back(struct lt_ctx *ctx, struct lt_tensor *grad, 
     if (!r)
         return NULL;
     lt_set_param_f32(r, 0, scale);
+    lt_set_param_i32(r, 1, LT_DELTA_NET_PATH_AUTO);
     lt_format_name(r, "delta_net_back(%s)", v->name);
     return r;
 }
@@ -539,12 +540,7 @@ static size_t back_layout(struct back_bufs *f, float *base, struct dn_dims d)
     return s.used;
 }
 
-static size_t dn_back_work_size(const struct lt_tensor *node, int nth)
-{
-    struct back_bufs f;
-    struct dn_dims d = dn_dims_of(node->src[1 + SRC_Q], node->src[1 + SRC_V]);
-    return sizeof(float) * back_layout(&f, NULL, d) * (size_t)nth;
-}
+
 
 /* where each gradient of one (h, b) lives in the flat result */
 struct back_out {
@@ -648,14 +644,278 @@ static void back_head(const struct dn_head *c, struct back_bufs *f, const struct
     memcpy(o->dstate + (c->b * c->d.hv + c->h) * sk * sv, f->dS, ssz);
 }
 
+/* ---- CPU: chunked backward ---- */
+
+/* The chunked backward runs the forward's chunk algebra (see the file comment) backward,
+ * chunk by chunk from the last: a first pass keeps the state at every chunk start, then
+ * each chunk recomputes its quantities from that state (nothing per token is stored) and
+ * turns the gradient of its end state dS and of its outputs into the gradient of its
+ * start state and of its tokens. Within a chunk (C rows, the unused rows of a last, short
+ * chunk zero, which makes them steps that change nothing), with e_rs = e^{G_r - G_s}:
+ *   Ab_rs = e_rs k_r.k_s (s < r),  P_rs = e_rs q_r.k_s (s <= r),  W = K S0,
+ *   X_r = v_r - e^{G_r} W_r,  (I + diag(B) Ab) U = diag(B) X,
+ *   O = scale (diag(e^G) Q S0 + P U),  S = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s u_s^T.
+ * Gradients with respect to the gates collect in dgam_r, the gradient of G_r (each e_rs
+ * gives +x to r and -x to s); dg_t is then the sum of dgam_r over r >= t in the chunk. This
+ * is the specification of the CUDA kernel (delta_net.cu), which runs the same steps with
+ * the value columns split over blocks; the recurrent backward above stays the oracle. */
+
+struct cback_bufs {
+    float *ckpt;                       /* [n_chunks][S_k][S_v] */
+    float *S0, *dS, *T;                /* [S_k][S_v] */
+    float *K, *Q, *dQ, *dK;            /* [CHUNK][S_k] */
+    float *X, *W, *U, *Do, *dU, *Y;    /* [CHUNK][S_v] */
+    float *Ab, *P, *M;                 /* [CHUNK][CHUNK] */
+    float *G, *eG, *B, *dgam, *dB;     /* [CHUNK] */
+};
+
+static size_t cback_layout(struct cback_bufs *f, float *base, struct dn_dims d)
+{
+    struct scratch s = {base, 0};
+    size_t sk = (size_t)d.sk, sv = (size_t)d.sv, nch = ((size_t)d.nt + CHUNK - 1) / CHUNK;
+    f->ckpt = scratch_take(&s, (nch ? nch : 1) * sk * sv);
+    f->S0 = scratch_take(&s, sk * sv);
+    f->dS = scratch_take(&s, sk * sv);
+    f->T = scratch_take(&s, sk * sv);
+    float **rows_k[] = {&f->K, &f->Q, &f->dQ, &f->dK};
+    for (size_t i = 0; i < sizeof(rows_k) / sizeof(rows_k[0]); i++)
+        *rows_k[i] = scratch_take(&s, CHUNK * sk);
+    float **rows_v[] = {&f->X, &f->W, &f->U, &f->Do, &f->dU, &f->Y};
+    for (size_t i = 0; i < sizeof(rows_v) / sizeof(rows_v[0]); i++)
+        *rows_v[i] = scratch_take(&s, CHUNK * sv);
+    f->Ab = scratch_take(&s, CHUNK * CHUNK);
+    f->P = scratch_take(&s, CHUNK * CHUNK);
+    f->M = scratch_take(&s, CHUNK * CHUNK);
+    float **vecs[] = {&f->G, &f->eG, &f->B, &f->dgam, &f->dB};
+    for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
+        *vecs[i] = scratch_take(&s, CHUNK);
+    return s.used;
+}
+
+/* Cm[m][n] (+)= alpha sum_k A(m, k) B(k, n), A(m, k) = A[m * ar + k * ac], B(k, n) =
+ * B[k * br + n * bc], Cm row-major with leading dimension ldc */
+static void cb_mm(float *Cm, int64_t ldc, const float *A, int64_t ar, int64_t ac, const float *B,
+                  int64_t br, int64_t bc, int64_t M, int64_t N, int64_t K, float alpha, bool acc)
+{
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            float x = 0;
+            for (int64_t k = 0; k < K; k++)
+                x += A[m * ar + k * ac] * B[k * br + n * bc];
+            Cm[m * ldc + n] = (acc ? Cm[m * ldc + n] : 0) + alpha * x;
+        }
+}
+
+/* the chunk of tokens [t0, t0 + n) from the state f->S0: K, Q, G, eG, B, Ab, P, W, X, U */
+static void cback_prepare(const struct dn_head *c, struct cback_bufs *f, int64_t t0, int64_t n)
+{
+    const int64_t sk = c->d.sk, sv = c->d.sv;
+    memset(f->K, 0, sizeof(float) * CHUNK * (size_t)sk);
+    memset(f->Q, 0, sizeof(float) * CHUNK * (size_t)sk);
+    memset(f->X, 0, sizeof(float) * CHUNK * (size_t)sv);
+    float gsum = 0;
+    for (int64_t r = 0; r < CHUNK; r++) {
+        if (r < n) {
+            load_k(c, t0 + r, f->K + r * sk);
+            load_q(c, t0 + r, f->Q + r * sk);
+            load_v(c, t0 + r, f->X + r * sv);
+            gsum += scalar_at(c->g, c->h, t0 + r, c->b);
+        }
+        f->G[r] = gsum;
+        f->eG[r] = expf(gsum);
+        f->B[r] = r < n ? scalar_at(c->beta, c->h, t0 + r, c->b) : 0;
+    }
+    cb_mm(f->W, sv, f->K, sk, 1, f->S0, sv, 1, CHUNK, sv, sk, 1, false);
+    for (int64_t r = 0; r < CHUNK; r++)
+        for (int64_t j = 0; j < sv; j++) {
+            f->X[r * sv + j] -= f->eG[r] * f->W[r * sv + j];
+            f->U[r * sv + j] = f->B[r] * f->X[r * sv + j];
+        }
+    cb_mm(f->Ab, CHUNK, f->K, sk, 1, f->K, 1, sk, CHUNK, CHUNK, sk, 1, false);
+    cb_mm(f->P, CHUNK, f->Q, sk, 1, f->K, 1, sk, CHUNK, CHUNK, sk, 1, false);
+    for (int64_t r = 0; r < CHUNK; r++)
+        for (int64_t s = 0; s < CHUNK; s++) {
+            const float e = s <= r ? expf(f->G[r] - f->G[s]) : 0;
+            f->Ab[r * CHUNK + s] *= s < r ? e : 0;
+            f->P[r * CHUNK + s] *= e;
+        }
+    for (int64_t r = 0; r < CHUNK; r++) /* forward substitution */
+        for (int64_t s = 0; s < r; s++)
+            axpy(f->U + r * sv, -f->B[r] * f->Ab[r * CHUNK + s], f->U + s * sv, sv);
+}
+
+/* S0 = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s u_s^T (f->Y holds the scaled U) */
+static void cback_advance(struct cback_bufs *f, int64_t sk, int64_t sv)
+{
+    const float gl = f->G[CHUNK - 1];
+    for (int64_t s = 0; s < CHUNK; s++)
+        vscale_to(f->Y + s * sv, expf(gl - f->G[s]), f->U + s * sv, sv);
+    vscale(f->S0, f->eG[CHUNK - 1], sk * sv);
+    cb_mm(f->S0, sv, f->K, 1, sk, f->Y, sv, 1, sk, sv, CHUNK, 1, true);
+}
+
+/* the adjoint of one chunk [t0, t0 + n): f->dS from its end state's gradient to its start
+ * state's; writes dv, dg, dbeta of its tokens and adds into their dq, dk */
+static void cback_chunk(const struct dn_head *c, struct cback_bufs *f, const struct back_out *o,
+                        const struct lt_tensor *grad, int64_t t0, int64_t n, float scale)
+{
+    const int64_t sk = c->d.sk, sv = c->d.sv, L = CHUNK;
+    float *Ab = f->Ab, *P = f->P, *M = f->M, *dgam = f->dgam, *dB = f->dB;
+    memset(f->Do, 0, sizeof(float) * CHUNK * (size_t)sv);
+    for (int64_t r = 0; r < n; r++) {
+        load_vec((const char *)grad->data + c->h * grad->nb[1] + (t0 + r) * grad->nb[2] +
+                     c->b * grad->nb[3],
+                 grad->nb[0], sv, f->Do + r * sv);
+        vscale(f->Do + r * sv, scale, sv);
+    }
+    memset(dgam, 0, sizeof(float) * CHUNK);
+    memset(dB, 0, sizeof(float) * CHUNK);
+    /* O = P U (times scale, in Do): dU = P^T Do; dP = Do U^T on s <= r, then dQK */
+    cb_mm(f->dU, sv, P, 1, L, f->Do, sv, 1, L, sv, L, 1, false);
+    cb_mm(M, L, f->Do, sv, 1, f->U, 1, sv, L, L, sv, 1, false);
+    for (int64_t r = 0; r < L; r++)
+        for (int64_t s = 0; s < L; s++) {
+            float *m = M + r * L + s;
+            if (s > r) {
+                *m = 0;
+                continue;
+            }
+            const float x = *m * P[r * L + s];
+            dgam[r] += x;
+            dgam[s] -= x;
+            *m *= expf(f->G[r] - f->G[s]);
+        }
+    cb_mm(f->dQ, sk, M, L, 1, f->K, sk, 1, L, sk, L, 1, false);
+    cb_mm(f->dK, sk, M, 1, L, f->Q, sk, 1, L, sk, L, 1, false);
+    /* O += diag(e^G) Q S0 (times scale): dQ += diag(e^G) Do S0^T, dgam_r += e^G_r Do_r.Y_r */
+    cb_mm(f->Y, sv, f->Q, sk, 1, f->S0, sv, 1, L, sv, sk, 1, false);
+    for (int64_t r = 0; r < L; r++)
+        dgam[r] += f->eG[r] * dot(f->Do + r * sv, f->Y + r * sv, sv);
+    for (int64_t r = 0; r < L; r++)
+        cb_mm(f->dQ + r * sk, sk, f->Do + r * sv, 0, 1, f->S0, 1, sv, 1, sk, sv, f->eG[r], true);
+    /* S = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s u_s^T: dU_r += e_r (K dS)_r,
+     * dK_r += e_r (U dS^T)_r, dgam gets e_r u_r.(K dS)_r at the last row less at r, and
+     * e^{G_last} <dS, S0> at the last row */
+    const float gl = f->G[L - 1];
+    cb_mm(f->Y, sv, f->K, sk, 1, f->dS, sv, 1, L, sv, sk, 1, false);
+    for (int64_t r = 0; r < L; r++) {
+        const float e = expf(gl - f->G[r]);
+        const float x = e * dot(f->U + r * sv, f->Y + r * sv, sv);
+        dgam[L - 1] += x;
+        dgam[r] -= x;
+        axpy(f->dU + r * sv, e, f->Y + r * sv, sv);
+        cb_mm(f->dK + r * sk, sk, f->U + r * sv, 0, 1, f->dS, 1, sv, 1, sk, sv, e, true);
+    }
+    dgam[L - 1] += f->eG[L - 1] * dot(f->dS, f->S0, sk * sv);
+    /* (I + diag(B) Ab) U = diag(B) X: dRHS = (I + diag(B) Ab)^-T dU, in place */
+    for (int64_t r = L - 1; r >= 0; r--)
+        for (int64_t s = r + 1; s < L; s++)
+            axpy(f->dU + r * sv, -f->B[s] * Ab[s * L + r], f->dU + s * sv, sv);
+    /* dA_rs = -dRHS_r.U_s (s < r), A_rs = B_r Ab_rs: dB, dgam, then dKK into M */
+    cb_mm(M, L, f->dU, sv, 1, f->U, 1, sv, L, L, sv, -1, false);
+    for (int64_t r = 0; r < L; r++)
+        for (int64_t s = 0; s < L; s++) {
+            float *m = M + r * L + s;
+            if (s >= r) {
+                *m = 0;
+                continue;
+            }
+            dB[r] += *m * Ab[r * L + s];
+            const float x = *m * f->B[r] * Ab[r * L + s];
+            dgam[r] += x;
+            dgam[s] -= x;
+            *m *= f->B[r] * expf(f->G[r] - f->G[s]);
+        }
+    cb_mm(f->dK, sk, M, L, 1, f->K, sk, 1, L, sk, L, 1, true);
+    cb_mm(f->dK, sk, M, 1, L, f->K, sk, 1, L, sk, L, 1, true);
+    /* RHS = diag(B) X, X = V - diag(e^G) K S0: dB, dv, then dW (into dU) */
+    for (int64_t r = 0; r < L; r++) {
+        float *du = f->dU + r * sv;
+        dB[r] += dot(du, f->X + r * sv, sv);
+        vscale(du, f->B[r], sv); /* dX */
+        if (r < n)
+            memcpy(o->dv + ((c->b * c->d.nt + t0 + r) * c->d.hv + c->h) * sv, du,
+                   sizeof(float) * (size_t)sv);
+        vscale(du, -f->eG[r], sv); /* dW */
+        dgam[r] += dot(du, f->W + r * sv, sv);
+    }
+    cb_mm(f->dK, sk, f->dU, sv, 1, f->S0, 1, sv, L, sk, sv, 1, true);
+    /* the start state's gradient: e^{G_last} dS + Q^T diag(e^G) Do + K^T dW */
+    for (int64_t r = 0; r < L; r++)
+        vscale(f->Do + r * sv, f->eG[r], sv);
+    vscale(f->dS, f->eG[L - 1], sk * sv);
+    cb_mm(f->dS, sv, f->Q, 1, sk, f->Do, sv, 1, sk, sv, L, 1, true);
+    cb_mm(f->dS, sv, f->K, 1, sk, f->dU, sv, 1, sk, sv, L, 1, true);
+    /* dg_t: the sum of dgam over the chunk's rows from t on */
+    float acc = 0;
+    for (int64_t r = L - 1; r >= 0; r--) {
+        acc += dgam[r];
+        if (r >= n)
+            continue;
+        const int64_t tok = c->b * c->d.nt + t0 + r;
+        o->dg[tok * c->d.hv + c->h] = acc;
+        o->dbeta[tok * c->d.hv + c->h] = dB[r];
+        float *dq = o->dq + (tok * c->d.hk + c->hk) * sk, *dk = o->dk + (tok * c->d.hk + c->hk) * sk;
+        axpy(dq, 1, f->dQ + r * sk, sk);
+        axpy(dk, 1, f->dK + r * sk, sk);
+    }
+}
+
+static void cback_head(const struct dn_head *c, struct cback_bufs *f, const struct back_out *o,
+                       const struct lt_tensor *grad, const struct lt_tensor *st, float scale)
+{
+    const int64_t sk = c->d.sk, sv = c->d.sv, nt = c->d.nt;
+    const size_t ssz = sizeof(float) * (size_t)(sk * sv);
+    load_state(st, c->h, c->b, f->S0, sk, sv);
+    for (int64_t t0 = 0; t0 < nt; t0 += CHUNK) {
+        memcpy(f->ckpt + t0 / CHUNK * sk * sv, f->S0, ssz);
+        cback_prepare(c, f, t0, nt - t0 < CHUNK ? nt - t0 : CHUNK);
+        cback_advance(f, sk, sv);
+    }
+    for (int64_t i = 0; i < sk; i++)
+        load_vec((const char *)grad->data + c->h * grad->nb[1] + (nt + i) * grad->nb[2] +
+                     c->b * grad->nb[3],
+                 grad->nb[0], sv, f->dS + i * sv);
+    for (int64_t t0 = nt > 0 ? (nt - 1) / CHUNK * CHUNK : -1; t0 >= 0; t0 -= CHUNK) {
+        const int64_t n = nt - t0 < CHUNK ? nt - t0 : CHUNK;
+        memcpy(f->S0, f->ckpt + t0 / CHUNK * sk * sv, ssz);
+        cback_prepare(c, f, t0, n);
+        cback_chunk(c, f, o, grad, t0, n, scale);
+    }
+    memcpy(o->dstate + (c->b * c->d.hv + c->h) * sk * sv, f->dS, ssz);
+}
+
+/* the CPU backward's path: AUTO is the recurrent one, the oracle */
+static bool back_chunked(const struct lt_tensor *node)
+{
+    return lt_get_param_i32(node, 1) == LT_DELTA_NET_PATH_CHUNKED;
+}
+
+static size_t dn_back_work_size(const struct lt_tensor *node, int nth)
+{
+    struct dn_dims d = dn_dims_of(node->src[1 + SRC_Q], node->src[1 + SRC_V]);
+    struct back_bufs f;
+    struct cback_bufs cf;
+    return sizeof(float) *
+           (back_chunked(node) ? cback_layout(&cf, NULL, d) : back_layout(&f, NULL, d)) *
+           (size_t)nth;
+}
+
 static void dn_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *grad = node->src[0], *st = node->src[1 + SRC_STATE];
     const struct dn_dims d = dn_dims_of(node->src[1 + SRC_Q], node->src[1 + SRC_V]);
     const float scale = lt_get_param_f32(node, 0);
+    const bool chunked = back_chunked(node);
     struct back_bufs f;
-    size_t per = back_layout(&f, NULL, d);
-    back_layout(&f, (float *)p->wdata + per * (size_t)p->ith, d);
+    struct cback_bufs cf;
+    if (chunked) {
+        size_t per = cback_layout(&cf, NULL, d);
+        cback_layout(&cf, (float *)p->wdata + per * (size_t)p->ith, d);
+    } else {
+        size_t per = back_layout(&f, NULL, d);
+        back_layout(&f, (float *)p->wdata + per * (size_t)p->ith, d);
+    }
     float *base = node->data;
     struct back_out o = {
         .dq = base + back_offset(node, LT_DELTA_NET_GRAD_Q),
@@ -675,8 +935,12 @@ static void dn_back_forward(const struct lt_compute_params *p, struct lt_tensor 
             memset(o.dq + at, 0, sizeof(float) * (size_t)d.sk);
             memset(o.dk + at, 0, sizeof(float) * (size_t)d.sk);
         }
-        for (c.h = c.hk; c.h < d.hv; c.h += d.hk)
-            back_head(&c, &f, &o, grad, st, scale);
+        for (c.h = c.hk; c.h < d.hv; c.h += d.hk) {
+            if (chunked)
+                cback_head(&c, &cf, &o, grad, st, scale);
+            else
+                back_head(&c, &f, &o, grad, st, scale);
+        }
     }
 }
 
