@@ -13,7 +13,8 @@
 # after WARMUP=1 (at least 1), TIMEOUT=90 s per job, BUDGET=480 s for the whole script
 # (jobs past it are skipped), LATHE=build-h200/lathe, OUT=/tmp/bench_train (bench_train.log:
 # everything; bench_train.md: the table), HF_TARGETS (HF LoRA modules; "all" = every
-# nn.Linear of the decoder layers).
+# nn.Linear of the decoder layers), PEER=hf (PEER=none skips the HF jobs: a quick look at
+# lathe alone, never a figure for a note).
 #
 # Jobs: full fine-tune (AdamW, lr 1e-5) and LoRA r 16, alpha 32 (lr 1e-4) on every linear
 # projection lathe adapts in Qwen3.5: attention q/k/v/output, DeltaNet qkv/gate(z)/out and the
@@ -204,7 +205,9 @@ for sh in $SHAPES; do
         # HF transformers
         hf_tps=NA hf_cell=NA
         to=$(($(left) - 5)); [ $to -gt $TIMEOUT ] && to=$TIMEOUT
-        if [ $to -lt 20 ]; then
+        if [ "${PEER:-hf}" = none ]; then
+            :
+        elif [ $to -lt 20 ]; then
             say "$sh $job HF: skipped, out of time"
         else
             gpu_peak $W/mem.txt hf_train $S $T $job $to

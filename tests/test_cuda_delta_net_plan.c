@@ -85,8 +85,50 @@ static void check_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t n
     }
 }
 
+/* the chunked backward's plan: a column group of DN_CBACK_THREADS / cv lanes inside one
+ * warp, product tiles that divide the padded dims, shared memory within the limit, a full
+ * grid where the shape allows it, scratch for every chunk start */
+static void check_cplan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t nt)
+{
+    struct dn_cback_plan p;
+    char reason[160];
+    if (!dn_cback_plan_init(&p, sk, sv, hv, nb, nt, reason, sizeof(reason))) {
+        CHECK(strstr(reason, "shared memory") != NULL && sk > 128, "S_k %lld: %s",
+              (long long)sk, reason);
+        return;
+    }
+    CHECK(p.cv == 8 || p.cv == 16 || p.cv == 32, "cv %lld", (long long)p.cv);
+    const int64_t subs = DN_CBACK_THREADS / p.cv;
+    CHECK(subs * p.cv == DN_CBACK_THREADS && 32 % subs == 0, "cv %lld", (long long)p.cv);
+    CHECK(p.skp % 4 == 0 && p.skp >= sk && p.skp < sk + 4);
+    CHECK(p.ldk == p.skp + 1 && p.ldv == p.cv + 1 && p.ldc == DN_CHUNK + 1);
+    CHECK(p.chunks * p.cv >= sv && (p.chunks - 1) * p.cv < sv && p.blocks == hv * nb * p.chunks);
+    CHECK(p.blocks >= DN_BACK_TARGET_BLOCKS || p.cv == 8, "blocks %lld", (long long)p.blocks);
+    CHECK(p.n_ch * DN_CHUNK >= nt && (p.n_ch == 0 || (p.n_ch - 1) * DN_CHUNK < nt));
+    CHECK(p.shared_bytes <= DN_BACK_MAX_SHARED);
+    CHECK(p.part_per_token == 2 * sk + 2 && p.part_per_block == nt * p.part_per_token &&
+          p.ckpt_per_block == p.n_ch * p.skp * p.cv);
+}
+
 int main(void)
 {
+    /* the chunked backward on Qwen3.5-0.8B's DeltaNet layers: 16 x 512 tokens take 1024
+     * blocks of 32 columns, one sequence 128 blocks of 16 */
+    struct dn_cback_plan cp;
+    char creason[160];
+    CHECK(dn_cback_plan_init(&cp, 128, 128, 16, 16, 512, creason, sizeof(creason)), "%s", creason);
+    CHECK(cp.cv == 32 && cp.blocks == 1024 && cp.n_ch == 8, "cv %lld blocks %lld",
+          (long long)cp.cv, (long long)cp.blocks);
+    CHECK(dn_cback_plan_init(&cp, 128, 128, 16, 1, 512, creason, sizeof(creason)), "%s", creason);
+    CHECK(cp.cv == 16 && cp.blocks == 128, "cv %lld blocks %lld", (long long)cp.cv,
+          (long long)cp.blocks);
+    static const int64_t csks[] = {1, 3, 4, 16, 20, 33, 64, 100, 128, 129, 255, 256};
+    static const int64_t csvs[] = {1, 7, 12, 32, 40, 65, 128, 1000};
+    for (size_t a = 0; a < sizeof(csks) / sizeof(csks[0]); a++)
+        for (size_t b = 0; b < sizeof(csvs) / sizeof(csvs[0]); b++)
+            check_cplan(csks[a], csvs[b], 1 + (int64_t)(a + b) % 16, 1 + (int64_t)b % 3,
+                        (int64_t)(a * 97 + b * 13));
+
     /* forward: a column's lanes are a power-of-two group inside one warp; whole warps */
     CHECK(32 % DN_FWD_ROW_GROUPS == 0 && DN_FWD_THREADS % 32 == 0 &&
           DN_FWD_COLS * DN_FWD_ROW_GROUPS == DN_FWD_THREADS);

@@ -20,6 +20,8 @@
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
 #   scale35  the same, the 0.8B-shaped model alone
+#   dnback  the chunked DeltaNet backward's conformance cases, check-ref of the tiny Qwen3.5
+#           golden on CUDA, then trainspeed
 #   trainspeed  the conformance group with the optimizer steps (recurrent), the CUDA training
 #           jobs (parity, the BF16-product full fine-tune, refusal), bench/bench_train.sh
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
@@ -339,9 +341,11 @@ EOF
 }
 
 phase_trainspeed() {
-    timeout 90 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
-    row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
-    grep -E "^(ADAMW|SGD|DELTA_NET)|check failed|first mismatch" "$out/conf_recurrent.log" | head -12
+    if ! [ -s "$out/conf_recurrent.log" ]; then # dnback ran it already
+        timeout 90 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
+        row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
+        grep -E "^(ADAMW|SGD|DELTA_NET)|check failed|first mismatch" "$out/conf_recurrent.log" | head -12
+    fi
     timeout 150 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
     row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
     grep -E "tok|MiB|loss|refus|check failed" "$out/train_cuda.log" | head -12
@@ -362,7 +366,25 @@ phase_trainspeed() {
     cat "$out/bench/bench_train.md" 2>/dev/null
 }
 
-declare -A need=([trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+# dnback: the chunked DeltaNet backward: its conformance cases, check-ref of the tiny
+# Qwen3.5 golden on CUDA, the CUDA training jobs, then phase trainspeed's bench and profile
+# (PEER=none skips HF there)
+phase_dnback() {
+    timeout 120 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
+    row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
+    grep -E "DELTA_NET_BACK|check failed|first mismatch" "$out/conf_recurrent.log" | head -30
+    for r in qwen35-tiny-a; do
+        [ -d .golden/$r ] || continue
+        $L convert .golden/$r -o $W/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
+            timeout 60 $L check-ref $W/$r.gguf .golden/$r/reference.safetensors --backend cuda \
+                >"$out/checkref-$r.log" 2>&1
+        row "check-ref --backend cuda $r" "rc $?"
+        grep -E "logits|loss|worst|PASS|FAIL|summary" "$out/checkref-$r.log" | head -5
+    done
+    phase_trainspeed
+}
+
+declare -A need=([dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -543,15 +543,20 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 {
     const int64_t sk = p->ne[0], sv = p->ne[1], nt = p->ne[2], nb = p->ne[3], hk = p->i[0],
                   hv = p->i[1];
-    struct lt_tensor *q = mk(b, LT_TYPE_F32, p->lay[0], sk, hk, nt, nb, FILL_UNIFORM, -0.3f, 0.3f);
-    struct lt_tensor *k = mk(b, LT_TYPE_F32, p->lay[1], sk, hk, nt, nb, FILL_UNIFORM, -0.3f, 0.3f);
+    /* |k|^2 about 1 at most (the model's keys are unit vectors), so that the rule contracts
+     * and long sequences stay bounded */
+    const float qk = fminf(0.3f, sqrtf(3.0f / (float)sk));
+    struct lt_tensor *q = mk(b, LT_TYPE_F32, p->lay[0], sk, hk, nt, nb, FILL_UNIFORM, -qk, qk);
+    struct lt_tensor *k = mk(b, LT_TYPE_F32, p->lay[1], sk, hk, nt, nb, FILL_UNIFORM, -qk, qk);
     struct lt_tensor *v = mk(b, LT_TYPE_F32, p->lay[0], sv, hv, nt, nb, FILL_UNIFORM, -1, 1);
     struct lt_tensor *g = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, -1.0f, -0.01f);
     struct lt_tensor *beta = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, 0, 1);
     struct lt_tensor *st = mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, nb, FILL_UNIFORM, -0.5f, 0.5f);
     if (p->i[3]) {
         struct lt_tensor *gr = mk(b, LT_TYPE_F32, L_CONTIG, sv, hv, nt + sk, nb, FILL_UNIFORM, -1, 1);
-        return lt_delta_net_back(b->ctx, gr, q, k, v, g, beta, st, 0.25f);
+        struct lt_tensor *r = lt_delta_net_back(b->ctx, gr, q, k, v, g, beta, st, 0.25f);
+        lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
+        return r;
     }
     struct lt_tensor *r = lt_delta_net(b->ctx, q, k, v, g, beta, st, 0.25f);
     lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
@@ -617,16 +622,30 @@ static void test_recurrent_loss_optim(void)
                          lbl(layout_names[l], d == 2 ? "128x128" : path ? "recur" : "auto"),
                          TOL_F32, b_delta_net, &p);
             }
-    for (int d = 0; d < 3; d++)
-        for (int l = 0; l < L_COUNT; l++) {
-            if (d == 2 && l != L_CONTIG)
-                continue;
-            p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
-            memcpy(p.ne, dims[d], sizeof(p.ne));
-            p.i[0] = heads[d][0], p.i[1] = heads[d][1], p.i[3] = 1;
-            run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[l], d == 2 ? "128x128" : d ? "T1" : ""),
-                     TOL_F32, b_delta_net, &p);
-        }
+    /* the backward: the chunked kernel (AUTO) around the chunk size of 64, two sequences
+     * packed side by side, and a long one; the per-token kernel (RECURRENT) on the first
+     * three. The CPU runs its recurrent oracle for both. */
+    static const int64_t bdims[][4] = {{16, 12, 5, 2},   {16, 12, 1, 2},   {128, 128, 40, 1},
+                                       {16, 12, 63, 2},  {16, 12, 64, 2},  {16, 12, 65, 2},
+                                       {20, 40, 150, 2}, {128, 128, 150, 2}, {16, 12, 2048, 1}};
+    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4},
+                                    {2, 4}, {1, 2}, {2, 4}, {1, 2}};
+    for (int d = 0; d < 9; d++)
+        for (int l = 0; l < L_COUNT; l++)
+            for (int path = 0; path < 2; path++) {
+                if ((d >= 2 && l != L_CONTIG) || (path && d >= 3))
+                    continue;
+                p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
+                memcpy(p.ne, bdims[d], sizeof(p.ne));
+                p.i[0] = bheads[d][0], p.i[1] = bheads[d][1], p.i[3] = 1;
+                p.i[2] = path ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_AUTO;
+                char what[48];
+                snprintf(what, sizeof(what), "%lldx%lld T%lld B%lld %s", (long long)bdims[d][0],
+                         (long long)bdims[d][1], (long long)bdims[d][2], (long long)bdims[d][3],
+                         path ? "token" : "chunked");
+                run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[l], what), TOL_F32, b_delta_net,
+                         &p);
+            }
 
     static const int ce_layouts[] = {L_CONTIG, L_TRANSPOSED, L_SLICED};
     for (int back = 0; back < 2; back++)

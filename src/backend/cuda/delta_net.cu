@@ -47,10 +47,24 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/delta_net_plan.h"
+#include "lathe/ops.h"
 
 static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK};
 
 enum { SRC_Q, SRC_K, SRC_V, SRC_G, SRC_BETA, SRC_STATE, SRC_COUNT };
+
+/* Whether a DELTA_NET_BACK node runs the chunked kernel, and its plan: unless the node asks
+ * for the recurrent path, whenever the plan fits (the per-token kernel otherwise). The
+ * precondition and the launcher both ask here. */
+static bool back_chunked_plan(const struct lt_tensor *node, struct dn_cback_plan *p)
+{
+    if (lt_get_param_i32(node, 1) == LT_DELTA_NET_PATH_RECURRENT)
+        return false;
+    const struct lt_tensor *q = node->src[1 + SRC_Q], *v = node->src[1 + SRC_V];
+    char reason[CU_REASON_MAX];
+    return dn_cback_plan_init(p, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2], reason,
+                              sizeof(reason));
+}
 
 bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
@@ -93,6 +107,9 @@ bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t
         struct dn_fwd_plan plan;
         return dn_fwd_plan_init(&plan, sk, sv, hv, nb, reason, reason_size);
     }
+    struct dn_cback_plan cplan;
+    if (back_chunked_plan(node, &cplan))
+        return true;
     struct dn_back_plan plan;
     return dn_back_plan_init(&plan, sk, sv, hv, nb, nt, reason, reason_size);
 }
@@ -217,14 +234,18 @@ static lt_status launch_forward(struct cuda_ctx *c, const struct dn_fwd_plan &p,
 }
 
 static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node);
+static lt_status launch_cback(struct cuda_ctx *c, struct lt_tensor *node,
+                              const struct dn_cback_plan &P);
 
 lt_status delta_net_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
     if (!delta_net_cuda_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
-    if (node->op == LT_OP_DELTA_NET_BACK)
-        return launch_back(c, node);
+    if (node->op == LT_OP_DELTA_NET_BACK) {
+        struct dn_cback_plan cplan;
+        return back_chunked_plan(node, &cplan) ? launch_cback(c, node, cplan) : launch_back(c, node);
+    }
     struct dn_srcs s = {cu_view(node->src[SRC_Q]),    cu_view(node->src[SRC_K]),
                         cu_view(node->src[SRC_V]),    cu_view(node->src[SRC_G]),
                         cu_view(node->src[SRC_BETA]), cu_view(node->src[SRC_STATE])};
@@ -417,13 +438,422 @@ delta_net_back_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *wor
             dstate[((b * L.hv + h) * sk + i) * sv + j] = dS[i * C + jj];
 }
 
-/* dq, dk [S_k, H_k, T, B] and dg, dbeta [H_v, T, B] from the blocks' partials: each sums
- * over the value heads h = hk, hk + H_k, ... of its key head and over the column chunks, in
- * that order. */
-static __global__ void delta_net_back_reduce_kernel(const float *part, float *out,
-                                                    struct dn_back_layout L)
+/* ---- backward, chunked ---- */
+
+/* The dims and output offsets both backward kernels and the reduction read. */
+struct dn_red {
+    int64_t sk, sv, hk, hv, nt, nb;
+    int64_t off_q, off_k, off_v, off_g, off_beta, off_state; /* in the flat result */
+    int64_t chunks, part_per_block, part_per_token;           /* the blocks' partials */
+};
+
+/* Cm (+)= alpha diag(rs) A B over M x N x K, A(m, k) = A[m * ar + k * ac] and B(k, n) =
+ * B[k * br + n * bc]; only rows m < m_valid and columns n < n_valid are stored. A thread
+ * takes TM x TN outputs at rows tm + i M / TM and columns tn + j N / TN, so neighbouring
+ * threads read neighbouring elements whichever way an operand is walked. The block calls
+ * it together; the caller synchronises before reading Cm. */
+template <int TM, int TN>
+static __device__ void cb_mm_tile(float *Cm, int64_t ldc, const float *A, int ar, int ac,
+                                  const float *B, int br, int bc, int M, int N, int K, float alpha,
+                                  bool acc, const float *rs, int m_valid, int n_valid)
 {
-    const struct dn_back_plan &P = L.p;
+    const int nm = M / TM, nn = N / TN;
+    for (int t = threadIdx.x; t < nm * nn; t += blockDim.x) {
+        const int tm = t / nn, tn = t % nn;
+        float c[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++)
+                c[i][j] = 0.0f;
+        for (int k = 0; k < K; k++) {
+            float a[TM], b[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+                a[i] = A[(tm + i * nm) * ar + k * ac];
+#pragma unroll
+            for (int j = 0; j < TN; j++)
+                b[j] = B[k * br + (tn + j * nn) * bc];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++)
+                    c[i][j] = fmaf(a[i], b[j], c[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; i++) {
+            const int m = tm + i * nm;
+            if (m >= m_valid)
+                continue;
+            const float f = rs ? alpha * rs[m] : alpha;
+#pragma unroll
+            for (int j = 0; j < TN; j++) {
+                const int n = tn + j * nn;
+                if (n >= n_valid)
+                    continue;
+                float *o = Cm + m * ldc + n;
+                *o = acc ? *o + f * c[i][j] : f * c[i][j];
+            }
+        }
+    }
+}
+
+/* cb_mm_tile with the largest tile that still gives every thread work */
+static __device__ void cb_mm(float *Cm, int64_t ldc, const float *A, int ar, int ac,
+                             const float *B, int br, int bc, int M, int N, int K, float alpha,
+                             bool acc, const float *rs = NULL, int m_valid = 1 << 30,
+                             int n_valid = 1 << 30)
+{
+    if (M % 4 == 0 && N % 4 == 0 && (M / 4) * (N / 4) >= (int)blockDim.x)
+        cb_mm_tile<4, 4>(Cm, ldc, A, ar, ac, B, br, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
+    else if (M % 2 == 0 && N % 4 == 0)
+        cb_mm_tile<2, 4>(Cm, ldc, A, ar, ac, B, br, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
+    else
+        cb_mm_tile<1, 1>(Cm, ldc, A, ar, ac, B, br, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
+}
+
+/* one block's shared memory (dn_cback_plan: K, Q [C][ldk]; S0, dS [skp][ldv]; W, U, Do,
+ * dU, Y [C][ldv]; Ab, P, M [C][ldc]; vectors of C) and where it stands */
+struct cb_block {
+    float *K, *Q, *S0, *dS, *W, *U, *Do, *dU, *Y, *Ab, *P, *M;
+    float *G, *eG, *B, *El, *dgam, *dgc, *dB;
+    int skp, cv, lk, lv, lc;
+    int64_t h, hk, b, j0; /* value head, key head, sequence, first column */
+};
+
+#define CB_C DN_CHUNK
+
+static __device__ bool cb_col_ok(const struct cb_block &w, const struct dn_red &L, int jj)
+{
+    return w.j0 + jj < L.sv;
+}
+
+/* The chunk [t0, t0 + n) from the state in w.S0: K, Q (rows past n zero), G, e^G, B,
+ * e^{G_last - G} (El), W = K S0, Ab, P, and U = (I + diag(B) Ab)^-1 diag(B) (V - e^G W). */
+static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs &s,
+                                  const struct dn_red &L, int64_t t0, int n)
+{
+    const int C = CB_C, lk = w.lk, lv = w.lv, lc = w.lc;
+    for (int e = threadIdx.x; e < C * w.skp; e += blockDim.x) {
+        const int r = e / w.skp, i = e % w.skp;
+        const bool ok = r < n && i < L.sk;
+        w.K[r * lk + i] = ok ? cu_getf(s.k, i, w.hk, t0 + r, w.b) : 0.0f;
+        w.Q[r * lk + i] = ok ? cu_getf(s.q, i, w.hk, t0 + r, w.b) : 0.0f;
+    }
+    for (int e = threadIdx.x; e < C * w.cv; e += blockDim.x) {
+        const int r = e / w.cv, jj = e % w.cv;
+        w.U[r * lv + jj] = r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
+                                                       : 0.0f;
+    }
+    if (threadIdx.x == 0) {
+        float gsum = 0.0f;
+        for (int r = 0; r < C; r++) {
+            if (r < n)
+                gsum += cu_getf(s.g, w.h, t0 + r, w.b, 0);
+            w.G[r] = gsum;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        w.eG[r] = expf(w.G[r]);
+        w.El[r] = expf(w.G[C - 1] - w.G[r]);
+        w.B[r] = r < n ? cu_getf(s.beta, w.h, t0 + r, w.b, 0) : 0.0f;
+    }
+    cb_mm(w.W, lv, w.K, lk, 1, w.S0, lv, 1, C, w.cv, w.skp, 1.0f, false);
+    cb_mm(w.Ab, lc, w.K, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
+    cb_mm(w.P, lc, w.Q, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * w.cv; e += blockDim.x) {
+        const int r = e / w.cv, jj = e % w.cv;
+        w.U[r * lv + jj] = w.B[r] * (w.U[r * lv + jj] - w.eG[r] * w.W[r * lv + jj]);
+    }
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int r = e / C, q = e % C;
+        const float d = q <= r ? expf(w.G[r] - w.G[q]) : 0.0f;
+        w.Ab[r * lc + q] *= q < r ? d : 0.0f;
+        w.P[r * lc + q] *= d;
+    }
+    __syncthreads();
+    /* forward substitution, a column to a group of `subs` lanes of one warp */
+    const int subs = DN_CBACK_THREADS / w.cv, col = threadIdx.x / subs, sub = threadIdx.x % subs;
+    for (int r = 1; r < C; r++) {
+        float x = 0.0f;
+        for (int q = sub; q < r; q += subs)
+            x = fmaf(w.Ab[r * lc + q], w.U[q * lv + col], x);
+        for (int o = subs >> 1; o > 0; o >>= 1)
+            x += __shfl_xor_sync(0xffffffffu, x, o);
+        if (sub == 0)
+            w.U[r * lv + col] -= w.B[r] * x;
+        __syncwarp();
+    }
+    __syncthreads();
+}
+
+/* S0 = e^{G_last} S0 + K^T diag(El) U */
+static __device__ void cb_advance(const struct cb_block &w)
+{
+    const int C = CB_C, lv = w.lv;
+    for (int e = threadIdx.x; e < C * w.cv; e += blockDim.x) {
+        const int r = e / w.cv, jj = e % w.cv;
+        w.Y[r * lv + jj] = w.El[r] * w.U[r * lv + jj];
+    }
+    for (int e = threadIdx.x; e < w.skp * w.cv; e += blockDim.x)
+        w.S0[(e / w.cv) * lv + e % w.cv] *= w.eG[C - 1];
+    __syncthreads();
+    cb_mm(w.S0, lv, w.K, 1, w.lk, w.Y, lv, 1, w.skp, w.cv, C, 1.0f, true);
+    __syncthreads();
+}
+
+/* row r of X . row r of Y over the block's columns */
+static __device__ float cb_row_dot(const float *X, const float *Y, int lv, int cv, int r)
+{
+    float x = 0.0f;
+    for (int jj = 0; jj < cv; jj++)
+        x = fmaf(X[r * lv + jj], Y[r * lv + jj], x);
+    return x;
+}
+
+/* The adjoint of the chunk [t0, t0 + n) after cb_prepare (src/ops/delta_net.c,
+ * cback_chunk, step for step): w.dS from the gradient of the chunk's end state to that of
+ * its start state; dv of the block's columns into out, the chunk's partial dq, dk, dg and
+ * dbeta into the block's rows of part (mine). */
+static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &s,
+                                const struct cu_t &grad, const struct dn_red &L, float *out,
+                                float *mine, double *red, int64_t t0, int n, float scale)
+{
+    const int C = CB_C, lk = w.lk, lv = w.lv, lc = w.lc, cv = w.cv, sk = (int)L.sk;
+    const int ppt = (int)L.part_per_token;
+    float *dQ = mine + t0 * ppt, *dK = dQ + sk;
+    for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+        const int r = e / cv, jj = e % cv;
+        w.Do[r * lv + jj] = r < n && cb_col_ok(w, L, jj)
+                                ? scale * cu_getf(grad, w.j0 + jj, w.h, t0 + r, w.b)
+                                : 0.0f;
+    }
+    __syncthreads();
+    /* O = P U: dU = P^T Do; dP = Do U^T on q <= r, its gate terms, then dQK */
+    cb_mm(w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
+    cb_mm(w.M, lc, w.Do, lv, 1, w.U, 1, lv, C, C, cv, 1.0f, false);
+    __syncthreads();
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        float x = 0.0f;
+        for (int q = 0; q <= r; q++)
+            x = fmaf(w.M[r * lc + q], w.P[r * lc + q], x);
+        w.dgam[r] = x;
+    } else if (threadIdx.x < 2 * C) {
+        const int q = threadIdx.x - C;
+        float x = 0.0f;
+        for (int r = q; r < C; r++)
+            x = fmaf(w.M[r * lc + q], w.P[r * lc + q], x);
+        w.dgc[q] = x;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int r = e / C, q = e % C;
+        w.M[r * lc + q] = q <= r ? w.M[r * lc + q] * expf(w.G[r] - w.G[q]) : 0.0f;
+    }
+    if (threadIdx.x < C)
+        w.dgam[threadIdx.x] -= w.dgc[threadIdx.x];
+    __syncthreads();
+    cb_mm(dQ, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(dK, ppt, w.M, 1, lc, w.Q, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
+    /* O += diag(e^G) Q S0: dQ += diag(e^G) Do S0^T; dgam_r += e^G_r Do_r . (Q S0)_r */
+    cb_mm(w.Y, lv, w.Q, lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
+    __syncthreads();
+    if (threadIdx.x < C)
+        w.dgam[threadIdx.x] += w.eG[threadIdx.x] * cb_row_dot(w.Do, w.Y, lv, cv, threadIdx.x);
+    cb_mm(dQ, ppt, w.Do, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, w.eG, n, sk);
+    __syncthreads();
+    /* the end state: dU += diag(El) K dS, dK += diag(El) U dS^T, gate terms */
+    cb_mm(w.Y, lv, w.K, lk, 1, w.dS, lv, 1, C, cv, w.skp, 1.0f, false);
+    __syncthreads();
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        const float x = w.El[r] * cb_row_dot(w.U, w.Y, lv, cv, r);
+        w.dgam[r] -= x;
+        w.dgc[r] = x;
+    }
+    for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+        const int r = e / cv, jj = e % cv;
+        w.dU[r * lv + jj] += w.El[r] * w.Y[r * lv + jj];
+    }
+    cb_mm(dK, ppt, w.U, lv, 1, w.dS, 1, lv, C, w.skp, cv, 1.0f, true, w.El, n, sk);
+    double ss = 0.0;
+    for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x)
+        ss += (double)w.dS[(e / cv) * lv + e % cv] * w.S0[(e / cv) * lv + e % cv];
+    ss = cu_block_sum(ss, red); /* synchronises the block */
+    if (threadIdx.x == 0) {
+        float x = w.eG[C - 1] * (float)ss;
+        for (int r = 0; r < C; r++)
+            x += w.dgc[r];
+        w.dgam[C - 1] += x;
+    }
+    __syncthreads();
+    /* dRHS = (I + diag(B) Ab)^-T dU, in place, by back substitution */
+    const int subs = DN_CBACK_THREADS / cv, col = threadIdx.x / subs, sub = threadIdx.x % subs;
+    for (int r = C - 2; r >= 0; r--) {
+        float x = 0.0f;
+        for (int q = r + 1 + sub; q < C; q += subs)
+            x = fmaf(w.B[q] * w.Ab[q * lc + r], w.dU[q * lv + col], x);
+        for (int o = subs >> 1; o > 0; o >>= 1)
+            x += __shfl_xor_sync(0xffffffffu, x, o);
+        if (sub == 0)
+            w.dU[r * lv + col] -= x;
+        __syncwarp();
+    }
+    __syncthreads();
+    /* dA = -dRHS U^T below the diagonal, A = diag(B) Ab: dB, gate terms, dKK into M */
+    cb_mm(w.M, lc, w.dU, lv, 1, w.U, 1, lv, C, C, cv, -1.0f, false);
+    __syncthreads();
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        float db = 0.0f, x = 0.0f;
+        for (int q = 0; q < r; q++) {
+            const float m = w.M[r * lc + q], ab = w.Ab[r * lc + q];
+            db = fmaf(m, ab, db);
+            x = fmaf(m * w.B[r], ab, x);
+        }
+        w.dB[r] = db;
+        w.dgam[r] += x;
+    } else if (threadIdx.x < 2 * C) {
+        const int q = threadIdx.x - C;
+        float x = 0.0f;
+        for (int r = q + 1; r < C; r++)
+            x = fmaf(w.M[r * lc + q] * w.B[r], w.Ab[r * lc + q], x);
+        w.dgc[q] = x;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int r = e / C, q = e % C;
+        w.M[r * lc + q] = q < r ? w.M[r * lc + q] * w.B[r] * expf(w.G[r] - w.G[q]) : 0.0f;
+    }
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        w.dgam[r] -= w.dgc[r];
+        /* RHS = diag(B) (V - e^G W): dB_r += dRHS_r . (V_r - e^G_r W_r) */
+        float x = 0.0f;
+        for (int jj = 0; jj < cv; jj++) {
+            const float v = r < n && cb_col_ok(w, L, jj)
+                                ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
+                                : 0.0f;
+            x = fmaf(w.dU[r * lv + jj], v - w.eG[r] * w.W[r * lv + jj], x);
+        }
+        w.dB[r] += x;
+    }
+    __syncthreads();
+    cb_mm(dK, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm(dK, ppt, w.M, 1, lc, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
+    /* dX = B dRHS is dv; dW = -e^G dX (into dU) */
+    float *dv = out + L.off_v;
+    for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+        const int r = e / cv, jj = e % cv;
+        const float x = w.B[r] * w.dU[r * lv + jj];
+        if (r < n && cb_col_ok(w, L, jj))
+            dv[(((w.b * L.nt) + t0 + r) * L.hv + w.h) * L.sv + w.j0 + jj] = x;
+        w.dU[r * lv + jj] = -w.eG[r] * x;
+    }
+    __syncthreads();
+    if (threadIdx.x < C)
+        w.dgam[threadIdx.x] += cb_row_dot(w.dU, w.W, lv, cv, threadIdx.x);
+    cb_mm(dK, ppt, w.dU, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, NULL, n, sk);
+    /* the start state's gradient: e^{G_last} dS + Q^T diag(e^G) Do + K^T dW */
+    for (int e = threadIdx.x; e < C * cv; e += blockDim.x)
+        w.Do[(e / cv) * lv + e % cv] *= w.eG[e / cv];
+    for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x)
+        w.dS[(e / cv) * lv + e % cv] *= w.eG[C - 1];
+    __syncthreads();
+    cb_mm(w.dS, lv, w.Q, 1, lk, w.Do, lv, 1, w.skp, cv, C, 1.0f, true);
+    __syncthreads();
+    cb_mm(w.dS, lv, w.K, 1, lk, w.dU, lv, 1, w.skp, cv, C, 1.0f, true);
+    if (threadIdx.x == 0) { /* dg: the sum of dgam from each row on */
+        float acc = 0.0f;
+        for (int r = C - 1; r >= 0; r--) {
+            acc += w.dgam[r];
+            if (r < n) {
+                mine[(t0 + r) * ppt + 2 * sk] = acc;
+                mine[(t0 + r) * ppt + 2 * sk + 1] = w.dB[r];
+            }
+        }
+    }
+    __syncthreads();
+}
+
+/* block: columns c * cv .. of value head h of sequence b (block (b * H_v + h) * chunks + c).
+ * A pass over the chunks keeps the state at each chunk start in ckpt; then each chunk,
+ * last first, is prepared again from its start state and run backward. */
+static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
+delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ckpt_all,
+                       float *part, struct dn_red L, struct dn_cback_plan P, float scale)
+{
+    extern __shared__ float sh[];
+    __shared__ double red[32];
+    const int C = CB_C;
+    struct cb_block w;
+    w.skp = (int)P.skp, w.cv = (int)P.cv, w.lk = (int)P.ldk, w.lv = (int)P.ldv, w.lc = (int)P.ldc;
+    const int64_t c = blockIdx.x % P.chunks;
+    w.h = (blockIdx.x / P.chunks) % L.hv, w.b = blockIdx.x / P.chunks / L.hv;
+    w.hk = w.h % L.hk, w.j0 = c * P.cv;
+    float *x = sh;
+    w.K = x, x += C * w.lk;
+    w.Q = x, x += C * w.lk;
+    w.S0 = x, x += w.skp * w.lv;
+    w.dS = x, x += w.skp * w.lv;
+    float **rows[] = {&w.W, &w.U, &w.Do, &w.dU, &w.Y};
+    for (int i = 0; i < 5; i++)
+        *rows[i] = x, x += C * w.lv;
+    w.Ab = x, x += C * w.lc;
+    w.P = x, x += C * w.lc;
+    w.M = x, x += C * w.lc;
+    float **vecs[] = {&w.G, &w.eG, &w.B, &w.El, &w.dgam, &w.dgc, &w.dB};
+    for (int i = 0; i < 7; i++)
+        *vecs[i] = x, x += C;
+    float *ckpt = ckpt_all + blockIdx.x * P.ckpt_per_block;
+    float *mine = part + blockIdx.x * P.part_per_block;
+    const int n_st = w.skp * w.cv;
+
+    for (int e = threadIdx.x; e < n_st; e += blockDim.x) {
+        const int i = e / w.cv, jj = e % w.cv;
+        w.S0[i * w.lv + jj] =
+            i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(s.state, w.j0 + jj, i, w.h, w.b) : 0.0f;
+    }
+    __syncthreads();
+    for (int64_t ch = 0; ch < P.n_ch; ch++) {
+        const int64_t t0 = ch * C;
+        for (int e = threadIdx.x; e < n_st; e += blockDim.x)
+            ckpt[ch * n_st + e] = w.S0[(e / w.cv) * w.lv + e % w.cv];
+        cb_prepare(w, s, L, t0, (int)(L.nt - t0 < C ? L.nt - t0 : C));
+        cb_advance(w);
+    }
+    for (int e = threadIdx.x; e < n_st; e += blockDim.x) {
+        const int i = e / w.cv, jj = e % w.cv;
+        w.dS[i * w.lv + jj] =
+            i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(grad, w.j0 + jj, w.h, L.nt + i, w.b) : 0.0f;
+    }
+    for (int64_t ch = P.n_ch - 1; ch >= 0; ch--) {
+        const int64_t t0 = ch * C;
+        __syncthreads();
+        for (int e = threadIdx.x; e < n_st; e += blockDim.x)
+            w.S0[(e / w.cv) * w.lv + e % w.cv] = ckpt[ch * n_st + e];
+        __syncthreads();
+        const int n = (int)(L.nt - t0 < C ? L.nt - t0 : C);
+        cb_prepare(w, s, L, t0, n);
+        cb_chunk(w, s, grad, L, out, mine, red, t0, n, scale);
+    }
+    float *dstate = out + L.off_state;
+    for (int e = threadIdx.x; e < n_st; e += blockDim.x) {
+        const int i = e / w.cv, jj = e % w.cv;
+        if (i < L.sk && cb_col_ok(w, L, jj))
+            dstate[((w.b * L.hv + w.h) * L.sk + i) * L.sv + w.j0 + jj] = w.dS[i * w.lv + jj];
+    }
+}
+
+/* dq, dk [S_k, H_k, T, B] and dg, dbeta [H_v, T, B] from the blocks' partials (either
+ * backward kernel's): each sums over the value heads h = hk, hk + H_k, ... of its key head
+ * and over the column chunks, in that order. */
+static __global__ void delta_net_back_reduce_kernel(const float *part, float *out, struct dn_red L)
+{
     const int64_t sk = L.sk, nt = L.nt, n_qk = L.nb * nt * L.hk * sk, n_g = L.nb * nt * L.hv;
     for (int64_t f = cu_thread_index(); f < 2 * n_qk + n_g; f += cu_thread_count()) {
         if (f < 2 * n_qk) {
@@ -432,16 +862,16 @@ static __global__ void delta_net_back_reduce_kernel(const float *part, float *ou
                           b = e / sk / L.hk / nt;
             double acc = 0.0;
             for (int64_t h = hk; h < L.hv; h += L.hk)
-                for (int64_t c = 0; c < P.chunks; c++)
-                    acc += part[((b * L.hv + h) * P.chunks + c) * P.part_per_block +
-                                t * P.part_per_token + w * sk + i];
+                for (int64_t c = 0; c < L.chunks; c++)
+                    acc += part[((b * L.hv + h) * L.chunks + c) * L.part_per_block +
+                                t * L.part_per_token + w * sk + i];
             out[(w ? L.off_k : L.off_q) + e] = (float)acc;
         } else {
             const int64_t e = f - 2 * n_qk, h = e % L.hv, t = e / L.hv % nt, b = e / L.hv / nt;
             double dg = 0.0, db = 0.0;
-            for (int64_t c = 0; c < P.chunks; c++) {
-                const float *x = part + ((b * L.hv + h) * P.chunks + c) * P.part_per_block +
-                                 t * P.part_per_token + 2 * sk;
+            for (int64_t c = 0; c < L.chunks; c++) {
+                const float *x = part + ((b * L.hv + h) * L.chunks + c) * L.part_per_block +
+                                 t * L.part_per_token + 2 * sk;
                 dg += x[0];
                 db += x[1];
             }
@@ -449,6 +879,71 @@ static __global__ void delta_net_back_reduce_kernel(const float *part, float *ou
             out[L.off_beta + e] = (float)db;
         }
     }
+}
+
+static lt_status launch_reduce(struct cuda_ctx *c, const float *part, float *out,
+                               const struct dn_red &R)
+{
+    const int64_t n_red = 2 * R.nb * R.nt * R.hk * R.sk + R.nb * R.nt * R.hv;
+    if (n_red == 0)
+        return LT_OK;
+    int64_t grid = (n_red + 255) / 256;
+    if (grid > (int64_t)c->n_sm * 8)
+        grid = (int64_t)c->n_sm * 8;
+    delta_net_back_reduce_kernel<<<(unsigned)grid, 256, 0, c->stream>>>(part, out, R);
+    return cu_launched("delta_net_back_reduce");
+}
+
+/* the dims and offsets of a DELTA_NET_BACK node */
+static struct dn_red red_of(const struct lt_tensor *node)
+{
+    struct dn_red R;
+    const struct lt_tensor *q = node->src[1 + SRC_Q], *v = node->src[1 + SRC_V];
+    R.sk = q->ne[0], R.sv = v->ne[0], R.hk = q->ne[1], R.hv = v->ne[1], R.nt = q->ne[2],
+    R.nb = q->ne[3];
+    R.off_q = 0;
+    R.off_k = R.off_q + lt_nelements(node->src[1 + SRC_Q]);
+    R.off_v = R.off_k + lt_nelements(node->src[1 + SRC_K]);
+    R.off_g = R.off_v + lt_nelements(node->src[1 + SRC_V]);
+    R.off_beta = R.off_g + lt_nelements(node->src[1 + SRC_G]);
+    R.off_state = R.off_beta + lt_nelements(node->src[1 + SRC_BETA]);
+    R.chunks = R.part_per_block = R.part_per_token = 0;
+    return R;
+}
+
+/* The chunked backward: one buffer holds every block's partials, then every block's
+ * chunk-start states. */
+static lt_status launch_cback(struct cuda_ctx *c, struct lt_tensor *node,
+                              const struct dn_cback_plan &P)
+{
+    struct dn_srcs s = {cu_view(node->src[1 + SRC_Q]),    cu_view(node->src[1 + SRC_K]),
+                        cu_view(node->src[1 + SRC_V]),    cu_view(node->src[1 + SRC_G]),
+                        cu_view(node->src[1 + SRC_BETA]), cu_view(node->src[1 + SRC_STATE])};
+    struct dn_red R = red_of(node);
+    R.chunks = P.chunks, R.part_per_block = P.part_per_block, R.part_per_token = P.part_per_token;
+    if (P.blocks == 0)
+        return LT_OK;
+    const int64_t n_part = P.blocks * P.part_per_block;
+    void *scratch;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK,
+                              sizeof(float) * (size_t)(n_part + P.blocks * P.ckpt_per_block),
+                              &scratch);
+    if (st != LT_OK)
+        return st;
+    float *part = (float *)scratch, *ckpt = part + n_part;
+    st = cu_check(cudaFuncSetAttribute(delta_net_cback_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)P.shared_bytes),
+                  "raising delta_net_back's shared memory");
+    if (st != LT_OK)
+        return st;
+    delta_net_cback_kernel<<<(unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes, c->stream>>>(
+        s, cu_view(node->src[0]), (float *)node->data, ckpt, part, R, P,
+        lt_get_param_f32(node, 0));
+    st = cu_launched("delta_net_back_chunked");
+    if (st != LT_OK)
+        return st;
+    return launch_reduce(c, part, (float *)node->data, R);
 }
 
 static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node)
@@ -491,15 +986,10 @@ static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node)
     st = cu_launched("delta_net_back");
     if (st != LT_OK)
         return st;
-    const int64_t n_red = 2 * L.nb * L.nt * L.hk * L.sk + L.nb * L.nt * L.hv;
-    if (n_red == 0)
-        return LT_OK;
-    int64_t grid = (n_red + 255) / 256;
-    if (grid > (int64_t)c->n_sm * 8)
-        grid = (int64_t)c->n_sm * 8;
-    delta_net_back_reduce_kernel<<<(unsigned)grid, 256, 0, c->stream>>>(part,
-                                                                        (float *)node->data, L);
-    return cu_launched("delta_net_back_reduce");
+    struct dn_red R = red_of(node);
+    R.chunks = L.p.chunks, R.part_per_block = L.p.part_per_block,
+    R.part_per_token = L.p.part_per_token;
+    return launch_reduce(c, part, (float *)node->data, R);
 }
 
 const struct cuda_family cuda_family_delta_net = {"delta_net", delta_net_ops, 2,
