@@ -97,15 +97,16 @@ static void check_cplan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t 
               (long long)sk, reason);
         return;
     }
-    CHECK(p.cv == 8 || p.cv == 16 || p.cv == 32, "cv %lld", (long long)p.cv);
+    CHECK(p.cv == 16 || p.cv == 32, "cv %lld", (long long)p.cv);
     const int64_t subs = DN_CBACK_THREADS / p.cv;
     CHECK(subs * p.cv == DN_CBACK_THREADS && 32 % subs == 0, "cv %lld", (long long)p.cv);
-    CHECK(p.skp % 4 == 0 && p.skp >= sk && p.skp < sk + 4);
-    CHECK(p.ldk == p.skp + 1 && p.ldv == p.cv + 1 && p.ldc == DN_CHUNK + 1);
+    CHECK(p.skp % 16 == 0 && p.skp >= sk && p.skp < sk + 16);
+    /* tensor-core loads: leading dimensions of whole 16-byte groups */
+    CHECK(p.ldk == p.skp + 4 && p.ldv == p.cv + 4 && p.ldc == DN_CHUNK + 4);
     CHECK(p.chunks * p.cv >= sv && (p.chunks - 1) * p.cv < sv && p.blocks == hv * nb * p.chunks);
-    CHECK(p.blocks >= DN_BACK_TARGET_BLOCKS || p.cv == 8, "blocks %lld", (long long)p.blocks);
+    CHECK(p.blocks >= DN_BACK_TARGET_BLOCKS || p.cv == 16, "blocks %lld", (long long)p.blocks);
     CHECK(p.n_ch * DN_CHUNK >= nt && (p.n_ch == 0 || (p.n_ch - 1) * DN_CHUNK < nt));
-    CHECK(p.shared_bytes <= DN_BACK_MAX_SHARED);
+    CHECK(p.shared_bytes <= DN_CBACK_MAX_SHARED && p.shared_bytes % 32 == 0);
     CHECK(p.part_per_token == 2 * sk + 2 && p.part_per_block == nt * p.part_per_token &&
           p.ckpt_per_block == p.n_ch * p.skp * p.cv);
 }

@@ -43,11 +43,16 @@
  * kernels pass the conformance suite, the GPU finite-difference checks and check-ref of the
  * 0.8B shape against transformers (logits 6.5e-6, 320 gradients within 2.1e-5). */
 #include <math.h>
+#include <mma.h>
 #include <stdio.h>
+
+#include <type_traits>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/delta_net_plan.h"
 #include "lathe/ops.h"
+
+namespace wmma = nvcuda::wmma;
 
 static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK};
 
@@ -447,81 +452,94 @@ struct dn_red {
     int64_t chunks, part_per_block, part_per_token;           /* the blocks' partials */
 };
 
-/* Cm (+)= alpha diag(rs) A B over M x N x K, A(m, k) = A[m * ar + k * ac] and B(k, n) =
- * B[k * br + n * bc]; only rows m < m_valid and columns n < n_valid are stored. A thread
- * takes TM x TN outputs at rows tm + i M / TM and columns tn + j N / TN, so neighbouring
- * threads read neighbouring elements whichever way an operand is walked. The block calls
- * it together; the caller synchronises before reading Cm. */
-template <int TM, int TN>
-static __device__ void cb_mm_tile(float *Cm, int64_t ldc, const float *A, int ar, int ac,
-                                  const float *B, int br, int bc, int M, int N, int K, float alpha,
-                                  bool acc, const float *rs, int m_valid, int n_valid)
+/* Cm (+)= alpha diag(rs) A B over M x N x K on tensor cores, in three TF32 products
+ * (A_hi B + A B_lo + A_lo B with A = A_hi + A_lo rounded to TF32 twice), which keeps about
+ * F32's precision: one TF32 product would put the gradients ~1e-3 off. A(m, k) is
+ * A[m * lda + k] (LA row-major) or A[m + k * lda] (column-major), B(k, n) likewise; M and N
+ * are multiples of 16, K of 8, lda and ldb of 4, and every operand 32-byte aligned. A warp
+ * takes a 16 x 16 output tile at a time, through its 256 floats of tmp, and stores only rows
+ * m < m_valid and columns n < n_valid. The block calls it together; the caller
+ * synchronises before reading Cm. */
+template <typename F> static __device__ __forceinline__ void cb_split(F &hi, F &lo)
 {
-    const int nm = M / TM, nn = N / TN;
-    for (int t = threadIdx.x; t < nm * nn; t += blockDim.x) {
-        const int tm = t / nn, tn = t % nn;
-        float c[TM][TN];
 #pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                c[i][j] = 0.0f;
-        for (int k = 0; k < K; k++) {
-            float a[TM], b[TN];
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-                a[i] = A[(tm + i * nm) * ar + k * ac];
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                b[j] = B[k * br + (tn + j * nn) * bc];
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int j = 0; j < TN; j++)
-                    c[i][j] = fmaf(a[i], b[j], c[i][j]);
-        }
-#pragma unroll
-        for (int i = 0; i < TM; i++) {
-            const int m = tm + i * nm;
-            if (m >= m_valid)
-                continue;
-            const float f = rs ? alpha * rs[m] : alpha;
-#pragma unroll
-            for (int j = 0; j < TN; j++) {
-                const int n = tn + j * nn;
-                if (n >= n_valid)
-                    continue;
-                float *o = Cm + m * ldc + n;
-                *o = acc ? *o + f * c[i][j] : f * c[i][j];
-            }
-        }
+    for (int i = 0; i < hi.num_elements; i++) {
+        const float x = hi.x[i], h = wmma::__float_to_tf32(x);
+        lo.x[i] = wmma::__float_to_tf32(x - h);
+        hi.x[i] = h;
     }
 }
 
-/* cb_mm_tile with the largest tile that still gives every thread work */
-static __device__ void cb_mm(float *Cm, int64_t ldc, const float *A, int ar, int ac,
+template <typename LA, typename LB>
+static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
+                              int ldb, int M, int N, int K, float alpha, bool acc, const float *rs,
+                              int m_valid, int n_valid, float *tmp)
+{
+    const bool a_row = std::is_same<LA, wmma::row_major>::value,
+               b_row = std::is_same<LB, wmma::row_major>::value;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    const int tn = N / 16, tiles = (M / 16) * tn;
+    float *t = tmp + warp * 256;
+    for (int tile = warp; tile < tiles; tile += n_warps) {
+        const int m0 = tile / tn * 16, n0 = tile % tn * 16;
+        wmma::fragment<wmma::accumulator, 16, 16, 8, float> c;
+        wmma::fill_fragment(c, 0.0f);
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
+            wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
+            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
+            cb_split(a, a_lo);
+            cb_split(b, b_lo);
+            wmma::mma_sync(c, a_lo, b, c);
+            wmma::mma_sync(c, a, b_lo, c);
+            wmma::mma_sync(c, a, b, c);
+        }
+        wmma::store_matrix_sync(t, c, 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            const int m = m0 + e / 16, n = n0 + e % 16;
+            if (m < m_valid && n < n_valid) {
+                const float v = (rs ? alpha * rs[m] : alpha) * t[e];
+                float *o = Cm + m * ldc + n;
+                *o = acc ? *o + v : v;
+            }
+        }
+        __syncwarp();
+    }
+}
+
+/* cb_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one stride of
+ * each 1 (which picks the layouts) */
+static __device__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac,
                              const float *B, int br, int bc, int M, int N, int K, float alpha,
                              bool acc, const float *rs = NULL, int m_valid = 1 << 30,
                              int n_valid = 1 << 30)
 {
-    if (M % 4 == 0 && N % 4 == 0 && (M / 4) * (N / 4) >= (int)blockDim.x)
-        cb_mm_tile<4, 4>(Cm, ldc, A, ar, ac, B, br, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
-    else if (M % 2 == 0 && N % 4 == 0)
-        cb_mm_tile<2, 4>(Cm, ldc, A, ar, ac, B, br, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
+    using RM = wmma::row_major;
+    using CM = wmma::col_major;
+    if (ac == 1 && bc == 1)
+        cb_mma<RM, RM>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+    else if (ac == 1)
+        cb_mma<RM, CM>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+    else if (bc == 1)
+        cb_mma<CM, RM>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else
-        cb_mm_tile<1, 1>(Cm, ldc, A, ar, ac, B, br, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
+        cb_mma<CM, CM>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
 }
 
 /* one block's shared memory (dn_cback_plan: K, Q [C][ldk]; S0, dS [skp][ldv]; W, U, Do,
- * dU, Y [C][ldv]; Ab, P, M [C][ldc]; vectors of C) and where it stands */
+ * dU, Y [C][ldv]; Ab, P, M [C][ldc]; vectors of C; the warps' tiles) and where it stands */
 struct cb_block {
     float *K, *Q, *S0, *dS, *W, *U, *Do, *dU, *Y, *Ab, *P, *M;
     float *G, *eG, *B, *El, *dgam, *dgc, *dB;
+    float *tmp; /* a 16 x 16 tile a warp (cb_mma) */
     int skp, cv, lk, lv, lc;
     int64_t h, hk, b, j0; /* value head, key head, sequence, first column */
 };
 
 #define CB_C DN_CHUNK
+static_assert(DN_CBACK_THREADS == 4 * DN_CHUNK, "the row sums take 4 lanes a chunk row");
 
 static __device__ bool cb_col_ok(const struct cb_block &w, const struct dn_red &L, int jj)
 {
@@ -545,14 +563,19 @@ static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs
         w.U[r * lv + jj] = r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
                                                        : 0.0f;
     }
-    if (threadIdx.x == 0) {
-        float gsum = 0.0f;
-        for (int r = 0; r < C; r++) {
-            if (r < n)
-                gsum += cu_getf(s.g, w.h, t0 + r, w.b, 0);
-            w.G[r] = gsum;
+    if (threadIdx.x < C) { /* G: the inclusive sum of g, each warp's 32 by a shuffle scan */
+        const int r = threadIdx.x;
+        float x = r < n ? cu_getf(s.g, w.h, t0 + r, w.b, 0) : 0.0f;
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, x, o);
+            if ((r & 31) >= o)
+                x += y;
         }
+        w.G[r] = x;
     }
+    __syncthreads();
+    if (threadIdx.x >= 32 && threadIdx.x < C)
+        w.G[threadIdx.x] += w.G[31];
     __syncthreads();
     if (threadIdx.x < C) {
         const int r = threadIdx.x;
@@ -560,9 +583,9 @@ static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs
         w.El[r] = expf(w.G[C - 1] - w.G[r]);
         w.B[r] = r < n ? cu_getf(s.beta, w.h, t0 + r, w.b, 0) : 0.0f;
     }
-    cb_mm(w.W, lv, w.K, lk, 1, w.S0, lv, 1, C, w.cv, w.skp, 1.0f, false);
-    cb_mm(w.Ab, lc, w.K, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
-    cb_mm(w.P, lc, w.Q, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
+    cb_mm(w.tmp, w.W, lv, w.K, lk, 1, w.S0, lv, 1, C, w.cv, w.skp, 1.0f, false);
+    cb_mm(w.tmp, w.Ab, lc, w.K, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
+    cb_mm(w.tmp, w.P, lc, w.Q, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
     __syncthreads();
     for (int e = threadIdx.x; e < C * w.cv; e += blockDim.x) {
         const int r = e / w.cv, jj = e % w.cv;
@@ -601,17 +624,38 @@ static __device__ void cb_advance(const struct cb_block &w)
     for (int e = threadIdx.x; e < w.skp * w.cv; e += blockDim.x)
         w.S0[(e / w.cv) * lv + e % w.cv] *= w.eG[C - 1];
     __syncthreads();
-    cb_mm(w.S0, lv, w.K, 1, w.lk, w.Y, lv, 1, w.skp, w.cv, C, 1.0f, true);
+    cb_mm(w.tmp, w.S0, lv, w.K, 1, w.lk, w.Y, lv, 1, w.skp, w.cv, C, 1.0f, true);
     __syncthreads();
 }
 
-/* row r of X . row r of Y over the block's columns */
-static __device__ float cb_row_dot(const float *X, const float *Y, int lv, int cv, int r)
+/* Row r = threadIdx.x / 4 of X . row r of Y over the block's columns, summed over the 4
+ * lanes of the row (every one gets it); the whole block calls it (DN_CBACK_THREADS = 4 C). */
+static __device__ float cb_row_dot(const float *X, const float *Y, int lv, int cv)
 {
+    const int r = threadIdx.x / 4, l = threadIdx.x % 4;
     float x = 0.0f;
-    for (int jj = 0; jj < cv; jj++)
+    for (int jj = l; jj < cv; jj += 4)
         x = fmaf(X[r * lv + jj], Y[r * lv + jj], x);
-    return x;
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* The sums over row r = threadIdx.x / 4 of M o Z on columns q <= r - strict (into *row),
+ * and over column r on rows q >= r + strict (into *col), 4 lanes a row; every lane of the
+ * row gets them. The whole block calls it. */
+static __device__ void cb_tri_sums(const float *M, const float *Z, int lc, int strict, float *row,
+                                   float *col)
+{
+    const int r = threadIdx.x / 4, l = threadIdx.x % 4;
+    float x = 0.0f, y = 0.0f;
+    for (int q = l; q <= r - strict; q += 4)
+        x = fmaf(M[r * lc + q], Z[r * lc + q], x);
+    for (int q = r + strict + l; q < CB_C; q += 4)
+        y = fmaf(M[q * lc + r], Z[q * lc + r], y);
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    y += __shfl_xor_sync(0xffffffffu, y, 1);
+    *row = x + __shfl_xor_sync(0xffffffffu, x, 2);
+    *col = y + __shfl_xor_sync(0xffffffffu, y, 2);
 }
 
 /* The adjoint of the chunk [t0, t0 + n) after cb_prepare (src/ops/delta_net.c,
@@ -633,53 +677,49 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     }
     __syncthreads();
     /* O = P U: dU = P^T Do; dP = Do U^T on q <= r, its gate terms, then dQK */
-    cb_mm(w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
-    cb_mm(w.M, lc, w.Do, lv, 1, w.U, 1, lv, C, C, cv, 1.0f, false);
+    cb_mm(w.tmp, w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
+    cb_mm(w.tmp, w.M, lc, w.Do, lv, 1, w.U, 1, lv, C, C, cv, 1.0f, false);
     __syncthreads();
-    if (threadIdx.x < C) {
-        const int r = threadIdx.x;
-        float x = 0.0f;
-        for (int q = 0; q <= r; q++)
-            x = fmaf(w.M[r * lc + q], w.P[r * lc + q], x);
-        w.dgam[r] = x;
-    } else if (threadIdx.x < 2 * C) {
-        const int q = threadIdx.x - C;
-        float x = 0.0f;
-        for (int r = q; r < C; r++)
-            x = fmaf(w.M[r * lc + q], w.P[r * lc + q], x);
-        w.dgc[q] = x;
+    {
+        float row, col;
+        cb_tri_sums(w.M, w.P, lc, 0, &row, &col);
+        if (threadIdx.x % 4 == 0)
+            w.dgam[threadIdx.x / 4] = row - col;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
         const int r = e / C, q = e % C;
         w.M[r * lc + q] = q <= r ? w.M[r * lc + q] * expf(w.G[r] - w.G[q]) : 0.0f;
     }
-    if (threadIdx.x < C)
-        w.dgam[threadIdx.x] -= w.dgc[threadIdx.x];
     __syncthreads();
-    cb_mm(dQ, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
-    cb_mm(dK, ppt, w.M, 1, lc, w.Q, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(w.tmp, dQ, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(w.tmp, dK, ppt, w.M, 1, lc, w.Q, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
     /* O += diag(e^G) Q S0: dQ += diag(e^G) Do S0^T; dgam_r += e^G_r Do_r . (Q S0)_r */
-    cb_mm(w.Y, lv, w.Q, lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
+    cb_mm(w.tmp, w.Y, lv, w.Q, lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
     __syncthreads();
-    if (threadIdx.x < C)
-        w.dgam[threadIdx.x] += w.eG[threadIdx.x] * cb_row_dot(w.Do, w.Y, lv, cv, threadIdx.x);
-    cb_mm(dQ, ppt, w.Do, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, w.eG, n, sk);
+    {
+        const float x = cb_row_dot(w.Do, w.Y, lv, cv);
+        if (threadIdx.x % 4 == 0)
+            w.dgam[threadIdx.x / 4] += w.eG[threadIdx.x / 4] * x;
+    }
+    cb_mm(w.tmp, dQ, ppt, w.Do, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, w.eG, n, sk);
     __syncthreads();
     /* the end state: dU += diag(El) K dS, dK += diag(El) U dS^T, gate terms */
-    cb_mm(w.Y, lv, w.K, lk, 1, w.dS, lv, 1, C, cv, w.skp, 1.0f, false);
+    cb_mm(w.tmp, w.Y, lv, w.K, lk, 1, w.dS, lv, 1, C, cv, w.skp, 1.0f, false);
     __syncthreads();
-    if (threadIdx.x < C) {
-        const int r = threadIdx.x;
-        const float x = w.El[r] * cb_row_dot(w.U, w.Y, lv, cv, r);
-        w.dgam[r] -= x;
-        w.dgc[r] = x;
+    {
+        const int r = threadIdx.x / 4;
+        const float x = w.El[r] * cb_row_dot(w.U, w.Y, lv, cv);
+        if (threadIdx.x % 4 == 0) {
+            w.dgam[r] -= x;
+            w.dgc[r] = x;
+        }
     }
     for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
         const int r = e / cv, jj = e % cv;
         w.dU[r * lv + jj] += w.El[r] * w.Y[r * lv + jj];
     }
-    cb_mm(dK, ppt, w.U, lv, 1, w.dS, 1, lv, C, w.skp, cv, 1.0f, true, w.El, n, sk);
+    cb_mm(w.tmp, dK, ppt, w.U, lv, 1, w.dS, 1, lv, C, w.skp, cv, 1.0f, true, w.El, n, sk);
     double ss = 0.0;
     for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x)
         ss += (double)w.dS[(e / cv) * lv + e % cv] * w.S0[(e / cv) * lv + e % cv];
@@ -705,46 +745,49 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     }
     __syncthreads();
     /* dA = -dRHS U^T below the diagonal, A = diag(B) Ab: dB, gate terms, dKK into M */
-    cb_mm(w.M, lc, w.dU, lv, 1, w.U, 1, lv, C, C, cv, -1.0f, false);
+    cb_mm(w.tmp, w.M, lc, w.dU, lv, 1, w.U, 1, lv, C, C, cv, -1.0f, false);
     __syncthreads();
-    if (threadIdx.x < C) {
-        const int r = threadIdx.x;
-        float db = 0.0f, x = 0.0f;
-        for (int q = 0; q < r; q++) {
-            const float m = w.M[r * lc + q], ab = w.Ab[r * lc + q];
-            db = fmaf(m, ab, db);
-            x = fmaf(m * w.B[r], ab, x);
+    /* with M = dA: dB_r = sum_q dA_rq Ab_rq; the gates get B_r dA_rq Ab_rq at r, less at
+     * q; Y takes X = V - diag(e^G) W for dB's other term */
+    for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+        const int r = e / cv, jj = e % cv;
+        const float v = r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
+                                                     : 0.0f;
+        w.Y[r * lv + jj] = v - w.eG[r] * w.W[r * lv + jj];
+    }
+    {
+        float db, unused; /* the column sums need B_r inside: the next pass */
+        cb_tri_sums(w.M, w.Ab, lc, 1, &db, &unused);
+        const int r = threadIdx.x / 4;
+        if (threadIdx.x % 4 == 0) {
+            w.dB[r] = db;
+            w.dgam[r] += w.B[r] * db;
         }
-        w.dB[r] = db;
-        w.dgam[r] += x;
-    } else if (threadIdx.x < 2 * C) {
-        const int q = threadIdx.x - C;
-        float x = 0.0f;
-        for (int r = q + 1; r < C; r++)
-            x = fmaf(w.M[r * lc + q] * w.B[r], w.Ab[r * lc + q], x);
-        w.dgc[q] = x;
     }
     __syncthreads();
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
         const int r = e / C, q = e % C;
-        w.M[r * lc + q] = q < r ? w.M[r * lc + q] * w.B[r] * expf(w.G[r] - w.G[q]) : 0.0f;
-    }
-    if (threadIdx.x < C) {
-        const int r = threadIdx.x;
-        w.dgam[r] -= w.dgc[r];
-        /* RHS = diag(B) (V - e^G W): dB_r += dRHS_r . (V_r - e^G_r W_r) */
-        float x = 0.0f;
-        for (int jj = 0; jj < cv; jj++) {
-            const float v = r < n && cb_col_ok(w, L, jj)
-                                ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
-                                : 0.0f;
-            x = fmaf(w.dU[r * lv + jj], v - w.eG[r] * w.W[r * lv + jj], x);
-        }
-        w.dB[r] += x;
+        w.M[r * lc + q] = q < r ? w.M[r * lc + q] * w.B[r] : 0.0f; /* B_r dA_rq */
     }
     __syncthreads();
-    cb_mm(dK, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
-    cb_mm(dK, ppt, w.M, 1, lc, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
+    {
+        float row, col;
+        cb_tri_sums(w.M, w.Ab, lc, 1, &row, &col);
+        const float x = cb_row_dot(w.dU, w.Y, lv, cv); /* dRHS_r . X_r */
+        const int r = threadIdx.x / 4;
+        if (threadIdx.x % 4 == 0) {
+            w.dgam[r] -= col;
+            w.dB[r] += x;
+        }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int r = e / C, q = e % C;
+        w.M[r * lc + q] = q < r ? w.M[r * lc + q] * expf(w.G[r] - w.G[q]) : 0.0f;
+    }
+    __syncthreads();
+    cb_mm(w.tmp, dK, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm(w.tmp, dK, ppt, w.M, 1, lc, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
     /* dX = B dRHS is dv; dW = -e^G dX (into dU) */
     float *dv = out + L.off_v;
     for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
@@ -755,18 +798,21 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         w.dU[r * lv + jj] = -w.eG[r] * x;
     }
     __syncthreads();
-    if (threadIdx.x < C)
-        w.dgam[threadIdx.x] += cb_row_dot(w.dU, w.W, lv, cv, threadIdx.x);
-    cb_mm(dK, ppt, w.dU, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, NULL, n, sk);
+    {
+        const float x = cb_row_dot(w.dU, w.W, lv, cv);
+        if (threadIdx.x % 4 == 0)
+            w.dgam[threadIdx.x / 4] += x;
+    }
+    cb_mm(w.tmp, dK, ppt, w.dU, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, NULL, n, sk);
     /* the start state's gradient: e^{G_last} dS + Q^T diag(e^G) Do + K^T dW */
     for (int e = threadIdx.x; e < C * cv; e += blockDim.x)
         w.Do[(e / cv) * lv + e % cv] *= w.eG[e / cv];
     for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x)
         w.dS[(e / cv) * lv + e % cv] *= w.eG[C - 1];
     __syncthreads();
-    cb_mm(w.dS, lv, w.Q, 1, lk, w.Do, lv, 1, w.skp, cv, C, 1.0f, true);
+    cb_mm(w.tmp, w.dS, lv, w.Q, 1, lk, w.Do, lv, 1, w.skp, cv, C, 1.0f, true);
     __syncthreads();
-    cb_mm(w.dS, lv, w.K, 1, lk, w.dU, lv, 1, w.skp, cv, C, 1.0f, true);
+    cb_mm(w.tmp, w.dS, lv, w.K, 1, lk, w.dU, lv, 1, w.skp, cv, C, 1.0f, true);
     if (threadIdx.x == 0) { /* dg: the sum of dgam from each row on */
         float acc = 0.0f;
         for (int r = C - 1; r >= 0; r--) {
@@ -787,7 +833,7 @@ static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
 delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ckpt_all,
                        float *part, struct dn_red L, struct dn_cback_plan P, float scale)
 {
-    extern __shared__ float sh[];
+    extern __shared__ __align__(128) float sh[];
     __shared__ double red[32];
     const int C = CB_C;
     struct cb_block w;
@@ -809,6 +855,8 @@ delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ck
     float **vecs[] = {&w.G, &w.eG, &w.B, &w.El, &w.dgam, &w.dgc, &w.dB};
     for (int i = 0; i < 7; i++)
         *vecs[i] = x, x += C;
+    x += C; /* the plan's eighth vector keeps tmp 32-byte aligned */
+    w.tmp = x;
     float *ckpt = ckpt_all + blockIdx.x * P.ckpt_per_block;
     float *mine = part + blockIdx.x * P.part_per_block;
     const int n_st = w.skp * w.cv;

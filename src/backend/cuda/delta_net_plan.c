@@ -86,12 +86,13 @@ bool dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_t h
 }
 
 /* floats of the chunked backward's shared memory: K and Q [DN_CHUNK][ldk]; S0 and dS
- * [skp][ldv]; W, U, Do, dU, Y [DN_CHUNK][ldv]; Ab, P, M [DN_CHUNK][ldc]; 8 vectors */
+ * [skp][ldv]; W, U, Do, dU, Y [DN_CHUNK][ldv]; Ab, P, M [DN_CHUNK][ldc]; 8 vectors; a
+ * 16 x 16 tile a warp */
 static int64_t cback_shared_floats(int64_t skp, int64_t cv)
 {
-    const int64_t ldk = skp + 1, ldv = cv + 1, ldc = DN_CHUNK + 1;
+    const int64_t ldk = skp + 4, ldv = cv + 4, ldc = DN_CHUNK + 4;
     return 2 * DN_CHUNK * ldk + 2 * skp * ldv + 5 * DN_CHUNK * ldv + 3 * DN_CHUNK * ldc +
-           8 * DN_CHUNK;
+           8 * DN_CHUNK + DN_CBACK_THREADS / 32 * 256;
 }
 
 bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
@@ -101,30 +102,29 @@ bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t
         snprintf(reason, reason_size, "the backward's dims are not positive");
         return false;
     }
-    const int64_t skp = (sk + 3) / 4 * 4;
-    /* 32 columns, narrowed while the grid is short of DN_BACK_TARGET_BLOCKS or shared
+    const int64_t skp = (sk + 15) / 16 * 16;
+    /* 32 columns, narrowed to 16 while the grid is short of DN_BACK_TARGET_BLOCKS or shared
      * memory is over the limit */
     int64_t cv = 32;
-    while (cv > 8 && hv * nb * ((sv + cv - 1) / cv) < DN_BACK_TARGET_BLOCKS)
-        cv /= 2;
-    while (cv > 8 && (size_t)cback_shared_floats(skp, cv) * sizeof(float) > DN_BACK_MAX_SHARED)
-        cv /= 2;
+    if (hv * nb * ((sv + cv - 1) / cv) < DN_BACK_TARGET_BLOCKS ||
+        (size_t)cback_shared_floats(skp, cv) * sizeof(float) > DN_CBACK_MAX_SHARED)
+        cv = 16;
     p->cv = cv;
     p->skp = skp;
     p->chunks = (sv + cv - 1) / cv;
     p->blocks = hv * nb * p->chunks;
     p->n_ch = (nt + DN_CHUNK - 1) / DN_CHUNK;
-    p->ldk = skp + 1;
-    p->ldv = cv + 1;
-    p->ldc = DN_CHUNK + 1;
+    p->ldk = skp + 4;
+    p->ldv = cv + 4;
+    p->ldc = DN_CHUNK + 4;
     p->part_per_token = 2 * sk + 2;
     p->part_per_block = nt * p->part_per_token;
     p->ckpt_per_block = p->n_ch * skp * cv;
     p->shared_bytes = sizeof(float) * (size_t)cback_shared_floats(skp, cv);
-    if (p->shared_bytes > DN_BACK_MAX_SHARED) {
+    if (p->shared_bytes > DN_CBACK_MAX_SHARED) {
         snprintf(reason, reason_size,
                  "S_k %lld needs %zu bytes of shared memory in the chunked backward, over %u",
-                 (long long)sk, p->shared_bytes, DN_BACK_MAX_SHARED);
+                 (long long)sk, p->shared_bytes, DN_CBACK_MAX_SHARED);
         return false;
     }
     if (p->blocks > 0x7fffffff) {

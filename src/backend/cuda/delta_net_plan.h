@@ -68,18 +68,22 @@ bool dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_t h
 /* The chunked backward (delta_net.cu; the algebra is src/ops/delta_net.c's chunked CPU
  * backward): a block of DN_CBACK_THREADS threads takes `cv` value columns of one (value
  * head, sequence) and walks the tokens in chunks of DN_CHUNK, keeping one chunk's keys,
- * queries, state, state gradient and chunk matrices in shared memory. Shared matrices have
- * odd leading dimensions (ldk, ldv, ldc) so that both a row and a column walk the banks. */
+ * queries, state, state gradient and chunk matrices in shared memory, and runs the chunk's
+ * products on tensor cores (16 x 16 tiles, k steps of 8). So S_k is padded to skp, a
+ * multiple of 16, cv is 16 or 32, and the leading dimensions (ldk, ldv, ldc) are 4 past
+ * the widths: multiples of 4 floats, as the tensor-core loads need, that shift each row by
+ * 4 banks. */
 #define DN_CHUNK 64
-#define DN_CBACK_THREADS 256
+#define DN_CBACK_THREADS 256                  /* 4 lanes a chunk row in the row sums */
+#define DN_CBACK_MAX_SHARED (226u << 10)      /* of Hopper's 227 KiB a block may opt into */
 
 struct dn_cback_plan {
-    int64_t cv;             /* value columns a block: 32, 16 or 8 */
+    int64_t cv;             /* value columns a block: 32 or 16 */
     int64_t chunks;         /* column chunks of a value head: ceil(S_v / cv) */
     int64_t blocks;         /* H_v * B * chunks; block (c, h, b) is (b * H_v + h) * chunks + c */
-    int64_t skp;            /* S_k rounded up to a multiple of 4 (the product tiles) */
+    int64_t skp;            /* S_k rounded up to a multiple of 16 */
     int64_t n_ch;           /* token chunks: ceil(T / DN_CHUNK) */
-    int64_t ldk, ldv, ldc;  /* skp + 1, cv + 1, DN_CHUNK + 1 */
+    int64_t ldk, ldv, ldc;  /* skp + 4, cv + 4, DN_CHUNK + 4 */
     int64_t part_per_token; /* as dn_back_plan: dq [S_k], dk [S_k], dg, dbeta */
     int64_t part_per_block; /* T * part_per_token */
     int64_t ckpt_per_block; /* floats: the state at every chunk start, [n_ch][skp][cv] */
@@ -87,8 +91,8 @@ struct dn_cback_plan {
 };
 
 /* The chunked backward's plan for S_k, S_v, H_v value heads, B sequences and T tokens.
- * False, with a reason, when its shared memory would pass DN_BACK_MAX_SHARED even at 8
- * columns a block, or the grid is too large; the launcher then takes the per-token kernel. */
+ * False, with a reason, when its shared memory would pass DN_CBACK_MAX_SHARED even at
+ * 16 columns a block, or the grid is too large; the launcher then takes the per-token kernel. */
 bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                         int64_t nt, char *reason, size_t reason_size);
 
