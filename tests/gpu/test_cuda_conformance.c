@@ -607,20 +607,27 @@ static void test_recurrent_loss_optim(void)
                 run_case(back ? LT_OP_SSM_CONV_BACK : LT_OP_SSM_CONV,
                          lbl(layout_names[l], t ? lt_type_name(wt[t]) : ""), TOL_F32, b_ssm_conv, &p);
             }
-    static const int64_t dims[][4] = {{16, 12, 5, 2}, {16, 12, 1, 2}, {128, 128, 40, 1}};
-    static const int heads[][2] = {{2, 4}, {1, 3}, {2, 4}};
-    for (int d = 0; d < 3; d++)
+    /* the forward: AUTO runs the chunked kernel from two tokens on (the CPU its chunked
+     * path), RECURRENT the per-token kernel (and the CPU's recurrence); the longer shapes
+     * contiguous only */
+    static const int64_t dims[][4] = {{16, 12, 5, 2},   {16, 12, 1, 2},   {128, 128, 40, 1},
+                                      {16, 12, 63, 2},  {16, 12, 65, 2},  {20, 40, 150, 2},
+                                      {128, 128, 150, 2}, {16, 12, 2048, 1}};
+    static const int heads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4}, {1, 2}, {2, 4}, {1, 2}};
+    for (int d = 0; d < 8; d++)
         for (int l = 0; l < L_COUNT; l++)
             for (int path = 0; path < 2; path++) {
-                if (d == 2 && l != L_CONTIG)
+                if (d >= 2 && l != L_CONTIG)
                     continue;
                 p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
                 memcpy(p.ne, dims[d], sizeof(p.ne));
                 p.i[0] = heads[d][0], p.i[1] = heads[d][1];
                 p.i[2] = path ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_AUTO;
-                run_case(LT_OP_DELTA_NET,
-                         lbl(layout_names[l], d == 2 ? "128x128" : path ? "recur" : "auto"),
-                         TOL_F32, b_delta_net, &p);
+                char what[48];
+                snprintf(what, sizeof(what), "%lldx%lld T%lld B%lld %s", (long long)dims[d][0],
+                         (long long)dims[d][1], (long long)dims[d][2], (long long)dims[d][3],
+                         path ? "recur" : "auto");
+                run_case(LT_OP_DELTA_NET, lbl(layout_names[l], what), TOL_F32, b_delta_net, &p);
             }
     /* the backward: the chunked kernel (AUTO) around the chunk size of 64, two sequences
      * packed side by side, and a long one; the per-token kernel (RECURRENT) on the first

@@ -58,14 +58,16 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
 
 enum { SRC_Q, SRC_K, SRC_V, SRC_G, SRC_BETA, SRC_STATE, SRC_COUNT };
 
-/* Whether a DELTA_NET_BACK node runs the chunked kernel, and its plan: unless the node asks
- * for the recurrent path, whenever the plan fits (the per-token kernel otherwise). The
- * precondition and the launcher both ask here. */
-static bool back_chunked_plan(const struct lt_tensor *node, struct dn_cback_plan *p)
+/* Whether a node runs a chunked kernel, and its plan: DELTA_NET_BACK unless the node asks
+ * for the recurrent path, DELTA_NET from two tokens on unless it does (a token at a time,
+ * decode, keeps the per-token kernel), whenever the plan fits; the per-token kernels
+ * otherwise. The precondition and the launcher both ask here. */
+static bool chunked_plan(const struct lt_tensor *node, struct dn_cback_plan *p)
 {
-    if (lt_get_param_i32(node, 1) == LT_DELTA_NET_PATH_RECURRENT)
+    const int s0 = node->op == LT_OP_DELTA_NET_BACK ? 1 : 0;
+    const struct lt_tensor *q = node->src[s0 + SRC_Q], *v = node->src[s0 + SRC_V];
+    if (lt_get_param_i32(node, 1) == LT_DELTA_NET_PATH_RECURRENT || (!s0 && q->ne[2] < 2))
         return false;
-    const struct lt_tensor *q = node->src[1 + SRC_Q], *v = node->src[1 + SRC_V];
     char reason[CU_REASON_MAX];
     return dn_cback_plan_init(p, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2], reason,
                               sizeof(reason));
@@ -108,13 +110,13 @@ bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t
         snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
         return false;
     }
+    struct dn_cback_plan cplan;
+    if (chunked_plan(node, &cplan))
+        return true;
     if (!back) {
         struct dn_fwd_plan plan;
         return dn_fwd_plan_init(&plan, sk, sv, hv, nb, reason, reason_size);
     }
-    struct dn_cback_plan cplan;
-    if (back_chunked_plan(node, &cplan))
-        return true;
     struct dn_back_plan plan;
     return dn_back_plan_init(&plan, sk, sv, hv, nb, nt, reason, reason_size);
 }
@@ -241,16 +243,20 @@ static lt_status launch_forward(struct cuda_ctx *c, const struct dn_fwd_plan &p,
 static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node);
 static lt_status launch_cback(struct cuda_ctx *c, struct lt_tensor *node,
                               const struct dn_cback_plan &P);
+static lt_status launch_cfwd(struct cuda_ctx *c, struct lt_tensor *node,
+                             const struct dn_cback_plan &P);
 
 lt_status delta_net_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
     if (!delta_net_cuda_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
-    if (node->op == LT_OP_DELTA_NET_BACK) {
-        struct dn_cback_plan cplan;
-        return back_chunked_plan(node, &cplan) ? launch_cback(c, node, cplan) : launch_back(c, node);
-    }
+    struct dn_cback_plan cplan;
+    const bool chunked = chunked_plan(node, &cplan);
+    if (node->op == LT_OP_DELTA_NET_BACK)
+        return chunked ? launch_cback(c, node, cplan) : launch_back(c, node);
+    if (chunked)
+        return launch_cfwd(c, node, cplan);
     struct dn_srcs s = {cu_view(node->src[SRC_Q]),    cu_view(node->src[SRC_K]),
                         cu_view(node->src[SRC_V]),    cu_view(node->src[SRC_G]),
                         cu_view(node->src[SRC_BETA]), cu_view(node->src[SRC_STATE])};
@@ -826,15 +832,10 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     __syncthreads();
 }
 
-/* block: columns c * cv .. of value head h of sequence b (block (b * H_v + h) * chunks + c).
- * A pass over the chunks keeps the state at each chunk start in ckpt; then each chunk,
- * last first, is prepared again from its start state and run backward. */
-static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
-delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ckpt_all,
-                       float *part, struct dn_red L, struct dn_cback_plan P, float scale)
+/* block (b * H_v + h) * chunks + c: its place and its shared memory (sh) */
+static __device__ struct cb_block cb_block_of(float *sh, const struct dn_red &L,
+                                              const struct dn_cback_plan &P)
 {
-    extern __shared__ __align__(128) float sh[];
-    __shared__ double red[32];
     const int C = CB_C;
     struct cb_block w;
     w.skp = (int)P.skp, w.cv = (int)P.cv, w.lk = (int)P.ldk, w.lv = (int)P.ldv, w.lc = (int)P.ldc;
@@ -857,16 +858,72 @@ delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ck
         *vecs[i] = x, x += C;
     x += C; /* the plan's eighth vector keeps tmp 32-byte aligned */
     w.tmp = x;
+    return w;
+}
+
+/* S0 = the state's columns of the block (zeros past S_k and S_v) */
+static __device__ void cb_load_state(const struct cb_block &w, const struct cu_t &state,
+                                     const struct dn_red &L)
+{
+    for (int e = threadIdx.x; e < w.skp * w.cv; e += blockDim.x) {
+        const int i = e / w.cv, jj = e % w.cv;
+        w.S0[i * w.lv + jj] =
+            i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(state, w.j0 + jj, i, w.h, w.b) : 0.0f;
+    }
+    __syncthreads();
+}
+
+/* The chunked forward (the CPU's forward_chunk on the same chunk algebra): each chunk is
+ * prepared from the state, its outputs are scale (diag(e^G) Q S0 + P U), and the state
+ * advances. out is DELTA_NET's packed result. */
+static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
+delta_net_cfwd_kernel(struct dn_srcs s, float *out, struct dn_red L, struct dn_cback_plan P,
+                      float scale)
+{
+    extern __shared__ __align__(128) float sh[];
+    const int C = CB_C;
+    struct cb_block w = cb_block_of(sh, L, P);
+    const int lv = w.lv, cv = w.cv;
+    cb_load_state(w, s.state, L);
+    for (int64_t ch = 0; ch < P.n_ch; ch++) {
+        const int64_t t0 = ch * C;
+        const int n = (int)(L.nt - t0 < C ? L.nt - t0 : C);
+        cb_prepare(w, s, L, t0, n);
+        cb_mm(w.tmp, w.Y, lv, w.Q, w.lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
+        cb_mm(w.tmp, w.Do, lv, w.P, w.lc, 1, w.U, lv, 1, C, cv, C, 1.0f, false);
+        __syncthreads();
+        for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+            const int r = e / cv, jj = e % cv;
+            if (r < n && cb_col_ok(w, L, jj))
+                out[((w.b * (L.nt + L.sk) + t0 + r) * L.hv + w.h) * L.sv + w.j0 + jj] =
+                    scale * fmaf(w.eG[r], w.Y[r * lv + jj], w.Do[r * lv + jj]);
+        }
+        __syncthreads();
+        cb_advance(w);
+    }
+    for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x) {
+        const int i = e / cv, jj = e % cv;
+        if (i < L.sk && cb_col_ok(w, L, jj))
+            out[((w.b * (L.nt + L.sk) + L.nt + i) * L.hv + w.h) * L.sv + w.j0 + jj] =
+                w.S0[i * lv + jj];
+    }
+}
+
+/* block: columns c * cv .. of value head h of sequence b (block (b * H_v + h) * chunks + c).
+ * A pass over the chunks keeps the state at each chunk start in ckpt; then each chunk,
+ * last first, is prepared again from its start state and run backward. */
+static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
+delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ckpt_all,
+                       float *part, struct dn_red L, struct dn_cback_plan P, float scale)
+{
+    extern __shared__ __align__(128) float sh[];
+    __shared__ double red[32];
+    const int C = CB_C;
+    struct cb_block w = cb_block_of(sh, L, P);
     float *ckpt = ckpt_all + blockIdx.x * P.ckpt_per_block;
     float *mine = part + blockIdx.x * P.part_per_block;
     const int n_st = w.skp * w.cv;
-
-    for (int e = threadIdx.x; e < n_st; e += blockDim.x) {
-        const int i = e / w.cv, jj = e % w.cv;
-        w.S0[i * w.lv + jj] =
-            i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(s.state, w.j0 + jj, i, w.h, w.b) : 0.0f;
-    }
-    __syncthreads();
+    cb_load_state(w, s.state, L);
     for (int64_t ch = 0; ch < P.n_ch; ch++) {
         const int64_t t0 = ch * C;
         for (int e = threadIdx.x; e < n_st; e += blockDim.x)
@@ -957,6 +1014,35 @@ static struct dn_red red_of(const struct lt_tensor *node)
     R.off_state = R.off_beta + lt_nelements(node->src[1 + SRC_BETA]);
     R.chunks = R.part_per_block = R.part_per_token = 0;
     return R;
+}
+
+/* the dims of a DELTA_NET node, in dn_red's shape (no partials) */
+static struct dn_red fwd_dims_of(const struct lt_tensor *node)
+{
+    struct dn_red R = {};
+    const struct lt_tensor *q = node->src[SRC_Q], *v = node->src[SRC_V];
+    R.sk = q->ne[0], R.sv = v->ne[0], R.hk = q->ne[1], R.hv = v->ne[1], R.nt = q->ne[2],
+    R.nb = q->ne[3];
+    return R;
+}
+
+static lt_status launch_cfwd(struct cuda_ctx *c, struct lt_tensor *node,
+                             const struct dn_cback_plan &P)
+{
+    struct dn_srcs s = {cu_view(node->src[SRC_Q]),    cu_view(node->src[SRC_K]),
+                        cu_view(node->src[SRC_V]),    cu_view(node->src[SRC_G]),
+                        cu_view(node->src[SRC_BETA]), cu_view(node->src[SRC_STATE])};
+    if (P.blocks == 0)
+        return LT_OK;
+    lt_status st = cu_check(cudaFuncSetAttribute(delta_net_cfwd_kernel,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)P.shared_bytes),
+                            "raising delta_net's shared memory");
+    if (st != LT_OK)
+        return st;
+    delta_net_cfwd_kernel<<<(unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes, c->stream>>>(
+        s, (float *)node->data, fwd_dims_of(node), P, lt_get_param_f32(node, 0));
+    return cu_launched("delta_net_chunked");
 }
 
 /* The chunked backward: one buffer holds every block's partials, then every block's
