@@ -98,6 +98,87 @@ static __global__ void ssm_conv_back_w_kernel(struct cu_t g, struct cu_t sx, str
     }
 }
 
+/* The backward for d_conv <= SSM_BACK_MAX_K: a thread takes one (channel, sequence) and
+ * walks its time steps once, keeping the last d_conv gradients in registers. At step u it
+ * writes d sx[u] = sum_k w[k] g[u - k] and adds sx[u] g[u - k] into its d w[k] partial
+ * (term t = u - k of sum_t g[t] sx[t + k]); terms out of range are zeros, which leave the
+ * CPU's sums bit for bit. Lanes take neighbouring channels, so g (channels innermost) is
+ * read whole by a warp, and each thread's sx row (time innermost) streams through its cache
+ * line. Partials [n_seqs][d_conv][channels] are summed over the sequences in order by
+ * ssm_conv_back_w_sum_kernel. The one-thread-an-element kernels above serve larger d_conv:
+ * their d w thread walked every (sequence, time) of a channel alone, 2 ms a node at 16 x
+ * 512 tokens of Qwen3.5-0.8B's 6144 channels. */
+#define SSM_BACK_MAX_K 8
+
+static __global__ void ssm_conv_back_walk_kernel(struct cu_t g, struct cu_t sx, struct cu_t w,
+                                                 float *dsx, float *part)
+{
+    const int64_t n_l = sx.ne[0], n_c = sx.ne[1], n_s = sx.ne[2], d_conv = w.ne[0];
+    const int64_t n_t = n_l - d_conv + 1;
+    for (int64_t f = cu_thread_index(); f < n_c * n_s; f += cu_thread_count()) {
+        const int64_t c = f % n_c, s = f / n_c;
+        float wk[SSM_BACK_MAX_K], gw[SSM_BACK_MAX_K], acc[SSM_BACK_MAX_K];
+#pragma unroll
+        for (int k = 0; k < SSM_BACK_MAX_K; k++) {
+            wk[k] = k < d_conv ? cu_get(w, k, c, 0, 0) : 0.0f;
+            gw[k] = acc[k] = 0.0f;
+        }
+        float *d = dsx + (s * n_c + c) * n_l;
+        for (int64_t u = 0; u < n_l; u++) {
+#pragma unroll
+            for (int k = SSM_BACK_MAX_K - 1; k > 0; k--)
+                gw[k] = gw[k - 1];
+            gw[0] = u < n_t ? cu_getf(g, c, u, s, 0) : 0.0f;
+            const float x = cu_getf(sx, u, c, s, 0);
+            float y = 0.0f;
+#pragma unroll
+            for (int k = 0; k < SSM_BACK_MAX_K; k++)
+                if (k < d_conv) {
+                    y = __fadd_rn(y, __fmul_rn(wk[k], gw[k]));
+                    acc[k] = __fadd_rn(acc[k], __fmul_rn(gw[k], x));
+                }
+            d[u] = y;
+        }
+#pragma unroll
+        for (int k = 0; k < SSM_BACK_MAX_K; k++)
+            if (k < d_conv)
+                part[(s * d_conv + k) * n_c + c] = acc[k];
+    }
+}
+
+/* d w[k, c] = the partials of (k, c) summed over the sequences, in order */
+static __global__ void ssm_conv_back_w_sum_kernel(const float *part, float *dw, int64_t d_conv,
+                                                  int64_t n_c, int64_t n_s)
+{
+    for (int64_t f = cu_thread_index(); f < d_conv * n_c; f += cu_thread_count()) {
+        const int64_t k = f % d_conv, c = f / d_conv;
+        float total = 0.0f;
+        for (int64_t s = 0; s < n_s; s++)
+            total = __fadd_rn(total, part[(s * d_conv + k) * n_c + c]);
+        dw[f] = total;
+    }
+}
+
+static lt_status ssm_conv_back_walk(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *g = node->src[0], *sx = node->src[1], *w = node->src[2];
+    const int64_t n_c = sx->ne[1], n_s = sx->ne[2], d_conv = w->ne[0];
+    float *dsx = (float *)node->data;
+    void *part;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, sizeof(float) * (size_t)(n_s * d_conv * n_c),
+                              &part);
+    if (st != LT_OK)
+        return st;
+    ssm_conv_back_walk_kernel<<<cu_blocks(n_c * n_s, 128), 128, 0, c->stream>>>(
+        cu_view(g), cu_view(sx), cu_view(w), dsx, (float *)part);
+    st = cu_launched("ssm_conv_back_walk");
+    if (st != LT_OK)
+        return st;
+    ssm_conv_back_w_sum_kernel<<<cu_blocks(d_conv * n_c, 256), 256, 0, c->stream>>>(
+        (const float *)part, dsx + lt_nelements(sx), d_conv, n_c, n_s);
+    return cu_launched("ssm_conv_back_w_sum");
+}
+
 lt_status ssm_conv_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -114,6 +195,8 @@ lt_status ssm_conv_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     }
     const struct lt_tensor *g = node->src[0], *sx = node->src[1], *w = node->src[2];
     const int64_t nsx = lt_nelements(sx), nw = lt_nelements(w);
+    if (w->ne[0] <= SSM_BACK_MAX_K && nsx > 0)
+        return ssm_conv_back_walk(c, node);
     float *dsx = (float *)node->data;
     if (nsx > 0) {
         ssm_conv_back_sx_kernel<<<cu_blocks(nsx, 256), 256, 0, c->stream>>>(
