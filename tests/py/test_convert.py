@@ -1,13 +1,14 @@
 """test_convert.py: `lathe convert` against llama.cpp's own GGUF reader (the PyPI gguf package).
 
-For the golden Qwen3.5 and Qwen2 checkpoints and a SmolLM2-shaped llama checkpoint made here,
-with every --outtype, the converted file is read with gguf.GGUFReader and checked for:
-tensor names and shapes, each tensor's type, every value against the HF tensor under the
-transforms (written here independently in numpy, the way llama.cpp's convert_hf_to_gguf.py
-writes them: -exp(A_log), +1 on (1+w) norms, grouped-to-tiled value heads, llama's q/k row
-permutation, conv1d squeezed), the metadata keys and values, and the tokenizer keys when a
-tokenizer.json is present. Quantised and half-precision data must equal, byte for byte, what
-gguf.quants.quantize makes of the transformed values. A failed conversion must leave no file.
+For the golden Qwen3.5 and Qwen2 checkpoints (tests/data/golden) and a SmolLM2-shaped llama
+checkpoint made here, with every --outtype, the converted file is read with gguf.GGUFReader
+and checked for: tensor names and shapes, each tensor's type, every value against the HF
+tensor under the transforms (written here independently in numpy, the way llama.cpp's
+convert_hf_to_gguf.py writes them: -exp(A_log), +1 on (1+w) norms, grouped-to-tiled value
+heads, llama's q/k row permutation, conv1d squeezed), the metadata keys and values, and the
+tokenizer keys when a tokenizer.json is present. Quantised and half-precision data must
+equal, byte for byte, what gguf.quants.quantize makes of the transformed values. A failed
+conversion must leave no file.
 
 Exits 77 (skipped) when numpy, gguf or safetensors is missing."""
 import json
@@ -28,8 +29,8 @@ except ImportError as e:  # pragma: no cover
 
 LATHE = os.environ.get("LATHE_BIN")
 BUILD = os.environ.get("LATHE_BUILD_DIR", "/tmp")
-SHARED = os.environ.get("LATHE_SHARED_DIR", os.path.join(os.path.dirname(__file__), "../../../shared"))
-GOLDEN = os.path.join(SHARED, "golden")
+SRC = os.environ.get("LATHE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+GOLDEN = os.path.join(SRC, "tests", "data", "golden")  # see its README.md
 TMP = os.path.join(BUILD, "test_convert.tmp")
 
 passed = 0
@@ -388,7 +389,7 @@ def qwen35_keys(cfg, outtype, tokenizer_keys=()):
 def test_qwen35_golden():
     src = os.path.join(GOLDEN, "qwen35-tiny-a")
     if not os.path.isdir(src):
-        print("golden qwen35-tiny-a absent; skipped")
+        check(False, f"missing reference folder {src}")
         return
     cfg = json.load(open(os.path.join(src, "config.json")))
     check(cfg["linear_num_value_heads"] > cfg["linear_num_key_heads"], "golden exercises the v-head reorder")
@@ -404,7 +405,7 @@ def test_qwen35_golden():
                              and "epsilon" not in k and "sections" not in k])
         check("output.weight" not in [t.name for t in r.tensors], f"{label}: tied model has output.weight")
 
-    # the same weights with a tokenizer beside them (links to the read-only golden files)
+    # the same weights with a tokenizer beside them (links to the golden files, which stay as they are)
     d = os.path.join(TMP, "qwen35-tok")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -429,7 +430,7 @@ def test_qwen35_golden():
 def test_qwen2_golden():
     src = os.path.join(GOLDEN, "qwen2-tiny-a")
     if not os.path.isdir(src):
-        print("golden qwen2-tiny-a absent; skipped")
+        check(False, f"missing reference folder {src}")
         return
     cfg = json.load(open(os.path.join(src, "config.json")))
     expected = expected_dense(load_file(os.path.join(src, "model.safetensors")), cfg, llama=False)
