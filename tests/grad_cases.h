@@ -38,6 +38,7 @@ static const struct grad_family grad_families[] = {
     {"soft_max (scale, causal, masks)", test_soft_max},
     {"cross_entropy", test_cross_entropy},
     {"lm head (rms_norm, mul_mat, cross_entropy)", test_lm_head},
+    {"linear_ce (the head and the loss in one)", test_linear_ce},
     {"GQA attention", test_attention},
     {"ssm_conv, delta_net", test_backward_rules},
 };

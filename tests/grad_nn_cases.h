@@ -366,6 +366,36 @@ static void test_lm_head(void)
     }
 }
 
+/* The same head through LINEAR_CE (the head and the loss in one op), the head's rows
+ * contiguous (contiguous or a slice), the hidden states in every layout, the head F32 or
+ * frozen BF16 (whose gradient still flows to the hidden states) */
+static struct lt_tensor *build_linear_ce(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    static const int32_t labels[4] = {1, 6, -1, 0};
+    const bool bf16 = user != NULL;
+    memcpy(x[2]->data, labels, sizeof(labels));
+    struct lt_tensor *h = lt_rms_norm(ctx, x[0], 1e-6f);
+    struct lt_tensor *w = bf16 ? lt_cont_as(ctx, x[1], LT_TYPE_BF16) : x[1];
+    return lt_scale(ctx, lt_linear_cross_entropy(ctx, w, h, x[2]), 3.0f);
+}
+
+static void test_linear_ce(void)
+{
+    static const enum gc_layout wl[] = {GC_CONTIGUOUS, GC_SLICED};
+    for (int l = 0; l < GC_LAYOUT_COUNT; l++)
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            struct gc_input in[3] = {
+                f32_in(6, 4, 1, 1, l, true, -2, 2),
+                f32_in(6, 7, 1, 1, wl[l % 2], !bf16, -1, 1),
+                {LT_TYPE_I32, {4, 1, 1, 1}, GC_CONTIGUOUS, false, 0, 1},
+            };
+            char name[64];
+            snprintf(name, sizeof(name), "linear_ce%s, h %s", bf16 ? " (bf16 head)" : "",
+                     gc_layout_names[l]);
+            nn_check_case(name, build_linear_ce, bf16 ? (void *)1 : NULL, in, 3);
+        }
+}
+
 /* ---- an attention block with grouped KV heads ---- */
 
 #define ATT_D 4   /* head_dim */

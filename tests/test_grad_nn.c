@@ -137,6 +137,7 @@ int main(void)
     test_soft_max();
     test_cross_entropy();
     test_lm_head();
+    test_linear_ce();
     test_attention();
     return check_summary();
 }

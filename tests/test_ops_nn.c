@@ -574,6 +574,104 @@ static void test_cross_entropy(void)
     lt_ctx_free(ctx);
 }
 
+/* ---------------- linear_ce ---------------- */
+
+/* LINEAR_CE and LINEAR_CE_BACK against their definition: the logits in double from the same
+ * head and hidden states, the loss and d z as CROSS_ENTROPY's reference, dh = w dz and
+ * dw = h dz^T in double; F32 and BF16 heads (the BF16 values as the kernel reads them), a
+ * vocabulary of 301, 1 and 2 threads, masked labels and a label on the last token */
+#define LCE_D 24
+#define LCE_V 301
+#define LCE_N 9
+static void test_linear_ce(void)
+{
+    const int32_t labels_v[LCE_N] = {3, -1, 300, 0, 170, -1, 5, 299, 42};
+    const float grad_loss = 0.7f;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int nth = 1; nth <= 2; nth++) {
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
+            struct lt_tensor *w32 = lt_new_tensor_2d(ctx, LT_TYPE_F32, LCE_D, LCE_V);
+            struct lt_tensor *h = lt_new_tensor_2d(ctx, LT_TYPE_F32, LCE_D, LCE_N);
+            static float rw[LCE_D * LCE_V], rh[LCE_D * LCE_N];
+            nn_rng_state = 0x2468ace1u;
+            nn_fill_rand(w32, rw, 1.0f);
+            nn_fill_rand(h, rh, 1.0f);
+            struct lt_tensor *w = w32;
+            if (bf16) { /* the head as BF16, and its values as BF16 rounds them */
+                w = lt_new_tensor_2d(ctx, LT_TYPE_BF16, LCE_D, LCE_V);
+                for (int64_t v = 0; v < LCE_V; v++)
+                    lt_row_from_f32(w, v, 0, 0, rw + v * LCE_D);
+                for (int64_t v = 0; v < LCE_V; v++)
+                    lt_row_to_f32(w, v, 0, 0, rw + v * LCE_D);
+            }
+            struct lt_tensor *labels = lt_new_tensor_1d(ctx, LT_TYPE_I32, LCE_N);
+            memcpy(labels->data, labels_v, sizeof(labels_v));
+            struct lt_tensor *gl = lt_new_tensor_1d(ctx, LT_TYPE_F32, 1);
+            memcpy(gl->data, &grad_loss, sizeof(grad_loss));
+            struct lt_tensor *loss = lt_linear_cross_entropy(ctx, w, h, labels);
+            struct lt_tensor *back = lt_linear_cross_entropy_back(ctx, gl, w, h, labels);
+            CHECK(loss && back && nn_run(ctx, loss, nth) == LT_OK && nn_run(ctx, back, nth) == LT_OK,
+                  "%s", lt_last_error());
+            if (!loss || !back) {
+                lt_ctx_free(ctx);
+                continue;
+            }
+            /* the reference, in double */
+            static double z[LCE_V * LCE_N], dz[LCE_V * LCE_N];
+            double total = 0;
+            int valid = 0;
+            for (int n = 0; n < LCE_N; n++)
+                valid += labels_v[n] >= 0;
+            for (int n = 0; n < LCE_N; n++) {
+                double mx = -INFINITY, sum = 0;
+                for (int v = 0; v < LCE_V; v++) {
+                    double x = 0;
+                    for (int i = 0; i < LCE_D; i++)
+                        x += (double)rw[v * LCE_D + i] * rh[n * LCE_D + i];
+                    z[n * LCE_V + v] = x;
+                    mx = x > mx ? x : mx;
+                }
+                for (int v = 0; v < LCE_V; v++)
+                    sum += exp(z[n * LCE_V + v] - mx);
+                for (int v = 0; v < LCE_V; v++) {
+                    double p = exp(z[n * LCE_V + v] - mx) / sum;
+                    dz[n * LCE_V + v] =
+                        labels_v[n] < 0 ? 0 : grad_loss / valid * (p - (v == labels_v[n]));
+                }
+                if (labels_v[n] >= 0)
+                    total += mx + log(sum) - z[n * LCE_V + labels_v[n]];
+            }
+            const double want = total / valid;
+            const float got = *(float *)loss->data;
+            CHECK(fabs(got - want) <= 1e-5 * fabs(want), "linear_ce%s nth %d: loss %.9g, want %.9g",
+                  bf16 ? " bf16" : "", nth, got, want);
+            const float *dh = back->data, *dw = dh + LCE_D * LCE_N;
+            double eh = 0, nh = 0, ew = 0, nw = 0;
+            for (int n = 0; n < LCE_N; n++)
+                for (int i = 0; i < LCE_D; i++) {
+                    double x = 0;
+                    for (int v = 0; v < LCE_V; v++)
+                        x += dz[n * LCE_V + v] * rw[v * LCE_D + i];
+                    eh += (dh[n * LCE_D + i] - x) * (dh[n * LCE_D + i] - x);
+                    nh += x * x;
+                }
+            for (int v = 0; v < LCE_V; v++)
+                for (int i = 0; i < LCE_D; i++) {
+                    double x = 0;
+                    for (int n = 0; n < LCE_N; n++)
+                        x += dz[n * LCE_V + v] * rh[n * LCE_D + i];
+                    ew += (dw[v * LCE_D + i] - x) * (dw[v * LCE_D + i] - x);
+                    nw += x * x;
+                }
+            eh = sqrt(eh / nh), ew = sqrt(ew / nw);
+            CHECK(eh < 1e-5 && ew < 1e-5, "linear_ce_back%s nth %d: dh rel err %g, dw %g",
+                  bf16 ? " bf16" : "", nth, eh, ew);
+            printf("linear_ce%s nth %d: loss %.7f (want %.7f), dh %.2e, dw %.2e\n",
+                   bf16 ? " bf16" : "", nth, got, want, eh, ew);
+            lt_ctx_free(ctx);
+        }
+}
+
 int main(void)
 {
     nn_backends_init();
@@ -581,6 +679,7 @@ int main(void)
     test_rope();
     test_softmax();
     test_cross_entropy();
+    test_linear_ce();
     nn_backends_free();
     return check_summary();
 }

@@ -181,6 +181,18 @@ struct lt_tensor *lt_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *logits,
 struct lt_tensor *lt_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
                                         struct lt_tensor *logits, struct lt_tensor *labels);
 
+/* The LM head and lt_cross_entropy in one: w [D, V] (F32, F16 or BF16) the head, h [D, N]
+ * F32 the final hidden states, labels I32 [N]; the mean loss of the logits w^T h without
+ * storing them ([1], F32). Its backward packs dh [D, N] then dw [D, V] (F32) in one flat
+ * F32 tensor; lt_linear_cross_entropy_back_h / _w view them. */
+struct lt_tensor *lt_linear_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *w,
+                                          struct lt_tensor *h, struct lt_tensor *labels);
+struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
+                                               struct lt_tensor *w, struct lt_tensor *h,
+                                               struct lt_tensor *labels);
+struct lt_tensor *lt_linear_cross_entropy_back_h(struct lt_ctx *ctx, struct lt_tensor *r);
+struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
+
 /* a with b added into the window of a given by strides nb1..nb3 and a byte offset
  * (b's shape). Used to send a gradient into a view of a larger tensor. */
 struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,

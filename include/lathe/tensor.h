@@ -124,6 +124,7 @@ enum lt_op {
     LT_OP_DELTA_NET,
     /* loss */
     LT_OP_CROSS_ENTROPY,
+    LT_OP_LINEAR_CE, /* the LM head and the cross-entropy in one (no [V, N] logits) */
     /* backward-only ops */
     LT_OP_ACC,                 /* dst = src0 with src1 added into a strided window */
     LT_OP_REPEAT_BACK,         /* sum src0 down to the shape of the broadcast source */
@@ -136,6 +137,7 @@ enum lt_op {
     LT_OP_SSM_CONV_BACK,
     LT_OP_DELTA_NET_BACK,
     LT_OP_CROSS_ENTROPY_BACK,
+    LT_OP_LINEAR_CE_BACK,
     /* optimizer steps (update a parameter in place) */
     LT_OP_ADAMW,
     LT_OP_SGD,

@@ -139,6 +139,8 @@ LT_DECLARE_OP(soft_max_back);
 LT_DECLARE_OP(ssm_conv_back);
 LT_DECLARE_OP(delta_net_back);
 LT_DECLARE_OP(cross_entropy_back);
+LT_DECLARE_OP(linear_ce);
+LT_DECLARE_OP(linear_ce_back);
 LT_DECLARE_OP(adamw);
 LT_DECLARE_OP(sgd);
 

@@ -44,6 +44,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_SSM_CONV] = &lt_op_def_ssm_conv,
     [LT_OP_DELTA_NET] = &lt_op_def_delta_net,
     [LT_OP_CROSS_ENTROPY] = &lt_op_def_cross_entropy,
+    [LT_OP_LINEAR_CE] = &lt_op_def_linear_ce,
     [LT_OP_ACC] = &lt_op_def_acc,
     [LT_OP_REPEAT_BACK] = &lt_op_def_repeat_back,
     [LT_OP_GET_ROWS_BACK] = &lt_op_def_get_rows_back,
@@ -55,6 +56,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_SSM_CONV_BACK] = &lt_op_def_ssm_conv_back,
     [LT_OP_DELTA_NET_BACK] = &lt_op_def_delta_net_back,
     [LT_OP_CROSS_ENTROPY_BACK] = &lt_op_def_cross_entropy_back,
+    [LT_OP_LINEAR_CE_BACK] = &lt_op_def_linear_ce_back,
     [LT_OP_ADAMW] = &lt_op_def_adamw,
     [LT_OP_SGD] = &lt_op_def_sgd,
 };
