@@ -192,6 +192,10 @@ struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_ten
                                                struct lt_tensor *labels);
 struct lt_tensor *lt_linear_cross_entropy_back_h(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
+/* The most tokens a device kernel takes a chunk (op_params[0]; 0, the default: as many as
+ * 512 MiB of logits hold). Tests set it to make small problems run in several chunks; the
+ * backward rule passes it on. */
+void lt_linear_cross_entropy_set_chunk(struct lt_tensor *r, int32_t tokens);
 
 /* a with b added into the window of a given by strides nb1..nb3 and a byte offset
  * (b's shape). Used to send a gradient into a view of a larger tensor. */

@@ -56,9 +56,17 @@ struct lt_tensor *lt_linear_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *
         return lce_fail("linear_cross_entropy", w, h, labels);
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_LINEAR_CE, LT_TYPE_F32, 1, (int64_t[]){1},
                                            (struct lt_tensor *[]){w, h, labels}, 3);
-    if (r)
+    if (r) {
+        lt_set_param_i32(r, 0, 0);
         lt_format_name(r, "linear_ce(%s)", h->name);
+    }
     return r;
+}
+
+void lt_linear_cross_entropy_set_chunk(struct lt_tensor *r, int32_t tokens)
+{
+    if (r && (r->op == LT_OP_LINEAR_CE || r->op == LT_OP_LINEAR_CE_BACK))
+        lt_set_param_i32(r, 0, tokens);
 }
 
 struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
@@ -79,8 +87,10 @@ struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_ten
     int64_t n = lt_nelements(h) + lt_nelements(w);
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_LINEAR_CE_BACK, LT_TYPE_F32, 1, &n,
                                            (struct lt_tensor *[]){grad_loss, w, h, labels}, 4);
-    if (r)
+    if (r) {
+        lt_set_param_i32(r, 0, 0);
         lt_format_name(r, "linear_ce_back(%s)", h->name);
+    }
     return r;
 }
 
@@ -309,6 +319,7 @@ static lt_status lce_rule(struct lt_autodiff *ad, struct lt_tensor *node)
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());
+    lt_linear_cross_entropy_set_chunk(r, lt_get_param_i32(node, 0));
     lt_status st = LT_OK;
     if (dh)
         st = lt_ad_add(ad, h, lt_linear_cross_entropy_back_h(ctx, r));

@@ -574,6 +574,24 @@ static struct lt_tensor *b_cross_entropy(struct build *b, const struct params *p
     return lt_cross_entropy_back(b->ctx, mk_values(b, 1, g), x, y);
 }
 
+/* LINEAR_CE: head [64, V] of type[1], hidden [64, 37], labels with masked ones; i[0]:
+ * backward; i[1]: tokens a chunk (0: the default) */
+static struct lt_tensor *b_linear_ce(struct build *b, const struct params *p)
+{
+    struct lt_tensor *w = mk(b, p->type[1], L_CONTIG, 64, p->ne[0], 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *h = mk(b, LT_TYPE_F32, L_CONTIG, 64, 37, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *y = mk(b, LT_TYPE_I32, L_CONTIG, 37, 1, 1, 1, FILL_INT, -1, (float)p->ne[0]);
+    struct lt_tensor *r;
+    if (!p->i[0]) {
+        r = lt_linear_cross_entropy(b->ctx, w, h, y);
+    } else {
+        static const float g[1] = {0.7f};
+        r = lt_linear_cross_entropy_back(b->ctx, mk_values(b, 1, g), w, h, y);
+    }
+    lt_linear_cross_entropy_set_chunk(r, p->i[1]);
+    return r;
+}
+
 static struct lt_tensor *b_optim(struct build *b, const struct params *p)
 {
     static const float adamw_hp[8] = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.271f, 0.002997f, 0.5f};
@@ -654,6 +672,19 @@ static void test_recurrent_loss_optim(void)
                          &p);
             }
 
+    static const enum lt_type lce_types[] = {LT_TYPE_F32, LT_TYPE_BF16};
+    for (int back = 0; back < 2; back++)
+        for (int t = 0; t < 2; t++)
+            for (int chunk = 0; chunk < 2; chunk++) {
+                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, lce_types[t]);
+                p.ne[0] = 3000;
+                p.i[0] = back;
+                p.i[1] = chunk ? 10 : 0; /* 37 tokens in 4 chunks, or one */
+                char what[32];
+                snprintf(what, sizeof(what), "V3000%s%s", t ? "/bf16" : "", chunk ? "/chunk10" : "");
+                run_case(back ? LT_OP_LINEAR_CE_BACK : LT_OP_LINEAR_CE, what,
+                         t ? TOL_HALF : TOL_F32, b_linear_ce, &p);
+            }
     static const int ce_layouts[] = {L_CONTIG, L_TRANSPOSED, L_SLICED};
     for (int back = 0; back < 2; back++)
         for (int l = 0; l < 3; l++)

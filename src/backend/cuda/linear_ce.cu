@@ -1,0 +1,255 @@
+/* linear_ce.cu: LINEAR_CE (the LM head and the mean cross-entropy in one) and
+ * LINEAR_CE_BACK on the device; see src/ops/linear_ce.c for the maths and the masking.
+ *
+ * The tokens go a chunk at a time: cuBLAS makes the chunk's logits z = w^T h [V, nc] in
+ * scratch (F32 out, F32 accumulation; a BF16 or F16 head multiplies the chunk's hidden
+ * states rounded to its type, as mul_mat's BF16 products do), a block a token takes the
+ * logsumexp of its column (max in float, sum in double, as CROSS_ENTROPY). The forward
+ * keeps one double a token and a last kernel averages them. The backward turns the chunk's
+ * logits into d z in place (and into the head's type for a typed head), then two products:
+ * dh (the chunk's columns of dh [D, N]) = w d z, and dw [D, V] += h_chunk d z^T (the first
+ * chunk writes, the others add). So the [V, N] logits never exist: a chunk holds at most
+ * LCE_CHUNK_FLOATS floats of them (~540 tokens of a 248,320-token vocabulary). */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+
+static const enum lt_op linear_ce_ops[] = {LT_OP_LINEAR_CE, LT_OP_LINEAR_CE_BACK};
+
+#define LCE_CHUNK_FLOATS ((int64_t)1 << 27) /* 512 MiB of F32 logits a chunk */
+
+bool linear_ce_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const bool back = node->op == LT_OP_LINEAR_CE_BACK;
+    if (node->op != LT_OP_LINEAR_CE && !back) {
+        snprintf(reason, reason_size, "%s is not the fused head and loss", lt_op_name(node->op));
+        return false;
+    }
+    const int s0 = back ? 1 : 0;
+    if (!cu_check_source(node, s0, CU_TYPES_FLOAT, reason, reason_size) ||
+        !cu_check_source(node, s0 + 1, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, s0 + 2, CU_TYPES_I32, reason, reason_size) ||
+        (back && !cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size)) ||
+        !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    const struct lt_tensor *w = node->src[s0], *h = node->src[s0 + 1], *labels = node->src[s0 + 2];
+    for (int i = s0; i < s0 + 3; i++)
+        if (!lt_is_contiguous(node->src[i])) {
+            snprintf(reason, reason_size, "source %d is not contiguous (cuBLAS reads it whole)", i);
+            return false;
+        }
+    const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
+    if (w->ne[2] != 1 || w->ne[3] != 1 || h->ne[0] != D || h->ne[2] != 1 || h->ne[3] != 1 ||
+        lt_nelements(labels) != N || (back && lt_nelements(node->src[0]) != 1) ||
+        lt_nelements(node) != (back ? D * N + D * V : 1)) {
+        snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
+        return false;
+    }
+    if (D > 0x7fffffff || V > 0x7fffffff || N > 0x7fffffff) {
+        snprintf(reason, reason_size, "a dimension is past cuBLAS's int");
+        return false;
+    }
+    return true;
+}
+
+static cudaDataType_t blas_type(enum lt_type t)
+{
+    return t == LT_TYPE_F16 ? CUDA_R_16F : t == LT_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* n floats into dst of type t (es bytes an element) */
+static __global__ void lce_convert_kernel(const float *src, char *dst, int64_t n, int t, int es)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        cu_store(dst + f * es, t, src[f]);
+}
+
+/* max and log(sum(exp(z - max))) of column z [V], for every thread of the block */
+static __device__ void column_lse(const float *z, int64_t V, float *fs, double *ds, double *mx_out,
+                                  double *lse_out)
+{
+    float mx = -INFINITY;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        mx = fmaxf(mx, z[v]);
+    mx = cu_block_max(mx, fs);
+    double sum = 0.0;
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+        sum += exp((double)z[v] - (double)mx);
+    *lse_out = log(cu_block_sum(sum, ds));
+    *mx_out = mx;
+}
+
+/* tok[n0 + j] = the loss of token n0 + j (0 masked, NaN for a label >= V) */
+static __global__ void lce_rows_kernel(const float *z, int64_t V, int64_t nc, const int32_t *labels,
+                                       int64_t n0, double *tok)
+{
+    __shared__ float fs[32];
+    __shared__ double ds[32];
+    for (int64_t j = blockIdx.x; j < nc; j += gridDim.x) {
+        const int32_t label = labels[n0 + j];
+        if (label < 0 || label >= V) {
+            if (threadIdx.x == 0)
+                tok[n0 + j] = label < 0 ? 0.0 : __longlong_as_double(0x7ff8000000000000ll);
+            continue;
+        }
+        double mx, lse;
+        column_lse(z + j * V, V, fs, ds, &mx, &lse);
+        if (threadIdx.x == 0)
+            tok[n0 + j] = mx + lse - (double)z[j * V + label];
+    }
+}
+
+static __global__ void lce_mean_kernel(const double *tok, const int32_t *labels, int64_t N,
+                                       float *out)
+{
+    __shared__ double shared[32];
+    double total = 0.0, valid = 0.0;
+    for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
+        if (labels[n] < 0)
+            continue;
+        total += tok[n];
+        valid += 1.0;
+    }
+    total = cu_block_sum(total, shared);
+    valid = cu_block_sum(valid, shared);
+    if (threadIdx.x == 0)
+        *out = valid > 0.0 ? (float)(total / valid) : 0.0f;
+}
+
+/* *coef = grad_loss / n_valid (0 when no label is unmasked) */
+static __global__ void lce_coef_kernel(const float *grad_loss, const int32_t *labels, int64_t N,
+                                       double *coef)
+{
+    __shared__ double shared[32];
+    double valid = 0.0;
+    for (int64_t n = threadIdx.x; n < N; n += blockDim.x)
+        valid += labels[n] >= 0 ? 1.0 : 0.0;
+    valid = cu_block_sum(valid, shared);
+    if (threadIdx.x == 0)
+        *coef = valid > 0.0 ? (double)*grad_loss / valid : 0.0;
+}
+
+/* z (the chunk's logits) into d z in place, and into zt of type t when zt is given */
+static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const int32_t *labels,
+                                       int64_t n0, const double *coef_p, char *zt, int t, int es)
+{
+    __shared__ float fs[32];
+    __shared__ double ds[32];
+    const double coef = *coef_p;
+    for (int64_t j = blockIdx.x; j < nc; j += gridDim.x) {
+        float *zc = z + j * V;
+        const int32_t label = labels[n0 + j];
+        const bool masked = label < 0 || label >= V;
+        double mx = 0.0, lse = 0.0;
+        if (!masked)
+            column_lse(zc, V, fs, ds, &mx, &lse);
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+            float d = 0.0f;
+            if (!masked) {
+                const double p = coef * exp((double)zc[v] - mx - lse);
+                d = (float)(v == label ? p - coef : p); /* p - 1 in double */
+            }
+            zc[v] = d;
+            if (zt)
+                cu_store(zt + (j * V + v) * es, t, d);
+        }
+    }
+}
+
+static lt_status gemm(struct cuda_ctx *c, cublasOperation_t oa, cublasOperation_t ob, int64_t m,
+                      int64_t n, int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      cudaDataType_t t, float beta, float *out, int64_t ldc, const char *what)
+{
+    const float alpha = 1.0f;
+    return cu_check_blas(cublasGemmEx(c->blas, oa, ob, (int)m, (int)n, (int)k, &alpha, a, t,
+                                      (int)lda, b, t, (int)ldb, &beta, out, CUDA_R_32F, (int)ldc,
+                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         what);
+}
+
+lt_status linear_ce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!linear_ce_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const bool back = node->op == LT_OP_LINEAR_CE_BACK;
+    const int s0 = back ? 1 : 0;
+    const struct lt_tensor *w = node->src[s0], *h = node->src[s0 + 1], *lab = node->src[s0 + 2];
+    const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
+    const int32_t *labels = (const int32_t *)lab->data;
+    const bool typed = w->type != LT_TYPE_F32;
+    const int es = typed ? 2 : 4;
+    const cudaDataType_t bt = blas_type(w->type);
+    int64_t nc = V > 0 ? LCE_CHUNK_FLOATS / V : N;
+    const int64_t cap = lt_get_param_i32(node, 0); /* a test's smaller chunk, or 0 */
+    nc = cap > 0 && cap < nc ? cap : nc;
+    nc = nc < 1 ? 1 : nc > N ? N : nc;
+    /* scratch: the chunk's logits [V, nc] F32, then (typed) d z [V, nc] and h [D, nc] in the
+     * head's type; doubles: a token's loss each (forward) or the coefficient (backward) */
+    const size_t zf = (size_t)(V * nc), zt_bytes = typed ? (size_t)(V * nc) * es : 0,
+                 ht_bytes = typed ? (size_t)(D * nc) * es : 0;
+    void *work, *red;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, zf * 4 + zt_bytes + ht_bytes, &work);
+    if (st == LT_OK)
+        st = cu_scratch(c, CU_SCRATCH_REDUCE, sizeof(double) * (size_t)(N > 0 ? N : 1), &red);
+    if (st != LT_OK)
+        return st;
+    float *z = (float *)work;
+    char *zt = typed ? (char *)(z + zf) : NULL, *ht = typed ? (char *)(z + zf) + zt_bytes : NULL;
+    double *dred = (double *)red;
+    float *out = (float *)node->data;
+    if (back && N > 0) {
+        lce_coef_kernel<<<1, 256, 0, c->stream>>>((const float *)node->src[0]->data, labels, N,
+                                                  dred);
+        if ((st = cu_launched("linear_ce_coef")) != LT_OK)
+            return st;
+    }
+    for (int64_t n0 = 0; n0 < N && V > 0; n0 += nc) {
+        const int64_t m = N - n0 < nc ? N - n0 : nc;
+        const float *hc = (const float *)h->data + n0 * D;
+        const void *hb = hc;
+        if (typed) {
+            lce_convert_kernel<<<cu_blocks(D * m, 256), 256, 0, c->stream>>>(hc, ht, D * m,
+                                                                             (int)w->type, es);
+            if ((st = cu_launched("linear_ce_convert")) != LT_OK)
+                return st;
+            hb = ht;
+        }
+        st = gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, V, m, D, w->data, D, hb, D, bt, 0.0f, z, V,
+                  "cublasGemmEx (linear_ce logits)");
+        if (st != LT_OK)
+            return st;
+        const unsigned grid = (unsigned)(m < 65535 ? m : 65535);
+        if (!back) {
+            lce_rows_kernel<<<grid, 256, 0, c->stream>>>(z, V, m, labels, n0, dred);
+            if ((st = cu_launched("linear_ce_rows")) != LT_OK)
+                return st;
+            continue;
+        }
+        lce_grad_kernel<<<grid, 256, 0, c->stream>>>(z, V, m, labels, n0, dred, zt,
+                                                     (int)w->type, es);
+        if ((st = cu_launched("linear_ce_grad")) != LT_OK)
+            return st;
+        const void *dz = typed ? (const void *)zt : (const void *)z;
+        st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, D, m, V, w->data, D, dz, V, bt, 0.0f,
+                  out + n0 * D, D, "cublasGemmEx (linear_ce dh)");
+        if (st == LT_OK)
+            st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, D, V, m, hb, D, dz, V, bt, n0 ? 1.0f : 0.0f,
+                      out + D * N, D, "cublasGemmEx (linear_ce dw)");
+        if (st != LT_OK)
+            return st;
+    }
+    if (back) {
+        if (N == 0 || V == 0) /* nothing to add: zero gradients */
+            return cu_check(cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(D * N + D * V),
+                                            c->stream),
+                            "zeroing linear_ce_back");
+        return LT_OK;
+    }
+    lce_mean_kernel<<<1, 256, 0, c->stream>>>(dred, labels, N, out);
+    return cu_launched("linear_ce_mean");
+}
+
+const struct cuda_family cuda_family_linear_ce = {"linear_ce", linear_ce_ops,
+                                                  sizeof(linear_ce_ops) / sizeof(linear_ce_ops[0]),
+                                                  linear_ce_cuda_supported, linear_ce_cuda_compute};
