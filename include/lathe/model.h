@@ -114,6 +114,10 @@ struct lt_model_adapters {
      * BF16, with F32 sums: a device runs them on its BF16 matrix units (training speed);
      * check-ref and the CPU oracle leave this off */
     bool bf16_products;
+    /* the loss graph's head and loss as one LINEAR_CE (no [V, N] logits: the loss graph's
+     * logits are then NULL) when the head is a float matrix without adapters; a device's
+     * training job sets it, check-ref and the CPU leave it off */
+    bool fused_loss;
 };
 
 /* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,
@@ -135,7 +139,8 @@ struct lt_model_loss_graph {
     struct lt_tensor *pos;    /* I32 [n_tokens * n_seqs], input: 0..n_tokens-1 per sequence */
     struct lt_tensor *labels; /* I32 [n_tokens * n_seqs], input: the token expected after
                                * each position (the caller shifts), -1 = no loss there */
-    struct lt_tensor *logits; /* F32 [n_vocab, n_tokens * n_seqs], flagged OUTPUT */
+    struct lt_tensor *logits; /* F32 [n_vocab, n_tokens * n_seqs], flagged OUTPUT; NULL with
+                                 adapters->fused_loss (LINEAR_CE) */
     struct lt_tensor *loss;   /* F32 [1]: mean over the unmasked labels */
 };
 

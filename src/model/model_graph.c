@@ -362,3 +362,27 @@ struct lt_tensor *lt_mb_logits(struct lt_mb *b, struct lt_tensor *hidden)
 {
     return named(mm(b, b->m->output, hidden), "result_output", -1);
 }
+
+/* The mean loss of hidden [D, N]: LINEAR_CE (the head and the loss in one, no [V, N]
+ * logits) when the adapters ask for fused_loss and the head, as the graph reads it, is a
+ * contiguous float matrix without LoRA adapters (rounded to BF16 with bf16_products, as
+ * mm() would); otherwise the logits (*logits) and CROSS_ENTROPY. */
+struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct lt_tensor *labels,
+                             struct lt_tensor **logits)
+{
+    struct lt_tensor *w = b->m->output, *wr = W(b, w);
+    bool fused = b->ad && b->ad->fused_loss && wr && hidden && lt_is_contiguous(wr) &&
+                 lt_is_contiguous(hidden) &&
+                 (wr->type == LT_TYPE_F32 || wr->type == LT_TYPE_F16 || wr->type == LT_TYPE_BF16);
+    for (int i = 0; fused && i < b->ad->n_lora; i++)
+        fused = b->ad->lora[i].w != w;
+    *logits = NULL;
+    if (!fused) {
+        *logits = lt_mb_logits(b, hidden);
+        return *logits ? lt_cross_entropy(b->ctx, *logits, labels) : NULL;
+    }
+    if (b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1)
+        wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
+    struct lt_tensor *h = lt_reshape_2d(b->ctx, hidden, hidden->ne[0], lt_nelements(hidden) / hidden->ne[0]);
+    return wr && h ? lt_linear_cross_entropy(b->ctx, wr, h, labels) : NULL;
+}

@@ -109,6 +109,8 @@ struct lt_mb {
 lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_tensor **hidden);
 /* The head: logits [n_vocab, n] of hidden [n_embd, n]. */
 struct lt_tensor *lt_mb_logits(struct lt_mb *b, struct lt_tensor *hidden);
+struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct lt_tensor *labels,
+                             struct lt_tensor **logits);
 
 /* Fails with a message naming what went wrong when t is NULL (a constructor failed). */
 lt_status lt_mb_check(struct lt_tensor *t, const char *what, int il);

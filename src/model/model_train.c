@@ -39,13 +39,12 @@ lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int6
     lt_status st = lt_mb_forward(&b, tokens, &hidden);
     if (st != LT_OK)
         return st;
-    struct lt_tensor *logits = lt_mb_logits(&b, hidden);
-    if ((st = lt_mb_check(logits, "result_output", -1)))
-        return st;
-    logits->flags |= LT_FLAG_OUTPUT;
-    struct lt_tensor *loss = lt_cross_entropy(ctx, logits, labels);
+    struct lt_tensor *logits;
+    struct lt_tensor *loss = lt_mb_loss(&b, hidden, labels, &logits);
     if ((st = lt_mb_check(loss, "loss", -1)))
         return st;
+    if (logits) /* NULL with adapters->fused_loss: no [V, N] logits exist */
+        logits->flags |= LT_FLAG_OUTPUT;
     lt_set_name(loss, "loss");
     *out = (struct lt_model_loss_graph){tokens, pos, labels, logits, loss};
     return LT_OK;

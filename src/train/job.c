@@ -508,6 +508,7 @@ static void job_main(struct lt_train_job *j)
         st = make_trainables(j, &r, &ad);
     /* on a device, products by F32 weights (full fine-tuning, an F32 base) run in BF16 */
     ad.bf16_products = !j->p.f32_products && !j->backends[0]->is_host;
+    ad.fused_loss = !j->backends[0]->is_host;
     if (st == LT_OK)
         st = choose_and_admit(j, &r, &ad);
     if (st == LT_OK && !j->p.dry_run) {
