@@ -1,6 +1,21 @@
-/* delta_net.cu: the gated delta rule of Gated DeltaNet (DELTA_NET) on the device, run
- * recurrently token by token; see src/ops/delta_net.c for the maths and the packed result
- * [S_v, H_v, T + S_k, B] (outputs, then the new state's rows).
+/* delta_net.cu: the gated delta rule of Gated DeltaNet (DELTA_NET) and its backward
+ * (DELTA_NET_BACK) on the device; see src/ops/delta_net.c for the maths and the packed
+ * result [S_v, H_v, T + S_k, B] (outputs, then the new state's rows).
+ *
+ * Two kinds of kernel. Chunked (the default for sequences, the second half of this file):
+ * chunks of 64 tokens in the WY/UT form of src/ops/delta_net.c, whose chunked CPU backward
+ * is the step-by-step specification; a block takes 16 or 32 value columns of one (value
+ * head, sequence) and walks its chunks, the chunk's products (K K^T, Q K^T, K S, P U, their
+ * adjoints) on tensor cores in three TF32 products a tile (F32-level precision), the
+ * triangular solves by warp-synchronous substitution, the gates in log space (every
+ * exponent G_r - G_s with s <= r). The backward keeps the state at each chunk start in
+ * scratch and recomputes each chunk's quantities from it, last chunk first. Per token (the
+ * first half, described below): decode (one token), and anything the chunked plan cannot
+ * hold in shared memory (S_k past ~200) or a node whose path is RECURRENT. The chunked
+ * backward took DELTA_NET_BACK at 16 x 512 tokens of Qwen3.5-0.8B from ~52 ms a node (the
+ * per-token kernel below) to MEASURED_CHUNKED (H200, LATHE_CUDA_PROFILE).
+ *
+ * The per-token kernels:
  *
  * The recurrence never mixes value columns: with S = [S_k][S_v] and column j,
  *   S[:, j] *= exp(g_t);  e_j = v_j - k_t . S[:, j];  S[:, j] += k_t beta_t e_j;
@@ -503,13 +518,19 @@ static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, c
         }
         wmma::store_matrix_sync(t, c, 16, wmma::mem_row_major);
         __syncwarp();
-        for (int e = lane; e < 256; e += 32) {
-            const int m = m0 + e / 16, n = n0 + e % 16;
-            if (m < m_valid && n < n_valid) {
-                const float v = (rs ? alpha * rs[m] : alpha) * t[e];
-                float *o = Cm + m * ldc + n;
-                *o = acc ? *o + v : v;
-            }
+        /* the lane's 8 old values first (all in flight at once: Cm may be global), then
+         * the sums */
+        float old[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int e = lane + 32 * j, m = m0 + e / 16, n = n0 + e % 16;
+            old[j] = acc && m < m_valid && n < n_valid ? Cm[m * ldc + n] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int e = lane + 32 * j, m = m0 + e / 16, n = n0 + e % 16;
+            if (m < m_valid && n < n_valid)
+                Cm[m * ldc + n] = old[j] + (rs ? alpha * rs[m] : alpha) * t[e];
         }
         __syncwarp();
     }
@@ -547,6 +568,30 @@ struct cb_block {
 #define CB_C DN_CHUNK
 static_assert(DN_CBACK_THREADS == 4 * DN_CHUNK, "the row sums take 4 lanes a chunk row");
 
+/* For e < n: st(e, ld(e)), the block's threads taking e = threadIdx.x, + blockDim.x, ...
+ * CB_INFLIGHT at a time: all their loads first, then the stores. A plain loop would wait
+ * out a global load's latency (~1 us from HBM) per element, since the compiler cannot move
+ * a load past a store it cannot prove apart; the first chunked kernels lost most of their
+ * time so (21 ms a DELTA_NET_BACK at 16 x 512 tokens of Qwen3.5-0.8B). */
+#define CB_INFLIGHT 8
+template <typename Ld, typename St> static __device__ __forceinline__ void cb_fill(int n, Ld ld, St st)
+{
+    for (int e0 = threadIdx.x; e0 < n; e0 += CB_INFLIGHT * blockDim.x) {
+        float v[CB_INFLIGHT];
+#pragma unroll
+        for (int j = 0; j < CB_INFLIGHT; j++) {
+            const int e = e0 + j * blockDim.x;
+            v[j] = e < n ? ld(e) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < CB_INFLIGHT; j++) {
+            const int e = e0 + j * blockDim.x;
+            if (e < n)
+                st(e, v[j]);
+        }
+    }
+}
+
 static __device__ bool cb_col_ok(const struct cb_block &w, const struct dn_red &L, int jj)
 {
     return w.j0 + jj < L.sv;
@@ -558,17 +603,25 @@ static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs
                                   const struct dn_red &L, int64_t t0, int n)
 {
     const int C = CB_C, lk = w.lk, lv = w.lv, lc = w.lc;
-    for (int e = threadIdx.x; e < C * w.skp; e += blockDim.x) {
-        const int r = e / w.skp, i = e % w.skp;
-        const bool ok = r < n && i < L.sk;
-        w.K[r * lk + i] = ok ? cu_getf(s.k, i, w.hk, t0 + r, w.b) : 0.0f;
-        w.Q[r * lk + i] = ok ? cu_getf(s.q, i, w.hk, t0 + r, w.b) : 0.0f;
+    const int skp = w.skp, cv = w.cv;
+    for (int which = 0; which < 2; which++) {
+        const struct cu_t &src = which ? s.q : s.k;
+        float *dst = which ? w.Q : w.K;
+        cb_fill(
+            C * skp,
+            [&](int e) {
+                const int r = e / skp, i = e % skp;
+                return r < n && i < L.sk ? cu_getf(src, i, w.hk, t0 + r, w.b) : 0.0f;
+            },
+            [&](int e, float x) { dst[(e / skp) * lk + e % skp] = x; });
     }
-    for (int e = threadIdx.x; e < C * w.cv; e += blockDim.x) {
-        const int r = e / w.cv, jj = e % w.cv;
-        w.U[r * lv + jj] = r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
-                                                       : 0.0f;
-    }
+    cb_fill(
+        C * cv,
+        [&](int e) {
+            const int r = e / cv, jj = e % cv;
+            return r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b) : 0.0f;
+        },
+        [&](int e, float x) { w.U[(e / cv) * lv + e % cv] = x; });
     if (threadIdx.x < C) { /* G: the inclusive sum of g, each warp's 32 by a shuffle scan */
         const int r = threadIdx.x;
         float x = r < n ? cu_getf(s.g, w.h, t0 + r, w.b, 0) : 0.0f;
@@ -675,12 +728,14 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     const int C = CB_C, lk = w.lk, lv = w.lv, lc = w.lc, cv = w.cv, sk = (int)L.sk;
     const int ppt = (int)L.part_per_token;
     float *dQ = mine + t0 * ppt, *dK = dQ + sk;
-    for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
-        const int r = e / cv, jj = e % cv;
-        w.Do[r * lv + jj] = r < n && cb_col_ok(w, L, jj)
-                                ? scale * cu_getf(grad, w.j0 + jj, w.h, t0 + r, w.b)
-                                : 0.0f;
-    }
+    cb_fill(
+        C * cv,
+        [&](int e) {
+            const int r = e / cv, jj = e % cv;
+            return r < n && cb_col_ok(w, L, jj) ? scale * cu_getf(grad, w.j0 + jj, w.h, t0 + r, w.b)
+                                                : 0.0f;
+        },
+        [&](int e, float x) { w.Do[(e / cv) * lv + e % cv] = x; });
     __syncthreads();
     /* O = P U: dU = P^T Do; dP = Do U^T on q <= r, its gate terms, then dQK */
     cb_mm(w.tmp, w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
@@ -755,12 +810,16 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     __syncthreads();
     /* with M = dA: dB_r = sum_q dA_rq Ab_rq; the gates get B_r dA_rq Ab_rq at r, less at
      * q; Y takes X = V - diag(e^G) W for dB's other term */
-    for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
-        const int r = e / cv, jj = e % cv;
-        const float v = r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b)
-                                                     : 0.0f;
-        w.Y[r * lv + jj] = v - w.eG[r] * w.W[r * lv + jj];
-    }
+    cb_fill(
+        C * cv,
+        [&](int e) {
+            const int r = e / cv, jj = e % cv;
+            return r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b) : 0.0f;
+        },
+        [&](int e, float v) {
+            const int r = e / cv, jj = e % cv;
+            w.Y[r * lv + jj] = v - w.eG[r] * w.W[r * lv + jj];
+        });
     {
         float db, unused; /* the column sums need B_r inside: the next pass */
         cb_tri_sums(w.M, w.Ab, lc, 1, &db, &unused);
@@ -865,11 +924,14 @@ static __device__ struct cb_block cb_block_of(float *sh, const struct dn_red &L,
 static __device__ void cb_load_state(const struct cb_block &w, const struct cu_t &state,
                                      const struct dn_red &L)
 {
-    for (int e = threadIdx.x; e < w.skp * w.cv; e += blockDim.x) {
-        const int i = e / w.cv, jj = e % w.cv;
-        w.S0[i * w.lv + jj] =
-            i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(state, w.j0 + jj, i, w.h, w.b) : 0.0f;
-    }
+    const int cv = w.cv;
+    cb_fill(
+        w.skp * cv,
+        [&](int e) {
+            const int i = e / cv, jj = e % cv;
+            return i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(state, w.j0 + jj, i, w.h, w.b) : 0.0f;
+        },
+        [&](int e, float x) { w.S0[(e / cv) * w.lv + e % cv] = x; });
     __syncthreads();
 }
 
@@ -931,16 +993,22 @@ delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ck
         cb_prepare(w, s, L, t0, (int)(L.nt - t0 < C ? L.nt - t0 : C));
         cb_advance(w);
     }
-    for (int e = threadIdx.x; e < n_st; e += blockDim.x) {
-        const int i = e / w.cv, jj = e % w.cv;
-        w.dS[i * w.lv + jj] =
-            i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(grad, w.j0 + jj, w.h, L.nt + i, w.b) : 0.0f;
-    }
+    const int cv = w.cv;
+    cb_fill(
+        n_st,
+        [&](int e) {
+            const int i = e / cv, jj = e % cv;
+            return i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(grad, w.j0 + jj, w.h, L.nt + i, w.b)
+                                                   : 0.0f;
+        },
+        [&](int e, float x) { w.dS[(e / cv) * w.lv + e % cv] = x; });
     for (int64_t ch = P.n_ch - 1; ch >= 0; ch--) {
         const int64_t t0 = ch * C;
         __syncthreads();
-        for (int e = threadIdx.x; e < n_st; e += blockDim.x)
-            w.S0[(e / w.cv) * w.lv + e % w.cv] = ckpt[ch * n_st + e];
+        const float *from = ckpt + ch * n_st;
+        cb_fill(
+            n_st, [&](int e) { return from[e]; },
+            [&](int e, float x) { w.S0[(e / cv) * w.lv + e % cv] = x; });
         __syncthreads();
         const int n = (int)(L.nt - t0 < C ? L.nt - t0 : C);
         cb_prepare(w, s, L, t0, n);

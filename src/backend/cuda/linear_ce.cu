@@ -4,7 +4,8 @@
  * The tokens go a chunk at a time: cuBLAS makes the chunk's logits z = w^T h [V, nc] in
  * scratch (F32 out, F32 accumulation; a BF16 or F16 head multiplies the chunk's hidden
  * states rounded to its type, as mul_mat's BF16 products do), a block a token takes the
- * logsumexp of its column (max in float, sum in double, as CROSS_ENTROPY). The forward
+ * logsumexp of its column (max and exponentials in float, their sum in double:
+ * CROSS_ENTROPY's exponentials in double cost more than the products here). The forward
  * keeps one double a token and a last kernel averages them. The backward turns the chunk's
  * logits into d z in place (and into the head's type for a typed head), then two products:
  * dh (the chunk's columns of dh [D, N]) = w d z, and dw [D, V] += h_chunk d z^T (the first
@@ -72,9 +73,9 @@ static __device__ void column_lse(const float *z, int64_t V, float *fs, double *
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
         mx = fmaxf(mx, z[v]);
     mx = cu_block_max(mx, fs);
-    double sum = 0.0;
+    double sum = 0.0; /* exp in float (each term to an ulp or two), summed in double */
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        sum += exp((double)z[v] - (double)mx);
+        sum += (double)expf(z[v] - mx);
     *lse_out = log(cu_block_sum(sum, ds));
     *mx_out = mx;
 }
@@ -146,7 +147,7 @@ static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const in
         for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
             float d = 0.0f;
             if (!masked) {
-                const double p = coef * exp((double)zc[v] - mx - lse);
+                const double p = coef * (double)expf(zc[v] - (float)(mx + lse));
                 d = (float)(v == label ? p - coef : p); /* p - 1 in double */
             }
             zc[v] = d;
