@@ -597,6 +597,56 @@ static __device__ bool cb_col_ok(const struct cb_block &w, const struct dn_red &
     return w.j0 + jj < L.sv;
 }
 
+/* X = (I + diag(B) Ab)^-1 X, or (transposed) (I + diag(B) Ab)^-T X, in place on the
+ * block's columns of X [C][ldv] (Ab strictly lower, zero elsewhere). A warp takes cv / 8
+ * columns at once, lane l holding rows l and l + 32 of each in registers, and walks the
+ * pivots q in order (backward for the transpose): row q is final, so it is broadcast and
+ * every other row takes its multiple away. A step is a shuffle and two multiply-adds a
+ * column, where the first kernels summed each row over 8 lanes (three shuffles deep) with
+ * a __syncwarp between rows. */
+template <int CPW>
+static __device__ void cb_solve_cols(const struct cb_block &w, float *X, bool transposed)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, lc = w.lc, lv = w.lv;
+    const int n_warps = DN_CBACK_THREADS / 32;
+    float u0[CPW], u1[CPW];
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const int j = warp + k * n_warps;
+        u0[k] = X[lane * lv + j];
+        u1[k] = X[(lane + 32) * lv + j];
+    }
+    const float b0 = w.B[lane], b1 = w.B[lane + 32];
+    for (int step = 0; step < CB_C; step++) {
+        const int q = transposed ? CB_C - 1 - step : step;
+        /* forward: row r takes B_r Ab[r][q] u_q; transposed: row r takes B_q Ab[q][r] u_q */
+        const float a0 = transposed ? w.B[q] * w.Ab[q * lc + lane] : b0 * w.Ab[lane * lc + q];
+        const float a1 =
+            transposed ? w.B[q] * w.Ab[q * lc + lane + 32] : b1 * w.Ab[(lane + 32) * lc + q];
+#pragma unroll
+        for (int k = 0; k < CPW; k++) {
+            const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
+            u0[k] = fmaf(-a0, uq, u0[k]);
+            u1[k] = fmaf(-a1, uq, u1[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const int j = warp + k * n_warps;
+        X[lane * lv + j] = u0[k];
+        X[(lane + 32) * lv + j] = u1[k];
+    }
+}
+
+static __device__ void cb_solve(const struct cb_block &w, float *X, bool transposed)
+{
+    static_assert(DN_CHUNK == 64 && DN_CBACK_THREADS == 256, "two rows a lane, 8 warps");
+    if (w.cv == 32)
+        cb_solve_cols<4>(w, X, transposed);
+    else
+        cb_solve_cols<2>(w, X, transposed);
+}
+
 /* The chunk [t0, t0 + n) from the state in w.S0: K, Q (rows past n zero), G, e^G, B,
  * e^{G_last - G} (El), W = K S0, Ab, P, and U = (I + diag(B) Ab)^-1 diag(B) (V - e^G W). */
 static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs &s,
@@ -657,18 +707,7 @@ static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs
         w.P[r * lc + q] *= d;
     }
     __syncthreads();
-    /* forward substitution, a column to a group of `subs` lanes of one warp */
-    const int subs = DN_CBACK_THREADS / w.cv, col = threadIdx.x / subs, sub = threadIdx.x % subs;
-    for (int r = 1; r < C; r++) {
-        float x = 0.0f;
-        for (int q = sub; q < r; q += subs)
-            x = fmaf(w.Ab[r * lc + q], w.U[q * lv + col], x);
-        for (int o = subs >> 1; o > 0; o >>= 1)
-            x += __shfl_xor_sync(0xffffffffu, x, o);
-        if (sub == 0)
-            w.U[r * lv + col] -= w.B[r] * x;
-        __syncwarp();
-    }
+    cb_solve(w, w.U, false);
     __syncthreads();
 }
 
@@ -792,18 +831,7 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         w.dgam[C - 1] += x;
     }
     __syncthreads();
-    /* dRHS = (I + diag(B) Ab)^-T dU, in place, by back substitution */
-    const int subs = DN_CBACK_THREADS / cv, col = threadIdx.x / subs, sub = threadIdx.x % subs;
-    for (int r = C - 2; r >= 0; r--) {
-        float x = 0.0f;
-        for (int q = r + 1 + sub; q < C; q += subs)
-            x = fmaf(w.B[q] * w.Ab[q * lc + r], w.dU[q * lv + col], x);
-        for (int o = subs >> 1; o > 0; o >>= 1)
-            x += __shfl_xor_sync(0xffffffffu, x, o);
-        if (sub == 0)
-            w.dU[r * lv + col] -= x;
-        __syncwarp();
-    }
+    cb_solve(w, w.dU, true); /* dRHS = (I + diag(B) Ab)^-T dU */
     __syncthreads();
     /* dA = -dRHS U^T below the diagonal, A = diag(B) Ab: dB, gate terms, dKK into M */
     cb_mm(w.tmp, w.M, lc, w.dU, lv, 1, w.U, 1, lv, C, C, cv, -1.0f, false);
