@@ -568,28 +568,33 @@ struct cb_block {
 #define CB_C DN_CHUNK
 static_assert(DN_CBACK_THREADS == 4 * DN_CHUNK, "the row sums take 4 lanes a chunk row");
 
-/* For e < n: st(e, ld(e)), the block's threads taking e = threadIdx.x, + blockDim.x, ...
- * CB_INFLIGHT at a time: all their loads first, then the stores. A plain loop would wait
- * out a global load's latency (~1 us from HBM) per element, since the compiler cannot move
- * a load past a store it cannot prove apart; the first chunked kernels lost most of their
- * time so (21 ms a DELTA_NET_BACK at 16 x 512 tokens of Qwen3.5-0.8B). */
+/* st(r, c, ld(r, c)) for every r < rows, c < cols: warp w takes rows w, w + 8, ..., lane l
+ * columns l, l + 32, ... (a row's global reads coalesced), CB_INFLIGHT rows of loads in
+ * flight before their stores. A plain loop would wait out a global load's latency (~1 us
+ * from HBM) per element, since the compiler cannot move a load past a store it cannot
+ * prove apart; the first chunked kernels lost most of their time so (21 ms a
+ * DELTA_NET_BACK at 16 x 512 tokens of Qwen3.5-0.8B), and a flat index's division by a
+ * runtime width cost more instructions than the load. */
 #define CB_INFLIGHT 8
-template <typename Ld, typename St> static __device__ __forceinline__ void cb_fill(int n, Ld ld, St st)
+template <typename Ld, typename St>
+static __device__ __forceinline__ void cb_fill(int rows, int cols, Ld ld, St st)
 {
-    for (int e0 = threadIdx.x; e0 < n; e0 += CB_INFLIGHT * blockDim.x) {
-        float v[CB_INFLIGHT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int r0 = warp; r0 < rows; r0 += nw * CB_INFLIGHT)
+        for (int c = lane; c < cols; c += 32) {
+            float v[CB_INFLIGHT];
 #pragma unroll
-        for (int j = 0; j < CB_INFLIGHT; j++) {
-            const int e = e0 + j * blockDim.x;
-            v[j] = e < n ? ld(e) : 0.0f;
-        }
+            for (int k = 0; k < CB_INFLIGHT; k++) {
+                const int r = r0 + k * nw;
+                v[k] = r < rows ? ld(r, c) : 0.0f;
+            }
 #pragma unroll
-        for (int j = 0; j < CB_INFLIGHT; j++) {
-            const int e = e0 + j * blockDim.x;
-            if (e < n)
-                st(e, v[j]);
+            for (int k = 0; k < CB_INFLIGHT; k++) {
+                const int r = r0 + k * nw;
+                if (r < rows)
+                    st(r, c, v[k]);
+            }
         }
-    }
 }
 
 static __device__ bool cb_col_ok(const struct cb_block &w, const struct dn_red &L, int jj)
@@ -658,20 +663,18 @@ static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs
         const struct cu_t &src = which ? s.q : s.k;
         float *dst = which ? w.Q : w.K;
         cb_fill(
-            C * skp,
-            [&](int e) {
-                const int r = e / skp, i = e % skp;
+            C, skp,
+            [&](int r, int i) {
                 return r < n && i < L.sk ? cu_getf(src, i, w.hk, t0 + r, w.b) : 0.0f;
             },
-            [&](int e, float x) { dst[(e / skp) * lk + e % skp] = x; });
+            [&](int r, int i, float x) { dst[r * lk + i] = x; });
     }
     cb_fill(
-        C * cv,
-        [&](int e) {
-            const int r = e / cv, jj = e % cv;
+        C, cv,
+        [&](int r, int jj) {
             return r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b) : 0.0f;
         },
-        [&](int e, float x) { w.U[(e / cv) * lv + e % cv] = x; });
+        [&](int r, int jj, float x) { w.U[r * lv + jj] = x; });
     if (threadIdx.x < C) { /* G: the inclusive sum of g, each warp's 32 by a shuffle scan */
         const int r = threadIdx.x;
         float x = r < n ? cu_getf(s.g, w.h, t0 + r, w.b, 0) : 0.0f;
@@ -768,13 +771,12 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     const int ppt = (int)L.part_per_token;
     float *dQ = mine + t0 * ppt, *dK = dQ + sk;
     cb_fill(
-        C * cv,
-        [&](int e) {
-            const int r = e / cv, jj = e % cv;
+        C, cv,
+        [&](int r, int jj) {
             return r < n && cb_col_ok(w, L, jj) ? scale * cu_getf(grad, w.j0 + jj, w.h, t0 + r, w.b)
                                                 : 0.0f;
         },
-        [&](int e, float x) { w.Do[(e / cv) * lv + e % cv] = x; });
+        [&](int r, int jj, float x) { w.Do[r * lv + jj] = x; });
     __syncthreads();
     /* O = P U: dU = P^T Do; dP = Do U^T on q <= r, its gate terms, then dQK */
     cb_mm(w.tmp, w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
@@ -839,15 +841,11 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     /* with M = dA: dB_r = sum_q dA_rq Ab_rq; the gates get B_r dA_rq Ab_rq at r, less at
      * q; Y takes X = V - diag(e^G) W for dB's other term */
     cb_fill(
-        C * cv,
-        [&](int e) {
-            const int r = e / cv, jj = e % cv;
+        C, cv,
+        [&](int r, int jj) {
             return r < n && cb_col_ok(w, L, jj) ? cu_getf(s.v, w.j0 + jj, w.h, t0 + r, w.b) : 0.0f;
         },
-        [&](int e, float v) {
-            const int r = e / cv, jj = e % cv;
-            w.Y[r * lv + jj] = v - w.eG[r] * w.W[r * lv + jj];
-        });
+        [&](int r, int jj, float v) { w.Y[r * lv + jj] = v - w.eG[r] * w.W[r * lv + jj]; });
     {
         float db, unused; /* the column sums need B_r inside: the next pass */
         cb_tri_sums(w.M, w.Ab, lc, 1, &db, &unused);
@@ -954,12 +952,11 @@ static __device__ void cb_load_state(const struct cb_block &w, const struct cu_t
 {
     const int cv = w.cv;
     cb_fill(
-        w.skp * cv,
-        [&](int e) {
-            const int i = e / cv, jj = e % cv;
+        w.skp, cv,
+        [&](int i, int jj) {
             return i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(state, w.j0 + jj, i, w.h, w.b) : 0.0f;
         },
-        [&](int e, float x) { w.S0[(e / cv) * w.lv + e % cv] = x; });
+        [&](int i, int jj, float x) { w.S0[i * w.lv + jj] = x; });
     __syncthreads();
 }
 
@@ -1023,20 +1020,19 @@ delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ck
     }
     const int cv = w.cv;
     cb_fill(
-        n_st,
-        [&](int e) {
-            const int i = e / cv, jj = e % cv;
+        w.skp, cv,
+        [&](int i, int jj) {
             return i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(grad, w.j0 + jj, w.h, L.nt + i, w.b)
                                                    : 0.0f;
         },
-        [&](int e, float x) { w.dS[(e / cv) * w.lv + e % cv] = x; });
+        [&](int i, int jj, float x) { w.dS[i * w.lv + jj] = x; });
     for (int64_t ch = P.n_ch - 1; ch >= 0; ch--) {
         const int64_t t0 = ch * C;
         __syncthreads();
         const float *from = ckpt + ch * n_st;
         cb_fill(
-            n_st, [&](int e) { return from[e]; },
-            [&](int e, float x) { w.S0[(e / cv) * w.lv + e % cv] = x; });
+            w.skp, cv, [&](int i, int jj) { return from[i * cv + jj]; },
+            [&](int i, int jj, float x) { w.S0[i * w.lv + jj] = x; });
         __syncthreads();
         const int n = (int)(L.nt - t0 < C ? L.nt - t0 : C);
         cb_prepare(w, s, L, t0, n);
