@@ -132,10 +132,11 @@ struct lt_tensor *lt_delta_net(struct lt_ctx *ctx, struct lt_tensor *q, struct l
 struct lt_tensor *lt_delta_net_output(struct lt_ctx *ctx, struct lt_tensor *r);
 /* [S_v, S_k, H_v, B] (a view with H_v and S_k strides swapped; cont it to store) */
 struct lt_tensor *lt_delta_net_state(struct lt_ctx *ctx, struct lt_tensor *r);
-/* The CPU kernel's code path for a DELTA_NET or DELTA_NET_BACK node (op_params[1]). The
- * forward's AUTO runs T == 1 recurrently and T > 1 in chunks of 64; the backward's AUTO is
- * the recurrent one (the oracle), CHUNKED the chunk algebra the CUDA backward runs. Tests
- * force one path to hold the other to it. */
+/* The code path of a DELTA_NET or DELTA_NET_BACK node (op_params[1]). On the CPU the
+ * forward's AUTO runs T == 1 recurrently and T > 1 in chunks of 64, and the backward's AUTO
+ * is the recurrent one (the oracle), CHUNKED the chunk algebra the CUDA backward runs. On
+ * CUDA the backward runs chunked unless RECURRENT, the forward per token unless CHUNKED
+ * (src/backend/cuda/delta_net.cu says why). Tests force one path to hold the other to it. */
 enum lt_delta_net_path {
     LT_DELTA_NET_PATH_AUTO = 0,
     LT_DELTA_NET_PATH_RECURRENT,

@@ -625,9 +625,9 @@ static void test_recurrent_loss_optim(void)
                 run_case(back ? LT_OP_SSM_CONV_BACK : LT_OP_SSM_CONV,
                          lbl(layout_names[l], t ? lt_type_name(wt[t]) : ""), TOL_F32, b_ssm_conv, &p);
             }
-    /* the forward: AUTO runs the chunked kernel from two tokens on (the CPU its chunked
-     * path), RECURRENT the per-token kernel (and the CPU's recurrence); the longer shapes
-     * contiguous only */
+    /* the forward: CHUNKED runs the chunked kernel (and the CPU's chunked path), RECURRENT
+     * the per-token kernel (and the CPU's recurrence); AUTO is the per-token kernel on the
+     * device. The longer shapes contiguous only */
     static const int64_t dims[][4] = {{16, 12, 5, 2},   {16, 12, 1, 2},   {128, 128, 40, 1},
                                       {16, 12, 63, 2},  {16, 12, 65, 2},  {20, 40, 150, 2},
                                       {128, 128, 150, 2}, {16, 12, 2048, 1}};
@@ -640,11 +640,11 @@ static void test_recurrent_loss_optim(void)
                 p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
                 memcpy(p.ne, dims[d], sizeof(p.ne));
                 p.i[0] = heads[d][0], p.i[1] = heads[d][1];
-                p.i[2] = path ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_AUTO;
+                p.i[2] = path ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_CHUNKED;
                 char what[48];
                 snprintf(what, sizeof(what), "%lldx%lld T%lld B%lld %s", (long long)dims[d][0],
                          (long long)dims[d][1], (long long)dims[d][2], (long long)dims[d][3],
-                         path ? "recur" : "auto");
+                         path ? "recur" : "chunked");
                 run_case(LT_OP_DELTA_NET, lbl(layout_names[l], what), TOL_F32, b_delta_net, &p);
             }
     /* the backward: the chunked kernel (AUTO) around the chunk size of 64, two sequences

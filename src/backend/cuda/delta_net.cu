@@ -2,7 +2,7 @@
  * (DELTA_NET_BACK) on the device; see src/ops/delta_net.c for the maths and the packed
  * result [S_v, H_v, T + S_k, B] (outputs, then the new state's rows).
  *
- * Two kinds of kernel. Chunked (the default for sequences, the second half of this file):
+ * Two kinds of kernel. Chunked (the backward's default, the second half of this file):
  * chunks of 64 tokens in the WY/UT form of src/ops/delta_net.c, whose chunked CPU backward
  * is the step-by-step specification; a block takes 16 or 32 value columns of one (value
  * head, sequence) and walks its chunks, the chunk's products (K K^T, Q K^T, K S, P U, their
@@ -10,10 +10,16 @@
  * triangular solves by warp-synchronous substitution, the gates in log space (every
  * exponent G_r - G_s with s <= r). The backward keeps the state at each chunk start in
  * scratch and recomputes each chunk's quantities from it, last chunk first. Per token (the
- * first half, described below): decode (one token), and anything the chunked plan cannot
- * hold in shared memory (S_k past ~200) or a node whose path is RECURRENT. The chunked
- * backward took DELTA_NET_BACK at 16 x 512 tokens of Qwen3.5-0.8B from ~52 ms a node (the
- * per-token kernel below) to MEASURED_CHUNKED (H200, LATHE_CUDA_PROFILE).
+ * first half, described below): the forward (chunked only when a node asks, see
+ * chunked_plan), and a backward the chunked plan cannot hold in shared memory (S_k past
+ * ~200) or whose node asks for the recurrence. Measured on the H200 (LATHE_CUDA_PROFILE,
+ * 16 x 512 tokens of Qwen3.5-0.8B, a full fine-tune): DELTA_NET_BACK ~52 ms a node with the
+ * per-token kernel, 20.5 with the first chunked one (products on CUDA cores), 21.4 with the
+ * products on tensor cores, 16.1 once global reads were batched; the column-oriented
+ * solves and row-wise fills came after that profile (the whole step went from 9540 to
+ * 10244 tokens/s with them). What bounds it now, by Nsight Compute: instruction issue, at
+ * 2 warps a scheduler (one 200 KiB block an SM) with most stalls on fixed-latency
+ * dependencies; the three-product TF32 split is about half the instructions.
  *
  * The per-token kernels:
  *
@@ -73,15 +79,18 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
 
 enum { SRC_Q, SRC_K, SRC_V, SRC_G, SRC_BETA, SRC_STATE, SRC_COUNT };
 
-/* Whether a node runs a chunked kernel, and its plan: DELTA_NET_BACK unless the node asks
- * for the recurrent path, DELTA_NET from two tokens on unless it does (a token at a time,
- * decode, keeps the per-token kernel), whenever the plan fits; the per-token kernels
- * otherwise. The precondition and the launcher both ask here. */
+/* Whether a node runs a chunked kernel, and its plan, whenever the plan fits (the
+ * per-token kernels otherwise): DELTA_NET_BACK unless the node asks for the recurrent path;
+ * DELTA_NET only when it asks for the chunked one, since the per-token forward measured
+ * faster (3.2 against 4.2 ms a node at 16 x 512 tokens of Qwen3.5-0.8B, and a one-sequence
+ * prefill has too few blocks for chunks). The precondition and the launcher both ask
+ * here. */
 static bool chunked_plan(const struct lt_tensor *node, struct dn_cback_plan *p)
 {
     const int s0 = node->op == LT_OP_DELTA_NET_BACK ? 1 : 0;
     const struct lt_tensor *q = node->src[s0 + SRC_Q], *v = node->src[s0 + SRC_V];
-    if (lt_get_param_i32(node, 1) == LT_DELTA_NET_PATH_RECURRENT || (!s0 && q->ne[2] < 2))
+    const int path = lt_get_param_i32(node, 1);
+    if (s0 ? path == LT_DELTA_NET_PATH_RECURRENT : path != LT_DELTA_NET_PATH_CHUNKED)
         return false;
     char reason[CU_REASON_MAX];
     return dn_cback_plan_init(p, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2], reason,
