@@ -1,18 +1,21 @@
 /* test_gguf.c: the GGUF reader and writer.
  *
  * Without arguments: round trip of every metadata type and several tensor types, the
- * writer's temp-then-rename behaviour, every truncation of small valid files, and a set of
- * hand-corrupted headers (built byte by byte here, not with the writer) that must each be
- * refused with LT_ERR_FORMAT and a message naming the right offset and field.
+ * writer's temp-then-rename behaviour and the removal of temporaries killed writes left,
+ * every truncation of small valid files, and a set of hand-corrupted headers (built byte by
+ * byte here, not with the writer) that must each be refused with LT_ERR_FORMAT and a message
+ * naming the right offset and field.
  *
  * Two modes serve tests/py/test_gguf_cross.py:
  *   test_gguf --write PATH      writes the sample file described by the tables below
  *   test_gguf --dump-json PATH  prints a GGUF file's metadata and tensors as JSON (tensor
  *                               bytes as a 64-bit FNV-1a hash) */
 #include <dirent.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -485,6 +488,97 @@ static void test_atomic_write(void)
     write_file(tmp_path("empty.gguf"), "", 0);
     CHECK(lt_gguf_open(tmp_path("empty.gguf"), &g) == LT_ERR_FORMAT && g == NULL);
     CHECK(lt_gguf_open_memory(NULL, 0, &g) == LT_ERR_FORMAT && g == NULL);
+}
+
+/* A write killed part way leaves "NAME.tmp-XXXXXX" behind. lt_gguf_remove_stale_temps
+ * removes exactly those (of one name, or of any .gguf name), never anything else and never
+ * one a live writer holds; a write and a writability check of NAME remove NAME's first. */
+static void test_stale_temps(void)
+{
+    static const char gguf_head[] = "GGUF\x03\x00\x00\x00partial";
+    struct {
+        const char *name;
+        const char *content; /* NULL: a directory; "->": a symlink to a stale temporary */
+        bool stale_for_any, stale_for_out;
+    } files[] = {
+        {"out.gguf.tmp-AbC123", gguf_head, true, true},
+        {"out.gguf.tmp-000000", "", true, true},
+        {"other.gguf.tmp-ZZzz99", gguf_head, true, false},
+        {"out.gguf", gguf_head, false, false},
+        {"out.gguf.tmp-abc12", gguf_head, false, false},   /* five random characters */
+        {"out.gguf.tmp-abc1234", gguf_head, false, false}, /* seven */
+        {"out.gguf.tmp-abc_12", gguf_head, false, false},  /* not mkstemp's alphabet */
+        {"out.gguf.tmp-qwerty", "hello, not a model", false, false},
+        {"notes.txt.tmp-abcdef", gguf_head, false, false}, /* any name: .gguf only */
+        {".tmp-abcdef", gguf_head, false, false},          /* no name before the tag */
+        {"out.gguf.TMP-abcdef", gguf_head, false, false},
+        {"out.gguf.tmp-dir000", NULL, false, false},
+        {"out.gguf.tmp-link00", "->", false, false},
+        {"held.gguf.tmp-Held01", gguf_head, false, false}, /* a live writer's (locked below) */
+    };
+    const int n_files = (int)(sizeof(files) / sizeof(files[0]));
+    char dir[600];
+    snprintf(dir, sizeof(dir), "%s/stale", tmpdir);
+    CHECK(mkdir(dir, 0755) == 0);
+    char target[700];
+    snprintf(target, sizeof(target), "%s/elsewhere.gguf.tmp-aaaaaa", tmpdir);
+    write_file(target, gguf_head, sizeof(gguf_head) - 1);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < n_files; i++) {
+            char path[800];
+            snprintf(path, sizeof(path), "%s/%s", dir, files[i].name);
+            if (!files[i].content)
+                mkdir(path, 0755);
+            else if (!strcmp(files[i].content, "->"))
+                CHECK(symlink(target, path) == 0 || access(path, F_OK) == 0);
+            else if (access(path, F_OK) != 0)
+                write_file(path, files[i].content, strlen(files[i].content));
+        }
+        char held[800];
+        snprintf(held, sizeof(held), "%s/held.gguf.tmp-Held01", dir);
+        int hfd = open(held, O_RDONLY);
+        CHECK(hfd >= 0 && flock(hfd, LOCK_EX) == 0, "lock %s", held);
+        int n = -1;
+        CHECK(lt_gguf_remove_stale_temps(dir, pass == 0 ? "out.gguf" : NULL, &n) == LT_OK, "%s",
+              lt_last_error());
+        int want = 0;
+        for (int i = 0; i < n_files; i++) {
+            bool stale = pass == 0 ? files[i].stale_for_out : files[i].stale_for_any;
+            char path[800];
+            snprintf(path, sizeof(path), "%s/%s", dir, files[i].name);
+            struct stat sb;
+            bool there = lstat(path, &sb) == 0;
+            want += stale;
+            CHECK(there != stale, "%s: %s", pass == 0 ? "name out.gguf" : "any .gguf name",
+                  files[i].name);
+        }
+        CHECK(n == want, "%d removed, %d expected", n, want);
+        close(hfd);
+    }
+    int n_after = 0;
+    CHECK(lt_gguf_remove_stale_temps(dir, NULL, &n_after) == LT_OK && n_after == 1 &&
+              access(tmp_path("stale/held.gguf.tmp-Held01"), F_OK) != 0,
+          "once its writer let go, the held temporary goes too (%d removed)", n_after);
+    CHECK(access(target, F_OK) == 0, "a symlink's target is never touched");
+    CHECK(lt_gguf_remove_stale_temps(tmp_path("no-such-dir"), NULL, NULL) == LT_ERR_IO);
+
+    /* the writer and the writability check clear their own name's first */
+    char path[800], stale[800], other[800];
+    snprintf(path, sizeof(path), "%s/w.gguf", dir);
+    snprintf(stale, sizeof(stale), "%s/w.gguf.tmp-k1LLed", dir);
+    snprintf(other, sizeof(other), "%s/v.gguf.tmp-k1LLed", dir);
+    write_file(stale, gguf_head, sizeof(gguf_head) - 1);
+    write_file(other, gguf_head, sizeof(gguf_head) - 1);
+    CHECK(lt_gguf_check_writable(path) == LT_OK, "%s", lt_last_error());
+    CHECK(access(stale, F_OK) != 0 && access(other, F_OK) == 0,
+          "the check removed w.gguf's stale temporary, not v.gguf's");
+    write_file(stale, "", 0);
+    struct lt_gguf_writer *w = lt_gguf_writer_new();
+    lt_gguf_writer_set_str(w, "general.name", "after a kill");
+    CHECK(lt_gguf_writer_write(w, path) == LT_OK, "%s", lt_last_error());
+    lt_gguf_writer_free(w);
+    CHECK(access(stale, F_OK) != 0 && access(path, F_OK) == 0 && access(other, F_OK) == 0,
+          "the write removed w.gguf's stale temporary and wrote w.gguf");
 }
 
 /* ================================================================ hand-built files */
@@ -972,6 +1066,7 @@ int main(int argc, char **argv)
     test_round_trip();
     test_writer_keys();
     test_atomic_write();
+    test_stale_temps();
     test_hand_built();
     test_truncation();
 

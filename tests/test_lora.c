@@ -139,6 +139,27 @@ static void test_create(struct lt_model *m)
               !memcmp(l->pairs[0].a->data, l2->pairs[0].a->data, lt_nbytes(l->pairs[0].a)),
           "same seed, same A");
     lt_lora_free(l2);
+
+    /* reserved for admission, committed afterwards: the same adapter, and nothing to save
+     * before the commit */
+    CHECK(lt_lora_reserve(m, &p, &l2) == LT_OK && !lt_lora_committed(l2), "%s", lt_last_error());
+    if (l2) {
+        CHECK(l2->n_pairs == l->n_pairs && l2->pairs[3].b->ne[1] == l->pairs[3].b->ne[1] &&
+                  (l2->pairs[0].a->flags & LT_FLAG_PARAM),
+              "shapes and flags before the commit");
+        CHECK(lt_lora_save(l2, "/nonexistent/never.gguf") == LT_ERR_INVALID &&
+                  strstr(lt_last_error(), "lt_lora_commit"),
+              "a reserved adapter is not saved: %s", lt_last_error());
+        CHECK(lt_lora_commit(l2) == LT_OK && lt_lora_committed(l2) && lt_lora_commit(l2) == LT_OK,
+              "%s", lt_last_error());
+        bool same = true;
+        for (int i = 0; i < l->n_pairs; i++)
+            same = same &&
+                   !memcmp(l->pairs[i].a->data, l2->pairs[i].a->data, lt_nbytes(l->pairs[i].a)) &&
+                   !memcmp(l->pairs[i].b->data, l2->pairs[i].b->data, lt_nbytes(l->pairs[i].b));
+        CHECK(same, "reserve + commit gives lt_lora_new's A and B");
+    }
+    lt_lora_free(l2);
     lt_lora_free(l);
 
     CHECK(lt_lora_new(m, &(struct lt_lora_params){.rank = 2, .alpha = 4, .seed = 1}, &l) == LT_OK &&

@@ -218,8 +218,19 @@ lt_status lt_gguf_writer_add_tensor_fill(struct lt_gguf_writer *w, const char *n
  * `path`. On failure the temporary file is removed and `path` is left as it was. */
 lt_status lt_gguf_writer_write(struct lt_gguf_writer *w, const char *path);
 /* LT_OK when lt_gguf_writer_write could create its temporary file beside path (made and
- * removed again): a check before hours of work that end in a write. */
+ * removed again): a check before hours of work that end in a write. Like the write, it
+ * first removes the temporaries that killed writes of the same path left
+ * (lt_gguf_remove_stale_temps with path's file name). */
 lt_status lt_gguf_check_writable(const char *path);
+/* Removes from dir the temporary files of writes that never finished (their process was
+ * killed): entries named "NAME.tmp-XXXXXX" (XXXXXX six letters or digits, as the writer
+ * makes them) that are regular files of this user's, empty or beginning with GGUF's magic,
+ * and not held by a writer that is still running (a writer locks its temporary file while it
+ * writes). name: only the temporaries of that file name ("out.gguf"); NULL: of any name
+ * ending in ".gguf". Nothing else is touched. lt_gguf_writer_write and
+ * lt_gguf_check_writable do this for their own path first. *n_removed (may be NULL) counts the
+ * files removed; a folder that cannot be read is LT_ERR_IO. */
+lt_status lt_gguf_remove_stale_temps(const char *dir, const char *name, int *n_removed);
 
 #ifdef __cplusplus
 }

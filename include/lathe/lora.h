@@ -60,12 +60,17 @@ struct lt_lora_pair {
     struct lt_tensor *b;      /* F32 [rank, n_out], host, named "<weight>.lora_b" */
 };
 
+struct lt_span; /* src/core/host_span.h */
+
 struct lt_lora {
     char arch[32]; /* general.architecture of the model the adapter belongs to */
     float alpha;   /* adapter.lora.alpha; 0: none given */
     int n_pairs;
     struct lt_lora_pair *pairs;
-    struct lt_ctx *ctx; /* owns the tensors and their data */
+    struct lt_ctx *ctx;   /* owns the tensor headers (no_alloc) */
+    struct lt_span *span; /* owns their data: reserved, then committed (lt_lora_commit) */
+    uint64_t seed;        /* draws A at the commit of an adapter lt_lora_reserve made */
+    bool draw_a;          /* A is still to be drawn */
 };
 
 /* A new adapter for `m`: one pair per target weight of the last top_layers blocks, A drawn
@@ -77,13 +82,26 @@ struct lt_lora {
  * and B are flagged LT_FLAG_PARAM. */
 lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
                       struct lt_lora **out);
+/* The adapter lt_lora_new would make, with its memory reserved but not committed: every
+ * tensor has its shape, flags and final address, enough to build, place and measure graphs
+ * that read it (training admission), and no byte of it may be read or written until
+ * lt_lora_commit, which commits the memory and draws A (the values lt_lora_new gives).
+ * Making one takes no memory beyond the headers, whatever the rank. */
+lt_status lt_lora_reserve(const struct lt_model *m, const struct lt_lora_params *p,
+                          struct lt_lora **out);
+/* Commits a reserved adapter's memory and initialises it; LT_OK at once for one that is
+ * committed (made by lt_lora_new or lt_lora_load). LT_ERR_NOMEM when the host will not
+ * commit the memory; the adapter stays reserved. */
+lt_status lt_lora_commit(struct lt_lora *l);
+bool lt_lora_committed(const struct lt_lora *l);
 /* Reads an adapter file (see the top of this file). Anything else (another general.type, a
  * tensor without a partner, mismatched ranks) is LT_ERR_FORMAT naming it. */
 lt_status lt_lora_load(const char *path, struct lt_lora **out);
 /* Checks that the adapter fits `m`: same architecture, every adapted weight present and of
  * matching shape. LT_ERR_INVALID naming the first mismatch. */
 lt_status lt_lora_check(const struct lt_lora *l, const struct lt_model *m);
-/* Writes the adapter (temporary file, then rename). Tensors are stored as F32. */
+/* Writes the adapter (temporary file, then rename). Tensors are stored as F32. A reserved
+ * adapter not yet committed is LT_ERR_INVALID. */
 lt_status lt_lora_save(const struct lt_lora *l, const char *path);
 void lt_lora_free(struct lt_lora *l); /* NULL is fine */
 

@@ -127,6 +127,14 @@ struct lt_model_f32_params;
 lt_status lt_model_f32_params_new(const struct lt_model *m,
                                   bool (*filter)(void *user, const struct lt_tensor *w), void *user,
                                   struct lt_model_f32_params **out);
+/* The same set with its memory reserved, not committed, and nothing copied: shapes, flags
+ * and final addresses only, enough to build, place and measure a training graph over it;
+ * nothing may read or write the copies before lt_model_f32_params_commit, which commits the
+ * memory and copies the weights. */
+lt_status lt_model_f32_params_reserve(const struct lt_model *m,
+                                      bool (*filter)(void *user, const struct lt_tensor *w),
+                                      void *user, struct lt_model_f32_params **out);
+lt_status lt_model_f32_params_commit(struct lt_model_f32_params *p); /* LT_OK when done before */
 void lt_model_f32_params_free(struct lt_model_f32_params *p);
 /* The replacement list, for lt_model_adapters.replace. */
 const struct lt_model_replace *lt_model_f32_params_list(const struct lt_model_f32_params *p,

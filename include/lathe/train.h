@@ -73,6 +73,26 @@ struct lt_train_params {
     bool dry_run;               /* admit, report, and stop before allocating */
 };
 
+/* Where lt_train_data_check found the data at fault. */
+struct lt_train_data_fault {
+    int example;      /* the chat example (0-based, blank lines not counted); -1: not one
+                         example's fault (no example at all, none left after the split, text) */
+    int line;         /* its JSONL line (1-based); -1 with example */
+    char reason[512]; /* the message without the "example N (line L): " in front */
+};
+
+struct lt_tokenizer;
+struct lt_chat_template;
+
+/* Reads, renders and tokenizes the training data of params exactly as a job on a model with
+ * this tokenizer and chat template (ct may be NULL: text only) will, and splits it, without a
+ * model or any tensor: a caller (the server) can refuse bad data before it starts a job. LT_OK,
+ * or the job's own failure with lt_last_error as the job would report it ("example 3 (line 4):
+ * \"messages\" must be a non-empty array") and fault (may be NULL) filled. */
+lt_status lt_train_data_check(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                              const struct lt_train_params *params,
+                              struct lt_train_data_fault *fault);
+
 /* Fills the documented defaults into zero fields. */
 void lt_train_params_defaults(struct lt_train_params *p);
 /* "none", "middle", "left" -> the policy; false for anything else. */

@@ -4,13 +4,20 @@
  * bytes are referenced, or produced by a callback) until lt_gguf_writer_write. The file is
  * written to "PATH.tmp-XXXXXX" in the same directory, fsynced and renamed over PATH, so PATH
  * never holds a half-written file; on any failure the temporary file is unlinked.
- * Every tensor's data, the last one included, is padded to the alignment. */
+ * Every tensor's data, the last one included, is padded to the alignment.
+ *
+ * A process killed while it writes cannot unlink its temporary file, so the writer holds an
+ * exclusive flock on it for as long as it writes (the kernel drops the lock when the process
+ * dies), and lt_gguf_remove_stale_temps removes only temporaries nobody holds: before a write
+ * those of the same PATH, and the server those in its train dir when it starts. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -651,26 +658,124 @@ static void sync_parent_dir(const char *path)
     free(copy);
 }
 
-/* Creates "PATH.tmp-XXXXXX" beside path; *tmp (the caller frees it) names it. */
+#define TEMP_TAG ".tmp-"
+#define TEMP_TAG_LEN 5
+#define TEMP_RANDOM_LEN 6 /* mkstemp's XXXXXX: letters and digits */
+
+/* Creates "PATH.tmp-XXXXXX" beside path and locks it; *tmp (the caller frees it) names it.
+ * A cleaner that found the file in the instant before the lock may have removed it: the
+ * name is checked to still be this file once the lock is held, and made anew otherwise. */
 static lt_status open_temp_beside(const char *path, char **tmp, int *fd)
 {
     size_t n = strlen(path);
     *tmp = malloc(n + sizeof(".tmp-XXXXXX"));
     if (!*tmp)
         return lt_fail(LT_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(*tmp, path, n);
-    memcpy(*tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
-    *fd = mkstemp(*tmp);
-    if (*fd < 0)
-        return lt_fail(LT_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
-                       strerror(errno));
+    for (int attempt = 0;; attempt++) {
+        memcpy(*tmp, path, n);
+        memcpy(*tmp + n, ".tmp-XXXXXX", sizeof(".tmp-XXXXXX"));
+        *fd = mkstemp(*tmp);
+        if (*fd < 0)
+            return lt_fail(LT_ERR_IO, "%s: cannot create a temporary file next to it: %s", path,
+                           strerror(errno));
+        /* where flock is not supported, a cleaner cannot lock the file either and skips it */
+        (void)flock(*fd, LOCK_EX);
+        struct stat by_fd, by_name;
+        if (fstat(*fd, &by_fd) != 0 || stat(*tmp, &by_name) != 0 ||
+            by_fd.st_dev != by_name.st_dev || by_fd.st_ino != by_name.st_ino) {
+            close(*fd);
+            *fd = -1;
+            if (attempt < 3)
+                continue;
+            return lt_fail(LT_ERR_IO, "%s: cannot hold a temporary file next to it", path);
+        }
+        return LT_OK;
+    }
+}
+
+/* "NAME.tmp-XXXXXX": the length of NAME, or 0 when `entry` is not of that form. */
+static size_t temp_target_len(const char *entry)
+{
+    size_t n = strlen(entry);
+    if (n <= TEMP_TAG_LEN + TEMP_RANDOM_LEN)
+        return 0;
+    size_t stem = n - TEMP_TAG_LEN - TEMP_RANDOM_LEN;
+    if (memcmp(entry + stem, TEMP_TAG, TEMP_TAG_LEN) != 0)
+        return 0;
+    for (size_t i = n - TEMP_RANDOM_LEN; i < n; i++) {
+        char c = entry[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+            return 0;
+    }
+    return stem;
+}
+
+/* Removes dir/entry when it is a temporary file the writer left: a regular file of this
+ * user's, empty or beginning with GGUF's magic, that no writer holds. */
+static bool remove_if_stale(int dfd, const char *entry)
+{
+    int fd = openat(dfd, entry, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    bool removed = false;
+    struct stat by_fd, by_name;
+    char magic[4];
+    if (fstat(fd, &by_fd) != 0 || !S_ISREG(by_fd.st_mode) || by_fd.st_uid != geteuid())
+        goto out_close;
+    if (by_fd.st_size != 0 &&
+        (pread(fd, magic, sizeof(magic), 0) != (ssize_t)sizeof(magic) || memcmp(magic, "GGUF", 4)))
+        goto out_close;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        goto out_close; /* a live writer's */
+    /* still the file that was checked, not one renamed over the name meanwhile */
+    if (fstatat(dfd, entry, &by_name, AT_SYMLINK_NOFOLLOW) == 0 && by_name.st_dev == by_fd.st_dev &&
+        by_name.st_ino == by_fd.st_ino)
+        removed = unlinkat(dfd, entry, 0) == 0;
+out_close:
+    close(fd); /* drops the lock */
+    return removed;
+}
+
+static bool ends_with(const char *s, size_t n, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return n >= k && !memcmp(s + n - k, suffix, k);
+}
+
+lt_status lt_gguf_remove_stale_temps(const char *dir, const char *name, int *n_removed)
+{
+    if (n_removed)
+        *n_removed = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return lt_fail(LT_ERR_IO, "%s: %s", dir, strerror(errno));
+    size_t name_len = name ? strlen(name) : 0;
+    for (struct dirent *e = readdir(d); e; e = readdir(d)) {
+        size_t stem = temp_target_len(e->d_name);
+        bool ours = stem > 0 && (name ? stem == name_len && !memcmp(e->d_name, name, stem)
+                                      : ends_with(e->d_name, stem, ".gguf"));
+        if (ours && remove_if_stale(dirfd(d), e->d_name) && n_removed)
+            (*n_removed)++;
+    }
+    closedir(d);
     return LT_OK;
+}
+
+/* Best effort, before a write: the temporaries an earlier write of the same path left. */
+static void remove_stale_temps_of(const char *path)
+{
+    char *copy_dir = strdup(path), *copy_base = strdup(path);
+    if (copy_dir && copy_base)
+        (void)lt_gguf_remove_stale_temps(dirname(copy_dir), basename(copy_base), NULL);
+    free(copy_dir);
+    free(copy_base);
 }
 
 lt_status lt_gguf_check_writable(const char *path)
 {
     char *tmp = NULL;
     int fd = -1;
+    remove_stale_temps_of(path);
     lt_status st = open_temp_beside(path, &tmp, &fd);
     if (st == LT_OK) {
         close(fd);
@@ -685,6 +790,7 @@ lt_status lt_gguf_writer_write(struct lt_gguf_writer *w, const char *path)
     char *tmp = NULL;
     int fd = -1;
     struct out *o = malloc(sizeof(*o));
+    remove_stale_temps_of(path);
     lt_status st = o ? open_temp_beside(path, &tmp, &fd)
                      : lt_fail(LT_ERR_NOMEM, "%s: out of memory", path);
     if (st != LT_OK)

@@ -1,14 +1,22 @@
 /* lora.c: LoRA adapters: creation (Kaiming-uniform A, zero B), GGUF read/write in
  * llama.cpp's adapter layout, and the pair list a model graph reads.
  *
- * Invariant: every pair's a and b are F32, contiguous, with host data owned by the
- * adapter's context, and a->ne[1] == b->ne[0] (the rank). Files of other tensor types are
- * converted on load, so the rest of lathe only ever sees this one form. */
+ * Invariant: every pair's a and b are F32, contiguous, with host data in the adapter's one
+ * span (headers in its no_alloc context), and a->ne[1] == b->ne[0] (the rank). Files of
+ * other tensor types are converted on load, so the rest of lathe only ever sees this one
+ * form.
+ *
+ * A training job makes its adapter with lt_lora_reserve: the span is address space only
+ * until admission has accepted the job, and lt_lora_commit then commits it and draws A. A
+ * rank-4096 adapter of a 0.8B Qwen3.5 is 5 GB of F32 that took 18-23 s to fill; a job
+ * refused for memory must pay neither. B needs no writing: a committed span reads as zero. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/host_span.h"
 #include "lathe/gguf.h"
 #include "lathe/lora.h"
 #include "lathe/sampling.h"
@@ -70,18 +78,33 @@ lt_status lt_lora_parse_targets(const char *list, char names[][LT_LORA_TARGET_NA
 
 /* ---- the container ---- */
 
+#define LORA_ALIGN 64 /* bytes; each tensor's data starts aligned in the span */
+
+static size_t lora_align(size_t n)
+{
+    return (n + LORA_ALIGN - 1) / LORA_ALIGN * LORA_ALIGN;
+}
+
+/* An empty adapter for n_pairs pairs whose data (data_bytes, alignment included) is
+ * reserved, not committed. */
 static lt_status lora_alloc(int n_pairs, size_t data_bytes, struct lt_lora **out)
 {
     struct lt_lora *l = calloc(1, sizeof(*l));
     if (!l)
         return lt_fail(LT_ERR_NOMEM, "out of memory for an adapter");
     l->pairs = calloc((size_t)(n_pairs > 0 ? n_pairs : 1), sizeof(*l->pairs));
-    /* headers (two per pair, ~512 bytes each) plus data, aligned */
-    l->ctx =
-        lt_ctx_init((struct lt_ctx_params){.mem_size = data_bytes + (size_t)n_pairs * 2048 + 4096});
-    if (!l->pairs || !l->ctx) {
+    l->span = calloc(1, sizeof(*l->span));
+    /* headers only, two per pair (~512 bytes each) */
+    l->ctx = lt_ctx_init(
+        (struct lt_ctx_params){.mem_size = (size_t)n_pairs * 2048 + 4096, .no_alloc = true});
+    if (!l->pairs || !l->span || !l->ctx) {
         lt_lora_free(l);
         return lt_fail(LT_ERR_NOMEM, "out of memory for an adapter of %d pairs", n_pairs);
+    }
+    lt_status st = lt_span_reserve(l->span, data_bytes, "adapter");
+    if (st != LT_OK) {
+        lt_lora_free(l);
+        return st;
     }
     *out = l;
     return LT_OK;
@@ -91,14 +114,18 @@ void lt_lora_free(struct lt_lora *l)
 {
     if (!l)
         return;
+    if (l->span)
+        lt_span_free(l->span);
+    free(l->span);
     lt_ctx_free(l->ctx);
     free(l->pairs);
     free(l);
 }
 
-/* Adds pair l->n_pairs for `weight` with a [n_in, rank], b [rank, n_out], zeroed. */
+/* Adds pair l->n_pairs for `weight` with a [n_in, rank], b [rank, n_out], their data at
+ * *at in the span (advanced past them). */
 static lt_status add_pair(struct lt_lora *l, const char *weight, int layer, int64_t n_in,
-                          int64_t rank, int64_t n_out)
+                          int64_t rank, int64_t n_out, size_t *at)
 {
     if (strlen(weight) + strlen(".lora_a") >= LT_MAX_NAME)
         return lt_fail(LT_ERR_INVALID, "weight name '%s' is too long for an adapter tensor name",
@@ -110,8 +137,13 @@ static lt_status add_pair(struct lt_lora *l, const char *weight, int layer, int6
     p->b = lt_new_tensor_2d(l->ctx, LT_TYPE_F32, rank, n_out);
     if (!p->a || !p->b)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the adapter of '%s'", weight);
-    memset(p->a->data, 0, lt_nbytes(p->a));
-    memset(p->b->data, 0, lt_nbytes(p->b));
+    struct lt_tensor *t[2] = {p->a, p->b};
+    for (int k = 0; k < 2; k++) {
+        size_t n = lora_align(lt_nbytes(t[k]));
+        assert(*at + n <= l->span->size); /* lora_alloc was given these sizes */
+        t[k]->data = (char *)l->span->base + *at;
+        *at += n;
+    }
     lt_format_name(p->a, "%s.lora_a", weight);
     lt_format_name(p->b, "%s.lora_b", weight);
     l->n_pairs++;
@@ -156,8 +188,8 @@ static struct lt_tensor *find_target(const struct lt_model *m, int il, const cha
     return w;
 }
 
-lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
-                      struct lt_lora **out)
+lt_status lt_lora_reserve(const struct lt_model *m, const struct lt_lora_params *p,
+                          struct lt_lora **out)
 {
     *out = NULL;
     const struct lt_model_hparams *hp = lt_model_hparams(m);
@@ -210,27 +242,59 @@ lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
         return st;
     snprintf(l->arch, sizeof(l->arch), "%s", lt_arch_name(hp->arch));
     l->alpha = p->alpha;
-    struct lt_rng rng;
-    lt_rng_seed(&rng, p->seed);
+    l->seed = p->seed;
+    l->draw_a = true;
+    size_t at = 0;
     for (int il = first; il < hp->n_layer; il++)
         for (int t = 0; t < n_targets; t++) {
             struct lt_tensor *w = find_target(m, il, targets[t]);
             if (!w)
                 continue;
-            st = add_pair(l, w->name, il, w->ne[0], p->rank, w->ne[1]);
+            st = add_pair(l, w->name, il, w->ne[0], p->rank, w->ne[1], &at);
             if (st != LT_OK)
                 goto out_free;
-            struct lt_tensor *a = l->pairs[l->n_pairs - 1].a;
-            float bound = 1.0f / sqrtf((float)w->ne[0]);
-            float *ad = a->data;
-            for (int64_t i = 0; i < lt_nelements(a); i++)
-                ad[i] = (float)(2.0 * lt_rng_uniform(&rng) - 1.0) * bound;
         }
     lt_lora_set_trainable(l, true);
     *out = l;
     return LT_OK;
 out_free:
     lt_lora_free(l);
+    return st;
+}
+
+/* A is drawn pair by pair in the order the pairs were made, one stream from the seed: the
+ * values lt_lora_new gave before adapters could be reserved. */
+lt_status lt_lora_commit(struct lt_lora *l)
+{
+    lt_status st = lt_span_commit(l->span, "adapter");
+    if (st != LT_OK || !l->draw_a)
+        return st;
+    struct lt_rng rng;
+    lt_rng_seed(&rng, l->seed);
+    for (int i = 0; i < l->n_pairs; i++) {
+        struct lt_tensor *a = l->pairs[i].a;
+        float bound = 1.0f / sqrtf((float)a->ne[0]);
+        float *ad = a->data;
+        for (int64_t k = 0; k < lt_nelements(a); k++)
+            ad[k] = (float)(2.0 * lt_rng_uniform(&rng) - 1.0) * bound;
+    }
+    l->draw_a = false;
+    return LT_OK;
+}
+
+bool lt_lora_committed(const struct lt_lora *l)
+{
+    return l->span->committed;
+}
+
+lt_status lt_lora_new(const struct lt_model *m, const struct lt_lora_params *p,
+                      struct lt_lora **out)
+{
+    lt_status st = lt_lora_reserve(m, p, out);
+    if (st == LT_OK && (st = lt_lora_commit(*out)) != LT_OK) {
+        lt_lora_free(*out);
+        *out = NULL;
+    }
     return st;
 }
 
@@ -298,6 +362,9 @@ static lt_status fill_from_tensor(void *user, void *dst, size_t nbytes)
 
 lt_status lt_lora_save(const struct lt_lora *l, const char *path)
 {
+    if (!lt_lora_committed(l))
+        return lt_fail(LT_ERR_INVALID, "%s: the adapter was only reserved (lt_lora_commit first)",
+                       path);
     struct lt_gguf_writer *w = lt_gguf_writer_new();
     if (!w)
         return LT_ERR_NOMEM;
@@ -416,8 +483,13 @@ lt_status lt_lora_load(const char *path, struct lt_lora **out)
     st = lora_alloc(n_pairs, bytes, &l);
     if (st != LT_OK)
         goto out_close;
+    if ((st = lt_span_commit(l->span, path)) != LT_OK) {
+        lt_lora_free(l);
+        goto out_close;
+    }
     snprintf(l->arch, sizeof(l->arch), "%s", arch);
     l->alpha = alpha;
+    size_t at = 0;
     for (int64_t i = 0; i < nt && st == LT_OK; i++) {
         const struct lt_gguf_tensor_info *ta = lt_gguf_tensor(g, i);
         if (!ends_with(ta->name, ".lora_a"))
@@ -430,7 +502,7 @@ lt_status lt_lora_load(const char *path, struct lt_lora **out)
         int layer = -1;
         if (sscanf(weight, "blk.%d.", &layer) != 1)
             layer = -1;
-        st = add_pair(l, weight, layer, ta->ne[0], ta->ne[1], tb->ne[1]);
+        st = add_pair(l, weight, layer, ta->ne[0], ta->ne[1], tb->ne[1], &at);
         if (st == LT_OK)
             st = read_tensor(path, ta, l->pairs[l->n_pairs - 1].a);
         if (st == LT_OK)

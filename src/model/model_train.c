@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/host_span.h"
 #include "model/model_impl.h"
 
 lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
@@ -64,10 +65,15 @@ lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g)
     return st;
 }
 
-/* ---- F32 trainable copies ---- */
+/* ---- F32 trainable copies ----
+ *
+ * Reserved first, like a training job's adapter (lora.c): the copies of a 0.8B model are
+ * 3.2 GB, which a job refused for memory must neither take nor spend time converting. */
 
 struct lt_model_f32_params {
-    struct lt_ctx *ctx;
+    struct lt_ctx *ctx;  /* headers only */
+    struct lt_span span; /* the copies' data */
+    bool copied;         /* the weights have been read into it */
     struct lt_model_replace *list;
     int n;
 };
@@ -90,9 +96,11 @@ static lt_status read_weight_f32(const struct lt_tensor *w, float *dst)
     return st;
 }
 
-lt_status lt_model_f32_params_new(const struct lt_model *m,
-                                  bool (*filter)(void *user, const struct lt_tensor *w), void *user,
-                                  struct lt_model_f32_params **out)
+#define F32_ALIGN 64 /* bytes; each copy starts aligned in the span */
+
+lt_status lt_model_f32_params_reserve(const struct lt_model *m,
+                                      bool (*filter)(void *user, const struct lt_tensor *w),
+                                      void *user, struct lt_model_f32_params **out)
 {
     *out = NULL;
     struct lt_model_f32_params *p = calloc(1, sizeof(*p));
@@ -101,14 +109,19 @@ lt_status lt_model_f32_params_new(const struct lt_model *m,
         return lt_fail(LT_ERR_NOMEM, "out of memory for trainable weights");
     size_t bytes = 0;
     for (int i = 0; i < m->n_weights; i++)
-        bytes +=
-            (size_t)lt_nelements(m->weights[i]) * sizeof(float) + sizeof(struct lt_tensor) + 128;
-    p->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = bytes + 4096});
+        if (!filter || filter(user, m->weights[i]))
+            bytes += (size_t)lt_nelements(m->weights[i]) * sizeof(float) + F32_ALIGN;
+    p->ctx = lt_ctx_init((struct lt_ctx_params){
+        .mem_size = (size_t)m->n_weights * (sizeof(struct lt_tensor) + 128) + 4096,
+        .no_alloc = true});
     p->list = calloc((size_t)m->n_weights + 1, sizeof(*p->list));
     if (!p->ctx || !p->list) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory for trainable weights");
         goto out_free;
     }
+    if ((st = lt_span_reserve(&p->span, bytes, "trainable weights")) != LT_OK)
+        goto out_free;
+    size_t at = 0;
     for (int i = 0; i < m->n_weights; i++) {
         struct lt_tensor *w = m->weights[i];
         if (filter && !filter(user, w))
@@ -118,10 +131,10 @@ lt_status lt_model_f32_params_new(const struct lt_model *m,
             st = lt_fail(LT_ERR_NOMEM, "out of memory copying '%s'", w->name);
             goto out_free;
         }
+        c->data = (char *)p->span.base + at;
+        at += (lt_nbytes(c) + F32_ALIGN - 1) / F32_ALIGN * F32_ALIGN;
         lt_set_name(c, w->name);
         c->flags |= LT_FLAG_PARAM;
-        if ((st = read_weight_f32(w, c->data)) != LT_OK)
-            goto out_free;
         p->list[p->n++] = (struct lt_model_replace){w, c};
     }
     *out = p;
@@ -131,10 +144,34 @@ out_free:
     return st;
 }
 
+lt_status lt_model_f32_params_commit(struct lt_model_f32_params *p)
+{
+    if (p->copied)
+        return LT_OK;
+    lt_status st = lt_span_commit(&p->span, "trainable weights");
+    for (int i = 0; i < p->n && st == LT_OK; i++)
+        st = read_weight_f32(p->list[i].w, p->list[i].with->data);
+    p->copied = st == LT_OK;
+    return st;
+}
+
+lt_status lt_model_f32_params_new(const struct lt_model *m,
+                                  bool (*filter)(void *user, const struct lt_tensor *w), void *user,
+                                  struct lt_model_f32_params **out)
+{
+    lt_status st = lt_model_f32_params_reserve(m, filter, user, out);
+    if (st == LT_OK && (st = lt_model_f32_params_commit(*out)) != LT_OK) {
+        lt_model_f32_params_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
 void lt_model_f32_params_free(struct lt_model_f32_params *p)
 {
     if (!p)
         return;
+    lt_span_free(&p->span);
     lt_ctx_free(p->ctx);
     free(p->list);
     free(p);

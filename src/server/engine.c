@@ -264,6 +264,19 @@ static int eng_train_start(struct srv_engine *se, const struct lt_train_params *
     return e->trainer ? srv_trainer_start(e->trainer, p, meta, id, id_size) : no_training();
 }
 
+/* On the HTTP thread: the tokenizer and template are immutable once loaded, and the job
+ * loads its own from the same file, so this is the job's own verdict. */
+static int eng_train_check(struct srv_engine *se, const struct lt_train_params *p,
+                           struct lt_train_data_fault *fault)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    lt_status ls = lt_train_data_check(e->tok, e->have_ct ? &e->ct : NULL, p, fault);
+    return ls == LT_OK ? 200 : srv_http_status_of(ls);
+}
+
 static int eng_train_info(struct srv_engine *se, const char *id, struct srv_train_info *out)
 {
     struct engine *e = eng(se);
@@ -354,6 +367,7 @@ static const struct srv_engine_iface engine_iface = {
     .lora_unload = eng_lora_unload,
     .lora_set_scale = eng_lora_set_scale,
     .train_start = eng_train_start,
+    .train_check = eng_train_check,
     .train_info = eng_train_info,
     .train_list = eng_train_list,
     .train_control = eng_train_control,

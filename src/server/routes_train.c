@@ -4,8 +4,10 @@
  * Every parameter is checked here, before the engine starts anything: types and ranges
  * from the field table, then lt_train_params_validate for the rules between fields. Files
  * are named, never given as paths: `out` and `training_file` are plain names resolved inside
- * the train dir. A job that later fails (admission refused it, say) is reported by GET as
- * state "error" with the library's sentence unchanged; serving is not involved. */
+ * the train dir. Data given in the request is read and tokenized as the job will before
+ * the job starts, so bad examples get a 400 naming the example. A job that later fails
+ * (admission refused it, say) is reported by GET as state "error" with the library's
+ * sentence unchanged; serving is not involved. */
 #ifdef LATHE_HAVE_JANSSON
 #include <math.h>
 #include <stdio.h>
@@ -190,6 +192,28 @@ static int validate_params(const struct lt_train_params *p)
     return srv_fail(400, errs.n ? errs.e[0].field : NULL, "invalid_value", "%s", msg);
 }
 
+/* Bad training data is answered here, naming the example, instead of by a job that fails
+ * after the 200: examples given as an array are named by their index in it ("examples[3]"),
+ * JSONL given as a string by index and line. */
+static int check_data(struct srv_app *app, const struct lt_train_params *p, const json_t *ex)
+{
+    if (!app->engine->iface->train_check)
+        return 200;
+    struct lt_train_data_fault f;
+    int st = app->engine->iface->train_check(app->engine, p, &f);
+    if (st == 200)
+        return 200;
+    const char *code = st != 400 ? NULL : p->text ? "invalid_value" : "invalid_example";
+    if (f.example < 0)
+        return srv_fail(st, p->text ? "text" : "examples", code, "%s", lt_last_error());
+    if (ex && json_is_array(ex)) {
+        char name[40];
+        snprintf(name, sizeof(name), "examples[%d]", f.example);
+        return srv_fail(st, name, code, "example %d: %s", f.example, f.reason);
+    }
+    return srv_fail(st, "examples", code, "example %d (line %d): %s", f.example, f.line, f.reason);
+}
+
 void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs)
 {
@@ -275,7 +299,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                       (long long)mi.n_layer);
         goto out_error;
     }
-    if ((st = validate_params(&p)) != 200)
+    if ((st = validate_params(&p)) != 200 || (st = check_data(app, &p, ex)) != 200)
         goto out_error;
     char id[48];
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)

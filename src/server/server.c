@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lathe/gguf.h"
 #include "lathe/server.h"
 #include "server/engine_impl.h"
 
@@ -66,6 +67,12 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
         struct stat sb;
         if (stat(p.train_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
             return lt_fail(LT_ERR_IO, "--train-dir %s is not a directory", p.train_dir);
+        /* what a job's write left when the process was killed (lathe's own temporary names
+         * only, never held by a running writer; see lt_gguf_remove_stale_temps) */
+        int n_removed = 0;
+        if (lt_gguf_remove_stale_temps(p.train_dir, NULL, &n_removed) == LT_OK && n_removed > 0)
+            fprintf(stderr, "lathe serve: removed %d unfinished temporary file%s from %s\n",
+                    n_removed, n_removed == 1 ? "" : "s", p.train_dir);
     }
     if (p.max_connections < 0 || p.max_connections > 65536)
         return lt_fail(LT_ERR_INVALID, "--max-connections must be 1..65536, not %d",

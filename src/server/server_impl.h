@@ -218,6 +218,11 @@ struct srv_engine_iface {
     /* training; id NULL or "": the latest job */
     int (*train_start)(struct srv_engine *e, const struct lt_train_params *p,
                        const struct srv_train_meta *meta, char *id, size_t id_size);
+    /* Reads and tokenizes p's training data as the job will (lt_train_data_check); 200, or
+     * the failure's status with lt_last_error and fault filled. NULL: data is not checked
+     * before a job starts. */
+    int (*train_check)(struct srv_engine *e, const struct lt_train_params *p,
+                       struct lt_train_data_fault *fault);
     int (*train_info)(struct srv_engine *e, const char *id, struct srv_train_info *out);
     int (*train_list)(struct srv_engine *e, char (*ids)[48], int max, int *n);
     int (*train_control)(struct srv_engine *e, const char *id, enum srv_train_op op);

@@ -39,6 +39,9 @@ struct lt_dataset {
     int64_t n_tokens; /* sum of n */
     int64_t n_loss;   /* sum of n_loss */
     int n_fitted;     /* examples shortened by the fit policy */
+    /* after lt_dataset_chat failed: the example at fault (0-based, blank lines not counted)
+     * and its line (1-based); -1 when no one example is (none at all, a bad window) */
+    int bad_example, bad_line;
 };
 
 /* Plain text. Adds the tokenizer's bos first when it asks for one. Fewer than two tokens
@@ -46,9 +49,10 @@ struct lt_dataset {
 lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len, int window,
                           struct lt_dataset *out);
 
-/* Chat JSONL (blank lines skipped). A malformed line is LT_ERR_FORMAT naming its line
- * number; an example too long for the window (with fit NONE), or with nothing to train on,
- * is LT_ERR_INVALID naming its index. Needs jansson in the build. */
+/* Chat JSONL (blank lines skipped). A malformed line is LT_ERR_FORMAT, an example too long
+ * for the window (with fit NONE) or with nothing to train on LT_ERR_INVALID; the message
+ * starts "example N (line L): " and out->bad_example, out->bad_line say the same. Needs
+ * jansson in the build. */
 lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                           const char *jsonl, size_t len, int window, enum lt_fit_policy fit,
                           struct lt_dataset *out);

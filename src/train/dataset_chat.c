@@ -31,31 +31,30 @@ static void chat_example_free(struct chat_example *c)
     memset(c, 0, sizeof(*c));
 }
 
-/* Fills c from one parsed JSON line (strings point into `root`). */
-static lt_status parse_example(json_t *root, int line, struct chat_example *c)
+/* Fills c from one parsed JSON line (strings point into `root`). Messages name what is
+ * wrong; the caller puts the example and its line in front. */
+static lt_status parse_example(json_t *root, struct chat_example *c)
 {
     memset(c, 0, sizeof(*c));
     if (!json_is_object(root))
-        return lt_fail(LT_ERR_FORMAT, "line %d: an example must be a JSON object", line);
+        return lt_fail(LT_ERR_FORMAT, "an example must be a JSON object");
     json_t *msgs = json_object_get(root, "messages");
     json_t *prompt = json_object_get(root, "prompt");
     json_t *completion = json_object_get(root, "completion");
     json_t *system = json_object_get(root, "system");
     if (msgs) {
         if (!json_is_array(msgs) || json_array_size(msgs) == 0)
-            return lt_fail(LT_ERR_FORMAT, "line %d: \"messages\" must be a non-empty array", line);
+            return lt_fail(LT_ERR_FORMAT, "\"messages\" must be a non-empty array");
         c->n = json_array_size(msgs);
     } else if (prompt || completion) {
         if (!json_is_string(prompt) || !json_is_string(completion))
-            return lt_fail(LT_ERR_FORMAT,
-                           "line %d: \"prompt\" and \"completion\" must both be strings", line);
+            return lt_fail(LT_ERR_FORMAT, "\"prompt\" and \"completion\" must both be strings");
         if (system && !json_is_string(system))
-            return lt_fail(LT_ERR_FORMAT, "line %d: \"system\" must be a string", line);
+            return lt_fail(LT_ERR_FORMAT, "\"system\" must be a string");
         c->n = system ? 3 : 2;
     } else {
         return lt_fail(LT_ERR_FORMAT,
-                       "line %d: an example needs \"messages\" or \"prompt\" and \"completion\"",
-                       line);
+                       "an example needs \"messages\" or \"prompt\" and \"completion\"");
     }
     c->msgs = calloc(c->n, sizeof(*c->msgs));
     c->train = calloc(c->n, sizeof(*c->train));
@@ -87,7 +86,7 @@ static lt_status parse_example(json_t *root, int line, struct chat_example *c)
                               : NULL;
         if (bad) {
             chat_example_free(c);
-            return lt_fail(LT_ERR_FORMAT, "line %d: message %zu %s", line, i, bad);
+            return lt_fail(LT_ERR_FORMAT, "message %zu %s", i, bad);
         }
         c->msgs[i] = (struct lt_chat_message){json_string_value(role), json_string_value(content),
                                               reasoning ? json_string_value(reasoning) : NULL};
@@ -202,6 +201,7 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
 {
     memset(out, 0, sizeof(*out));
     out->window = window;
+    out->bad_example = out->bad_line = -1;
     if (window < 2)
         return lt_fail(LT_ERR_INVALID, "window must be at least 2 tokens, not %d", window);
     lt_status st = LT_OK;
@@ -220,11 +220,11 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
         json_error_t jerr;
         json_t *root = json_loadb(s, ll, JSON_REJECT_DUPLICATES, &jerr);
         if (!root) {
-            st = lt_fail(LT_ERR_FORMAT, "line %d: %s (column %d)", line, jerr.text, jerr.column);
+            st = lt_fail(LT_ERR_FORMAT, "%s (column %d)", jerr.text, jerr.column);
             break;
         }
         struct chat_example c;
-        st = parse_example(root, line, &c);
+        st = parse_example(root, &c);
         int32_t *tokens = NULL, *labels = NULL;
         int n = 0;
         if (st == LT_OK)
@@ -241,20 +241,18 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
             out->n_fitted++;
         }
         if (st == LT_OK && n > window)
-            st = lt_fail(
-                LT_ERR_INVALID, "example %d (line %d) is %d tokens, longer than the window of %d%s",
-                index, line, n, window,
-                fit == LT_FIT_MIDDLE ? " even with only its system messages and last exchange"
-                                     : "; raise the window or give a fit policy (middle or left)");
+            st = lt_fail(LT_ERR_INVALID, "%d tokens, longer than the window of %d%s", n, window,
+                         fit == LT_FIT_MIDDLE
+                             ? " even with only its system messages and last exchange"
+                             : "; raise the window or give a fit policy (middle or left)");
         if (st == LT_OK) {
             int n_loss = 0;
             for (int i = 0; i < n; i++)
                 n_loss += lb[i] >= 0;
             if (n_loss == 0)
                 st = lt_fail(LT_ERR_INVALID,
-                             "example %d (line %d) has nothing to train on: no assistant turn "
-                             "without \"train\": false%s",
-                             index, line, fit == LT_FIT_LEFT ? " in its last window tokens" : "");
+                             "nothing to train on: no assistant turn without \"train\": false%s",
+                             fit == LT_FIT_LEFT ? " in its last window tokens" : "");
         }
         if (st == LT_OK)
             st = lt_dataset_push(out, tk, lb, n, index);
@@ -262,12 +260,20 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
         free(labels);
         chat_example_free(&c);
         json_decref(root);
+        if (st != LT_OK)
+            break;
         index++;
     }
+    int bad = st != LT_OK ? index : -1, bad_line = st != LT_OK ? line : -1;
+    if (st != LT_OK)
+        st = lt_fail(st, "example %d (line %d): %s", index, line, lt_last_error());
     if (st == LT_OK && out->n == 0)
         st = lt_fail(LT_ERR_INVALID, "the examples hold no example (every line is blank)");
-    if (st != LT_OK)
+    if (st != LT_OK) {
         lt_dataset_free(out);
+        out->bad_example = bad;
+        out->bad_line = bad_line;
+    }
     return st;
 }
 
@@ -278,6 +284,7 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
                           struct lt_dataset *out)
 {
     memset(out, 0, sizeof(*out));
+    out->bad_example = out->bad_line = -1;
     return lt_fail(LT_ERR_UNSUPPORTED, "chat examples need jansson, which this build lacks");
 }
 

@@ -3,6 +3,7 @@ SmolLM2-135M-Instruct on the CPU, while a thread polls /health (never failing on
 
   1. A job admission refuses (a 1 MiB memory budget) ends as GET /train state "error" with
      the library's sentence and the refusal's kind; nothing is written; chat still answers.
+     Bad inline examples (an array, a JSONL string) get a 400 naming the example at once.
      A short job with a validation split reports train and eval loss per epoch.
   2. Pause, resume and cancel a running job; a second /train meanwhile gets 409; a cancelled
      job leaves no file.
@@ -105,6 +106,26 @@ def run_refusal(c, srv, train_dir):
     print(f"refusal: {j['error']}", flush=True)
     c.check(not os.path.exists(os.path.join(train_dir, "tiny.gguf")), "nothing written")
     c.check(len(ask(srv)) > 0, "serving goes on after the refusal")
+
+
+def run_bad_examples(c, srv, train_dir):
+    """Bad inline examples are answered 400 naming the example, before any job starts."""
+    before = srv.get("/train").json()
+    bad = EXAMPLES[:2] + [{"prompt": "no completion"}] + EXAMPLES[2:]
+    r = srv.post("/train", {"out": "bad.gguf", "examples": bad})
+    err = r.json().get("error") or {}
+    c.check(r.status_code == 400 and err.get("param") == "examples[2]"
+            and err.get("message", "").startswith("example 2: ") and err.get("code") == "invalid_example",
+            f"bad example named: {r.status_code} {r.text[:300]}")
+    jsonl = "\n".join(json.dumps(e) for e in EXAMPLES[:3]) + "\n{\"messages\": \"hi\"}\n"
+    r = srv.post("/train", {"out": "bad.gguf", "examples": jsonl})
+    err = r.json().get("error") or {}
+    c.check(r.status_code == 400 and err.get("param") == "examples"
+            and "example 3 (line 4): " in err.get("message", ""),
+            f"bad JSONL line named: {r.status_code} {r.text[:300]}")
+    after = srv.get("/train").json()
+    c.check(after.get("id") == before.get("id") and not os.path.exists(os.path.join(train_dir, "bad.gguf")),
+            "no job started, nothing written")
 
 
 def run_eval(c, srv, train_dir):
@@ -238,6 +259,7 @@ def main():
     return run_session("lathe_train_", 300,
                        lambda c, srv, client, train_dir: (
                            ("refusal", lambda: run_refusal(c, srv, train_dir)),
+                           ("bad examples", lambda: run_bad_examples(c, srv, train_dir)),
                            ("eval", lambda: run_eval(c, srv, train_dir)),
                            ("control", lambda: run_control(c, srv, train_dir)),
                            ("fact", lambda: run_fact(c, srv, client, train_dir)),
