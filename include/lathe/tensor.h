@@ -145,6 +145,9 @@ enum lt_op {
 };
 
 const char *lt_op_name(enum lt_op op); /* "ADD", "SQR", ... */
+/* NONE (a leaf), VIEW, RESHAPE, PERMUTE and TRANSPOSE: a node that shares its source's
+ * storage and runs no kernel on any backend */
+bool lt_op_is_view(enum lt_op op);
 
 enum lt_tensor_flag {
     LT_FLAG_INPUT = 1u << 0,

@@ -45,14 +45,8 @@ struct lt_sched {
     struct lt_ctx *ctx; /* headers of copies */
 };
 
-static bool is_noop(enum lt_op op)
-{
-    return op == LT_OP_NONE || op == LT_OP_VIEW || op == LT_OP_RESHAPE || op == LT_OP_PERMUTE ||
-           op == LT_OP_TRANSPOSE;
-}
-
 /* CPY writes into existing storage: the node is a view of its destination. */
-static bool writes_in_place(const struct lt_tensor *t) { return t->view_src != NULL && !is_noop(t->op); }
+static bool writes_in_place(const struct lt_tensor *t) { return t->view_src != NULL && !lt_op_is_view(t->op); }
 
 struct lt_sched *lt_sched_new(struct lt_backend *const *backends, int n_backends)
 {
@@ -166,7 +160,7 @@ lt_status lt_sched_place(struct lt_sched *s, struct lt_graph *g, bool device_onl
     for (int i = 0; i < g->n_nodes; i++) {
         struct lt_tensor *node = g->nodes[i];
         s->node_be[i] = -1;
-        if (is_noop(node->op))
+        if (lt_op_is_view(node->op))
             continue;
         int chosen = -1;
         first_reason[0] = '\0';
@@ -397,7 +391,7 @@ static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *
         struct lt_tensor *n = g->nodes[i];
         p->offset[i] = SIZE_MAX;
         next_dying[i] = -1;
-        if (is_noop(n->op) || writes_in_place(n) || n->data)
+        if (lt_op_is_view(n->op) || writes_in_place(n) || n->data)
             continue;
         int dies = lt_ptrmap_get(&last_use, n, i);
         if (dies < i)

@@ -486,3 +486,9 @@ void lt_row_from_f32(struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3, co
     for (int64_t i0 = 0; i0 < t->ne[0]; i0++)
         tt->from_float(in + i0, row + i0 * t->nb[0], 1);
 }
+
+bool lt_op_is_view(enum lt_op op)
+{
+    return op == LT_OP_NONE || op == LT_OP_VIEW || op == LT_OP_RESHAPE || op == LT_OP_PERMUTE ||
+           op == LT_OP_TRANSPOSE;
+}

@@ -16,12 +16,6 @@ struct cpu_impl {
     size_t work_size;
 };
 
-static bool op_is_noop(enum lt_op op)
-{
-    return op == LT_OP_NONE || op == LT_OP_VIEW || op == LT_OP_RESHAPE || op == LT_OP_PERMUTE ||
-           op == LT_OP_TRANSPOSE;
-}
-
 bool lt_cpu_supports_op(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op < 0 || node->op >= LT_OP_COUNT) {
@@ -29,7 +23,7 @@ bool lt_cpu_supports_op(const struct lt_tensor *node, char *reason, size_t reaso
         return false;
     }
     const struct lt_op_def *def = lt_op_def(node->op);
-    if (op_is_noop(node->op))
+    if (lt_op_is_view(node->op))
         return true;
     if (!def->cpu_forward) {
         snprintf(reason, reason_size, "the CPU has no kernel for %s", def->name);
@@ -96,7 +90,7 @@ static void compute_thread(void *arg, int ith, int nth)
         .ith = ith, .nth = nth, .wdata = job->work, .wsize = job->work_size, .barrier = job->barrier};
     for (int i = 0; i < job->n_nodes; i++) {
         struct lt_tensor *node = job->nodes[i];
-        if (op_is_noop(node->op))
+        if (lt_op_is_view(node->op))
             continue;
         lt_op_def(node->op)->cpu_forward(&p, node);
         lt_compute_barrier(&p);
@@ -111,7 +105,7 @@ static lt_status cpu_compute(struct lt_backend *be, struct lt_tensor *const *nod
     char reason[LT_REASON_MAX];
     for (int i = 0; i < n_nodes; i++) {
         struct lt_tensor *node = nodes[i];
-        if (op_is_noop(node->op))
+        if (lt_op_is_view(node->op))
             continue;
         if (!lt_cpu_supports_op(node, reason, sizeof(reason)))
             return lt_fail(LT_ERR_UNSUPPORTED, "CPU cannot run %s '%s': %s", lt_op_name(node->op),

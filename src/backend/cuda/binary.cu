@@ -106,5 +106,5 @@ lt_status binary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     }
 }
 
-const struct cuda_family cuda_family_binary = {"binary", binary_ops, 4, binary_cuda_supported,
-                                               binary_cuda_compute};
+const struct cuda_family cuda_family_binary = {"binary", binary_ops, CU_COUNT(binary_ops),
+                                               binary_cuda_supported, binary_cuda_compute};

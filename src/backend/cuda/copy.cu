@@ -527,6 +527,5 @@ lt_status copy_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     }
 }
 
-const struct cuda_family cuda_family_copy = {
-    "copy", copy_ops, (int)(sizeof(copy_ops) / sizeof(copy_ops[0])), copy_cuda_supported,
-    copy_cuda_compute};
+const struct cuda_family cuda_family_copy = {"copy", copy_ops, CU_COUNT(copy_ops),
+                                             copy_cuda_supported, copy_cuda_compute};

@@ -177,12 +177,6 @@ static const struct cuda_family *const *family_table(void)
 
 /* ---- the backend ---- */
 
-static bool op_is_noop(enum lt_op op)
-{
-    return op == LT_OP_NONE || op == LT_OP_VIEW || op == LT_OP_RESHAPE || op == LT_OP_PERMUTE ||
-           op == LT_OP_TRANSPOSE;
-}
-
 static struct cuda_ctx *ctx_of(struct lt_backend *be) { return (struct cuda_ctx *)be->impl; }
 
 /* disabled: per op, or NULL for none; name: the backend's name for reasons */
@@ -193,7 +187,7 @@ static bool verdict(const bool *disabled, const char *name, const struct lt_tens
         snprintf(reason, reason_size, "unknown op %d", (int)node->op);
         return false;
     }
-    if (op_is_noop(node->op))
+    if (lt_op_is_view(node->op))
         return true;
     if (disabled && disabled[node->op]) {
         snprintf(reason, reason_size, "disabled by LATHE_CUDA_DISABLE_OPS");
@@ -406,7 +400,7 @@ static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nod
     int n_prof = 0;
     for (int i = 0; i < n_nodes; i++) {
         struct lt_tensor *node = nodes[i];
-        if (op_is_noop(node->op))
+        if (lt_op_is_view(node->op))
             continue;
         const double t_node = prof ? host_ms_now() : 0;
         if (prof && n_prof == CU_PROFILE_EVENTS) {

@@ -82,6 +82,9 @@ struct cuda_family {
     cu_compute_fn compute;
 };
 
+/* the number of elements of an array (a family's op list) */
+#define CU_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 #define CU_DECLARE_FAMILY(fam)                                                                  \
     bool fam##_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size); \
     lt_status fam##_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node);                \

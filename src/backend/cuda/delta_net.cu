@@ -1227,6 +1227,6 @@ static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node)
     return launch_reduce(c, part, (float *)node->data, R);
 }
 
-const struct cuda_family cuda_family_delta_net = {"delta_net", delta_net_ops, 2,
-                                                  delta_net_cuda_supported,
+const struct cuda_family cuda_family_delta_net = {"delta_net", delta_net_ops,
+                                                  CU_COUNT(delta_net_ops), delta_net_cuda_supported,
                                                   delta_net_cuda_compute};

@@ -29,5 +29,5 @@ lt_status fill_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("fill");
 }
 
-const struct cuda_family cuda_family_fill = {"fill", fill_ops, 1, fill_cuda_supported,
-                                             fill_cuda_compute};
+const struct cuda_family cuda_family_fill = {"fill", fill_ops, CU_COUNT(fill_ops),
+                                             fill_cuda_supported, fill_cuda_compute};

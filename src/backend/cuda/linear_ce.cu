@@ -252,5 +252,5 @@ lt_status linear_ce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 }
 
 const struct cuda_family cuda_family_linear_ce = {"linear_ce", linear_ce_ops,
-                                                  sizeof(linear_ce_ops) / sizeof(linear_ce_ops[0]),
-                                                  linear_ce_cuda_supported, linear_ce_cuda_compute};
+                                                  CU_COUNT(linear_ce_ops), linear_ce_cuda_supported,
+                                                  linear_ce_cuda_compute};

@@ -183,5 +183,5 @@ lt_status loss_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("cross_entropy_back");
 }
 
-const struct cuda_family cuda_family_loss = {"loss", loss_ops, 2, loss_cuda_supported,
-                                             loss_cuda_compute};
+const struct cuda_family cuda_family_loss = {"loss", loss_ops, CU_COUNT(loss_ops),
+                                             loss_cuda_supported, loss_cuda_compute};

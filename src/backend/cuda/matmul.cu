@@ -519,5 +519,5 @@ lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return run_tiled(c, &p, a, bbase, (float *)node->data);
 }
 
-const struct cuda_family cuda_family_matmul = {"matmul", matmul_ops, 1, matmul_cuda_supported,
-                                               matmul_cuda_compute};
+const struct cuda_family cuda_family_matmul = {"matmul", matmul_ops, CU_COUNT(matmul_ops),
+                                               matmul_cuda_supported, matmul_cuda_compute};

@@ -102,5 +102,5 @@ lt_status norm_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("norm_back");
 }
 
-const struct cuda_family cuda_family_norm = {"norm", norm_ops, 4, norm_cuda_supported,
-                                             norm_cuda_compute};
+const struct cuda_family cuda_family_norm = {"norm", norm_ops, CU_COUNT(norm_ops),
+                                             norm_cuda_supported, norm_cuda_compute};

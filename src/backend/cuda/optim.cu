@@ -138,5 +138,5 @@ lt_status optim_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("sgd");
 }
 
-const struct cuda_family cuda_family_optim = {"optim", optim_ops, 2, optim_cuda_supported,
-                                              optim_cuda_compute};
+const struct cuda_family cuda_family_optim = {"optim", optim_ops, CU_COUNT(optim_ops),
+                                              optim_cuda_supported, optim_cuda_compute};

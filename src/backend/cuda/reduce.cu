@@ -110,5 +110,5 @@ lt_status reduce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("sum_final");
 }
 
-const struct cuda_family cuda_family_reduce = {"reduce", reduce_ops, 3, reduce_cuda_supported,
-                                               reduce_cuda_compute};
+const struct cuda_family cuda_family_reduce = {"reduce", reduce_ops, CU_COUNT(reduce_ops),
+                                               reduce_cuda_supported, reduce_cuda_compute};

@@ -94,5 +94,5 @@ lt_status rope_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("rope");
 }
 
-const struct cuda_family cuda_family_rope = {"rope", rope_ops, 2, rope_cuda_supported,
-                                             rope_cuda_compute};
+const struct cuda_family cuda_family_rope = {"rope", rope_ops, CU_COUNT(rope_ops),
+                                             rope_cuda_supported, rope_cuda_compute};

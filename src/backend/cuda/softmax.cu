@@ -126,5 +126,5 @@ lt_status softmax_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("soft_max");
 }
 
-const struct cuda_family cuda_family_softmax = {"softmax", softmax_ops, 2,
+const struct cuda_family cuda_family_softmax = {"softmax", softmax_ops, CU_COUNT(softmax_ops),
                                                 softmax_cuda_supported, softmax_cuda_compute};

@@ -212,5 +212,5 @@ lt_status ssm_conv_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("ssm_conv_back_w");
 }
 
-const struct cuda_family cuda_family_ssm_conv = {"ssm_conv", ssm_conv_ops, 2,
+const struct cuda_family cuda_family_ssm_conv = {"ssm_conv", ssm_conv_ops, CU_COUNT(ssm_conv_ops),
                                                  ssm_conv_cuda_supported, ssm_conv_cuda_compute};

@@ -119,6 +119,5 @@ lt_status unary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("unary");
 }
 
-const struct cuda_family cuda_family_unary = {
-    "unary", unary_ops, (int)(sizeof(unary_ops) / sizeof(unary_ops[0])), unary_cuda_supported,
-    unary_cuda_compute};
+const struct cuda_family cuda_family_unary = {"unary", unary_ops, CU_COUNT(unary_ops),
+                                              unary_cuda_supported, unary_cuda_compute};
