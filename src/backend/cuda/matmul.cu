@@ -51,7 +51,7 @@ static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
 #define MMV_MAX_N 8
 #define MMV_HALF_MAX_BYTES ((int64_t)16 << 20)
 
-struct mm_plan {
+struct cu_mm_plan {
     int64_t K, M, N, A2, A3, B2, B3, r2, r3;
     enum lt_type ct; /* element type of A and B as cuBLAS reads them */
     size_t es;       /* its size */
@@ -92,8 +92,8 @@ static bool direct_ld(int64_t rows, int64_t cols, size_t s0, size_t s1, size_t e
     return false;
 }
 
-static bool mm_plan_make(const struct lt_tensor *node, struct mm_plan *p, char *reason,
-                         size_t reason_size)
+static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
+                            size_t reason_size)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const struct lt_type_traits *ta = lt_type_traits(a->type);
@@ -150,15 +150,14 @@ static bool mm_plan_make(const struct lt_tensor *node, struct mm_plan *p, char *
         p->sb2 = p->K * p->N;
         p->sb3 = p->sb2 * p->B2;
     }
-    p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N && (p->N == 1 ? p->sb2 == p->ldb
-                                                                : p->sb2 == p->N * p->ldb) &&
-              fits_int(p->N * p->r2);
+    p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N &&
+              (p->N == 1 ? p->sb2 == p->ldb : p->sb2 == p->N * p->ldb) && fits_int(p->N * p->r2);
     return true;
 }
 
 /* The precondition, and the plan when it holds (the launcher runs on that same plan). */
-static bool mm_supported_plan(const struct lt_tensor *node, struct mm_plan *p, char *reason,
-                              size_t reason_size)
+static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
+                                 size_t reason_size)
 {
     if (node->op != LT_OP_MUL_MAT) {
         snprintf(reason, reason_size, "%s is not a matrix product", lt_op_name(node->op));
@@ -173,13 +172,13 @@ static bool mm_supported_plan(const struct lt_tensor *node, struct mm_plan *p, c
         !cu_check_source(node, 1, b_types, reason, reason_size) ||
         !cu_check_result_f32(node, reason, reason_size))
         return false;
-    return mm_plan_make(node, p, reason, reason_size);
+    return cu_mm_plan_make(node, p, reason, reason_size);
 }
 
 bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
-    struct mm_plan p;
-    return mm_supported_plan(node, &p, reason, reason_size);
+    struct cu_mm_plan p;
+    return cu_mm_supported_plan(node, &p, reason, reason_size);
 }
 
 /* ---- conversions into scratch ---- */
@@ -217,7 +216,7 @@ struct gemm_args {
     int64_t ldc, sc, batch;
 };
 
-static lt_status gemm(struct cuda_ctx *c, const struct mm_plan *p, const struct gemm_args *g)
+static lt_status gemm(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct gemm_args *g)
 {
     const float alpha = 1.0f, beta = 0.0f;
     const cudaDataType_t t = cuda_type(p->ct);
@@ -238,7 +237,7 @@ static lt_status gemm(struct cuda_ctx *c, const struct mm_plan *p, const struct 
 /* The products of every b slice that reads a's head (a2, a3), with that head given as
  * (ah, lda, sa2-less) and output rows [m0, m0 + mlen). b slices i2 of the head are
  * [a2 * r2, (a2 + 1) * r2); when head_all, a2 spans every head through A's stride sa2. */
-static lt_status head_products(struct cuda_ctx *c, const struct mm_plan *p, const char *ah,
+static lt_status head_products(struct cuda_ctx *c, const struct cu_mm_plan *p, const char *ah,
                                int64_t lda, int64_t a2, int64_t i3, const char *bbase,
                                float *cbase, int64_t m0, int64_t mlen)
 {
@@ -268,7 +267,7 @@ static lt_status head_products(struct cuda_ctx *c, const struct mm_plan *p, cons
     return gemm(c, p, &g);
 }
 
-static lt_status run_direct(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
+static lt_status run_direct(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                             const char *bbase, float *cbase)
 {
     const int64_t MN = p->M * p->N;
@@ -294,7 +293,7 @@ static lt_status run_direct(struct cuda_ctx *c, const struct mm_plan *p, const s
     return LT_OK;
 }
 
-static lt_status run_tiled(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
+static lt_status run_tiled(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                            const char *bbase, float *cbase)
 {
     void *tile;
@@ -428,7 +427,7 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
     }
 }
 
-static bool use_mmv(const struct lt_tensor *a, const struct lt_tensor *b, const struct mm_plan *p)
+static bool use_mmv(const struct lt_tensor *a, const struct lt_tensor *b, const struct cu_mm_plan *p)
 {
     if (p->N > MMV_MAX_N || a->type == LT_TYPE_F32 || b->type != LT_TYPE_F32)
         return false;
@@ -437,7 +436,7 @@ static bool use_mmv(const struct lt_tensor *a, const struct lt_tensor *b, const 
 }
 
 template <int TYPE, bool VEC>
-static void mmv_launch(struct cuda_ctx *c, const struct mm_plan *p, const struct cu_t &av,
+static void mmv_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
                        const struct cu_t &bv, float *dst)
 {
     const int64_t rows = p->M * p->B2 * p->B3;
@@ -456,7 +455,7 @@ static void mmv_launch(struct cuda_ctx *c, const struct mm_plan *p, const struct
         mmv_kernel<TYPE, 8, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
 }
 
-static lt_status run_mmv(struct cuda_ctx *c, const struct mm_plan *p, const struct lt_tensor *a,
+static lt_status run_mmv(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                          const struct lt_tensor *b, float *dst)
 {
     const struct cu_t av = cu_view(a), bv = cu_view(b);
@@ -489,8 +488,8 @@ static lt_status run_mmv(struct cuda_ctx *c, const struct mm_plan *p, const stru
 lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    struct mm_plan p;
-    if (!mm_supported_plan(node, &p, reason, sizeof(reason)))
+    struct cu_mm_plan p;
+    if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     if (lt_nelements(node) == 0)
