@@ -15,9 +15,9 @@
  * ~200) or whose node asks for the recurrence. Measured on the H200 (LATHE_CUDA_PROFILE,
  * 16 x 512 tokens of Qwen3.5-0.8B, a full fine-tune): DELTA_NET_BACK ~52 ms a node with the
  * per-token kernel, 20.5 with the first chunked one (products on CUDA cores), 21.4 with the
- * products on tensor cores, 16.1 once global reads were batched; the column-oriented
- * solves and row-wise fills came after that profile (the whole step went from 9540 to
- * 10244 tokens/s with them). What bounds it now, by Nsight Compute: instruction issue, at
+ * products on tensor cores, 16.1 once global reads were batched and the solves were
+ * column-oriented; the row-wise fills came after that profile (the whole step went from
+ * 9540 to 10244 tokens/s with them). What bounds it now, by Nsight Compute: instruction issue, at
  * 2 warps a scheduler (one 200 KiB block an SM) with most stalls on fixed-latency
  * dependencies; the three-product TF32 split is about half the instructions.
  *
