@@ -167,7 +167,8 @@ static void test_bad_bodies(void)
          "\"n\",\"o\",\"p\",\"q\"]",
          "stop", "out_of_range"},
         {"\"logprobs\":true", "logprobs", "unsupported"},
-        {"\"presence_penalty\":0.5", "presence_penalty", "unsupported"},
+        {"\"presence_penalty\":2.5", "presence_penalty", "out_of_range"},
+        {"\"frequency_penalty\":-3", "frequency_penalty", "out_of_range"},
         {"\"lora\":[{\"scale\":1}]", "lora[0]", "invalid_value"},
         {"\"lora\":[{\"name\":\"a.gguf\",\"scale\":\"big\"}]", "lora[0].scale", "invalid_type"},
         {"\"lora\":5", "lora", "invalid_type"},
@@ -244,6 +245,7 @@ static void test_chat_whole(void)
                        "{\"type\":\"text\",\"text\":\"there\"}]}],\"max_tokens\":4,"
                        "\"temperature\":0.5,\"top_k\":7,\"top_p\":0.9,\"min_p\":0.05,"
                        "\"repeat_penalty\":1.1,\"repeat_last_n\":32,\"seed\":99,"
+                       "\"presence_penalty\":0.5,\"frequency_penalty\":-0.25,"
                        "\"stop\":[\"zz\"],\"user\":\"u\",\"n\":1}";
     CHECK(http_do(port, "POST", "/v1/chat/completions", body, &r));
     json_t *j = parse(&r);
@@ -272,6 +274,8 @@ static void test_chat_whole(void)
     CHECK(fabsf(p.sampling.top_p - 0.9f) < 1e-6f && fabsf(p.sampling.min_p - 0.05f) < 1e-6f);
     CHECK(fabsf(p.sampling.repeat_penalty - 1.1f) < 1e-6f && p.sampling.repeat_last_n == 32);
     CHECK(p.sampling.seed == 99 && !p.lora_given);
+    CHECK(fabsf(p.sampling.presence_penalty - 0.5f) < 1e-6f &&
+          fabsf(p.sampling.frequency_penalty + 0.25f) < 1e-6f);
 }
 
 /* Splits an SSE body into its data payloads. */

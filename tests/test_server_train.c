@@ -153,6 +153,31 @@ static void test_job_clears_its_temps(void)
     CHECK(there("other.gguf.tmp-K1lled"), "another output's temporary is not the job's");
 }
 
+/* /tokenize with add_special adds a BOS only where the GGUF says to (add_bos_token): the tiny
+ * model has a BOS id but add_bos_token false, and llama.cpp adds none there */
+static int tokenize_count(bool add_special)
+{
+    struct http_reply r;
+    char body[128];
+    snprintf(body, sizeof(body), "{\"content\":\"abc\",\"add_special\":%s}",
+             add_special ? "true" : "false");
+    int n = -1;
+    if (http_do(port, "POST", "/tokenize", body, &r) && r.status == 200) {
+        json_t *j = json_loads(r.body, 0, NULL);
+        json_t *t = j ? json_object_get(j, "tokens") : NULL;
+        n = t ? (int)json_array_size(t) : -1;
+        json_decref(j);
+    }
+    http_reply_free(&r);
+    return n;
+}
+
+static void test_tokenize_add_special(void)
+{
+    const int plain = tokenize_count(false), special = tokenize_count(true);
+    CHECK(plain > 0 && special == plain, "add_special: %d tokens, without: %d", special, plain);
+}
+
 int main(void)
 {
     char dir[400], model_path[600];
@@ -210,6 +235,7 @@ int main(void)
     if (st == LT_OK) {
         test_bad_data();
         test_job_clears_its_temps();
+        test_tokenize_add_special();
     }
     lt_server_free(s);
     char cmd[700];

@@ -109,6 +109,28 @@ static void test_greedy(void)
     float nan_l[2] = {0, NAN};
     CHECK(lt_sampler_sample(&s, nan_l, 2, NULL, 0, &out) == LT_ERR_INVALID);
     lt_sampler_free(&s);
+
+    /* presence and frequency: a token seen k times loses k * frequency + presence */
+    p = lt_sampler_default_params();
+    p.temperature = 0;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 1.0f;
+    s = make(p);
+    float pf[5] = {0, 5, 2, 6, 4.4f};
+    lt_token hf[] = {1, 1, 3};
+    /* 1: 5 - 2.5 = 2.5; 3: 6 - 1.5 = 4.5, over 4: 4.4 */
+    CHECK(lt_sampler_sample(&s, pf, 5, hf, 3, &out) == LT_OK && out == 3, "got %d", out);
+    s.params.frequency_penalty = 2.0f; /* 3: 6 - 2.5 = 3.5 < 4.4 */
+    CHECK(lt_sampler_sample(&s, pf, 5, hf, 3, &out) == LT_OK && out == 4, "got %d", out);
+    s.params.repeat_last_n = 1; /* only the last 3 counts: 1 keeps its 5, the best */
+    CHECK(lt_sampler_sample(&s, pf, 5, hf, 3, &out) == LT_OK && out == 1, "got %d", out);
+    s.params.repeat_last_n = -1;
+    s.params.frequency_penalty = -3.0f; /* negative: a reward; 1: 5 + 6 - 0.5 */
+    CHECK(lt_sampler_sample(&s, pf, 5, hf, 3, &out) == LT_OK && out == 1, "got %d", out);
+    lt_sampler_free(&s);
+    p.presence_penalty = NAN;
+    struct lt_sampler bad;
+    CHECK(lt_sampler_init(&bad, &p) == LT_ERR_INVALID);
 }
 
 /* Draws `n` samples and compares frequencies with the reference probabilities `ref` (zero

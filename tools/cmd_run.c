@@ -51,7 +51,9 @@ static const char usage_text[] =
     "  --top-p P               (default 0.95; 1: off)\n"
     "  --min-p P               (default 0.05; 0: off)\n"
     "  --repeat-penalty R      (default 1: off)\n"
-    "  --repeat-last-n N       the penalty's window (default 64; -1: everything)\n"
+    "  --repeat-last-n N       the penalties' window (default 64; -1: everything)\n"
+    "  --presence-penalty P    a token seen in the window loses P (default 0: off)\n"
+    "  --frequency-penalty F   ... and F for each time it was seen (default 0: off)\n"
     "  --seed S                the sampler's seed (default: from the clock)\n"
     "  --stop TEXT             stop before this text (repeatable)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
@@ -179,8 +181,8 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         }
         static const char *const with_value[] = {
             "-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--system", "--temp",
-            "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n", "--seed",
-            "--stop", "--backend", "-t", "--threads", "-c", "--ctx", "-b", "--batch",
+            "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+            "--presence-penalty", "--frequency-penalty", "--seed", "--stop", "--backend", "-t", "--threads", "-c", "--ctx", "-b", "--batch",
 #ifdef RUN_HAVE_LORA
             "--lora",
 #endif
@@ -220,6 +222,10 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
             ok = parse_float(a, v, &o->sp.min_p);
         else if (!strcmp(a, "--repeat-penalty"))
             ok = parse_float(a, v, &o->sp.repeat_penalty);
+        else if (!strcmp(a, "--presence-penalty"))
+            ok = parse_float(a, v, &o->sp.presence_penalty);
+        else if (!strcmp(a, "--frequency-penalty"))
+            ok = parse_float(a, v, &o->sp.frequency_penalty);
         else if (!strcmp(a, "--repeat-last-n"))
             ok = parse_int(a, v, &o->sp.repeat_last_n);
         else if (!strcmp(a, "--seed")) {

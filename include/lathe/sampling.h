@@ -1,7 +1,8 @@
 /* sampling.h: choosing the next token from logits, and knowing when to stop.
  *
  * The sampler applies, in this order (Hugging Face's order of logits processors and warpers):
- *   repetition penalty -> temperature -> top-k -> top-p -> min-p -> draw.
+ *   repetition, presence and frequency penalties -> temperature -> top-k -> top-p -> min-p
+ *   -> draw.
  * temperature <= 0 means greedy: the highest logit after the penalty (lowest id on a tie),
  * with no random draw. Each filter keeps at least one token. Ties in the sort order are
  * broken by the lower token id, so a result depends only on the logits, the parameters,
@@ -46,9 +47,14 @@ struct lt_sampler_params {
                             * l / penalty if l > 0, else l * penalty (once per token) */
     int32_t repeat_last_n; /* the window: the last n tokens of the history; < 0: all of it */
     uint64_t seed;
+    /* 0: off. A token seen k > 0 times in the window loses k * frequency_penalty +
+     * presence_penalty from its logit, after the repeat penalty (OpenAI's penalties over
+     * llama.cpp's window of repeat_last_n tokens) */
+    float presence_penalty, frequency_penalty;
 };
 
-/* temperature 1, top_k off, top_p 1, min_p 0, repeat_penalty 1, repeat_last_n 64, seed 0. */
+/* temperature 1, top_k off, top_p 1, min_p 0, repeat_penalty 1, repeat_last_n 64, seed 0,
+ * presence and frequency penalties 0. */
 struct lt_sampler_params lt_sampler_default_params(void);
 
 struct lt_sampler_cand {
@@ -61,7 +67,7 @@ struct lt_sampler {
     struct lt_rng rng;
     struct lt_sampler_cand *cands; /* scratch, [cap] */
     size_t cap;
-    uint8_t *seen; /* scratch, [cap]: penalised already */
+    uint32_t *seen; /* scratch, [cap]: a token's count in the penalty window */
 };
 
 /* Checks the parameters (a NaN or a negative top_p/min_p/penalty is LT_ERR_INVALID). */

@@ -165,8 +165,11 @@ static int eng_tokenize(struct srv_engine *se, const char *text, size_t len, uns
     int st = not_ready(e);
     if (st)
         return st;
-    if ((flags & LT_TOKENIZE_ADD_BOS) && lt_tokenizer_bos(e->tok) == LT_TOKEN_NONE)
-        flags &= ~(unsigned)LT_TOKENIZE_ADD_BOS; /* "add_special" where there is none */
+    /* "add_special" adds a BOS only where the GGUF asks for one (add_bos_token), as
+     * llama.cpp's /tokenize does */
+    if ((flags & LT_TOKENIZE_ADD_BOS) &&
+        (lt_tokenizer_bos(e->tok) == LT_TOKEN_NONE || !lt_tokenizer_add_bos(e->tok)))
+        flags &= ~(unsigned)LT_TOKENIZE_ADD_BOS;
     lt_status ls = lt_tokenize(e->tok, text, len, flags, out);
     return ls == LT_OK ? 200 : srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());
 }

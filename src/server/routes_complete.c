@@ -97,12 +97,6 @@ static int check_fields(const json_t *body, const struct srv_field *extra, size_
     }
     if (srv_json_bool(body, "logprobs", false))
         return srv_fail(400, "logprobs", "unsupported", "logprobs are not supported");
-    if (srv_json_num(body, "presence_penalty", 0) != 0)
-        return srv_fail(400, "presence_penalty", "unsupported",
-                        "presence_penalty is not supported; use repeat_penalty");
-    if (srv_json_num(body, "frequency_penalty", 0) != 0)
-        return srv_fail(400, "frequency_penalty", "unsupported",
-                        "frequency_penalty is not supported; use repeat_penalty");
     return 200;
 }
 
@@ -198,6 +192,8 @@ static int read_sampling(const json_t *body, struct srv_gen_params *p)
     s->min_p = (float)srv_json_num(body, "min_p", s->min_p);
     s->repeat_penalty = (float)srv_json_num(body, "repeat_penalty", s->repeat_penalty);
     s->repeat_last_n = (int32_t)srv_json_int(body, "repeat_last_n", s->repeat_last_n);
+    s->presence_penalty = (float)srv_json_num(body, "presence_penalty", s->presence_penalty);
+    s->frequency_penalty = (float)srv_json_num(body, "frequency_penalty", s->frequency_penalty);
     long long seed = srv_json_int(body, "seed", -1);
     s->seed = seed >= 0 ? (uint64_t)seed : fresh_random();
     p->max_tokens = (int)srv_json_int(body, "max_completion_tokens",

@@ -70,7 +70,8 @@ struct lt_sampler_params lt_sampler_default_params(void)
 lt_status lt_sampler_init(struct lt_sampler *s, const struct lt_sampler_params *p)
 {
     memset(s, 0, sizeof(*s));
-    if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p) || isnan(p->repeat_penalty))
+    if (isnan(p->temperature) || isnan(p->top_p) || isnan(p->min_p) || isnan(p->repeat_penalty) ||
+        isnan(p->presence_penalty) || isnan(p->frequency_penalty))
         return lt_fail(LT_ERR_INVALID, "sampler: a parameter is NaN");
     if (p->top_p <= 0)
         return lt_fail(LT_ERR_INVALID, "sampler: top_p %g must be > 0", (double)p->top_p);
@@ -214,11 +215,11 @@ lt_status lt_sampler_sample(struct lt_sampler *s, const float *logits, size_t n_
         if (!c)
             return lt_fail(LT_ERR_NOMEM, "sampler: out of memory for %zu candidates", n_vocab);
         s->cands = c;
-        uint8_t *seen = realloc(s->seen, n_vocab);
+        uint32_t *seen = realloc(s->seen, n_vocab * sizeof(*seen));
         if (!seen)
             return lt_fail(LT_ERR_NOMEM, "sampler: out of memory for %zu candidates", n_vocab);
         s->seen = seen;
-        memset(s->seen, 0, n_vocab);
+        memset(s->seen, 0, n_vocab * sizeof(*seen));
         s->cap = n_vocab;
     }
     struct lt_sampler_cand *c = s->cands;
@@ -228,31 +229,35 @@ lt_status lt_sampler_sample(struct lt_sampler *s, const float *logits, size_t n_
         c[i] = (struct lt_sampler_cand){.logit = logits[i], .id = (lt_token)i};
     }
 
-    if (p->repeat_penalty != 1.0f && n_history) {
+    const bool repeat = p->repeat_penalty != 1.0f,
+               counted = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if ((repeat || counted) && n_history) {
         size_t from = (p->repeat_last_n < 0 || (size_t)p->repeat_last_n >= n_history)
                           ? 0
                           : n_history - (size_t)p->repeat_last_n;
-        lt_status st = LT_OK;
+        for (size_t i = from; i < n_history; i++)
+            if (history[i] < 0 || (size_t)history[i] >= n_vocab)
+                return lt_fail(LT_ERR_INVALID,
+                               "sampler: history token %zu is id %d, outside "
+                               "the vocabulary (%zu)",
+                               i, history[i], n_vocab);
+        for (size_t i = from; i < n_history; i++)
+            s->seen[history[i]]++;
+        /* each token once, at its first place in the window; its count goes back to 0,
+         * which leaves the scratch clean */
         for (size_t i = from; i < n_history; i++) {
-            lt_token id = history[i];
-            if (id < 0 || (size_t)id >= n_vocab) {
-                st = lt_fail(LT_ERR_INVALID,
-                             "sampler: history token %zu is id %d, outside "
-                             "the vocabulary (%zu)",
-                             i, id, n_vocab);
-                break;
-            }
-            if (s->seen[id])
+            const lt_token id = history[i];
+            const uint32_t k = s->seen[id];
+            if (!k)
                 continue;
-            s->seen[id] = 1;
+            s->seen[id] = 0;
             float l = c[id].logit;
-            c[id].logit = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+            if (repeat)
+                l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+            if (counted)
+                l -= (float)k * p->frequency_penalty + p->presence_penalty;
+            c[id].logit = l;
         }
-        for (size_t i = from; i < n_history; i++) /* leave the scratch clean */
-            if (history[i] >= 0 && (size_t)history[i] < n_vocab)
-                s->seen[history[i]] = 0;
-        if (st)
-            return st;
     }
 
     if (p->temperature <= 0) {
