@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,109 +158,105 @@ static void split_lora(const char *arg, struct run_lora *out, char *path, size_t
 }
 #endif
 
-/* 0: parsed; 1: --help printed; 2: a usage error (reported). */
-static int parse_args(int argc, char **argv, struct run_opts *o)
+/* The options with one value that land in a field of run_opts: the field's offset and how
+ * its text is read ('s' kept as given, 'i' int, 'f' float, 'u' uint64). */
+struct value_opt {
+    const char *name, *alt;
+    char kind;
+    size_t off;
+};
+
+#define RO(field) offsetof(struct run_opts, field)
+static const struct value_opt value_opts[] = {
+    {"-m", "--model", 's', RO(model)},
+    {"-p", "--prompt", 's', RO(prompt)},
+    {"-n", "--n-predict", 'i', RO(n_predict)},
+    {"--system", NULL, 's', RO(system)},
+    {"--temp", NULL, 'f', RO(sp.temperature)},
+    {"--top-k", NULL, 'i', RO(sp.top_k)},
+    {"--top-p", NULL, 'f', RO(sp.top_p)},
+    {"--min-p", NULL, 'f', RO(sp.min_p)},
+    {"--repeat-penalty", NULL, 'f', RO(sp.repeat_penalty)},
+    {"--repeat-last-n", NULL, 'i', RO(sp.repeat_last_n)},
+    {"--presence-penalty", NULL, 'f', RO(sp.presence_penalty)},
+    {"--frequency-penalty", NULL, 'f', RO(sp.frequency_penalty)},
+    {"--seed", NULL, 'u', RO(sp.seed)},
+    {"--backend", NULL, 's', RO(backend)},
+    {"-t", "--threads", 'i', RO(threads)},
+    {"-c", "--ctx", 'i', RO(ctx)},
+    {"-b", "--batch", 'i', RO(batch)},
+};
+
+static const struct value_opt *find_value_opt(const char *a)
 {
-    static char lora_paths[RUN_MAX_LORAS][1024];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 1;
-        }
-        /* flags without a value */
-        bool *flag = !strcmp(a, "--chat")                         ? &o->chat
-                     : !strcmp(a, "--think")                      ? &o->think
-                     : !strcmp(a, "--special")                    ? &o->special
-                     : !strcmp(a, "--ignore-eos")                 ? &o->ignore_eos
-                     : !strcmp(a, "--timings")                    ? &o->timings
-                     : !strcmp(a, "-v") || !strcmp(a, "--verbose") ? &o->verbose
-                                                                  : NULL;
-        if (flag) {
-            *flag = true;
-            continue;
-        }
-        static const char *const with_value[] = {
-            "-m", "--model", "-p", "--prompt", "-n", "--n-predict", "--system", "--temp",
-            "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-            "--presence-penalty", "--frequency-penalty", "--seed", "--stop", "--backend", "-t", "--threads", "-c", "--ctx", "-b", "--batch",
-#ifdef RUN_HAVE_LORA
-            "--lora",
-#endif
-        };
-        bool known = false;
-        for (size_t k = 0; k < sizeof(with_value) / sizeof(with_value[0]); k++)
-            known = known || !strcmp(a, with_value[k]);
-        if (!known) {
-            if (a[0] == '-')
-                say_error("unknown option '%s' (lathe run --help lists them)", a);
-            else
-                say_error("unexpected argument '%s' (the prompt goes after -p)", a);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            say_error("%s needs a value", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            o->model = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            o->prompt = v;
-            o->have_prompt = true;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
-            ok = parse_int(a, v, &o->n_predict);
-        else if (!strcmp(a, "--system"))
-            o->system = v;
-        else if (!strcmp(a, "--temp"))
-            ok = parse_float(a, v, &o->sp.temperature);
-        else if (!strcmp(a, "--top-k"))
-            ok = parse_int(a, v, &o->sp.top_k);
-        else if (!strcmp(a, "--top-p"))
-            ok = parse_float(a, v, &o->sp.top_p);
-        else if (!strcmp(a, "--min-p"))
-            ok = parse_float(a, v, &o->sp.min_p);
-        else if (!strcmp(a, "--repeat-penalty"))
-            ok = parse_float(a, v, &o->sp.repeat_penalty);
-        else if (!strcmp(a, "--presence-penalty"))
-            ok = parse_float(a, v, &o->sp.presence_penalty);
-        else if (!strcmp(a, "--frequency-penalty"))
-            ok = parse_float(a, v, &o->sp.frequency_penalty);
-        else if (!strcmp(a, "--repeat-last-n"))
-            ok = parse_int(a, v, &o->sp.repeat_last_n);
-        else if (!strcmp(a, "--seed")) {
-            ok = parse_u64(a, v, &o->sp.seed);
-            o->have_seed = true;
-        } else if (!strcmp(a, "--stop")) {
-            if (o->n_stops == RUN_MAX_STOPS) {
-                say_error("at most %d stop strings", RUN_MAX_STOPS);
-                return 2;
-            }
-            o->stops[o->n_stops++] = v;
-        } else if (!strcmp(a, "--backend"))
-            o->backend = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = parse_int(a, v, &o->threads);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
-            ok = parse_int(a, v, &o->ctx);
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch"))
-            ok = parse_int(a, v, &o->batch);
-#ifdef RUN_HAVE_LORA
-        else if (!strcmp(a, "--lora")) {
-            if (o->n_loras == RUN_MAX_LORAS) {
-                say_error("at most %d LoRA adapters", RUN_MAX_LORAS);
-                return 2;
-            }
-            struct run_lora *l = &o->loras[o->n_loras];
-            split_lora(v, l, lora_paths[o->n_loras], sizeof(lora_paths[0]));
-            l->path = lora_paths[o->n_loras++];
-        }
-#endif
-        if (!ok)
-            return 2;
+    for (size_t k = 0; k < sizeof(value_opts) / sizeof(value_opts[0]); k++)
+        if (!strcmp(a, value_opts[k].name) || (value_opts[k].alt && !strcmp(a, value_opts[k].alt)))
+            return &value_opts[k];
+    return NULL;
+}
+
+/* v into the field of o that option a (described by vo) names */
+static bool store_value(const struct value_opt *vo, const char *a, const char *v,
+                        struct run_opts *o)
+{
+    char *field = (char *)o + vo->off;
+    switch (vo->kind) {
+    case 's': *(const char **)field = v; break;
+    case 'i': return parse_int(a, v, (int *)field);
+    case 'f': return parse_float(a, v, (float *)field);
+    default: return parse_u64(a, v, (uint64_t *)field);
     }
-    (void)lora_paths;
+    return true;
+}
+
+/* --stop and --lora, which may be given more than once */
+static bool add_list_value(const char *a, const char *v, struct run_opts *o)
+{
+    if (!strcmp(a, "--stop")) {
+        if (o->n_stops == RUN_MAX_STOPS) {
+            say_error("at most %d stop strings", RUN_MAX_STOPS);
+            return false;
+        }
+        o->stops[o->n_stops++] = v;
+        return true;
+    }
+#ifdef RUN_HAVE_LORA
+    static char lora_paths[RUN_MAX_LORAS][1024];
+    if (o->n_loras == RUN_MAX_LORAS) {
+        say_error("at most %d LoRA adapters", RUN_MAX_LORAS);
+        return false;
+    }
+    struct run_lora *l = &o->loras[o->n_loras];
+    split_lora(v, l, lora_paths[o->n_loras], sizeof(lora_paths[0]));
+    l->path = lora_paths[o->n_loras++];
+#endif
+    return true;
+}
+
+static bool is_list_opt(const char *a)
+{
+#ifdef RUN_HAVE_LORA
+    if (!strcmp(a, "--lora"))
+        return true;
+#endif
+    return !strcmp(a, "--stop");
+}
+
+/* the flags without a value, or NULL */
+static bool *find_flag(const char *a, struct run_opts *o)
+{
+    return !strcmp(a, "--chat")                          ? &o->chat
+           : !strcmp(a, "--think")                       ? &o->think
+           : !strcmp(a, "--special")                     ? &o->special
+           : !strcmp(a, "--ignore-eos")                  ? &o->ignore_eos
+           : !strcmp(a, "--timings")                     ? &o->timings
+           : !strcmp(a, "-v") || !strcmp(a, "--verbose") ? &o->verbose
+                                                         : NULL;
+}
+
+/* what must hold once every option is read; 0, or 2 after reporting */
+static int check_opts(const struct run_opts *o)
+{
     if (!o->model) {
         say_error("no model given (-m MODEL.gguf)");
         return 2;
@@ -281,6 +278,41 @@ static int parse_args(int argc, char **argv, struct run_opts *o)
         return 2;
     }
     return 0;
+}
+
+/* 0: parsed; 1: --help printed; 2: a usage error (reported). */
+static int parse_args(int argc, char **argv, struct run_opts *o)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 1;
+        }
+        bool *flag = find_flag(a, o);
+        if (flag) {
+            *flag = true;
+            continue;
+        }
+        const struct value_opt *vo = find_value_opt(a);
+        if (!vo && !is_list_opt(a)) {
+            if (a[0] == '-')
+                say_error("unknown option '%s' (lathe run --help lists them)", a);
+            else
+                say_error("unexpected argument '%s' (the prompt goes after -p)", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            say_error("%s needs a value", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (vo ? !store_value(vo, a, v, o) : !add_list_value(a, v, o))
+            return 2;
+        o->have_prompt = o->have_prompt || (vo && vo->off == RO(prompt));
+        o->have_seed = o->have_seed || (vo && vo->off == RO(sp.seed));
+    }
+    return check_opts(o);
 }
 
 static double now_s(void)
@@ -420,6 +452,86 @@ static void print_timings(const struct lt_gen_seq *g, double t_load)
             lt_gen_finish_name(g->finish));
 }
 
+/* Backends, the model, its tokenizer, the prompt and the adapters; *n_ctx from --ctx or the
+ * model. LT_OK, or the failure already reported. */
+static lt_status load_all(struct run *r, const struct run_opts *o, int *n_ctx)
+{
+    lt_status st;
+    if ((st = make_backends(r, o)) != LT_OK) {
+        say_error("%s", lt_last_error());
+        return st;
+    }
+    struct lt_model_params mp = {.weights_backend = r->cuda};
+    if ((st = lt_model_load(o->model, &mp, &r->model)) != LT_OK) {
+        /* the loader's messages name the file already */
+        if (strstr(lt_last_error(), o->model))
+            say_error("%s", lt_last_error());
+        else
+            say_error("%s: %s", o->model, lt_last_error());
+        return st;
+    }
+    if ((st = lt_tokenizer_from_gguf(lt_model_gguf(r->model), &r->tok)) != LT_OK) {
+        say_error("%s: the tokenizer: %s", o->model, lt_last_error());
+        return st;
+    }
+    const struct lt_model_hparams *hp = lt_model_hparams(r->model);
+    *n_ctx = o->ctx;
+    if (*n_ctx == 0)
+        *n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
+    if ((st = make_prompt(r, o)) != LT_OK) {
+        say_error("%s", lt_last_error());
+        return st;
+    }
+    if (r->prompt.n > (size_t)*n_ctx) {
+        say_error("the prompt is %zu tokens, longer than the context of %d (--ctx)", r->prompt.n,
+                  *n_ctx);
+        return LT_ERR_INVALID;
+    }
+    if ((st = load_loras(r, o)) != LT_OK)
+        say_error("%s", lt_last_error());
+    return st;
+}
+
+/* The session (warmed up on CUDA), the generator and the sequence's generation state.
+ * LT_OK, or the failure already reported. */
+static lt_status start_generation(struct run *r, const struct run_opts *o, int n_ctx)
+{
+    struct lt_backend *bes[2] = {r->cuda ? r->cuda : r->cpu, r->cpu};
+    struct lt_session_params sp = {.n_ctx = n_ctx,
+                                   .n_seq_max = 1,
+                                   .backends = bes,
+                                   .n_backends = r->cuda ? 2 : 1,
+                                   .adapters = r->adapters.n_lora ? &r->adapters : NULL};
+    lt_status st;
+    if ((st = lt_session_new(r->model, &sp, &r->session)) != LT_OK) {
+        say_error("%s", lt_last_error());
+        return st;
+    }
+    /* on the GPU, load the kernels before the prompt (part of the load time, as llama.cpp) */
+    if (r->cuda && (st = lt_session_warmup(r->session)) != LT_OK) {
+        say_error("warming up on CUDA: %s", lt_last_error());
+        return st;
+    }
+    if ((st = lt_generator_init(&r->gen, r->model, r->session, n_ctx, 1, o->batch)) != LT_OK) {
+        say_error("%s", lt_last_error());
+        return st;
+    }
+    r->have_gen = true;
+    struct lt_gen_params gp = lt_gen_default_params();
+    gp.sampler = o->sp;
+    gp.max_tokens = o->n_predict;
+    gp.stops = o->stops;
+    gp.n_stops = o->n_stops;
+    gp.detokenize_flags = o->special ? LT_DETOKENIZE_SPECIAL : 0;
+    gp.ignore_eog = o->ignore_eos;
+    if ((st = lt_gen_seq_init(&r->seq, r->tok, &gp)) != LT_OK) {
+        say_error("%s", lt_last_error());
+        return st;
+    }
+    r->have_seq = true;
+    return LT_OK;
+}
+
 int cmd_run(int argc, char **argv)
 {
     struct run_opts o = {.backend = "cpu", .n_predict = 256, .sp = lt_sampler_default_params()};
@@ -439,84 +551,22 @@ int cmd_run(int argc, char **argv)
 
     struct run r = {0};
     struct out_state os = {0};
-    lt_status st;
+    int n_ctx = 0;
     rc = 1;
     double t0 = now_s();
-    if ((st = make_backends(&r, &o)) != LT_OK) {
-        say_error("%s", lt_last_error());
+    if (load_all(&r, &o, &n_ctx) != LT_OK || start_generation(&r, &o, n_ctx) != LT_OK)
         goto out_free_run;
-    }
-    struct lt_model_params mp = {.weights_backend = r.cuda};
-    if ((st = lt_model_load(o.model, &mp, &r.model)) != LT_OK) {
-        /* the loader's messages name the file already */
-        if (strstr(lt_last_error(), o.model))
-            say_error("%s", lt_last_error());
-        else
-            say_error("%s: %s", o.model, lt_last_error());
-        goto out_free_run;
-    }
-    if ((st = lt_tokenizer_from_gguf(lt_model_gguf(r.model), &r.tok)) != LT_OK) {
-        say_error("%s: the tokenizer: %s", o.model, lt_last_error());
-        goto out_free_run;
-    }
-    const struct lt_model_hparams *hp = lt_model_hparams(r.model);
-    int n_ctx = o.ctx;
-    if (n_ctx == 0)
-        n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? (int)hp->n_ctx_train : 4096;
-    if ((st = make_prompt(&r, &o)) != LT_OK) {
-        say_error("%s", lt_last_error());
-        goto out_free_run;
-    }
-    if (r.prompt.n > (size_t)n_ctx) {
-        say_error("the prompt is %zu tokens, longer than the context of %d (--ctx)", r.prompt.n,
-                  n_ctx);
-        goto out_free_run;
-    }
-    if ((st = load_loras(&r, &o)) != LT_OK) {
-        say_error("%s", lt_last_error());
-        goto out_free_run;
-    }
-    struct lt_backend *bes[2] = {r.cuda ? r.cuda : r.cpu, r.cpu};
-    struct lt_session_params sp = {.n_ctx = n_ctx,
-                                   .n_seq_max = 1,
-                                   .backends = bes,
-                                   .n_backends = r.cuda ? 2 : 1,
-                                   .adapters = r.adapters.n_lora ? &r.adapters : NULL};
-    if ((st = lt_session_new(r.model, &sp, &r.session)) != LT_OK) {
-        say_error("%s", lt_last_error());
-        goto out_free_run;
-    }
-    /* on the GPU, load the kernels before the prompt (part of the load time, as llama.cpp) */
-    if (r.cuda && (st = lt_session_warmup(r.session)) != LT_OK) {
-        say_error("warming up on CUDA: %s", lt_last_error());
-        goto out_free_run;
-    }
-    if ((st = lt_generator_init(&r.gen, r.model, r.session, n_ctx, 1, o.batch)) != LT_OK) {
-        say_error("%s", lt_last_error());
-        goto out_free_run;
-    }
-    r.have_gen = true;
-    struct lt_gen_params gp = lt_gen_default_params();
-    gp.sampler = o.sp;
-    gp.max_tokens = o.n_predict;
-    gp.stops = o.stops;
-    gp.n_stops = o.n_stops;
-    gp.detokenize_flags = o.special ? LT_DETOKENIZE_SPECIAL : 0;
-    gp.ignore_eog = o.ignore_eos;
-    if ((st = lt_gen_seq_init(&r.seq, r.tok, &gp)) != LT_OK) {
-        say_error("%s", lt_last_error());
-        goto out_free_run;
-    }
-    r.have_seq = true;
     double t_load = now_s() - t0;
-    if (o.verbose)
+    if (o.verbose) {
+        const struct lt_model_hparams *hp = lt_model_hparams(r.model);
         fprintf(stderr,
                 "lathe run: %s (%s, %lld layers), backend %s, context %d, prompt %zu tokens, "
                 "temp %g top-k %d top-p %g min-p %g repeat-penalty %g, seed %llu\n",
                 o.model, lt_arch_name(hp->arch), (long long)hp->n_layer, o.backend, n_ctx,
                 r.prompt.n, (double)o.sp.temperature, o.sp.top_k, (double)o.sp.top_p,
                 (double)o.sp.min_p, (double)o.sp.repeat_penalty, (unsigned long long)o.sp.seed);
-    st = lt_generator_run(&r.gen, 0, &r.seq, r.prompt.ids, r.prompt.n, write_piece, &os);
+    }
+    lt_status st = lt_generator_run(&r.gen, 0, &r.seq, r.prompt.ids, r.prompt.n, write_piece, &os);
     if (os.any && os.last != '\n')
         fputc('\n', stdout);
     fflush(stdout);
