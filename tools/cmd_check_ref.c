@@ -183,75 +183,102 @@ static lt_status compare_grads(struct ref_run *r, const struct lt_model_replace 
 }
 
 /* Logits, loss and gradients from one forward + backward pass. */
+/* The loss graph of a check, its gradients (when every op has a backward rule) and its
+ * placement. */
+struct ref_graph {
+    struct lt_ctx *ctx;
+    struct lt_graph *g;
+    struct lt_model_loss_graph lg;
+    struct lt_sched *sched;
+    int n_forward; /* nodes of the forward part */
+    bool grads;
+    struct lt_refusal refusal;
+};
+
+static lt_status ref_graph_build(struct ref_run *r, const struct lt_model_adapters *ad,
+                                 struct ref_graph *G)
+{
+    G->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 64 << 20, .no_alloc = true});
+    G->g = G->ctx ? lt_graph_new(G->ctx, 1 << 18) : NULL;
+    if (!G->g)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the graph");
+    lt_status st;
+    if ((st = lt_model_build_loss(r->model, G->ctx, r->T, r->B, ad, &G->lg)) != LT_OK ||
+        (st = lt_graph_build(G->g, G->lg.loss)) != LT_OK)
+        return st;
+    G->lg.loss->flags |= LT_FLAG_LOSS;
+    G->n_forward = G->g->n_nodes;
+    /* without gradients (an op lacks its backward rule) the rest is still worth checking */
+    G->grads = lt_autodiff_build(G->ctx, G->g, G->lg.loss, 1.0f, &G->refusal) == LT_OK;
+    if (!G->grads) {
+        fprintf(stderr, "lathe check-ref: gradients not checked: %s\n", lt_last_error());
+        r->n_grads_bad++;
+        snprintf(r->grad_worst_name, sizeof(r->grad_worst_name), "(not computed)");
+        r->grad_worst = INFINITY;
+        memset(&G->refusal, 0, sizeof(G->refusal));
+    }
+    for (int i = 0; G->grads && i < ad->n_replace; i++)
+        if (ad->replace[i].with->grad)
+            ad->replace[i].with->grad->flags |= LT_FLAG_OUTPUT;
+    G->sched = lt_sched_new(r->be, r->n_be);
+    if (!G->sched)
+        return LT_ERR_NOMEM;
+    if ((st = lt_sched_place(G->sched, G->g, false, &G->refusal)) != LT_OK ||
+        (st = lt_sched_alloc(G->sched, G->g)) != LT_OK)
+        return st;
+    printf("training graph: %d nodes;", G->g->n_nodes);
+    for (int b = 0; b < r->n_be; b++)
+        printf("%s %s %d", b ? "," : "", r->be[b]->name, lt_sched_count(G->sched, b));
+    printf(" (%d nodes fell back from %s)\n", lt_sched_n_fallback(G->sched), r->be[0]->name);
+    return LT_OK;
+}
+
+/* The graph run on the reference's ids: the logits ([N, V], read between the forward and
+ * the backward part, since the scheduler may reuse their storage once the backward pass has
+ * read them) and r->loss. */
+static lt_status ref_graph_run(struct ref_run *r, struct ref_graph *G, float *logits)
+{
+    const int64_t N = r->B * r->T;
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
+    if (!labels)
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
+    for (int64_t b = 0; b < r->B; b++)
+        for (int64_t t = 0; t < r->T; t++)
+            labels[b * r->T + t] = t + 1 < r->T ? r->ids[b * r->T + t + 1] : -1;
+    const struct lt_model_loss_graph *lg = &G->lg;
+    lt_status st;
+    if ((st = lt_tensor_set(lg->tokens, r->ids, 0, sizeof(int32_t) * (size_t)N)) != LT_OK ||
+        (st = lt_tensor_set(lg->labels, labels, 0, sizeof(int32_t) * (size_t)N)) != LT_OK ||
+        (st = lt_model_loss_graph_set_pos(&G->lg)) != LT_OK ||
+        (st = lt_sched_compute_range(G->sched, G->g, 0, G->n_forward)) != LT_OK ||
+        (st = lt_tensor_get(lg->logits, logits, 0, sizeof(float) * (size_t)(N * r->V))) != LT_OK ||
+        (st = lt_tensor_get(lg->loss, &r->loss, 0, sizeof(float))) != LT_OK)
+        goto out;
+    st = lt_sched_compute_range(G->sched, G->g, G->n_forward, G->g->n_nodes);
+out:
+    free(labels);
+    return st;
+}
+
 static lt_status check_loss_and_grads(struct ref_run *r)
 {
     struct lt_model_f32_params *fp = NULL;
-    struct lt_ctx *ctx = NULL;
-    struct lt_sched *sched = NULL;
+    struct ref_graph G = {0};
     float *logits = NULL, *ref_logits = NULL, *ref_loss = NULL;
-    int32_t *labels = NULL;
     lt_status st = lt_model_f32_params_new(r->model, NULL, NULL, &fp);
     if (st != LT_OK)
         return st;
     int n_rep;
     const struct lt_model_replace *rep = lt_model_f32_params_list(fp, &n_rep);
     struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep};
-    ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 64 << 20, .no_alloc = true});
-    struct lt_graph *g = ctx ? lt_graph_new(ctx, 1 << 18) : NULL;
-    if (!g) {
-        st = lt_fail(LT_ERR_NOMEM, "out of memory for the graph");
+    const int64_t N = r->B * r->T;
+    if ((st = ref_graph_build(r, &ad, &G)) != LT_OK)
         goto out_free;
-    }
-    struct lt_model_loss_graph lg;
-    struct lt_refusal refusal = {0};
-    if ((st = lt_model_build_loss(r->model, ctx, r->T, r->B, &ad, &lg)) != LT_OK ||
-        (st = lt_graph_build(g, lg.loss)) != LT_OK)
-        goto out_free;
-    lg.loss->flags |= LT_FLAG_LOSS;
-    int n_forward = g->n_nodes;
-    /* without gradients (an op lacks its backward rule) the rest is still worth checking */
-    bool grads = lt_autodiff_build(ctx, g, lg.loss, 1.0f, &refusal) == LT_OK;
-    if (!grads) {
-        fprintf(stderr, "lathe check-ref: gradients not checked: %s\n", lt_last_error());
-        r->n_grads_bad++;
-        snprintf(r->grad_worst_name, sizeof(r->grad_worst_name), "(not computed)");
-        r->grad_worst = INFINITY;
-        memset(&refusal, 0, sizeof(refusal));
-    }
-    for (int i = 0; grads && i < n_rep; i++)
-        if (rep[i].with->grad)
-            rep[i].with->grad->flags |= LT_FLAG_OUTPUT;
-    sched = lt_sched_new(r->be, r->n_be);
-    if (!sched) {
-        st = LT_ERR_NOMEM;
-        goto out_free;
-    }
-    if ((st = lt_sched_place(sched, g, false, &refusal)) != LT_OK ||
-        (st = lt_sched_alloc(sched, g)) != LT_OK)
-        goto out_free;
-    printf("training graph: %d nodes;", g->n_nodes);
-    for (int b = 0; b < r->n_be; b++)
-        printf("%s %s %d", b ? "," : "", r->be[b]->name, lt_sched_count(sched, b));
-    printf(" (%d nodes fell back from %s)\n", lt_sched_n_fallback(sched), r->be[0]->name);
-    int64_t N = r->B * r->T;
-    labels = malloc(sizeof(int32_t) * (size_t)N);
-    logits = malloc(sizeof(float) * (size_t)(N * r->V));
-    if (!labels || !logits) {
+    if (!(logits = malloc(sizeof(float) * (size_t)(N * r->V)))) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory");
         goto out_free;
     }
-    for (int64_t b = 0; b < r->B; b++)
-        for (int64_t t = 0; t < r->T; t++)
-            labels[b * r->T + t] = t + 1 < r->T ? r->ids[b * r->T + t + 1] : -1;
-    /* logits and loss are read between the forward and the backward part: the scheduler may
-     * reuse the logits' storage once the backward pass has read them */
-    if ((st = lt_tensor_set(lg.tokens, r->ids, 0, sizeof(int32_t) * (size_t)N)) != LT_OK ||
-        (st = lt_tensor_set(lg.labels, labels, 0, sizeof(int32_t) * (size_t)N)) != LT_OK ||
-        (st = lt_model_loss_graph_set_pos(&lg)) != LT_OK ||
-        (st = lt_sched_compute_range(sched, g, 0, n_forward)) != LT_OK ||
-        (st = lt_tensor_get(lg.logits, logits, 0, sizeof(float) * (size_t)(N * r->V))) != LT_OK ||
-        (st = lt_tensor_get(lg.loss, &r->loss, 0, sizeof(float))) != LT_OK ||
-        (st = lt_sched_compute_range(sched, g, n_forward, g->n_nodes)) != LT_OK)
+    if ((st = ref_graph_run(r, &G, logits)) != LT_OK)
         goto out_free;
     if (!(ref_logits = ref_floats(r, "logits", N * r->V, NULL)) ||
         !(ref_loss = ref_floats(r, "loss", 1, NULL))) {
@@ -263,15 +290,14 @@ static lt_status check_loss_and_grads(struct ref_run *r)
     r->loss_err = rel_err(&r->loss, ref_loss, 1);
     row("logits", r->logits_err, TOL_LOGITS);
     row("loss", r->loss_err, TOL_LOSS);
-    if (grads)
+    if (G.grads)
         st = compare_grads(r, rep, n_rep);
 out_free:
-    if (st != LT_OK && refusal.kind != LT_REFUSAL_NONE)
-        fprintf(stderr, "lathe check-ref: %s\n", refusal.sentence);
-    lt_sched_free(sched);
-    lt_ctx_free(ctx);
+    if (st != LT_OK && G.refusal.kind != LT_REFUSAL_NONE)
+        fprintf(stderr, "lathe check-ref: %s\n", G.refusal.sentence);
+    lt_sched_free(G.sched);
+    lt_ctx_free(G.ctx);
     lt_model_f32_params_free(fp);
-    free(labels);
     free(logits);
     free(ref_logits);
     free(ref_loss);
@@ -394,46 +420,51 @@ static lt_status open_backends(struct ref_run *r)
     return r->be[0] ? LT_OK : lt_fail(LT_ERR_NOMEM, "cannot start the CPU backend");
 }
 
-int cmd_check_ref(int argc, char **argv)
+/* 0: parsed; 1: --help printed; 2: a usage error (reported) */
+static int check_ref_args(int argc, char **argv, struct ref_run *r)
 {
-    struct ref_run r = {.backend_name = "cpu"};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             check_ref_usage(stdout);
-            return 0;
+            return 1;
         } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
-            r.backend_name = argv[++i];
+            r->backend_name = argv[++i];
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
-            r.json_path = argv[++i];
+            r->json_path = argv[++i];
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "lathe check-ref: unknown option '%s'\n", argv[i]);
             check_ref_usage(stderr);
             return 2;
-        } else if (!r.model_path) {
-            r.model_path = argv[i];
-        } else if (!r.ref_path) {
-            r.ref_path = argv[i];
+        } else if (!r->model_path) {
+            r->model_path = argv[i];
+        } else if (!r->ref_path) {
+            r->ref_path = argv[i];
         } else {
             check_ref_usage(stderr);
             return 2;
         }
     }
-    if (!r.model_path || !r.ref_path) {
+    if (!r->model_path || !r->ref_path) {
         check_ref_usage(stderr);
         return 2;
     }
-    int rc = 1;
-    lt_status st = open_backends(&r);
+    return 0;
+}
+
+/* The backends, the model (a warning when a weight is not F32: the references are float32,
+ * another type cannot meet 1e-4), the reference file and its input_ids [B, T]. */
+static lt_status check_ref_load(struct ref_run *r)
+{
+    lt_status st = open_backends(r);
     if (st == LT_OK)
-        st = lt_model_load(r.model_path, &(struct lt_model_params){r.n_be > 1 ? r.be[0] : NULL},
-                           &r.model);
+        st = lt_model_load(r->model_path, &(struct lt_model_params){r->n_be > 1 ? r->be[0] : NULL},
+                           &r->model);
     if (st == LT_OK)
-        st = lt_st_file_open(r.ref_path, &r.ref);
+        st = lt_st_file_open(r->ref_path, &r->ref);
     if (st != LT_OK)
-        goto out;
-    /* the references are float32: a model stored in another type cannot meet 1e-4 */
-    for (int i = 0; i < lt_model_n_weights(r.model); i++) {
-        const struct lt_tensor *w = lt_model_weight(r.model, i);
+        return st;
+    for (int i = 0; i < lt_model_n_weights(r->model); i++) {
+        const struct lt_tensor *w = lt_model_weight(r->model, i);
         if (w->type != LT_TYPE_F32) {
             fprintf(stderr,
                     "lathe check-ref: warning: '%s' is %s, not f32; convert with --outtype f32 to "
@@ -443,24 +474,51 @@ int cmd_check_ref(int argc, char **argv)
         }
     }
     int64_t n_ids;
-    const struct lt_st_tensor *ids = lt_st_file_find(r.ref, "input_ids");
-    float *idf = ids && ids->n_dims == 2 ? ref_floats(&r, "input_ids", 0, &n_ids) : NULL;
-    if (!idf) {
-        st = lt_fail(LT_ERR_FORMAT, "%s: no input_ids of shape [B, T]", r.ref_path);
-        goto out;
-    }
-    r.B = ids->shape[0];
-    r.T = ids->shape[1];
-    r.V = lt_model_hparams(r.model)->n_vocab;
-    r.ids = malloc(sizeof(int32_t) * (size_t)n_ids);
-    if (!r.ids) {
-        free(idf);
-        st = lt_fail(LT_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    for (int64_t i = 0; i < n_ids; i++)
-        r.ids[i] = (int32_t)idf[i];
+    const struct lt_st_tensor *ids = lt_st_file_find(r->ref, "input_ids");
+    float *idf = ids && ids->n_dims == 2 ? ref_floats(r, "input_ids", 0, &n_ids) : NULL;
+    if (!idf)
+        return lt_fail(LT_ERR_FORMAT, "%s: no input_ids of shape [B, T]", r->ref_path);
+    r->B = ids->shape[0];
+    r->T = ids->shape[1];
+    r->V = lt_model_hparams(r->model)->n_vocab;
+    r->ids = malloc(sizeof(int32_t) * (size_t)n_ids);
+    if (r->ids)
+        for (int64_t i = 0; i < n_ids; i++)
+            r->ids[i] = (int32_t)idf[i];
     free(idf);
+    return r->ids ? LT_OK : lt_fail(LT_ERR_NOMEM, "out of memory");
+}
+
+/* the verdict line and the JSON summary (stdout, and --json FILE) */
+static void check_ref_report(struct ref_run *r, bool pass)
+{
+    /* JSON has no infinity */
+    if (!(r->grad_worst <= 1e300))
+        r->grad_worst = -1;
+    printf("worst gradient: %s (%.3e); %d of %d gradients over tolerance\n", r->grad_worst_name,
+           r->grad_worst, r->n_grads_bad, r->n_grads);
+    json_summary(r, pass, stdout);
+    if (!r->json_path)
+        return;
+    FILE *f = fopen(r->json_path, "w");
+    if (f) {
+        json_summary(r, pass, f);
+        fclose(f);
+    } else {
+        fprintf(stderr, "lathe check-ref: cannot write %s\n", r->json_path);
+    }
+}
+
+int cmd_check_ref(int argc, char **argv)
+{
+    struct ref_run r = {.backend_name = "cpu"};
+    int rc = check_ref_args(argc, argv, &r);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    rc = 1;
+    lt_status st = check_ref_load(&r);
+    if (st != LT_OK)
+        goto out;
     printf("lathe check-ref %s against %s (%s; %s, batch %lld x %lld tokens)\n", r.model_path,
            r.ref_path, r.backend_name, lt_arch_name(lt_model_hparams(r.model)->arch),
            (long long)r.B, (long long)r.T);
@@ -469,21 +527,7 @@ int cmd_check_ref(int argc, char **argv)
         goto out;
     bool pass = r.logits_err <= TOL_LOGITS && r.loss_err <= TOL_LOSS && r.n_grads_bad == 0 &&
                 r.n_grads > 0 && r.greedy_ok;
-    /* JSON has no infinity */
-    if (!(r.grad_worst <= 1e300))
-        r.grad_worst = -1;
-    printf("worst gradient: %s (%.3e); %d of %d gradients over tolerance\n", r.grad_worst_name,
-           r.grad_worst, r.n_grads_bad, r.n_grads);
-    json_summary(&r, pass, stdout);
-    if (r.json_path) {
-        FILE *f = fopen(r.json_path, "w");
-        if (f) {
-            json_summary(&r, pass, f);
-            fclose(f);
-        } else {
-            fprintf(stderr, "lathe check-ref: cannot write %s\n", r.json_path);
-        }
-    }
+    check_ref_report(&r, pass);
     rc = pass ? 0 : 1;
 out:
     if (st != LT_OK)
