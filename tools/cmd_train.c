@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,28 +169,98 @@ static int bad_value(const char *flag, const char *v)
     return 2;
 }
 
-int cmd_train(int argc, char **argv)
+/* What the command line gives: the job's parameters and what only the command uses. */
+struct train_cli {
+    struct lt_train_params p;
+    const char *model_path, *backend;
+    int threads;
+};
+
+#define TC(field) offsetof(struct train_cli, field)
+/* options whose value is a string, kept as given */
+static const struct {
+    const char *name, *alt;
+    size_t off;
+} str_opts[] = {
+    {"-m", "--model", TC(model_path)},         {"--text", NULL, TC(p.text_path)},
+    {"--examples", NULL, TC(p.examples_path)}, {"--out", "-o", TC(p.out)},
+    {"--targets", NULL, TC(p.targets)},        {"--backend", NULL, TC(backend)},
+};
+/* options whose value is an int within [lo, hi] */
+static const struct {
+    const char *name;
+    long lo, hi;
+    size_t off;
+} int_opts[] = {
+    {"--rank", 1, 1 << 20, TC(p.rank)},
+    {"--window", 1, 1 << 24, TC(p.window)},
+    {"--epochs", 1, 1 << 20, TC(p.epochs)},
+    {"--batch", 1, 1 << 24, TC(p.batch)},
+    {"--batch-tokens", 1, 1 << 24, TC(p.batch_tokens)},
+    {"--grad-accum", 1, 1 << 24, TC(p.grad_accum)},
+    {"--top-layers", 0, 1 << 20, TC(p.top_layers)},
+    {"--threads", 1, 4096, TC(threads)},
+};
+
+/* One option with a value; 0, or 2 after reporting a bad or unknown one. */
+static int train_option(struct train_cli *c, const char *a, const char *v)
 {
-    struct lt_train_params p = {0};
-    const char *model_path = NULL, *backend = "cpu";
-    int threads = 0;
+    struct lt_train_params *p = &c->p;
+    for (size_t k = 0; k < sizeof(str_opts) / sizeof(str_opts[0]); k++)
+        if (!strcmp(a, str_opts[k].name) || (str_opts[k].alt && !strcmp(a, str_opts[k].alt))) {
+            *(const char **)((char *)c + str_opts[k].off) = v;
+            return 0;
+        }
+    for (size_t k = 0; k < sizeof(int_opts) / sizeof(int_opts[0]); k++)
+        if (!strcmp(a, int_opts[k].name))
+            return parse_int(v, int_opts[k].lo, int_opts[k].hi,
+                             (int *)((char *)c + int_opts[k].off))
+                       ? 0
+                       : bad_value(a, v);
+    int iv;
+    if (!strcmp(a, "--fit"))
+        return lt_fit_policy_parse(v, &p->fit) ? 0 : bad_value(a, v);
+    if (!strcmp(a, "--seed")) {
+        if (!parse_int(v, 1, 2147483647, &iv))
+            return bad_value(a, v);
+        p->seed = (uint64_t)iv;
+        return 0;
+    }
+    if (!strcmp(a, "--memory-budget-mib")) {
+        if (!parse_int(v, 1, 1 << 30, &iv))
+            return bad_value(a, v);
+        p->memory_budget_mib = (size_t)iv;
+        return 0;
+    }
+    if (!strcmp(a, "--alpha"))
+        return parse_float(v, &p->alpha) && p->alpha > 0 ? 0 : bad_value(a, v);
+    if (!strcmp(a, "--lr"))
+        return parse_float(v, &p->lr) && p->lr > 0 ? 0 : bad_value(a, v);
+    if (!strcmp(a, "--weight-decay"))
+        return parse_float(v, &p->weight_decay) ? 0 : bad_value(a, v);
+    if (!strcmp(a, "--val-split"))
+        return parse_float(v, &p->val_split) ? 0 : bad_value(a, v);
+    fprintf(stderr, "lathe train: unknown option %s\n", a);
+    usage(stderr);
+    return 2;
+}
+
+/* 0: parsed and valid; 1: --help printed; 2: a usage error (reported) */
+static int train_args(int argc, char **argv, struct train_cli *c)
+{
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            return 0;
+            return 1;
         }
-        bool is_bool = !strcmp(a, "--full") || !strcmp(a, "--device-only") ||
-                       !strcmp(a, "--dry-run") || !strcmp(a, "--f32-products");
-        if (is_bool) {
-            if (!strcmp(a, "--full"))
-                p.full = true;
-            else if (!strcmp(a, "--device-only"))
-                p.device_only = true;
-            else if (!strcmp(a, "--f32-products"))
-                p.f32_products = true;
-            else
-                p.dry_run = true;
+        bool *flag = !strcmp(a, "--full")           ? &c->p.full
+                     : !strcmp(a, "--device-only")  ? &c->p.device_only
+                     : !strcmp(a, "--f32-products") ? &c->p.f32_products
+                     : !strcmp(a, "--dry-run")      ? &c->p.dry_run
+                                                    : NULL;
+        if (flag) {
+            *flag = true;
             continue;
         }
         if (i + 1 >= argc || strncmp(a, "-", 1)) {
@@ -198,123 +269,61 @@ int cmd_train(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        const char *v = argv[++i];
-        int iv;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model_path = v;
-        else if (!strcmp(a, "--text"))
-            p.text_path = v;
-        else if (!strcmp(a, "--examples"))
-            p.examples_path = v;
-        else if (!strcmp(a, "--out") || !strcmp(a, "-o"))
-            p.out = v;
-        else if (!strcmp(a, "--targets"))
-            p.targets = v;
-        else if (!strcmp(a, "--backend"))
-            backend = v;
-        else if (!strcmp(a, "--fit")) {
-            if (!lt_fit_policy_parse(v, &p.fit))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--rank")) {
-            if (!parse_int(v, 1, 1 << 20, &p.rank))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--window")) {
-            if (!parse_int(v, 1, 1 << 24, &p.window))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--epochs")) {
-            if (!parse_int(v, 1, 1 << 20, &p.epochs))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--batch")) {
-            if (!parse_int(v, 1, 1 << 24, &p.batch))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--batch-tokens")) {
-            if (!parse_int(v, 1, 1 << 24, &p.batch_tokens))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--grad-accum")) {
-            if (!parse_int(v, 1, 1 << 24, &p.grad_accum))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--top-layers")) {
-            if (!parse_int(v, 0, 1 << 20, &p.top_layers))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--threads")) {
-            if (!parse_int(v, 1, 4096, &threads))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--seed")) {
-            if (!parse_int(v, 1, 2147483647, &iv))
-                return bad_value(a, v);
-            p.seed = (uint64_t)iv;
-        } else if (!strcmp(a, "--memory-budget-mib")) {
-            if (!parse_int(v, 1, 1 << 30, &iv))
-                return bad_value(a, v);
-            p.memory_budget_mib = (size_t)iv;
-        } else if (!strcmp(a, "--alpha")) {
-            if (!parse_float(v, &p.alpha) || !(p.alpha > 0))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--lr")) {
-            if (!parse_float(v, &p.lr) || !(p.lr > 0))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--weight-decay")) {
-            if (!parse_float(v, &p.weight_decay))
-                return bad_value(a, v);
-        } else if (!strcmp(a, "--val-split")) {
-            if (!parse_float(v, &p.val_split))
-                return bad_value(a, v);
-        } else {
-            fprintf(stderr, "lathe train: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
+        int rc = train_option(c, a, argv[++i]);
+        if (rc)
+            return rc;
     }
-    if (!model_path) {
+    if (!c->model_path) {
         fprintf(stderr, "lathe train: -m MODEL.gguf is required\n");
         usage(stderr);
         return 2;
     }
     struct lt_train_errors errs;
-    if (lt_train_params_validate(&p, &errs) != LT_OK) {
+    if (lt_train_params_validate(&c->p, &errs) != LT_OK) {
         for (int i = 0; i < errs.n; i++)
             fprintf(stderr, "lathe train: %s: %s\n", errs.e[i].field, errs.e[i].message);
         return 2;
     }
+    return 0;
+}
 
-    int rc = 1;
-    struct lt_backend *backends[2] = {NULL, NULL};
-    int n_backends = 0;
-    struct lt_model *model = NULL;
+/* The backends (CUDA first when asked, then the CPU) and the model. 0, or the exit code
+ * after reporting. */
+static int train_open(const struct train_cli *c, struct lt_backend **backends, int *n_backends,
+                      struct lt_model **model)
+{
     struct lt_model_params mp = {0};
-    if (!strcmp(backend, "cuda")) {
+    if (!strcmp(c->backend, "cuda")) {
 #ifdef TRAIN_HAVE_CUDA_HEADER
-        backends[n_backends] = lt_backend_cuda_new(0);
-        if (!backends[n_backends]) {
+        backends[*n_backends] = lt_backend_cuda_new(0);
+        if (!backends[*n_backends]) {
             fprintf(stderr, "lathe train: %s\n", lt_last_error());
             return 1;
         }
-        mp.weights_backend = backends[n_backends++];
+        mp.weights_backend = backends[(*n_backends)++];
 #else
         fprintf(stderr, "lathe train: this build has no CUDA backend\n");
         return 1;
 #endif
-    } else if (strcmp(backend, "cpu")) {
-        return bad_value("--backend", backend);
+    } else if (strcmp(c->backend, "cpu")) {
+        return bad_value("--backend", c->backend);
     }
-    backends[n_backends] = lt_backend_cpu_new(threads);
-    if (!backends[n_backends]) {
+    backends[*n_backends] = lt_backend_cpu_new(c->threads);
+    if (!backends[*n_backends]) {
         fprintf(stderr, "lathe train: %s\n", lt_last_error());
-        goto out_free;
+        return 1;
     }
-    n_backends++;
-    if (lt_model_load(model_path, &mp, &model) != LT_OK) {
+    (*n_backends)++;
+    if (lt_model_load(c->model_path, &mp, model) != LT_OK) {
         fprintf(stderr, "lathe train: %s\n", lt_last_error());
-        goto out_free;
+        return 1;
     }
+    return 0;
+}
 
-    struct ui ui = {.tty = isatty(fileno(stderr)) && !p.dry_run};
-    struct lt_train_job *job;
-    if (lt_train_job_start(model, backends, n_backends, &p, p.dry_run ? NULL : on_progress, &ui,
-                           &job) != LT_OK) {
-        fprintf(stderr, "lathe train: %s\n", lt_last_error());
-        goto out_free;
-    }
+/* Waits for the job (a SIGINT cancels it: nothing is written) and takes its result. */
+static void train_watch(struct lt_train_job *job, struct lt_train_result *r)
+{
     struct sigaction sa = {0}, old_sa;
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, &old_sa);
@@ -331,55 +340,82 @@ int cmd_train(int argc, char **argv)
         struct timespec ts = {0, 50 * 1000000L};
         nanosleep(&ts, NULL);
     }
-    struct lt_train_result r;
-    lt_train_job_wait(job, &r);
+    lt_train_job_wait(job, r);
     lt_train_job_free(job);
     sigaction(SIGINT, &old_sa, NULL);
+}
 
-    if (p.dry_run || r.status == LT_ERR_REFUSED) {
-        if (r.admission[0])
-            printf("%s", r.admission);
-        if (r.n_fallback > 0)
-            printf("fallback nodes: %d (they run on the CPU%s)\n", r.n_fallback,
-                   p.device_only ? "; refused with --device-only" : "");
-        if (r.status == LT_OK)
-            printf(
-                "memory estimate: %.1f MiB; %d examples for training, %d for eval; micro-batch "
-                "%d x %d tokens, %d a step; %d trainable tensors (%lld numbers)\n",
-                (double)r.peak_bytes / (1 << 20), r.n_train, r.n_val, r.n_seqs_graph,
-                r.n_tokens_graph, r.grad_accum, r.n_trainable, (long long)r.n_trainable_elements);
-    }
-    if (r.status != LT_OK) {
-        fprintf(stderr, "lathe train: %s\n", r.error);
-        lt_train_result_free(&r);
-        goto out_free;
-    }
-    if (p.dry_run) {
-        printf("dry run: admitted; nothing was allocated or written\n");
-        lt_train_result_free(&r);
-        rc = 0;
-        goto out_free;
-    }
-    for (int e = 0; e < r.n_epochs; e++) {
-        printf("epoch %d: train loss %.4f", e + 1, r.train_loss[e]);
-        if (!isnan(r.eval_loss[e]))
-            printf(", eval loss %.4f", r.eval_loss[e]);
+/* The admission report of a dry run or a refusal */
+static void train_print_admission(const struct lt_train_params *p, const struct lt_train_result *r)
+{
+    if (r->admission[0])
+        printf("%s", r->admission);
+    if (r->n_fallback > 0)
+        printf("fallback nodes: %d (they run on the CPU%s)\n", r->n_fallback,
+               p->device_only ? "; refused with --device-only" : "");
+    if (r->status == LT_OK)
+        printf("memory estimate: %.1f MiB; %d examples for training, %d for eval; micro-batch "
+               "%d x %d tokens, %d a step; %d trainable tensors (%lld numbers)\n",
+               (double)r->peak_bytes / (1 << 20), r->n_train, r->n_val, r->n_seqs_graph,
+               r->n_tokens_graph, r->grad_accum, r->n_trainable,
+               (long long)r->n_trainable_elements);
+}
+
+/* A finished job: the losses, the throughput, the output and its loss curve */
+static void train_print_done(const struct lt_train_params *p, struct lt_train_result *r)
+{
+    for (int e = 0; e < r->n_epochs; e++) {
+        printf("epoch %d: train loss %.4f", e + 1, r->train_loss[e]);
+        if (!isnan(r->eval_loss[e]))
+            printf(", eval loss %.4f", r->eval_loss[e]);
         printf("\n");
     }
     printf("trained %lld tokens in %.1f s (%.0f tokens/s); micro-batch %d x %d tokens, %d a "
            "step; memory estimate %.1f MiB, allocated %.1f MiB; %d fallback nodes\n",
-           (long long)r.tokens, r.seconds, r.tokens_per_s, r.n_seqs_graph, r.n_tokens_graph,
-           r.grad_accum, (double)r.peak_bytes / (1 << 20), (double)r.allocated_bytes / (1 << 20),
-           r.n_fallback);
-    printf("wrote %s (%s)\n", p.out, p.full ? "model" : "LoRA adapter");
+           (long long)r->tokens, r->seconds, r->tokens_per_s, r->n_seqs_graph, r->n_tokens_graph,
+           r->grad_accum, (double)r->peak_bytes / (1 << 20), (double)r->allocated_bytes / (1 << 20),
+           r->n_fallback);
+    printf("wrote %s (%s)\n", p->out, p->full ? "model" : "LoRA adapter");
     char svg[4096];
-    curve_path(p.out, svg, sizeof(svg));
-    if (lt_train_plot_svg(&r, svg) == LT_OK)
+    curve_path(p->out, svg, sizeof(svg));
+    if (lt_train_plot_svg(r, svg) == LT_OK)
         printf("loss curve: %s\n", svg);
     else
         fprintf(stderr, "lathe train: loss curve: %s\n", lt_last_error());
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_cli c = {.backend = "cpu"};
+    int rc = train_args(argc, argv, &c);
+    if (rc)
+        return rc == 1 ? 0 : 2;
+    const struct lt_train_params *p = &c.p;
+    struct lt_backend *backends[2] = {NULL, NULL};
+    int n_backends = 0;
+    struct lt_model *model = NULL;
+    if ((rc = train_open(&c, backends, &n_backends, &model)) != 0)
+        goto out_free;
+    rc = 1;
+    struct ui ui = {.tty = isatty(fileno(stderr)) && !p->dry_run};
+    struct lt_train_job *job;
+    if (lt_train_job_start(model, backends, n_backends, p, p->dry_run ? NULL : on_progress, &ui,
+                           &job) != LT_OK) {
+        fprintf(stderr, "lathe train: %s\n", lt_last_error());
+        goto out_free;
+    }
+    struct lt_train_result r;
+    train_watch(job, &r);
+    if (p->dry_run || r.status == LT_ERR_REFUSED)
+        train_print_admission(p, &r);
+    if (r.status != LT_OK)
+        fprintf(stderr, "lathe train: %s\n", r.error);
+    else if (p->dry_run)
+        printf("dry run: admitted; nothing was allocated or written\n");
+    else
+        train_print_done(p, &r);
+    rc = r.status == LT_OK ? 0 : 1;
     lt_train_result_free(&r);
-    rc = 0;
 out_free:
     lt_model_free(model);
     for (int i = 0; i < n_backends; i++)
