@@ -299,82 +299,94 @@ static lt_status run_test(struct bench *b, const struct bench_opts *o, const str
     return LT_OK;
 }
 
+/* The backends and the model, checked against the test sizes. true, or false after
+ * reporting. */
+static bool bench_open(struct bench *b, const struct bench_opts *o)
+{
+    if (!strcmp(o->backend, "cuda")) {
+#ifdef BENCH_HAVE_CUDA_HEADER
+        b->cuda = lt_backend_cuda_new(0);
+        if (!b->cuda) {
+            say_error("--backend cuda: %s", lt_last_error());
+            return false;
+        }
+#else
+        say_error("--backend cuda: this lathe has no CUDA backend");
+        return false;
+#endif
+    }
+    b->cpu = lt_backend_cpu_new(o->threads);
+    if (!b->cpu) {
+        say_error("cannot start the CPU backend");
+        return false;
+    }
+    struct lt_model_params mp = {.weights_backend = b->cuda};
+    if (lt_model_load(o->model, &mp, &b->model) != LT_OK) {
+        if (strstr(lt_last_error(), o->model))
+            say_error("%s", lt_last_error());
+        else
+            say_error("%s: %s", o->model, lt_last_error());
+        return false;
+    }
+    const int64_t n_ctx_train = lt_model_hparams(b->model)->n_ctx_train;
+    if (n_ctx_train > 0 && (o->n_prompt > n_ctx_train || o->n_gen > n_ctx_train)) {
+        bool p = o->n_prompt > n_ctx_train;
+        say_error("%s %d is longer than the model's context of %lld tokens", p ? "-p" : "-n",
+                  p ? o->n_prompt : o->n_gen, (long long)n_ctx_train);
+        return false;
+    }
+    return true;
+}
+
+/* The same random ids every run, the logits' buffer and a warmed-up session. true, or false
+ * after reporting. */
+static bool bench_prepare(struct bench *b, const struct bench_opts *o)
+{
+    b->n_vocab = lt_model_hparams(b->model)->n_vocab;
+    int n_ctx = o->n_prompt > o->n_gen ? o->n_prompt : o->n_gen;
+    b->tokens = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    b->logits = malloc(sizeof(float) * (size_t)b->n_vocab);
+    if (!b->tokens || !b->logits) {
+        say_error("out of memory");
+        return false;
+    }
+    uint64_t rs = 0x6c617468652d6265ull;
+    for (int i = 0; i < n_ctx; i++)
+        b->tokens[i] = (int32_t)(next_random(&rs) % (uint64_t)b->n_vocab);
+    struct lt_backend *bes[2] = {b->cuda ? b->cuda : b->cpu, b->cpu};
+    struct lt_session_params sp = {
+        .n_ctx = n_ctx, .n_seq_max = 1, .backends = bes, .n_backends = b->cuda ? 2 : 1};
+    if (lt_session_new(b->model, &sp, &b->session) != LT_OK) {
+        say_error("%s", lt_last_error());
+        return false;
+    }
+    if (lt_session_warmup(b->session) != LT_OK) {
+        say_error("warming up: %s", lt_last_error());
+        return false;
+    }
+    return true;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct bench_opts o = {.backend = "cpu", .n_prompt = 512, .n_gen = 128, .reps = 3};
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : 2;
-
     struct bench b = {0};
-    lt_status st;
     rc = 1;
-    if (!strcmp(o.backend, "cuda")) {
-#ifdef BENCH_HAVE_CUDA_HEADER
-        b.cuda = lt_backend_cuda_new(0);
-        if (!b.cuda) {
-            say_error("--backend cuda: %s", lt_last_error());
-            goto out;
-        }
-#else
-        say_error("--backend cuda: this lathe has no CUDA backend");
+    if (!bench_open(&b, &o) || !bench_prepare(&b, &o))
         goto out;
-#endif
-    }
-    b.cpu = lt_backend_cpu_new(o.threads);
-    if (!b.cpu) {
-        say_error("cannot start the CPU backend");
-        goto out;
-    }
-    struct lt_model_params mp = {.weights_backend = b.cuda};
-    if ((st = lt_model_load(o.model, &mp, &b.model)) != LT_OK) {
-        if (strstr(lt_last_error(), o.model))
-            say_error("%s", lt_last_error());
-        else
-            say_error("%s: %s", o.model, lt_last_error());
-        goto out;
-    }
-    const struct lt_model_hparams *hp = lt_model_hparams(b.model);
-    int64_t n_ctx_train = hp->n_ctx_train;
-    if (n_ctx_train > 0 && (o.n_prompt > n_ctx_train || o.n_gen > n_ctx_train)) {
-        bool p = o.n_prompt > n_ctx_train;
-        say_error("%s %d is longer than the model's context of %lld tokens", p ? "-p" : "-n",
-                  p ? o.n_prompt : o.n_gen, (long long)n_ctx_train);
-        goto out;
-    }
-    b.n_vocab = hp->n_vocab;
-    int n_ctx = o.n_prompt > o.n_gen ? o.n_prompt : o.n_gen;
-    b.tokens = malloc(sizeof(int32_t) * (size_t)n_ctx);
-    b.logits = malloc(sizeof(float) * (size_t)b.n_vocab);
-    if (!b.tokens || !b.logits) {
-        say_error("out of memory");
-        goto out;
-    }
-    uint64_t rs = 0x6c617468652d6265ull; /* the same ids every run */
-    for (int i = 0; i < n_ctx; i++)
-        b.tokens[i] = (int32_t)(next_random(&rs) % (uint64_t)b.n_vocab);
-
-    struct lt_backend *bes[2] = {b.cuda ? b.cuda : b.cpu, b.cpu};
-    struct lt_session_params sp = {
-        .n_ctx = n_ctx, .n_seq_max = 1, .backends = bes, .n_backends = b.cuda ? 2 : 1};
-    if ((st = lt_session_new(b.model, &sp, &b.session)) != LT_OK) {
-        say_error("%s", lt_last_error());
-        goto out;
-    }
-    if ((st = lt_session_warmup(b.session)) != LT_OK) {
-        say_error("warming up: %s", lt_last_error());
-        goto out;
-    }
     struct model_desc d;
     describe(b.model, &d);
     printf("| model | size | params | backend | test | t/s |\n");
     printf("| --- | ---: | ---: | --- | --- | ---: |\n");
     fflush(stdout);
-    if (o.n_prompt > 0 && (st = run_test(&b, &o, &d, true, o.n_prompt)) != LT_OK) {
+    if (o.n_prompt > 0 && run_test(&b, &o, &d, true, o.n_prompt) != LT_OK) {
         say_error("pp%d: %s", o.n_prompt, lt_last_error());
         goto out;
     }
-    if (o.n_gen > 0 && (st = run_test(&b, &o, &d, false, o.n_gen)) != LT_OK) {
+    if (o.n_gen > 0 && run_test(&b, &o, &d, false, o.n_gen) != LT_OK) {
         say_error("tg%d: %s", o.n_gen, lt_last_error());
         goto out;
     }
