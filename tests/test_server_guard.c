@@ -7,10 +7,11 @@
  *     not;
  *   - CORS: an allowed origin gets Access-Control-Allow-Origin, its preflight 204 with the
  *     methods and headers; another origin's preflight gets 403;
- *   - with keys (given and from a file): every route but /health needs "Authorization:
- *     Bearer KEY" (401 in OpenAI's shape otherwise, unknown routes included, a refused body
- *     dropped), /metrics too unless metrics_public; the Host check is off; key files with
- *     comments and CRLF load, bad ones are refused;
+ *   - with keys (given and from a file): every route but /health and GET / (the web page,
+ *     which still checks Host without a key) needs "Authorization: Bearer KEY" (401 in
+ *     OpenAI's shape otherwise, unknown routes included, a refused body dropped), /metrics
+ *     too unless metrics_public; the Host check is off; key files with comments and CRLF
+ *     load, bad ones are refused;
  *   - connections: a request line that starts with NUL and never ends, a request line
  *     followed by header lines trickled one by one, and an idle keep-alive connection are
  *     closed at the header deadline, and a server whose every connection is held by
@@ -153,6 +154,7 @@ static void test_hosts(void)
         CHECK(st == 403 || st == 400, "Host '%s': %d", host, st);
     }
     CHECK(ask("GET", "/v1/models", "", NULL, NULL) == 200, "HTTP/1.0 without Host");
+    CHECK(ask("GET", "/", "Host: evil.example\r\n", NULL, NULL) == 403, "the page checks Host");
 }
 
 static void test_content_type(void)
@@ -296,6 +298,15 @@ static void test_keys(void)
         CHECK(ask("GET", "/v1/models", h, NULL, NULL) == 200, "%s (any Host with a key)", right[i]);
     }
     CHECK(ask("GET", "/health", "Host: 127.0.0.1\r\n", NULL, NULL) == 200, "/health is open");
+    /* the web page holds no data, and a browser cannot send a key to open it */
+    ask("GET", "/", "Host: 127.0.0.1\r\n", NULL, &r);
+    char csp[256] = "";
+    CHECK(r.status == 200 && r.body && strstr(r.body, "<title>lathe</title>") &&
+              http_header(&r, "Content-Security-Policy", csp, sizeof(csp)) &&
+              !strncmp(csp, "default-src 'none';", 19),
+          "the page is open: %d, CSP '%s'", r.status, csp);
+    http_reply_free(&r);
+    expect("POST", "/", HTTP_JSON_HEADERS, "{}", 401, "invalid_api_key");
     expect("GET", "/nothing/here", "Host: 127.0.0.1\r\n", NULL, 401, "invalid_api_key");
     expect("GET", "/metrics", "Host: 127.0.0.1\r\n", NULL, 401, "invalid_api_key");
     CHECK(ask("GET", "/metrics", "Host: 127.0.0.1\r\nAuthorization: Bearer sk-two\r\n", NULL,

@@ -6,8 +6,8 @@
  * given with --allowed-hosts), which is what defeats DNS rebinding (a page whose own name
  * now resolves to 127.0.0.1 still sends Host: its-name); a cross-origin Origin must be
  * listed (--cors); with keys, "Authorization: Bearer KEY" must carry one of them (/metrics
- * excepted with --metrics-public); a state-changing route must be sent as JSON, which no
- * HTML form and no CORS-free fetch can do.
+ * excepted with --metrics-public, and GET /, the web page); a state-changing route must be
+ * sent as JSON, which no HTML form and no CORS-free fetch can do.
  *
  * Keys are compared in time that depends on the key's length only, never on how much of
  * it a guess got right, and every key is compared so the time does not say which matched. */
@@ -385,7 +385,11 @@ bool srv_guard_admit(const struct srv_guard *g, const struct srv_request *rq, co
         return false;
     }
     bool open_metrics = g->metrics_public && !strcmp(path, "/metrics");
-    if (g->n_keys > 0 && !open_metrics && !key_accepted(g, rq->authorization)) {
+    /* the web page holds no data, and a browser cannot send a key to open it; the calls it
+     * makes carry the key the user gives it */
+    bool open_page =
+        !strcmp(path, "/") && (!strcmp(rq->method, "GET") || !strcmp(rq->method, "HEAD"));
+    if (g->n_keys > 0 && !open_metrics && !open_page && !key_accepted(g, rq->authorization)) {
         srv_respond_error(rs, 401, NULL, "invalid_api_key", "%s",
                           rq->authorization
                               ? "Incorrect API key provided."

@@ -1,6 +1,6 @@
 /* routes.c: the route table and the small routes (/health, /v1/models, /metrics, /tokenize,
- * /detokenize). Completions are in routes_complete.c, training and adapters in
- * routes_train.c.
+ * /detokenize). Completions are in routes_complete.c, training in routes_train.c, adapters
+ * in routes_lora.c, the web page (GET /) in routes_page.c.
  *
  * /health reads only the engine's state, which never waits on a lock held while decoding or
  * training, so it answers at once whatever the server is doing. A known path asked with
@@ -211,6 +211,7 @@ struct route {
 };
 
 static const struct route routes[] = {
+    {"GET", "/", srv_route_page},
     {"GET", "/health", route_health},
     {"GET", "/v1/health", route_health},
     {"GET", "/v1/models", route_models},

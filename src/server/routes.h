@@ -43,6 +43,9 @@ void srv_route_ft_events(struct srv_app *app, const struct srv_request *rq,
 void srv_route_ft_cancel(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs);
 
+/* routes_page.c */
+void srv_route_page(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+
 /* routes_lora.c */
 void srv_route_lora_list(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs);
