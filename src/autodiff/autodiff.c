@@ -8,7 +8,7 @@
 
 #include "autodiff/autodiff.h"
 #include "core/ptrmap.h"
-#include "lathe/opt.h"
+#include "lathe/refusal.h"
 #include "ops/op.h"
 
 struct lt_autodiff {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/ptrmap.h"
-#include "lathe/opt.h"
+#include "lathe/refusal.h"
 #include "lathe/sched.h"
 #include "ops/op.h"
 

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lathe/opt.h"
+#include "lathe/refusal.h"
 
 const char *lt_refusal_kind_name(enum lt_refusal_kind kind)
 {
