@@ -112,6 +112,18 @@ static void test_text_windows(void)
     CHECK(lt_dataset_text(tok, "hello", 5, W, &d) == LT_OK && d.n == 1 && d.ex[0].n == 4,
           "short text: %d windows", d.n);
     lt_dataset_free(&d);
+
+    /* parse_special (/train's "parse_special": true): "<|im_end|>" is one token, not 10 */
+    static const char sp[] = "ab<|im_end|>cd";
+    CHECK(lt_dataset_text(tok, sp, strlen(sp), W, &d) == LT_OK && d.n == 1 &&
+              d.ex[0].n == (int)strlen(sp) - 1,
+          "as text: %d tokens", d.n ? d.ex[0].n : -1);
+    lt_dataset_free(&d);
+    CHECK(lt_dataset_text_flags(tok, sp, strlen(sp), W, LT_TOKENIZE_PARSE_SPECIAL, &d) == LT_OK &&
+              d.n == 1 && d.ex[0].n == 4 && d.ex[0].labels[1] == TINY_IM_END &&
+              d.ex[0].tokens[2] == TINY_IM_END,
+          "parsed: %d tokens", d.n ? d.ex[0].n : -1);
+    lt_dataset_free(&d);
 }
 
 static void test_chat_masks(void)

@@ -64,6 +64,8 @@ struct lt_train_params {
     float val_split;        /* fraction held out for eval loss; default 0 */
     uint64_t seed;          /* shuffling and LoRA init; default 42 */
     enum lt_fit_policy fit; /* chat examples only */
+    bool parse_special;     /* plain text: read special tokens' text (<|im_end|>) as those
+                               tokens; chat examples always are, through their template */
     /* admission */
     size_t memory_budget_mib;   /* 0: the device's free memory less serving_reserve_mib */
     size_t serving_reserve_mib; /* default 1024 on a device, 0 on the host */
@@ -133,6 +135,9 @@ struct lt_train_progress {
     int64_t tokens;      /* input tokens processed so far (padding excluded) */
     double tokens_per_s; /* over the time spent running (pauses excluded) */
     double eta_s;
+    int n_examples; /* examples (or text windows) loaded, both splits; 0 before loading */
+    int n_fitted;   /* of those, shortened by the fit policy to fit the window */
+    double step_s;  /* running time of the last optimizer step (pauses excluded) */
 };
 
 struct lt_train_result {

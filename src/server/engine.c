@@ -351,6 +351,7 @@ static void eng_free(struct srv_engine *se)
     pthread_mutex_destroy(&e->step_mu);
     pthread_mutex_destroy(&e->lora_mu);
     pthread_mutex_destroy(&e->stats_mu);
+    pthread_mutex_destroy(&e->act.ring_mu);
     pthread_mutex_destroy(&e->ready_mu);
     pthread_cond_destroy(&e->ready_cv);
     free(e);
@@ -404,6 +405,7 @@ lt_status srv_engine_model_new(const struct lt_server_params *p, struct srv_engi
     pthread_mutex_init(&e->step_mu, NULL);
     pthread_mutex_init(&e->lora_mu, NULL);
     pthread_mutex_init(&e->stats_mu, NULL);
+    pthread_mutex_init(&e->act.ring_mu, NULL);
     pthread_mutex_init(&e->ready_mu, NULL);
     pthread_cond_init(&e->ready_cv, NULL);
     atomic_init(&e->state, SRV_STATE_LOADING);

@@ -73,6 +73,9 @@ struct eng_slot {
     struct lt_gen_seq gs; /* sampling, text, stop strings, limits (src/generate) */
     bool have_gs;
     double t_last;        /* when its last token was produced */
+    /* eng_activity's totals when the slot started, to measure its life's decode rate */
+    long long act_tokens0, act_us0, act_windows0;
+    bool act_overlap; /* a training window ran at some point of its life */
 };
 
 struct eng_stats {
@@ -90,9 +93,23 @@ struct srv_trainer;
 /* What the training worker watches to yield: slots holding a generation, and when one last
  * did (CLOCK_MONOTONIC microseconds; a request that follows another a few ms later should
  * not find a training step started in the gap). */
+#define ENG_ACT_RING 256
+
 struct eng_activity {
     atomic_int busy;
     atomic_llong last_busy_us;
+    /* the decode loop's running totals over its batched decode steps (the time inside
+     * lt_session_decode, waits for a device held by training included): serving's rate is
+     * the change of tokens over the change of us */
+    atomic_llong decode_tokens, decode_us;
+    /* the trainer's: 1 while a window runs, and windows started so far */
+    atomic_int window;
+    atomic_llong windows;
+    /* requests that overlapped a window, as serving's rate over their life (tokens per ms of
+     * decode), for the trainer to drain; ring_mu guards these three and is taken alone */
+    pthread_mutex_t ring_mu;
+    double ring[ENG_ACT_RING];
+    int n_ring;
 };
 
 struct engine {

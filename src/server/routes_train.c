@@ -30,6 +30,50 @@ static bool job_active(enum lt_train_state s)
 
 /* ---- lathe's shape ---- */
 
+/* The pacing contract and what the job has measured of it (both shapes carry it). */
+static json_t *pace_json(const struct srv_train_info *ti)
+{
+    const struct srv_train_pacing *pc = &ti->meta.pacing;
+    const struct srv_train_pace_stats *ps = &ti->pace;
+    const struct lt_train_progress *pr = &ti->prog;
+    json_t *hist = json_object();
+    char key[8];
+    for (int i = 0; i < SRV_PACE_HIST; i++)
+        if (ps->slowdown_hist[i] > 0) {
+            snprintf(key, sizeof(key), "%d", i);
+            json_object_set_new(hist, key, json_integer(ps->slowdown_hist[i]));
+        }
+    json_t *epochs = json_array();
+    for (int i = 0; i < ps->n_epoch_times; i++)
+        json_array_append_new(epochs,
+                              json_pack("{s:i,s:f,s:f}", "epoch", i + 1, "seconds", ps->epoch_s[i],
+                                        "tokens_per_s", ps->epoch_tokens_per_s[i]));
+    return json_pack(
+        "{s:o,s:o,s:b,s:s,"
+        "s:I,s:I,s:{s:f,s:f,s:f},s:f,"
+        "s:{s:o,s:o},"
+        "s:{s:I,s:o,s:I},"
+        "s:b,s:o,s:i,s:i,s:i,s:i}",
+        "max_slowdown_ppm",
+        pc->max_slowdown_ppm > 0 ? json_integer(pc->max_slowdown_ppm) : json_null(), "share_ppm",
+        pc->max_slowdown_ppm > 0
+            ? json_null()
+            : json_integer(pc->share_ppm > 0 ? pc->share_ppm : SRV_TRAIN_SHARE_PPM_DEFAULT),
+        "yield", !pc->no_yield, "mode",
+        pc->max_slowdown_ppm > 0 ? "max_slowdown"
+        : pc->no_yield           ? "share"
+                                 : "yield",
+        "windows", (json_int_t)ps->windows, "windows_busy", (json_int_t)ps->windows_busy,
+        "window_ms", "last", ps->window_ms_last, "p95", ps->window_ms_p95, "max", ps->window_ms_max,
+        "yielded_ms", ps->yielded_ms, "serving_tokens_per_ms", "without_window",
+        ps->rate_clean > 0 ? json_real(ps->rate_clean) : json_null(), "with_window",
+        ps->rate_window > 0 ? json_real(ps->rate_window) : json_null(), "slowdown", "requests",
+        (json_int_t)ps->n_overlapped, "percent_histogram", hist, "max_ppm",
+        (json_int_t)ps->slowdown_max_ppm, "waiting_for_serving", ps->waiting_for_serving, "epochs",
+        epochs, "examples", pr->n_examples, "examples_truncated", pr->n_fitted, "examples_skipped",
+        0, "window_asked", ti->params.window);
+}
+
 static json_t *train_json(const struct srv_train_info *ti)
 {
     const struct lt_train_progress *pr = &ti->prog;
@@ -64,6 +108,7 @@ static json_t *train_json(const struct srv_train_info *ti)
         "yielded_s", ti->yielded_s);
     if (!j)
         return NULL;
+    json_object_set_new(j, "pacing", pace_json(ti));
     bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
     json_object_set_new(j, "error", failed ? json_string(r->error) : json_null());
     if (failed && r->refusal.kind != LT_REFUSAL_NONE) {
@@ -111,10 +156,24 @@ static void respond_train_info(struct srv_app *app, struct srv_response *rs, con
     free(ti);
 }
 
+/* lathe's shape answers in the wire shape of CambrianTech's llama.cpp /train as well: every
+ * reply, error or not, carries "ok" (true below 400); errors keep OpenAI's "error" object. */
+static void mark_ok(struct srv_response *rs)
+{
+    json_t *j = rs->is_stream ? NULL : json_loadb(rs->body.data, rs->body.len, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return;
+    }
+    json_object_set_new(j, "ok", json_boolean(rs->status < 400));
+    srv_respond_json(rs, rs->status, j);
+}
+
 void srv_route_train_get(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs)
 {
     respond_train_info(app, rs, NULL, train_json);
+    mark_ok(rs);
 }
 
 static bool require_training(struct srv_app *app, struct srv_response *rs)
@@ -172,6 +231,28 @@ static int examples_jsonl(const json_t *v, struct lt_strbuf *out)
     }
     if (out->len == 0)
         return srv_fail(400, "examples", "invalid_value", "'examples' is empty");
+    return 200;
+}
+
+/* The pacing fields (types and ranges already checked) of obj, the body or the
+ * hyperparameters ("where" names it in messages). A bound and a share are two answers to
+ * one question, so both together are refused. */
+static int parse_pacing(const json_t *obj, const char *where, struct srv_train_pacing *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!obj)
+        return 200;
+    out->max_slowdown_ppm = (int)srv_json_int(obj, "max_slowdown_ppm", 0);
+    out->share_ppm = (int)srv_json_int(obj, "share_ppm", 0);
+    out->no_yield = !srv_json_bool(obj, "yield", true);
+    if (srv_json_get(obj, "max_slowdown_ppm") && srv_json_get(obj, "share_ppm")) {
+        char name[64];
+        srv_field_name(name, sizeof(name), where, "share_ppm");
+        return srv_fail(400, name, "invalid_value",
+                        "'max_slowdown_ppm' and 'share_ppm' cannot be given together: "
+                        "max_slowdown_ppm bounds serving's slowdown and sizes each yield from "
+                        "measured rates, share_ppm is a plain time share; choose one");
+    }
     return 200;
 }
 
@@ -238,6 +319,10 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         {"batch_tokens", SRV_JT_INT, 1, 1 << 24, false},
         {"grad_accum", SRV_JT_INT, 1, 65536, false},
         {"weight_decay", SRV_JT_NUMBER, 0, 1, false},
+        {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
+        {"share_ppm", SRV_JT_INT, 1, 1000000, false},
+        {"yield", SRV_JT_BOOL, 0, 0, false},
+        {"parse_special", SRV_JT_BOOL, 0, 0, false},
     };
     json_t *body = NULL;
     struct lt_strbuf examples = {0};
@@ -255,6 +340,17 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     if (!require_training(app, rs))
         goto out_free;
     snprintf(meta.out_name, sizeof(meta.out_name), "%s", out);
+    if ((st = parse_pacing(body, "", &meta.pacing)) != 200)
+        goto out_error;
+    if (!srv_json_bool(body, "parse_special", true)) {
+        st = srv_fail(400, "parse_special", "unsupported_value",
+                      "'parse_special' false is not supported: chat examples are rendered "
+                      "through the model's chat template, whose role markers are special "
+                      "tokens, so their text is always read as those tokens; leave it out or "
+                      "send true");
+        goto out_error;
+    }
+    p.parse_special = srv_json_get(body, "parse_special") != NULL;
     p.out = path;
     p.text = srv_json_str(body, "text", NULL);
     json_t *ex = srv_json_get(body, "examples");
@@ -310,8 +406,52 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
 out_error:
     srv_respond_last_error(rs, st);
 out_free:
+    mark_ok(rs);
     lt_strbuf_free(&examples);
     json_decref(body);
+}
+
+/* lathe's shape may name the job by its output, {"out": NAME} (CambrianTech's /train does):
+ * a name that is not the running job's is refused, so a client cannot pause or cancel a job
+ * it did not mean. An empty body, or one without "out", means the latest job. */
+static int check_out_named(struct srv_app *app, const struct srv_request *rq)
+{
+    size_t i = 0;
+    while (i < rq->body_len && strchr(" \t\r\n", rq->body[i]))
+        i++;
+    if (i == rq->body_len)
+        return 200;
+    json_t *body = NULL;
+    int st = srv_parse_body(rq, &body);
+    json_t *out = st == 200 ? srv_json_get(body, "out") : NULL;
+    if (st == 200 && out)
+        st = srv_check_value(out, "out", SRV_JT_STRING, 0, 0);
+    if (st != 200 || !out) {
+        json_decref(body);
+        return st;
+    }
+    struct srv_train_info *ti = calloc(1, sizeof(*ti));
+    if (!ti) {
+        json_decref(body);
+        return srv_fail(503, NULL, NULL, "out of memory");
+    }
+    const char *name = json_string_value(out);
+    bool have =
+        app->engine->iface->train_info(app->engine, NULL, ti) == 200 && job_active(ti->state);
+    size_t n = strlen(name);
+    bool same =
+        have && (!strcmp(name, ti->meta.out_name) ||
+                 (!strncmp(name, ti->meta.out_name, n) && !strcmp(ti->meta.out_name + n, ".gguf")));
+    if (!have)
+        st = srv_fail(409, "out", "no_job", "no training job is running, so none writes '%.200s'",
+                      name);
+    else if (!same)
+        st = srv_fail(409, "out", "not_running_job",
+                      "'%.200s' is not the running job's output; job %s writes '%s'", name, ti->id,
+                      ti->meta.out_name);
+    free(ti);
+    json_decref(body);
+    return st;
 }
 
 static void train_control(struct srv_app *app, const struct srv_request *rq,
@@ -320,13 +460,17 @@ static void train_control(struct srv_app *app, const struct srv_request *rq,
 {
     if (!app->train_dir) {
         require_training(app, rs);
-        return;
+    } else {
+        int st = shape == train_json ? check_out_named(app, rq) : 200;
+        if (st == 200)
+            st = app->engine->iface->train_control(app->engine, id, op);
+        if (st != 200)
+            srv_respond_last_error(rs, st);
+        else
+            respond_train_info(app, rs, id, shape);
     }
-    int st = app->engine->iface->train_control(app->engine, id, op);
-    if (st != 200)
-        srv_respond_last_error(rs, st);
-    else
-        respond_train_info(app, rs, id, shape);
+    if (shape == train_json)
+        mark_ok(rs);
 }
 
 void srv_route_train_cancel(struct srv_app *app, const struct srv_request *rq,
@@ -388,6 +532,7 @@ static json_t *ft_json(const struct srv_train_info *ti)
         "integrations", "metadata");
     if (j) {
         json_object_set_new(j, "lathe_state", json_string(lt_train_state_name(ti->state)));
+        json_object_set_new(j, "lathe_pacing", pace_json(ti));
         json_object_set_new(j, "estimated_finish",
                             job_active(ti->state) && ti->prog.eta_s > 0
                                 ? json_integer((json_int_t)(srv_now_unix() + ti->prog.eta_s))
@@ -424,6 +569,9 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
             {"learning_rate_multiplier", SRV_JT_NUMBER | SRV_JT_STRING, 1e-6, 1000, false},
             {"batch_tokens", SRV_JT_INT | SRV_JT_STRING, 1, 1 << 24, false},
             {"grad_accum", SRV_JT_INT | SRV_JT_STRING, 1, 65536, false},
+            {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
+            {"share_ppm", SRV_JT_INT, 1, 1000000, false},
+            {"yield", SRV_JT_BOOL, 0, 0, false},
         };
         const int n_hp = (int)(sizeof(hp_fields) / sizeof(hp_fields[0]));
         if ((st = srv_check_object(hp, "hyperparameters", hp_fields, n_hp)) != 200)
@@ -439,6 +587,8 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
             }
         }
     }
+    if ((st = parse_pacing(hp, "hyperparameters", &meta.pacing)) != 200)
+        goto out_error;
     const char *file = srv_json_str(body, "training_file", "");
     st = srv_path_in_dir(app->train_dir, file, ".jsonl", "training_file", data_path,
                          sizeof(data_path));

@@ -160,12 +160,55 @@ enum srv_train_op {
 
 #define SRV_TRAIN_MAX_EVENTS 64
 
+/* How a job shares the device with serving (docs/DESIGN.md, "Beside serving"). A window is
+ * one optimizer step; after each the job yields to serving. */
+struct srv_train_pacing {
+    int max_slowdown_ppm; /* 1..999999: serving keeps >= (1 - ppm/1e6) of its clean decode
+                             rate; 0: not asked, `yield` and share_ppm govern */
+    int share_ppm;        /* 1..1000000: training's share of the time while serving is
+                             active, when yield is false; 0: the default, 250000 */
+    bool no_yield;        /* yield: false (a zero struct yields) */
+};
+
+#define SRV_TRAIN_SHARE_PPM_DEFAULT 250000
+#define SRV_PACE_HIST 101 /* slowdown histogram buckets: whole percent 0..100 */
+
+/* What the job's pacing has seen (the trainer's, under its lock). Rates are serving's
+ * decode tokens per ms of decode steps. */
+struct srv_train_pace_stats {
+    int64_t windows, windows_busy; /* windows taken; those during which serving decoded */
+    double window_ms_last, window_ms_p95, window_ms_max;
+    double yielded_ms;                    /* total time waited between windows */
+    double rate_clean, rate_window;       /* tokens/ms without and with a window; 0: not yet */
+    int64_t n_overlapped;                 /* requests that overlapped a window */
+    int64_t slowdown_hist[SRV_PACE_HIST]; /* overlapped requests by slowdown, whole percent */
+    int64_t slowdown_max_ppm;
+    bool waiting_for_serving; /* in a yield now */
+    int n_epoch_times;
+    double epoch_s[LT_TRAIN_MAX_EPOCHS];            /* wall seconds, yields included */
+    double epoch_tokens_per_s[LT_TRAIN_MAX_EPOCHS]; /* training tokens over those seconds */
+};
+
+/* pacing.c: the length of the yield after a training window of d (any unit; the yield is
+ * in the same), pure functions. The bound: serving, decoding at r0 without a window and r_w
+ * during one (tokens per ms), keeps at least (1 - T) of r0 over window plus yield when
+ *   y >= d * (r0 * (1 - T) - r_w) / (r0 * T),  T = max_slowdown_ppm / 1e6;
+ * with no clean rate yet (r0 <= 0) or none with a window (r_w < 0) it assumes r_w = 0, the
+ * worst case, y = d * (1 - T) / T. Never negative. The share: y = d * (1e6 - share) /
+ * share, training taking share/1e6 of the time. */
+double srv_pace_yield_bound(double d, double r0, double r_w, int max_slowdown_ppm);
+double srv_pace_yield_share(double d, int share_ppm);
+/* The 95th percentile (nearest rank) of v[0..n); 0 for n == 0. Sorts a copy of at most
+ * 256 values: the caller keeps a ring of the latest. */
+double srv_pace_p95(const double *v, int n);
+
 /* What the caller adds to the job parameters, for reporting. */
 struct srv_train_meta {
     char model[SRV_NAME_MAX];         /* the served model's id */
     char out_name[SRV_NAME_MAX];      /* the adapter's name inside the train dir */
     char training_file[SRV_NAME_MAX]; /* fine-tuning shape: the examples file; "" otherwise */
     bool openai_shape;
+    struct srv_train_pacing pacing;
 };
 
 struct srv_train_info {
@@ -179,6 +222,7 @@ struct srv_train_info {
     float train_loss[LT_TRAIN_MAX_EPOCHS];
     float eval_loss[LT_TRAIN_MAX_EPOCHS]; /* NAN: none */
     double yielded_s;               /* time spent waiting for decoding to go idle */
+    struct srv_train_pace_stats pace;
     size_t rss_bytes;               /* the process's resident memory now */
     bool have_result;
     struct lt_train_result result;  /* when have_result; curve NULL */

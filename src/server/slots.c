@@ -41,6 +41,22 @@ static void queued_end(struct engine *e, struct srv_gen *g, enum srv_finish why,
     srv_gen_unref(g);
 }
 
+/* A request that overlapped a training window leaves serving's decode rate over its life
+ * (tokens per ms of decode steps) for the trainer, which compares it with the clean rate. */
+static void act_note_end(struct eng_activity *a, const struct eng_slot *sl)
+{
+    bool overlap =
+        sl->act_overlap || atomic_load(&a->window) || atomic_load(&a->windows) != sl->act_windows0;
+    long long dt = atomic_load(&a->decode_tokens) - sl->act_tokens0;
+    long long dus = atomic_load(&a->decode_us) - sl->act_us0;
+    if (!overlap || dt <= 0 || dus <= 0)
+        return;
+    pthread_mutex_lock(&a->ring_mu);
+    if (a->n_ring < ENG_ACT_RING)
+        a->ring[a->n_ring++] = (double)dt / (dus * 1e-3);
+    pthread_mutex_unlock(&a->ring_mu);
+}
+
 static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish why)
 {
     if (sl->state == ENG_SLOT_FREE)
@@ -56,6 +72,7 @@ static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish 
     srv_gen_unref(sl->g);
     if (sl->have_gs)
         lt_gen_seq_free(&sl->gs);
+    act_note_end(&e->act, sl);
     memset(sl, 0, sizeof(*sl));
     atomic_store(&e->act.last_busy_us, (long long)(srv_now_mono() * 1e6));
     atomic_fetch_sub(&e->act.busy, 1);
@@ -98,6 +115,10 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     es->seq_busy[seq] = true;
     es->n_active++;
     es->last_used = srv_now_mono();
+    sl->act_tokens0 = atomic_load(&e->act.decode_tokens);
+    sl->act_us0 = atomic_load(&e->act.decode_us);
+    sl->act_windows0 = atomic_load(&e->act.windows);
+    sl->act_overlap = atomic_load(&e->act.window) != 0;
     atomic_fetch_add(&e->act.busy, 1);
     srv_gen_mark_started(g);
     return 200;
@@ -261,6 +282,8 @@ static void decode_session(struct engine *e, struct eng_session *es)
     e->stats.decode_tokens += (uint64_t)n;
     e->stats.batch_max = n > e->stats.batch_max ? n : e->stats.batch_max;
     pthread_mutex_unlock(&e->stats_mu);
+    atomic_fetch_add(&e->act.decode_tokens, (long long)n);
+    atomic_fetch_add(&e->act.decode_us, (long long)(dt * 1e6));
     for (int k = 0; k < n; k++) {
         struct eng_slot *sl = &e->slots[e->batch_slots[k]];
         if (st != LT_OK)

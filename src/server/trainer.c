@@ -1,12 +1,25 @@
 /* trainer.c: the training worker beside serving: one job at a time (lt_train_job_start runs
  * it on its own thread), its record kept for GET /train and /v1/fine_tuning/jobs/{id}.
  *
- * Yielding. The job reports progress after every optimizer step, on its own thread; the
- * callback here then waits while any slot is decoding, and until decoding has been idle for
- * SRV_TRAIN_QUIET_S (a client's next request usually follows within milliseconds), at most
- * yield_ms per step, so a server that is never idle still trains, slowly. Serving thus
- * competes with at most one step at a time, not with the whole job. A cancel ends the wait
- * at once.
+ * Windows and yields. The job reports progress after every optimizer step, on its own
+ * thread; a step is a window, and the callback here yields to serving before the next one
+ * starts. How long is the job's pacing (struct srv_train_pacing):
+ *   - max_slowdown_ppm: a bound on serving's slowdown. Serving's decode rate (tokens per ms
+ *     of decode steps, eng_activity's totals) is measured during windows (r_w) and during
+ *     yields (r0, the clean rate, re-measured at least every SRV_PACE_CLEAN_EVERY_S), and the
+ *     yield is srv_pace_yield_bound of the window's length (pacing.c). Windows run while
+ *     serving is busy: the bound decides, not idleness, and --train-yield-ms does not cap it
+ *     (a cap would break the bound).
+ *   - otherwise with yield (the default): wait while any slot is decoding, and until decoding
+ *     has been idle for SRV_TRAIN_QUIET_S (a client's next request usually follows within
+ *     milliseconds), at most yield_ms per window, so a server that is never idle still
+ *     trains, slowly;
+ *   - otherwise (yield false): share_ppm of the time while serving is active
+ *     (srv_pace_yield_share).
+ * Every wait ends early when serving goes quiet (no one to slow) or on cancel. Serving thus
+ * competes with at most one step at a time, not with the whole job. A request that ran
+ * during a window leaves its life's decode rate in eng_activity's ring; each callback folds
+ * those into the slowdown histogram against r0.
  *
  * Records. A watcher thread per job waits for its end and stores the result (loss per
  * epoch, the refusal sentence unchanged), then frees the job. Records are malloc'd and
@@ -35,6 +48,15 @@ struct record {
     int cur_epoch;
     double ep_sum;
     int ep_n;
+    /* pacing, the job's thread's (what GET reads is copied into info.pace under t->mu) */
+    double win_ms[64]; /* the latest windows' lengths, a ring */
+    int n_win;
+    long long w_tokens0, w_us0; /* eng_activity's totals when the window began */
+    double rw_tok, rw_ms;       /* decayed sums of serving's tokens and ms during windows */
+    double r0_tok, r0_ms;       /* ... and between them */
+    double clean_at;            /* when the clean rate was last sampled (monotonic s) */
+    double ep_t0;               /* when the current epoch's first window began */
+    int64_t ep_tokens0;
 };
 
 struct srv_trainer {
@@ -96,18 +118,83 @@ static bool serving_active(struct srv_trainer *t)
     return last > 0 && srv_now_mono() - last < SRV_TRAIN_QUIET_S;
 }
 
-/* On the job's thread, after every optimizer step. */
+#define SRV_PACE_DECAY 0.5         /* weight of older samples in the rates, per window */
+#define SRV_PACE_CLEAN_EVERY_S 2.0 /* re-measure the clean rate at least this often */
+#define SRV_PACE_CLEAN_MIN_S 0.1   /* the shortest yield that samples the clean rate */
+
+/* Under t->mu: folds requests that overlapped a window into the slowdown histogram, against
+ * the clean rate; they wait in the ring while there is none. */
+static void drain_overlapped(struct srv_trainer *t, struct record *r)
+{
+    struct srv_train_pace_stats *ps = &r->info.pace;
+    if (ps->rate_clean <= 0)
+        return;
+    pthread_mutex_lock(&t->act->ring_mu);
+    for (int i = 0; i < t->act->n_ring; i++) {
+        double slow = 1.0 - t->act->ring[i] / ps->rate_clean;
+        int64_t ppm = slow <= 0 ? 0 : slow >= 1 ? 1000000 : (int64_t)(slow * 1e6 + 0.5);
+        ps->slowdown_hist[ppm / 10000]++;
+        ps->n_overlapped++;
+        ps->slowdown_max_ppm = ppm > ps->slowdown_max_ppm ? ppm : ps->slowdown_max_ppm;
+    }
+    t->act->n_ring = 0;
+    pthread_mutex_unlock(&t->act->ring_mu);
+}
+
+/* Starts a window: serving's totals now, so its end can measure the rate during it. */
+static void window_begin(struct srv_trainer *t, struct record *r)
+{
+    r->w_tokens0 = atomic_load(&t->act->decode_tokens);
+    r->w_us0 = atomic_load(&t->act->decode_us);
+    atomic_fetch_add(&t->act->windows, 1);
+    atomic_store(&t->act->window, 1);
+}
+
+/* Under t->mu, at a window's end: its length, and serving's rate while it ran. */
+static void window_end(struct srv_trainer *t, struct record *r, double d_s)
+{
+    struct srv_train_pace_stats *ps = &r->info.pace;
+    atomic_store(&t->act->window, 0);
+    long long dtok = atomic_load(&t->act->decode_tokens) - r->w_tokens0;
+    long long dus = atomic_load(&t->act->decode_us) - r->w_us0;
+    double ms = d_s * 1e3;
+    r->win_ms[r->n_win++ % 64] = ms;
+    ps->windows++;
+    ps->window_ms_last = ms;
+    ps->window_ms_max = ms > ps->window_ms_max ? ms : ps->window_ms_max;
+    ps->window_ms_p95 = srv_pace_p95(r->win_ms, r->n_win < 64 ? r->n_win : 64);
+    if (dtok > 0 && dus > 0) {
+        ps->windows_busy++;
+        r->rw_tok = r->rw_tok * SRV_PACE_DECAY + (double)dtok;
+        r->rw_ms = r->rw_ms * SRV_PACE_DECAY + (double)dus * 1e-3;
+        ps->rate_window = r->rw_tok / r->rw_ms;
+    }
+}
+
+/* On the job's thread, after every optimizer step (a window): records it, then yields to
+ * serving for as long as the job's pacing says, and starts the next window. */
 static void on_progress(void *user, const struct lt_train_progress *p)
 {
     struct record *r = user;
     struct srv_trainer *t = r->t;
+    double now = srv_now_mono();
     pthread_mutex_lock(&t->mu);
     struct srv_train_info *ti = &r->info;
-    if (ti->prog.step == 0)
+    struct srv_train_pace_stats *ps = &ti->pace;
+    const struct srv_train_pacing *pc = &ti->meta.pacing;
+    if (ti->prog.step == 0) {
         add_event(r, "info", "training started: %d steps over %d epoch(s)", p->n_steps,
                   p->n_epochs);
+        r->ep_t0 = now - p->step_s;
+        r->ep_tokens0 = 0;
+    }
+    int64_t tokens_before = ti->prog.tokens;
     ti->prog = *p;
     if (p->epoch != r->cur_epoch) {
+        if (r->cur_epoch > 0) { /* this window is the new epoch's first */
+            r->ep_t0 = now - p->step_s;
+            r->ep_tokens0 = tokens_before;
+        }
         r->cur_epoch = p->epoch;
         r->ep_sum = 0;
         r->ep_n = 0;
@@ -119,24 +206,66 @@ static void on_progress(void *user, const struct lt_train_progress *p)
         ti->eval_loss[p->epoch - 1] = NAN;
         ti->n_epochs = p->epoch;
     }
+    window_end(t, r, p->step_s);
+    if (p->epoch >= 1 && p->epoch <= LT_TRAIN_MAX_EPOCHS) {
+        double es = now - r->ep_t0;
+        ps->epoch_s[p->epoch - 1] = es;
+        ps->epoch_tokens_per_s[p->epoch - 1] =
+            es > 0 ? (double)(p->tokens - r->ep_tokens0) / es : 0;
+        ps->n_epoch_times = p->epoch;
+    }
+    drain_overlapped(t, r);
     add_event(r, "info", "step %d/%d (epoch %d): loss %.4f, %.1f tokens/s", p->step, p->n_steps,
               p->epoch, (double)p->loss, p->tokens_per_s);
+
+    /* how long to yield, and whether it ends when serving goes quiet */
+    double limit;
+    bool bound = pc->max_slowdown_ppm > 0;
+    if (bound) {
+        limit =
+            srv_pace_yield_bound(p->step_s, ps->rate_clean,
+                                 ps->windows_busy > 0 ? ps->rate_window : -1, pc->max_slowdown_ppm);
+        if (now - r->clean_at > SRV_PACE_CLEAN_EVERY_S && limit < SRV_PACE_CLEAN_MIN_S)
+            limit = SRV_PACE_CLEAN_MIN_S; /* a yield long enough to re-measure r0 */
+    } else if (pc->no_yield) {
+        limit = srv_pace_yield_share(p->step_s, pc->share_ppm);
+    } else {
+        limit = t->yield_ms < 0 ? 0 : t->yield_ms / 1000.0;
+    }
+    ps->waiting_for_serving = limit > 0 && serving_active(t);
     pthread_mutex_unlock(&t->mu);
 
-    /* yield to decoding, bounded */
-    if (t->yield_ms < 0)
-        return;
-    double t0 = srv_now_mono(), limit = t->yield_ms / 1000.0;
-    while (serving_active(t) && !atomic_load(&r->cancel) && srv_now_mono() - t0 < limit) {
+    /* yield: the wait ends after `limit`, when serving goes quiet, or on cancel. The clean
+     * rate counts from the end of the first decode step that ends in the yield: that step
+     * began during the window (on two CPU cores one took seconds), so it is not clean. */
+    double t0 = srv_now_mono();
+    long long tok_w = atomic_load(&t->act->decode_tokens), tok0 = -1, us0 = 0;
+    while (limit > 0 && serving_active(t) && !atomic_load(&r->cancel) &&
+           srv_now_mono() - t0 < limit) {
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
+        if (tok0 < 0 && atomic_load(&t->act->decode_tokens) != tok_w) {
+            tok0 = atomic_load(&t->act->decode_tokens);
+            us0 = atomic_load(&t->act->decode_us);
+        }
     }
-    double waited = srv_now_mono() - t0;
+    double t1 = srv_now_mono(), waited = t1 - t0;
+    long long dtok = tok0 < 0 ? 0 : atomic_load(&t->act->decode_tokens) - tok0;
+    long long dus = tok0 < 0 ? 0 : atomic_load(&t->act->decode_us) - us0;
+    pthread_mutex_lock(&t->mu);
+    ps->waiting_for_serving = false;
     if (waited > 0.001) {
-        pthread_mutex_lock(&t->mu);
         ti->yielded_s += waited;
-        pthread_mutex_unlock(&t->mu);
+        ps->yielded_ms += waited * 1e3;
     }
+    if (dtok > 0 && dus > 0) { /* serving decoded with no window: the clean rate */
+        r->r0_tok = r->r0_tok * SRV_PACE_DECAY + (double)dtok;
+        r->r0_ms = r->r0_ms * SRV_PACE_DECAY + (double)dus * 1e-3;
+        ps->rate_clean = r->r0_tok / r->r0_ms;
+        r->clean_at = t1;
+    }
+    window_begin(t, r);
+    pthread_mutex_unlock(&t->mu);
 }
 
 static void *watch_main(void *arg)
@@ -146,6 +275,8 @@ static void *watch_main(void *arg)
     struct lt_train_result res;
     lt_train_job_wait(r->job, &res);
     pthread_mutex_lock(&t->mu);
+    atomic_store(&t->act->window, 0);
+    drain_overlapped(t, r);
     struct srv_train_info *ti = &r->info;
     ti->result = res;
     ti->result.curve = NULL;
@@ -256,9 +387,14 @@ int srv_trainer_start(struct srv_trainer *t, const struct lt_train_params *p,
         ti->train_loss[i] = ti->eval_loss[i] = NAN;
     ti->prog.n_epochs = ti->params.epochs;
     add_event(r, "info", "job created: training %s", meta->out_name);
+    pthread_mutex_lock(&t->act->ring_mu); /* overlaps of an earlier job are not this one's */
+    t->act->n_ring = 0;
+    pthread_mutex_unlock(&t->act->ring_mu);
+    window_begin(t, r); /* loading and admission count as the first window */
     lt_status ls = lt_train_job_start(t->model, t->backends, t->n_backends, p, on_progress, r,
                                       &r->job);
     if (ls != LT_OK) {
+        atomic_store(&t->act->window, 0);
         pthread_mutex_unlock(&t->mu);
         free(r);
         return srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());
@@ -268,6 +404,7 @@ int srv_trainer_start(struct srv_trainer *t, const struct lt_train_params *p,
         struct lt_train_job *job = r->job;
         pthread_mutex_unlock(&t->mu);
         lt_train_job_free(job);
+        atomic_store(&t->act->window, 0);
         free(r);
         return srv_fail(503, NULL, NULL, "cannot start a thread to watch the training job");
     }
@@ -338,6 +475,54 @@ int srv_trainer_control(struct srv_trainer *t, const char *id, enum srv_train_op
     return st;
 }
 
+/* The pacing contract's numbers (GET /train's "pacing"), as gauges. */
+static void pace_metrics(const struct srv_train_info *ti, struct lt_strbuf *out)
+{
+    const struct srv_train_pace_stats *ps = &ti->pace;
+    const struct lt_train_progress *pr = &ti->prog;
+    srv_strbuf_appendf(
+        out,
+        "# HELP lathe_train_max_slowdown_ppm The job's bound on serving's slowdown (0: none).\n"
+        "# TYPE lathe_train_max_slowdown_ppm gauge\nlathe_train_max_slowdown_ppm %d\n"
+        "# TYPE lathe_train_windows gauge\nlathe_train_windows %lld\n"
+        "# HELP lathe_train_windows_busy Windows during which serving decoded.\n"
+        "# TYPE lathe_train_windows_busy gauge\nlathe_train_windows_busy %lld\n"
+        "# TYPE lathe_train_window_ms gauge\n"
+        "lathe_train_window_ms{stat=\"last\"} %g\nlathe_train_window_ms{stat=\"p95\"} %g\n"
+        "lathe_train_window_ms{stat=\"max\"} %g\n"
+        "# TYPE lathe_train_yielded_ms gauge\nlathe_train_yielded_ms %g\n"
+        "# HELP lathe_train_serving_tokens_per_ms Serving's decode rate measured by the job.\n"
+        "# TYPE lathe_train_serving_tokens_per_ms gauge\n"
+        "lathe_train_serving_tokens_per_ms{window=\"no\"} %g\n"
+        "lathe_train_serving_tokens_per_ms{window=\"yes\"} %g\n"
+        "# TYPE lathe_train_overlapped_requests gauge\nlathe_train_overlapped_requests %lld\n"
+        "# TYPE lathe_train_slowdown_max_ppm gauge\nlathe_train_slowdown_max_ppm %lld\n"
+        "# TYPE lathe_train_waiting_for_serving gauge\nlathe_train_waiting_for_serving %d\n"
+        "# TYPE lathe_train_examples gauge\nlathe_train_examples %d\n"
+        "# TYPE lathe_train_examples_truncated gauge\nlathe_train_examples_truncated %d\n"
+        "# TYPE lathe_train_examples_skipped gauge\nlathe_train_examples_skipped 0\n"
+        "# TYPE lathe_train_window_asked gauge\nlathe_train_window_asked %d\n",
+        ti->meta.pacing.max_slowdown_ppm, (long long)ps->windows, (long long)ps->windows_busy,
+        ps->window_ms_last, ps->window_ms_p95, ps->window_ms_max, ps->yielded_ms, ps->rate_clean,
+        ps->rate_window, (long long)ps->n_overlapped, (long long)ps->slowdown_max_ppm,
+        ps->waiting_for_serving, pr->n_examples, pr->n_fitted, ti->params.window);
+    srv_strbuf_appendf(out, "# HELP lathe_train_slowdown_requests Overlapped requests by "
+                            "serving's slowdown, whole percent.\n"
+                            "# TYPE lathe_train_slowdown_requests gauge\n");
+    for (int i = 0; i < SRV_PACE_HIST; i++)
+        if (ps->slowdown_hist[i] > 0)
+            srv_strbuf_appendf(out, "lathe_train_slowdown_requests{percent=\"%d\"} %lld\n", i,
+                               (long long)ps->slowdown_hist[i]);
+    srv_strbuf_appendf(out, "# TYPE lathe_train_epoch_seconds gauge\n");
+    for (int i = 0; i < ps->n_epoch_times; i++)
+        srv_strbuf_appendf(out, "lathe_train_epoch_seconds{epoch=\"%d\"} %g\n", i + 1,
+                           ps->epoch_s[i]);
+    srv_strbuf_appendf(out, "# TYPE lathe_train_epoch_tokens_per_second gauge\n");
+    for (int i = 0; i < ps->n_epoch_times; i++)
+        srv_strbuf_appendf(out, "lathe_train_epoch_tokens_per_second{epoch=\"%d\"} %g\n", i + 1,
+                           ps->epoch_tokens_per_s[i]);
+}
+
 void srv_trainer_metrics(struct srv_trainer *t, struct lt_strbuf *out)
 {
     struct srv_train_info *ti = malloc(sizeof(*ti));
@@ -364,6 +549,8 @@ void srv_trainer_metrics(struct srv_trainer *t, struct lt_strbuf *out)
                            "lathe_train_yield_seconds_total %g\n",
                            ti->prog.step, ti->prog.step > 0 ? (double)ti->prog.loss : 0.0,
                            ti->prog.tokens_per_s, ti->yielded_s);
+    if (have)
+        pace_metrics(ti, out);
     free(ti);
 }
 

@@ -96,7 +96,8 @@ lt_status lt_train_data_load(const struct lt_tokenizer *tok, const struct lt_cha
     if (chat)
         st = lt_dataset_chat(tok, ct, content, len, p->window, p->fit, out);
     else
-        st = lt_dataset_text(tok, content, len, p->window, out);
+        st = lt_dataset_text_flags(tok, content, len, p->window,
+                                   p->parse_special ? LT_TOKENIZE_PARSE_SPECIAL : 0, out);
     free(file);
     if (st != LT_OK) {
         note_fault(out, chat, fault);

@@ -57,6 +57,12 @@ lt_status lt_dataset_push(struct lt_dataset *d, const int32_t *tokens, const int
 lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len, int window,
                           struct lt_dataset *out)
 {
+    return lt_dataset_text_flags(tok, text, len, window, 0, out);
+}
+
+lt_status lt_dataset_text_flags(const struct lt_tokenizer *tok, const char *text, size_t len,
+                                int window, unsigned extra_flags, struct lt_dataset *out)
+{
     memset(out, 0, sizeof(*out));
     out->window = window;
     if (window < 2)
@@ -65,6 +71,7 @@ lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size
     unsigned flags = lt_tokenizer_add_bos(tok) && lt_tokenizer_bos(tok) != LT_TOKEN_NONE
                          ? LT_TOKENIZE_ADD_BOS
                          : 0;
+    flags |= extra_flags & LT_TOKENIZE_PARSE_SPECIAL;
     lt_status st = lt_tokenize(tok, text, len, flags, &tk);
     if (st != LT_OK)
         return st;

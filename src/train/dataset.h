@@ -48,6 +48,10 @@ struct lt_dataset {
  * is LT_ERR_INVALID. */
 lt_status lt_dataset_text(const struct lt_tokenizer *tok, const char *text, size_t len, int window,
                           struct lt_dataset *out);
+/* The same, with the tokenizer's flags besides bos (LT_TOKENIZE_PARSE_SPECIAL: special
+ * tokens' text in the text is read as those tokens). */
+lt_status lt_dataset_text_flags(const struct lt_tokenizer *tok, const char *text, size_t len,
+                                int window, unsigned flags, struct lt_dataset *out);
 
 /* Chat JSONL (blank lines skipped). A malformed line is LT_ERR_FORMAT, an example too long
  * for the window (with fit NONE) or with nothing to train on LT_ERR_INVALID; the message

@@ -394,7 +394,10 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the loss curve");
     struct lt_rng rng;
     lt_rng_seed(&rng, p->seed ^ 0x5eed5eed5eedull);
-    struct lt_train_progress pr = {.n_epochs = p->epochs, .n_steps = n_steps};
+    struct lt_train_progress pr = {.n_epochs = p->epochs,
+                                   .n_steps = n_steps,
+                                   .n_examples = r->data.n,
+                                   .n_fitted = r->data.n_fitted};
     double t_mark = now_s();
     lt_status st = LT_OK;
     for (int ep = 0; ep < p->epochs; ep++) {
@@ -402,6 +405,7 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
         double ep_sum = 0, ep_n = 0;
         for (int s = 0; s < steps_per_epoch; s++) {
             double step_sum = 0, step_n = 0;
+            double active0 = r->active_s + (now_s() - t_mark);
             int end = (s + 1) * r->per_step < n_train ? (s + 1) * r->per_step : n_train;
             for (int k = s * r->per_step; k < end; k += r->n_seqs) {
                 int count = end - k < r->n_seqs ? end - k : r->n_seqs;
@@ -434,6 +438,7 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
             pr.step = res->n_curve;
             pr.loss = step_loss;
             pr.tokens_per_s = active > 0 ? (double)pr.tokens / active : 0;
+            pr.step_s = active - active0;
             pr.eta_s = pr.step > 0 ? active / pr.step * (n_steps - pr.step) : 0;
             report(j, &pr);
         }
