@@ -323,6 +323,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         {"share_ppm", SRV_JT_INT, 1, 1000000, false},
         {"yield", SRV_JT_BOOL, 0, 0, false},
         {"parse_special", SRV_JT_BOOL, 0, 0, false},
+        {"dry_run", SRV_JT_BOOL, 0, 0, false},
     };
     json_t *body = NULL;
     struct lt_strbuf examples = {0};
@@ -378,6 +379,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     p.memory_budget_mib = (size_t)srv_json_int(body, "memory_budget_mib", 0);
     p.device_only = srv_json_bool(body, "device_only", false);
     p.f32_products = srv_json_bool(body, "f32_products", false);
+    p.dry_run = srv_json_bool(body, "dry_run", false);
     p.batch = (int)srv_json_int(body, "batch", 0);
     p.batch_tokens = (int)srv_json_int(body, "batch_tokens", 0);
     p.grad_accum = (int)srv_json_int(body, "grad_accum", 0);

@@ -290,7 +290,9 @@ static void *watch_main(void *arg)
             ti->eval_loss[i] = res.eval_loss[i];
         }
     }
-    if (res.state == LT_TRAIN_DONE)
+    if (res.state == LT_TRAIN_DONE && ti->params.dry_run)
+        add_event(r, "info", "dry run: admitted; nothing was allocated or written");
+    else if (res.state == LT_TRAIN_DONE)
         add_event(r, "info", "done: %s written (%lld tokens, %.1f tokens/s)", ti->meta.out_name,
                   (long long)res.tokens, res.tokens_per_s);
     else if (res.state == LT_TRAIN_CANCELLED)
