@@ -76,6 +76,7 @@ static lt_status load_all(struct engine *e)
     mi->n_layer = hp->n_layer;
     mi->has_chat_template = e->have_ct;
     snprintf(mi->arch, sizeof(mi->arch), "%s", lt_arch_name(hp->arch));
+    snprintf(mi->backend, sizeof(mi->backend), "%s", e->backends[0]->name);
 
     int P = e->p.parallel;
     e->slots = calloc((size_t)P, sizeof(*e->slots));

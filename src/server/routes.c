@@ -35,11 +35,12 @@ static void route_models(struct srv_app *app, const struct srv_request *rq,
 {
     struct srv_model_info mi;
     app->engine->iface->info(app->engine, &mi);
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:s,s:i,s:i,s:I,s:I,s:I}}", "id", mi.id, "object",
-                          "model", "created", (json_int_t)srv_now_unix(), "owned_by", "lathe",
-                          "meta", "arch", mi.arch, "n_ctx", mi.n_ctx, "parallel", mi.parallel,
-                          "n_vocab", (json_int_t)mi.n_vocab, "n_ctx_train",
-                          (json_int_t)mi.n_ctx_train, "n_layer", (json_int_t)mi.n_layer);
+    json_t *m = json_pack(
+        "{s:s,s:s,s:I,s:s,s:{s:s,s:s,s:i,s:i,s:I,s:I,s:I}}", "id", mi.id, "object", "model",
+        "created", (json_int_t)srv_now_unix(), "owned_by", "lathe", "meta", "arch", mi.arch,
+        "backend", mi.backend, "n_ctx", mi.n_ctx, "parallel", mi.parallel, "n_vocab",
+        (json_int_t)mi.n_vocab, "n_ctx_train", (json_int_t)mi.n_ctx_train, "n_layer",
+        (json_int_t)mi.n_layer);
     srv_respond_json(rs, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 

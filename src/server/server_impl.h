@@ -134,6 +134,7 @@ enum srv_state {
 struct srv_model_info {
     char id[SRV_NAME_MAX];
     char arch[32];
+    char backend[32]; /* the backend that decodes ("CPU", "CUDA0") */
     int n_ctx;       /* per slot */
     int parallel;
     int64_t n_vocab;

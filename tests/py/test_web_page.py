@@ -110,6 +110,8 @@ def run_page(c, srv, page):
     page.tab("server")
     wait("metrics", lambda: "tokens/s" in page.el("metrics").text or "—" in page.el("metrics").text)
     c.check("parallel slots" in page.el("facts").text, f"facts shown: {page.el('facts').text}")
+    c.check("backend" in page.el("facts").text and "CPU" in page.el("facts").text,
+            f"the backend shown: {page.el('facts').text}")
     page.tab("chat")
 
 
