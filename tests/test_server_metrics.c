@@ -18,6 +18,7 @@ int main(void)
 #include <time.h>
 
 #include "http_client.h"
+#include "server_harness.h"
 #include "lathe/server.h"
 #include "test_train_tiny.h"
 
@@ -158,23 +159,12 @@ int main(void)
         .train_yield_ms = -1,
     };
     struct lt_server *s = NULL;
-    lt_status st = lt_server_start(&p, &s);
-    CHECK(st == LT_OK, "%s", lt_last_error());
-    if (st == LT_OK) {
-        port = lt_server_port(s);
-        st = lt_server_wait_ready(s);
-        CHECK(st == LT_OK, "%s", lt_last_error());
-    }
+    lt_status st = harness_start(&p, &s, &port);
     if (st == LT_OK) {
         test_requests_add_up();
         test_metrics_after_training();
     }
-    lt_server_free(s);
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", train_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", train_dir);
-    remove(model_path);
+    harness_stop(s, train_dir, model_path);
     return check_summary();
 }
 #endif

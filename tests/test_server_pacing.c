@@ -66,6 +66,7 @@ int main(void)
 #include <time.h>
 
 #include "http_client.h"
+#include "server_harness.h"
 #include "lathe/server.h"
 #include "test_train_tiny.h"
 
@@ -411,24 +412,13 @@ int main(void)
         .train_yield_ms = 600000,
     };
     struct lt_server *s = NULL;
-    lt_status st = lt_server_start(&p, &s);
-    CHECK(st == LT_OK, "%s", lt_last_error());
-    if (st == LT_OK) {
-        port = lt_server_port(s);
-        st = lt_server_wait_ready(s);
-        CHECK(st == LT_OK, "%s", lt_last_error());
-    }
+    lt_status st = harness_start(&p, &s, &port);
     if (st == LT_OK) {
         test_fields_checked();
         test_pacing_under_traffic();
         test_wire_compat();
     }
-    lt_server_free(s);
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", train_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", train_dir);
-    remove(model_path);
+    harness_stop(s, train_dir, model_path);
     return check_summary();
 }
 #endif

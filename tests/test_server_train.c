@@ -21,6 +21,7 @@ int main(void)
 #include <unistd.h>
 
 #include "http_client.h"
+#include "server_harness.h"
 #include "lathe/server.h"
 #include "test_train_tiny.h"
 
@@ -222,27 +223,16 @@ int main(void)
         .train_yield_ms = -1,
     };
     struct lt_server *s = NULL;
-    lt_status st = lt_server_start(&p, &s);
-    CHECK(st == LT_OK, "%s", lt_last_error());
+    lt_status st = harness_start(&p, &s, &port);
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         CHECK(there(files[i].name) != files[i].stale, "after start: %s %s", files[i].name,
               files[i].stale ? "removed" : "kept");
-    if (st == LT_OK) {
-        port = lt_server_port(s);
-        st = lt_server_wait_ready(s);
-        CHECK(st == LT_OK, "%s", lt_last_error());
-    }
     if (st == LT_OK) {
         test_bad_data();
         test_job_clears_its_temps();
         test_tokenize_add_special();
     }
-    lt_server_free(s);
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", train_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", train_dir);
-    remove(model_path);
+    harness_stop(s, train_dir, model_path);
     return check_summary();
 }
 #endif
