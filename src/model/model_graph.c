@@ -69,10 +69,16 @@ static struct lt_tensor *bf16_act(struct lt_mb *b, struct lt_tensor *x)
 
 /* w x, plus scale * B (A x) for each LoRA adapter of w. With bf16_products, an F32 weight
  * matrix and x are rounded to BF16 first (the adapters' small products stay F32). */
+/* whether a product by wr (a weight as the graph reads it) rounds to BF16 */
+static bool bf16_product(const struct lt_mb *b, const struct lt_tensor *wr)
+{
+    return wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1;
+}
+
 static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x)
 {
     struct lt_tensor *wr = W(b, w), *xr = x;
-    if (wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1) {
+    if (bf16_product(b, wr)) {
         wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
         xr = bf16_act(b, x);
         if (!wr || !xr)
@@ -381,7 +387,7 @@ struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct l
         *logits = lt_mb_logits(b, hidden);
         return *logits ? lt_cross_entropy(b->ctx, *logits, labels) : NULL;
     }
-    if (b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1)
+    if (bf16_product(b, wr))
         wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
     struct lt_tensor *h = lt_reshape_2d(b->ctx, hidden, hidden->ne[0], lt_nelements(hidden) / hidden->ne[0]);
     return wr && h ? lt_linear_cross_entropy(b->ctx, wr, h, labels) : NULL;
