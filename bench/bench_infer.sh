@@ -52,7 +52,7 @@
 # When the build has not finished in time the llama.cpp cells say so and the script exits 3;
 # call it again at once (within 30 s) and it waits for the build that went on meanwhile.
 #
-# Environment: BUDGET=570, LATHE=build-h200/lathe, TYPES="bf16 q8_0", P=512, N=128, R=3,
+# Environment: BUILD_ONLY=1 (start the llama.cpp build and exit), BUDGET=570, LATHE=build-h200/lathe, TYPES="bf16 q8_0", P=512, N=128, R=3,
 # NPL=1,4,16,64, LLAMA_TGZ=.llamacpp/llama.cpp-0.3.36.tar.xz, OUT=/tmp/bench_infer
 # (bench_infer.log: everything; bench_infer.md: the tables; llama_build.log).
 set -o pipefail
@@ -168,6 +168,9 @@ EOF
     echo $! >$LW/build.pid
     say "llama.cpp $LLAMA_VERSION: build started in the background (pid $(cat $LW/build.pid), log $LW/build.log)"
 fi
+
+# BUILD_ONLY=1: only start that build (a call before the one that measures)
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # ---- 2. lathe: the binary, the files, the runs
 if [ -f $b/CMakeCache.txt ]; then

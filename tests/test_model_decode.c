@@ -5,7 +5,9 @@
  *   - prefill of the whole sequence (all logits) and of two chunks in turn;
  *   - three sequences of different prompt lengths decoding in one batch, listed out of
  *     slot order, each against its own forward;
- *   - a cleared sequence starts again from nothing.
+ *   - a cleared sequence starts again from nothing;
+ *   - the kept decode step (the default) gives what a step built anew gives, across
+ *     changes of batch size, a window that grows past 256 positions, and prefills between.
  * Also: loading refuses a missing tensor and a wrong shape with a message naming it. */
 #include <string.h>
 
@@ -162,6 +164,71 @@ out_free:
     remove(path);
 }
 
+/* Two sessions, one keeping its decode step and one building each anew, fed alike: a long
+ * and a short sequence decode together past position 256 (the kept step's window grows),
+ * then one alone (the batch shrinks), then three after a prefill in between. */
+static void test_kept_step(const struct tm_spec *spec, const char *dir, struct lt_backend *cpu)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/test_model_decode_kept_%s.gguf", dir, spec->arch);
+    struct lt_model *m = NULL;
+    CHECK(tm_write_model(spec, path, 99) == LT_OK && lt_model_load(path, NULL, &m) == LT_OK, "%s",
+          lt_last_error());
+    if (!m)
+        return;
+    int V = (int)lt_model_hparams(m)->n_vocab;
+    struct lt_backend *bes[1] = {cpu};
+    struct lt_session_params sp = {.n_ctx = 300, .n_seq_max = 3, .backends = bes, .n_backends = 1};
+    struct lt_session *kept = NULL, *anew = NULL;
+    CHECK(lt_session_new(m, &sp, &kept) == LT_OK, "%s", lt_last_error());
+    sp.decode_rebuild = true;
+    CHECK(lt_session_new(m, &sp, &anew) == LT_OK, "%s", lt_last_error());
+    int32_t prompt[250];
+    for (int i = 0; i < 250; i++)
+        prompt[i] = (int32_t)((i * 31 + 7) % V);
+    float *a = malloc(sizeof(float) * 3 * (size_t)V), *b = malloc(sizeof(float) * 3 * (size_t)V);
+    struct lt_session *both[2] = {kept, anew};
+    for (int k = 0; k < 2 && kept && anew; k++) {
+        CHECK(lt_session_prefill(both[k], 0, prompt, 250, false, a) == LT_OK, "%s", lt_last_error());
+        CHECK(lt_session_prefill(both[k], 1, prompt + 100, 5, false, a) == LT_OK);
+    }
+    static const int batches[][4] = {{2, 0, 1}, {1, 1}, {3, 2, 0, 1}};
+    static const int steps[] = {12, 3, 4};
+    double worst = 0;
+    int n_bad = 0, n_steps = 0;
+    for (int phase = 0; phase < 3 && kept && anew; phase++) {
+        int n = batches[phase][0];
+        const int *seqs = &batches[phase][1];
+        if (phase == 2)
+            for (int k = 0; k < 2; k++)
+                CHECK(lt_session_prefill(both[k], 2, prompt + 3, 9, false, a) == LT_OK);
+        for (int t = 0; t < steps[phase]; t++) {
+            int32_t tok[3];
+            for (int i = 0; i < n; i++)
+                tok[i] = (int32_t)((lt_session_seq_pos(kept, seqs[i]) * 17 + i) % V);
+            lt_status s1 = lt_session_decode(kept, n, seqs, tok, a);
+            lt_status s2 = lt_session_decode(anew, n, seqs, tok, b);
+            CHECK(s1 == LT_OK && s2 == LT_OK, "%s: decode: %s", spec->arch, lt_last_error());
+            double err;
+            if (s1 == LT_OK && s2 == LT_OK && !close_logits(a, b, n * V, &err))
+                n_bad++;
+            worst = err > worst ? err : worst;
+            n_steps++;
+        }
+    }
+    CHECK(lt_session_seq_pos(kept, 0) == 266 && lt_session_seq_pos(anew, 0) == 266);
+    CHECK(n_bad == 0 && worst <= 1e-5, "%s: the kept step differs in %d of %d steps (worst %g)",
+          spec->arch, n_bad, n_steps, worst);
+    printf("%-7s kept decode step vs built anew: %d steps, worst %.2e\n", spec->arch, n_steps,
+           worst);
+    lt_session_free(kept);
+    lt_session_free(anew);
+    lt_model_free(m);
+    free(a);
+    free(b);
+    remove(path);
+}
+
 /* A file missing a tensor, and one with a tensor of the wrong shape, are refused by name. */
 static void test_refusals(const char *dir)
 {
@@ -206,6 +273,8 @@ int main(void)
     struct lt_backend *cpu = lt_backend_cpu_new(2);
     for (int i = 0; i < TM_N_SPECS; i++)
         test_arch(&tm_specs[i], dir, cpu);
+    for (int i = 0; i < TM_N_SPECS; i++)
+        test_kept_step(&tm_specs[i], dir, cpu);
     test_refusals(dir);
     lt_backend_free(cpu);
     return check_summary();

@@ -1,4 +1,4 @@
-/* test_ops_basic_copy.c: cont, cpy, concat, repeat, get_rows and the backward helpers acc,
+/* test_ops_basic_copy.c: cont, cpy, concat, repeat, get_rows, set_rows and the backward helpers acc,
  * repeat_back and get_rows_back, on the CPU backend with 1 and 2 threads, against plain
  * reference loops, for contiguous, transposed, permuted and sliced sources. */
 #include "test_ops_basic.h"
@@ -356,6 +356,50 @@ static void test_get_rows(struct ops_test *t)
     check_refused(lt_get_rows_back(t->ctx, g, ids, a), "grad", "get_rows_back of 5-wide rows");
 }
 
+/* ---- set_rows ---- */
+
+/* Slices of a [3, 2, 4] source (each layout, F32 or BF16) go into rows {7, 0, 3, out of
+ * range} of a [6, 9] destination of each float type that is a slice of a wider tensor;
+ * the rows not written keep what they held (check_op fills them with NaN before each
+ * run). */
+static void test_set_rows(struct ops_test *t)
+{
+    const enum lt_type dst_types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    const int32_t idv[4] = {7, 0, 3, 9};
+    const int64_t sshape[4] = {3, 2, 4, 1};
+    char what[160];
+    for (int l = 0; l < LAYOUT_COUNT; l++)
+        for (int ty = 0; ty < 3; ty++) {
+            enum lt_type from = l == LAYOUT_PERMUTED ? LT_TYPE_BF16 : LT_TYPE_F32;
+            struct lt_tensor *src = input_new(t, from, sshape, l, -3, 3);
+            struct lt_tensor *wide = lt_new_tensor_2d(t->ctx, dst_types[ty], 8, 9);
+            struct lt_tensor *dst = lt_view_2d(t->ctx, wide, 6, 9, wide->nb[1], wide->nb[0]);
+            struct lt_tensor *ids = lt_new_tensor_1d(t->ctx, LT_TYPE_I32, 4);
+            memcpy(ids->data, idv, sizeof(idv));
+            float *sv = dense(src), ref[54];
+            for (int i = 0; i < 54; i++)
+                ref[i] = NAN;
+            for (int r = 0; r < 3; r++)
+                for (int i = 0; i < 6; i++)
+                    ref[idv[r] * 6 + i] = round_to(dst_types[ty], sv[r * 6 + i]);
+            struct lt_tensor *w = lt_set_rows(t->ctx, src, dst, ids);
+            snprintf(what, sizeof(what), "set_rows of %s %s into a %s slice", lt_type_name(from),
+                     layout_names[l], lt_type_name(dst_types[ty]));
+            CHECK(w && w->op == LT_OP_SET_ROWS && w->view_src == wide && w->data == dst->data &&
+                      w->type == dst_types[ty],
+                  "%s: the result is a view of dst", what);
+            check_op(t, w, ref, 0, 0, what);
+            free(sv);
+        }
+    struct lt_tensor *src = lt_set_name(lt_new_tensor_3d(t->ctx, LT_TYPE_F32, 5, 1, 2), "k_new");
+    struct lt_tensor *dst = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 6, 9), "cache");
+    struct lt_tensor *ids = lt_new_tensor_1d(t->ctx, LT_TYPE_I32, 2);
+    check_refused(lt_set_rows(t->ctx, src, dst, ids), "k_new", "set_rows of rows too short");
+    struct lt_tensor *q = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_Q8_0, 32, 9), "q_cache");
+    check_refused(lt_set_rows(t->ctx, lt_new_tensor_3d(t->ctx, LT_TYPE_F32, 32, 1, 2), q, ids),
+                  "q_cache", "set_rows into a quantised destination");
+}
+
 /* ---- acc ---- */
 
 static void test_acc(struct ops_test *t)
@@ -413,6 +457,7 @@ int main(void)
     test_concat(&t);
     test_repeat(&t);
     test_get_rows(&t);
+    test_set_rows(&t);
     test_acc(&t);
     ops_test_free(&t);
     return check_summary();

@@ -10,11 +10,12 @@
  * e.g. "SQR,ACC") before the backend is made makes it refuse those ops, with the reason
  * "disabled by LATHE_CUDA_DISABLE_OPS".
  *
- * With LATHE_CUDA_GRAPHS=1 (when the backend is made), small-batch node lists (every matrix
- * product over at most 8 activation columns, as in decode) of 32 nodes or more run as CUDA
- * graphs: recorded by stream capture and launched at once, the executable graph kept and
- * updated from one call to the next. Results are those of the eager launches (the same
- * kernels in the same order). Off by default: no faster for decode yet (cuda_backend.cu).
+ * A small-batch node list (every matrix product over at most 64 activation columns, as in
+ * decode) of 32 nodes or more that comes back unchanged (the same nodes, shapes, op
+ * parameters and addresses; a session's kept decode step does) is recorded once by stream
+ * capture and then replayed as one CUDA graph. Results are those of the eager launches (the
+ * same kernels in the same order). LATHE_CUDA_GRAPHS=0 (when the backend is made) turns
+ * this off.
  *
  * Without a CUDA build (no nvcc) or without a usable GPU, lt_backend_cuda_new returns NULL
  * and lt_last_error says why; GPU tests exit 77 (skipped) then. */
@@ -37,10 +38,10 @@ int lt_backend_cuda_device_count(void);
 /* True when be is a CUDA backend. */
 bool lt_backend_is_cuda(const struct lt_backend *be);
 
-/* How be's node lists ran as graphs since it was made: launched as a graph (instantiated
- * anew, or else an updated kept graph), or captured and then run eagerly (the capture needed
- * something a capture can't do, such as growing scratch memory). All zero when graphs are
- * off or be is not a CUDA backend. */
+/* How be's small-batch node lists ran since it was made: launched as a graph (a kept one
+ * replayed, or one just instantiated), instantiated (recorded and kept), or run eagerly
+ * (seen for the first time, or a capture that needed something a capture can't do, such as
+ * growing scratch memory). All zero when graphs are off or be is not a CUDA backend. */
 struct lt_cuda_graph_stats {
     long launched, instantiated, eager;
 };

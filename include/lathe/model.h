@@ -184,6 +184,12 @@ struct lt_session_params {
     /* LoRA adapters (and replacements) every graph of the session reads; NULL: none. The
      * list must outlive the session. */
     const struct lt_model_adapters *adapters;
+    /* Decode keeps one step graph, built, placed and allocated for a number of sequences
+     * and a window of cached positions (a multiple of 256), and runs it again while those
+     * hold, with new inputs only: a device can then replay its kernels as they were. true:
+     * build every decode step anew instead (the reference the kept step is tested
+     * against). */
+    bool decode_rebuild;
 };
 
 lt_status lt_session_new(const struct lt_model *m, const struct lt_session_params *params,

@@ -35,6 +35,14 @@ struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_t
 /* Rows of a [n, rows, ne2] picked by ids (I32 [k, ne2]): F32 [n, k, ne2]. Any type of a
  * that can be read is dequantised. */
 struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *ids);
+/* Writes slice i of src [a, b, k] (any readable type and strides; read i0 fastest) as row
+ * ids[i] of dst [a * b, rows] (F32, F16 or BF16, rows of adjacent elements, any row
+ * stride), converted; ids I32 [k]. The result is a view of dst, as lt_cpy's is, so
+ * readers of it run after the writes. An id outside dst's rows writes nothing. The
+ * scatter a replayed decode step stores new keys and states with (the row read from the
+ * device). No backward rule: inference only. */
+struct lt_tensor *lt_set_rows(struct lt_ctx *ctx, struct lt_tensor *src, struct lt_tensor *dst,
+                              struct lt_tensor *ids);
 
 /* a [K, M, A2, A3] (any readable type), b [K, N, B2, B3] (F32) -> F32 [M, N, B2, B3]:
  *   dst[m, n, i2, i3] = sum_k a[k, m, i2 / (B2 / A2), i3 / (B3 / A3)] * b[k, n, i2, i3]

@@ -88,6 +88,7 @@ enum lt_op {
     LT_OP_CONCAT,
     LT_OP_REPEAT,
     LT_OP_GET_ROWS,
+    LT_OP_SET_ROWS, /* rows of src written into dst at ids (in place, like CPY) */
     /* linear algebra */
     LT_OP_MUL_MAT,
     /* element-wise binary, with broadcasting of src1 over src0 */

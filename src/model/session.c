@@ -4,13 +4,22 @@
  * Storage, per layer, in one buffer of the first backend:
  *   attention: k, v [head_dim, n_head_kv, n_ctx, n_seq_max] (kv_type), roped keys
  *   DeltaNet:  conv [d_conv - 1, channels, n_seq_max], ssm [S_v, S_k, H_v, n_seq_max] (F32)
- * Each call builds a graph, places it, runs it and frees it. New keys and values are
+ * A prefill builds a graph, places it, runs it and frees it. New keys and values are
  * copied into the cache before attention reads it; since the read is not a data
  * dependency of the copy, the copies are added to the graph first and the graph runs in
  * build order. A decode batch reads its sequences' caches with get_rows over the sequence
  * axis (so any set of sequences decodes together) and masks, per sequence, the positions
  * it has not reached. Cached values past a sequence's position are stale but finite (the
- * buffer starts zeroed), so masked positions weigh exactly 0. */
+ * buffer starts zeroed), so masked positions weigh exactly 0.
+ *
+ * Decode keeps its step (struct decode_plan): everything that changes from token to token
+ * is an input (tokens, positions, sequence ids, the cache rows to write, the mask), the
+ * stores are SET_ROWS at rows read from the device, and the window of positions read is
+ * rounded up to DECODE_KV_STEP. The same graph at the same addresses then runs token after
+ * token, on its own scheduler, until the number of sequences or the window changes; a
+ * device sees the same kernels with the same arguments each time (the CUDA backend replays
+ * them as one graph). decode_rebuild builds every step anew, with copies to host-chosen
+ * offsets, as prefill does: the reference the kept step is tested against. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +39,25 @@ struct lt_session {
     struct lt_tensor **k, **v;      /* [n_layer]; NULL for DeltaNet layers */
     struct lt_tensor **conv, **ssm; /* [n_layer]; NULL for attention layers */
     int *pos;                       /* [n_seq_max] */
+    struct lt_sched *dsched;        /* the kept decode step's own buffers */
+    struct decode_plan *plan;       /* the kept decode step; NULL: none */
+};
+
+/* Positions a kept decode step reads are a multiple of this (at most n_ctx). */
+#define DECODE_KV_STEP 256
+
+/* A step's graph and inputs. */
+struct built {
+    struct lt_ctx *ctx;
+    struct lt_graph *g;
+    struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *logits;
+    int64_t n_out; /* rows of logits */
+};
+
+/* The kept decode step: for n sequences reading n_kv positions. */
+struct decode_plan {
+    struct built b;
+    int n, n_kv;
 };
 
 /* One prefill or decode call. */
@@ -39,8 +67,10 @@ struct step {
     int seq, p0;               /* prefill: the sequence and its first new position */
     int n;                     /* prefill: tokens; decode: sequences */
     const int *seqs;           /* decode */
-    int n_kv;                  /* decode: positions attended (max position + 1) */
+    int n_kv;                  /* decode: positions attended (at least max position + 1) */
+    bool kept;                 /* decode: the kept step (stores by SET_ROWS at kv_rows) */
     struct lt_tensor *seq_ids; /* decode: I32 [n], input */
+    struct lt_tensor *kv_rows; /* kept decode: I32 [n], seq * n_ctx + position, input */
 };
 
 static lt_status zero_tensor_range(struct lt_tensor *t, size_t offset, size_t n)
@@ -147,7 +177,8 @@ lt_status lt_session_new(const struct lt_model *m, const struct lt_session_param
     }
     s->p.backends = NULL;
     s->sched = lt_sched_new(s->be, s->n_be);
-    if (!s->sched) {
+    s->dsched = lt_sched_new(s->be, s->n_be);
+    if (!s->sched || !s->dsched) {
         st = LT_ERR_NOMEM;
         goto out_free;
     }
@@ -160,10 +191,22 @@ out_free:
     return st;
 }
 
+static void plan_drop(struct lt_session *s)
+{
+    if (!s->plan)
+        return;
+    lt_sched_reset(s->dsched);
+    lt_ctx_free(s->plan->b.ctx);
+    free(s->plan);
+    s->plan = NULL;
+}
+
 void lt_session_free(struct lt_session *s)
 {
     if (!s)
         return;
+    plan_drop(s);
+    lt_sched_free(s->dsched);
     lt_sched_free(s->sched);
     if (s->buffer)
         lt_buffer_free(s->buffer);
@@ -258,6 +301,21 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
             return st;
         ls->k = kv_slot(b, kc, sp->seq, 0, sp->p0 + T);
         ls->v = kv_slot(b, vc, sp->seq, 0, sp->p0 + T);
+    } else if (sp->kept) {
+        /* the caches as rows of one position: [D * Hkv, n_ctx * n_seq_max] */
+        int64_t rows = kc->ne[2] * kc->ne[3];
+        struct lt_tensor *k3 = lt_reshape_3d(b->ctx, k_new, D, Hkv, sp->n);
+        struct lt_tensor *v3 = lt_reshape_3d(b->ctx, v_new, D, Hkv, sp->n);
+        struct lt_tensor *kr = lt_view_2d(b->ctx, kc, D * Hkv, rows, kc->nb[2], 0);
+        struct lt_tensor *vr = lt_view_2d(b->ctx, vc, D * Hkv, rows, vc->nb[2], 0);
+        struct lt_tensor *ks = k3 && kr ? lt_set_rows(b->ctx, k3, kr, sp->kv_rows) : NULL;
+        struct lt_tensor *vs = v3 && vr ? lt_set_rows(b->ctx, v3, vr, sp->kv_rows) : NULL;
+        if (ks)
+            lt_format_name(ks, "k_store-%d", il);
+        if (vs)
+            lt_format_name(vs, "v_store-%d", il);
+        if ((st = add_to_graph(b, ks, "k_store", il)) || (st = add_to_graph(b, vs, "v_store", il)))
+            return st;
     } else {
         for (int i = 0; i < sp->n; i++) {
             int seq = sp->seqs[i], p = s->pos[seq];
@@ -270,6 +328,8 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
                 (st = store(b, vi, kv_slot(b, vc, seq, p, 1), "v_store", il, seq)))
                 return st;
         }
+    }
+    if (sp->decode) {
         struct lt_tensor *k = gather(b, sp, kc, D * Hkv * sp->n_kv, kc->nb[3]);
         struct lt_tensor *v = gather(b, sp, vc, D * Hkv * sp->n_kv, vc->nb[3]);
         k = k ? lt_format_name(lt_reshape_4d(b->ctx, k, D, Hkv, sp->n_kv, sp->n), "k_cached-%d", il)
@@ -312,6 +372,24 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
     struct step *sp = b->hooks->user;
     struct lt_session *s = sp->s;
     lt_status st;
+    if (sp->kept) {
+        struct lt_tensor *cs = s->conv[il], *ss = s->ssm[il];
+        struct lt_tensor *cr = lt_view_2d(b->ctx, cs, cs->ne[0] * cs->ne[1], cs->ne[2], cs->nb[2], 0);
+        struct lt_tensor *sr =
+            lt_view_2d(b->ctx, ss, ss->ne[0] * ss->ne[1] * ss->ne[2], ss->ne[3], ss->nb[3], 0);
+        struct lt_tensor *s3 = lt_is_contiguous(ssm_new) ? ssm_new : lt_cont(b->ctx, ssm_new);
+        s3 = s3 ? lt_reshape_3d(b->ctx, s3, ss->ne[0], ss->ne[1] * ss->ne[2], sp->n) : NULL;
+        struct lt_tensor *cw = cr ? lt_set_rows(b->ctx, conv_new, cr, sp->seq_ids) : NULL;
+        struct lt_tensor *sw = sr && s3 ? lt_set_rows(b->ctx, s3, sr, sp->seq_ids) : NULL;
+        if (cw)
+            lt_format_name(cw, "conv_store-%d", il);
+        if (sw)
+            lt_format_name(sw, "state_store-%d", il);
+        if ((st = add_to_graph(b, cw, "conv_store", il)) ||
+            (st = add_to_graph(b, sw, "state_store", il)))
+            return st;
+        return LT_OK;
+    }
     int n = sp->decode ? sp->n : 1;
     for (int i = 0; i < n; i++) {
         int seq = sp->decode ? sp->seqs[i] : sp->seq;
@@ -337,105 +415,164 @@ static lt_status set_i32(struct lt_tensor *t, const int32_t *v, int64_t n)
     return lt_tensor_set(t, v, 0, sizeof(int32_t) * (size_t)n);
 }
 
-/* Builds, runs and frees the graph of one step; logits [n_out, n_vocab] go to out. */
-static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logits, float *out)
+static struct lt_tensor *input(struct lt_tensor *t, const char *name)
+{
+    return t ? lt_set_name(t, name) : NULL;
+}
+
+/* Builds the graph of one step into bt (its own context); logits [n_out, n_vocab]. */
+static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
 {
     struct lt_session *s = sp->s;
     const struct lt_model *m = s->m;
     int64_t T = sp->decode ? 1 : sp->n, S = sp->decode ? sp->n : 1, N = T * S;
     int64_t L = m->hp.n_layer;
     lt_status st;
+    *bt = (struct built){0};
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){
         .mem_size = (size_t)(L * (160 + 12 * S) + 256) * sizeof(struct lt_tensor),
         .no_alloc = true});
     if (!ctx)
         return lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
+    bt->ctx = ctx;
     int cap = (int)(L * (128 + 8 * S) + 256);
-    struct lt_graph *g = lt_graph_new(ctx, cap);
-    struct lt_tensor *tok = lt_new_tensor_2d(ctx, LT_TYPE_I32, T, S);
-    struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, N);
-    struct lt_tensor *mask = NULL;
-    if (!g || !tok || !pos) {
-        st = lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
-        goto out_free_ctx;
-    }
-    lt_set_name(tok, "inp_tokens");
-    lt_set_name(pos, "inp_pos");
+    bt->g = lt_graph_new(ctx, cap);
+    bt->tok = input(lt_new_tensor_2d(ctx, LT_TYPE_I32, T, S), "inp_tokens");
+    bt->pos = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, N), "inp_pos");
+    bool ok = bt->g && bt->tok && bt->pos;
     if (sp->decode) {
-        sp->seq_ids = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
-        mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, sp->n_kv, 1, 1, S);
-        if (!sp->seq_ids || !mask) {
-            st = lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
-            goto out_free_ctx;
+        bt->seq_ids = sp->seq_ids = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, S), "inp_seq_ids");
+        bt->mask = input(lt_new_tensor_4d(ctx, LT_TYPE_F32, sp->n_kv, 1, 1, S), "kq_mask");
+        ok = ok && bt->seq_ids && bt->mask;
+        if (sp->kept) {
+            bt->kv_rows = sp->kv_rows =
+                input(lt_new_tensor_1d(ctx, LT_TYPE_I32, S), "inp_kv_rows");
+            ok = ok && bt->kv_rows;
         }
-        lt_set_name(sp->seq_ids, "inp_seq_ids");
-        lt_set_name(mask, "kq_mask");
     }
+    if (!ok)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
     struct lt_mb_hooks hooks = {sp, hook_attn_kv, hook_recr_load, hook_recr_store};
     struct lt_mb b = {.m = m,
                       .ctx = ctx,
-                      .g = g,
+                      .g = bt->g,
                       .ad = s->p.adapters,
                       .n_tokens = T,
                       .n_seqs = S,
-                      .pos = pos,
-                      .kq_mask = mask,
+                      .pos = bt->pos,
+                      .kq_mask = bt->mask,
                       .causal = !sp->decode,
                       .half_acts = N > 8 && (s->p.half_acts > 0 ||
                                              (s->p.half_acts == 0 && !s->be[0]->is_host)),
                       .hooks = &hooks};
-    struct lt_tensor *hidden, *logits;
-    if ((st = lt_mb_forward(&b, tok, &hidden)) != LT_OK)
-        goto out_free_ctx;
-    int64_t n_out = all_logits ? N : S;
+    struct lt_tensor *hidden;
+    if ((st = lt_mb_forward(&b, bt->tok, &hidden)) != LT_OK)
+        return st;
+    bt->n_out = all_logits ? N : S;
     if (!all_logits && !sp->decode)
         hidden = lt_view_2d(ctx, hidden, hidden->ne[0], 1, hidden->nb[1],
                             (size_t)(T - 1) * hidden->nb[1]);
-    logits = hidden ? lt_mb_logits(&b, hidden) : NULL;
-    if ((st = lt_mb_check(logits, "result_output", -1)) != LT_OK)
-        goto out_free_ctx;
-    logits->flags |= LT_FLAG_OUTPUT;
-    if ((st = lt_graph_build(g, logits)) != LT_OK ||
-        (st = lt_sched_place(s->sched, g, false, NULL)) != LT_OK ||
-        (st = lt_sched_alloc(s->sched, g)) != LT_OK)
-        goto out_free_ctx;
+    bt->logits = hidden ? lt_mb_logits(&b, hidden) : NULL;
+    if ((st = lt_mb_check(bt->logits, "result_output", -1)) != LT_OK)
+        return st;
+    bt->logits->flags |= LT_FLAG_OUTPUT;
+    return lt_graph_build(bt->g, bt->logits);
+}
 
-    /* inputs */
-    int32_t *iv = malloc(sizeof(int32_t) * (size_t)(N + S));
-    float *mv = mask ? malloc(sizeof(float) * (size_t)(sp->n_kv * S)) : NULL;
-    if (!iv || (mask && !mv)) {
-        free(iv);
-        free(mv);
+/* Sets the inputs of a built step (placed and allocated). */
+static lt_status set_inputs(struct step *sp, const struct built *bt, const int32_t *tokens)
+{
+    struct lt_session *s = sp->s;
+    int64_t N = sp->n, S = sp->decode ? sp->n : 1; /* decode: one token a sequence */
+    int64_t n_iv = N > S ? N : S, n_mask = sp->decode ? (int64_t)sp->n_kv * S : 0;
+    int32_t *iv = malloc(sizeof(int32_t) * (size_t)n_iv);
+    float *mv = n_mask ? malloc(sizeof(float) * (size_t)n_mask) : NULL;
+    lt_status st = LT_OK;
+    if (!iv || (n_mask && !mv)) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory for inputs");
-        goto out_release;
+        goto out;
     }
-    st = set_i32(tok, tokens, N);
+    if ((st = set_i32(bt->tok, tokens, N)) != LT_OK)
+        goto out;
     for (int64_t i = 0; i < N; i++)
         iv[i] = sp->decode ? s->pos[sp->seqs[i]] : sp->p0 + (int32_t)i;
-    if (st == LT_OK)
-        st = set_i32(pos, iv, N);
-    if (sp->decode) {
-        for (int64_t i = 0; i < S; i++) {
-            iv[i] = sp->seqs[i];
-            for (int64_t j = 0; j < sp->n_kv; j++)
-                mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
-        }
-        if (st == LT_OK)
-            st = set_i32(sp->seq_ids, iv, S);
-        if (st == LT_OK)
-            st = lt_tensor_set(mask, mv, 0, sizeof(float) * (size_t)(sp->n_kv * S));
+    if ((st = set_i32(bt->pos, iv, N)) != LT_OK || !sp->decode)
+        goto out;
+    for (int64_t i = 0; i < S; i++) {
+        iv[i] = sp->seqs[i];
+        for (int64_t j = 0; j < sp->n_kv; j++)
+            mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
     }
+    if ((st = set_i32(bt->seq_ids, iv, S)) != LT_OK ||
+        (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK)
+        goto out;
+    if (bt->kv_rows) {
+        for (int64_t i = 0; i < S; i++)
+            iv[i] = sp->seqs[i] * s->p.n_ctx + s->pos[sp->seqs[i]];
+        st = set_i32(bt->kv_rows, iv, S);
+    }
+out:
     free(iv);
     free(mv);
+    return st;
+}
+
+/* Runs a placed and allocated step; its logits go to out (may be NULL). */
+static lt_status compute_step(struct step *sp, struct lt_sched *sched, const struct built *bt,
+                              const int32_t *tokens, float *out)
+{
+    lt_status st = set_inputs(sp, bt, tokens);
     if (st == LT_OK)
-        st = lt_sched_compute(s->sched, g);
+        st = lt_sched_compute(sched, bt->g);
     if (st == LT_OK && out)
-        st = lt_tensor_get(logits, out, 0, sizeof(float) * (size_t)(n_out * m->hp.n_vocab));
-out_release:
+        st = lt_tensor_get(bt->logits, out, 0,
+                           sizeof(float) * (size_t)(bt->n_out * sp->s->m->hp.n_vocab));
+    return st;
+}
+
+/* Builds, runs and frees the graph of one step; logits [n_out, n_vocab] go to out. */
+static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logits, float *out)
+{
+    struct lt_session *s = sp->s;
+    struct built bt;
+    lt_status st = build_step(sp, all_logits, &bt);
+    if (st == LT_OK && (st = lt_sched_place(s->sched, bt.g, false, NULL)) == LT_OK &&
+        (st = lt_sched_alloc(s->sched, bt.g)) == LT_OK)
+        st = compute_step(sp, s->sched, &bt, tokens, out);
     /* keep the buffers for the next call; forget this call's graph before freeing it */
     lt_sched_reset(s->sched);
-out_free_ctx:
-    lt_ctx_free(ctx);
+    lt_ctx_free(bt.ctx);
+    return st;
+}
+
+/* A decode step through the kept plan, made anew when the batch size or the window of
+ * positions changed. A failure drops the plan: the next call builds it again. */
+static lt_status run_kept(struct step *sp, const int32_t *tokens, float *out)
+{
+    struct lt_session *s = sp->s;
+    int n_kv = (sp->n_kv + DECODE_KV_STEP - 1) / DECODE_KV_STEP * DECODE_KV_STEP;
+    sp->n_kv = n_kv < s->p.n_ctx ? n_kv : s->p.n_ctx;
+    sp->kept = true;
+    lt_status st = LT_OK;
+    if (s->plan && (s->plan->n != sp->n || s->plan->n_kv != sp->n_kv))
+        plan_drop(s);
+    if (!s->plan) {
+        struct decode_plan *pl = calloc(1, sizeof(*pl));
+        if (!pl)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for a decode step");
+        pl->n = sp->n;
+        pl->n_kv = sp->n_kv;
+        s->plan = pl;
+        st = build_step(sp, true, &pl->b);
+        if (st == LT_OK)
+            st = lt_sched_place(s->dsched, pl->b.g, false, NULL);
+        if (st == LT_OK)
+            st = lt_sched_alloc(s->dsched, pl->b.g);
+    }
+    if (st == LT_OK)
+        st = compute_step(sp, s->dsched, &s->plan->b, tokens, out);
+    if (st != LT_OK)
+        plan_drop(s);
     return st;
 }
 
@@ -505,7 +642,7 @@ lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const 
     if (st != LT_OK)
         return st;
     struct step sp = {.s = s, .decode = true, .n = n, .seqs = seqs, .n_kv = n_kv};
-    st = run_step(&sp, tokens, true, logits);
+    st = s->p.decode_rebuild ? run_step(&sp, tokens, true, logits) : run_kept(&sp, tokens, logits);
     if (st == LT_OK)
         for (int i = 0; i < n; i++)
             s->pos[seqs[i]]++;

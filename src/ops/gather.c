@@ -1,6 +1,7 @@
 /* gather.c: GET_ROWS (rows picked by I32 ids) and GET_ROWS_BACK (their scatter-add, the
  * gradient), with their CPU kernels and backward rules: a scatter-add for get_rows and a
- * gather for get_rows_back. Every result is contiguous F32; sources of any strides are read
+ * gather for get_rows_back; and SET_ROWS, rows written at I32 ids into existing storage
+ * (inference only: a decode step's cache stores). Every result is contiguous F32; sources of any strides are read
  * row by row (copy.c says more about the copy family). */
 #include <math.h>
 #include <stdio.h>
@@ -189,6 +190,90 @@ static lt_status get_rows_back_backward(struct lt_autodiff *ad, struct lt_tensor
     return lt_ad_add(ad, grad, lt_get_rows(lt_ad_ctx(ad), node->grad, lt_ad_contiguous(ad, ids)));
 }
 
+/* ---- set_rows: rows written at ids ---- */
+
+/* src [a, b, k], ids [k], and the rows of dst (or of the node, a view of dst with its
+ * strides): [a * b, rows], elements adjacent within a row. */
+static bool set_rows_layout_ok(const struct lt_tensor *src, const struct lt_tensor *dst,
+                               const struct lt_tensor *ids)
+{
+    return src->ne[0] * src->ne[1] == dst->ne[0] && src->ne[2] == ids->ne[0] &&
+           src->ne[3] == 1 && dst->ne[2] == 1 && dst->ne[3] == 1 && ids->ne[1] == 1 &&
+           ids->ne[2] == 1 && ids->ne[3] == 1 && lt_type_is_float(dst->type) &&
+           dst->nb[0] == lt_type_traits(dst->type)->type_size;
+}
+
+/* Thread ith writes slices ith, ith + nth, ... of src: distinct ids never race; a
+ * repeated id keeps one of its slices (the session never repeats one). */
+static void set_rows_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *src = node->src[0], *ids = node->src[2];
+    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(node->ne[0]);
+    for (int64_t r = p->ith; r < src->ne[2]; r += p->nth) {
+        int64_t id = *(const int32_t *)lt_elem_ptr(ids, r, 0, 0, 0);
+        if (id < 0 || id >= node->ne[1])
+            continue;
+        for (int64_t i1 = 0; i1 < src->ne[1]; i1++)
+            lt_row_to_f32(src, i1, r, 0, buf + i1 * src->ne[0]);
+        lt_row_from_f32(node, id, 0, 0, buf);
+    }
+}
+
+static size_t set_rows_work_size(const struct lt_tensor *node, int nth)
+{
+    return row_work_size(node->ne[0], nth);
+}
+
+static bool set_rows_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *src = node->src[0], *ids = node->src[2];
+    if (!check_source_readable(node, 0, reason, reason_size))
+        return false;
+    if (!ids || ids->type != LT_TYPE_I32) {
+        snprintf(reason, reason_size, "source 2 (the ids) is %s, not i32",
+                 ids ? lt_type_name(ids->type) : "missing");
+        return false;
+    }
+    if (!set_rows_layout_ok(src, node, ids)) {
+        snprintf(reason, reason_size,
+                      "the slices are not [a, b, k] into a 2-D f32/f16/bf16 destination [a * b, "
+                 "rows] of adjacent elements");
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_set_rows(struct lt_ctx *ctx, struct lt_tensor *src, struct lt_tensor *dst,
+                              struct lt_tensor *ids)
+{
+    if (!src || !dst || !ids)
+        return missing_source(LT_OP_SET_ROWS);
+    if (!type_readable(src->type)) {
+        lt_fail(LT_ERR_INVALID, "SET_ROWS of '%s': type %s cannot be read", src->name,
+                lt_type_name(src->type));
+        return NULL;
+    }
+    if (ids->type != LT_TYPE_I32) {
+        lt_fail(LT_ERR_INVALID, "SET_ROWS into '%s' with ids '%s' of type %s (not i32)",
+                dst->name, ids->name, lt_type_name(ids->type));
+        return NULL;
+    }
+    if (!set_rows_layout_ok(src, dst, ids))
+        return fail_shapes(LT_OP_SET_ROWS, src, dst,
+                           "src must be [a, b, k], ids [k] and dst [a * b, rows] of f32, f16 "
+                           "or bf16 with adjacent elements");
+    /* a view of dst with dst's own strides, made into the write (as lt_cpy does) */
+    struct lt_tensor *t = lt_view_2d(ctx, dst, dst->ne[0], dst->ne[1], dst->nb[1], 0);
+    if (!t)
+        return NULL;
+    t->op = LT_OP_SET_ROWS;
+    t->src[0] = src;
+    t->src[1] = dst;
+    t->src[2] = ids;
+    lt_format_name(t, "%s (rows of %s)", dst->name, src->name);
+    return t;
+}
+
 /* ---- the table ---- */
 
 const struct lt_op_def lt_op_def_get_rows = {.name = "GET_ROWS",
@@ -196,6 +281,11 @@ const struct lt_op_def lt_op_def_get_rows = {.name = "GET_ROWS",
                                              .cpu_supported = get_rows_supported,
                                              .cpu_forward = get_rows_forward,
                                              .backward = get_rows_backward};
+const struct lt_op_def lt_op_def_set_rows = {.name = "SET_ROWS",
+                                             .n_src = 3,
+                                             .cpu_supported = set_rows_supported,
+                                             .cpu_work_size = set_rows_work_size,
+                                             .cpu_forward = set_rows_forward};
 const struct lt_op_def lt_op_def_get_rows_back = {.name = "GET_ROWS_BACK",
                                                   .n_src = 2,
                                                   .cpu_supported = get_rows_back_supported,

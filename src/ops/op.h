@@ -99,6 +99,7 @@ LT_DECLARE_OP(cpy);
 LT_DECLARE_OP(concat);
 LT_DECLARE_OP(repeat);
 LT_DECLARE_OP(get_rows);
+LT_DECLARE_OP(set_rows);
 LT_DECLARE_OP(mul_mat);
 LT_DECLARE_OP(add);
 LT_DECLARE_OP(sub);

@@ -15,6 +15,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_CONCAT] = &lt_op_def_concat,
     [LT_OP_REPEAT] = &lt_op_def_repeat,
     [LT_OP_GET_ROWS] = &lt_op_def_get_rows,
+    [LT_OP_SET_ROWS] = &lt_op_def_set_rows,
     [LT_OP_MUL_MAT] = &lt_op_def_mul_mat,
     [LT_OP_ADD] = &lt_op_def_add,
     [LT_OP_SUB] = &lt_op_def_sub,

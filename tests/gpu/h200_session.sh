@@ -16,6 +16,9 @@
 #           `lathe convert` to BF16 and Q8_0, then the `lathe train` jobs of traincli on it
 #           (LoRA, top_layers 4, on both; full on BF16) with nvidia-smi's peak GPU memory
 #   graphs  the CUDA-graph test, then (after q08) decode with LATHE_CUDA_GRAPHS=0 and =1
+#   decode  the copy conformance group (SET_ROWS), then graphs, then `lathe bench` pp512 /
+#           tg128 on both 0.8B files with CUDA graphs on (the default) and off, and the
+#           decode profile (nodes a token)
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
@@ -257,6 +260,26 @@ phase_graphs() {
     done
 }
 
+phase_decode() {
+    timeout 120 $b/tests/gpu_test_cuda_conformance copies >"$out/conf_copies.log" 2>&1
+    row "conformance: copies" "rc $? $(passed "$out/conf_copies.log")"
+    grep -E "^SET_ROWS|check failed|first mismatch" "$out/conf_copies.log" | head -10
+    phase_graphs
+    timeout 200 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
+    row "CUDA training parity (graphs on)" "rc $? $(passed "$out/train_cuda.log")"
+    grep -E "check failed" "$out/train_cuda.log" | head -5
+    for ty in bf16 q8_0; do
+        for gr in 1 0; do
+            LATHE_CUDA_GRAPHS=$gr timeout 90 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 \
+                --backend cuda >"$out/bench_${ty}_$gr.log" 2>&1
+            row "lathe bench $ty, LATHE_CUDA_GRAPHS=$gr" "rc $? $(grep -E 'tg128|pp512' "$out/bench_${ty}_$gr.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+        done
+    done
+    LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "Hello" -n 64 --ignore-eos \
+        --temp 0 --backend cuda >/dev/null 2>"$out/prof_decode_bf16.log"
+    echo "== decode profile bf16 (64 tokens)"; cut -c1-120 "$out/prof_decode_bf16.log"
+}
+
 phase_profile() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
@@ -384,7 +407,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

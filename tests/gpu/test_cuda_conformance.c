@@ -103,6 +103,17 @@ static struct lt_tensor *b_get_rows(struct build *b, const struct params *p)
     return lt_get_rows(b->ctx, a, ids);
 }
 
+/* slices of a [5, 2, 3] source into rows {4, 0, 6} of a [10, 7] destination (p->type[1]) */
+static struct lt_tensor *b_set_rows(struct build *b, const struct params *p)
+{
+    struct lt_tensor *src = mk(b, p->type[0], p->lay[0], 5, 2, 3, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *dst = mk(b, p->type[1], p->lay[1], 10, 7, 1, 1, FILL_UNIFORM, 2, 3);
+    struct lt_tensor *ids = mk(b, LT_TYPE_I32, L_CONTIG, 3, 1, 1, 1, FILL_VALUES, 0, 0);
+    static const float idv[3] = {4, 0, 6};
+    b->in[b->n_in - 1].values = idv;
+    return lt_set_rows(b->ctx, src, dst, ids);
+}
+
 static struct lt_tensor *b_get_rows_back(struct build *b, const struct params *p)
 {
     struct lt_tensor *g = mk(b, p->type[0], p->lay[0], 8, 6, 2, 1, FILL_UNIFORM, -1, 1);
@@ -194,6 +205,14 @@ static void test_copies(void)
         p = P(l, 0, l == L_SLICED ? LT_TYPE_F16 : LT_TYPE_F32, LT_TYPE_F32);
         run_case(LT_OP_GET_ROWS_BACK, layout_names[l], TOL_F32, b_get_rows_back, &p);
     }
+    static const enum lt_type set_types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    for (int t = 0; t < 3; t++)
+        for (int l = 0; l < L_COUNT; l++) {
+            p = P(l, l == L_SLICED ? L_SLICED : L_CONTIG, l == L_PERMUTED ? LT_TYPE_BF16 : LT_TYPE_F32,
+                  set_types[t]);
+            run_case(LT_OP_SET_ROWS, lbl(layout_names[l], lt_type_name(set_types[t])), TOL_F32,
+                     b_set_rows, &p);
+        }
     for (int l = 0; l < L_COUNT; l++)
         for (int overlap = 0; overlap < 2; overlap++) {
             p = P(l, (l + 2) % L_COUNT, LT_TYPE_F32, l == L_PERMUTED ? LT_TYPE_BF16 : LT_TYPE_F32);

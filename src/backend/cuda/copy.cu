@@ -1,5 +1,5 @@
-/* copy.cu: the device kernels of src/ops/copy.c: cont, cpy, concat, repeat, get_rows, and
- * the backward helpers acc, repeat_back and get_rows_back.
+/* copy.cu: the device kernels of src/ops/copy.c: cont, cpy, concat, repeat, get_rows,
+ * set_rows, and the backward helpers acc, repeat_back and get_rows_back.
  *
  * Sources may have any strides and any type the device can read (float types, I32 and the
  * quantised types of quant.cuh, dequantised element by element); results other than
@@ -17,7 +17,7 @@
 
 static const enum lt_op copy_ops[] = {LT_OP_CONT,   LT_OP_CPY,         LT_OP_CONCAT,
                                       LT_OP_REPEAT, LT_OP_GET_ROWS,    LT_OP_ACC,
-                                      LT_OP_REPEAT_BACK, LT_OP_GET_ROWS_BACK};
+                                      LT_OP_REPEAT_BACK, LT_OP_GET_ROWS_BACK, LT_OP_SET_ROWS};
 
 /* Same-type copies move bytes of any type lathe lays out; conversions need a device reader
  * and a device writer. */
@@ -167,6 +167,28 @@ bool copy_cuda_supported(const struct lt_tensor *node, char *reason, size_t reas
         if (grad->ne[0] != node->ne[0] || grad->ne[1] != ids->ne[0] ||
             grad->ne[2] != node->ne[2] || grad->ne[3] != node->ne[3] || !ids_match(ids, node)) {
             snprintf(reason, reason_size, "the result's shape does not match its sources");
+            return false;
+        }
+        return true;
+    }
+    case LT_OP_SET_ROWS: {
+        if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
+            !cu_check_source(node, 2, CU_TYPES_I32, reason, reason_size))
+            return false;
+        const struct lt_tensor *src = node->src[0], *ids = node->src[2];
+        bool ok = src->ne[0] * src->ne[1] == node->ne[0] && src->ne[2] == ids->ne[0] &&
+                  src->ne[3] == 1 && node->ne[2] == 1 && node->ne[3] == 1 && ids->ne[1] == 1 &&
+                  ids->ne[2] == 1 && ids->ne[3] == 1;
+        if (!ok) {
+            snprintf(reason, reason_size, "the slices are not [a, b, k] into a 2-D destination");
+            return false;
+        }
+        if (!(CU_TYPES_FLOAT & CU_TYPE_BIT(node->type)) ||
+            node->nb[0] != lt_type_traits(node->type)->type_size ||
+            node->view_offs % lt_type_traits(node->type)->type_size ||
+            node->nb[1] % lt_type_traits(node->type)->type_size) {
+            snprintf(reason, reason_size, "the destination is %s %s, not f32/f16/bf16 rows",
+                     lt_type_name(node->type), lt_layout_name(node));
             return false;
         }
         return true;
@@ -331,6 +353,21 @@ static __global__ void get_rows_back_kernel(struct cu_t grad, struct cu_t ids, s
             continue;
         atomicAdd(&y[((i3 * out.ne[2] + i2) * out.ne[1] + id) * out.ne[0] + i0],
                   cu_read(grad, i0, i1, i2, i3));
+    }
+}
+
+/* slice i2 of src [a, b, k] into row ids[i2] of out [a * b, rows] (ids outside out's rows
+ * write nothing) */
+static __global__ void set_rows_kernel(struct cu_t src, struct cu_t ids, struct cu_t out)
+{
+    const int64_t n = cu_nelements(src), row = src.ne[0] * src.ne[1];
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        const int64_t j = f % row, i2 = f / row;
+        const int64_t id = *(const int32_t *)(ids.data + i2 * ids.nb[0]);
+        if (id < 0 || id >= out.ne[1])
+            continue;
+        cu_store((char *)cu_ptr(out, j, id, 0, 0), out.type,
+                 cu_read(src, j % src.ne[0], j / src.ne[0], i2, 0));
     }
 }
 
@@ -521,6 +558,14 @@ lt_status copy_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
         get_rows_back_kernel<<<cu_blocks(ng, 256), 256, 0, c->stream>>>(
             cu_view(node->src[0]), cu_view(node->src[1]), cu_view(node));
         return cu_launched("get_rows_back");
+    }
+    case LT_OP_SET_ROWS: {
+        const int64_t ns = lt_nelements(node->src[0]);
+        if (ns == 0)
+            return LT_OK;
+        set_rows_kernel<<<cu_blocks(ns, 256), 256, 0, c->stream>>>(
+            cu_view(node->src[0]), cu_view(node->src[2]), cu_view(node));
+        return cu_launched("set_rows");
     }
     case LT_OP_ACC: return launch_acc(c, node);
     default: return cu_refuse(node, "not a copy op");

@@ -69,6 +69,7 @@ lt_status cu_scratch(struct cuda_ctx *c, enum cu_scratch_slot slot, size_t bytes
         return st;
     if (c->scratch[slot])
         cudaFree(c->scratch[slot]);
+    c->scratch_epoch++; /* kept graphs that read the old buffer are not replayed */
     c->scratch[slot] = NULL;
     c->scratch_size[slot] = 0;
     size_t want = bytes + bytes / 4; /* some headroom against creeping growth */
@@ -438,31 +439,44 @@ static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nod
     return LT_OK;
 }
 
-/* ---- CUDA graphs (LATHE_CUDA_GRAPHS=1): small-batch node lists launched as one graph ----
- * Decode runs ~800 small kernels a token, launched one by one. With graphs on, a node list
- * whose products all take at most CU_GRAPH_MAX_TOKENS activation columns is recorded by
- * stream capture (the launchers run as usual, their launches are recorded instead of run),
- * and the graph replaces an executable graph kept for the same sequence of ops
- * (cudaGraphExecUpdate: new pointers and sizes, same kernels), or a new one is instantiated.
- * Anything that needs to synchronise during the capture (scratch growth) spoils it, and the
+/* ---- CUDA graphs: a node list that comes back unchanged is replayed as one graph ----
+ * Decode runs hundreds of small kernels a token. The session keeps its decode step (the
+ * same nodes at the same addresses, new inputs written into the same buffers), so the
+ * launches of one token are those of the last. Each small-batch list (every product over
+ * at most CU_GRAPH_MAX_TOKENS activation columns, CU_GRAPH_MIN_NODES nodes or more) gets a
+ * signature: every word a launcher reads from its nodes (op, type, shape, strides, op
+ * params, data addresses, the same of every source) and the scratch generation. A list
+ * whose signature equals a kept graph's is replayed (cudaGraphLaunch, no launcher runs);
+ * one equal to a list run eagerly lately (the last CU_GRAPH_SEEN of them: a step split
+ * around a CPU fallback comes as several lists) is recorded by stream capture,
+ * instantiated and kept (CU_GRAPH_SLOTS of them, the least recently used replaced); any
+ * other runs eagerly and is remembered. A list built anew every call (prefill, a graph
+ * rebuilt per token) therefore never pays for a capture, only for its signature.
+ * Scratch memory a kept graph's kernels read is freed when a slot grows; the generation
+ * in the signature (bumped by every growth) keeps such a graph from being replayed.
+ * Anything that would synchronise during a capture (scratch growth) spoils it, and the
  * list runs eagerly instead, as does any failure: an error is then reported by the eager
- * run itself.
- * Off by default: measured on an H100 (0.8B-shaped model, 256 tokens of decode, two runs
- * each), BF16 156 and 187 tokens/s with graphs against 172 and 172 without, Q8_0 120 and 125
- * against 127 and 138: the updates work (3 instantiations for 257 launches), but capturing
- * every token anew costs the host what the launches did, and the device now waits for the
- * whole capture. Graphs would pay with a graph reused as it is (inputs at fixed addresses,
- * positions read on the device), which the per-token graphs of the session don't give. */
+ * run itself. LATHE_CUDA_GRAPHS=0 turns graphs off. */
 #define CU_GRAPH_SLOTS 4
+#define CU_GRAPH_SEEN 4
 #define CU_GRAPH_MIN_NODES 32
-#define CU_GRAPH_MAX_TOKENS 8
+#define CU_GRAPH_MAX_TOKENS 64
 #define CU_BLAS_WORKSPACE (32u << 20)
+
+struct cu_sig {
+    uint64_t *w;
+    size_t n, cap;
+};
 
 struct cu_graphs {
     struct {
         cudaGraphExec_t exec; /* NULL: free */
-        uint64_t key, last_used;
+        struct cu_sig sig;
+        uint64_t last_used;
     } slot[CU_GRAPH_SLOTS];
+    struct cu_sig cur;                /* this list's signature */
+    struct cu_sig seen[CU_GRAPH_SEEN]; /* lists run eagerly lately (a ring) */
+    int next_seen;
     uint64_t clock;
     void *blas_workspace; /* cuBLAS's, set once: no allocation inside a capture */
     long launched, instantiated, eager;
@@ -476,20 +490,25 @@ static void graphs_free(struct cuda_ctx *c)
     if (getenv("LATHE_CUDA_GRAPHS_STATS"))
         fprintf(stderr, "%s graphs: %ld launched, %ld instantiated, %ld lists run eagerly\n",
                 c->name, gs->launched, gs->instantiated, gs->eager);
-    for (int i = 0; i < CU_GRAPH_SLOTS; i++)
+    for (int i = 0; i < CU_GRAPH_SLOTS; i++) {
         if (gs->slot[i].exec)
             cudaGraphExecDestroy(gs->slot[i].exec);
+        free(gs->slot[i].sig.w);
+    }
+    free(gs->cur.w);
+    for (int i = 0; i < CU_GRAPH_SEEN; i++)
+        free(gs->seen[i].w);
     if (gs->blas_workspace)
         cudaFree(gs->blas_workspace);
     free(gs);
     c->graphs = NULL;
 }
 
-/* With LATHE_CUDA_GRAPHS=1; a failure here leaves graphs off, not the backend. */
+/* On unless LATHE_CUDA_GRAPHS=0; a failure here leaves graphs off, not the backend. */
 static void graphs_new(struct cuda_ctx *c)
 {
     const char *env = getenv("LATHE_CUDA_GRAPHS");
-    if (!env || strcmp(env, "1") != 0)
+    if (env && strcmp(env, "0") == 0)
         return;
     struct cu_graphs *gs = (struct cu_graphs *)calloc(1, sizeof(*gs));
     if (!gs)
@@ -516,26 +535,69 @@ static bool graph_worthy(struct lt_tensor *const *nodes, int n_nodes)
     return true;
 }
 
-/* the sequence of ops (FNV-1a): lists with equal keys usually update each other's graph */
-static uint64_t graph_key(struct lt_tensor *const *nodes, int n_nodes)
+static bool sig_push(struct cu_sig *s, uint64_t v)
 {
-    uint64_t h = 1469598103934665603ull ^ (uint64_t)n_nodes;
-    for (int i = 0; i < n_nodes; i++)
-        h = (h ^ (uint64_t)nodes[i]->op) * 1099511628211ull;
-    return h;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 4096;
+        uint64_t *w = (uint64_t *)realloc(s->w, cap * sizeof(*w));
+        if (!w)
+            return false;
+        s->w = w;
+        s->cap = cap;
+    }
+    s->w[s->n++] = v;
+    return true;
 }
 
-/* Runs the list as a graph; *eager set when it could not be, and nothing ran. */
-static lt_status graph_compute(struct lt_backend *be, struct lt_tensor *const *nodes,
-                               int n_nodes, bool *eager)
+static bool sig_tensor(struct cu_sig *s, const struct lt_tensor *t)
+{
+    bool ok = sig_push(s, (uint64_t)t->type) && sig_push(s, (uint64_t)(uintptr_t)t->data);
+    for (int k = 0; k < LT_MAX_DIMS && ok; k++)
+        ok = sig_push(s, (uint64_t)t->ne[k]) && sig_push(s, (uint64_t)t->nb[k]);
+    return ok;
+}
+
+/* Everything the launchers of the list read from its nodes, and the scratch generation. */
+static bool sig_build(struct cu_sig *s, const struct cuda_ctx *c, struct lt_tensor *const *nodes,
+                      int n_nodes)
+{
+    s->n = 0;
+    bool ok = sig_push(s, c->scratch_epoch) && sig_push(s, (uint64_t)n_nodes);
+    for (int i = 0; i < n_nodes && ok; i++) {
+        const struct lt_tensor *t = nodes[i];
+        if (lt_op_is_view(t->op))
+            continue;
+        ok = sig_push(s, (uint64_t)t->op) && sig_tensor(s, t);
+        for (int k = 0; k < LT_MAX_OP_PARAMS && ok; k += 2)
+            ok = sig_push(s, (uint64_t)(uint32_t)t->op_params[k] |
+                                 (uint64_t)(uint32_t)t->op_params[k + 1] << 32);
+        for (int k = 0; k < LT_MAX_SRC && ok; k++)
+            ok = t->src[k] ? sig_tensor(s, t->src[k]) : sig_push(s, ~0ull);
+    }
+    return ok;
+}
+
+static bool sig_equal(const struct cu_sig *a, const struct cu_sig *b)
+{
+    return a->n == b->n && a->n > 0 && memcmp(a->w, b->w, a->n * sizeof(*a->w)) == 0;
+}
+
+static void sig_swap(struct cu_sig *a, struct cu_sig *b)
+{
+    struct cu_sig t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Records the list by stream capture into a kept slot; -1 when it could not be (nothing
+ * ran then). */
+static int graph_capture(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
 {
     struct cuda_ctx *c = ctx_of(be);
     struct cu_graphs *gs = c->graphs;
-    *eager = true;
     if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
         (void)cudaGetLastError();
-        gs->eager++;
-        return LT_OK;
+        return -1;
     }
     c->capturing = true;
     lt_status st = issue_nodes(be, nodes, n_nodes);
@@ -546,48 +608,61 @@ static lt_status graph_compute(struct lt_backend *be, struct lt_tensor *const *n
         (void)cudaGetLastError();
         if (graph)
             cudaGraphDestroy(graph);
+        return -1;
+    }
+    int k = 0; /* a free slot, else the least recently used */
+    for (int i = 1; i < CU_GRAPH_SLOTS; i++)
+        if (!gs->slot[i].exec ||
+            (gs->slot[k].exec && gs->slot[i].last_used < gs->slot[k].last_used))
+            k = i;
+    if (gs->slot[k].exec)
+        cudaGraphExecDestroy(gs->slot[k].exec);
+    gs->slot[k].exec = NULL;
+    e = cudaGraphInstantiate(&gs->slot[k].exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        gs->slot[k].exec = NULL;
+        return -1;
+    }
+    gs->instantiated++;
+    sig_swap(&gs->slot[k].sig, &gs->cur);
+    return k;
+}
+
+/* Runs the list as a graph; *eager set when it could not be, and nothing ran. */
+static lt_status graph_compute(struct lt_backend *be, struct lt_tensor *const *nodes,
+                               int n_nodes, bool *eager)
+{
+    struct cuda_ctx *c = ctx_of(be);
+    struct cu_graphs *gs = c->graphs;
+    *eager = true;
+    if (!sig_build(&gs->cur, c, nodes, n_nodes)) {
         gs->eager++;
         return LT_OK;
     }
-    const uint64_t key = graph_key(nodes, n_nodes);
     int k = -1;
     for (int i = 0; i < CU_GRAPH_SLOTS && k < 0; i++)
-        if (gs->slot[i].exec && gs->slot[i].key == key)
+        if (gs->slot[i].exec && sig_equal(&gs->slot[i].sig, &gs->cur))
             k = i;
-    if (k >= 0) {
-        cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(gs->slot[k].exec, graph, &info) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cudaGraphExecDestroy(gs->slot[k].exec);
-            gs->slot[k].exec = NULL;
+    int seen = -1;
+    for (int i = 0; i < CU_GRAPH_SEEN && k < 0 && seen < 0; i++)
+        if (sig_equal(&gs->seen[i], &gs->cur))
+            seen = i;
+    if (seen >= 0 && (k = graph_capture(be, nodes, n_nodes)) >= 0)
+        gs->seen[seen].n = 0; /* kept now: forget it here */
+    if (k < 0) {
+        if (seen < 0) {
+            sig_swap(&gs->cur, &gs->seen[gs->next_seen]);
+            gs->next_seen = (gs->next_seen + 1) % CU_GRAPH_SEEN;
         }
-    } else { /* a free slot, else the least recently used */
-        k = 0;
-        for (int i = 1; i < CU_GRAPH_SLOTS; i++)
-            if (!gs->slot[i].exec ||
-                (gs->slot[k].exec && gs->slot[i].last_used < gs->slot[k].last_used))
-                k = i;
-        if (gs->slot[k].exec)
-            cudaGraphExecDestroy(gs->slot[k].exec);
-        gs->slot[k].exec = NULL;
+        gs->eager++;
+        return LT_OK;
     }
-    if (!gs->slot[k].exec) {
-        if (cudaGraphInstantiate(&gs->slot[k].exec, graph, 0) != cudaSuccess) {
-            (void)cudaGetLastError();
-            gs->slot[k].exec = NULL;
-            cudaGraphDestroy(graph);
-            gs->eager++;
-            return LT_OK;
-        }
-        gs->instantiated++;
-    }
-    gs->slot[k].key = key;
     gs->slot[k].last_used = ++gs->clock;
     *eager = false;
-    st = cu_check(cudaGraphLaunch(gs->slot[k].exec, c->stream), "launching a CUDA graph");
-    cudaGraphDestroy(graph);
     gs->launched++;
-    return st;
+    return cu_check(cudaGraphLaunch(gs->slot[k].exec, c->stream), "launching a CUDA graph");
 }
 
 static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)

@@ -48,10 +48,11 @@ struct cuda_ctx {
     cublasHandle_t blas;
     void *scratch[CU_SCRATCH_COUNT];
     size_t scratch_size[CU_SCRATCH_COUNT];
+    uint64_t scratch_epoch;   /* bumped by every scratch growth (kept CUDA graphs read it) */
     bool disabled[LT_OP_COUNT]; /* LATHE_CUDA_DISABLE_OPS */
     char name[32];
     struct cu_profile *profile; /* LATHE_CUDA_PROFILE=1: time per op, printed when freed */
-    struct cu_graphs *graphs;   /* small-batch node lists replayed as CUDA graphs; NULL: off */
+    struct cu_graphs *graphs;   /* unchanged small-batch node lists replayed as CUDA graphs */
     bool capturing;             /* the stream is being captured: nothing may synchronise */
 };
 
