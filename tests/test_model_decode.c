@@ -164,9 +164,11 @@ out_free:
     remove(path);
 }
 
-/* Two sessions, one keeping its decode step and one building each anew, fed alike: a long
- * and a short sequence decode together past position 256 (the kept step's window grows),
- * then one alone (the batch shrinks), then three after a prefill in between. */
+/* Three sessions fed alike: one keeping its decode step, one building each anew, and one
+ * keeping it over the same model uploaded into a backend buffer (where each layer's
+ * projections of one input are stacked into one matrix and multiplied at once). A long and
+ * a short sequence decode together past position 256 (the kept step's window grows), then
+ * one alone (the batch shrinks), then three after a prefill in between. */
 static void test_kept_step(const struct tm_spec *spec, const char *dir, struct lt_backend *cpu)
 {
     char path[512];
@@ -176,31 +178,36 @@ static void test_kept_step(const struct tm_spec *spec, const char *dir, struct l
           lt_last_error());
     if (!m)
         return;
+    struct lt_model *mu = NULL;
+    CHECK(lt_model_load(path, &(struct lt_model_params){.weights_backend = cpu}, &mu) == LT_OK,
+          "%s", lt_last_error());
     int V = (int)lt_model_hparams(m)->n_vocab;
     struct lt_backend *bes[1] = {cpu};
     struct lt_session_params sp = {.n_ctx = 300, .n_seq_max = 3, .backends = bes, .n_backends = 1};
-    struct lt_session *kept = NULL, *anew = NULL;
+    struct lt_session *kept = NULL, *anew = NULL, *joint = NULL;
     CHECK(lt_session_new(m, &sp, &kept) == LT_OK, "%s", lt_last_error());
+    CHECK(mu && lt_session_new(mu, &sp, &joint) == LT_OK, "%s", lt_last_error());
     sp.decode_rebuild = true;
     CHECK(lt_session_new(m, &sp, &anew) == LT_OK, "%s", lt_last_error());
     int32_t prompt[250];
     for (int i = 0; i < 250; i++)
         prompt[i] = (int32_t)((i * 31 + 7) % V);
     float *a = malloc(sizeof(float) * 3 * (size_t)V), *b = malloc(sizeof(float) * 3 * (size_t)V);
-    struct lt_session *both[2] = {kept, anew};
-    for (int k = 0; k < 2 && kept && anew; k++) {
+    float *c = malloc(sizeof(float) * 3 * (size_t)V);
+    struct lt_session *both[3] = {kept, anew, joint};
+    for (int k = 0; k < 3 && kept && anew && joint; k++) {
         CHECK(lt_session_prefill(both[k], 0, prompt, 250, false, a) == LT_OK, "%s", lt_last_error());
         CHECK(lt_session_prefill(both[k], 1, prompt + 100, 5, false, a) == LT_OK);
     }
     static const int batches[][4] = {{2, 0, 1}, {1, 1}, {3, 2, 0, 1}};
     static const int steps[] = {12, 3, 4};
-    double worst = 0;
+    double worst = 0, worst_joint = 0;
     int n_bad = 0, n_steps = 0;
-    for (int phase = 0; phase < 3 && kept && anew; phase++) {
+    for (int phase = 0; phase < 3 && kept && anew && joint; phase++) {
         int n = batches[phase][0];
         const int *seqs = &batches[phase][1];
         if (phase == 2)
-            for (int k = 0; k < 2; k++)
+            for (int k = 0; k < 3; k++)
                 CHECK(lt_session_prefill(both[k], 2, prompt + 3, 9, false, a) == LT_OK);
         for (int t = 0; t < steps[phase]; t++) {
             int32_t tok[3];
@@ -208,24 +215,32 @@ static void test_kept_step(const struct tm_spec *spec, const char *dir, struct l
                 tok[i] = (int32_t)((lt_session_seq_pos(kept, seqs[i]) * 17 + i) % V);
             lt_status s1 = lt_session_decode(kept, n, seqs, tok, a);
             lt_status s2 = lt_session_decode(anew, n, seqs, tok, b);
-            CHECK(s1 == LT_OK && s2 == LT_OK, "%s: decode: %s", spec->arch, lt_last_error());
-            double err;
-            if (s1 == LT_OK && s2 == LT_OK && !close_logits(a, b, n * V, &err))
+            lt_status s3 = lt_session_decode(joint, n, seqs, tok, c);
+            CHECK(s1 == LT_OK && s2 == LT_OK && s3 == LT_OK, "%s: decode: %s", spec->arch,
+                  lt_last_error());
+            double err = 0, err_joint = 0;
+            if (s1 == LT_OK && s2 == LT_OK && s3 == LT_OK &&
+                (!close_logits(a, b, n * V, &err) || !close_logits(c, a, n * V, &err_joint)))
                 n_bad++;
             worst = err > worst ? err : worst;
+            worst_joint = err_joint > worst_joint ? err_joint : worst_joint;
             n_steps++;
         }
     }
     CHECK(lt_session_seq_pos(kept, 0) == 266 && lt_session_seq_pos(anew, 0) == 266);
-    CHECK(n_bad == 0 && worst <= 1e-5, "%s: the kept step differs in %d of %d steps (worst %g)",
-          spec->arch, n_bad, n_steps, worst);
-    printf("%-7s kept decode step vs built anew: %d steps, worst %.2e\n", spec->arch, n_steps,
-           worst);
+    CHECK(n_bad == 0 && worst <= 1e-5 && worst_joint <= 1e-5,
+          "%s: the kept step differs in %d of %d steps (worst %g, joint projections %g)",
+          spec->arch, n_bad, n_steps, worst, worst_joint);
+    printf("%-7s kept decode step vs built anew: %d steps, worst %.2e; joint projections %.2e\n",
+           spec->arch, n_steps, worst, worst_joint);
     lt_session_free(kept);
     lt_session_free(anew);
+    lt_session_free(joint);
     lt_model_free(m);
+    lt_model_free(mu);
     free(a);
     free(b);
+    free(c);
     remove(path);
 }
 

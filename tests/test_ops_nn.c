@@ -121,6 +121,60 @@ static void test_norms(void)
     free(fd);
 }
 
+/* RMS_NORM with its weight (the inference fusion) stores exactly what rms_norm followed by
+ * mul_as stores, in F32, F16 and BF16, for every layout; it has no backward rule. */
+static void test_rms_norm_mul(void)
+{
+    const int64_t ne[4] = {37, 5, 3, 2}, nw[4] = {37, 1, 1, 1};
+    const int64_t cnt = nn_count(ne);
+    static const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    float *rx = nn_alloc(cnt), *rw = nn_alloc(37), *a = nn_alloc(cnt), *b = nn_alloc(cnt);
+    int runs = 0;
+    for (int t = 0; t < 3; t++)
+        for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++)
+            for (int nth = 1; nth <= 2; nth++) {
+                struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne);
+                struct lt_tensor *w = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, nw);
+                nn_fill_rand(x, rx, 2.0f);
+                nn_fill_rand(w, rw, 1.5f);
+                struct lt_tensor *fused = lt_rms_norm_mul(ctx, x, w, 1e-6f, types[t]);
+                struct lt_tensor *two = lt_mul_as(ctx, lt_rms_norm(ctx, x, 1e-6f), w, types[t]);
+                CHECK(fused && two && fused->op == LT_OP_RMS_NORM && fused->type == types[t] &&
+                          nn_run(ctx, fused, nth) == LT_OK && nn_run(ctx, two, nth) == LT_OK,
+                      "rms_norm_mul: %s", lt_last_error());
+                if (fused && two) {
+                    nn_read(fused, a);
+                    nn_read(two, b);
+                    CHECK(!memcmp(a, b, sizeof(float) * (size_t)cnt),
+                          "rms_norm_mul %s, %s, %d threads: not rms_norm then mul_as",
+                          lt_type_name(types[t]), nn_layout_names[lay], nth);
+                    runs++;
+                }
+                lt_ctx_free(ctx);
+            }
+    printf("rms_norm_mul: %d runs equal to rms_norm + mul_as\n", runs);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 2);
+    struct lt_tensor *w7 = lt_set_name(lt_new_tensor_1d(ctx, LT_TYPE_F32, 7), "norm_w");
+    CHECK(lt_rms_norm_mul(ctx, x, w7, 1e-6f, LT_TYPE_F32) == NULL &&
+              strstr(lt_last_error(), "norm_w") != NULL,
+          "a weight of the wrong length: %s", lt_last_error());
+    lt_clear_error();
+    struct lt_tensor *w8 = lt_new_tensor_1d(ctx, LT_TYPE_F32, 8);
+    CHECK(lt_rms_norm_mul(ctx, x, w8, 1e-6f, LT_TYPE_Q8_0) == NULL, "a q8_0 result");
+    lt_clear_error();
+    CHECK(lt_op_def(LT_OP_RMS_NORM)->backward(NULL, lt_rms_norm_mul(ctx, x, w8, 1e-6f, LT_TYPE_F32)) ==
+              LT_ERR_UNSUPPORTED,
+          "the fused norm claims a backward rule");
+    lt_clear_error();
+    lt_ctx_free(ctx);
+    free(rx);
+    free(rw);
+    free(a);
+    free(b);
+}
+
 /* ---------------- rope ---------------- */
 
 /* y = rope(x) for one row of hd, Hugging Face's float32 rounding of the angle */
@@ -676,6 +730,7 @@ int main(void)
 {
     nn_backends_init();
     test_norms();
+    test_rms_norm_mul();
     test_rope();
     test_softmax();
     test_cross_entropy();

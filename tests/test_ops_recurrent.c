@@ -1,11 +1,13 @@
 /* test_ops_recurrent.c: SSM_CONV and DELTA_NET (Gated DeltaNet's recurrent ops) and their
  * backward ops, against plain reference loops written here: the conv in float, the delta
- * rule token by token in double. The chunked path is held to the recurrent one (and to the
+ * rule token by token in double; GDN_DECODE (the fused decode step) against the unfused
+ * chain of ops it replaces. The chunked path is held to the recurrent one (and to the
  * reference) over lengths around the chunk size of 64; backward ops to central differences
  * of the double reference (delta rule) or of the op itself (the conv is linear); their
  * rules through autodiff over layouts (grad_recurrent_cases.h). */
 #include <string.h>
 
+#include "backend/cuda/cuda_verdict.h"
 #include "check.h"
 #include "grad_recurrent_cases.h"
 #include "lathe/backend.h"
@@ -669,6 +671,164 @@ static void test_delta_net_back_chunked(void)
     }
 }
 
+/* ---- gdn_decode: the fused decode step against the unfused graph ---- */
+
+/* a [n0, n1, n2] F32 tensor filled from [lo, hi): contiguous, or (strided) a transposed
+ * view of a [n1, n0, n2] one */
+static struct lt_tensor *gdn_input(struct lt_ctx *ctx, int64_t n0, int64_t n1, int64_t n2,
+                                   int64_t n3, float lo, float hi, bool strided)
+{
+    struct lt_tensor *t = strided ? lt_new_tensor_4d(ctx, LT_TYPE_F32, n1, n0, n2, n3)
+                                  : lt_new_tensor_4d(ctx, LT_TYPE_F32, n0, n1, n2, n3);
+    fill_rand(t->data, lt_nelements(t), lo, hi);
+    return strided ? lt_transpose(ctx, t) : t;
+}
+
+/* lt_gdn_decode against the ops build_delta_layer chains at T = 1 (model_graph.c), on the
+ * same inputs; strided: qkv a slice of a wider projection, conv_state and ssm_state
+ * transposed views */
+static void test_gdn_decode_case(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t K,
+                                 int64_t S, bool strided)
+{
+    struct lt_ctx *ctx = new_ctx();
+    const int64_t C = 2 * sk * hk + sv * hv;
+    const size_t es = sizeof(float);
+    const float eps = 1e-6f;
+    struct lt_tensor *wide = lt_new_tensor_2d(ctx, LT_TYPE_F32, C + (strided ? 5 : 0), S);
+    fill_rand(wide->data, lt_nelements(wide), -2, 2);
+    struct lt_tensor *qkv = strided ? lt_view_2d(ctx, wide, C, S, wide->nb[1], 3 * es) : wide;
+    struct lt_tensor *z = gdn_input(ctx, sv * hv, S, 1, 1, -2, 2, false);
+    struct lt_tensor *beta = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
+    struct lt_tensor *alpha = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
+    struct lt_tensor *conv_state = gdn_input(ctx, K - 1, C, S, 1, -2, 2, strided);
+    struct lt_tensor *ssm_state = gdn_input(ctx, sv, sk, hv, S, -0.5f, 0.5f, strided);
+    struct lt_tensor *conv_w = gdn_input(ctx, K, C, 1, 1, -1, 1, false);
+    struct lt_tensor *dt = gdn_input(ctx, hv, 1, 1, 1, -1, 1, false);
+    struct lt_tensor *a = gdn_input(ctx, hv, 1, 1, 1, -2.5f, -0.4f, false); /* -exp(A_log) */
+    struct lt_tensor *norm_w = gdn_input(ctx, sv, 1, 1, 1, 0.5f, 1.5f, false);
+    lt_set_name(conv_state, "conv_state");
+    struct lt_tensor *r = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_state, ssm_state, conv_w, dt,
+                                        a, norm_w, hk, eps);
+    CHECK(r != NULL, "%s", lt_last_error());
+    if (!r)
+        goto out_free;
+    struct lt_tensor *y = lt_gdn_decode_output(ctx, r), *cn = lt_gdn_decode_conv(ctx, r),
+                     *sn = lt_gdn_decode_state(ctx, r);
+    CHECK(y && cn && sn && lt_is_contiguous(y) && lt_is_contiguous(cn) && lt_is_contiguous(sn));
+    CHECK(y->ne[0] == sv * hv && y->ne[1] == S && lt_same_shape(cn, conv_state) &&
+          lt_same_shape(sn, ssm_state));
+    char reason[LT_REASON_MAX] = "";
+    CHECK(!lt_cuda_compiled() || lt_cuda_verdict(r, reason, sizeof(reason)),
+          "CUDA's precondition refuses gdn_decode: %s", reason);
+
+    /* the unfused graph, step by step as build_delta_layer builds it (T = 1) */
+    struct lt_tensor *qkv_t = lt_view_3d(ctx, qkv, 1, C, S, qkv->nb[0], qkv->nb[1], 0);
+    struct lt_tensor *sx = lt_concat(ctx, conv_state, qkv_t, 0);         /* [K, C, S] */
+    struct lt_tensor *conv = lt_silu(ctx, lt_ssm_conv(ctx, sx, conv_w)); /* [C, 1, S] */
+    struct lt_tensor *q = lt_view_4d(ctx, conv, sk, hk, 1, S, sk * es, C * es, C * es, 0);
+    struct lt_tensor *k =
+        lt_view_4d(ctx, conv, sk, hk, 1, S, sk * es, C * es, C * es, sk * hk * es);
+    struct lt_tensor *v =
+        lt_view_4d(ctx, conv, sv, hv, 1, S, sv * es, C * es, C * es, 2 * sk * hk * es);
+    q = lt_l2_norm(ctx, q, 1e-6f);
+    k = lt_l2_norm(ctx, k, 1e-6f);
+    struct lt_tensor *bs = lt_sigmoid(ctx, lt_reshape_3d(ctx, beta, hv, 1, S));
+    struct lt_tensor *g = lt_add(ctx, lt_reshape_3d(ctx, alpha, hv, 1, S), dt);
+    g = lt_mul(ctx, lt_softplus(ctx, g), a);
+    struct lt_tensor *dn = lt_delta_net(ctx, q, k, v, g, bs, ssm_state, 1.0f / sqrtf((float)sk));
+    struct lt_tensor *o = lt_delta_net_output(ctx, dn);
+    struct lt_tensor *on = lt_mul(ctx, lt_rms_norm(ctx, o, eps), norm_w);
+    struct lt_tensor *yr =
+        lt_mul(ctx, on, lt_silu(ctx, lt_reshape_4d(ctx, z, sv, hv, 1, S))); /* [Sv, Hv, 1, S] */
+    struct lt_tensor *cr = lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], es);
+    struct lt_tensor *sr = lt_delta_net_state(ctx, dn);
+    CHECK(yr && cr && sr, "%s", lt_last_error());
+    if (!yr || !cr || !sr)
+        goto out_free;
+    struct lt_graph *gr = lt_graph_new(ctx, 4096);
+    CHECK(lt_graph_build(gr, r) == LT_OK && lt_graph_build(gr, yr) == LT_OK);
+    if (!compute(gr))
+        goto out_free;
+    const int64_t n[3] = {sv * hv * S, (K - 1) * C * S, sv * sk * hv * S};
+    struct lt_tensor *got[3] = {y, cn, sn}, *want[3] = {yr, cr, sr};
+    static const char *const part[3] = {"output", "conv state", "ssm state"};
+    double e[3];
+    for (int i = 0; i < 3; i++) {
+        float *ga = malloc(sizeof(float) * (size_t)n[i]),
+              *wa = malloc(sizeof(float) * (size_t)n[i]);
+        lt_tensor_read_f32(got[i], ga);
+        lt_tensor_read_f32(want[i], wa);
+        e[i] = rel_err(ga, wa, n[i]);
+        CHECK(e[i] < 1e-5,
+              "gdn_decode S_k %lld S_v %lld H %lld/%lld K %lld S %lld%s %s vs the "
+              "unfused graph: rel err %g",
+              (long long)sk, (long long)sv, (long long)hk, (long long)hv, (long long)K,
+              (long long)S, strided ? " strided" : "", part[i], e[i]);
+        free(ga), free(wa);
+    }
+    printf("gdn_decode S_k %-3lld S_v %-3lld H %lld/%lld S %lld%-8s vs unfused: output %.2e, "
+           "conv state %.2e, ssm state %.2e\n",
+           (long long)sk, (long long)sv, (long long)hk, (long long)hv, (long long)S,
+           strided ? " strided" : "", e[0], e[1], e[2]);
+out_free:
+    lt_ctx_free(ctx);
+}
+
+static void test_gdn_decode(void)
+{
+    test_gdn_decode_case(8, 6, 2, 4, 4, 1, false);
+    test_gdn_decode_case(8, 6, 2, 4, 4, 3, false);
+    test_gdn_decode_case(16, 12, 1, 2, 4, 5, false);
+    test_gdn_decode_case(32, 32, 2, 4, 4, 2, false);
+    test_gdn_decode_case(16, 12, 2, 4, 4, 3, true);
+    test_gdn_decode_case(8, 8, 3, 6, 3, 2, false); /* K = 3 */
+
+    /* refusals name the tensor at fault */
+    struct lt_ctx *ctx = new_ctx();
+    const int64_t sk = 4, sv = 3, hk = 1, hv = 2, K = 4, S = 2, C = 2 * sk * hk + sv * hv;
+    struct lt_tensor *qkv = lt_new_tensor_2d(ctx, LT_TYPE_F32, C, S);
+    struct lt_tensor *z = lt_new_tensor_2d(ctx, LT_TYPE_F32, sv * hv, S);
+    struct lt_tensor *bt = lt_new_tensor_2d(ctx, LT_TYPE_F32, hv, S);
+    struct lt_tensor *al = lt_new_tensor_2d(ctx, LT_TYPE_F32, hv, S);
+    struct lt_tensor *cs = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
+    struct lt_tensor *bad_cs = lt_new_tensor_3d(ctx, LT_TYPE_F32, K, C, S);
+    struct lt_tensor *ss = lt_new_tensor_4d(ctx, LT_TYPE_F32, sv, sk, hv, S);
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_F32, K, C);
+    struct lt_tensor *dt = lt_new_tensor_1d(ctx, LT_TYPE_F32, hv);
+    struct lt_tensor *a = lt_new_tensor_1d(ctx, LT_TYPE_F32, hv);
+    struct lt_tensor *nw = lt_new_tensor_1d(ctx, LT_TYPE_F32, sv);
+    lt_set_name(bad_cs, "blk.0.conv_state");
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f) != NULL, "%s",
+          lt_last_error());
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, bad_cs, ss, w, dt, a, nw, hk, 1e-6f) == NULL);
+    CHECK(strstr(lt_last_error(), "conv_state 'blk.0.conv_state'") != NULL, "%s", lt_last_error());
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, 3, 1e-6f) == NULL); /* H_k */
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, a, a, z, hk, 1e-6f) == NULL);  /* norm_w */
+    CHECK(strstr(lt_last_error(), "norm_w") != NULL, "%s", lt_last_error());
+    CHECK(lt_gdn_decode_state(ctx, qkv) == NULL); /* not a GDN_DECODE */
+    lt_ctx_free(ctx);
+
+    /* key heads too long for the CUDA kernel's shared memory: CUDA says no, the CPU runs it */
+    if (lt_cuda_compiled()) {
+        ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+        const int64_t lk = 8192, lC = 2 * lk + sv;
+        struct lt_tensor *r = lt_gdn_decode(
+            ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, lC, 1),
+            lt_new_tensor_2d(ctx, LT_TYPE_F32, sv, 1), lt_new_tensor_2d(ctx, LT_TYPE_F32, 1, 1),
+            lt_new_tensor_2d(ctx, LT_TYPE_F32, 1, 1),
+            lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, lC, 1),
+            lt_new_tensor_4d(ctx, LT_TYPE_F32, sv, lk, 1, 1),
+            lt_new_tensor_2d(ctx, LT_TYPE_F32, K, lC), lt_new_tensor_1d(ctx, LT_TYPE_F32, 1),
+            lt_new_tensor_1d(ctx, LT_TYPE_F32, 1), lt_new_tensor_1d(ctx, LT_TYPE_F32, sv), 1,
+            1e-6f);
+        char reason[LT_REASON_MAX] = "";
+        CHECK(r && !lt_cuda_verdict(r, reason, sizeof(reason)) && strstr(reason, "shared memory"),
+              "%s", r ? reason : lt_last_error());
+        CHECK(r && lt_cpu_supports_op(r, reason, sizeof(reason)), "%s", reason);
+        lt_ctx_free(ctx);
+    }
+}
+
 int main(void)
 {
     cpu = lt_backend_cpu_new(3); /* more threads than some splits have items */
@@ -686,6 +846,7 @@ int main(void)
     test_delta_net_decode();
     test_delta_net_back();
     test_delta_net_back_chunked();
+    test_gdn_decode();
     test_backward_rules();
     lt_backend_free(cpu);
     return check_summary();

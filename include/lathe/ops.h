@@ -83,6 +83,11 @@ struct lt_tensor *lt_sum(struct lt_ctx *ctx, struct lt_tensor *a);      /* [1] *
 
 /* x / sqrt(mean(x^2) + eps) over ne[0] */
 struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
+/* rms_norm(a) * w stored as type (F32, F16 or BF16): one RMS_NORM node reading w (F32
+ * [ne0], contiguous) as its second source, the same values as lt_mul_as(lt_rms_norm(a), w,
+ * type). Inference only: it has no backward rule (a training graph keeps the two ops). */
+struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *w,
+                                  float eps, enum lt_type type);
 /* x * rsqrt(sum(x^2) + eps) over ne[0]: the l2norm of Qwen3.5's Gated DeltaNet (HF/FLA),
  * with eps inside the root (not F.normalize's clamp) */
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
@@ -152,6 +157,31 @@ enum lt_delta_net_path {
 };
 void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path);
 
+/* One token of a Gated DeltaNet layer for each of S sequences, from its projections to its
+ * gated norm (inference only, no backward rule): for each sequence, the causal conv of the
+ * q, k, v channels after their carried inputs, silu, l2-normalised q and k (eps 1e-6),
+ * beta = sigmoid(beta), g = softplus(alpha + dt) * a, one step of the gated delta rule
+ * (lt_delta_net, scale 1 / sqrt(S_k)) from ssm_state, and rms_norm(o, norm_eps) * norm_w *
+ * silu(z) per value head: the values of the unfused graph (model_graph.c) at T = 1.
+ *   qkv [C, S] (q channels [S_k, H_k], then k, then v [S_v, H_v]: C = 2 S_k H_k + S_v H_v);
+ *   z [S_v H_v, S]; beta, alpha [H_v, S];
+ *   conv_state [K - 1, C, S] (the previous inputs of each channel, oldest first);
+ *   ssm_state [S_v, S_k, H_v, S] (lt_delta_net's state);
+ *   conv_w [K, C] (F32, F16 or BF16; K >= 2), dt, a [H_v] (a holds -exp(A_log)),
+ *   norm_w [S_v]; n_k_heads = H_k, a divisor of H_v (value head h reads key head h % H_k).
+ * Everything else is F32; sources may have any strides. The result is one contiguous F32
+ * tensor: y [S_v H_v, S], then the new conv state [K - 1, C, S], then the new ssm state
+ * [S_v, S_k, H_v, S]; the three functions below view the parts (contiguous). */
+struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struct lt_tensor *z,
+                                struct lt_tensor *beta, struct lt_tensor *alpha,
+                                struct lt_tensor *conv_state, struct lt_tensor *ssm_state,
+                                struct lt_tensor *conv_w, struct lt_tensor *dt, struct lt_tensor *a,
+                                struct lt_tensor *norm_w, int64_t n_k_heads, float norm_eps);
+/* views of its result */
+struct lt_tensor *lt_gdn_decode_output(struct lt_ctx *ctx, struct lt_tensor *r); /* [Sv*Hv, S] */
+struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r);   /* [K-1, C, S] */
+struct lt_tensor *lt_gdn_decode_state(struct lt_ctx *ctx, struct lt_tensor *r);  /* [Sv, Sk, Hv, S] */
+
 /* Backward of lt_ssm_conv. grad [channels, T, n_seqs] is the gradient of its result. The
  * result is one flat F32 tensor of nelements(sx) + nelements(w) elements: d sx, then d w;
  * lt_ssm_conv_back_sx and lt_ssm_conv_back_w view the parts, contiguous and shaped like
@@ -165,7 +195,7 @@ struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
  * result (output rows, then the new state's rows; either part may be zero); the other
  * sources and scale are the forward's. The result is one flat F32 tensor packing the
  * gradients of q, k, v, g, beta and state in enum order, each contiguous and shaped like
- * its source; lt_delta_net_back_grad views one. Seven sources (LT_MAX_SRC is 8). */
+ * its source; lt_delta_net_back_grad views one. Seven sources. */
 enum lt_delta_net_grad {
     LT_DELTA_NET_GRAD_Q = 0,
     LT_DELTA_NET_GRAD_K,

@@ -68,6 +68,8 @@ struct lt_sampler {
     struct lt_sampler_cand *cands; /* scratch, [cap] */
     size_t cap;
     uint32_t *seen; /* scratch, [cap]: a token's count in the penalty window */
+    uint64_t *pen_bits; /* scratch, [cap / 64 + 1]: the tokens a penalty changed this call */
+    float *adj;         /* scratch, [cap]: their changed logits */
 };
 
 /* Checks the parameters (a NaN or a negative top_p/min_p/penalty is LT_ERR_INVALID). */

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define LT_MAX_DIMS 4
-#define LT_MAX_SRC 8 /* DELTA_NET_BACK reads 7: grad, q, k, v, g, beta, state */
+#define LT_MAX_SRC 10 /* GDN_DECODE reads 10 (see lt_gdn_decode) */
 #define LT_MAX_OP_PARAMS 16 /* int32 slots; floats are stored bitwise */
 #define LT_MAX_NAME 64
 
@@ -123,6 +123,7 @@ enum lt_op {
     /* recurrent (Gated DeltaNet) */
     LT_OP_SSM_CONV,
     LT_OP_DELTA_NET,
+    LT_OP_GDN_DECODE, /* one decode token of a Gated DeltaNet layer, conv to gated norm */
     /* loss */
     LT_OP_CROSS_ENTROPY,
     LT_OP_LINEAR_CE, /* the LM head and the cross-entropy in one (no [V, N] logits) */

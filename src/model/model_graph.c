@@ -10,6 +10,10 @@
  * Slices of fused projections stay views (q and gate out of Qwen3.5's attn_q, q/k/v out of
  * the DeltaNet conv output): that is the graph training has to differentiate.
  *
+ * With b->fused (inference): RMS_NORM carries its weight (one node for norm and scale); a
+ * layer's projections of one input are one product when the loader stacked their weights
+ * (mm_group); a Gated DeltaNet layer's decode step is one GDN_DECODE node (delta_step).
+ *
  * Activations are F32, except with b->half_acts (inference, chosen by the session): then
  * the ops whose results only F16 / BF16 weights multiply write them in that type (act_type):
  * the attention and FFN norms, the SwiGLU product, Qwen3.5's gated attention output and
@@ -102,6 +106,64 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
     return y;
 }
 
+/* The products of x by ws[0..n), a layer group stacked in one matrix `joint` at upload
+ * (model_load.c): with b->fused and no adapter, replacement or BF16 rounding on any member,
+ * one product by the joint matrix, out[i] the view of member i's rows (columns as far apart
+ * as the joint's rows); otherwise mm() of each. */
+static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
+                          int n, struct lt_tensor *x, struct lt_tensor **out)
+{
+    bool one = b->fused && joint && x;
+    for (int i = 0; one && i < n; i++) {
+        one = ws[i] && W(b, ws[i]) == ws[i] && !bf16_product(b, ws[i]);
+        for (int j = 0; one && b->ad && j < b->ad->n_lora; j++)
+            one = b->ad->lora[j].w != ws[i];
+    }
+    if (!one) {
+        for (int i = 0; i < n; i++)
+            if (!(out[i] = mm(b, ws[i], x)))
+                return lt_mb_check(NULL, "a projection", -1);
+        return LT_OK;
+    }
+    struct lt_tensor *y = lt_mul_mat(b->ctx, joint, x);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = y ? lt_view_2d(b->ctx, y, ws[i]->ne[1], y->ne[1], y->nb[1], off) : NULL;
+        off += (size_t)ws[i]->ne[1] * sizeof(float);
+        if (!out[i])
+            return lt_mb_check(NULL, joint->name, -1);
+    }
+    return LT_OK;
+}
+
+/* t [a * c, n] (contiguous, or a view of a joint product's rows) as [a, c, n] */
+static struct lt_tensor *as_3d(struct lt_ctx *ctx, struct lt_tensor *t, int64_t a, int64_t c,
+                               int64_t n)
+{
+    if (!t || lt_is_contiguous(t))
+        return t ? lt_reshape_3d(ctx, t, a, c, n) : NULL;
+    return lt_view_3d(ctx, t, a, c, n, (size_t)a * t->nb[0], t->nb[1], 0);
+}
+
+/* t [a, nt * ns] (contiguous, or a view of a joint product's rows) as [a, nt, ns] */
+static struct lt_tensor *cols_3d(struct lt_ctx *ctx, struct lt_tensor *t, int64_t a, int64_t nt,
+                                 int64_t ns)
+{
+    if (!t || lt_is_contiguous(t))
+        return t ? lt_reshape_3d(ctx, t, a, nt, ns) : NULL;
+    return lt_view_3d(ctx, t, a, nt, ns, t->nb[1], t->nb[1] * (size_t)nt, 0);
+}
+
+/* t [a * c, nt * ns] (as as_3d's) as [a, c, nt, ns] */
+static struct lt_tensor *as_4d(struct lt_ctx *ctx, struct lt_tensor *t, int64_t a, int64_t c,
+                               int64_t nt, int64_t ns)
+{
+    if (!t || lt_is_contiguous(t))
+        return t ? lt_reshape_4d(ctx, t, a, c, nt, ns) : NULL;
+    return lt_view_4d(ctx, t, a, c, nt, ns, (size_t)a * t->nb[0], t->nb[1],
+                      t->nb[1] * (size_t)nt, 0);
+}
+
 /* The type to store an activation in when the products that read it are by the weights
  * ws[0..n) alone: their type when b->half_acts and they are all F16, or all BF16, as the
  * graph reads them (W), with no LoRA adapter on them (its A is F32 and reads the same
@@ -127,6 +189,10 @@ static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws
 static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w,
                               enum lt_type type)
 {
+    struct lt_tensor *wr = W(b, w);
+    if (b->fused && x && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
+        lt_nelements(wr) == x->ne[0] && wr->ne[0] == x->ne[0])
+        return lt_rms_norm_mul(b->ctx, x, wr, b->m->hp.rms_eps, type);
     struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
     return n ? lt_mul_as(b->ctx, n, W(b, w), type) : NULL;
 }
@@ -171,23 +237,23 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     int64_t D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
     int64_t N = b->n_tokens * b->n_seqs;
     lt_status st;
-    struct lt_tensor *q, *gate = NULL;
+    struct lt_tensor *q, *gate = NULL, *proj[3];
+    struct lt_tensor *const ws[3] = {ly->wq, ly->wk, ly->wv};
+    if ((st = mm_group(b, ly->wqkv, ws, 3, x, proj)))
+        return st;
     if (hp->arch == LT_ARCH_QWEN35) {
         /* attn_q gives, per head, head_dim of query then head_dim of gate */
-        struct lt_tensor *qg = named(mm(b, ly->wq, x), "Qcur_full", il);
-        if ((st = lt_mb_check(qg, "Qcur_full", il)))
-            return st;
+        struct lt_tensor *qg = named(proj[0], "Qcur_full", il);
         size_t es = sizeof(float);
-        q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, 0), "Qcur_view", il);
-        gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, 2 * D * H * es, D * es), "gate", il);
+        q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, qg->nb[1], 0), "Qcur_view", il);
+        gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, qg->nb[1], D * es), "gate", il);
         q = q ? named(norm(b, q, ly->q_norm, LT_TYPE_F32), "Qcur_normed", il) : NULL;
     } else {
-        q = add_bias(b, mm(b, ly->wq, x), ly->bq);
-        q = q ? lt_reshape_3d(ctx, q, D, H, N) : NULL;
+        q = as_3d(ctx, add_bias(b, proj[0], ly->bq), D, H, N);
     }
-    struct lt_tensor *k = add_bias(b, mm(b, ly->wk, x), ly->bk);
-    struct lt_tensor *v = add_bias(b, mm(b, ly->wv, x), ly->bv);
-    k = k ? lt_reshape_3d(ctx, k, D, Hkv, N) : NULL;
+    struct lt_tensor *k = as_3d(ctx, add_bias(b, proj[1], ly->bk), D, Hkv, N);
+    struct lt_tensor *v = add_bias(b, proj[2], ly->bv);
+    v = as_3d(ctx, v, D, Hkv, N);
     if (k && hp->arch == LT_ARCH_QWEN35)
         k = named(norm(b, k, ly->k_norm, LT_TYPE_F32), "Kcur_normed", il);
     if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)) ||
@@ -199,7 +265,10 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)))
         return st;
     struct lt_tensor *k4 = lt_reshape_4d(ctx, k, D, Hkv, b->n_tokens, b->n_seqs);
-    struct lt_tensor *v4 = lt_reshape_4d(ctx, v, D, Hkv, b->n_tokens, b->n_seqs);
+    struct lt_tensor *v4 =
+        lt_is_contiguous(v) ? lt_reshape_4d(ctx, v, D, Hkv, b->n_tokens, b->n_seqs)
+                            : lt_view_4d(ctx, v, D, Hkv, b->n_tokens, b->n_seqs, v->nb[1], v->nb[2],
+                                         v->nb[2] * (size_t)b->n_tokens, 0);
     if ((st = lt_mb_check(k4 && v4 ? k4 : NULL, "Kcur", il)))
         return st;
     struct lt_mb_layer_state ls = {.k = k4, .v = v4};
@@ -214,6 +283,34 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     o = o ? named(mm(b, ly->wo, o), "attn_out", il) : NULL;
     *out = o;
     return lt_mb_check(o, "attn_out", il);
+}
+
+/* A Gated DeltaNet layer's decode step (one token a sequence, with carried states) as one
+ * GDN_DECODE node: conv, norms, gates, recurrence and gated norm between the projections
+ * proj (qkv, z, beta, alpha) and the output product. */
+static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *proj,
+                            const struct lt_mb_layer_state *ls, struct lt_tensor **out)
+{
+    struct lt_ctx *ctx = b->ctx;
+    const struct lt_model_layer *ly = &b->m->layers[il];
+    lt_status st;
+    struct lt_tensor *r = named(
+        lt_gdn_decode(ctx, proj[0], proj[1], proj[2], proj[3], ls->conv, ls->ssm,
+                      W(b, ly->ssm_conv1d), W(b, ly->ssm_dt), W(b, ly->ssm_a), W(b, ly->ssm_norm),
+                      b->m->hp.ssm_n_k_heads, b->m->hp.rms_eps),
+        "gdn_decode", il);
+    if ((st = lt_mb_check(r, "gdn_decode", il)))
+        return st;
+    struct lt_tensor *conv_new = named(lt_gdn_decode_conv(ctx, r), "conv_state_new", il);
+    struct lt_tensor *ssm_new = named(lt_gdn_decode_state(ctx, r), "state_new", il);
+    if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
+        (st = lt_mb_check(ssm_new, "state_new", il)) ||
+        (b->hooks->recr_store && (st = b->hooks->recr_store(b, il, conv_new, ssm_new))))
+        return st;
+    struct lt_tensor *on = named(lt_gdn_decode_output(ctx, r), "attn_out_norm", il);
+    struct lt_tensor *y = on ? named(mm(b, ly->ssm_out, on), "linear_attn_out", il) : NULL;
+    *out = y;
+    return lt_mb_check(y, "linear_attn_out", il);
 }
 
 /* Gated DeltaNet layer (qwen35). x [n_embd, N] (normed). */
@@ -233,16 +330,22 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     if (b->hooks && b->hooks->recr_load && (st = b->hooks->recr_load(b, il, &ls)))
         return st;
 
-    struct lt_tensor *qkv = named(mm(b, ly->ssm_qkv, x), "linear_attn_qkv_mixed", il); /* [C, N] */
-    struct lt_tensor *z = named(mm(b, ly->ssm_z, x), "z", il);             /* [value_dim, N] */
-    struct lt_tensor *beta = named(mm(b, ly->ssm_beta, x), "beta", il);    /* [Hv, N] */
-    struct lt_tensor *alpha = named(mm(b, ly->ssm_alpha, x), "alpha", il); /* [Hv, N] */
+    struct lt_tensor *proj[4];
+    struct lt_tensor *const ws[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
+    if ((st = mm_group(b, ly->ssm_in, ws, 4, x, proj)))
+        return st;
+    struct lt_tensor *qkv = named(proj[0], "linear_attn_qkv_mixed", il); /* [C, N] */
+    struct lt_tensor *z = named(proj[1], "z", il);                       /* [value_dim, N] */
+    struct lt_tensor *beta = named(proj[2], "beta", il);                 /* [Hv, N] */
+    struct lt_tensor *alpha = named(proj[3], "alpha", il);               /* [Hv, N] */
     if ((st = lt_mb_check(qkv, "linear_attn_qkv_mixed", il)) || (st = lt_mb_check(z, "z", il)) ||
         (st = lt_mb_check(beta, "beta", il)) || (st = lt_mb_check(alpha, "alpha", il)))
         return st;
-    beta = named(lt_sigmoid(ctx, lt_reshape_3d(ctx, beta, Hv, T, S)), "beta_sigmoid", il);
+    if (b->fused && T == 1 && ls.conv && ls.ssm)
+        return delta_step(b, il, proj, &ls, out);
+    beta = named(lt_sigmoid(ctx, cols_3d(ctx, beta, Hv, T, S)), "beta_sigmoid", il);
     /* g = -exp(A_log) * softplus(alpha + dt_bias); ssm_a holds -exp(A_log) */
-    struct lt_tensor *g = lt_add(ctx, lt_reshape_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
+    struct lt_tensor *g = lt_add(ctx, cols_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
     g = g ? named(lt_softplus(ctx, g), "a_softplus", il) : NULL;
     g = g ? named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il) : NULL;
     if ((st = lt_mb_check(beta, "beta_sigmoid", il)) || (st = lt_mb_check(g, "gate", il)))
@@ -254,7 +357,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *like = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
         conv_state = like ? named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il) : NULL;
     }
-    struct lt_tensor *qkv_t = lt_transpose(ctx, lt_reshape_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
+    struct lt_tensor *qkv_t = lt_transpose(ctx, cols_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
     struct lt_tensor *sx = conv_state && qkv_t
                                ? named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il)
                                : NULL; /* [K-1+T, C, S] */
@@ -301,7 +404,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             return st;
     }
     /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head */
-    struct lt_tensor *z4 = lt_reshape_4d(ctx, z, Sv, Hv, T, S);
+    struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
     struct lt_tensor *zs = z4 ? named(lt_silu(ctx, z4), "z_silu", il) : NULL;
     struct lt_tensor *on = o ? norm(b, o, ly->ssm_norm, LT_TYPE_F32) : NULL;
     on = on && zs ? named(lt_mul_as(ctx, on, zs, act_type(b, 1, &ly->ssm_out)), "attn_out_norm", il)
@@ -315,8 +418,12 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
 static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
 {
     const struct lt_model_layer *ly = &b->m->layers[il];
-    struct lt_tensor *gate = named(mm(b, ly->ffn_gate, x), "ffn_gate", il);
-    struct lt_tensor *up = named(mm(b, ly->ffn_up, x), "ffn_up", il);
+    struct lt_tensor *proj[2];
+    struct lt_tensor *const ws[2] = {ly->ffn_gate, ly->ffn_up};
+    if (mm_group(b, ly->ffn_gate_up, ws, 2, x, proj) != LT_OK)
+        return NULL;
+    struct lt_tensor *gate = named(proj[0], "ffn_gate", il);
+    struct lt_tensor *up = named(proj[1], "ffn_up", il);
     struct lt_tensor *h =
         gate && up
             ? named(lt_swiglu_as(b->ctx, gate, up, act_type(b, 1, &ly->ffn_down)), "ffn_swiglu", il)

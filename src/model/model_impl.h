@@ -39,6 +39,13 @@ struct lt_model_layer {
     struct lt_tensor *ssm_a;      /* [n_v_heads] = -exp(A_log) */
     struct lt_tensor *ssm_norm;   /* [head_v_dim] (gated norm: not 1 + w) */
     struct lt_tensor *ssm_out;    /* [value_dim, n_embd] */
+
+    /* Projections of one input laid side by side when the weights were uploaded (NULL
+     * otherwise): one matrix whose rows are its members' in order, which a product reads
+     * at once (inference, model_graph.c's mm_group). Not in lt_model.weights. */
+    struct lt_tensor *ffn_gate_up; /* ffn_gate, ffn_up */
+    struct lt_tensor *wqkv;        /* wq, wk, wv */
+    struct lt_tensor *ssm_in;      /* ssm_qkv, ssm_z, ssm_beta, ssm_alpha */
 };
 
 struct lt_model {
@@ -97,6 +104,9 @@ struct lt_mb {
      * is instead of converting it first (set for batches of more than 8 tokens, which a
      * device multiplies with tensor cores; fewer stay F32 for its exact few-column kernel) */
     bool half_acts;
+    /* inference only: fused ops that have no backward rule stand in for the chains they
+     * replace (RMS_NORM with its weight), fewer kernels a decode step (set by the session) */
+    bool fused;
     /* ad->bf16_products: the last activation rounded to BF16, and what it was rounded from
      * (the q/k/v and gate/up products of one input share one rounding) */
     struct lt_tensor *bf16_from, *bf16_act;

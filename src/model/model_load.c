@@ -334,24 +334,98 @@ static lt_status load_tensors(struct loader *L)
     return st;
 }
 
-/* Copies every weight into one buffer of `be` and points the headers there. */
+/* A layer's weights that one product may read together, and where their joint header
+ * goes. */
+struct group {
+    struct lt_tensor **joint;
+    struct lt_tensor *member[4];
+    int n;
+};
+
+static int layer_groups(struct lt_model_layer *ly, struct group *g)
+{
+    g[0] = (struct group){&ly->ffn_gate_up, {ly->ffn_gate, ly->ffn_up}, 2};
+    if (ly->recurrent) {
+        g[1] = (struct group){&ly->ssm_in, {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha}, 4};
+        return 2;
+    }
+    g[1] = (struct group){&ly->wqkv, {ly->wq, ly->wk, ly->wv}, 3};
+    return 2;
+}
+
+/* Members of one type and row length, each present: their rows stack into one matrix. */
+static bool group_fits(const struct group *g)
+{
+    for (int i = 0; i < g->n; i++)
+        if (!g->member[i] || g->member[i]->type != g->member[0]->type ||
+            g->member[i]->ne[0] != g->member[0]->ne[0])
+            return false;
+    return true;
+}
+
+static size_t padded(const struct lt_tensor *t) { return (lt_nbytes(t) + 255) & ~(size_t)255; }
+
+/* Copies every weight into one buffer of `be` and points the headers there. The members
+ * of each layer group that fits are placed back to back (no padding between them), and
+ * the group gets a header spanning them. */
 static lt_status upload(struct lt_model *m, struct lt_backend *be)
 {
     size_t total = 0;
     for (int i = 0; i < m->n_weights; i++)
-        total += (lt_nbytes(m->weights[i]) + 255) & ~(size_t)255;
+        total += padded(m->weights[i]);
     lt_status st = lt_backend_buffer_alloc(be, total, &m->buffer);
     if (st != LT_OK)
         return st;
+    const int n = m->n_weights;
+    bool *placed = calloc((size_t)(n ? n : 1), sizeof(*placed));
+    if (!placed)
+        return lt_fail(LT_ERR_NOMEM, "out of memory uploading the weights");
     size_t at = 0;
-    for (int i = 0; i < m->n_weights && st == LT_OK; i++) {
-        struct lt_tensor *t = m->weights[i];
+    struct lt_tensor *t;
+    for (int il = 0; il < m->hp.n_layer && st == LT_OK; il++) {
+        struct group g[2];
+        int ng = layer_groups(&m->layers[il], g);
+        for (int k = 0; k < ng && st == LT_OK; k++) {
+            if (!group_fits(&g[k]))
+                continue;
+            size_t start = at;
+            int64_t rows = 0;
+            for (int i = 0; i < g[k].n && st == LT_OK; i++) {
+                t = g[k].member[i];
+                const void *src = t->data;
+                t->buffer = m->buffer;
+                t->data = (char *)m->buffer->base + at;
+                st = lt_tensor_set(t, src, 0, lt_nbytes(t));
+                at += lt_nbytes(t);
+                rows += t->ne[1];
+                for (int w = 0; w < n; w++)
+                    placed[w] = placed[w] || m->weights[w] == t;
+            }
+            at = start + ((at - start + 255) & ~(size_t)255);
+            struct lt_tensor *j = st == LT_OK ? lt_new_tensor_2d(m->ctx, g[k].member[0]->type,
+                                                                 g[k].member[0]->ne[0], rows)
+                                              : NULL;
+            if (st == LT_OK && !j)
+                st = lt_fail(LT_ERR_NOMEM, "out of memory uploading the weights");
+            if (st != LT_OK)
+                break;
+            j->buffer = m->buffer;
+            j->data = (char *)m->buffer->base + start;
+            lt_format_name(j, "blk.%d.%s (joint)", il, k == 0 ? "ffn_gate_up" : "in_proj");
+            *g[k].joint = j;
+        }
+    }
+    for (int i = 0; i < n && st == LT_OK; i++) {
+        if (placed[i])
+            continue;
+        t = m->weights[i];
         const void *src = t->data;
         t->buffer = m->buffer;
         t->data = (char *)m->buffer->base + at;
         st = lt_tensor_set(t, src, 0, lt_nbytes(t));
-        at += (lt_nbytes(t) + 255) & ~(size_t)255;
+        at += padded(t);
     }
+    free(placed);
     return st;
 }
 
@@ -367,7 +441,7 @@ lt_status lt_model_load(const char *path, const struct lt_model_params *params,
     if (st != LT_OK)
         goto out_free;
     m->ctx = lt_ctx_init((struct lt_ctx_params){
-        .mem_size = (size_t)(lt_gguf_n_tensors(m->gguf) + 16) * sizeof(struct lt_tensor) + 4096,
+        .mem_size = (size_t)(2 * lt_gguf_n_tensors(m->gguf) + 16) * sizeof(struct lt_tensor) + 4096,
         .no_alloc = true});
     if (!m->ctx) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory loading %s", path);

@@ -304,8 +304,9 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
     } else if (sp->kept) {
         /* the caches as rows of one position: [D * Hkv, n_ctx * n_seq_max] */
         int64_t rows = kc->ne[2] * kc->ne[3];
-        struct lt_tensor *k3 = lt_reshape_3d(b->ctx, k_new, D, Hkv, sp->n);
-        struct lt_tensor *v3 = lt_reshape_3d(b->ctx, v_new, D, Hkv, sp->n);
+        /* [D, Hkv, 1, n] as [D, Hkv, n] (v may be a view of a joint product's rows) */
+        struct lt_tensor *k3 = lt_view_3d(b->ctx, k_new, D, Hkv, sp->n, k_new->nb[1], k_new->nb[3], 0);
+        struct lt_tensor *v3 = lt_view_3d(b->ctx, v_new, D, Hkv, sp->n, v_new->nb[1], v_new->nb[3], 0);
         struct lt_tensor *kr = lt_view_2d(b->ctx, kc, D * Hkv, rows, kc->nb[2], 0);
         struct lt_tensor *vr = lt_view_2d(b->ctx, vc, D * Hkv, rows, vc->nb[2], 0);
         struct lt_tensor *ks = k3 && kr ? lt_set_rows(b->ctx, k3, kr, sp->kv_rows) : NULL;
@@ -464,6 +465,7 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
                       .causal = !sp->decode,
                       .half_acts = N > 8 && (s->p.half_acts > 0 ||
                                              (s->p.half_acts == 0 && !s->be[0]->is_host)),
+                      .fused = true,
                       .hooks = &hooks};
     struct lt_tensor *hidden;
     if ((st = lt_mb_forward(&b, bt->tok, &hidden)) != LT_OK)

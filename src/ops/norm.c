@@ -5,6 +5,8 @@
  * ne0) and S = sum(x^2) for L2; eps sits inside the root in both (HF/FLA's l2norm, not
  * F.normalize's clamp). The gradient is dx = r * g - r^3 * x * sum(g * x) / n (n = 1 for
  * L2). Sums run in double. Sources may have any strides; results are contiguous F32.
+ * RMS_NORM may carry a weight (lt_rms_norm_mul, inference only): src[1], F32 [ne0], and
+ * the result y * w, stored as F32, F16 or BF16, each product rounded as MUL rounds it.
  * Threads take whole rows, so no barrier is needed; a strided row is first gathered into
  * the thread's own scratch so the arithmetic loops see unit strides.
  *
@@ -47,6 +49,36 @@ struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps
     return norm_new(ctx, LT_OP_RMS_NORM, "rms_norm", a, eps);
 }
 
+struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *w,
+                                  float eps, enum lt_type type)
+{
+    if (!a || !w) {
+        if (!lt_last_error()[0])
+            lt_fail(LT_ERR_INVALID, "rms_norm_mul of a NULL tensor");
+        return NULL;
+    }
+    if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || lt_nelements(w) != a->ne[0] ||
+        w->ne[0] != a->ne[0]) {
+        lt_fail(LT_ERR_INVALID, "rms_norm_mul of '%s': the weight '%s' is not f32 [%lld]", a->name,
+                w->name, (long long)a->ne[0]);
+        return NULL;
+    }
+    if (type != LT_TYPE_F32 && type != LT_TYPE_F16 && type != LT_TYPE_BF16) {
+        lt_fail(LT_ERR_INVALID, "rms_norm_mul of '%s' into %s: only f32, f16 or bf16", a->name,
+                lt_type_name(type));
+        return NULL;
+    }
+    struct lt_tensor *t = norm_new(ctx, LT_OP_RMS_NORM, "rms_norm_mul", a, eps);
+    if (t) {
+        t->src[1] = w;
+        t->type = type;
+        t->nb[0] = lt_type_traits(type)->type_size;
+        for (int k = 1; k < LT_MAX_DIMS; k++)
+            t->nb[k] = t->nb[k - 1] * (size_t)t->ne[k - 1];
+    }
+    return t;
+}
+
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps)
 {
     return norm_new(ctx, LT_OP_L2_NORM, "l2_norm", a, eps);
@@ -81,9 +113,16 @@ struct lt_tensor *lt_l2_norm_back(struct lt_ctx *ctx, struct lt_tensor *grad, st
 
 /* ---- CPU ---- */
 
+/* the weight of a fused RMS_NORM (src[1]): NULL when there is none */
+static const struct lt_tensor *norm_weight(const struct lt_tensor *node)
+{
+    return node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
+}
+
 static bool norm_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
-    int n_src = lt_op_def(node->op)->n_src;
+    const struct lt_tensor *w = norm_weight(node);
+    int n_src = node->op == LT_OP_RMS_NORM ? 1 : lt_op_def(node->op)->n_src;
     for (int i = 0; i < n_src; i++) {
         const struct lt_tensor *s = node->src[i];
         if (s->type != LT_TYPE_F32 || !lt_same_shape(s, node)) {
@@ -91,8 +130,15 @@ static bool norm_supported(const struct lt_tensor *node, char *reason, size_t re
             return false;
         }
     }
-    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
-        snprintf(reason, reason_size, "the result is not contiguous f32");
+    if (w && (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || w->ne[0] != node->ne[0] ||
+              lt_nelements(w) != node->ne[0])) {
+        snprintf(reason, reason_size, "the weight (source 1) is not contiguous f32 [ne0]");
+        return false;
+    }
+    bool type_ok = w ? lt_type_is_float(node->type) : node->type == LT_TYPE_F32;
+    if (!type_ok || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous %s",
+                 lt_type_name(node->type), lt_layout_name(node), w ? "f32, f16 or bf16" : "f32");
         return false;
     }
     return true;
@@ -133,14 +179,29 @@ static void norm_forward(const struct lt_compute_params *p, struct lt_tensor *no
     const struct lt_tensor *a = node->src[0];
     int64_t n = node->ne[0], lo, hi;
     float eps = lt_get_param_f32(node, 0);
-    float *buf = (float *)p->wdata + (size_t)p->ith * (size_t)n;
+    /* norm_work_size's share: n_src rows a thread (the second for RMS_NORM's weighted row) */
+    float *buf = (float *)p->wdata + (size_t)p->ith * (size_t)lt_op_def(node->op)->n_src * (size_t)n;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+    const struct lt_tensor *wt = norm_weight(node);
+    const float *w = wt ? (const float *)wt->data : NULL;
+    float *ybuf = buf + n; /* a weighted row before its conversion */
     for (int64_t r = lo; r < hi; r++) {
         const float *x = row_f32(a, r, buf);
-        float *y = (float *)node->data + r * n;
         float f = (float)norm_factor(kind, x, n, eps);
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] * f;
+        if (!w) {
+            float *y = (float *)node->data + r * n;
+            for (int64_t i = 0; i < n; i++)
+                y[i] = x[i] * f;
+            continue;
+        }
+        float *y = node->type == LT_TYPE_F32 ? (float *)node->data + r * n : ybuf;
+        for (int64_t i = 0; i < n; i++) {
+            float v = x[i] * f;
+            y[i] = v * w[i];
+        }
+        if (node->type != LT_TYPE_F32) /* as MUL stores a half result */
+            lt_row_from_f32(node, r % node->ne[1], (r / node->ne[1]) % node->ne[2],
+                            r / (node->ne[1] * node->ne[2]), ybuf);
     }
 }
 
@@ -205,6 +266,10 @@ static lt_status norm_rule(struct lt_autodiff *ad, struct lt_tensor *node, norm_
 
 static lt_status rms_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 {
+    if (node->src[1])
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "RMS_NORM '%s' with a weight (the inference fusion) has no backward rule",
+                       node->name);
     return norm_rule(ad, node, lt_rms_norm_back);
 }
 
@@ -235,7 +300,7 @@ static lt_status l2_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 
 const struct lt_op_def lt_op_def_rms_norm = {
     .name = "RMS_NORM",
-    .n_src = 1,
+    .n_src = 2, /* the weight is optional */
     .cpu_supported = norm_supported,
     .cpu_work_size = norm_work_size,
     .cpu_forward = rms_norm_forward,

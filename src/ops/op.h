@@ -128,6 +128,7 @@ LT_DECLARE_OP(soft_max);
 LT_DECLARE_OP(swiglu);
 LT_DECLARE_OP(ssm_conv);
 LT_DECLARE_OP(delta_net);
+LT_DECLARE_OP(gdn_decode);
 LT_DECLARE_OP(cross_entropy);
 LT_DECLARE_OP(acc);
 LT_DECLARE_OP(repeat_back);

@@ -44,6 +44,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_SWIGLU] = &lt_op_def_swiglu,
     [LT_OP_SSM_CONV] = &lt_op_def_ssm_conv,
     [LT_OP_DELTA_NET] = &lt_op_def_delta_net,
+    [LT_OP_GDN_DECODE] = &lt_op_def_gdn_decode,
     [LT_OP_CROSS_ENTROPY] = &lt_op_def_cross_entropy,
     [LT_OP_LINEAR_CE] = &lt_op_def_linear_ce,
     [LT_OP_ACC] = &lt_op_def_acc,

@@ -16,7 +16,8 @@
 #           `lathe convert` to BF16 and Q8_0, then the `lathe train` jobs of traincli on it
 #           (LoRA, top_layers 4, on both; full on BF16) with nvidia-smi's peak GPU memory
 #   graphs  the CUDA-graph test, then (after q08) decode with LATHE_CUDA_GRAPHS=0 and =1
-#   decode  the copy conformance group (SET_ROWS), then graphs, then `lathe bench` pp512 /
+#   decode  the conformance groups decode's kernels are in, check-ref of the tiny Qwen3.5 on
+#           CUDA, then graphs, the CUDA training jobs, then `lathe bench` pp512 /
 #           tg128 on both 0.8B files with CUDA graphs on (the default) and off, and the
 #           decode profile (nodes a token)
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
@@ -261,9 +262,17 @@ phase_graphs() {
 }
 
 phase_decode() {
-    timeout 120 $b/tests/gpu_test_cuda_conformance copies >"$out/conf_copies.log" 2>&1
-    row "conformance: copies" "rc $? $(passed "$out/conf_copies.log")"
-    grep -E "^SET_ROWS|check failed|first mismatch" "$out/conf_copies.log" | head -10
+    timeout 200 $b/tests/gpu_test_cuda_conformance copies nn matmul recurrent >"$out/conf_decode.log" 2>&1
+    row "conformance: copies nn matmul recurrent" "rc $? $(passed "$out/conf_decode.log")"
+    grep -E "^SET_ROWS|^RMS_NORM|^GDN_DECODE|^MUL_MAT|check failed|first mismatch" "$out/conf_decode.log" | head -24
+    for r in qwen35-tiny-a; do
+        [ -d .golden/$r ] || continue
+        $L convert .golden/$r -o $W/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
+            timeout 60 $L check-ref $W/$r.gguf .golden/$r/reference.safetensors --backend cuda \
+                >"$out/checkref-$r.log" 2>&1
+        row "check-ref --backend cuda $r" "rc $?"
+        grep -E "greedy|decode|FAIL" "$out/checkref-$r.log" | head -5
+    done
     phase_graphs
     timeout 200 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
     row "CUDA training parity (graphs on)" "rc $? $(passed "$out/train_cuda.log")"

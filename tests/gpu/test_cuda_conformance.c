@@ -302,6 +302,13 @@ static void test_matmul(void)
         mm_case(quants[t], L_CONTIG, L_CONTIG, K, 24, 3, 2, 4, 1, 1);
         mm_case(quants[t], L_CONTIG, L_CONTIG, K, 24, 12, 2, 4, 1, 1);
     }
+    /* Q8_0 rows of whole 256-element groups against aligned unit-strided columns take the
+     * staged kernel: part of a chunk of 32 blocks, more than one chunk, 1 to 8 columns, a
+     * sliced weight, grouped heads */
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 512, 40, 1, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1280, 33, 3, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_SLICED, L_CONTIG, 1280, 20, 8, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 768, 24, 5, 2, 4, 1, 1);
     /* taller than one dequantised tile (64 MiB of F16 is 8192 rows of 4096): two tiles */
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 4096, 8200, 12, 1, 1, 1, 1);
     /* half activations meeting weights of their own type (a model's prefill): b in place
@@ -467,7 +474,12 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
     struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n, 6, 3, 2, FILL_UNIFORM, -2, 2);
     float eps = 1e-6f;
     switch (op) {
-    case LT_OP_RMS_NORM: return lt_rms_norm(b->ctx, x, eps);
+    case LT_OP_RMS_NORM:
+        if (p->type[1] != LT_TYPE_COUNT) /* with a weight, stored as type[1] */
+            return lt_rms_norm_mul(b->ctx, x, mk(b, LT_TYPE_F32, L_CONTIG, n, 1, 1, 1, FILL_UNIFORM,
+                                                 -2, 2),
+                                   eps, p->type[1]);
+        return lt_rms_norm(b->ctx, x, eps);
     case LT_OP_L2_NORM: return lt_l2_norm(b->ctx, x, eps);
     default: break;
     }
@@ -512,11 +524,21 @@ static void test_nn(void)
     for (int o = 0; o < 4; o++)
         for (int l = 0; l < L_COUNT; l++)
             for (int big = 0; big < 2; big++) {
-                p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
+                p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_COUNT);
                 p.i[0] = norms[o];
                 p.ne[0] = big ? 1000 : 13;
                 run_case(norms[o], lbl(layout_names[l], big ? "long" : ""), TOL_F32, b_norm, &p);
             }
+    /* RMS_NORM with a weight (the inference fusion), stored as F32, F16 or BF16 */
+    static const enum lt_type norm_out[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    for (int t = 0; t < 3; t++)
+        for (int l = 0; l < L_COUNT; l++) {
+            p = P(l, 0, LT_TYPE_F32, norm_out[t]);
+            p.i[0] = LT_OP_RMS_NORM;
+            p.ne[0] = t == 1 ? 1000 : 13;
+            run_case(LT_OP_RMS_NORM, lbl(layout_names[l], lt_type_name(norm_out[t])),
+                     t ? TOL_HALF : TOL_F32, b_norm, &p);
+        }
     static const enum lt_op ropes[] = {LT_OP_ROPE, LT_OP_ROPE_BACK};
     for (int o = 0; o < 2; o++)
         for (int l = 0; l < L_COUNT; l++)
@@ -580,6 +602,27 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
     struct lt_tensor *r = lt_delta_net(b->ctx, q, k, v, g, beta, st, 0.25f);
     lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
     return r;
+}
+
+/* GDN_DECODE: ne[0] S_k = S_v, ne[1] S; i[0] H_k (H_v = 2 H_k, so value heads share key
+ * heads); K = 4; qkv and conv_state in layout lay[0], the ssm state in lay[1], conv_w of
+ * type[1] */
+static struct lt_tensor *b_gdn_decode(struct build *b, const struct params *p)
+{
+    const int64_t sk = p->ne[0], sv = p->ne[0], ns = p->ne[1], hk = p->i[0], hv = 2 * hk, K = 4;
+    const int64_t C = 2 * sk * hk + sv * hv;
+    struct lt_tensor *qkv = mk(b, LT_TYPE_F32, p->lay[0], C, ns, 1, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *z = mk(b, LT_TYPE_F32, L_CONTIG, sv * hv, ns, 1, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *beta = mk(b, LT_TYPE_F32, L_CONTIG, hv, ns, 1, 1, FILL_UNIFORM, -3, 3);
+    struct lt_tensor *alpha = mk(b, LT_TYPE_F32, L_CONTIG, hv, ns, 1, 1, FILL_UNIFORM, -3, 3);
+    struct lt_tensor *cs = mk(b, LT_TYPE_F32, p->lay[0], K - 1, C, ns, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *ss = mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, ns, FILL_UNIFORM, -0.5f, 0.5f);
+    struct lt_tensor *w = mk(b, p->type[1], L_CONTIG, K, C, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *dt = mk(b, LT_TYPE_F32, L_CONTIG, hv, 1, 1, 1, FILL_UNIFORM, -1, 1);
+    /* a holds -exp(A_log) */
+    struct lt_tensor *a = mk(b, LT_TYPE_F32, L_CONTIG, hv, 1, 1, 1, FILL_UNIFORM, -2.5f, -0.4f);
+    struct lt_tensor *nw = mk(b, LT_TYPE_F32, L_CONTIG, sv, 1, 1, 1, FILL_UNIFORM, 0.5f, 1.5f);
+    return lt_gdn_decode(b->ctx, qkv, z, beta, alpha, cs, ss, w, dt, a, nw, hk, 1e-6f);
 }
 
 /* logits [50, 7]; labels with one masked; i[0]: backward */
@@ -690,6 +733,29 @@ static void test_recurrent_loss_optim(void)
                 run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[l], what), TOL_F32, b_delta_net,
                          &p);
             }
+
+    /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with
+     * H_v = 2 H_k, S_k = S_v in {16, 128}, contiguous; the small shape over the layouts; the
+     * conv weight in F16 and BF16 */
+    for (int big = 0; big < 2; big++)
+        for (int ns = 1; ns <= 3; ns += 2)
+            for (int hk = 1; hk <= 2; hk++) {
+                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                p.ne[0] = big ? 128 : 16, p.ne[1] = ns, p.i[0] = hk;
+                char what[32];
+                snprintf(what, sizeof(what), "%lld S%d Hk%d", (long long)p.ne[0], ns, hk);
+                run_case(LT_OP_GDN_DECODE, lbl("contig", what), TOL_F32, b_gdn_decode, &p);
+            }
+    for (int l = 1; l < L_COUNT; l++) {
+        p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
+        p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2;
+        run_case(LT_OP_GDN_DECODE, layout_names[l], TOL_F32, b_gdn_decode, &p);
+    }
+    for (int t = 1; t < 3; t++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, wt[t]);
+        p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2;
+        run_case(LT_OP_GDN_DECODE, lbl("contig", lt_type_name(wt[t])), TOL_F32, b_gdn_decode, &p);
+    }
 
     static const enum lt_type lce_types[] = {LT_TYPE_F32, LT_TYPE_BF16};
     for (int back = 0; back < 2; back++)

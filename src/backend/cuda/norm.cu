@@ -4,7 +4,9 @@
  * gives dx = r g - r^3 x sum(g x) / n (n = 1 for L2). As on the CPU (src/ops/norm.c) the
  * sums and r are computed in double and r is rounded to float before it scales; dx's two
  * products are rounded separately (no fused multiply-add) as the CPU's are. A block runs a
- * row; sources are F32 of any strides, results contiguous F32. */
+ * row; sources are F32 of any strides, results contiguous F32, except RMS_NORM with a
+ * weight (src[1], F32 [ne0]: the inference fusion), whose result y * w is stored as F32,
+ * F16 or BF16, each product rounded on its own as the CPU's are. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -29,7 +31,20 @@ bool norm_cuda_supported(const struct lt_tensor *node, char *reason, size_t reas
             return false;
         }
     }
-    return cu_check_result_f32(node, reason, reason_size);
+    const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
+    if (!w)
+        return cu_check_result_f32(node, reason, reason_size);
+    if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || w->ne[0] != node->ne[0] ||
+        lt_nelements(w) != node->ne[0]) {
+        snprintf(reason, reason_size, "the weight (source 1) is not contiguous f32 [ne0]");
+        return false;
+    }
+    if (!(CU_TYPES_FLOAT & CU_TYPE_BIT(node->type)) || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32, f16 or bf16",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
+    return true;
 }
 
 /* r = (S + eps)^(-1/2) of row (i1, i2, i3) of x; every thread of the block gets it */
@@ -47,15 +62,22 @@ static __device__ double norm_factor(const struct cu_t &x, int64_t i1, int64_t i
     return 1.0 / sqrt(s + (double)eps);
 }
 
-static __global__ void norm_kernel(struct cu_t x, float *y, bool rms, float eps)
+/* w (NULL: none) scales each normed element, the result stored as out_type */
+static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int out_type, bool rms,
+                                   float eps)
 {
     __shared__ double shared[32];
     const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
+    const int es = out_type == LT_TYPE_F32 ? 4 : 2;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
         const float f = (float)norm_factor(x, i1, i2, i3, rms, eps, shared);
-        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x)
-            y[r * x.ne[0] + i0] = cu_getf(x, i0, i1, i2, i3) * f;
+        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x) {
+            float v = __fmul_rn(cu_getf(x, i0, i1, i2, i3), f);
+            if (w)
+                v = __fmul_rn(v, w[i0]);
+            cu_store(y + (r * x.ne[0] + i0) * es, out_type, v);
+        }
     }
 }
 
@@ -93,8 +115,10 @@ lt_status norm_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     int64_t t = (node->ne[0] + 31) / 32 * 32;
     const int threads = t > 256 ? 256 : (int)t;
     if (!is_back(node->op)) {
+        const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
         norm_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-            cu_view(node->src[0]), (float *)node->data, rms, eps);
+            cu_view(node->src[0]), (char *)node->data, w ? (const float *)w->data : NULL,
+            (int)node->type, rms, eps);
         return cu_launched("norm");
     }
     norm_back_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(

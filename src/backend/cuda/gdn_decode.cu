@@ -1,0 +1,248 @@
+/* gdn_decode.cu: GDN_DECODE on the device, one decode token of a Gated DeltaNet layer from
+ * its projections to its gated norm in one launch (see src/ops/gdn_decode.c for what it
+ * replaces and the layout of the result).
+ *
+ * One block per (value head h, sequence s), blockDim a multiple of 32 up to 256 (one
+ * thread a value column at S_v <= 256):
+ *   1. the block computes the conv and silu of its key head's q and k channels (h % H_k)
+ *      into shared memory; the blocks with h < H_k (one per key head) also write those
+ *      channels' new conv state;
+ *   2. l2-normalises q and k (block sums in double), and every thread works out beta and
+ *      the decay exp(g);
+ *   3. threads take value columns j: the conv and silu of v channel j (each v channel is
+ *      its block's own, so its new conv state is written here, once), then the column of
+ *      the delta rule in two walks down S[:, j], read from the source state: the first
+ *      sums k . (decay S[:, j]), the second writes the new column and sums q . S'[:, j];
+ *   4. rms_norm of o over S_v (block sum in double), times norm_w and silu(z).
+ * So every channel's new conv state is written exactly once, and nothing outside the
+ * node's own result is written.
+ *
+ * Rounding follows the CPU's order (each product and sum rounded on its own, __fmul_rn /
+ * __fadd_rn, no fused multiply-add; the norm factors summed in double and rounded once);
+ * the sums of squares are added in another order and CUDA's expf / log1pf are not glibc's,
+ * so the device agrees with the CPU to rounding, not bits. Sources may have any strides
+ * (whole elements). Limit: 2 S_k + S_v floats of shared memory a block, within the 48 KiB
+ * a block gets without opting in (S_k = S_v = 128 takes 1.5 KiB). */
+#include <math.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+#include "lathe/ops.h"
+
+static const enum lt_op gdn_decode_ops[] = {LT_OP_GDN_DECODE};
+
+/* the sources, in lt_gdn_decode's argument order (src/ops/gdn_decode.c) */
+enum {
+    GDN_QKV,
+    GDN_Z,
+    GDN_BETA,
+    GDN_ALPHA,
+    GDN_CONV_STATE,
+    GDN_SSM_STATE,
+    GDN_CONV_W,
+    GDN_DT,
+    GDN_A,
+    GDN_NORM_W,
+    GDN_SRC_COUNT
+};
+
+#define GDN_MAX_THREADS 256
+#define GDN_SHARED_MAX (48 * 1024)
+#define GDN_L2_EPS 1e-6f /* lt_l2_norm's eps in build_delta_layer */
+
+struct gdn_shape {
+    int64_t sk, sv, hk, hv, c, k, s;
+};
+
+static bool fits(const struct lt_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
+{
+    return t->ne[0] == n0 && t->ne[1] == n1 && t->ne[2] == n2 && t->ne[3] == n3;
+}
+
+/* the constructor's shape rule, again, for a node however it was made */
+static bool gdn_shape_of(const struct lt_tensor *node, struct gdn_shape *d)
+{
+    const struct lt_tensor *const *src = node->src;
+    d->hk = lt_get_param_i32(node, 1);
+    d->sv = src[GDN_NORM_W]->ne[0];
+    d->hv = src[GDN_BETA]->ne[0];
+    d->s = src[GDN_BETA]->ne[1];
+    d->c = src[GDN_QKV]->ne[0];
+    d->k = src[GDN_CONV_W]->ne[0];
+    if (d->hk < 1 || d->sv < 1 || d->hv < 1 || d->s < 1 || d->k < 2 || d->hv % d->hk != 0)
+        return false;
+    const int64_t key2 = d->c - d->sv * d->hv;
+    if (key2 < 2 * d->hk || key2 % (2 * d->hk) != 0)
+        return false;
+    d->sk = key2 / (2 * d->hk);
+    const int64_t n =
+        d->sv * d->hv * d->s + (d->k - 1) * d->c * d->s + d->sv * d->sk * d->hv * d->s;
+    return fits(src[GDN_NORM_W], d->sv, 1, 1, 1) && fits(src[GDN_BETA], d->hv, d->s, 1, 1) &&
+           fits(src[GDN_ALPHA], d->hv, d->s, 1, 1) && fits(src[GDN_QKV], d->c, d->s, 1, 1) &&
+           fits(src[GDN_Z], d->sv * d->hv, d->s, 1, 1) && fits(src[GDN_CONV_W], d->k, d->c, 1, 1) &&
+           fits(src[GDN_CONV_STATE], d->k - 1, d->c, d->s, 1) &&
+           fits(src[GDN_SSM_STATE], d->sv, d->sk, d->hv, d->s) &&
+           fits(src[GDN_DT], d->hv, 1, 1, 1) && fits(src[GDN_A], d->hv, 1, 1, 1) &&
+           lt_nelements(node) == n;
+}
+
+static size_t shared_bytes(const struct gdn_shape &d)
+{
+    return sizeof(float) * (size_t)(2 * d.sk + d.sv);
+}
+
+bool gdn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->op != LT_OP_GDN_DECODE) {
+        snprintf(reason, reason_size, "%s is not GDN_DECODE", lt_op_name(node->op));
+        return false;
+    }
+    for (int i = 0; i < GDN_SRC_COUNT; i++)
+        if (!cu_check_source(node, i, i == GDN_CONV_W ? CU_TYPES_FLOAT : CU_TYPES_F32, reason,
+                             reason_size))
+            return false;
+    if (!cu_check_result_f32(node, reason, reason_size))
+        return false;
+    struct gdn_shape d;
+    if (!gdn_shape_of(node, &d)) {
+        snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
+        return false;
+    }
+    /* the kernel's own 32 doubles of reduction space come out of the same 48 KiB */
+    const size_t shared_max = GDN_SHARED_MAX - 32 * sizeof(double);
+    if (shared_bytes(d) > shared_max) {
+        snprintf(reason, reason_size,
+                 "S_k %lld and S_v %lld need %zu bytes of shared memory a block (at most %zu)",
+                 (long long)d.sk, (long long)d.sv, shared_bytes(d), shared_max);
+        return false;
+    }
+    if (d.hv * d.s > INT32_MAX) {
+        snprintf(reason, reason_size, "%lld value heads x %lld sequences: too many blocks",
+                 (long long)d.hv, (long long)d.s);
+        return false;
+    }
+    return true;
+}
+
+struct gdn_srcs {
+    struct cu_t qkv, z, beta, alpha, conv_state, ssm_state, conv_w, dt, a, norm_w;
+};
+
+/* silu of the conv of channel c of sequence b (ssm_conv.c's order: taps summed from the
+ * oldest input); writes the channel's new conv state (its last K - 1 inputs) when
+ * conv_new is given */
+static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b, float *conv_new)
+{
+    const int64_t K = s.conv_w.ne[0], C = s.qkv.ne[0];
+    float acc = 0.0f;
+    for (int64_t t = 0; t < K; t++) {
+        const float x = t < K - 1 ? cu_getf(s.conv_state, t, c, b, 0) : cu_getf(s.qkv, c, b, 0, 0);
+        acc = __fadd_rn(acc, __fmul_rn(cu_get(s.conv_w, t, c, 0, 0), x));
+        if (conv_new && t > 0)
+            conv_new[(b * C + c) * (K - 1) + t - 1] = x;
+    }
+    return acc / (1.0f + expf(-acc));
+}
+
+/* block: value head h = blockIdx % H_v of sequence b = blockIdx / H_v (see the file
+ * comment); shared: q [S_k], k [S_k], o [S_v] */
+static __global__ void gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads,
+                                         float eps)
+{
+    extern __shared__ float sh[];
+    __shared__ double red[32];
+    const int64_t sv = s.ssm_state.ne[0], sk = s.ssm_state.ne[1], hv = s.ssm_state.ne[2],
+                  ns = s.ssm_state.ne[3], C = s.qkv.ne[0], K = s.conv_w.ne[0];
+    const int64_t h = blockIdx.x % hv, b = blockIdx.x / hv, hk = h % n_k_heads;
+    float *q = sh, *k = sh + sk, *o = sh + 2 * sk;
+    float *conv_new = out + sv * hv * ns;
+    float *st_new = conv_new + (K - 1) * C * ns + (b * hv + h) * sk * sv; /* [S_k][S_v] */
+
+    /* 1. q and k of key head hk; the first value head reading it stores their conv state */
+    for (int64_t i = threadIdx.x; i < 2 * sk; i += blockDim.x) {
+        const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
+        sh[i] = conv_silu(s, c, b, h < n_k_heads ? conv_new : nullptr);
+    }
+    __syncthreads();
+
+    /* 2. l2 norms (cu_block_sum's barriers also order the reads above before the writes
+     * below), beta and the decay */
+    double sq = 0.0, skk = 0.0;
+    for (int64_t i = threadIdx.x; i < sk; i += blockDim.x) {
+        sq += (double)q[i] * (double)q[i];
+        skk += (double)k[i] * (double)k[i];
+    }
+    sq = cu_block_sum(sq, red);
+    skk = cu_block_sum(skk, red);
+    const float fq = (float)(1.0 / sqrt(sq + (double)GDN_L2_EPS));
+    const float fk = (float)(1.0 / sqrt(skk + (double)GDN_L2_EPS));
+    for (int64_t i = threadIdx.x; i < sk; i += blockDim.x) {
+        q[i] = __fmul_rn(q[i], fq);
+        k[i] = __fmul_rn(k[i], fk);
+    }
+    const float beta = 1.0f / (1.0f + expf(-cu_getf(s.beta, h, b, 0, 0)));
+    const float x = __fadd_rn(cu_getf(s.alpha, h, b, 0, 0), cu_getf(s.dt, h, 0, 0, 0));
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    const float decay = expf(__fmul_rn(sp, cu_getf(s.a, h, 0, 0, 0)));
+    const float scale = 1.0f / sqrtf((float)sk);
+    __syncthreads();
+
+    /* 3. v channel j and column j of the delta rule */
+    const char *st = cu_ptr(s.ssm_state, 0, 0, h, b);
+    const int64_t nb0 = s.ssm_state.nb[0], nb1 = s.ssm_state.nb[1];
+    double so = 0.0;
+    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+        const float v = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, conv_new);
+        const char *col = st + j * nb0;
+        float kv = 0.0f;
+        for (int64_t i = 0; i < sk; i++) {
+            const float si = __fmul_rn(*(const float *)(col + i * nb1), decay);
+            kv = __fadd_rn(kv, __fmul_rn(k[i], si));
+        }
+        const float d = __fmul_rn(beta, __fsub_rn(v, kv));
+        float acc = 0.0f;
+        for (int64_t i = 0; i < sk; i++) {
+            const float si =
+                __fadd_rn(__fmul_rn(*(const float *)(col + i * nb1), decay), __fmul_rn(k[i], d));
+            st_new[i * sv + j] = si;
+            acc = __fadd_rn(acc, __fmul_rn(q[i], si));
+        }
+        const float oj = __fmul_rn(acc, scale);
+        o[j] = oj;
+        so += (double)oj * (double)oj;
+    }
+
+    /* 4. rms_norm(o) * norm_w * silu(z); a thread reads back only the o it wrote */
+    so = cu_block_sum(so, red) / (double)sv;
+    const float f = (float)(1.0 / sqrt(so + (double)eps));
+    float *y = out + (b * hv + h) * sv;
+    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+        const float zj = cu_getf(s.z, h * sv + j, b, 0, 0);
+        const float zs = zj / (1.0f + expf(-zj));
+        const float on = __fmul_rn(__fmul_rn(o[j], f), cu_getf(s.norm_w, j, 0, 0, 0));
+        y[j] = __fmul_rn(on, zs);
+    }
+}
+
+lt_status gdn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!gdn_decode_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    struct gdn_shape d;
+    gdn_shape_of(node, &d);
+    struct gdn_srcs s = {cu_view(node->src[GDN_QKV]),        cu_view(node->src[GDN_Z]),
+                         cu_view(node->src[GDN_BETA]),       cu_view(node->src[GDN_ALPHA]),
+                         cu_view(node->src[GDN_CONV_STATE]), cu_view(node->src[GDN_SSM_STATE]),
+                         cu_view(node->src[GDN_CONV_W]),     cu_view(node->src[GDN_DT]),
+                         cu_view(node->src[GDN_A]),          cu_view(node->src[GDN_NORM_W])};
+    int64_t t = (d.sv + 31) / 32 * 32;
+    const int threads = t > GDN_MAX_THREADS ? GDN_MAX_THREADS : (int)t;
+    gdn_decode_kernel<<<(unsigned)(d.hv * d.s), threads, shared_bytes(d), c->stream>>>(
+        s, (float *)node->data, d.hk, lt_get_param_f32(node, 0));
+    return cu_launched("gdn_decode");
+}
+
+const struct cuda_family cuda_family_gdn_decode = {
+    "gdn_decode", gdn_decode_ops, CU_COUNT(gdn_decode_ops), gdn_decode_cuda_supported,
+    gdn_decode_cuda_compute};
