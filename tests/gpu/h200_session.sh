@@ -20,6 +20,8 @@
 #           CUDA, then graphs, the CUDA training jobs, then `lathe bench` pp512 /
 #           tg128 on both 0.8B files with CUDA graphs on (the default) and off, and the
 #           decode profile (nodes a token)
+#   kprof   (after q08) Nsight Compute's duration of every kernel of a few BF16 decode tokens
+#           (launched one by one, graphs off), summed by kernel: the device's share of a token
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
@@ -289,6 +291,32 @@ phase_decode() {
     echo "== decode profile bf16 (64 tokens)"; cut -c1-120 "$out/prof_decode_bf16.log"
 }
 
+phase_kprof() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    local ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    LATHE_CUDA_GRAPHS=0 timeout 300 $ncu --csv --metrics gpu__time_duration.sum \
+        --launch-skip ${KPROF_SKIP:-1600} --launch-count ${KPROF_COUNT:-1600} \
+        $L run -m $W/q08-bf16.gguf -p "Hello" -n 24 --ignore-eos --temp 0 --backend cuda \
+        >"$out/kprof.csv" 2>"$out/kprof.log"
+    row "kprof (ncu, decode kernels)" "rc $? $(grep -c gpu__time_duration "$out/kprof.csv") kernels"
+    python3 - "$out/kprof.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[1:]
+ki, vi, ui = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Metric Unit")
+tot = collections.defaultdict(float); cnt = collections.Counter()
+for r in rows:
+    v = float(r[vi].replace(",", "")); u = r[ui]
+    us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000 if u == "msecond" else v
+    name = r[ki].split("(")[0].split("<")[0][:40]
+    tot[name] += us; cnt[name] += 1
+T = sum(tot.values())
+print(f"{len(rows)} kernels, {T:.0f} us in all, {T/len(rows) if rows else 0:.2f} us a kernel")
+for n, t in sorted(tot.items(), key=lambda x: -x[1])[:25]:
+    print(f"  {n:40s} {cnt[n]:6d} {t:10.1f} us {t/cnt[n]:8.2f} us/kernel")
+PY
+}
+
 phase_profile() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
@@ -416,7 +444,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
