@@ -154,6 +154,42 @@ static void test_rms_norm_mul(void)
                 lt_ctx_free(ctx);
             }
     printf("rms_norm_mul: %d runs equal to rms_norm + mul_as\n", runs);
+    /* ADD_RMS_NORM: the sum and the weighted norm of it, each what lt_add and
+     * lt_rms_norm_mul store, for every layout of the two addends */
+    const int64_t ne2[4] = {37, 6, 1, 1};
+    const int64_t cnt2 = nn_count(ne2);
+    int runs2 = 0;
+    for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++)
+        for (int nth = 1; nth <= 2; nth++) {
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+            struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne2);
+            struct lt_tensor *u =
+                nn_make(ctx, LT_TYPE_F32, (enum nn_layout)((lay + 1) % NN_LAYOUT_COUNT), ne2);
+            struct lt_tensor *w = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, nw);
+            nn_fill_rand(x, rx, 2.0f);
+            nn_fill_rand(u, rx, 1.0f);
+            nn_fill_rand(w, rw, 1.5f);
+            struct lt_tensor *r = lt_add_rms_norm(ctx, x, u, w, 1e-6f);
+            struct lt_tensor *sum = lt_add_rms_norm_sum(ctx, r), *out = lt_add_rms_norm_out(ctx, r);
+            struct lt_tensor *sum2 = lt_add(ctx, x, u);
+            struct lt_tensor *out2 = lt_rms_norm_mul(ctx, sum2, w, 1e-6f, LT_TYPE_F32);
+            CHECK(r && sum && out && out2 && nn_run(ctx, r, nth) == LT_OK &&
+                      nn_run(ctx, out2, nth) == LT_OK,
+                  "add_rms_norm: %s", lt_last_error());
+            if (r && sum && out && out2) {
+                nn_read(sum, a);
+                nn_read(sum2, b);
+                bool same = !memcmp(a, b, sizeof(float) * (size_t)cnt2);
+                nn_read(out, a);
+                nn_read(out2, b);
+                same = same && !memcmp(a, b, sizeof(float) * (size_t)cnt2);
+                CHECK(same, "add_rms_norm, %s, %d threads: not add then rms_norm_mul",
+                      nn_layout_names[lay], nth);
+                runs2 += same;
+            }
+            lt_ctx_free(ctx);
+        }
+    printf("add_rms_norm: %d runs equal to add + rms_norm_mul\n", runs2);
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
     struct lt_tensor *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 2);
     struct lt_tensor *w7 = lt_set_name(lt_new_tensor_1d(ctx, LT_TYPE_F32, 7), "norm_w");
@@ -164,6 +200,13 @@ static void test_rms_norm_mul(void)
     struct lt_tensor *w8 = lt_new_tensor_1d(ctx, LT_TYPE_F32, 8);
     CHECK(lt_rms_norm_mul(ctx, x, w8, 1e-6f, LT_TYPE_Q8_0) == NULL, "a q8_0 result");
     lt_clear_error();
+    CHECK(lt_add_rms_norm(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3), w8, 1e-6f) == NULL,
+          "add_rms_norm of two shapes");
+    CHECK(lt_add_rms_norm(ctx, x, x, w7, 1e-6f) == NULL && strstr(lt_last_error(), "norm_w"),
+          "add_rms_norm with a short weight: %s", lt_last_error());
+    lt_clear_error();
+    CHECK(lt_add_rms_norm_sum(ctx, x) == NULL, "add_rms_norm_sum of another op");
+    lt_clear_error();
     CHECK(lt_op_def(LT_OP_RMS_NORM)->backward(NULL, lt_rms_norm_mul(ctx, x, w8, 1e-6f, LT_TYPE_F32)) ==
               LT_ERR_UNSUPPORTED,
           "the fused norm claims a backward rule");
@@ -173,6 +216,86 @@ static void test_rms_norm_mul(void)
     free(rw);
     free(a);
     free(b);
+}
+
+/* ---------------- attention of one decode token over the cache ---------------- */
+
+/* ATTN_DECODE against plain loops in double: caches of 3 slots (F32 and F16), 3 sequences
+ * at slots {2, 0, 1} and positions {4, 0, 6}, 4 query heads over 2 KV heads, with and
+ * without a gate, q in every layout. */
+static void test_attn_decode(void)
+{
+    enum { D = 8, H = 4, HKV = 2, NCTX = 9, NSLOT = 3, S = 3 };
+    const int32_t ids[S] = {2, 0, 1}, pos[S] = {4, 0, 6};
+    const int64_t qne[4] = {D, H, S, 1}, cne[4] = {D, HKV, NCTX, NSLOT};
+    float qv[D * H * S], gv[D * H * S], kv[D * HKV * NCTX * NSLOT], vv[D * HKV * NCTX * NSLOT];
+    float got[D * H * S], ref[D * H * S];
+    int runs = 0;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int gated = 0; gated < 2; gated++)
+            for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++) {
+                struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                enum lt_type ct = f16 ? LT_TYPE_F16 : LT_TYPE_F32;
+                struct lt_tensor *q = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, qne);
+                struct lt_tensor *g = nn_make(ctx, LT_TYPE_F32, NN_TRANSPOSED, qne);
+                struct lt_tensor *k = nn_make(ctx, ct, NN_CONTIG, cne);
+                struct lt_tensor *v = nn_make(ctx, ct, NN_CONTIG, cne);
+                struct lt_tensor *ti = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+                struct lt_tensor *tp = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+                memcpy(ti->data, ids, sizeof(ids));
+                memcpy(tp->data, pos, sizeof(pos));
+                nn_fill_rand(q, qv, 1.0f);
+                nn_fill_rand(g, gv, 2.0f);
+                nn_fill_rand(k, kv, 1.0f);
+                nn_fill_rand(v, vv, 1.0f);
+                const float scale = 0.35f;
+                struct lt_tensor *o =
+                    lt_attn_decode(ctx, q, k, v, ti, tp, gated ? g : NULL, scale);
+                CHECK(o && nn_run(ctx, o, 1 + lay % 2) == LT_OK, "attn_decode: %s", lt_last_error());
+                if (!o) {
+                    lt_ctx_free(ctx);
+                    continue;
+                }
+                nn_read(o, got);
+                for (int sq = 0; sq < S; sq++)
+                    for (int h = 0; h < H; h++) {
+                        const int kh = h / (H / HKV), n = pos[sq] + 1, sl = ids[sq];
+                        double sc[NCTX], mx = -1e300, sum = 0;
+                        for (int j = 0; j < n; j++) {
+                            double dot = 0;
+                            for (int d = 0; d < D; d++)
+                                dot += (double)qv[nn_idx(qne, d, h, sq, 0)] *
+                                       kv[nn_idx(cne, d, kh, j, sl)];
+                            sc[j] = dot * scale;
+                            mx = sc[j] > mx ? sc[j] : mx;
+                        }
+                        for (int j = 0; j < n; j++)
+                            sum += (sc[j] = exp(sc[j] - mx));
+                        for (int d = 0; d < D; d++) {
+                            double od = 0;
+                            for (int j = 0; j < n; j++)
+                                od += sc[j] / sum * vv[nn_idx(cne, d, kh, j, sl)];
+                            if (gated)
+                                od /= 1.0 + exp(-(double)gv[nn_idx(qne, d, h, sq, 0)]);
+                            ref[(sq * H + h) * D + d] = (float)od;
+                        }
+                    }
+                double e = check_max_ratio(got, ref, D * H * S, 1e-6, 1e-5, NULL);
+                CHECK(e <= 1.0, "attn_decode %s cache, %s, q %s: ratio %g", f16 ? "f16" : "f32",
+                      gated ? "gated" : "no gate", nn_layout_names[lay], e);
+                runs += e <= 1.0;
+                lt_ctx_free(ctx);
+            }
+    printf("attn_decode: %d runs agree with the reference\n", runs);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *q = lt_set_name(lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 4, 2), "q_bad");
+    struct lt_tensor *k3 = lt_new_tensor_4d(ctx, LT_TYPE_F32, 8, 3, 9, 2);
+    struct lt_tensor *i2 = lt_new_tensor_1d(ctx, LT_TYPE_I32, 2);
+    CHECK(lt_attn_decode(ctx, q, k3, k3, i2, i2, NULL, 1.0f) == NULL &&
+              strstr(lt_last_error(), "q_bad"),
+          "3 KV heads for 4 query heads: %s", lt_last_error());
+    lt_clear_error();
+    lt_ctx_free(ctx);
 }
 
 /* ---------------- rope ---------------- */
@@ -731,6 +854,7 @@ int main(void)
     nn_backends_init();
     test_norms();
     test_rms_norm_mul();
+    test_attn_decode();
     test_rope();
     test_softmax();
     test_cross_entropy();

@@ -1,17 +1,21 @@
 /* test_ops_recurrent.c: SSM_CONV and DELTA_NET (Gated DeltaNet's recurrent ops) and their
  * backward ops, against plain reference loops written here: the conv in float, the delta
  * rule token by token in double; GDN_DECODE (the fused decode step) against the unfused
- * chain of ops it replaces. The chunked path is held to the recurrent one (and to the
- * reference) over lengths around the chunk size of 64; backward ops to central differences
- * of the double reference (delta rule) or of the op itself (the conv is linear); their
- * rules through autodiff over layouts (grad_recurrent_cases.h). */
+ * chain of ops it replaces, and on the session's caches (read at sequence ids, the ssm
+ * cache written in place) against itself on the gathered states, bit for bit. The chunked path is
+ * held to the recurrent one (and to the reference) over lengths around the chunk size of 64;
+ * backward ops to central differences of the double reference (delta rule) or of the op itself (the
+ * conv is linear); their rules through autodiff over layouts (grad_recurrent_cases.h). */
+#include <assert.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_verdict.h"
 #include "check.h"
+#include "cuda_emu.h"
 #include "grad_recurrent_cases.h"
 #include "lathe/backend.h"
 #include "lathe/ops.h"
+#include "lathe/sched.h"
 #include "ops/op.h"
 
 static struct lt_backend *cpu;
@@ -708,7 +712,7 @@ static void test_gdn_decode_case(int64_t sk, int64_t sv, int64_t hk, int64_t hv,
     struct lt_tensor *norm_w = gdn_input(ctx, sv, 1, 1, 1, 0.5f, 1.5f, false);
     lt_set_name(conv_state, "conv_state");
     struct lt_tensor *r = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_state, ssm_state, conv_w, dt,
-                                        a, norm_w, hk, eps);
+                                        a, norm_w, hk, eps, NULL);
     CHECK(r != NULL, "%s", lt_last_error());
     if (!r)
         goto out_free;
@@ -774,6 +778,237 @@ out_free:
     lt_ctx_free(ctx);
 }
 
+/* lt_gdn_decode given seq_ids, on caches of S + 2 random slots, against the same op given
+ * the slots gathered (ids < 0 or >= N: that sequence skipped): y and the new conv state
+ * equal, the cache's slots ids[s] equal to that op's new ssm state, all bit for bit (the
+ * same arithmetic on the same numbers), and every other slot untouched */
+static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t K,
+                                       int64_t S, const int32_t *ids)
+{
+    struct lt_ctx *ctx = new_ctx();
+    const int64_t C = 2 * sk * hk + sv * hv, N = S + 2;
+    const size_t conv_slot = sizeof(float) * (size_t)((K - 1) * C),
+                 ssm_slot = sizeof(float) * (size_t)(sv * sk * hv);
+    struct lt_tensor *qkv = gdn_input(ctx, C, S, 1, 1, -2, 2, false);
+    struct lt_tensor *z = gdn_input(ctx, sv * hv, S, 1, 1, -2, 2, false);
+    struct lt_tensor *beta = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
+    struct lt_tensor *alpha = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
+    struct lt_tensor *conv_cache = gdn_input(ctx, K - 1, C, N, 1, -2, 2, false);
+    struct lt_tensor *ssm_cache = gdn_input(ctx, sv, sk, hv, N, -0.5f, 0.5f, false);
+    struct lt_tensor *conv_w = gdn_input(ctx, K, C, 1, 1, -1, 1, false);
+    struct lt_tensor *dt = gdn_input(ctx, hv, 1, 1, 1, -1, 1, false);
+    struct lt_tensor *a = gdn_input(ctx, hv, 1, 1, 1, -2.5f, -0.4f, false);
+    struct lt_tensor *norm_w = gdn_input(ctx, sv, 1, 1, 1, 0.5f, 1.5f, false);
+    struct lt_tensor *seq = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+    memcpy(seq->data, ids, sizeof(int32_t) * (size_t)S);
+    /* the slots gathered (slot 0 for a skipped sequence: its results are not compared) */
+    struct lt_tensor *conv_g = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
+    struct lt_tensor *ssm_g = lt_new_tensor_4d(ctx, LT_TYPE_F32, sv, sk, hv, S);
+    bool skip[8] = {false}; /* the cases have S <= 8 */
+    assert(S <= 8);
+    int n_skip = 0;
+    for (int64_t s = 0; s < S; s++) {
+        skip[s] = ids[s] < 0 || ids[s] >= N;
+        n_skip += skip[s];
+        const int64_t slot = skip[s] ? 0 : ids[s];
+        memcpy((char *)conv_g->data + s * conv_slot, (char *)conv_cache->data + slot * conv_slot,
+               conv_slot);
+        memcpy((char *)ssm_g->data + s * ssm_slot, (char *)ssm_cache->data + slot * ssm_slot,
+               ssm_slot);
+    }
+    char *before = malloc(lt_nbytes(ssm_cache));
+    memcpy(before, ssm_cache->data, lt_nbytes(ssm_cache));
+
+    struct lt_tensor *r = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_cache, ssm_cache, conv_w, dt,
+                                        a, norm_w, hk, 1e-6f, seq);
+    struct lt_tensor *ref = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_g, ssm_g, conv_w, dt, a,
+                                          norm_w, hk, 1e-6f, NULL);
+    CHECK(r && ref, "%s", lt_last_error());
+    if (!r || !ref)
+        goto out_free;
+    struct lt_tensor *y = lt_gdn_decode_output(ctx, r), *cn = lt_gdn_decode_conv(ctx, r);
+    CHECK(y && cn && y->ne[1] == S && cn->ne[2] == S && cn->ne[1] == C, "%s", lt_last_error());
+    CHECK(lt_nelements(r) == sv * hv * S + (K - 1) * C * S, "no state part in the result");
+    char reason[LT_REASON_MAX] = "";
+    CHECK(!lt_cuda_compiled() || lt_cuda_verdict(r, reason, sizeof(reason)),
+          "CUDA's precondition refuses gdn_decode on the caches: %s", reason);
+    struct lt_graph *g = lt_graph_new(ctx, 256);
+    CHECK(lt_graph_build(g, r) == LT_OK && lt_graph_build(g, ref) == LT_OK);
+    if (!compute(g))
+        goto out_free;
+
+    /* y and the new conv state, per sequence: the reference's, or zeros when skipped */
+    const float *got = r->data, *want = ref->data;
+    const size_t y_seq = sizeof(float) * (size_t)(sv * hv);
+    bool y_ok = true, conv_ok = true, ssm_ok = true, rest_ok = true;
+    for (int64_t s = 0; s < S; s++) {
+        const float *gy = got + s * sv * hv, *gc = got + sv * hv * S + s * (K - 1) * C;
+        if (skip[s]) {
+            for (int64_t i = 0; i < sv * hv; i++)
+                y_ok = y_ok && gy[i] == 0.0f;
+            for (int64_t i = 0; i < (K - 1) * C; i++)
+                conv_ok = conv_ok && gc[i] == 0.0f;
+            continue;
+        }
+        y_ok = y_ok && memcmp(gy, want + s * sv * hv, y_seq) == 0;
+        conv_ok = conv_ok && memcmp(gc, want + sv * hv * S + s * (K - 1) * C, conv_slot) == 0;
+        ssm_ok = ssm_ok &&
+                 memcmp((char *)ssm_cache->data + ids[s] * ssm_slot,
+                        want + sv * hv * S + (K - 1) * C * S + s * sv * sk * hv, ssm_slot) == 0;
+    }
+    /* slots no valid id names are as they were */
+    for (int64_t slot = 0; slot < N; slot++) {
+        bool named = false;
+        for (int64_t s = 0; s < S; s++)
+            named = named || (!skip[s] && ids[s] == slot);
+        if (!named)
+            rest_ok = rest_ok && memcmp((char *)ssm_cache->data + slot * ssm_slot,
+                                        before + slot * ssm_slot, ssm_slot) == 0;
+    }
+    CHECK(y_ok && conv_ok && ssm_ok && rest_ok,
+          "gdn_decode on caches (S_k %lld S_v %lld H %lld/%lld S %lld, %d skipped) vs gathered "
+          "states: y %s, conv state %s, cache slots %s, other slots %s",
+          (long long)sk, (long long)sv, (long long)hk, (long long)hv, (long long)S, n_skip,
+          y_ok ? "equal" : "DIFFER", conv_ok ? "equal" : "DIFFER", ssm_ok ? "equal" : "DIFFER",
+          rest_ok ? "untouched" : "CHANGED");
+    printf("gdn_decode S_k %-3lld S_v %-3lld H %lld/%lld S %lld on caches of %lld slots, ids",
+           (long long)sk, (long long)sv, (long long)hk, (long long)hv, (long long)S, (long long)N);
+    for (int64_t s = 0; s < S; s++)
+        printf(" %d", ids[s]);
+    printf(": y, conv state and slots %s the gathered op's, other slots %s\n",
+           y_ok && conv_ok && ssm_ok ? "equal to" : "NOT equal to",
+           rest_ok ? "untouched" : "CHANGED");
+out_free:
+    free(before);
+    lt_ctx_free(ctx);
+}
+
+/* GDN_DECODE on caches in host memory, placed on a device that cannot read them (CUDA's
+ * verdict, emulated on the CPU: cuda_emu.h): the scheduler gives it copies of the caches
+ * and must copy the ssm cache back after the run, as the op wrote it in place (sched.c's
+ * writes_source). The result and the cache must equal the CPU's own run, bit for bit
+ * (each item is one thread's whatever the thread count). Skipped without the CUDA backend,
+ * whose verdict the emulation answers with. */
+static void test_gdn_decode_copied_back(void)
+{
+    if (!lt_cuda_compiled()) {
+        printf("gdn_decode on host caches through the scheduler: skipped (no CUDA backend)\n");
+        return;
+    }
+    const int64_t sk = 8, sv = 6, hk = 2, hv = 4, K = 4, S = 3, N = 5, C = 2 * sk * hk + sv * hv;
+    struct lt_ctx *ctx = new_ctx(); /* the inputs, in host memory, and the CPU's run */
+    struct lt_ctx *nctx =
+        lt_ctx_init((struct lt_ctx_params){.mem_size = 1u << 20, .no_alloc = true});
+    struct lt_backend *dev = emu_new();
+    struct lt_sched *sch = NULL;
+    struct lt_tensor *qkv = gdn_input(ctx, C, S, 1, 1, -2, 2, false);
+    struct lt_tensor *z = gdn_input(ctx, sv * hv, S, 1, 1, -2, 2, false);
+    struct lt_tensor *beta = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
+    struct lt_tensor *alpha = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
+    struct lt_tensor *conv_cache = gdn_input(ctx, K - 1, C, N, 1, -2, 2, false);
+    struct lt_tensor *ssm_dev = gdn_input(ctx, sv, sk, hv, N, -0.5f, 0.5f, false);
+    struct lt_tensor *ssm_cpu = lt_dup_tensor(ctx, ssm_dev);
+    memcpy(ssm_cpu->data, ssm_dev->data, lt_nbytes(ssm_dev));
+    struct lt_tensor *conv_w = gdn_input(ctx, K, C, 1, 1, -1, 1, false);
+    struct lt_tensor *dt = gdn_input(ctx, hv, 1, 1, 1, -1, 1, false);
+    struct lt_tensor *a = gdn_input(ctx, hv, 1, 1, 1, -2.5f, -0.4f, false);
+    struct lt_tensor *norm_w = gdn_input(ctx, sv, 1, 1, 1, 0.5f, 1.5f, false);
+    struct lt_tensor *ids = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+    memcpy(ids->data, (const int32_t[]){3, 0, 4}, sizeof(int32_t) * (size_t)S);
+    struct lt_tensor *r_cpu = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_cache, ssm_cpu, conv_w,
+                                            dt, a, norm_w, hk, 1e-6f, ids);
+    struct lt_tensor *r_dev = lt_gdn_decode(nctx, qkv, z, beta, alpha, conv_cache, ssm_dev, conv_w,
+                                            dt, a, norm_w, hk, 1e-6f, ids);
+    CHECK(dev && nctx && r_cpu && r_dev, "%s", lt_last_error());
+    if (!dev || !nctx || !r_cpu || !r_dev || !compute(graph_of(ctx, r_cpu)))
+        goto out_free;
+    r_dev->flags |= LT_FLAG_OUTPUT;
+    struct lt_backend *bes[2] = {dev, cpu};
+    struct lt_graph *g = lt_graph_new(nctx, 64);
+    sch = lt_sched_new(bes, 2);
+    bool ok = g && sch && lt_graph_build(g, r_dev) == LT_OK &&
+              lt_sched_place(sch, g, false, NULL) == LT_OK;
+    CHECK(ok, "%s", lt_last_error());
+    if (!ok)
+        goto out_free;
+    int placed = -1;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i] == r_dev)
+            placed = lt_sched_node_backend(sch, i);
+    CHECK(placed == 0, "gdn_decode on host caches placed on backend %d, not the device", placed);
+    ok = lt_sched_alloc(sch, g) == LT_OK && lt_sched_compute(sch, g) == LT_OK;
+    CHECK(ok, "%s", lt_last_error());
+    if (!ok)
+        goto out_free;
+    float *got = malloc(lt_nbytes(r_dev));
+    CHECK(got && lt_tensor_get(r_dev, got, 0, lt_nbytes(r_dev)) == LT_OK, "%s", lt_last_error());
+    const bool out_eq = got && memcmp(got, r_cpu->data, lt_nbytes(r_cpu)) == 0;
+    const bool cache_eq = memcmp(ssm_dev->data, ssm_cpu->data, lt_nbytes(ssm_cpu)) == 0;
+    CHECK(out_eq && cache_eq,
+          "gdn_decode on host caches run by the device: result %s, ssm cache %s the CPU's",
+          out_eq ? "equals" : "DIFFERS from",
+          cache_eq ? "equals" : "DIFFERS from (not copied back?)");
+    printf("gdn_decode on host caches, placed on emulated CUDA0 (copies): result %s, ssm cache "
+           "%s the CPU's run\n",
+           out_eq ? "equal to" : "NOT equal to", cache_eq ? "equal to" : "NOT equal to");
+    free(got);
+out_free:
+    lt_sched_free(sch);
+    if (dev)
+        lt_backend_free(dev);
+    lt_ctx_free(nctx);
+    lt_ctx_free(ctx);
+}
+
+/* the caches' mode: cases, and refusals naming the tensor at fault */
+static void test_gdn_decode_caches(void)
+{
+    test_gdn_decode_cache_case(8, 6, 2, 4, 4, 3, (const int32_t[]){3, 0, 4});
+    test_gdn_decode_cache_case(8, 6, 2, 4, 4, 1, (const int32_t[]){2});
+    test_gdn_decode_cache_case(16, 12, 1, 2, 4, 4, (const int32_t[]){5, 1, 2, 0});
+    test_gdn_decode_cache_case(8, 8, 3, 6, 3, 2, (const int32_t[]){1, 3});     /* K = 3 */
+    test_gdn_decode_cache_case(8, 6, 2, 4, 4, 3, (const int32_t[]){3, -1, 5}); /* skipped */
+
+    struct lt_ctx *ctx = new_ctx();
+    const int64_t sk = 4, sv = 3, hk = 1, hv = 2, K = 4, S = 2, N = 4, C = 2 * sk * hk + sv * hv;
+    struct lt_tensor *qkv = lt_new_tensor_2d(ctx, LT_TYPE_F32, C, S);
+    struct lt_tensor *z = lt_new_tensor_2d(ctx, LT_TYPE_F32, sv * hv, S);
+    struct lt_tensor *bt = lt_new_tensor_2d(ctx, LT_TYPE_F32, hv, S);
+    struct lt_tensor *al = lt_new_tensor_2d(ctx, LT_TYPE_F32, hv, S);
+    struct lt_tensor *cs = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, N);
+    struct lt_tensor *ss = lt_new_tensor_4d(ctx, LT_TYPE_F32, sv, sk, hv, N);
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_F32, K, C);
+    struct lt_tensor *dt = lt_new_tensor_1d(ctx, LT_TYPE_F32, hv);
+    struct lt_tensor *a = lt_new_tensor_1d(ctx, LT_TYPE_F32, hv);
+    struct lt_tensor *nw = lt_new_tensor_1d(ctx, LT_TYPE_F32, sv);
+    struct lt_tensor *ids = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+    struct lt_tensor *ids_f32 = lt_new_tensor_1d(ctx, LT_TYPE_F32, S);
+    struct lt_tensor *ids_long = lt_new_tensor_1d(ctx, LT_TYPE_I32, S + 1);
+    struct lt_tensor *cs_short = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, N - 1);
+    lt_set_name(ids_f32, "blk.0.seq_ids_f32");
+    lt_set_name(ids_long, "blk.0.seq_ids_long");
+    lt_set_name(cs_short, "blk.0.conv_cache");
+    lt_set_name(ss, "blk.0.ssm_cache");
+    struct lt_tensor *r = lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f, ids);
+    CHECK(r != NULL, "%s", lt_last_error());
+    CHECK(r && lt_gdn_decode_output(ctx, r) && lt_gdn_decode_conv(ctx, r), "%s", lt_last_error());
+    CHECK(r && lt_gdn_decode_state(ctx, r) == NULL); /* the new state is in the cache */
+    CHECK(strstr(lt_last_error(), "blk.0.ssm_cache") != NULL, "%s", lt_last_error());
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f, ids_f32) == NULL);
+    CHECK(strstr(lt_last_error(), "seq_ids 'blk.0.seq_ids_f32' is f32, not i32") != NULL, "%s",
+          lt_last_error());
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f, ids_long) == NULL);
+    CHECK(strstr(lt_last_error(), "seq_ids 'blk.0.seq_ids_long'") != NULL, "%s", lt_last_error());
+    /* the caches must have the same slots */
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs_short, ss, w, dt, a, nw, hk, 1e-6f, ids) == NULL);
+    CHECK(strstr(lt_last_error(), "conv_state 'blk.0.conv_cache'") != NULL, "%s", lt_last_error());
+    /* the cache written in place needs dim 0 adjacent */
+    struct lt_tensor *ss_t = lt_transpose(ctx, lt_new_tensor_4d(ctx, LT_TYPE_F32, sk, sv, hv, N));
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss_t, w, dt, a, nw, hk, 1e-6f, ids) == NULL);
+    CHECK(strstr(lt_last_error(), "written in place") != NULL, "%s", lt_last_error());
+    lt_ctx_free(ctx);
+}
+
 static void test_gdn_decode(void)
 {
     test_gdn_decode_case(8, 6, 2, 4, 4, 1, false);
@@ -798,12 +1033,14 @@ static void test_gdn_decode(void)
     struct lt_tensor *a = lt_new_tensor_1d(ctx, LT_TYPE_F32, hv);
     struct lt_tensor *nw = lt_new_tensor_1d(ctx, LT_TYPE_F32, sv);
     lt_set_name(bad_cs, "blk.0.conv_state");
-    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f) != NULL, "%s",
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f, NULL) != NULL, "%s",
           lt_last_error());
-    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, bad_cs, ss, w, dt, a, nw, hk, 1e-6f) == NULL);
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, bad_cs, ss, w, dt, a, nw, hk, 1e-6f, NULL) == NULL);
     CHECK(strstr(lt_last_error(), "conv_state 'blk.0.conv_state'") != NULL, "%s", lt_last_error());
-    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, 3, 1e-6f) == NULL); /* H_k */
-    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, a, a, z, hk, 1e-6f) == NULL);  /* norm_w */
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, 3, 1e-6f, NULL) ==
+          NULL); /* H_k */
+    CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, a, a, z, hk, 1e-6f, NULL) ==
+          NULL); /* norm_w */
     CHECK(strstr(lt_last_error(), "norm_w") != NULL, "%s", lt_last_error());
     CHECK(lt_gdn_decode_state(ctx, qkv) == NULL); /* not a GDN_DECODE */
     lt_ctx_free(ctx);
@@ -819,8 +1056,8 @@ static void test_gdn_decode(void)
             lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, lC, 1),
             lt_new_tensor_4d(ctx, LT_TYPE_F32, sv, lk, 1, 1),
             lt_new_tensor_2d(ctx, LT_TYPE_F32, K, lC), lt_new_tensor_1d(ctx, LT_TYPE_F32, 1),
-            lt_new_tensor_1d(ctx, LT_TYPE_F32, 1), lt_new_tensor_1d(ctx, LT_TYPE_F32, sv), 1,
-            1e-6f);
+            lt_new_tensor_1d(ctx, LT_TYPE_F32, 1), lt_new_tensor_1d(ctx, LT_TYPE_F32, sv), 1, 1e-6f,
+            NULL);
         char reason[LT_REASON_MAX] = "";
         CHECK(r && !lt_cuda_verdict(r, reason, sizeof(reason)) && strstr(reason, "shared memory"),
               "%s", r ? reason : lt_last_error());
@@ -847,6 +1084,8 @@ int main(void)
     test_delta_net_back();
     test_delta_net_back_chunked();
     test_gdn_decode();
+    test_gdn_decode_caches();
+    test_gdn_decode_copied_back();
     test_backward_rules();
     lt_backend_free(cpu);
     return check_summary();

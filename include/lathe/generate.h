@@ -110,6 +110,10 @@ lt_status lt_gen_seq_set_prompt(struct lt_gen_seq *g, const lt_token *prompt, si
 /* Samples a token from logits[0..n_vocab) (the model's output after the last token fed) and
  * accepts it. The sequence must be running. */
 lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab);
+/* step's sampling alone (*id not yet accepted): touches only g's sampler, so sequences of
+ * one batch may sample on threads of their own, then accept in order. */
+lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_vocab,
+                            lt_token *id);
 /* Accepts `id` as the next generated token: the streaming and stopping logic of step
  * without the sampling. An id outside the vocabulary is LT_ERR_INVALID. */
 lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id);

@@ -88,6 +88,14 @@ struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps
  * type). Inference only: it has no backward rule (a training graph keeps the two ops). */
 struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *w,
                                   float eps, enum lt_type type);
+/* The residual sum r = a + b and rms_norm(r) * w in one ADD_RMS_NORM node (inference only,
+ * no backward rule): a and b F32 [ne0, ne1] of any strides, w F32 [ne0] contiguous. The
+ * result is F32 [ne0, ne1, 2]: r, then the normed rows; lt_add_rms_norm_sum / _out view
+ * them. Each value is what lt_add, then lt_rms_norm_mul(.., LT_TYPE_F32), store. */
+struct lt_tensor *lt_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                  struct lt_tensor *w, float eps);
+struct lt_tensor *lt_add_rms_norm_sum(struct lt_ctx *ctx, struct lt_tensor *r);
+struct lt_tensor *lt_add_rms_norm_out(struct lt_ctx *ctx, struct lt_tensor *r);
 /* x * rsqrt(sum(x^2) + eps) over ne[0]: the l2norm of Qwen3.5's Gated DeltaNet (HF/FLA),
  * with eps inside the root (not F.normalize's clamp) */
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
@@ -114,6 +122,16 @@ struct lt_tensor *lt_rope_back(struct lt_ctx *ctx, struct lt_tensor *grad, struc
  * i0 > i1 + (ne0 - ne1), i.e. queries are the last ne1 positions of ne0 keys. */
 struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *mask,
                               float scale, bool causal);
+/* One decode token's attention for each of S sequences, read from the KV cache: for
+ * sequence s (cache slot seq_ids[s]) and query head h (KV head h / (H / Hkv)), softmax over
+ * positions 0..pos[s] of scale * q.k_j, then the sum of p_j v_j, times sigmoid(gate) when a
+ * gate is given. q [D, H, S] F32 and gate [D, H, S] F32 (NULL: none) of any strides; caches
+ * [D, Hkv, n_ctx, n_slots] F32 or F16 with adjacent elements; seq_ids and pos I32 [S]. The
+ * result is F32 [D * H, S]: what mul_mat, soft_max (scale, masked past pos), mul_mat, cont
+ * and the gate's sigmoid and mul compute, to float rounding. Inference only. */
+struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k_cache,
+                                 struct lt_tensor *v_cache, struct lt_tensor *seq_ids,
+                                 struct lt_tensor *pos, struct lt_tensor *gate, float scale);
 /* dx = y * (dy - sum(dy * y)) over ne[0], given grad = dy and the softmax's output y: the
  * gradient with respect to the softmax's input (a * scale + mask; the scale is the caller's). */
 struct lt_tensor *lt_soft_max_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *y);
@@ -171,16 +189,29 @@ void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path);
  *   norm_w [S_v]; n_k_heads = H_k, a divisor of H_v (value head h reads key head h % H_k).
  * Everything else is F32; sources may have any strides. The result is one contiguous F32
  * tensor: y [S_v H_v, S], then the new conv state [K - 1, C, S], then the new ssm state
- * [S_v, S_k, H_v, S]; the three functions below view the parts (contiguous). */
+ * [S_v, S_k, H_v, S]; the three functions below view the parts (contiguous).
+ *
+ * With seq_ids (I32 [S]; NULL: the above) the states are the session's whole caches, read
+ * and written where they are: conv_state [K - 1, C, N] and ssm_state [S_v, S_k, H_v, N]
+ * (N >= 1 slots; ssm_state's dim 0 adjacent), and sequence s reads slot seq_ids[s]. The
+ * new ssm state is written IN PLACE into ssm_state's slot seq_ids[s], so the result holds
+ * y and the new conv state only (lt_gdn_decode_state refuses such a node); the new conv
+ * state is not written in place, because on a device the blocks of several value heads
+ * read one key head's conv inputs: store it with lt_set_rows. The ids of one call must be
+ * distinct (a repeated id is the caller's error: which update lands is undefined); an id
+ * outside [0, N) skips its sequence, which gets zeros for y and its new conv state and
+ * leaves every slot as it was. */
 struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struct lt_tensor *z,
                                 struct lt_tensor *beta, struct lt_tensor *alpha,
                                 struct lt_tensor *conv_state, struct lt_tensor *ssm_state,
                                 struct lt_tensor *conv_w, struct lt_tensor *dt, struct lt_tensor *a,
-                                struct lt_tensor *norm_w, int64_t n_k_heads, float norm_eps);
+                                struct lt_tensor *norm_w, int64_t n_k_heads, float norm_eps,
+                                struct lt_tensor *seq_ids);
 /* views of its result */
 struct lt_tensor *lt_gdn_decode_output(struct lt_ctx *ctx, struct lt_tensor *r); /* [Sv*Hv, S] */
 struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r);   /* [K-1, C, S] */
-struct lt_tensor *lt_gdn_decode_state(struct lt_ctx *ctx, struct lt_tensor *r);  /* [Sv, Sk, Hv, S] */
+/* [Sv, Sk, Hv, S]; NULL for a node given seq_ids (its new state is in the cache) */
+struct lt_tensor *lt_gdn_decode_state(struct lt_ctx *ctx, struct lt_tensor *r);
 
 /* Backward of lt_ssm_conv. grad [channels, T, n_seqs] is the gradient of its result. The
  * result is one flat F32 tensor of nelements(sx) + nelements(w) elements: d sx, then d w;

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 #define LT_MAX_DIMS 4
-#define LT_MAX_SRC 10 /* GDN_DECODE reads 10 (see lt_gdn_decode) */
+#define LT_MAX_SRC 12 /* GDN_DECODE reads 11 (see lt_gdn_decode) */
 #define LT_MAX_OP_PARAMS 16 /* int32 slots; floats are stored bitwise */
 #define LT_MAX_NAME 64
 
@@ -116,9 +116,11 @@ enum lt_op {
     LT_OP_SUM,
     /* normalisation, position, attention */
     LT_OP_RMS_NORM,
+    LT_OP_ADD_RMS_NORM, /* a + b and rms_norm(a + b) * w in one (inference) */
     LT_OP_L2_NORM,
     LT_OP_ROPE,
     LT_OP_SOFT_MAX,
+    LT_OP_ATTN_DECODE, /* one decode token's attention over the KV cache (inference) */
     LT_OP_SWIGLU,
     /* recurrent (Gated DeltaNet) */
     LT_OP_SSM_CONV,

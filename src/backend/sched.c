@@ -481,10 +481,16 @@ static void bind_views(struct lt_graph *g)
 }
 
 /* Does node write source k in place? CPY writes its destination; an optimizer step its
- * parameter, gradient accumulator and moments (every source but the hyper-parameters). */
+ * parameter, gradient accumulator and moments (every source but the hyper-parameters).
+ * GDN_DECODE given seq_ids (source 10) has a result of its own, not a view, and writes
+ * its ssm cache (source 5) besides (slots named in src/ops/gdn_decode.c). */
 static bool writes_source(const struct lt_tensor *node, int k)
 {
-    if (!writes_in_place(node) || !node->src[k])
+    if (!node->src[k])
+        return false;
+    if (node->op == LT_OP_GDN_DECODE)
+        return node->src[10] && k == 5;
+    if (!writes_in_place(node))
         return false;
     if (lt_storage_root(node->src[k]) == node->view_src)
         return true;

@@ -239,7 +239,8 @@ lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id)
     return st;
 }
 
-lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab)
+lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_vocab,
+                            lt_token *id)
 {
     if (g->n_prompt == 0)
         return lt_fail(LT_ERR_INVALID, "no prompt has been set");
@@ -250,11 +251,14 @@ lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vo
     size_t n_tok = lt_tokenizer_n_tokens(g->tok);
     if (n_vocab > n_tok)
         n_vocab = n_tok;
+    return lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, id);
+}
+
+lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab)
+{
     lt_token id;
-    lt_status st = lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, &id);
-    if (st != LT_OK)
-        return st;
-    return lt_gen_seq_accept(g, id);
+    lt_status st = lt_gen_seq_sample(g, logits, n_vocab, &id);
+    return st != LT_OK ? st : lt_gen_seq_accept(g, id);
 }
 
 const char *lt_gen_seq_piece(const struct lt_gen_seq *g, size_t *len)

@@ -12,7 +12,9 @@
  *
  * With b->fused (inference): RMS_NORM carries its weight (one node for norm and scale); a
  * layer's projections of one input are one product when the loader stacked their weights
- * (mm_group); a Gated DeltaNet layer's decode step is one GDN_DECODE node (delta_step).
+ * (mm_group); a Gated DeltaNet layer's decode step is one GDN_DECODE node (delta_step); an
+ * attention layer's decode step reads the cache in one ATTN_DECODE node; the residual sum
+ * and the next norm are one ADD_RMS_NORM node (add_norm).
  *
  * Activations are F32, except with b->half_acts (inference, chosen by the session): then
  * the ops whose results only F16 / BF16 weights multiply write them in that type (act_type):
@@ -274,6 +276,15 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_mb_layer_state ls = {.k = k4, .v = v4};
     if (b->hooks && b->hooks->attn_kv && (st = b->hooks->attn_kv(b, il, k4, v4, &ls)))
         return st;
+    if (b->fused && b->n_tokens == 1 && ls.k_cache && ls.v_cache && ls.seq_ids) {
+        /* a kept decode step: attention read from the cache, gate included, in one node */
+        struct lt_tensor *o = named(lt_attn_decode(ctx, q, ls.k_cache, ls.v_cache, ls.seq_ids,
+                                                   b->pos, gate, 1.0f / sqrtf((float)D)),
+                                    "attn_decode", il);
+        o = o ? named(mm(b, ly->wo, o), "attn_out", il) : NULL;
+        *out = o;
+        return lt_mb_check(o, "attn_out", il);
+    }
     struct lt_tensor *o = attention(b, il, q, ls.k, ls.v);
     if (o && gate) {
         struct lt_tensor *gs = named(lt_sigmoid(ctx, gate), "gate_sigmoid", il);
@@ -294,17 +305,21 @@ static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *pr
     struct lt_ctx *ctx = b->ctx;
     const struct lt_model_layer *ly = &b->m->layers[il];
     lt_status st;
+    /* a kept decode step reads both caches at the sequences' slots and updates the ssm
+     * cache in place; otherwise the gathered states come in and the new ones go out */
+    const bool in_place = ls->conv_cache && ls->ssm_cache && ls->seq_ids;
     struct lt_tensor *r = named(
-        lt_gdn_decode(ctx, proj[0], proj[1], proj[2], proj[3], ls->conv, ls->ssm,
+        lt_gdn_decode(ctx, proj[0], proj[1], proj[2], proj[3],
+                      in_place ? ls->conv_cache : ls->conv, in_place ? ls->ssm_cache : ls->ssm,
                       W(b, ly->ssm_conv1d), W(b, ly->ssm_dt), W(b, ly->ssm_a), W(b, ly->ssm_norm),
-                      b->m->hp.ssm_n_k_heads, b->m->hp.rms_eps),
+                      b->m->hp.ssm_n_k_heads, b->m->hp.rms_eps, in_place ? ls->seq_ids : NULL),
         "gdn_decode", il);
     if ((st = lt_mb_check(r, "gdn_decode", il)))
         return st;
     struct lt_tensor *conv_new = named(lt_gdn_decode_conv(ctx, r), "conv_state_new", il);
-    struct lt_tensor *ssm_new = named(lt_gdn_decode_state(ctx, r), "state_new", il);
+    struct lt_tensor *ssm_new = in_place ? NULL : named(lt_gdn_decode_state(ctx, r), "state_new", il);
     if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
-        (st = lt_mb_check(ssm_new, "state_new", il)) ||
+        (!in_place && (st = lt_mb_check(ssm_new, "state_new", il))) ||
         (b->hooks->recr_store && (st = b->hooks->recr_store(b, il, conv_new, ssm_new))))
         return st;
     struct lt_tensor *on = named(lt_gdn_decode_output(ctx, r), "attn_out_norm", il);
@@ -431,6 +446,38 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     return h ? named(mm(b, ly->ffn_down, h), "ffn_out", il) : NULL;
 }
 
+/* The type of layer il's attention norm: what its input projections read */
+static enum lt_type attn_norm_type(struct lt_mb *b, int il)
+{
+    const struct lt_model_layer *ly = &b->m->layers[il];
+    struct lt_tensor *readers[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
+    if (!ly->recurrent) {
+        readers[0] = ly->wq;
+        readers[1] = ly->wk;
+        readers[2] = ly->wv;
+    }
+    return act_type(b, ly->recurrent ? 4 : 3, readers);
+}
+
+/* The residual sum x + a (*sum) and its norm by w stored as type (returned): one
+ * ADD_RMS_NORM node with b->fused when the norm is F32, else ADD then norm(). */
+static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *a,
+                                  struct lt_tensor *w, enum lt_type type, struct lt_tensor **sum)
+{
+    struct lt_tensor *wr = W(b, w);
+    *sum = NULL;
+    if (!x || !a)
+        return NULL;
+    if (b->fused && type == LT_TYPE_F32 && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
+        lt_nelements(wr) == x->ne[0] && lt_same_shape(x, a) && x->ne[2] == 1 && x->ne[3] == 1) {
+        struct lt_tensor *r = lt_add_rms_norm(b->ctx, x, a, wr, b->m->hp.rms_eps);
+        *sum = r ? lt_add_rms_norm_sum(b->ctx, r) : NULL;
+        return r ? lt_add_rms_norm_out(b->ctx, r) : NULL;
+    }
+    *sum = lt_add(b->ctx, x, a);
+    return *sum ? norm(b, *sum, w, type) : NULL;
+}
+
 lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_tensor **hidden)
 {
     struct lt_ctx *ctx = b->ctx;
@@ -442,33 +489,35 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
         ids ? named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1) : NULL;
     if ((st = lt_mb_check(x, "inp_embd", -1)))
         return st;
+    /* h: layer il's normed input; x: the residual stream it adds to */
+    struct lt_tensor *h = named(norm(b, x, m->layers[0].attn_norm, attn_norm_type(b, 0)),
+                                "attn_norm", 0);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct lt_model_layer *ly = &m->layers[il];
-        struct lt_tensor *readers[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
-        if (!ly->recurrent) {
-            readers[0] = ly->wq;
-            readers[1] = ly->wk;
-            readers[2] = ly->wv;
-        }
-        enum lt_type ht = act_type(b, ly->recurrent ? 4 : 3, readers);
-        struct lt_tensor *h = named(norm(b, x, ly->attn_norm, ht), "attn_norm", il), *a;
+        struct lt_tensor *a, *r;
         if ((st = lt_mb_check(h, "attn_norm", il)))
             return st;
         st = ly->recurrent ? build_delta_layer(b, il, h, &a) : build_attn_layer(b, il, h, &a);
         if (st != LT_OK)
             return st;
-        struct lt_tensor *r = named(lt_add(ctx, x, a), "ffn_inp", il);
         struct lt_tensor *ffn_in[2] = {ly->ffn_gate, ly->ffn_up};
-        struct lt_tensor *hn =
-            r ? named(norm(b, r, ly->ffn_norm, act_type(b, 2, ffn_in)), "ffn_norm", il) : NULL;
+        struct lt_tensor *hn = named(add_norm(b, x, a, ly->ffn_norm, act_type(b, 2, ffn_in), &r),
+                                     "ffn_norm", il);
+        named(r, "ffn_inp", il);
         struct lt_tensor *f = hn ? ffn(b, il, hn) : NULL;
-        x = f ? named(lt_add(ctx, r, f), "l_out", il) : NULL;
+        if ((st = lt_mb_check(f, "ffn_out", il)))
+            return st;
+        if (il + 1 < m->hp.n_layer)
+            h = named(add_norm(b, r, f, m->layers[il + 1].attn_norm, attn_norm_type(b, il + 1), &x),
+                      "attn_norm", il + 1);
+        else
+            h = named(add_norm(b, r, f, m->out_norm, LT_TYPE_F32, &x), "result_norm", -1);
+        named(x, "l_out", il);
         if ((st = lt_mb_check(x, "l_out", il)))
             return st;
     }
-    x = named(norm(b, x, m->out_norm, LT_TYPE_F32), "result_norm", -1);
-    *hidden = x;
-    return lt_mb_check(x, "result_norm", -1);
+    *hidden = h;
+    return lt_mb_check(h, "result_norm", -1);
 }
 
 struct lt_tensor *lt_mb_logits(struct lt_mb *b, struct lt_tensor *hidden)

@@ -68,6 +68,13 @@ struct lt_mb_layer_state {
     /* attention: keys and values to attend over, [head_dim, n_head_kv, n_kv, n_seqs]
      * (any strides); NULL: the layer's own new K and V (training: no cache) */
     struct lt_tensor *k, *v;
+    /* attention, a kept decode step: the caches themselves [head_dim, n_head_kv, n_ctx,
+     * n_seq_max] and each sequence's slot (I32 [n_seqs]), for ATTN_DECODE; else NULL */
+    struct lt_tensor *k_cache, *v_cache, *seq_ids;
+    /* DeltaNet, a kept decode step: the state caches themselves ([d_conv - 1, channels,
+     * n_seq_max], [S_v, S_k, H_v, n_seq_max]) at slots seq_ids, for GDN_DECODE to read (and
+     * the ssm state to update) in place; else NULL */
+    struct lt_tensor *conv_cache, *ssm_cache;
     /* DeltaNet: the state before this batch; NULL: zeros */
     struct lt_tensor *conv; /* [d_conv - 1, channels, n_seqs] */
     struct lt_tensor *ssm;  /* [S_v, S_k, H_v, n_seqs] */
@@ -85,7 +92,8 @@ struct lt_mb_hooks {
     /* DeltaNet layer il: fill st->conv and st->ssm before the layer is built */
     lt_status (*recr_load)(struct lt_mb *b, int il, struct lt_mb_layer_state *st);
     /* DeltaNet layer il: store the new states ([d_conv-1, channels, n_seqs] view of the
-     * conv input and the [S_v, S_k, H_v, n_seqs] state view) */
+     * conv input and the [S_v, S_k, H_v, n_seqs] state view; ssm_new NULL: GDN_DECODE
+     * updated the ssm cache itself) */
     lt_status (*recr_store)(struct lt_mb *b, int il, struct lt_tensor *conv_new,
                             struct lt_tensor *ssm_new);
 };

@@ -317,6 +317,9 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
             lt_format_name(vs, "v_store-%d", il);
         if ((st = add_to_graph(b, ks, "k_store", il)) || (st = add_to_graph(b, vs, "v_store", il)))
             return st;
+        ls->k_cache = kc;
+        ls->v_cache = vc;
+        ls->seq_ids = sp->seq_ids;
     } else {
         for (int i = 0; i < sp->n; i++) {
             int seq = sp->seqs[i], p = s->pos[seq];
@@ -354,6 +357,11 @@ static lt_status hook_recr_load(struct lt_mb *b, int il, struct lt_mb_layer_stat
         ls->conv = state_slot(b, cs, 2, sp->seq);
         ls->ssm = state_slot(b, ss, 3, sp->seq);
     } else {
+        if (sp->kept) {
+            ls->conv_cache = cs;
+            ls->ssm_cache = ss;
+            ls->seq_ids = sp->seq_ids;
+        }
         struct lt_tensor *c = gather(b, sp, cs, cs->ne[0] * cs->ne[1], cs->nb[2]);
         struct lt_tensor *r = gather(b, sp, ss, ss->ne[0] * ss->ne[1] * ss->ne[2], ss->nb[3]);
         ls->conv = c ? lt_reshape_3d(b->ctx, c, cs->ne[0], cs->ne[1], sp->n) : NULL;
@@ -378,18 +386,17 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
         struct lt_tensor *cr = lt_view_2d(b->ctx, cs, cs->ne[0] * cs->ne[1], cs->ne[2], cs->nb[2], 0);
         struct lt_tensor *sr =
             lt_view_2d(b->ctx, ss, ss->ne[0] * ss->ne[1] * ss->ne[2], ss->ne[3], ss->nb[3], 0);
-        struct lt_tensor *s3 = lt_is_contiguous(ssm_new) ? ssm_new : lt_cont(b->ctx, ssm_new);
-        s3 = s3 ? lt_reshape_3d(b->ctx, s3, ss->ne[0], ss->ne[1] * ss->ne[2], sp->n) : NULL;
         struct lt_tensor *cw = cr ? lt_set_rows(b->ctx, conv_new, cr, sp->seq_ids) : NULL;
-        struct lt_tensor *sw = sr && s3 ? lt_set_rows(b->ctx, s3, sr, sp->seq_ids) : NULL;
         if (cw)
             lt_format_name(cw, "conv_store-%d", il);
+        if ((st = add_to_graph(b, cw, "conv_store", il)) || !ssm_new)
+            return st; /* no ssm_new: GDN_DECODE wrote the ssm cache itself */
+        struct lt_tensor *s3 = lt_is_contiguous(ssm_new) ? ssm_new : lt_cont(b->ctx, ssm_new);
+        s3 = s3 ? lt_reshape_3d(b->ctx, s3, ss->ne[0], ss->ne[1] * ss->ne[2], sp->n) : NULL;
+        struct lt_tensor *sw = sr && s3 ? lt_set_rows(b->ctx, s3, sr, sp->seq_ids) : NULL;
         if (sw)
             lt_format_name(sw, "state_store-%d", il);
-        if ((st = add_to_graph(b, cw, "conv_store", il)) ||
-            (st = add_to_graph(b, sw, "state_store", il)))
-            return st;
-        return LT_OK;
+        return add_to_graph(b, sw, "state_store", il);
     }
     int n = sp->decode ? sp->n : 1;
     for (int i = 0; i < n; i++) {
@@ -494,6 +501,8 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
         st = lt_fail(LT_ERR_NOMEM, "out of memory for inputs");
         goto out;
     }
+    /* an input no node reads has no storage (the mask, when every attention layer reads
+     * the cache itself): it is not set */
     if ((st = set_i32(bt->tok, tokens, N)) != LT_OK)
         goto out;
     for (int64_t i = 0; i < N; i++)
@@ -505,10 +514,11 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
         for (int64_t j = 0; j < sp->n_kv; j++)
             mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
     }
-    if ((st = set_i32(bt->seq_ids, iv, S)) != LT_OK ||
-        (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK)
+    if ((bt->seq_ids->data && (st = set_i32(bt->seq_ids, iv, S)) != LT_OK) ||
+        (bt->mask->data &&
+         (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK))
         goto out;
-    if (bt->kv_rows) {
+    if (bt->kv_rows && bt->kv_rows->data) {
         for (int64_t i = 0; i < S; i++)
             iv[i] = sp->seqs[i] * s->p.n_ctx + s->pos[sp->seqs[i]];
         st = set_i32(bt->kv_rows, iv, S);

@@ -21,7 +21,17 @@
  * new conv state into the result), then the (value head, sequence) pairs, each of which
  * l2-normalises its key head's q and k from that scratch (a key head read by H_v / H_k
  * value heads is normalised once by each: cheap, and it saves a phase), runs the delta rule
- * in place in its block of the result's state part, and writes its gated norm. */
+ * in place in its block of the result's state part, and writes its gated norm.
+ *
+ * Given seq_ids, the states are the session's caches [.., N] and sequence s's slot is
+ * seq_ids[s]: the conv inputs are read from the conv cache's slot, and the delta rule runs
+ * in place in the ssm cache's slot, row by row (so its dim 0 must be adjacent; the other
+ * strides are free), with the same arithmetic on the same numbers (so the cache ends bit
+ * for bit where the result's state part would have). Each (value head, sequence) item
+ * owns its slice of the cache, so threads never share one while the ids are distinct (a
+ * repeated id is the caller's error). The result then has no state part, and the new conv
+ * state stays in it (not in the cache: see lt_gdn_decode in ops.h). A sequence whose id
+ * is outside [0, N) is skipped: zeros for its y and new conv state, no slot touched. */
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
@@ -43,9 +53,12 @@ enum {
     GDN_DT,
     GDN_A,
     GDN_NORM_W,
+    GDN_SEQ_IDS, /* NULL, or the cache slot of each sequence */
     GDN_SRC_COUNT
 };
 static_assert(GDN_SRC_COUNT <= LT_MAX_SRC, "GDN_DECODE's sources fit in a tensor");
+static_assert(GDN_SSM_STATE == 5 && GDN_SEQ_IDS == 10,
+              "sched.c's writes_source names these slots by number");
 
 /* op_params: 0 norm_eps (f32), 1 n_k_heads (i32) */
 enum { GDN_PARAM_EPS, GDN_PARAM_HK };
@@ -56,6 +69,7 @@ enum { GDN_PARAM_EPS, GDN_PARAM_HK };
 struct gdn_dims {
     int64_t sk, sv, hk, hv; /* key and value head sizes and counts */
     int64_t c, k, s;        /* conv channels, taps, sequences */
+    int64_t n_slot;         /* slots of the caches given seq_ids; else S */
 };
 
 static struct gdn_dims gdn_dims_of(const struct lt_tensor *node)
@@ -68,7 +82,22 @@ static struct gdn_dims gdn_dims_of(const struct lt_tensor *node)
     d.s = node->src[GDN_QKV]->ne[1];
     d.k = node->src[GDN_CONV_W]->ne[0];
     d.sk = (d.c - d.sv * d.hv) / (2 * d.hk);
+    d.n_slot = node->src[GDN_SSM_STATE]->ne[3];
     return d;
+}
+
+static bool in_place(const struct lt_tensor *node)
+{
+    return node->src[GDN_SEQ_IDS] != NULL;
+}
+
+/* sequence s's slot in the states, or -1 for an id outside the caches */
+static int64_t slot_of(const struct lt_tensor *node, struct gdn_dims d, int64_t s)
+{
+    if (!in_place(node))
+        return s;
+    const int64_t id = *(const int32_t *)lt_elem_ptr(node->src[GDN_SEQ_IDS], s, 0, 0, 0);
+    return id >= 0 && id < d.n_slot ? id : -1;
 }
 
 /* element offsets of the three parts of the result */
@@ -98,9 +127,13 @@ static bool bad_shape(const char *what, const struct lt_tensor *t, const char *w
 /* The shape rule; writes the problem's sizes. */
 static bool gdn_check(struct lt_tensor *const *src, int64_t hk, struct gdn_dims *d)
 {
-    static const char *const names[GDN_SRC_COUNT] = {
-        "qkv", "z", "beta", "alpha", "conv_state", "ssm_state", "conv_w", "dt", "a", "norm_w"};
+    static const char *const names[GDN_SRC_COUNT] = {"qkv",        "z",         "beta",   "alpha",
+                                                     "conv_state", "ssm_state", "conv_w", "dt",
+                                                     "a",          "norm_w",    "seq_ids"};
+    const bool caches = src[GDN_SEQ_IDS] != NULL;
     for (int i = 0; i < GDN_SRC_COUNT; i++) {
+        if (i == GDN_SEQ_IDS && !caches)
+            continue;
         if (!src[i]) {
             /* an earlier constructor failed: keep its reason */
             if (!lt_last_error()[0])
@@ -108,10 +141,15 @@ static bool gdn_check(struct lt_tensor *const *src, int64_t hk, struct gdn_dims 
             return false;
         }
         const enum lt_type t = src[i]->type;
-        bool ok = i == GDN_CONV_W ? lt_type_is_float(t) : t == LT_TYPE_F32;
+        bool ok = i == GDN_CONV_W    ? lt_type_is_float(t)
+                  : i == GDN_SEQ_IDS ? t == LT_TYPE_I32
+                                     : t == LT_TYPE_F32;
         if (!ok) {
             lt_fail(LT_ERR_INVALID, "gdn_decode: %s '%s' is %s, not %s", names[i], src[i]->name,
-                    lt_type_name(t), i == GDN_CONV_W ? "f32, f16 or bf16" : "f32");
+                    lt_type_name(t),
+                    i == GDN_CONV_W    ? "f32, f16 or bf16"
+                    : i == GDN_SEQ_IDS ? "i32"
+                                       : "f32");
             return false;
         }
     }
@@ -157,14 +195,33 @@ static bool gdn_check(struct lt_tensor *const *src, int64_t hk, struct gdn_dims 
     snprintf(want, sizeof(want), "[K >= 2, C = %lld]", (long long)d->c);
     if (d->k < 2 || !has_shape(w, d->k, d->c, 1, 1))
         return bad_shape("conv_w", w, want);
-    snprintf(want, sizeof(want), "[K - 1 = %lld, C = %lld, S = %lld]", (long long)(d->k - 1),
-             (long long)d->c, (long long)d->s);
-    if (!has_shape(src[GDN_CONV_STATE], d->k - 1, d->c, d->s, 1))
+    /* the states: one per sequence, or the caches' N slots */
+    const struct lt_tensor *ss = src[GDN_SSM_STATE];
+    d->n_slot = caches ? ss->ne[3] : d->s;
+    const char *slots = caches ? "N" : "S";
+    if (caches) {
+        snprintf(want, sizeof(want), "[S = %lld]", (long long)d->s);
+        if (!has_shape(src[GDN_SEQ_IDS], d->s, 1, 1, 1))
+            return bad_shape("seq_ids", src[GDN_SEQ_IDS], want);
+        snprintf(want, sizeof(want), "[S_v = %lld, S_k = %lld, H_v = %lld, N >= 1]",
+                 (long long)d->sv, (long long)d->sk, (long long)d->hv);
+    } else {
+        snprintf(want, sizeof(want), "[S_v = %lld, S_k = %lld, H_v = %lld, S = %lld]",
+                 (long long)d->sv, (long long)d->sk, (long long)d->hv, (long long)d->s);
+    }
+    if (d->n_slot < 1 || !has_shape(ss, d->sv, d->sk, d->hv, d->n_slot))
+        return bad_shape("ssm_state", ss, want);
+    if (caches && ss->nb[0] != sizeof(float)) {
+        lt_fail(LT_ERR_INVALID,
+                "gdn_decode: ssm_state '%s', written in place, has elements %zu bytes apart in "
+                "dim 0, not adjacent",
+                ss->name, ss->nb[0]);
+        return false;
+    }
+    snprintf(want, sizeof(want), "[K - 1 = %lld, C = %lld, %s = %lld]", (long long)(d->k - 1),
+             (long long)d->c, slots, (long long)d->n_slot);
+    if (!has_shape(src[GDN_CONV_STATE], d->k - 1, d->c, d->n_slot, 1))
         return bad_shape("conv_state", src[GDN_CONV_STATE], want);
-    snprintf(want, sizeof(want), "[S_v = %lld, S_k = %lld, H_v = %lld, S = %lld]", (long long)d->sv,
-             (long long)d->sk, (long long)d->hv, (long long)d->s);
-    if (!has_shape(src[GDN_SSM_STATE], d->sv, d->sk, d->hv, d->s))
-        return bad_shape("ssm_state", src[GDN_SSM_STATE], want);
     snprintf(want, sizeof(want), "[H_v = %lld]", (long long)d->hv);
     if (!has_shape(src[GDN_DT], d->hv, 1, 1, 1))
         return bad_shape("dt", src[GDN_DT], want);
@@ -177,10 +234,11 @@ struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struc
                                 struct lt_tensor *beta, struct lt_tensor *alpha,
                                 struct lt_tensor *conv_state, struct lt_tensor *ssm_state,
                                 struct lt_tensor *conv_w, struct lt_tensor *dt, struct lt_tensor *a,
-                                struct lt_tensor *norm_w, int64_t n_k_heads, float norm_eps)
+                                struct lt_tensor *norm_w, int64_t n_k_heads, float norm_eps,
+                                struct lt_tensor *seq_ids)
 {
-    struct lt_tensor *srcs[GDN_SRC_COUNT] = {qkv,       z,      beta, alpha, conv_state,
-                                             ssm_state, conv_w, dt,   a,     norm_w};
+    struct lt_tensor *srcs[GDN_SRC_COUNT] = {qkv,    z,  beta, alpha,  conv_state, ssm_state,
+                                             conv_w, dt, a,    norm_w, seq_ids};
     struct gdn_dims d;
     if (!gdn_check(srcs, n_k_heads, &d))
         return NULL;
@@ -189,7 +247,8 @@ struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struc
                 (double)norm_eps);
         return NULL;
     }
-    int64_t n = off_state(d) + d.sv * d.sk * d.hv * d.s;
+    /* given the caches, the new ssm state goes into the cache, not the result */
+    int64_t n = off_state(d) + (seq_ids ? 0 : d.sv * d.sk * d.hv * d.s);
     struct lt_tensor *r =
         lt_new_op_tensor(ctx, LT_OP_GDN_DECODE, LT_TYPE_F32, 1, &n, srcs, GDN_SRC_COUNT);
     if (!r)
@@ -238,6 +297,13 @@ struct lt_tensor *lt_gdn_decode_state(struct lt_ctx *ctx, struct lt_tensor *r)
 {
     if (!is_gdn(r, "gdn_decode_state"))
         return NULL;
+    if (in_place(r)) {
+        lt_fail(LT_ERR_INVALID,
+                "gdn_decode_state: '%s' writes its new ssm state into the cache '%s' in place "
+                "(it was given seq_ids), and its result has no state part",
+                r->name, r->src[GDN_SSM_STATE]->name);
+        return NULL;
+    }
     struct gdn_dims d = gdn_dims_of(r);
     size_t nb1 = sizeof(float) * (size_t)d.sv, nb2 = nb1 * (size_t)d.sk, nb3 = nb2 * (size_t)d.hv;
     struct lt_tensor *t = lt_view_4d(ctx, r, d.sv, d.sk, d.hv, d.s, nb1, nb2, nb3,
@@ -330,7 +396,7 @@ static void l2_normalize(float *y, const float *x, int64_t n)
 }
 
 /* Phase 1, channels [c0, c1): conv (ssm_conv.c's sum) and silu into b->conv, and the new
- * conv state (the last K - 1 inputs) into the result. */
+ * conv state (the last K - 1 inputs) into the result; zeros for a skipped sequence. */
 static void conv_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct gdn_dims d,
                        int64_t c0, int64_t c1)
 {
@@ -340,8 +406,14 @@ static void conv_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
     for (int64_t c = c0; c < c1; c++) {
         lt_row_to_f32(w, c, 0, 0, b->wrow);
         for (int64_t s = 0; s < d.s; s++) {
+            const int64_t slot = slot_of(node, d, s);
+            if (slot < 0) {
+                b->conv[s * d.c + c] = 0;
+                memset(conv_new + (s * d.c + c) * (d.k - 1), 0, sizeof(float) * (size_t)(d.k - 1));
+                continue;
+            }
             for (int64_t t = 0; t < d.k - 1; t++)
-                b->xin[t] = f32_at(cs, t, c, s, 0);
+                b->xin[t] = f32_at(cs, t, c, slot, 0);
             b->xin[d.k - 1] = f32_at(qkv, c, s, 0, 0);
             float acc = 0;
             for (int64_t t = 0; t < d.k; t++)
@@ -354,7 +426,7 @@ static void conv_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
 }
 
 /* Phase 2, value head h of sequence s: the delta rule (delta_net.c's recurrent_step, in
- * place in the result's state) and the gated norm. */
+ * place in the result's state, or in the ssm cache's slot) and the gated norm. */
 static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct gdn_dims d,
                        int64_t h, int64_t s)
 {
@@ -362,7 +434,12 @@ static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
                            *al = node->src[GDN_ALPHA], *st = node->src[GDN_SSM_STATE],
                            *dt = node->src[GDN_DT], *ag = node->src[GDN_A],
                            *nw = node->src[GDN_NORM_W];
-    const int64_t sk = d.sk, sv = d.sv, hk = h % d.hk;
+    const int64_t sk = d.sk, sv = d.sv, hk = h % d.hk, slot = slot_of(node, d, s);
+    float *y = (float *)node->data + (s * d.hv + h) * sv;
+    if (slot < 0) {
+        memset(y, 0, sizeof(float) * (size_t)sv);
+        return;
+    }
     const float *conv = b->conv + s * d.c;
     l2_normalize(b->q, conv + hk * sk, sk);
     l2_normalize(b->k, conv + d.hk * sk + hk * sk, sk);
@@ -374,20 +451,31 @@ static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
     const float decay = expf(sp * f32_at(ag, h, 0, 0, 0));
     const float scale = 1.0f / sqrtf((float)sk);
 
-    float *S = (float *)node->data + off_state(d) + (s * d.hv + h) * sk * sv; /* [S_k][S_v] */
-    for (int64_t i = 0; i < sk; i++) {
-        const float *src = lt_elem_ptr(st, 0, i, h, s);
-        if (st->nb[0] == sizeof(float))
-            memcpy(S + i * sv, src, sizeof(float) * (size_t)sv);
-        else
-            for (int64_t j = 0; j < sv; j++)
-                S[i * sv + j] = f32_at(st, j, i, h, s);
+    /* row i of the state [S_k][S_v] is rs bytes after row i - 1: the cache's slot (dim 0
+     * adjacent, the constructor checked), or the result's state part, filled first */
+    char *S;
+    size_t rs;
+    if (in_place(node)) {
+        S = lt_elem_ptr(st, 0, 0, h, slot);
+        rs = st->nb[1];
+    } else {
+        float *part = (float *)node->data + off_state(d) + (s * d.hv + h) * sk * sv;
+        S = (char *)part;
+        rs = sizeof(float) * (size_t)sv;
+        for (int64_t i = 0; i < sk; i++) {
+            const float *src = lt_elem_ptr(st, 0, i, h, s);
+            if (st->nb[0] == sizeof(float))
+                memcpy(part + i * sv, src, sizeof(float) * (size_t)sv);
+            else
+                for (int64_t j = 0; j < sv; j++)
+                    part[i * sv + j] = f32_at(st, j, i, h, s);
+        }
     }
     float *delta = b->delta, *o = b->o;
     for (int64_t j = 0; j < sv; j++)
         delta[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
-        float *row = S + i * sv;
+        float *row = (float *)(S + (size_t)i * rs);
         vscale(row, decay, sv);
         axpy(delta, b->k[i], row, sv);
     }
@@ -396,7 +484,7 @@ static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
     for (int64_t j = 0; j < sv; j++)
         o[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
-        float *row = S + i * sv;
+        float *row = (float *)(S + (size_t)i * rs);
         axpy(row, b->k[i], delta, sv);
         axpy(o, b->q[i], row, sv);
     }
@@ -404,7 +492,6 @@ static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
 
     /* rms_norm(o) * norm_w * silu(z), each product rounded as its MUL rounds it */
     const float f = norm_factor(o, sv, true, lt_get_param_f32(node, GDN_PARAM_EPS));
-    float *y = (float *)node->data + (s * d.hv + h) * sv;
     for (int64_t j = 0; j < sv; j++) {
         const float zj = f32_at(z, h * sv + j, s, 0, 0);
         const float zs = zj / (1.0f + expf(-zj));

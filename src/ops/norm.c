@@ -7,6 +7,9 @@
  * L2). Sums run in double. Sources may have any strides; results are contiguous F32.
  * RMS_NORM may carry a weight (lt_rms_norm_mul, inference only): src[1], F32 [ne0], and
  * the result y * w, stored as F32, F16 or BF16, each product rounded as MUL rounds it.
+ * ADD_RMS_NORM (inference only) is a residual sum and the weighted RMS norm of it in one
+ * node: its result holds r = a + b, then rms_norm(r) * w, each rounded as ADD, RMS_NORM and
+ * MUL round them.
  * Threads take whole rows, so no barrier is needed; a strided row is first gathered into
  * the thread's own scratch so the arithmetic loops see unit strides.
  *
@@ -77,6 +80,58 @@ struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struc
             t->nb[k] = t->nb[k - 1] * (size_t)t->ne[k - 1];
     }
     return t;
+}
+
+struct lt_tensor *lt_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                  struct lt_tensor *w, float eps)
+{
+    if (!a || !b || !w) {
+        if (!lt_last_error()[0])
+            lt_fail(LT_ERR_INVALID, "add_rms_norm of a NULL tensor");
+        return NULL;
+    }
+    if (a->type != LT_TYPE_F32 || b->type != LT_TYPE_F32 || !lt_same_shape(a, b) ||
+        a->ne[2] != 1 || a->ne[3] != 1) {
+        lt_fail(LT_ERR_INVALID, "add_rms_norm of '%s' and '%s': not two f32 matrices of one shape",
+                a->name, b->name);
+        return NULL;
+    }
+    if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || w->ne[0] != a->ne[0] ||
+        lt_nelements(w) != a->ne[0]) {
+        lt_fail(LT_ERR_INVALID, "add_rms_norm of '%s': the weight '%s' is not f32 [%lld]", a->name,
+                w->name, (long long)a->ne[0]);
+        return NULL;
+    }
+    if (!(eps >= 0.0f)) {
+        lt_fail(LT_ERR_INVALID, "add_rms_norm of '%s': eps %g is not >= 0", a->name, (double)eps);
+        return NULL;
+    }
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_ADD_RMS_NORM, LT_TYPE_F32, 3,
+                                           (int64_t[]){a->ne[0], a->ne[1], 2},
+                                           (struct lt_tensor *[]){a, b, w}, 3);
+    if (t)
+        lt_set_param_f32(t, 0, eps);
+    return t;
+}
+
+static struct lt_tensor *add_rms_norm_part(struct lt_ctx *ctx, struct lt_tensor *r, int part)
+{
+    if (!r || r->op != LT_OP_ADD_RMS_NORM) {
+        lt_fail(LT_ERR_INVALID, "add_rms_norm_%s of '%s', not an ADD_RMS_NORM",
+                part ? "out" : "sum", r ? r->name : "(null)");
+        return NULL;
+    }
+    return lt_view_2d(ctx, r, r->ne[0], r->ne[1], r->nb[1], (size_t)part * r->nb[2]);
+}
+
+struct lt_tensor *lt_add_rms_norm_sum(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    return add_rms_norm_part(ctx, r, 0);
+}
+
+struct lt_tensor *lt_add_rms_norm_out(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    return add_rms_norm_part(ctx, r, 1);
 }
 
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps)
@@ -248,6 +303,54 @@ static void l2_norm_back_forward(const struct lt_compute_params *p, struct lt_te
     norm_backward(p, node, NORM_L2);
 }
 
+static bool add_rms_norm_supported(const struct lt_tensor *node, char *reason,
+                                   size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1], *w = node->src[2];
+    if (a->type != LT_TYPE_F32 || b->type != LT_TYPE_F32 || !lt_same_shape(a, b) ||
+        a->ne[0] != node->ne[0] || a->ne[1] != node->ne[1] || a->ne[2] != 1 || a->ne[3] != 1) {
+        snprintf(reason, reason_size, "sources 0 and 1 are not f32 [ne0, ne1] of the result");
+        return false;
+    }
+    if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || lt_nelements(w) != node->ne[0]) {
+        snprintf(reason, reason_size, "the weight (source 2) is not contiguous f32 [ne0]");
+        return false;
+    }
+    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node) || node->ne[2] != 2) {
+        snprintf(reason, reason_size, "the result is not contiguous f32 [ne0, ne1, 2]");
+        return false;
+    }
+    return true;
+}
+
+/* two gather rows (a and b) per thread */
+static size_t add_rms_norm_work_size(const struct lt_tensor *node, int nth)
+{
+    return (size_t)nth * 2 * (size_t)node->ne[0] * sizeof(float);
+}
+
+static void add_rms_norm_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const float *w = (const float *)node->src[2]->data;
+    const int64_t n = node->ne[0], rows = node->ne[1];
+    const float eps = lt_get_param_f32(node, 0);
+    float *abuf = (float *)p->wdata + (size_t)p->ith * 2 * (size_t)n, *bbuf = abuf + n;
+    int64_t lo, hi;
+    lt_split_range(rows, p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *x = row_f32(a, r, abuf), *u = row_f32(b, r, bbuf);
+        float *sum = (float *)node->data + r * n, *y = sum + rows * n;
+        for (int64_t i = 0; i < n; i++)
+            sum[i] = x[i] + u[i];
+        float f = (float)norm_factor(NORM_RMS, sum, n, eps);
+        for (int64_t i = 0; i < n; i++) {
+            float v = sum[i] * f;
+            y[i] = v * w[i];
+        }
+    }
+}
+
 /* ---- backward rules ---- */
 
 typedef struct lt_tensor *(*norm_back_fn)(struct lt_ctx *ctx, struct lt_tensor *grad,
@@ -305,6 +408,14 @@ const struct lt_op_def lt_op_def_rms_norm = {
     .cpu_work_size = norm_work_size,
     .cpu_forward = rms_norm_forward,
     .backward = rms_norm_rule,
+};
+
+const struct lt_op_def lt_op_def_add_rms_norm = {
+    .name = "ADD_RMS_NORM",
+    .n_src = 3,
+    .cpu_supported = add_rms_norm_supported,
+    .cpu_work_size = add_rms_norm_work_size,
+    .cpu_forward = add_rms_norm_forward,
 };
 
 const struct lt_op_def lt_op_def_l2_norm = {

@@ -7,10 +7,12 @@
  *      prompt delays the others' next token by one chunk, not by the whole prompt;
  *   4. decodes one token for every decoding slot, all slots of a session in one batch.
  * Each slot's lt_gen_seq (src/generate, shared with `lathe run`) samples, detokenizes and
- * handles stop strings and limits; its `pending` token, sampled but not yet fed to the
+ * handles stop strings and limits (a batch's slots sample on threads side by side, a
+ * whole-vocabulary draw costing about a millisecond each, then accept in slot order); its `pending` token, sampled but not yet fed to the
  * model, is what step 4 feeds. Nothing here aborts: a failed prefill or decode fails the
  * generations involved (HTTP 500) and frees their slots; the loop goes on. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,6 +261,80 @@ static void prefill(struct engine *e)
     }
 }
 
+/* ---- sampling a batch on threads ---- */
+
+#define SAMPLE_THREADS 8
+
+struct sample_share {
+    struct engine *e;
+    int first, step, n;
+    lt_token *ids;
+    lt_status *st;
+    char (*err)[256];
+};
+
+/* slots first, first + step, ... of the batch: each samples from its own logits */
+static void *sample_share_run(void *arg)
+{
+    struct sample_share *sh = arg;
+    struct engine *e = sh->e;
+    const size_t V = (size_t)e->info.n_vocab;
+    for (int k = sh->first; k < sh->n; k += sh->step) {
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        sh->st[k] = lt_gen_seq_sample(&sl->gs, e->logits + (size_t)k * V, V, &sh->ids[k]);
+        if (sh->st[k] != LT_OK)
+            snprintf(sh->err[k], sizeof(sh->err[k]), "%s", lt_last_error());
+    }
+    return NULL;
+}
+
+/* Samples the batch's n slots (threads for n > 1; a thread that cannot start leaves its
+ * share to this one) into ids; then accepts them in order. */
+static void step_batch(struct engine *e, int n)
+{
+    lt_token *ids = malloc(sizeof(*ids) * (size_t)n);
+    lt_status *st = malloc(sizeof(*st) * (size_t)n);
+    char(*err)[256] = malloc(sizeof(*err) * (size_t)n);
+    if (!ids || !st || !err) {
+        free(ids);
+        free(st);
+        free(err);
+        for (int k = 0; k < n; k++)
+            slot_step(e, &e->slots[e->batch_slots[k]],
+                      e->logits + (size_t)k * (size_t)e->info.n_vocab);
+        return;
+    }
+    int nt = n < SAMPLE_THREADS ? n : SAMPLE_THREADS;
+    struct sample_share sh[SAMPLE_THREADS];
+    pthread_t th[SAMPLE_THREADS];
+    bool started[SAMPLE_THREADS] = {false};
+    for (int t = 0; t < nt; t++)
+        sh[t] = (struct sample_share){e, t, nt, n, ids, st, err};
+    for (int t = 1; t < nt; t++)
+        started[t] = pthread_create(&th[t], NULL, sample_share_run, &sh[t]) == 0;
+    sample_share_run(&sh[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            sample_share_run(&sh[t]);
+    }
+    for (int k = 0; k < n; k++) {
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        if (st[k] != LT_OK) {
+            lt_fail(st[k], "%s", err[k]);
+            slot_fail(e, sl, 500, "sampling");
+        } else if (lt_gen_seq_accept(&sl->gs, ids[k]) != LT_OK) {
+            slot_fail(e, sl, 500, "sampling");
+        } else {
+            slot_after_step(e, sl);
+        }
+    }
+    free(ids);
+    free(st);
+    free(err);
+}
+
 static void decode_session(struct engine *e, struct eng_session *es)
 {
     int n = 0;
@@ -284,6 +360,10 @@ static void decode_session(struct engine *e, struct eng_session *es)
     pthread_mutex_unlock(&e->stats_mu);
     atomic_fetch_add(&e->act.decode_tokens, (long long)n);
     atomic_fetch_add(&e->act.decode_us, (long long)(dt * 1e6));
+    if (st == LT_OK && n > 1) {
+        step_batch(e, n);
+        return;
+    }
     for (int k = 0; k < n; k++) {
         struct eng_slot *sl = &e->slots[e->batch_slots[k]];
         if (st != LT_OK)

@@ -488,6 +488,32 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
                                      : lt_l2_norm_back(b->ctx, g, x, eps);
 }
 
+/* i[0]: gate; type[1]: the caches' type; lay[0]: q's layout */
+static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
+{
+    static const float ids[3] = {2, 0, 1}, pos[3] = {40, 0, 63};
+    const int64_t D = p->ne[0];
+    struct lt_tensor *q = mk(b, LT_TYPE_F32, p->lay[0], D, 4, 3, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *k = mk(b, p->type[1], L_CONTIG, D, 2, 64, 3, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *v = mk(b, p->type[1], L_CONTIG, D, 2, 64, 3, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *ti = mk(b, LT_TYPE_I32, L_CONTIG, 3, 1, 1, 1, FILL_VALUES, 0, 0);
+    b->in[b->n_in - 1].values = ids;
+    struct lt_tensor *tp = mk(b, LT_TYPE_I32, L_CONTIG, 3, 1, 1, 1, FILL_VALUES, 0, 0);
+    b->in[b->n_in - 1].values = pos;
+    struct lt_tensor *g =
+        p->i[0] ? mk(b, LT_TYPE_F32, L_TRANSPOSED, D, 4, 3, 1, FILL_UNIFORM, -2, 2) : NULL;
+    return lt_attn_decode(b->ctx, q, k, v, ti, tp, g, 1.0f / sqrtf((float)D));
+}
+
+static struct lt_tensor *b_add_norm(struct build *b, const struct params *p)
+{
+    int64_t n = p->ne[0];
+    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n, 6, 1, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[1], n, 6, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, n, 1, 1, 1, FILL_UNIFORM, -2, 2);
+    return lt_add_rms_norm(b->ctx, x, u, w, 1e-6f);
+}
+
 /* i[0]: op, i[1]: n_dims, i[2]: mode; f[0]: base */
 static struct lt_tensor *b_rope(struct build *b, const struct params *p)
 {
@@ -529,6 +555,25 @@ static void test_nn(void)
                 p.ne[0] = big ? 1000 : 13;
                 run_case(norms[o], lbl(layout_names[l], big ? "long" : ""), TOL_F32, b_norm, &p);
             }
+    /* ATTN_DECODE: F32 and F16 caches, with and without the gate, q in each layout */
+    for (int t = 0; t < 2; t++)
+        for (int gated = 0; gated < 2; gated++)
+            for (int l = 0; l < L_COUNT; l++) {
+                p = P(l, 0, LT_TYPE_F32, t ? LT_TYPE_F16 : LT_TYPE_F32);
+                p.ne[0] = l == L_CONTIG ? 256 : 16;
+                p.i[0] = gated;
+                char buf[32];
+                snprintf(buf, sizeof(buf), "%s%s", t ? "f16" : "f32", gated ? "/gate" : "");
+                run_case(LT_OP_ATTN_DECODE, lbl(layout_names[l], buf), TOL_F32, b_attn_decode, &p);
+            }
+    /* ADD_RMS_NORM (the residual sum and its weighted norm), each pair of layouts */
+    for (int l = 0; l < L_COUNT; l++)
+        for (int big = 0; big < 2; big++) {
+            p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
+            p.ne[0] = big ? 1024 : 13;
+            run_case(LT_OP_ADD_RMS_NORM, lbl(layout_names[l], big ? "long" : ""), TOL_F32,
+                     b_add_norm, &p);
+        }
     /* RMS_NORM with a weight (the inference fusion), stored as F32, F16 or BF16 */
     static const enum lt_type norm_out[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
     for (int t = 0; t < 3; t++)
@@ -604,25 +649,35 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
     return r;
 }
 
-/* GDN_DECODE: ne[0] S_k = S_v, ne[1] S; i[0] H_k (H_v = 2 H_k, so value heads share key
- * heads); K = 4; qkv and conv_state in layout lay[0], the ssm state in lay[1], conv_w of
- * type[1] */
+/* GDN_DECODE: ne[0] S_k = S_v, ne[1] S (1 or 3); i[0] H_k (H_v = 2 H_k, so value heads
+ * share key heads); K = 4; qkv and conv_state in layout lay[0], the ssm state in lay[1],
+ * conv_w of type[1]. i[1]: the states are caches of S + 2 slots read at seq_ids and the
+ * ssm cache is written in place (compared as an extra): 1 ids {2} / {3, 0, 4}, 2 with ids
+ * outside the caches ({3, -1, 5}: those sequences skipped, zeros) */
 static struct lt_tensor *b_gdn_decode(struct build *b, const struct params *p)
 {
     const int64_t sk = p->ne[0], sv = p->ne[0], ns = p->ne[1], hk = p->i[0], hv = 2 * hk, K = 4;
-    const int64_t C = 2 * sk * hk + sv * hv;
+    const int64_t C = 2 * sk * hk + sv * hv, slots = p->i[1] ? ns + 2 : ns;
     struct lt_tensor *qkv = mk(b, LT_TYPE_F32, p->lay[0], C, ns, 1, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *z = mk(b, LT_TYPE_F32, L_CONTIG, sv * hv, ns, 1, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *beta = mk(b, LT_TYPE_F32, L_CONTIG, hv, ns, 1, 1, FILL_UNIFORM, -3, 3);
     struct lt_tensor *alpha = mk(b, LT_TYPE_F32, L_CONTIG, hv, ns, 1, 1, FILL_UNIFORM, -3, 3);
-    struct lt_tensor *cs = mk(b, LT_TYPE_F32, p->lay[0], K - 1, C, ns, 1, FILL_UNIFORM, -2, 2);
-    struct lt_tensor *ss = mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, ns, FILL_UNIFORM, -0.5f, 0.5f);
+    struct lt_tensor *cs = mk(b, LT_TYPE_F32, p->lay[0], K - 1, C, slots, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *ss =
+        mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, slots, FILL_UNIFORM, -0.5f, 0.5f);
     struct lt_tensor *w = mk(b, p->type[1], L_CONTIG, K, C, 1, 1, FILL_UNIFORM, -1, 1);
     struct lt_tensor *dt = mk(b, LT_TYPE_F32, L_CONTIG, hv, 1, 1, 1, FILL_UNIFORM, -1, 1);
     /* a holds -exp(A_log) */
     struct lt_tensor *a = mk(b, LT_TYPE_F32, L_CONTIG, hv, 1, 1, 1, FILL_UNIFORM, -2.5f, -0.4f);
     struct lt_tensor *nw = mk(b, LT_TYPE_F32, L_CONTIG, sv, 1, 1, 1, FILL_UNIFORM, 0.5f, 1.5f);
-    return lt_gdn_decode(b->ctx, qkv, z, beta, alpha, cs, ss, w, dt, a, nw, hk, 1e-6f);
+    struct lt_tensor *ids = NULL;
+    if (p->i[1]) {
+        static const float one[1] = {2}, three[3] = {3, 0, 4}, outside[3] = {3, -1, 5};
+        ids = mk(b, LT_TYPE_I32, L_CONTIG, ns, 1, 1, 1, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = p->i[1] == 2 ? outside : ns == 1 ? one : three;
+        b->extra[b->n_extra++] = ss;
+    }
+    return lt_gdn_decode(b->ctx, qkv, z, beta, alpha, cs, ss, w, dt, a, nw, hk, 1e-6f, ids);
 }
 
 /* logits [50, 7]; labels with one masked; i[0]: backward */
@@ -735,17 +790,29 @@ static void test_recurrent_loss_optim(void)
             }
 
     /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with
-     * H_v = 2 H_k, S_k = S_v in {16, 128}, contiguous; the small shape over the layouts; the
-     * conv weight in F16 and BF16 */
-    for (int big = 0; big < 2; big++)
-        for (int ns = 1; ns <= 3; ns += 2)
-            for (int hk = 1; hk <= 2; hk++) {
-                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
-                p.ne[0] = big ? 128 : 16, p.ne[1] = ns, p.i[0] = hk;
-                char what[32];
-                snprintf(what, sizeof(what), "%lld S%d Hk%d", (long long)p.ne[0], ns, hk);
-                run_case(LT_OP_GDN_DECODE, lbl("contig", what), TOL_F32, b_gdn_decode, &p);
-            }
+     * H_v = 2 H_k, S_k = S_v in {16, 128}, contiguous, with the states as the sequences' own
+     * or as caches read at seq_ids and written in place; the small shape over the layouts
+     * (in place: the conv cache in each, the ssm cache sliced, as its dim 0 must be
+     * adjacent); ids outside the caches; the conv weight in F16 and BF16 */
+    for (int cache = 0; cache < 2; cache++)
+        for (int big = 0; big < 2; big++)
+            for (int ns = 1; ns <= 3; ns += 2)
+                for (int hk = 1; hk <= 2; hk++) {
+                    p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                    p.ne[0] = big ? 128 : 16, p.ne[1] = ns, p.i[0] = hk, p.i[1] = cache;
+                    char what[40];
+                    snprintf(what, sizeof(what), "%lld S%d Hk%d%s", (long long)p.ne[0], ns, hk,
+                             cache ? " cache" : "");
+                    run_case(LT_OP_GDN_DECODE, lbl("contig", what), TOL_F32, b_gdn_decode, &p);
+                }
+    for (int l = 1; l < L_COUNT; l++) {
+        p = P(l, L_SLICED, LT_TYPE_F32, LT_TYPE_F32);
+        p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2, p.i[1] = 1;
+        run_case(LT_OP_GDN_DECODE, lbl(layout_names[l], "cache"), TOL_F32, b_gdn_decode, &p);
+    }
+    p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+    p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2, p.i[1] = 2;
+    run_case(LT_OP_GDN_DECODE, "contig/cache ids outside", TOL_F32, b_gdn_decode, &p);
     for (int l = 1; l < L_COUNT; l++) {
         p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
         p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2;

@@ -94,7 +94,11 @@ def run_pacing(c, srv):
     t0 = time.time()
     while time.time() - t0 < 90:
         j = srv.get("/train").json()
-        if j["progress"]["step"] >= 3 or j["state"] not in ("starting", "running"):
+        rates = j["pacing"].get("serving_tokens_per_ms") or {}
+        measured = rates.get("without_window") and rates.get("with_window")
+        # three steps, and serving measured both ways (a loaded machine can give the job its
+        # steps before the first clean measurement, re-taken every 2 s, is in)
+        if (j["progress"]["step"] >= 3 and measured) or j["state"] not in ("starting", "running"):
             break
         time.sleep(0.25)
     took = time.time() - t0

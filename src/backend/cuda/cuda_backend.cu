@@ -157,7 +157,7 @@ static const struct cuda_family *const all_families[] = {
     &cuda_family_fill,   &cuda_family_copy,     &cuda_family_binary,    &cuda_family_unary,
     &cuda_family_reduce, &cuda_family_norm,     &cuda_family_rope,      &cuda_family_softmax,
     &cuda_family_matmul, &cuda_family_ssm_conv, &cuda_family_delta_net, &cuda_family_gdn_decode,
-    &cuda_family_loss,   &cuda_family_linear_ce, &cuda_family_optim,
+    &cuda_family_loss,   &cuda_family_linear_ce, &cuda_family_optim,     &cuda_family_attn_decode,
 };
 
 static const struct cuda_family *const *family_table(void)

@@ -103,6 +103,7 @@ CU_DECLARE_FAMILY(matmul);
 CU_DECLARE_FAMILY(ssm_conv);
 CU_DECLARE_FAMILY(delta_net);
 CU_DECLARE_FAMILY(gdn_decode);
+CU_DECLARE_FAMILY(attn_decode);
 CU_DECLARE_FAMILY(loss);
 CU_DECLARE_FAMILY(linear_ce);
 CU_DECLARE_FAMILY(optim);

@@ -2,20 +2,33 @@
  * its projections to its gated norm in one launch (see src/ops/gdn_decode.c for what it
  * replaces and the layout of the result).
  *
- * One block per (value head h, sequence s), blockDim a multiple of 32 up to 256 (one
- * thread a value column at S_v <= 256):
+ * One block per (value head h, sequence s), of R row groups of S_v' threads (S_v rounded
+ * up to a warp; R = 512 / S_v' up to 8, so 512 threads at S_v = 128; R = 1 and columns
+ * looped over past S_v' = 512; 512 threads keep the kernel's 96 registers a thread within
+ * an SM's 64K):
  *   1. the block computes the conv and silu of its key head's q and k channels (h % H_k)
  *      into shared memory; the blocks with h < H_k (one per key head) also write those
  *      channels' new conv state;
  *   2. l2-normalises q and k (block sums in double), and every thread works out beta and
  *      the decay exp(g);
- *   3. threads take value columns j: the conv and silu of v channel j (each v channel is
- *      its block's own, so its new conv state is written here, once), then the column of
- *      the delta rule in two walks down S[:, j], read from the source state: the first
- *      sums k . (decay S[:, j]), the second writes the new column and sums q . S'[:, j];
+ *   3. thread (j, r) takes value column j and key rows r, r + R, ...: group 0 computes the
+ *      conv and silu of v channel j (each v channel is its block's own, so its new conv
+ *      state is written here, once); then the column of the delta rule in two walks down
+ *      the thread's rows of S[:, j]: the first sums k . (decay S[:, j]), the second writes
+ *      the new column and sums q . S'[:, j]; each walk's R partial sums are added in group
+ *      order by group 0 (a thread walking all 128 rows alone took ~22 us a layer: 16
+ *      blocks of 128 threads, each thread two chains of dependent loads);
  *   4. rms_norm of o over S_v (block sum in double), times norm_w and silu(z).
  * So every channel's new conv state is written exactly once, and nothing outside the
- * node's own result is written.
+ * node's own result is written, but for the ssm cache given seq_ids.
+ *
+ * Given seq_ids (read on the device) the states are the caches and sequence b reads slot
+ * ids[b]; the second walk then writes the new column over the old one in the ssm cache,
+ * each element by the thread that read it, and each (value head, sequence) block owns its
+ * slice of the slot, so nothing races (distinct ids, the caller's promise). The conv cache
+ * is only read: the blocks of one key head's H_v / H_k value heads all read its q and k
+ * inputs, so the new conv state still goes to the result. A block whose id is outside
+ * [0, N) writes zeros for its y and the conv state it would have written, and returns.
  *
  * Rounding follows the CPU's order (each product and sum rounded on its own, __fmul_rn /
  * __fadd_rn, no fused multiply-add; the norm factors summed in double and rounded once);
@@ -43,15 +56,17 @@ enum {
     GDN_DT,
     GDN_A,
     GDN_NORM_W,
+    GDN_SEQ_IDS,
     GDN_SRC_COUNT
 };
 
-#define GDN_MAX_THREADS 256
+#define GDN_MAX_THREADS 512
 #define GDN_SHARED_MAX (48 * 1024)
 #define GDN_L2_EPS 1e-6f /* lt_l2_norm's eps in build_delta_layer */
 
 struct gdn_shape {
     int64_t sk, sv, hk, hv, c, k, s;
+    int64_t n_slot; /* the caches' slots given seq_ids, else S */
 };
 
 static bool fits(const struct lt_tensor *t, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
@@ -75,20 +90,41 @@ static bool gdn_shape_of(const struct lt_tensor *node, struct gdn_shape *d)
     if (key2 < 2 * d->hk || key2 % (2 * d->hk) != 0)
         return false;
     d->sk = key2 / (2 * d->hk);
-    const int64_t n =
-        d->sv * d->hv * d->s + (d->k - 1) * d->c * d->s + d->sv * d->sk * d->hv * d->s;
+    const bool caches = src[GDN_SEQ_IDS] != nullptr;
+    d->n_slot = caches ? src[GDN_SSM_STATE]->ne[3] : d->s;
+    if (d->n_slot < 1 || (caches && !fits(src[GDN_SEQ_IDS], d->s, 1, 1, 1)))
+        return false;
+    const int64_t n = d->sv * d->hv * d->s + (d->k - 1) * d->c * d->s +
+                      (caches ? 0 : d->sv * d->sk * d->hv * d->s);
     return fits(src[GDN_NORM_W], d->sv, 1, 1, 1) && fits(src[GDN_BETA], d->hv, d->s, 1, 1) &&
            fits(src[GDN_ALPHA], d->hv, d->s, 1, 1) && fits(src[GDN_QKV], d->c, d->s, 1, 1) &&
            fits(src[GDN_Z], d->sv * d->hv, d->s, 1, 1) && fits(src[GDN_CONV_W], d->k, d->c, 1, 1) &&
-           fits(src[GDN_CONV_STATE], d->k - 1, d->c, d->s, 1) &&
-           fits(src[GDN_SSM_STATE], d->sv, d->sk, d->hv, d->s) &&
+           fits(src[GDN_CONV_STATE], d->k - 1, d->c, d->n_slot, 1) &&
+           fits(src[GDN_SSM_STATE], d->sv, d->sk, d->hv, d->n_slot) &&
            fits(src[GDN_DT], d->hv, 1, 1, 1) && fits(src[GDN_A], d->hv, 1, 1, 1) &&
            lt_nelements(node) == n;
 }
 
+/* the row groups a block of value columns takes (see the file comment) */
+static int row_groups(int64_t sv)
+{
+    const int64_t svr = (sv + 31) / 32 * 32;
+    const int64_t r = svr >= GDN_MAX_THREADS ? 1 : GDN_MAX_THREADS / svr;
+    return r > 8 ? 8 : (int)r;
+}
+
+static int block_threads(int64_t sv)
+{
+    const int64_t svr = (sv + 31) / 32 * 32;
+    const int64_t t = svr * row_groups(sv);
+    return t > GDN_MAX_THREADS ? GDN_MAX_THREADS : (int)t;
+}
+
+/* q, k [S_k], o, v, delta [S_v], partial sums [R][S_v'] */
 static size_t shared_bytes(const struct gdn_shape &d)
 {
-    return sizeof(float) * (size_t)(2 * d.sk + d.sv);
+    const int64_t svr = (d.sv + 31) / 32 * 32;
+    return sizeof(float) * (size_t)(2 * d.sk + 3 * d.sv + row_groups(d.sv) * svr);
 }
 
 bool gdn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -97,10 +133,21 @@ bool gdn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_
         snprintf(reason, reason_size, "%s is not GDN_DECODE", lt_op_name(node->op));
         return false;
     }
-    for (int i = 0; i < GDN_SRC_COUNT; i++)
-        if (!cu_check_source(node, i, i == GDN_CONV_W ? CU_TYPES_FLOAT : CU_TYPES_F32, reason,
-                             reason_size))
+    for (int i = 0; i < GDN_SRC_COUNT; i++) {
+        if (i == GDN_SEQ_IDS && !node->src[i])
+            continue; /* no ids: the states are the sequences' own */
+        const uint64_t types = i == GDN_CONV_W    ? CU_TYPES_FLOAT
+                               : i == GDN_SEQ_IDS ? CU_TYPES_I32
+                                                  : CU_TYPES_F32;
+        if (!cu_check_source(node, i, types, reason, reason_size))
             return false;
+    }
+    const struct lt_tensor *ids = node->src[GDN_SEQ_IDS];
+    if (ids && !lt_is_contiguous(ids)) {
+        snprintf(reason, reason_size, "the sequence ids (source %d, %s) are not contiguous",
+                 GDN_SEQ_IDS, lt_layout_name(ids));
+        return false;
+    }
     if (!cu_check_result_f32(node, reason, reason_size))
         return false;
     struct gdn_shape d;
@@ -126,17 +173,20 @@ bool gdn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_
 
 struct gdn_srcs {
     struct cu_t qkv, z, beta, alpha, conv_state, ssm_state, conv_w, dt, a, norm_w;
+    const int32_t *ids; /* [S], contiguous; NULL: sequence b's states are slot b */
 };
 
-/* silu of the conv of channel c of sequence b (ssm_conv.c's order: taps summed from the
- * oldest input); writes the channel's new conv state (its last K - 1 inputs) when
- * conv_new is given */
-static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b, float *conv_new)
+/* silu of the conv of channel c of sequence b, whose carried inputs are in slot `slot`
+ * (ssm_conv.c's order: taps summed from the oldest input); writes the channel's new conv
+ * state (its last K - 1 inputs) when conv_new is given */
+static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b, int64_t slot,
+                                  float *conv_new)
 {
     const int64_t K = s.conv_w.ne[0], C = s.qkv.ne[0];
     float acc = 0.0f;
     for (int64_t t = 0; t < K; t++) {
-        const float x = t < K - 1 ? cu_getf(s.conv_state, t, c, b, 0) : cu_getf(s.qkv, c, b, 0, 0);
+        const float x =
+            t < K - 1 ? cu_getf(s.conv_state, t, c, slot, 0) : cu_getf(s.qkv, c, b, 0, 0);
         acc = __fadd_rn(acc, __fmul_rn(cu_get(s.conv_w, t, c, 0, 0), x));
         if (conv_new && t > 0)
             conv_new[(b * C + c) * (K - 1) + t - 1] = x;
@@ -146,22 +196,40 @@ static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b
 
 /* block: value head h = blockIdx % H_v of sequence b = blockIdx / H_v (see the file
  * comment); shared: q [S_k], k [S_k], o [S_v] */
-static __global__ void gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads,
-                                         float eps)
+static __global__ void __launch_bounds__(GDN_MAX_THREADS)
+    gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, float eps, int n_groups)
 {
     extern __shared__ float sh[];
     __shared__ double red[32];
     const int64_t sv = s.ssm_state.ne[0], sk = s.ssm_state.ne[1], hv = s.ssm_state.ne[2],
-                  ns = s.ssm_state.ne[3], C = s.qkv.ne[0], K = s.conv_w.ne[0];
+                  n_slot = s.ssm_state.ne[3], ns = s.qkv.ne[1], C = s.qkv.ne[0], K = s.conv_w.ne[0];
     const int64_t h = blockIdx.x % hv, b = blockIdx.x / hv, hk = h % n_k_heads;
-    float *q = sh, *k = sh + sk, *o = sh + 2 * sk;
+    const int64_t slot = s.ids ? (int64_t)s.ids[b] : b;
+    float *q = sh, *k = sh + sk, *o = sh + 2 * sk, *vj = o + sv, *dj = vj + sv, *part = dj + sv;
     float *conv_new = out + sv * hv * ns;
-    float *st_new = conv_new + (K - 1) * C * ns + (b * hv + h) * sk * sv; /* [S_k][S_v] */
+    float *y = out + (b * hv + h) * sv;
+
+    if (slot < 0 || slot >= n_slot) {
+        /* a skipped sequence: zeros where this block's writes would have gone (the whole
+         * block returns, before any barrier) */
+        for (int64_t i = threadIdx.x; i < 2 * sk && h < n_k_heads; i += blockDim.x) {
+            const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
+            for (int64_t t = 0; t < K - 1; t++)
+                conv_new[(b * C + c) * (K - 1) + t] = 0.0f;
+        }
+        for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+            const int64_t c = 2 * n_k_heads * sk + h * sv + j;
+            for (int64_t t = 0; t < K - 1; t++)
+                conv_new[(b * C + c) * (K - 1) + t] = 0.0f;
+            y[j] = 0.0f;
+        }
+        return;
+    }
 
     /* 1. q and k of key head hk; the first value head reading it stores their conv state */
     for (int64_t i = threadIdx.x; i < 2 * sk; i += blockDim.x) {
         const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
-        sh[i] = conv_silu(s, c, b, h < n_k_heads ? conv_new : nullptr);
+        sh[i] = conv_silu(s, c, b, slot, h < n_k_heads ? conv_new : nullptr);
     }
     __syncthreads();
 
@@ -187,36 +255,66 @@ static __global__ void gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t 
     const float scale = 1.0f / sqrtf((float)sk);
     __syncthreads();
 
-    /* 3. v channel j and column j of the delta rule */
-    const char *st = cu_ptr(s.ssm_state, 0, 0, h, b);
+    /* 3. v channel j and column j of the delta rule; the new column goes to the result's
+     * state part [S_k][S_v], or over the old one in the cache */
+    const char *st = cu_ptr(s.ssm_state, 0, 0, h, slot);
     const int64_t nb0 = s.ssm_state.nb[0], nb1 = s.ssm_state.nb[1];
-    double so = 0.0;
-    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
-        const float v = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, conv_new);
+    char *st_new =
+        s.ids ? (char *)st : (char *)(conv_new + (K - 1) * C * ns + (b * hv + h) * sk * sv);
+    const int64_t wb0 = s.ids ? nb0 : (int64_t)sizeof(float),
+                  wb1 = s.ids ? nb1 : (int64_t)sizeof(float) * sv;
+    /* thread (j0, r): columns j0, j0 + cols, ... (one of them when R > 1), rows r, r + R, ... */
+    const int64_t cols = blockDim.x / n_groups, j0 = threadIdx.x % cols, r = threadIdx.x / cols;
+    for (int64_t j = j0; j < sv && r == 0; j += cols)
+        vj[j] = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, slot, conv_new);
+    for (int64_t j = j0; j < sv; j += cols) {
         const char *col = st + j * nb0;
         float kv = 0.0f;
-        for (int64_t i = 0; i < sk; i++) {
+#pragma unroll 4
+        for (int64_t i = r; i < sk; i += n_groups) {
             const float si = __fmul_rn(*(const float *)(col + i * nb1), decay);
             kv = __fadd_rn(kv, __fmul_rn(k[i], si));
         }
-        const float d = __fmul_rn(beta, __fsub_rn(v, kv));
+        part[r * cols + j] = kv; /* j < cols when R > 1 (cols >= S_v), r == 0 otherwise */
+    }
+    __syncthreads();
+    for (int64_t j = j0; j < sv && r == 0; j += cols) {
+        float kv = part[j];
+        for (int g = 1; g < n_groups; g++)
+            kv = __fadd_rn(kv, part[g * cols + j]);
+        dj[j] = __fmul_rn(beta, __fsub_rn(vj[j], kv));
+    }
+    __syncthreads();
+    for (int64_t j = j0; j < sv; j += cols) {
+        const char *col = st + j * nb0;
+        char *col_new = st_new + j * wb0;
+        const float d = dj[j];
         float acc = 0.0f;
-        for (int64_t i = 0; i < sk; i++) {
+#pragma unroll 4
+        for (int64_t i = r; i < sk; i += n_groups) {
             const float si =
                 __fadd_rn(__fmul_rn(*(const float *)(col + i * nb1), decay), __fmul_rn(k[i], d));
-            st_new[i * sv + j] = si;
+            *(float *)(col_new + i * wb1) = si;
             acc = __fadd_rn(acc, __fmul_rn(q[i], si));
         }
+        part[r * cols + j] = acc;
+    }
+    __syncthreads();
+    double so = 0.0;
+    for (int64_t j = j0; j < sv && r == 0; j += cols) {
+        float acc = part[j];
+        for (int g = 1; g < n_groups; g++)
+            acc = __fadd_rn(acc, part[g * cols + j]);
         const float oj = __fmul_rn(acc, scale);
         o[j] = oj;
         so += (double)oj * (double)oj;
     }
 
-    /* 4. rms_norm(o) * norm_w * silu(z); a thread reads back only the o it wrote */
+    /* 4. rms_norm(o) * norm_w * silu(z); group 0 reads back only the o it wrote (the
+     * block sum's barriers order it anyway) */
     so = cu_block_sum(so, red) / (double)sv;
     const float f = (float)(1.0 / sqrt(so + (double)eps));
-    float *y = out + (b * hv + h) * sv;
-    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+    for (int64_t j = j0; j < sv && r == 0; j += cols) {
         const float zj = cu_getf(s.z, h * sv + j, b, 0, 0);
         const float zs = zj / (1.0f + expf(-zj));
         const float on = __fmul_rn(__fmul_rn(o[j], f), cu_getf(s.norm_w, j, 0, 0, 0));
@@ -231,15 +329,21 @@ lt_status gdn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
         return cu_refuse(node, reason);
     struct gdn_shape d;
     gdn_shape_of(node, &d);
-    struct gdn_srcs s = {cu_view(node->src[GDN_QKV]),        cu_view(node->src[GDN_Z]),
-                         cu_view(node->src[GDN_BETA]),       cu_view(node->src[GDN_ALPHA]),
-                         cu_view(node->src[GDN_CONV_STATE]), cu_view(node->src[GDN_SSM_STATE]),
-                         cu_view(node->src[GDN_CONV_W]),     cu_view(node->src[GDN_DT]),
-                         cu_view(node->src[GDN_A]),          cu_view(node->src[GDN_NORM_W])};
-    int64_t t = (d.sv + 31) / 32 * 32;
-    const int threads = t > GDN_MAX_THREADS ? GDN_MAX_THREADS : (int)t;
-    gdn_decode_kernel<<<(unsigned)(d.hv * d.s), threads, shared_bytes(d), c->stream>>>(
-        s, (float *)node->data, d.hk, lt_get_param_f32(node, 0));
+    struct gdn_srcs s = {cu_view(node->src[GDN_QKV]),
+                         cu_view(node->src[GDN_Z]),
+                         cu_view(node->src[GDN_BETA]),
+                         cu_view(node->src[GDN_ALPHA]),
+                         cu_view(node->src[GDN_CONV_STATE]),
+                         cu_view(node->src[GDN_SSM_STATE]),
+                         cu_view(node->src[GDN_CONV_W]),
+                         cu_view(node->src[GDN_DT]),
+                         cu_view(node->src[GDN_A]),
+                         cu_view(node->src[GDN_NORM_W]),
+                         nullptr};
+    if (node->src[GDN_SEQ_IDS])
+        s.ids = (const int32_t *)node->src[GDN_SEQ_IDS]->data;
+    gdn_decode_kernel<<<(unsigned)(d.hv * d.s), block_threads(d.sv), shared_bytes(d), c->stream>>>(
+        s, (float *)node->data, d.hk, lt_get_param_f32(node, 0), row_groups(d.sv));
     return cu_launched("gdn_decode");
 }
 

@@ -30,8 +30,10 @@
  * place. Measured on an H200 with one token: BF16 1024x3584 15 us against 20 us through
  * conversion + cuBLAS, but the 1024x248320 output head 287 us
  * against 137 us (mmv reads at ~1.8 TB/s, cuBLAS at ~3.7), hence the size limit for half
- * weights; quantised weights have no cheaper path (dequantising a whole Q8_0 head into
- * scratch costs more than mmv's 1.0 ms).
+ * weights (32 MiB: the 0.8B model's stacked DeltaNet input projections, 16.8 MB, took three
+ * kernels through cuBLAS, b's conversion, the product and a split-K reduction, ~15 us);
+ * quantised weights have no cheaper path (dequantising a whole Q8_0 head into scratch costs
+ * more than mmv's 1.0 ms).
  *
  * Batches: for each i3, one strided-batched product over i2 when r2 == 1; when r2 > 1 the
  * r2 b slices of a head are folded into one product of N * r2 columns where they lie at
@@ -49,7 +51,7 @@ static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
 
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
-#define MMV_HALF_MAX_BYTES ((int64_t)16 << 20)
+#define MMV_HALF_MAX_BYTES ((int64_t)32 << 20)
 
 struct cu_mm_plan {
     int64_t K, M, N, A2, A3, B2, B3, r2, r3;

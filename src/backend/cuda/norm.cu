@@ -6,18 +6,40 @@
  * products are rounded separately (no fused multiply-add) as the CPU's are. A block runs a
  * row; sources are F32 of any strides, results contiguous F32, except RMS_NORM with a
  * weight (src[1], F32 [ne0]: the inference fusion), whose result y * w is stored as F32,
- * F16 or BF16, each product rounded on its own as the CPU's are. */
+ * F16 or BF16, each product rounded on its own as the CPU's are. ADD_RMS_NORM (inference)
+ * writes the residual sum a + b and then rms_norm(a + b) * w into its [ne0, ne1, 2] result. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
 
 static const enum lt_op norm_ops[] = {LT_OP_RMS_NORM, LT_OP_L2_NORM, LT_OP_RMS_NORM_BACK,
-                                      LT_OP_L2_NORM_BACK};
+                                      LT_OP_L2_NORM_BACK, LT_OP_ADD_RMS_NORM};
 
 static bool is_back(enum lt_op op) { return op == LT_OP_RMS_NORM_BACK || op == LT_OP_L2_NORM_BACK; }
 
+static bool add_norm_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, 1, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size))
+        return false;
+    const struct lt_tensor *a = node->src[0], *b = node->src[1], *w = node->src[2];
+    if (!lt_same_shape(a, b) || a->ne[0] != node->ne[0] || a->ne[1] != node->ne[1] ||
+        a->ne[2] != 1 || a->ne[3] != 1 || node->ne[2] != 2 || node->ne[3] != 1) {
+        snprintf(reason, reason_size, "the sources are not [ne0, ne1] of the [ne0, ne1, 2] result");
+        return false;
+    }
+    if (!lt_is_contiguous(w) || lt_nelements(w) != node->ne[0]) {
+        snprintf(reason, reason_size, "the weight (source 2) is not contiguous [ne0]");
+        return false;
+    }
+    return cu_check_result_f32(node, reason, reason_size);
+}
+
 bool norm_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
+    if (node->op == LT_OP_ADD_RMS_NORM)
+        return add_norm_supported(node, reason, reason_size);
     if (node->op != LT_OP_RMS_NORM && node->op != LT_OP_L2_NORM && !is_back(node->op)) {
         snprintf(reason, reason_size, "%s is not a norm", lt_op_name(node->op));
         return false;
@@ -81,6 +103,27 @@ static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int o
     }
 }
 
+/* a block a row r: sum[r] = a + b, then out[r] = (sum * f) * w, f from sum's squares */
+static __global__ void add_norm_kernel(struct cu_t a, struct cu_t b, const float *w, float *y,
+                                       float eps)
+{
+    __shared__ double shared[32];
+    const int64_t n = a.ne[0], rows = a.ne[1];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float *sum = y + r * n, *out = y + (rows + r) * n;
+        double s = 0.0;
+        for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x) {
+            const float v = __fadd_rn(cu_getf(a, i0, r, 0, 0), cu_getf(b, i0, r, 0, 0));
+            sum[i0] = v;
+            s += (double)v * (double)v;
+        }
+        s = cu_block_sum(s, shared);
+        const float f = (float)(1.0 / sqrt(s / (double)n + (double)eps));
+        for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x)
+            out[i0] = __fmul_rn(__fmul_rn(sum[i0], f), w[i0]);
+    }
+}
+
 static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx, bool rms,
                                         float eps)
 {
@@ -114,6 +157,12 @@ lt_status norm_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     const float eps = lt_get_param_f32(node, 0);
     int64_t t = (node->ne[0] + 31) / 32 * 32;
     const int threads = t > 256 ? 256 : (int)t;
+    if (node->op == LT_OP_ADD_RMS_NORM) {
+        add_norm_kernel<<<cu_blocks(node->ne[1], 1), threads, 0, c->stream>>>(
+            cu_view(node->src[0]), cu_view(node->src[1]), (const float *)node->src[2]->data,
+            (float *)node->data, eps);
+        return cu_launched("add_norm");
+    }
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
         norm_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(

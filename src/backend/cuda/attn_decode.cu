@@ -1,0 +1,160 @@
+/* attn_decode.cu: ATTN_DECODE on the device (src/ops/attn_decode.c says what it computes
+ * and what it replaces).
+ *
+ * A block per (query head h, sequence s), 256 threads: q's column of the head in shared
+ * memory; a warp per cached position j <= pos[s] for the score (lanes stride the head's D
+ * elements, a double sum across the warp, rounded once and then scaled, as the CPU does);
+ * the block's maximum and double sum of expf(score - max); then a thread per output element
+ * d sums p_j v_j over the positions in double. The scores of a block go to scratch memory
+ * (n_ctx floats a block), so the context length meets no shared-memory limit. An id or a
+ * position outside the cache gives NaN, as on the CPU. */
+#include <math.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+
+static const enum lt_op attn_decode_ops[] = {LT_OP_ATTN_DECODE};
+
+enum { AD_Q, AD_K, AD_V, AD_IDS, AD_POS, AD_GATE };
+
+#define AD_THREADS 256
+
+static bool cache_ok(const struct lt_tensor *c, const struct lt_tensor *q)
+{
+    return (c->type == LT_TYPE_F32 || c->type == LT_TYPE_F16) &&
+           c->nb[0] == lt_type_traits(c->type)->type_size && c->ne[0] == q->ne[0] &&
+           c->ne[1] >= 1 && q->ne[1] % c->ne[1] == 0;
+}
+
+bool attn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (node->op != LT_OP_ATTN_DECODE) {
+        snprintf(reason, reason_size, "%s is not ATTN_DECODE", lt_op_name(node->op));
+        return false;
+    }
+    const struct lt_tensor *q = node->src[AD_Q], *k = node->src[AD_K], *v = node->src[AD_V],
+                           *ids = node->src[AD_IDS], *pos = node->src[AD_POS],
+                           *gate = node->src[AD_GATE];
+    if (!cu_check_source(node, AD_Q, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, AD_K, CU_TYPES_FLOAT, reason, reason_size) ||
+        !cu_check_source(node, AD_V, CU_TYPES_FLOAT, reason, reason_size) ||
+        !cu_check_source(node, AD_IDS, CU_TYPES_I32, reason, reason_size) ||
+        !cu_check_source(node, AD_POS, CU_TYPES_I32, reason, reason_size) ||
+        (gate && !cu_check_source(node, AD_GATE, CU_TYPES_F32, reason, reason_size)))
+        return false;
+    const int64_t S = q->ne[2];
+    if (q->ne[3] != 1 || !cache_ok(k, q) || !cache_ok(v, q) || !lt_same_shape(k, v) ||
+        k->type != v->type) {
+        snprintf(reason, reason_size,
+                 "q is not [D, H, S] over f32 or f16 caches [D, Hkv, n_ctx, n_slots] alike");
+        return false;
+    }
+    if (!lt_is_contiguous(ids) || !lt_is_contiguous(pos) || lt_nelements(ids) != S ||
+        lt_nelements(pos) != S) {
+        snprintf(reason, reason_size, "seq_ids and pos are not contiguous i32 [S]");
+        return false;
+    }
+    if (gate && !lt_same_shape(gate, q)) {
+        snprintf(reason, reason_size, "the gate is not of q's shape");
+        return false;
+    }
+    if (node->ne[0] != q->ne[0] * q->ne[1] || node->ne[1] != S) {
+        snprintf(reason, reason_size, "the result is not [D * H, S]");
+        return false;
+    }
+    /* q's column in shared memory: at most 32 KiB */
+    if (q->ne[1] * S > INT32_MAX || q->ne[0] > 8192) {
+        snprintf(reason, reason_size, "%lld heads x %lld sequences of %lld: too large a launch",
+                 (long long)q->ne[1], (long long)S, (long long)q->ne[0]);
+        return false;
+    }
+    return cu_check_result_f32(node, reason, reason_size);
+}
+
+static __device__ __forceinline__ float kv_at(const struct cu_t &c, int64_t d, int64_t h,
+                                              int64_t j, int64_t slot)
+{
+    const char *p = c.data + d * c.nb[0] + h * c.nb[1] + j * c.nb[2] + slot * c.nb[3];
+    return c.type == LT_TYPE_F16 ? __half2float(*(const __half *)p) : *(const float *)p;
+}
+
+static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct cu_t v,
+                                          const int32_t *ids, const int32_t *pos, struct cu_t gate,
+                                          bool has_gate, float *y, float *scores, float scale)
+{
+    extern __shared__ float qs[]; /* [D] */
+    __shared__ double red[32];
+    __shared__ float redf[32];
+    const int64_t D = q.ne[0], H = q.ne[1], n_ctx = k.ne[2], n_slots = k.ne[3];
+    const int64_t h = blockIdx.x % H, s = blockIdx.x / H, kh = h / (H / k.ne[1]);
+    const int64_t slot = ids[s], n = (int64_t)pos[s] + 1;
+    float *out = y + s * D * H + h * D;
+    if (slot < 0 || slot >= n_slots || n < 1 || n > n_ctx) {
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+            out[d] = __int_as_float(0x7fc00000);
+        return;
+    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+        qs[d] = cu_getf(q, d, h, s, 0);
+    __syncthreads();
+    float *sc = scores + (int64_t)blockIdx.x * n_ctx;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int64_t j = warp; j < n; j += n_warps) {
+        double dot = 0.0;
+        for (int64_t d = lane; d < D; d += 32)
+            dot += (double)qs[d] * (double)kv_at(k, d, kh, j, slot);
+        dot = cu_warp_sum(dot);
+        if (lane == 0)
+            sc[j] = __fmul_rn((float)dot, scale);
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        mx = fmaxf(mx, sc[j]);
+    mx = cu_block_max(mx, redf);
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float e = expf(sc[j] - mx);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = cu_block_sum(sum, red); /* its barriers order the writes above before the reads below */
+    const float inv = (float)(1.0 / sum);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+        double o = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            o += (double)__fmul_rn(sc[j], inv) * (double)kv_at(v, d, kh, j, slot);
+        float of = (float)o;
+        if (has_gate)
+            of = __fmul_rn(of, 1.0f / (1.0f + expf(-cu_getf(gate, d, h, s, 0))));
+        out[d] = of;
+    }
+}
+
+lt_status attn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!attn_decode_cuda_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const struct lt_tensor *q = node->src[AD_Q], *k = node->src[AD_K], *gate = node->src[AD_GATE];
+    const int64_t blocks = q->ne[1] * q->ne[2];
+    if (blocks == 0 || q->ne[0] == 0)
+        return LT_OK;
+    void *scores;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, (size_t)blocks * (size_t)k->ne[2] * sizeof(float),
+                              &scores);
+    if (st != LT_OK)
+        return st;
+    attn_decode_kernel<<<(unsigned)blocks, AD_THREADS, (size_t)q->ne[0] * sizeof(float),
+                         c->stream>>>(cu_view(q), cu_view(k), cu_view(node->src[AD_V]),
+                                      (const int32_t *)node->src[AD_IDS]->data,
+                                      (const int32_t *)node->src[AD_POS]->data,
+                                      cu_view(gate ? gate : q), gate != NULL, (float *)node->data,
+                                      (float *)scores, lt_get_param_f32(node, 0));
+    return cu_launched("attn_decode");
+}
+
+const struct cuda_family cuda_family_attn_decode = {"attn_decode", attn_decode_ops,
+                                                    CU_COUNT(attn_decode_ops),
+                                                    attn_decode_cuda_supported,
+                                                    attn_decode_cuda_compute};
