@@ -382,8 +382,14 @@ static struct lt_tensor *build_linear_ce(struct lt_ctx *ctx, struct lt_tensor **
 static void test_linear_ce(void)
 {
     static const enum gc_layout wl[] = {GC_CONTIGUOUS, GC_SLICED};
+    /* A device multiplies a BF16 head on its BF16 matrix units, rounding h to BF16 first:
+     * the loss is then a step function of h at the finite differences' scale (the rounding
+     * step is 2^-8 of h), and its straight-through gradient cannot be held to them. The
+     * device's LINEAR_CE_BACK is held to the CPU's instead (the conformance suite); here
+     * the BF16 head runs on the CPU alone. */
+    const int n_bf16 = gc_device.n_backends > 0 && !gc_device.backends[0]->is_host ? 1 : 2;
     for (int l = 0; l < GC_LAYOUT_COUNT; l++)
-        for (int bf16 = 0; bf16 < 2; bf16++) {
+        for (int bf16 = 0; bf16 < n_bf16; bf16++) {
             struct gc_input in[3] = {
                 f32_in(6, 4, 1, 1, l, true, -2, 2),
                 f32_in(6, 7, 1, 1, wl[l % 2], !bf16, -1, 1),
