@@ -236,28 +236,6 @@ static float dot(const float *restrict a, const float *restrict b, int64_t n)
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-/* y += a x */
-static void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            y[i + l] += a * x[i + l];
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* y *= a */
-static void vscale(float *y, float a, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            y[i + l] *= a;
-    for (; i < n; i++)
-        y[i] *= a;
-}
-
 /* y = a x */
 static void vscale_to(float *restrict y, float a, const float *restrict x, int64_t n)
 {
@@ -367,8 +345,8 @@ static void recurrent_step(float *S, const float *q, const float *k, const float
         delta[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
         float *row = S + i * sv;
-        vscale(row, a, sv);
-        axpy(delta, k[i], row, sv);
+        lt_vec_scale(row, a, sv);
+        lt_vec_axpy(delta, k[i], row, sv);
     }
     for (int64_t j = 0; j < sv; j++) {
         float e = v[j] - delta[j];
@@ -381,12 +359,12 @@ static void recurrent_step(float *S, const float *q, const float *k, const float
             o[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
         float *row = S + i * sv;
-        axpy(row, k[i], delta, sv);
+        lt_vec_axpy(row, k[i], delta, sv);
         if (o)
-            axpy(o, q[i], row, sv);
+            lt_vec_axpy(o, q[i], row, sv);
     }
     if (o)
-        vscale(o, scale, sv);
+        lt_vec_scale(o, scale, sv);
 }
 
 /* output row t of (h, b) in the packed result */
@@ -448,7 +426,7 @@ static void forward_chunk(struct lt_tensor *node, const struct dn_head *c, struc
         float *u = f->U + r * sv, *w = f->W + r * sv;
         for (int64_t j = 0; j < sv; j++)
             u[j] = br * (u[j] - er * w[j]);
-        vscale(f->O + r * sv, er, sv);
+        lt_vec_scale(f->O + r * sv, er, sv);
     }
     cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, isv, 1, f->KK,
                 CHUNK, f->U, isv);
@@ -572,11 +550,11 @@ static void back_token(const struct dn_head *c, struct back_bufs *f, const struc
         float *ds = f->dS + i * sv;
         const float ki = f->k[i];
         vscale_to(f->row, a, prev + i * sv, sv);
-        axpy(f->row, ki, f->delta, sv);
+        lt_vec_axpy(f->row, ki, f->delta, sv);
         f->dq[i] = scale * dot(f->row, f->dout, sv);
-        axpy(ds, scale * f->q[i], f->dout, sv);
+        lt_vec_axpy(ds, scale * f->q[i], f->dout, sv);
         f->dk[i] = dot(ds, f->delta, sv);
-        axpy(f->ddelta, ki, ds, sv);
+        lt_vec_axpy(f->ddelta, ki, ds, sv);
     }
     /* delta = beta (v - S~^T k) */
     float dbeta = 0;
@@ -592,10 +570,10 @@ static void back_token(const struct dn_head *c, struct back_bufs *f, const struc
     for (int64_t i = 0; i < sk; i++) {
         float *ds = f->dS + i * sv;
         vscale_to(f->row, a, prev + i * sv, sv);
-        axpy(ds, f->k[i], f->dkv, sv);
+        lt_vec_axpy(ds, f->k[i], f->dkv, sv);
         f->dk[i] += dot(f->row, f->dkv, sv);
         dg += dot(ds, f->row, sv);
-        vscale(ds, a, sv);
+        lt_vec_scale(ds, a, sv);
     }
     o->dg[tok * c->d.hv + c->h] = (float)dg;
     o->dbeta[tok * c->d.hv + c->h] = dbeta;
@@ -741,7 +719,7 @@ static void cback_prepare(const struct dn_head *c, struct cback_bufs *f, int64_t
         }
     for (int64_t r = 0; r < CHUNK; r++) /* forward substitution */
         for (int64_t s = 0; s < r; s++)
-            axpy(f->U + r * sv, -f->B[r] * f->Ab[r * CHUNK + s], f->U + s * sv, sv);
+            lt_vec_axpy(f->U + r * sv, -f->B[r] * f->Ab[r * CHUNK + s], f->U + s * sv, sv);
 }
 
 /* S0 = e^{G_last} S0 + sum_s e^{G_last - G_s} k_s u_s^T (f->Y holds the scaled U) */
@@ -750,7 +728,7 @@ static void cback_advance(struct cback_bufs *f, int64_t sk, int64_t sv)
     const float gl = f->G[CHUNK - 1];
     for (int64_t s = 0; s < CHUNK; s++)
         vscale_to(f->Y + s * sv, expf(gl - f->G[s]), f->U + s * sv, sv);
-    vscale(f->S0, f->eG[CHUNK - 1], sk * sv);
+    lt_vec_scale(f->S0, f->eG[CHUNK - 1], sk * sv);
     cb_mm(f->S0, sv, f->K, 1, sk, f->Y, sv, 1, sk, sv, CHUNK, 1, true);
 }
 
@@ -766,7 +744,7 @@ static void cback_chunk(const struct dn_head *c, struct cback_bufs *f, const str
         load_vec((const char *)grad->data + c->h * grad->nb[1] + (t0 + r) * grad->nb[2] +
                      c->b * grad->nb[3],
                  grad->nb[0], sv, f->Do + r * sv);
-        vscale(f->Do + r * sv, scale, sv);
+        lt_vec_scale(f->Do + r * sv, scale, sv);
     }
     memset(dgam, 0, sizeof(float) * CHUNK);
     memset(dB, 0, sizeof(float) * CHUNK);
@@ -803,14 +781,14 @@ static void cback_chunk(const struct dn_head *c, struct cback_bufs *f, const str
         const float x = e * dot(f->U + r * sv, f->Y + r * sv, sv);
         dgam[L - 1] += x;
         dgam[r] -= x;
-        axpy(f->dU + r * sv, e, f->Y + r * sv, sv);
+        lt_vec_axpy(f->dU + r * sv, e, f->Y + r * sv, sv);
         cb_mm(f->dK + r * sk, sk, f->U + r * sv, 0, 1, f->dS, 1, sv, 1, sk, sv, e, true);
     }
     dgam[L - 1] += f->eG[L - 1] * dot(f->dS, f->S0, sk * sv);
     /* (I + diag(B) Ab) U = diag(B) X: dRHS = (I + diag(B) Ab)^-T dU, in place */
     for (int64_t r = L - 1; r >= 0; r--)
         for (int64_t s = r + 1; s < L; s++)
-            axpy(f->dU + r * sv, -f->B[s] * Ab[s * L + r], f->dU + s * sv, sv);
+            lt_vec_axpy(f->dU + r * sv, -f->B[s] * Ab[s * L + r], f->dU + s * sv, sv);
     /* dA_rs = -dRHS_r.U_s (s < r), A_rs = B_r Ab_rs: dB, dgam, then dKK into M */
     cb_mm(M, L, f->dU, sv, 1, f->U, 1, sv, L, L, sv, -1, false);
     for (int64_t r = 0; r < L; r++)
@@ -832,18 +810,18 @@ static void cback_chunk(const struct dn_head *c, struct cback_bufs *f, const str
     for (int64_t r = 0; r < L; r++) {
         float *du = f->dU + r * sv;
         dB[r] += dot(du, f->X + r * sv, sv);
-        vscale(du, f->B[r], sv); /* dX */
+        lt_vec_scale(du, f->B[r], sv); /* dX */
         if (r < n)
             memcpy(o->dv + ((c->b * c->d.nt + t0 + r) * c->d.hv + c->h) * sv, du,
                    sizeof(float) * (size_t)sv);
-        vscale(du, -f->eG[r], sv); /* dW */
+        lt_vec_scale(du, -f->eG[r], sv); /* dW */
         dgam[r] += dot(du, f->W + r * sv, sv);
     }
     cb_mm(f->dK, sk, f->dU, sv, 1, f->S0, 1, sv, L, sk, sv, 1, true);
     /* the start state's gradient: e^{G_last} dS + Q^T diag(e^G) Do + K^T dW */
     for (int64_t r = 0; r < L; r++)
-        vscale(f->Do + r * sv, f->eG[r], sv);
-    vscale(f->dS, f->eG[L - 1], sk * sv);
+        lt_vec_scale(f->Do + r * sv, f->eG[r], sv);
+    lt_vec_scale(f->dS, f->eG[L - 1], sk * sv);
     cb_mm(f->dS, sv, f->Q, 1, sk, f->Do, sv, 1, sk, sv, L, 1, true);
     cb_mm(f->dS, sv, f->K, 1, sk, f->dU, sv, 1, sk, sv, L, 1, true);
     /* dg_t: the sum of dgam over the chunk's rows from t on */
@@ -856,8 +834,8 @@ static void cback_chunk(const struct dn_head *c, struct cback_bufs *f, const str
         o->dg[tok * c->d.hv + c->h] = acc;
         o->dbeta[tok * c->d.hv + c->h] = dB[r];
         float *dq = o->dq + (tok * c->d.hk + c->hk) * sk, *dk = o->dk + (tok * c->d.hk + c->hk) * sk;
-        axpy(dq, 1, f->dQ + r * sk, sk);
-        axpy(dk, 1, f->dK + r * sk, sk);
+        lt_vec_axpy(dq, 1, f->dQ + r * sk, sk);
+        lt_vec_axpy(dk, 1, f->dK + r * sk, sk);
     }
 }
 

@@ -352,30 +352,6 @@ static float f32_at(const struct lt_tensor *t, int64_t i0, int64_t i1, int64_t i
     return *(const float *)lt_elem_ptr(t, i0, i1, i2, i3);
 }
 
-/* delta_net.c's vector helpers (element-wise, so their unrolling does not change a bit) */
-
-/* y += a x */
-static void axpy(float *restrict y, float a, const float *restrict x, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            y[i + l] += a * x[i + l];
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* y *= a */
-static void vscale(float *y, float a, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            y[i + l] *= a;
-    for (; i < n; i++)
-        y[i] *= a;
-}
-
 /* norm.c's factor (S + eps)^(-1/2), S = sum(x^2) (/ n when rms), in double, rounded once */
 static float norm_factor(const float *x, int64_t n, bool rms, float eps)
 {
@@ -476,8 +452,8 @@ static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
         delta[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
         float *row = (float *)(S + (size_t)i * rs);
-        vscale(row, decay, sv);
-        axpy(delta, b->k[i], row, sv);
+        lt_vec_scale(row, decay, sv);
+        lt_vec_axpy(delta, b->k[i], row, sv);
     }
     for (int64_t j = 0; j < sv; j++)
         delta[j] = beta * (b->v[j] - delta[j]);
@@ -485,10 +461,10 @@ static void head_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
         o[j] = 0;
     for (int64_t i = 0; i < sk; i++) {
         float *row = (float *)(S + (size_t)i * rs);
-        axpy(row, b->k[i], delta, sv);
-        axpy(o, b->q[i], row, sv);
+        lt_vec_axpy(row, b->k[i], delta, sv);
+        lt_vec_axpy(o, b->q[i], row, sv);
     }
-    vscale(o, scale, sv);
+    lt_vec_scale(o, scale, sv);
 
     /* rms_norm(o) * norm_w * silu(z), each product rounded as its MUL rounds it */
     const float f = norm_factor(o, sv, true, lt_get_param_f32(node, GDN_PARAM_EPS));

@@ -68,6 +68,28 @@ static inline bool lt_type_is_float(enum lt_type t)
     return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
 }
 
+/* y += a x and y *= a over n floats, unrolled by 8 (element-wise: the unrolling changes no
+ * bit), for the recurrent kernels (delta_net.c, gdn_decode.c) */
+static inline void lt_vec_axpy(float *restrict y, float a, const float *restrict x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            y[i + l] += a * x[i + l];
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static inline void lt_vec_scale(float *y, float a, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            y[i + l] *= a;
+    for (; i < n; i++)
+        y[i] *= a;
+}
+
 /* Floats of scratch for a row of n, rounded up to whole cache lines. */
 static inline size_t lt_scratch_floats(int64_t n) { return (size_t)((n + 15) & ~(int64_t)15); }
 

@@ -263,18 +263,22 @@ phase_graphs() {
     done
 }
 
+# check-ref of the tiny Qwen3.5 golden on CUDA; $1: what of its log to show
+checkref_tiny() {
+    local r=qwen35-tiny-a
+    [ -d .golden/$r ] || return
+    $L convert .golden/$r -o $W/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
+        timeout 60 $L check-ref $W/$r.gguf .golden/$r/reference.safetensors --backend cuda \
+            >"$out/checkref-$r.log" 2>&1
+    row "check-ref --backend cuda $r" "rc $?"
+    grep -E "$1" "$out/checkref-$r.log" | head -5
+}
+
 phase_decode() {
     timeout 200 $b/tests/gpu_test_cuda_conformance copies nn matmul recurrent >"$out/conf_decode.log" 2>&1
     row "conformance: copies nn matmul recurrent" "rc $? $(passed "$out/conf_decode.log")"
     grep -E "^SET_ROWS|^RMS_NORM|^GDN_DECODE|^MUL_MAT|check failed|first mismatch" "$out/conf_decode.log" | head -24
-    for r in qwen35-tiny-a; do
-        [ -d .golden/$r ] || continue
-        $L convert .golden/$r -o $W/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
-            timeout 60 $L check-ref $W/$r.gguf .golden/$r/reference.safetensors --backend cuda \
-                >"$out/checkref-$r.log" 2>&1
-        row "check-ref --backend cuda $r" "rc $?"
-        grep -E "greedy|decode|FAIL" "$out/checkref-$r.log" | head -5
-    done
+    checkref_tiny "greedy|decode|FAIL"
     phase_graphs
     timeout 200 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
     row "CUDA training parity (graphs on)" "rc $? $(passed "$out/train_cuda.log")"
@@ -433,14 +437,7 @@ phase_dnback() {
     timeout 120 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
     row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
     grep -E "DELTA_NET_BACK|check failed|first mismatch" "$out/conf_recurrent.log" | head -30
-    for r in qwen35-tiny-a; do
-        [ -d .golden/$r ] || continue
-        $L convert .golden/$r -o $W/$r.gguf --outtype f32 >"$out/convert-$r.log" 2>&1 &&
-            timeout 60 $L check-ref $W/$r.gguf .golden/$r/reference.safetensors --backend cuda \
-                >"$out/checkref-$r.log" 2>&1
-        row "check-ref --backend cuda $r" "rc $?"
-        grep -E "logits|loss|worst|PASS|FAIL|summary" "$out/checkref-$r.log" | head -5
-    done
+    checkref_tiny "logits|loss|worst|PASS|FAIL|summary"
     phase_trainspeed
 }
 
