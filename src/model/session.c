@@ -15,17 +15,24 @@
  * Decode keeps its step (struct decode_plan): everything that changes from token to token
  * is an input (tokens, positions, sequence ids, the cache rows to write, the mask), the
  * stores are SET_ROWS at rows read from the device, and the window of positions read is
- * rounded up to DECODE_KV_STEP. The same graph at the same addresses then runs token after
- * token, on its own scheduler, until the number of sequences or the window changes; a
- * device sees the same kernels with the same arguments each time (the CUDA backend replays
- * them as one graph). decode_rebuild builds every step anew, with copies to host-chosen
- * offsets, as prefill does: the reference the kept step is tested against. */
+ * rounded up to DECODE_KV_STEP (no window when every attention layer reads the cache itself,
+ * ATTN_DECODE). The same graph at the same addresses then runs token after token, on its
+ * own scheduler; up to DECODE_PLANS steps (batch sizes, windows) are kept, the least
+ * recently used replaced. A device sees the same kernels with the same arguments each time
+ * (the CUDA backend replays them as one graph). decode_rebuild builds every step anew,
+ * with copies to host-chosen offsets, as prefill does: the reference the kept step is
+ * tested against. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lathe/sched.h"
 #include "model/model_impl.h"
+
+/* Decode steps kept at once (batch sizes come and go as a server's streams do). */
+#define DECODE_PLANS 4
+
+struct decode_plan;
 
 struct lt_session {
     const struct lt_model *m;
@@ -39,8 +46,8 @@ struct lt_session {
     struct lt_tensor **k, **v;      /* [n_layer]; NULL for DeltaNet layers */
     struct lt_tensor **conv, **ssm; /* [n_layer]; NULL for attention layers */
     int *pos;                       /* [n_seq_max] */
-    struct lt_sched *dsched;        /* the kept decode step's own buffers */
-    struct decode_plan *plan;       /* the kept decode step; NULL: none */
+    struct decode_plan *plans[DECODE_PLANS]; /* kept decode steps; NULL: a free slot */
+    uint64_t clock;                          /* for the least recently used plan */
 };
 
 /* Positions a kept decode step reads are a multiple of this (at most n_ctx). */
@@ -54,10 +61,15 @@ struct built {
     int64_t n_out; /* rows of logits */
 };
 
-/* The kept decode step: for n sequences reading n_kv positions. */
+/* A kept decode step: for n sequences reading n_kv positions (any number, when no node
+ * reads the mask: every attention layer reads the cache itself), on a scheduler of its own
+ * so its buffers stay where they are while other steps run. */
 struct decode_plan {
     struct built b;
+    struct lt_sched *sched;
     int n, n_kv;
+    bool any_window;
+    uint64_t last_used;
 };
 
 /* One prefill or decode call. */
@@ -177,8 +189,7 @@ lt_status lt_session_new(const struct lt_model *m, const struct lt_session_param
     }
     s->p.backends = NULL;
     s->sched = lt_sched_new(s->be, s->n_be);
-    s->dsched = lt_sched_new(s->be, s->n_be);
-    if (!s->sched || !s->dsched) {
+    if (!s->sched) {
         st = LT_ERR_NOMEM;
         goto out_free;
     }
@@ -191,22 +202,21 @@ out_free:
     return st;
 }
 
-static void plan_drop(struct lt_session *s)
+static void plan_free(struct decode_plan *pl)
 {
-    if (!s->plan)
+    if (!pl)
         return;
-    lt_sched_reset(s->dsched);
-    lt_ctx_free(s->plan->b.ctx);
-    free(s->plan);
-    s->plan = NULL;
+    lt_sched_free(pl->sched);
+    lt_ctx_free(pl->b.ctx);
+    free(pl);
 }
 
 void lt_session_free(struct lt_session *s)
 {
     if (!s)
         return;
-    plan_drop(s);
-    lt_sched_free(s->dsched);
+    for (int i = 0; i < DECODE_PLANS; i++)
+        plan_free(s->plans[i]);
     lt_sched_free(s->sched);
     if (s->buffer)
         lt_buffer_free(s->buffer);
@@ -557,34 +567,71 @@ static lt_status run_step(struct step *sp, const int32_t *tokens, bool all_logit
     return st;
 }
 
-/* A decode step through the kept plan, made anew when the batch size or the window of
- * positions changed. A failure drops the plan: the next call builds it again. */
+/* *out: the kept step for sp's batch size and window, or a new one (built, placed and
+ * allocated) in a free slot or the least recently used one's. */
+static lt_status plan_for(struct step *sp, struct decode_plan **out)
+{
+    struct lt_session *s = sp->s;
+    int k = -1;
+    for (int i = 0; i < DECODE_PLANS; i++) {
+        struct decode_plan *pl = s->plans[i];
+        if (pl && pl->n == sp->n && (pl->any_window || pl->n_kv == sp->n_kv)) {
+            *out = pl;
+            return LT_OK;
+        }
+        if (!pl && k < 0)
+            k = i;
+    }
+    if (k < 0) { /* every slot holds a plan: the least recently used goes */
+        k = 0;
+        for (int i = 1; i < DECODE_PLANS; i++)
+            k = s->plans[i]->last_used < s->plans[k]->last_used ? i : k;
+    }
+    plan_free(s->plans[k]);
+    struct decode_plan *pl = calloc(1, sizeof(*pl));
+    s->plans[k] = pl;
+    lt_status st = pl && (pl->sched = lt_sched_new(s->be, s->n_be))
+                       ? LT_OK
+                       : lt_fail(LT_ERR_NOMEM, "out of memory for a decode step");
+    if (st == LT_OK) {
+        pl->n = sp->n;
+        pl->n_kv = sp->n_kv;
+        st = build_step(sp, true, &pl->b);
+    }
+    if (st == LT_OK)
+        st = lt_sched_place(pl->sched, pl->b.g, false, NULL);
+    if (st == LT_OK)
+        st = lt_sched_alloc(pl->sched, pl->b.g);
+    if (st != LT_OK) {
+        plan_free(pl);
+        s->plans[k] = NULL;
+        return st;
+    }
+    pl->any_window = !pl->b.mask->data;
+    *out = pl;
+    return LT_OK;
+}
+
+/* A decode step through a kept plan. A failure drops the plan: the next call builds it
+ * again. */
 static lt_status run_kept(struct step *sp, const int32_t *tokens, float *out)
 {
     struct lt_session *s = sp->s;
     int n_kv = (sp->n_kv + DECODE_KV_STEP - 1) / DECODE_KV_STEP * DECODE_KV_STEP;
     sp->n_kv = n_kv < s->p.n_ctx ? n_kv : s->p.n_ctx;
     sp->kept = true;
-    lt_status st = LT_OK;
-    if (s->plan && (s->plan->n != sp->n || s->plan->n_kv != sp->n_kv))
-        plan_drop(s);
-    if (!s->plan) {
-        struct decode_plan *pl = calloc(1, sizeof(*pl));
-        if (!pl)
-            return lt_fail(LT_ERR_NOMEM, "out of memory for a decode step");
-        pl->n = sp->n;
-        pl->n_kv = sp->n_kv;
-        s->plan = pl;
-        st = build_step(sp, true, &pl->b);
-        if (st == LT_OK)
-            st = lt_sched_place(s->dsched, pl->b.g, false, NULL);
-        if (st == LT_OK)
-            st = lt_sched_alloc(s->dsched, pl->b.g);
-    }
-    if (st == LT_OK)
-        st = compute_step(sp, s->dsched, &s->plan->b, tokens, out);
+    struct decode_plan *pl = NULL;
+    lt_status st = plan_for(sp, &pl);
     if (st != LT_OK)
-        plan_drop(s);
+        return st;
+    pl->last_used = ++s->clock;
+    sp->n_kv = pl->n_kv; /* the mask's size (unread when any window will do) */
+    st = compute_step(sp, pl->sched, &pl->b, tokens, out);
+    for (int i = 0; st != LT_OK && i < DECODE_PLANS; i++)
+        if (s->plans[i] == pl) {
+            plan_free(pl);
+            s->plans[i] = NULL;
+        }
     return st;
 }
 
