@@ -40,6 +40,7 @@ static const struct srv_field common_fields[] = {
     {"presence_penalty", SRV_JT_NUMBER, -2, 2, false},
     {"frequency_penalty", SRV_JT_NUMBER, -2, 2, false},
     {"logprobs", SRV_JT_BOOL, 0, 0, false},
+    {"ignore_eos", SRV_JT_BOOL, 0, 0, false},
     {"user", SRV_JT_STRING, 0, 0, false},
     {"lora", SRV_JT_ARRAY | SRV_JT_STRING, 0, 0, false},
 };
@@ -198,6 +199,7 @@ static int read_sampling(const json_t *body, struct srv_gen_params *p)
     s->seed = seed >= 0 ? (uint64_t)seed : fresh_random();
     p->max_tokens = (int)srv_json_int(body, "max_completion_tokens",
                                       srv_json_int(body, "max_tokens", 0));
+    p->ignore_eos = json_is_true(json_object_get(body, "ignore_eos"));
     int st = read_stops(body, p);
     if (st == 200)
         st = read_loras(body, p);

@@ -64,6 +64,7 @@ struct srv_gen_params {
     lt_token *prompt; /* [n_prompt], owned */
     size_t n_prompt;
     int max_tokens; /* <= 0: until the context is full */
+    bool ignore_eos; /* llama.cpp's field: go on past end-of-generation tokens (benchmarks) */
     struct lt_sampler_params sampling;
     char *stops[SRV_MAX_STOPS]; /* owned */
     size_t n_stops;

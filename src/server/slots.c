@@ -98,6 +98,7 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     struct lt_gen_params gp = lt_gen_default_params();
     gp.sampler = p->sampling;
     gp.max_tokens = p->max_tokens;
+    gp.ignore_eog = p->ignore_eos;
     gp.stops = (const char *const *)p->stops;
     gp.n_stops = p->n_stops;
     lt_status ls = lt_gen_seq_init(&sl->gs, e->tok, &gp);

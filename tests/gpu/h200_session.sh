@@ -20,6 +20,9 @@
 #           CUDA, then graphs, the CUDA training jobs, then `lathe bench` pp512 /
 #           tg128 on both 0.8B files with CUDA graphs on (the default) and off, and the
 #           decode profile (nodes a token)
+#   servebench  (after q08) bench/bench_serve.py: 1, 4, 16 and 64 streams of 128 tokens at
+#           once through `lathe serve --parallel N` on the BF16 file (aggregate tokens/s,
+#           p50 / p95 time per token)
 #   kprof   (after q08) Nsight Compute's duration of every kernel of a few BF16 decode tokens
 #           (launched one by one, graphs off), summed by kernel: the device's share of a token
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
@@ -295,6 +298,14 @@ phase_decode() {
     echo "== decode profile bf16 (64 tokens)"; cut -c1-120 "$out/prof_decode_bf16.log"
 }
 
+phase_servebench() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    timeout $(($(left) - 10)) python3 bench/bench_serve.py $L $W/q08-bf16.gguf \
+        --streams ${STREAMS:-1,4,16,64} --tokens 128 >"$out/servebench.log" 2>&1
+    row "bench_serve (0.8B bf16)" "rc $?"
+    sed -n '/^### lathe serve/,$p' "$out/servebench.log"
+}
+
 phase_kprof() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     local ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -441,7 +452,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

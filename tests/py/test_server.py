@@ -5,7 +5,7 @@ errors) and `requests` (raw SSE, bad bodies, the other routes).
 Checked, while a thread polls /health every 50 ms and must never see it fail once it said ok:
   - chat through openai, whole and streamed; the stream's text equals the whole answer of the
     same greedy request; usage and finish_reason ("stop" on end of turn, "length" at
-    max_tokens); include_usage's own chunk;
+    max_tokens, and past end of turn with ignore_eos); include_usage's own chunk;
   - raw server-sent events end with "data: [DONE]";
   - a stop string cuts the greedy answer exactly before it;
   - sampling: a seed repeats, top_k=1 equals greedy;
@@ -241,6 +241,16 @@ def run_openai(c, srv, client):
     c.check(short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 3,
             f"max_tokens 3: {short.choices[0].finish_reason} {short.usage.completion_tokens}")
     c.check(text.startswith(short.choices[0].message.content), "the first 3 tokens agree")
+
+    # llama.cpp's ignore_eos: the greedy answer ends on end of turn, this one goes on to
+    # max_tokens past it (what benchmarks ask for)
+    n_whole = whole.usage.completion_tokens
+    past = client.chat.completions.create(model="smollm2", messages=QUESTION, temperature=0,
+                                          max_tokens=n_whole + 6,
+                                          extra_body={"ignore_eos": True})
+    c.check(past.choices[0].finish_reason == "length" and
+            past.usage.completion_tokens == n_whole + 6,
+            f"ignore_eos: {past.choices[0].finish_reason} {past.usage.completion_tokens}")
 
     # a stop string taken from the middle of the greedy answer
     words = text.split()
