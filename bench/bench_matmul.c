@@ -210,9 +210,10 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
 
     double mf = median(tf, reps), mh = median(th, reps), mb = median(tb, reps);
     double flop = 2.0 * (double)K * (double)M * (double)N;
-    printf("%-22s %5lld  %9.1f  %9.1f  %9.1f  %7.1f   %5.2f   %5.2f   %.1e  %.1e\n", sh->name,
-           (long long)N, mf * 1e6, mh * 1e6, mb * 1e6, flop / mb * 1e-12, mf / mb, mh / mb,
-           nmse(y_f32x, y_blas, M * N), nmse(y_bf16x, y_blas, M * N));
+    printf("%-22s %5lld  %9.1f  %9.1f  %9.1f  %7.1f   %5.2f   %5.2f   %.1e  %.1e  %8.1f\n",
+           sh->name, (long long)N, mf * 1e6, mh * 1e6, mb * 1e6, flop / mb * 1e-12, mf / mb,
+           mh / mb, nmse(y_f32x, y_blas, M * N), nmse(y_bf16x, y_blas, M * N),
+           2.0 * (double)K * (double)M / mf * 1e-9);
     ok = 1;
 out:
     lathe_mm_free(&lf);
@@ -318,10 +319,12 @@ int main(int argc, char **argv)
     }
     printf("BF16 weights x activations, median of %d (wall clock, synchronised); lathe "
            "f32 x = scheduler + F32->BF16 conversion + cuBLAS (mmv for N <= 8), lathe bf16 x = "
-           "scheduler + cuBLAS on the BF16 activations in place; ratios are lathe / cuBLAS\n",
+           "scheduler + cuBLAS on the BF16 activations in place; ratios are lathe / cuBLAS; "
+           "f32x GB/s: the weight's bytes over lathe f32 x's time\n",
            reps);
-    printf("%-22s %5s  %9s  %9s  %9s  %7s   %5s   %5s   %-7s  %-7s\n", "shape", "N", "f32 x us",
-           "bf16 x us", "cuBLAS us", "cuBLAS TF", "f32x", "bf16x", "nmse f32x", "nmse bf16x");
+    printf("%-22s %5s  %9s  %9s  %9s  %7s   %5s   %5s   %-7s  %-7s  %8s\n", "shape", "N",
+           "f32 x us", "bf16 x us", "cuBLAS us", "cuBLAS TF", "f32x", "bf16x", "nmse f32x",
+           "nmse bf16x", "f32x GB/s");
     int failed = 0;
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
         const struct shape *sh = &shapes[i];
