@@ -171,17 +171,12 @@ static void window_end(struct srv_trainer *t, struct record *r, double d_s)
     }
 }
 
-/* On the job's thread, after every optimizer step (a window): records it, then yields to
- * serving for as long as the job's pacing says, and starts the next window. */
-static void on_progress(void *user, const struct lt_train_progress *p)
+/* Under t->mu: the step p into the job's record (progress, epochs, losses, the window). */
+static void record_step(struct srv_trainer *t, struct record *r, const struct lt_train_progress *p,
+                        double now)
 {
-    struct record *r = user;
-    struct srv_trainer *t = r->t;
-    double now = srv_now_mono();
-    pthread_mutex_lock(&t->mu);
     struct srv_train_info *ti = &r->info;
     struct srv_train_pace_stats *ps = &ti->pace;
-    const struct srv_train_pacing *pc = &ti->meta.pacing;
     if (ti->prog.step == 0) {
         add_event(r, "info", "training started: %d steps over %d epoch(s)", p->n_steps,
                   p->n_epochs);
@@ -217,27 +212,33 @@ static void on_progress(void *user, const struct lt_train_progress *p)
     drain_overlapped(t, r);
     add_event(r, "info", "step %d/%d (epoch %d): loss %.4f, %.1f tokens/s", p->step, p->n_steps,
               p->epoch, (double)p->loss, p->tokens_per_s);
+}
 
-    /* how long to yield, and whether it ends when serving goes quiet */
-    double limit;
-    bool bound = pc->max_slowdown_ppm > 0;
-    if (bound) {
-        limit =
-            srv_pace_yield_bound(p->step_s, ps->rate_clean,
+/* Under t->mu: how long to yield after a window of step_s seconds, by the job's pacing. */
+static double yield_limit(struct srv_trainer *t, struct record *r, double step_s, double now)
+{
+    const struct srv_train_pacing *pc = &r->info.meta.pacing;
+    const struct srv_train_pace_stats *ps = &r->info.pace;
+    if (pc->max_slowdown_ppm > 0) {
+        double limit =
+            srv_pace_yield_bound(step_s, ps->rate_clean,
                                  ps->windows_busy > 0 ? ps->rate_window : -1, pc->max_slowdown_ppm);
         if (now - r->clean_at > SRV_PACE_CLEAN_EVERY_S && limit < SRV_PACE_CLEAN_MIN_S)
             limit = SRV_PACE_CLEAN_MIN_S; /* a yield long enough to re-measure r0 */
-    } else if (pc->no_yield) {
-        limit = srv_pace_yield_share(p->step_s, pc->share_ppm);
-    } else {
-        limit = t->yield_ms < 0 ? 0 : t->yield_ms / 1000.0;
+        return limit;
     }
-    ps->waiting_for_serving = limit > 0 && serving_active(t);
-    pthread_mutex_unlock(&t->mu);
+    if (pc->no_yield)
+        return srv_pace_yield_share(step_s, pc->share_ppm);
+    return t->yield_ms < 0 ? 0 : t->yield_ms / 1000.0;
+}
 
-    /* yield: the wait ends after `limit`, when serving goes quiet, or on cancel. The clean
-     * rate counts from the end of the first decode step that ends in the yield: that step
-     * began during the window (on two CPU cores one took seconds), so it is not clean. */
+/* The yield itself (t->mu not held): it ends after `limit`, when serving goes quiet, or on
+ * cancel; then, under t->mu, the time yielded and serving's clean rate go on record. The
+ * clean rate counts from the end of the first decode step that ends in the yield: that step
+ * began during the window (on two CPU cores one took seconds), so it is not clean. */
+static void yield_to_serving(struct srv_trainer *t, struct record *r, double limit)
+{
+    struct srv_train_pace_stats *ps = &r->info.pace;
     double t0 = srv_now_mono();
     long long tok_w = atomic_load(&t->act->decode_tokens), tok0 = -1, us0 = 0;
     while (limit > 0 && serving_active(t) && !atomic_load(&r->cancel) &&
@@ -255,7 +256,7 @@ static void on_progress(void *user, const struct lt_train_progress *p)
     pthread_mutex_lock(&t->mu);
     ps->waiting_for_serving = false;
     if (waited > 0.001) {
-        ti->yielded_s += waited;
+        r->info.yielded_s += waited;
         ps->yielded_ms += waited * 1e3;
     }
     if (dtok > 0 && dus > 0) { /* serving decoded with no window: the clean rate */
@@ -266,6 +267,21 @@ static void on_progress(void *user, const struct lt_train_progress *p)
     }
     window_begin(t, r);
     pthread_mutex_unlock(&t->mu);
+}
+
+/* On the job's thread, after every optimizer step (a window): records it, then yields to
+ * serving for as long as the job's pacing says, and starts the next window. */
+static void on_progress(void *user, const struct lt_train_progress *p)
+{
+    struct record *r = user;
+    struct srv_trainer *t = r->t;
+    double now = srv_now_mono();
+    pthread_mutex_lock(&t->mu);
+    record_step(t, r, p, now);
+    double limit = yield_limit(t, r, p->step_s, now);
+    r->info.pace.waiting_for_serving = limit > 0 && serving_active(t);
+    pthread_mutex_unlock(&t->mu);
+    yield_to_serving(t, r, limit);
 }
 
 static void *watch_main(void *arg)
