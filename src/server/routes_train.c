@@ -50,7 +50,7 @@ static json_t *pace_json(const struct srv_train_info *ti)
                                         "tokens_per_s", ps->epoch_tokens_per_s[i]));
     return json_pack(
         "{s:o,s:o,s:b,s:s,"
-        "s:I,s:I,s:{s:f,s:f,s:f},s:f,"
+        "s:I,s:I,s:{s:f,s:f,s:f,s:f},s:f,"
         "s:{s:o,s:o},"
         "s:{s:I,s:o,s:I},"
         "s:b,s:o,s:i,s:i,s:i,s:i}",
@@ -65,7 +65,7 @@ static json_t *pace_json(const struct srv_train_info *ti)
                                  : "yield",
         "windows", (json_int_t)ps->windows, "windows_busy", (json_int_t)ps->windows_busy,
         "window_ms", "last", ps->window_ms_last, "p95", ps->window_ms_p95, "max", ps->window_ms_max,
-        "yielded_ms", ps->yielded_ms, "serving_tokens_per_ms", "without_window",
+        "total", ps->window_ms_total, "yielded_ms", ps->yielded_ms, "serving_tokens_per_ms", "without_window",
         ps->rate_clean > 0 ? json_real(ps->rate_clean) : json_null(), "with_window",
         ps->rate_window > 0 ? json_real(ps->rate_window) : json_null(), "slowdown", "requests",
         (json_int_t)ps->n_overlapped, "percent_histogram", hist, "max_ppm",

@@ -180,6 +180,7 @@ struct srv_train_pacing {
 struct srv_train_pace_stats {
     int64_t windows, windows_busy; /* windows taken; those during which serving decoded */
     double window_ms_last, window_ms_p95, window_ms_max;
+    double window_ms_total;               /* all windows' time */
     double yielded_ms;                    /* total time waited between windows */
     double rate_clean, rate_window;       /* tokens/ms without and with a window; 0: not yet */
     int64_t n_overlapped;                 /* requests that overlapped a window */

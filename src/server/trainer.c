@@ -161,6 +161,7 @@ static void window_end(struct srv_trainer *t, struct record *r, double d_s)
     r->win_ms[r->n_win++ % 64] = ms;
     ps->windows++;
     ps->window_ms_last = ms;
+    ps->window_ms_total += ms;
     ps->window_ms_max = ms > ps->window_ms_max ? ms : ps->window_ms_max;
     ps->window_ms_p95 = srv_pace_p95(r->win_ms, r->n_win < 64 ? r->n_win : 64);
     if (dtok > 0 && dus > 0) {

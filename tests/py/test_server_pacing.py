@@ -133,9 +133,37 @@ def run_pacing(c, srv):
         c.check(name in m, f"/metrics has {name}")
     c.check(m.get("lathe_train_max_slowdown_ppm") == BOUND, "the bound in /metrics")
     cancel(srv)
+    run_share(c, srv)
     chat.stop_flag.set()
     chat.join(timeout=60)
     c.check(not chat.errors, f"chat errors: {chat.errors[:5]}")
+
+
+def run_share(c, srv):
+    """A plain share (yield false, share_ppm 500000) while the chat goes on: training takes
+    half of the time, window time over window plus yield time within 10% of 0.5."""
+    job = {"text": TEXT, "window": 32, "epochs": 4, "rank": 4, "out": "share.gguf",
+           "yield": False, "share_ppm": 500000}
+    r = srv.post("/train", job)
+    c.check(r.status_code == 200, f"share job: {r.status_code} {r.text}")
+    t0 = time.time()
+    j = srv.get("/train").json()
+    while time.time() - t0 < 90:
+        j = srv.get("/train").json()
+        if j["pacing"]["windows"] >= 4 or j["state"] not in ("starting", "running"):
+            break
+        time.sleep(0.25)
+    p = j["pacing"]
+    # yielded_ms counts finished yields: in a yield now, the last window's is not in yet
+    win = p["window_ms"]["total"] - (p["window_ms"]["last"] if p["waiting_for_serving"] else 0)
+    yielded = p["yielded_ms"]
+    frac = win / (win + yielded) if win + yielded > 0 else 0.0
+    print(f"share 500000: {p['windows']} windows, {win / 1e3:.1f} s training, "
+          f"{yielded / 1e3:.1f} s yielded: training's share {frac:.3f}", flush=True)
+    c.check(p["mode"] == "share" and p["share_ppm"] == 500000, f"share mode: {p}")
+    c.check(p["windows"] >= 3, f"the share job progresses: {p['windows']} windows")
+    c.check(abs(frac - 0.5) <= 0.05, f"training's share of the time {frac:.3f}, asked 0.5")
+    cancel(srv)
 
 
 def main():
