@@ -75,6 +75,7 @@ struct eng_slot {
     double t_last;        /* when its last token was produced */
     /* eng_activity's totals when the slot started, to measure its life's decode rate */
     long long act_tokens0, act_us0, act_windows0;
+    double act_t0; /* when it started decoding (srv_now_mono) */
     bool act_overlap; /* a training window ran at some point of its life */
 };
 

@@ -176,7 +176,7 @@ struct srv_train_pacing {
 #define SRV_PACE_HIST 101 /* slowdown histogram buckets: whole percent 0..100 */
 
 /* What the job's pacing has seen (the trainer's, under its lock). Rates are serving's
- * decode tokens per ms of decode steps. */
+ * decode tokens per wall-clock ms. */
 struct srv_train_pace_stats {
     int64_t windows, windows_busy; /* windows taken; those during which serving decoded */
     double window_ms_last, window_ms_p95, window_ms_max;

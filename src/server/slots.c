@@ -44,18 +44,19 @@ static void queued_end(struct engine *e, struct srv_gen *g, enum srv_finish why,
 }
 
 /* A request that overlapped a training window leaves serving's decode rate over its life
- * (tokens per ms of decode steps) for the trainer, which compares it with the clean rate. */
+ * (tokens decoded per wall-clock ms: what its client sees, prefills and waits included) for
+ * the trainer, which compares it with the clean rate. */
 static void act_note_end(struct eng_activity *a, const struct eng_slot *sl)
 {
     bool overlap =
         sl->act_overlap || atomic_load(&a->window) || atomic_load(&a->windows) != sl->act_windows0;
     long long dt = atomic_load(&a->decode_tokens) - sl->act_tokens0;
-    long long dus = atomic_load(&a->decode_us) - sl->act_us0;
-    if (!overlap || dt <= 0 || dus <= 0)
+    double ms = (srv_now_mono() - sl->act_t0) * 1e3;
+    if (!overlap || dt <= 0 || ms <= 0)
         return;
     pthread_mutex_lock(&a->ring_mu);
     if (a->n_ring < ENG_ACT_RING)
-        a->ring[a->n_ring++] = (double)dt / (dus * 1e-3);
+        a->ring[a->n_ring++] = (double)dt / ms;
     pthread_mutex_unlock(&a->ring_mu);
 }
 
@@ -120,6 +121,7 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     es->last_used = srv_now_mono();
     sl->act_tokens0 = atomic_load(&e->act.decode_tokens);
     sl->act_us0 = atomic_load(&e->act.decode_us);
+    sl->act_t0 = srv_now_mono();
     sl->act_windows0 = atomic_load(&e->act.windows);
     sl->act_overlap = atomic_load(&e->act.window) != 0;
     atomic_fetch_add(&e->act.busy, 1);

@@ -4,8 +4,10 @@
  * Windows and yields. The job reports progress after every optimizer step, on its own
  * thread; a step is a window, and the callback here yields to serving before the next one
  * starts. How long is the job's pacing (struct srv_train_pacing):
- *   - max_slowdown_ppm: a bound on serving's slowdown. Serving's decode rate (tokens per ms
- *     of decode steps, eng_activity's totals) is measured during windows (r_w) and during
+ *   - max_slowdown_ppm: a bound on serving's slowdown. Serving's decode rate (tokens decoded
+ *     per wall-clock ms, from eng_activity's totals: a step that waited for the device or a
+ *     prefill slowed by training costs it as a slower step does, as the clients see it) is
+ *     measured during windows (r_w) and during
  *     yields (r0, the clean rate, re-measured at least every SRV_PACE_CLEAN_EVERY_S), and the
  *     yield is srv_pace_yield_bound of the window's length (pacing.c). Windows run while
  *     serving is busy: the bound decides, not idleness, and --train-yield-ms does not cap it
@@ -164,10 +166,12 @@ static void window_end(struct srv_trainer *t, struct record *r, double d_s)
     ps->window_ms_total += ms;
     ps->window_ms_max = ms > ps->window_ms_max ? ms : ps->window_ms_max;
     ps->window_ms_p95 = srv_pace_p95(r->win_ms, r->n_win < 64 ? r->n_win : 64);
-    if (dtok > 0 && dus > 0) {
+    if (dtok > 0 && dus > 0 && ms > 0) {
+        /* over the window's wall-clock time: a decode step that waited for the device, or a
+         * prefill the window slowed, costs serving as much as a slower step does */
         ps->windows_busy++;
         r->rw_tok = r->rw_tok * SRV_PACE_DECAY + (double)dtok;
-        r->rw_ms = r->rw_ms * SRV_PACE_DECAY + (double)dus * 1e-3;
+        r->rw_ms = r->rw_ms * SRV_PACE_DECAY + ms;
         ps->rate_window = r->rw_tok / r->rw_ms;
     }
 }
@@ -240,29 +244,29 @@ static double yield_limit(struct srv_trainer *t, struct record *r, double step_s
 static void yield_to_serving(struct srv_trainer *t, struct record *r, double limit)
 {
     struct srv_train_pace_stats *ps = &r->info.pace;
-    double t0 = srv_now_mono();
-    long long tok_w = atomic_load(&t->act->decode_tokens), tok0 = -1, us0 = 0;
+    double t0 = srv_now_mono(), t_tok0 = 0;
+    long long tok_w = atomic_load(&t->act->decode_tokens), tok0 = -1;
     while (limit > 0 && serving_active(t) && !atomic_load(&r->cancel) &&
            srv_now_mono() - t0 < limit) {
         struct timespec ts = {0, 2 * 1000 * 1000};
         nanosleep(&ts, NULL);
         if (tok0 < 0 && atomic_load(&t->act->decode_tokens) != tok_w) {
             tok0 = atomic_load(&t->act->decode_tokens);
-            us0 = atomic_load(&t->act->decode_us);
+            t_tok0 = srv_now_mono();
         }
     }
     double t1 = srv_now_mono(), waited = t1 - t0;
     long long dtok = tok0 < 0 ? 0 : atomic_load(&t->act->decode_tokens) - tok0;
-    long long dus = tok0 < 0 ? 0 : atomic_load(&t->act->decode_us) - us0;
+    double dms = tok0 < 0 ? 0 : (t1 - t_tok0) * 1e3; /* wall-clock, as the window's rate */
     pthread_mutex_lock(&t->mu);
     ps->waiting_for_serving = false;
     if (waited > 0.001) {
         r->info.yielded_s += waited;
         ps->yielded_ms += waited * 1e3;
     }
-    if (dtok > 0 && dus > 0) { /* serving decoded with no window: the clean rate */
+    if (dtok > 0 && dms > 0) { /* serving decoded with no window: the clean rate */
         r->r0_tok = r->r0_tok * SRV_PACE_DECAY + (double)dtok;
-        r->r0_ms = r->r0_ms * SRV_PACE_DECAY + (double)dus * 1e-3;
+        r->r0_ms = r->r0_ms * SRV_PACE_DECAY + dms;
         ps->rate_clean = r->r0_tok / r->r0_ms;
         r->clean_at = t1;
     }
