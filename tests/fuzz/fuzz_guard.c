@@ -3,7 +3,7 @@
  * and Access-Control-Request-Headers (a missing field is an absent header). Whatever they
  * hold, the guard either admits the request or answers it with 204, 401, 403 or 415 in
  * OpenAI's error shape (204 without a body); it admits nothing without the key once keys
- * are set, except /health and a preflight. */
+ * are set, except /health, a preflight and the web page (GET or HEAD /). */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -81,7 +81,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!admitted)
             check_answer(&rs);
         bool health = !strcmp(rq.path, "/health") || !strcmp(rq.path, "/v1/health");
-        if (g && admitted && !health &&
+        /* the web page (GET or HEAD /) opens without a key: it holds no data, and a browser
+         * cannot send one to open it (guard.c); its own API calls need the key */
+        bool page = !strcmp(rq.path, "/") &&
+                    (!strcmp(rq.method, "GET") || !strcmp(rq.method, "HEAD"));
+        if (g && admitted && !health && !page &&
             (!rq.authorization || !strstr(rq.authorization, "sk-fuzz-key")))
             abort(); /* admitted without the key */
         srv_guard_cors(guard, &rq, &rs);
