@@ -266,6 +266,22 @@ static void unmark_penalties(struct lt_sampler *s, const lt_token *history, size
             s->pen_bits[(size_t)history[i] >> 6] = 0;
 }
 
+/* Logit i as the filters see it: penalised when the window marked it, divided by temp
+ * unless temp is 1 (the greedy pick passes 1). false (lt_fail) for a NaN. */
+static inline bool logit_at(const struct lt_sampler *s, const float *logits, size_t i, bool marked,
+                            float temp, float *v)
+{
+    float x = logits[i];
+    if (x != x) {
+        lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", i);
+        return false;
+    }
+    if (marked && pen_bit(s->pen_bits, i))
+        x = s->adj[i];
+    *v = temp != 1.0f ? x / temp : x;
+    return true;
+}
+
 /* The largest (penalised) logit, the lowest id among equals. */
 static lt_status pick_greedy(const struct lt_sampler *s, const float *logits, size_t n_vocab,
                              bool marked, lt_token *out)
@@ -274,11 +290,9 @@ static lt_status pick_greedy(const struct lt_sampler *s, const float *logits, si
     float bv = -INFINITY;
     bool any = false;
     for (size_t i = 0; i < n_vocab; i++) {
-        float v = logits[i];
-        if (v != v)
-            return lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", i);
-        if (marked && pen_bit(s->pen_bits, i))
-            v = s->adj[i];
+        float v;
+        if (!logit_at(s, logits, i, marked, 1.0f, &v))
+            return LT_ERR_INVALID;
         if (!any || v > bv) {
             best = i;
             bv = v;
@@ -314,13 +328,9 @@ static lt_status top_k_pass(struct lt_sampler *s, const float *logits, size_t n_
     const float temp = s->params.temperature;
     size_t n = 0;
     for (size_t i = 0; i < n_vocab; i++) {
-        float v = logits[i];
-        if (v != v)
-            return lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", i);
-        if (marked && pen_bit(s->pen_bits, i))
-            v = s->adj[i];
-        if (temp != 1.0f)
-            v /= temp;
+        float v;
+        if (!logit_at(s, logits, i, marked, temp, &v))
+            return LT_ERR_INVALID;
         const struct lt_sampler_cand c = {.logit = v, .id = (lt_token)i};
         if (n < k) {
             h[n++] = c;
@@ -345,13 +355,9 @@ static lt_status draw_whole(struct lt_sampler *s, const float *logits, size_t n_
     const float temp = s->params.temperature;
     float *e = s->adj, m = -INFINITY;
     for (size_t i = 0; i < n_vocab; i++) {
-        float v = logits[i];
-        if (v != v)
-            return lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", i);
-        if (marked && pen_bit(s->pen_bits, i))
-            v = e[i];
-        if (temp != 1.0f)
-            v /= temp;
+        float v; /* reads e[i] (s->adj) before it is overwritten */
+        if (!logit_at(s, logits, i, marked, temp, &v))
+            return LT_ERR_INVALID;
         e[i] = v;
         m = v > m ? v : m;
     }
@@ -400,13 +406,9 @@ lt_status lt_sampler_sample(struct lt_sampler *s, const float *logits, size_t n_
         st = top_k_pass(s, logits, n_vocab, marked, n);
     } else {
         for (size_t i = 0; i < n_vocab && st == LT_OK; i++) {
-            float v = logits[i];
-            if (isnan(v))
-                st = lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", i);
-            if (marked && pen_bit(s->pen_bits, i))
-                v = s->adj[i];
-            c[i] = (struct lt_sampler_cand){.logit = p->temperature != 1.0f ? v / p->temperature : v,
-                                            .id = (lt_token)i};
+            float v = 0;
+            st = logit_at(s, logits, i, marked, p->temperature, &v) ? LT_OK : LT_ERR_INVALID;
+            c[i] = (struct lt_sampler_cand){.logit = v, .id = (lt_token)i};
         }
     }
     if (st != LT_OK)
