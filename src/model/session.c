@@ -503,7 +503,9 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
 {
     struct lt_session *s = sp->s;
     int64_t N = sp->n, S = sp->decode ? sp->n : 1; /* decode: one token a sequence */
-    int64_t n_iv = N > S ? N : S, n_mask = sp->decode ? (int64_t)sp->n_kv * S : 0;
+    /* the mask only when a node reads it (a kept step reading the cache itself does not) */
+    int64_t n_iv = N > S ? N : S,
+            n_mask = sp->decode && bt->mask->data ? (int64_t)sp->n_kv * S : 0;
     int32_t *iv = malloc(sizeof(int32_t) * (size_t)n_iv);
     float *mv = n_mask ? malloc(sizeof(float) * (size_t)n_mask) : NULL;
     lt_status st = LT_OK;
@@ -521,12 +523,11 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
         goto out;
     for (int64_t i = 0; i < S; i++) {
         iv[i] = sp->seqs[i];
-        for (int64_t j = 0; j < sp->n_kv; j++)
+        for (int64_t j = 0; j < (n_mask ? sp->n_kv : 0); j++)
             mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
     }
     if ((bt->seq_ids->data && (st = set_i32(bt->seq_ids, iv, S)) != LT_OK) ||
-        (bt->mask->data &&
-         (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK))
+        (n_mask && (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK))
         goto out;
     if (bt->kv_rows && bt->kv_rows->data) {
         for (int64_t i = 0; i < S; i++)
