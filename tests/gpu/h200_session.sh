@@ -441,6 +441,34 @@ phase_trainspeed() {
     cat "$out/bench/bench_train.md" 2>/dev/null
 }
 
+# tprof: lathe alone at 16x512 (bench_train.sh with PEER=none, full and LoRA), then each job
+# again under LATHE_CUDA_PROFILE=2 (device time by op, then by node kind: op, name, sources)
+phase_tprof() {
+    OUT=$out/bench PEER=none BUDGET=$(($(left) - 100)) SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} \
+        TIMEOUT=60 LATHE=$L bash bench/bench_train.sh >"$out/bench_train_stdout.log" 2>&1
+    row "bench/bench_train.sh (PEER=none)" "rc $?"
+    local txt job args
+    txt=$(ls $W/bench_text_16x512.txt 2>/dev/null)
+    for job in full lora; do
+        [ -n "$txt" ] && [ "$(left)" -gt 40 ] || break
+        args="--full --lr 1e-5"
+        [ $job = lora ] && args="--rank 16 --alpha 32 --lr 1e-4 --targets attn_q,attn_k,attn_v,attn_output,attn_qkv,attn_gate,ssm_out,ffn_gate,ffn_up,ffn_down"
+        LATHE_CUDA_PROFILE=2 timeout $(($(left) / 2)) $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/prof-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            $args >"$out/tprof_$job.log" 2>&1
+        row "$job 16x512 under LATHE_CUDA_PROFILE=2" "rc $?"
+    done
+    echo "==== tprof details"
+    cat "$out/bench/bench_train.md" 2>/dev/null
+    for job in full lora; do
+        echo "---- $job"
+        grep -E "trained|micro-batch" "$out/tprof_$job.log" | head -3
+        grep -E "profile:" "$out/tprof_$job.log"
+        grep -E "^[A-Z_]+ +[0-9]" "$out/tprof_$job.log" | sort -k3 -n -r | head -14
+        sed -n '/by node kind/,$p' "$out/tprof_$job.log" | head -${KINDS:-45} | cut -c1-200
+    done
+}
+
 # dnback: the chunked DeltaNet backward: its conformance cases, check-ref of the tiny
 # Qwen3.5 golden on CUDA, the CUDA training jobs, then phase trainspeed's bench and profile
 # (PEER=none skips HF there)
@@ -452,7 +480,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tprof]=200 [servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

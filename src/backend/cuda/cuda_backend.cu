@@ -316,15 +316,50 @@ static bool sources_on_device(struct lt_backend *be, const struct lt_tensor *nod
  * freed. The events and the synchronisation cost time themselves: use it to find where time
  * goes, not to measure speed. */
 #define CU_PROFILE_EVENTS 8192
+/* LATHE_CUDA_PROFILE=2 also sums by node kind: the op, the node's name without its layer
+ * number, and the sources' types and shapes (which product, which copy), printed by device
+ * time, the first CU_PROFILE_KINDS kinds kept */
+#define CU_PROFILE_KINDS 1024
+#define CU_PROFILE_KIND_LEN 160
 
 struct cu_profile {
     cudaEvent_t ev[2 * CU_PROFILE_EVENTS];
     enum lt_op op[CU_PROFILE_EVENTS];
+    int kind[CU_PROFILE_EVENTS]; /* -1: not kept */
     double gpu_ms[LT_OP_COUNT], host_ms[LT_OP_COUNT];
     long count[LT_OP_COUNT];
     long calls;
     double wall_ms;
+    bool by_kind;
+    int n_kinds;
+    char kind_name[CU_PROFILE_KINDS][CU_PROFILE_KIND_LEN];
+    double kind_ms[CU_PROFILE_KINDS];
+    long kind_count[CU_PROFILE_KINDS];
 };
+
+/* the node's kind (LATHE_CUDA_PROFILE=2): "OP name-without-digits <- type[ne..] ..." */
+static int profile_kind(struct cu_profile *p, const struct lt_tensor *node)
+{
+    char key[CU_PROFILE_KIND_LEN];
+    int n = snprintf(key, sizeof(key), "%s ", lt_op_name(node->op));
+    for (const char *s = node->name; *s && n < (int)sizeof(key) - 1; s++)
+        if (!isdigit((unsigned char)*s))
+            key[n++] = *s;
+    key[n] = '\0';
+    for (int i = 0; i < LT_MAX_SRC && node->src[i] && n < (int)sizeof(key) - 1; i++) {
+        const struct lt_tensor *t = node->src[i];
+        n += snprintf(key + n, sizeof(key) - (size_t)n, " %s%s[%lld,%lld,%lld,%lld]",
+                      lt_type_name(t->type), lt_is_contiguous(t) ? "" : "~", (long long)t->ne[0],
+                      (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
+    }
+    for (int i = 0; i < p->n_kinds; i++)
+        if (strcmp(p->kind_name[i], key) == 0)
+            return i;
+    if (p->n_kinds == CU_PROFILE_KINDS)
+        return -1;
+    snprintf(p->kind_name[p->n_kinds], CU_PROFILE_KIND_LEN, "%s", key);
+    return p->n_kinds++;
+}
 
 static double host_ms_now(void)
 {
@@ -336,11 +371,12 @@ static double host_ms_now(void)
 static void profile_new(struct cuda_ctx *c)
 {
     const char *env = getenv("LATHE_CUDA_PROFILE");
-    if (!env || strcmp(env, "1") != 0)
+    if (!env || (strcmp(env, "1") != 0 && strcmp(env, "2") != 0))
         return;
     struct cu_profile *p = (struct cu_profile *)calloc(1, sizeof(*p));
     if (!p)
         return;
+    p->by_kind = env[0] == '2';
     for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
         if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
             (void)cudaGetLastError();
@@ -361,9 +397,13 @@ static void profile_collect(struct cuda_ctx *c, int n)
     }
     for (int i = 0; i < n; i++) {
         float ms = 0;
-        if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess)
+        if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess) {
             p->gpu_ms[p->op[i]] += ms;
-        else
+            if (p->by_kind && p->kind[i] >= 0) {
+                p->kind_ms[p->kind[i]] += ms;
+                p->kind_count[p->kind[i]]++;
+            }
+        } else
             (void)cudaGetLastError();
     }
 }
@@ -385,6 +425,21 @@ static void profile_print(struct cuda_ctx *c)
             fprintf(stderr, "%-16s %9ld %10.2f %9.2f %10.2f %9.2f\n", lt_op_name((enum lt_op)op),
                     p->count[op], p->gpu_ms[op], 1e3 * p->gpu_ms[op] / (double)p->count[op],
                     p->host_ms[op], 1e3 * p->host_ms[op] / (double)p->count[op]);
+    if (p->by_kind) { /* the 60 costliest kinds, by selection (printed once) */
+        fprintf(stderr, "%s profile by node kind (%d kinds):\n%10s %8s %9s  kind\n", c->name,
+                p->n_kinds, "device ms", "nodes", "us/node");
+        for (int r = 0; r < 60; r++) {
+            int best = -1;
+            for (int i = 0; i < p->n_kinds; i++)
+                if (p->kind_count[i] >= 0 && (best < 0 || p->kind_ms[i] > p->kind_ms[best]))
+                    best = i;
+            if (best < 0 || p->kind_count[best] == 0)
+                break;
+            fprintf(stderr, "%10.2f %8ld %9.2f  %s\n", p->kind_ms[best], p->kind_count[best],
+                    1e3 * p->kind_ms[best] / (double)p->kind_count[best], p->kind_name[best]);
+            p->kind_count[best] = -1;
+        }
+    }
     for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
         cudaEventDestroy(p->ev[i]);
     free(p);
@@ -426,6 +481,7 @@ static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nod
             return st;
         if (prof) {
             cudaEventRecord(prof->ev[2 * n_prof + 1], c->stream);
+            prof->kind[n_prof] = prof->by_kind ? profile_kind(prof, node) : -1;
             prof->op[n_prof++] = node->op;
             prof->count[node->op]++;
             prof->host_ms[node->op] += host_ms_now() - t_node;
