@@ -21,7 +21,9 @@
  *
  * A second table times lathe alone on quantised weights (Q8_0, Q4_K, Q6_K; random blocks
  * with small scales), which have no cuBLAS peer: the effective weight bandwidth shows how
- * far decode is from reading the weights once.
+ * far decode is from reading the weights once. Q8_0 with 1, 2 and 8 tokens runs mmvq (int8
+ * activations, __dp4a) by default; LATHE_CUDA_MMVQ=0 in the environment times the
+ * F32-activation mmv kernel instead, for comparison (the switch is read once a process).
  * Usage: bench_matmul [repetitions]. Exits 77 without a GPU. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -337,16 +339,25 @@ int main(int argc, char **argv)
             failed += !bench_one(cuda, blas, sh, token_counts[t], w_host, reps);
         free(w_host);
     }
-    printf("\nquantised weights through lathe (mmv for N <= 8, else dequantised F16 tiles + "
-           "cuBLAS), median of %d\n",
+    const char *mmvq_env = getenv("LATHE_CUDA_MMVQ");
+    const int mmvq_on = !(mmvq_env && strcmp(mmvq_env, "0") == 0);
+    printf("\nquantised weights through lathe (mmv for N <= 8, %s; else dequantised F16 "
+           "tiles + cuBLAS), median of %d\n",
+           mmvq_on ? "Q8_0 through mmvq (int8 activations)"
+                   : "Q8_0 with F32 activations (LATHE_CUDA_MMVQ=0)",
            reps);
     printf("%-6s %-22s %5s  %9s  %8s  %7s\n", "type", "shape", "N", "lathe us", "weight GB/s",
            "TF");
     static const enum lt_type qtypes[] = {LT_TYPE_Q8_0, LT_TYPE_Q4_K, LT_TYPE_Q6_K};
+    static const int64_t qtokens[] = {1, 2, 8, 64}; /* 2 and 8: Q8_0 only (decode batches) */
     for (size_t q = 0; q < sizeof(qtypes) / sizeof(qtypes[0]); q++)
         for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-            for (int64_t n = 1; n <= 64; n *= 64)
+            for (size_t t = 0; t < sizeof(qtokens) / sizeof(qtokens[0]); t++) {
+                const int64_t n = qtokens[t];
+                if (qtypes[q] != LT_TYPE_Q8_0 && n != 1 && n != 64)
+                    continue;
                 failed += !bench_quant(cuda, qtypes[q], &shapes[i], n, reps);
+            }
     cublasDestroy(blas);
     lt_backend_free(cuda);
     return failed ? 1 : 0;

@@ -35,16 +35,27 @@
  * quantised weights have no cheaper path (dequantising a whole Q8_0 head into scratch costs
  * more than mmv's 1.0 ms).
  *
+ * Q8_0 (and Q4_0, Q5_0) weights on that path go further by default (mmvq.cu): b's columns
+ * are quantised once to int8 blocks of 32 (the CPU's LATHE_MATMUL_DOT=int8 rounding, bit
+ * for bit) and each output is a sum of __dp4a integer dots scaled once per block, as
+ * llama.cpp's mmvq does: 1.25 bytes of activation an element to read per weight row
+ * instead of 4, four multiply-adds an instruction. It rounds the activations (error
+ * bounded in core/quant_dot.h, ~1e-5 normalised for random data); LATHE_CUDA_MMVQ=0 keeps
+ * the F32-activation mmv kernels, and so does a node autodiff differentiates (node->grad),
+ * as on the CPU.
+ *
  * Batches: for each i3, one strided-batched product over i2 when r2 == 1; when r2 > 1 the
  * r2 b slices of a head are folded into one product of N * r2 columns where they lie at
  * one stride (decode, or a converted b), else one strided-batched product per a head with
- * A's stride 0. The plan is a pure function of the node, so the precondition and the
- * launcher make the same one. */
+ * A's stride 0. The plan, the choice of mmv and mmvq included, is a pure function of the
+ * node (and of LATHE_CUDA_MMVQ, read once), so the precondition and the launcher make the
+ * same one. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/mmvq.cuh"
 #include "backend/cuda/quant.cuh"
 
 static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
@@ -52,6 +63,7 @@ static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
 #define MMV_HALF_MAX_BYTES ((int64_t)32 << 20)
+static_assert(MMV_MAX_N <= CU_MMVQ_MAX_N, "mmvq takes every column count mmv does");
 
 struct cu_mm_plan {
     int64_t K, M, N, A2, A3, B2, B3, r2, r3;
@@ -65,6 +77,8 @@ struct cu_mm_plan {
     int64_t ldb, sb2, sb3; /* in elements, of b or of its converted copy */
     bool fold;             /* the r2 b slices of a head lie at one stride */
     int64_t tile;          /* rows of a per converted tile */
+    bool mmv;              /* few columns: our own kernel, not cuBLAS (use_mmv) */
+    bool mmvq;             /* of which Q8_0 / Q4_0 / Q5_0 a meets int8 activations (mmvq.cu) */
 };
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -92,6 +106,15 @@ static bool direct_ld(int64_t rows, int64_t cols, size_t s0, size_t s1, size_t e
         return fits_int(*ld);
     }
     return false;
+}
+
+/* few columns (see the file comment): a's shape and type only, never its data */
+static bool use_mmv(const struct lt_tensor *a, const struct lt_tensor *b, const struct cu_mm_plan *p)
+{
+    if (p->N > MMV_MAX_N || a->type == LT_TYPE_F32 || b->type != LT_TYPE_F32)
+        return false;
+    return lt_type_traits(a->type)->is_quantized ||
+           p->K * p->M * p->A2 * p->A3 * 2 <= MMV_HALF_MAX_BYTES;
 }
 
 static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
@@ -154,6 +177,11 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
     }
     p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N &&
               (p->N == 1 ? p->sb2 == p->ldb : p->sb2 == p->N * p->ldb) && fits_int(p->N * p->r2);
+    p->mmv = use_mmv(a, b, p);
+    /* a node autodiff differentiates keeps F32 activations, as on the CPU (src/ops/matmul.c:
+     * its loss and gradients are the F32 ones; a forward piecewise constant in b would
+     * defeat finite differences) */
+    p->mmvq = p->mmv && !node->grad && cu_mmvq_takes(a->type, p->K);
     return true;
 }
 
@@ -521,14 +549,6 @@ static void mmv_q8_0_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, cons
         mmv_q8_0_kernel<8><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
 }
 
-static bool use_mmv(const struct lt_tensor *a, const struct lt_tensor *b, const struct cu_mm_plan *p)
-{
-    if (p->N > MMV_MAX_N || a->type == LT_TYPE_F32 || b->type != LT_TYPE_F32)
-        return false;
-    return lt_type_traits(a->type)->is_quantized ||
-           p->K * p->M * p->A2 * p->A3 * 2 <= MMV_HALF_MAX_BYTES;
-}
-
 template <int TYPE, bool VEC>
 static void mmv_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
                        const struct cu_t &bv, float *dst)
@@ -594,7 +614,9 @@ lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     if (p.K == 0)
         return cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
                         "zeroing an empty product");
-    if (use_mmv(a, b, &p))
+    if (p.mmvq)
+        return cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3);
+    if (p.mmv)
         return run_mmv(c, &p, a, b, (float *)node->data);
     const char *bbase = (const char *)b->data;
     if (!p.b_direct) {
