@@ -271,6 +271,11 @@ void lt_linear_cross_entropy_set_chunk(struct lt_tensor *r, int32_t tokens);
  * (b's shape). Used to send a gradient into a view of a larger tensor. */
 struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,
                          size_t nb2, size_t nb3, size_t offset);
+/* lt_acc written into a's own storage (the result is a view of a, as CPY's is of its
+ * destination): for a contiguous F32 a that nothing else reads afterwards, the gradient
+ * accumulator autodiff builds for a tensor with several views. Saves copying a whole. */
+struct lt_tensor *lt_acc_inplace(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                 size_t nb1, size_t nb2, size_t nb3, size_t offset);
 /* The adjoint of lt_repeat: a summed down to like's shape (lt_can_repeat(like, a)), F32. */
 struct lt_tensor *lt_repeat_back(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like);
 /* The adjoint of lt_get_rows: F32 zeros of like's shape [n, rows, ne2, ne3] with the rows

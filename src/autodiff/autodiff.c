@@ -14,6 +14,9 @@
 struct lt_autodiff {
     struct lt_ctx *ctx;
     struct lt_ptrmap wants; /* tensor -> 1 when it needs a gradient */
+    /* tensor -> 1 while its gradient is an accumulator no other tensor reads (made by a
+     * view's rule from a fresh zero or a fresh ACC), so the next view may add in place */
+    struct lt_ptrmap owned;
 };
 
 struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad) { return ad->ctx; }
@@ -60,7 +63,19 @@ lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_ten
     }
     lt_format_name(sum, "grad for %s", src->name);
     src->grad = sum;
+    lt_ptrmap_set(&ad->owned, src, 0); /* sum may be another tensor's gradient too */
     return LT_OK;
+}
+
+bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src)
+{
+    return src->grad && lt_ptrmap_get(&ad->owned, src, 0) == 1;
+}
+
+void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)
+{
+    src->grad = grad;
+    lt_ptrmap_set(&ad->owned, src, 1);
 }
 
 static void mark_wants(struct lt_autodiff *ad, struct lt_graph *g)
@@ -118,6 +133,10 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
                        (long long)lt_nelements(loss));
     if (!lt_ptrmap_init(&ad.wants, (size_t)(g->n_nodes + g->n_leafs) * 4 + 16))
         return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+    if (!lt_ptrmap_init(&ad.owned, (size_t)(g->n_nodes + g->n_leafs) * 4 + 16)) {
+        lt_ptrmap_free(&ad.wants);
+        return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+    }
     /* gradients from an earlier build over the same tensors (a second job on the same
      * weights) belong to a graph that may be gone: start from none */
     for (int i = 0; i < g->n_leafs; i++)
@@ -165,5 +184,6 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
     name_backward_nodes(g, n_forward);
 out_free_map:
     lt_ptrmap_free(&ad.wants);
+    lt_ptrmap_free(&ad.owned);
     return st;
 }

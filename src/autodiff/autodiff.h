@@ -20,6 +20,11 @@ bool lt_ad_wants(struct lt_autodiff *ad, const struct lt_tensor *src);
 /* src->grad += grad. grad must have src's shape; NULL grad (a constructor failed) is
  * reported as an error naming src. */
 lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
+/* Is src's gradient so far an accumulator that only src's later contributions read (set
+ * by lt_ad_set_owned_grad, cleared by lt_ad_add)? A rule may then add into it in place. */
+bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src);
+/* src->grad = grad, a tensor made for src alone (a fresh zero, or an ACC into one) */
+void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
 /* t itself when contiguous, otherwise a CONT copy of it. */
 struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t);
 

@@ -362,7 +362,7 @@ static void acc_forward(const struct lt_compute_params *p, struct lt_tensor *nod
                  nb3 = get_param_size(node, 4), offset = get_param_size(node, 6);
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) {
+    for (int64_t r = lo; r < hi && a->data != node->data; r++) { /* in place: a is there */
         int64_t i1, i2, i3;
         row_index(node, r, &i1, &i2, &i3);
         lt_row_to_f32(a, i1, i2, i3, (float *)node->data + r * node->ne[0]);
@@ -458,6 +458,29 @@ struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
     set_param_size(t, 2, nb2);
     set_param_size(t, 4, nb3);
     set_param_size(t, 6, offset);
+    return t;
+}
+
+struct lt_tensor *lt_acc_inplace(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                 size_t nb1, size_t nb2, size_t nb3, size_t offset)
+{
+    if (a && (a->type != LT_TYPE_F32 || !lt_is_contiguous(a))) {
+        lt_fail(LT_ERR_INVALID, "ACC in place into '%s' (%s, %s): it takes contiguous f32",
+                a->name, lt_type_name(a->type), lt_layout_name(a));
+        return NULL;
+    }
+    struct lt_tensor *checked = lt_acc(ctx, a, b, nb1, nb2, nb3, offset); /* the checks */
+    if (!checked)
+        return NULL;
+    /* a view of a with a's strides, then made into the ACC node (as lt_cpy does) */
+    struct lt_tensor *t =
+        lt_view_4d(ctx, a, a->ne[0], a->ne[1], a->ne[2], a->ne[3], a->nb[1], a->nb[2], a->nb[3], 0);
+    if (!t)
+        return NULL;
+    t->op = LT_OP_ACC;
+    t->src[0] = a;
+    t->src[1] = b;
+    memcpy(t->op_params, checked->op_params, sizeof(t->op_params));
     return t;
 }
 

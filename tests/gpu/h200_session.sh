@@ -278,8 +278,8 @@ checkref_tiny() {
 }
 
 phase_decode() {
-    timeout 200 $b/tests/gpu_test_cuda_conformance copies nn matmul recurrent >"$out/conf_decode.log" 2>&1
-    row "conformance: copies nn matmul recurrent" "rc $? $(passed "$out/conf_decode.log")"
+    timeout 200 $b/tests/gpu_test_cuda_conformance >"$out/conf_decode.log" 2>&1
+    row "conformance (all groups)" "rc $? $(passed "$out/conf_decode.log")"
     grep -E "^SET_ROWS|^RMS_NORM|^GDN_DECODE|^MUL_MAT|check failed|first mismatch" "$out/conf_decode.log" | head -24
     checkref_tiny "greedy|decode|FAIL"
     phase_graphs
@@ -293,6 +293,9 @@ phase_decode() {
             row "lathe bench $ty, LATHE_CUDA_GRAPHS=$gr" "rc $? $(grep -E 'tg128|pp512' "$out/bench_${ty}_$gr.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
         done
     done
+    LATHE_CUDA_MMVQ=0 timeout 90 $L bench -m $W/q08-q8_0.gguf -p 512 -n 128 -r 3 \
+        --backend cuda >"$out/bench_q8_0_nommvq.log" 2>&1
+    row "lathe bench q8_0, LATHE_CUDA_MMVQ=0" "rc $? $(grep -E 'tg128|pp512' "$out/bench_q8_0_nommvq.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
     LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "Hello" -n 64 --ignore-eos \
         --temp 0 --backend cuda >/dev/null 2>"$out/prof_decode_bf16.log"
     echo "== decode profile bf16 (64 tokens)"; cut -c1-120 "$out/prof_decode_bf16.log"
@@ -441,6 +444,16 @@ phase_trainspeed() {
     cat "$out/bench/bench_train.md" 2>/dev/null
 }
 
+# conf: the whole conformance suite, then the CUDA training jobs (parity, refusal)
+phase_conf() {
+    timeout 240 $b/tests/gpu_test_cuda_conformance >"$out/conformance.log" 2>&1
+    row "conformance (all groups)" "rc $? $(passed "$out/conformance.log")"
+    grep -E "check failed|first mismatch" "$out/conformance.log" | head -12
+    timeout 150 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
+    row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
+    grep -E "check failed" "$out/train_cuda.log" | head -6
+}
+
 # tprof: lathe alone at 16x512 (bench_train.sh with PEER=none, full and LoRA), then each job
 # again under LATHE_CUDA_PROFILE=2 (device time by op, then by node kind: op, name, sources)
 phase_tprof() {
@@ -453,7 +466,7 @@ phase_tprof() {
         [ -n "$txt" ] && [ "$(left)" -gt 40 ] || break
         args="--full --lr 1e-5"
         [ $job = lora ] && args="--rank 16 --alpha 32 --lr 1e-4 --targets attn_q,attn_k,attn_v,attn_output,attn_qkv,attn_gate,ssm_out,ffn_gate,ffn_up,ffn_down"
-        LATHE_CUDA_PROFILE=2 timeout $(($(left) / 2)) $L train -m $W/q08-bf16.gguf --text "$txt" \
+        LATHE_CUDA_PROFILE=2 LATHE_CUDA_PROFILE_SKIP=2 timeout $(($(left) / 2)) $L train -m $W/q08-bf16.gguf --text "$txt" \
             --out $W/prof-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
             $args >"$out/tprof_$job.log" 2>&1
         row "$job 16x512 under LATHE_CUDA_PROFILE=2" "rc $?"
@@ -480,7 +493,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tprof]=200 [servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([conf]=150 [tprof]=200 [servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -19,6 +19,36 @@
  * every F32 model ~3e-4 off transformers in lathe check-ref: this bound catches them. */
 #define TOL_MM_F32 1e-9
 static double mm_f32_worst;
+/* Q8_0, Q4_0 and Q5_0 weights against at most 8 F32 columns run mmvq on CUDA (unless
+ * LATHE_CUDA_MMVQ=0):
+ * b is rounded to int8 blocks of 32, q_i = round(x_i / d_b) with d_b = max|x| / 127 in its
+ * block, so |x_i - d_b q_i| <= d_b / 2 (the bound of core/quant_dot.h; the weights are used
+ * exactly). Against the CPU's exact product an output is off by sum_i w_i e_i, the e_i
+ * those roundings, independent of each other and of the weights, each of mean square at
+ * most (d_b / 2)^2 (d_b^2 / 12 when uniform), so the normalised error is about
+ * E[e^2] / E[x^2]: with b uniform in [-1, 1) (d_b <= 1 / 127, E[x^2] = 1 / 3) at most
+ * 3 / (4 * 127^2) = 4.7e-5 and typically 1 / (4 * 127^2) = 1.6e-5, within TOL_QUANT (1e-4;
+ * cases of a few dozen outputs scatter around that by some 20%). With
+ * LATHE_MATMUL_DOT=int8 the CPU rounds b identically (the same scale, reciprocal and
+ * rounding, bit for bit), and where its dot path takes the node too (at most 8 b rows a
+ * weight head: N * r2 * r3 <= 8, src/ops/matmul.c) the two differ only in the order of
+ * float additions (~1e-12 here), so such cases are held to TOL_MMVQ_SAME: a wrong scale,
+ * rounding or block order would show as ~1e-5. */
+#define TOL_MMVQ_SAME 1e-9
+
+static bool env_is(const char *name, const char *value)
+{
+    const char *e = getenv(name);
+    return e && strcmp(e, value) == 0;
+}
+
+/* whether the CPU oracle and CUDA both take the int8 route for this product */
+static bool mmvq_same_rounding(enum lt_type t, int64_t N, int a2, int b2, int a3, int b3)
+{
+    return (t == LT_TYPE_Q8_0 || t == LT_TYPE_Q4_0 || t == LT_TYPE_Q5_0) && N <= 8 &&
+           !env_is("LATHE_CUDA_MMVQ", "0") && env_is("LATHE_MATMUL_DOT", "int8") &&
+           N * (b2 / a2) * (b3 / a3) <= 8;
+}
 
 static struct params P(int l0, int l1, enum lt_type t0, enum lt_type t1)
 {
@@ -27,7 +57,7 @@ static struct params P(int l0, int l1, enum lt_type t0, enum lt_type t1)
     return p;
 }
 
-static char label_buf[64];
+static char label_buf[256];
 static const char *lbl(const char *a, const char *b)
 {
     snprintf(label_buf, sizeof(label_buf), "%s%s%s", a, b && b[0] ? "/" : "", b ? b : "");
@@ -92,6 +122,17 @@ static struct lt_tensor *b_repeat_back(struct build *b, const struct params *p)
     like.type = LT_TYPE_F32;
     for (int i = 0; i < 4; i++)
         like.ne[i] = p->ne[i];
+    return lt_repeat_back(b->ctx, a, &like);
+}
+
+/* many tiles down to a row (a norm weight's gradient): p->i[0..2] is a's shape after ne0 */
+static struct lt_tensor *b_repeat_back_tall(struct build *b, const struct params *p)
+{
+    struct lt_tensor *a = mk(b, p->type[0], p->lay[0], p->ne[0], p->i[0], p->i[1], p->i[2],
+                             FILL_UNIFORM, -1, 1);
+    struct lt_tensor like = {0};
+    like.type = LT_TYPE_F32;
+    like.ne[0] = p->ne[0], like.ne[1] = like.ne[2] = like.ne[3] = 1;
     return lt_repeat_back(b->ctx, a, &like);
 }
 
@@ -189,6 +230,17 @@ static void test_copies(void)
             memcpy(p.ne, likes[k], sizeof(p.ne));
             run_case(LT_OP_REPEAT_BACK, layout_names[l], TOL_F32, b_repeat_back, &p);
         }
+    /* a column of blocks' partials (contiguous F32), or the generic kernels (other layouts):
+     * 40 columns over 600 rows, and 300 columns (more than a block's threads) over 291 */
+    static const int64_t talls[][4] = {{40, 300, 2, 1}, {300, 97, 3, 1}};
+    for (int k = 0; k < 2; k++)
+        for (int l = 0; l < L_COUNT; l++) {
+            p = P(l, 0, LT_TYPE_F32, LT_TYPE_F32);
+            p.ne[0] = talls[k][0], p.i[0] = (int)talls[k][1], p.i[1] = (int)talls[k][2],
+            p.i[2] = (int)talls[k][3];
+            run_case(LT_OP_REPEAT_BACK, lbl(layout_names[l], "tall"), TOL_F32, b_repeat_back_tall,
+                     &p);
+        }
     static const enum lt_type rows_types[] = {
         LT_TYPE_F32,  LT_TYPE_F16,  LT_TYPE_BF16, LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0,
         LT_TYPE_Q5_1, LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K, LT_TYPE_Q5_K,
@@ -242,6 +294,8 @@ static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K
     p.i[0] = a2, p.i[1] = b2, p.i[2] = a3, p.i[3] = b3;
     const bool quant = lt_type_traits(t)->is_quantized;
     double tol = t == LT_TYPE_F32 ? TOL_MM_F32 : quant ? TOL_QUANT : TOL_HALF;
+    if (tb == LT_TYPE_F32 && mmvq_same_rounding(t, N, a2, b2, a3, b3))
+        tol = TOL_MMVQ_SAME;
     char buf[64];
     snprintf(buf, sizeof(buf), "%s%s%s/%s%s%s", lt_type_name(t), tb == LT_TYPE_F32 ? "" : "x",
              tb == LT_TYPE_F32 ? "" : lt_type_name(tb), layout_names[la], la == lb ? "" : "+",
@@ -280,6 +334,7 @@ static void test_matmul(void)
             mm_case(halfs[t], L_CONTIG, L_CONTIG, 32, 16, n, 2, 2, 1, 2);   /* batched, r3 = 2 */
             mm_case(halfs[t], L_CONTIG, L_CONTIG, 32, 16, n, 2, 6, 1, 1);   /* grouped, r2 = 3 */
             mm_case(halfs[t], L_CONTIG, L_PERMUTED, 32, 16, n, 2, 6, 2, 2); /* grouped, no fold */
+            mm_case(halfs[t], L_PERMUTED, L_PERMUTED, 32, 16, n, 2, 8, 5, 5); /* by b head */
             mm_case(halfs[t], L_TRANSPOSED, L_SLICED, 32, 16, n, 3, 6, 1, 2);
         }
         mm_case(halfs[t], L_PERMUTED, L_CONTIG, 32, 16, 1, 2, 6, 1, 1); /* grouped decode */
@@ -303,12 +358,35 @@ static void test_matmul(void)
         mm_case(quants[t], L_CONTIG, L_CONTIG, K, 24, 12, 2, 4, 1, 1);
     }
     /* Q8_0 rows of whole 256-element groups against aligned unit-strided columns take the
-     * staged kernel: part of a chunk of 32 blocks, more than one chunk, 1 to 8 columns, a
-     * sliced weight, grouped heads */
+     * staged kernel when LATHE_CUDA_MMVQ=0 (mmvq otherwise): part of a chunk of 32 blocks,
+     * more than one chunk, 1 to 8 columns, a sliced weight, grouped heads */
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 512, 40, 1, 1, 1, 1, 1);
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1280, 33, 3, 1, 1, 1, 1);
     mm_case(LT_TYPE_Q8_0, L_SLICED, L_CONTIG, 1280, 20, 8, 1, 1, 1, 1);
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 768, 24, 5, 2, 4, 1, 1);
+    /* Decode through mmvq (see TOL_MMVQ_SAME; with LATHE_CUDA_MMVQ=0 the cases above and
+     * these run the F32-activation kernels instead): the 0.8B model's shapes (K = 1024,
+     * 3584) with 1, 2 and 8 columns and an odd M (a block of 2 rows ends past it); every
+     * column count 1..8 (one kernel each); rows of an odd number of blocks (the quants at
+     * every alignment mod 4) from a sliced weight, with strided columns; grouped heads;
+     * Q4_0 and Q5_0 with 1 and 8 columns */
+    static const int64_t dec_k[] = {1024, 3584}, dec_n[] = {1, 2, 8};
+    for (int k = 0; k < 2; k++)
+        for (int n = 0; n < 3; n++)
+            mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, dec_k[k], 1001, dec_n[n], 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 1000, 4, 1, 1, 1, 1);
+    for (int n = 1; n <= 8; n++)
+        mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 37, n, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_SLICED, L_TRANSPOSED, 160, 45, 3, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_SLICED, L_PERMUTED, 224, 31, 7, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 37, 2, 2, 4, 1, 2); /* r2 = r3 = 2 */
+    mm_case(LT_TYPE_Q8_0, L_SLICED, L_SLICED, 96, 29, 1, 3, 6, 1, 1);  /* r2 = 2, 3 heads */
+    for (int n = 0; n < 3; n += 2) { /* Q4_0, Q5_0 (4- and 5-bit quants unpacked) */
+        mm_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 1024, 1001, dec_n[n], 1, 1, 1, 1);
+        mm_case(LT_TYPE_Q5_0, L_CONTIG, L_CONTIG, 1024, 1001, dec_n[n], 1, 1, 1, 1);
+        mm_case(LT_TYPE_Q4_0, L_SLICED, L_CONTIG, 160, 45, dec_n[n], 1, 1, 1, 1);
+        mm_case(LT_TYPE_Q5_0, L_SLICED, L_CONTIG, 160, 45, dec_n[n], 1, 1, 1, 1);
+    }
     /* taller than one dequantised tile (64 MiB of F16 is 8192 rows of 4096): two tiles */
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 4096, 8200, 12, 1, 1, 1, 1);
     /* half activations meeting weights of their own type (a model's prefill): b in place
@@ -343,6 +421,7 @@ static struct lt_tensor *b_binary(struct build *b, const struct params *p)
     case 1: bne[1] = bne[2] = bne[3] = 1; break; /* one row */
     case 2: bne[0] = 1, bne[2] = 1; break;       /* a column per row */
     case 3: bne[0] = 4, bne[1] = 3, bne[3] = 1; break;
+    case 4: bne[0] = 1; break; /* an element a row (a norm's factor) */
     default: break;
     }
     struct lt_tensor *y = mk(b, p->type[1], p->lay[1], bne[0], bne[1], bne[2], bne[3],
@@ -406,11 +485,11 @@ static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
 static void test_elementwise(void)
 {
     static const enum lt_op bins[] = {LT_OP_ADD, LT_OP_SUB, LT_OP_MUL, LT_OP_DIV};
-    static const char *const bcast[] = {"same", "row", "col", "tile"};
+    static const char *const bcast[] = {"same", "row", "col", "tile", "per-row"};
     struct params p;
     for (int o = 0; o < 4; o++)
         for (int l = 0; l < L_COUNT; l++)
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 5; k++) {
                 enum lt_type ta = l == L_SLICED && k == 0 ? LT_TYPE_BF16 : LT_TYPE_F32;
                 enum lt_type tb = l == L_PERMUTED && k == 1 ? LT_TYPE_F16 : LT_TYPE_F32;
                 p = P(l, k == 0 ? (l + 3) % L_COUNT : L_CONTIG, ta, tb);
@@ -764,29 +843,50 @@ static void test_recurrent_loss_optim(void)
                          path ? "recur" : "chunked");
                 run_case(LT_OP_DELTA_NET, lbl(layout_names[l], what), TOL_F32, b_delta_net, &p);
             }
-    /* the backward: the chunked kernel (AUTO) around the chunk size of 64, two sequences
-     * packed side by side, and a long one; the per-token kernel (RECURRENT) on the first
-     * three. The CPU runs its recurrent oracle for both. */
-    static const int64_t bdims[][4] = {{16, 12, 5, 2},   {16, 12, 1, 2},   {128, 128, 40, 1},
-                                       {16, 12, 63, 2},  {16, 12, 64, 2},  {16, 12, 65, 2},
-                                       {20, 40, 150, 2}, {128, 128, 150, 2}, {16, 12, 2048, 1}};
-    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4},
-                                    {2, 4}, {1, 2}, {2, 4}, {1, 2}};
-    for (int d = 0; d < 9; d++)
+    /* the backward: the chunk-parallel kernels (AUTO; LATHE_DN_BACK=v1 for the chunked
+     * one) around the chunk size of 64, two sequences packed side by side, and a long one;
+     * grouped heads (H_v = 2 H_k or 3 H_k: partials and the reduction) and H_v = H_k (dq,
+     * dk written directly), the last Qwen3.5-0.8B's training shape (16 x 512 tokens, 16
+     * heads of 128); the per-token kernel (RECURRENT) on the first three. The CPU runs its
+     * recurrent oracle for all. */
+    static const int64_t bdims[][4] = {{16, 12, 5, 2},    {16, 12, 1, 2},    {128, 128, 40, 1},
+                                       {16, 12, 63, 2},   {16, 12, 64, 2},   {16, 12, 65, 2},
+                                       {20, 40, 150, 2},  {128, 128, 150, 2}, {16, 12, 2048, 1},
+                                       {16, 12, 130, 2},  {128, 128, 150, 2}, {128, 128, 200, 3},
+                                       {128, 128, 512, 16}};
+    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4}, {2, 4},  {1, 2},
+                                    {2, 4}, {1, 2}, {2, 2}, {4, 4}, {4, 8}, {16, 16}};
+    /* path 2: AUTO again with LATHE_DN_BACK=v1, the chunked kernel the chunk-parallel ones
+     * replaced (the shapes it had before these cases were added) */
+    const char *dn_back_env = getenv("LATHE_DN_BACK");
+    char dn_back_saved[32] = "";
+    if (dn_back_env)
+        snprintf(dn_back_saved, sizeof(dn_back_saved), "%s", dn_back_env);
+    for (int d = 0; d < 13; d++)
         for (int l = 0; l < L_COUNT; l++)
-            for (int path = 0; path < 2; path++) {
-                if ((d >= 2 && l != L_CONTIG) || (path && d >= 3))
+            for (int path = 0; path < 3; path++) {
+                if ((d >= 2 && l != L_CONTIG) || (path == 1 && d >= 3) || (path == 2 && d >= 9))
                     continue;
                 p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
                 memcpy(p.ne, bdims[d], sizeof(p.ne));
                 p.i[0] = bheads[d][0], p.i[1] = bheads[d][1], p.i[3] = 1;
-                p.i[2] = path ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_AUTO;
+                p.i[2] = path == 1 ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_AUTO;
+                static const char *const path_names[] = {"chunk-par", "token", "v1"};
                 char what[48];
-                snprintf(what, sizeof(what), "%lldx%lld T%lld B%lld %s", (long long)bdims[d][0],
-                         (long long)bdims[d][1], (long long)bdims[d][2], (long long)bdims[d][3],
-                         path ? "token" : "chunked");
+                snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld %s",
+                         (long long)bdims[d][0], (long long)bdims[d][1], bheads[d][0],
+                         bheads[d][1], (long long)bdims[d][2], (long long)bdims[d][3],
+                         path_names[path]);
+                if (path == 2)
+                    setenv("LATHE_DN_BACK", "v1", 1);
                 run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[l], what), TOL_F32, b_delta_net,
                          &p);
+                if (path == 2) {
+                    if (dn_back_env)
+                        setenv("LATHE_DN_BACK", dn_back_saved, 1);
+                    else
+                        unsetenv("LATHE_DN_BACK");
+                }
             }
 
     /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with

@@ -63,6 +63,16 @@ static __global__ void binary_flat_kernel(const float *a, const float *b, char *
         cu_store(y + f * es, YT, apply<OP>(a[f], b[bn == n ? f : f % bn]));
 }
 
+/* a contiguous F32, b contiguous F32 of a's shape but one element a row (b[f / n0]: the
+ * L2 norm's and RMS norm's per-row factors in a training step's backward) */
+template <int OP>
+static __global__ void binary_rows_kernel(const float *a, const float *b, float *y, int64_t n,
+                                          uint32_t n0)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        y[f] = apply<OP>(a[f], b[f <= 0x7fffffff ? (uint32_t)f / n0 : f / n0]);
+}
+
 template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
@@ -87,6 +97,15 @@ template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *
             binary_flat_kernel<OP, LT_TYPE_F32>
                 <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
         return cu_launched("binary_flat");
+    }
+    if (a->type == LT_TYPE_F32 && b->type == LT_TYPE_F32 && node->type == LT_TYPE_F32 &&
+        lt_is_contiguous(a) && lt_is_contiguous(b) && b->ne[0] == 1 && a->ne[0] > 1 &&
+        a->ne[0] <= 0x7fffffff && b->ne[1] == a->ne[1] && b->ne[2] == a->ne[2] &&
+        b->ne[3] == a->ne[3]) {
+        binary_rows_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(
+            (const float *)a->data, (const float *)b->data, (float *)node->data, n,
+            (uint32_t)a->ne[0]);
+        return cu_launched("binary_rows");
     }
     binary_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a), cu_view(b),
                                                                cu_view(node));

@@ -230,6 +230,19 @@ __host__ __device__ __forceinline__ int64_t cu_nelements(const struct cu_t &t)
 __device__ __forceinline__ void cu_unravel(int64_t f, const int64_t *ne, int64_t &i0, int64_t &i1,
                                            int64_t &i2, int64_t &i3)
 {
+    if (f <= 0x7fffffff && ne[0] <= 0x7fffffff && ne[1] <= 0x7fffffff && ne[2] <= 0x7fffffff) {
+        /* in 32 bits (every tensor a step holds): a 64-bit division is a long software
+         * routine, and three of them an element held the generic kernels near 1 TB/s */
+        uint32_t g = (uint32_t)f;
+        const uint32_t n0 = (uint32_t)ne[0], n1 = (uint32_t)ne[1], n2 = (uint32_t)ne[2];
+        i0 = g % n0;
+        g /= n0;
+        i1 = g % n1;
+        g /= n1;
+        i2 = g % n2;
+        i3 = g / n2;
+        return;
+    }
     i0 = f % ne[0];
     f /= ne[0];
     i1 = f % ne[1];

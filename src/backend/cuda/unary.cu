@@ -94,6 +94,16 @@ static __global__ void pair_kernel(int op, struct cu_t a, struct cu_t b, struct 
     }
 }
 
+/* the pair on contiguous F32 sources of the result's shape, y of type YT: flat, no index
+ * arithmetic (SWIGLU and SILU_BACK over a training step's FFN activations) */
+template <int YT>
+static __global__ void pair_flat_kernel(int op, const float *a, const float *b, char *y, int64_t n)
+{
+    const int es = YT == LT_TYPE_F32 ? 4 : 2;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        cu_store(y + f * es, YT, apply_pair(op, a[f], b[f]));
+}
+
 lt_status unary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -104,6 +114,19 @@ lt_status unary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     if (n == 0)
         return LT_OK;
     const unsigned blocks = cu_blocks(n, 256);
+    if (is_pair(node->op) && a->type == LT_TYPE_F32 && node->src[1]->type == LT_TYPE_F32 &&
+        lt_is_contiguous(a) && lt_is_contiguous(node->src[1]) && lt_is_contiguous(node) &&
+        lt_same_shape(a, node) && lt_same_shape(node->src[1], node)) {
+        const float *ad = (const float *)a->data, *bd = (const float *)node->src[1]->data;
+        char *y = (char *)node->data;
+        if (node->type == LT_TYPE_BF16)
+            pair_flat_kernel<LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>((int)node->op, ad, bd, y, n);
+        else if (node->type == LT_TYPE_F16)
+            pair_flat_kernel<LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>((int)node->op, ad, bd, y, n);
+        else
+            pair_flat_kernel<LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>((int)node->op, ad, bd, y, n);
+        return cu_launched("swiglu/silu_back flat");
+    }
     if (is_pair(node->op)) {
         pair_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, cu_view(a),
                                                     cu_view(node->src[1]), cu_view(node));
