@@ -111,6 +111,57 @@ static void check_cplan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t 
           p.ckpt_per_block == p.n_ch * p.skp * p.cv);
 }
 
+/* the chunk-parallel backward's plan (delta_net_wy.cu): padded widths its products can
+ * tile, slices that divide the padded S_v, scratch pieces 32-byte aligned and in order,
+ * every kernel's shared memory within the limit and 32-byte aligned buffers; refused only
+ * past S_k or S_v 128 */
+static void check_wyplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t nb, int64_t nt)
+{
+    struct dn_wy_plan p;
+    char reason[160];
+    if (!dn_wy_plan_init(&p, sk, sv, hk, hv, nb, nt, reason, sizeof(reason))) {
+        CHECK(strstr(reason, "shared memory") != NULL && (sk > 128 || sv > 128),
+              "S_k %lld S_v %lld: %s", (long long)sk, (long long)sv, reason);
+        return;
+    }
+    CHECK(p.cv == 16 || p.cv == 32 || p.cv == 64, "cv %lld", (long long)p.cv);
+    CHECK(p.skp % 16 == 0 && p.skp >= sk && p.skp < sk + 16);
+    CHECK(p.svp % p.cv == 0 && p.svp >= sv && p.svp < sv + p.cv && p.cblocks * p.cv == p.svp);
+    CHECK((p.cs == 16 || p.cs == 32) && p.svp % p.cs == 0, "cs %lld svp %lld", (long long)p.cs,
+          (long long)p.svp);
+    CHECK(p.ldk == p.skp + 4 && p.ldv == p.cv + 4 && p.ldw == p.svp + 4 && p.lds == p.cs + 4 &&
+          p.ldc == DN_CHUNK + 4);
+    CHECK(p.n_ch * DN_CHUNK >= nt && (p.n_ch == 0 || (p.n_ch - 1) * DN_CHUNK < nt));
+    CHECK(p.chunks == nb * hv * p.n_ch && p.state_blocks == nb * hv * p.cblocks);
+    /* columns narrowed only for a short grid (up to S_k 128, bwd fits at 64 columns) */
+    const int64_t wider = 2 * p.cv;
+    CHECK(p.cv == DN_WY_MAX_CV || nb * hv * ((sv + wider - 1) / wider) < DN_BACK_TARGET_BLOCKS,
+          "state blocks %lld cv %lld", (long long)p.state_blocks, (long long)p.cv);
+    CHECK(p.direct == (hv == hk));
+    CHECK(p.part_per_token == 2 * sk + 2 && p.part_per_block == nt * p.part_per_token);
+    const int64_t C = DN_CHUNK, n = p.chunks;
+    const int64_t offs[] = {p.off_vec, p.off_ab, p.off_p,  p.off_f,  p.off_wk, p.off_g2,
+                            p.off_u,   p.off_dr, p.off_s0, p.off_ds, p.off_part};
+    const int64_t sizes[] = {n * 2 * C,         n * C * C,         n * C * C,
+                             n * C * C,         n * C * p.skp,     n * C * p.skp,
+                             n * C * p.svp,     n * C * p.svp,     n * p.skp * p.svp,
+                             n * p.skp * p.svp, p.direct ? 0 : nb * hv * p.part_per_block};
+    CHECK(p.off_vec == 0);
+    for (int i = 0; i < 11; i++) {
+        CHECK(offs[i] % 8 == 0, "scratch piece %d at %lld", i, (long long)offs[i]);
+        const int64_t end = i + 1 < 11 ? offs[i + 1] : p.scratch_floats;
+        CHECK(end == offs[i] + sizes[i], "scratch piece %d", i);
+    }
+    const size_t shared[] = {p.shared_prep, p.shared_fwd, p.shared_bwd, p.shared_grad};
+    for (int i = 0; i < 4; i++)
+        CHECK(shared[i] <= DN_CBACK_MAX_SHARED && shared[i] % 32 == 0, "kernel %d: %zu bytes", i,
+              shared[i]);
+    /* every buffer of every kernel starts 32 bytes aligned: the widths times the heights
+     * are multiples of 8 floats */
+    CHECK(p.skp * p.ldv % 8 == 0 && p.skp * p.lds % 8 == 0 && C * p.ldw % 8 == 0 &&
+          C * p.ldk % 8 == 0 && C * p.ldv % 8 == 0 && C * p.lds % 8 == 0 && C * p.ldc % 8 == 0);
+}
+
 int main(void)
 {
     /* the chunked backward on Qwen3.5-0.8B's DeltaNet layers: 16 x 512 tokens take 1024
@@ -129,6 +180,48 @@ int main(void)
         for (size_t b = 0; b < sizeof(csvs) / sizeof(csvs[0]); b++)
             check_cplan(csks[a], csvs[b], 1 + (int64_t)(a + b) % 16, 1 + (int64_t)b % 3,
                         (int64_t)(a * 97 + b * 13));
+
+    /* the chunk-parallel backward on Qwen3.5-0.8B's training shape (16 x 512 tokens, 16
+     * heads of 128): 2048 chunk blocks, 512 state blocks of 64 columns, slices of 32, and
+     * the scratch the file comment of delta_net_wy.cu states (~639 MB) */
+    struct dn_wy_plan wp;
+    char wreason[160];
+    CHECK(dn_wy_plan_init(&wp, 128, 128, 16, 16, 16, 512, wreason, sizeof(wreason)), "%s",
+          wreason);
+    CHECK(wp.cv == 64 && wp.cs == 32 && wp.chunks == 2048 && wp.state_blocks == 512 &&
+              wp.n_ch == 8 && wp.direct && wp.skp == 128 && wp.svp == 128,
+          "cv %lld cs %lld chunks %lld state blocks %lld", (long long)wp.cv, (long long)wp.cs,
+          (long long)wp.chunks, (long long)wp.state_blocks);
+    CHECK(wp.scratch_floats == 142868480 + 2048 * 64 * 128, "scratch %lld floats",
+          (long long)wp.scratch_floats);
+    /* one sequence: the state passes narrow to 16 columns for a grid of 128 */
+    CHECK(dn_wy_plan_init(&wp, 128, 128, 16, 16, 1, 512, wreason, sizeof(wreason)), "%s",
+          wreason);
+    CHECK(wp.cv == 16 && wp.state_blocks == 128, "cv %lld", (long long)wp.cv);
+    /* grouped heads keep partials for the reduction */
+    CHECK(dn_wy_plan_init(&wp, 128, 128, 8, 16, 16, 512, wreason, sizeof(wreason)), "%s",
+          wreason);
+    CHECK(!wp.direct && wp.scratch_floats == wp.off_part + 16 * 16 * 512 * (2 * 128 + 2));
+    /* S_k 256 is refused, with why (the chunked or the per-token kernel takes it) */
+    wreason[0] = 0;
+    CHECK(!dn_wy_plan_init(&wp, 256, 128, 16, 16, 16, 512, wreason, sizeof(wreason)));
+    CHECK(strstr(wreason, "shared memory") != NULL, "%s", wreason);
+    static const int64_t wsks[] = {1, 3, 16, 20, 33, 64, 100, 128, 129, 256};
+    static const int64_t wsvs[] = {1, 7, 12, 32, 40, 65, 128, 129};
+    for (size_t a = 0; a < sizeof(wsks) / sizeof(wsks[0]); a++)
+        for (size_t b = 0; b < sizeof(wsvs) / sizeof(wsvs[0]); b++) {
+            const int64_t hk = 1 + (int64_t)(a + b) % 4, hv = hk * (1 + (int64_t)b % 3);
+            check_wyplan(wsks[a], wsvs[b], hk, hv, 1 + (int64_t)a % 3, (int64_t)(a * 97 + b * 13));
+        }
+    check_wyplan(16, 12, 2, 4, 2, 5); /* the conformance suite's shapes */
+    check_wyplan(128, 128, 2, 4, 2, 150);
+    check_wyplan(128, 128, 16, 16, 16, 512);
+    check_wyplan(128, 128, 16, 16, 0, 512); /* no sequences: nothing launched */
+    check_wyplan(128, 128, 16, 16, 2, 0);   /* no tokens: the state pass alone */
+    for (int64_t s = 1; s <= 128; s += 9) /* every S up to 128 fits */
+        CHECK(dn_wy_plan_init(&wp, s, s, 2, 4, 2, 100, wreason, sizeof(wreason)), "S %lld: %s",
+              (long long)s, wreason);
+    CHECK(dn_wy_plan_init(&wp, 128, 128, 2, 4, 2, 100, wreason, sizeof(wreason)), "%s", wreason);
 
     /* forward: a column's lanes are a power-of-two group inside one warp; whole warps */
     CHECK(32 % DN_FWD_ROW_GROUPS == 0 && DN_FWD_THREADS % 32 == 0 &&

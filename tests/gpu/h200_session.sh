@@ -454,6 +454,19 @@ phase_conf() {
     grep -E "check failed" "$out/train_cuda.log" | head -6
 }
 
+# dnfast: the DeltaNet backward's conformance cases (both kernels), check-ref of the tiny
+# Qwen3.5 golden on CUDA, the CUDA training jobs, then tprof
+phase_dnfast() {
+    timeout 150 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
+    row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
+    grep -E "^DELTA_NET_BACK|check failed|first mismatch" "$out/conf_recurrent.log" | head -24
+    checkref_tiny "logits|loss|worst|PASS|FAIL|summary"
+    timeout 150 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
+    row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
+    grep -E "check failed" "$out/train_cuda.log" | head -6
+    phase_tprof
+}
+
 # tprof: lathe alone at 16x512 (bench_train.sh with PEER=none, full and LoRA), then each job
 # again under LATHE_CUDA_PROFILE=2 (device time by op, then by node kind: op, name, sources)
 phase_tprof() {
@@ -493,7 +506,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([conf]=150 [tprof]=200 [servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dnfast]=200 [conf]=150 [tprof]=200 [servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -2,10 +2,12 @@
  * (DELTA_NET_BACK) on the device; see src/ops/delta_net.c for the maths and the packed
  * result [S_v, H_v, T + S_k, B] (outputs, then the new state's rows).
  *
- * Two kinds of kernel: the chunked ones (delta_net_chunk.cu, the backward's default) and the
- * per-token ones here, which run the forward (chunked only when a node asks, see
- * chunked_plan), decode, and a backward the chunked plan cannot hold in shared memory (S_k
- * past ~200) or whose node asks for the recurrence. delta_net_impl.h is what both share.
+ * Three kinds of kernel: the chunk-parallel backward (delta_net_wy.cu, the backward's
+ * default), the chunked ones (delta_net_chunk.cu: the backward where the former's plan does
+ * not fit or LATHE_DN_BACK=v1 asks, the forward when a node asks) and the per-token ones
+ * here, which run the forward, decode, and a backward neither chunked plan can hold in shared
+ * memory (S_k past ~200) or whose node asks for the recurrence (see chunked_plan).
+ * delta_net_impl.h is what they share.
  *
  * The per-token kernels:
  *
@@ -51,28 +53,51 @@
  * 0.8B shape against transformers (logits 6.5e-6, 320 gradients within 2.1e-5). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/delta_net_impl.h"
 #include "lathe/ops.h"
 
 static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK};
 
-/* Whether a node runs a chunked kernel, and its plan, whenever the plan fits (the
- * per-token kernels otherwise): DELTA_NET_BACK unless the node asks for the recurrent path;
- * DELTA_NET only when it asks for the chunked one, since the per-token forward measured
+/* Which kernel runs a node, and its plan. DELTA_NET_BACK: the chunk-parallel kernels
+ * (delta_net_wy.cu) whenever their plan fits, else the chunked one (delta_net_chunk.cu) whenever
+ * its plan fits, else the per-token one; LATHE_DN_BACK=v1 skips the first, for comparison,
+ * and a node that asks for the recurrent path gets the per-token kernel. DELTA_NET: the
+ * chunked kernel only when the node asks for it, since the per-token forward measured
  * faster (3.2 against 4.2 ms a node at 16 x 512 tokens of Qwen3.5-0.8B, and a one-sequence
  * prefill has too few blocks for chunks). The precondition and the launcher both ask
- * here. */
-static bool chunked_plan(const struct lt_tensor *node, struct dn_cback_plan *p)
+ * here (the environment is read each time, so both see the same answer). */
+enum dn_kind { DN_KIND_TOKEN, DN_KIND_CHUNKED, DN_KIND_WY };
+
+struct dn_plans {
+    struct dn_cback_plan chunked;
+    struct dn_wy_plan wy;
+};
+
+static bool back_v1_requested(void)
+{
+    const char *e = getenv("LATHE_DN_BACK");
+    return e && strcmp(e, "v1") == 0;
+}
+
+static enum dn_kind chunked_plan(const struct lt_tensor *node, struct dn_plans *p)
 {
     const int s0 = node->op == LT_OP_DELTA_NET_BACK ? 1 : 0;
     const struct lt_tensor *q = node->src[s0 + SRC_Q], *v = node->src[s0 + SRC_V];
     const int path = lt_get_param_i32(node, 1);
     if (s0 ? path == LT_DELTA_NET_PATH_RECURRENT : path != LT_DELTA_NET_PATH_CHUNKED)
-        return false;
+        return DN_KIND_TOKEN;
     char reason[CU_REASON_MAX];
-    return dn_cback_plan_init(p, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2], reason,
-                              sizeof(reason));
+    if (s0 && !back_v1_requested() &&
+        dn_wy_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3], q->ne[2], reason,
+                        sizeof(reason)))
+        return DN_KIND_WY;
+    return dn_cback_plan_init(&p->chunked, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2],
+                              reason, sizeof(reason))
+               ? DN_KIND_CHUNKED
+               : DN_KIND_TOKEN;
 }
 
 bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -112,8 +137,8 @@ bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t
         snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
         return false;
     }
-    struct dn_cback_plan cplan;
-    if (chunked_plan(node, &cplan))
+    struct dn_plans plans;
+    if (chunked_plan(node, &plans) != DN_KIND_TOKEN)
         return true;
     if (!back) {
         struct dn_fwd_plan plan;
@@ -245,12 +270,17 @@ lt_status delta_net_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     char reason[CU_REASON_MAX];
     if (!delta_net_cuda_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
-    struct dn_cback_plan cplan;
-    const bool chunked = chunked_plan(node, &cplan);
-    if (node->op == LT_OP_DELTA_NET_BACK)
-        return chunked ? dn_launch_chunked_backward(c, node, cplan) : launch_back(c, node);
-    if (chunked)
-        return dn_launch_chunked_forward(c, node, cplan);
+    struct dn_plans plans;
+    const enum dn_kind kind = chunked_plan(node, &plans);
+    if (node->op == LT_OP_DELTA_NET_BACK) {
+        switch (kind) {
+        case DN_KIND_WY: return dn_launch_wy_backward(c, node, plans.wy);
+        case DN_KIND_CHUNKED: return dn_launch_chunked_backward(c, node, plans.chunked);
+        default: return launch_back(c, node);
+        }
+    }
+    if (kind == DN_KIND_CHUNKED)
+        return dn_launch_chunked_forward(c, node, plans.chunked);
     struct dn_srcs s = dn_srcs_of(node, 0);
     struct dn_fwd_plan p;
     if (!dn_fwd_plan_init(&p, s.q.ne[0], s.v.ne[0], s.v.ne[1], s.q.ne[3], reason, sizeof(reason)))

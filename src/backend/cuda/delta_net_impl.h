@@ -1,6 +1,7 @@
-/* delta_net_impl.h (internal, CUDA C++): what the two files of the CUDA delta rule share.
+/* delta_net_impl.h (internal, CUDA C++): what the files of the CUDA delta rule share.
  * delta_net.cu has the family (one predicate for claim and launcher), the per-token kernels
- * and the reduction of the backward's partials; delta_net_chunk.cu the chunked kernels. */
+ * and the reduction of the backward's partials; delta_net_chunk.cu the chunked kernels (a
+ * block walks a head's chunks); delta_net_wy.cu the chunk-parallel backward, the default. */
 #ifndef LATHE_BACKEND_CUDA_DELTA_NET_IMPL_H
 #define LATHE_BACKEND_CUDA_DELTA_NET_IMPL_H
 
@@ -41,5 +42,8 @@ lt_status dn_launch_chunked_forward(struct cuda_ctx *c, struct lt_tensor *node,
                                     const struct dn_cback_plan &P);
 lt_status dn_launch_chunked_backward(struct cuda_ctx *c, struct lt_tensor *node,
                                      const struct dn_cback_plan &P);
+/* the chunk-parallel backward (delta_net_wy.cu), for a node whose plan P fits */
+lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
+                                const struct dn_wy_plan &P);
 
 #endif

@@ -133,3 +133,124 @@ bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t
     }
     return true;
 }
+
+/* floats of each wy kernel's shared memory (see delta_net_wy.cu for the buffers); the
+ * vectors and the warps' 16 x 16 tiles come last in each */
+static int64_t wy_tail(void) { return DN_WY_VECS * DN_CHUNK + DN_WY_THREADS / 32 * 256; }
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* prep: K, Q [C][ldk]; V [C][ldw]; Ab, P, T [C][ldc] */
+static int64_t wy_prep_floats(const struct dn_wy_plan *p)
+{
+    return 2 * DN_CHUNK * p->ldk + DN_CHUNK * p->ldw + 3 * DN_CHUNK * p->ldc + wy_tail();
+}
+
+/* fwd: S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv] */
+static int64_t wy_fwd_floats(const struct dn_wy_plan *p)
+{
+    return p->skp * p->ldv + 2 * DN_CHUNK * p->ldk + DN_CHUNK * p->ldv + wy_tail();
+}
+
+/* bwd: dS [skp][ldv]; Q over K [2C][ldk]; F [C][ldc]; G2 [C][ldk]; Do [C][ldv];
+ * Z [2C][ldv] */
+static int64_t wy_bwd_floats(const struct dn_wy_plan *p)
+{
+    return p->skp * p->ldv + 3 * DN_CHUNK * p->ldk + DN_CHUNK * p->ldc +
+           3 * DN_CHUNK * p->ldv + wy_tail();
+}
+
+/* grad: Do, U, dR [C][ldw]; region A: M1, M2 [C][ldc], later the slices S0, dS [skp][lds]
+ * and Y [C][lds]; region B: P, Ab [C][ldc], later Q, K [C][ldk] */
+static int64_t wy_grad_region_a(const struct dn_wy_plan *p)
+{
+    return max64(2 * DN_CHUNK * p->ldc, 2 * p->skp * p->lds + DN_CHUNK * p->lds);
+}
+
+static int64_t wy_grad_region_b(const struct dn_wy_plan *p)
+{
+    return max64(2 * DN_CHUNK * p->ldk, 2 * DN_CHUNK * p->ldc);
+}
+
+static int64_t wy_grad_floats(const struct dn_wy_plan *p)
+{
+    return 3 * DN_CHUNK * p->ldw + wy_grad_region_a(p) + wy_grad_region_b(p) + wy_tail();
+}
+
+static void wy_set_cv(struct dn_wy_plan *p, int64_t sv, int64_t cv)
+{
+    p->cv = cv;
+    p->svp = (sv + cv - 1) / cv * cv;
+    p->cblocks = p->svp / cv;
+    p->ldv = cv + 4;
+    p->ldw = p->svp + 4;
+}
+
+bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+                     int64_t nb, int64_t nt, char *reason, size_t reason_size)
+{
+    if (sk <= 0 || sv <= 0 || hk <= 0 || hv <= 0 || hv % hk != 0 || nb < 0 || nt < 0) {
+        snprintf(reason, reason_size, "the backward's dims are not positive");
+        return false;
+    }
+    const size_t F = sizeof(float);
+    p->skp = (sk + 15) / 16 * 16;
+    p->ldk = p->skp + 4;
+    p->ldc = DN_CHUNK + 4;
+    /* The state passes' columns: DN_WY_MAX_CV (fewer blocks load each chunk's Q, K, P, T),
+     * narrowed while their grid is short of DN_BACK_TARGET_BLOCKS or bwd's shared memory is
+     * over the limit (the widest of the two passes). */
+    int64_t cv = DN_WY_MAX_CV;
+    for (;;) {
+        wy_set_cv(p, sv, cv);
+        const bool short_grid = hv * nb * p->cblocks < DN_BACK_TARGET_BLOCKS;
+        const bool too_big = (size_t)wy_bwd_floats(p) * F > DN_CBACK_MAX_SHARED;
+        if (cv == 16 || !(short_grid || too_big))
+            break;
+        cv /= 2;
+    }
+    /* grad's slices of the states: 32 columns where they divide svp and fit, else 16 */
+    p->cs = p->svp % 32 == 0 ? 32 : 16;
+    p->lds = p->cs + 4;
+    if ((size_t)wy_grad_floats(p) * F > DN_CBACK_MAX_SHARED && p->cs == 32) {
+        p->cs = 16;
+        p->lds = p->cs + 4;
+    }
+    p->n_ch = (nt + DN_CHUNK - 1) / DN_CHUNK;
+    p->chunks = nb * hv * p->n_ch;
+    p->state_blocks = nb * hv * p->cblocks;
+    p->direct = hv == hk;
+    p->part_per_token = 2 * sk + 2;
+    p->part_per_block = nt * p->part_per_token;
+    const int64_t C = DN_CHUNK, n = p->chunks;
+    p->off_vec = 0;
+    p->off_ab = p->off_vec + n * 2 * C;
+    p->off_p = p->off_ab + n * C * C;
+    p->off_f = p->off_p + n * C * C;
+    p->off_wk = p->off_f + n * C * C;
+    p->off_g2 = p->off_wk + n * C * p->skp;
+    p->off_u = p->off_g2 + n * C * p->skp;
+    p->off_dr = p->off_u + n * C * p->svp;
+    p->off_s0 = p->off_dr + n * C * p->svp;
+    p->off_ds = p->off_s0 + n * p->skp * p->svp;
+    p->off_part = p->off_ds + n * p->skp * p->svp;
+    p->scratch_floats = p->off_part + (p->direct ? 0 : nb * hv * p->part_per_block);
+    p->shared_prep = F * (size_t)wy_prep_floats(p);
+    p->shared_fwd = F * (size_t)wy_fwd_floats(p);
+    p->shared_bwd = F * (size_t)wy_bwd_floats(p);
+    p->shared_grad = F * (size_t)wy_grad_floats(p);
+    const size_t most = max64(max64((int64_t)p->shared_prep, (int64_t)p->shared_fwd),
+                              max64((int64_t)p->shared_bwd, (int64_t)p->shared_grad));
+    if (most > DN_CBACK_MAX_SHARED) {
+        snprintf(reason, reason_size,
+                 "S_k %lld, S_v %lld need %zu bytes of shared memory in the chunk-parallel "
+                 "backward, over %u",
+                 (long long)sk, (long long)sv, most, DN_CBACK_MAX_SHARED);
+        return false;
+    }
+    if (p->chunks > 0x7fffffff || p->state_blocks > 0x7fffffff) {
+        snprintf(reason, reason_size, "too many heads and sequences for one grid");
+        return false;
+    }
+    return true;
+}

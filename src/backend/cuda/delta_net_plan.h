@@ -96,6 +96,54 @@ struct dn_cback_plan {
 bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                         int64_t nt, char *reason, size_t reason_size);
 
+/* The chunk-parallel backward (delta_net_wy.cu), the default for DELTA_NET_BACK: four
+ * kernels over chunks of DN_CHUNK tokens, in the order they run:
+ *   prep  one block a chunk (sequence, value head, chunk): the chunk's gates, K K^T and
+ *         Q K^T gated and masked (Ab, P), T = (I + diag(beta) Ab)^-1, the WY form
+ *         Uv = T diag(beta) V, Wk = T diag(beta e^G) K, and for bwd F = T^T P^T,
+ *         G2 = T^T diag(e^{G_last - G}) K, all into scratch;
+ *   fwd   one block a (sequence, value head, cv value columns), walking the chunks in
+ *         order: the state at each chunk start (scratch), U = Uv - Wk S0 (in Uv's place);
+ *   bwd   the same blocks walking back: the state gradient at each chunk end (scratch),
+ *         dR = F Do + G2 dS (scratch), and the result's dstate;
+ *   grad  one block a chunk again: dq, dk, dv, dg, dbeta of the chunk from the above,
+ *         written straight into the result when H_v = H_k, else as partials that
+ *         delta_net.cu's reduction adds over the value heads of a key head.
+ * So S_k is padded to skp (a multiple of 16) and S_v to svp (a multiple of cv); the
+ * scratch arrays hold padded rows (zeros past S_k and S_v). Leading dimensions in shared
+ * memory are 4 past the widths (see dn_cback_plan). */
+#define DN_WY_THREADS 256 /* every kernel: 8 warps, 4 lanes a chunk row in the row sums */
+#define DN_WY_MAX_CV 64   /* value columns a block of the state passes, at most */
+#define DN_WY_VECS 12     /* vectors of DN_CHUNK floats a block keeps in shared memory */
+
+struct dn_wy_plan {
+    int64_t skp, svp;            /* S_k rounded up to 16, S_v rounded up to cv */
+    int64_t cv, cblocks;         /* state passes: columns a block (16, 32, 64), svp / cv */
+    int64_t cs;                  /* grad: the states' columns a slice (16 or 32) */
+    int64_t n_ch;                /* token chunks a sequence: ceil(T / DN_CHUNK) */
+    int64_t chunks;              /* B * H_v * n_ch: chunk (b, h, c) is (b * H_v + h) * n_ch + c */
+    int64_t state_blocks;        /* B * H_v * cblocks: block (b, h, c) is (b * H_v + h) *
+                                    cblocks + c */
+    int64_t ldk, ldv, ldw, lds, ldc; /* skp + 4, cv + 4, svp + 4, cs + 4, DN_CHUNK + 4 */
+    bool direct;                 /* H_v == H_k: grad writes dq, dk, dg, dbeta itself */
+    int64_t part_per_token;      /* !direct: dq [S_k], dk [S_k], dg, dbeta a token */
+    int64_t part_per_block;      /* !direct: T * part_per_token a (value head, sequence) */
+    /* scratch, in floats from its start: per chunk G and beta [2][C]; Ab, P, F [C][C];
+     * Wk, G2 [C][skp]; U [C][svp]; dR [C][svp]; S0 and dS [skp][svp]; then the partials
+     * [B][H_v][T][part_per_token] unless direct */
+    int64_t off_vec, off_ab, off_p, off_f, off_wk, off_g2, off_u, off_dr, off_s0, off_ds,
+        off_part;
+    int64_t scratch_floats;
+    size_t shared_prep, shared_fwd, shared_bwd, shared_grad; /* bytes of each kernel */
+};
+
+/* The chunk-parallel backward's plan for S_k, S_v, H_k key and H_v value heads, B
+ * sequences and T tokens. False, with a reason, when a kernel's shared memory would pass
+ * DN_CBACK_MAX_SHARED (S_k or S_v past 128: the launcher then takes the chunked kernel
+ * above, then the per-token one) or a grid is too large. */
+bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+                     int64_t nb, int64_t nt, char *reason, size_t reason_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,8 +6,9 @@
  * states rounded to its type, as mul_mat's BF16 products do), a block a token takes the
  * logsumexp of its column (max and exponentials in float, their sum in double:
  * CROSS_ENTROPY's exponentials in double cost more than the products here). The forward
- * keeps one double a token and a last kernel averages them. The backward turns the chunk's
- * logits into d z in place (and into the head's type for a typed head), then two products:
+ * keeps one double a token and a last kernel averages them. The logsumexp reads a column
+ * once (a running max and rescaled sum a thread). The backward turns the chunk's logits into
+ * d z in place (or, for a typed head, into the head's type only), then two products:
  * dh (the chunk's columns of dh [D, N]) = w d z, and dw [D, V] += h_chunk d z^T (the first
  * chunk writes, the others add). So the [V, N] logits never exist: a chunk holds at most
  * LCE_CHUNK_FLOATS floats of them (~540 tokens of a 248,320-token vocabulary). */
@@ -65,18 +66,30 @@ static __global__ void lce_convert_kernel(const float *src, char *dst, int64_t n
         cu_store(dst + f * es, t, src[f]);
 }
 
-/* max and log(sum(exp(z - max))) of column z [V], for every thread of the block */
+/* max and log(sum(exp(z - max))) of column z [V], for every thread of the block, in one
+ * pass over z: each thread keeps a running max m and its sum s of e^(z - m) (rescaled when
+ * m grows: rarely, after the first few elements), then the block takes the largest m and
+ * adds the threads' sums scaled to it. Two passes (the max, then the sum) read the 1 MB
+ * column of a 248,320-token vocabulary twice, for every token of a training step. */
 static __device__ void column_lse(const float *z, int64_t V, float *fs, double *ds, double *mx_out,
                                   double *lse_out)
 {
-    float mx = -INFINITY;
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        mx = fmaxf(mx, z[v]);
-    mx = cu_block_max(mx, fs);
+    float m = -INFINITY;
     double sum = 0.0; /* exp in float (each term to an ulp or two), summed in double */
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-        sum += (double)expf(z[v] - mx);
-    *lse_out = log(cu_block_sum(sum, ds));
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+        const float x = z[v];
+        if (x > m) {
+            sum = sum * (double)expf(m - x) + 1.0; /* m = -inf at first: the sum is 0 */
+            m = x;
+        } else if (x == x && x != -INFINITY) {
+            sum += (double)expf(x - m);
+        } else if (x != x) {
+            sum = (double)x; /* NaN stays NaN, as the sum of its term would */
+        }
+    }
+    const float mx = cu_block_max(m, fs);
+    const double mine = m == -INFINITY ? (sum != sum ? sum : 0.0) : sum * (double)expf(m - mx);
+    *lse_out = log(cu_block_sum(mine, ds));
     *mx_out = mx;
 }
 
@@ -130,7 +143,8 @@ static __global__ void lce_coef_kernel(const float *grad_loss, const int32_t *la
         *coef = valid > 0.0 ? (double)*grad_loss / valid : 0.0;
 }
 
-/* z (the chunk's logits) into d z in place, and into zt of type t when zt is given */
+/* z (the chunk's logits) into d z: in place, or only into zt of type t when zt is given
+ * (the products read that copy, so the F32 one would be written for nothing) */
 static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const int32_t *labels,
                                        int64_t n0, const double *coef_p, char *zt, int t, int es)
 {
@@ -150,9 +164,10 @@ static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const in
                 const double p = coef * (double)expf(zc[v] - (float)(mx + lse));
                 d = (float)(v == label ? p - coef : p); /* p - 1 in double */
             }
-            zc[v] = d;
-            if (zt)
+            if (zt) /* the products read the typed copy only */
                 cu_store(zt + (j * V + v) * es, t, d);
+            else
+                zc[v] = d;
         }
     }
 }

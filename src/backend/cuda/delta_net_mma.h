@@ -1,0 +1,129 @@
+/* delta_net_mma.h (internal, CUDA C++): the block-wide building blocks of the chunked CUDA
+ * delta rule kernels (delta_net_chunk.cu, delta_net_wy.cu): products of small shared- or
+ * global-memory matrices on tensor cores in three TF32 products (F32-level precision), and
+ * a fill of a shared tile from global memory with many loads in flight. Every function here
+ * is called by the whole block together. */
+#ifndef LATHE_BACKEND_CUDA_DELTA_NET_MMA_H
+#define LATHE_BACKEND_CUDA_DELTA_NET_MMA_H
+
+#include <mma.h>
+
+#include <type_traits>
+
+namespace wmma = nvcuda::wmma;
+
+/* Cm (+)= alpha diag(rs) A B over M x N x K on tensor cores, in three TF32 products
+ * (A_hi B + A B_lo + A_lo B with A = A_hi + A_lo rounded to TF32 twice), which keeps about
+ * F32's precision: one TF32 product would put the gradients ~1e-3 off. A(m, k) is
+ * A[m * lda + k] (LA row-major) or A[m + k * lda] (column-major), B(k, n) likewise; M and N
+ * are multiples of 16, K of 8, lda and ldb of 4, and every operand 32-byte aligned. A warp
+ * takes a 16 x 16 output tile at a time, through its 256 floats of tmp, and stores only rows
+ * m < m_valid and columns n < n_valid. The block calls it together; the caller
+ * synchronises before reading Cm, which must not overlap A or B. Element (m, n) of Cm is
+ * always read and written by the same lane of the same warp for the same M and N, so calls
+ * that accumulate into one Cm of one shape need no barrier between them. */
+template <typename F> static __device__ __forceinline__ void cb_split(F &hi, F &lo)
+{
+#pragma unroll
+    for (int i = 0; i < hi.num_elements; i++) {
+        const float x = hi.x[i], h = wmma::__float_to_tf32(x);
+        lo.x[i] = wmma::__float_to_tf32(x - h);
+        hi.x[i] = h;
+    }
+}
+
+template <typename LA, typename LB>
+static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
+                              int ldb, int M, int N, int K, float alpha, bool acc, const float *rs,
+                              int m_valid, int n_valid, float *tmp)
+{
+    const bool a_row = std::is_same<LA, wmma::row_major>::value,
+               b_row = std::is_same<LB, wmma::row_major>::value;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    const int tn = N / 16, tiles = (M / 16) * tn;
+    float *t = tmp + warp * 256;
+    for (int tile = warp; tile < tiles; tile += n_warps) {
+        const int m0 = tile / tn * 16, n0 = tile % tn * 16;
+        /* the lane's 8 old values first, all in flight while the tile's products run (Cm
+         * may be global: the chunk-parallel backward accumulates dq and dk there); Cm never
+         * overlaps A or B */
+        float old[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int e = lane + 32 * j, m = m0 + e / 16, n = n0 + e % 16;
+            old[j] = acc && m < m_valid && n < n_valid ? Cm[m * ldc + n] : 0.0f;
+        }
+        wmma::fragment<wmma::accumulator, 16, 16, 8, float> c;
+        wmma::fill_fragment(c, 0.0f);
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
+            wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
+            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
+            cb_split(a, a_lo);
+            cb_split(b, b_lo);
+            wmma::mma_sync(c, a_lo, b, c);
+            wmma::mma_sync(c, a, b_lo, c);
+            wmma::mma_sync(c, a, b, c);
+        }
+        wmma::store_matrix_sync(t, c, 16, wmma::mem_row_major);
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int e = lane + 32 * j, m = m0 + e / 16, n = n0 + e % 16;
+            if (m < m_valid && n < n_valid)
+                Cm[m * ldc + n] = old[j] + (rs ? alpha * rs[m] : alpha) * t[e];
+        }
+        __syncwarp();
+    }
+}
+
+/* cb_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one stride of
+ * each 1 (which picks the layouts) */
+static __device__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac,
+                             const float *B, int br, int bc, int M, int N, int K, float alpha,
+                             bool acc, const float *rs = NULL, int m_valid = 1 << 30,
+                             int n_valid = 1 << 30)
+{
+    using RM = wmma::row_major;
+    using CM = wmma::col_major;
+    if (ac == 1 && bc == 1)
+        cb_mma<RM, RM>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+    else if (ac == 1)
+        cb_mma<RM, CM>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+    else if (bc == 1)
+        cb_mma<CM, RM>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+    else
+        cb_mma<CM, CM>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+}
+
+/* st(r, c, ld(r, c)) for every r < rows, c < cols: warp w takes rows w, w + 8, ..., lane l
+ * columns l, l + 32, ... (a row's global reads coalesced), CB_INFLIGHT rows of loads in
+ * flight before their stores. A plain loop would wait out a global load's latency (~1 us
+ * from HBM) per element, since the compiler cannot move a load past a store it cannot
+ * prove apart; the first chunked kernels lost most of their time so (21 ms a
+ * DELTA_NET_BACK at 16 x 512 tokens of Qwen3.5-0.8B), and a flat index's division by a
+ * runtime width cost more instructions than the load. */
+#define CB_INFLIGHT 8
+template <typename Ld, typename St>
+static __device__ __forceinline__ void cb_fill(int rows, int cols, Ld ld, St st)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int r0 = warp; r0 < rows; r0 += nw * CB_INFLIGHT)
+        for (int c = lane; c < cols; c += 32) {
+            float v[CB_INFLIGHT];
+#pragma unroll
+            for (int k = 0; k < CB_INFLIGHT; k++) {
+                const int r = r0 + k * nw;
+                v[k] = r < rows ? ld(r, c) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < CB_INFLIGHT; k++) {
+                const int r = r0 + k * nw;
+                if (r < rows)
+                    st(r, c, v[k]);
+            }
+        }
+}
+
+#endif

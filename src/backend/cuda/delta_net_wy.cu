@@ -1,0 +1,709 @@
+/* delta_net_wy.cu: DELTA_NET_BACK on the device split over chunks (the default; delta_net.cu
+ * chooses with its one predicate, LATHE_DN_BACK=v1 keeps delta_net_chunk.cu's kernel).
+ *
+ * Same algebra as src/ops/delta_net.c's chunked CPU backward (cback_prepare, cback_chunk:
+ * the step-by-step specification, chunks of DN_CHUNK = 64 tokens, the WY/UT form), but
+ * reorganised the way flash-linear-attention's chunked gated delta rule backward is: what
+ * does not depend on the state is computed once a chunk, in parallel over every chunk;
+ * only the state and its gradient walk the chunks in order, each step a few products of
+ * [64 x S_k] by [S_k x cv]; the rest of the adjoint is parallel over chunks again. Why: the
+ * delta_net_chunk.cu kernel did all of a chunk's work inside the sequential walk, in one
+ * 200 KiB block an SM (2 warps a scheduler, issue-bound), and each of a head's 4 column
+ * blocks recomputed K K^T, Q K^T, the gates and the solves (16 ms a node at 16 x 512 tokens
+ * of Qwen3.5-0.8B, a third of a training step).
+ *
+ * Within a chunk starting from S0 (rows r, s < 64; G_r the chunk's inclusive sum of g;
+ * B = diag(beta); E_rs = e^{G_r - G_s}; El_r = e^{G_last - G_r}; eL = e^{G_last}):
+ *   Ab = (K K^T) o E strictly lower,  P = (Q K^T) o E lower with the diagonal,
+ *   T = (I + B Ab)^-1,  Uv = T B V,  Wk = T B diag(e^G) K,  U = Uv - Wk S0,
+ *   O = diag(e^G) Q S0 + P U (times scale),  S_end = eL S0 + K^T diag(El) U.
+ * Backward, with Do the output's gradient times scale and dS the end state's gradient:
+ *   dR = T^T (P^T Do + diag(El) K dS)        (the CPU's dRHS)
+ *   dS_start = eL dS + Q^T diag(e^G) Do - K^T diag(e^G beta) dR,
+ * and the rest (dq, dk, dv, dbeta, the gates' dgam) is cback_chunk's, given S0, dS, U, dR.
+ *
+ * Kernels (256 threads each, dn_wy_plan in delta_net_plan.h sets the sizes):
+ *   prep  a block a chunk: G, Ab, P, T (by substitution on the identity, so that every later
+ *         solve is a product), Uv and Wk, and bwd's F = T^T P^T and G2 = T^T diag(El) K
+ *         (so that its dR = F Do + G2 dS is one round of products) into scratch;
+ *   fwd   a block a (sequence, value head, cv columns) walks forward: S0 of each chunk into
+ *         scratch, U = Uv - Wk S0 over Uv, S0 advanced;
+ *   bwd   the same blocks walk back: dS of each chunk's end into scratch, dR into scratch,
+ *         dS carried to the chunk's start; the last one is dstate;
+ *   grad  a block a chunk: M1 = Do U^T and M2 = -dR U^T (sums over all of S_v, so the block
+ *         has every column), their gate terms, dv = B dR, dq = (M1 o E) K, dk = (M1 o E)^T Q
+ *         + (M2 o B E) K + (M2 o B E)^T K; then the states' terms slice by slice of columns
+ *         (dq += diag(e^G) Do S0^T, dk += diag(El) U dS^T - diag(e^G beta) dR S0^T, and the
+ *         row sums the gates and dbeta need: Do.(Q S0), U.(K dS), dR.(K S0)); dg the suffix
+ *         sums of dgam in the chunk. A chunk's rows of dq and dk belong to one block, so
+ *         with H_v = H_k they go straight into the result (the products accumulate there);
+ *         with grouped heads they go to partials that delta_net.cu's reduction adds over the
+ *         value heads of a key head.
+ * Every product runs on tensor cores in three TF32 products (cb_mma, delta_net_mma.h), so the
+ * precision stays F32's; T's substitution and the gates are plain F32 (exponents G_r - G_s
+ * with s <= r only). A tail chunk (T not a multiple of 64) is padded with zero q, k, v, beta
+ * and g, which makes its extra rows of U and dR zero (and of T the identity's). Scratch for
+ * 16 x 512 tokens, 16 heads, S_k = S_v = 128: ~639 MB (dn_wy_plan's offsets), against the
+ * chunked kernel's ~670 MB.
+ *
+ * Not yet measured on the H200 when written: checked only against the recurrent oracle
+ * (normalised squared errors ~1e-13) on a CPU emulation of these kernels (a thread per CUDA
+ * thread, barriers, shuffles, wmma tiles with TF32 rounding) over tails, packed sequences,
+ * grouped and ungrouped heads, S 16..128, T = 0. */
+#include <cuda_pipeline.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "backend/cuda/delta_net_impl.h"
+#include "backend/cuda/delta_net_mma.h"
+#include "lathe/ops.h"
+
+#define WY_C DN_CHUNK
+static_assert(DN_WY_THREADS == 4 * DN_CHUNK, "the row sums take 4 lanes a chunk row");
+static_assert(DN_CHUNK == 64 && DN_WY_THREADS == 256, "T's substitution: two rows a lane, 8 warps");
+
+/* what every kernel is handed */
+struct wy_args {
+    struct dn_srcs s;
+    struct cu_t grad;
+    float *out; /* the flat result: dq, dk, dv, dg, dbeta, dstate */
+    float *scr; /* the plan's scratch */
+    struct dn_red L;
+    struct dn_wy_plan P;
+    float scale;
+};
+
+/* a chunk's pieces of scratch (ci: (b * H_v + h) * n_ch + c) */
+static __device__ __forceinline__ float *wy_vec(const struct wy_args &a, int64_t ci)
+{
+    return a.scr + a.P.off_vec + ci * 2 * WY_C; /* G [C], then beta [C] */
+}
+static __device__ __forceinline__ float *wy_cc(const struct wy_args &a, int64_t off, int64_t ci)
+{
+    return a.scr + off + ci * WY_C * WY_C; /* Ab, P or T, [C][C] */
+}
+static __device__ __forceinline__ float *wy_rows_k(const struct wy_args &a, int64_t off, int64_t ci)
+{
+    return a.scr + off + ci * WY_C * a.P.skp; /* Wk or G2, [C][skp] */
+}
+static __device__ __forceinline__ float *wy_rows_v(const struct wy_args &a, int64_t off, int64_t ci)
+{
+    return a.scr + off + ci * WY_C * a.P.svp; /* U or dR, [C][svp] */
+}
+static __device__ __forceinline__ float *wy_state(const struct wy_args &a, int64_t off, int64_t ci)
+{
+    return a.scr + off + ci * a.P.skp * a.P.svp; /* S0 or dS, [skp][svp] */
+}
+
+/* dst[r * ld + c] = src[r * sld + c] for r < rows, c < cols, from scratch into shared
+ * memory by asynchronous 16-byte copies (cols, ld, sld multiples of 4 floats, both sides
+ * 16-byte aligned: every scratch width and column offset here is a multiple of 16 floats).
+ * Every thread issues all of its copies before any lands, so a fill waits one latency, not
+ * one a batch of loads as cb_fill does; the caller ends with wy_async_wait() and a barrier. */
+static __device__ __forceinline__ void wy_async(float *dst, int ld, const float *src, int64_t sld,
+                                                int rows, int cols)
+{
+    const int q = cols / 4, n = rows * q;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int r = e / q, c = e % q * 4;
+        __pipeline_memcpy_async(dst + r * ld + c, src + r * sld + c, 16);
+    }
+}
+
+static __device__ __forceinline__ void wy_async_wait()
+{
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+}
+
+/* cb_fill's contract (st(r, c, ld(r, c)) for r < rows, c < cols; warp w takes rows w,
+ * w + 8, ..., lane l columns l, l + 32, ...) with WY_INFLIGHT (row, column group) items of
+ * a warp in flight at once instead of CB_INFLIGHT rows of one column group: a chunk's keys
+ * and queries together ([128 x 128]) are one round of loads a warp, not eight. For the
+ * sources (any strides). */
+#define WY_INFLIGHT 32
+template <typename Ld, typename St>
+static __device__ __forceinline__ void wy_fill(int rows, int cols, Ld ld, St st)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int groups = (cols + 31) / 32, my_rows = warp < rows ? (rows - 1 - warp) / nw + 1 : 0;
+    const int items = my_rows * groups;
+    for (int it0 = 0; it0 < items; it0 += WY_INFLIGHT) {
+        float v[WY_INFLIGHT];
+#pragma unroll
+        for (int k = 0; k < WY_INFLIGHT; k++) {
+            const int it = it0 + k, r = warp + it / groups * nw, c = lane + it % groups * 32;
+            v[k] = it < items && c < cols ? ld(r, c) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < WY_INFLIGHT; k++) {
+            const int it = it0 + k, r = warp + it / groups * nw, c = lane + it % groups * 32;
+            if (it < items && c < cols)
+                st(r, c, v[k]);
+        }
+    }
+}
+
+/* tokens in chunk ch (at most C) */
+static __device__ __forceinline__ int wy_len(const struct dn_red &L, int64_t ch)
+{
+    const int64_t left = L.nt - ch * WY_C;
+    return (int)(left < WY_C ? left : WY_C);
+}
+
+/* X = (I + diag(B) Ab)^-1 X in place on the 64 columns of X [C][lx] (Ab strictly lower,
+ * zeros elsewhere): a warp takes 8 columns, lane l holding rows l and l + 32 of each in
+ * registers, and walks the pivots q in order: row q is final, so it is broadcast and every
+ * row below takes its multiple away (as delta_net_chunk.cu's cb_solve_cols). */
+static __device__ void wy_solve64(const float *Ab, const float *B, int lc, float *X, int lx)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    constexpr int CPW = WY_C / (DN_WY_THREADS / 32);
+    float u0[CPW], u1[CPW];
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const int j = warp * CPW + k;
+        u0[k] = X[lane * lx + j];
+        u1[k] = X[(lane + 32) * lx + j];
+    }
+    const float b0 = B[lane], b1 = B[lane + 32];
+    for (int q = 0; q < WY_C; q++) {
+        const float a0 = b0 * Ab[lane * lc + q], a1 = b1 * Ab[(lane + 32) * lc + q];
+#pragma unroll
+        for (int k = 0; k < CPW; k++) {
+            const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
+            u0[k] = fmaf(-a0, uq, u0[k]);
+            u1[k] = fmaf(-a1, uq, u1[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const int j = warp * CPW + k;
+        X[lane * lx + j] = u0[k];
+        X[(lane + 32) * lx + j] = u1[k];
+    }
+}
+
+/* Row r = threadIdx.x / 4 of X . row r of Y over n columns, summed over the row's 4 lanes
+ * (every one gets it); the whole block calls it. */
+static __device__ float wy_row_dot(const float *X, int lx, const float *Y, int ly, int n)
+{
+    const int r = threadIdx.x / 4, l = threadIdx.x % 4;
+    float x = 0.0f;
+    for (int j = l; j < n; j += 4)
+        x = fmaf(X[r * lx + j], Y[r * ly + j], x);
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* the 4-lane sum of a row's partial (every lane of the row gets it) */
+static __device__ __forceinline__ float wy_quad_sum(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* G (the chunk's inclusive sum of g, zeros past the tokens: G stays at its last value) and
+ * beta (zeros past the tokens) of chunk [t0, t0 + n) into G and Bv; the block calls it and
+ * finds them after its next barrier. Each warp scans its 32 by shuffles, then the second
+ * half adds the first's total. */
+static __device__ void wy_gates(const struct dn_srcs &s, int64_t h, int64_t b, int64_t t0, int n,
+                                float *G, float *Bv)
+{
+    if (threadIdx.x < WY_C) {
+        const int r = threadIdx.x;
+        float x = r < n ? cu_getf(s.g, h, t0 + r, b, 0) : 0.0f;
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, x, o);
+            if ((r & 31) >= o)
+                x += y;
+        }
+        G[r] = x;
+        Bv[r] = r < n ? cu_getf(s.beta, h, t0 + r, b, 0) : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x >= 32 && threadIdx.x < WY_C)
+        G[threadIdx.x] += G[31];
+}
+
+/* ---- prep: a block a chunk ---- */
+
+/* K, Q [C][ldk]; V [C][ldw]; Ab, P, T [C][ldc]; vectors G, B; tiles. Scratch: G and beta,
+ * Ab, P, T, Uv (in U's place) and Wk. */
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    const int C = WY_C;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
+                  b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
+    const int n = wy_len(L, ch), lk = (int)P.ldk, lw = (int)P.ldw, lc = (int)P.ldc,
+              skp = (int)P.skp, svp = (int)P.svp, sk = (int)L.sk, sv = (int)L.sv;
+    float *K = sh, *Q = K + C * lk, *V = Q + C * lk, *Ab = V + C * lw, *Pm = Ab + C * lc,
+          *T = Pm + C * lc, *G = T + C * lc, *Bv = G + C, *tmp = G + DN_WY_VECS * C;
+    wy_fill( /* K's rows, then Q's (Q follows K) */
+        2 * C, skp,
+        [&](int r, int i) {
+            const int rr = r % C;
+            return rr < n && i < sk ? cu_getf(r < C ? a.s.k : a.s.q, i, hk, t0 + rr, b) : 0.0f;
+        },
+        [&](int r, int i, float x) { K[r * lk + i] = x; });
+    wy_fill(
+        C, svp,
+        [&](int r, int j) { return r < n && j < sv ? cu_getf(a.s.v, j, h, t0 + r, b) : 0.0f; },
+        [&](int r, int j, float x) { V[r * lw + j] = x; });
+    wy_gates(a.s, h, b, t0, n, G, Bv);
+    __syncthreads();
+    cb_mm(tmp, Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
+    cb_mm(tmp, Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
+    __syncthreads();
+    /* the gates and masks; T starts as the identity; then the rows of V and K scaled for
+     * Uv = T (B V), Wk = T (B e^G K) (into Q's place: Q is done) and G2 = T^T (El K) */
+    float *gab = wy_cc(a, P.off_ab, ci), *gp = wy_cc(a, P.off_p, ci);
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int r = e / C, q = e % C;
+        const float d = q <= r ? expf(G[r] - G[q]) : 0.0f;
+        const float ab = q < r ? Ab[r * lc + q] * d : 0.0f, pv = Pm[r * lc + q] * d;
+        Ab[r * lc + q] = ab;
+        Pm[r * lc + q] = pv;
+        T[r * lc + q] = r == q ? 1.0f : 0.0f;
+        gab[e] = ab;
+        gp[e] = pv;
+    }
+    for (int e = threadIdx.x; e < C * svp; e += blockDim.x) {
+        const int r = e / svp, j = e % svp;
+        V[r * lw + j] *= Bv[r];
+    }
+    for (int e = threadIdx.x; e < C * skp; e += blockDim.x) {
+        const int r = e / skp, i = e % skp;
+        const float x = K[r * lk + i];
+        Q[r * lk + i] = x * Bv[r] * expf(G[r]);
+        K[r * lk + i] = x * expf(G[C - 1] - G[r]);
+    }
+    if (threadIdx.x < C) {
+        float *gv = wy_vec(a, ci);
+        gv[threadIdx.x] = G[threadIdx.x];
+        gv[C + threadIdx.x] = Bv[threadIdx.x];
+    }
+    __syncthreads();
+    wy_solve64(Ab, Bv, lc, T, lc);
+    __syncthreads();
+    /* Uv = T (B V), Wk = T (B e^G K); for bwd F = T^T P^T and G2 = T^T (El K) */
+    cb_mm(tmp, wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
+    cb_mm(tmp, wy_rows_k(a, P.off_wk, ci), skp, T, lc, 1, Q, lk, 1, C, skp, C, 1.0f, false);
+    cb_mm(tmp, wy_cc(a, P.off_f, ci), C, T, 1, lc, Pm, 1, lc, C, C, C, 1.0f, false);
+    cb_mm(tmp, wy_rows_k(a, P.off_g2, ci), skp, T, 1, lc, K, lk, 1, C, skp, C, 1.0f, false);
+}
+
+/* ---- fwd: the states at the chunk starts ---- */
+
+/* block (b * H_v + h) * cblocks + c: columns c * cv .. of value head h of sequence b.
+ * S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv]; vectors El; tiles. */
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    const int C = WY_C;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
+                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const int lk = (int)P.ldk, lv = (int)P.ldv, skp = (int)P.skp, cv = (int)P.cv,
+              svp = (int)P.svp, sk = (int)L.sk, sv = (int)L.sv, j0 = (int)(c * P.cv);
+    float *S0 = sh, *Wk = S0 + skp * lv, *K = Wk + C * lk, *U = K + C * lk, *El = U + C * lv,
+          *tmp = El + DN_WY_VECS * C;
+    wy_fill(
+        skp, cv,
+        [&](int i, int jj) {
+            return i < sk && j0 + jj < sv ? cu_getf(a.s.state, j0 + jj, i, h, b) : 0.0f;
+        },
+        [&](int i, int jj, float x) { S0[i * lv + jj] = x; });
+    __syncthreads();
+    for (int64_t ch = 0; ch < P.n_ch; ch++) {
+        const int64_t ci = (b * L.hv + h) * P.n_ch + ch, t0 = ch * C;
+        const int n = wy_len(L, ch);
+        float *gs = wy_state(a, P.off_s0, ci), *gu = wy_rows_v(a, P.off_u, ci);
+        const float *gwk = wy_rows_k(a, P.off_wk, ci), *gv = wy_vec(a, ci);
+        cb_fill(
+            skp, cv, [&](int i, int jj) { return S0[i * lv + jj]; },
+            [&](int i, int jj, float x) { gs[(int64_t)i * svp + j0 + jj] = x; });
+        wy_async(Wk, lk, gwk, skp, C, skp);
+        wy_async(U, lv, gu + j0, svp, C, cv);
+        wy_fill(
+            C, skp,
+            [&](int r, int i) { return r < n && i < sk ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; },
+            [&](int r, int i, float x) { K[r * lk + i] = x; });
+        if (threadIdx.x < C)
+            El[threadIdx.x] = expf(gv[C - 1] - gv[threadIdx.x]);
+        const float eL = expf(gv[C - 1]);
+        wy_async_wait();
+        __syncthreads();
+        /* U = Uv - Wk S0 */
+        cb_mm(tmp, U, lv, Wk, lk, 1, S0, lv, 1, C, cv, skp, -1.0f, true);
+        __syncthreads();
+        /* U to scratch; then S0 = eL S0 + K^T diag(El) U */
+        for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+            const int r = e / cv, jj = e % cv;
+            const float x = U[r * lv + jj];
+            gu[r * svp + j0 + jj] = x;
+            U[r * lv + jj] = El[r] * x;
+        }
+        for (int e = threadIdx.x; e < skp * cv; e += blockDim.x)
+            S0[(e / cv) * lv + e % cv] *= eL;
+        __syncthreads();
+        cb_mm(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
+        __syncthreads();
+    }
+}
+
+/* ---- bwd: the state gradients at the chunk ends ---- */
+
+/* The blocks of fwd. dS [skp][ldv]; Q over K [2C][ldk]; F [C][ldc]; G2 [C][ldk];
+ * Do [C][ldv]; Z [2C][ldv] (e^G Do over -e^G beta dR, the right side of dS's update by
+ * [Q; K]^T); vectors eG, B; tiles. A chunk is two rounds of products: dR, then dS. */
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    const int C = WY_C;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
+                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const int lk = (int)P.ldk, lv = (int)P.ldv, lc = (int)P.ldc, skp = (int)P.skp,
+              cv = (int)P.cv, svp = (int)P.svp, sk = (int)L.sk, sv = (int)L.sv,
+              j0 = (int)(c * P.cv);
+    float *dS = sh, *QK = dS + skp * lv, *F = QK + 2 * C * lk, *G2 = F + C * lc,
+          *Do = G2 + C * lk, *Z = Do + C * lv, *eG = Z + 2 * C * lv, *Bv = eG + C,
+          *tmp = eG + DN_WY_VECS * C;
+    float *Zb = Z + C * lv;
+    /* the final state's gradient: rows T.. of grad */
+    wy_fill(
+        skp, cv,
+        [&](int i, int jj) {
+            return i < sk && j0 + jj < sv ? cu_getf(a.grad, j0 + jj, h, L.nt + i, b) : 0.0f;
+        },
+        [&](int i, int jj, float x) { dS[i * lv + jj] = x; });
+    __syncthreads();
+    for (int64_t ch = P.n_ch - 1; ch >= 0; ch--) {
+        const int64_t ci = (b * L.hv + h) * P.n_ch + ch, t0 = ch * C;
+        const int n = wy_len(L, ch);
+        float *gds = wy_state(a, P.off_ds, ci), *gdr = wy_rows_v(a, P.off_dr, ci);
+        const float *gf = wy_cc(a, P.off_f, ci), *gg2 = wy_rows_k(a, P.off_g2, ci),
+                    *gv = wy_vec(a, ci);
+        cb_fill(
+            skp, cv, [&](int i, int jj) { return dS[i * lv + jj]; },
+            [&](int i, int jj, float x) { gds[(int64_t)i * svp + j0 + jj] = x; });
+        wy_fill( /* Q's rows, then K's */
+            2 * C, skp,
+            [&](int r, int i) {
+                const int rr = r % C;
+                return rr < n && i < sk ? cu_getf(r < C ? a.s.q : a.s.k, i, hk, t0 + rr, b)
+                                        : 0.0f;
+            },
+            [&](int r, int i, float x) { QK[r * lk + i] = x; });
+        wy_async(F, lc, gf, C, C, C);
+        wy_async(G2, lk, gg2, skp, C, skp);
+        wy_fill(
+            C, cv,
+            [&](int r, int jj) {
+                return r < n && j0 + jj < sv ? a.scale * cu_getf(a.grad, j0 + jj, h, t0 + r, b)
+                                             : 0.0f;
+            },
+            [&](int r, int jj, float x) { Do[r * lv + jj] = x; });
+        if (threadIdx.x < C) {
+            const int r = threadIdx.x;
+            eG[r] = expf(gv[r]);
+            Bv[r] = gv[C + r];
+        }
+        const float eL = expf(gv[C - 1]);
+        wy_async_wait();
+        __syncthreads();
+        /* dR = T^T (P^T Do + diag(El) K dS) = F Do + G2 dS into Z's bottom (the same tiles
+         * a warp: no barrier between); Z's top = diag(e^G) Do */
+        cb_mm(tmp, Zb, lv, F, lc, 1, Do, lv, 1, C, cv, C, 1.0f, false);
+        cb_mm(tmp, Zb, lv, G2, lk, 1, dS, lv, 1, C, cv, skp, 1.0f, true);
+        for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+            const int r = e / cv, jj = e % cv;
+            Z[r * lv + jj] = eG[r] * Do[r * lv + jj];
+        }
+        __syncthreads();
+        /* dR to scratch, Z's bottom = -diag(e^G beta) dR, dS = eL dS */
+        for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
+            const int r = e / cv, jj = e % cv;
+            const float x = Zb[r * lv + jj];
+            gdr[r * svp + j0 + jj] = x;
+            Zb[r * lv + jj] = -eG[r] * Bv[r] * x;
+        }
+        for (int e = threadIdx.x; e < skp * cv; e += blockDim.x)
+            dS[(e / cv) * lv + e % cv] *= eL;
+        __syncthreads();
+        /* dS += [Q; K]^T Z = Q^T diag(e^G) Do - K^T diag(e^G beta) dR */
+        cb_mm(tmp, dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
+        __syncthreads();
+    }
+    float *dstate = a.out + L.off_state;
+    for (int e = threadIdx.x; e < skp * cv; e += blockDim.x) {
+        const int i = e / cv, jj = e % cv;
+        if (i < sk && j0 + jj < sv)
+            dstate[((b * L.hv + h) * L.sk + i) * L.sv + j0 + jj] = dS[i * lv + jj];
+    }
+}
+
+/* ---- grad: the rest of the adjoint, a block a chunk ---- */
+
+/* Do, U, dR [C][ldw]; region A: M1, M2 [C][ldc], then the slices S0s, dSs [skp][lds] and
+ * Y [C][lds]; region B: P, Ab [C][ldc], then Q, K [C][ldk]; vectors; tiles. The steps are
+ * cback_chunk's (src/ops/delta_net.c), regrouped; each line's comment names its term. */
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    __shared__ double red[32];
+    const int C = WY_C;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
+                  b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
+    const int n = wy_len(L, ch), lk = (int)P.ldk, lw = (int)P.ldw, lc = (int)P.ldc,
+              ls = (int)P.lds, skp = (int)P.skp, svp = (int)P.svp, cs = (int)P.cs,
+              sk = (int)L.sk, sv = (int)L.sv;
+    const int64_t reg_a = 2 * C * P.ldc > 2 * P.skp * P.lds + C * P.lds
+                              ? 2 * C * P.ldc
+                              : 2 * P.skp * P.lds + C * P.lds;
+    const int64_t reg_b = 2 * C * P.ldk > 2 * C * P.ldc ? 2 * C * P.ldk : 2 * C * P.ldc;
+    float *Do = sh, *U = Do + C * lw, *dR = U + C * lw, *RA = dR + C * lw, *RB = RA + reg_a;
+    float *M1 = RA, *M2 = RA + C * lc, *S0s = RA, *dSs = RA + skp * ls, *Y = RA + 2 * skp * ls;
+    float *Pm = RB, *Ab = RB + C * lc, *Q = RB, *K = RB + C * lk;
+    float *G = RB + reg_b, *eG = G + C, *El = eG + C, *Bv = El + C, *mEB = Bv + C,
+          *dgam = mEB + C, *dB = dgam + C, *aq = dB + C, *au = aq + C, *aw = au + C,
+          *av = aw + C, *tmp = G + DN_WY_VECS * C;
+    static_assert(DN_WY_VECS >= 11, "grad keeps 11 vectors");
+    /* where this chunk's dq, dk rows (ld apart), dg and dbeta go */
+    float *dQo, *dKo, *dgo, *dbo;
+    int64_t ldq, ldg;
+    if (P.direct) {
+        const int64_t row = (b * L.nt + t0) * L.hk + hk;
+        dQo = a.out + L.off_q + row * L.sk;
+        dKo = a.out + L.off_k + row * L.sk;
+        ldq = L.hk * L.sk;
+        dgo = a.out + L.off_g + (b * L.nt + t0) * L.hv + h;
+        dbo = a.out + L.off_beta + (b * L.nt + t0) * L.hv + h;
+        ldg = L.hv;
+    } else {
+        float *mine = a.scr + P.off_part + ((b * L.hv + h) * L.nt + t0) * P.part_per_token;
+        dQo = mine;
+        dKo = mine + L.sk;
+        ldq = P.part_per_token;
+        dgo = mine + 2 * L.sk;
+        dbo = dgo + 1;
+        ldg = P.part_per_token;
+    }
+    const float *gv = wy_vec(a, ci);
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        G[r] = gv[r];
+        eG[r] = expf(gv[r]);
+        El[r] = expf(gv[C - 1] - gv[r]);
+        Bv[r] = gv[C + r];
+        mEB[r] = -eG[r] * Bv[r];
+        aq[r] = au[r] = aw[r] = av[r] = 0.0f;
+    }
+    const float *gu = wy_rows_v(a, P.off_u, ci), *gdr = wy_rows_v(a, P.off_dr, ci);
+    const float *gp = wy_cc(a, P.off_p, ci), *gab = wy_cc(a, P.off_ab, ci);
+    wy_async(U, lw, gu, svp, C, svp);
+    wy_async(dR, lw, gdr, svp, C, svp);
+    wy_async(Pm, lc, gp, C, C, C);
+    wy_async(Ab, lc, gab, C, C, C);
+    wy_fill(
+        C, svp,
+        [&](int r, int j) {
+            return r < n && j < sv ? a.scale * cu_getf(a.grad, j, h, t0 + r, b) : 0.0f;
+        },
+        [&](int r, int j, float x) { Do[r * lw + j] = x; });
+    wy_async_wait();
+    __syncthreads();
+    /* O = P U: M1 = Do U^T (dP on s <= r); A = B Ab with RHS's solve: M2 = dA = -dR U^T */
+    cb_mm(tmp, M1, lc, Do, lw, 1, U, 1, lw, C, C, svp, 1.0f, false);
+    cb_mm(tmp, M2, lc, dR, lw, 1, U, 1, lw, C, C, svp, -1.0f, false);
+    /* dX = B dR is dv; and dR . V, dbeta's part of dR . X (X = V - e^G W), a warp a row */
+    float *dv = a.out + L.off_v;
+    for (int e = threadIdx.x; e < n * sv; e += blockDim.x) {
+        const int r = e / sv, j = e % sv;
+        dv[((b * L.nt + t0 + r) * L.hv + h) * L.sv + j] = Bv[r] * dR[r * lw + j];
+    }
+    {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        for (int r = warp; r < n; r += DN_WY_THREADS / 32) {
+            float x = 0.0f;
+            for (int j = lane; j < sv; j += 32)
+                x = fmaf(dR[r * lw + j], cu_getf(a.s.v, j, h, t0 + r, b), x);
+            for (int o = 16; o > 0; o >>= 1)
+                x += __shfl_xor_sync(0xffffffffu, x, o);
+            if (lane == 0)
+                av[r] = x;
+        }
+    }
+    __syncthreads();
+    /* the gate terms of dP (row r gets M1_rs P_rs, column s loses it) and of dA (dbeta_r
+     * += sum_s M2_rs Ab_rs; row r gets beta_r M2_rs Ab_rs, column s loses it) */
+    {
+        const int r = threadIdx.x / 4, l = threadIdx.x % 4;
+        float x1 = 0.0f, y1 = 0.0f, x2 = 0.0f, y2 = 0.0f;
+        for (int q = l; q <= r; q += 4)
+            x1 = fmaf(M1[r * lc + q], Pm[r * lc + q], x1);
+        for (int q = r + l; q < C; q += 4)
+            y1 = fmaf(M1[q * lc + r], Pm[q * lc + r], y1);
+        for (int q = l; q < r; q += 4)
+            x2 = fmaf(M2[r * lc + q], Ab[r * lc + q], x2);
+        for (int q = r + 1 + l; q < C; q += 4)
+            y2 = fmaf(Bv[q] * M2[q * lc + r], Ab[q * lc + r], y2);
+        x1 = wy_quad_sum(x1);
+        y1 = wy_quad_sum(y1);
+        x2 = wy_quad_sum(x2);
+        y2 = wy_quad_sum(y2);
+        if (l == 0) {
+            dgam[r] = x1 - y1 + Bv[r] * x2 - y2;
+            dB[r] = x2;
+        }
+    }
+    __syncthreads();
+    /* M1 o E on s <= r (dQK), M2 o B E on s < r (dKK) */
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
+        const int r = e / C, q = e % C;
+        const float d = q <= r ? expf(G[r] - G[q]) : 0.0f;
+        M1[r * lc + q] = q <= r ? M1[r * lc + q] * d : 0.0f;
+        M2[r * lc + q] = q < r ? M2[r * lc + q] * Bv[r] * d : 0.0f;
+    }
+    /* Q, K over P and Ab (last read before the barrier above) */
+    wy_fill( /* Q's rows, then K's (K follows Q) */
+        2 * C, skp,
+        [&](int r, int i) {
+            const int rr = r % C;
+            return rr < n && i < sk ? cu_getf(r < C ? a.s.q : a.s.k, i, hk, t0 + rr, b) : 0.0f;
+        },
+        [&](int r, int i, float x) { Q[r * lk + i] = x; });
+    __syncthreads();
+    /* dq = dQK K, dk = dQK^T Q + dKK K + dKK^T K: every product of dq and of dk has the
+     * same tiles a warp, so each accumulates in the result with no barrier */
+    cb_mm(tmp, dQo, ldq, M1, lc, 1, K, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(tmp, dKo, ldq, M1, 1, lc, Q, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(tmp, dKo, ldq, M2, lc, 1, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm(tmp, dKo, ldq, M2, 1, lc, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
+    __syncthreads();
+    /* the states' terms, cs columns at a time (over M1 and M2) */
+    const float *gs0 = wy_state(a, P.off_s0, ci), *gds = wy_state(a, P.off_ds, ci);
+    double ss = 0.0; /* <dS, S0> */
+    for (int j0 = 0; j0 < svp; j0 += cs) {
+        wy_async(S0s, ls, gs0 + j0, svp, skp, cs);
+        wy_async(dSs, ls, gds + j0, svp, skp, cs);
+        wy_async_wait();
+        __syncthreads();
+        /* dq += diag(e^G) Do S0^T; dk += diag(El) U dS^T (the end state's term) and
+         * dW S0^T with dW = -diag(e^G beta) dR */
+        cb_mm(tmp, dQo, ldq, Do + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, eG, n, sk);
+        cb_mm(tmp, dKo, ldq, U + j0, lw, 1, dSs, 1, ls, C, skp, cs, 1.0f, true, El, n, sk);
+        cb_mm(tmp, dKo, ldq, dR + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, mEB, n, sk);
+        for (int e = threadIdx.x; e < skp * cs; e += blockDim.x) {
+            const int i = e / cs, jj = e % cs;
+            ss += (double)dSs[i * ls + jj] * S0s[i * ls + jj];
+        }
+        /* Do_r . (Q S0)_r */
+        cb_mm(tmp, Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        __syncthreads();
+        {
+            const float x = wy_row_dot(Do + j0, lw, Y, ls, cs);
+            if (threadIdx.x % 4 == 0)
+                aq[threadIdx.x / 4] += x;
+        }
+        __syncthreads();
+        /* U_r . (K dS)_r */
+        cb_mm(tmp, Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
+        __syncthreads();
+        {
+            const float x = wy_row_dot(U + j0, lw, Y, ls, cs);
+            if (threadIdx.x % 4 == 0)
+                au[threadIdx.x / 4] += x;
+        }
+        __syncthreads();
+        /* dR_r . W_r, W = K S0 */
+        cb_mm(tmp, Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        __syncthreads();
+        {
+            const float x = wy_row_dot(dR + j0, lw, Y, ls, cs);
+            if (threadIdx.x % 4 == 0)
+                aw[threadIdx.x / 4] += x;
+        }
+        __syncthreads();
+    }
+    ss = cu_block_sum(ss, red); /* synchronises the block */
+    if (threadIdx.x == 0) {
+        /* the end state: x_r = El_r u_r . (K dS)_r goes to the last row and leaves row r;
+         * e^{G_last} <dS, S0> to the last row */
+        float tail = expf(G[C - 1]) * (float)ss;
+        for (int r = 0; r < C; r++)
+            tail += El[r] * au[r];
+        float acc = 0.0f;
+        for (int r = C - 1; r >= 0; r--) {
+            /* O's state term e^G_r Do_r.(Q S0)_r; -x_r; dW_r . W_r = -e^G_r beta_r dR_r . W_r */
+            float g = dgam[r] + eG[r] * aq[r] - El[r] * au[r] + mEB[r] * aw[r];
+            if (r == C - 1)
+                g += tail;
+            acc += g;
+            if (r < n) {
+                dgo[r * ldg] = acc;
+                /* dbeta: the dA terms, then dR . X = dR . V - e^G_r dR . W */
+                dbo[r * ldg] = dB[r] + av[r] - eG[r] * aw[r];
+            }
+        }
+    }
+}
+
+/* The chunk-parallel backward: prep, fwd, bwd, grad (and the reduction of the partials
+ * with grouped heads) on the context's stream, in one scratch buffer of the plan's layout. */
+lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
+                                const struct dn_wy_plan &P)
+{
+    struct wy_args a;
+    a.s = dn_srcs_of(node, 1);
+    a.grad = cu_view(node->src[0]);
+    a.out = (float *)node->data;
+    a.L = dn_red_of(node);
+    a.P = P;
+    a.scale = lt_get_param_f32(node, 0);
+    if (P.state_blocks == 0)
+        return LT_OK;
+    void *scratch;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, sizeof(float) * (size_t)P.scratch_floats,
+                              &scratch);
+    if (st != LT_OK)
+        return st;
+    a.scr = (float *)scratch;
+    struct {
+        void (*fn)(struct wy_args);
+        size_t shared;
+        int64_t blocks;
+        const char *name;
+    } ks[] = {{dn_wy_prep_kernel, P.shared_prep, P.chunks, "delta_net_back_prep"},
+              {dn_wy_fwd_kernel, P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
+              {dn_wy_bwd_kernel, P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
+              {dn_wy_grad_kernel, P.shared_grad, P.chunks, "delta_net_back_grad"}};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)ks[i].shared),
+                      "raising delta_net_back's shared memory");
+        if (st != LT_OK)
+            return st;
+    }
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        if (ks[i].blocks == 0) /* no tokens: bwd alone copies the final state's gradient */
+            continue;
+        ks[i].fn<<<(unsigned)ks[i].blocks, DN_WY_THREADS, ks[i].shared, c->stream>>>(a);
+        st = cu_launched(ks[i].name);
+        if (st != LT_OK)
+            return st;
+    }
+    if (P.direct || P.chunks == 0)
+        return LT_OK;
+    struct dn_red R = a.L;
+    R.chunks = 1, R.part_per_block = P.part_per_block, R.part_per_token = P.part_per_token;
+    return dn_launch_reduce(c, a.scr + P.off_part, (float *)node->data, R);
+}
