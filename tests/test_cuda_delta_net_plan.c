@@ -5,7 +5,9 @@
  * every chunk starting inside S_v, a grid that fills an H200 for the Qwen3.5-0.8B shape,
  * the forward's rows a thread within its instantiated kernels, the backward's shared memory
  * within the limit for every S_k the forward takes, and scratch sized for the checkpoints
- * and partials. */
+ * and partials; for the chunk-parallel kernels (delta_net_wy.cu), padded widths the
+ * products can tile, scratch pieces in order and aligned, and the forward's plan the
+ * backward's with its own scratch and out kernel. */
 #include <string.h>
 
 #include "backend/cuda/delta_net_plan.h"
@@ -162,6 +164,56 @@ static void check_wyplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t
           C * p.ldk % 8 == 0 && C * p.ldv % 8 == 0 && C * p.lds % 8 == 0 && C * p.ldc % 8 == 0);
 }
 
+/* the chunk-parallel forward's plan (dn_wy_fwd_plan_init): the backward's choices (cv, pads,
+ * chunks), the forward's scratch pieces alone, in order and 32-byte aligned, the backward's
+ * pieces marked absent; out's columns dividing svp, covering S_v with every block starting
+ * inside it, its reads of a chunk's S0 and U rows inside svp, its grid narrowed only when
+ * short, its shared memory within the limit and its buffers aligned */
+static void check_wyfplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t nb, int64_t nt)
+{
+    struct dn_wy_plan f, w;
+    char reason[160];
+    const bool ok = dn_wy_fwd_plan_init(&f, sk, sv, hk, hv, nb, nt, reason, sizeof(reason));
+    const bool back_ok = dn_wy_plan_init(&w, sk, sv, hk, hv, nb, nt, reason, sizeof(reason));
+    CHECK(ok == back_ok, "S_k %lld S_v %lld: forward %d backward %d", (long long)sk,
+          (long long)sv, (int)ok, (int)back_ok);
+    if (!ok || !back_ok)
+        return;
+    CHECK(f.cv == w.cv && f.svp == w.svp && f.skp == w.skp && f.cblocks == w.cblocks &&
+          f.n_ch == w.n_ch && f.chunks == w.chunks && f.state_blocks == w.state_blocks &&
+          f.ldk == w.ldk && f.ldv == w.ldv && f.ldw == w.ldw && f.ldc == w.ldc &&
+          f.shared_prep == w.shared_prep && f.shared_fwd == w.shared_fwd);
+    CHECK(w.co == 0 && w.out_blocks == 0 && w.shared_out == 0); /* a backward's plan */
+    const int64_t C = DN_CHUNK, n = f.chunks;
+    const int64_t offs[] = {f.off_vec, f.off_p, f.off_wk, f.off_u, f.off_s0};
+    const int64_t sizes[] = {n * 2 * C, n * C * C, n * C * f.skp, n * C * f.svp,
+                             n * f.skp * f.svp};
+    CHECK(f.off_vec == 0);
+    for (int i = 0; i < 5; i++) {
+        CHECK(offs[i] % 8 == 0, "forward scratch piece %d at %lld", i, (long long)offs[i]);
+        const int64_t end = i + 1 < 5 ? offs[i + 1] : f.scratch_floats;
+        CHECK(end == offs[i] + sizes[i], "forward scratch piece %d", i);
+    }
+    CHECK(f.off_ab == -1 && f.off_f == -1 && f.off_g2 == -1 && f.off_dr == -1 && f.off_ds == -1 &&
+          f.off_part == -1);
+    CHECK(f.scratch_floats <= w.scratch_floats);
+    CHECK((f.co == 16 || f.co == 32 || f.co == 64) && f.svp % f.co == 0, "co %lld svp %lld",
+          (long long)f.co, (long long)f.svp);
+    CHECK(f.cob * f.co >= sv && (f.cob - 1) * f.co < sv && f.cob * f.co <= f.svp,
+          "cob %lld co %lld", (long long)f.cob, (long long)f.co);
+    CHECK(f.out_blocks == n * f.cob);
+    const int64_t widest = f.svp % 64 == 0 ? 64 : f.svp % 32 == 0 ? 32 : 16;
+    CHECK(f.co == widest || n * ((sv + 2 * f.co - 1) / (2 * f.co)) < DN_BACK_TARGET_BLOCKS,
+          "co %lld narrowed with %lld chunks", (long long)f.co, (long long)n);
+    CHECK(f.ldx == f.skp + C + 4 && f.ldy == f.co + 4 && f.ldx % 4 == 0);
+    CHECK(f.shared_out <= DN_CBACK_MAX_SHARED && f.shared_out % 32 == 0 &&
+              f.shared_out == sizeof(float) * (size_t)(C * f.ldx + (f.skp + C) * f.ldy +
+                                                       DN_WY_VECS * C + DN_WY_THREADS / 32 * 256),
+          "out: %zu bytes", f.shared_out);
+    /* X, then Y, then the vectors start 32 bytes aligned; P's columns in X too */
+    CHECK(C * f.ldx % 8 == 0 && (f.skp + C) * f.ldy % 8 == 0 && f.skp % 8 == 0);
+}
+
 int main(void)
 {
     /* the chunked backward on Qwen3.5-0.8B's DeltaNet layers: 16 x 512 tokens take 1024
@@ -222,6 +274,61 @@ int main(void)
         CHECK(dn_wy_plan_init(&wp, s, s, 2, 4, 2, 100, wreason, sizeof(wreason)), "S %lld: %s",
               (long long)s, wreason);
     CHECK(dn_wy_plan_init(&wp, 128, 128, 2, 4, 2, 100, wreason, sizeof(wreason)), "%s", wreason);
+
+    /* the chunk-parallel forward on the training shape: the backward's 2048 chunks and 512
+     * state blocks, out in blocks of 64 columns (4096, two an SM: ~111 KiB each), scratch
+     * for G and beta, P, Wk, U and S0 alone (~303 MB against the backward's ~639) */
+    CHECK(dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 16, 512, wreason, sizeof(wreason)), "%s",
+          wreason);
+    CHECK(wp.cv == 64 && wp.co == 64 && wp.cob == 2 && wp.out_blocks == 4096 &&
+              wp.chunks == 2048 && wp.state_blocks == 512,
+          "cv %lld co %lld out blocks %lld", (long long)wp.cv, (long long)wp.co,
+          (long long)wp.out_blocks);
+    CHECK(wp.scratch_floats == 2048LL * (2 * 64 + 64 * 64 + 64 * 128 + 64 * 128 + 128 * 128),
+          "forward scratch %lld floats", (long long)wp.scratch_floats);
+    CHECK(2 * (wp.shared_out + 1024) <= 228u << 10, "out: %zu bytes", wp.shared_out);
+    /* a one-sequence prefill of 64 tokens: 16 chunks, out narrowed to 16 columns (128 blocks) */
+    CHECK(dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 1, 64, wreason, sizeof(wreason)), "%s",
+          wreason);
+    CHECK(wp.co == 16 && wp.out_blocks == 128 && wp.cv == 16, "co %lld out blocks %lld",
+          (long long)wp.co, (long long)wp.out_blocks);
+    /* no tokens: no chunks, no scratch, fwd alone copies the state */
+    CHECK(dn_wy_fwd_plan_init(&wp, 128, 128, 2, 4, 2, 0, wreason, sizeof(wreason)), "%s", wreason);
+    CHECK(wp.chunks == 0 && wp.out_blocks == 0 && wp.scratch_floats == 0 && wp.state_blocks > 0);
+    /* S_k 256 is refused as the backward's plan is (the per-token kernel takes it) */
+    wreason[0] = 0;
+    CHECK(!dn_wy_fwd_plan_init(&wp, 256, 128, 16, 16, 16, 512, wreason, sizeof(wreason)));
+    CHECK(strstr(wreason, "shared memory") != NULL, "%s", wreason);
+    for (size_t a = 0; a < sizeof(wsks) / sizeof(wsks[0]); a++)
+        for (size_t b = 0; b < sizeof(wsvs) / sizeof(wsvs[0]); b++) {
+            const int64_t hk = 1 + (int64_t)(a + b) % 4, hv = hk * (1 + (int64_t)b % 3);
+            check_wyfplan(wsks[a], wsvs[b], hk, hv, 1 + (int64_t)a % 3,
+                          (int64_t)(a * 97 + b * 13));
+        }
+    /* AUTO's choice: decode and short prefills stay per token; a one-sequence prefill of
+     * 16 heads goes by chunks from 449 tokens (8 chunks a head), 16 sequences from 64; the
+     * conformance suite's AUTO shapes cross it at T 64 (64 value heads) and T 65 (32) */
+    CHECK(!dn_wy_fwd_auto(16, 1, 1) && !dn_wy_fwd_auto(16, 16, 1) && !dn_wy_fwd_auto(16, 16, 63));
+    CHECK(dn_wy_fwd_auto(16, 16, 64) && dn_wy_fwd_auto(16, 16, 512));
+    CHECK(!dn_wy_fwd_auto(16, 1, 448) && dn_wy_fwd_auto(16, 1, 449) && dn_wy_fwd_auto(16, 1, 504));
+    CHECK(!dn_wy_fwd_auto(64, 2, 63) && dn_wy_fwd_auto(64, 2, 64));
+    CHECK(!dn_wy_fwd_auto(32, 2, 64) && dn_wy_fwd_auto(32, 2, 65));
+    CHECK(!dn_wy_fwd_auto(1000, 1000, 0));
+    /* the conformance suite's forward shapes */
+    static const int64_t fts[] = {0, 1, 5, 63, 64, 65, 150, 512, 2048};
+    for (size_t t = 0; t < sizeof(fts) / sizeof(fts[0]); t++) {
+        check_wyfplan(16, 12, 2, 4, 2, fts[t]);
+        check_wyfplan(16, 12, 1, 3, 2, fts[t]);
+        check_wyfplan(20, 40, 1, 2, 2, fts[t]);
+        check_wyfplan(128, 128, 2, 4, 2, fts[t]);
+        check_wyfplan(128, 128, 1, 2, 1, fts[t]);
+        check_wyfplan(16, 12, 32, 64, 2, fts[t]);
+        check_wyfplan(128, 128, 16, 32, 2, fts[t]);
+    }
+    check_wyfplan(128, 128, 16, 16, 16, 512);
+    check_wyfplan(128, 128, 16, 16, 0, 512);
+    for (int64_t s = 1; s <= 128; s += 9)
+        check_wyfplan(s, s, 2, 4, 2, 100);
 
     /* forward: a column's lanes are a power-of-two group inside one warp; whole warps */
     CHECK(32 % DN_FWD_ROW_GROUPS == 0 && DN_FWD_THREADS % 32 == 0 &&

@@ -335,6 +335,30 @@ for n, t in sorted(tot.items(), key=lambda x: -x[1])[:25]:
 PY
 }
 
+# dnkern: Nsight Compute's duration of the DeltaNet kernels (names matching DNK_RE) of a
+# 16x512 full fine-tune's first step, DNK_SKIP launches in, DNK_COUNT of them (after tprof)
+phase_dnkern() {
+    local txt=$W/bench_text_16x512.txt ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    [ -f "$txt" ] && [ -f $W/q08-bf16.gguf ] || { row "dnkern" "skipped: no model or text"; return; }
+    timeout $(($(left) - 5)) $ncu --csv --metrics gpu__time_duration.sum -k "regex:${DNK_RE:-dn_wy}" \
+        --launch-skip ${DNK_SKIP:-0} --launch-count ${DNK_COUNT:-12} \
+        $L train -m $W/q08-bf16.gguf --text "$txt" --out $W/prof-out.gguf --backend cuda \
+        --device-only --window 512 --batch-tokens 8192 --full --lr 1e-5 \
+        >"$out/dnkern.csv" 2>"$out/dnkern.log"
+    row "dnkern (ncu, DeltaNet kernels)" "rc $? $(grep -c gpu__time_duration "$out/dnkern.csv") kernels"
+    python3 - "$out/dnkern.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+if rows:
+    hdr = rows[0]
+    ki, vi, ui = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Metric Unit")
+    for r in rows[1:]:
+        v = float(r[vi].replace(",", "")); u = r[ui]
+        us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000 if u == "msecond" else v
+        print(f"  {r[ki].split('(')[0][:60]:60s} {us:10.1f} us")
+PY
+}
+
 phase_profile() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
@@ -444,11 +468,13 @@ phase_trainspeed() {
     cat "$out/bench/bench_train.md" 2>/dev/null
 }
 
-# conf: the whole conformance suite, then the CUDA training jobs (parity, refusal)
+# conf: the whole conformance suite, check-ref of the tiny Qwen3.5 golden on CUDA, then the
+# CUDA training jobs (parity, refusal)
 phase_conf() {
     timeout 240 $b/tests/gpu_test_cuda_conformance >"$out/conformance.log" 2>&1
     row "conformance (all groups)" "rc $? $(passed "$out/conformance.log")"
     grep -E "check failed|first mismatch" "$out/conformance.log" | head -12
+    checkref_tiny "logits|loss|worst|PASS|FAIL|summary"
     timeout 150 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
     row "train jobs on CUDA (parity, refusal)" "rc $? $(passed "$out/train_cuda.log")"
     grep -E "check failed" "$out/train_cuda.log" | head -6
@@ -506,7 +532,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([dnfast]=200 [conf]=150 [tprof]=200 [servebench]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -693,17 +693,21 @@ static void test_nn(void)
 /* ---- recurrent, loss, optimizer ---- */
 
 /* sx [d_conv - 1 + T, C, S] = [3 + 6, 10, 2], w [4, 10] */
+/* ne[0..2]: steps (d_conv - 1 + T), channels, sequences (0: 9, 10, 2); d_conv 4 */
 static struct lt_tensor *b_ssm_conv(struct build *b, const struct params *p)
 {
-    struct lt_tensor *sx = mk(b, LT_TYPE_F32, p->lay[0], 9, 10, 2, 1, FILL_UNIFORM, -1, 1);
-    struct lt_tensor *w = mk(b, p->type[1], p->lay[1], 4, 10, 1, 1, FILL_UNIFORM, -1, 1);
+    const int64_t L = p->ne[0] ? p->ne[0] : 9, C = p->ne[0] ? p->ne[1] : 10,
+                  S = p->ne[0] ? p->ne[2] : 2;
+    struct lt_tensor *sx = mk(b, LT_TYPE_F32, p->lay[0], L, C, S, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *w = mk(b, p->type[1], p->lay[1], 4, C, 1, 1, FILL_UNIFORM, -1, 1);
     if (!p->i[0])
         return lt_ssm_conv(b->ctx, sx, w);
-    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[2], 10, 6, 2, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[2], C, L - 3, S, 1, FILL_UNIFORM, -1, 1);
     return lt_ssm_conv_back(b->ctx, g, sx, w);
 }
 
-/* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward */
+/* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward; f[0] nonzero: the
+ * initial state is zeros (a sequence with no state before it) */
 static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 {
     const int64_t sk = p->ne[0], sv = p->ne[1], nt = p->ne[2], nb = p->ne[3], hk = p->i[0],
@@ -716,7 +720,9 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
     struct lt_tensor *v = mk(b, LT_TYPE_F32, p->lay[0], sv, hv, nt, nb, FILL_UNIFORM, -1, 1);
     struct lt_tensor *g = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, -1.0f, -0.01f);
     struct lt_tensor *beta = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, 0, 1);
-    struct lt_tensor *st = mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, nb, FILL_UNIFORM, -0.5f, 0.5f);
+    const float st_hi = p->f[0] != 0.0f ? 0.0f : 0.5f;
+    struct lt_tensor *st =
+        mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, nb, FILL_UNIFORM, -st_hi, st_hi);
     if (p->i[3]) {
         struct lt_tensor *gr = mk(b, LT_TYPE_F32, L_CONTIG, sv, hv, nt + sk, nb, FILL_UNIFORM, -1, 1);
         struct lt_tensor *r = lt_delta_net_back(b->ctx, gr, q, k, v, g, beta, st, 0.25f);
@@ -821,28 +827,88 @@ static void test_recurrent_loss_optim(void)
                 run_case(back ? LT_OP_SSM_CONV_BACK : LT_OP_SSM_CONV,
                          lbl(layout_names[l], t ? lt_type_name(wt[t]) : ""), TOL_F32, b_ssm_conv, &p);
             }
-    /* the forward: CHUNKED runs the chunked kernel (and the CPU's chunked path), RECURRENT
-     * the per-token kernel (and the CPU's recurrence); AUTO is the per-token kernel on the
-     * device. The longer shapes contiguous only */
+    /* several tiles of 32 steps and of 32 (forward) / 64 (backward) channels, tails in both */
+    for (int back = 0; back < 2; back++)
+        for (int l = 0; l < L_COUNT; l++) {
+            p = P(l, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+            p.lay[2] = (l + 2) % L_COUNT;
+            p.i[0] = back;
+            p.ne[0] = 73, p.ne[1] = 77, p.ne[2] = 3;
+            run_case(back ? LT_OP_SSM_CONV_BACK : LT_OP_SSM_CONV, lbl(layout_names[l], "tiles"),
+                     TOL_F32, b_ssm_conv, &p);
+        }
+    /* the forward: CHUNKED runs the chunk-parallel kernels (delta_net_wy.cu; the CPU its
+     * chunked path), RECURRENT the per-token kernel (the CPU its recurrence), and CHUNKED
+     * under LATHE_DN_FWD=v1 the chunked kernel of delta_net_chunk.cu ("v1"). The longer
+     * shapes contiguous only */
+    const char *dn_fwd_env = getenv("LATHE_DN_FWD");
+    char dn_fwd_saved[32] = "";
+    if (dn_fwd_env)
+        snprintf(dn_fwd_saved, sizeof(dn_fwd_saved), "%s", dn_fwd_env);
     static const int64_t dims[][4] = {{16, 12, 5, 2},   {16, 12, 1, 2},   {128, 128, 40, 1},
                                       {16, 12, 63, 2},  {16, 12, 65, 2},  {20, 40, 150, 2},
                                       {128, 128, 150, 2}, {16, 12, 2048, 1}};
     static const int heads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4}, {1, 2}, {2, 4}, {1, 2}};
     for (int d = 0; d < 8; d++)
         for (int l = 0; l < L_COUNT; l++)
-            for (int path = 0; path < 2; path++) {
+            for (int path = 0; path < 3; path++) {
                 if (d >= 2 && l != L_CONTIG)
                     continue;
                 p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
                 memcpy(p.ne, dims[d], sizeof(p.ne));
                 p.i[0] = heads[d][0], p.i[1] = heads[d][1];
-                p.i[2] = path ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_CHUNKED;
+                p.i[2] = path == 1 ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_CHUNKED;
+                static const char *const fwd_names[] = {"chunked", "recur", "v1"};
                 char what[48];
                 snprintf(what, sizeof(what), "%lldx%lld T%lld B%lld %s", (long long)dims[d][0],
                          (long long)dims[d][1], (long long)dims[d][2], (long long)dims[d][3],
-                         path ? "recur" : "chunked");
+                         fwd_names[path]);
+                if (path == 2)
+                    setenv("LATHE_DN_FWD", "v1", 1);
                 run_case(LT_OP_DELTA_NET, lbl(layout_names[l], what), TOL_F32, b_delta_net, &p);
+                if (path == 2) {
+                    if (dn_fwd_env)
+                        setenv("LATHE_DN_FWD", dn_fwd_saved, 1);
+                    else
+                        unsetenv("LATHE_DN_FWD");
+                }
             }
+    /* the forward as models build it (AUTO): the chunk-parallel kernels where
+     * dn_wy_fwd_auto says so (T >= 64 and B H_v ceil(T / 64) >= 128 chunks), the per-token
+     * kernel elsewhere; around one chunk, two chunks and a long tail, two sequences packed
+     * side by side, grouped heads (H_v = 2 H_k), with an initial state and without (zeros).
+     * S 16 x 12 (padded) with 64 value heads goes by chunks from T 64; S 128 x 128 with 32
+     * from T 65 (T 64 is 64 chunks); then Qwen3.5-0.8B's training shape (16 x 512 tokens, 16
+     * heads of 128) */
+    static const int64_t auto_t[] = {1, 63, 64, 65, 150, 512};
+    static const int64_t auto_s[][3] = {{16, 12, 32}, {128, 128, 16}}; /* S_k, S_v, H_k */
+    for (int si = 0; si < 2; si++)
+        for (int ti = 0; ti < 6; ti++)
+            for (int zero = 0; zero < 2; zero++) {
+                p = P(L_CONTIG, L_TRANSPOSED, LT_TYPE_F32, LT_TYPE_F32);
+                const int64_t ne[4] = {auto_s[si][0], auto_s[si][1], auto_t[ti], 2};
+                memcpy(p.ne, ne, sizeof(p.ne));
+                p.i[0] = (int)auto_s[si][2], p.i[1] = 2 * (int)auto_s[si][2];
+                p.i[2] = LT_DELTA_NET_PATH_AUTO;
+                p.f[0] = (float)zero;
+                char what[64];
+                snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B2 auto%s", (long long)ne[0],
+                         (long long)ne[1], p.i[0], p.i[1], (long long)ne[2],
+                         zero ? " no-state" : "");
+                run_case(LT_OP_DELTA_NET, lbl(layout_names[L_CONTIG], what), TOL_F32, b_delta_net,
+                         &p);
+            }
+    for (int zero = 0; zero < 2; zero++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        const int64_t ne[4] = {128, 128, 512, 16};
+        memcpy(p.ne, ne, sizeof(p.ne));
+        p.i[0] = 16, p.i[1] = 16, p.i[2] = LT_DELTA_NET_PATH_AUTO;
+        p.f[0] = (float)zero;
+        run_case(LT_OP_DELTA_NET,
+                 lbl(layout_names[L_CONTIG], zero ? "128x128 H16/16 T512 B16 auto no-state"
+                                                  : "128x128 H16/16 T512 B16 auto"),
+                 TOL_F32, b_delta_net, &p);
+    }
     /* the backward: the chunk-parallel kernels (AUTO; LATHE_DN_BACK=v1 for the chunked
      * one) around the chunk size of 64, two sequences packed side by side, and a long one;
      * grouped heads (H_v = 2 H_k or 3 H_k: partials and the reduction) and H_v = H_k (dq,

@@ -2,11 +2,13 @@
  * (DELTA_NET_BACK) on the device; see src/ops/delta_net.c for the maths and the packed
  * result [S_v, H_v, T + S_k, B] (outputs, then the new state's rows).
  *
- * Three kinds of kernel: the chunk-parallel backward (delta_net_wy.cu, the backward's
- * default), the chunked ones (delta_net_chunk.cu: the backward where the former's plan does
- * not fit or LATHE_DN_BACK=v1 asks, the forward when a node asks) and the per-token ones
- * here, which run the forward, decode, and a backward neither chunked plan can hold in shared
- * memory (S_k past ~200) or whose node asks for the recurrence (see chunked_plan).
+ * Three kinds of kernel: the chunk-parallel ones (delta_net_wy.cu: the backward's default,
+ * and the forward's for training and long prefills, or when a node asks for chunks),
+ * the chunked ones (delta_net_chunk.cu: the backward where the former's plan does not fit
+ * or LATHE_DN_BACK=v1 asks, the forward under LATHE_DN_FWD=v1 when a node asks) and the
+ * per-token ones here, which run decode, short prefills, a forward or backward neither
+ * chunked plan can hold in shared memory (S_k past ~128 / ~200) and a node that asks for the
+ * recurrence (see chunked_plan).
  * delta_net_impl.h is what they share.
  *
  * The per-token kernels:
@@ -27,9 +29,8 @@
  * each other (no shared memory, no barrier), and each loads the next token's q, k, v, g and
  * beta while it computes this one. The dot products sum in another order than the CPU's
  * (partial sums by row, then the shuffle tree; multiply-adds fused), so the forward agrees
- * with both CPU paths to rounding, not bits. The node's path parameter is ignored here: the
- * device always runs the recurrence. Measured after the split (H200, LATHE_CUDA_PROFILE):
- * ~0.12 ms a node in that prefill (11350 prompt tokens/s for the whole model, 7116 before),
+ * with both CPU paths to rounding, not bits. Measured after the split (H200,
+ * LATHE_CUDA_PROFILE): ~0.12 ms a node in that prefill (11350 prompt tokens/s for the whole model, 7116 before),
  * 7.7 us a node in decode.
  *
  * DELTA_NET_BACK follows the CPU's backward (recompute the states with a checkpoint every
@@ -64,11 +65,18 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
 /* Which kernel runs a node, and its plan. DELTA_NET_BACK: the chunk-parallel kernels
  * (delta_net_wy.cu) whenever their plan fits, else the chunked one (delta_net_chunk.cu) whenever
  * its plan fits, else the per-token one; LATHE_DN_BACK=v1 skips the first, for comparison,
- * and a node that asks for the recurrent path gets the per-token kernel. DELTA_NET: the
- * chunked kernel only when the node asks for it, since the per-token forward measured
- * faster (3.2 against 4.2 ms a node at 16 x 512 tokens of Qwen3.5-0.8B, and a one-sequence
- * prefill has too few blocks for chunks). The precondition and the launcher both ask
- * here (the environment is read each time, so both see the same answer). */
+ * and a node that asks for the recurrent path gets the per-token kernel.
+ * DELTA_NET: the chunk-parallel forward (delta_net_wy.cu) when the node's path is CHUNKED,
+ * or AUTO where dn_wy_fwd_auto says so (T >= 64 and at least 128 chunks over the sequences
+ * and value heads: see delta_net_plan.h for why), and its plan fits (S_k, S_v <= 128);
+ * else, for CHUNKED, the chunked kernel of delta_net_chunk.cu where its plan fits; else the
+ * per-token kernel (RECURRENT, decode, short prefills, S_k past 128). The per-token kernel
+ * took 3.1 ms a node at 16 x 512 tokens of Qwen3.5-0.8B (and the older chunked one, which
+ * did all of a chunk's work in its sequential walk, 4.2 ms).
+ * LATHE_DN_FWD=token keeps the per-token kernel for every DELTA_NET node, LATHE_DN_FWD=v1
+ * the choice before the chunk-parallel forward (CHUNKED: delta_net_chunk.cu's kernel; AUTO:
+ * the per-token one), for comparison. The precondition and the launcher both ask here (the
+ * environment is read each time, so both see the same answer). */
 enum dn_kind { DN_KIND_TOKEN, DN_KIND_CHUNKED, DN_KIND_WY };
 
 struct dn_plans {
@@ -82,14 +90,35 @@ static bool back_v1_requested(void)
     return e && strcmp(e, "v1") == 0;
 }
 
+/* LATHE_DN_FWD: 0 unset (the default), 1 "token", 2 "v1" */
+static int fwd_env(void)
+{
+    const char *e = getenv("LATHE_DN_FWD");
+    if (!e)
+        return 0;
+    return strcmp(e, "token") == 0 ? 1 : strcmp(e, "v1") == 0 ? 2 : 0;
+}
+
 static enum dn_kind chunked_plan(const struct lt_tensor *node, struct dn_plans *p)
 {
     const int s0 = node->op == LT_OP_DELTA_NET_BACK ? 1 : 0;
     const struct lt_tensor *q = node->src[s0 + SRC_Q], *v = node->src[s0 + SRC_V];
     const int path = lt_get_param_i32(node, 1);
-    if (s0 ? path == LT_DELTA_NET_PATH_RECURRENT : path != LT_DELTA_NET_PATH_CHUNKED)
-        return DN_KIND_TOKEN;
     char reason[CU_REASON_MAX];
+    if (!s0) {
+        const int env = fwd_env();
+        if (env == 1 || path == LT_DELTA_NET_PATH_RECURRENT)
+            return DN_KIND_TOKEN;
+        const bool chunked = path == LT_DELTA_NET_PATH_CHUNKED;
+        if (env == 0 && (chunked || dn_wy_fwd_auto(v->ne[1], q->ne[3], q->ne[2])) &&
+            dn_wy_fwd_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3],
+                                q->ne[2], reason, sizeof(reason)))
+            return DN_KIND_WY;
+        if (!chunked)
+            return DN_KIND_TOKEN;
+    } else if (path == LT_DELTA_NET_PATH_RECURRENT) {
+        return DN_KIND_TOKEN;
+    }
     if (s0 && !back_v1_requested() &&
         dn_wy_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3], q->ne[2], reason,
                         sizeof(reason)))
@@ -279,6 +308,8 @@ lt_status delta_net_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
         default: return launch_back(c, node);
         }
     }
+    if (kind == DN_KIND_WY)
+        return dn_launch_wy_forward(c, node, plans.wy);
     if (kind == DN_KIND_CHUNKED)
         return dn_launch_chunked_forward(c, node, plans.chunked);
     struct dn_srcs s = dn_srcs_of(node, 0);

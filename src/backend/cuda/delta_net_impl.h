@@ -1,7 +1,8 @@
 /* delta_net_impl.h (internal, CUDA C++): what the files of the CUDA delta rule share.
  * delta_net.cu has the family (one predicate for claim and launcher), the per-token kernels
  * and the reduction of the backward's partials; delta_net_chunk.cu the chunked kernels (a
- * block walks a head's chunks); delta_net_wy.cu the chunk-parallel backward, the default. */
+ * block walks a head's chunks); delta_net_wy.cu the chunk-parallel backward and forward,
+ * the defaults (the forward where dn_wy_fwd_auto says so). */
 #ifndef LATHE_BACKEND_CUDA_DELTA_NET_IMPL_H
 #define LATHE_BACKEND_CUDA_DELTA_NET_IMPL_H
 
@@ -45,5 +46,9 @@ lt_status dn_launch_chunked_backward(struct cuda_ctx *c, struct lt_tensor *node,
 /* the chunk-parallel backward (delta_net_wy.cu), for a node whose plan P fits */
 lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
                                 const struct dn_wy_plan &P);
+/* the chunk-parallel forward (delta_net_wy.cu), for a DELTA_NET node whose forward plan P
+ * (dn_wy_fwd_plan_init) fits */
+lt_status dn_launch_wy_forward(struct cuda_ctx *c, struct lt_tensor *node,
+                               const struct dn_wy_plan &P);
 
 #endif

@@ -239,6 +239,8 @@ bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, i
     p->shared_fwd = F * (size_t)wy_fwd_floats(p);
     p->shared_bwd = F * (size_t)wy_bwd_floats(p);
     p->shared_grad = F * (size_t)wy_grad_floats(p);
+    p->co = p->cob = p->out_blocks = p->ldx = p->ldy = 0;
+    p->shared_out = 0;
     const size_t most = max64(max64((int64_t)p->shared_prep, (int64_t)p->shared_fwd),
                               max64((int64_t)p->shared_bwd, (int64_t)p->shared_grad));
     if (most > DN_CBACK_MAX_SHARED) {
@@ -253,4 +255,54 @@ bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, i
         return false;
     }
     return true;
+}
+
+/* out: X = [e^G Q | P] [C][ldx]; Y = [S0; U] [skp + C][ldy] */
+static int64_t wy_out_floats(const struct dn_wy_plan *p)
+{
+    return DN_CHUNK * p->ldx + (p->skp + DN_CHUNK) * p->ldy + wy_tail();
+}
+
+bool dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+                         int64_t nb, int64_t nt, char *reason, size_t reason_size)
+{
+    if (!dn_wy_plan_init(p, sk, sv, hk, hv, nb, nt, reason, reason_size))
+        return false;
+    const int64_t C = DN_CHUNK, n = p->chunks;
+    /* the forward's scratch: G and beta, P, Wk, U, S0 of every chunk */
+    p->off_vec = 0;
+    p->off_p = p->off_vec + n * 2 * C;
+    p->off_wk = p->off_p + n * C * C;
+    p->off_u = p->off_wk + n * C * p->skp;
+    p->off_s0 = p->off_u + n * C * p->svp;
+    p->scratch_floats = p->off_s0 + n * p->skp * p->svp;
+    p->off_ab = p->off_f = p->off_g2 = p->off_dr = p->off_ds = p->off_part = -1;
+    /* out's columns: 64 where they divide svp (two blocks an SM at S_k 128), narrowed while
+     * its grid is short (a short prefill) */
+    p->co = p->svp % 64 == 0 ? 64 : p->svp % 32 == 0 ? 32 : 16;
+    while (p->co > 16 && n * ((sv + p->co - 1) / p->co) < DN_BACK_TARGET_BLOCKS)
+        p->co /= 2;
+    p->cob = (sv + p->co - 1) / p->co;
+    p->out_blocks = n * p->cob;
+    p->ldx = p->skp + C + 4;
+    p->ldy = p->co + 4;
+    p->shared_out = sizeof(float) * (size_t)wy_out_floats(p);
+    if (p->shared_out > DN_CBACK_MAX_SHARED) {
+        snprintf(reason, reason_size,
+                 "S_k %lld needs %zu bytes of shared memory in the chunk-parallel forward, "
+                 "over %u",
+                 (long long)sk, p->shared_out, DN_CBACK_MAX_SHARED);
+        return false;
+    }
+    if (p->out_blocks > 0x7fffffff) {
+        snprintf(reason, reason_size, "too many heads and sequences for one grid");
+        return false;
+    }
+    return true;
+}
+
+bool dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt)
+{
+    return nt >= DN_WY_FWD_MIN_T &&
+           nb * hv * ((nt + DN_CHUNK - 1) / DN_CHUNK) >= DN_WY_FWD_MIN_CHUNKS;
 }

@@ -135,6 +135,12 @@ struct dn_wy_plan {
         off_part;
     int64_t scratch_floats;
     size_t shared_prep, shared_fwd, shared_bwd, shared_grad; /* bytes of each kernel */
+    /* the forward's out kernel (dn_wy_fwd_plan_init sets these; 0 in a backward's plan) */
+    int64_t co;         /* out: value columns a block (16, 32 or 64, dividing svp) */
+    int64_t cob;        /* out: column blocks a chunk, ceil(S_v / co) */
+    int64_t out_blocks; /* chunks * cob: block (chunk ci, columns c) is ci * cob + c */
+    int64_t ldx, ldy;   /* out: skp + DN_CHUNK + 4 ([e^G Q | P] rows), co + 4 ([S0; U] rows) */
+    size_t shared_out;
 };
 
 /* The chunk-parallel backward's plan for S_k, S_v, H_k key and H_v value heads, B
@@ -143,6 +149,36 @@ struct dn_wy_plan {
  * above, then the per-token one) or a grid is too large. */
 bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
                      int64_t nb, int64_t nt, char *reason, size_t reason_size);
+
+/* The chunk-parallel forward (DELTA_NET, delta_net_wy.cu) from the same pieces, three
+ * kernels:
+ *   prep  as the backward's, less what only bwd and grad read (Ab, F, G2 stay unwritten):
+ *         G and beta, P, Uv and Wk into scratch;
+ *   fwd   as the backward's, and at the end of its walk the final state into DELTA_NET's
+ *         result (rows T.. of it);
+ *   out   one block a (chunk, co value columns): O = scale [diag(e^G) Q | P] [S0; U], one
+ *         product of [C x (skp + C)] by [(skp + C) x co], straight into the result.
+ * Its plan is the backward's (the same cv, offsets' arithmetic and refusals) with the
+ * scratch laid out again for the forward's pieces alone, in order G and beta, P, Wk, U, S0
+ * (off_ab, off_f, off_g2, off_dr, off_ds and off_part are -1: nothing of the forward reads
+ * them), and out's sizes: co = 64 columns where they divide svp (else 32, else 16),
+ * narrowed while out's grid is short of DN_BACK_TARGET_BLOCKS. delta_net.cu takes it for a
+ * DELTA_NET node whose path is CHUNKED, or AUTO where dn_wy_fwd_auto says so. */
+#define DN_WY_FWD_MIN_T 64         /* AUTO: tokens a sequence, at least */
+#define DN_WY_FWD_MIN_CHUNKS 128   /* AUTO: chunks B * H_v * ceil(T / DN_CHUNK), at least */
+
+/* Whether a DELTA_NET node of path AUTO with H_v value heads, B sequences and T tokens goes
+ * by chunks: T >= DN_WY_FWD_MIN_T (decode and short prefills keep the per-token kernel) and
+ * at least DN_WY_FWD_MIN_CHUNKS chunks, so that prep, a block a chunk, has about a block
+ * for each of the H200's 132 SMs. The per-token kernel's time is T steps whatever the batch
+ * (~0.24 us a token for one sequence of 16 heads of 128, more once its grid passes a wave:
+ * 3.1 ms for 16 x 512 tokens), the chunked one's three launches and a walk of T / 64 chunks,
+ * each a few products of [64 x S_k] by [S_k x cv]: a one-sequence prefill of 16 heads goes
+ * by chunks from 449 tokens, 16 sequences of them from 64. */
+bool dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
+
+bool dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+                         int64_t nb, int64_t nt, char *reason, size_t reason_size);
 
 #ifdef __cplusplus
 }

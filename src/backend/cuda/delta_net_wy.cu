@@ -1,5 +1,8 @@
 /* delta_net_wy.cu: DELTA_NET_BACK on the device split over chunks (the default; delta_net.cu
- * chooses with its one predicate, LATHE_DN_BACK=v1 keeps delta_net_chunk.cu's kernel).
+ * chooses with its one predicate, LATHE_DN_BACK=v1 keeps delta_net_chunk.cu's kernel), and
+ * DELTA_NET from the same pieces (prep, fwd, then out; delta_net.cu takes it for CHUNKED
+ * nodes and AUTO ones where dn_wy_fwd_auto says so, LATHE_DN_FWD=token keeps the per-token
+ * kernel).
  *
  * Same algebra as src/ops/delta_net.c's chunked CPU backward (cback_prepare, cback_chunk:
  * the step-by-step specification, chunks of DN_CHUNK = 64 tokens, the WY/UT form), but
@@ -30,6 +33,10 @@
  *         scratch, U = Uv - Wk S0 over Uv, S0 advanced;
  *   bwd   the same blocks walk back: dS of each chunk's end into scratch, dR into scratch,
  *         dS carried to the chunk's start; the last one is dstate;
+ *   out   (the forward alone) a block a (chunk, co value columns): O = scale [diag(e^G) Q | P]
+ *         [S0; U], one product with K = skp + 64, stored straight into DELTA_NET's result;
+ *         prep then skips Ab, F and G2 (a template flag), and fwd writes the state after the
+ *         last chunk into the result's rows T.. (the same flag);
  *   grad  a block a chunk: M1 = Do U^T and M2 = -dR U^T (sums over all of S_v, so the block
  *         has every column), their gate terms, dv = B dR, dq = (M1 o E) K, dk = (M1 o E)^T Q
  *         + (M2 o B E) K + (M2 o B E)^T K; then the states' terms slice by slice of columns
@@ -49,7 +56,10 @@
  * Not yet measured on the H200 when written: checked only against the recurrent oracle
  * (normalised squared errors ~1e-13) on a CPU emulation of these kernels (a thread per CUDA
  * thread, barriers, shuffles, wmma tiles with TF32 rounding) over tails, packed sequences,
- * grouped and ungrouped heads, S 16..128, T = 0. */
+ * grouped and ungrouped heads, S 16..128, T = 0; the forward likewise (outputs and final
+ * state ~1e-13 to ~1e-12, out's columns 16, 32 and 64, zero and random initial states).
+ * The forward's scratch at 16 x 512 tokens, 16 heads of 128: ~303 MB (G and beta, P, Wk, U,
+ * S0 of every chunk; dn_wy_fwd_plan_init lays them out). */
 #include <cuda_pipeline.h>
 #include <math.h>
 #include <stdio.h>
@@ -229,7 +239,9 @@ static __device__ void wy_gates(const struct dn_srcs &s, int64_t h, int64_t b, i
 /* ---- prep: a block a chunk ---- */
 
 /* K, Q [C][ldk]; V [C][ldw]; Ab, P, T [C][ldc]; vectors G, B; tiles. Scratch: G and beta,
- * Ab, P, T, Uv (in U's place) and Wk. */
+ * Ab, P, F, G2, Uv (in U's place) and Wk; FORWARD (DELTA_NET's plan): G and beta, P, Uv and
+ * Wk alone. */
+template <bool FORWARD>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -260,7 +272,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     __syncthreads();
     /* the gates and masks; T starts as the identity; then the rows of V and K scaled for
      * Uv = T (B V), Wk = T (B e^G K) (into Q's place: Q is done) and G2 = T^T (El K) */
-    float *gab = wy_cc(a, P.off_ab, ci), *gp = wy_cc(a, P.off_p, ci);
+    float *gab = FORWARD ? NULL : wy_cc(a, P.off_ab, ci), *gp = wy_cc(a, P.off_p, ci);
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
         const int r = e / C, q = e % C;
         const float d = q <= r ? expf(G[r] - G[q]) : 0.0f;
@@ -268,7 +280,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
         Ab[r * lc + q] = ab;
         Pm[r * lc + q] = pv;
         T[r * lc + q] = r == q ? 1.0f : 0.0f;
-        gab[e] = ab;
+        if (!FORWARD)
+            gab[e] = ab;
         gp[e] = pv;
     }
     for (int e = threadIdx.x; e < C * svp; e += blockDim.x) {
@@ -279,7 +292,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
         const int r = e / skp, i = e % skp;
         const float x = K[r * lk + i];
         Q[r * lk + i] = x * Bv[r] * expf(G[r]);
-        K[r * lk + i] = x * expf(G[C - 1] - G[r]);
+        if (!FORWARD)
+            K[r * lk + i] = x * expf(G[C - 1] - G[r]);
     }
     if (threadIdx.x < C) {
         float *gv = wy_vec(a, ci);
@@ -292,6 +306,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     /* Uv = T (B V), Wk = T (B e^G K); for bwd F = T^T P^T and G2 = T^T (El K) */
     cb_mm(tmp, wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
     cb_mm(tmp, wy_rows_k(a, P.off_wk, ci), skp, T, lc, 1, Q, lk, 1, C, skp, C, 1.0f, false);
+    if (FORWARD)
+        return;
     cb_mm(tmp, wy_cc(a, P.off_f, ci), C, T, 1, lc, Pm, 1, lc, C, C, C, 1.0f, false);
     cb_mm(tmp, wy_rows_k(a, P.off_g2, ci), skp, T, 1, lc, K, lk, 1, C, skp, C, 1.0f, false);
 }
@@ -299,7 +315,9 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
 /* ---- fwd: the states at the chunk starts ---- */
 
 /* block (b * H_v + h) * cblocks + c: columns c * cv .. of value head h of sequence b.
- * S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv]; vectors El; tiles. */
+ * S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv]; vectors El; tiles. FORWARD (DELTA_NET): the
+ * state after the last chunk goes to the result's rows T.. too. */
+template <bool FORWARD>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -353,6 +371,15 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
         __syncthreads();
         cb_mm(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
         __syncthreads();
+    }
+    if (FORWARD) { /* S[i][j] at row T + i of DELTA_NET's result [S_v, H_v, T + S_k, B] */
+        float *so = a.out + ((b * (L.nt + L.sk) + L.nt) * L.hv + h) * L.sv + j0;
+        const int64_t ldo = L.hv * L.sv;
+        for (int e = threadIdx.x; e < skp * cv; e += blockDim.x) {
+            const int i = e / cv, jj = e % cv;
+            if (i < sk && j0 + jj < sv)
+                so[i * ldo + jj] = S0[i * lv + jj];
+        }
     }
 }
 
@@ -657,6 +684,44 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     }
 }
 
+/* ---- out: the forward's outputs, a block a (chunk, co value columns) ---- */
+
+/* block ci * cob + c: chunk ci, columns c * co .. X = [diag(e^G) Q | P] [C][ldx]; Y = [S0; U]
+ * over the block's columns [skp + C][ldy]; vectors eG; tiles. O = scale X Y, one product
+ * (K = skp + C), stored by the tiles straight into DELTA_NET's result: rows past the chunk's
+ * tokens and columns past S_v are not stored. Small enough for two blocks an SM at S_k =
+ * S_v = 128 (co 64: ~111 KiB). */
+static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    const int C = WY_C;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t ci = blockIdx.x / P.cob, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
+                  b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
+    const int n = wy_len(L, ch), lx = (int)P.ldx, ly = (int)P.ldy, skp = (int)P.skp,
+              co = (int)P.co, sk = (int)L.sk, sv = (int)L.sv,
+              j0 = (int)(blockIdx.x % P.cob * P.co);
+    float *X = sh, *Y = X + C * lx, *eG = Y + (skp + C) * ly, *tmp = eG + DN_WY_VECS * C;
+    const float *gv = wy_vec(a, ci);
+    /* P to X's right, the columns' S0 and U to Y (j0 + co <= svp: scratch has them) */
+    wy_async(X + skp, lx, wy_cc(a, P.off_p, ci), C, C, C);
+    wy_async(Y, ly, wy_state(a, P.off_s0, ci) + j0, P.svp, skp, co);
+    wy_async(Y + skp * ly, ly, wy_rows_v(a, P.off_u, ci) + j0, P.svp, C, co);
+    if (threadIdx.x < C)
+        eG[threadIdx.x] = expf(gv[threadIdx.x]);
+    __syncthreads();
+    wy_fill( /* diag(e^G) Q to X's left (zeros past the tokens and S_k) */
+        C, skp,
+        [&](int r, int i) { return r < n && i < sk ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; },
+        [&](int r, int i, float x) { X[r * lx + i] = eG[r] * x; });
+    wy_async_wait();
+    __syncthreads();
+    float *o = a.out + ((b * (L.nt + L.sk) + t0) * L.hv + h) * L.sv + j0;
+    cb_mm(tmp, o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
+          sv - j0);
+}
+
 /* The chunk-parallel backward: prep, fwd, bwd, grad (and the reduction of the partials
  * with grouped heads) on the context's stream, in one scratch buffer of the plan's layout. */
 lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
@@ -682,8 +747,8 @@ lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{dn_wy_prep_kernel, P.shared_prep, P.chunks, "delta_net_back_prep"},
-              {dn_wy_fwd_kernel, P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
+    } ks[] = {{dn_wy_prep_kernel<false>, P.shared_prep, P.chunks, "delta_net_back_prep"},
+              {dn_wy_fwd_kernel<false>, P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
               {dn_wy_bwd_kernel, P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
               {dn_wy_grad_kernel, P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
@@ -706,4 +771,52 @@ lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
     struct dn_red R = a.L;
     R.chunks = 1, R.part_per_block = P.part_per_block, R.part_per_token = P.part_per_token;
     return dn_launch_reduce(c, a.scr + P.off_part, (float *)node->data, R);
+}
+
+/* The chunk-parallel forward: prep and fwd (the forward's parts of them), then out, on the
+ * context's stream, in one scratch buffer of the forward's plan (dn_wy_fwd_plan_init). */
+lt_status dn_launch_wy_forward(struct cuda_ctx *c, struct lt_tensor *node,
+                               const struct dn_wy_plan &P)
+{
+    struct wy_args a = {};
+    a.s = dn_srcs_of(node, 0);
+    a.out = (float *)node->data;
+    a.L = dn_red_of(node);
+    a.P = P;
+    a.scale = lt_get_param_f32(node, 0);
+    if (P.state_blocks == 0)
+        return LT_OK;
+    void *scratch = NULL;
+    if (P.scratch_floats > 0) {
+        lt_status st = cu_scratch(c, CU_SCRATCH_WORK,
+                                  sizeof(float) * (size_t)P.scratch_floats, &scratch);
+        if (st != LT_OK)
+            return st;
+    }
+    a.scr = (float *)scratch;
+    struct {
+        void (*fn)(struct wy_args);
+        size_t shared;
+        int64_t blocks;
+        const char *name;
+    } ks[] = {{dn_wy_prep_kernel<true>, P.shared_prep, P.chunks, "delta_net_prep"},
+              {dn_wy_fwd_kernel<true>, P.shared_fwd, P.state_blocks, "delta_net_fwd"},
+              {dn_wy_out_kernel, P.shared_out, P.out_blocks, "delta_net_out"}};
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        lt_status st =
+            cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)ks[i].shared),
+                     "raising delta_net's shared memory");
+        if (st != LT_OK)
+            return st;
+    }
+    for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
+        if (ks[i].blocks == 0) /* no tokens: fwd alone copies the initial state */
+            continue;
+        ks[i].fn<<<(unsigned)ks[i].blocks, DN_WY_THREADS, ks[i].shared, c->stream>>>(a);
+        lt_status st = cu_launched(ks[i].name);
+        if (st != LT_OK)
+            return st;
+    }
+    return LT_OK;
 }
