@@ -305,14 +305,15 @@ int main(void)
             check_wyfplan(wsks[a], wsvs[b], hk, hv, 1 + (int64_t)a % 3,
                           (int64_t)(a * 97 + b * 13));
         }
-    /* AUTO's choice: decode and short prefills stay per token; a one-sequence prefill of
-     * 16 heads goes by chunks from 449 tokens (8 chunks a head), 16 sequences from 64; the
-     * conformance suite's AUTO shapes cross it at T 64 (64 value heads) and T 65 (32) */
+    /* AUTO's choice: decode and short prefills stay per token, and so does a one-sequence
+     * prefill at any length (its 16 walks); 16 sequences of 16 heads go by chunks from 64
+     * tokens, 8 sequences too; the conformance suite's AUTO shapes cross it at T 64 (64
+     * value heads, 2 sequences) and stay per token with 32 heads of 2 sequences */
     CHECK(!dn_wy_fwd_auto(16, 1, 1) && !dn_wy_fwd_auto(16, 16, 1) && !dn_wy_fwd_auto(16, 16, 63));
-    CHECK(dn_wy_fwd_auto(16, 16, 64) && dn_wy_fwd_auto(16, 16, 512));
-    CHECK(!dn_wy_fwd_auto(16, 1, 448) && dn_wy_fwd_auto(16, 1, 449) && dn_wy_fwd_auto(16, 1, 504));
+    CHECK(dn_wy_fwd_auto(16, 16, 64) && dn_wy_fwd_auto(16, 16, 512) && dn_wy_fwd_auto(16, 8, 64));
+    CHECK(!dn_wy_fwd_auto(16, 1, 449) && !dn_wy_fwd_auto(16, 1, 4096) && !dn_wy_fwd_auto(16, 7, 512));
     CHECK(!dn_wy_fwd_auto(64, 2, 63) && dn_wy_fwd_auto(64, 2, 64));
-    CHECK(!dn_wy_fwd_auto(32, 2, 64) && dn_wy_fwd_auto(32, 2, 65));
+    CHECK(!dn_wy_fwd_auto(32, 2, 64) && !dn_wy_fwd_auto(32, 2, 65));
     CHECK(!dn_wy_fwd_auto(1000, 1000, 0));
     /* the conformance suite's forward shapes */
     static const int64_t fts[] = {0, 1, 5, 63, 64, 65, 150, 512, 2048};

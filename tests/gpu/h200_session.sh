@@ -493,6 +493,27 @@ phase_dnfast() {
     phase_tprof
 }
 
+# ppfwd: prefill with the chunk-parallel DeltaNet forward against the per-token one
+# (LATHE_DN_FWD=token), `lathe bench -p 512 and 2048 -n 0` on the BF16 0.8B file
+phase_ppfwd() {
+    if ! [ -f $W/q08-bf16.gguf ]; then
+        timeout 240 python3 .golden/hf_reference.py make tests/gpu/configs/qwen35-0.8b.json $Q \
+            --batch 1 --seqlen 16 >"$out/q08_make.log" 2>&1
+        cp .golden/qwen35-tok/tokenizer_config.json $Q/
+        xz -dc .golden/qwen35-tok/tokenizer.json.xz >$Q/tokenizer.json
+        $L convert $Q -o $W/q08-bf16.gguf --outtype bf16 >"$out/q08_convert.log" 2>&1
+        row "0.8B bf16 checkpoint" "rc $?"
+    fi
+    local p v
+    for p in 512 2048; do
+        for v in token default; do
+            LATHE_DN_FWD=$v timeout 60 $L bench -m $W/q08-bf16.gguf -p $p -n 0 -r 5 --backend cuda \
+                >"$out/ppfwd_${p}_$v.log" 2>&1
+            row "pp$p, LATHE_DN_FWD=$v" "rc $? $(grep -E "pp$p" "$out/ppfwd_${p}_$v.log" | awk -F'|' '{printf "%s", $7}')"
+        done
+    done
+}
+
 # tprof: lathe alone at 16x512 (bench_train.sh with PEER=none, full and LoRA), then each job
 # again under LATHE_CUDA_PROFILE=2 (device time by op, then by node kind: op, name, sources)
 phase_tprof() {
@@ -532,7 +553,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -874,14 +874,14 @@ static void test_recurrent_loss_optim(void)
                 }
             }
     /* the forward as models build it (AUTO): the chunk-parallel kernels where
-     * dn_wy_fwd_auto says so (T >= 64 and B H_v ceil(T / 64) >= 128 chunks), the per-token
-     * kernel elsewhere; around one chunk, two chunks and a long tail, two sequences packed
-     * side by side, grouped heads (H_v = 2 H_k), with an initial state and without (zeros).
-     * S 16 x 12 (padded) with 64 value heads goes by chunks from T 64; S 128 x 128 with 32
-     * from T 65 (T 64 is 64 chunks); then Qwen3.5-0.8B's training shape (16 x 512 tokens, 16
-     * heads of 128) */
+     * dn_wy_fwd_auto says so (T >= 64, B H_v >= 128 walks and B H_v ceil(T / 64) >= 128
+     * chunks), the per-token kernel elsewhere; around one chunk, two chunks and a long tail,
+     * two sequences packed side by side, grouped heads (H_v = 2 H_k), with an initial state
+     * and without (zeros). Both S 16 x 12 (padded) and S 128 x 128, with 64 value heads, go
+     * by chunks from T 64; then Qwen3.5-0.8B's training shape (16 x 512 tokens, 16 heads of
+     * 128) */
     static const int64_t auto_t[] = {1, 63, 64, 65, 150, 512};
-    static const int64_t auto_s[][3] = {{16, 12, 32}, {128, 128, 16}}; /* S_k, S_v, H_k */
+    static const int64_t auto_s[][3] = {{16, 12, 32}, {128, 128, 32}}; /* S_k, S_v, H_k */
     for (int si = 0; si < 2; si++)
         for (int ti = 0; ti < 6; ti++)
             for (int zero = 0; zero < 2; zero++) {

@@ -166,15 +166,19 @@ bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, i
  * DELTA_NET node whose path is CHUNKED, or AUTO where dn_wy_fwd_auto says so. */
 #define DN_WY_FWD_MIN_T 64         /* AUTO: tokens a sequence, at least */
 #define DN_WY_FWD_MIN_CHUNKS 128   /* AUTO: chunks B * H_v * ceil(T / DN_CHUNK), at least */
+#define DN_WY_FWD_MIN_HEADS 128    /* AUTO: walks B * H_v, at least */
 
 /* Whether a DELTA_NET node of path AUTO with H_v value heads, B sequences and T tokens goes
- * by chunks: T >= DN_WY_FWD_MIN_T (decode and short prefills keep the per-token kernel) and
- * at least DN_WY_FWD_MIN_CHUNKS chunks, so that prep, a block a chunk, has about a block
- * for each of the H200's 132 SMs. The per-token kernel's time is T steps whatever the batch
- * (~0.24 us a token for one sequence of 16 heads of 128, more once its grid passes a wave:
- * 3.1 ms for 16 x 512 tokens), the chunked one's three launches and a walk of T / 64 chunks,
- * each a few products of [64 x S_k] by [S_k x cv]: a one-sequence prefill of 16 heads goes
- * by chunks from 449 tokens, 16 sequences of them from 64. */
+ * by chunks: T >= DN_WY_FWD_MIN_T (decode and short prefills keep the per-token kernel), at
+ * least DN_WY_FWD_MIN_CHUNKS chunks (prep, a block a chunk, about a block for each of the
+ * H200's 132 SMs) and at least DN_WY_FWD_MIN_HEADS (sequence, value head) walks. The
+ * per-token kernel's time is T steps whatever the batch (~0.24 us a token for one sequence
+ * of 16 heads of 128, more once its grid passes a wave: 3.1 ms for 16 x 512 tokens); the
+ * chunked one's state walk took ~30 us a chunk of 64 (Nsight Compute, 16 x 512 tokens:
+ * prep 1.3 ms, walk 1.3 ms, outputs 0.6 ms at its locked clocks; 2.44 ms a node in a
+ * training step against the per-token 3.11), ~0.5 us a token, which one sequence's 32 walks
+ * cannot hide: a one-sequence prefill keeps the per-token kernel at any length, 16
+ * sequences of 16 heads go by chunks (measured), 8 and more by this rule (not measured). */
 bool dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
 
 bool dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
