@@ -8,7 +8,8 @@ starts, warms up with one request, then N clients each stream one completion of 
 tokens (`ignore_eos`, a fixed prompt, greedy) at the same moment. Reported per N:
 aggregate tokens/s (all streamed tokens over the wall time from the first request to the
 last token), and p50 / p95 of the time between a stream's consecutive tokens over all
-streams (the first token of each stream, which waits for the prompt, is left out). A
+streams (the first token of each stream, which waits for the prompt, is left out; tokens
+are counted by the stream's usage, since a token inside a UTF-8 character streams no text). A
 markdown table last, with the ratio of each aggregate to one stream's.
 
 `requests` alone (the H200 image has no `openai` package). Exits 1 when a request fails.
@@ -59,7 +60,8 @@ def start(lathe, model, backend, parallel, log):
 def stream(base, n_tokens, out, go):
     """One streamed completion; out gets the token times and the error, if any."""
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": n_tokens,
-            "temperature": 0, "ignore_eos": True, "stream": True}
+            "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}
     go.wait()
     times = []
     try:
@@ -72,6 +74,8 @@ def stream(base, n_tokens, out, go):
                 if not line.startswith(b"data: ") or line == b"data: [DONE]":
                     continue
                 chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    out["generated"] = chunk["usage"].get("completion_tokens")
                 delta = chunk["choices"][0].get("delta", {}) if chunk.get("choices") else {}
                 if delta.get("content"):
                     times.append(time.perf_counter())
@@ -102,7 +106,9 @@ def run(lathe, model, backend, n, n_tokens, log):
             t.join()
         errors = [o["error"] for o in outs if "error" in o]
         ends = [o["times"][-1] for o in outs if o.get("times")]
-        total = sum(len(o.get("times", [])) for o in outs)
+        # tokens as the server counts them (usage): a token that ends inside a UTF-8
+        # character streams no text of its own, so content chunks can be fewer
+        total = sum(o.get("generated") or len(o.get("times", [])) for o in outs)
         gaps = [b - a for o in outs for a, b in zip(o.get("times", [])[:-1], o.get("times", [])[1:])]
         wall = (max(ends) - t0) if ends else float("nan")
         return {"streams": n, "tokens": total, "wall_s": wall,
