@@ -64,6 +64,9 @@ static void usage(FILE *f)
         "  --device-only          refuse rather than run a node on the CPU\n"
         "  --f32-products         keep products by F32 weights in F32 on the device (slower;\n"
         "                         by default their operands are rounded to BF16)\n"
+        "  --checkpoint auto|on|off  recompute each layer's activations in the backward\n"
+        "                         instead of keeping them (less memory, ~1/3 more compute);\n"
+        "                         auto (default): when the job would not fit otherwise\n"
         "  --dry-run              admit and report, then stop without training\n");
 }
 
@@ -220,6 +223,15 @@ static int train_option(struct train_cli *c, const char *a, const char *v)
     int iv;
     if (!strcmp(a, "--fit"))
         return lt_fit_policy_parse(v, &p->fit) ? 0 : bad_value(a, v);
+    if (!strcmp(a, "--checkpoint")) {
+        if (!strcmp(v, "auto") || !strcmp(v, "on") || !strcmp(v, "off")) {
+            p->checkpoint = v[0] == 'a' ? LT_CHECKPOINT_AUTO
+                            : v[1] == 'n' ? LT_CHECKPOINT_ON
+                                          : LT_CHECKPOINT_OFF;
+            return 0;
+        }
+        return bad_value(a, v);
+    }
     if (!strcmp(a, "--seed")) {
         if (!parse_int(v, 1, 2147483647, &iv))
             return bad_value(a, v);
@@ -359,6 +371,9 @@ static void train_print_admission(const struct lt_train_params *p, const struct 
                (double)r->peak_bytes / (1 << 20), r->n_train, r->n_val, r->n_seqs_graph,
                r->n_tokens_graph, r->grad_accum, r->n_trainable,
                (long long)r->n_trainable_elements);
+    if (r->status == LT_OK && r->n_recomputed > 0)
+        printf("checkpointing: the backward recomputes %d forward tensors, a layer at a time\n",
+               r->n_recomputed);
 }
 
 /* A finished job: the losses, the throughput, the output and its loss curve */
@@ -375,6 +390,9 @@ static void train_print_done(const struct lt_train_params *p, struct lt_train_re
            (long long)r->tokens, r->seconds, r->tokens_per_s, r->n_seqs_graph, r->n_tokens_graph,
            r->grad_accum, (double)r->peak_bytes / (1 << 20), (double)r->allocated_bytes / (1 << 20),
            r->n_fallback);
+    if (r->n_recomputed > 0)
+        printf("checkpointing: the backward recomputed %d forward tensors, a layer at a time\n",
+               r->n_recomputed);
     printf("wrote %s (%s)\n", p->out, p->full ? "model" : "LoRA adapter");
     char svg[4096];
     curve_path(p->out, svg, sizeof(svg));

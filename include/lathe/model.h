@@ -150,6 +150,11 @@ struct lt_model_loss_graph {
     struct lt_tensor *logits; /* F32 [n_vocab, n_tokens * n_seqs], flagged OUTPUT; NULL with
                                  adapters->fused_loss (LINEAR_CE) */
     struct lt_tensor *loss;   /* F32 [1]: mean over the unmasked labels */
+    /* the residual stream entering each layer, then the last layer's output (n_layer + 1
+     * tensors, in ctx): the boundaries between which a training graph may recompute a
+     * layer's activations (lt_train_graph_params.remat_bounds) */
+    struct lt_tensor **bounds;
+    int n_bounds;
 };
 
 /* Builds the forward pass and loss in ctx (normally no_alloc; the inputs are leaves without

@@ -40,6 +40,12 @@ struct lt_train_graph_params {
     /* Which PARAM-flagged leaves train (NULL: all). Others lose the flag. */
     bool (*param_filter)(void *user, const struct lt_tensor *param);
     void *user;
+    /* Activation checkpointing: with n_remat_bounds >= 2, the tensors between boundary L and
+     * L + 1 (a model's layers: lt_model_loss_graph.bounds) that the backward reads are
+     * recomputed from boundary L once the gradient of boundary L + 1 exists, instead of
+     * being kept from the forward pass. The same values, more compute, less memory. */
+    struct lt_tensor *const *remat_bounds;
+    int n_remat_bounds;
 };
 
 struct lt_train_graph;
@@ -56,6 +62,8 @@ void lt_train_graph_free(struct lt_train_graph *tg);
 /* The admission results (valid after lt_train_graph_new succeeded). */
 size_t lt_train_graph_estimate(const struct lt_train_graph *tg); /* peak bytes, all backends */
 size_t lt_train_graph_budget(const struct lt_train_graph *tg);
+/* how many forward tensors the backward recomputes (0: checkpointing off) */
+int lt_train_graph_n_recomputed(const struct lt_train_graph *tg);
 void lt_train_graph_print(const struct lt_train_graph *tg, FILE *f); /* placement + memory */
 int lt_train_graph_n_fallback(const struct lt_train_graph *tg);
 struct lt_tensor *lt_train_graph_fallback_node(const struct lt_train_graph *tg, int i);

@@ -72,6 +72,10 @@ struct lt_train_params {
     bool device_only;           /* refuse rather than fall back to the CPU */
     bool f32_products;          /* on a device, keep products by F32 weights in F32 (slower;
                                    by default a device rounds their operands to BF16) */
+    /* activation checkpointing (each layer's activations recomputed in the backward from
+     * its input instead of kept): AUTO (0) when admission would otherwise refuse for
+     * memory, ON always, OFF never */
+    enum lt_checkpoint { LT_CHECKPOINT_AUTO, LT_CHECKPOINT_ON, LT_CHECKPOINT_OFF } checkpoint;
     bool dry_run;               /* admit, report, and stop before allocating */
 };
 
@@ -153,6 +157,8 @@ struct lt_train_result {
     int n_train, n_val;           /* examples (or text windows) in each split */
     int n_tokens_graph;           /* tokens per sequence of the micro-batch graph (<= window) */
     int n_seqs_graph;             /* sequences per micro-batch graph */
+    int n_recomputed;             /* forward tensors the backward recomputes (0: checkpointing
+                                     off) */
     int grad_accum;               /* micro-batches per optimizer step (the last may be short) */
     int n_trainable;              /* trainable tensors */
     int64_t n_trainable_elements; /* trainable numbers */

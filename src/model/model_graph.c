@@ -489,6 +489,8 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
         ids ? named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1) : NULL;
     if ((st = lt_mb_check(x, "inp_embd", -1)))
         return st;
+    if (b->bounds)
+        b->bounds[0] = x;
     /* h: layer il's normed input; x: the residual stream it adds to */
     struct lt_tensor *h = named(norm(b, x, m->layers[0].attn_norm, attn_norm_type(b, 0)),
                                 "attn_norm", 0);
@@ -515,6 +517,8 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
         named(x, "l_out", il);
         if ((st = lt_mb_check(x, "l_out", il)))
             return st;
+        if (b->bounds)
+            b->bounds[il + 1] = x;
     }
     *hidden = h;
     return lt_mb_check(h, "result_norm", -1);

@@ -119,6 +119,9 @@ struct lt_mb {
      * (the q/k/v and gate/up products of one input share one rounding) */
     struct lt_tensor *bf16_from, *bf16_act;
     const struct lt_mb_hooks *hooks;
+    /* optional, n_layer + 1 slots: the residual stream entering each layer, then the last
+     * layer's output (the layer boundaries a training graph recomputes between) */
+    struct lt_tensor **bounds;
 };
 
 /* The forward pass: token ids I32 [n_tokens, n_seqs] -> normalised hidden states

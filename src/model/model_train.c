@@ -36,6 +36,10 @@ lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int6
                       .n_seqs = n_seqs,
                       .pos = pos,
                       .causal = true};
+    const int n_bounds = m->hp.n_layer + 1;
+    b.bounds = lt_ctx_alloc(ctx, sizeof(struct lt_tensor *) * (size_t)n_bounds);
+    if (!b.bounds)
+        return lt_fail(LT_ERR_NOMEM, "out of memory building the loss graph");
     struct lt_tensor *hidden;
     lt_status st = lt_mb_forward(&b, tokens, &hidden);
     if (st != LT_OK)
@@ -47,7 +51,7 @@ lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int6
     if (logits) /* NULL with adapters->fused_loss: no [V, N] logits exist */
         logits->flags |= LT_FLAG_OUTPUT;
     lt_set_name(loss, "loss");
-    *out = (struct lt_model_loss_graph){tokens, pos, labels, logits, loss};
+    *out = (struct lt_model_loss_graph){tokens, pos, labels, logits, loss, b.bounds, n_bounds};
     return LT_OK;
 }
 

@@ -21,6 +21,7 @@
 #include "lathe/ops.h"
 #include "lathe/opt.h"
 #include "lathe/sched.h"
+#include "opt/remat.h"
 
 #define TRAIN_GRAPH_CAP (1 << 18)
 
@@ -45,6 +46,7 @@ struct lt_train_graph {
     struct lt_tensor *hp;
     size_t estimate, budget;
     int step, n_accumulated;
+    int n_recomputed; /* forward tensors the backward recomputes (checkpointing) */
 };
 
 static lt_status refuse_from(struct lt_refusal *r, lt_status st)
@@ -199,6 +201,27 @@ static lt_status measure(struct lt_train_graph *tg, size_t *device_bytes)
     return LT_OK;
 }
 
+/* The gradient graph again from its outputs (the loss, then every parameter's gradient),
+ * after checkpointing changed what the backward nodes read */
+static lt_status rebuild_grads(struct lt_train_graph *tg)
+{
+    struct lt_graph *g = lt_graph_new(tg->ctx, TRAIN_GRAPH_CAP);
+    if (!g)
+        return LT_ERR_NOMEM;
+    lt_status st = lt_graph_build(g, tg->loss);
+    const int n_forward = g->n_nodes;
+    for (int i = 0; st == LT_OK && i < tg->n_params; i++)
+        if (tg->params[i]->grad)
+            st = lt_graph_build(g, tg->params[i]->grad);
+    if (st != LT_OK)
+        return st;
+    tg->grads = g;
+    tg->n_forward = n_forward;
+    return LT_OK;
+}
+
+int lt_train_graph_n_recomputed(const struct lt_train_graph *tg) { return tg->n_recomputed; }
+
 lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
                              const struct lt_train_graph_params *params, struct lt_train_graph **out,
                              struct lt_refusal *refusal)
@@ -245,6 +268,14 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     st = lt_autodiff_build(ctx, tg->grads, loss, 1.0f, refusal);
     if (st != LT_OK)
         goto out_free;
+    if (params->n_remat_bounds >= 2) {
+        st = lt_remat_rewrite(ctx, tg->grads, tg->n_forward, params->remat_bounds,
+                              params->n_remat_bounds, &tg->n_recomputed);
+        if (st == LT_OK)
+            st = rebuild_grads(tg);
+        if (st != LT_OK)
+            goto out_free;
+    }
     st = build_flat(tg);
     if (st == LT_OK)
         st = build_accumulators(tg);

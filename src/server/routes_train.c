@@ -315,6 +315,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         {"fit", SRV_JT_STRING, 0, 0, false},
         {"device_only", SRV_JT_BOOL, 0, 0, false},
         {"f32_products", SRV_JT_BOOL, 0, 0, false},
+        {"checkpoint", SRV_JT_BOOL, 0, 0, false},
         {"batch", SRV_JT_INT, 1, 65536, false},
         {"batch_tokens", SRV_JT_INT, 1, 1 << 24, false},
         {"grad_accum", SRV_JT_INT, 1, 65536, false},
@@ -379,6 +380,10 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     p.memory_budget_mib = (size_t)srv_json_int(body, "memory_budget_mib", 0);
     p.device_only = srv_json_bool(body, "device_only", false);
     p.f32_products = srv_json_bool(body, "f32_products", false);
+    /* absent: auto (only when the job would not fit otherwise) */
+    if (json_object_get(body, "checkpoint"))
+        p.checkpoint = srv_json_bool(body, "checkpoint", false) ? LT_CHECKPOINT_ON
+                                                                : LT_CHECKPOINT_OFF;
     p.dry_run = srv_json_bool(body, "dry_run", false);
     p.batch = (int)srv_json_int(body, "batch", 0);
     p.batch_tokens = (int)srv_json_int(body, "batch_tokens", 0);

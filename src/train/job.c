@@ -227,8 +227,8 @@ static void capture_admission(struct lt_train_job *j, struct run *r)
     free(buf);
 }
 
-static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
-                                 const struct lt_model_adapters *ad)
+static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
+                                    const struct lt_model_adapters *ad, bool remat)
 {
     const struct lt_train_params *p = &j->p;
     r->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16u << 20, .no_alloc = true});
@@ -248,18 +248,37 @@ static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
         .serving_reserve = reserve << 20,
         .optimizer = LT_OPTIMIZER_ADAMW,
         .weight_decay = p->weight_decay,
+        .remat_bounds = remat ? r->lg.bounds : NULL,
+        .n_remat_bounds = remat ? r->lg.n_bounds : 0,
     };
     st = lt_train_graph_new(r->ctx, r->lg.loss, &gp, &r->tg, &j->result.refusal);
     if (st != LT_OK)
         return st;
     struct lt_train_result *res = &j->result;
     res->peak_bytes = lt_train_graph_estimate(r->tg);
+    res->n_recomputed = lt_train_graph_n_recomputed(r->tg);
     res->n_fallback = lt_train_graph_n_fallback(r->tg);
     res->n_trainable = lt_train_graph_n_params(r->tg);
     for (int i = 0; i < res->n_trainable; i++)
         res->n_trainable_elements += lt_nelements(lt_train_graph_param(r->tg, i));
     capture_admission(j, r);
     return LT_OK;
+}
+
+static void release_graph(struct run *r, struct lt_train_result *res);
+
+/* The graph of r->n_seqs sequences, with checkpointing as the job asks: AUTO tries without
+ * first, then with it when admission refused for memory (the same values, a third more
+ * compute, the activations of one layer at a time). */
+static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
+                                 const struct lt_model_adapters *ad)
+{
+    const enum lt_checkpoint c = j->p.checkpoint;
+    lt_status st = build_and_admit_as(j, r, ad, c == LT_CHECKPOINT_ON);
+    if (st == LT_OK || c != LT_CHECKPOINT_AUTO || j->result.refusal.kind != LT_REFUSAL_MEMORY)
+        return st;
+    release_graph(r, &j->result);
+    return build_and_admit_as(j, r, ad, true);
 }
 
 #define AUTO_BATCH_TOKENS 16384

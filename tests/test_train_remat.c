@@ -1,0 +1,148 @@
+/* test_train_remat.c: activation checkpointing (lt_train_graph_params.remat_bounds, what
+ * `lathe train --checkpoint` asks for) changes nothing but memory and compute. On every
+ * architecture of tests/test_model_util.h (qwen35's DeltaNet layers included), a training
+ * graph whose backward reads recomputed copies of each layer's forward tensors gives the
+ * same loss and, after an SGD step, the same weights, bit for bit, as the graph that keeps
+ * them; it recomputes something; and on a longer batch its admission estimate is smaller. */
+#include <string.h>
+
+#include "check.h"
+#include "lathe/opt.h"
+#include "test_model_util.h"
+
+#define T 9 /* tokens per sequence */
+#define S 3 /* sequences */
+
+/* one accumulate + SGD step of every F32 weight; the loss, the weights after the step
+ * (concatenated) and the admission estimate */
+static lt_status one_step(const struct lt_model *m, struct lt_backend *cpu,
+                          const struct lt_model_replace *rep, int n_rep, int n_tokens, int n_seqs,
+                          bool remat, bool run, float *loss, float *after, size_t *estimate,
+                          int *n_recomputed)
+{
+    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep};
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
+    struct lt_model_loss_graph lg;
+    struct lt_train_graph *tg = NULL;
+    lt_status st = lt_model_build_loss(m, ctx, n_tokens, n_seqs, &ad, &lg);
+    if (st == LT_OK) {
+        struct lt_train_graph_params gp = {.backends = &cpu,
+                                           .n_backends = 1,
+                                           .optimizer = LT_OPTIMIZER_SGD,
+                                           .remat_bounds = remat ? lg.bounds : NULL,
+                                           .n_remat_bounds = remat ? lg.n_bounds : 0};
+        st = lt_train_graph_new(ctx, lg.loss, &gp, &tg, NULL);
+    }
+    if (st == LT_OK) {
+        *estimate = lt_train_graph_estimate(tg);
+        *n_recomputed = lt_train_graph_n_recomputed(tg);
+    }
+    if (st == LT_OK && run) {
+        const int n = n_tokens * n_seqs, V = (int)lt_model_hparams(m)->n_vocab;
+        int32_t tok[S * T], lab[S * T];
+        for (int i = 0; i < n; i++) {
+            tok[i] = (i * 7 + 3) % V;
+            lab[i] = i % n_tokens + 1 < n_tokens ? ((i + 1) * 7 + 3) % V : -1;
+        }
+        st = lt_train_graph_alloc(tg);
+        if (st == LT_OK)
+            st = lt_tensor_set(lg.tokens, tok, 0, sizeof(int32_t) * (size_t)n);
+        if (st == LT_OK)
+            st = lt_tensor_set(lg.labels, lab, 0, sizeof(int32_t) * (size_t)n);
+        if (st == LT_OK)
+            st = lt_model_loss_graph_set_pos(&lg);
+        if (st == LT_OK)
+            st = lt_train_graph_accumulate(tg, loss);
+        if (st == LT_OK)
+            st = lt_train_graph_step(tg, 0.05f);
+    }
+    lt_train_graph_free(tg); /* the weights go home, trained */
+    size_t at = 0;
+    for (int i = 0; i < n_rep && st == LT_OK && run; i++) {
+        size_t k = (size_t)lt_nelements(rep[i].with);
+        st = lt_tensor_get(rep[i].with, after + at, 0, k * sizeof(float));
+        at += k;
+    }
+    lt_ctx_free(ctx);
+    return st;
+}
+
+static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
+{
+    char path[600];
+    const char *dir = getenv("LATHE_BUILD_DIR");
+    snprintf(path, sizeof(path), "%s/test_train_remat_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    struct lt_model *m = NULL;
+    struct lt_model_f32_params *fp = NULL;
+    float *orig = NULL, *after[2] = {NULL, NULL};
+    if (tm_write_model(sp, path, 500 + (uint64_t)idx) != LT_OK ||
+        lt_model_load(path, NULL, &m) != LT_OK ||
+        lt_model_f32_params_new(m, NULL, NULL, &fp) != LT_OK) {
+        CHECK(0, "%s: %s", sp->arch, lt_last_error());
+        goto out_free;
+    }
+    int n_rep;
+    const struct lt_model_replace *rep = lt_model_f32_params_list(fp, &n_rep);
+    size_t n_w = 0;
+    for (int i = 0; i < n_rep; i++)
+        n_w += (size_t)lt_nelements(rep[i].with);
+    orig = malloc(n_w * sizeof(float));
+    after[0] = malloc(n_w * sizeof(float));
+    after[1] = malloc(n_w * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < n_rep; i++) {
+        size_t k = (size_t)lt_nelements(rep[i].with);
+        lt_tensor_get(rep[i].with, orig + at, 0, k * sizeof(float));
+        at += k;
+    }
+    float loss[2] = {0, 0};
+    size_t est[2] = {0, 0};
+    int n_rec[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        lt_status st = one_step(m, cpu, rep, n_rep, T, S, r == 1, true, &loss[r], after[r], &est[r],
+                                &n_rec[r]);
+        CHECK(st == LT_OK, "%s, checkpointing %s: %s", sp->arch, r ? "on" : "off", lt_last_error());
+        at = 0; /* the next run starts from the same weights */
+        for (int i = 0; i < n_rep; i++) {
+            size_t k = (size_t)lt_nelements(rep[i].with);
+            lt_tensor_set(rep[i].with, orig + at, 0, k * sizeof(float));
+            at += k;
+        }
+    }
+    CHECK(n_rec[0] == 0 && n_rec[1] > 0, "%s: %d and %d tensors recomputed", sp->arch, n_rec[0],
+          n_rec[1]);
+    CHECK(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "%s: loss %.9g kept, %.9g recomputed",
+          sp->arch, (double)loss[0], (double)loss[1]);
+    CHECK(memcmp(after[0], orig, n_w * sizeof(float)) != 0, "%s: the step changed nothing",
+          sp->arch);
+    CHECK(memcmp(after[0], after[1], n_w * sizeof(float)) == 0,
+          "%s: the weights after a step differ with checkpointing", sp->arch);
+    /* a longer batch: the kept activations outweigh the copies of one layer */
+    size_t big[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        int n_r;
+        lt_status st = one_step(m, cpu, rep, n_rep, 64, 8, r == 1, false, NULL, NULL, &big[r], &n_r);
+        CHECK(st == LT_OK, "%s, 8 x 64 estimate: %s", sp->arch, lt_last_error());
+    }
+    CHECK(big[1] < big[0], "%s: 8 x 64 tokens: estimate %zu with checkpointing, %zu without",
+          sp->arch, big[1], big[0]);
+    printf("%s: %d tensors recomputed, loss %.6f both ways; estimate 8 x 64: %.1f KiB -> %.1f "
+           "KiB\n",
+           sp->arch, n_rec[1], (double)loss[0], big[0] / 1024.0, big[1] / 1024.0);
+out_free:
+    free(orig);
+    free(after[0]);
+    free(after[1]);
+    lt_model_f32_params_free(fp);
+    lt_model_free(m);
+    remove(path);
+}
+
+int main(void)
+{
+    struct lt_backend *cpu = lt_backend_cpu_new(2);
+    for (size_t i = 0; i < sizeof(tm_specs) / sizeof(tm_specs[0]); i++)
+        test_arch(&tm_specs[i], (int)i, cpu);
+    lt_backend_free(cpu);
+    return check_summary();
+}
