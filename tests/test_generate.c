@@ -3,6 +3,7 @@
  * stop strings across pieces, partial UTF-8 held back, max tokens, the context bound,
  * end-of-generation tokens, the errors, prompts (bos, chat template), and a randomized
  * comparison against a plain reference of what may be shown after every token. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -521,8 +522,56 @@ static void test_random(struct lt_tokenizer *t)
     }
 }
 
+/* lt_gen_logprobs against a plain log-softmax: the chosen token's value whether or not it is
+ * in the top, the top sorted with ties by id, -inf logits, k bounds and the errors. */
+static void test_logprobs(void)
+{
+    enum { V = 300 };
+    float logits[V];
+    for (int i = 0; i < V; i++)
+        logits[i] = (float)((i * 37) % 101) * 0.05f - 2.0f; /* repeats: ties */
+    logits[7] = -INFINITY;
+    double max = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++)
+        max = logits[i] > max ? logits[i] : max;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)logits[i] - max);
+    double lse = max + log(sum);
+    struct lt_gen_logprob lp;
+    CHECK(lt_gen_logprobs(logits, V, 7, 20, &lp) == LT_OK && lp.id == 7 && isinf(lp.logprob) &&
+          lp.logprob < 0 && lp.n_top == 20, "chosen -inf: %g, %d top", lp.logprob, lp.n_top);
+    CHECK(lt_gen_logprobs(logits, V, 11, 20, &lp) == LT_OK &&
+          fabs(lp.logprob - ((double)logits[11] - lse)) < 1e-12, "chosen %g", lp.logprob);
+    double p = 0;
+    for (int j = 0; j < lp.n_top; j++) {
+        lt_token id = lp.top_id[j];
+        CHECK(fabs(lp.top_logprob[j] - ((double)logits[id] - lse)) < 1e-12, "top %d", j);
+        if (j > 0)
+            CHECK(lp.top_logprob[j] < lp.top_logprob[j - 1] ||
+                      (lp.top_logprob[j] == lp.top_logprob[j - 1] && id > lp.top_id[j - 1]),
+                  "top %d not sorted (ties by id)", j);
+        p += exp(lp.top_logprob[j]);
+    }
+    /* nothing outside the top is more likely than its last */
+    int above = 0;
+    for (int i = 0; i < V; i++) {
+        bool in = false;
+        for (int j = 0; j < lp.n_top; j++)
+            in |= lp.top_id[j] == i;
+        above += !in && logits[i] > lp.top_logprob[lp.n_top - 1] + lse + 1e-9;
+    }
+    CHECK(above == 0 && p <= 1.0, "%d tokens above the top's last; top mass %g", above, p);
+    CHECK(lt_gen_logprobs(logits, 5, 0, 20, &lp) == LT_OK && lp.n_top == 5, "k > vocabulary");
+    CHECK(lt_gen_logprobs(logits, V, 0, 0, &lp) == LT_OK && lp.n_top == 0, "k 0");
+    CHECK(lt_gen_logprobs(logits, V, V, 5, &lp) == LT_ERR_INVALID, "chosen out of range");
+    CHECK(lt_gen_logprobs(logits, V, 0, 21, &lp) == LT_ERR_INVALID, "k 21");
+    float all_inf[3] = {-INFINITY, -INFINITY, -INFINITY};
+    CHECK(lt_gen_logprobs(all_inf, 3, 0, 1, &lp) == LT_ERR_INVALID, "no finite logit");
+}
+
 int main(void)
 {
+    test_logprobs();
     struct lt_tokenizer *t = make_tokenizer(false);
     if (!t)
         return check_summary();

@@ -156,7 +156,8 @@ static void test_bad_bodies(void)
         {"\"repeat_penalty\":0", "repeat_penalty", "out_of_range"},
         {"\"max_tokens\":0", "max_tokens", "out_of_range"},
         {"\"max_tokens\":true", "max_tokens", "invalid_type"},
-        {"\"n\":2", "n", "out_of_range"},
+        {"\"n\":5", "n", "out_of_range"}, /* the fake has 4 slots */
+        {"\"n\":0", "n", "out_of_range"},
         {"\"seed\":-5", "seed", "out_of_range"},
         {"\"stream\":\"yes\"", "stream", "invalid_type"},
         {"\"stream_options\":{\"include_usage\":1}", "stream_options.include_usage",
@@ -166,7 +167,11 @@ static void test_bad_bodies(void)
         {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\","
          "\"n\",\"o\",\"p\",\"q\"]",
          "stop", "out_of_range"},
-        {"\"logprobs\":true", "logprobs", "unsupported"},
+        {"\"logprobs\":1", "logprobs", "invalid_type"},
+        {"\"logprobs\":true,\"top_logprobs\":21", "top_logprobs", "out_of_range"},
+        {"\"top_logprobs\":2", "top_logprobs", "invalid_value"},
+        {"\"n_probs\":21", "n_probs", "out_of_range"},
+        {"\"echo\":true", "echo", "unknown_field"},
         {"\"presence_penalty\":2.5", "presence_penalty", "out_of_range"},
         {"\"frequency_penalty\":-3", "frequency_penalty", "out_of_range"},
         {"\"lora\":[{\"scale\":1}]", "lora[0]", "invalid_value"},
@@ -191,6 +196,16 @@ static void test_bad_bodies(void)
     expect_error("POST", "/v1/completions", "{\"prompt\":[1,300]}", 400, "prompt[1]",
                  "out_of_range");
     expect_error("POST", "/v1/completions", "{\"prompt\":\"\"}", 400, "prompt", "invalid_value");
+    expect_error("POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":6}", 400,
+                 "logprobs", "out_of_range");
+    expect_error("POST", "/v1/completions", "{\"prompt\":\"a\",\"logprobs\":true}", 400,
+                 "logprobs", "invalid_type");
+    expect_error("POST", "/v1/completions", "{\"prompt\":\"a\",\"echo\":true,\"logprobs\":1}",
+                 400, "echo", "unsupported");
+    expect_error("POST", "/v1/completions", "{\"prompt\":[\"a\",\"\"]}", 400, "prompt[1]",
+                 "invalid_value");
+    expect_error("POST", "/v1/completions", "{\"prompt\":[\"a\",5]}", 400, "prompt[1]",
+                 "invalid_value");
     expect_error("POST", "/detokenize", "{\"tokens\":[65,-1]}", 400, "tokens[1]", "out_of_range");
     expect_error("POST", "/tokenize", "{\"content\":1}", 400, "content", "invalid_type");
 
@@ -237,10 +252,26 @@ static void test_paths(void)
     CHECK(fake.train_starts == 0, "nothing was trained");
 }
 
+/* "model": the base id answers; another name is 404 model_not_found, unless any_model_id. */
+static void test_model_ids(void)
+{
+    static const char body[] = "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\","
+                               "\"content\":\"hi\"}],\"max_tokens\":2}";
+    expect_error("POST", "/v1/chat/completions", body, 404, "model", "model_not_found");
+    expect_error("POST", "/completion", "{\"model\":\"gpt-4\",\"prompt\":\"hi\"}", 404, "model",
+                 "model_not_found");
+    struct http_reply r;
+    test_app.any_model_id = true;
+    CHECK(http_do(port, "POST", "/v1/chat/completions", body, &r));
+    CHECK(r.status == 200, "--any-model-id: %d %s", r.status, r.body);
+    http_reply_free(&r);
+    test_app.any_model_id = false;
+}
+
 static void test_chat_whole(void)
 {
     struct http_reply r;
-    const char *body = "{\"model\":\"x\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
+    const char *body = "{\"model\":\"fake-model\",\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},"
                        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"},"
                        "{\"type\":\"text\",\"text\":\"there\"}]}],\"max_tokens\":4,"
                        "\"temperature\":0.5,\"top_k\":7,\"top_p\":0.9,\"min_p\":0.05,"
@@ -682,6 +713,7 @@ int main(void)
     test_bad_bodies();
     test_paths();
     test_chat_whole();
+    test_model_ids();
     test_stream(true);
     test_stream(false);
     test_tokenize();

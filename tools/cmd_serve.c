@@ -20,6 +20,9 @@ static const char usage_text[] =
     "usage: lathe serve -m MODEL.gguf [options]\n"
     "  -m, --model FILE      the GGUF model to serve (required)\n"
     "  --alias NAME          the model's id in the API (default: the file's name)\n"
+    "  --any-model-id        a request's \"model\" may be any name and gets the base model\n"
+    "                        (default: only the base model's id or file name, an adapter's\n"
+    "                        name or a fine-tuned model; others get 404 model_not_found)\n"
     "  --host ADDR           numeric address to listen on (default 127.0.0.1)\n"
     "  --port N              port (default 8080; 0: any free port, printed on stdout)\n"
     "  --backend cpu|cuda    where the weights live and decoding runs (default cpu)\n"
@@ -95,6 +98,8 @@ static bool parse_flag(const char *a, struct lt_server_params *p)
         p->metrics_public = true;
     else if (!strcmp(a, "--insecure-no-auth"))
         p->insecure_no_auth = true;
+    else if (!strcmp(a, "--any-model-id"))
+        p->any_model_id = true;
     else
         return false;
     return true;

@@ -58,7 +58,30 @@ struct lt_gen_params {
     unsigned detokenize_flags; /* lt_detokenize_flags: LT_DETOKENIZE_SPECIAL shows control
                                 * tokens' text (end-of-generation tokens are never shown) */
     bool ignore_eog;          /* keep going past end-of-generation tokens (benchmarks) */
+    bool logprobs;            /* lt_gen_seq_sample records the sampled token's log-probability
+                               * and the top_logprobs most likely tokens' in the seq's `lp` */
+    int32_t top_logprobs;     /* 0..LT_GEN_MAX_TOP_LOGPROBS */
 };
+
+#define LT_GEN_MAX_TOP_LOGPROBS 20
+
+/* A sampled token's log-probability and the most likely tokens', all the log-softmax of the
+ * logits the model produced (computed in double over the whole vocabulary), before any
+ * sampling transform (penalties, temperature, top-k/p, min-p): OpenAI's `logprobs`, and
+ * llama.cpp's n_probs without post_sampling_probs. */
+struct lt_gen_logprob {
+    lt_token id;    /* the sampled token */
+    double logprob; /* its log-probability, whether or not it is among the top */
+    int n_top;
+    lt_token top_id[LT_GEN_MAX_TOP_LOGPROBS]; /* [n_top] most likely first; ties: lower id */
+    double top_logprob[LT_GEN_MAX_TOP_LOGPROBS];
+};
+
+/* Fills out for `chosen` from logits[0..n_vocab) with the k (0..LT_GEN_MAX_TOP_LOGPROBS, at
+ * most n_vocab) most likely tokens. A chosen id outside the vocabulary, a bad k, or logits
+ * whose maximum is not finite are LT_ERR_INVALID. */
+lt_status lt_gen_logprobs(const float *logits, size_t n_vocab, lt_token chosen, int k,
+                          struct lt_gen_logprob *out);
 
 /* lt_sampler_default_params, max_tokens 0, no stop strings, flags 0. */
 struct lt_gen_params lt_gen_default_params(void);
@@ -89,6 +112,8 @@ struct lt_gen_seq {
 
     lt_token pending;           /* sampled, not yet decoded; LT_TOKEN_NONE when done */
     lt_token last;              /* the last token sampled or accepted */
+    size_t last_text_start;     /* text.len before the last accepted token's bytes */
+    struct lt_gen_logprob lp;   /* the last sample's, when params.logprobs */
     enum lt_gen_finish finish;
     size_t stop_which;          /* index of the stop string found (FINISH_STOP) */
 
@@ -110,8 +135,9 @@ lt_status lt_gen_seq_set_prompt(struct lt_gen_seq *g, const lt_token *prompt, si
 /* Samples a token from logits[0..n_vocab) (the model's output after the last token fed) and
  * accepts it. The sequence must be running. */
 lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab);
-/* step's sampling alone (*id not yet accepted): touches only g's sampler, so sequences of
- * one batch may sample on threads of their own, then accept in order. */
+/* step's sampling alone (*id not yet accepted): touches only g's sampler (and g->lp, filled
+ * for *id when params.logprobs), so sequences of one batch may sample on threads of their
+ * own, then accept in order. */
 lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_vocab,
                             lt_token *id);
 /* Accepts `id` as the next generated token: the streaming and stopping logic of step

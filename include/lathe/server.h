@@ -39,6 +39,10 @@ struct lt_server_params {
     int header_timeout_ms;   /* a request's headers must arrive within this of the connection
                               * opening (or its previous request ending); 0: 10000 */
     bool quiet;              /* no request log on stderr */
+    bool any_model_id;       /* a request's "model" may be any name (the base model answers);
+                              * otherwise only the base model's id, alias or file, an adapter
+                              * loaded under a name or a finished fine-tuning job's model, and
+                              * any other gets 404 model_not_found */
 
     /* Who may call it. With keys, every route but /health needs "Authorization: Bearer
      * KEY". Without, the Host header must name this server. See src/server/guard.c. */

@@ -6,6 +6,7 @@
  * start of a stop string out of what is shown (text[0..shown)). When the sequence finishes
  * for any reason other than a stop string, both stages are flushed: what was held back
  * was never part of a stop string after all. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,12 @@ lt_status lt_gen_seq_init(struct lt_gen_seq *g, const struct lt_tokenizer *t,
             }
         }
         g->params.stops = (const char *const *)g->stop_copies;
+    }
+    if (params->logprobs &&
+        (params->top_logprobs < 0 || params->top_logprobs > LT_GEN_MAX_TOP_LOGPROBS)) {
+        st = lt_fail(LT_ERR_INVALID, "top_logprobs is %d; it must be 0..%d",
+                     (int)params->top_logprobs, LT_GEN_MAX_TOP_LOGPROBS);
+        goto out_free_stops;
     }
     if ((st = lt_sampler_init(&g->sampler, &params->sampler)) != LT_OK)
         goto out_free_stops;
@@ -219,6 +226,7 @@ lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id)
         return st;
     bool eog = !g->params.ignore_eog && lt_tokenizer_is_eog(g->tok, id);
     g->piece_begin = g->shown;
+    g->last_text_start = g->text.len;
     if (!eog) {
         if ((st = lt_decode_stream_push(&g->ds, id, &g->text)) != LT_OK)
             return st;
@@ -251,7 +259,56 @@ lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_
     size_t n_tok = lt_tokenizer_n_tokens(g->tok);
     if (n_vocab > n_tok)
         n_vocab = n_tok;
-    return lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, id);
+    lt_status st = lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, id);
+    if (st == LT_OK && g->params.logprobs)
+        st = lt_gen_logprobs(logits, n_vocab, *id, g->params.top_logprobs, &g->lp);
+    return st;
+}
+
+/* Two passes over the logits in double: the maximum, then the sum of exp(l - max), so
+ * logprob(i) = l_i - max - log(sum) is exact to double rounding whatever the logits' scale.
+ * The top k are kept by insertion into a sorted list of at most 20, which a logit below the
+ * list's last rarely enters: about one comparison per token. */
+lt_status lt_gen_logprobs(const float *logits, size_t n_vocab, lt_token chosen, int k,
+                          struct lt_gen_logprob *out)
+{
+    if (chosen < 0 || (size_t)chosen >= n_vocab)
+        return lt_fail(LT_ERR_INVALID, "token %d is outside the vocabulary of %zu", chosen,
+                       n_vocab);
+    if (k < 0 || k > LT_GEN_MAX_TOP_LOGPROBS)
+        return lt_fail(LT_ERR_INVALID, "top logprobs %d; at most %d", k, LT_GEN_MAX_TOP_LOGPROBS);
+    if ((size_t)k > n_vocab)
+        k = (int)n_vocab;
+    double max = -INFINITY;
+    for (size_t i = 0; i < n_vocab; i++)
+        if (logits[i] > max)
+            max = logits[i];
+    if (!isfinite(max))
+        return lt_fail(LT_ERR_INVALID, "the logits' maximum is %g; no distribution", max);
+    double sum = 0;
+    for (size_t i = 0; i < n_vocab; i++)
+        sum += exp((double)logits[i] - max);
+    double lse = max + log(sum);
+    out->id = chosen;
+    out->logprob = (double)logits[chosen] - lse;
+    int n = 0;
+    for (size_t i = 0; i < n_vocab && k > 0; i++) {
+        double l = logits[i];
+        if (n == k && l <= out->top_logprob[n - 1]) /* ties: the lower id, already in, stays */
+            continue;
+        int at = n < k ? n++ : k - 1;
+        while (at > 0 && out->top_logprob[at - 1] < l) {
+            out->top_logprob[at] = out->top_logprob[at - 1];
+            out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
+        out->top_logprob[at] = l;
+        out->top_id[at] = (lt_token)i;
+    }
+    for (int j = 0; j < n; j++)
+        out->top_logprob[j] -= lse;
+    out->n_top = n;
+    return LT_OK;
 }
 
 lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab)

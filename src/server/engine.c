@@ -11,6 +11,7 @@
 
 #include "lathe/backend_cuda.h"
 #include "lathe/generate.h"
+#include "lathe/gguf.h"
 #include "server/engine_impl.h"
 
 static struct engine *eng(struct srv_engine *se)
@@ -307,6 +308,107 @@ static int eng_train_control(struct srv_engine *se, const char *id, enum srv_tra
     return e->trainer ? srv_trainer_control(e->trainer, id, op) : no_training();
 }
 
+/* A special token by its text, LT_TOKEN_NONE when the vocabulary has none. */
+static lt_token find_special(const struct lt_tokenizer *t, const char *const *texts)
+{
+    for (; *texts; texts++) {
+        lt_token id = lt_tokenizer_find(t, *texts, strlen(*texts));
+        if (id != LT_TOKEN_NONE)
+            return id;
+    }
+    return LT_TOKEN_NONE;
+}
+
+/* A token id from the GGUF's tokenizer.ggml.KEY, else by its text. */
+static lt_token fim_token(struct engine *e, const char *key, const char *const *texts)
+{
+    const struct lt_gguf *g = lt_model_gguf(e->model);
+    int64_t k = lt_gguf_find_key(g, key);
+    if (k >= 0) {
+        uint32_t v = 0;
+        if (lt_gguf_get_u32(g, key, &v) == LT_OK && v < lt_tokenizer_n_tokens(e->tok))
+            return (lt_token)v;
+    }
+    return find_special(e->tok, texts);
+}
+
+static void token_text(const struct lt_tokenizer *t, lt_token id, char *out, size_t size)
+{
+    size_t len = 0;
+    const char *s = id == LT_TOKEN_NONE ? NULL : lt_tokenizer_token_text(t, id, &len);
+    snprintf(out, size, "%.*s", s ? (int)len : 0, s ? s : "");
+}
+
+static int eng_props(struct srv_engine *se, struct srv_props *out)
+{
+    struct engine *e = eng(se);
+    memset(out, 0, sizeof(*out));
+    int st = not_ready(e);
+    if (st)
+        return st;
+    snprintf(out->model_path, sizeof(out->model_path), "%s", e->model_path);
+    const char *ct = NULL;
+    if (lt_gguf_find_key(lt_model_gguf(e->model), "tokenizer.chat_template") >= 0 &&
+        lt_gguf_get_str(lt_model_gguf(e->model), "tokenizer.chat_template", &ct) == LT_OK && ct &&
+        !(out->chat_template = strdup(ct)))
+        return srv_fail(503, NULL, NULL, "out of memory for the chat template");
+    token_text(e->tok, lt_tokenizer_bos(e->tok), out->bos_token, sizeof(out->bos_token));
+    token_text(e->tok, lt_tokenizer_eos(e->tok), out->eos_token, sizeof(out->eos_token));
+    out->add_bos = lt_tokenizer_add_bos(e->tok);
+    out->bos = lt_tokenizer_bos(e->tok);
+    /* as llama.cpp finds them: the GGUF's ids, else the token texts its families use */
+    static const char *const pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>",
+                                      "\xe2\x96\x81<PRE>", "<|fim_begin|>", NULL};
+    static const char *const suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>",
+                                      "\xe2\x96\x81<SUF>", "<|fim_hole|>", NULL};
+    static const char *const mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>",
+                                      "\xe2\x96\x81<MID>", "<|fim_end|>", NULL};
+    static const char *const rep[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", NULL};
+    static const char *const sep[] = {"<|file_sep|>", "<fim-sep>", NULL};
+    out->fim_pre = fim_token(e, "tokenizer.ggml.fim_pre_token_id", pre);
+    out->fim_suf = fim_token(e, "tokenizer.ggml.fim_suf_token_id", suf);
+    out->fim_mid = fim_token(e, "tokenizer.ggml.fim_mid_token_id", mid);
+    out->fim_rep = fim_token(e, "tokenizer.ggml.fim_rep_token_id", rep);
+    out->fim_sep = fim_token(e, "tokenizer.ggml.fim_sep_token_id", sep);
+    return 200;
+}
+
+/* The slots as the decode loop has them, between two of its steps. */
+static int eng_slots(struct srv_engine *se, struct srv_slot_info **out, int *n)
+{
+    struct engine *e = eng(se);
+    *out = NULL;
+    *n = 0;
+    int st = not_ready(e);
+    if (st)
+        return st;
+    int P = e->p.parallel;
+    struct srv_slot_info *v = calloc((size_t)P, sizeof(*v));
+    if (!v)
+        return srv_fail(503, NULL, NULL, "out of memory for %d slots", P);
+    pthread_mutex_lock(&e->step_mu);
+    for (int i = 0; i < P; i++) {
+        const struct eng_slot *sl = &e->slots[i];
+        struct srv_slot_info *si = &v[i];
+        si->id = i;
+        si->n_ctx = e->info.n_ctx;
+        si->sampling = lt_sampler_default_params();
+        if (sl->state == ENG_SLOT_FREE || !sl->g)
+            continue;
+        si->is_processing = true;
+        si->n_prompt = (int)sl->g->p.n_prompt;
+        si->n_prefilled = (int)sl->n_prefilled;
+        si->n_decoded = sl->have_gs ? (int)lt_gen_seq_stats(&sl->gs).n_generated : 0;
+        si->max_tokens = sl->g->p.max_tokens;
+        si->sampling = sl->g->p.sampling;
+        si->n_stops = (int)sl->g->p.n_stops;
+    }
+    pthread_mutex_unlock(&e->step_mu);
+    *out = v;
+    *n = P;
+    return 200;
+}
+
 static void eng_free(struct srv_engine *se)
 {
     struct engine *e = eng(se);
@@ -376,6 +478,8 @@ static const struct srv_engine_iface engine_iface = {
     .train_info = eng_train_info,
     .train_list = eng_train_list,
     .train_control = eng_train_control,
+    .props = eng_props,
+    .slots = eng_slots,
     .free = eng_free,
 };
 

@@ -3,9 +3,11 @@
  *
  * The engine pushes only text that may be shown (lt_gen_seq has already held back partial
  * UTF-8 and possible starts of stop strings, and cut a stop string off), so text and
- * visible move together here; the consumer copies text[seen..visible) as it grows. Every
- * field after the parameters is guarded by mu; waiters sleep on cv. The last of the two
- * holders (the HTTP side, the engine) to let go frees it. */
+ * visible move together here; the consumer copies text[seen..visible) as it grows. With
+ * p.logprobs each token's log-probabilities are pushed with its text, under the same lock,
+ * tagged with where its bytes start, so a consumer takes exactly the tokens whose text it
+ * has shown (srv_gen_logprobs). Every field after the parameters is guarded by mu; waiters
+ * sleep on cv. The last of the two holders (the HTTP side, the engine) to let go frees it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +86,7 @@ void srv_gen_unref(struct srv_gen *g)
         return;
     srv_gen_params_free(&g->p);
     lt_strbuf_free(&g->text);
+    free(g->lps);
     pthread_cond_destroy(&g->cv);
     pthread_mutex_destroy(&g->mu);
     free(g);
@@ -101,11 +104,37 @@ static void finish_locked(struct srv_gen *g, enum srv_finish why)
 
 void srv_gen_push(struct srv_gen *g, const char *bytes, size_t n, int n_completion)
 {
+    srv_gen_push_lp(g, bytes, n, n_completion, NULL);
+}
+
+/* under mu */
+static bool append_lp_locked(struct srv_gen *g, const struct srv_token_lp *lp)
+{
+    if (g->n_lps == g->cap_lps) {
+        size_t cap = g->cap_lps ? 2 * g->cap_lps : 64;
+        struct srv_token_lp *a = realloc(g->lps, cap * sizeof(*a));
+        if (!a)
+            return false;
+        g->lps = a;
+        g->cap_lps = cap;
+    }
+    g->lps[g->n_lps++] = *lp;
+    return true;
+}
+
+void srv_gen_push_lp(struct srv_gen *g, const char *bytes, size_t n, int n_completion,
+                     const struct srv_token_lp *lp)
+{
     pthread_mutex_lock(&g->mu);
     if (!g->done) {
         if (g->t_first_token == 0)
             g->t_first_token = srv_now_mono();
         g->n_completion = n_completion;
+        if (lp && !append_lp_locked(g, lp)) {
+            snprintf(g->err, sizeof(g->err), "out of memory for the log-probabilities");
+            g->err_status = 503;
+            finish_locked(g, SRV_FINISH_ERROR);
+        }
         if (n > 0 && lt_strbuf_append(&g->text, bytes, n) != LT_OK) {
             snprintf(g->err, sizeof(g->err), "out of memory for the generated text");
             g->err_status = 503;
@@ -194,4 +223,24 @@ void srv_gen_mark_started(struct srv_gen *g)
     pthread_mutex_lock(&g->mu);
     g->t_start = srv_now_mono();
     pthread_mutex_unlock(&g->mu);
+}
+
+size_t srv_gen_logprobs(struct srv_gen *g, size_t from, size_t visible,
+                        struct srv_token_lp **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&g->mu);
+    size_t end = from;
+    while (end < g->n_lps && g->lps[end].text_start < visible)
+        end++;
+    size_t n = end > from ? end - from : 0;
+    if (n > 0) {
+        *out = malloc(n * sizeof(**out));
+        if (*out)
+            memcpy(*out, g->lps + from, n * sizeof(**out));
+        else
+            n = 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+    return n;
 }

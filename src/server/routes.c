@@ -1,6 +1,9 @@
 /* routes.c: the route table and the small routes (/health, /v1/models, /metrics, /tokenize,
- * /detokenize). Completions are in routes_complete.c, training in routes_train.c, adapters
- * in routes_lora.c, the web page (GET /) in routes_page.c.
+ * /detokenize). Completions are in routes_complete.c, llama.cpp's own routes (/props,
+ * /slots, /apply-template, /completion, /infill) in routes_native.c, training in
+ * routes_train.c, adapters and model ids in routes_lora.c, the web page (GET /) in
+ * routes_page.c. A completion's "model" is resolved here, before its route: the base model,
+ * an adapter by name or a fine-tuned model (srv_model_resolve), else 404.
  *
  * /health reads only the engine's state, which never waits on a lock held while decoding or
  * training, so it answers at once whatever the server is doing. A known path asked with
@@ -41,7 +44,9 @@ static void route_models(struct srv_app *app, const struct srv_request *rq,
         "backend", mi.backend, "n_ctx", mi.n_ctx, "parallel", mi.parallel, "n_vocab",
         (json_int_t)mi.n_vocab, "n_ctx_train", (json_int_t)mi.n_ctx_train, "n_layer",
         (json_int_t)mi.n_layer);
-    srv_respond_json(rs, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    json_t *data = json_pack("[o]", m);
+    srv_models_adapters(app, data); /* adapters by name, fine-tuned models */
+    srv_respond_json(rs, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
 static void route_metrics(struct srv_app *app, const struct srv_request *rq,
@@ -224,6 +229,11 @@ static const struct route routes[] = {
     {"POST", "/chat/completions", srv_route_chat},
     {"POST", "/v1/completions", srv_route_completions},
     {"POST", "/completions", srv_route_completions},
+    {"GET", "/props", srv_route_props},
+    {"GET", "/slots", srv_route_slots},
+    {"POST", "/apply-template", srv_route_apply_template},
+    {"POST", "/completion", srv_route_completion},
+    {"POST", "/infill", srv_route_infill},
     {"GET", "/train", srv_route_train_get},
     {"POST", "/train", srv_route_train_post},
     {"POST", "/train/cancel", srv_route_train_cancel},
@@ -299,7 +309,22 @@ static void route_dispatch(struct srv_app *app, const struct srv_request *rq,
             (!strcmp(rq->method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
             snprintf(id, sizeof(id), "%s", this_id);
             r.route_id = id;
+            char *body = NULL; /* the body choosing the adapter its "model" names */
+            if (routes[i].fn == srv_route_chat || routes[i].fn == srv_route_completions ||
+                routes[i].fn == srv_route_completion || routes[i].fn == srv_route_infill) {
+                size_t len = 0;
+                int st = srv_model_resolve(app, &r, &body, &len);
+                if (st != 200) {
+                    srv_respond_last_error(rs, st);
+                    return;
+                }
+                if (body) {
+                    r.body = body;
+                    r.body_len = len;
+                }
+            }
             routes[i].fn(app, &r, rs);
+            free(body);
             return;
         }
         size_t al = strlen(allow);

@@ -23,6 +23,43 @@ void srv_route_chat(struct srv_app *app, const struct srv_request *rq, struct sr
 void srv_route_completions(struct srv_app *app, const struct srv_request *rq,
                            struct srv_response *rs);
 
+/* For llama.cpp's /completion: the sampling fields, stop strings, adapters ("lora") and
+ * prompt (string or token ids) of a /v1/completions-shaped body whose fields are checked,
+ * into p (the caller frees it). */
+int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_gen_params *p);
+/* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs), rendered as
+ * /v1/chat/completions renders them. */
+int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out);
+/* llama.cpp's "completion_probabilities" of g (requested with n_probs, which
+ * srv_completion_params reads into p->logprobs): [{id, token, logprob, bytes, top_logprobs:
+ * [{id, token, logprob, bytes}]}] for the tokens whose text starts before `visible`, from
+ * record *from on (advanced past them); NULL when g records none. */
+json_t *srv_completion_probabilities(struct srv_app *app, struct srv_gen *g, size_t visible,
+                                     int n_probs, size_t *from);
+
+/* routes_native.c: llama.cpp's own routes */
+void srv_route_props(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+void srv_route_slots(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+void srv_route_apply_template(struct srv_app *app, const struct srv_request *rq,
+                              struct srv_response *rs);
+void srv_route_completion(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs);
+void srv_route_infill(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+
+/* routes_lora.c: "model" in a completion request. The base model's id, alias or file (or
+ * any name with --any-model-id): 200 and *body_out NULL; an adapter loaded under that name,
+ * or a finished fine-tuning job's fine_tuned_model (its adapter loaded from the train dir on
+ * first use, at scale 0 so it applies to no other request): 200 and *body_out a malloc'd
+ * copy of the body that chooses that adapter ("lora"); otherwise 404 model_not_found. A body
+ * that is not a JSON object, or whose "model" is not a string, is left to the route. */
+int srv_model_resolve(struct srv_app *app, const struct srv_request *rq, char **body_out,
+                      size_t *len_out);
+/* Appends /v1/models' entries for the adapters and the finished jobs to data. */
+void srv_models_adapters(struct srv_app *app, json_t *data);
+/* Loads the adapter file `name` from the train dir under that name (what /lora-adapters/load
+ * does): 200, or the failure's status naming `name`. */
+int srv_lora_load_named(struct srv_app *app, const char *name, float scale);
+
 /* routes_train.c */
 void srv_route_train_get(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs);

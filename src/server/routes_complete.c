@@ -1,11 +1,25 @@
 /* routes_complete.c: POST /v1/chat/completions and /v1/completions, whole or streamed.
  *
- * Both check every field first (type, range, unknown names), turn the request into a
- * prompt and a srv_gen, and hand it to the engine. A whole response waits for the end; a
- * streamed one sends server-sent events as text becomes visible, and always ends with
- * "data: [DONE]" (after an error event when the generation failed). Whoever holds the
- * generation last frees it; a client that goes away cancels it, which frees its slot. */
+ * Both check every field first (type, range, unknown names), turn the request into one or
+ * more prompts and one srv_gen per choice, and hand them to the engine. A whole response
+ * waits for the end; a streamed one sends server-sent events as text becomes visible, and
+ * always ends with "data: [DONE]" (after an error event when a generation failed). Whoever
+ * holds a generation last frees it; a client that goes away cancels them, which frees
+ * their slots.
+ *
+ * Choices. `n` (at most the slot count) and a list of prompts (legacy completions) give one
+ * generation per prompt and choice, index prompt * n + choice, all queued at once, so they
+ * decode side by side in the engine's batch. Choice j is seeded with seed + j when the
+ * request gives a seed (so a list's equal prompts agree), freshly otherwise. Usage counts
+ * each prompt once and every choice's completion tokens.
+ *
+ * Log-probabilities (`logprobs`/`top_logprobs` on chat, `logprobs: N` on legacy
+ * completions, llama.cpp's `n_probs` on both) are OpenAI's: the log-softmax, in double over
+ * the whole vocabulary, of the logits the model produced, before penalties, temperature and
+ * the filters (lt_gen_logprobs). A token is reported once some of its text is shown, so a
+ * stop string's tokens and the end-of-generation token never are. */
 #ifdef LATHE_HAVE_JANSSON
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +30,8 @@
 
 #define MAX_MESSAGES 4096
 #define MAX_STOP_LEN 256
+#define MAX_PROMPTS 64        /* prompts in one legacy request */
+#define MAX_LEGACY_LOGPROBS 5 /* OpenAI's limit for legacy `logprobs` */
 
 enum kind {
     KIND_CHAT,
@@ -36,10 +52,10 @@ static const struct srv_field common_fields[] = {
     {"repeat_last_n", SRV_JT_INT, -1, 1 << 24, false},
     {"seed", SRV_JT_INT, -1, 9.2e18, false},
     {"stop", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, false},
-    {"n", SRV_JT_INT, 1, 1, false},
+    {"n", SRV_JT_INT, 1, 1 << 16, false}, /* and at most the slot count */
     {"presence_penalty", SRV_JT_NUMBER, -2, 2, false},
     {"frequency_penalty", SRV_JT_NUMBER, -2, 2, false},
-    {"logprobs", SRV_JT_BOOL, 0, 0, false},
+    {"n_probs", SRV_JT_INT, 0, LT_GEN_MAX_TOP_LOGPROBS, false}, /* llama.cpp's */
     {"ignore_eos", SRV_JT_BOOL, 0, 0, false},
     {"user", SRV_JT_STRING, 0, 0, false},
     {"lora", SRV_JT_ARRAY | SRV_JT_STRING, 0, 0, false},
@@ -47,22 +63,53 @@ static const struct srv_field common_fields[] = {
 static const struct srv_field chat_fields[] = {
     {"messages", SRV_JT_ARRAY, 0, 0, true},
     {"chat_template_kwargs", SRV_JT_OBJECT, 0, 0, false},
+    {"logprobs", SRV_JT_BOOL, 0, 0, false},
+    {"top_logprobs", SRV_JT_INT, 0, LT_GEN_MAX_TOP_LOGPROBS, false},
 };
 static const struct srv_field text_fields[] = {
     {"prompt", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, true},
+    {"logprobs", SRV_JT_INT, 0, MAX_LEGACY_LOGPROBS, false},
+    {"echo", SRV_JT_BOOL, 0, 0, false},
 };
 #define N_COMMON (sizeof(common_fields) / sizeof(common_fields[0]))
 
-/* What a response needs besides the generation. */
+/* One choice: its generation and what a stream has sent of it. */
+struct choice {
+    struct srv_gen *g;
+    char *echo; /* legacy `echo`: the prompt's text, owned; NULL: none */
+    size_t echo_len;
+    size_t sent, lp_sent; /* stream: text bytes and log-probability records sent */
+    bool ended;           /* stream: its finish chunk is out */
+};
+
+/* What a response needs besides the generations. */
 struct completion {
     enum kind kind;
     bool stream, include_usage;
+    int chat_top;   /* chat `top_logprobs` when `logprobs` is true; -1: no logprobs */
+    int legacy_top; /* legacy `logprobs`; -1: none */
+    int n_probs;    /* llama.cpp's; 0: none */
     char id[48];
     long long created;
     char model[SRV_NAME_MAX];
-    int n_prompt;
-    struct srv_gen *g;
+    int n_prompt; /* each prompt's tokens once */
+    int n_choices;
+    struct choice *ch; /* [n_choices] */
 };
+
+static void completion_free(struct completion *c)
+{
+    for (int i = 0; c->ch && i < c->n_choices; i++) {
+        if (c->ch[i].g) {
+            srv_gen_cancel(c->ch[i].g); /* no-op when it finished */
+            srv_gen_unref(c->ch[i].g);
+        }
+        free(c->ch[i].echo);
+    }
+    free(c->ch);
+    c->ch = NULL;
+    c->n_choices = 0;
+}
 
 static atomic_ullong request_counter;
 
@@ -84,7 +131,7 @@ static uint64_t fresh_random(void)
 
 static int check_fields(const json_t *body, const struct srv_field *extra, size_t n_extra)
 {
-    struct srv_field all[N_COMMON + 4];
+    struct srv_field all[N_COMMON + 8];
     memcpy(all, common_fields, sizeof(common_fields));
     memcpy(all + N_COMMON, extra, n_extra * sizeof(*extra));
     int st = srv_check_object(body, "", all, N_COMMON + n_extra);
@@ -96,8 +143,6 @@ static int check_fields(const json_t *body, const struct srv_field *extra, size_
         if ((st = srv_check_object(so, "stream_options", so_fields, 1)) != 200)
             return st;
     }
-    if (srv_json_bool(body, "logprobs", false))
-        return srv_fail(400, "logprobs", "unsupported", "logprobs are not supported");
     return 200;
 }
 
@@ -318,65 +363,226 @@ out_free:
     return st;
 }
 
-static int text_prompt(struct srv_app *app, const json_t *body, struct srv_gen_params *p)
+/* A prompt of a request: its tokens, and for legacy `echo` its text. */
+struct prompt {
+    lt_token *ids; /* [n], owned */
+    size_t n;
+    char *text; /* owned; NULL unless echo */
+    size_t text_len;
+};
+
+static void prompts_free(struct prompt *pr, size_t n)
 {
-    json_t *prompt = json_object_get(body, "prompt");
-    if (json_is_array(prompt) && json_array_size(prompt) == 1 &&
-        json_is_string(json_array_get(prompt, 0)))
-        prompt = json_array_get(prompt, 0);
-    if (json_is_string(prompt)) {
-        if (json_string_length(prompt) == 0)
-            return srv_fail(400, "prompt", "invalid_value", "the prompt is empty");
-        struct lt_tokens tk = {0};
-        int st = app->engine->iface->prompt_text(app->engine, json_string_value(prompt), &tk);
-        p->prompt = tk.ids;
-        p->n_prompt = tk.n;
-        free(tk.offs);
-        return st;
+    for (size_t i = 0; pr && i < n; i++) {
+        free(pr[i].ids);
+        free(pr[i].text);
     }
-    if (json_array_size(prompt) > 0 && !json_is_string(json_array_get(prompt, 0)))
-        return srv_token_array(app, prompt, "prompt", &p->prompt, &p->n_prompt);
-    return srv_fail(400, "prompt", "invalid_value",
-                    "'prompt' must be a string, an array of one string or an array of token ids");
+    free(pr);
 }
 
-/* Everything up to submission; on success c->g is queued in the engine. */
+static int prompt_from_string(struct srv_app *app, const json_t *s, const char *name, bool echo,
+                              struct prompt *out)
+{
+    if (json_string_length(s) == 0)
+        return srv_fail(400, name, "invalid_value", "the prompt is empty");
+    struct lt_tokens tk = {0};
+    int st = app->engine->iface->prompt_text(app->engine, json_string_value(s), &tk);
+    out->ids = tk.ids;
+    out->n = tk.n;
+    free(tk.offs);
+    if (st == 200 && echo) {
+        out->text_len = json_string_length(s);
+        out->text = malloc(out->text_len + 1);
+        if (!out->text)
+            return srv_fail(503, name, NULL, "out of memory for the prompt's text");
+        memcpy(out->text, json_string_value(s), out->text_len + 1);
+    }
+    return st;
+}
+
+static int prompt_from_ids(struct srv_app *app, const json_t *arr, const char *name, bool echo,
+                           struct prompt *out)
+{
+    int st = srv_token_array(app, arr, name, &out->ids, &out->n);
+    if (st != 200 || !echo)
+        return st;
+    struct lt_strbuf b = {0};
+    st = app->engine->iface->detokenize(app->engine, out->ids, out->n, 0, &b);
+    if (st == 200 && lt_strbuf_append(&b, "", 0) != LT_OK)
+        st = srv_fail(503, name, NULL, "out of memory for the prompt's text");
+    if (st != 200) {
+        lt_strbuf_free(&b);
+        return st;
+    }
+    out->text = b.data;
+    out->text_len = b.len;
+    return 200;
+}
+
+/* `prompt`: a string, token ids, or a list of either (one choice set per prompt). */
+static int text_prompts(struct srv_app *app, const json_t *body, bool echo, struct prompt **out,
+                        size_t *n_out)
+{
+    json_t *prompt = json_object_get(body, "prompt");
+    if (!prompt)
+        return srv_fail(400, "prompt", "missing_field", "'prompt' is required");
+    if (!json_is_string(prompt) && !json_is_array(prompt))
+        return srv_fail(400, "prompt", "invalid_type",
+                        "'prompt' must be a string, token ids, or an array of either");
+    size_t n = json_is_array(prompt) ? json_array_size(prompt) : 1;
+    bool one_ids = json_is_array(prompt) && n > 0 && json_is_integer(json_array_get(prompt, 0));
+    if (one_ids || json_is_string(prompt))
+        n = 1;
+    if (n == 0)
+        return srv_fail(400, "prompt", "invalid_value", "the prompt is empty");
+    if (n > MAX_PROMPTS)
+        return srv_fail(400, "prompt", "out_of_range", "at most %d prompts in one request",
+                        MAX_PROMPTS);
+    struct prompt *pr = calloc(n, sizeof(*pr));
+    if (!pr)
+        return srv_fail(503, "prompt", NULL, "out of memory for %zu prompts", n);
+    int st = 200;
+    char name[32];
+    if (json_is_string(prompt)) {
+        st = prompt_from_string(app, prompt, "prompt", echo, &pr[0]);
+    } else if (one_ids) {
+        st = prompt_from_ids(app, prompt, "prompt", echo, &pr[0]);
+    } else {
+        for (size_t i = 0; i < n && st == 200; i++) {
+            json_t *e = json_array_get(prompt, i);
+            snprintf(name, sizeof(name), "prompt[%zu]", i);
+            if (json_is_string(e))
+                st = prompt_from_string(app, e, name, echo, &pr[i]);
+            else if (json_is_array(e) && json_array_size(e) > 0)
+                st = prompt_from_ids(app, e, name, echo, &pr[i]);
+            else
+                st = srv_fail(400, name, "invalid_value",
+                              "'prompt' must be a string, token ids, or an array of strings or "
+                              "of arrays of token ids");
+        }
+    }
+    if (st != 200) {
+        prompts_free(pr, n);
+        return st;
+    }
+    *out = pr;
+    *n_out = n;
+    return 200;
+}
+
+/* Reads logprobs, top_logprobs, n_probs into c and p. */
+static int read_logprobs(const json_t *body, enum kind kind, struct completion *c,
+                         struct srv_gen_params *p)
+{
+    c->chat_top = c->legacy_top = -1;
+    c->n_probs = (int)srv_json_int(body, "n_probs", 0);
+    if (kind == KIND_CHAT) {
+        bool on = srv_json_bool(body, "logprobs", false);
+        if (srv_json_get(body, "top_logprobs") && !on)
+            return srv_fail(400, "top_logprobs", "invalid_value",
+                            "'top_logprobs' needs 'logprobs': true");
+        if (on)
+            c->chat_top = (int)srv_json_int(body, "top_logprobs", 0);
+    } else {
+        c->legacy_top = (int)srv_json_int(body, "logprobs", -1);
+    }
+    int top = c->chat_top > c->legacy_top ? c->chat_top : c->legacy_top;
+    top = c->n_probs > top ? c->n_probs : top;
+    p->logprobs = top >= 0 || c->n_probs > 0;
+    p->top_logprobs = top > 0 ? top : 0;
+    return 200;
+}
+
+/* A deep copy of base for one choice, with the prompt pr's tokens. */
+static int params_for_choice(const struct srv_gen_params *base, const struct prompt *pr,
+                             struct srv_gen_params *out)
+{
+    *out = *base;
+    out->prompt = NULL;
+    out->n_stops = 0;
+    memset(out->stops, 0, sizeof(out->stops));
+    out->prompt = malloc(pr->n * sizeof(*out->prompt));
+    if (!out->prompt)
+        goto out_nomem;
+    memcpy(out->prompt, pr->ids, pr->n * sizeof(*out->prompt));
+    out->n_prompt = pr->n;
+    for (size_t i = 0; i < base->n_stops; i++) {
+        if (!(out->stops[i] = strdup(base->stops[i])))
+            goto out_nomem;
+        out->n_stops++;
+    }
+    return 200;
+out_nomem:
+    srv_gen_params_free(out);
+    return srv_fail(503, NULL, NULL, "out of memory for a choice");
+}
+
+/* Everything up to submission; on success every c->ch[i].g is queued in the engine. */
 static int start_completion(struct srv_app *app, const struct srv_request *rq, enum kind kind,
                             json_t **body_out, struct completion *c)
 {
     json_t *body = NULL;
     struct srv_gen_params p = {0};
+    struct prompt *pr = NULL;
+    size_t n_pr = 0;
     int st = srv_parse_body(rq, &body);
     *body_out = body;
     if (st == 200)
-        st = kind == KIND_CHAT ? check_fields(body, chat_fields, 2) : check_fields(body, text_fields, 1);
+        st = kind == KIND_CHAT ? check_fields(body, chat_fields, 4)
+                               : check_fields(body, text_fields, 3);
     if (st == 200)
         st = read_sampling(body, &p);
+    if (st == 200)
+        st = read_logprobs(body, kind, c, &p);
     if (st != 200)
-        goto out_free_params;
+        goto out_free;
     struct srv_model_info mi;
     app->engine->iface->info(app->engine, &mi);
+    int n = (int)srv_json_int(body, "n", 1);
+    if (n > mi.parallel) {
+        st = srv_fail(400, "n", "out_of_range",
+                      "'n' is at most %d, the server's slot count (--parallel), not %d",
+                      mi.parallel, n);
+        goto out_free;
+    }
+    bool echo = kind == KIND_TEXT && srv_json_bool(body, "echo", false);
+    if (echo && (c->legacy_top >= 0 || c->n_probs > 0)) {
+        st = srv_fail(400, "echo", "unsupported",
+                      "'echo' with log-probabilities would need the prompt's, which lathe does "
+                      "not compute; ask for one or the other");
+        goto out_free;
+    }
     const char *prompt_field = kind == KIND_CHAT ? "messages" : "prompt";
     if (kind == KIND_CHAT) {
         struct lt_tokens tk = {0};
+        pr = calloc(1, sizeof(*pr));
+        if (!pr) {
+            st = srv_fail(503, NULL, NULL, "out of memory");
+            goto out_free;
+        }
+        n_pr = 1;
         st = chat_prompt(app, body, &tk);
-        p.prompt = tk.ids;
-        p.n_prompt = tk.n;
+        pr->ids = tk.ids;
+        pr->n = tk.n;
         free(tk.offs);
     } else {
-        st = text_prompt(app, body, &p);
+        st = text_prompts(app, body, echo, &pr, &n_pr);
     }
     if (st != 200)
-        goto out_free_params;
-    if (p.n_prompt == 0) {
-        st = srv_fail(400, prompt_field, "invalid_value", "the prompt is empty");
-        goto out_free_params;
-    }
-    if ((int64_t)p.n_prompt >= mi.n_ctx) {
-        st = srv_fail(400, prompt_field, "context_length_exceeded",
-                      "the prompt has %zu tokens; a slot holds %d (prompt and completion)",
-                      p.n_prompt, mi.n_ctx);
-        goto out_free_params;
+        goto out_free;
+    c->n_prompt = 0;
+    for (size_t i = 0; i < n_pr; i++) {
+        if (pr[i].n == 0) {
+            st = srv_fail(400, prompt_field, "invalid_value", "the prompt is empty");
+            goto out_free;
+        }
+        if ((int64_t)pr[i].n >= mi.n_ctx) {
+            st = srv_fail(400, prompt_field, "context_length_exceeded",
+                          "the prompt has %zu tokens; a slot holds %d (prompt and completion)",
+                          pr[i].n, mi.n_ctx);
+            goto out_free;
+        }
+        c->n_prompt += (int)pr[i].n;
     }
     c->kind = kind;
     c->stream = srv_json_bool(body, "stream", false);
@@ -385,28 +591,196 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
     snprintf(c->id, sizeof(c->id), "%s-%016llx", kind == KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)fresh_random());
     snprintf(c->model, sizeof(c->model), "%s", mi.id);
-    c->n_prompt = (int)p.n_prompt;
-    st = srv_gen_new(&p, &c->g);
-    if (st != 200)
-        return st;
-    st = app->engine->iface->submit(app->engine, c->g);
-    if (st != 200) {
-        srv_gen_unref(c->g);
-        c->g = NULL;
+    c->ch = calloc(n_pr * (size_t)n, sizeof(*c->ch));
+    if (!c->ch) {
+        st = srv_fail(503, NULL, NULL, "out of memory for %zu choices", n_pr * (size_t)n);
+        goto out_free;
     }
-    return st;
+    long long seed = srv_json_int(body, "seed", -1);
+    for (size_t i = 0; i < n_pr; i++) {
+        for (int j = 0; j < n; j++) {
+            struct choice *ch = &c->ch[c->n_choices];
+            struct srv_gen_params cp;
+            if ((st = params_for_choice(&p, &pr[i], &cp)) != 200)
+                goto out_free;
+            cp.sampling.seed = seed >= 0 ? (uint64_t)seed + (uint64_t)j : fresh_random();
+            if ((st = srv_gen_new(&cp, &ch->g)) != 200)
+                goto out_free;
+            c->n_choices++;
+            if (pr[i].text) {
+                ch->echo = malloc(pr[i].text_len + 1);
+                if (!ch->echo) {
+                    st = srv_fail(503, NULL, NULL, "out of memory for the prompt's text");
+                    goto out_free;
+                }
+                memcpy(ch->echo, pr[i].text, pr[i].text_len + 1);
+                ch->echo_len = pr[i].text_len;
+            }
+            if ((st = app->engine->iface->submit(app->engine, ch->g)) != 200)
+                goto out_free;
+        }
+    }
+    prompts_free(pr, n_pr);
+    srv_gen_params_free(&p);
+    return 200;
 
-out_free_params:
+out_free:
+    completion_free(c);
+    prompts_free(pr, n_pr);
     srv_gen_params_free(&p);
     return st;
 }
 
+/* ---- log-probabilities ---- */
+
+/* OpenAI's stand-in for a probability too small to write (a logit of -inf). */
+static json_t *logprob_json(double lp)
+{
+    return json_real(isfinite(lp) ? lp : -9999.0);
+}
+
+/* A token's text (as a JSON string, invalid UTF-8 replaced) and its bytes. */
+static void token_json(struct srv_app *app, lt_token id, json_t **text, json_t **bytes)
+{
+    struct lt_strbuf b = {0};
+    if (app->engine->iface->detokenize(app->engine, &id, 1, 0, &b) != 200)
+        b.len = 0;
+    *text = srv_json_text(b.data, b.len);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < b.len; i++)
+            json_array_append_new(*bytes, json_integer((unsigned char)b.data[i]));
+    }
+    lt_strbuf_free(&b);
+}
+
+/* {token, logprob, bytes[, id]} */
+static json_t *entry_json(struct srv_app *app, lt_token id, double lp, bool with_id)
+{
+    json_t *text, *bytes;
+    token_json(app, id, &text, &bytes);
+    json_t *e = json_pack("{s:o,s:o,s:o}", "token", text, "logprob", logprob_json(lp), "bytes",
+                          bytes);
+    if (e && with_id)
+        json_object_set_new(e, "id", json_integer(id));
+    return e;
+}
+
+/* OpenAI chat's [{token, logprob, bytes, top_logprobs: [...]}], or llama.cpp's n_probs
+ * entries (with ids) when llama. */
+static json_t *content_lp_json(struct srv_app *app, const struct srv_token_lp *r, size_t n,
+                               int top, bool llama)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const struct lt_gen_logprob *lp = &r[i].lp;
+        json_t *e = entry_json(app, lp->id, lp->logprob, llama);
+        json_t *tops = json_array();
+        for (int k = 0; k < top && k < lp->n_top; k++)
+            json_array_append_new(tops, entry_json(app, lp->top_id[k], lp->top_logprob[k], llama));
+        json_object_set_new(e, "top_logprobs", tops);
+        json_array_append_new(arr, e);
+    }
+    return arr;
+}
+
+/* OpenAI legacy's {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset};
+ * the sampled token is always in its dict (up to top + 1 entries, as OpenAI's). */
+static json_t *legacy_lp_json(struct srv_app *app, const struct srv_token_lp *r, size_t n,
+                              int top, size_t offset0)
+{
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+           *offs = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const struct lt_gen_logprob *lp = &r[i].lp;
+        json_t *text;
+        token_json(app, lp->id, &text, NULL);
+        json_t *d = json_object();
+        for (int k = 0; k < top && k < lp->n_top; k++) {
+            json_t *t;
+            token_json(app, lp->top_id[k], &t, NULL);
+            if (!json_object_get(d, json_string_value(t)))
+                json_object_set_new(d, json_string_value(t), logprob_json(lp->top_logprob[k]));
+            json_decref(t);
+        }
+        if (!json_object_get(d, json_string_value(text)))
+            json_object_set_new(d, json_string_value(text), logprob_json(lp->logprob));
+        json_array_append_new(tokens, text);
+        json_array_append_new(lps, logprob_json(lp->logprob));
+        json_array_append_new(tops, d);
+        json_array_append_new(offs, json_integer((json_int_t)(offset0 + r[i].text_start)));
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
+                     "top_logprobs", tops, "text_offset", offs);
+}
+
+/* Sets a choice's "logprobs" (and llama.cpp's "completion_probabilities") from records. */
+static void choice_set_lp(struct srv_app *app, const struct completion *c,
+                          const struct choice *ch, json_t *choice, const struct srv_token_lp *r,
+                          size_t n)
+{
+    json_t *lp = json_null();
+    if (c->kind == KIND_CHAT && c->chat_top >= 0)
+        lp = json_pack("{s:o,s:n}", "content", content_lp_json(app, r, n, c->chat_top, false),
+                       "refusal");
+    else if (c->kind == KIND_TEXT && c->legacy_top >= 0)
+        lp = legacy_lp_json(app, r, n, c->legacy_top, ch->echo_len);
+    json_object_set_new(choice, "logprobs", lp);
+    if (c->n_probs > 0)
+        json_object_set_new(choice, "completion_probabilities",
+                            content_lp_json(app, r, n, c->n_probs, true));
+}
+
+/* ---- for llama.cpp's /completion (routes_native.c) ---- */
+
+int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_gen_params *p)
+{
+    struct prompt *pr = NULL;
+    size_t n_pr = 0;
+    int st = read_sampling(body, p);
+    if (st == 200)
+        st = text_prompts(app, body, false, &pr, &n_pr);
+    if (st == 200 && n_pr != 1)
+        st = srv_fail(400, "prompt", "invalid_value", "one prompt: a string or token ids");
+    if (st == 200) {
+        p->prompt = pr[0].ids;
+        p->n_prompt = pr[0].n;
+        pr[0].ids = NULL;
+        /* n_probs: the log-probabilities llama.cpp reports by default (of the model's
+         * logits, before sampling: lt_gen_logprobs) */
+        long long np = srv_json_int(body, "n_probs", 0);
+        p->logprobs = np > 0;
+        p->top_logprobs = np > LT_GEN_MAX_TOP_LOGPROBS ? LT_GEN_MAX_TOP_LOGPROBS
+                                                       : (np > 0 ? (int)np : 0);
+    }
+    prompts_free(pr, n_pr);
+    return st;
+}
+
+int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
+{
+    return chat_prompt(app, body, out);
+}
+
+json_t *srv_completion_probabilities(struct srv_app *app, struct srv_gen *g, size_t visible,
+                                     int n_probs, size_t *from)
+{
+    if (!g->p.logprobs)
+        return NULL;
+    struct srv_token_lp *r = NULL;
+    size_t n = srv_gen_logprobs(g, *from, visible, &r);
+    *from += n;
+    json_t *j = content_lp_json(app, r, n, n_probs, true);
+    free(r);
+    return j;
+}
+
 /* ---- shaping the response ---- */
 
-static json_t *usage_json(const struct completion *c, const struct srv_gen_snap *s)
+static json_t *usage_json(const struct completion *c, int n_completion)
 {
     return json_pack("{s:i,s:i,s:i}", "prompt_tokens", c->n_prompt, "completion_tokens",
-                     s->n_completion, "total_tokens", c->n_prompt + s->n_completion);
+                     n_completion, "total_tokens", c->n_prompt + n_completion);
 }
 
 static json_t *timings_json(const struct srv_gen_snap *s)
@@ -422,50 +796,76 @@ static const char *finish_reason(enum srv_finish f)
     return f == SRV_FINISH_LENGTH ? "length" : "stop";
 }
 
+static bool failed(const struct srv_gen_snap *s)
+{
+    return s->finish == SRV_FINISH_ERROR || s->finish == SRV_FINISH_CANCELLED;
+}
+
 static void respond_whole(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs, struct completion *c)
 {
-    size_t seen = 0;
-    struct srv_gen_snap s;
-    for (;;) {
-        seen = srv_gen_wait(c->g, seen, 100);
-        srv_gen_snapshot(c->g, 0, NULL, &s);
-        if (s.done)
-            break;
-        if (!srv_conn_alive(rq->conn)) {
-            srv_gen_cancel(c->g);
-            srv_respond_error(rs, 499, NULL, "client_closed", "the client closed the connection");
-            return;
+    struct srv_gen_snap s, last = {0};
+    for (int i = 0; i < c->n_choices; i++) {
+        size_t seen = 0;
+        for (;;) {
+            seen = srv_gen_wait(c->ch[i].g, seen, 100);
+            srv_gen_snapshot(c->ch[i].g, 0, NULL, &s);
+            if (s.done)
+                break;
+            if (!srv_conn_alive(rq->conn)) {
+                srv_respond_error(rs, 499, NULL, "client_closed",
+                                  "the client closed the connection");
+                return; /* the caller cancels them all */
+            }
         }
     }
-    struct lt_strbuf text = {0};
-    srv_gen_snapshot(c->g, 0, &text, &s);
-    if (s.finish == SRV_FINISH_ERROR || s.finish == SRV_FINISH_CANCELLED) {
-        srv_respond_error(rs, s.err_status ? s.err_status : 500, NULL, NULL, "%s",
-                          s.err[0] ? s.err : "the generation was cancelled");
+    json_t *choices = json_array();
+    int n_completion = 0;
+    for (int i = 0; i < c->n_choices; i++) {
+        struct choice *ch = &c->ch[i];
+        struct lt_strbuf text = {0};
+        if (ch->echo)
+            lt_strbuf_append(&text, ch->echo, ch->echo_len);
+        srv_gen_snapshot(ch->g, 0, &text, &s);
+        if (failed(&s)) {
+            srv_respond_error(rs, s.err_status ? s.err_status : 500, NULL, NULL, "%s",
+                              s.err[0] ? s.err : "the generation was cancelled");
+            lt_strbuf_free(&text);
+            json_decref(choices);
+            return;
+        }
+        n_completion += s.n_completion;
+        if (s.total_s >= last.total_s)
+            last = s;
+        json_t *content = srv_json_text(text.data, text.len);
         lt_strbuf_free(&text);
-        return;
+        json_t *choice =
+            c->kind == KIND_CHAT
+                ? json_pack("{s:i,s:{s:s,s:o},s:s}", "index", i, "message", "role", "assistant",
+                            "content", content, "finish_reason", finish_reason(s.finish))
+                : json_pack("{s:i,s:o,s:s}", "index", i, "text", content, "finish_reason",
+                            finish_reason(s.finish));
+        struct srv_token_lp *r = NULL;
+        size_t n_r = ch->g->p.logprobs ? srv_gen_logprobs(ch->g, 0, s.visible, &r) : 0;
+        choice_set_lp(app, c, ch, choice, r, n_r);
+        free(r);
+        json_array_append_new(choices, choice);
     }
-    json_t *content = srv_json_text(text.data, text.len);
-    lt_strbuf_free(&text);
-    json_t *choice = c->kind == KIND_CHAT
-        ? json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role", "assistant",
-                    "content", content, "logprobs", "finish_reason", finish_reason(s.finish))
-        : json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "text", content, "logprobs",
-                    "finish_reason", finish_reason(s.finish));
     srv_respond_json(rs, 200,
-                     json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", c->id, "object",
+                     json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", c->id, "object",
                                c->kind == KIND_CHAT ? "chat.completion" : "text_completion",
                                "created", (json_int_t)c->created, "model", c->model,
-                               "system_fingerprint", "lathe", "choices", choice, "usage",
-                               usage_json(c, &s), "timings", timings_json(&s)));
+                               "system_fingerprint", "lathe", "choices", choices, "usage",
+                               usage_json(c, n_completion), "timings", timings_json(&last)));
 }
 
 /* A streamed response in progress. */
 struct stream_state {
+    struct srv_app *app;
     struct completion c;
-    size_t sent;
-    bool role_sent;
+    bool opened; /* the role chunks (chat) or echoed prompts (legacy) are out */
+    int n_completion;
+    struct srv_gen_snap last; /* the choice that finished last */
 };
 
 static void sse_event(struct lt_strbuf *out, json_t *j)
@@ -480,14 +880,16 @@ static void sse_event(struct lt_strbuf *out, json_t *j)
     free(s);
 }
 
-/* One chunk; delta_or_text is the chat delta object or the completion text (stolen). */
-static json_t *chunk_json(const struct completion *c, json_t *delta_or_text, const char *finish)
+/* One chunk of choice `index`; delta_or_text is the chat delta object or the completion text
+ * (stolen). Its logprobs are null; choice_set_lp replaces them. */
+static json_t *chunk_json(const struct completion *c, int index, json_t *delta_or_text,
+                          const char *finish)
 {
     json_t *choice =
         c->kind == KIND_CHAT
-            ? json_pack("{s:i,s:o,s:n,s:s?}", "index", 0, "delta", delta_or_text, "logprobs",
+            ? json_pack("{s:i,s:o,s:n,s:s?}", "index", index, "delta", delta_or_text, "logprobs",
                         "finish_reason", finish)
-            : json_pack("{s:i,s:o,s:n,s:s?}", "index", 0, "text", delta_or_text, "logprobs",
+            : json_pack("{s:i,s:o,s:n,s:s?}", "index", index, "text", delta_or_text, "logprobs",
                         "finish_reason", finish);
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", c->id, "object",
                      c->kind == KIND_CHAT ? "chat.completion.chunk" : "text_completion", "created",
@@ -495,50 +897,112 @@ static json_t *chunk_json(const struct completion *c, json_t *delta_or_text, con
                      "choices", choice);
 }
 
+static json_t *text_delta(const struct completion *c, const char *s, size_t n)
+{
+    json_t *t = srv_json_text(s, n);
+    return c->kind == KIND_CHAT ? json_pack("{s:o}", "content", t) : t;
+}
+
+/* Sends what choice i has shown since the last call; true when it has ended now (finished,
+ * or failed: then *err is its error event). */
+static bool stream_choice(struct stream_state *ss, int i, struct lt_strbuf *out, bool *got,
+                          json_t **err)
+{
+    struct completion *c = &ss->c;
+    struct choice *ch = &c->ch[i];
+    struct lt_strbuf text = {0};
+    struct srv_gen_snap s;
+    srv_gen_snapshot(ch->g, ch->sent, &text, &s);
+    struct srv_token_lp *r = NULL;
+    size_t n_r = ch->g->p.logprobs ? srv_gen_logprobs(ch->g, ch->lp_sent, s.visible, &r) : 0;
+    if (text.len > 0 || n_r > 0) {
+        json_t *chunk = chunk_json(c, i, text_delta(c, text.data, text.len), NULL);
+        if (n_r > 0 && chunk)
+            choice_set_lp(ss->app, c, ch, json_array_get(json_object_get(chunk, "choices"), 0),
+                          r, n_r);
+        sse_event(out, chunk);
+        ch->sent = s.visible;
+        ch->lp_sent += n_r;
+        *got = true;
+    }
+    free(r);
+    lt_strbuf_free(&text);
+    if (!s.done)
+        return false;
+    if (failed(&s)) {
+        int status = s.err_status ? s.err_status : 500;
+        *err = srv_error_json(status, NULL, NULL, s.err[0] ? s.err : "cancelled");
+        return true;
+    }
+    ss->n_completion += s.n_completion;
+    if (s.total_s >= ss->last.total_s)
+        ss->last = s;
+    ch->ended = true;
+    return true;
+}
+
 static bool stream_fill(void *user, struct srv_conn *conn, struct lt_strbuf *out, bool *end)
 {
     struct stream_state *ss = user;
     struct completion *c = &ss->c;
-    if (c->kind == KIND_CHAT && !ss->role_sent) {
-        ss->role_sent = true;
-        sse_event(out, chunk_json(c, json_pack("{s:s,s:s}", "role", "assistant", "content", ""),
-                                  NULL));
-        return true;
-    }
-    srv_gen_wait(c->g, ss->sent, 100);
-    struct lt_strbuf text = {0};
-    struct srv_gen_snap s;
-    srv_gen_snapshot(c->g, ss->sent, &text, &s);
-    bool got_text = text.len > 0;
-    if (got_text) {
-        json_t *t = srv_json_text(text.data, text.len);
-        sse_event(out, chunk_json(c, c->kind == KIND_CHAT ? json_pack("{s:o}", "content", t) : t,
-                                  NULL));
-        ss->sent = s.visible;
-    }
-    lt_strbuf_free(&text);
-    if (!s.done) {
-        if (!got_text && !srv_conn_alive(conn)) {
-            srv_gen_cancel(c->g);
-            return false;
+    if (!ss->opened) {
+        ss->opened = true;
+        for (int i = 0; i < c->n_choices; i++) {
+            if (c->kind == KIND_CHAT)
+                sse_event(out, chunk_json(c, i, json_pack("{s:s,s:s}", "role", "assistant",
+                                                          "content", ""), NULL));
+            else if (c->ch[i].echo)
+                sse_event(out, chunk_json(c, i, text_delta(c, c->ch[i].echo, c->ch[i].echo_len),
+                                          NULL));
         }
-        return true;
+        if (out->len > 0)
+            return true;
     }
-    if (s.finish == SRV_FINISH_ERROR || s.finish == SRV_FINISH_CANCELLED) {
-        int status = s.err_status ? s.err_status : 500;
-        sse_event(out, srv_error_json(status, NULL, NULL, s.err[0] ? s.err : "cancelled"));
-    } else {
-        json_t *last = chunk_json(c, c->kind == KIND_CHAT ? json_object() : json_string(""),
+    int first = 0;
+    while (first < c->n_choices && c->ch[first].ended)
+        first++;
+    if (first < c->n_choices)
+        srv_gen_wait(c->ch[first].g, c->ch[first].sent, c->n_choices > 1 ? 20 : 100);
+    bool got = false;
+    int left = 0;
+    for (int i = 0; i < c->n_choices; i++) {
+        if (c->ch[i].ended)
+            continue;
+        json_t *err = NULL;
+        if (!stream_choice(ss, i, out, &got, &err)) {
+            left++;
+            continue;
+        }
+        if (err) {
+            sse_event(out, err);
+            lt_strbuf_append(out, "data: [DONE]\n\n", 14);
+            *end = true;
+            return true; /* stream_free cancels the others */
+        }
+        /* its finish chunk; the last one to finish carries the usage and timings */
+        bool all = true;
+        for (int k = 0; k < c->n_choices && all; k++)
+            all = c->ch[k].ended;
+        struct srv_gen_snap s;
+        srv_gen_snapshot(c->ch[i].g, 0, NULL, &s);
+        json_t *last = chunk_json(c, i, c->kind == KIND_CHAT ? json_object() : json_string(""),
                                   finish_reason(s.finish));
-        json_object_set_new(last, "usage", usage_json(c, &s));
-        json_object_set_new(last, "timings", timings_json(&s));
-        sse_event(out, last);
-        if (c->include_usage) {
-            json_t *u = chunk_json(c, json_object(), NULL);
-            json_object_set_new(u, "choices", json_array());
-            json_object_set_new(u, "usage", usage_json(c, &s));
-            sse_event(out, u);
+        if (all) {
+            json_object_set_new(last, "usage", usage_json(c, ss->n_completion));
+            json_object_set_new(last, "timings", timings_json(&ss->last));
         }
+        sse_event(out, last);
+    }
+    if (left > 0) {
+        if (!got && !srv_conn_alive(conn))
+            return false; /* stream_free cancels them */
+        return true;
+    }
+    if (c->include_usage) {
+        json_t *u = chunk_json(c, 0, json_object(), NULL);
+        json_object_set_new(u, "choices", json_array());
+        json_object_set_new(u, "usage", usage_json(c, ss->n_completion));
+        sse_event(out, u);
     }
     lt_strbuf_append(out, "data: [DONE]\n\n", 14);
     *end = true;
@@ -548,8 +1012,7 @@ static bool stream_fill(void *user, struct srv_conn *conn, struct lt_strbuf *out
 static void stream_free(void *user)
 {
     struct stream_state *ss = user;
-    srv_gen_cancel(ss->c.g); /* no-op when it finished */
-    srv_gen_unref(ss->c.g);
+    completion_free(&ss->c);
     free(ss);
 }
 
@@ -568,16 +1031,16 @@ static void route_completion(struct srv_app *app, const struct srv_request *rq,
     }
     if (!c.stream) {
         respond_whole(app, rq, rs, &c);
-        srv_gen_unref(c.g);
+        completion_free(&c);
         return;
     }
     struct stream_state *ss = calloc(1, sizeof(*ss));
     if (!ss) {
-        srv_gen_cancel(c.g);
-        srv_gen_unref(c.g);
+        completion_free(&c);
         srv_respond_error(rs, 503, NULL, NULL, "out of memory for a stream");
         return;
     }
+    ss->app = app;
     ss->c = c;
     rs->status = 200;
     rs->content_type = "text/event-stream";

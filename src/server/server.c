@@ -83,6 +83,7 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
     if (!s)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the server");
     pthread_mutex_init(&s->app.stats_mu, NULL);
+    pthread_mutex_init(&s->app.model_mu, NULL);
     lt_status st = srv_guard_init(&s->app.guard, &p);
     if (st != LT_OK)
         goto out_free_server;
@@ -96,6 +97,8 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
     s->app.max_body_bytes = p.max_body_bytes;
     s->app.header_timeout_s = p.header_timeout_ms / 1000.0;
     s->app.quiet = p.quiet;
+    s->app.any_model_id = p.any_model_id;
+    s->app.model_path = ((struct engine *)s->engine->impl)->model_path;
     st = srv_http_start(&s->app, p.host, p.port, p.max_connections, &s->http);
     if (st != LT_OK)
         goto out_free_engine;
@@ -108,6 +111,7 @@ out_free_guard:
     srv_guard_free(&s->app.guard);
 out_free_server:
     pthread_mutex_destroy(&s->app.stats_mu);
+    pthread_mutex_destroy(&s->app.model_mu);
     free(s);
     return st;
 #endif
@@ -145,5 +149,6 @@ void lt_server_free(struct lt_server *s)
     s->engine->iface->free(s->engine);
     srv_guard_free(&s->app.guard);
     pthread_mutex_destroy(&s->app.stats_mu);
+    pthread_mutex_destroy(&s->app.model_mu);
     free(s);
 }

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lathe/generate.h"
 #include "lathe/sampling.h"
 #include "lathe/status.h"
 #include "lathe/tokenizer.h"
@@ -71,6 +72,15 @@ struct srv_gen_params {
     bool lora_given; /* the request chose its adapters (possibly none) */
     struct srv_lora_choice loras[SRV_MAX_REQ_LORAS];
     int n_loras;
+    bool logprobs;    /* record each token's log-probability (struct srv_token_lp) */
+    int top_logprobs; /* and this many alternatives', 0..LT_GEN_MAX_TOP_LOGPROBS */
+};
+
+/* A generated token's log-probabilities (lt_gen_logprobs) and where its bytes start in the
+ * generation's text. End-of-generation tokens get none. */
+struct srv_token_lp {
+    struct lt_gen_logprob lp;
+    size_t text_start;
 };
 
 struct srv_gen {
@@ -81,12 +91,18 @@ struct srv_gen {
     /* produced (under mu); visible == text.len except while an append is in progress */
     struct lt_strbuf text;
     size_t visible;
+    struct srv_token_lp *lps; /* [n_lps], when p.logprobs: in generation order */
+    size_t n_lps, cap_lps;
     int n_completion; /* tokens generated */
     bool done;
     enum srv_finish finish;
     int err_status;
     char err[512];
     bool cancel; /* the consumer gave up (disconnect) */
+    /* the generator's own reason (enum lt_gen_finish; 0 running/unknown) and, for a stop
+     * string, its index: set by the engine before it finishes g (llama.cpp's stop_type) */
+    int gen_finish;
+    int stop_which;
     double t_submit, t_start, t_first_token, t_done; /* monotonic seconds; 0: not yet */
 };
 
@@ -100,6 +116,9 @@ void srv_gen_unref(struct srv_gen *g); /* frees on the last reference */
 /* Engine side. Appends text that may be shown (stop strings already handled by the
  * engine) and sets the count of generated tokens. */
 void srv_gen_push(struct srv_gen *g, const char *bytes, size_t n, int n_completion);
+/* The same, recording lp (NULL: none) with the text, under one lock. */
+void srv_gen_push_lp(struct srv_gen *g, const char *bytes, size_t n, int n_completion,
+                     const struct srv_token_lp *lp);
 void srv_gen_mark_started(struct srv_gen *g); /* it got a slot */
 /* Finishes (no-op when already done). */
 void srv_gen_finish(struct srv_gen *g, enum srv_finish why);
@@ -122,6 +141,12 @@ void srv_gen_snapshot(struct srv_gen *g, size_t from, struct lt_strbuf *out,
 /* Waits up to timeout_ms for visible text beyond `seen` or the end; returns
  * the visible length. */
 size_t srv_gen_wait(struct srv_gen *g, size_t seen, int timeout_ms);
+/* A copy (*out malloc'd, NULL when none) of the log-probability records from index `from`
+ * whose token's text starts before `visible` (a snapshot's): a token is reported once some
+ * of its text is shown, so the tokens of a stop string, cut off, never are. Returns their
+ * count. */
+size_t srv_gen_logprobs(struct srv_gen *g, size_t from, size_t visible,
+                        struct srv_token_lp **out);
 void srv_gen_cancel(struct srv_gen *g);
 
 /* ---- the engine interface ---- */
@@ -142,6 +167,30 @@ struct srv_model_info {
     int64_t n_ctx_train;
     int64_t n_layer;
     bool has_chat_template;
+};
+
+/* What /props tells besides srv_model_info (llama.cpp's fields). */
+struct srv_props {
+    char model_path[512];
+    char *chat_template; /* the GGUF's template text, malloc'd; NULL: none */
+    char bos_token[64], eos_token[64]; /* the tokens' text; "" when none */
+    /* fill-in-the-middle tokens (LT_TOKEN_NONE when the vocabulary has none) */
+    lt_token fim_pre, fim_suf, fim_mid, fim_rep, fim_sep;
+    lt_token bos; /* LT_TOKEN_NONE when none */
+    bool add_bos;
+};
+
+/* One slot, as /slots shows it. */
+struct srv_slot_info {
+    int id;
+    bool is_processing;
+    int n_ctx;
+    int n_prompt;   /* prompt tokens of the generation it holds (0 when free) */
+    int n_prefilled; /* of those, in the cache */
+    int n_decoded;  /* tokens generated */
+    int max_tokens; /* the request's limit; <= 0: the context */
+    struct lt_sampler_params sampling;
+    int n_stops;
 };
 
 struct srv_lora_info {
@@ -273,6 +322,10 @@ struct srv_engine_iface {
     int (*train_info)(struct srv_engine *e, const char *id, struct srv_train_info *out);
     int (*train_list)(struct srv_engine *e, char (*ids)[48], int max, int *n);
     int (*train_control)(struct srv_engine *e, const char *id, enum srv_train_op op);
+    /* llama.cpp's /props and /slots (NULL in engines without them: the routes answer 501);
+     * out->chat_template and *slots are malloc'd */
+    int (*props)(struct srv_engine *e, struct srv_props *out);
+    int (*slots)(struct srv_engine *e, struct srv_slot_info **out, int *n);
     void (*free)(struct srv_engine *e);
 };
 
@@ -374,6 +427,11 @@ struct srv_app {
     double header_timeout_s; /* a request's headers must be in this long after the
                               * connection opened or its previous request ended; 0: 10 */
     bool quiet;
+    /* "model" in a request: any name answers with the base model (--any-model-id);
+     * otherwise an unknown one gets 404 model_not_found */
+    bool any_model_id;
+    const char *model_path; /* the served file, also accepted as its id; NULL: unknown */
+    pthread_mutex_t model_mu; /* loading a fine-tuned model's adapter on first use */
     struct srv_guard guard;
     /* counted by http.c */
     pthread_mutex_t stats_mu;

@@ -102,6 +102,8 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     gp.ignore_eog = p->ignore_eos;
     gp.stops = (const char *const *)p->stops;
     gp.n_stops = p->n_stops;
+    gp.logprobs = p->logprobs;
+    gp.top_logprobs = p->top_logprobs;
     lt_status ls = lt_gen_seq_init(&sl->gs, e->tok, &gp);
     if (ls != LT_OK)
         return srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());
@@ -151,10 +153,22 @@ static void slot_after_step(struct engine *e, struct eng_slot *sl)
     sl->t_last = now;
     size_t len;
     const char *piece = lt_gen_seq_piece(&sl->gs, &len);
-    srv_gen_push(sl->g, piece, len, (int)lt_gen_seq_stats(&sl->gs).n_generated);
-    if (lt_gen_seq_done(&sl->gs))
+    /* the log-probabilities of the token just accepted (sampled with them: gs.lp is its),
+     * none for an end-of-generation token, which is no part of the text */
+    struct srv_token_lp lp;
+    bool with_lp = sl->g->p.logprobs && sl->gs.lp.id == sl->gs.last &&
+                   sl->gs.finish != LT_GEN_FINISH_EOG;
+    if (with_lp) {
+        lp.lp = sl->gs.lp;
+        lp.text_start = sl->gs.last_text_start;
+    }
+    srv_gen_push_lp(sl->g, piece, len, (int)lt_gen_seq_stats(&sl->gs).n_generated,
+                    with_lp ? &lp : NULL);
+    if (lt_gen_seq_done(&sl->gs)) {
+        sl->g->gen_finish = (int)sl->gs.finish; /* for /completion's stop_type */
+        sl->g->stop_which = (int)sl->gs.stop_which;
         slot_release(e, sl, finish_of(sl->gs.finish));
-    else
+    } else
         sl->state = ENG_SLOT_DECODE;
 }
 

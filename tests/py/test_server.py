@@ -57,7 +57,7 @@ def free_port():
 class Server:
     """A `lathe serve` process on a free loopback port; stop() always ends it."""
 
-    def __init__(self, model, train_dir=None, extra=()):
+    def __init__(self, model, train_dir=None, extra=(), any_model_id=True):
         import requests
 
         self.requests = requests
@@ -69,6 +69,8 @@ class Server:
                     "--port", str(self.port), "--ctx", "1024", "--parallel", "4"]
             if train_dir:
                 args += ["--train-dir", train_dir]
+            if any_model_id:  # these tests send fixed names ("smollm2", "m") as clients do
+                args += ["--any-model-id"]
             args += list(extra) + os.environ.get("LATHE_SERVE_EXTRA", "").split()
             self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
             atexit.register(self.stop)
