@@ -2,15 +2,21 @@
  * files: config parsing, HF <-> GGUF names both ways, the value-head and rotary permutations
  * against index formulas written out here, and the gradient map checked as a true chain rule:
  * for L(x) = sum_k c_k F(x)_k, lt_convert_grad_to_hf(c, F(x)) must equal dL/dx measured by
- * finite differences through lt_convert_values. (The end-to-end conversion is checked against
- * llama.cpp's own reader in tests/py/test_convert.py.) */
+ * finite differences through lt_convert_values. One end-to-end case writes a tokenizer-less
+ * checkpoint to a temporary folder and converts it (the vocabulary-less keys, then lathe's
+ * loader). (The end-to-end conversion is checked against llama.cpp's own reader in
+ * tests/py/test_convert.py and test_convert_novocab.py.) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "lathe/convert.h"
+#include "lathe/gguf.h"
+#include "lathe/model.h"
+#include "lathe/tokenizer.h"
 
 /* Hk = 2 key heads, Hv = 6 value heads (R = 3), d_k = 3, d_v = 2; 4 layers, full every 2nd */
 static const char *qwen35_json =
@@ -354,6 +360,129 @@ static void test_types(void)
     CHECK(lt_convert_outtype_parse("q4_0", &t) == LT_ERR_INVALID);
 }
 
+/* A checkpoint folder without tokenizer files (issue 18, item 9): a one-layer Qwen2 written
+ * here as config.json + model.safetensors. The GGUF gets llama.cpp's vocabulary-less keys,
+ * tokenizer.ggml.model = "none" and qwen2.vocab_size; lathe's loader takes the model, and the
+ * tokenizer reader refuses it with a message instead of crashing. */
+static void put_tensor(FILE *f, char *hdr, size_t cap, const char *name, int n_dims,
+                       const int64_t *shape, uint64_t *offset)
+{
+    uint64_t n = 1;
+    char dims[64] = "";
+    for (int i = 0; i < n_dims; i++) {
+        n *= (uint64_t)shape[i];
+        snprintf(dims + strlen(dims), sizeof(dims) - strlen(dims), "%s%lld", i ? "," : "",
+                 (long long)shape[i]);
+    }
+    snprintf(hdr + strlen(hdr), cap - strlen(hdr),
+             "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%llu,%llu]}",
+             *offset ? "," : "", name, dims, (unsigned long long)*offset,
+             (unsigned long long)(*offset + 4 * n));
+    *offset += 4 * n;
+    if (f)
+        for (uint64_t i = 0; i < n; i++) {
+            float v = 0.1f * frand();
+            fwrite(&v, 4, 1, f);
+        }
+}
+
+static void test_no_tokenizer(void)
+{
+    char dir[] = "/tmp/lathe_test_convert_XXXXXX", path[256], out[256];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    static const struct {
+        const char *name;
+        int n_dims;
+        int64_t shape[2];
+    } ts[] = {
+        {"model.embed_tokens.weight", 2, {24, 8}},
+        {"model.norm.weight", 1, {8}},
+        {"model.layers.0.input_layernorm.weight", 1, {8}},
+        {"model.layers.0.post_attention_layernorm.weight", 1, {8}},
+        {"model.layers.0.self_attn.q_proj.weight", 2, {8, 8}},
+        {"model.layers.0.self_attn.q_proj.bias", 1, {8}},
+        {"model.layers.0.self_attn.k_proj.weight", 2, {4, 8}},
+        {"model.layers.0.self_attn.k_proj.bias", 1, {4}},
+        {"model.layers.0.self_attn.v_proj.weight", 2, {4, 8}},
+        {"model.layers.0.self_attn.v_proj.bias", 1, {4}},
+        {"model.layers.0.self_attn.o_proj.weight", 2, {8, 8}},
+        {"model.layers.0.mlp.gate_proj.weight", 2, {12, 8}},
+        {"model.layers.0.mlp.up_proj.weight", 2, {12, 8}},
+        {"model.layers.0.mlp.down_proj.weight", 2, {8, 12}},
+    };
+    const size_t n_ts = sizeof(ts) / sizeof(ts[0]);
+    char hdr[4096] = "{";
+    uint64_t off = 0;
+    for (size_t i = 0; i < n_ts; i++)
+        put_tensor(NULL, hdr + 1, sizeof(hdr) - 1, ts[i].name, ts[i].n_dims, ts[i].shape, &off);
+    strcat(hdr, "}");
+    while (strlen(hdr) % 8)
+        strcat(hdr, " ");
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "%s", path);
+    if (!f)
+        return;
+    uint64_t hlen = strlen(hdr);
+    fwrite(&hlen, 8, 1, f);
+    fwrite(hdr, 1, hlen, f);
+    char scratch[4096] = "";
+    off = 0;
+    for (size_t i = 0; i < n_ts; i++)
+        put_tensor(f, scratch, sizeof(scratch), ts[i].name, ts[i].n_dims, ts[i].shape, &off);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    f = fopen(path, "w");
+    CHECK(f != NULL, "%s", path);
+    if (!f)
+        return;
+    fputs("{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":8,"
+          "\"intermediate_size\":12,\"num_attention_heads\":2,\"num_key_value_heads\":1,"
+          "\"num_hidden_layers\":1,\"vocab_size\":24,\"max_position_embeddings\":64,"
+          "\"rms_norm_eps\":1e-6,\"rope_theta\":10000.0,\"tie_word_embeddings\":true}",
+          f);
+    fclose(f);
+
+    snprintf(out, sizeof(out), "%s/out.gguf", dir);
+    struct lt_convert_params p = {.hf_dir = dir, .out_path = out, .outtype = LT_CONVERT_OUT_F32};
+    struct lt_convert_stats stats;
+    CHECK(lt_convert_hf_to_gguf(&p, &stats) == LT_OK, "%s", lt_last_error());
+    CHECK(stats.n_vocab == 0 && stats.n_tensors == (int64_t)n_ts);
+
+    struct lt_gguf *g = NULL;
+    CHECK(lt_gguf_open(out, &g) == LT_OK, "%s", lt_last_error());
+    if (g) {
+        const char *model = NULL;
+        uint32_t n_vocab = 0;
+        CHECK(lt_gguf_get_str(g, "tokenizer.ggml.model", &model) == LT_OK && !strcmp(model, "none"),
+              "tokenizer.ggml.model: %s", model ? model : lt_last_error());
+        CHECK(lt_gguf_get_u32(g, "qwen2.vocab_size", &n_vocab) == LT_OK && n_vocab == 24,
+              "qwen2.vocab_size %u", n_vocab);
+        CHECK(lt_gguf_find_key(g, "tokenizer.ggml.tokens") < 0);
+        lt_gguf_close(g);
+    }
+
+    struct lt_model *m = NULL;
+    CHECK(lt_model_load(out, NULL, &m) == LT_OK, "%s", lt_last_error());
+    if (m) {
+        CHECK(lt_model_hparams(m)->n_vocab == 24, "n_vocab %lld",
+              (long long)lt_model_hparams(m)->n_vocab);
+        struct lt_tokenizer *tok = NULL;
+        CHECK(lt_tokenizer_from_gguf(lt_model_gguf(m), &tok) != LT_OK && tok == NULL);
+        lt_model_free(m);
+    }
+
+    remove(out);
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    remove(path);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    remove(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     test_config();
@@ -361,5 +490,6 @@ int main(void)
     test_perms();
     test_gradients();
     test_types();
+    test_no_tokenizer();
     return check_summary();
 }

@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "lathe/generate.h"
+#include "lathe/gguf.h"
 #include "lathe/model.h"
 #include "lathe/tokenizer.h"
 
@@ -470,7 +471,20 @@ static lt_status load_all(struct run *r, const struct run_opts *o, int *n_ctx)
             say_error("%s: %s", o->model, lt_last_error());
         return st;
     }
-    if ((st = lt_tokenizer_from_gguf(lt_model_gguf(r->model), &r->tok)) != LT_OK) {
+    const struct lt_gguf *g = lt_model_gguf(r->model);
+    const char *tok_model = NULL;
+    if (lt_gguf_find_key(g, "tokenizer.ggml.model") < 0 ||
+        (lt_gguf_get_str(g, "tokenizer.ggml.model", &tok_model) == LT_OK &&
+         (!strcmp(tok_model, "none") || !strcmp(tok_model, "no_vocab")))) {
+        /* converted from a checkpoint without tokenizer.json: the model itself loads */
+        say_error("%s: the model has no tokenizer (tokenizer.ggml.model %s%s%s); lathe run needs "
+                  "one to read the prompt and print text. Convert the checkpoint with its "
+                  "tokenizer.json beside config.json",
+                  o->model, tok_model ? "= \"" : "is missing", tok_model ? tok_model : "",
+                  tok_model ? "\"" : "");
+        return LT_ERR_UNSUPPORTED;
+    }
+    if ((st = lt_tokenizer_from_gguf(g, &r->tok)) != LT_OK) {
         say_error("%s: the tokenizer: %s", o->model, lt_last_error());
         return st;
     }

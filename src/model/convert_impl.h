@@ -24,8 +24,9 @@ bool lt_convert_is_file(const char *path);
 
 /* Writes the tokenizer.ggml.* and tokenizer.chat_template keys from HF_DIR's tokenizer.json,
  * tokenizer_config.json, config.json (special token ids) and chat_template.jinja, as
- * llama.cpp's converter does for a byte-level BPE ("gpt2") tokenizer. Writes nothing and sets
- * *n_tokens = 0 when there is no tokenizer.json. */
+ * llama.cpp's converter does for a byte-level BPE ("gpt2") tokenizer. Without tokenizer.json,
+ * writes what llama.cpp writes for a model without a vocabulary: tokenizer.ggml.model = "none"
+ * and {arch}.vocab_size (config.json's), and sets *n_tokens = 0. */
 lt_status lt_convert_vocab(struct lt_gguf_writer *w, const char *hf_dir,
                            const struct lt_hf_config *cfg, const struct lt_convert_log *log,
                            int64_t *n_tokens);

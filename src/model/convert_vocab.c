@@ -11,7 +11,10 @@
  * real tokenizer makes of a test string; lathe cannot run the tokenizer here, so it reads the
  * pre_tokenizer in tokenizer.json and recognises the regexes of the families it supports
  * (qwen2, qwen35, llama-bpe, smollm, gpt-2). An unrecognised one is refused, as llama.cpp
- * refuses an unknown hash. */
+ * refuses an unknown hash.
+ *
+ * A folder without tokenizer.json gets llama.cpp's vocabulary-less keys instead
+ * (tokenizer.ggml.model = "none" and {arch}.vocab_size): see write_no_vocab. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,17 +376,19 @@ static lt_status write_chat_template(struct lt_gguf_writer *w, const char *hf_di
     return st;
 }
 
-lt_status lt_convert_vocab(struct lt_gguf_writer *w, const char *hf_dir,
-                           const struct lt_hf_config *cfg, const struct lt_convert_log *log,
-                           int64_t *n_tokens)
+/* tokenizer.json, which exists, to the tokenizer keys. */
+static lt_status convert_tokenizer_json(struct lt_gguf_writer *w, const char *hf_dir,
+                                        const struct lt_hf_config *cfg,
+                                        const struct lt_convert_log *log, int64_t *n_tokens)
 {
-    *n_tokens = 0;
     char path[4096];
     bool present, tc_present;
     lt_status st;
     json_t *tok = load_json(hf_dir, "tokenizer.json", &present, &st);
-    if (st != LT_OK || !present)
+    if (st != LT_OK)
         return st;
+    if (!present)
+        return lt_fail(LT_ERR_IO, "%s: tokenizer.json went away while converting", hf_dir);
     (void)lt_convert_join(path, sizeof(path), hf_dir, "tokenizer.json");
     json_t *tc = load_json(hf_dir, "tokenizer_config.json", &tc_present, &st);
     const char **tokens = NULL;
@@ -513,15 +518,59 @@ out_free_json:
 
 #else
 
-lt_status lt_convert_vocab(struct lt_gguf_writer *w, const char *hf_dir,
-                           const struct lt_hf_config *cfg, const struct lt_convert_log *log,
-                           int64_t *n_tokens)
+static lt_status convert_tokenizer_json(struct lt_gguf_writer *w, const char *hf_dir,
+                                        const struct lt_hf_config *cfg,
+                                        const struct lt_convert_log *log, int64_t *n_tokens)
 {
     (void)w;
     (void)cfg;
     (void)log;
-    *n_tokens = 0;
+    (void)n_tokens;
     return lt_fail(LT_ERR_UNSUPPORTED, "%s: reading tokenizer.json needs jansson", hf_dir);
 }
 
 #endif
+
+/* No tokenizer.json: what llama.cpp's converter writes for a model without a vocabulary
+ * (TextModel._set_vocab_none, then add_vocab_size): tokenizer.ggml.model = "none" and
+ * {arch}.vocab_size. llama.cpp's loader (llama_vocab::impl::load) then makes vocab_size
+ * placeholder tokens, so token ids below it pass its batch check; without the key the file
+ * does not load at all ("key not found in model: tokenizer.ggml.model"). */
+static lt_status write_no_vocab(struct lt_gguf_writer *w, const char *hf_dir,
+                                const struct lt_hf_config *cfg, const struct lt_convert_log *log)
+{
+    static const char *const ignored[] = {"tokenizer.model", "vocab.json"};
+    char path[4096], key[128];
+    for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++)
+        if (lt_convert_join(path, sizeof(path), hf_dir, ignored[i]) == LT_OK &&
+            lt_convert_is_file(path))
+            lt_convert_logf(log,
+                            "warning: %s: lathe reads only tokenizer.json, which is missing; the "
+                            "GGUF gets no tokenizer",
+                            path);
+    if (cfg->n_vocab <= 0 || cfg->n_vocab > UINT32_MAX)
+        return lt_fail(LT_ERR_FORMAT, "%s: config.json vocab_size %lld does not fit a u32", hf_dir,
+                       (long long)cfg->n_vocab);
+    snprintf(key, sizeof(key), "%s.vocab_size", lt_hf_arch_gguf_name(cfg->arch));
+    lt_status st;
+    if ((st = lt_gguf_writer_set_str(w, "tokenizer.ggml.model", "none")) != LT_OK ||
+        (st = lt_gguf_writer_set_u32(w, key, (uint32_t)cfg->n_vocab)) != LT_OK)
+        return st;
+    lt_convert_logf(log, "tokenizer: none (no tokenizer.json); %s = %lld", key,
+                    (long long)cfg->n_vocab);
+    return LT_OK;
+}
+
+lt_status lt_convert_vocab(struct lt_gguf_writer *w, const char *hf_dir,
+                           const struct lt_hf_config *cfg, const struct lt_convert_log *log,
+                           int64_t *n_tokens)
+{
+    *n_tokens = 0;
+    char path[4096];
+    lt_status st = lt_convert_join(path, sizeof(path), hf_dir, "tokenizer.json");
+    if (st != LT_OK)
+        return st;
+    if (!lt_convert_is_file(path))
+        return write_no_vocab(w, hf_dir, cfg, log);
+    return convert_tokenizer_json(w, hf_dir, cfg, log, n_tokens);
+}

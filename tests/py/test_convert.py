@@ -6,7 +6,9 @@ and checked for: tensor names and shapes, each tensor's type, every value agains
 tensor under the transforms (written here independently in numpy, the way llama.cpp's
 convert_hf_to_gguf.py writes them: -exp(A_log), +1 on (1+w) norms, grouped-to-tiled value
 heads, llama's q/k row permutation, conv1d squeezed), the metadata keys and values, and the
-tokenizer keys when a tokenizer.json is present. Quantised and half-precision data must
+tokenizer keys when a tokenizer.json is present (without one: tokenizer.ggml.model = "none"
+and ARCH.vocab_size, as llama.cpp writes; tests/py/test_convert_novocab.py loads such files
+in llama.cpp). Quantised and half-precision data must
 equal, byte for byte, what gguf.quants.quantize makes of the transformed values. A failed
 conversion must leave no file.
 
@@ -383,6 +385,9 @@ def qwen35_keys(cfg, outtype, tokenizer_keys=()):
     }
     for k in tokenizer_keys:
         want[k] = None
+    if not tokenizer_keys:  # no tokenizer.json: llama.cpp's vocabulary-less keys
+        want["tokenizer.ggml.model"] = "none"
+        want[a + "vocab_size"] = cfg["vocab_size"]
     return want
 
 
@@ -447,7 +452,9 @@ def test_qwen2_golden():
             a + "block_count": 3, a + "context_length": 4096, a + "embedding_length": 64,
             a + "feed_forward_length": 160, a + "attention.head_count": 4, a + "attention.head_count_kv": 2,
             a + "rope.freq_base": 1e6, a + "attention.layer_norm_rms_epsilon": float(np.float32(1e-6)),
-            "general.file_type": FILE_TYPES[outtype], "general.quantization_version": 2})
+            "general.file_type": FILE_TYPES[outtype], "general.quantization_version": 2,
+            "tokenizer.ggml.model": "none", a + "vocab_size": cfg["vocab_size"]})
+        check_u32(label, r, [a + "vocab_size"])
 
 
 def make_llama(d, sharded):
