@@ -29,6 +29,8 @@ static const char usage_text[] =
     "  --parallel N          requests decoding at once, in one batch (default 4)\n"
     "  --ctx N               tokens per request, prompt and completion (default 2048)\n"
     "  --threads N           CPU threads (default: all cores)\n"
+    "  --pooling mean|last   /v1/embeddings pools the final hidden states by their mean or\n"
+    "                        takes the last token's (default mean)\n"
     "  --train-dir DIR       enable /train: adapters are written to, and loaded from, DIR\n"
     "  --lora FILE           load an adapter at start (repeatable)\n"
     "  --max-body BYTES      largest request body (default 8388608)\n"
@@ -126,6 +128,8 @@ static bool parse_valued(const char *a, const char *v, struct lt_server_params *
         p->n_ctx = (int)n;
     else if (!strcmp(a, "--threads") && parse_int(v, 1, 4096, &n))
         p->n_threads = (int)n;
+    else if (!strcmp(a, "--pooling") && v && (!strcmp(v, "mean") || !strcmp(v, "last")))
+        p->pooling = !strcmp(v, "last") ? LT_SERVER_POOLING_LAST : LT_SERVER_POOLING_MEAN;
     else if (!strcmp(a, "--train-dir"))
         p->train_dir = v;
     else if (!strcmp(a, "--lora") && v)

@@ -217,6 +217,10 @@ lt_status lt_session_seq_clear(struct lt_session *s, int seq);
  * position) when all_logits, else [n_vocab] of the last token. */
 lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *tokens, int n,
                              bool all_logits, float *logits);
+/* As lt_session_prefill, but hidden (may be NULL) receives [n, n_embd]: every position's
+ * final hidden state after the output norm (what the head reads), for embeddings. */
+lt_status lt_session_prefill_hidden(struct lt_session *s, int seq, const int32_t *tokens, int n,
+                                    float *hidden);
 /* Appends tokens[i] to sequence seqs[i] for i < n (distinct sequences, each at its own
  * position); logits receives [n, n_vocab]. */
 lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,

@@ -19,6 +19,10 @@
 extern "C" {
 #endif
 
+/* How /v1/embeddings pools the final hidden states over the input's tokens (llama.cpp's
+ * --pooling mean|last). */
+enum { LT_SERVER_POOLING_MEAN = 0, LT_SERVER_POOLING_LAST = 1 };
+
 struct lt_server_params {
     const char *model_path;  /* the GGUF model (required) */
     const char *model_alias; /* its id in /v1/models; NULL: the file's name */
@@ -39,6 +43,7 @@ struct lt_server_params {
     int header_timeout_ms;   /* a request's headers must arrive within this of the connection
                               * opening (or its previous request ending); 0: 10000 */
     bool quiet;              /* no request log on stderr */
+    int pooling;             /* /v1/embeddings: LT_SERVER_POOLING_MEAN (0) or _LAST */
     bool any_model_id;       /* a request's "model" may be any name (the base model answers);
                               * otherwise only the base model's id, alias or file, an adapter
                               * loaded under a name or a finished fine-tuning job's model, and

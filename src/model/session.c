@@ -59,6 +59,7 @@ struct built {
     struct lt_graph *g;
     struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *logits;
     int64_t n_out; /* rows of logits */
+    int64_t n_col; /* their width: n_vocab, or n_embd for hidden states */
 };
 
 /* A kept decode step: for n sequences reading n_kv positions (any number, when no node
@@ -81,6 +82,7 @@ struct step {
     const int *seqs;           /* decode */
     int n_kv;                  /* decode: positions attended (at least max position + 1) */
     bool kept;                 /* decode: the kept step (stores by SET_ROWS at kv_rows) */
+    bool hidden;               /* prefill: the output is the final norm's [n, n_embd], no head */
     struct lt_tensor *seq_ids; /* decode: I32 [n], input */
     struct lt_tensor *kv_rows; /* kept decode: I32 [n], seq * n_ctx + position, input */
 };
@@ -488,6 +490,18 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
     if ((st = lt_mb_forward(&b, bt->tok, &hidden)) != LT_OK)
         return st;
     bt->n_out = all_logits ? N : S;
+    bt->n_col = m->hp.n_vocab;
+    if (sp->hidden) { /* the tensor the head would read, every position */
+        bt->n_out = N;
+        bt->n_col = m->hp.n_embd;
+        bt->logits = hidden;
+        if ((st = lt_mb_check(bt->logits, "result_norm", -1)) != LT_OK)
+            return st;
+        if (hidden->type != LT_TYPE_F32 || !lt_is_contiguous(hidden))
+            return lt_fail(LT_ERR_INVALID, "result_norm is not contiguous F32");
+        bt->logits->flags |= LT_FLAG_OUTPUT;
+        return lt_graph_build(bt->g, bt->logits);
+    }
     if (!all_logits && !sp->decode)
         hidden = lt_view_2d(ctx, hidden, hidden->ne[0], 1, hidden->nb[1],
                             (size_t)(T - 1) * hidden->nb[1]);
@@ -549,7 +563,7 @@ static lt_status compute_step(struct step *sp, struct lt_sched *sched, const str
         st = lt_sched_compute(sched, bt->g);
     if (st == LT_OK && out)
         st = lt_tensor_get(bt->logits, out, 0,
-                           sizeof(float) * (size_t)(bt->n_out * sp->s->m->hp.n_vocab));
+                           sizeof(float) * (size_t)(bt->n_out * bt->n_col));
     return st;
 }
 
@@ -660,8 +674,8 @@ static lt_status check_tokens(const struct lt_session *s, const int32_t *tokens,
     return LT_OK;
 }
 
-lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *tokens, int n,
-                             bool all_logits, float *logits)
+static lt_status prefill(struct lt_session *s, int seq, const int32_t *tokens, int n,
+                         bool all_logits, bool hidden, float *out)
 {
     if (seq < 0 || seq >= s->p.n_seq_max)
         return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seq, s->p.n_seq_max);
@@ -673,11 +687,23 @@ lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *token
     lt_status st = check_tokens(s, tokens, n);
     if (st != LT_OK)
         return st;
-    struct step sp = {.s = s, .seq = seq, .p0 = s->pos[seq], .n = n};
-    st = run_step(&sp, tokens, all_logits, logits);
+    struct step sp = {.s = s, .seq = seq, .p0 = s->pos[seq], .n = n, .hidden = hidden};
+    st = run_step(&sp, tokens, all_logits, out);
     if (st == LT_OK)
         s->pos[seq] += n;
     return st;
+}
+
+lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *tokens, int n,
+                             bool all_logits, float *logits)
+{
+    return prefill(s, seq, tokens, n, all_logits, false, logits);
+}
+
+lt_status lt_session_prefill_hidden(struct lt_session *s, int seq, const int32_t *tokens, int n,
+                                    float *hidden)
+{
+    return prefill(s, seq, tokens, n, true, true, hidden);
 }
 
 lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,

@@ -4,6 +4,7 @@
  * Until state is READY only state() and info() may touch the engine's model fields; every
  * other entry point checks state first (the routes do too). The model, tokenizer and chat
  * template are immutable once READY and are read by HTTP threads without a lock. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,7 @@ static lt_status load_all(struct engine *e)
     mi->n_vocab = hp->n_vocab;
     mi->n_ctx_train = hp->n_ctx_train;
     mi->n_layer = hp->n_layer;
+    mi->n_embd = hp->n_embd;
     mi->has_chat_template = e->have_ct;
     snprintf(mi->arch, sizeof(mi->arch), "%s", lt_arch_name(hp->arch));
     snprintf(mi->backend, sizeof(mi->backend), "%s", e->backends[0]->name);
@@ -409,6 +411,65 @@ static int eng_slots(struct srv_engine *se, struct srv_slot_info **out, int *n)
     return 200;
 }
 
+/* On the HTTP thread under step_mu (the decode loop's sessions are not touched): one
+ * sequence of a session of its own, prefilled, its final-norm states pooled, then cleared. */
+static int eng_embed(struct srv_engine *se, const lt_token *ids, size_t n, float *out)
+{
+    struct engine *e = eng(se);
+    int st = not_ready(e);
+    if (st)
+        return st;
+    int64_t D = e->info.n_embd;
+    if (n == 0)
+        return srv_fail(400, "input", NULL, "an input has no tokens");
+    if (n > (size_t)e->info.n_ctx)
+        return srv_fail(400, "input", "context_length_exceeded",
+                        "an input of %zu tokens exceeds the context of %d", n, e->info.n_ctx);
+    pthread_mutex_lock(&e->step_mu);
+    lt_status ls = LT_OK;
+    if (!e->embed_s) {
+        struct lt_session_params sp = {
+            .n_ctx = e->info.n_ctx,
+            .n_seq_max = 1,
+            .backends = e->backends,
+            .n_backends = e->n_backends,
+            .n_threads = e->p.n_threads,
+            .half_acts = -1, /* F32 activations: the embedding as llama.cpp computes it */
+        };
+        if (!e->embed_h)
+            e->embed_h = malloc((size_t)e->info.n_ctx * (size_t)D * sizeof(float));
+        ls = e->embed_h ? lt_session_new(e->model, &sp, &e->embed_s)
+                        : lt_fail(LT_ERR_NOMEM, "out of memory for embeddings");
+    }
+    if (ls == LT_OK)
+        ls = lt_session_prefill_hidden(e->embed_s, 0, ids, (int)n, e->embed_h);
+    lt_status cl = e->embed_s ? lt_session_seq_clear(e->embed_s, 0) : LT_OK;
+    if (ls == LT_OK)
+        ls = cl;
+    if (ls == LT_OK) {
+        const float *h = e->embed_h;
+        size_t first = e->p.pooling == LT_SERVER_POOLING_LAST ? n - 1 : 0;
+        double norm = 0;
+        for (int64_t d = 0; d < D; d++) {
+            double sum = 0;
+            for (size_t t = first; t < n; t++)
+                sum += h[t * (size_t)D + (size_t)d];
+            out[d] = (float)(sum / (double)(n - first));
+            norm += (double)out[d] * out[d];
+        }
+        norm = sqrt(norm);
+        for (int64_t d = 0; d < D; d++)
+            out[d] = norm > 0 ? (float)(out[d] / norm) : 0.0f;
+    }
+    pthread_mutex_unlock(&e->step_mu);
+    if (ls != LT_OK)
+        return srv_fail(srv_http_status_of(ls), "input", NULL, "embedding: %s", lt_last_error());
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.prompt_tokens += n;
+    pthread_mutex_unlock(&e->stats_mu);
+    return 200;
+}
+
 static void eng_free(struct srv_engine *se)
 {
     struct engine *e = eng(se);
@@ -423,6 +484,8 @@ static void eng_free(struct srv_engine *se)
     eng_fail_all(e, 503, "the server is shutting down");
     srv_trainer_free(e->trainer);
     eng_sessions_free_all(e);
+    lt_session_free(e->embed_s);
+    free(e->embed_h);
     eng_loras_free_all(e);
     free(e->logits);
     free(e->batch_seqs);
@@ -480,6 +543,7 @@ static const struct srv_engine_iface engine_iface = {
     .train_control = eng_train_control,
     .props = eng_props,
     .slots = eng_slots,
+    .embed = eng_embed,
     .free = eng_free,
 };
 

@@ -171,6 +171,10 @@ struct engine {
     struct eng_stats stats;
 
     struct srv_trainer *trainer;
+
+    /* /v1/embeddings: a session of one sequence, made on first use; step_mu */
+    struct lt_session *embed_s;
+    float *embed_h; /* [n_ctx, n_embd] */
 };
 
 /* backend_lock.c: `inner` behind a mutex, as the same backend (shares its impl); free the

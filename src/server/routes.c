@@ -229,6 +229,8 @@ static const struct route routes[] = {
     {"POST", "/chat/completions", srv_route_chat},
     {"POST", "/v1/completions", srv_route_completions},
     {"POST", "/completions", srv_route_completions},
+    {"POST", "/v1/embeddings", srv_route_embeddings},
+    {"POST", "/embeddings", srv_route_embeddings},
     {"GET", "/props", srv_route_props},
     {"GET", "/slots", srv_route_slots},
     {"POST", "/apply-template", srv_route_apply_template},
@@ -311,7 +313,8 @@ static void route_dispatch(struct srv_app *app, const struct srv_request *rq,
             r.route_id = id;
             char *body = NULL; /* the body choosing the adapter its "model" names */
             if (routes[i].fn == srv_route_chat || routes[i].fn == srv_route_completions ||
-                routes[i].fn == srv_route_completion || routes[i].fn == srv_route_infill) {
+                routes[i].fn == srv_route_completion || routes[i].fn == srv_route_infill ||
+                routes[i].fn == srv_route_embeddings) {
                 size_t len = 0;
                 int st = srv_model_resolve(app, &r, &body, &len);
                 if (st != 200) {

@@ -46,6 +46,10 @@ void srv_route_completion(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs);
 void srv_route_infill(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 
+/* routes_embed.c: OpenAI's /v1/embeddings */
+void srv_route_embeddings(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs);
+
 /* routes_lora.c: "model" in a completion request. The base model's id, alias or file (or
  * any name with --any-model-id): 200 and *body_out NULL; an adapter loaded under that name,
  * or a finished fine-tuning job's fine_tuned_model (its adapter loaded from the train dir on

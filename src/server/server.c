@@ -61,6 +61,8 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
         return lt_fail(LT_ERR_INVALID, "--ctx %d is too small to hold a prompt", p.n_ctx);
     if (p.backend && strcmp(p.backend, "cpu") != 0 && strcmp(p.backend, "cuda") != 0)
         return lt_fail(LT_ERR_INVALID, "--backend must be cpu or cuda, not '%s'", p.backend);
+    if (p.pooling != LT_SERVER_POOLING_MEAN && p.pooling != LT_SERVER_POOLING_LAST)
+        return lt_fail(LT_ERR_INVALID, "--pooling must be mean or last");
     if (p.max_body_bytes == 0)
         p.max_body_bytes = (size_t)8 << 20;
     if (p.train_dir) {

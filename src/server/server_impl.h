@@ -166,6 +166,7 @@ struct srv_model_info {
     int64_t n_vocab;
     int64_t n_ctx_train;
     int64_t n_layer;
+    int64_t n_embd;
     bool has_chat_template;
 };
 
@@ -326,6 +327,10 @@ struct srv_engine_iface {
      * out->chat_template and *slots are malloc'd */
     int (*props)(struct srv_engine *e, struct srv_props *out);
     int (*slots)(struct srv_engine *e, struct srv_slot_info **out, int *n);
+    /* The embedding of ids[0..n) into out[n_embd]: the final hidden state after the output
+     * norm, pooled over the tokens (the server's pooling: mean or last) and L2-normalised.
+     * NULL: the engine has none (400). */
+    int (*embed)(struct srv_engine *e, const lt_token *ids, size_t n, float *out);
     void (*free)(struct srv_engine *e);
 };
 
