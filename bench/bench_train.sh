@@ -21,7 +21,8 @@
 # FFN. HF gets the same modules by default (its in_proj_a / in_proj_b, 1024 -> 16, lathe has no
 # LoRA target for; HF_TARGETS=all adds them).
 # How it is measured:
-#   lathe  `lathe train --text` on a text cut to (WARMUP + STEPS) x SEQS windows of LEN tokens,
+#   lathe  `lathe train --text` on a text cut to (WARMUP + STEPS) x SEQS windows of LEN tokens
+#          (LATHE_TRAIN_EXTRA: more options, e.g. "--checkpoint on"),
 #          --batch-tokens SEQS x LEN (SEQS windows per step, one step per optimizer update).
 #          Its per-step progress lines are time-stamped as they arrive; tokens/s = SEQS x LEN
 #          x STEPS / (time of step WARMUP + STEPS - time of step WARMUP). lathe's own end-of-run
@@ -135,7 +136,7 @@ stamp() { while IFS= read -r line; do printf '%s %s\n' "${EPOCHREALTIME:-$(date 
 lathe_train() { # SEQS LEN JOB TEXT TIMEOUT
     local args="--rank 16 --alpha 32 --lr 1e-4 --targets $LORA_TARGETS"
     [ $3 = full ] && args="--full --lr 1e-5"
-    local cmd="$L train -m $M --text $4 --out $W/bench-out.gguf --backend cuda --device-only --window $2 --batch-tokens $(($1 * $2)) --epochs 1 $args"
+    local cmd="$L train -m $M --text $4 --out $W/bench-out.gguf --backend cuda --device-only --window $2 --batch-tokens $(($1 * $2)) --epochs 1 $args ${LATHE_TRAIN_EXTRA:-}"
     echo "\$ $cmd" >$W/job.log
     timeout $5 $cmd 2>&1 | stamp >>$W/job.log
 }
