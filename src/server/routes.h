@@ -30,12 +30,21 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 /* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs), rendered as
  * /v1/chat/completions renders them. */
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out);
-/* llama.cpp's "completion_probabilities" of g (requested with n_probs, which
+/* routes_logprobs.c: llama.cpp's "completion_probabilities" of g (requested with n_probs, which
  * srv_completion_params reads into p->logprobs): [{id, token, logprob, bytes, top_logprobs:
  * [{id, token, logprob, bytes}]}] for the tokens whose text starts before `visible`, from
  * record *from on (advanced past them); NULL when g records none. */
 json_t *srv_completion_probabilities(struct srv_app *app, struct srv_gen *g, size_t visible,
                                      int n_probs, size_t *from);
+
+/* routes_logprobs.c: OpenAI chat's [{token, logprob, bytes, top_logprobs: [...]}] of n
+ * records (up to `top` alternatives each), or llama.cpp's n_probs entries (with ids) when
+ * llama; OpenAI legacy's {tokens, token_logprobs, top_logprobs, text_offset}, offsets
+ * counted from offset0 */
+json_t *srv_lp_content_json(struct srv_app *app, const struct srv_token_lp *r, size_t n, int top,
+                            bool llama);
+json_t *srv_lp_legacy_json(struct srv_app *app, const struct srv_token_lp *r, size_t n, int top,
+                           size_t offset0);
 
 /* routes_native.c: llama.cpp's own routes */
 void srv_route_props(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);

@@ -631,88 +631,7 @@ out_free:
     return st;
 }
 
-/* ---- log-probabilities ---- */
-
-/* OpenAI's stand-in for a probability too small to write (a logit of -inf). */
-static json_t *logprob_json(double lp)
-{
-    return json_real(isfinite(lp) ? lp : -9999.0);
-}
-
-/* A token's text (as a JSON string, invalid UTF-8 replaced) and its bytes. */
-static void token_json(struct srv_app *app, lt_token id, json_t **text, json_t **bytes)
-{
-    struct lt_strbuf b = {0};
-    if (app->engine->iface->detokenize(app->engine, &id, 1, 0, &b) != 200)
-        b.len = 0;
-    *text = srv_json_text(b.data, b.len);
-    if (bytes) {
-        *bytes = json_array();
-        for (size_t i = 0; i < b.len; i++)
-            json_array_append_new(*bytes, json_integer((unsigned char)b.data[i]));
-    }
-    lt_strbuf_free(&b);
-}
-
-/* {token, logprob, bytes[, id]} */
-static json_t *entry_json(struct srv_app *app, lt_token id, double lp, bool with_id)
-{
-    json_t *text, *bytes;
-    token_json(app, id, &text, &bytes);
-    json_t *e = json_pack("{s:o,s:o,s:o}", "token", text, "logprob", logprob_json(lp), "bytes",
-                          bytes);
-    if (e && with_id)
-        json_object_set_new(e, "id", json_integer(id));
-    return e;
-}
-
-/* OpenAI chat's [{token, logprob, bytes, top_logprobs: [...]}], or llama.cpp's n_probs
- * entries (with ids) when llama. */
-static json_t *content_lp_json(struct srv_app *app, const struct srv_token_lp *r, size_t n,
-                               int top, bool llama)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        const struct lt_gen_logprob *lp = &r[i].lp;
-        json_t *e = entry_json(app, lp->id, lp->logprob, llama);
-        json_t *tops = json_array();
-        for (int k = 0; k < top && k < lp->n_top; k++)
-            json_array_append_new(tops, entry_json(app, lp->top_id[k], lp->top_logprob[k], llama));
-        json_object_set_new(e, "top_logprobs", tops);
-        json_array_append_new(arr, e);
-    }
-    return arr;
-}
-
-/* OpenAI legacy's {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset};
- * the sampled token is always in its dict (up to top + 1 entries, as OpenAI's). */
-static json_t *legacy_lp_json(struct srv_app *app, const struct srv_token_lp *r, size_t n,
-                              int top, size_t offset0)
-{
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(),
-           *offs = json_array();
-    for (size_t i = 0; i < n; i++) {
-        const struct lt_gen_logprob *lp = &r[i].lp;
-        json_t *text;
-        token_json(app, lp->id, &text, NULL);
-        json_t *d = json_object();
-        for (int k = 0; k < top && k < lp->n_top; k++) {
-            json_t *t;
-            token_json(app, lp->top_id[k], &t, NULL);
-            if (!json_object_get(d, json_string_value(t)))
-                json_object_set_new(d, json_string_value(t), logprob_json(lp->top_logprob[k]));
-            json_decref(t);
-        }
-        if (!json_object_get(d, json_string_value(text)))
-            json_object_set_new(d, json_string_value(text), logprob_json(lp->logprob));
-        json_array_append_new(tokens, text);
-        json_array_append_new(lps, logprob_json(lp->logprob));
-        json_array_append_new(tops, d);
-        json_array_append_new(offs, json_integer((json_int_t)(offset0 + r[i].text_start)));
-    }
-    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps,
-                     "top_logprobs", tops, "text_offset", offs);
-}
+/* ---- log-probabilities (their JSON: routes_logprobs.c) ---- */
 
 /* Sets a choice's "logprobs" (and llama.cpp's "completion_probabilities") from records. */
 static void choice_set_lp(struct srv_app *app, const struct completion *c,
@@ -721,14 +640,14 @@ static void choice_set_lp(struct srv_app *app, const struct completion *c,
 {
     json_t *lp = json_null();
     if (c->kind == KIND_CHAT && c->chat_top >= 0)
-        lp = json_pack("{s:o,s:n}", "content", content_lp_json(app, r, n, c->chat_top, false),
+        lp = json_pack("{s:o,s:n}", "content", srv_lp_content_json(app, r, n, c->chat_top, false),
                        "refusal");
     else if (c->kind == KIND_TEXT && c->legacy_top >= 0)
-        lp = legacy_lp_json(app, r, n, c->legacy_top, ch->echo_len);
+        lp = srv_lp_legacy_json(app, r, n, c->legacy_top, ch->echo_len);
     json_object_set_new(choice, "logprobs", lp);
     if (c->n_probs > 0)
         json_object_set_new(choice, "completion_probabilities",
-                            content_lp_json(app, r, n, c->n_probs, true));
+                            srv_lp_content_json(app, r, n, c->n_probs, true));
 }
 
 /* ---- for llama.cpp's /completion (routes_native.c) ---- */
@@ -760,19 +679,6 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
 {
     return chat_prompt(app, body, out);
-}
-
-json_t *srv_completion_probabilities(struct srv_app *app, struct srv_gen *g, size_t visible,
-                                     int n_probs, size_t *from)
-{
-    if (!g->p.logprobs)
-        return NULL;
-    struct srv_token_lp *r = NULL;
-    size_t n = srv_gen_logprobs(g, *from, visible, &r);
-    *from += n;
-    json_t *j = content_lp_json(app, r, n, n_probs, true);
-    free(r);
-    return j;
 }
 
 /* ---- shaping the response ---- */
