@@ -240,6 +240,25 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
 
 /* The full-sequence forward: logits [n_seqs][n_tokens][n_vocab] of tokens [n_seqs][n_tokens]
  * through the loss graph on the CPU. */
+/* Writes sp's model (weights from seed) to path, loads it, and makes an F32 trainable copy
+ * of every weight (*rep, *n_rep). Returns their elements in all; 0 when a step failed
+ * (lt_last_error says why; *m and *fp are then whatever was made, for the caller to free). */
+static inline size_t tm_load_f32(const struct tm_spec *sp, const char *path, uint64_t seed,
+                                 struct lt_model **m, struct lt_model_f32_params **fp,
+                                 const struct lt_model_replace **rep, int *n_rep)
+{
+    *m = NULL;
+    *fp = NULL;
+    if (tm_write_model(sp, path, seed) != LT_OK || lt_model_load(path, NULL, m) != LT_OK ||
+        lt_model_f32_params_new(*m, NULL, NULL, fp) != LT_OK)
+        return 0;
+    *rep = lt_model_f32_params_list(*fp, n_rep);
+    size_t n = 0;
+    for (int i = 0; i < *n_rep; i++)
+        n += (size_t)lt_nelements((*rep)[i].with);
+    return n;
+}
+
 static inline lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,
                                const struct lt_model_adapters *ad, const int32_t *tokens,
                                int n_tokens, int n_seqs, float *logits)

@@ -70,20 +70,16 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     char path[600];
     const char *dir = getenv("LATHE_BUILD_DIR");
     snprintf(path, sizeof(path), "%s/test_train_packed_%d.gguf", dir && *dir ? dir : "/tmp", idx);
-    struct lt_model *m = NULL;
-    struct lt_model_f32_params *fp = NULL;
+    struct lt_model *m;
+    struct lt_model_f32_params *fp;
     float *packed = NULL, *one = NULL, *expect = NULL;
-    if (tm_write_model(sp, path, 300 + (uint64_t)idx) != LT_OK ||
-        lt_model_load(path, NULL, &m) != LT_OK ||
-        lt_model_f32_params_new(m, NULL, NULL, &fp) != LT_OK) {
+    const struct lt_model_replace *rep = NULL;
+    int n_rep = 0;
+    const size_t n_w = tm_load_f32(sp, path, 300 + (uint64_t)idx, &m, &fp, &rep, &n_rep);
+    if (!n_w) {
         CHECK(0, "%s: %s", sp->arch, lt_last_error());
         goto out_free;
     }
-    int n_rep;
-    const struct lt_model_replace *rep = lt_model_f32_params_list(fp, &n_rep);
-    size_t n_w = 0;
-    for (int i = 0; i < n_rep; i++)
-        n_w += (size_t)lt_nelements(rep[i].with);
     packed = malloc(n_w * sizeof(float));
     one = malloc(n_w * sizeof(float));
     expect = calloc(n_w, sizeof(float));

