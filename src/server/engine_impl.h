@@ -48,12 +48,20 @@ struct eng_config {
 };
 
 /* A session reading one adapter set, with parallel sequences. */
+/* The tokens a free sequence of a session still holds from its last request: its prompt and
+ * all but the last generated token. A new prompt that extends them starts there. */
+struct eng_seq_cache {
+    lt_token *tokens;
+    size_t n, cap;
+};
+
 struct eng_session {
     struct eng_config cfg;
     struct lt_model_lora *list; /* what the graphs read; must outlive s */
     struct lt_model_adapters ad;
     struct lt_session *s;
     bool *seq_busy; /* [parallel] */
+    struct eng_seq_cache *cache; /* [parallel] */
     int n_active;
     double last_used;
 };
@@ -81,7 +89,7 @@ struct eng_slot {
 
 struct eng_stats {
     uint64_t requests, finished[5]; /* by enum srv_finish */
-    uint64_t prompt_tokens, generated_tokens;
+    uint64_t prompt_tokens, prompt_tokens_reused, generated_tokens;
     uint64_t decode_steps, decode_tokens;
     int batch_max;
     double prefill_s, decode_s;

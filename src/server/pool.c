@@ -129,6 +129,9 @@ void eng_session_free(struct engine *e, struct eng_session *es)
         return;
     lt_session_free(es->s);
     free(es->list);
+    for (int i = 0; es->cache && i < e->p.parallel; i++)
+        free(es->cache[i].tokens);
+    free(es->cache);
     free(es->seq_busy);
     config_unref(e, &es->cfg);
     free(es);
@@ -137,9 +140,15 @@ void eng_session_free(struct engine *e, struct eng_session *es)
 static struct eng_session *session_new(struct engine *e, const struct eng_config *cfg, int *st)
 {
     struct eng_session *es = calloc(1, sizeof(*es));
-    if (es)
+    if (es) {
         es->seq_busy = calloc((size_t)e->p.parallel, sizeof(bool));
-    if (!es || !es->seq_busy) {
+        es->cache = calloc((size_t)e->p.parallel, sizeof(*es->cache));
+    }
+    if (!es || !es->seq_busy || !es->cache) {
+        if (es) {
+            free(es->seq_busy);
+            free(es->cache);
+        }
         free(es);
         *st = srv_fail(503, NULL, NULL, "out of memory for a session");
         return NULL;
@@ -150,6 +159,7 @@ static struct eng_session *session_new(struct engine *e, const struct eng_config
         if (cfg->loras[i]->removed) {
             pthread_mutex_unlock(&e->lora_mu);
             free(es->seq_busy);
+            free(es->cache);
             free(es);
             *st = srv_fail(400, "lora", "lora_not_loaded", "adapter '%s' was unloaded",
                            cfg->loras[i]->name);

@@ -268,9 +268,13 @@ static json_t *timings_json(const struct native *c, const struct srv_gen_snap *s
     if (pred_ms < 0)
         pred_ms = 0;
     int n_pred = s->n_completion > 1 ? s->n_completion - 1 : 0; /* after the first token */
-    return json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "prompt_n", c->n_prompt, "prompt_ms",
-                     prompt_ms, "prompt_per_token_ms", c->n_prompt ? prompt_ms / c->n_prompt : 0.0,
-                     "prompt_per_second", prompt_ms > 0 ? c->n_prompt * 1e3 / prompt_ms : 0.0,
+    pthread_mutex_lock(&c->g->mu);
+    int cached = (int)c->g->n_cached;
+    pthread_mutex_unlock(&c->g->mu);
+    int n = c->n_prompt - cached; /* prefilled; the rest came from the prompt cache */
+    return json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n", cached, "prompt_n", n,
+                     "prompt_ms", prompt_ms, "prompt_per_token_ms", n ? prompt_ms / n : 0.0,
+                     "prompt_per_second", prompt_ms > 0 ? n * 1e3 / prompt_ms : 0.0,
                      "predicted_n", s->n_completion, "predicted_ms", pred_ms,
                      "predicted_per_token_ms", n_pred ? pred_ms / n_pred : 0.0,
                      "predicted_per_second", pred_ms > 0 ? n_pred * 1e3 / pred_ms : 0.0);
@@ -417,6 +421,7 @@ static void run_native(struct srv_app *app, const struct srv_request *rq, struct
     if (st == 200)
         st = srv_completion_params(app, t, &p);
     json_decref(t);
+    p.no_prompt_cache = !srv_json_bool(body, "cache_prompt", true);
     if (st != 200)
         goto out_error;
     struct srv_model_info mi;

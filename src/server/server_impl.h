@@ -74,6 +74,7 @@ struct srv_gen_params {
     int n_loras;
     bool logprobs;    /* record each token's log-probability (struct srv_token_lp) */
     int top_logprobs; /* and this many alternatives', 0..LT_GEN_MAX_TOP_LOGPROBS */
+    bool no_prompt_cache; /* llama.cpp's cache_prompt false: prefill the whole prompt */
 };
 
 /* A generated token's log-probabilities (lt_gen_logprobs) and where its bytes start in the
@@ -103,6 +104,7 @@ struct srv_gen {
      * string, its index: set by the engine before it finishes g (llama.cpp's stop_type) */
     int gen_finish;
     int stop_which;
+    size_t n_cached; /* prompt tokens the slot's sequence already held (set at its start) */
     double t_submit, t_start, t_first_token, t_done; /* monotonic seconds; 0: not yet */
 };
 

@@ -2,14 +2,16 @@
  * the session for its adapter set. Every iteration of the loop:
  *   1. admits queued generations into free slots (FIFO, skipping one whose adapter set has
  *      no session free yet, so it does not hold back the others);
- *   2. drops slots whose client went away (their sequence is cleared for the next one);
+ *   2. drops slots whose client went away;
  *   3. prefills at most ENG_PREFILL_CHUNK prompt tokens per prefilling slot, so a long
  *      prompt delays the others' next token by one chunk, not by the whole prompt;
  *   4. decodes one token for every decoding slot, all slots of a session in one batch.
  * Each slot's lt_gen_seq (src/generate, shared with `lathe run`) samples, detokenizes and
  * handles stop strings and limits (a batch's slots sample on threads side by side, a
  * whole-vocabulary draw costing about a millisecond each, then accept in slot order); its `pending` token, sampled but not yet fed to the
- * model, is what step 4 feeds. Nothing here aborts: a failed prefill or decode fails the
+ * model, is what step 4 feeds. A slot that ends leaves its sequence as it is, with a copy of
+ * its tokens: the next prompt that extends them (a chat's next turn) takes that sequence and
+ * prefills only the rest (the prompt cache; `cache_prompt: false` opts out). Nothing here aborts: a failed prefill or decode fails the
  * generations involved (HTTP 500) and frees their slots; the loop goes on. */
 #include <math.h>
 #include <pthread.h>
@@ -60,14 +62,83 @@ static void act_note_end(struct eng_activity *a, const struct eng_slot *sl)
     pthread_mutex_unlock(&a->ring_mu);
 }
 
+/* ---- the prompt cache ---- */
+
+/* Empties sequence seq of es, and what it kept. */
+static lt_status seq_clear(struct eng_session *es, int seq)
+{
+    es->cache[seq].n = 0;
+    lt_status st = lt_session_seq_clear(es->s, seq);
+    if (st != LT_OK)
+        fprintf(stderr, "lathe serve: clearing sequence %d: %s\n", seq, lt_last_error());
+    return st;
+}
+
+/* A slot ends: its sequence keeps what it holds (the prompt and all but the last generated
+ * token, history[0..pos)) for a next prompt that extends it, unless the generation failed
+ * or the request asked for no cache; else it is cleared. */
+static void seq_keep(struct eng_slot *sl, enum srv_finish why)
+{
+    struct eng_seq_cache *c = &sl->es->cache[sl->seq];
+    int pos = lt_session_seq_pos(sl->es->s, sl->seq);
+    bool keep = why != SRV_FINISH_ERROR && sl->have_gs && !sl->g->p.no_prompt_cache &&
+                pos > 0 && (size_t)pos <= sl->gs.n_history;
+    if (keep && (size_t)pos > c->cap) {
+        lt_token *t = realloc(c->tokens, (size_t)pos * sizeof(*t));
+        keep = t != NULL;
+        if (t) {
+            c->tokens = t;
+            c->cap = (size_t)pos;
+        }
+    }
+    if (!keep) {
+        seq_clear(sl->es, sl->seq);
+        return;
+    }
+    memcpy(c->tokens, sl->gs.history, (size_t)pos * sizeof(*c->tokens));
+    c->n = (size_t)pos;
+}
+
+/* The free sequence of es for the prompt of p: the one whose kept tokens are the longest
+ * proper prefix of it (*reused of them), else an empty one, else the first free one,
+ * cleared. A proper prefix, so that at least one prompt token is left to prefill for the
+ * first logits; and only extensions, since a recurrent layer's state cannot be rewound.
+ * -1 when clearing failed (the session's error is set). */
+static int seq_choose(struct eng_session *es, int n_seq, const struct srv_gen_params *p,
+                      size_t *reused)
+{
+    int best = -1, empty = -1, first = -1;
+    size_t best_n = 0;
+    for (int i = 0; i < n_seq; i++) {
+        if (es->seq_busy[i])
+            continue;
+        const struct eng_seq_cache *c = &es->cache[i];
+        first = first < 0 ? i : first;
+        empty = empty < 0 && c->n == 0 ? i : empty;
+        bool prefix = !p->no_prompt_cache && c->n > best_n && c->n < p->n_prompt &&
+                      (int)c->n == lt_session_seq_pos(es->s, i) &&
+                      !memcmp(c->tokens, p->prompt, c->n * sizeof(*c->tokens));
+        if (prefix) {
+            best = i;
+            best_n = c->n;
+        }
+    }
+    *reused = best_n;
+    if (best >= 0)
+        return best;
+    int seq = empty >= 0 ? empty : first;
+    if (seq >= 0 && es->cache[seq].n > 0 && seq_clear(es, seq) != LT_OK)
+        return -1;
+    return seq;
+}
+
 static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish why)
 {
     if (sl->state == ENG_SLOT_FREE)
         return;
     srv_gen_finish(sl->g, why);
     count_finished(e, why);
-    if (lt_session_seq_clear(sl->es->s, sl->seq) != LT_OK)
-        fprintf(stderr, "lathe serve: clearing sequence %d: %s\n", sl->seq, lt_last_error());
+    seq_keep(sl, why);
     sl->es->seq_busy[sl->seq] = false;
     sl->es->n_active--;
     sl->es->last_used = srv_now_mono();
@@ -92,7 +163,7 @@ static void slot_fail(struct engine *e, struct eng_slot *sl, int status, const c
 /* Puts g in slot sl on sequence seq of es. 200, or an error status (g answered by the
  * caller, nothing held). */
 static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
-                      struct eng_session *es, int seq)
+                      struct eng_session *es, int seq, size_t reused)
 {
     const struct srv_gen_params *p = &g->p;
     memset(sl, 0, sizeof(*sl));
@@ -117,6 +188,10 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     sl->g = g;
     sl->es = es;
     sl->seq = seq;
+    sl->n_prefilled = reused; /* the sequence already holds these prompt tokens */
+    pthread_mutex_lock(&g->mu);
+    g->n_cached = reused;
+    pthread_mutex_unlock(&g->mu);
     sl->state = ENG_SLOT_PREFILL;
     es->seq_busy[seq] = true;
     es->n_active++;
@@ -225,13 +300,19 @@ static void admit(struct engine *e)
             queued_end(e, g, SRV_FINISH_ERROR, st, lt_last_error());
             continue;
         }
-        int seq = 0;
-        while (es->seq_busy[seq])
-            seq++;
-        if ((st = slot_start(e, &e->slots[si], g, es, seq)) != 200) {
+        size_t reused = 0;
+        int seq = seq_choose(es, e->p.parallel, &g->p, &reused);
+        if (seq < 0)
+            st = srv_fail(500, NULL, NULL, "clearing a sequence: %s", lt_last_error());
+        else
+            st = slot_start(e, &e->slots[si], g, es, seq, reused);
+        if (st != 200) {
             queued_end(e, g, SRV_FINISH_ERROR, st, lt_last_error());
         } else {
             eng_config_use(e, &es->cfg, +1);
+            pthread_mutex_lock(&e->stats_mu);
+            e->stats.prompt_tokens_reused += reused;
+            pthread_mutex_unlock(&e->stats_mu);
         }
     }
 
@@ -482,6 +563,9 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         "lathe_requests_finished_total{reason=\"error\"} %llu\n"
         "# HELP lathe_prompt_tokens_total Prompt tokens accepted.\n"
         "# TYPE lathe_prompt_tokens_total counter\nlathe_prompt_tokens_total %llu\n"
+        "# HELP lathe_prompt_tokens_reused_total Prompt tokens a slot's sequence already held "
+        "from the request before (the prompt cache), not prefilled again.\n"
+        "# TYPE lathe_prompt_tokens_reused_total counter\nlathe_prompt_tokens_reused_total %llu\n"
         "# HELP lathe_generated_tokens_total Tokens generated.\n"
         "# TYPE lathe_generated_tokens_total counter\nlathe_generated_tokens_total %llu\n"
         "# HELP lathe_slots Slots decoding at once.\n# TYPE lathe_slots gauge\nlathe_slots %d\n"
@@ -508,7 +592,7 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         (unsigned long long)s->finished[SRV_FINISH_LENGTH],
         (unsigned long long)s->finished[SRV_FINISH_CANCELLED],
         (unsigned long long)s->finished[SRV_FINISH_ERROR], (unsigned long long)s->prompt_tokens,
-        (unsigned long long)s->generated_tokens, e->p.parallel, busy, queued,
+        (unsigned long long)s->prompt_tokens_reused, (unsigned long long)s->generated_tokens, e->p.parallel, busy, queued,
         (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
         s->decode_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
     free(s);

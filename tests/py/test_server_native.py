@@ -219,6 +219,32 @@ def run_completion(c, srv):
     c.check(srv.get("/props").json()["lathe"]["infill"] is False, "/props says no infill")
 
 
+def run_prompt_cache(c, srv):
+    """A chat's next turn extends the last prompt and answer: its slot's sequence still holds
+    them, so only the new part is prefilled (timings.cache_n, /metrics), with the same text
+    as without the cache (cache_prompt false)."""
+    turn = lambda m: srv.post("/apply-template", {"messages": m}).json()["prompt"]
+    first = [{"role": "user", "content": "Name three colours."}]
+    p1 = turn(first)
+    a = srv.post("/completion", {"prompt": p1, "n_predict": 16, "temperature": 0}).json()
+    p2 = turn(first + [{"role": "assistant", "content": a["content"]},
+                       {"role": "user", "content": "And three animals?"}])
+    c.check(p2.startswith(p1 + a["content"]), "the next turn extends the last prompt and answer")
+    before = srv.metrics()["lathe_prompt_tokens_reused_total"]
+    j = srv.post("/completion", {"prompt": p2, "n_predict": 12, "temperature": 0}).json()
+    t = j["timings"]
+    n1 = len(srv.post("/tokenize", {"content": p1, "add_special": True}).json()["tokens"])
+    c.check(t["cache_n"] >= n1 and t["cache_n"] + t["prompt_n"] == j["tokens_evaluated"],
+            f"reused {t['cache_n']} of {j['tokens_evaluated']} (the first prompt had {n1})")
+    reused = srv.metrics()["lathe_prompt_tokens_reused_total"] - before
+    c.check(reused == t["cache_n"], f"/metrics counts the reused tokens: {reused}")
+    k = srv.post("/completion", {"prompt": p2, "n_predict": 12, "temperature": 0,
+                                 "cache_prompt": False}).json()
+    c.check(k["timings"]["cache_n"] == 0 and k["timings"]["prompt_n"] == k["tokens_evaluated"],
+            f"cache_prompt false prefills it all: {k['timings']}")
+    c.check(k["content"] == j["content"], f"the same answer: {k['content']!r} vs {j['content']!r}")
+
+
 def run_model_ids(c, srv, client, model_path, base_id):
     import openai
 
@@ -362,6 +388,7 @@ def main():
                              ("apply-template", lambda: run_template(c, srv)),
                              ("detokenize", lambda: run_detokenize(c, srv)),
                              ("completion", lambda: run_completion(c, srv)),
+                             ("prompt cache", lambda: run_prompt_cache(c, srv)),
                              ("model ids", lambda: run_model_ids(c, srv, client, model, base_id)),
                              ("adapters", lambda: run_adapters(c, srv, client, train_dir, base_id))):
                 t0 = time.time()
