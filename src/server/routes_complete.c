@@ -590,7 +590,9 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
     c->created = (long long)srv_now_unix();
     snprintf(c->id, sizeof(c->id), "%s-%016llx", kind == KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)fresh_random());
-    snprintf(c->model, sizeof(c->model), "%s", mi.id);
+    /* the id asked for (a fine-tuned model, an adapter's name), as OpenAI answers */
+    const char *asked = srv_json_str(body, "model", NULL);
+    snprintf(c->model, sizeof(c->model), "%s", asked && *asked ? asked : mi.id);
     c->ch = calloc(n_pr * (size_t)n, sizeof(*c->ch));
     if (!c->ch) {
         st = srv_fail(503, NULL, NULL, "out of memory for %zu choices", n_pr * (size_t)n);

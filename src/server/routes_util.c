@@ -146,9 +146,8 @@ json_t *srv_json_text(const char *s, size_t n)
 
 void *srv_error_json(int status, const char *param, const char *code, const char *message)
 {
-    const char *type = status == 404 ? "not_found_error"
-                       : status >= 500 ? "server_error"
-                                       : "invalid_request_error";
+    /* OpenAI's types: a 404 (an unknown model or path) is an invalid request too */
+    const char *type = status >= 500 ? "server_error" : "invalid_request_error";
     /* a message may quote what the client sent (a path, a header): keep the JSON valid */
     const char *m = message ? message : "";
     json_t *param_json = param && *param ? srv_json_text(param, strlen(param)) : json_null();

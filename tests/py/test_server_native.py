@@ -261,7 +261,8 @@ def run_model_ids(c, srv, client, model_path, base_id):
         client.chat.completions.create(model="gpt-4", messages=ASK, max_tokens=2)
         c.check(False, "openai: unknown model refused")
     except openai.NotFoundError as e:
-        c.check(e.status_code == 404 and e.code == "model_not_found", f"openai NotFoundError {e}")
+        c.check(e.status_code == 404 and e.code == "model_not_found"
+                and e.type == "invalid_request_error", f"openai NotFoundError {e}")
 
 
 def run_adapters(c, srv, client, train_dir, base_id):
@@ -292,6 +293,7 @@ def run_adapters(c, srv, client, train_dir, base_id):
     c.check(chat(srv, model="nat.gguf", stream=False, max_tokens=24) == tuned, "repeatable")
     out = client.chat.completions.create(model="nat.gguf", messages=ASK, temperature=0, max_tokens=24)
     c.check(out.choices[0].message.content == tuned, "through the openai client")
+    c.check(out.model == "nat.gguf", f"answered as the id asked for: {out.model}")
     stream = client.chat.completions.create(model="nat.gguf", messages=ASK, temperature=0,
                                             max_tokens=24, stream=True)
     c.check("".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices) == tuned,
