@@ -138,10 +138,36 @@ static bool answer_complete(struct framing *f, const char *kept, size_t n_kept, 
     return f->chunked && f->total >= f->head_end + 5 && memcmp(f->tail, "0\r\n\r\n", 5) == 0;
 }
 
+/* Whether data holds a whole first request: its head, then its Content-Length bytes or its
+ * last chunk. One that does not gets the half-close at once (the server would wait). */
+static bool request_complete(const uint8_t *data, size_t size)
+{
+    char *text = malloc(size + 1);
+    if (!text)
+        return false;
+    memcpy(text, data, size);
+    text[size] = 0;
+    size_t len = strlen(text); /* a NUL ends what the checks below look at */
+    char *e = strstr(text, "\r\n\r\n");
+    bool whole = e != NULL;
+    if (e) {
+        e[2] = 0; /* the head, with its last line's CRLF */
+        const char *v;
+        size_t body = len - (size_t)(e + 4 - text);
+        if (header_is(text, "Content-Length", &v))
+            whole = atoll(v) >= 0 && (unsigned long long)atoll(v) <= body;
+        else if (header_is(text, "Transfer-Encoding", &v))
+            whole = strstr(e + 4, "0\r\n\r\n") != NULL;
+    }
+    free(text);
+    return whole;
+}
+
 /* Sends data on a new connection and reads the first answer (up to cap bytes kept) until it
  * is complete or the server closes. A request that gets no byte back within HALF_CLOSE_MS
  * is taken as incomplete and the connection half-closed, so that the server ends it (a
- * half-close before that would read as a client gone, and cancel a generation). Returns
+ * half-close before that would read as a client gone, and cancel a generation); one that
+ * is plainly incomplete gets it at once. Returns
  * the bytes kept, -1 when the connection was refused, -2 when the answer took longer than
  * ANSWER_S. */
 static long exchange(const uint8_t *data, size_t size, char *answer, size_t cap)
@@ -164,7 +190,9 @@ static long exchange(const uint8_t *data, size_t size, char *answer, size_t cap)
     }
     struct framing f = {.length = -1};
     size_t kept = 0;
-    bool half_closed = false;
+    bool half_closed = !request_complete(data, size);
+    if (half_closed)
+        shutdown(fd, SHUT_WR);
     answer[0] = 0;
     time_t t0 = time(NULL);
     for (;;) {
