@@ -11,7 +11,7 @@
 
 #include "check.h"
 #include "lathe/tensor.h"
-#include "model/safetensors.h"
+#include "convert/safetensors.h"
 
 #ifndef LATHE_TEST_DATA_DIR
 #error "LATHE_TEST_DATA_DIR (tests/data) is defined by tests/CMakeLists.txt"

@@ -21,7 +21,7 @@
 #include "lathe/model.h"
 #include "lathe/opt.h"
 #include "lathe/sched.h"
-#include "model/safetensors.h"
+#include "convert/safetensors.h"
 
 #if defined(__has_include)
 #if __has_include("lathe/backend_cuda.h")

@@ -20,21 +20,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lathe/rng.h"
 #include "lathe/status.h"
 #include "lathe/tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* ---- PRNG ---- */
-
-struct lt_rng {
-    uint64_t s[4];
-};
-void lt_rng_seed(struct lt_rng *r, uint64_t seed);
-uint64_t lt_rng_next(struct lt_rng *r);
-double lt_rng_uniform(struct lt_rng *r); /* [0, 1), 53 random bits */
 
 /* ---- sampler ---- */
 

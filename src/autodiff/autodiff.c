@@ -6,77 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "core/ptrmap.h"
 #include "lathe/refusal.h"
+#include "ops/grad.h"
 #include "ops/op.h"
-
-struct lt_autodiff {
-    struct lt_ctx *ctx;
-    struct lt_ptrmap wants; /* tensor -> 1 when it needs a gradient */
-    /* tensor -> 1 while its gradient is an accumulator no other tensor reads (made by a
-     * view's rule from a fresh zero or a fresh ACC), so the next view may add in place */
-    struct lt_ptrmap owned;
-};
-
-struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad) { return ad->ctx; }
-
-bool lt_ad_wants(struct lt_autodiff *ad, const struct lt_tensor *src)
-{
-    return src && lt_ptrmap_get(&ad->wants, src, 0) == 1;
-}
-
-struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t)
-{
-    if (!t || lt_is_contiguous(t))
-        return t;
-    struct lt_tensor *c = lt_cont(ad->ctx, t);
-    if (c)
-        lt_format_name(c, "%s (cont)", t->name);
-    return c;
-}
-
-lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)
-{
-    if (!grad)
-        return lt_fail(LT_ERR_INVALID, "cannot build the gradient for '%s': %s", src->name,
-                       lt_last_error());
-    if (!lt_same_shape(src, grad))
-        return lt_fail(LT_ERR_INVALID,
-                       "gradient for '%s' has shape [%lld %lld %lld %lld], not the tensor's "
-                       "[%lld %lld %lld %lld]",
-                       src->name, (long long)grad->ne[0], (long long)grad->ne[1],
-                       (long long)grad->ne[2], (long long)grad->ne[3], (long long)src->ne[0],
-                       (long long)src->ne[1], (long long)src->ne[2], (long long)src->ne[3]);
-    grad = lt_ad_contiguous(ad, grad);
-    if (!grad)
-        return lt_fail(LT_ERR_NOMEM, "cannot copy the gradient for '%s'", src->name);
-    struct lt_tensor *sum = src->grad ? lt_add(ad->ctx, src->grad, grad) : grad;
-    if (!sum)
-        return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", src->name,
-                       lt_last_error());
-    if (sum == grad && grad->op == LT_OP_NONE) {
-        /* never alias a leaf as a gradient: later accumulation would look like a write */
-        sum = lt_scale(ad->ctx, grad, 1.0f);
-        if (!sum)
-            return lt_fail(LT_ERR_NOMEM, "cannot copy the gradient for '%s'", src->name);
-    }
-    lt_format_name(sum, "grad for %s", src->name);
-    src->grad = sum;
-    lt_ptrmap_set(&ad->owned, src, 0); /* sum may be another tensor's gradient too */
-    return LT_OK;
-}
-
-bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src)
-{
-    return src->grad && lt_ptrmap_get(&ad->owned, src, 0) == 1;
-}
-
-void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)
-{
-    src->grad = grad;
-    lt_ptrmap_set(&ad->owned, src, 1);
-}
 
 static void mark_wants(struct lt_autodiff *ad, struct lt_graph *g)
 {

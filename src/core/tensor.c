@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tensor_access.h"
 #include "lathe/tensor.h"
-#include "ops/op.h"
 
 #define ARENA_ALIGN 64
 

@@ -19,7 +19,7 @@
 #include "core/host_span.h"
 #include "lathe/gguf.h"
 #include "lathe/lora.h"
-#include "lathe/sampling.h"
+#include "lathe/rng.h"
 
 static const char *const known_targets[] = {
     "attn_q", "attn_k",   "attn_v",   "attn_output", "ffn_gate",

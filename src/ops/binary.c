@@ -16,8 +16,8 @@
 #include <assert.h>
 #include <stdio.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 /* y[i] = x[i] op u[i] over n elements */

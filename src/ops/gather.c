@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
 #include "ops/copy_impl.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 /* ---- get_rows ---- */

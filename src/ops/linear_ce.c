@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 static bool lce_shapes_ok(const struct lt_tensor *w, const struct lt_tensor *h,

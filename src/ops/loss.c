@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 static bool ce_shapes_ok(const struct lt_tensor *logits, const struct lt_tensor *labels)

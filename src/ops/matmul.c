@@ -45,9 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "core/quant_dot.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 /* b may be F16 or BF16 when a is of that same type (the result stays F32) */

@@ -23,8 +23,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 enum norm_kind { NORM_RMS, NORM_L2 };

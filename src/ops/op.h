@@ -11,9 +11,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/tensor_access.h"
+#include "core/threadpool.h"
 #include "lathe/tensor.h"
-
-struct lt_barrier;
 
 struct lt_compute_params {
     int ith, nth;
@@ -22,7 +22,11 @@ struct lt_compute_params {
     struct lt_barrier *barrier;
 };
 
-void lt_compute_barrier(const struct lt_compute_params *p);
+static inline void lt_compute_barrier(const struct lt_compute_params *p)
+{
+    if (p->barrier)
+        lt_barrier_wait(p->barrier);
+}
 
 /* A verdict: can a backend run this node? reason is filled when not. */
 #define LT_REASON_MAX 160
@@ -56,13 +60,6 @@ static inline void lt_split_range(int64_t n, int ith, int nth, int64_t *lo, int6
     *hi = *lo + per < n ? *lo + per : n;
 }
 
-/* Address of element (i0..i3) of a tensor with data. */
-static inline void *lt_elem_ptr(const struct lt_tensor *t, int64_t i0, int64_t i1, int64_t i2,
-                                int64_t i3)
-{
-    return (char *)t->data + i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
-}
-
 static inline bool lt_type_is_float(enum lt_type t)
 {
     return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
@@ -92,21 +89,6 @@ static inline void lt_vec_scale(float *y, float a, int64_t n)
 
 /* Floats of scratch for a row of n, rounded up to whole cache lines. */
 static inline size_t lt_scratch_floats(int64_t n) { return (size_t)((n + 15) & ~(int64_t)15); }
-
-/* Reads row (i1, i2, i3) of t (any readable type, any ne0 stride) as ne0 floats. */
-void lt_row_to_f32(const struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3, float *out);
-/* Writes ne0 floats into row (i1, i2, i3) of t (F32/F16/BF16 or a from_float type). */
-void lt_row_from_f32(struct lt_tensor *t, int64_t i1, int64_t i2, int64_t i3, const float *in);
-/* Row (i1, i2, i3) of t as ne0 contiguous floats: t's own memory when it already is that,
- * otherwise converted into buf. */
-static inline const float *lt_row_f32(const struct lt_tensor *t, int64_t i1, int64_t i2,
-                                      int64_t i3, float *buf)
-{
-    if (t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float))
-        return (const float *)lt_elem_ptr(t, 0, i1, i2, i3);
-    lt_row_to_f32(t, i1, i2, i3, buf);
-    return buf;
-}
 
 /* All op definitions, one per family file. */
 #define LT_DECLARE_OP(name) extern const struct lt_op_def lt_op_def_##name

@@ -11,8 +11,8 @@
  * shape is used, never its data, so its layout does not matter. */
 #include <stdio.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 static double row_sum(const float *x, int64_t n)

@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 static struct lt_tensor *rope_new(struct lt_ctx *ctx, enum lt_op op, const char *what,

@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *mask,

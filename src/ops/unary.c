@@ -16,8 +16,8 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "autodiff/autodiff.h"
 #include "lathe/ops.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 /* ---- shared by the kernels of this file ---- */

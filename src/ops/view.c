@@ -11,7 +11,7 @@
  * accumulators made from it belong to that gradient alone, so the ACCs after the first
  * write in place (lt_acc_inplace): the three slices of Qwen3.5's conv output each copied
  * the whole [6144, 8192] gradient before (26 ms of a 16 x 512 training step). */
-#include "autodiff/autodiff.h"
+#include "ops/grad.h"
 #include "ops/op.h"
 
 static lt_status view_backward(struct lt_autodiff *ad, struct lt_tensor *node)

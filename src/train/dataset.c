@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lathe/sampling.h"
+#include "lathe/rng.h"
 #include "train/dataset.h"
 
 void lt_dataset_free(struct lt_dataset *d)

@@ -21,7 +21,7 @@
 #include "lathe/gguf.h"
 #include "lathe/lora.h"
 #include "lathe/model.h"
-#include "lathe/sampling.h"
+#include "lathe/rng.h"
 #include "lathe/sched.h"
 #include "lathe/tokenizer.h"
 #include "lathe/train.h"

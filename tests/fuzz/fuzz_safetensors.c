@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/safetensors.h"
+#include "convert/safetensors.h"
 
 #ifdef LATHE_HAVE_JANSSON
 #include <jansson.h>

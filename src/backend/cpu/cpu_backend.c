@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cpu/threadpool.h"
+#include "core/threadpool.h"
 #include "lathe/backend.h"
 #include "ops/op.h"
 

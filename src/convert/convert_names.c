@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert/convert_impl.h"
 #include "lathe/convert.h"
-#include "model/convert_impl.h"
 
 #include <math.h>
 

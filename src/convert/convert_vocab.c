@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/convert_impl.h"
+#include "convert/convert_impl.h"
 
 #ifdef LATHE_HAVE_JANSSON
 #include <jansson.h>

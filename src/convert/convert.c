@@ -13,10 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "convert/convert_impl.h"
+#include "convert/safetensors.h"
 #include "lathe/convert.h"
 #include "lathe/gguf.h"
-#include "model/convert_impl.h"
-#include "model/safetensors.h"
 
 void lt_convert_logf(const struct lt_convert_log *l, const char *fmt, ...)
 {

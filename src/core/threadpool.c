@@ -1,12 +1,12 @@
 /* threadpool.c: workers sleep on a condition variable between jobs; within a job they meet
  * at a sense-reversing barrier built on atomics. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "backend/cpu/threadpool.h"
-#include "ops/op.h"
+#include "core/threadpool.h"
 
 struct lt_barrier {
     int n;
@@ -45,12 +45,6 @@ void lt_barrier_wait(struct lt_barrier *b)
     for (int spins = 0; atomic_load_explicit(&b->sense, memory_order_acquire) == sense; spins++)
         if (spins > 256)
             sched_yield();
-}
-
-void lt_compute_barrier(const struct lt_compute_params *p)
-{
-    if (p->barrier)
-        lt_barrier_wait(p->barrier);
 }
 
 static void *worker_main(void *varg)

@@ -1,4 +1,5 @@
-/* autodiff.h (internal): what a backward rule may call.
+/* grad.h (internal): what a backward rule may call, and the state of the backward pass
+ * that src/autodiff/autodiff.c builds (it walks the graph; the rules live here, in ops).
  *
  * A rule (lt_op_def.backward) is handed a node whose ->grad holds d loss / d node. For
  * each source s that needs a gradient (lt_ad_wants), it builds the gradient with ordinary
@@ -6,13 +7,19 @@
  * non-contiguous contribution first). A rule must never give a kernel a layout it
  * cannot take: where the forward source is a non-contiguous view and the kernel needs a
  * contiguous one, use lt_ad_contiguous. */
-#ifndef LATHE_AUTODIFF_INTERNAL_H
-#define LATHE_AUTODIFF_INTERNAL_H
+#ifndef LATHE_OPS_GRAD_H
+#define LATHE_OPS_GRAD_H
 
-#include "lathe/autodiff.h"
+#include "core/ptrmap.h"
 #include "lathe/ops.h"
 
-struct lt_autodiff;
+struct lt_autodiff {
+    struct lt_ctx *ctx;
+    struct lt_ptrmap wants; /* tensor -> 1 when it needs a gradient */
+    /* tensor -> 1 while its gradient is an accumulator no other tensor reads (made by a
+     * view's rule from a fresh zero or a fresh ACC), so the next view may add in place */
+    struct lt_ptrmap owned;
+};
 
 struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad);
 /* Does src lie on a path from a trainable tensor (so it needs a gradient)? */

@@ -4,7 +4,7 @@
  * the file, the JSON, each tensor's dtype, shape and byte range, and that the ranges tile the
  * data exactly. Sizes are computed with overflow checks, so a hostile header cannot make a
  * range wrap around. Names are looked up through an index sorted by name. */
-#include "model/safetensors.h"
+#include "convert/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
