@@ -26,48 +26,84 @@
 #define TRAIN_HAVE_CUDA_HEADER 1
 #endif
 
+/* The parameters' table as the README's markdown table (`lathe train --params-markdown`;
+ * tests/py/test_train_params_doc.py checks that the README holds it as printed). */
+static void params_markdown(FILE *f)
+{
+    static const char *const types[] = {
+        [LT_TF_STRING] = "string", [LT_TF_INT] = "integer", [LT_TF_U64] = "integer",
+        [LT_TF_SIZE] = "integer",  [LT_TF_FLOAT] = "number", [LT_TF_BOOL] = "bool",
+        [LT_TF_FIT] = "none, middle, left", [LT_TF_CHECKPOINT] = "auto, on, off (JSON: bool)",
+    };
+    fprintf(f, "| `/train` key | `lathe train` flag | fine-tuning key | type, range | default | "
+               "meaning |\n| --- | --- | --- | --- | --- | --- |\n");
+    size_t n;
+    const struct lt_train_field *t = lt_train_fields(&n);
+    for (size_t i = 0; i < n; i++) {
+        char range[64];
+        lt_train_field_range_text(&t[i], range, sizeof(range));
+        fprintf(f, "| %s%s%s | %s%s%s | %s%s%s | %s%s%s | %s | %s |\n", t[i].key ? "`" : "",
+                t[i].key ? t[i].key : "", t[i].key ? "`" : "", t[i].flag ? "`" : "",
+                t[i].flag ? t[i].flag : "", t[i].flag ? "`" : "", t[i].ft_key ? "`" : "",
+                t[i].ft_key ? t[i].ft_key : "", t[i].ft_key ? "`" : "", types[t[i].type],
+                range[0] ? ", " : "", range, t[i].def ? t[i].def : "", t[i].help);
+    }
+}
+
+/* "  OPT   text" with the text wrapped at 90 columns under its first line's start (an
+ * option wider than its column gets a line of its own). */
+static void print_wrapped(FILE *f, const char *opt, const char *text)
+{
+    enum { COL = 25, WIDTH = 90 };
+    int at = fprintf(f, "  %-22s ", opt);
+    if (at > COL) {
+        fprintf(f, "\n%*s", COL, "");
+        at = COL;
+    }
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (at > COL && at + (int)word > WIDTH) {
+            fprintf(f, "\n%*s", COL, "");
+            at = COL;
+        }
+        at += fprintf(f, "%s%.*s", at > COL ? " " : "", (int)word, text);
+        text += word;
+        text += strspn(text, " ");
+    }
+    fprintf(f, "\n");
+}
+
+/* The usage line, then every flag of the parameters' table (lathe/train.h) by section, then
+ * the command's own. */
 static void usage(FILE *f)
 {
-    fprintf(
-        f,
-        "usage: lathe train -m MODEL.gguf (--text FILE | --examples FILE.jsonl) --out OUT.gguf "
-        "[options]\n"
-        "\n"
-        "data:\n"
-        "  --text FILE            plain text, cut into windows that overlap by half\n"
-        "  --examples FILE        chat JSONL: {\"prompt\",\"completion\"} or {\"messages\":[...]}\n"
-        "  --window N             tokens per example (default 256)\n"
-        "  --fit none|middle|left an example longer than the window: refuse (default), drop\n"
-        "                         the oldest exchanges, or keep the tail\n"
-        "  --val-split F          fraction held out for the eval loss (default 0)\n"
-        "  --seed N               shuffling and LoRA init (default 42)\n"
-        "LoRA (the default) or full fine-tuning:\n"
-        "  --rank N               adapter rank (default 8)\n"
-        "  --alpha F              adapter alpha (default 2 x rank)\n"
-        "  --targets LIST         modules, e.g. attn_q,attn_v,ffn_down (default: attention)\n"
-        "  --top-layers K         adapt only the last K blocks (default: all)\n"
-        "  --full                 train every weight (F32/F16/BF16 models); writes a model\n"
-        "schedule:\n"
-        "  --epochs N             (default 1)\n"
-        "  --lr F                 learning rate (default 1e-3 LoRA, 1e-4 full)\n"
-        "  --weight-decay F       AdamW weight decay (default 0)\n"
-        "  --batch-tokens N       tokens per micro-batch: N / window sequences side by side\n"
-        "                         (default: on cuda the most that fit, up to 16384; on cpu one\n"
-        "                         window)\n"
-        "  --grad-accum K         micro-batches per optimizer step (default 1)\n"
-        "  --batch N              examples per optimizer step instead (micro-batches of up to\n"
-        "                         N sequences, as many as that takes)\n"
-        "where:\n"
-        "  --backend cpu|cuda     (default cpu)\n"
-        "  --threads N            CPU threads (default: all cores)\n"
-        "  --memory-budget-mib N  refuse a job whose estimated peak is larger\n"
-        "  --device-only          refuse rather than run a node on the CPU\n"
-        "  --f32-products         keep products by F32 weights in F32 on the device (slower;\n"
-        "                         by default their operands are rounded to BF16)\n"
-        "  --checkpoint auto|on|off  recompute each layer's activations in the backward\n"
-        "                         instead of keeping them (less memory, ~1/3 more compute);\n"
-        "                         auto (default): when the job would not fit otherwise\n"
-        "  --dry-run              admit and report, then stop without training\n");
+    fprintf(f, "usage: lathe train -m MODEL.gguf (--text FILE | --examples FILE.jsonl) --out "
+               "OUT.gguf [options]\n");
+    size_t n;
+    const struct lt_train_field *t = lt_train_fields(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].section)
+            fprintf(f, "\n%s:\n", t[i].section);
+        if (!t[i].flag)
+            continue;
+        char opt[64], range[64];
+        snprintf(opt, sizeof(opt), "%s%s%s", t[i].flag, t[i].value ? " " : "",
+                 t[i].value ? t[i].value : "");
+        lt_train_field_range_text(&t[i], range, sizeof(range));
+        char text[512];
+        int k = snprintf(text, sizeof(text), "%s", t[i].help);
+        if (range[0] || t[i].def)
+            snprintf(text + k, sizeof(text) - (size_t)k, " (%s%s%s%s)", range[0] ? range : "",
+                     range[0] && t[i].def ? "; " : "", t[i].def ? "default " : "",
+                     t[i].def ? t[i].def : "");
+        print_wrapped(f, opt, text);
+    }
+    fprintf(f, "\nthe command:\n"
+               "  -m, --model FILE       the model (GGUF)\n"
+               "  -o FILE                the same as --out\n"
+               "  --backend cpu|cuda     (default cpu)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  --params-markdown      print this table for the README, and stop\n");
 }
 
 static volatile sig_atomic_t interrupted;
@@ -146,17 +182,6 @@ static bool parse_int(const char *s, long lo, long hi, int *out)
     return true;
 }
 
-static bool parse_float(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* OUT.gguf -> OUT.loss.svg */
 static void curve_path(const char *out, char *buf, size_t n)
 {
@@ -179,79 +204,29 @@ struct train_cli {
     int threads;
 };
 
-#define TC(field) offsetof(struct train_cli, field)
-/* options whose value is a string, kept as given */
-static const struct {
-    const char *name, *alt;
-    size_t off;
-} str_opts[] = {
-    {"-m", "--model", TC(model_path)},         {"--text", NULL, TC(p.text_path)},
-    {"--examples", NULL, TC(p.examples_path)}, {"--out", "-o", TC(p.out)},
-    {"--targets", NULL, TC(p.targets)},        {"--backend", NULL, TC(backend)},
-};
-/* options whose value is an int within [lo, hi] */
-static const struct {
-    const char *name;
-    long lo, hi;
-    size_t off;
-} int_opts[] = {
-    {"--rank", 1, 1 << 20, TC(p.rank)},
-    {"--window", 1, 1 << 24, TC(p.window)},
-    {"--epochs", 1, 1 << 20, TC(p.epochs)},
-    {"--batch", 1, 1 << 24, TC(p.batch)},
-    {"--batch-tokens", 1, 1 << 24, TC(p.batch_tokens)},
-    {"--grad-accum", 1, 1 << 24, TC(p.grad_accum)},
-    {"--top-layers", 0, 1 << 20, TC(p.top_layers)},
-    {"--threads", 1, 4096, TC(threads)},
-};
-
-/* One option with a value; 0, or 2 after reporting a bad or unknown one. */
+/* One option with a value: the command's own (-m, -o, --backend, --threads) or a row of
+ * the parameters' table. 0, or 2 after reporting a bad or unknown one. */
 static int train_option(struct train_cli *c, const char *a, const char *v)
 {
-    struct lt_train_params *p = &c->p;
-    for (size_t k = 0; k < sizeof(str_opts) / sizeof(str_opts[0]); k++)
-        if (!strcmp(a, str_opts[k].name) || (str_opts[k].alt && !strcmp(a, str_opts[k].alt))) {
-            *(const char **)((char *)c + str_opts[k].off) = v;
-            return 0;
-        }
-    for (size_t k = 0; k < sizeof(int_opts) / sizeof(int_opts[0]); k++)
-        if (!strcmp(a, int_opts[k].name))
-            return parse_int(v, int_opts[k].lo, int_opts[k].hi,
-                             (int *)((char *)c + int_opts[k].off))
-                       ? 0
-                       : bad_value(a, v);
-    int iv;
-    if (!strcmp(a, "--fit"))
-        return lt_fit_policy_parse(v, &p->fit) ? 0 : bad_value(a, v);
-    if (!strcmp(a, "--checkpoint")) {
-        if (!strcmp(v, "auto") || !strcmp(v, "on") || !strcmp(v, "off")) {
-            p->checkpoint = v[0] == 'a' ? LT_CHECKPOINT_AUTO
-                            : v[1] == 'n' ? LT_CHECKPOINT_ON
-                                          : LT_CHECKPOINT_OFF;
-            return 0;
-        }
-        return bad_value(a, v);
-    }
-    if (!strcmp(a, "--seed")) {
-        if (!parse_int(v, 1, 2147483647, &iv))
-            return bad_value(a, v);
-        p->seed = (uint64_t)iv;
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        c->model_path = v;
         return 0;
     }
-    if (!strcmp(a, "--memory-budget-mib")) {
-        if (!parse_int(v, 1, 1 << 30, &iv))
-            return bad_value(a, v);
-        p->memory_budget_mib = (size_t)iv;
+    if (!strcmp(a, "--backend")) {
+        c->backend = v;
         return 0;
     }
-    if (!strcmp(a, "--alpha"))
-        return parse_float(v, &p->alpha) && p->alpha > 0 ? 0 : bad_value(a, v);
-    if (!strcmp(a, "--lr"))
-        return parse_float(v, &p->lr) && p->lr > 0 ? 0 : bad_value(a, v);
-    if (!strcmp(a, "--weight-decay"))
-        return parse_float(v, &p->weight_decay) ? 0 : bad_value(a, v);
-    if (!strcmp(a, "--val-split"))
-        return parse_float(v, &p->val_split) ? 0 : bad_value(a, v);
+    if (!strcmp(a, "--threads"))
+        return parse_int(v, 1, 4096, &c->threads) ? 0 : bad_value(a, v);
+    const struct lt_train_field *f = lt_train_field_by_flag(!strcmp(a, "-o") ? "--out" : a);
+    if (f && f->type != LT_TF_BOOL) {
+        bool number = f->type == LT_TF_INT || f->type == LT_TF_U64 || f->type == LT_TF_SIZE ||
+                      f->type == LT_TF_FLOAT;
+        /* a zero would read as "the default": refuse it where the range has no zero */
+        bool zero_out = number && strtod(v, NULL) == 0 && !f->zero_default &&
+                        !lt_train_field_in_range(f, 0);
+        return !zero_out && lt_train_field_parse(f, v, &c->p) ? 0 : bad_value(a, v);
+    }
     fprintf(stderr, "lathe train: unknown option %s\n", a);
     usage(stderr);
     return 2;
@@ -266,13 +241,13 @@ static int train_args(int argc, char **argv, struct train_cli *c)
             usage(stdout);
             return 1;
         }
-        bool *flag = !strcmp(a, "--full")           ? &c->p.full
-                     : !strcmp(a, "--device-only")  ? &c->p.device_only
-                     : !strcmp(a, "--f32-products") ? &c->p.f32_products
-                     : !strcmp(a, "--dry-run")      ? &c->p.dry_run
-                                                    : NULL;
-        if (flag) {
-            *flag = true;
+        if (!strcmp(a, "--params-markdown")) {
+            params_markdown(stdout);
+            return 1;
+        }
+        const struct lt_train_field *flag = lt_train_field_by_flag(a);
+        if (flag && flag->type == LT_TF_BOOL) {
+            lt_train_field_parse(flag, NULL, &c->p);
             continue;
         }
         if (i + 1 >= argc || strncmp(a, "-", 1)) {

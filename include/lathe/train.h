@@ -104,6 +104,53 @@ void lt_train_params_defaults(struct lt_train_params *p);
 /* "none", "middle", "left" -> the policy; false for anything else. */
 bool lt_fit_policy_parse(const char *s, enum lt_fit_policy *out);
 
+/* ---- the parameters' table ----
+ * One row a parameter: its POST /train key, its `lathe train` flag, its key in
+ * /v1/fine_tuning/jobs' hyperparameters, its type and range, its default and help text, and
+ * the field of struct lt_train_params it sets. The CLI, /train and fine-tuning read their
+ * names and limits from here, lt_train_params_validate checks the ranges from here, and
+ * `lathe train --help` and the README's table are printed from it. */
+enum lt_train_field_type {
+    LT_TF_STRING,     /* const char * */
+    LT_TF_INT,        /* int */
+    LT_TF_U64,        /* uint64_t */
+    LT_TF_SIZE,       /* size_t */
+    LT_TF_FLOAT,      /* float */
+    LT_TF_BOOL,       /* bool; a flag without a value */
+    LT_TF_FIT,        /* enum lt_fit_policy: none, middle, left */
+    LT_TF_CHECKPOINT, /* enum lt_checkpoint: auto, on, off (JSON: true / false; absent: auto) */
+};
+
+struct lt_train_field {
+    const char *section; /* the help's heading of the rows from here on; NULL: the same */
+    const char *key;    /* POST /train's key; NULL: not there */
+    const char *flag;   /* lathe train's flag; NULL: not there */
+    const char *ft_key; /* /v1/fine_tuning/jobs' hyperparameters' key; NULL: not there */
+    enum lt_train_field_type type;
+    double lo, hi;         /* numbers: the range of a given value (lo == hi == 0: none) */
+    bool lo_open, hi_open; /* the bound itself is out */
+    bool zero_default;     /* 0 stands for the default: not checked against the range */
+    const char *value;     /* the flag's value in help text ("N", "F", "FILE") */
+    const char *def;       /* the default, as help text; NULL: none (required or off) */
+    const char *help;
+    size_t offset;         /* in struct lt_train_params */
+};
+
+/* The table; *n rows. */
+const struct lt_train_field *lt_train_fields(size_t *n);
+const struct lt_train_field *lt_train_field_by_flag(const char *flag);
+/* The row of a POST /train key or a fine-tuning hyperparameters' key; NULL: none. */
+const struct lt_train_field *lt_train_field_by_key(const char *key);
+/* Parses a flag's value into p's field by its type (a number, auto|on|off, a fit policy,
+ * a string kept as given); false when the text is not one. The range is not checked here:
+ * lt_train_params_validate does that, naming every bad field at once. */
+bool lt_train_field_parse(const struct lt_train_field *f, const char *text,
+                          struct lt_train_params *p);
+/* Whether v lies in f's range. */
+bool lt_train_field_in_range(const struct lt_train_field *f, double v);
+/* The range as text ("1..4096", "(0, 1]"); "" when the field has none. */
+void lt_train_field_range_text(const struct lt_train_field *f, char *out, size_t size);
+
 /* Problems with parameters, one per field. */
 #define LT_TRAIN_MAX_ERRORS 24
 struct lt_train_errors {

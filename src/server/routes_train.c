@@ -295,37 +295,71 @@ static int check_data(struct srv_app *app, const struct lt_train_params *p, cons
     return srv_fail(st, "examples", code, "example %d (line %d): %s", f.example, f.line, f.reason);
 }
 
-void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
-                          struct srv_response *rs)
+/* POST /train's fields: the keys of the parameters' table (lathe/train.h) with its types and
+ * ranges, then the pacing fields. Returns how many (at most cap). */
+static size_t train_fields(struct srv_field *out, size_t cap)
 {
-    static const struct srv_field fields[] = {
-        {"out", SRV_JT_STRING, 0, 0, true},
-        {"text", SRV_JT_STRING, 0, 0, false},
-        {"examples", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, false},
-        {"rank", SRV_JT_INT, 1, 4096, false},
-        {"alpha", SRV_JT_NUMBER, 1e-6, 1e6, false},
-        {"targets", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, false},
-        {"window", SRV_JT_INT, 2, 1 << 20, false},
-        {"epochs", SRV_JT_INT, 1, LT_TRAIN_MAX_EPOCHS, false},
-        {"lr", SRV_JT_NUMBER, 1e-12, 1, false},
-        {"val_split", SRV_JT_NUMBER, 0, 0.99, false},
-        {"seed", SRV_JT_INT, 0, 9.2e18, false},
-        {"top_layers", SRV_JT_INT, 0, 1 << 20, false},
-        {"memory_budget_mib", SRV_JT_INT, 0, 1 << 30, false},
-        {"fit", SRV_JT_STRING, 0, 0, false},
-        {"device_only", SRV_JT_BOOL, 0, 0, false},
-        {"f32_products", SRV_JT_BOOL, 0, 0, false},
-        {"checkpoint", SRV_JT_BOOL, 0, 0, false},
-        {"batch", SRV_JT_INT, 1, 65536, false},
-        {"batch_tokens", SRV_JT_INT, 1, 1 << 24, false},
-        {"grad_accum", SRV_JT_INT, 1, 65536, false},
-        {"weight_decay", SRV_JT_NUMBER, 0, 1, false},
+    static const struct srv_field pacing[] = {
         {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
         {"share_ppm", SRV_JT_INT, 1, 1000000, false},
         {"yield", SRV_JT_BOOL, 0, 0, false},
-        {"parse_special", SRV_JT_BOOL, 0, 0, false},
-        {"dry_run", SRV_JT_BOOL, 0, 0, false},
     };
+    size_t n_t, n = 0;
+    const struct lt_train_field *t = lt_train_fields(&n_t);
+    for (size_t i = 0; i < n_t && n < cap; i++) {
+        const struct lt_train_field *f = &t[i];
+        if (!f->key)
+            continue;
+        static const unsigned types[] = {
+            [LT_TF_STRING] = SRV_JT_STRING, [LT_TF_INT] = SRV_JT_INT,
+            [LT_TF_U64] = SRV_JT_INT,       [LT_TF_SIZE] = SRV_JT_INT,
+            [LT_TF_FLOAT] = SRV_JT_NUMBER,  [LT_TF_BOOL] = SRV_JT_BOOL,
+            [LT_TF_FIT] = SRV_JT_STRING,    [LT_TF_CHECKPOINT] = SRV_JT_BOOL,
+        };
+        bool list = !strcmp(f->key, "examples") || !strcmp(f->key, "targets");
+        /* open bounds: the nearest number inside (srv_field's range is inclusive) */
+        double lo = f->lo_open ? nextafter(f->lo, INFINITY) : f->lo;
+        double hi = f->hi_open ? nextafter(f->hi, -INFINITY) : f->hi;
+        out[n++] = (struct srv_field){f->key, types[f->type] | (list ? SRV_JT_ARRAY : 0), lo, hi,
+                                      !strcmp(f->key, "out")};
+    }
+    for (size_t i = 0; i < sizeof(pacing) / sizeof(pacing[0]) && n < cap; i++)
+        out[n++] = pacing[i];
+    return n;
+}
+
+/* The numbers and switches of body's table keys into p (strings, the fit policy and the
+ * data are the route's: they need paths, joins and their own messages). Checked already. */
+static void train_set_fields(const json_t *body, struct lt_train_params *p)
+{
+    size_t n_t;
+    const struct lt_train_field *t = lt_train_fields(&n_t);
+    for (size_t i = 0; i < n_t; i++) {
+        const struct lt_train_field *f = &t[i];
+        json_t *v = f->key ? srv_json_get(body, f->key) : NULL;
+        if (!v)
+            continue;
+        void *at = (char *)p + f->offset;
+        switch (f->type) {
+        case LT_TF_INT: *(int *)at = (int)srv_json_int(body, f->key, 0); break;
+        case LT_TF_U64: *(uint64_t *)at = (uint64_t)srv_json_int(body, f->key, 0); break;
+        case LT_TF_SIZE: *(size_t *)at = (size_t)srv_json_int(body, f->key, 0); break;
+        case LT_TF_FLOAT: *(float *)at = (float)srv_json_num(body, f->key, 0); break;
+        case LT_TF_BOOL: *(bool *)at = srv_json_bool(body, f->key, false); break;
+        case LT_TF_CHECKPOINT: /* absent: auto (only when the job would not fit otherwise) */
+            *(enum lt_checkpoint *)at =
+                srv_json_bool(body, f->key, false) ? LT_CHECKPOINT_ON : LT_CHECKPOINT_OFF;
+            break;
+        default: break;
+        }
+    }
+}
+
+void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs)
+{
+    struct srv_field fields[48];
+    size_t n_fields = train_fields(fields, sizeof(fields) / sizeof(fields[0]));
     json_t *body = NULL;
     struct lt_strbuf examples = {0};
     struct lt_train_params p = {0};
@@ -333,7 +367,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     char path[1024], targets[512];
     int st = srv_parse_body(rq, &body);
     if (st == 200)
-        st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
+        st = srv_check_object(body, "", fields, n_fields);
     if (st != 200)
         goto out_error;
     const char *out = srv_json_str(body, "out", "");
@@ -352,7 +386,6 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                       "send true");
         goto out_error;
     }
-    p.parse_special = srv_json_get(body, "parse_special") != NULL;
     p.out = path;
     p.text = srv_json_str(body, "text", NULL);
     json_t *ex = srv_json_get(body, "examples");
@@ -363,32 +396,13 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
             goto out_error;
         p.examples = examples.data;
     }
-    p.rank = (int)srv_json_int(body, "rank", 0);
-    p.alpha = (float)srv_json_num(body, "alpha", 0);
+    train_set_fields(body, &p);
     json_t *tg = srv_json_get(body, "targets");
     if (tg) {
         if ((st = join_targets(tg, targets, sizeof(targets))) != 200)
             goto out_error;
         p.targets = targets;
     }
-    p.window = (int)srv_json_int(body, "window", 0);
-    p.epochs = (int)srv_json_int(body, "epochs", 0);
-    p.lr = (float)srv_json_num(body, "lr", 0);
-    p.val_split = (float)srv_json_num(body, "val_split", 0);
-    p.seed = (uint64_t)srv_json_int(body, "seed", 0);
-    p.top_layers = (int)srv_json_int(body, "top_layers", 0);
-    p.memory_budget_mib = (size_t)srv_json_int(body, "memory_budget_mib", 0);
-    p.device_only = srv_json_bool(body, "device_only", false);
-    p.f32_products = srv_json_bool(body, "f32_products", false);
-    /* absent: auto (only when the job would not fit otherwise) */
-    if (json_object_get(body, "checkpoint"))
-        p.checkpoint = srv_json_bool(body, "checkpoint", false) ? LT_CHECKPOINT_ON
-                                                                : LT_CHECKPOINT_OFF;
-    p.dry_run = srv_json_bool(body, "dry_run", false);
-    p.batch = (int)srv_json_int(body, "batch", 0);
-    p.batch_tokens = (int)srv_json_int(body, "batch_tokens", 0);
-    p.grad_accum = (int)srv_json_int(body, "grad_accum", 0);
-    p.weight_decay = (float)srv_json_num(body, "weight_decay", 0);
     const char *fit = srv_json_str(body, "fit", NULL);
     if (fit && !lt_fit_policy_parse(fit, &p.fit)) {
         st = srv_fail(400, "fit", "invalid_value", "'fit' must be none, middle or left");
@@ -570,16 +584,22 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
         goto out_error;
     json_t *hp = srv_json_get(body, "hyperparameters");
     if (hp) {
-        static const struct srv_field hp_fields[] = {
-            {"n_epochs", SRV_JT_INT | SRV_JT_STRING, 1, LT_TRAIN_MAX_EPOCHS, false},
-            {"batch_size", SRV_JT_INT | SRV_JT_STRING, 1, 65536, false},
+        /* the first four: the parameters' table's ranges (or "auto") */
+        struct srv_field hp_fields[] = {
+            {"n_epochs", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+            {"batch_size", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+            {"batch_tokens", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+            {"grad_accum", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
             {"learning_rate_multiplier", SRV_JT_NUMBER | SRV_JT_STRING, 1e-6, 1000, false},
-            {"batch_tokens", SRV_JT_INT | SRV_JT_STRING, 1, 1 << 24, false},
-            {"grad_accum", SRV_JT_INT | SRV_JT_STRING, 1, 65536, false},
             {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
             {"share_ppm", SRV_JT_INT, 1, 1000000, false},
             {"yield", SRV_JT_BOOL, 0, 0, false},
         };
+        for (int i = 0; i < 4; i++) {
+            const struct lt_train_field *f = lt_train_field_by_key(hp_fields[i].name);
+            hp_fields[i].min = f->lo;
+            hp_fields[i].max = f->hi;
+        }
         const int n_hp = (int)(sizeof(hp_fields) / sizeof(hp_fields[0]));
         if ((st = srv_check_object(hp, "hyperparameters", hp_fields, n_hp)) != 200)
             goto out_error;

@@ -67,9 +67,40 @@ static void add_error(struct lt_train_errors *e, const char *field, const char *
     e->n++;
 }
 
-static bool finite_positive(float x)
+/* A number field of p as a double; false for the other types. */
+static bool number_of(const struct lt_train_params *p, const struct lt_train_field *f, double *v)
 {
-    return isfinite(x) && x > 0;
+    const void *at = (const char *)p + f->offset;
+    switch (f->type) {
+    case LT_TF_INT: *v = *(const int *)at; return true;
+    case LT_TF_U64: *v = (double)*(const uint64_t *)at; return true;
+    case LT_TF_SIZE: *v = (double)*(const size_t *)at; return true;
+    case LT_TF_FLOAT: *v = *(const float *)at; return true;
+    default: return false;
+    }
+}
+
+/* Every number within its table range (rank and alpha only for LoRA; a zero that stands
+ * for the default passes). */
+static void ranges(const struct lt_train_params *p, struct lt_train_errors *e)
+{
+    size_t n;
+    const struct lt_train_field *t = lt_train_fields(&n);
+    for (size_t i = 0; i < n; i++) {
+        const struct lt_train_field *f = &t[i];
+        double v;
+        if (!number_of(p, f, &v) || (f->zero_default && v == 0))
+            continue;
+        bool lora_only = f->offset == offsetof(struct lt_train_params, rank) ||
+                         f->offset == offsetof(struct lt_train_params, alpha);
+        if ((lora_only && p->full) || (isfinite(v) && lt_train_field_in_range(f, v)))
+            continue;
+        char range[64];
+        lt_train_field_range_text(f, range, sizeof(range));
+        const char *name = f->key ? f->key : f->flag;
+        add_error(e, name, "%s must be %s%s, not %g", name,
+                  f->lo == 0 && f->lo_open ? "a positive number " : "", range, v);
+    }
 }
 
 lt_status lt_train_params_validate(const struct lt_train_params *given,
@@ -88,55 +119,25 @@ lt_status lt_train_params_validate(const struct lt_train_params *given,
         add_error(e, n_data ? "examples" : "text",
                   n_data ? "give only one of text and examples (as a file or as content)"
                          : "give the training data: text or examples");
-    if (!p.full) {
-        if (p.rank < 1 || p.rank > 4096)
-            add_error(e, "rank", "rank must be 1..4096, not %d", p.rank);
-        if (!finite_positive(p.alpha))
-            add_error(e, "alpha", "alpha must be a positive number, not %g", (double)p.alpha);
-        if (p.targets) {
-            char names[LT_LORA_MAX_TARGETS][LT_LORA_TARGET_NAME];
-            int n;
-            if (lt_lora_parse_targets(p.targets, names, &n) != LT_OK)
-                add_error(e, "targets", "%s", lt_last_error());
-            else if (n == 0)
-                add_error(e, "targets", "targets is empty; leave it out for the default set");
-        }
+    ranges(&p, e);
+    if (!p.full && p.targets) {
+        char names[LT_LORA_MAX_TARGETS][LT_LORA_TARGET_NAME];
+        int n;
+        if (lt_lora_parse_targets(p.targets, names, &n) != LT_OK)
+            add_error(e, "targets", "%s", lt_last_error());
+        else if (n == 0)
+            add_error(e, "targets", "targets is empty; leave it out for the default set");
     } else if (p.targets) {
         add_error(e, "targets",
                   "targets choose LoRA modules; full fine-tuning trains every weight");
     }
-    if (p.top_layers < 0)
-        add_error(e, "top_layers", "top_layers must be 0 (all) or more, not %d", p.top_layers);
-    if (p.window < 2 || p.window > (1 << 20))
-        add_error(e, "window", "window must be 2..%d tokens, not %d", 1 << 20, p.window);
-    if (p.epochs < 1 || p.epochs > LT_TRAIN_MAX_EPOCHS)
-        add_error(e, "epochs", "epochs must be 1..%d, not %d", LT_TRAIN_MAX_EPOCHS, p.epochs);
-    if (!finite_positive(p.lr) || p.lr > 1)
-        add_error(e, "lr", "lr must be in (0, 1], not %g", (double)p.lr);
-    if (!isfinite(p.weight_decay) || p.weight_decay < 0 || p.weight_decay > 1)
-        add_error(e, "weight_decay", "weight_decay must be in [0, 1], not %g",
-                  (double)p.weight_decay);
-    if (p.batch < 0 || p.batch > 65536)
-        add_error(e, "batch", "batch must be 1..65536 examples a step (0: the default), not %d",
-                  p.batch);
-    if (p.grad_accum < 0 || p.grad_accum > 65536)
-        add_error(e, "grad_accum", "grad_accum must be 1..65536 micro-batches a step, not %d",
-                  p.grad_accum);
     if (p.batch > 0 && p.grad_accum > 0)
         add_error(e, "grad_accum",
                   "give batch (examples a step) or grad_accum (micro-batches a step), not both");
-    if (p.batch_tokens < 0 || p.batch_tokens > (1 << 24))
-        add_error(e, "batch_tokens", "batch_tokens must be 1..%d (0: the default), not %d",
-                  1 << 24, p.batch_tokens);
-    if (!isfinite(p.val_split) || p.val_split < 0 || p.val_split >= 1)
-        add_error(e, "val_split", "val_split must be in [0, 1), not %g", (double)p.val_split);
     if ((int)p.fit < LT_FIT_NONE || (int)p.fit > LT_FIT_LEFT)
         add_error(e, "fit", "fit must be none, middle or left");
     else if (p.fit != LT_FIT_NONE && (p.text || p.text_path))
         add_error(e, "fit", "fit applies to chat examples; text is cut into windows");
-    if (p.memory_budget_mib > ((size_t)1 << 30))
-        add_error(e, "memory_budget_mib", "memory_budget_mib %zu is not a plausible size",
-                  p.memory_budget_mib);
 
     if (e->n == 0)
         return LT_OK;
