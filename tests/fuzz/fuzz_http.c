@@ -207,6 +207,7 @@ static long exchange(const uint8_t *data, size_t size, char *answer, size_t cap)
         }
         if (ready <= 0) {
             close(fd);
+            answer[kept] = 0;
             return -2;
         }
         char buf[4096];
@@ -257,8 +258,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     long n = exchange(data, size, answer, sizeof(answer) - 1);
     if (n == -1)
         die("the server refused the connection", data, size);
-    if (n == -2)
-        die("no answer within the time limit (a hang)", data, size);
+    if (n == -2) {
+        /* say what came back, and whether the server as a whole still answers */
+        fprintf(stderr, "fuzz_http: a hang after %zu bytes of answer: %.*s\n", strlen(answer),
+                (int)strcspn(answer, "\r\n"), answer);
+        check_health();
+        die("no whole answer within the time limit, though /health answers", data, size);
+    }
     /* Every answer the server writes itself starts with a status line. A request that
      * never completed its head may get no answer at all (libmicrohttpd closes it). */
     int status = n > 0 ? status_of(answer, n) : 0;
