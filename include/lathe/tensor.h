@@ -211,6 +211,21 @@ struct lt_tensor *lt_new_tensor_4d(struct lt_ctx *ctx, enum lt_type type, int64_
 /* A new tensor of a's type and shape (contiguous), no op. */
 struct lt_tensor *lt_dup_tensor(struct lt_ctx *ctx, const struct lt_tensor *a);
 
+/* The NULL policy: every constructor and view, given a NULL source (an earlier constructor
+ * failed), returns NULL through this one check, and the error names the constructor, the
+ * missing source and the failure that left it NULL, so a graph builder may chain calls and
+ * check once. lt_sources_present is true when all n sources are there; names is the
+ * sources' names, comma-separated (LT_REQUIRE passes its arguments' text). */
+bool lt_sources_present(const char *what, const char *names, const struct lt_tensor *const *srcs,
+                        int n);
+#define LT_REQUIRE(what, ...)                                                                      \
+    do {                                                                                           \
+        const struct lt_tensor *const lt_req_[] = {__VA_ARGS__};                                   \
+        if (!lt_sources_present(what, #__VA_ARGS__, lt_req_,                                       \
+                                (int)(sizeof(lt_req_) / sizeof(lt_req_[0]))))                      \
+            return NULL;                                                                           \
+    } while (0)
+
 /* An op result: type and shape given, sources and op recorded, data allocated unless
  * no_alloc. Used by op constructors (src/ops/). */
 struct lt_tensor *lt_new_op_tensor(struct lt_ctx *ctx, enum lt_op op, enum lt_type type,

@@ -162,6 +162,7 @@ struct lt_tensor *lt_new_tensor_4d(struct lt_ctx *ctx, enum lt_type type, int64_
 
 struct lt_tensor *lt_dup_tensor(struct lt_ctx *ctx, const struct lt_tensor *a)
 {
+    LT_REQUIRE("dup_tensor", a);
     return lt_new_tensor(ctx, a->type, LT_MAX_DIMS, a->ne);
 }
 
@@ -180,6 +181,29 @@ struct lt_tensor *lt_new_op_tensor(struct lt_ctx *ctx, enum lt_op op, enum lt_ty
 }
 
 /* ---- views ---- */
+
+bool lt_sources_present(const char *what, const char *names, const struct lt_tensor *const *srcs,
+                        int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (srcs[i])
+            continue;
+        /* the i-th name of "a, b, c" */
+        const char *name = names;
+        for (int k = 0; k < i && name; k++) {
+            name = strchr(name, ',');
+            name = name ? name + 1 : NULL;
+        }
+        name = name ? name + strspn(name, " ") : "?";
+        int len = (int)strcspn(name, ",");
+        char prev[400];
+        snprintf(prev, sizeof(prev), "%s", lt_last_error());
+        lt_fail(LT_ERR_INVALID, "%s: its source '%.*s' is missing%s%s", what, len, name,
+                prev[0] ? ": " : " (a NULL tensor)", prev);
+        return false;
+    }
+    return true;
+}
 
 static struct lt_tensor *new_view(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
                                   int n_dims, const int64_t *ne, const size_t *nb, size_t offset)
@@ -211,12 +235,14 @@ static struct lt_tensor *new_view(struct lt_ctx *ctx, enum lt_op op, struct lt_t
 
 struct lt_tensor *lt_view_1d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, size_t offset)
 {
+    LT_REQUIRE("view_1d", a);
     return new_view(ctx, LT_OP_VIEW, a, 1, (int64_t[]){ne0}, NULL, offset);
 }
 
 struct lt_tensor *lt_view_2d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1,
                              size_t nb1, size_t offset)
 {
+    LT_REQUIRE("view_2d", a);
     size_t nb[4] = {a->nb[0], nb1, nb1 * (size_t)ne1, nb1 * (size_t)ne1};
     return new_view(ctx, LT_OP_VIEW, a, 2, (int64_t[]){ne0, ne1}, nb, offset);
 }
@@ -224,6 +250,7 @@ struct lt_tensor *lt_view_2d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne
 struct lt_tensor *lt_view_3d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1,
                              int64_t ne2, size_t nb1, size_t nb2, size_t offset)
 {
+    LT_REQUIRE("view_3d", a);
     size_t nb[4] = {a->nb[0], nb1, nb2, nb2 * (size_t)ne2};
     return new_view(ctx, LT_OP_VIEW, a, 3, (int64_t[]){ne0, ne1, ne2}, nb, offset);
 }
@@ -232,6 +259,7 @@ struct lt_tensor *lt_view_4d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne
                              int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
                              size_t offset)
 {
+    LT_REQUIRE("view_4d", a);
     size_t nb[4] = {a->nb[0], nb1, nb2, nb3};
     return new_view(ctx, LT_OP_VIEW, a, 4, (int64_t[]){ne0, ne1, ne2, ne3}, nb, offset);
 }
@@ -257,24 +285,28 @@ static struct lt_tensor *reshape(struct lt_ctx *ctx, struct lt_tensor *a, int n_
 
 struct lt_tensor *lt_reshape_2d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1)
 {
+    LT_REQUIRE("reshape_2d", a);
     return reshape(ctx, a, 2, (int64_t[]){ne0, ne1});
 }
 
 struct lt_tensor *lt_reshape_3d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1,
                                 int64_t ne2)
 {
+    LT_REQUIRE("reshape_3d", a);
     return reshape(ctx, a, 3, (int64_t[]){ne0, ne1, ne2});
 }
 
 struct lt_tensor *lt_reshape_4d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1,
                                 int64_t ne2, int64_t ne3)
 {
+    LT_REQUIRE("reshape_4d", a);
     return reshape(ctx, a, 4, (int64_t[]){ne0, ne1, ne2, ne3});
 }
 
 struct lt_tensor *lt_permute(struct lt_ctx *ctx, struct lt_tensor *a, int ax0, int ax1, int ax2,
                              int ax3)
 {
+    LT_REQUIRE("permute", a);
     int ax[4] = {ax0, ax1, ax2, ax3};
     int seen = 0;
     for (int i = 0; i < 4; i++) {
@@ -304,6 +336,7 @@ struct lt_tensor *lt_permute(struct lt_ctx *ctx, struct lt_tensor *a, int ax0, i
 
 struct lt_tensor *lt_transpose(struct lt_ctx *ctx, struct lt_tensor *a)
 {
+    LT_REQUIRE("transpose", a);
     struct lt_tensor *t = lt_permute(ctx, a, 1, 0, 2, 3);
     if (t)
         t->op = LT_OP_TRANSPOSE;

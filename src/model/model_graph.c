@@ -96,7 +96,7 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
         if (l->w != w)
             continue;
         struct lt_tensor *ax = lt_mul_mat(b->ctx, l->a, x);
-        struct lt_tensor *bax = ax ? lt_mul_mat(b->ctx, l->b, ax) : NULL;
+        struct lt_tensor *bax = lt_mul_mat(b->ctx, l->b, ax);
         if (bax && l->scale != 1.0f)
             bax = lt_scale(b->ctx, bax, l->scale);
         if (!bax)
@@ -143,7 +143,7 @@ static struct lt_tensor *as_3d(struct lt_ctx *ctx, struct lt_tensor *t, int64_t 
                                int64_t n)
 {
     if (!t || lt_is_contiguous(t))
-        return t ? lt_reshape_3d(ctx, t, a, c, n) : NULL;
+        return lt_reshape_3d(ctx, t, a, c, n);
     return lt_view_3d(ctx, t, a, c, n, (size_t)a * t->nb[0], t->nb[1], 0);
 }
 
@@ -152,7 +152,7 @@ static struct lt_tensor *cols_3d(struct lt_ctx *ctx, struct lt_tensor *t, int64_
                                  int64_t ns)
 {
     if (!t || lt_is_contiguous(t))
-        return t ? lt_reshape_3d(ctx, t, a, nt, ns) : NULL;
+        return lt_reshape_3d(ctx, t, a, nt, ns);
     return lt_view_3d(ctx, t, a, nt, ns, t->nb[1], t->nb[1] * (size_t)nt, 0);
 }
 
@@ -161,7 +161,7 @@ static struct lt_tensor *as_4d(struct lt_ctx *ctx, struct lt_tensor *t, int64_t 
                                int64_t nt, int64_t ns)
 {
     if (!t || lt_is_contiguous(t))
-        return t ? lt_reshape_4d(ctx, t, a, c, nt, ns) : NULL;
+        return lt_reshape_4d(ctx, t, a, c, nt, ns);
     return lt_view_4d(ctx, t, a, c, nt, ns, (size_t)a * t->nb[0], t->nb[1],
                       t->nb[1] * (size_t)nt, 0);
 }
@@ -196,7 +196,7 @@ static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_te
         lt_nelements(wr) == x->ne[0] && wr->ne[0] == x->ne[0])
         return lt_rms_norm_mul(b->ctx, x, wr, b->m->hp.rms_eps, type);
     struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
-    return n ? lt_mul_as(b->ctx, n, W(b, w), type) : NULL;
+    return lt_mul_as(b->ctx, n, W(b, w), type);
 }
 
 static struct lt_tensor *add_bias(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *bias)
@@ -213,19 +213,16 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     const struct lt_model_hparams *hp = &b->m->hp;
     int64_t D = hp->head_dim, H = hp->n_head, T = b->n_tokens, S = b->n_seqs;
     struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
-    struct lt_tensor *qp = q4 ? lt_permute(ctx, q4, 0, 2, 1, 3) : NULL; /* [D, T, H, S] */
+    struct lt_tensor *qp = lt_permute(ctx, q4, 0, 2, 1, 3); /* [D, T, H, S] */
     struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3);              /* [D, n_kv, H_kv, S] */
-    struct lt_tensor *kq = qp && kp ? named(lt_mul_mat(ctx, kp, qp), "kq", il) : NULL;
-    struct lt_tensor *p =
-        kq ? named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D), b->causal),
-                   "kq_soft_max", il)
-           : NULL;                                         /* [n_kv, T, H, S] */
+    struct lt_tensor *kq = named(lt_mul_mat(ctx, kp, qp), "kq", il);
+    struct lt_tensor *p = named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D), b->causal),
+                                "kq_soft_max", il); /* [n_kv, T, H, S] */
     struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3); /* [n_kv, D, H_kv, S] */
-    struct lt_tensor *kqv =
-        p && vt ? named(lt_mul_mat(ctx, vt, p), "kqv", il) : NULL;       /* [D, T, H, S] */
-    struct lt_tensor *o = kqv ? lt_permute(ctx, kqv, 0, 2, 1, 3) : NULL; /* [D, H, T, S] */
-    o = o ? named(lt_cont(ctx, o), "kqv_merged", il) : NULL;
-    return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
+    struct lt_tensor *kqv = named(lt_mul_mat(ctx, vt, p), "kqv", il); /* [D, T, H, S] */
+    struct lt_tensor *o = lt_permute(ctx, kqv, 0, 2, 1, 3); /* [D, H, T, S] */
+    o = named(lt_cont(ctx, o), "kqv_merged", il);
+    return lt_reshape_2d(ctx, o, D * H, T * S);
 }
 
 /* Attention layer: llama, qwen2 (biases) and qwen35 (q/k norms, output gate, partial rope).
@@ -249,7 +246,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         size_t es = sizeof(float);
         q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, qg->nb[1], 0), "Qcur_view", il);
         gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, qg->nb[1], D * es), "gate", il);
-        q = q ? named(norm(b, q, ly->q_norm, LT_TYPE_F32), "Qcur_normed", il) : NULL;
+        q = named(norm(b, q, ly->q_norm, LT_TYPE_F32), "Qcur_normed", il);
     } else {
         q = as_3d(ctx, add_bias(b, proj[0], ly->bq), D, H, N);
     }
@@ -281,17 +278,17 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *o = named(lt_attn_decode(ctx, q, ls.k_cache, ls.v_cache, ls.seq_ids,
                                                    b->pos, gate, 1.0f / sqrtf((float)D)),
                                     "attn_decode", il);
-        o = o ? named(mm(b, ly->wo, o), "attn_out", il) : NULL;
+        o = named(mm(b, ly->wo, o), "attn_out", il);
         *out = o;
         return lt_mb_check(o, "attn_out", il);
     }
     struct lt_tensor *o = attention(b, il, q, ls.k, ls.v);
     if (o && gate) {
         struct lt_tensor *gs = named(lt_sigmoid(ctx, gate), "gate_sigmoid", il);
-        gs = gs ? lt_reshape_2d(ctx, gs, D * H, N) : NULL;
-        o = gs ? named(lt_mul_as(ctx, o, gs, act_type(b, 1, &ly->wo)), "attn_gated", il) : NULL;
+        gs = lt_reshape_2d(ctx, gs, D * H, N);
+        o = named(lt_mul_as(ctx, o, gs, act_type(b, 1, &ly->wo)), "attn_gated", il);
     }
-    o = o ? named(mm(b, ly->wo, o), "attn_out", il) : NULL;
+    o = named(mm(b, ly->wo, o), "attn_out", il);
     *out = o;
     return lt_mb_check(o, "attn_out", il);
 }
@@ -323,7 +320,7 @@ static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *pr
         (b->hooks->recr_store && (st = b->hooks->recr_store(b, il, conv_new, ssm_new))))
         return st;
     struct lt_tensor *on = named(lt_gdn_decode_output(ctx, r), "attn_out_norm", il);
-    struct lt_tensor *y = on ? named(mm(b, ly->ssm_out, on), "linear_attn_out", il) : NULL;
+    struct lt_tensor *y = named(mm(b, ly->ssm_out, on), "linear_attn_out", il);
     *out = y;
     return lt_mb_check(y, "linear_attn_out", il);
 }
@@ -361,8 +358,8 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     beta = named(lt_sigmoid(ctx, cols_3d(ctx, beta, Hv, T, S)), "beta_sigmoid", il);
     /* g = -exp(A_log) * softplus(alpha + dt_bias); ssm_a holds -exp(A_log) */
     struct lt_tensor *g = lt_add(ctx, cols_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
-    g = g ? named(lt_softplus(ctx, g), "a_softplus", il) : NULL;
-    g = g ? named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il) : NULL;
+    g = named(lt_softplus(ctx, g), "a_softplus", il);
+    g = named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il);
     if ((st = lt_mb_check(beta, "beta_sigmoid", il)) || (st = lt_mb_check(g, "gate", il)))
         return st;
 
@@ -370,17 +367,16 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *conv_state = ls.conv;
     if (!conv_state) {
         struct lt_tensor *like = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
-        conv_state = like ? named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il) : NULL;
+        conv_state = named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il);
     }
     struct lt_tensor *qkv_t = lt_transpose(ctx, cols_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
-    struct lt_tensor *sx = conv_state && qkv_t
-                               ? named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il)
-                               : NULL; /* [K-1+T, C, S] */
+    struct lt_tensor *sx =
+        named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il); /* [K-1+T, C, S] */
     if ((st = lt_mb_check(sx, "conv_input", il)))
         return st;
     struct lt_tensor *conv =
         named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
-    conv = conv ? named(lt_silu(ctx, conv), "conv_output_silu", il) : NULL; /* [C, T, S] */
+    conv = named(lt_silu(ctx, conv), "conv_output_silu", il); /* [C, T, S] */
     if ((st = lt_mb_check(conv, "conv_output_silu", il)))
         return st;
     size_t nb1 = (size_t)C * es, nb2 = nb1 * (size_t)T;
@@ -391,8 +387,8 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *v = named(
         lt_view_4d(ctx, conv, Sv, Hv, T, S, Sv * es, nb1, nb2, 2 * key_dim * es), "v_conv", il);
     /* HF/FLA's l2norm: x * rsqrt(sum x^2 + 1e-6) */
-    q = q ? named(lt_l2_norm(ctx, q, 1e-6f), "q_conv_norm", il) : NULL;
-    k = k ? named(lt_l2_norm(ctx, k, 1e-6f), "k_conv_norm", il) : NULL;
+    q = named(lt_l2_norm(ctx, q, 1e-6f), "q_conv_norm", il);
+    k = named(lt_l2_norm(ctx, k, 1e-6f), "k_conv_norm", il);
     if ((st = lt_mb_check(q, "q_conv", il)) || (st = lt_mb_check(k, "k_conv", il)) ||
         (st = lt_mb_check(v, "v_conv", il)))
         return st;
@@ -400,10 +396,9 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *state = ls.ssm;
     if (!state) {
         struct lt_tensor *like = lt_new_tensor_4d(ctx, LT_TYPE_F32, Sv, Sk, Hv, S);
-        state = like ? named(lt_fill(ctx, like, 0.0f), "state_zero", il) : NULL;
+        state = named(lt_fill(ctx, like, 0.0f), "state_zero", il);
     }
-    struct lt_tensor *r =
-        state ? lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk)) : NULL;
+    struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk));
     if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
         return st;
     struct lt_tensor *o =
@@ -420,12 +415,11 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     }
     /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head */
     struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
-    struct lt_tensor *zs = z4 ? named(lt_silu(ctx, z4), "z_silu", il) : NULL;
-    struct lt_tensor *on = o ? norm(b, o, ly->ssm_norm, LT_TYPE_F32) : NULL;
-    on = on && zs ? named(lt_mul_as(ctx, on, zs, act_type(b, 1, &ly->ssm_out)), "attn_out_norm", il)
-                  : NULL;
-    on = on ? lt_reshape_2d(ctx, on, value_dim, T * S) : NULL;
-    struct lt_tensor *y = on ? named(mm(b, ly->ssm_out, on), "linear_attn_out", il) : NULL;
+    struct lt_tensor *zs = named(lt_silu(ctx, z4), "z_silu", il);
+    struct lt_tensor *on = norm(b, o, ly->ssm_norm, LT_TYPE_F32);
+    on = named(lt_mul_as(ctx, on, zs, act_type(b, 1, &ly->ssm_out)), "attn_out_norm", il);
+    on = lt_reshape_2d(ctx, on, value_dim, T * S);
+    struct lt_tensor *y = named(mm(b, ly->ssm_out, on), "linear_attn_out", il);
     *out = y;
     return lt_mb_check(y, "linear_attn_out", il);
 }
@@ -440,10 +434,8 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     struct lt_tensor *gate = named(proj[0], "ffn_gate", il);
     struct lt_tensor *up = named(proj[1], "ffn_up", il);
     struct lt_tensor *h =
-        gate && up
-            ? named(lt_swiglu_as(b->ctx, gate, up, act_type(b, 1, &ly->ffn_down)), "ffn_swiglu", il)
-            : NULL;
-    return h ? named(mm(b, ly->ffn_down, h), "ffn_out", il) : NULL;
+        named(lt_swiglu_as(b->ctx, gate, up, act_type(b, 1, &ly->ffn_down)), "ffn_swiglu", il);
+    return named(mm(b, ly->ffn_down, h), "ffn_out", il);
 }
 
 /* The type of layer il's attention norm: what its input projections read */
@@ -471,11 +463,11 @@ static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct l
     if (b->fused && type == LT_TYPE_F32 && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
         lt_nelements(wr) == x->ne[0] && lt_same_shape(x, a) && x->ne[2] == 1 && x->ne[3] == 1) {
         struct lt_tensor *r = lt_add_rms_norm(b->ctx, x, a, wr, b->m->hp.rms_eps);
-        *sum = r ? lt_add_rms_norm_sum(b->ctx, r) : NULL;
-        return r ? lt_add_rms_norm_out(b->ctx, r) : NULL;
+        *sum = lt_add_rms_norm_sum(b->ctx, r);
+        return lt_add_rms_norm_out(b->ctx, r);
     }
     *sum = lt_add(b->ctx, x, a);
-    return *sum ? norm(b, *sum, w, type) : NULL;
+    return norm(b, *sum, w, type);
 }
 
 lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_tensor **hidden)
@@ -485,8 +477,7 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
     int64_t N = b->n_tokens * b->n_seqs;
     lt_status st;
     struct lt_tensor *ids = lt_reshape_2d(ctx, tokens, N, 1);
-    struct lt_tensor *x =
-        ids ? named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1) : NULL;
+    struct lt_tensor *x = named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1);
     if ((st = lt_mb_check(x, "inp_embd", -1)))
         return st;
     if (b->bounds)
@@ -506,7 +497,7 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
         struct lt_tensor *hn = named(add_norm(b, x, a, ly->ffn_norm, act_type(b, 2, ffn_in), &r),
                                      "ffn_norm", il);
         named(r, "ffn_inp", il);
-        struct lt_tensor *f = hn ? ffn(b, il, hn) : NULL;
+        struct lt_tensor *f = ffn(b, il, hn);
         if ((st = lt_mb_check(f, "ffn_out", il)))
             return st;
         if (il + 1 < m->hp.n_layer)
@@ -545,10 +536,10 @@ struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct l
     *logits = NULL;
     if (!fused) {
         *logits = lt_mb_logits(b, hidden);
-        return *logits ? lt_cross_entropy(b->ctx, *logits, labels) : NULL;
+        return lt_cross_entropy(b->ctx, *logits, labels);
     }
     if (bf16_product(b, wr))
         wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
     struct lt_tensor *h = lt_reshape_2d(b->ctx, hidden, hidden->ne[0], lt_nelements(hidden) / hidden->ne[0]);
-    return wr && h ? lt_linear_cross_entropy(b->ctx, wr, h, labels) : NULL;
+    return lt_linear_cross_entropy(b->ctx, wr, h, labels);
 }

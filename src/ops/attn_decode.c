@@ -52,11 +52,7 @@ struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct
                                  struct lt_tensor *v_cache, struct lt_tensor *seq_ids,
                                  struct lt_tensor *pos, struct lt_tensor *gate, float scale)
 {
-    if (!q || !k_cache || !v_cache || !seq_ids || !pos) {
-        if (!lt_last_error()[0])
-            lt_fail(LT_ERR_INVALID, "attn_decode of a NULL tensor");
-        return NULL;
-    }
+    LT_REQUIRE("attn_decode", q, k_cache, v_cache, seq_ids, pos);
     struct lt_tensor *srcs[6] = {q, k_cache, v_cache, seq_ids, pos, gate};
     const char *why = attn_decode_check(srcs);
     if (why) {

@@ -105,12 +105,7 @@ static bool binary_supported(const struct lt_tensor *node, char *reason, size_t 
 static struct lt_tensor *binary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
                                     struct lt_tensor *b, enum lt_type type)
 {
-    if (!a || !b) {
-        /* an earlier constructor failed: keep its reason */
-        if (!lt_last_error()[0])
-            lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
-        return NULL;
-    }
+    LT_REQUIRE(lt_op_name(op), a, b);
     if (!lt_type_is_float(a->type) || !lt_type_is_float(b->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
                 lt_op_name(op), a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));

@@ -165,8 +165,7 @@ static bool cpy_supported(const struct lt_tensor *node, char *reason, size_t rea
 
 struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a)
 {
-    if (!a)
-        return missing_source(LT_OP_CONT);
+    LT_REQUIRE("cont", a);
     struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_CONT, a->type, LT_MAX_DIMS, a->ne, &a, 1);
     if (t)
         lt_format_name(t, "%s (cont)", a->name);
@@ -175,8 +174,7 @@ struct lt_tensor *lt_cont(struct lt_ctx *ctx, struct lt_tensor *a)
 
 struct lt_tensor *lt_cont_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_type type)
 {
-    if (!a)
-        return missing_source(LT_OP_CONT);
+    LT_REQUIRE("cont_as", a);
     if (type != LT_TYPE_F32 && type != LT_TYPE_F16 && type != LT_TYPE_BF16) {
         lt_fail(LT_ERR_INVALID, "cont_as: '%s' into %s: only f32, f16 or bf16", a->name,
                 lt_type_name(type));
@@ -190,9 +188,8 @@ struct lt_tensor *lt_cont_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_ty
 
 struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *dst)
 {
+    LT_REQUIRE("cpy", a, dst);
     char why[LT_REASON_MAX];
-    if (!a || !dst)
-        return missing_source(LT_OP_CPY);
     if (lt_nelements(a) != lt_nelements(dst))
         return fail_shapes(LT_OP_CPY, a, dst, "element counts differ");
     if (!copy_possible(a->type, dst->type, a->ne[0], dst->ne[0], why, sizeof(why))) {
@@ -295,8 +292,7 @@ static bool concat_supported(const struct lt_tensor *node, char *reason, size_t 
 
 struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim)
 {
-    if (!a || !b)
-        return missing_source(LT_OP_CONCAT);
+    LT_REQUIRE("concat", a, b);
     if (dim < 0 || dim >= LT_MAX_DIMS) {
         lt_fail(LT_ERR_INVALID, "CONCAT of '%s' and '%s' along dimension %d (0 to %d)", a->name,
                 b->name, dim, LT_MAX_DIMS - 1);
@@ -425,9 +421,8 @@ static bool acc_supported(const struct lt_tensor *node, char *reason, size_t rea
 struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,
                          size_t nb2, size_t nb3, size_t offset)
 {
+    LT_REQUIRE("acc", a, b);
     size_t end;
-    if (!a || !b)
-        return missing_source(LT_OP_ACC);
     if (!lt_type_is_float(a->type) || !lt_type_is_float(b->type)) {
         lt_fail(LT_ERR_INVALID, "ACC of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
                 a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
@@ -464,6 +459,7 @@ struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
 struct lt_tensor *lt_acc_inplace(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                  size_t nb1, size_t nb2, size_t nb3, size_t offset)
 {
+    LT_REQUIRE("acc_inplace", a, b);
     if (a && (a->type != LT_TYPE_F32 || !lt_is_contiguous(a))) {
         lt_fail(LT_ERR_INVALID, "ACC in place into '%s' (%s, %s): it takes contiguous f32",
                 a->name, lt_type_name(a->type), lt_layout_name(a));

@@ -24,14 +24,6 @@ static inline void row_index(const struct lt_tensor *t, int64_t r, int64_t *i1, 
     *i3 = r / (t->ne[1] * t->ne[2]);
 }
 
-/* A constructor handed NULL (an earlier constructor failed) keeps that failure's reason. */
-static inline struct lt_tensor *missing_source(enum lt_op op)
-{
-    if (!lt_last_error()[0])
-        lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
-    return NULL;
-}
-
 static inline struct lt_tensor *fail_shapes(enum lt_op op, const struct lt_tensor *a,
                                             const struct lt_tensor *b, const char *why)
 {

@@ -80,6 +80,7 @@ struct lt_tensor *lt_delta_net(struct lt_ctx *ctx, struct lt_tensor *q, struct l
                                struct lt_tensor *v, struct lt_tensor *g, struct lt_tensor *beta,
                                struct lt_tensor *state, float scale)
 {
+    LT_REQUIRE("delta_net", q, k, v, g, beta, state);
     struct lt_tensor *srcs[SRC_COUNT] = {q, k, v, g, beta, state};
     if (!dn_shapes_ok("delta_net", srcs))
         return NULL;
@@ -111,6 +112,7 @@ static bool is_op(const struct lt_tensor *r, enum lt_op op, const char *what)
 
 struct lt_tensor *lt_delta_net_output(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("delta_net_output", r);
     if (!is_op(r, LT_OP_DELTA_NET, "delta_net_output"))
         return NULL;
     int64_t sv = r->ne[0], hv = r->ne[1], nt = r->src[SRC_Q]->ne[2], nb = r->ne[3];
@@ -122,6 +124,7 @@ struct lt_tensor *lt_delta_net_output(struct lt_ctx *ctx, struct lt_tensor *r)
 
 struct lt_tensor *lt_delta_net_state(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("delta_net_state", r);
     if (!is_op(r, LT_OP_DELTA_NET, "delta_net_state"))
         return NULL;
     int64_t sv = r->ne[0], hv = r->ne[1], nt = r->src[SRC_Q]->ne[2], sk = r->src[SRC_Q]->ne[0];
@@ -136,6 +139,7 @@ struct lt_tensor *lt_delta_net_back(struct lt_ctx *ctx, struct lt_tensor *grad, 
                                     struct lt_tensor *k, struct lt_tensor *v, struct lt_tensor *g,
                                     struct lt_tensor *beta, struct lt_tensor *state, float scale)
 {
+    LT_REQUIRE("delta_net_back", grad, q, k, v, g, beta, state);
     struct lt_tensor *srcs[1 + SRC_COUNT] = {grad, q, k, v, g, beta, state};
     if (!dn_shapes_ok("delta_net_back", srcs + 1))
         return NULL;
@@ -175,6 +179,7 @@ static int64_t back_offset(const struct lt_tensor *r, int which)
 struct lt_tensor *lt_delta_net_back_grad(struct lt_ctx *ctx, struct lt_tensor *r,
                                          enum lt_delta_net_grad which)
 {
+    LT_REQUIRE("delta_net_back_grad", r);
     if (!is_op(r, LT_OP_DELTA_NET_BACK, "delta_net_back_grad"))
         return NULL;
     if ((int)which < 0 || which >= LT_DELTA_NET_GRAD_COUNT) {

@@ -5,6 +5,7 @@
 
 struct lt_tensor *lt_fill(struct lt_ctx *ctx, struct lt_tensor *like, float value)
 {
+    LT_REQUIRE("fill", like);
     struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_FILL, LT_TYPE_F32, LT_MAX_DIMS, like->ne,
                                            NULL, 0);
     if (t)

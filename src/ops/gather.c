@@ -69,8 +69,7 @@ static bool ids_match(const struct lt_tensor *ids, const struct lt_tensor *rows)
 
 struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *ids)
 {
-    if (!a || !ids)
-        return missing_source(LT_OP_GET_ROWS);
+    LT_REQUIRE("get_rows", a, ids);
     if (!type_readable(a->type)) {
         lt_fail(LT_ERR_INVALID, "GET_ROWS of '%s': type %s cannot be read", a->name,
                 lt_type_name(a->type));
@@ -159,8 +158,7 @@ static bool get_rows_back_supported(const struct lt_tensor *node, char *reason, 
 struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                    struct lt_tensor *ids, struct lt_tensor *like)
 {
-    if (!grad || !ids || !like)
-        return missing_source(LT_OP_GET_ROWS_BACK);
+    LT_REQUIRE("get_rows_back", grad, ids, like);
     if (!lt_type_is_float(grad->type)) {
         lt_fail(LT_ERR_INVALID, "GET_ROWS_BACK of '%s': type %s is not f32, f16 or bf16",
                 grad->name, lt_type_name(grad->type));
@@ -246,8 +244,7 @@ static bool set_rows_supported(const struct lt_tensor *node, char *reason, size_
 struct lt_tensor *lt_set_rows(struct lt_ctx *ctx, struct lt_tensor *src, struct lt_tensor *dst,
                               struct lt_tensor *ids)
 {
-    if (!src || !dst || !ids)
-        return missing_source(LT_OP_SET_ROWS);
+    LT_REQUIRE("set_rows", src, dst, ids);
     if (!type_readable(src->type)) {
         lt_fail(LT_ERR_INVALID, "SET_ROWS of '%s': type %s cannot be read", src->name,
                 lt_type_name(src->type));

@@ -237,6 +237,7 @@ struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struc
                                 struct lt_tensor *norm_w, int64_t n_k_heads, float norm_eps,
                                 struct lt_tensor *seq_ids)
 {
+    LT_REQUIRE("gdn_decode", qkv, z, beta, alpha, conv_state, ssm_state, conv_w, dt, a, norm_w);
     struct lt_tensor *srcs[GDN_SRC_COUNT] = {qkv,    z,  beta, alpha,  conv_state, ssm_state,
                                              conv_w, dt, a,    norm_w, seq_ids};
     struct gdn_dims d;
@@ -270,6 +271,7 @@ static bool is_gdn(const struct lt_tensor *r, const char *what)
 
 struct lt_tensor *lt_gdn_decode_output(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("gdn_decode_output", r);
     if (!is_gdn(r, "gdn_decode_output"))
         return NULL;
     struct gdn_dims d = gdn_dims_of(r);
@@ -282,6 +284,7 @@ struct lt_tensor *lt_gdn_decode_output(struct lt_ctx *ctx, struct lt_tensor *r)
 
 struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("gdn_decode_conv", r);
     if (!is_gdn(r, "gdn_decode_conv"))
         return NULL;
     struct gdn_dims d = gdn_dims_of(r);
@@ -295,6 +298,7 @@ struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r)
 
 struct lt_tensor *lt_gdn_decode_state(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("gdn_decode_state", r);
     if (!is_gdn(r, "gdn_decode_state"))
         return NULL;
     if (in_place(r)) {

@@ -48,10 +48,7 @@ static struct lt_tensor *lce_fail(const char *what, const struct lt_tensor *w,
 struct lt_tensor *lt_linear_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *w,
                                           struct lt_tensor *h, struct lt_tensor *labels)
 {
-    if (!w || !h || !labels) {
-        lt_fail(LT_ERR_INVALID, "linear_cross_entropy: a source is missing");
-        return NULL;
-    }
+    LT_REQUIRE("linear_cross_entropy", w, h, labels);
     if (!lce_shapes_ok(w, h, labels))
         return lce_fail("linear_cross_entropy", w, h, labels);
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_LINEAR_CE, LT_TYPE_F32, 1, (int64_t[]){1},
@@ -73,10 +70,7 @@ struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_ten
                                                struct lt_tensor *w, struct lt_tensor *h,
                                                struct lt_tensor *labels)
 {
-    if (!grad_loss || !w || !h || !labels) {
-        lt_fail(LT_ERR_INVALID, "linear_cross_entropy_back: a source is missing");
-        return NULL;
-    }
+    LT_REQUIRE("linear_cross_entropy_back", grad_loss, w, h, labels);
     if (!lce_shapes_ok(w, h, labels))
         return lce_fail("linear_cross_entropy_back", w, h, labels);
     if (grad_loss->type != LT_TYPE_F32 || lt_nelements(grad_loss) != 1) {
@@ -113,11 +107,13 @@ static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r, bool
 
 struct lt_tensor *lt_linear_cross_entropy_back_h(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("linear_cross_entropy_back_h", r);
     return back_part(ctx, r, false);
 }
 
 struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("linear_cross_entropy_back_w", r);
     return back_part(ctx, r, true);
 }
 

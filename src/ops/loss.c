@@ -43,6 +43,7 @@ static struct lt_tensor *ce_fail(const char *what, const struct lt_tensor *logit
 struct lt_tensor *lt_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *logits,
                                    struct lt_tensor *labels)
 {
+    LT_REQUIRE("cross_entropy", logits, labels);
     if (!ce_shapes_ok(logits, labels))
         return ce_fail("cross_entropy", logits, labels);
     return lt_new_op_tensor(ctx, LT_OP_CROSS_ENTROPY, LT_TYPE_F32, 1, (int64_t[]){1},
@@ -52,6 +53,7 @@ struct lt_tensor *lt_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *logits,
 struct lt_tensor *lt_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
                                         struct lt_tensor *logits, struct lt_tensor *labels)
 {
+    LT_REQUIRE("cross_entropy_back", grad_loss, logits, labels);
     if (!ce_shapes_ok(logits, labels))
         return ce_fail("cross_entropy_back", logits, labels);
     if (grad_loss->type != LT_TYPE_F32 || lt_nelements(grad_loss) != 1) {

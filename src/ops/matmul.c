@@ -58,6 +58,7 @@ static bool half_pair(enum lt_type ta, enum lt_type tb)
 
 struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
 {
+    LT_REQUIRE("mul_mat", a, b);
     const struct lt_type_traits *ta = lt_type_traits(a->type);
     if (!ta || !ta->to_float) {
         lt_fail(LT_ERR_INVALID, "mul_mat: '%s' is %s, which cannot be read", a->name,

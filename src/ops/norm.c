@@ -32,6 +32,7 @@ enum norm_kind { NORM_RMS, NORM_L2 };
 static struct lt_tensor *norm_new(struct lt_ctx *ctx, enum lt_op op, const char *what,
                                   struct lt_tensor *a, float eps)
 {
+    LT_REQUIRE(what, a);
     if (a->type != LT_TYPE_F32) {
         lt_fail(LT_ERR_INVALID, "%s of '%s': %s, not f32", what, a->name, lt_type_name(a->type));
         return NULL;
@@ -55,11 +56,7 @@ struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps
 struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *w,
                                   float eps, enum lt_type type)
 {
-    if (!a || !w) {
-        if (!lt_last_error()[0])
-            lt_fail(LT_ERR_INVALID, "rms_norm_mul of a NULL tensor");
-        return NULL;
-    }
+    LT_REQUIRE("rms_norm_mul", a, w);
     if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || lt_nelements(w) != a->ne[0] ||
         w->ne[0] != a->ne[0]) {
         lt_fail(LT_ERR_INVALID, "rms_norm_mul of '%s': the weight '%s' is not f32 [%lld]", a->name,
@@ -85,11 +82,7 @@ struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struc
 struct lt_tensor *lt_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                   struct lt_tensor *w, float eps)
 {
-    if (!a || !b || !w) {
-        if (!lt_last_error()[0])
-            lt_fail(LT_ERR_INVALID, "add_rms_norm of a NULL tensor");
-        return NULL;
-    }
+    LT_REQUIRE("add_rms_norm", a, b, w);
     if (a->type != LT_TYPE_F32 || b->type != LT_TYPE_F32 || !lt_same_shape(a, b) ||
         a->ne[2] != 1 || a->ne[3] != 1) {
         lt_fail(LT_ERR_INVALID, "add_rms_norm of '%s' and '%s': not two f32 matrices of one shape",
@@ -126,11 +119,13 @@ static struct lt_tensor *add_rms_norm_part(struct lt_ctx *ctx, struct lt_tensor 
 
 struct lt_tensor *lt_add_rms_norm_sum(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("add_rms_norm_sum", r);
     return add_rms_norm_part(ctx, r, 0);
 }
 
 struct lt_tensor *lt_add_rms_norm_out(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("add_rms_norm_out", r);
     return add_rms_norm_part(ctx, r, 1);
 }
 
@@ -142,6 +137,7 @@ struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps)
 static struct lt_tensor *norm_back_new(struct lt_ctx *ctx, enum lt_op op, const char *what,
                                        struct lt_tensor *grad, struct lt_tensor *x, float eps)
 {
+    LT_REQUIRE(what, grad, x);
     if (grad->type != LT_TYPE_F32 || x->type != LT_TYPE_F32 || !lt_same_shape(grad, x)) {
         lt_fail(LT_ERR_INVALID, "%s: '%s' (%s) and '%s' (%s) must be f32 of one shape", what,
                 grad->name, lt_type_name(grad->type), x->name, lt_type_name(x->type));

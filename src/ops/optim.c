@@ -41,6 +41,7 @@ static bool all_f32_contiguous(struct lt_tensor *const *ts, int n)
 struct lt_tensor *lt_adamw_step(struct lt_ctx *ctx, struct lt_tensor *param, struct lt_tensor *grad,
                                 struct lt_tensor *m, struct lt_tensor *v, struct lt_tensor *hp)
 {
+    LT_REQUIRE("adamw_step", param, grad, m, v, hp);
     struct lt_tensor *srcs[5] = {param, grad, m, v, hp};
     if (!lt_same_shape(param, grad) || !lt_same_shape(param, m) || !lt_same_shape(param, v) ||
         lt_nelements(hp) < 8 || !all_f32_contiguous(srcs, 5)) {
@@ -56,6 +57,7 @@ struct lt_tensor *lt_adamw_step(struct lt_ctx *ctx, struct lt_tensor *param, str
 struct lt_tensor *lt_sgd_step(struct lt_ctx *ctx, struct lt_tensor *param, struct lt_tensor *grad,
                               struct lt_tensor *hp)
 {
+    LT_REQUIRE("sgd_step", param, grad, hp);
     struct lt_tensor *srcs[3] = {param, grad, hp};
     if (!lt_same_shape(param, grad) || lt_nelements(hp) < 3 || !all_f32_contiguous(srcs, 3)) {
         lt_fail(LT_ERR_INVALID,

@@ -100,12 +100,7 @@ static bool reduce_supported(const struct lt_tensor *node, char *reason, size_t 
 
 static struct lt_tensor *reduce_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a)
 {
-    if (!a) {
-        /* an earlier constructor failed: keep its reason */
-        if (!lt_last_error()[0])
-            lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
-        return NULL;
-    }
+    LT_REQUIRE(lt_op_name(op), a);
     if (!lt_type_is_float(a->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s': its type %s is not f32, f16 or bf16", lt_op_name(op),
                 a->name, lt_type_name(a->type));

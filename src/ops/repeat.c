@@ -45,8 +45,7 @@ static bool repeat_supported(const struct lt_tensor *node, char *reason, size_t 
 
 struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like)
 {
-    if (!a || !like)
-        return missing_source(LT_OP_REPEAT);
+    LT_REQUIRE("repeat", a, like);
     if (!type_readable(a->type)) {
         lt_fail(LT_ERR_INVALID, "REPEAT of '%s': type %s cannot be read", a->name,
                 lt_type_name(a->type));
@@ -123,8 +122,7 @@ static bool repeat_back_supported(const struct lt_tensor *node, char *reason, si
 
 struct lt_tensor *lt_repeat_back(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like)
 {
-    if (!a || !like)
-        return missing_source(LT_OP_REPEAT_BACK);
+    LT_REQUIRE("repeat_back", a, like);
     if (!type_readable(a->type)) {
         lt_fail(LT_ERR_INVALID, "REPEAT_BACK of '%s': type %s cannot be read", a->name,
                 lt_type_name(a->type));

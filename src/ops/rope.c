@@ -24,6 +24,7 @@ static struct lt_tensor *rope_new(struct lt_ctx *ctx, enum lt_op op, const char 
                                   struct lt_tensor *a, struct lt_tensor *pos, int n_dims,
                                   enum lt_rope_mode mode, float freq_base)
 {
+    LT_REQUIRE(what, a, pos);
     if (a->type != LT_TYPE_F32) {
         lt_fail(LT_ERR_INVALID, "%s of '%s': %s, not f32", what, a->name, lt_type_name(a->type));
         return NULL;

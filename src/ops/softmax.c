@@ -25,6 +25,7 @@
 struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *mask,
                               float scale, bool causal)
 {
+    LT_REQUIRE("soft_max", a);
     if (a->type != LT_TYPE_F32) {
         lt_fail(LT_ERR_INVALID, "soft_max of '%s': %s, not f32", a->name, lt_type_name(a->type));
         return NULL;
@@ -52,6 +53,7 @@ struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt
 
 struct lt_tensor *lt_soft_max_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *y)
 {
+    LT_REQUIRE("soft_max_back", grad, y);
     if (grad->type != LT_TYPE_F32 || y->type != LT_TYPE_F32 || !lt_same_shape(grad, y)) {
         lt_fail(LT_ERR_INVALID, "soft_max_back: '%s' (%s) and '%s' (%s) must be f32 of one shape",
                 grad->name, lt_type_name(grad->type), y->name, lt_type_name(y->type));

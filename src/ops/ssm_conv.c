@@ -47,6 +47,7 @@ static bool conv_shapes_ok(const struct lt_tensor *sx, const struct lt_tensor *w
 
 struct lt_tensor *lt_ssm_conv(struct lt_ctx *ctx, struct lt_tensor *sx, struct lt_tensor *w)
 {
+    LT_REQUIRE("ssm_conv", sx, w);
     int64_t d_conv, n_t;
     if (!conv_shapes_ok(sx, w, "ssm_conv", &d_conv, &n_t))
         return NULL;
@@ -61,6 +62,7 @@ struct lt_tensor *lt_ssm_conv(struct lt_ctx *ctx, struct lt_tensor *sx, struct l
 struct lt_tensor *lt_ssm_conv_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *sx,
                                    struct lt_tensor *w)
 {
+    LT_REQUIRE("ssm_conv_back", grad, sx, w);
     int64_t d_conv, n_t;
     if (!conv_shapes_ok(sx, w, "ssm_conv_back", &d_conv, &n_t))
         return NULL;
@@ -84,6 +86,7 @@ struct lt_tensor *lt_ssm_conv_back(struct lt_ctx *ctx, struct lt_tensor *grad, s
 
 struct lt_tensor *lt_ssm_conv_back_sx(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("ssm_conv_back_sx", r);
     if (r->op != LT_OP_SSM_CONV_BACK) {
         lt_fail(LT_ERR_INVALID, "ssm_conv_back_sx: '%s' is %s, not SSM_CONV_BACK", r->name,
                 lt_op_name(r->op));
@@ -100,6 +103,7 @@ struct lt_tensor *lt_ssm_conv_back_sx(struct lt_ctx *ctx, struct lt_tensor *r)
 
 struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r)
 {
+    LT_REQUIRE("ssm_conv_back_w", r);
     if (r->op != LT_OP_SSM_CONV_BACK) {
         lt_fail(LT_ERR_INVALID, "ssm_conv_back_w: '%s' is %s, not SSM_CONV_BACK", r->name,
                 lt_op_name(r->op));

@@ -29,14 +29,6 @@ static size_t rows_work_size(const struct lt_tensor *node, int nth)
     return (size_t)nth * lt_scratch_floats(node->src[0]->ne[0]) * (size_t)n_rows * sizeof(float);
 }
 
-/* A constructor handed NULL (an earlier constructor failed) keeps that failure's reason. */
-static struct lt_tensor *missing_source(enum lt_op op)
-{
-    if (!lt_last_error()[0])
-        lt_fail(LT_ERR_INVALID, "%s of a NULL tensor", lt_op_name(op));
-    return NULL;
-}
-
 static bool check_source_float(const struct lt_tensor *node, int i, char *reason,
                                size_t reason_size)
 {
@@ -150,8 +142,7 @@ static bool unary_supported(const struct lt_tensor *node, char *reason, size_t r
 
 static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a)
 {
-    if (!a)
-        return missing_source(op);
+    LT_REQUIRE(lt_op_name(op), a);
     if (!lt_type_is_float(a->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s': its type %s is not f32, f16 or bf16", lt_op_name(op),
                 a->name, lt_type_name(a->type));
@@ -162,6 +153,7 @@ static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_
 
 struct lt_tensor *lt_scale(struct lt_ctx *ctx, struct lt_tensor *a, float s)
 {
+    LT_REQUIRE("scale", a);
     struct lt_tensor *t = unary_new(ctx, LT_OP_SCALE, a);
     if (t)
         lt_set_param_f32(t, 0, s);
@@ -284,8 +276,7 @@ static bool pair_supported(const struct lt_tensor *node, char *reason, size_t re
 static struct lt_tensor *pair_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
                                   struct lt_tensor *b, enum lt_type type)
 {
-    if (!a || !b)
-        return missing_source(op);
+    LT_REQUIRE(lt_op_name(op), a, b);
     if (!lt_type_is_float(a->type) || !lt_type_is_float(b->type)) {
         lt_fail(LT_ERR_INVALID, "%s of '%s' (%s) and '%s' (%s): types must be f32, f16 or bf16",
                 lt_op_name(op), a->name, lt_type_name(a->type), b->name, lt_type_name(b->type));
