@@ -1,6 +1,9 @@
 /* http.c: the HTTP layer over libmicrohttpd: one thread per connection, request bodies up to
  * a cap, the guard once headers are in, dispatch to srv_route, full and streamed responses.
  *
+ * The cap is max_body_bytes, or max_upload_bytes for an upload (POST /v1/files): it is
+ * chosen from the request head, and bytes past it are never kept, only counted.
+ *
  * Each connection has its own thread, so a route may block (waiting for a generation) and a
  * stream's fill may wait for the next tokens; /health never waits behind them. A body over
  * the cap is read and dropped (so the client, which is still sending, gets its 413 instead
@@ -75,6 +78,7 @@ struct req_ctx {
     char *path;
     struct lt_strbuf body;
     size_t received;
+    size_t cap; /* the most body bytes kept (srv_route_body_cap) */
     bool too_large;
     bool refused;               /* the guard answered it: its body is dropped */
     struct srv_response answer; /* that answer, sent once the body is in */
@@ -388,6 +392,7 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
     const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
     bool expects_continue = ex && !strcasecmp(ex, "100-continue");
     struct srv_request rq = request_of(c, rc);
+    rc->cap = srv_route_body_cap(app, &rq);
     if (!srv_route_admit(app, &rq, &rc->answer)) {
         rc->refused = true;
         /* a client waiting for "100 Continue" hears the refusal instead */
@@ -395,7 +400,7 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
     }
     /* A client that waits for "100 Continue" can be told at once. */
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && expects_continue && strtoull(cl, NULL, 10) > app->max_body_bytes)
+    if (cl && expects_continue && strtoull(cl, NULL, 10) > rc->cap)
         return send_early_error(h, c, rc, 413, "body_too_large",
                                 "the request body is larger than the server accepts");
     return MHD_YES;
@@ -405,12 +410,11 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
 static enum MHD_Result on_request_body(struct srv_http *h, struct MHD_Connection *c,
                                        struct req_ctx *rc, const char *data, size_t n)
 {
-    struct srv_app *app = h->app;
     if (rc->status != 0)
         return MHD_YES; /* answered already: drop the rest */
     rc->received += n;
     bool drop = rc->too_large || rc->refused;
-    if (!drop && rc->body.len + n <= app->max_body_bytes) {
+    if (!drop && rc->body.len + n <= rc->cap) {
         if (lt_strbuf_append(&rc->body, data, n) != LT_OK)
             return send_early_error(h, c, rc, 503, "out_of_memory",
                                     "out of memory for the request body");
@@ -418,7 +422,7 @@ static enum MHD_Result on_request_body(struct srv_http *h, struct MHD_Connection
         rc->too_large = true;
         lt_strbuf_free(&rc->body);
     }
-    if (rc->received > app->max_body_bytes + SRV_DRAIN_LIMIT)
+    if (rc->received > rc->cap + SRV_DRAIN_LIMIT)
         return rc->refused ? send_refusal(h, c, rc)
                            : send_early_error(h, c, rc, 413, "body_too_large",
                                               "the request body is larger than the server "

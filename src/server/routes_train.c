@@ -276,7 +276,8 @@ static int validate_params(const struct lt_train_params *p)
 /* Bad training data is answered here, naming the example, instead of by a job that fails
  * after the 200: examples given as an array are named by their index in it ("examples[3]"),
  * JSONL given as a string by index and line. */
-static int check_data(struct srv_app *app, const struct lt_train_params *p, const json_t *ex)
+static int check_data(struct srv_app *app, const struct lt_train_params *p, const json_t *ex,
+                      const char *file_param, const char *file)
 {
     if (!app->engine->iface->train_check)
         return 200;
@@ -285,6 +286,12 @@ static int check_data(struct srv_app *app, const struct lt_train_params *p, cons
     if (st == 200)
         return 200;
     const char *code = st != 400 ? NULL : p->text ? "invalid_value" : "invalid_example";
+    if (file_param) /* a file of the train dir: its name, not the server's path to it */
+        return f.example < 0
+                   ? srv_fail(st, file_param, code, "%s '%s': %s", file_param, file,
+                              f.reason[0] ? f.reason : lt_last_error())
+                   : srv_fail(st, file_param, code, "%s '%s': example %d (line %d): %s",
+                              file_param, file, f.example, f.line, f.reason);
     if (f.example < 0)
         return srv_fail(st, p->text ? "text" : "examples", code, "%s", lt_last_error());
     if (ex && json_is_array(ex)) {
@@ -402,7 +409,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                       (long long)mi.n_layer);
         goto out_error;
     }
-    if ((st = validate_params(&p)) != 200 || (st = check_data(app, &p, ex)) != 200)
+    if ((st = validate_params(&p)) != 200 || (st = check_data(app, &p, ex, NULL, NULL)) != 200)
         goto out_error;
     char id[48];
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
@@ -597,8 +604,7 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     if ((st = parse_pacing(hp, "hyperparameters", &meta.pacing)) != 200)
         goto out_error;
     const char *file = srv_json_str(body, "training_file", "");
-    st = srv_path_in_dir(app->train_dir, file, ".jsonl", "training_file", data_path,
-                         sizeof(data_path));
+    st = srv_file_resolve(app, file, "training_file", data_path, sizeof(data_path));
     if (st != 200)
         goto out_error;
     const char *suffix = srv_json_str(body, "suffix", "ft");
@@ -642,7 +648,8 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     p.lr = hp && json_is_number(srv_json_get(hp, "learning_rate_multiplier"))
                ? (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1)) : 0;
     p.seed = (uint64_t)srv_json_int(body, "seed", 0);
-    if ((st = validate_params(&p)) != 200)
+    if ((st = validate_params(&p)) != 200 ||
+        (st = check_data(app, &p, NULL, "training_file", file)) != 200)
         goto out_error;
     char id[48];
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
