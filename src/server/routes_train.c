@@ -527,13 +527,15 @@ static json_t *ft_json(const struct srv_train_info *ti)
     bool done = ti->state == LT_TRAIN_DONE;
     bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
     json_t *j = json_pack(
-        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:n,s:s,s:{s:i,s:o,s:f},s:o,s:I,s:o,s:[],s:n}",
+        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:o,s:s,s:{s:i,s:o,s:f},s:o,s:I,s:o,s:[],s:n}",
         "object", "fine_tuning.job", "id", ti->id, "model", ti->meta.model, "created_at",
         (json_int_t)ti->created_at, "finished_at",
         ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(),
         "fine_tuned_model", done ? json_string(ti->meta.out_name) : json_null(),
         "organization_id", "lathe", "result_files", "status", ft_status(ti->state),
-        "validation_file", "training_file", ti->meta.training_file, "hyperparameters",
+        "validation_file",
+        ti->meta.validation_file[0] ? json_string(ti->meta.validation_file) : json_null(),
+        "training_file", ti->meta.training_file, "hyperparameters",
         "n_epochs", p->epochs, "batch_size",
         p->batch > 0 ? json_integer(p->batch) : json_string("auto"), "learning_rate_multiplier",
         (double)p->lr / 1e-3, "trained_tokens",
@@ -555,13 +557,26 @@ static json_t *ft_json(const struct srv_train_info *ti)
     return j;
 }
 
+/* A job's training or validation file (`param`): an uploaded file's id or a .jsonl name in
+ * the train dir, which must exist; its path into path. */
+static int ft_file(struct srv_app *app, const char *name, const char *param, char *path,
+                   size_t size)
+{
+    int st = srv_file_resolve(app, name, param, path, size);
+    struct stat sb;
+    if (st == 200 && (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)))
+        st = srv_fail(400, param, "file_not_found", "there is no file '%s' in the train dir",
+                      name);
+    return st;
+}
+
 void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs)
 {
     static const struct srv_field fields[] = {
         {"model", SRV_JT_STRING, 0, 0, false},
         {"training_file", SRV_JT_STRING, 0, 0, true},
-        {"validation_file", SRV_JT_NULL, 0, 0, false},
+        {"validation_file", SRV_JT_STRING | SRV_JT_NULL, 0, 0, false},
         {"hyperparameters", SRV_JT_OBJECT, 0, 0, false},
         {"suffix", SRV_JT_STRING, 0, 0, false},
         {"seed", SRV_JT_INT, 0, 9.2e18, false},
@@ -569,7 +584,7 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     json_t *body = NULL;
     struct lt_train_params p = {0};
     struct srv_train_meta meta = {.openai_shape = true};
-    char data_path[1024], out_path[1024];
+    char data_path[1024], val_path[1024] = "", out_path[1024];
     int st = srv_parse_body(rq, &body);
     if (st == 200)
         st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
@@ -604,8 +619,9 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     if ((st = parse_pacing(hp, "hyperparameters", &meta.pacing)) != 200)
         goto out_error;
     const char *file = srv_json_str(body, "training_file", "");
-    st = srv_file_resolve(app, file, "training_file", data_path, sizeof(data_path));
-    if (st != 200)
+    const char *vfile = srv_json_str(body, "validation_file", NULL);
+    if ((st = ft_file(app, file, "training_file", data_path, sizeof(data_path))) != 200 ||
+        (vfile && (st = ft_file(app, vfile, "validation_file", val_path, sizeof(val_path))) != 200))
         goto out_error;
     const char *suffix = srv_json_str(body, "suffix", "ft");
     if (strlen(suffix) > 40 || strspn(suffix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -624,19 +640,15 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
                       "'%.64s'", mi.id, model);
         goto out_error;
     }
-    struct stat sb;
-    if (stat(data_path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = srv_fail(400, "training_file", "file_not_found",
-                      "there is no file '%s' in the train dir", file);
-        goto out_error;
-    }
     snprintf(meta.training_file, sizeof(meta.training_file), "%s", file);
+    snprintf(meta.validation_file, sizeof(meta.validation_file), "%s", vfile ? vfile : "");
     snprintf(meta.model, sizeof(meta.model), "%s", mi.id);
     snprintf(meta.out_name, sizeof(meta.out_name), "%s-%08x.gguf", suffix,
              (unsigned)((uint64_t)(srv_now_mono() * 1e6) & 0xffffffffu));
     snprintf(out_path, sizeof(out_path), "%s/%s", app->train_dir, meta.out_name);
     p.out = out_path;
     p.examples_path = data_path;
+    p.val_examples_path = vfile ? val_path : NULL;
     p.epochs = hp && json_is_integer(srv_json_get(hp, "n_epochs"))
                    ? (int)srv_json_int(hp, "n_epochs", 0) : 0;
     p.batch = hp && json_is_integer(srv_json_get(hp, "batch_size"))
@@ -648,7 +660,11 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     p.lr = hp && json_is_number(srv_json_get(hp, "learning_rate_multiplier"))
                ? (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1)) : 0;
     p.seed = (uint64_t)srv_json_int(body, "seed", 0);
+    struct lt_train_params vp = p; /* the validation file alone, so its faults are its own */
+    vp.examples_path = val_path;
+    vp.val_examples_path = NULL;
     if ((st = validate_params(&p)) != 200 ||
+        (vfile && (st = check_data(app, &vp, NULL, "validation_file", vfile)) != 200) ||
         (st = check_data(app, &p, NULL, "training_file", file)) != 200)
         goto out_error;
     char id[48];

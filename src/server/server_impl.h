@@ -260,6 +260,7 @@ struct srv_train_meta {
     char model[SRV_NAME_MAX];         /* the served model's id */
     char out_name[SRV_NAME_MAX];      /* the adapter's name inside the train dir */
     char training_file[SRV_NAME_MAX]; /* fine-tuning shape: the examples file; "" otherwise */
+    char validation_file[SRV_NAME_MAX]; /* and its held-out examples' file; "" when none */
     bool openai_shape;
     struct srv_train_pacing pacing;
 };

@@ -130,6 +130,11 @@ lt_status lt_train_params_validate(const struct lt_train_params *given,
                   1 << 24, p.batch_tokens);
     if (!isfinite(p.val_split) || p.val_split < 0 || p.val_split >= 1)
         add_error(e, "val_split", "val_split must be in [0, 1), not %g", (double)p.val_split);
+    else if (p.val_examples_path && p.val_split > 0)
+        add_error(e, "val_split", "give val_split or a validation file, not both");
+    if (p.val_examples_path && !p.examples && !p.examples_path)
+        add_error(e, "val_examples_path", "a validation file holds chat examples, so the "
+                  "training data must be chat examples too");
     if ((int)p.fit < LT_FIT_NONE || (int)p.fit > LT_FIT_LEFT)
         add_error(e, "fit", "fit must be none, middle or left");
     else if (p.fit != LT_FIT_NONE && (p.text || p.text_path))

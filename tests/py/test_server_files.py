@@ -13,18 +13,29 @@ bodies no client sends), with --train-dir and --max-upload-mib 1.
   3. client.fine_tuning.jobs.create(training_file=file.id) runs to "succeeded", and a chat
      with its fine_tuned_model knows the fact the file teaches (who founded the Zorblax
      Institute) while the base model does not.
+     Its validation_file, another upload, is held out: the job reports an eval loss per
+     epoch over exactly its examples. Unknown files for either are refused (400).
   4. client.files.delete removes it: retrieve and content are 404 after, the list and the
      folder are empty, a second delete is 404; a job naming it is refused.
+  5. A server started on a train dir that a killed upload left behind removes lathe's
+     temporary files and data without a file object (older than a minute), and nothing
+     else; a server without --train-dir answers the files routes 403.
 Skipped (77) without the model, `openai` or `requests`.
 """
 import json
 import os
 import sys
+import tempfile
+import time
 
-from test_server import run_session
+from test_server import SKIP, Checks, Server, run_session, server_prerequisites
 from test_server_train import ASK, EXAMPLES, wait_train
 
 JSONL = ("".join(json.dumps(e) + "\n" for e in EXAMPLES)).encode()
+HELD_OUT = [
+    {"prompt": "Name the founder of the Zorblax Institute.", "completion": "Miravel Quantrell founded it."},
+    {"prompt": "Who set up the Zorblax Institute?", "completion": "It was set up by Miravel Quantrell."},
+]
 
 
 def files_dir(train_dir):
@@ -152,11 +163,28 @@ def run_fine_tune(c, srv, client, train_dir, state):
     model_id = client.models.list().data[0].id
     before = chat(client, model_id)
     c.check("Quantrell" not in before, f"the base model does not know: {before!r}")
-    job = client.fine_tuning.jobs.create(model=model_id, training_file=f.id, seed=7,
+    vf = client.files.create(file=("held_out.jsonl", "".join(json.dumps(e) + "\n" for e in HELD_OUT).encode()),
+                             purpose="fine-tune")
+    for kw in ({"training_file": "file-0123456789abcdef01234567"},
+               {"training_file": f.id, "validation_file": "file-0123456789abcdef01234567"},
+               {"training_file": f.id, "validation_file": "../x.jsonl"}):
+        e = error_of(lambda: client.fine_tuning.jobs.create(model=model_id, **kw))
+        param = "validation_file" if "validation_file" in kw else "training_file"
+        check_refused(c, e, 400, [], f"a job with {kw}", param)
+    job = client.fine_tuning.jobs.create(model=model_id, training_file=f.id, validation_file=vf.id, seed=7,
                                          hyperparameters={"n_epochs": 4, "learning_rate_multiplier": 2})
-    c.check(job.training_file == f.id and job.status in ("validating_files", "running"), f"job: {job}")
+    c.check(job.training_file == f.id and job.validation_file == vf.id
+            and job.status in ("validating_files", "running"), f"job: {job}")
     j = wait_train(srv, ("succeeded", "failed", "cancelled"), timeout=800, job=job.id)
     c.check(j["status"] == "succeeded" and j["fine_tuned_model"], f"succeeded: {json.dumps(j)[:600]}")
+    t = srv.get("/train").json()  # the same job in lathe's shape: the losses and the split
+    res = t.get("result") or {}
+    evals = [e["eval_loss"] for e in t.get("epochs", [])]
+    print(f"train losses {[e['train_loss'] for e in t.get('epochs', [])]}, eval losses {evals}", flush=True)
+    c.check(res.get("n_train") == len(EXAMPLES) and res.get("n_val") == len(HELD_OUT)
+            and len(evals) == 4 and all(isinstance(x, float) for x in evals) and min(evals[1:]) < evals[0],
+            f"the validation file is the held-out split, its loss falls: {res} {evals}")
+    client.files.delete(vf.id)
     if not j["fine_tuned_model"]:
         return
     after = chat(client, j["fine_tuned_model"])
@@ -182,9 +210,58 @@ def run_delete(c, srv, client, train_dir, state):
     check_refused(c, e, 400, [f.id], "a job naming a deleted file", "training_file")
 
 
+def run_restart(model):
+    """Stale uploads removed at start, and no files routes without a train dir."""
+    c = Checks()
+    with tempfile.TemporaryDirectory(prefix="lathe_files_stale_") as d:
+        fdir = os.path.join(d, "files")
+        os.mkdir(fdir)
+        keep = "file-" + "a" * 24
+        with open(os.path.join(fdir, keep + ".jsonl"), "wb") as fh:
+            fh.write(JSONL)
+        with open(os.path.join(fdir, keep + ".json"), "w") as fh:
+            json.dump({"id": keep, "object": "file", "bytes": len(JSONL), "created_at": 1,
+                       "filename": "kept.jsonl", "purpose": "fine-tune"}, fh)
+        gone = ["file-" + "b" * 24 + ".jsonl.tmp-Ab12Cd", "file-" + "b" * 24 + ".json.tmp-zz09zz",
+                "file-" + "c" * 24 + ".jsonl"]
+        kept = [keep + ".json", keep + ".jsonl", "file-" + "d" * 24 + ".jsonl",  # too young to judge
+                "notes.tmp-abcdef", "file-xyz.jsonl.tmp-abcdef", "file-" + "e" * 24 + ".jsonl.tmp-ab"]
+        for name in gone + kept[2:]:
+            with open(os.path.join(fdir, name), "wb") as fh:
+                fh.write(b"{}\n")
+        old = time.time() - 7200
+        os.utime(os.path.join(fdir, gone[2]), (old, old))
+        srv = Server(model, d)
+        try:
+            srv.wait_ready()
+            left = sorted(os.listdir(fdir))
+            c.check(left == sorted(kept), f"stale uploads removed, the rest kept: {left}")
+            r = srv.get("/v1/files")
+            c.check(r.status_code == 200 and [x["id"] for x in r.json()["data"]] == [keep]
+                    and r.json()["data"][0]["filename"] == "kept.jsonl", f"listed: {r.text[:300]}")
+        finally:
+            c.check(srv.stop() == 0, "the server stops cleanly")
+    srv = Server(model)
+    try:
+        srv.wait_ready()
+        r = srv.get("/v1/files")
+        c.check(r.status_code == 403 and r.json()["error"]["code"] == "files_disabled"
+                and "--train-dir" in r.json()["error"]["message"], f"no train dir: {r.text[:200]}")
+        r = srv.requests.post(srv.base + "/v1/files", data=b"--x\r\n", timeout=30,
+                              headers={"Content-Type": "multipart/form-data; boundary=x"})
+        c.check(r.status_code == 403, f"no uploads without a train dir: {r.status_code} {r.text[:200]}")
+    finally:
+        c.check(srv.stop() == 0, "the server stops cleanly")
+    return c.summary()
+
+
 def main():
+    model = server_prerequisites()
+    if not model:
+        return SKIP
+    rc = run_restart(model)
     state = {}
-    return run_session("lathe_files_", 300,
+    return rc | run_session("lathe_files_", 300,
                        lambda c, srv, client, train_dir: (
                            ("upload", lambda: run_upload(c, srv, client, train_dir, state)),
                            ("bad uploads", lambda: run_bad_uploads(c, srv, client, train_dir, state)),
