@@ -31,7 +31,8 @@ static void test_boundary(void)
         {"multipart/form-data;boundary=abc", "abc"},
         {"Multipart/Form-Data; BOUNDARY=x-y_z", "x-y_z"},
         {"multipart/form-data; charset=utf-8; boundary=\"a b:c\"", "a b:c"},
-        {"  multipart/form-data ; boundary=----WebKitFormBoundary7MA4YWxk", "----WebKitFormBoundary7MA4YWxk"},
+        {"  multipart/form-data ; boundary=----WebKitFormBoundary7MA4YWxk",
+         "----WebKitFormBoundary7MA4YWxk"},
         {"multipart/form-data; boundary=abc; charset=utf-8", "abc"},
     };
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -66,7 +67,8 @@ static void test_boundary(void)
 }
 
 /* The file's bytes: text, CRLFs, "--", the boundary's prefix after CRLF, and a NUL. */
-static const char file_bytes[] = "{\"a\": 1}\r\n--" "lathe-b0und\r\n--x\n\0tail";
+static const char file_bytes[] = "{\"a\": 1}\r\n--"
+                                 "lathe-b0und\r\n--x\n\0tail";
 #define FILE_LEN (sizeof(file_bytes) - 1)
 
 /* A good body: a preamble, "purpose", a file, an empty field, an epilogue. */
@@ -152,8 +154,7 @@ static void test_bad_parts(void)
     };
     char body[2048];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        expect_bad(bad[i].what, body, one_part(body, sizeof(body), bad[i].head, "x"),
-                   bad[i].words);
+        expect_bad(bad[i].what, body, one_part(body, sizeof(body), bad[i].head, "x"), bad[i].words);
     char head[400];
     snprintf(head, sizeof(head), "Content-Disposition: form-data; name=a; filename=\"%0300d\"", 0);
     expect_bad("a filename too long", body, one_part(body, sizeof(body), head, "x"),
@@ -172,7 +173,8 @@ static void test_bad_bodies(void)
     expect_bad("the wrong boundary", "--other\r\n\r\n--other--", 20, "does not hold the boundary");
     expect_bad("an empty body", "", 0, "does not hold the boundary");
     expect_bad("no fields", "--" B "--", strlen("--" B "--"), "no fields");
-    const char *no_crlf = "--" B "x\r\nContent-Disposition: form-data; name=a\r\n\r\nx\r\n--" B "--";
+    const char *no_crlf =
+        "--" B "x\r\nContent-Disposition: form-data; name=a\r\n\r\nx\r\n--" B "--";
     expect_bad("a boundary line not ended by CRLF", no_crlf, strlen(no_crlf), "CRLF");
     const char *open_head = "--" B "\r\nContent-Disposition: form-data; name=a\r\n";
     expect_bad("headers without their empty line", open_head, strlen(open_head), "empty line");
@@ -180,7 +182,7 @@ static void test_bad_bodies(void)
     char *big = malloc(SRV_MULTIPART_MAX_HEAD + 512);
     if (big) {
         size_t k = (size_t)sprintf(big, "--" B "\r\nContent-Disposition: form-data; name=a\r\n"
-                                   "X-Pad: ");
+                                        "X-Pad: ");
         memset(big + k, 'p', SRV_MULTIPART_MAX_HEAD);
         k += SRV_MULTIPART_MAX_HEAD;
         k += (size_t)sprintf(big + k, "\r\n\r\nx\r\n--" B "--");
@@ -189,12 +191,14 @@ static void test_bad_bodies(void)
     }
     /* two parts of one name; one part more than the bound */
     n = (size_t)snprintf(body, sizeof(body),
-                         "--" B "\r\n%s\r\n\r\n1\r\n--" B "\r\n%s\r\n\r\n2\r\n--" B "--", head, head);
+                         "--" B "\r\n%s\r\n\r\n1\r\n--" B "\r\n%s\r\n\r\n2\r\n--" B "--", head,
+                         head);
     expect_bad("two parts of one name", body, n, "two fields named 'a'");
     n = 0;
     for (int i = 0; i <= SRV_MULTIPART_MAX_PARTS; i++)
-        n += (size_t)snprintf(body + n, sizeof(body) - n,
-                              "--" B "\r\nContent-Disposition: form-data; name=f%d\r\n\r\nx\r\n", i);
+        n +=
+            (size_t)snprintf(body + n, sizeof(body) - n,
+                             "--" B "\r\nContent-Disposition: form-data; name=f%d\r\n\r\nx\r\n", i);
     n += (size_t)snprintf(body + n, sizeof(body) - n, "--" B "--");
     expect_bad("too many parts", body, n, "more than 16 fields");
 }

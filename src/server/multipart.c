@@ -76,18 +76,21 @@ lt_status srv_multipart_boundary(const char *content_type, char *b, size_t size)
         s++;
         char v[SRV_MULTIPART_MAX_BOUNDARY + 2];
         if (!param_value(&s, end, v, sizeof(v)))
-            return lt_fail(LT_ERR_FORMAT, "a Content-Type parameter is unterminated or too long "
-                           "(a boundary is at most %d characters)", SRV_MULTIPART_MAX_BOUNDARY);
+            return lt_fail(LT_ERR_FORMAT,
+                           "a Content-Type parameter is unterminated or too long "
+                           "(a boundary is at most %d characters)",
+                           SRV_MULTIPART_MAX_BOUNDARY);
         if (!is_boundary)
             continue;
         size_t len = strlen(v);
-        bool ok = len >= 1 && len <= SRV_MULTIPART_MAX_BOUNDARY && len < size &&
-                  v[len - 1] != ' ';
+        bool ok = len >= 1 && len <= SRV_MULTIPART_MAX_BOUNDARY && len < size && v[len - 1] != ' ';
         for (size_t i = 0; ok && i < len; i++)
             ok = boundary_char(v[i]);
         if (!ok)
-            return lt_fail(LT_ERR_FORMAT, "the multipart boundary must be 1..%d letters, digits "
-                           "or '()+_,-./:=? characters", SRV_MULTIPART_MAX_BOUNDARY);
+            return lt_fail(LT_ERR_FORMAT,
+                           "the multipart boundary must be 1..%d letters, digits "
+                           "or '()+_,-./:=? characters",
+                           SRV_MULTIPART_MAX_BOUNDARY);
         memcpy(b, v, len + 1);
         return LT_OK;
     }
@@ -119,9 +122,10 @@ static lt_status parse_disposition(const char *s, const char *end, struct srv_pa
             s++;
         char v[256];
         if (!param_value(&s, end, v, sizeof(v)))
-            return lt_fail(LT_ERR_FORMAT, "a part's Content-Disposition parameter '%.*s' is "
-                           "unterminated or longer than %zu bytes", (int)(k < 40 ? k : 40), key,
-                           sizeof(v) - 1);
+            return lt_fail(LT_ERR_FORMAT,
+                           "a part's Content-Disposition parameter '%.*s' is "
+                           "unterminated or longer than %zu bytes",
+                           (int)(k < 40 ? k : 40), key, sizeof(v) - 1);
         if (k == 4 && !strncasecmp(key, "name", 4)) {
             if (strlen(v) >= sizeof(part->name))
                 return lt_fail(LT_ERR_FORMAT, "a form field's name is longer than %zu bytes",
@@ -191,8 +195,10 @@ static lt_status parse_part(const char *delim, size_t dlen, const char *body, si
         return st;
     const char *ce = memmem(body + cs, len - cs, delim, dlen); /* delim starts with CRLF */
     if (!ce)
-        return lt_fail(LT_ERR_FORMAT, "the body ends inside the part '%s', before the closing "
-                       "boundary", part->name);
+        return lt_fail(LT_ERR_FORMAT,
+                       "the body ends inside the part '%s', before the closing "
+                       "boundary",
+                       part->name);
     part->data = body + cs;
     part->len = (size_t)(ce - (body + cs));
     *pos = (size_t)(ce - body) + dlen;
@@ -214,7 +220,7 @@ static lt_status parse_parts(const char *delim, size_t dlen, const char *body, s
     size_t pos = first_delimiter(delim, dlen, body, len);
     if (pos == 0)
         return lt_fail(LT_ERR_FORMAT, "the body does not hold the boundary its Content-Type "
-                       "names");
+                                      "names");
     for (;;) {
         if (len - pos >= 2 && body[pos] == '-' && body[pos + 1] == '-')
             break; /* the closing delimiter; what follows is the epilogue */

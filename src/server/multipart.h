@@ -10,14 +10,14 @@
 #include "lathe/status.h"
 
 #define SRV_MULTIPART_MAX_PARTS 16
-#define SRV_MULTIPART_MAX_HEAD 8192 /* one part's header block, in bytes */
+#define SRV_MULTIPART_MAX_HEAD 8192   /* one part's header block, in bytes */
 #define SRV_MULTIPART_MAX_BOUNDARY 70 /* RFC 2046 */
 
 struct srv_part {
-    char name[64];       /* the form field's name (Content-Disposition name=) */
-    char filename[256];  /* the file's name as the client gave it; "" when none */
-    bool has_filename;   /* the part is a file (filename= present, maybe empty) */
-    const char *data;    /* [len] the part's bytes, inside the body (borrowed) */
+    char name[64];      /* the form field's name (Content-Disposition name=) */
+    char filename[256]; /* the file's name as the client gave it; "" when none */
+    bool has_filename;  /* the part is a file (filename= present, maybe empty) */
+    const char *data;   /* [len] the part's bytes, inside the body (borrowed) */
     size_t len;
 };
 

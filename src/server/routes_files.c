@@ -76,8 +76,8 @@ static json_t *file_object(const char *id, json_int_t bytes, json_int_t created_
                            json_t *filename /* stolen */)
 {
     return json_pack("{s:s,s:s,s:I,s:I,s:o,s:s,s:s,s:n}", "id", id, "object", "file", "bytes",
-                     bytes, "created_at", created_at, "filename", filename, "purpose",
-                     FILE_PURPOSE, "status", "processed", "status_details");
+                     bytes, "created_at", created_at, "filename", filename, "purpose", FILE_PURPOSE,
+                     "status", "processed", "status_details");
 }
 
 /* The stored object of file `id` (valid), re-checked; NULL when there is none. */
@@ -98,9 +98,9 @@ static json_t *file_load(const struct srv_app *app, const char *id)
         json_decref(j);
         return NULL;
     }
-    json_t *obj = file_object(id, (json_int_t)sb.st_size,
-                              json_integer_value(json_object_get(j, "created_at")),
-                              json_incref(filename));
+    json_t *obj =
+        file_object(id, (json_int_t)sb.st_size,
+                    json_integer_value(json_object_get(j, "created_at")), json_incref(filename));
     json_decref(j);
     return obj;
 }
@@ -129,8 +129,8 @@ static lt_status write_all(int fd, const char *data, size_t n, const char *path)
 
 /* Writes data[0..n) to a new "target.tmp-XXXXXX" (tmp, size bytes), held locked by *fd
  * until the caller closes it. On failure nothing is left and *fd is -1. */
-static lt_status write_temp(const char *target, const char *data, size_t n, char *tmp,
-                            size_t size, int *fd)
+static lt_status write_temp(const char *target, const char *data, size_t n, char *tmp, size_t size,
+                            int *fd)
 {
     *fd = -1;
     int w = snprintf(tmp, size, "%s" FILE_TMP_TAG, target);
@@ -165,7 +165,8 @@ static int check_data(struct srv_app *app, const char *data_tmp, const char *fil
     if (f.example >= 0)
         return srv_fail(st, "file", "invalid_file",
                         "'%.100s' is not fine-tuning data this server accepts: line %d "
-                        "(example %d): %s", filename, f.line, f.example, f.reason);
+                        "(example %d): %s",
+                        filename, f.line, f.example, f.reason);
     const char *msg = lt_last_error();
     size_t n = strlen(data_tmp); /* the server's own path is no business of the client */
     if (!strncmp(msg, data_tmp, n) && !strncmp(msg + n, ": ", 2))
@@ -201,8 +202,7 @@ static int new_id(char id[FILE_ID_LEN + 1])
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return srv_fail(503, NULL, NULL, "no random bytes for a file id: %s",
-                            strerror(errno));
+            return srv_fail(503, NULL, NULL, "no random bytes for a file id: %s", strerror(errno));
         got += (size_t)k;
     }
     memcpy(id, FILE_ID_PREFIX, 5);
@@ -267,12 +267,15 @@ static int upload_form(const struct srv_request *rq, struct srv_multipart *m,
     if (ls == LT_ERR_UNSUPPORTED)
         return srv_fail(415, NULL, "unsupported_media_type",
                         "POST /v1/files takes multipart/form-data with the fields 'file' and "
-                        "'purpose': %s", lt_last_error());
+                        "'purpose': %s",
+                        lt_last_error());
     if (ls == LT_OK)
         ls = srv_multipart_parse(boundary, rq->body, rq->body_len, m);
     if (ls != LT_OK)
-        return srv_fail(400, NULL, "invalid_multipart", "the upload is not valid "
-                        "multipart/form-data: %s", lt_last_error());
+        return srv_fail(400, NULL, "invalid_multipart",
+                        "the upload is not valid "
+                        "multipart/form-data: %s",
+                        lt_last_error());
     for (int i = 0; i < m->n; i++)
         if (strcmp(m->parts[i].name, "file") != 0 && strcmp(m->parts[i].name, "purpose") != 0)
             return srv_fail(400, m->parts[i].name, "unknown_field",
@@ -282,24 +285,27 @@ static int upload_form(const struct srv_request *rq, struct srv_multipart *m,
     *file = srv_multipart_get(m, "file");
     if (!purpose)
         return srv_fail(400, "purpose", "missing_field", "missing field 'purpose'");
-    if (purpose->len != strlen(FILE_PURPOSE) || memcmp(purpose->data, FILE_PURPOSE,
-                                                       purpose->len) != 0)
-        return srv_fail(400, "purpose", "invalid_value", "purpose '%.*s' is not supported: this "
-                        "server stores only '" FILE_PURPOSE "' files", purpose->len > 64 ? 64 :
-                        (int)purpose->len, purpose->data);
+    if (purpose->len != strlen(FILE_PURPOSE) ||
+        memcmp(purpose->data, FILE_PURPOSE, purpose->len) != 0)
+        return srv_fail(400, "purpose", "invalid_value",
+                        "purpose '%.*s' is not supported: this "
+                        "server stores only '" FILE_PURPOSE "' files",
+                        purpose->len > 64 ? 64 : (int)purpose->len, purpose->data);
     if (!*file)
         return srv_fail(400, "file", "missing_field", "missing field 'file'");
     if (!(*file)->has_filename)
-        return srv_fail(400, "file", "invalid_type", "the field 'file' must be a file upload "
+        return srv_fail(400, "file", "invalid_type",
+                        "the field 'file' must be a file upload "
                         "(a part with a filename)");
     if ((*file)->len == 0)
         return srv_fail(400, "file", "invalid_value", "the file '%.100s' is empty",
                         (*file)->filename);
     const char *nul = memchr((*file)->data, 0, (*file)->len);
     if (nul)
-        return srv_fail(400, "file", "invalid_file", "the file '%.100s' holds a NUL byte at "
-                        "offset %zu; JSONL is text", (*file)->filename,
-                        (size_t)(nul - (*file)->data));
+        return srv_fail(400, "file", "invalid_file",
+                        "the file '%.100s' holds a NUL byte at "
+                        "offset %zu; JSONL is text",
+                        (*file)->filename, (size_t)(nul - (*file)->data));
     return 200;
 }
 
@@ -309,8 +315,10 @@ void srv_route_files_upload(struct srv_app *app, const struct srv_request *rq,
     if (!files_enabled(app, rs))
         return;
     if (rq->body_too_large) {
-        srv_respond_error(rs, 413, "file", "file_too_large", "the upload is larger than this "
-                          "server accepts (--max-upload-mib %zu)", app->max_upload_bytes >> 20);
+        srv_respond_error(rs, 413, "file", "file_too_large",
+                          "the upload is larger than this "
+                          "server accepts (--max-upload-mib %zu)",
+                          app->max_upload_bytes >> 20);
         return;
     }
     struct srv_multipart *m = malloc(sizeof(*m));
@@ -378,12 +386,11 @@ void srv_route_files_list(struct srv_app *app, const struct srv_request *rq,
     for (size_t i = 0; i < n; i++)
         json_array_append_new(data, found[i]);
     free(found);
-    srv_respond_json(rs, 200, json_pack("{s:s,s:o,s:b}", "object", "list", "data", data,
-                                        "has_more", false));
+    srv_respond_json(rs, 200,
+                     json_pack("{s:s,s:o,s:b}", "object", "list", "data", data, "has_more", false));
 }
 
-void srv_route_files_get(struct srv_app *app, const struct srv_request *rq,
-                         struct srv_response *rs)
+void srv_route_files_get(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
 {
     if (!files_enabled(app, rs))
         return;
@@ -401,8 +408,8 @@ void srv_route_files_content(struct srv_app *app, const struct srv_request *rq,
         return;
     char path[1024];
     json_t *o = srv_file_id_valid(rq->route_id) ? file_load(app, rq->route_id) : NULL;
-    FILE *f = o && file_path(app, rq->route_id, ".jsonl", path, sizeof(path))
-                  ? fopen(path, "rb") : NULL;
+    FILE *f =
+        o && file_path(app, rq->route_id, ".jsonl", path, sizeof(path)) ? fopen(path, "rb") : NULL;
     json_decref(o);
     if (!f) {
         respond_no_file(rs, rq->route_id);
@@ -440,8 +447,8 @@ void srv_route_files_delete(struct srv_app *app, const struct srv_request *rq,
         return;
     }
     unlink(data);
-    srv_respond_json(rs, 200, json_pack("{s:s,s:s,s:b}", "id", rq->route_id, "object", "file",
-                                        "deleted", true));
+    srv_respond_json(
+        rs, 200, json_pack("{s:s,s:s,s:b}", "id", rq->route_id, "object", "file", "deleted", true));
 }
 
 int srv_file_resolve(struct srv_app *app, const char *name, const char *param, char *path,
@@ -454,8 +461,10 @@ int srv_file_resolve(struct srv_app *app, const char *name, const char *param, c
     json_t *o = srv_file_id_valid(name) ? file_load(app, name) : NULL;
     json_decref(o);
     if (!o || !file_path(app, name, ".jsonl", path, size))
-        return srv_fail(400, param, "file_not_found", "there is no uploaded file '%.100s' "
-                        "(upload one with POST /v1/files)", name);
+        return srv_fail(400, param, "file_not_found",
+                        "there is no uploaded file '%.100s' "
+                        "(upload one with POST /v1/files)",
+                        name);
     return 200;
 }
 
@@ -485,8 +494,8 @@ static bool is_temp_name(const char *s)
     id[FILE_ID_LEN] = 0;
     const char *ext = s + FILE_ID_LEN, *t = s + n - tag;
     size_t ext_len = (size_t)(t - ext);
-    bool ext_ok = (ext_len == 5 && !strncmp(ext, ".json", 5)) ||
-                  (ext_len == 6 && !strncmp(ext, ".jsonl", 6));
+    bool ext_ok =
+        (ext_len == 5 && !strncmp(ext, ".json", 5)) || (ext_len == 6 && !strncmp(ext, ".jsonl", 6));
     return srv_file_id_valid(id) && ext_ok && !strncmp(t, ".tmp-", 5) &&
            strspn(t + 5, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == 6;
 }
