@@ -417,9 +417,11 @@ bool srv_guard_admit(const struct srv_guard *g, const struct srv_request *rq, co
     }
     if (changes_state(rq->method, path) &&
         !body_type_accepted(rq->method, path, rq->content_type)) {
+        bool upload = !strcmp(rq->method, "POST") && !strcmp(path, "/v1/files");
         srv_respond_error(rs, 415, NULL, "unsupported_media_type",
-                          "%s %s needs 'Content-Type: application/json', not '%.100s'", rq->method,
-                          path, rq->content_type ? rq->content_type : "none");
+                          "%s %s needs 'Content-Type: %s', not '%.100s'", rq->method, path,
+                          upload ? "multipart/form-data" : "application/json",
+                          rq->content_type ? rq->content_type : "none");
         return false;
     }
     return true;
