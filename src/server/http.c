@@ -371,6 +371,16 @@ static enum MHD_Result send_refusal(struct srv_http *h, struct MHD_Connection *c
     return send_response(c, &rc->answer);
 }
 
+/* 413 before the body is in, naming the cap that applied. */
+static enum MHD_Result send_too_large(struct srv_http *h, struct MHD_Connection *c,
+                                      struct req_ctx *rc)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the request body is larger than the %zu bytes the server accepts%s",
+             rc->cap, rc->cap != h->app->max_body_bytes ? " for an upload (--max-upload-mib)" : "");
+    return send_early_error(h, c, rc, 413, "body_too_large", msg);
+}
+
 /* The request head is in: a new context, the deadline off, framing and the guard checked. */
 static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection *c,
                                        const char *url, const char *method, void **con_cls)
@@ -401,8 +411,7 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
     /* A client that waits for "100 Continue" can be told at once. */
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl && expects_continue && strtoull(cl, NULL, 10) > rc->cap)
-        return send_early_error(h, c, rc, 413, "body_too_large",
-                                "the request body is larger than the server accepts");
+        return send_too_large(h, c, rc);
     return MHD_YES;
 }
 
@@ -423,10 +432,7 @@ static enum MHD_Result on_request_body(struct srv_http *h, struct MHD_Connection
         lt_strbuf_free(&rc->body);
     }
     if (rc->received > rc->cap + SRV_DRAIN_LIMIT)
-        return rc->refused ? send_refusal(h, c, rc)
-                           : send_early_error(h, c, rc, 413, "body_too_large",
-                                              "the request body is larger than the server "
-                                              "accepts");
+        return rc->refused ? send_refusal(h, c, rc) : send_too_large(h, c, rc);
     return MHD_YES;
 }
 

@@ -24,6 +24,7 @@ Skipped (77) without the model, `openai` or `requests`.
 """
 import json
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -156,6 +157,12 @@ def run_bad_multipart(c, srv):
     # the limit holds while the body arrives: 2 MiB are read and dropped, never kept
     r = srv.requests.post(srv.base + "/v1/files", data=b"x" * (2 << 20), headers={"Content-Type": ct}, timeout=60)
     c.check(r.status_code == 413, f"a body over the limit: {r.status_code} {r.text[:200]}")
+    # a client that waits for "100 Continue" (curl over 1 MiB) hears the 413 before it sends
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
+        s.sendall(f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {ct}\r\n"
+                  f"Content-Length: {2 << 20}\r\nExpect: 100-continue\r\n\r\n".encode())
+        head = s.recv(4096).decode(errors="replace")
+    c.check(head.startswith("HTTP/1.1 413") and "--max-upload-mib" in head, f"413 before the body: {head[:300]!r}")
 
 
 def run_fine_tune(c, srv, client, train_dir, state):
