@@ -273,9 +273,7 @@ static int upload_form(const struct srv_request *rq, struct srv_multipart *m,
         ls = srv_multipart_parse(boundary, rq->body, rq->body_len, m);
     if (ls != LT_OK)
         return srv_fail(400, NULL, "invalid_multipart",
-                        "the upload is not valid "
-                        "multipart/form-data: %s",
-                        lt_last_error());
+                        "the upload is not valid multipart/form-data: %s", lt_last_error());
     for (int i = 0; i < m->n; i++)
         if (strcmp(m->parts[i].name, "file") != 0 && strcmp(m->parts[i].name, "purpose") != 0)
             return srv_fail(400, m->parts[i].name, "unknown_field",
@@ -288,23 +286,21 @@ static int upload_form(const struct srv_request *rq, struct srv_multipart *m,
     if (purpose->len != strlen(FILE_PURPOSE) ||
         memcmp(purpose->data, FILE_PURPOSE, purpose->len) != 0)
         return srv_fail(400, "purpose", "invalid_value",
-                        "purpose '%.*s' is not supported: this "
-                        "server stores only '" FILE_PURPOSE "' files",
+                        "purpose '%.*s' is not supported: this server stores only '" FILE_PURPOSE
+                        "' files",
                         purpose->len > 64 ? 64 : (int)purpose->len, purpose->data);
     if (!*file)
         return srv_fail(400, "file", "missing_field", "missing field 'file'");
     if (!(*file)->has_filename)
         return srv_fail(400, "file", "invalid_type",
-                        "the field 'file' must be a file upload "
-                        "(a part with a filename)");
+                        "the field 'file' must be a file upload (a part with a filename)");
     if ((*file)->len == 0)
         return srv_fail(400, "file", "invalid_value", "the file '%.100s' is empty",
                         (*file)->filename);
     const char *nul = memchr((*file)->data, 0, (*file)->len);
     if (nul)
         return srv_fail(400, "file", "invalid_file",
-                        "the file '%.100s' holds a NUL byte at "
-                        "offset %zu; JSONL is text",
+                        "the file '%.100s' holds a NUL byte at offset %zu; JSONL is text",
                         (*file)->filename, (size_t)(nul - (*file)->data));
     return 200;
 }
@@ -316,8 +312,7 @@ void srv_route_files_upload(struct srv_app *app, const struct srv_request *rq,
         return;
     if (rq->body_too_large) {
         srv_respond_error(rs, 413, "file", "file_too_large",
-                          "the upload is larger than this "
-                          "server accepts (--max-upload-mib %zu)",
+                          "the upload is larger than this server accepts (--max-upload-mib %zu)",
                           app->max_upload_bytes >> 20);
         return;
     }
