@@ -9,6 +9,8 @@
  *   - bad uploads get 4xx naming the fault and leave nothing: JSONL a job would refuse (the
  *     line named), another purpose, over the cap (413), a form without its closing boundary;
  *   - ids other than "file-" and 24 hex digits are 404, whatever they hold;
+ *   - uploads still arriving hold at most SRV_MAX_UPLOADS slots: one more gets 503, and
+ *     once they are gone uploads are taken again;
  *   - a fine-tuning job created with file ids (training and validation) runs to "succeeded"
  *     with the validation file's examples held out;
  *   - delete: 200, then 404 for it everywhere, and nothing left on disk. */
@@ -30,6 +32,7 @@ int main(void)
 
 #include "http_client.h"
 #include "lathe/server.h"
+#include "server/server_impl.h" /* SRV_MAX_UPLOADS */
 #include "server_harness.h"
 #include "test_train_tiny.h"
 
@@ -229,6 +232,58 @@ static void test_job(const char *id, const char *vid)
     json_decref(j);
 }
 
+/* SRV_MAX_UPLOADS uploads still arriving hold every upload slot: one more is answered 503
+ * (once its body is in), and when they go away uploads are taken again. */
+static void test_upload_slots(void)
+{
+    int held[SRV_MAX_UPLOADS];
+    char head[256];
+    int n = snprintf(head, sizeof(head),
+                     "POST /v1/files HTTP/1.1\r\n" MULTIPART_HEADERS "Content-Length: 1000\r\n"
+                     "\r\n--" BOUNDARY "\r\n");
+    for (int i = 0; i < SRV_MAX_UPLOADS; i++)
+        held[i] = http_send_raw(port, head, (size_t)n);
+    int receiving = -1;
+    for (int i = 0; i < 200 && receiving != SRV_MAX_UPLOADS; i++) { /* their heads are read */
+        char *m = get_body("/metrics");
+        const char *at = m ? strstr(m, "\nlathe_http_uploads_receiving ") : NULL;
+        receiving = at ? atoi(at + strlen("\nlathe_http_uploads_receiving ")) : -1;
+        free(m);
+        if (receiving != SRV_MAX_UPLOADS)
+            sleep_ms(50);
+    }
+    CHECK(receiving == SRV_MAX_UPLOADS, "/metrics counts the uploads arriving: %d", receiving);
+    struct http_reply r;
+    upload("fine-tune", "one.jsonl", GOOD, true, &r);
+    json_t *j = reply_json(&r);
+    const char *code = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    CHECK(r.status == 503 && code && !strcmp(code, "too_many_uploads"), "one upload too many: %d %s",
+          r.status, r.body ? r.body : "");
+    json_decref(j);
+    http_reply_free(&r);
+    for (int i = 0; i < SRV_MAX_UPLOADS; i++)
+        if (held[i] >= 0)
+            close(held[i]);
+    int status = 0;
+    for (int i = 0; i < 50 && status != 200; i++) { /* the server notices the closes */
+        sleep_ms(50);
+        upload("fine-tune", "two.jsonl", GOOD, true, &r);
+        status = r.status;
+        if (status == 200) { /* not kept: the counts below are the other files' */
+            j = reply_json(&r);
+            char path[128];
+            snprintf(path, sizeof(path), "/v1/files/%s",
+                     json_string_value(json_object_get(j, "id")));
+            json_decref(j);
+            struct http_reply d;
+            CHECK(http_do(port, "DELETE", path, NULL, &d) && d.status == 200, "delete it");
+            http_reply_free(&d);
+        }
+        http_reply_free(&r);
+    }
+    CHECK(status == 200, "uploads are taken again once the others went away: %d", status);
+}
+
 static void test_delete(const char *id)
 {
     char path[128];
@@ -293,6 +348,7 @@ int main(void)
         sleep_ms(1100); /* created_at is in seconds: the second file is newer */
         upload_good("held out.jsonl", GOOD, vid);
         test_bad_uploads();
+        test_upload_slots();
         test_stored(id, vid);
         test_job(id, vid);
         test_delete(id);

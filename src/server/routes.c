@@ -61,6 +61,7 @@ static void route_metrics(struct srv_app *app, const struct srv_request *rq,
     uint64_t counts[6];
     memcpy(counts, app->http_requests, sizeof(counts));
     uint64_t timeouts = app->header_timeouts;
+    int uploads = app->uploads_receiving;
     pthread_mutex_unlock(&app->stats_mu);
     for (int i = 0; i < 6; i++)
         srv_strbuf_appendf(&rs->body, "lathe_http_requests_total{class=\"%s\"} %llu\n", cls[i],
@@ -71,6 +72,11 @@ static void route_metrics(struct srv_app *app, const struct srv_request *rq,
                        "# TYPE lathe_http_header_timeouts_total counter\n"
                        "lathe_http_header_timeouts_total %llu\n",
                        (unsigned long long)timeouts);
+    srv_strbuf_appendf(&rs->body,
+                       "# HELP lathe_http_uploads_receiving Uploads (POST /v1/files) being "
+                       "received now.\n# TYPE lathe_http_uploads_receiving gauge\n"
+                       "lathe_http_uploads_receiving %d\n",
+                       uploads);
     char why[64];
     enum srv_state st = app->engine->iface->state(app->engine, why, sizeof(why));
     srv_strbuf_appendf(&rs->body,
@@ -288,12 +294,12 @@ static void path_normalise(const char *in, char *out, size_t size)
         out[--len] = 0;
 }
 
-size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq)
+size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq, bool *upload)
 {
     char path[512];
     path_normalise(rq->path, path, sizeof(path));
-    bool upload = !strcmp(rq->method, "POST") && !strcmp(path, "/v1/files");
-    return upload && app->max_upload_bytes > 0 ? app->max_upload_bytes : app->max_body_bytes;
+    *upload = !strcmp(rq->method, "POST") && !strcmp(path, "/v1/files");
+    return *upload && app->max_upload_bytes > 0 ? app->max_upload_bytes : app->max_body_bytes;
 }
 
 bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
@@ -365,8 +371,9 @@ void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_res
 
 #include "server/server_impl.h"
 
-size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq)
+size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq, bool *upload)
 {
+    *upload = false;
     return app->max_body_bytes;
 }
 

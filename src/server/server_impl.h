@@ -445,9 +445,16 @@ struct srv_app {
     pthread_mutex_t stats_mu;
     uint64_t http_requests[6]; /* by class: 1xx..5xx, [0] other */
     uint64_t header_timeouts;  /* connections closed for headers not in on time */
+    int uploads_receiving;     /* uploads whose bodies are being read (at most
+                                * SRV_MAX_UPLOADS), under stats_mu */
 };
 
 struct srv_http;
+
+/* Uploads read at once: each holds up to max_upload_bytes in memory until its route has
+ * stored it, so 4 x --max-upload-mib (256 MiB by default) is the most they hold; one more is
+ * answered 503. */
+#define SRV_MAX_UPLOADS 4
 
 /* Serves app on host:port (port 0: any). */
 lt_status srv_http_start(struct srv_app *app, const char *host, int port, int max_connections,
@@ -461,8 +468,8 @@ void srv_http_stop(struct srv_http *h); /* NULL is fine */
  * srv_route answers it); false after answering it in rs (the guard refused it). */
 bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 /* The most body bytes the request may send, from its method and path: max_upload_bytes for
- * an upload (POST /v1/files), max_body_bytes otherwise. */
-size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq);
+ * an upload (POST /v1/files; *upload set), max_body_bytes otherwise. */
+size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq, bool *upload);
 /* Removes what uploads to train_dir/files left when the process was killed (their
  * temporary files, and data whose file object was never written); counts them. */
 lt_status srv_files_remove_stale(const char *train_dir, int *n_removed);
