@@ -4,7 +4,8 @@
  *     starts nothing, so is one with Host: evil.example (DNS rebinding); loopback names, the
  *     bound address and --allowed-hosts names pass, with or without a port; /health is open;
  *   - state-changing routes need Content-Type: application/json (415 otherwise); the rest do
- *     not;
+ *     not; POST /v1/files also takes multipart/form-data (still refused from another origin
+ *     or without the key), DELETE needs no Content-Type;
  *   - CORS: an allowed origin gets Access-Control-Allow-Origin, its preflight 204 with the
  *     methods and headers; another origin's preflight gets 403;
  *   - with keys (given and from a file): every route but /health and GET / (the web page,
@@ -118,6 +119,12 @@ static void test_cross_site_train(void)
     expect("POST", "/train",
            "Host: 127.0.0.1\r\nOrigin: http://evil.example\r\nContent-Type: application/json\r\n",
            TRAIN_BODY, 403, "origin_not_allowed");
+    /* a form on another site can send multipart/form-data: its Origin is what is refused */
+    expect("POST", "/v1/files",
+           "Host: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
+           "Content-Type: multipart/form-data; boundary=x\r\n",
+           "--x\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nfine-tune\r\n--x--",
+           403, "origin_not_allowed");
     expect("POST", "/v1/chat/completions",
            "Host: 127.0.0.1\r\nOrigin: http://evil.example\r\nContent-Type: text/plain\r\n",
            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 403, "origin_not_allowed");
@@ -178,8 +185,17 @@ static void test_content_type(void)
     };
     for (size_t i = 0; i < sizeof(state_changing) / sizeof(state_changing[0]); i++)
         for (size_t k = 0; k < sizeof(not_json) / sizeof(not_json[0]); k++)
-            expect("POST", state_changing[i], not_json[k], TRAIN_BODY, 415,
-                   "unsupported_media_type");
+            if (strcmp(state_changing[i], "/v1/files") != 0 || !strstr(not_json[k], "multipart"))
+                expect("POST", state_changing[i], not_json[k], TRAIN_BODY, 415,
+                       "unsupported_media_type");
+    /* an upload is multipart/form-data (OpenAI's shape): admitted to its route, which finds
+     * no form in this body; and only POST /v1/files takes it */
+    expect("POST", "/v1/files", not_json[2], TRAIN_BODY, 400, "invalid_multipart");
+    expect("POST", "/v1/files/x", not_json[2], TRAIN_BODY, 415, "unsupported_media_type");
+    expect("PUT", "/v1/files", not_json[2], TRAIN_BODY, 415, "unsupported_media_type");
+    /* DELETE has no body and no form sends it: admitted, and no such file */
+    expect("DELETE", "/v1/files/file-000000000000000000000000", "Host: 127.0.0.1\r\n", NULL, 404,
+           NULL);
     CHECK(fake.train_starts == before && fake.lora_loads == 0 && fake.n_ops == 0,
           "nothing started, loaded or controlled");
     expect("POST", "/train", "Host: 127.0.0.1\r\nContent-Type: Application/JSON; charset=utf-8\r\n",
@@ -307,6 +323,12 @@ static void test_keys(void)
           "the page is open: %d, CSP '%s'", r.status, csp);
     http_reply_free(&r);
     expect("POST", "/", HTTP_JSON_HEADERS, "{}", 401, "invalid_api_key");
+    /* the multipart upload is no way around the key */
+    expect("POST", "/v1/files",
+           "Host: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=x\r\n",
+           "--x--", 401, "invalid_api_key");
+    expect("DELETE", "/v1/files/file-000000000000000000000000", "Host: 127.0.0.1\r\n", NULL,
+           401, "invalid_api_key");
     expect("GET", "/nothing/here", "Host: 127.0.0.1\r\n", NULL, 401, "invalid_api_key");
     expect("GET", "/metrics", "Host: 127.0.0.1\r\n", NULL, 401, "invalid_api_key");
     CHECK(ask("GET", "/metrics", "Host: 127.0.0.1\r\nAuthorization: Bearer sk-two\r\n", NULL,

@@ -97,6 +97,17 @@ int main(void)
                                       .val_split = 0.1f,
                                       .targets = " attn_qkv , ssm_out,"};
     CHECK(lt_train_params_validate(&chatfit, NULL) == LT_OK, "%s", lt_last_error());
+    /* a validation file replaces val_split, and holds chat examples */
+    struct lt_train_params held = {.out = "a.gguf", .examples = "{}", .val_examples_path = "v"};
+    CHECK(lt_train_params_validate(&held, NULL) == LT_OK, "%s", lt_last_error());
+    held.val_split = 0.2f;
+    CHECK(lt_train_params_validate(&held, &e) == LT_ERR_INVALID && e.n == 1 &&
+              has_field(&e, "val_split", "not both"),
+          "val_split and a validation file");
+    struct lt_train_params held_text = {.out = "a.gguf", .text = "x", .val_examples_path = "v"};
+    CHECK(lt_train_params_validate(&held_text, &e) == LT_ERR_INVALID && e.n == 1 &&
+              has_field(&e, "val_examples_path", "chat examples"),
+          "a validation file for text");
 
     enum lt_fit_policy fp;
     CHECK(lt_fit_policy_parse("middle", &fp) && fp == LT_FIT_MIDDLE, "middle");

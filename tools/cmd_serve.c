@@ -31,9 +31,11 @@ static const char usage_text[] =
     "  --threads N           CPU threads (default: all cores)\n"
     "  --pooling mean|last   /v1/embeddings pools the final hidden states by their mean or\n"
     "                        takes the last token's (default mean)\n"
-    "  --train-dir DIR       enable /train: adapters are written to, and loaded from, DIR\n"
+    "  --train-dir DIR       enable /train and /v1/files: adapters are written to, and loaded\n"
+    "                        from, DIR; uploaded files are kept in DIR/files\n"
     "  --lora FILE           load an adapter at start (repeatable)\n"
     "  --max-body BYTES      largest request body (default 8388608)\n"
+    "  --max-upload-mib N    largest upload to /v1/files, in MiB (default 64)\n"
     "  --train-yield-ms N    longest a training step waits for decoding to go idle\n"
     "                        (default 2000; -1: never wait); a job's max_slowdown_ppm\n"
     "                        sizes its own yields and is not capped by this\n"
@@ -136,6 +138,8 @@ static bool parse_valued(const char *a, const char *v, struct lt_server_params *
         l->loras[p->n_loras++] = v;
     else if (!strcmp(a, "--max-body") && parse_int(v, 1024, 1L << 30, &n))
         p->max_body_bytes = (size_t)n;
+    else if (!strcmp(a, "--max-upload-mib") && parse_int(v, 1, 2048, &n))
+        p->max_upload_bytes = (size_t)n << 20;
     else if (!strcmp(a, "--train-yield-ms") && parse_int(v, -1, 3600000, &n))
         p->train_yield_ms = n == 0 ? -1 : (int)n;
     else if (!strcmp(a, "--api-key") && v)

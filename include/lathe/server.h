@@ -37,6 +37,7 @@ struct lt_server_params {
     const char *const *loras; /* adapter files loaded (scale 1) once the model is ready */
     int n_loras;
     size_t max_body_bytes;   /* request bodies above this get 413; 0: 8 MiB */
+    size_t max_upload_bytes; /* the same for uploads (POST /v1/files); 0: 64 MiB */
     int max_connections;     /* open connections (one thread each); 0: 256 */
     int train_yield_ms;      /* the longest a training job waits, between two steps, for
                               * decoding to go idle; 0: 2000; < 0: never waits */

@@ -42,6 +42,8 @@ struct lt_train_params {
     const char *text;          /* plain text itself */
     const char *examples_path; /* JSONL: {"prompt","completion"} or {"messages":[...]} */
     const char *examples;      /* JSONL content itself */
+    const char *val_examples_path; /* JSONL examples held out for the eval loss, instead of a
+                                      val_split share of the examples (chat examples only) */
     /* LoRA */
     int rank;            /* default 8 */
     float alpha;         /* default 2 * rank */
@@ -94,7 +96,9 @@ struct lt_chat_template;
  * this tokenizer and chat template (ct may be NULL: text only) will, and splits it, without a
  * model or any tensor: a caller (the server) can refuse bad data before it starts a job. LT_OK,
  * or the job's own failure with lt_last_error as the job would report it ("example 3 (line 4):
- * \"messages\" must be a non-empty array") and fault (may be NULL) filled. */
+ * \"messages\" must be a non-empty array") and fault (may be NULL) filled. A fault in
+ * val_examples_path's examples is reported the same way, lt_last_error starting with that
+ * path: a caller that must tell the files apart checks that one alone first. */
 lt_status lt_train_data_check(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                               const struct lt_train_params *params,
                               struct lt_train_data_fault *fault);

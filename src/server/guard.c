@@ -7,7 +7,8 @@
  * now resolves to 127.0.0.1 still sends Host: its-name); a cross-origin Origin must be
  * listed (--cors); with keys, "Authorization: Bearer KEY" must carry one of them (/metrics
  * excepted with --metrics-public, and GET /, the web page); a state-changing route must be
- * sent as JSON, which no HTML form and no CORS-free fetch can do.
+ * sent as JSON, which no HTML form and no CORS-free fetch can do (but for DELETE and the
+ * multipart upload of POST /v1/files: body_type_accepted says why).
  *
  * Keys are compared in time that depends on the key's length only, never on how much of
  * it a guess got right, and every key is compared so the time does not say which matched. */
@@ -316,16 +317,32 @@ static bool changes_state(const char *method, const char *path)
            path_under(path, "/v1/fine_tuning") || path_under(path, "/v1/files");
 }
 
-/* "application/json", with parameters or not. */
-static bool is_json(const char *ct)
+/* ct is the media type `type`, with parameters or not. */
+static bool is_type(const char *ct, const char *type)
 {
     if (!ct)
         return false;
     while (*ct == ' ')
         ct++;
-    static const char json[] = "application/json";
-    size_t n = sizeof(json) - 1;
-    return !strncasecmp(ct, json, n) && (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
+    size_t n = strlen(type);
+    return !strncasecmp(ct, type, n) && (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* The body type a state-changing request must have. JSON, which no HTML form can send and
+ * a cross-origin fetch only after a preflight. Two exceptions: DELETE has no body, and no
+ * form can send it either (a cross-origin one is preflighted); and an upload (POST
+ * /v1/files) is multipart/form-data, as OpenAI's API and clients have it. A form can send
+ * that, so the upload rests on the checks before this one: a browser sends Origin with
+ * every cross-origin POST, which must be listed; the Host check stops rebinding; with keys
+ * the request needs one, which a form cannot send. */
+static bool body_type_accepted(const char *method, const char *path, const char *ct)
+{
+    if (!strcmp(method, "DELETE"))
+        return true;
+    if (!strcmp(method, "POST") && !strcmp(path, "/v1/files") &&
+        is_type(ct, "multipart/form-data"))
+        return true;
+    return is_type(ct, "application/json");
 }
 
 /* Request header names a preflight may ask for: tokens only, so echoing them is safe. */
@@ -349,11 +366,11 @@ static void answer_preflight(const struct srv_guard *g, const struct srv_request
         return;
     }
     rs->status = 204;
-    snprintf(rs->allow, sizeof(rs->allow), "GET, POST, OPTIONS");
+    snprintf(rs->allow, sizeof(rs->allow), "GET, POST, DELETE, OPTIONS");
     if (!rq->origin)
         return;
     srv_guard_cors(g, rq, rs);
-    srv_response_header(rs, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    srv_response_header(rs, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
     const char *want = rq->acr_headers && header_list_ok(rq->acr_headers)
                            ? rq->acr_headers
                            : "Authorization, Content-Type";
@@ -398,10 +415,13 @@ bool srv_guard_admit(const struct srv_guard *g, const struct srv_request *rq, co
         srv_response_header(rs, "WWW-Authenticate", "Bearer");
         return false;
     }
-    if (changes_state(rq->method, path) && !is_json(rq->content_type)) {
+    if (changes_state(rq->method, path) &&
+        !body_type_accepted(rq->method, path, rq->content_type)) {
+        bool upload = !strcmp(rq->method, "POST") && !strcmp(path, "/v1/files");
         srv_respond_error(rs, 415, NULL, "unsupported_media_type",
-                          "%s %s needs 'Content-Type: application/json', not '%.100s'", rq->method,
-                          path, rq->content_type ? rq->content_type : "none");
+                          "%s %s needs 'Content-Type: %s', not '%.100s'", rq->method, path,
+                          upload ? "multipart/form-data" : "application/json",
+                          rq->content_type ? rq->content_type : "none");
         return false;
     }
     return true;

@@ -1,6 +1,10 @@
 /* http.c: the HTTP layer over libmicrohttpd: one thread per connection, request bodies up to
  * a cap, the guard once headers are in, dispatch to srv_route, full and streamed responses.
  *
+ * The cap is max_body_bytes, or max_upload_bytes for an upload (POST /v1/files): it is
+ * chosen from the request head, and bytes past it are never kept, only counted. At most
+ * SRV_MAX_UPLOADS uploads are read at once (503 for one more), which bounds what they hold.
+ *
  * Each connection has its own thread, so a route may block (waiting for a generation) and a
  * stream's fill may wait for the next tokens; /health never waits behind them. A body over
  * the cap is read and dropped (so the client, which is still sending, gets its 413 instead
@@ -75,6 +79,9 @@ struct req_ctx {
     char *path;
     struct lt_strbuf body;
     size_t received;
+    size_t cap;       /* the most body bytes kept (srv_route_body_cap) */
+    bool upload;      /* POST /v1/files: cap is max_upload_bytes */
+    bool upload_slot; /* counted in app->uploads_receiving until it completes */
     bool too_large;
     bool refused;               /* the guard answered it: its body is dropped */
     struct srv_response answer; /* that answer, sent once the body is in */
@@ -367,6 +374,26 @@ static enum MHD_Result send_refusal(struct srv_http *h, struct MHD_Connection *c
     return send_response(c, &rc->answer);
 }
 
+/* Counts rc among the uploads being received; false when SRV_MAX_UPLOADS already are. */
+static bool upload_slot_take(struct srv_app *app, struct req_ctx *rc)
+{
+    pthread_mutex_lock(&app->stats_mu);
+    rc->upload_slot = app->uploads_receiving < SRV_MAX_UPLOADS;
+    app->uploads_receiving += rc->upload_slot;
+    pthread_mutex_unlock(&app->stats_mu);
+    return rc->upload_slot;
+}
+
+/* 413 before the body is in, naming the cap that applied. */
+static enum MHD_Result send_too_large(struct srv_http *h, struct MHD_Connection *c,
+                                      struct req_ctx *rc)
+{
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the request body is larger than the %zu bytes the server accepts%s",
+             rc->cap, rc->upload ? " for an upload (--max-upload-mib)" : "");
+    return send_early_error(h, c, rc, 413, "body_too_large", msg);
+}
+
 /* The request head is in: a new context, the deadline off, framing and the guard checked. */
 static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection *c,
                                        const char *url, const char *method, void **con_cls)
@@ -388,16 +415,23 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
     const char *ex = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Expect");
     bool expects_continue = ex && !strcasecmp(ex, "100-continue");
     struct srv_request rq = request_of(c, rc);
+    rc->cap = srv_route_body_cap(app, &rq, &rc->upload);
     if (!srv_route_admit(app, &rq, &rc->answer)) {
         rc->refused = true;
         /* a client waiting for "100 Continue" hears the refusal instead */
         return expects_continue ? send_refusal(h, c, rc) : MHD_YES;
     }
+    if (rc->upload && !upload_slot_take(app, rc)) {
+        srv_respond_error(&rc->answer, 503, NULL, "too_many_uploads",
+                          "%d uploads are being received already; try again when one is done",
+                          SRV_MAX_UPLOADS);
+        rc->refused = true; /* answered once its body is in, like the guard's refusals */
+        return expects_continue ? send_refusal(h, c, rc) : MHD_YES;
+    }
     /* A client that waits for "100 Continue" can be told at once. */
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl && expects_continue && strtoull(cl, NULL, 10) > app->max_body_bytes)
-        return send_early_error(h, c, rc, 413, "body_too_large",
-                                "the request body is larger than the server accepts");
+    if (cl && expects_continue && strtoull(cl, NULL, 10) > rc->cap)
+        return send_too_large(h, c, rc);
     return MHD_YES;
 }
 
@@ -405,12 +439,11 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
 static enum MHD_Result on_request_body(struct srv_http *h, struct MHD_Connection *c,
                                        struct req_ctx *rc, const char *data, size_t n)
 {
-    struct srv_app *app = h->app;
     if (rc->status != 0)
         return MHD_YES; /* answered already: drop the rest */
     rc->received += n;
     bool drop = rc->too_large || rc->refused;
-    if (!drop && rc->body.len + n <= app->max_body_bytes) {
+    if (!drop && rc->body.len + n <= rc->cap) {
         if (lt_strbuf_append(&rc->body, data, n) != LT_OK)
             return send_early_error(h, c, rc, 503, "out_of_memory",
                                     "out of memory for the request body");
@@ -418,11 +451,8 @@ static enum MHD_Result on_request_body(struct srv_http *h, struct MHD_Connection
         rc->too_large = true;
         lt_strbuf_free(&rc->body);
     }
-    if (rc->received > app->max_body_bytes + SRV_DRAIN_LIMIT)
-        return rc->refused ? send_refusal(h, c, rc)
-                           : send_early_error(h, c, rc, 413, "body_too_large",
-                                              "the request body is larger than the server "
-                                              "accepts");
+    if (rc->received > rc->cap + SRV_DRAIN_LIMIT)
+        return rc->refused ? send_refusal(h, c, rc) : send_too_large(h, c, rc);
     return MHD_YES;
 }
 
@@ -466,6 +496,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         fprintf(stderr, "lathe serve: %s %s %d %.3fs%s\n", rc->method, rc->path ? rc->path : "",
                 rc->status, srv_now_mono() - rc->t0,
                 toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    if (rc->upload_slot) {
+        pthread_mutex_lock(&h->app->stats_mu);
+        h->app->uploads_receiving--;
+        pthread_mutex_unlock(&h->app->stats_mu);
+    }
     lt_strbuf_free(&rc->answer.body); /* an answer never sent */
     lt_strbuf_free(&rc->body);
     free(rc->path);

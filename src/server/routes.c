@@ -1,8 +1,8 @@
 /* routes.c: the route table and the small routes (/health, /v1/models, /metrics, /tokenize,
  * /detokenize). Completions are in routes_complete.c, llama.cpp's own routes (/props,
  * /slots, /apply-template, /completion, /infill) in routes_native.c, training in
- * routes_train.c, adapters and model ids in routes_lora.c, the web page (GET /) in
- * routes_page.c. A completion's "model" is resolved here, before its route: the base model,
+ * routes_train.c, uploaded training files (/v1/files) in routes_files.c, adapters and model
+ * ids in routes_lora.c, the web page (GET /) in routes_page.c. A completion's "model" is resolved here, before its route: the base model,
  * an adapter by name or a fine-tuned model (srv_model_resolve), else 404.
  *
  * /health reads only the engine's state, which never waits on a lock held while decoding or
@@ -61,6 +61,7 @@ static void route_metrics(struct srv_app *app, const struct srv_request *rq,
     uint64_t counts[6];
     memcpy(counts, app->http_requests, sizeof(counts));
     uint64_t timeouts = app->header_timeouts;
+    int uploads = app->uploads_receiving;
     pthread_mutex_unlock(&app->stats_mu);
     for (int i = 0; i < 6; i++)
         srv_strbuf_appendf(&rs->body, "lathe_http_requests_total{class=\"%s\"} %llu\n", cls[i],
@@ -71,6 +72,11 @@ static void route_metrics(struct srv_app *app, const struct srv_request *rq,
                        "# TYPE lathe_http_header_timeouts_total counter\n"
                        "lathe_http_header_timeouts_total %llu\n",
                        (unsigned long long)timeouts);
+    srv_strbuf_appendf(&rs->body,
+                       "# HELP lathe_http_uploads_receiving Uploads (POST /v1/files) being "
+                       "received now.\n# TYPE lathe_http_uploads_receiving gauge\n"
+                       "lathe_http_uploads_receiving %d\n",
+                       uploads);
     char why[64];
     enum srv_state st = app->engine->iface->state(app->engine, why, sizeof(why));
     srv_strbuf_appendf(&rs->body,
@@ -246,6 +252,11 @@ static const struct route routes[] = {
     {"GET", "/v1/fine_tuning/jobs/*", srv_route_ft_get},
     {"GET", "/v1/fine_tuning/jobs/*/events", srv_route_ft_events},
     {"POST", "/v1/fine_tuning/jobs/*/cancel", srv_route_ft_cancel},
+    {"GET", "/v1/files", srv_route_files_list},
+    {"POST", "/v1/files", srv_route_files_upload},
+    {"GET", "/v1/files/*", srv_route_files_get},
+    {"DELETE", "/v1/files/*", srv_route_files_delete},
+    {"GET", "/v1/files/*/content", srv_route_files_content},
     {"GET", "/lora-adapters", srv_route_lora_list},
     {"POST", "/lora-adapters", srv_route_lora_scale},
     {"POST", "/lora-adapters/load", srv_route_lora_load},
@@ -281,6 +292,14 @@ static void path_normalise(const char *in, char *out, size_t size)
     size_t len = strlen(out);
     while (len > 1 && out[len - 1] == '/')
         out[--len] = 0;
+}
+
+size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq, bool *upload)
+{
+    char path[512];
+    path_normalise(rq->path, path, sizeof(path));
+    *upload = !strcmp(rq->method, "POST") && !strcmp(path, "/v1/files");
+    return *upload && app->max_upload_bytes > 0 ? app->max_upload_bytes : app->max_body_bytes;
 }
 
 bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
@@ -351,6 +370,12 @@ void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_res
 #else /* !LATHE_HAVE_JANSSON */
 
 #include "server/server_impl.h"
+
+size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq, bool *upload)
+{
+    *upload = false;
+    return app->max_body_bytes;
+}
 
 bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
 {

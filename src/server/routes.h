@@ -93,6 +93,23 @@ void srv_route_ft_events(struct srv_app *app, const struct srv_request *rq,
 void srv_route_ft_cancel(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs);
 
+/* routes_files.c: OpenAI's /v1/files (fine-tuning data stored under the train dir) */
+void srv_route_files_upload(struct srv_app *app, const struct srv_request *rq,
+                            struct srv_response *rs);
+void srv_route_files_list(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs);
+void srv_route_files_get(struct srv_app *app, const struct srv_request *rq,
+                         struct srv_response *rs);
+void srv_route_files_content(struct srv_app *app, const struct srv_request *rq,
+                             struct srv_response *rs);
+void srv_route_files_delete(struct srv_app *app, const struct srv_request *rq,
+                            struct srv_response *rs);
+/* A fine-tuning job's training file: an uploaded file's id ("file-<hex>", into the stored
+ * data's path) or, as before, a plain .jsonl name inside the train dir (srv_path_in_dir).
+ * 200, or a 4xx naming `param`. */
+int srv_file_resolve(struct srv_app *app, const char *name, const char *param, char *path,
+                     size_t size);
+
 /* routes_page.c */
 void srv_route_page(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 

@@ -276,7 +276,8 @@ static int validate_params(const struct lt_train_params *p)
 /* Bad training data is answered here, naming the example, instead of by a job that fails
  * after the 200: examples given as an array are named by their index in it ("examples[3]"),
  * JSONL given as a string by index and line. */
-static int check_data(struct srv_app *app, const struct lt_train_params *p, const json_t *ex)
+static int check_data(struct srv_app *app, const struct lt_train_params *p, const json_t *ex,
+                      const char *file_param, const char *file)
 {
     if (!app->engine->iface->train_check)
         return 200;
@@ -285,6 +286,12 @@ static int check_data(struct srv_app *app, const struct lt_train_params *p, cons
     if (st == 200)
         return 200;
     const char *code = st != 400 ? NULL : p->text ? "invalid_value" : "invalid_example";
+    if (file_param) /* a file of the train dir: its name, not the server's path to it */
+        return f.example < 0
+                   ? srv_fail(st, file_param, code, "%s '%s': %s", file_param, file,
+                              f.reason[0] ? f.reason : lt_last_error())
+                   : srv_fail(st, file_param, code, "%s '%s': example %d (line %d): %s",
+                              file_param, file, f.example, f.line, f.reason);
     if (f.example < 0)
         return srv_fail(st, p->text ? "text" : "examples", code, "%s", lt_last_error());
     if (ex && json_is_array(ex)) {
@@ -416,7 +423,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                       (long long)mi.n_layer);
         goto out_error;
     }
-    if ((st = validate_params(&p)) != 200 || (st = check_data(app, &p, ex)) != 200)
+    if ((st = validate_params(&p)) != 200 || (st = check_data(app, &p, ex, NULL, NULL)) != 200)
         goto out_error;
     char id[48];
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
@@ -534,13 +541,15 @@ static json_t *ft_json(const struct srv_train_info *ti)
     bool done = ti->state == LT_TRAIN_DONE;
     bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
     json_t *j = json_pack(
-        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:n,s:s,s:{s:i,s:o,s:f},s:o,s:I,s:o,s:[],s:n}",
+        "{s:s,s:s,s:s,s:I,s:o,s:o,s:s,s:[],s:s,s:o,s:s,s:{s:i,s:o,s:f},s:o,s:I,s:o,s:[],s:n}",
         "object", "fine_tuning.job", "id", ti->id, "model", ti->meta.model, "created_at",
         (json_int_t)ti->created_at, "finished_at",
         ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(),
         "fine_tuned_model", done ? json_string(ti->meta.out_name) : json_null(),
         "organization_id", "lathe", "result_files", "status", ft_status(ti->state),
-        "validation_file", "training_file", ti->meta.training_file, "hyperparameters",
+        "validation_file",
+        ti->meta.validation_file[0] ? json_string(ti->meta.validation_file) : json_null(),
+        "training_file", ti->meta.training_file, "hyperparameters",
         "n_epochs", p->epochs, "batch_size",
         p->batch > 0 ? json_integer(p->batch) : json_string("auto"), "learning_rate_multiplier",
         (double)p->lr / 1e-3, "trained_tokens",
@@ -562,13 +571,26 @@ static json_t *ft_json(const struct srv_train_info *ti)
     return j;
 }
 
+/* A job's training or validation file (`param`): an uploaded file's id or a .jsonl name in
+ * the train dir, which must exist; its path into path. */
+static int ft_file(struct srv_app *app, const char *name, const char *param, char *path,
+                   size_t size)
+{
+    int st = srv_file_resolve(app, name, param, path, size);
+    struct stat sb;
+    if (st == 200 && (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)))
+        st = srv_fail(400, param, "file_not_found", "there is no file '%s' in the train dir",
+                      name);
+    return st;
+}
+
 void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs)
 {
     static const struct srv_field fields[] = {
         {"model", SRV_JT_STRING, 0, 0, false},
         {"training_file", SRV_JT_STRING, 0, 0, true},
-        {"validation_file", SRV_JT_NULL, 0, 0, false},
+        {"validation_file", SRV_JT_STRING | SRV_JT_NULL, 0, 0, false},
         {"hyperparameters", SRV_JT_OBJECT, 0, 0, false},
         {"suffix", SRV_JT_STRING, 0, 0, false},
         {"seed", SRV_JT_INT, 0, 9.2e18, false},
@@ -576,7 +598,7 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     json_t *body = NULL;
     struct lt_train_params p = {0};
     struct srv_train_meta meta = {.openai_shape = true};
-    char data_path[1024], out_path[1024];
+    char data_path[1024], val_path[1024] = "", out_path[1024];
     int st = srv_parse_body(rq, &body);
     if (st == 200)
         st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
@@ -617,9 +639,9 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     if ((st = parse_pacing(hp, "hyperparameters", &meta.pacing)) != 200)
         goto out_error;
     const char *file = srv_json_str(body, "training_file", "");
-    st = srv_path_in_dir(app->train_dir, file, ".jsonl", "training_file", data_path,
-                         sizeof(data_path));
-    if (st != 200)
+    const char *vfile = srv_json_str(body, "validation_file", NULL);
+    if ((st = ft_file(app, file, "training_file", data_path, sizeof(data_path))) != 200 ||
+        (vfile && (st = ft_file(app, vfile, "validation_file", val_path, sizeof(val_path))) != 200))
         goto out_error;
     const char *suffix = srv_json_str(body, "suffix", "ft");
     if (strlen(suffix) > 40 || strspn(suffix, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -638,19 +660,15 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
                       "'%.64s'", mi.id, model);
         goto out_error;
     }
-    struct stat sb;
-    if (stat(data_path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = srv_fail(400, "training_file", "file_not_found",
-                      "there is no file '%s' in the train dir", file);
-        goto out_error;
-    }
     snprintf(meta.training_file, sizeof(meta.training_file), "%s", file);
+    snprintf(meta.validation_file, sizeof(meta.validation_file), "%s", vfile ? vfile : "");
     snprintf(meta.model, sizeof(meta.model), "%s", mi.id);
     snprintf(meta.out_name, sizeof(meta.out_name), "%s-%08x.gguf", suffix,
              (unsigned)((uint64_t)(srv_now_mono() * 1e6) & 0xffffffffu));
     snprintf(out_path, sizeof(out_path), "%s/%s", app->train_dir, meta.out_name);
     p.out = out_path;
     p.examples_path = data_path;
+    p.val_examples_path = vfile ? val_path : NULL;
     p.epochs = hp && json_is_integer(srv_json_get(hp, "n_epochs"))
                    ? (int)srv_json_int(hp, "n_epochs", 0) : 0;
     p.batch = hp && json_is_integer(srv_json_get(hp, "batch_size"))
@@ -662,7 +680,12 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     p.lr = hp && json_is_number(srv_json_get(hp, "learning_rate_multiplier"))
                ? (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1)) : 0;
     p.seed = (uint64_t)srv_json_int(body, "seed", 0);
-    if ((st = validate_params(&p)) != 200)
+    struct lt_train_params vp = p; /* the validation file alone, so its faults are its own */
+    vp.examples_path = val_path;
+    vp.val_examples_path = NULL;
+    if ((st = validate_params(&p)) != 200 ||
+        (vfile && (st = check_data(app, &vp, NULL, "validation_file", vfile)) != 200) ||
+        (st = check_data(app, &p, NULL, "training_file", file)) != 200)
         goto out_error;
     char id[48];
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)

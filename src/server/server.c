@@ -65,6 +65,8 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
         return lt_fail(LT_ERR_INVALID, "--pooling must be mean or last");
     if (p.max_body_bytes == 0)
         p.max_body_bytes = (size_t)8 << 20;
+    if (p.max_upload_bytes == 0)
+        p.max_upload_bytes = (size_t)64 << 20;
     if (p.train_dir) {
         struct stat sb;
         if (stat(p.train_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
@@ -74,6 +76,10 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
         int n_removed = 0;
         if (lt_gguf_remove_stale_temps(p.train_dir, NULL, &n_removed) == LT_OK && n_removed > 0)
             fprintf(stderr, "lathe serve: removed %d unfinished temporary file%s from %s\n",
+                    n_removed, n_removed == 1 ? "" : "s", p.train_dir);
+        /* and what an upload to /v1/files left (routes_files.c) */
+        if (srv_files_remove_stale(p.train_dir, &n_removed) == LT_OK && n_removed > 0)
+            fprintf(stderr, "lathe serve: removed %d unfinished upload%s from %s/files\n",
                     n_removed, n_removed == 1 ? "" : "s", p.train_dir);
     }
     if (p.max_connections < 0 || p.max_connections > 65536)
@@ -97,6 +103,7 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
     s->app.engine = s->engine;
     s->app.train_dir = ((struct engine *)s->engine->impl)->train_dir;
     s->app.max_body_bytes = p.max_body_bytes;
+    s->app.max_upload_bytes = p.max_upload_bytes;
     s->app.header_timeout_s = p.header_timeout_ms / 1000.0;
     s->app.quiet = p.quiet;
     s->app.any_model_id = p.any_model_id;

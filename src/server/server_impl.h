@@ -262,6 +262,7 @@ struct srv_train_meta {
     char model[SRV_NAME_MAX];         /* the served model's id */
     char out_name[SRV_NAME_MAX];      /* the adapter's name inside the train dir */
     char training_file[SRV_NAME_MAX]; /* fine-tuning shape: the examples file; "" otherwise */
+    char validation_file[SRV_NAME_MAX]; /* and its held-out examples' file; "" when none */
     bool openai_shape;
     struct srv_train_pacing pacing;
 };
@@ -398,7 +399,8 @@ void srv_response_header(struct srv_response *rs, const char *name, const char *
  * Host must name this server (loopback, the bound address or an allowed host), so a page
  * that rebinds its own name to 127.0.0.1 is refused. Either way a browser's cross-origin
  * request needs its Origin listed, and a state-changing route (/train*, /lora-adapters*,
- * /v1/fine_tuning*, /v1/files*) needs a JSON body, which no HTML form can send. */
+ * /v1/fine_tuning*, /v1/files*) needs a JSON body, which no HTML form can send; except
+ * POST /v1/files, which takes multipart/form-data, and DELETE, which no form can send. */
 struct srv_guard {
     char **keys; /* [n_keys]; none: no authentication */
     int n_keys;
@@ -431,6 +433,7 @@ struct srv_app {
     struct srv_engine *engine;
     const char *train_dir; /* NULL: training and loading by name disabled */
     size_t max_body_bytes;
+    size_t max_upload_bytes; /* the cap for POST /v1/files instead (srv_route_body_cap) */
     double header_timeout_s; /* a request's headers must be in this long after the
                               * connection opened or its previous request ended; 0: 10 */
     bool quiet;
@@ -444,9 +447,16 @@ struct srv_app {
     pthread_mutex_t stats_mu;
     uint64_t http_requests[6]; /* by class: 1xx..5xx, [0] other */
     uint64_t header_timeouts;  /* connections closed for headers not in on time */
+    int uploads_receiving;     /* uploads whose bodies are being read (at most
+                                * SRV_MAX_UPLOADS), under stats_mu */
 };
 
 struct srv_http;
+
+/* Uploads read at once: each holds up to max_upload_bytes in memory until its route has
+ * stored it, so 4 x --max-upload-mib (256 MiB by default) is the most they hold; one more is
+ * answered 503. */
+#define SRV_MAX_UPLOADS 4
 
 /* Serves app on host:port (port 0: any). */
 lt_status srv_http_start(struct srv_app *app, const char *host, int port, int max_connections,
@@ -459,6 +469,12 @@ void srv_http_stop(struct srv_http *h); /* NULL is fine */
 /* Once a request's headers are in: true when it may proceed (its body is then read and
  * srv_route answers it); false after answering it in rs (the guard refused it). */
 bool srv_route_admit(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
+/* The most body bytes the request may send, from its method and path: max_upload_bytes for
+ * an upload (POST /v1/files; *upload set), max_body_bytes otherwise. */
+size_t srv_route_body_cap(const struct srv_app *app, const struct srv_request *rq, bool *upload);
+/* Removes what uploads to train_dir/files left when the process was killed (their
+ * temporary files, and data whose file object was never written); counts them. */
+lt_status srv_files_remove_stale(const char *train_dir, int *n_removed);
 /* Answers one admitted request (fills rs); never fails to answer. */
 void srv_route(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 

@@ -406,6 +406,7 @@ int srv_trainer_start(struct srv_trainer *t, const struct lt_train_params *p,
     lt_train_params_defaults(&ti->params);
     ti->params.out = ti->params.text = ti->params.text_path = NULL;
     ti->params.examples = ti->params.examples_path = ti->params.targets = NULL;
+    ti->params.val_examples_path = NULL;
     for (int i = 0; i < LT_TRAIN_MAX_EPOCHS; i++)
         ti->train_loss[i] = ti->eval_loss[i] = NAN;
     ti->prog.n_epochs = ti->params.epochs;

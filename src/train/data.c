@@ -1,5 +1,6 @@
 /* data.c: a job's training data: read (a file, or content given in memory), tokenized (text
- * cut into windows, or chat examples rendered through the template) and split.
+ * cut into windows, or chat examples rendered through the template) and split, or given its
+ * validation examples from a file of their own (val_examples_path).
  *
  * The job and lt_train_data_check run this same code with the same tokenizer and template
  * (both come from the model's GGUF), so data a caller checked first is data the job
@@ -67,6 +68,49 @@ static void note_fault(const struct lt_dataset *d, bool chat, struct lt_train_da
     snprintf(fault->reason, sizeof(fault->reason), "%s", msg);
 }
 
+/* Appends the examples of p->val_examples_path to out (whose first n_train examples are the
+ * training ones, in *order) and makes them the validation split: *order becomes those, then
+ * the training order. */
+static lt_status add_held_out(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
+                              const struct lt_train_params *p, struct lt_dataset *out,
+                              int **order, int *n_val, struct lt_train_data_fault *fault)
+{
+    const char *path = p->val_examples_path;
+    char *file = NULL;
+    size_t len = 0;
+    struct lt_dataset v = {0};
+    lt_status st = read_file(path, &file, &len);
+    if (st != LT_OK)
+        return st;
+    st = lt_dataset_chat(tok, ct, file, len, p->window, p->fit, &v);
+    free(file);
+    if (st != LT_OK) {
+        note_fault(&v, true, fault);
+        lt_dataset_free(&v);
+        return lt_fail(st, "%s: %s", path, lt_last_error());
+    }
+    int n_train = out->n;
+    int *merged = malloc((size_t)(n_train + v.n) * sizeof(int));
+    if (!merged)
+        st = lt_fail(LT_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == LT_OK && i < v.n; i++) {
+        st = lt_dataset_push(out, v.ex[i].tokens, v.ex[i].labels, v.ex[i].n, v.ex[i].source);
+        merged[i] = n_train + i;
+    }
+    if (st != LT_OK) {
+        free(merged);
+        lt_dataset_free(&v);
+        return st;
+    }
+    memcpy(merged + v.n, *order, (size_t)n_train * sizeof(int));
+    free(*order);
+    *order = merged;
+    *n_val = v.n;
+    out->n_fitted += v.n_fitted;
+    lt_dataset_free(&v);
+    return LT_OK;
+}
+
 lt_status lt_train_data_load(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                              const struct lt_train_params *p, struct lt_dataset *out, int **order,
                              int *n_val, struct lt_train_data_fault *fault)
@@ -106,8 +150,12 @@ lt_status lt_train_data_load(const struct lt_tokenizer *tok, const struct lt_cha
     st = lt_dataset_split(out->n, p->val_split, p->seed, order, n_val);
     if (st == LT_OK && out->n - *n_val < 1)
         st = lt_fail(LT_ERR_INVALID, "no example is left for training after the validation split");
+    bool split_failed = st != LT_OK;
+    if (st == LT_OK && chat && p->val_examples_path)
+        st = add_held_out(tok, ct, p, out, order, n_val, fault); /* its own fault */
     if (st != LT_OK) {
-        note_fault(out, false, fault);
+        if (split_failed)
+            note_fault(out, false, fault);
         lt_dataset_free(out);
         free(*order);
         *order = NULL;

@@ -578,6 +578,7 @@ static lt_status job_new(struct lt_model *model, struct lt_backend *const *backe
     j->p.examples_path = j->strs[3] = dup_str(params->examples_path, &ok);
     j->p.examples = j->strs[4] = dup_str(params->examples, &ok);
     j->p.targets = j->strs[5] = dup_str(params->targets, &ok);
+    j->p.val_examples_path = j->strs[6] = dup_str(params->val_examples_path, &ok);
     j->progress_fn = progress;
     j->user = user;
     pthread_mutex_init(&j->mu, NULL);

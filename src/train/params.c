@@ -134,6 +134,11 @@ lt_status lt_train_params_validate(const struct lt_train_params *given,
     if (p.batch > 0 && p.grad_accum > 0)
         add_error(e, "grad_accum",
                   "give batch (examples a step) or grad_accum (micro-batches a step), not both");
+    if (p.val_examples_path && p.val_split > 0)
+        add_error(e, "val_split", "give val_split or a validation file, not both");
+    if (p.val_examples_path && !p.examples && !p.examples_path)
+        add_error(e, "val_examples_path", "a validation file holds chat examples, so the "
+                  "training data must be chat examples too");
     if ((int)p.fit < LT_FIT_NONE || (int)p.fit > LT_FIT_LEFT)
         add_error(e, "fit", "fit must be none, middle or left");
     else if (p.fit != LT_FIT_NONE && (p.text || p.text_path))

@@ -438,17 +438,18 @@ def run_bad_bodies(c, srv):
     c.check(srv.get("/health").status_code == 200, "healthy after all bad bodies")
 
 
-def run_session(prefix, timeout, make_steps, after=None):
-    """Starts `lathe serve` on SmolLM2 with a fresh train dir, polls /health throughout, runs
-    the named steps make_steps(c, srv, client, train_dir) returns, then `after(c, srv)`;
-    checks /health never failed and SIGTERM exits 0. Returns the exit status."""
+def run_session(prefix, timeout, make_steps, after=None, extra=()):
+    """Starts `lathe serve` on SmolLM2 with a fresh train dir (and the options `extra`), polls
+    /health throughout, runs the named steps make_steps(c, srv, client, train_dir) returns,
+    then `after(c, srv)`; checks /health never failed and SIGTERM exits 0. Returns the exit
+    status."""
     model = server_prerequisites()
     if not model:
         return SKIP
     import openai
     c = Checks()
     with tempfile.TemporaryDirectory(prefix=prefix) as train_dir:
-        srv = Server(model, train_dir)
+        srv = Server(model, train_dir, extra=extra)
         poller = HealthPoller(srv.base)
         poller.start()
         try:
