@@ -261,6 +261,7 @@ static const struct route routes[] = {
     {"POST", "/lora-adapters", srv_route_lora_scale},
     {"POST", "/lora-adapters/load", srv_route_lora_load},
     {"POST", "/lora-adapters/unload", srv_route_lora_unload},
+    {"GET", "/lora-adapters/files", srv_route_lora_files},
 };
 
 /* Matches path against pattern; a '*' segment matches one non-empty segment, copied to id. */

@@ -120,6 +120,11 @@ void srv_route_lora_scale(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs);
 void srv_route_lora_load(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs);
+/* the most entries a listing route answers with */
+#define SRV_MAX_LISTED 1024
+
+void srv_route_lora_files(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs);
 void srv_route_lora_unload(struct srv_app *app, const struct srv_request *rq,
                            struct srv_response *rs);
 

@@ -1,5 +1,6 @@
 /* routes_lora.c: LoRA adapters: GET /lora-adapters, POST /lora-adapters (scales),
- * /lora-adapters/load and /lora-adapters/unload.
+ * /lora-adapters/load and /lora-adapters/unload, GET /lora-adapters/files (the adapter files
+ * in the train dir).
  *
  * An adapter is loaded by name from the train dir only (so a finished /train job's output
  * can be served without a restart, and nothing else on the machine can be read). A loaded
@@ -9,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
+#include "lathe/gguf.h"
 #include "server/json_check.h"
 #include "server/routes.h"
 
@@ -41,6 +44,70 @@ void srv_route_lora_list(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs)
 {
     respond_list(app, rs);
+}
+
+/* ---- GET /lora-adapters/files: the adapters in the train dir ---- */
+
+static bool adapter_loaded(struct srv_app *app, const char *name);
+
+/* Whether the GGUF at path is a LoRA adapter (general.type "adapter", adapter.type "lora"),
+ * read from its header. */
+static bool is_lora_file(const char *path)
+{
+    struct lt_gguf *g = NULL;
+    const char *type = NULL, *kind = NULL;
+    bool yes = lt_gguf_open(path, &g) == LT_OK && lt_gguf_find_key(g, "general.type") >= 0 &&
+               lt_gguf_get_str(g, "general.type", &type) == LT_OK && !strcmp(type, "adapter") &&
+               lt_gguf_find_key(g, "adapter.type") >= 0 &&
+               lt_gguf_get_str(g, "adapter.type", &kind) == LT_OK && !strcmp(kind, "lora");
+    lt_gguf_close(g);
+    return yes;
+}
+
+static int cmp_file_name(const void *a, const void *b)
+{
+    return strcmp(json_string_value(json_object_get(*(json_t *const *)a, "name")),
+                  json_string_value(json_object_get(*(json_t *const *)b, "name")));
+}
+
+/* [{name, bytes, modified, loaded}] for every LoRA adapter file at the top of the train dir
+ * (what /lora-adapters/load takes), by name; other files (models, data, temporaries) are
+ * left out. */
+void srv_route_lora_files(struct srv_app *app, const struct srv_request *rq,
+                          struct srv_response *rs)
+{
+    if (!app->train_dir) {
+        srv_respond_error(rs, 403, NULL, "training_disabled",
+                          "adapters are loaded from --train-dir, which this server was not "
+                          "started with");
+        return;
+    }
+    DIR *d = opendir(app->train_dir);
+    if (!d) {
+        srv_respond_error(rs, 500, NULL, NULL, "cannot read the train dir");
+        return;
+    }
+    json_t *items[SRV_MAX_LISTED];
+    size_t n = 0;
+    for (struct dirent *e = readdir(d); e && n < SRV_MAX_LISTED; e = readdir(d)) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len < 6 || strcmp(e->d_name + len - 5, ".gguf") != 0)
+            continue;
+        char path[2048];
+        struct stat sb;
+        snprintf(path, sizeof(path), "%s/%s", app->train_dir, e->d_name);
+        if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || !is_lora_file(path))
+            continue;
+        items[n++] = json_pack("{s:s,s:I,s:I,s:b}", "name", e->d_name, "bytes",
+                               (json_int_t)sb.st_size, "modified", (json_int_t)sb.st_mtime,
+                               "loaded", adapter_loaded(app, e->d_name));
+    }
+    closedir(d);
+    qsort(items, n, sizeof(items[0]), cmp_file_name);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, items[i]);
+    srv_respond_json(rs, 200, arr);
 }
 
 static const struct srv_field pick_fields[] = {

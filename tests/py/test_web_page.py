@@ -6,9 +6,12 @@
   2. Chat: a question streams an answer into the page (its text is seen growing); stop ends
      a long answer part way; text with HTML in it is shown as text; regenerate replaces the
      last answer; an answer through an adapter chosen on the page.
-  3. Training from the form: a tiny plain-text LoRA job reaches `done` with at least two loss
-     points drawn on the canvas (its data-points attribute); "load this adapter" loads it
-     (GET /lora-adapters agrees, and the Adapters tab lists it).
+  3. Training from the form: a tiny plain-text LoRA job with val_split reaches `done` with at
+     least two loss points drawn on the canvas (its data-points attribute) and the eval loss
+     after its epoch (data-eval-points); the Adapters tab lists the adapter files of the
+     train dir (GET /lora-adapters/files, a non-adapter .gguf left out); "load this adapter"
+     loads it (GET /lora-adapters agrees, the Adapters tab lists it, its file's button says
+     Loaded).
   4. A job over its memory budget (memory_budget_mib 1) shows the server's refusal sentence
      and the refusal's kind.
   5. Dry run, when the server takes `dry_run` in POST /train: the admission report shows.
@@ -182,6 +185,7 @@ def run_training(c, srv, page, train_dir):
     page.fill("t-rank", "4")
     page.fill("t-window", "32")
     page.fill("t-epochs", "1")
+    page.fill("t-val", "0.25")
     page.el("t-start").click()
     state = wait("the job to end", lambda: page.el("job-state").get_attribute("data-state")
                  in ("done", "error", "cancelled") and page.el("job-state").get_attribute("data-state"),
@@ -191,8 +195,24 @@ def run_training(c, srv, page, train_dir):
                  and page.el("loss-canvas").get_attribute("data-points"), timeout=20))
     print(f"loss points drawn: {n}", flush=True)
     c.check(n >= 2, f"at least 2 loss points drawn: {n}")
+    ev = [e["eval_loss"] for e in srv.get("/train").json()["epochs"]]
+    n_ev = int(wait("the eval loss point", lambda: int(page.el("loss-canvas").get_attribute(
+        "data-eval-points")) >= 1 and page.el("loss-canvas").get_attribute("data-eval-points"),
+        timeout=20))
+    c.check(n_ev == len([e for e in ev if e is not None]) >= 1,
+            f"the eval loss drawn after each epoch: {n_ev} points, the job's {ev}")
     c.check(os.path.exists(os.path.join(train_dir, "web.gguf")), "the adapter was written")
     page.shot("train", "job")
+
+    # the Adapters tab lists the adapter files of the train dir (not other .gguf files)
+    with open(os.path.join(train_dir, "junk.gguf"), "wb") as f:
+        f.write(b"not a gguf file")
+    files = [f["name"] for f in srv.get("/lora-adapters/files").json()]
+    c.check(files == ["web.gguf"], f"GET /lora-adapters/files lists the adapter alone: {files}")
+    page.tab("adapters")
+    wait("the adapter files", lambda: "web.gguf" in page.el("lora-files").text, timeout=10)
+    c.check("junk.gguf" not in page.el("lora-files").text, "a file that is no adapter is left out")
+    page.tab("train")
 
     load = page.el("job-load")
     c.check(load.is_displayed(), "a finished job offers to load its adapter")
@@ -202,6 +222,10 @@ def run_training(c, srv, page, train_dir):
     c.check("web.gguf" in loaded, f"the adapter is loaded: {loaded} {page.el('job-msg').text}")
     page.tab("adapters")
     wait("the adapters table", lambda: "web.gguf" in page.el("lora-table").text, timeout=10)
+    btn = wait("the file's button", lambda: [b for b in page.all("#lora-files button")
+                                             if b.get_attribute("data-file") == "web.gguf"
+                                             and not b.is_enabled()], timeout=10)
+    c.check(btn and btn[0].text == "Loaded", "the loaded file's button says so")
 
     # chat through the adapter chosen on the page
     page.tab("chat")
