@@ -65,6 +65,9 @@ static const struct srv_field chat_fields[] = {
     {"chat_template_kwargs", SRV_JT_OBJECT, 0, 0, false},
     {"logprobs", SRV_JT_BOOL, 0, 0, false},
     {"top_logprobs", SRV_JT_INT, 0, LT_GEN_MAX_TOP_LOGPROBS, false},
+    {"tools", SRV_JT_ARRAY, 0, 0, false}, /* and tool_choice: routes_tools.c */
+    {"tool_choice", SRV_JT_STRING | SRV_JT_OBJECT, 0, 0, false},
+    {"parallel_tool_calls", SRV_JT_BOOL, 0, 0, false}, /* accepted; calls are never limited */
 };
 static const struct srv_field text_fields[] = {
     {"prompt", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, true},
@@ -72,6 +75,7 @@ static const struct srv_field text_fields[] = {
     {"echo", SRV_JT_BOOL, 0, 0, false},
 };
 #define N_COMMON (sizeof(common_fields) / sizeof(common_fields[0]))
+#define N_CHAT (sizeof(chat_fields) / sizeof(chat_fields[0]))
 
 /* One choice: its generation and what a stream has sent of it. */
 struct choice {
@@ -79,7 +83,9 @@ struct choice {
     char *echo; /* legacy `echo`: the prompt's text, owned; NULL: none */
     size_t echo_len;
     size_t sent, lp_sent; /* stream: text bytes and log-probability records sent */
+    size_t seen;          /* stream: text bytes looked at (more than sent while held back) */
     bool ended;           /* stream: its finish chunk is out */
+    bool called;          /* stream: its output held tool calls */
 };
 
 /* What a response needs besides the generations. */
@@ -95,6 +101,8 @@ struct completion {
     int n_prompt; /* each prompt's tokens once */
     int n_choices;
     struct choice *ch; /* [n_choices] */
+    struct srv_tools tools; /* chat: the request's tools (routes_tools.c) */
+    enum lt_chat_kind chat_kind;
 };
 
 static void completion_free(struct completion *c)
@@ -109,6 +117,7 @@ static void completion_free(struct completion *c)
     free(c->ch);
     c->ch = NULL;
     c->n_choices = 0;
+    srv_tools_free(&c->tools);
 }
 
 static atomic_ullong request_counter;
@@ -301,14 +310,17 @@ static int message_content(const json_t *content, const char *where, char **out)
     return *out ? 200 : srv_fail(503, name, NULL, "out of memory");
 }
 
-/* The chat prompt's tokens, rendered by the engine's template. */
-static int chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
+/* The chat prompt's tokens, rendered by the engine's template (with tools, when given). */
+static int chat_prompt(struct srv_app *app, const json_t *body, const struct srv_tools *tools,
+                       struct lt_tokens *out)
 {
     static const struct srv_field msg_fields[] = {
         {"role", SRV_JT_STRING, 0, 0, true},
         {"content", SRV_JT_STRING | SRV_JT_ARRAY | SRV_JT_NULL, 0, 0, false},
         {"name", SRV_JT_STRING, 0, 0, false},
         {"reasoning_content", SRV_JT_STRING, 0, 0, false},
+        {"tool_calls", SRV_JT_ARRAY, 0, 0, false},
+        {"tool_call_id", SRV_JT_STRING, 0, 0, false},
     };
     json_t *msgs = json_object_get(body, "messages");
     size_t n = json_array_size(msgs);
@@ -326,7 +338,7 @@ static int chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens
         thinking = srv_json_bool(kw, "enable_thinking", false);
     }
     struct lt_chat_message *cm = calloc(n, sizeof(*cm));
-    char **contents = calloc(n, sizeof(*contents));
+    char **contents = calloc(2 * n, sizeof(*contents)); /* contents, then tool_calls' JSON */
     int st = 200;
     if (!cm || !contents) {
         st = srv_fail(503, "messages", NULL, "out of memory for %zu messages", n);
@@ -336,7 +348,7 @@ static int chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens
     for (size_t i = 0; i < n && st == 200; i++) {
         json_t *m = json_array_get(msgs, i);
         snprintf(where, sizeof(where), "messages[%zu]", i);
-        if ((st = srv_check_object(m, where, msg_fields, 4)) != 200)
+        if ((st = srv_check_object(m, where, msg_fields, 6)) != 200)
             break;
         const char *role = srv_json_str(m, "role", "");
         if (!role_known(role)) {
@@ -347,16 +359,23 @@ static int chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens
                           rname, role);
             break;
         }
-        if ((st = message_content(srv_json_get(m, "content"), where, &contents[i])) != 200)
+        if ((st = message_content(srv_json_get(m, "content"), where, &contents[i])) != 200 ||
+            (st = srv_message_tool_calls(m, where, &contents[n + i])) != 200)
             break;
         cm[i].role = !strcmp(role, "developer") ? "system" : role;
         cm[i].content = contents[i];
         cm[i].reasoning = srv_json_str(m, "reasoning_content", NULL);
+        cm[i].tool_calls = contents[n + i];
+    }
+    struct lt_chat_options opts = {.enable_thinking = thinking};
+    if (tools) {
+        opts.tools = tools->tools;
+        opts.prefill = tools->prefill;
     }
     if (st == 200)
-        st = app->engine->iface->prompt_chat(app->engine, cm, n, thinking, out);
+        st = app->engine->iface->prompt_chat(app->engine, cm, n, &opts, out);
 out_free:
-    for (size_t i = 0; contents && i < n; i++)
+    for (size_t i = 0; contents && i < 2 * n; i++)
         free(contents[i]);
     free(contents);
     free(cm);
@@ -528,7 +547,7 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
     int st = srv_parse_body(rq, &body);
     *body_out = body;
     if (st == 200)
-        st = kind == KIND_CHAT ? check_fields(body, chat_fields, 4)
+        st = kind == KIND_CHAT ? check_fields(body, chat_fields, N_CHAT)
                                : check_fields(body, text_fields, 3);
     if (st == 200)
         st = read_sampling(body, &p);
@@ -561,7 +580,10 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
             goto out_free;
         }
         n_pr = 1;
-        st = chat_prompt(app, body, &tk);
+        c->chat_kind = mi.chat_kind;
+        st = srv_tools_read(body, mi.chat_kind, &c->tools);
+        if (st == 200)
+            st = chat_prompt(app, body, &c->tools, &tk);
         pr->ids = tk.ids;
         pr->n = tk.n;
         free(tk.offs);
@@ -678,7 +700,7 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
 {
-    return chat_prompt(app, body, out);
+    return chat_prompt(app, body, NULL, out);
 }
 
 /* ---- shaping the response ---- */
@@ -743,14 +765,23 @@ static void respond_whole(struct srv_app *app, const struct srv_request *rq,
         n_completion += s.n_completion;
         if (s.total_s >= last.total_s)
             last = s;
-        json_t *content = srv_json_text(text.data, text.len);
+        json_t *choice;
+        if (c->kind == KIND_CHAT && c->tools.parse) {
+            bool called = false;
+            json_t *msg = srv_tool_message(&c->tools, c->chat_kind, text.data, text.len,
+                                           fresh_random, &called);
+            choice = json_pack("{s:i,s:o,s:s}", "index", i, "message", msg ? msg : json_null(),
+                               "finish_reason", called ? "tool_calls" : finish_reason(s.finish));
+        } else {
+            json_t *content = srv_json_text(text.data, text.len);
+            choice = c->kind == KIND_CHAT
+                         ? json_pack("{s:i,s:{s:s,s:o},s:s}", "index", i, "message", "role",
+                                     "assistant", "content", content, "finish_reason",
+                                     finish_reason(s.finish))
+                         : json_pack("{s:i,s:o,s:s}", "index", i, "text", content,
+                                     "finish_reason", finish_reason(s.finish));
+        }
         lt_strbuf_free(&text);
-        json_t *choice =
-            c->kind == KIND_CHAT
-                ? json_pack("{s:i,s:{s:s,s:o},s:s}", "index", i, "message", "role", "assistant",
-                            "content", content, "finish_reason", finish_reason(s.finish))
-                : json_pack("{s:i,s:o,s:s}", "index", i, "text", content, "finish_reason",
-                            finish_reason(s.finish));
         struct srv_token_lp *r = NULL;
         size_t n_r = ch->g->p.logprobs ? srv_gen_logprobs(ch->g, 0, s.visible, &r) : 0;
         choice_set_lp(app, c, ch, choice, r, n_r);
@@ -819,27 +850,44 @@ static bool stream_choice(struct stream_state *ss, int i, struct lt_strbuf *out,
     struct lt_strbuf text = {0};
     struct srv_gen_snap s;
     srv_gen_snapshot(ch->g, ch->sent, &text, &s);
+    ch->seen = s.visible;
+    /* with tools, text from where a call could start is held back until the end; a forced
+     * call (prefill) holds it all */
+    bool tools = c->kind == KIND_CHAT && c->tools.parse;
+    size_t show = !tools ? text.len : c->tools.prefill ? 0 : lt_chat_tool_safe_len(text.data,
+                                                                                   text.len);
     struct srv_token_lp *r = NULL;
     size_t n_r = ch->g->p.logprobs ? srv_gen_logprobs(ch->g, ch->lp_sent, s.visible, &r) : 0;
-    if (text.len > 0 || n_r > 0) {
-        json_t *chunk = chunk_json(c, i, text_delta(c, text.data, text.len), NULL);
+    /* records are kept even when not asked for; held-back text sends none on their own */
+    bool lp_wanted = !tools || c->chat_top >= 0 || c->n_probs > 0;
+    if (show > 0 || (n_r > 0 && lp_wanted)) {
+        json_t *chunk = chunk_json(c, i, text_delta(c, text.data, show), NULL);
         if (n_r > 0 && chunk)
             choice_set_lp(ss->app, c, ch, json_array_get(json_object_get(chunk, "choices"), 0),
                           r, n_r);
         sse_event(out, chunk);
-        ch->sent = s.visible;
+        ch->sent += show;
         ch->lp_sent += n_r;
         *got = true;
     }
     free(r);
-    lt_strbuf_free(&text);
-    if (!s.done)
-        return false;
-    if (failed(&s)) {
+    if (!s.done || failed(&s)) {
+        lt_strbuf_free(&text);
+        if (!s.done)
+            return false;
         int status = s.err_status ? s.err_status : 500;
         *err = srv_error_json(status, NULL, NULL, s.err[0] ? s.err : "cancelled");
         return true;
     }
+    if (tools) {
+        json_t *deltas = srv_tool_deltas(&c->tools, c->chat_kind, c->tools.prefill != NULL,
+                                         text.data ? text.data + show : "", text.len - show,
+                                         fresh_random, &ch->called);
+        for (size_t k = 0; k < json_array_size(deltas); k++)
+            sse_event(out, chunk_json(c, i, json_incref(json_array_get(deltas, k)), NULL));
+        json_decref(deltas);
+    }
+    lt_strbuf_free(&text);
     ss->n_completion += s.n_completion;
     if (s.total_s >= ss->last.total_s)
         ss->last = s;
@@ -868,7 +916,7 @@ static bool stream_fill(void *user, struct srv_conn *conn, struct lt_strbuf *out
     while (first < c->n_choices && c->ch[first].ended)
         first++;
     if (first < c->n_choices)
-        srv_gen_wait(c->ch[first].g, c->ch[first].sent, c->n_choices > 1 ? 20 : 100);
+        srv_gen_wait(c->ch[first].g, c->ch[first].seen, c->n_choices > 1 ? 20 : 100);
     bool got = false;
     int left = 0;
     for (int i = 0; i < c->n_choices; i++) {
@@ -892,7 +940,7 @@ static bool stream_fill(void *user, struct srv_conn *conn, struct lt_strbuf *out
         struct srv_gen_snap s;
         srv_gen_snapshot(c->ch[i].g, 0, NULL, &s);
         json_t *last = chunk_json(c, i, c->kind == KIND_CHAT ? json_object() : json_string(""),
-                                  finish_reason(s.finish));
+                                  c->ch[i].called ? "tool_calls" : finish_reason(s.finish));
         if (all) {
             json_object_set_new(last, "usage", usage_json(c, ss->n_completion));
             json_object_set_new(last, "timings", timings_json(&ss->last));
