@@ -282,7 +282,8 @@ struct lt_chat_tool_output {
 
 /* Reads a model's output for tool calls. Every <tool_call> block must parse, name one of
  * `tools` and carry an arguments object; otherwise (or with no block) n_calls is 0 and
- * content is the whole text. A last block may lack its closing tag (the model stopped).
+ * content is the whole text. A last block may lack its closing tag (the model stopped, or
+ * went on without it): what follows its call is then content.
  * out is zeroed first; free it with lt_chat_tool_output_free. */
 lt_status lt_chat_tool_parse(enum lt_chat_kind kind, const char *tools, const char *text,
                              size_t len, struct lt_chat_tool_output *out);

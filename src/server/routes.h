@@ -27,8 +27,8 @@ void srv_route_completions(struct srv_app *app, const struct srv_request *rq,
  * prompt (string or token ids) of a /v1/completions-shaped body whose fields are checked,
  * into p (the caller frees it). */
 int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_gen_params *p);
-/* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs), rendered as
- * /v1/chat/completions renders them. */
+/* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs, tools,
+ * tool_choice), rendered as /v1/chat/completions renders them. */
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out);
 /* routes_tools.c: a chat request's tools, as given to the template and the output reader */
 struct srv_tools {

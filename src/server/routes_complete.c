@@ -700,7 +700,14 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
 {
-    return chat_prompt(app, body, NULL, out);
+    struct srv_model_info mi;
+    struct srv_tools tools;
+    app->engine->iface->info(app->engine, &mi);
+    int st = srv_tools_read(body, mi.chat_kind, &tools);
+    if (st == 200)
+        st = chat_prompt(app, body, &tools, out);
+    srv_tools_free(&tools);
+    return st;
 }
 
 /* ---- shaping the response ---- */

@@ -100,7 +100,8 @@ static int read_choice(const json_t *body, const json_t *tools, char *mode, cons
         *name = srv_json_str(json_object_get(tc, "function"), "name", "");
         if (!has_tool(tools, *name))
             return srv_fail(400, "tool_choice.function.name", "invalid_value",
-                            "'tool_choice' names '%.60s', which is not among 'tools'", *name);
+                            "'tool_choice.function.name' is '%.60s', which is not among 'tools'",
+                            *name);
     }
     if ((*mode == 'r' || *mode == 'f') && json_array_size(tools) == 0)
         return srv_fail(400, "tool_choice", "invalid_value",

@@ -464,19 +464,68 @@ static json_t *find_tool(json_t *tools, const char *name, size_t n)
     return NULL;
 }
 
-/* {"name": ..., "arguments": {...}} (Qwen2.5's and the generic format). Small models often
- * drop the call's last closing brace (SmolLM2 does, after a forced call's prefill), so a
- * call that does not parse is read again with one "}" appended. */
-static json_t *parse_json_call(json_t *tools, const char *s, size_t n, const char **name)
+static const char *skip_space(const char *p, const char *end)
 {
-    json_t *call = json_loadb(s, n, 0, NULL);
-    char *fixed = call ? NULL : malloc(n + 2);
-    if (fixed) {
-        memcpy(fixed, s, n);
-        memcpy(fixed + n, "}", 2);
-        call = json_loadb(fixed, n + 1, 0, NULL);
-        free(fixed);
+    while (p < end && is_space(*p))
+        p++;
+    return p;
+}
+
+static bool take(const char **p, const char *end, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(end - *p) < n || memcmp(*p, lit, n))
+        return false;
+    *p += n;
+    return true;
+}
+
+/* One JSON value at *p (advanced past it), or NULL. */
+static json_t *take_value(const char **p, const char *end)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb(*p, (size_t)(end - *p), JSON_DISABLE_EOF_CHECK | JSON_DECODE_ANY, &jerr);
+    if (v)
+        *p += jerr.position;
+    return v;
+}
+
+/* {"name": N, "arguments": A} read field by field, the closing brace optional: small models
+ * often drop it (SmolLM2 does after a forced call's prefill, and goes on writing). */
+static json_t *take_call_fields(const char **p, const char *end)
+{
+    const char *q = skip_space(*p, end);
+    json_t *name = NULL, *args = NULL, *call = NULL;
+    if (take(&q, end, "{") && (q = skip_space(q, end), take(&q, end, "\"name\"")) &&
+        (q = skip_space(q, end), take(&q, end, ":")) && (q = skip_space(q, end), true) &&
+        (name = take_value(&q, end)) && (q = skip_space(q, end), take(&q, end, ",")) &&
+        (q = skip_space(q, end), take(&q, end, "\"arguments\"")) &&
+        (q = skip_space(q, end), take(&q, end, ":")) && (q = skip_space(q, end), true) &&
+        (args = take_value(&q, end))) {
+        const char *r = skip_space(q, end);
+        if (take(&r, end, "}"))
+            q = r;
+        call = json_pack("{s:O,s:O}", "name", name, "arguments", args);
+        *p = q;
     }
+    json_decref(name);
+    json_decref(args);
+    return call;
+}
+
+/* {"name": ..., "arguments": {...}} (Qwen2.5's and the generic format), at the start of
+ * s[0..n); *used: the bytes it took. */
+static json_t *parse_json_call(json_t *tools, const char *s, size_t n, const char **name,
+                               size_t *used)
+{
+    const char *p = s;
+    json_t *call = take_value(&p, s + n);
+    if (!json_is_object(call)) {
+        json_decref(call);
+        p = s;
+        call = take_call_fields(&p, s + n);
+    }
+    *used = (size_t)(p - s);
     json_t *fname = json_object_get(call, "name");
     json_t *args = json_object_get(call, "arguments");
     json_t *out = NULL;
@@ -494,22 +543,6 @@ static json_t *parse_json_call(json_t *tools, const char *s, size_t n, const cha
     *name = out ? strdup(json_string_value(fname)) : NULL;
     json_decref(call);
     return out;
-}
-
-static const char *skip_space(const char *p, const char *end)
-{
-    while (p < end && is_space(*p))
-        p++;
-    return p;
-}
-
-static bool take(const char **p, const char *end, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(end - *p) < n || memcmp(*p, lit, n))
-        return false;
-    *p += n;
-    return true;
 }
 
 static const char *find(const char *s, const char *end, const char *lit)
@@ -592,7 +625,9 @@ static lt_status add_call(struct lt_chat_tool_output *o, const char *name, json_
     return LT_OK;
 }
 
-/* The blocks of text into o; false when one does not parse. */
+/* The blocks of text into o; false when one does not parse. A closed block holds one call
+ * and nothing else; in a last block the model left open (it went on, or stopped), what
+ * follows the call is kept as text outside it. */
 static bool parse_blocks(enum lt_chat_kind kind, json_t *tools, const char *text, size_t len,
                          struct lt_chat_tool_output *o, struct lt_strbuf *outside, lt_status *st)
 {
@@ -609,10 +644,17 @@ static bool parse_blocks(enum lt_chat_kind kind, json_t *tools, const char *text
         const char *close = find(body, end, TOOL_CLOSE);
         const char *body_end = close ? close : end;
         const char *name = NULL;
-        json_t *args = kind == LT_CHAT_QWEN35
-                           ? parse_xml_call(tools, body, (size_t)(body_end - body), &name)
-                           : parse_json_call(tools, body, (size_t)(body_end - body), &name);
-        if (args)
+        size_t n = (size_t)(body_end - body), used = n;
+        json_t *args = kind == LT_CHAT_QWEN35 ? parse_xml_call(tools, body, n, &name)
+                                              : parse_json_call(tools, body, n, &name, &used);
+        const char *rest = skip_space(body + used, body_end);
+        if (args && rest < body_end && close) {
+            json_decref(args); /* more than one call in a closed block */
+            args = NULL;
+        }
+        if (args && rest < body_end)
+            *st = lt_strbuf_append(outside, rest, (size_t)(body_end - rest));
+        if (args && !*st)
             *st = name ? add_call(o, name, args) : lt_fail(LT_ERR_NOMEM, "out of memory");
         json_decref(args);
         free((char *)name);
