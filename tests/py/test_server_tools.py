@@ -20,7 +20,9 @@ Checked:
     delta.tool_calls (index, id, type, name, arguments) that reassemble to the whole
     answer's call, and the stream ends with finish_reason "tool_calls";
   - tool_choice "none": content, no tool_calls;
-  - malformed tools, tool_choice and tool_calls: 400 naming the field.
+  - malformed tools, tool_choice and tool_calls: 400 naming the field;
+  - /train (dry runs, issue 17 item 3): examples with per-example tools and tool calls are
+    accepted, a non-array `tools` is a 400 naming the example and the field.
 Skipped (77) when the model, `openai` or `requests` is missing.
 """
 import json
@@ -212,6 +214,27 @@ def run_bad(c, srv):
                     f"the message does not name {param}: {r.text}")
 
 
+TRAIN_EXAMPLE = {"tools": [WEATHER], "messages": ASK + [
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "content": "21"}, {"role": "assistant", "content": "It is 21 °C."}]}
+
+
+def run_train(c, srv):
+    """Issue 17 item 3 through /train (dry runs): an example with tools is accepted, a
+    non-array `tools` is refused naming the example and the field."""
+    r = srv.post("/train", {"out": "tools.gguf", "examples": [TRAIN_EXAMPLE] * 4,
+                            "window": 512, "dry_run": True})
+    c.check(r.status_code == 200, f"examples with tools: {r.status_code} {r.text[:400]}")
+    bad = dict(TRAIN_EXAMPLE, tools={"type": "function"})
+    r = srv.post("/train", {"out": "tools.gguf", "examples": [TRAIN_EXAMPLE, bad],
+                            "window": 512, "dry_run": True})
+    err = r.json().get("error") or {}
+    c.check(r.status_code == 400 and err.get("param") == "examples[1]"
+            and "\"tools\" must be an array" in err.get("message", ""),
+            f"non-array tools: {r.status_code} {r.text[:400]}")
+
+
 def main():
     return run_session("lathe_serve_tools_", 300,
                        lambda c, srv, client, train_dir: (
@@ -220,7 +243,8 @@ def main():
                            ("round trip", lambda: run_round_trip(c, client)),
                            ("stream", lambda: run_stream(c, client)),
                            ("none", lambda: run_none(c, client)),
-                           ("bad values", lambda: run_bad(c, srv))))
+                           ("bad values", lambda: run_bad(c, srv)),
+                           ("train", lambda: run_train(c, srv))))
 
 
 if __name__ == "__main__":
