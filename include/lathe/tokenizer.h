@@ -187,6 +187,8 @@ lt_status lt_decode_stream_flush(struct lt_decode_stream *s, struct lt_strbuf *o
  *     query carry "<think>\nREASONING\n</think>\n\n"; the generation prompt is
  *     "<|im_start|>assistant\n<think>\n\n</think>\n\n" (thinking off, lathe's default) or
  *     "<|im_start|>assistant\n<think>\n" (enable_thinking).
+ * Both render tools and tool calls (lt_chat_options.tools, lt_chat_message.tool_calls; the
+ * formats are described with the tool functions below).
  * The family is recognised from tokenizer.chat_template and general.architecture; a template
  * that is not one of these is LT_ERR_UNSUPPORTED, never a guess. */
 

@@ -692,6 +692,10 @@ lt_status lt_chat_tool_parse(enum lt_chat_kind kind, const char *tools, const ch
         trim(outside.data, &b, &e);
     if (e > b && !(out->content = strndup(outside.data + b, e - b)))
         st = lt_fail(LT_ERR_NOMEM, "out of memory");
+    if (out->content && !*out->content) { /* text that starts with a NUL byte */
+        free(out->content);
+        out->content = NULL;
+    }
     lt_strbuf_free(&outside);
     if (st)
         lt_chat_tool_output_free(out);
