@@ -358,8 +358,8 @@ static void test_tool_parse(void)
     const char *one = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
                       "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
     CHECK(parse(LT_CHAT_CHATML, one, &o) == 1 && !strcmp(o.calls[0].name, "get_weather") &&
-              !strcmp(o.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 2}") &&
-              o.content && !strcmp(o.content, "Let me look."),
+              !strcmp(o.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 2}") && o.content &&
+              !strcmp(o.content, "Let me look."),
           "%zu calls, content %s", o.n_calls, o.content ? o.content : "(null)");
     lt_chat_tool_output_free(&o);
     /* two calls, the last unclosed (the model stopped), one missing its final brace,
@@ -391,7 +391,8 @@ static void test_tool_parse(void)
           "%zu calls, content %s", o.n_calls, o.content ? o.content : "(null)");
     lt_chat_tool_output_free(&o);
     /* SmolLM2's way: the call's closing brace dropped, then more text */
-    const char *nobrace = "<tool_call>\n{\"name\": \"f\", \"arguments\": \n{\"a\": {\"b\": [1]}}\n{\"x\"";
+    const char *nobrace =
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": \n{\"a\": {\"b\": [1]}}\n{\"x\"";
     CHECK(parse(LT_CHAT_CHATML, nobrace, &o) == 1 &&
               !strcmp(o.calls[0].arguments, "{\"a\": {\"b\": [1]}}") && o.content &&
               !strcmp(o.content, "{\"x\""),
@@ -409,8 +410,8 @@ static void test_tool_parse(void)
               !strcmp(o.calls[0].arguments, "{\"city\": \"42\", \"days\": 3}"),
           "%s", o.n_calls ? o.calls[0].arguments : "no call");
     lt_chat_tool_output_free(&o);
-    CHECK(parse(LT_CHAT_QWEN35, "<tool_call>\n<function=get_weather>\n<parameter=city>\nx",
-                &o) == 0,
+    CHECK(parse(LT_CHAT_QWEN35, "<tool_call>\n<function=get_weather>\n<parameter=city>\nx", &o) ==
+              0,
           "an unclosed parameter is no call");
     lt_chat_tool_output_free(&o);
     CHECK(lt_chat_tool_parse(LT_CHAT_CHATML, "{\"a\": 1}", "x", 1, &o) == LT_ERR_INVALID &&
@@ -442,7 +443,8 @@ static void test_tool_render_generic(void)
                         "{\"x\":[0.5,1e20,100.0,1e-7,\"é\\u0001\"]}}}]";
     struct lt_chat_message m[] = {
         M("user", "q"),
-        {.role = "assistant", .content = "",
+        {.role = "assistant",
+         .content = "",
          .tool_calls = "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
                        "\"arguments\":\"{\\\"x\\\":1}\"}}]"},
         M("tool", "r")};
@@ -464,6 +466,17 @@ static void test_tool_render_generic(void)
     CHECK(r.text.data && !strcmp(r.text.data, want), "got\n%s", r.text.data);
     CHECK(r.n_spans == 1 && r.spans[0].message == 1, "one assistant span");
     lt_chat_render_free(&r);
+    /* an empty tools array is no tools (the templates' `if tools`) */
+    struct lt_chat_render r0, r1;
+    CHECK(lt_chat_render(&ct, m, 1, &(struct lt_chat_options){.tools = " [ ] "}, &r0) == LT_OK &&
+          lt_chat_render(&ct, m, 1, NULL, &r1) == LT_OK && !strcmp(r0.text.data, r1.text.data));
+    lt_chat_render_free(&r0);
+    lt_chat_render_free(&r1);
+    /* a named prefill escapes the name as JSON */
+    struct lt_strbuf b = {0};
+    CHECK(lt_chat_tool_prefill(LT_CHAT_CHATML, "a\"b", &b) == LT_OK && b.len &&
+          !strcmp(b.data, "<tool_call>\n{\"name\": \"a\\\"b\", \"arguments\": "));
+    lt_strbuf_free(&b);
     /* malformed tool calls and tools are refused, naming the field */
     m[1].tool_calls = "[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]";
     CHECK(lt_chat_render(&ct, m, 3, &o, &r) == LT_ERR_INVALID &&

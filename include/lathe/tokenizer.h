@@ -223,7 +223,8 @@ struct lt_chat_message {
 struct lt_chat_options {
     bool add_generation_prompt;
     bool enable_thinking; /* QWEN35: open a thinking block in the generation prompt */
-    const char *tools;    /* the JSON text of an OpenAI tools array, or NULL: no tools */
+    const char *tools;    /* the JSON text of an OpenAI tools array, or NULL (or "[]"): no
+                           * tools */
     const char *prefill;  /* appended after the generation prompt (a forced tool call's
                            * start, lt_chat_tool_prefill), or NULL */
 };

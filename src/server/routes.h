@@ -18,7 +18,7 @@ json_t *srv_json_text(const char *s, size_t n);
 int srv_token_array(struct srv_app *app, const json_t *arr, const char *name, lt_token **out,
                     size_t *n);
 
-/* routes_complete.c */
+/* routes_complete.c; srv_chat_prompt in routes_chat.c */
 void srv_route_chat(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 void srv_route_completions(struct srv_app *app, const struct srv_request *rq,
                            struct srv_response *rs);
@@ -30,6 +30,10 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 /* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs, tools,
  * tool_choice), rendered as /v1/chat/completions renders them. */
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out);
+/* routes_chat.c: the same with the request's tools already read (NULL: none). */
+struct srv_tools;
+int srv_chat_prompt_tools(struct srv_app *app, const json_t *body, const struct srv_tools *tools,
+                          struct lt_tokens *out);
 /* routes_tools.c: a chat request's tools, as given to the template and the output reader */
 struct srv_tools {
     char *tools;   /* the JSON text of `tools` for the template; NULL: none rendered */

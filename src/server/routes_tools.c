@@ -70,11 +70,19 @@ static bool has_tool(const json_t *tools, const char *name)
     return false;
 }
 
-/* tool_choice: sets *mode ('a'uto, 'n'one, 'r'equired, 'f'unction) and *name. */
-static int read_choice(const json_t *body, const json_t *tools, char *mode, const char **name)
+enum srv_tool_choice {
+    SRV_TOOL_CHOICE_AUTO,
+    SRV_TOOL_CHOICE_NONE,
+    SRV_TOOL_CHOICE_REQUIRED,
+    SRV_TOOL_CHOICE_FUNCTION, /* a named function */
+};
+
+/* tool_choice into *mode, and the function's name for SRV_TOOL_CHOICE_FUNCTION. */
+static int read_choice(const json_t *body, const json_t *tools, enum srv_tool_choice *mode,
+                       const char **name)
 {
     json_t *tc = srv_json_get(body, "tool_choice");
-    *mode = 'a';
+    *mode = SRV_TOOL_CHOICE_AUTO;
     *name = NULL;
     if (json_is_string(tc)) {
         const char *s = json_string_value(tc);
@@ -83,7 +91,9 @@ static int read_choice(const json_t *body, const json_t *tools, char *mode, cons
                             "'tool_choice' must be \"auto\", \"none\", \"required\" or "
                             "{\"type\": \"function\", \"function\": {\"name\": ...}}, not '%.40s'",
                             s);
-        *mode = s[0];
+        *mode = s[0] == 'a'   ? SRV_TOOL_CHOICE_AUTO
+                : s[0] == 'n' ? SRV_TOOL_CHOICE_NONE
+                              : SRV_TOOL_CHOICE_REQUIRED;
     } else if (tc) {
         static const struct srv_field fields[] = {
             {"type", SRV_JT_STRING, 0, 0, true},
@@ -96,14 +106,14 @@ static int read_choice(const json_t *body, const json_t *tools, char *mode, cons
                                   fn_fields, 1);
         if (st != 200)
             return st;
-        *mode = 'f';
+        *mode = SRV_TOOL_CHOICE_FUNCTION;
         *name = srv_json_str(json_object_get(tc, "function"), "name", "");
         if (!has_tool(tools, *name))
             return srv_fail(400, "tool_choice.function.name", "invalid_value",
                             "'tool_choice.function.name' is '%.60s', which is not among 'tools'",
                             *name);
     }
-    if ((*mode == 'r' || *mode == 'f') && json_array_size(tools) == 0)
+    if (*mode >= SRV_TOOL_CHOICE_REQUIRED && json_array_size(tools) == 0)
         return srv_fail(400, "tool_choice", "invalid_value",
                         "'tool_choice' asks for a tool call, but the request has no 'tools'");
     return 200;
@@ -118,20 +128,21 @@ int srv_tools_read(const json_t *body, enum lt_chat_kind kind, struct srv_tools 
         if (st != 200)
             return st;
     }
-    char mode;
+    enum srv_tool_choice mode;
     const char *name;
     int st = read_choice(body, tools, &mode, &name);
-    if (st != 200 || json_array_size(tools) == 0 || mode == 'n')
+    if (st != 200 || json_array_size(tools) == 0 || mode == SRV_TOOL_CHOICE_NONE)
         return st;
-    if (mode == 'r' && json_array_size(tools) == 1) {
-        mode = 'f';
+    if (mode == SRV_TOOL_CHOICE_REQUIRED && json_array_size(tools) == 1) {
+        mode = SRV_TOOL_CHOICE_FUNCTION;
         name = srv_json_str(json_object_get(json_array_get(tools, 0), "function"), "name", "");
     }
     out->parse = true;
     out->tools = json_dumps(tools, JSON_COMPACT);
     struct lt_strbuf pre = {0};
-    if (out->tools && mode != 'a' &&
-        (lt_chat_tool_prefill(kind, mode == 'f' ? name : NULL, &pre) != LT_OK ||
+    if (out->tools && mode != SRV_TOOL_CHOICE_AUTO &&
+        (lt_chat_tool_prefill(kind, mode == SRV_TOOL_CHOICE_FUNCTION ? name : NULL, &pre) !=
+             LT_OK ||
          lt_strbuf_append(&pre, "", 0) != LT_OK)) {
         lt_strbuf_free(&pre);
         srv_tools_free(out);
@@ -207,9 +218,8 @@ static json_t *calls_json(const struct lt_chat_tool_output *o, uint64_t (*random
     for (size_t i = 0; arr && i < o->n_calls; i++) {
         char id[32];
         snprintf(id, sizeof(id), "call_%016llx", (unsigned long long)random());
-        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function",
-                                 "function", "name", o->calls[i].name, "arguments",
-                                 o->calls[i].arguments);
+        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function",
+                                 "name", o->calls[i].name, "arguments", o->calls[i].arguments);
         if (call && with_index)
             json_object_set_new(call, "index", json_integer((json_int_t)i));
         json_array_append_new(arr, call);
@@ -259,8 +269,8 @@ json_t *srv_tool_deltas(const struct srv_tools *t, enum lt_chat_kind kind, bool 
     if (!out || parse_output(t, kind, with_prefill, text, len, &o) != 200)
         return out;
     if (o.content && *o.content)
-        json_array_append_new(out, json_pack("{s:o}", "content",
-                                             srv_json_text(o.content, strlen(o.content))));
+        json_array_append_new(
+            out, json_pack("{s:o}", "content", srv_json_text(o.content, strlen(o.content))));
     if (o.n_calls) {
         json_array_append_new(out, json_pack("{s:o}", "tool_calls", calls_json(&o, random, true)));
         *called = true;

@@ -288,8 +288,8 @@ static void render_qwen35_assistant(struct renderer *w, const struct lt_chat_mes
     put(w, c + cb, ce - cb);
     sp.content_end = pos(w);
     if (m->tool_calls && !w->st)
-        set_status(w, tok_chat_tool_calls(LT_CHAT_QWEN35, m->tool_calls, c + cb, ce - cb,
-                                          &w->r->text));
+        set_status(
+            w, tok_chat_tool_calls(LT_CHAT_QWEN35, m->tool_calls, c + cb, ce - cb, &w->r->text));
     puts_(w, "<|im_end|>");
     sp.turn_end = pos(w);
     puts_(w, "\n");
@@ -310,10 +310,10 @@ static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, s
         }
     if (tools) {
         if (!w->st)
-            set_status(w, tok_chat_tools_system(LT_CHAT_QWEN35, tools,
-                                                n && !strcmp(m[0].role, "system") ? m[0].content
-                                                                                  : NULL,
-                                                &w->r->text));
+            set_status(
+                w, tok_chat_tools_system(LT_CHAT_QWEN35, tools,
+                                         n && !strcmp(m[0].role, "system") ? m[0].content : NULL,
+                                         &w->r->text));
     } else if (n && !strcmp(m[0].role, "system")) {
         puts_(w, "<|im_start|>system\n");
         puts_(w, m[0].content);
@@ -341,6 +341,18 @@ static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, s
     }
 }
 
+/* JSON text "[]", whitespace aside. */
+static bool is_empty_array(const char *s)
+{
+    s += strspn(s, " \t\r\n");
+    if (*s++ != '[')
+        return false;
+    s += strspn(s, " \t\r\n");
+    if (*s++ != ']')
+        return false;
+    return s[strspn(s, " \t\r\n")] == 0;
+}
+
 lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat_message *msgs,
                          size_t n, const struct lt_chat_options *opts, struct lt_chat_render *out)
 {
@@ -352,6 +364,8 @@ lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat
     struct renderer w = {.r = out};
     w.st = lt_strbuf_append(&out->text, "", 0);
     const char *tools = opts ? opts->tools : NULL;
+    if (tools && is_empty_array(tools))
+        tools = NULL; /* the templates' `if tools` */
     if (ct->kind == LT_CHAT_QWEN35)
         render_qwen35(&w, msgs, n, tools);
     else

@@ -18,49 +18,6 @@
 #define TOOL_OPEN "<tool_call>"
 #define TOOL_CLOSE "</tool_call>"
 
-size_t lt_chat_tool_safe_len(const char *text, size_t len)
-{
-    static const char open[] = TOOL_OPEN;
-    const size_t n = sizeof(open) - 1;
-    for (size_t i = 0; i < len; i++) {
-        if (text[i] != '<')
-            continue;
-        size_t k = len - i < n ? len - i : n;
-        if (!memcmp(text + i, open, k))
-            return i;
-    }
-    return len;
-}
-
-lt_status lt_chat_tool_prefill(enum lt_chat_kind kind, const char *name, struct lt_strbuf *out)
-{
-    lt_status st;
-    if (kind == LT_CHAT_QWEN35) {
-        st = lt_strbuf_append(out, TOOL_OPEN "\n<function=", strlen(TOOL_OPEN "\n<function="));
-        if (!st && name && !(st = lt_strbuf_append(out, name, strlen(name))))
-            st = lt_strbuf_append(out, ">\n", 2);
-        return st;
-    }
-    st = lt_strbuf_append(out, TOOL_OPEN "\n{\"name\": \"", strlen(TOOL_OPEN "\n{\"name\": \""));
-    if (!st && name && !(st = lt_strbuf_append(out, name, strlen(name))))
-        st = lt_strbuf_append(out, "\", \"arguments\": ", strlen("\", \"arguments\": "));
-    return st;
-}
-
-void lt_chat_tool_output_free(struct lt_chat_tool_output *o)
-{
-    for (size_t i = 0; o->calls && i < o->n_calls; i++) {
-        free(o->calls[i].name);
-        free(o->calls[i].arguments);
-    }
-    free(o->calls);
-    free(o->content);
-    memset(o, 0, sizeof(*o));
-}
-
-#ifdef LATHE_HAVE_JANSSON
-#include <jansson.h>
-
 /* ---- Python's json.dumps ---- */
 
 struct pyw {
@@ -107,6 +64,53 @@ static void py_string(struct pyw *w, const char *s, size_t n)
     pw(w, s + run, n - run);
     pws(w, "\"");
 }
+
+size_t lt_chat_tool_safe_len(const char *text, size_t len)
+{
+    static const char open[] = TOOL_OPEN;
+    const size_t n = sizeof(open) - 1;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] != '<')
+            continue;
+        size_t k = len - i < n ? len - i : n;
+        if (!memcmp(text + i, open, k))
+            return i;
+    }
+    return len;
+}
+
+lt_status lt_chat_tool_prefill(enum lt_chat_kind kind, const char *name, struct lt_strbuf *out)
+{
+    struct pyw w = {.b = out};
+    if (kind == LT_CHAT_QWEN35) {
+        pws(&w, TOOL_OPEN "\n<function=");
+        if (name) {
+            pws(&w, name);
+            pws(&w, ">\n");
+        }
+    } else if (name) {
+        pws(&w, TOOL_OPEN "\n{\"name\": ");
+        py_string(&w, name, strlen(name));
+        pws(&w, ", \"arguments\": ");
+    } else {
+        pws(&w, TOOL_OPEN "\n{\"name\": \"");
+    }
+    return w.st;
+}
+
+void lt_chat_tool_output_free(struct lt_chat_tool_output *o)
+{
+    for (size_t i = 0; o->calls && i < o->n_calls; i++) {
+        free(o->calls[i].name);
+        free(o->calls[i].arguments);
+    }
+    free(o->calls);
+    free(o->content);
+    memset(o, 0, sizeof(*o));
+}
+
+#ifdef LATHE_HAVE_JANSSON
+#include <jansson.h>
 
 /* Python's float repr: the shortest digits that read back, fixed notation for exponents
  * -4..15, else d.ddde+XX. */
@@ -176,7 +180,8 @@ static void py_json(struct pyw *w, const json_t *v)
         json_t *x;
         bool first = true;
         pws(w, "{");
-        json_object_foreach((json_t *)v, k, x) {
+        json_object_foreach((json_t *)v, k, x)
+        {
             if (!first)
                 pws(w, ", ");
             first = false;
@@ -196,25 +201,15 @@ static void py_json(struct pyw *w, const json_t *v)
         }
         pws(w, "]");
         break;
-    case JSON_STRING:
-        py_string(w, json_string_value(v), json_string_length(v));
-        break;
+    case JSON_STRING: py_string(w, json_string_value(v), json_string_length(v)); break;
     case JSON_INTEGER:
         snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         pws(w, num);
         break;
-    case JSON_REAL:
-        py_real(w, json_real_value(v));
-        break;
-    case JSON_TRUE:
-        pws(w, "true");
-        break;
-    case JSON_FALSE:
-        pws(w, "false");
-        break;
-    case JSON_NULL:
-        pws(w, "null");
-        break;
+    case JSON_REAL: py_real(w, json_real_value(v)); break;
+    case JSON_TRUE: pws(w, "true"); break;
+    case JSON_FALSE: pws(w, "false"); break;
+    case JSON_NULL: pws(w, "null"); break;
     }
 }
 
@@ -266,8 +261,7 @@ static json_t *function_of(json_t *item, const char *what, size_t i, lt_status *
     }
     json_t *name = json_object_get(fn, "name");
     if (!json_is_string(name) || json_string_length(name) == 0) {
-        *st = lt_fail(LT_ERR_INVALID, "%s[%zu].function.name: must be a non-empty string", what,
-                      i);
+        *st = lt_fail(LT_ERR_INVALID, "%s[%zu].function.name: must be a non-empty string", what, i);
         return NULL;
     }
     return fn;
@@ -393,8 +387,7 @@ lt_status tok_chat_tools_system(enum lt_chat_kind kind, const char *tools, const
     return w.st;
 }
 
-static void qwen35_call(struct pyw *w, const char *name, json_t *args, bool first,
-                        bool has_content)
+static void qwen35_call(struct pyw *w, const char *name, json_t *args, bool first, bool has_content)
 {
     pws(w, first ? (has_content ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=")
                  : "\n<tool_call>\n<function=");
@@ -402,7 +395,8 @@ static void qwen35_call(struct pyw *w, const char *name, json_t *args, bool firs
     pws(w, ">\n");
     const char *k;
     json_t *v;
-    json_object_foreach(args, k, v) {
+    json_object_foreach(args, k, v)
+    {
         pws(w, "<parameter=");
         pws(w, k);
         pws(w, ">\n");
@@ -557,8 +551,8 @@ static const char *find(const char *s, const char *end, const char *lit)
 /* A parameter's value: a string where the schema says so (or it is no JSON), else JSON. */
 static json_t *param_value(json_t *fn, const char *key, const char *v, size_t n)
 {
-    json_t *prop = json_object_get(json_object_get(json_object_get(fn, "parameters"), "properties"),
-                                   key);
+    json_t *prop =
+        json_object_get(json_object_get(json_object_get(fn, "parameters"), "properties"), key);
     const char *type = json_string_value(json_object_get(prop, "type"));
     json_t *j = type && !strcmp(type, "string") ? NULL : json_loadb(v, n, JSON_DECODE_ANY, NULL);
     return j ? j : json_stringn(v, n);

@@ -98,9 +98,12 @@ static lt_status parse_example(json_t *root, struct chat_example *c)
     if (!msgs) {
         size_t k = 0;
         if (system)
-            c->msgs[k++] = (struct lt_chat_message){.role = "system", .content = json_string_value(system)};
-        c->msgs[k++] = (struct lt_chat_message){.role = "user", .content = json_string_value(prompt)};
-        c->msgs[k] = (struct lt_chat_message){.role = "assistant", .content = json_string_value(completion)};
+            c->msgs[k++] =
+                (struct lt_chat_message){.role = "system", .content = json_string_value(system)};
+        c->msgs[k++] =
+            (struct lt_chat_message){.role = "user", .content = json_string_value(prompt)};
+        c->msgs[k] =
+            (struct lt_chat_message){.role = "assistant", .content = json_string_value(completion)};
         c->train[k] = true;
         return parse_tools(root, c);
     }
@@ -112,25 +115,24 @@ static lt_status parse_example(json_t *root, struct chat_example *c)
         json_t *calls = json_object_get(m, "tool_calls");
         /* an assistant message with tool calls may have a null or no content */
         bool no_content = calls && (!content || json_is_null(content));
-        const char *bad = !json_is_object(m)         ? "is not an object"
-                          : !json_is_string(role)    ? "has no \"role\" string"
-                          : calls && !json_is_array(calls)
-                              ? "has a \"tool_calls\" that is not an array"
-                          : !no_content && !json_is_string(content) ? "has no \"content\" string"
-                          : train && !json_is_boolean(train)
-                              ? "has a \"train\" that is not true or false"
-                          : reasoning && !json_is_string(reasoning)
-                              ? "has a \"reasoning_content\" that is not a string"
-                              : NULL;
+        const char *bad =
+            !json_is_object(m)                        ? "is not an object"
+            : !json_is_string(role)                   ? "has no \"role\" string"
+            : calls && !json_is_array(calls)          ? "has a \"tool_calls\" that is not an array"
+            : !no_content && !json_is_string(content) ? "has no \"content\" string"
+            : train && !json_is_boolean(train)        ? "has a \"train\" that is not true or false"
+            : reasoning && !json_is_string(reasoning)
+                ? "has a \"reasoning_content\" that is not a string"
+                : NULL;
         if (bad) {
             chat_example_free(c);
             return lt_fail(LT_ERR_FORMAT, "message %zu %s", i, bad);
         }
-        c->msgs[i] = (struct lt_chat_message){
-            .role = json_string_value(role),
-            .content = no_content ? "" : json_string_value(content),
-            .reasoning = reasoning ? json_string_value(reasoning) : NULL,
-            .tool_calls = parse_calls(m, i, c)};
+        c->msgs[i] =
+            (struct lt_chat_message){.role = json_string_value(role),
+                                     .content = no_content ? "" : json_string_value(content),
+                                     .reasoning = reasoning ? json_string_value(reasoning) : NULL,
+                                     .tool_calls = parse_calls(m, i, c)};
         if (calls && json_array_size(calls) && !c->msgs[i].tool_calls) {
             chat_example_free(c);
             return lt_fail(LT_ERR_NOMEM, "out of memory");
