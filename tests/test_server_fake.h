@@ -104,7 +104,7 @@ static int fake_detokenize(struct srv_engine *e, const lt_token *ids, size_t n, 
 }
 
 static int fake_prompt_chat(struct srv_engine *e, const struct lt_chat_message *msgs, size_t n,
-                            bool thinking, struct lt_tokens *out)
+                            const struct lt_chat_options *opts, struct lt_tokens *out)
 {
     for (size_t i = 0; i < n; i++) {
         char buf[4096];

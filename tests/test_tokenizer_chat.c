@@ -337,11 +337,166 @@ static void test_token_spans(void)
     lt_tokenizer_free(t);
 }
 
+/* ---- tools (the Jinja parity of the rendering: tests/py/test_tokenizer_cross.py) ---- */
+
+static const char tools_json[] =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": "
+    "{\"type\": \"integer\"}}}}}, {\"type\": \"function\", \"function\": {\"name\": \"f\"}}]";
+
+/* Parses text as kind's output; returns the number of calls (content and calls in o). */
+static size_t parse(enum lt_chat_kind kind, const char *text, struct lt_chat_tool_output *o)
+{
+    CHECK(lt_chat_tool_parse(kind, tools_json, text, strlen(text), o) == LT_OK, "%s",
+          lt_last_error());
+    return o->n_calls;
+}
+
+static void test_tool_parse(void)
+{
+    struct lt_chat_tool_output o;
+    const char *one = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                      "{\"city\": \"Paris\", \"days\": 2}}\n</tool_call>";
+    CHECK(parse(LT_CHAT_CHATML, one, &o) == 1 && !strcmp(o.calls[0].name, "get_weather") &&
+              !strcmp(o.calls[0].arguments, "{\"city\": \"Paris\", \"days\": 2}") && o.content &&
+              !strcmp(o.content, "Let me look."),
+          "%zu calls, content %s", o.n_calls, o.content ? o.content : "(null)");
+    lt_chat_tool_output_free(&o);
+    /* two calls, the last unclosed (the model stopped), one missing its final brace,
+     * arguments given as JSON text */
+    const char *two = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\n"
+                      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                      "\"{\\\"city\\\": \\\"Rome\\\"}\"\n";
+    CHECK(parse(LT_CHAT_CHATML, two, &o) == 2 && !o.content && !strcmp(o.calls[0].name, "f") &&
+              !strcmp(o.calls[0].arguments, "{}") &&
+              !strcmp(o.calls[1].arguments, "{\"city\": \"Rome\"}"),
+          "%zu calls", o.n_calls);
+    lt_chat_tool_output_free(&o);
+    /* not calls: no block, a block that is no JSON, a name not among the tools, arguments
+     * that are no object; the whole text comes back as content */
+    const char *bad[] = {"plain answer", "<tool_call>\nnot json\n</tool_call>",
+                         "<tool_call>{\"name\": \"nope\", \"arguments\": {}}</tool_call>",
+                         "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",
+                         "ok <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> and "
+                         "<tool_call>{bad</tool_call>"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK(parse(LT_CHAT_CHATML, bad[i], &o) == 0 && o.content && !strcmp(o.content, bad[i]),
+              "case %zu: %zu calls", i, o.n_calls);
+        lt_chat_tool_output_free(&o);
+    }
+    /* an open last block: the call, then what the model wrote on is content */
+    const char *open = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n{\"name\": ";
+    CHECK(parse(LT_CHAT_CHATML, open, &o) == 1 && !strcmp(o.calls[0].arguments, "{\"a\": 1}") &&
+              o.content && !strcmp(o.content, "{\"name\":"),
+          "%zu calls, content %s", o.n_calls, o.content ? o.content : "(null)");
+    lt_chat_tool_output_free(&o);
+    /* SmolLM2's way: the call's closing brace dropped, then more text */
+    const char *nobrace =
+        "<tool_call>\n{\"name\": \"f\", \"arguments\": \n{\"a\": {\"b\": [1]}}\n{\"x\"";
+    CHECK(parse(LT_CHAT_CHATML, nobrace, &o) == 1 &&
+              !strcmp(o.calls[0].arguments, "{\"a\": {\"b\": [1]}}") && o.content &&
+              !strcmp(o.content, "{\"x\""),
+          "%zu calls, content %s", o.n_calls, o.content ? o.content : "(null)");
+    lt_chat_tool_output_free(&o);
+    /* a closed block holds one call and nothing else */
+    CHECK(parse(LT_CHAT_CHATML, "<tool_call>{\"name\": \"f\", \"arguments\": {}} x</tool_call>",
+                &o) == 0,
+          "text after the call inside a closed block");
+    lt_chat_tool_output_free(&o);
+    /* Qwen3.5's XML: a string parameter stays a string, others are read as JSON */
+    const char *xml = "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n"
+                      "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    CHECK(parse(LT_CHAT_QWEN35, xml, &o) == 1 &&
+              !strcmp(o.calls[0].arguments, "{\"city\": \"42\", \"days\": 3}"),
+          "%s", o.n_calls ? o.calls[0].arguments : "no call");
+    lt_chat_tool_output_free(&o);
+    CHECK(parse(LT_CHAT_QWEN35, "<tool_call>\n<function=get_weather>\n<parameter=city>\nx", &o) ==
+              0,
+          "an unclosed parameter is no call");
+    lt_chat_tool_output_free(&o);
+    CHECK(lt_chat_tool_parse(LT_CHAT_CHATML, "{\"a\": 1}", "x", 1, &o) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "tools: must be an array"),
+          "%s", lt_last_error());
+}
+
+static void test_tool_stream_prefill(void)
+{
+    const char *t = "abc <tool";
+    CHECK(lt_chat_tool_safe_len(t, strlen(t)) == 4, "a possible start is held");
+    CHECK(lt_chat_tool_safe_len("a <b> <tool_call> x", 19) == 6, "up to the block");
+    CHECK(lt_chat_tool_safe_len("a < b", 5) == 5, "'<' then no tag");
+    struct lt_strbuf b = {0};
+    CHECK(lt_chat_tool_prefill(LT_CHAT_CHATML, "f", &b) == LT_OK && b.len &&
+          !strcmp(b.data, "<tool_call>\n{\"name\": \"f\", \"arguments\": "));
+    lt_strbuf_free(&b);
+    CHECK(lt_chat_tool_prefill(LT_CHAT_QWEN35, NULL, &b) == LT_OK && b.len &&
+          !strcmp(b.data, "<tool_call>\n<function="));
+    lt_strbuf_free(&b);
+}
+
+/* lathe's generic format on a ChatML template without tool blocks (SmolLM2's). */
+static void test_tool_render_generic(void)
+{
+    struct lt_chat_template ct;
+    CHECK(lt_chat_template_detect(smollm_template, "llama", &ct) == LT_OK);
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                        "{\"x\":[0.5,1e20,100.0,1e-7,\"é\\u0001\"]}}}]";
+    struct lt_chat_message m[] = {
+        M("user", "q"),
+        {.role = "assistant",
+         .content = "",
+         .tool_calls = "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                       "\"arguments\":\"{\\\"x\\\":1}\"}}]"},
+        M("tool", "r")};
+    struct lt_chat_options o = {.add_generation_prompt = true, .tools = tools};
+    struct lt_chat_render r;
+    CHECK(lt_chat_render(&ct, m, 3, &o, &r) == LT_OK, "%s", lt_last_error());
+    const char *want =
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+        "Face\n\n# Tools\n\nYou may call one or more functions to assist with the user query."
+        "\n\nYou are provided with function signatures within <tools></tools> XML tags:\n"
+        "<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+        "{\"x\": [0.5, 1e+20, 100.0, 1e-07, \"é\\u0001\"]}}}\n</tools>\n\nFor each function "
+        "call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+        "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\nq<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n"
+        "</tool_call><|im_end|>\n<|im_start|>tool\nr<|im_end|>\n<|im_start|>assistant\n";
+    CHECK(r.text.data && !strcmp(r.text.data, want), "got\n%s", r.text.data);
+    CHECK(r.n_spans == 1 && r.spans[0].message == 1, "one assistant span");
+    lt_chat_render_free(&r);
+    /* an empty tools array is no tools (the templates' `if tools`) */
+    struct lt_chat_render r0, r1;
+    CHECK(lt_chat_render(&ct, m, 1, &(struct lt_chat_options){.tools = " [ ] "}, &r0) == LT_OK &&
+          lt_chat_render(&ct, m, 1, NULL, &r1) == LT_OK && !strcmp(r0.text.data, r1.text.data));
+    lt_chat_render_free(&r0);
+    lt_chat_render_free(&r1);
+    /* a named prefill escapes the name as JSON */
+    struct lt_strbuf b = {0};
+    CHECK(lt_chat_tool_prefill(LT_CHAT_CHATML, "a\"b", &b) == LT_OK && b.len &&
+          !strcmp(b.data, "<tool_call>\n{\"name\": \"a\\\"b\", \"arguments\": "));
+    lt_strbuf_free(&b);
+    /* malformed tool calls and tools are refused, naming the field */
+    m[1].tool_calls = "[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]";
+    CHECK(lt_chat_render(&ct, m, 3, &o, &r) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "tool_calls[0].function.arguments"),
+          "%s", lt_last_error());
+    o.tools = "[{\"type\":\"function\",\"function\":{\"description\":\"d\"}}]";
+    CHECK(lt_chat_render(&ct, m, 1, &o, &r) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "tools[0].function.name"),
+          "%s", lt_last_error());
+    lt_chat_template_free(&ct);
+}
+
 int main(void)
 {
     test_detect();
     test_chatml();
     test_qwen35();
     test_token_spans();
+    test_tool_parse();
+    test_tool_stream_prefill();
+    test_tool_render_generic();
     return check_summary();
 }

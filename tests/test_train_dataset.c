@@ -189,6 +189,81 @@ static void test_chat_refusals(void)
     CHECK(chat("\n\n", 64, LT_FIT_NONE, &d) == LT_ERR_INVALID, "no example");
 }
 
+/* The first position where e's tokens are the bytes of s, or -1. */
+static int find_bytes(const struct lt_example *e, const char *s)
+{
+    int n = (int)strlen(s);
+    for (int i = 0; i + n <= e->n; i++) {
+        int j = 0;
+        while (j < n && e->tokens[i + j] == (unsigned char)s[j])
+            j++;
+        if (j == n)
+            return i;
+    }
+    return -1;
+}
+
+/* Per-example tools (issue 17 item 3): rendered into the system turn through the template
+ * (the tiny model's ChatML has no tool blocks: lathe's generic format, Qwen2.5's), an
+ * assistant's tool call trained like any assistant turn; a non-array refused. */
+static void test_chat_tools(void)
+{
+    struct lt_dataset d;
+    const char *ex =
+        "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"add\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+        "\"integer\"}}}}}], \"messages\": [{\"role\": \"user\", \"content\": \"1+1?\"}, "
+        "{\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"type\": \"function\", "
+        "\"function\": {\"name\": \"add\", \"arguments\": \"{\\\"a\\\":1}\"}}]}, {\"role\": "
+        "\"tool\", \"content\": \"2\"}, {\"role\": \"assistant\", \"content\": \"2\"}]}\n";
+    CHECK(chat(ex, 2048, LT_FIT_NONE, &d) == LT_OK && d.n == 1, "%s", lt_last_error());
+    if (d.n != 1)
+        return;
+    const struct lt_example *e = &d.ex[0];
+    struct lt_strbuf text = {0};
+    CHECK(lt_detokenize(tok, (const lt_token *)e->tokens, (size_t)e->n, LT_DETOKENIZE_SPECIAL,
+                        &text) == LT_OK &&
+          lt_strbuf_append(&text, "", 0) == LT_OK);
+    const char *block =
+        "<|im_start|>system\n\n\n# Tools\n\nYou may call one or more functions to assist with "
+        "the user query.\n\nYou are provided with function signatures within <tools></tools> "
+        "XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"add\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": "
+        "\"integer\"}}}}}\n</tools>\n\nFor each function call, return a json object with "
+        "function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+        "<|im_end|>\n<|im_start|>user\n1+1?<|im_end|>\n";
+    const char *call = "<|im_start|>assistant\n<tool_call>\n{\"name\": \"add\", \"arguments\": "
+                       "{\"a\": 1}}\n</tool_call><|im_end|>\n<|im_start|>tool\n2<|im_end|>\n";
+    CHECK(text.data && !strncmp(text.data, block, strlen(block)), "rendered\n%s", text.data);
+    const char *at = text.data ? strstr(text.data, call) : NULL;
+    CHECK(at != NULL, "the call's turn is not in\n%s", text.data);
+    /* the call's "<tool_call>" carries loss (one token per byte) */
+    int k = find_bytes(e, "assistant\n<tool_call>");
+    k = k < 0 ? -1 : k + (int)strlen("assistant\n");
+    CHECK(k > 0 && e->labels[k - 1] == '<' && e->labels[k] == 't', "the call is not trained (%d)",
+          k);
+    lt_strbuf_free(&text);
+    lt_dataset_free(&d);
+
+    CHECK(chat("{\"tools\": {\"name\": \"add\"}, \"prompt\": \"a\", \"completion\": \"b\"}\n", 2048,
+               LT_FIT_NONE, &d) == LT_ERR_FORMAT &&
+              strstr(lt_last_error(), "example 0 (line 1)") &&
+              strstr(lt_last_error(), "\"tools\" must be an array"),
+          "%s", lt_last_error());
+    CHECK(chat("{\"tools\": [{\"type\": \"function\", \"function\": {}}], \"prompt\": \"a\", "
+               "\"completion\": \"b\"}\n",
+               2048, LT_FIT_NONE, &d) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "tools[0].function.name"),
+          "%s", lt_last_error());
+    CHECK(chat("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": "
+               "\"assistant\", \"content\": null, \"tool_calls\": [{\"function\": {\"name\": "
+               "\"add\", \"arguments\": \"[1]\"}}]}]}\n",
+               2048, LT_FIT_NONE, &d) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "tool_calls[0].function.arguments"),
+          "%s", lt_last_error());
+}
+
 static void test_fit(void)
 {
     struct lt_dataset d;
@@ -289,6 +364,7 @@ int main(void)
         test_text_windows();
         test_chat_masks();
         test_chat_refusals();
+        test_chat_tools();
         test_fit();
     }
     test_split();

@@ -42,7 +42,7 @@ static lt_status answer(const struct lt_model *m, const struct lt_tokenizer *tok
                         const struct lt_chat_template *ct, const struct lt_model_adapters *ad,
                         const char *question, int max_new, struct lt_strbuf *out)
 {
-    struct lt_chat_message msg = {"user", question, NULL};
+    struct lt_chat_message msg = {.role = "user", .content = question};
     struct lt_chat_render r = {0};
     struct lt_tokens tk = {0};
     struct lt_session *s = NULL;

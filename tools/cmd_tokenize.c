@@ -23,7 +23,10 @@ static const char usage_text[] =
     "  --chat         render conversations with the model's chat template; input: per\n"
     "                 conversation a field \"chat N [gen] [think]\" (gen: add the generation\n"
     "                 prompt; think: enable thinking) then N role, content pairs, every field\n"
-    "                 ending with a NUL; output: each rendered text followed by a NUL\n"
+    "                 ending with a NUL; output: each rendered text followed by a NUL.\n"
+    "                 \"chat N tools\": a field with the tools' JSON follows the header; a\n"
+    "                 role \"assistant calls\": a field with its tool_calls' JSON follows\n"
+    "                 its content\n"
     "    --spans FILE   per conversation: its token ids, one line per assistant turn\n"
     "                   (message turn_begin content_begin content_end turn_end\n"
     "                   tok_turn_begin tok_turn_end tok_content_begin tok_content_end), '--'\n"
@@ -123,8 +126,9 @@ out_free_text:
     return rc;
 }
 
-/* One conversation of the --chat input: a header field "chat N [gen] [think]", then N role,
- * content pairs; every field ends with a NUL. */
+/* One conversation of the --chat input: a header field "chat N [gen] [think] [tools]" (then
+ * the tools' JSON), then N role, content pairs (a role "ROLE calls": then the message's
+ * tool_calls JSON); every field ends with a NUL. */
 static int read_conversation(const struct lt_strbuf *in, size_t *pos, struct lt_chat_message **msgs,
                              size_t *n, struct lt_chat_options *co)
 {
@@ -135,19 +139,34 @@ static int read_conversation(const struct lt_strbuf *in, size_t *pos, struct lt_
     *n = strtoul(hdr + 5, NULL, 10);
     co->add_generation_prompt = strstr(hdr, " gen") != NULL;
     co->enable_thinking = strstr(hdr, " think") != NULL;
+    bool tools = strstr(hdr, " tools") != NULL;
     p += strlen(p) + 1;
+    if (tools) {
+        if (p >= end || !memchr(p, 0, (size_t)(end - p)))
+            return -1;
+        co->tools = p;
+        p += strlen(p) + 1;
+    }
     *msgs = calloc(*n + 1, sizeof(**msgs));
     if (!*msgs)
         return -1;
     for (size_t i = 0; i < *n; i++) {
-        for (int f = 0; f < 2; f++) {
+        bool calls = false;
+        for (int f = 0; f < 2 + calls; f++) {
             if (p >= end || !memchr(p, 0, (size_t)(end - p)))
                 return -1;
+            size_t len = strlen(p);
+            if (f == 0 && len > 6 && !strcmp(p + len - 6, " calls")) {
+                in->data[(size_t)(p - in->data) + len - 6] = 0; /* the role alone */
+                calls = true;
+            }
             if (f == 0)
                 (*msgs)[i].role = p;
-            else
+            else if (f == 1)
                 (*msgs)[i].content = p;
-            p += strlen(p) + 1;
+            else
+                (*msgs)[i].tool_calls = p;
+            p += len + 1;
         }
     }
     *pos = (size_t)(p - in->data);

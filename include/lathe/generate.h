@@ -162,6 +162,10 @@ lt_status lt_gen_prompt_text(const struct lt_tokenizer *t, const char *text, boo
 lt_status lt_gen_prompt_chat(const struct lt_tokenizer *t, const struct lt_chat_template *ct,
                              const struct lt_chat_message *msgs, size_t n, bool enable_thinking,
                              struct lt_tokens *out);
+/* The same with the template's options (tools, a prefill); add_generation_prompt is implied. */
+lt_status lt_gen_prompt_chat_with(const struct lt_tokenizer *t, const struct lt_chat_template *ct,
+                                  const struct lt_chat_message *msgs, size_t n,
+                                  const struct lt_chat_options *opts, struct lt_tokens *out);
 
 /* ---- driving a session ---- */
 

@@ -187,6 +187,8 @@ lt_status lt_decode_stream_flush(struct lt_decode_stream *s, struct lt_strbuf *o
  *     query carry "<think>\nREASONING\n</think>\n\n"; the generation prompt is
  *     "<|im_start|>assistant\n<think>\n\n</think>\n\n" (thinking off, lathe's default) or
  *     "<|im_start|>assistant\n<think>\n" (enable_thinking).
+ * Both render tools and tool calls (lt_chat_options.tools, lt_chat_message.tool_calls; the
+ * formats are described with the tool functions below).
  * The family is recognised from tokenizer.chat_template and general.architecture; a template
  * that is not one of these is LT_ERR_UNSUPPORTED, never a guess. */
 
@@ -213,11 +215,18 @@ struct lt_chat_message {
     const char *content;   /* NUL-terminated */
     const char *reasoning; /* assistant's reasoning (QWEN35), or NULL: taken from a
                             * "<think>...</think>" prefix of content when there is one */
+    const char *tool_calls; /* assistant: the JSON text of an OpenAI tool_calls array
+                             * ([{"function": {"name", "arguments"}}, ...], arguments an object
+                             * or the JSON text of one), or NULL */
 };
 
 struct lt_chat_options {
     bool add_generation_prompt;
     bool enable_thinking; /* QWEN35: open a thinking block in the generation prompt */
+    const char *tools;    /* the JSON text of an OpenAI tools array, or NULL (or "[]"): no
+                           * tools */
+    const char *prefill;  /* appended after the generation prompt (a forced tool call's
+                           * start, lt_chat_tool_prefill), or NULL */
 };
 
 /* One assistant turn in rendered text, byte offsets: the turn is what the model would have
@@ -239,6 +248,49 @@ struct lt_chat_render {
 lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat_message *msgs,
                          size_t n, const struct lt_chat_options *opts, struct lt_chat_render *out);
 void lt_chat_render_free(struct lt_chat_render *r);
+
+/* ---- tools (chat_tools.c; they need jansson in the build) ----
+ *
+ * Tools are rendered as the template's own tools block: Qwen2.5's ("# Tools ... <tools>" one
+ * JSON object per line "</tools>" in the system turn; calls are <tool_call> blocks holding
+ * {"name": ..., "arguments": {...}}) for CHATML, which is also lathe's generic format for
+ * ChatML templates without tool blocks (SmolLM2); Qwen3.5's for QWEN35 (the same tools
+ * block with its own instructions; calls are <tool_call><function=NAME><parameter=KEY>
+ * VALUE</parameter></function></tool_call>). JSON inside the prompt is written as the
+ * templates' tojson writes it under transformers (Python's json.dumps: ", " and ": ",
+ * keys in their order, non-ASCII as is). */
+
+/* Checks a tools array: LT_ERR_INVALID naming the field ("tools[1].function.name") when it
+ * is not an array of {"type": "function", "function": {"name": string, ...}}. */
+lt_status lt_chat_tools_check(const char *tools);
+
+/* The text that starts a tool call, to prefill the assistant's turn with when a call is
+ * forced: the call's opening and, when name is not NULL, the function's name. */
+lt_status lt_chat_tool_prefill(enum lt_chat_kind kind, const char *name, struct lt_strbuf *out);
+
+/* The bytes of text[0..len) that cannot be part of a tool call: up to the first
+ * "<tool_call>", or up to a tail that could still become one. */
+size_t lt_chat_tool_safe_len(const char *text, size_t len);
+
+struct lt_chat_tool_call {
+    char *name;
+    char *arguments; /* the JSON text of an object */
+};
+
+struct lt_chat_tool_output {
+    char *content; /* the text outside the calls, or NULL when that is only whitespace */
+    struct lt_chat_tool_call *calls; /* [n_calls] */
+    size_t n_calls;
+};
+
+/* Reads a model's output for tool calls. Every <tool_call> block must parse, name one of
+ * `tools` and carry an arguments object; otherwise (or with no block) n_calls is 0 and
+ * content is the whole text. A last block may lack its closing tag (the model stopped, or
+ * went on without it): what follows its call is then content.
+ * out is zeroed first; free it with lt_chat_tool_output_free. */
+lt_status lt_chat_tool_parse(enum lt_chat_kind kind, const char *tools, const char *text,
+                             size_t len, struct lt_chat_tool_output *out);
+void lt_chat_tool_output_free(struct lt_chat_tool_output *o);
 
 /* Token ranges of one span: tokens [turn_begin, turn_end) are those whose bytes overlap the
  * turn's bytes (likewise for content); a trainer puts loss on them. */

@@ -43,9 +43,18 @@ lt_status lt_gen_prompt_chat(const struct lt_tokenizer *t, const struct lt_chat_
                              const struct lt_chat_message *msgs, size_t n, bool enable_thinking,
                              struct lt_tokens *out)
 {
-    struct lt_chat_options opts = {.add_generation_prompt = true, .enable_thinking = enable_thinking};
+    struct lt_chat_options opts = {.enable_thinking = enable_thinking};
+    return lt_gen_prompt_chat_with(t, ct, msgs, n, &opts, out);
+}
+
+lt_status lt_gen_prompt_chat_with(const struct lt_tokenizer *t, const struct lt_chat_template *ct,
+                                  const struct lt_chat_message *msgs, size_t n,
+                                  const struct lt_chat_options *opts, struct lt_tokens *out)
+{
+    struct lt_chat_options o = *opts;
+    o.add_generation_prompt = true;
     struct lt_chat_render r = {0};
-    lt_status st = lt_chat_render(ct, msgs, n, &opts, &r);
+    lt_status st = lt_chat_render(ct, msgs, n, &o, &r);
     if (st != LT_OK)
         goto out_free_render;
     st = tokenize_prompt(t, r.text.data, r.text.len, LT_TOKENIZE_PARSE_SPECIAL, out);

@@ -78,6 +78,7 @@ static lt_status load_all(struct engine *e)
     mi->n_layer = hp->n_layer;
     mi->n_embd = hp->n_embd;
     mi->has_chat_template = e->have_ct;
+    mi->chat_kind = e->ct.kind;
     snprintf(mi->arch, sizeof(mi->arch), "%s", lt_arch_name(hp->arch));
     snprintf(mi->backend, sizeof(mi->backend), "%s", e->backends[0]->name);
 
@@ -190,7 +191,7 @@ static int eng_detokenize(struct srv_engine *se, const lt_token *ids, size_t n, 
 }
 
 static int eng_prompt_chat(struct srv_engine *se, const struct lt_chat_message *msgs, size_t n,
-                           bool enable_thinking, struct lt_tokens *out)
+                           const struct lt_chat_options *opts, struct lt_tokens *out)
 {
     struct engine *e = eng(se);
     int st = not_ready(e);
@@ -199,7 +200,7 @@ static int eng_prompt_chat(struct srv_engine *se, const struct lt_chat_message *
     if (!e->have_ct)
         return srv_fail(400, "messages", "no_chat_template",
                         "the model has no chat template lathe can render; use /v1/completions");
-    lt_status ls = lt_gen_prompt_chat(e->tok, &e->ct, msgs, n, enable_thinking, out);
+    lt_status ls = lt_gen_prompt_chat_with(e->tok, &e->ct, msgs, n, opts, out);
     return ls == LT_OK ? 200 : srv_fail(srv_http_status_of(ls), "messages", NULL, "%s",
                                         lt_last_error());
 }

@@ -18,7 +18,7 @@ json_t *srv_json_text(const char *s, size_t n);
 int srv_token_array(struct srv_app *app, const json_t *arr, const char *name, lt_token **out,
                     size_t *n);
 
-/* routes_complete.c */
+/* routes_complete.c; srv_chat_prompt in routes_chat.c */
 void srv_route_chat(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs);
 void srv_route_completions(struct srv_app *app, const struct srv_request *rq,
                            struct srv_response *rs);
@@ -27,9 +27,34 @@ void srv_route_completions(struct srv_app *app, const struct srv_request *rq,
  * prompt (string or token ids) of a /v1/completions-shaped body whose fields are checked,
  * into p (the caller frees it). */
 int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_gen_params *p);
-/* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs), rendered as
- * /v1/chat/completions renders them. */
+/* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs, tools,
+ * tool_choice), rendered as /v1/chat/completions renders them. */
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out);
+/* routes_chat.c: the same with the request's tools already read (NULL: none). */
+struct srv_tools;
+int srv_chat_prompt_tools(struct srv_app *app, const json_t *body, const struct srv_tools *tools,
+                          struct lt_tokens *out);
+/* routes_tools.c: a chat request's tools, as given to the template and the output reader */
+struct srv_tools {
+    char *tools;   /* the JSON text of `tools` for the template; NULL: none rendered */
+    char *prefill; /* the start of a forced call (tool_choice required or named); NULL: none */
+    bool parse;    /* read the output for tool calls */
+};
+/* Checks `tools` and `tool_choice` (400 naming the field) and fills out. */
+int srv_tools_read(const json_t *body, enum lt_chat_kind kind, struct srv_tools *out);
+void srv_tools_free(struct srv_tools *t);
+/* A message's `tool_calls` checked (assistant only; arguments the JSON text of an object),
+ * as JSON text for lt_chat_message.tool_calls (*out malloc'd; NULL when none). */
+int srv_message_tool_calls(const json_t *m, const char *where, char **out);
+/* The whole response's message from the model's text (after the prefill); *called when it
+ * holds tool calls (finish_reason "tool_calls"). */
+json_t *srv_tool_message(const struct srv_tools *t, enum lt_chat_kind kind, const char *text,
+                         size_t len, uint64_t (*random)(void), bool *called);
+/* A stream's last deltas (a JSON array of delta objects) from the text held back since the
+ * first possible call (prefill included when `with_prefill`). */
+json_t *srv_tool_deltas(const struct srv_tools *t, enum lt_chat_kind kind, bool with_prefill,
+                        const char *text, size_t len, uint64_t (*random)(void), bool *called);
+
 /* routes_logprobs.c: llama.cpp's "completion_probabilities" of g (requested with n_probs, which
  * srv_completion_params reads into p->logprobs): [{id, token, logprob, bytes, top_logprobs:
  * [{id, token, logprob, bytes}]}] for the tokens whose text starts before `visible`, from

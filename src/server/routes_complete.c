@@ -28,7 +28,6 @@
 #include "server/json_check.h"
 #include "server/routes.h"
 
-#define MAX_MESSAGES 4096
 #define MAX_STOP_LEN 256
 #define MAX_PROMPTS 64        /* prompts in one legacy request */
 #define MAX_LEGACY_LOGPROBS 5 /* OpenAI's limit for legacy `logprobs` */
@@ -65,6 +64,9 @@ static const struct srv_field chat_fields[] = {
     {"chat_template_kwargs", SRV_JT_OBJECT, 0, 0, false},
     {"logprobs", SRV_JT_BOOL, 0, 0, false},
     {"top_logprobs", SRV_JT_INT, 0, LT_GEN_MAX_TOP_LOGPROBS, false},
+    {"tools", SRV_JT_ARRAY, 0, 0, false}, /* and tool_choice: routes_tools.c */
+    {"tool_choice", SRV_JT_STRING | SRV_JT_OBJECT, 0, 0, false},
+    {"parallel_tool_calls", SRV_JT_BOOL, 0, 0, false}, /* accepted; calls are never limited */
 };
 static const struct srv_field text_fields[] = {
     {"prompt", SRV_JT_STRING | SRV_JT_ARRAY, 0, 0, true},
@@ -72,6 +74,7 @@ static const struct srv_field text_fields[] = {
     {"echo", SRV_JT_BOOL, 0, 0, false},
 };
 #define N_COMMON (sizeof(common_fields) / sizeof(common_fields[0]))
+#define N_CHAT (sizeof(chat_fields) / sizeof(chat_fields[0]))
 
 /* One choice: its generation and what a stream has sent of it. */
 struct choice {
@@ -79,7 +82,9 @@ struct choice {
     char *echo; /* legacy `echo`: the prompt's text, owned; NULL: none */
     size_t echo_len;
     size_t sent, lp_sent; /* stream: text bytes and log-probability records sent */
+    size_t seen;          /* stream: text bytes looked at (more than sent while held back) */
     bool ended;           /* stream: its finish chunk is out */
+    bool called;          /* stream: its output held tool calls */
 };
 
 /* What a response needs besides the generations. */
@@ -95,6 +100,8 @@ struct completion {
     int n_prompt; /* each prompt's tokens once */
     int n_choices;
     struct choice *ch; /* [n_choices] */
+    struct srv_tools tools; /* chat: the request's tools (routes_tools.c) */
+    enum lt_chat_kind chat_kind;
 };
 
 static void completion_free(struct completion *c)
@@ -109,6 +116,7 @@ static void completion_free(struct completion *c)
     free(c->ch);
     c->ch = NULL;
     c->n_choices = 0;
+    srv_tools_free(&c->tools);
 }
 
 static atomic_ullong request_counter;
@@ -248,118 +256,6 @@ static int read_sampling(const json_t *body, struct srv_gen_params *p)
     int st = read_stops(body, p);
     if (st == 200)
         st = read_loras(body, p);
-    return st;
-}
-
-static bool role_known(const char *r)
-{
-    static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
-    for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
-        if (!strcmp(r, roles[i]))
-            return true;
-    return false;
-}
-
-/* The message's text: a string, or the "text" parts of an array, joined by newlines. */
-static int message_content(const json_t *content, const char *where, char **out)
-{
-    *out = NULL;
-    struct lt_strbuf b = {0};
-    char name[64];
-    snprintf(name, sizeof(name), "%s.content", where);
-    if (!content) {
-        *out = strdup("");
-    } else if (json_is_string(content)) {
-        *out = strdup(json_string_value(content));
-    } else {
-        static const struct srv_field part_fields[] = {
-            {"type", SRV_JT_STRING, 0, 0, true},
-            {"text", SRV_JT_STRING, 0, 0, true},
-        };
-        char pname[96];
-        for (size_t i = 0; i < json_array_size(content); i++) {
-            json_t *part = json_array_get(content, i);
-            snprintf(pname, sizeof(pname), "%s[%zu]", name, i);
-            int st = srv_check_object(part, pname, part_fields, 2);
-            if (st == 200 && strcmp(srv_json_str(part, "type", ""), "text") != 0)
-                st = srv_fail(400, pname, "unsupported", "only text content parts are supported");
-            if (st != 200) {
-                lt_strbuf_free(&b);
-                return st;
-            }
-            if ((i > 0 && lt_strbuf_append(&b, "\n", 1) != LT_OK) ||
-                lt_strbuf_append(&b, srv_json_str(part, "text", ""),
-                                 json_string_length(json_object_get(part, "text"))) != LT_OK) {
-                lt_strbuf_free(&b);
-                return srv_fail(503, name, NULL, "out of memory");
-            }
-        }
-        *out = b.data ? b.data : strdup("");
-        if (b.data)
-            return 200;
-    }
-    return *out ? 200 : srv_fail(503, name, NULL, "out of memory");
-}
-
-/* The chat prompt's tokens, rendered by the engine's template. */
-static int chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
-{
-    static const struct srv_field msg_fields[] = {
-        {"role", SRV_JT_STRING, 0, 0, true},
-        {"content", SRV_JT_STRING | SRV_JT_ARRAY | SRV_JT_NULL, 0, 0, false},
-        {"name", SRV_JT_STRING, 0, 0, false},
-        {"reasoning_content", SRV_JT_STRING, 0, 0, false},
-    };
-    json_t *msgs = json_object_get(body, "messages");
-    size_t n = json_array_size(msgs);
-    if (n == 0)
-        return srv_fail(400, "messages", "invalid_value", "'messages' must not be empty");
-    if (n > MAX_MESSAGES)
-        return srv_fail(400, "messages", "out_of_range", "at most %d messages", MAX_MESSAGES);
-    bool thinking = false;
-    json_t *kw = srv_json_get(body, "chat_template_kwargs");
-    if (kw) {
-        static const struct srv_field kw_fields[] = {{"enable_thinking", SRV_JT_BOOL, 0, 0, false}};
-        int st = srv_check_object(kw, "chat_template_kwargs", kw_fields, 1);
-        if (st != 200)
-            return st;
-        thinking = srv_json_bool(kw, "enable_thinking", false);
-    }
-    struct lt_chat_message *cm = calloc(n, sizeof(*cm));
-    char **contents = calloc(n, sizeof(*contents));
-    int st = 200;
-    if (!cm || !contents) {
-        st = srv_fail(503, "messages", NULL, "out of memory for %zu messages", n);
-        goto out_free;
-    }
-    char where[48];
-    for (size_t i = 0; i < n && st == 200; i++) {
-        json_t *m = json_array_get(msgs, i);
-        snprintf(where, sizeof(where), "messages[%zu]", i);
-        if ((st = srv_check_object(m, where, msg_fields, 4)) != 200)
-            break;
-        const char *role = srv_json_str(m, "role", "");
-        if (!role_known(role)) {
-            char rname[64];
-            snprintf(rname, sizeof(rname), "%s.role", where);
-            st = srv_fail(400, rname, "invalid_value",
-                          "'%s' must be system, user, assistant, tool or developer, not '%.40s'",
-                          rname, role);
-            break;
-        }
-        if ((st = message_content(srv_json_get(m, "content"), where, &contents[i])) != 200)
-            break;
-        cm[i].role = !strcmp(role, "developer") ? "system" : role;
-        cm[i].content = contents[i];
-        cm[i].reasoning = srv_json_str(m, "reasoning_content", NULL);
-    }
-    if (st == 200)
-        st = app->engine->iface->prompt_chat(app->engine, cm, n, thinking, out);
-out_free:
-    for (size_t i = 0; contents && i < n; i++)
-        free(contents[i]);
-    free(contents);
-    free(cm);
     return st;
 }
 
@@ -528,7 +424,7 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
     int st = srv_parse_body(rq, &body);
     *body_out = body;
     if (st == 200)
-        st = kind == KIND_CHAT ? check_fields(body, chat_fields, 4)
+        st = kind == KIND_CHAT ? check_fields(body, chat_fields, N_CHAT)
                                : check_fields(body, text_fields, 3);
     if (st == 200)
         st = read_sampling(body, &p);
@@ -561,7 +457,10 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
             goto out_free;
         }
         n_pr = 1;
-        st = chat_prompt(app, body, &tk);
+        c->chat_kind = mi.chat_kind;
+        st = srv_tools_read(body, mi.chat_kind, &c->tools);
+        if (st == 200)
+            st = srv_chat_prompt_tools(app, body, &c->tools, &tk);
         pr->ids = tk.ids;
         pr->n = tk.n;
         free(tk.offs);
@@ -678,11 +577,6 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
     return st;
 }
 
-int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out)
-{
-    return chat_prompt(app, body, out);
-}
-
 /* ---- shaping the response ---- */
 
 static json_t *usage_json(const struct completion *c, int n_completion)
@@ -745,14 +639,23 @@ static void respond_whole(struct srv_app *app, const struct srv_request *rq,
         n_completion += s.n_completion;
         if (s.total_s >= last.total_s)
             last = s;
-        json_t *content = srv_json_text(text.data, text.len);
+        json_t *choice;
+        if (c->kind == KIND_CHAT && c->tools.parse) {
+            bool called = false;
+            json_t *msg = srv_tool_message(&c->tools, c->chat_kind, text.data, text.len,
+                                           fresh_random, &called);
+            choice = json_pack("{s:i,s:o,s:s}", "index", i, "message", msg ? msg : json_null(),
+                               "finish_reason", called ? "tool_calls" : finish_reason(s.finish));
+        } else {
+            json_t *content = srv_json_text(text.data, text.len);
+            choice =
+                c->kind == KIND_CHAT
+                    ? json_pack("{s:i,s:{s:s,s:o},s:s}", "index", i, "message", "role", "assistant",
+                                "content", content, "finish_reason", finish_reason(s.finish))
+                    : json_pack("{s:i,s:o,s:s}", "index", i, "text", content, "finish_reason",
+                                finish_reason(s.finish));
+        }
         lt_strbuf_free(&text);
-        json_t *choice =
-            c->kind == KIND_CHAT
-                ? json_pack("{s:i,s:{s:s,s:o},s:s}", "index", i, "message", "role", "assistant",
-                            "content", content, "finish_reason", finish_reason(s.finish))
-                : json_pack("{s:i,s:o,s:s}", "index", i, "text", content, "finish_reason",
-                            finish_reason(s.finish));
         struct srv_token_lp *r = NULL;
         size_t n_r = ch->g->p.logprobs ? srv_gen_logprobs(ch->g, 0, s.visible, &r) : 0;
         choice_set_lp(app, c, ch, choice, r, n_r);
@@ -821,27 +724,45 @@ static bool stream_choice(struct stream_state *ss, int i, struct lt_strbuf *out,
     struct lt_strbuf text = {0};
     struct srv_gen_snap s;
     srv_gen_snapshot(ch->g, ch->sent, &text, &s);
+    ch->seen = s.visible;
+    /* with tools, text from where a call could start is held back until the end; a forced
+     * call (prefill) holds it all */
+    bool tools = c->kind == KIND_CHAT && c->tools.parse;
+    size_t show = !tools             ? text.len
+                  : c->tools.prefill ? 0
+                                     : lt_chat_tool_safe_len(text.data, text.len);
     struct srv_token_lp *r = NULL;
     size_t n_r = ch->g->p.logprobs ? srv_gen_logprobs(ch->g, ch->lp_sent, s.visible, &r) : 0;
-    if (text.len > 0 || n_r > 0) {
-        json_t *chunk = chunk_json(c, i, text_delta(c, text.data, text.len), NULL);
+    /* records are kept even when not asked for; held-back text sends none on their own */
+    bool lp_wanted = !tools || c->chat_top >= 0 || c->n_probs > 0;
+    if (show > 0 || (n_r > 0 && lp_wanted)) {
+        json_t *chunk = chunk_json(c, i, text_delta(c, text.data, show), NULL);
         if (n_r > 0 && chunk)
             choice_set_lp(ss->app, c, ch, json_array_get(json_object_get(chunk, "choices"), 0),
                           r, n_r);
         sse_event(out, chunk);
-        ch->sent = s.visible;
+        ch->sent += show;
         ch->lp_sent += n_r;
         *got = true;
     }
     free(r);
-    lt_strbuf_free(&text);
-    if (!s.done)
-        return false;
-    if (failed(&s)) {
+    if (!s.done || failed(&s)) {
+        lt_strbuf_free(&text);
+        if (!s.done)
+            return false;
         int status = s.err_status ? s.err_status : 500;
         *err = srv_error_json(status, NULL, NULL, s.err[0] ? s.err : "cancelled");
         return true;
     }
+    if (tools) {
+        json_t *deltas = srv_tool_deltas(&c->tools, c->chat_kind, c->tools.prefill != NULL,
+                                         text.data ? text.data + show : "", text.len - show,
+                                         fresh_random, &ch->called);
+        for (size_t k = 0; k < json_array_size(deltas); k++)
+            sse_event(out, chunk_json(c, i, json_incref(json_array_get(deltas, k)), NULL));
+        json_decref(deltas);
+    }
+    lt_strbuf_free(&text);
     ss->n_completion += s.n_completion;
     if (s.total_s >= ss->last.total_s)
         ss->last = s;
@@ -870,7 +791,7 @@ static bool stream_fill(void *user, struct srv_conn *conn, struct lt_strbuf *out
     while (first < c->n_choices && c->ch[first].ended)
         first++;
     if (first < c->n_choices)
-        srv_gen_wait(c->ch[first].g, c->ch[first].sent, c->n_choices > 1 ? 20 : 100);
+        srv_gen_wait(c->ch[first].g, c->ch[first].seen, c->n_choices > 1 ? 20 : 100);
     bool got = false;
     int left = 0;
     for (int i = 0; i < c->n_choices; i++) {
@@ -894,7 +815,7 @@ static bool stream_fill(void *user, struct srv_conn *conn, struct lt_strbuf *out
         struct srv_gen_snap s;
         srv_gen_snapshot(c->ch[i].g, 0, NULL, &s);
         json_t *last = chunk_json(c, i, c->kind == KIND_CHAT ? json_object() : json_string(""),
-                                  finish_reason(s.finish));
+                                  c->ch[i].called ? "tool_calls" : finish_reason(s.finish));
         if (all) {
             json_object_set_new(last, "usage", usage_json(c, ss->n_completion));
             json_object_set_new(last, "timings", timings_json(&ss->last));

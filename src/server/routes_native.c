@@ -133,6 +133,8 @@ void srv_route_apply_template(struct srv_app *app, const struct srv_request *rq,
         {"messages", SRV_JT_ARRAY, 0, 0, true},
         {"chat_template_kwargs", SRV_JT_OBJECT, 0, 0, false},
         {"model", SRV_JT_STRING, 0, 0, false},
+        {"tools", SRV_JT_ARRAY, 0, 0, false},
+        {"tool_choice", SRV_JT_STRING | SRV_JT_OBJECT, 0, 0, false},
     };
     json_t *body = NULL;
     struct lt_tokens tk = {0};

@@ -170,6 +170,7 @@ struct srv_model_info {
     int64_t n_layer;
     int64_t n_embd;
     bool has_chat_template;
+    enum lt_chat_kind chat_kind; /* the template's family (its tool-call format) */
 };
 
 /* What /props tells besides srv_model_info (llama.cpp's fields). */
@@ -304,7 +305,7 @@ struct srv_engine_iface {
      * vocabulary asks for it; the chat through the model's template with the generation
      * prompt; special tokens' text recognised. */
     int (*prompt_chat)(struct srv_engine *e, const struct lt_chat_message *msgs, size_t n,
-                       bool enable_thinking, struct lt_tokens *out);
+                       const struct lt_chat_options *opts, struct lt_tokens *out);
     int (*prompt_text)(struct srv_engine *e, const char *text, struct lt_tokens *out);
     /* Queues g (the engine takes a reference); it decodes as soon as a slot is free. */
     int (*submit)(struct srv_engine *e, struct srv_gen *g);

@@ -156,17 +156,56 @@ static void render_tool(struct renderer *w, const struct lt_chat_message *m, siz
         puts_(w, "<|im_end|>\n");
 }
 
-static void render_chatml(struct renderer *w, const struct lt_chat_template *ct,
-                          const struct lt_chat_message *m, size_t n)
+static void set_status(struct renderer *w, lt_status st)
 {
-    if (ct->default_system && (n ? strcmp(m[0].role, "system") : ct->default_system_if_empty)) {
+    if (!w->st)
+        w->st = st;
+}
+
+/* Qwen2.5's assistant turn with tool calls (lathe's generic format too): no newline after
+ * the header when there is no content. */
+static void render_chatml_calls(struct renderer *w, const struct lt_chat_message *m, size_t i)
+{
+    puts_(w, "<|im_start|>assistant");
+    struct lt_chat_span sp = {.message = i, .turn_begin = pos(w)};
+    if (*m[i].content)
+        puts_(w, "\n");
+    sp.content_begin = pos(w);
+    puts_(w, m[i].content);
+    sp.content_end = pos(w);
+    if (!w->st)
+        set_status(w, tok_chat_tool_calls(LT_CHAT_CHATML, m[i].tool_calls, m[i].content,
+                                          strlen(m[i].content), &w->r->text));
+    puts_(w, "<|im_end|>");
+    sp.turn_end = pos(w);
+    puts_(w, "\n");
+    add_span(w, &sp);
+}
+
+static void render_chatml(struct renderer *w, const struct lt_chat_template *ct,
+                          const struct lt_chat_message *m, size_t n, const char *tools)
+{
+    size_t first = 0;
+    if (tools) {
+        /* Qwen2.5's tools branch: the system message (or the default one) and the tools */
+        first = n && !strcmp(m[0].role, "system");
+        if (!w->st)
+            set_status(w, tok_chat_tools_system(LT_CHAT_CHATML, tools,
+                                                first ? m[0].content : ct->default_system,
+                                                &w->r->text));
+    } else if (ct->default_system &&
+               (n ? strcmp(m[0].role, "system") : ct->default_system_if_empty)) {
         puts_(w, "<|im_start|>system\n");
         puts_(w, ct->default_system);
         puts_(w, "<|im_end|>\n");
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = first; i < n; i++) {
         if (ct->tool_responses && !strcmp(m[i].role, "tool")) {
             render_tool(w, m, n, i);
+            continue;
+        }
+        if (m[i].tool_calls && !strcmp(m[i].role, "assistant")) {
+            render_chatml_calls(w, m, i);
             continue;
         }
         puts_(w, "<|im_start|>");
@@ -248,13 +287,17 @@ static void render_qwen35_assistant(struct renderer *w, const struct lt_chat_mes
     sp.content_begin = pos(w);
     put(w, c + cb, ce - cb);
     sp.content_end = pos(w);
+    if (m->tool_calls && !w->st)
+        set_status(
+            w, tok_chat_tool_calls(LT_CHAT_QWEN35, m->tool_calls, c + cb, ce - cb, &w->r->text));
     puts_(w, "<|im_end|>");
     sp.turn_end = pos(w);
     puts_(w, "\n");
     add_span(w, &sp);
 }
 
-static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, size_t n)
+static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, size_t n,
+                          const char *tools)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") &&
@@ -265,7 +308,13 @@ static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, s
                             i, m[i].role);
             return;
         }
-    if (n && !strcmp(m[0].role, "system")) {
+    if (tools) {
+        if (!w->st)
+            set_status(
+                w, tok_chat_tools_system(LT_CHAT_QWEN35, tools,
+                                         n && !strcmp(m[0].role, "system") ? m[0].content : NULL,
+                                         &w->r->text));
+    } else if (n && !strcmp(m[0].role, "system")) {
         puts_(w, "<|im_start|>system\n");
         puts_(w, m[0].content);
         puts_(w, "<|im_end|>\n");
@@ -292,6 +341,18 @@ static void render_qwen35(struct renderer *w, const struct lt_chat_message *m, s
     }
 }
 
+/* JSON text "[]", whitespace aside. */
+static bool is_empty_array(const char *s)
+{
+    s += strspn(s, " \t\r\n");
+    if (*s++ != '[')
+        return false;
+    s += strspn(s, " \t\r\n");
+    if (*s++ != ']')
+        return false;
+    return s[strspn(s, " \t\r\n")] == 0;
+}
+
 lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat_message *msgs,
                          size_t n, const struct lt_chat_options *opts, struct lt_chat_render *out)
 {
@@ -302,14 +363,21 @@ lt_status lt_chat_render(const struct lt_chat_template *ct, const struct lt_chat
                            msgs[i].role ? "content" : "role");
     struct renderer w = {.r = out};
     w.st = lt_strbuf_append(&out->text, "", 0);
+    const char *tools = opts ? opts->tools : NULL;
+    if (tools && is_empty_array(tools))
+        tools = NULL; /* the templates' `if tools` */
     if (ct->kind == LT_CHAT_QWEN35)
-        render_qwen35(&w, msgs, n);
+        render_qwen35(&w, msgs, n, tools);
     else
-        render_chatml(&w, ct, msgs, n);
+        render_chatml(&w, ct, msgs, n, tools);
     if (opts && opts->add_generation_prompt) {
         puts_(&w, "<|im_start|>assistant\n");
+        /* a forced tool call starts right away: its prefill closes the thinking block */
         if (ct->kind == LT_CHAT_QWEN35)
-            puts_(&w, opts->enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n");
+            puts_(&w, opts->enable_thinking && !opts->prefill ? "<think>\n"
+                                                              : "<think>\n\n</think>\n\n");
+        if (opts->prefill)
+            puts_(&w, opts->prefill);
     }
     if (w.st)
         lt_chat_render_free(out);

@@ -82,6 +82,13 @@ lt_status tok_pretok_split(const struct lt_tokenizer *t, struct tok_pretok_state
                            const char *s, size_t n, tok_piece_fn piece, void *user);
 void tok_pretok_state_free(struct tok_pretok_state *st);
 
+/* chat_tools.c, for chat.c: the system turn holding the tools block (with the system
+ * message's text, or NULL), and an assistant's tool calls as rendered after its content. */
+lt_status tok_chat_tools_system(enum lt_chat_kind kind, const char *tools, const char *system,
+                                struct lt_strbuf *out);
+lt_status tok_chat_tool_calls(enum lt_chat_kind kind, const char *tool_calls, const char *content,
+                              size_t content_len, struct lt_strbuf *out);
+
 /* The byte-level alphabet: code point of byte b, and the byte of code point cp (-1 if none). */
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp);

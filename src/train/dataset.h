@@ -11,8 +11,9 @@
  * are context only (label -1).
  *
  * Chat: each JSONL line is {"prompt", "completion"} (plus an optional "system") or
- * {"messages": [{"role", "content", "train"?}, ...]}, rendered through the model's chat
- * template. Loss is on the tokens of assistant turns (content and closing marker), except
+ * {"messages": [{"role", "content", "train"?, "tool_calls"?}, ...]}, with an optional
+ * "tools" array, rendered through the model's chat template (the tools as the server
+ * renders them; an assistant message with tool_calls may have a null content). Loss is on the tokens of assistant turns (content and closing marker), except
  * turns marked "train": false, which stay as context. An example longer than the window is
  * refused with its index unless a fit policy is given. */
 #ifndef LATHE_TRAIN_DATASET_H

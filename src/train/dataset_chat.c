@@ -21,14 +21,46 @@
 struct chat_example {
     struct lt_chat_message *msgs;
     bool *train; /* per message: an assistant turn carrying loss */
+    char **calls; /* per message: its tool_calls' JSON text (msgs[i].tool_calls), or NULL */
     size_t n;
+    char *tools; /* the example's tools' JSON text, or NULL */
 };
 
 static void chat_example_free(struct chat_example *c)
 {
+    for (size_t i = 0; c->calls && i < c->n; i++)
+        free(c->calls[i]);
+    free(c->calls);
+    free(c->tools);
     free(c->msgs);
     free(c->train);
     memset(c, 0, sizeof(*c));
+}
+
+/* The example's "tools" (an array; empty is none) as JSON text, checked. */
+static lt_status parse_tools(json_t *root, struct chat_example *c)
+{
+    json_t *tools = json_object_get(root, "tools");
+    if (!tools)
+        return LT_OK;
+    if (!json_is_array(tools))
+        return lt_fail(LT_ERR_FORMAT, "\"tools\" must be an array of {\"type\": \"function\", "
+                                      "\"function\": {\"name\", ...}}");
+    if (json_array_size(tools) == 0)
+        return LT_OK;
+    if (!(c->tools = json_dumps(tools, JSON_COMPACT)))
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
+    return lt_chat_tools_check(c->tools);
+}
+
+/* Message i's "tool_calls" (assistant messages; a non-empty array), as JSON text. */
+static const char *parse_calls(json_t *m, size_t i, struct chat_example *c)
+{
+    json_t *calls = json_object_get(m, "tool_calls");
+    if (!json_is_array(calls) || json_array_size(calls) == 0)
+        return NULL;
+    c->calls[i] = json_dumps(calls, JSON_COMPACT);
+    return c->calls[i];
 }
 
 /* Fills c from one parsed JSON line (strings point into `root`). Messages name what is
@@ -58,53 +90,68 @@ static lt_status parse_example(json_t *root, struct chat_example *c)
     }
     c->msgs = calloc(c->n, sizeof(*c->msgs));
     c->train = calloc(c->n, sizeof(*c->train));
-    if (!c->msgs || !c->train) {
+    c->calls = calloc(c->n, sizeof(*c->calls));
+    if (!c->msgs || !c->train || !c->calls) {
         chat_example_free(c);
         return lt_fail(LT_ERR_NOMEM, "out of memory");
     }
     if (!msgs) {
         size_t k = 0;
         if (system)
-            c->msgs[k++] = (struct lt_chat_message){"system", json_string_value(system), NULL};
-        c->msgs[k++] = (struct lt_chat_message){"user", json_string_value(prompt), NULL};
-        c->msgs[k] = (struct lt_chat_message){"assistant", json_string_value(completion), NULL};
+            c->msgs[k++] =
+                (struct lt_chat_message){.role = "system", .content = json_string_value(system)};
+        c->msgs[k++] =
+            (struct lt_chat_message){.role = "user", .content = json_string_value(prompt)};
+        c->msgs[k] =
+            (struct lt_chat_message){.role = "assistant", .content = json_string_value(completion)};
         c->train[k] = true;
-        return LT_OK;
+        return parse_tools(root, c);
     }
     for (size_t i = 0; i < c->n; i++) {
         json_t *m = json_array_get(msgs, i);
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         json_t *train = json_object_get(m, "train");
         json_t *reasoning = json_object_get(m, "reasoning_content");
-        const char *bad = !json_is_object(m)         ? "is not an object"
-                          : !json_is_string(role)    ? "has no \"role\" string"
-                          : !json_is_string(content) ? "has no \"content\" string"
-                          : train && !json_is_boolean(train)
-                              ? "has a \"train\" that is not true or false"
-                          : reasoning && !json_is_string(reasoning)
-                              ? "has a \"reasoning_content\" that is not a string"
-                              : NULL;
+        json_t *calls = json_object_get(m, "tool_calls");
+        /* an assistant message with tool calls may have a null or no content */
+        bool no_content = calls && (!content || json_is_null(content));
+        const char *bad =
+            !json_is_object(m)                        ? "is not an object"
+            : !json_is_string(role)                   ? "has no \"role\" string"
+            : calls && !json_is_array(calls)          ? "has a \"tool_calls\" that is not an array"
+            : !no_content && !json_is_string(content) ? "has no \"content\" string"
+            : train && !json_is_boolean(train)        ? "has a \"train\" that is not true or false"
+            : reasoning && !json_is_string(reasoning)
+                ? "has a \"reasoning_content\" that is not a string"
+                : NULL;
         if (bad) {
             chat_example_free(c);
             return lt_fail(LT_ERR_FORMAT, "message %zu %s", i, bad);
         }
-        c->msgs[i] = (struct lt_chat_message){json_string_value(role), json_string_value(content),
-                                              reasoning ? json_string_value(reasoning) : NULL};
+        c->msgs[i] =
+            (struct lt_chat_message){.role = json_string_value(role),
+                                     .content = no_content ? "" : json_string_value(content),
+                                     .reasoning = reasoning ? json_string_value(reasoning) : NULL,
+                                     .tool_calls = parse_calls(m, i, c)};
+        if (calls && json_array_size(calls) && !c->msgs[i].tool_calls) {
+            chat_example_free(c);
+            return lt_fail(LT_ERR_NOMEM, "out of memory");
+        }
         c->train[i] = !strcmp(c->msgs[i].role, "assistant") && !json_is_false(train);
     }
-    return LT_OK;
+    return parse_tools(root, c);
 }
 
 /* Renders msgs (with per-message train flags) into tokens and labels (malloc'd). */
 static lt_status render(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                         const struct lt_chat_message *msgs, const bool *train, size_t n,
-                        int32_t **tokens, int32_t **labels, int *n_tokens)
+                        const char *tools, int32_t **tokens, int32_t **labels, int *n_tokens)
 {
     struct lt_chat_render r = {0};
     struct lt_tokens tk = {0};
     struct lt_chat_token_span *spans = NULL;
     *tokens = *labels = NULL;
-    lt_status st = lt_chat_render(ct, msgs, n, &(struct lt_chat_options){0}, &r);
+    lt_status st = lt_chat_render(ct, msgs, n, &(struct lt_chat_options){.tools = tools}, &r);
     if (st != LT_OK)
         return st;
     bool bos = lt_tokenizer_add_bos(tok) && lt_tokenizer_bos(tok) != LT_TOKEN_NONE;
@@ -186,7 +233,7 @@ static lt_status fit_middle(const struct lt_tokenizer *tok, const struct lt_chat
         }
         free(*tokens);
         free(*labels);
-        st = render(tok, ct, m, tr, k, tokens, labels, n_tokens);
+        st = render(tok, ct, m, tr, k, c->tools, tokens, labels, n_tokens);
         if (st != LT_OK || *n_tokens <= window)
             break;
     }
@@ -228,7 +275,7 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
         int32_t *tokens = NULL, *labels = NULL;
         int n = 0;
         if (st == LT_OK)
-            st = render(tok, ct, c.msgs, c.train, c.n, &tokens, &labels, &n);
+            st = render(tok, ct, c.msgs, c.train, c.n, c.tools, &tokens, &labels, &n);
         if (st == LT_OK && n > window && fit == LT_FIT_MIDDLE) {
             st = fit_middle(tok, ct, &c, window, &tokens, &labels, &n);
             out->n_fitted++;

@@ -19,7 +19,8 @@ static const struct lt_train_field fields[] = {
     {NULL, "text", NULL, NULL, LT_TF_STRING, 0, 0, false, false, false, NULL, NULL,
      "plain text itself, cut into windows that overlap by half", AT(text)},
     {NULL, NULL, "--examples", NULL, LT_TF_STRING, 0, 0, false, false, false, "FILE", NULL,
-     "chat JSONL: {\"prompt\",\"completion\"} or {\"messages\":[...]} a line", AT(examples_path)},
+     "chat JSONL: {\"prompt\",\"completion\"} or {\"messages\":[...]} a line, optionally "
+     "with \"tools\":[...]", AT(examples_path)},
     {NULL, "examples", NULL, NULL, LT_TF_STRING, 0, 0, false, false, false, NULL, NULL,
      "chat examples: JSONL text, or an array of example objects", AT(examples)},
     {NULL, "window", "--window", NULL, LT_TF_INT, 2, 1 << 20, false, false, false, "N", "256",

@@ -249,6 +249,18 @@ static void check_health(void)
         die("/health is not 200 ok", NULL, 0);
 }
 
+/* After a hang: what the server says of its connections, slots and job. */
+static void dump_state(void)
+{
+    static const char *const paths[] = {"/metrics", "/slots", "/train"};
+    for (int i = 0; i < 3; i++) {
+        char req[128], answer[4097];
+        int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", paths[i]);
+        long got = exchange((const uint8_t *)req, (size_t)n, answer, sizeof(answer) - 1);
+        fprintf(stderr, "fuzz_http: GET %s (%ld bytes):\n%s\n", paths[i], got, got > 0 ? answer : "");
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static unsigned long runs;
@@ -263,6 +275,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_http: a hang after %zu bytes of answer: %.*s\n", strlen(answer),
                 (int)strcspn(answer, "\r\n"), answer);
         check_health();
+        dump_state();
         die("no whole answer within the time limit, though /health answers", data, size);
     }
     /* Every answer the server writes itself starts with a status line. A request that

@@ -26,6 +26,7 @@ Jinja (SmolLM2's real template; Qwen3.5's and Qwen2.5's as written below); chat 
 """
 import base64
 import glob
+import json
 import os
 import random
 import subprocess
@@ -63,10 +64,58 @@ QWEN35_ADDED = QWEN25_ADDED + ["<tool_response>", "</tool_response>", "<think>",
                                "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>",
                                "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>"]
 
-# Qwen3.5's chat template, the parts lathe renders (no tools, no images): thinking blocks on
-# assistant turns after the last user query; generation prompt opens a think block, or an
-# empty one when enable_thinking is false.
-QWEN35_TEMPLATE = """{%- if messages[0].role == 'system' %}
+# Qwen3.5's tool calls in an assistant turn, as its template writes them (copied from the
+# template's tool_calls branch).
+QWEN35_CALLS = r"""
+        {%- if message.tool_calls and message.tool_calls is iterable and message.tool_calls is not mapping %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if tool_call.function is defined %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {%- if loop.first %}
+                    {%- if content|trim %}
+                        {{- '\n\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                    {%- else %}
+                        {{- '<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                    {%- endif %}
+                {%- else %}
+                    {{- '\n<tool_call>\n<function=' + tool_call.name + '>\n' }}
+                {%- endif %}
+                {%- if tool_call.arguments is mapping %}
+                    {%- for args_name in tool_call.arguments %}
+                        {%- set args_value = tool_call.arguments[args_name] %}
+                        {{- '<parameter=' + args_name + '>\n' }}
+                        {%- set args_value = args_value | tojson | safe if args_value is mapping or (args_value is sequence and args_value is not string) else args_value | string %}
+                        {{- args_value }}
+                        {{- '\n</parameter>\n' }}
+                    {%- endfor %}
+                {%- endif %}
+                {{- '</function>\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}"""
+
+# Qwen3.5's chat template, the parts lathe renders (no images): the tools block (its system
+# message trimmed, as the template does), thinking blocks on assistant turns after the last
+# user query, tool calls; generation prompt opens a think block, or an empty one when
+# enable_thinking is false.
+QWEN35_TOOLS = r"""{%- if tools and tools is iterable and tools is not mapping %}
+    {{- '<|im_start|>system\n' }}
+    {{- "# Tools\n\nYou have access to the following functions:\n\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>" }}
+    {{- '\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If there is no function call available, answer the question like normal with your current knowledge and do not tell the user about function calls\n</IMPORTANT>' }}
+    {%- if messages[0].role == 'system' %}
+        {%- set content = messages[0].content|trim %}
+        {%- if content %}
+            {{- '\n\n' + content }}
+        {%- endif %}
+    {%- endif %}
+    {{- '<|im_end|>\n' }}
+"""
+QWEN35_TEMPLATE = QWEN35_TOOLS + """{%- elif messages[0].role == 'system' %}
     {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
 {%- endif %}
 {%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
@@ -99,7 +148,7 @@ QWEN35_TEMPLATE = """{%- if messages[0].role == 'system' %}
             {%- endif %}
         {%- else %}
             {{- '<|im_start|>' + message.role + '\\n' + content }}
-        {%- endif %}
+        {%- endif %}""" + QWEN35_CALLS + """
         {{- '<|im_end|>\\n' }}
     {%- elif message.role == "tool" %}
         {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
@@ -122,16 +171,50 @@ QWEN35_TEMPLATE = """{%- if messages[0].role == 'system' %}
     {%- endif %}
 {%- endif %}"""
 
-# Qwen2.5's chat template without its tools branch and tool calls: a default system prompt
-# before the loop, tool results as <tool_response> blocks in a user turn.
-QWEN25_TEMPLATE = """{%- if messages[0]['role'] == 'system' %}
+# Qwen2.5's chat template: with tools, the system turn holds them (after the system message,
+# or the default one); else a default system prompt before the loop; assistant tool calls as
+# <tool_call> JSON blocks; tool results as <tool_response> blocks in a user turn.
+QWEN25_TOOLS = r"""{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+"""
+QWEN25_CALLS = r"""
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}"""
+QWEN25_TEMPLATE = QWEN25_TOOLS + """{%- if messages[0]['role'] == 'system' %}
     {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
 {%- else %}
     {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
 {%- endif %}
+{%- endif %}
 {%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant") %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}""" + QWEN25_CALLS + """
     {%- elif message.role == "tool" %}
         {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
             {{- '<|im_start|>user' }}
@@ -604,17 +687,44 @@ def check_vocab(v, corpus_mb, special_mb):
     return tok
 
 
-def render_jinja(template, msgs, gen, **kw):
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """transformers' `tojson` filter for chat templates (not Jinja's own, which sorts keys
+    and escapes HTML): what the models' templates render under apply_chat_template."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def render_jinja(template, msgs, gen, tools=None, **kw):
     env = jinja2.Environment()
+    env.filters["tojson"] = tojson
+    if tools is not None:
+        kw["tools"] = tools
     return env.from_string(template).render(messages=msgs, add_generation_prompt=gen, **kw)
 
 
+def lathe_message(m):
+    """A message as `lathe tokenize --chat` reads it; tool calls' arguments go as JSON text
+    (OpenAI's form) when the test marks them so, else as the object."""
+    if not m.get("tool_calls"):
+        return m["role"].encode() + b"\0" + m["content"].encode() + b"\0"
+    calls = [{"type": "function", "function": {
+        "name": c["function"]["name"],
+        "arguments": (json.dumps(c["function"]["arguments"]) if c.get("as_text")
+                      else c["function"]["arguments"])}} for c in m["tool_calls"]]
+    return (m["role"].encode() + b" calls\0" + m["content"].encode() + b"\0"
+            + json.dumps(calls).encode() + b"\0")
+
+
 def lathe_chat(v, convs, spans_path):
-    """Renders [(messages, gen, think)] in one run; returns the texts and the spans blocks."""
+    """Renders [(messages, gen, think, tools)] in one run; returns the texts and the spans
+    blocks."""
     data = b""
-    for msgs, gen, think in convs:
-        data += f"chat {len(msgs)}{' gen' if gen else ''}{' think' if think else ''}\0".encode()
-        data += b"".join(m["role"].encode() + b"\0" + m["content"].encode() + b"\0" for m in msgs)
+    for msgs, gen, think, tools in convs:
+        data += (f"chat {len(msgs)}{' gen' if gen else ''}{' think' if think else ''}"
+                 f"{' tools' if tools else ''}\0").encode()
+        if tools:
+            data += json.dumps(tools).encode() + b"\0"
+        data += b"".join(lathe_message(m) for m in msgs)
     out, _ = lathe([v.gguf, "--chat", "--spans", spans_path], data)
     texts = out.decode("utf-8").split("\0")[:-1]
     with open(spans_path) as f:
@@ -639,22 +749,61 @@ CONVERSATIONS = [
 ]
 
 
-def check_chat(v, template, jinja_kw_sets, tok, name):
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather — in °C, \"quoted\", <b>&</b>",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "line one\nline two\ttab \x01"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 16, "default": 3},
+        "ratio": {"type": "number", "examples": [0.5, 1e-07, 1e+20, 100.0, -2.5e-05, 0.1]},
+        "units": {"enum": ["metric", "imperial", None], "nullable": True, "strict": False}},
+        "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "properties": {"q": {"type": "string"}, "opts": {"type": "object"}}}}}
+CALL_W = {"type": "function", "function": {"name": "get_weather",
+                                           "arguments": {"city": "Paris", "days": 2}}}
+CALL_S = {"type": "function", "as_text": True, "function": {"name": "search", "arguments": {
+    "q": "Zürich \"old town\"\nmap", "opts": {"n": 3, "exact": True, "ratio": 0.25,
+                                             "tags": ["a", 1, None]}, "flag": False,
+    "none": None, "big": 1e+22, "small": 5e-06}}}
+TOOL_CONVERSATIONS = [
+    ([{"role": "user", "content": "Weather in Paris?"}], [WEATHER]),
+    ([{"role": "system", "content": "  Be brief.\n"}, {"role": "user", "content": "q"}],
+     [WEATHER, SEARCH]),
+    ([{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "", "tool_calls": [CALL_W]},
+      {"role": "tool", "content": "{\"temp\": 21}"},
+      {"role": "assistant", "content": "It is 21 °C."},
+      {"role": "user", "content": "And search this"},
+      {"role": "assistant", "content": "Searching.", "tool_calls": [CALL_S, CALL_W]},
+      {"role": "tool", "content": "r1"}, {"role": "tool", "content": "r2"}],
+     [WEATHER, SEARCH]),
+    ([{"role": "user", "content": "q"},
+      {"role": "assistant", "content": "<think>\nplan\n</think>\n\n", "tool_calls": [CALL_W]},
+      {"role": "tool", "content": "21"}], [WEATHER]),
+]
+
+
+def check_chat(v, template, jinja_kw_sets, tok, name, with_tools=True):
     cases = []
-    for ci, msgs in enumerate(CONVERSATIONS):
+    convs = [(m, None) for m in CONVERSATIONS]
+    if with_tools:
+        convs += TOOL_CONVERSATIONS
+    for ci, (msgs, tools) in enumerate(convs):
         for gen in (False, True):
             for kw, think in jinja_kw_sets:
-                cases.append((ci, msgs, gen, kw, think))
-    texts, blocks = lathe_chat(v, [(m, g, t) for _, m, g, _, t in cases],
+                cases.append((ci, msgs, gen, kw, think, tools))
+    texts, blocks = lathe_chat(v, [(m, g, t, tl) for _, m, g, _, t, tl in cases],
                                os.path.join(WORK, f"{name}.spans"))
     check(len(texts) == len(cases) and len(blocks) == len(cases),
           f"{name} chat: {len(texts)} renders for {len(cases)} conversations")
-    for (ci, msgs, gen, kw, think), got, lines in zip(cases, texts, blocks):
-        want = render_jinja(template, msgs, gen, **kw)
+    for (ci, msgs, gen, kw, think, tools), got, lines in zip(cases, texts, blocks):
+        want = render_jinja(template, msgs, gen, tools, **kw)
         check(got == want, f"{name} chat {ci} gen={gen} {kw}: lathe renders\n{got!r}\n"
                            f"Jinja renders\n{want!r}")
         check_spans(v, tok, msgs, got, lines, f"{name} chat {ci}")
-    print(f"  {name}: {len(cases)} chat renders checked against Jinja", flush=True)
+    n_tools = sum(1 for c in cases if c[5])
+    print(f"  {name}: {len(cases)} chat renders checked against Jinja ({n_tools} with tools)",
+          flush=True)
 
 
 def check_spans(v, tok, msgs, text, lines, what):
@@ -668,7 +817,10 @@ def check_spans(v, tok, msgs, text, lines, what):
         m, tb, cb, ce, te, ttb, tte, tcb, tce = map(int, line.split())
         check(msgs[m]["role"] == "assistant", f"{what}: span on a {msgs[m]['role']} message")
         check(data[te - len(b"<|im_end|>"):te] == b"<|im_end|>", f"{what}: turn ends without <|im_end|>")
-        check(data[tb - len(b"assistant\n"):tb] == b"assistant\n", f"{what}: turn begins elsewhere")
+        # Qwen2.5's turns with tool calls have no newline after the header
+        check(data[:tb].endswith(b"assistant\n") or (msgs[m].get("tool_calls") and
+                                                      data[:tb].endswith(b"<|im_start|>assistant")),
+              f"{what}: turn begins elsewhere")
         content = data[cb:ce].decode()
         check(content and content in msgs[m]["content"] or not content,
               f"{what}: span content {content!r} is not the message's")
@@ -723,7 +875,7 @@ def main():
 
     sm = smollm_vocab()
     tok = check_vocab(sm, 2.0, 0.4)
-    check_chat(sm, sm.template, [({}, False)], tok, "smollm")
+    check_chat(sm, sm.template, [({}, False)], tok, "smollm", with_tools=False)
 
     print(f"total {time.time() - t0:.1f} s")
     print(f"{passes} passed, {failures} failed")
