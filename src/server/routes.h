@@ -30,6 +30,10 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 /* The chat prompt's tokens from a body's "messages" (and chat_template_kwargs), rendered as
  * /v1/chat/completions renders them. */
 int srv_chat_prompt(struct srv_app *app, const json_t *body, struct lt_tokens *out);
+/* routes_grammar.c: the grammar a completion body asks for, with llama.cpp's `grammar`
+ * (GBNF) or `json_schema`, or OpenAI's `response_format` (json_object, json_schema; text
+ * is none): *out is NULL when none; a bad grammar or schema is 400 naming the problem. */
+int srv_read_grammar(const json_t *body, struct lt_grammar **out);
 /* routes_logprobs.c: llama.cpp's "completion_probabilities" of g (requested with n_probs, which
  * srv_completion_params reads into p->logprobs): [{id, token, logprob, bytes, top_logprobs:
  * [{id, token, logprob, bytes}]}] for the tokens whose text starts before `visible`, from
