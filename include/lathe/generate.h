@@ -112,6 +112,7 @@ struct lt_gen_seq {
     bool *allowed;                 /* [cap_masked] the grammar's mask */
     size_t cap_masked;
     uint64_t n_masked;             /* samples the grammar rejected (and so masked) */
+    double t_grammar_s;            /* time in the grammar: checks, masks, accepts */
 
     lt_token *history;          /* [n_history]: the prompt, then the generated tokens */
     size_t n_history, cap_history;

@@ -62,8 +62,9 @@ bool lt_grammar_matcher_done(const struct lt_grammar_matcher *m);
 
 /* The characters allowed next, as inclusive code point ranges into lo[], hi[] (room for
  * cap); returns how many there are (may exceed cap; ranges may overlap). None while a
- * UTF-8 sequence is incomplete. For tests and diagnostics (random walks). */
-size_t lt_grammar_matcher_next_ranges(const struct lt_grammar_matcher *m, uint32_t *lo,
+ * UTF-8 sequence is incomplete. For tests and diagnostics (random walks); m's state is
+ * unchanged (only its scratch is used). */
+size_t lt_grammar_matcher_next_ranges(struct lt_grammar_matcher *m, uint32_t *lo,
                                       uint32_t *hi, size_t cap);
 
 /* ---- tokens ---- */

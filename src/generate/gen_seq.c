@@ -188,6 +188,7 @@ lt_status lt_gen_seq_set_prompt(struct lt_gen_seq *g, const lt_token *prompt, si
     if (g->gm)
         lt_grammar_matcher_reset(g->gm);
     g->n_masked = 0;
+    g->t_grammar_s = 0;
     g->t_start = now_s();
     g->t_first = g->t_last = 0;
     return LT_OK;
@@ -255,8 +256,13 @@ lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id)
     bool eog = !g->params.ignore_eog && lt_tokenizer_is_eog(g->tok, id);
     g->piece_begin = g->shown;
     g->last_text_start = g->text.len;
-    if (g->gm && (st = grammar_accept(g, id, eog)) != LT_OK)
-        return st;
+    if (g->gm) {
+        double t0 = now_s();
+        st = grammar_accept(g, id, eog);
+        g->t_grammar_s += now_s() - t0;
+        if (st != LT_OK)
+            return st;
+    }
     if (!eog) {
         if ((st = lt_decode_stream_push(&g->ds, id, &g->text)) != LT_OK)
             return st;
@@ -330,8 +336,12 @@ lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_
     if (n_vocab > n_tok)
         n_vocab = n_tok;
     lt_status st = lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, id);
-    if (st == LT_OK && g->gm && !lt_grammar_token_allowed(g->gm, g->tok, *id))
-        st = grammar_resample(g, logits, n_vocab, id);
+    if (st == LT_OK && g->gm) {
+        double t0 = now_s();
+        if (!lt_grammar_token_allowed(g->gm, g->tok, *id))
+            st = grammar_resample(g, logits, n_vocab, id);
+        g->t_grammar_s += now_s() - t0;
+    }
     if (st == LT_OK && g->params.logprobs)
         st = lt_gen_logprobs(logits, n_vocab, *id, g->params.top_logprobs, &g->lp);
     return st;

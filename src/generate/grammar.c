@@ -410,10 +410,9 @@ static size_t complement(struct lt_grammar_matcher *m, const struct gr_el *e, ui
     return n;
 }
 
-size_t lt_grammar_matcher_next_ranges(const struct lt_grammar_matcher *mc, uint32_t *lo,
-                                      uint32_t *hi, size_t cap)
+size_t lt_grammar_matcher_next_ranges(struct lt_grammar_matcher *m, uint32_t *lo, uint32_t *hi,
+                                      size_t cap)
 {
-    struct lt_grammar_matcher *m = (struct lt_grammar_matcher *)mc; /* scratch only */
     const struct lt_grammar *g = m->g;
     size_t n = 0;
     if (m->need > 0)

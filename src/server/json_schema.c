@@ -64,6 +64,7 @@ struct sc {
     const json_t *root;
     struct lt_strbuf *out;
     unsigned emitted; /* enum sc_base bits */
+    bool oom;         /* an append of a building block failed */
     int n_rules;
     int depth;
     char path[512]; /* where in the schema, for messages: "/properties/age" */
@@ -98,7 +99,7 @@ static const char *sc_base(struct sc *c, unsigned bit)
         if (c->emitted & bit)
             break;
         c->emitted |= bit;
-        srv_strbuf_appendf(c->out, "%s ::= %s\n", name, sc_bases[i].body);
+        c->oom |= srv_strbuf_appendf(c->out, "%s ::= %s\n", name, sc_bases[i].body) != LT_OK;
         for (unsigned b = 1; b <= SC_ARRAY; b <<= 1)
             if (sc_bases[i].needs & b)
                 sc_base(c, b);
@@ -612,6 +613,8 @@ lt_status srv_json_schema_gbnf(const json_t *schema, struct lt_strbuf *out)
     lt_status st = sc_schema(c, schema, top);
     if (st == LT_OK)
         st = srv_strbuf_appendf(out, "root ::= %s\n", top);
+    if (st == LT_OK && c->oom)
+        st = sc_nomem();
     free(c);
     return st;
 }
@@ -619,6 +622,7 @@ lt_status srv_json_schema_gbnf(const json_t *schema, struct lt_strbuf *out)
 lt_status srv_json_object_gbnf(struct lt_strbuf *out)
 {
     struct sc c = {.out = out};
-    return srv_strbuf_appendf(out, "root ::= %s\n", sc_base(&c, SC_OBJECT));
+    lt_status st = srv_strbuf_appendf(out, "root ::= %s\n", sc_base(&c, SC_OBJECT));
+    return st == LT_OK && c.oom ? sc_nomem() : st;
 }
 #endif
