@@ -21,8 +21,9 @@
 #include "generate/grammar_impl.h"
 
 #define GR_MAX_STACK 4096      /* positions in one stack: nesting deeper is refused */
-#define GR_MAX_STACKS 65536    /* distinct parses at once */
-#define GR_EXPAND_BUDGET 200000 /* expansion steps for one character */
+#define GR_MAX_STACKS 4096     /* distinct parses at once */
+#define GR_LINEAR 32           /* up to this many stacks, duplicates are found by a scan */
+#define GR_EXPAND_BUDGET 20000 /* expansion steps for one character */
 
 struct gr_set {
     uint32_t *pos; /* [n_pos] every stack's positions, back to back */
@@ -31,6 +32,10 @@ struct gr_set {
     uint64_t *hash;      /* [n] of its content, to find duplicates fast */
     size_t n, cap;
     bool has_empty; /* one stack is empty: a finished parse */
+    /* beyond GR_LINEAR stacks: an open-addressing index of stack i + 1 (0: free) by hash,
+     * holding stacks [0, n_indexed); ambiguous grammars ((x+)+) reach thousands */
+    uint32_t *slot;
+    size_t n_slot, n_indexed;
 };
 
 struct lt_grammar_matcher {
@@ -69,13 +74,63 @@ static void set_free(struct gr_set *s)
     free(s->off);
     free(s->len);
     free(s->hash);
+    free(s->slot);
     memset(s, 0, sizeof(*s));
 }
 
 static void set_clear(struct gr_set *s)
 {
-    s->n = s->n_pos = 0;
+    if (s->n_indexed)
+        memset(s->slot, 0, s->n_slot * sizeof(*s->slot));
+    s->n = s->n_pos = s->n_indexed = 0;
     s->has_empty = false;
+}
+
+static bool same_stack(const struct gr_set *s, size_t i, uint64_t h, const uint32_t *w, size_t n)
+{
+    return s->hash[i] == h && s->len[i] == n &&
+           (n == 0 || !memcmp(s->pos + s->off[i], w, n * sizeof(*w)));
+}
+
+/* Brings the index up to all n stacks (rebuilt at four slots a stack); false: no memory. */
+static bool index_stacks(struct gr_set *s)
+{
+    if (s->n_slot < 4 * s->n) {
+        size_t ns = 256;
+        while (ns < 4 * s->n)
+            ns *= 2;
+        uint32_t *sl = calloc(ns, sizeof(*sl));
+        if (!sl)
+            return false;
+        free(s->slot);
+        s->slot = sl;
+        s->n_slot = ns;
+        s->n_indexed = 0;
+    }
+    for (; s->n_indexed < s->n; s->n_indexed++) {
+        size_t k = (size_t)s->hash[s->n_indexed] & (s->n_slot - 1);
+        while (s->slot[k])
+            k = (k + 1) & (s->n_slot - 1);
+        s->slot[k] = (uint32_t)s->n_indexed + 1;
+    }
+    return true;
+}
+
+/* Is w[0..n) (hash h) among s's stacks? -1: could not tell (no memory). */
+static int has_stack(struct gr_set *s, uint64_t h, const uint32_t *w, size_t n)
+{
+    if (s->n <= GR_LINEAR) {
+        for (size_t i = 0; i < s->n; i++)
+            if (same_stack(s, i, h, w, n))
+                return 1;
+        return 0;
+    }
+    if (!index_stacks(s))
+        return -1;
+    for (size_t k = (size_t)h & (s->n_slot - 1); s->slot[k]; k = (k + 1) & (s->n_slot - 1))
+        if (same_stack(s, s->slot[k] - 1, h, w, n))
+            return 1;
+    return 0;
 }
 
 static uint64_t stack_hash(const uint32_t *w, size_t n)
@@ -90,11 +145,10 @@ static void add_stack(struct lt_grammar_matcher *m, struct gr_set *out, const ui
                       size_t n)
 {
     uint64_t h = stack_hash(w, n);
-    for (size_t i = 0; i < out->n; i++)
-        if (out->hash[i] == h && out->len[i] == n &&
-            !memcmp(out->pos + out->off[i], w, n * sizeof(*w)))
-            return;
-    if (out->n >= GR_MAX_STACKS ||
+    int dup = has_stack(out, h, w, n);
+    if (dup == 1)
+        return;
+    if (dup < 0 || out->n >= GR_MAX_STACKS ||
         !grow((void **)&out->pos, &out->cap_pos, out->n_pos + n, sizeof(*out->pos))) {
         m->overflow = true;
         return;
@@ -110,7 +164,8 @@ static void add_stack(struct lt_grammar_matcher *m, struct gr_set *out, const ui
         }
         out->cap = c_off;
     }
-    memcpy(out->pos + out->n_pos, w, n * sizeof(*w));
+    if (n > 0) /* an empty stack may come while pos is still NULL */
+        memcpy(out->pos + out->n_pos, w, n * sizeof(*w));
     out->off[out->n] = (uint32_t)out->n_pos;
     out->len[out->n] = (uint32_t)n;
     out->hash[out->n] = h;

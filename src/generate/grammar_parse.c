@@ -99,7 +99,10 @@ static bool push_chars(struct parser *P, struct elvec *seq, const uint32_t *r, u
                        bool negated)
 {
     struct lt_grammar *g = P->g;
-    if (!grow((void **)&g->ranges, &P->cap_ranges, g->n_ranges + 2 * (size_t)nr, sizeof(uint32_t)))
+    /* room for one pair more than needed: ranges is never NULL once a class exists, so
+     * ranges + a is defined even for the range-less '.' */
+    if (!grow((void **)&g->ranges, &P->cap_ranges, g->n_ranges + 2 * (size_t)nr + 2,
+              sizeof(uint32_t)))
         return nomem(P);
     struct gr_el e = {.type = GR_CHARS, .negated = negated, .a = g->n_ranges, .n = nr};
     if (nr)
