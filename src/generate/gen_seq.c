@@ -305,6 +305,11 @@ static lt_status grammar_resample(struct lt_gen_seq *g, const float *logits, siz
     }
     g->n_masked++;
     size_t n_ok = lt_grammar_token_mask(g->gm, g->tok, n_vocab, g->allowed);
+    for (size_t i = 0; g->params.ignore_eog && i < n_vocab; i++)
+        if (g->allowed[i] && lt_tokenizer_is_eog(g->tok, (lt_token)i)) {
+            g->allowed[i] = false;
+            n_ok--;
+        }
     if (n_ok == 0)
         return lt_fail(LT_ERR_INVALID, "the grammar allows no token of the vocabulary after "
                                        "%zu generated tokens",
@@ -338,7 +343,9 @@ lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_
     lt_status st = lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, id);
     if (st == LT_OK && g->gm) {
         double t0 = now_s();
-        if (!lt_grammar_token_allowed(g->gm, g->tok, *id))
+        /* with ignore_eog an end-of-generation token would be text, which no grammar has */
+        if (!lt_grammar_token_allowed(g->gm, g->tok, *id) ||
+            (g->params.ignore_eog && lt_tokenizer_is_eog(g->tok, *id)))
             st = grammar_resample(g, logits, n_vocab, id);
         g->t_grammar_s += now_s() - t0;
     }
