@@ -225,8 +225,8 @@ static void test_walk_gbnf(void)
         CHECK(walk(m, text, sizeof(text)));
         CHECK(run(g, text) == 1, "'%s'", text);
         size_t n = strlen(text);
-        CHECK((!strncmp(text, "yes ", 4) || !strncmp(text, "no ", 3)) && n >= 4 && n <= 7,
-              "'%s'", text);
+        CHECK((!strncmp(text, "yes ", 4) || !strncmp(text, "no ", 3)) && n >= 4 && n <= 7, "'%s'",
+              text);
     }
     lt_grammar_matcher_free(m);
     lt_grammar_free(g);
@@ -245,13 +245,20 @@ static size_t utf8_count(const char *s)
 
 static bool type_ok(const json_t *v, const char *t)
 {
-    if (!strcmp(t, "object")) return json_is_object(v);
-    if (!strcmp(t, "array")) return json_is_array(v);
-    if (!strcmp(t, "string")) return json_is_string(v);
-    if (!strcmp(t, "number")) return json_is_number(v);
-    if (!strcmp(t, "integer")) return json_is_integer(v);
-    if (!strcmp(t, "boolean")) return json_is_boolean(v);
-    if (!strcmp(t, "null")) return json_is_null(v);
+    if (!strcmp(t, "object"))
+        return json_is_object(v);
+    if (!strcmp(t, "array"))
+        return json_is_array(v);
+    if (!strcmp(t, "string"))
+        return json_is_string(v);
+    if (!strcmp(t, "number"))
+        return json_is_number(v);
+    if (!strcmp(t, "integer"))
+        return json_is_integer(v);
+    if (!strcmp(t, "boolean"))
+        return json_is_boolean(v);
+    if (!strcmp(t, "null"))
+        return json_is_null(v);
     return false;
 }
 
@@ -263,8 +270,10 @@ static bool valid_object(const json_t *v, const json_t *s, const json_t *root)
     ap = json_object_get(s, "additionalProperties");
     size_t i;
     json_t *r;
-    json_array_foreach(json_object_get(s, "required"), i, r) if (!json_object_get(v, json_string_value(r)))
-        return false;
+    json_array_foreach(json_object_get(s, "required"), i, r) {
+        if (!json_object_get(v, json_string_value(r)))
+            return false;
+    }
     const char *key;
     json_t *x;
     json_object_foreach((json_t *)v, key, x) {
@@ -286,21 +295,25 @@ static bool valid(const json_t *v, const json_t *s, const json_t *root)
     const json_t *x;
     if ((x = json_object_get(s, "$ref"))) {
         const char *r = json_string_value(x);
-        const json_t *t = !strcmp(r, "#") ? root
-                          : json_object_get(json_object_get(root, "$defs"), r + 8);
+        const json_t *t =
+            !strcmp(r, "#") ? root : json_object_get(json_object_get(root, "$defs"), r + 8);
         return valid(v, t, root);
     }
     if ((x = json_object_get(s, "anyOf")) || (x = json_object_get(s, "oneOf"))) {
         size_t i, n = 0;
         json_t *b;
-        json_array_foreach(x, i, b) n += valid(v, b, root);
+        json_array_foreach(x, i, b) {
+            n += valid(v, b, root);
+        }
         if (n == 0 || (json_object_get(s, "oneOf") && n != 1))
             return false;
     }
     if ((x = json_object_get(s, "enum"))) {
         size_t i, n = 0;
         json_t *e;
-        json_array_foreach(x, i, e) n += json_equal((json_t *)v, e);
+        json_array_foreach(x, i, e) {
+            n += json_equal((json_t *)v, e);
+        }
         if (!n)
             return false;
     }
@@ -312,7 +325,9 @@ static bool valid(const json_t *v, const json_t *s, const json_t *root)
             ok = type_ok(v, json_string_value(x));
         size_t i;
         json_t *t;
-        json_array_foreach(x, i, t) ok |= type_ok(v, json_string_value(t));
+        json_array_foreach(x, i, t) {
+            ok |= type_ok(v, json_string_value(t));
+        }
         if (!ok)
             return false;
     }
@@ -322,7 +337,10 @@ static bool valid(const json_t *v, const json_t *s, const json_t *root)
         size_t i, n = json_array_size(v);
         json_t *e;
         if ((x = json_object_get(s, "items")))
-            json_array_foreach(v, i, e) if (!valid(e, x, root)) return false;
+            json_array_foreach(v, i, e) {
+                if (!valid(e, x, root))
+                    return false;
+            }
         if ((x = json_object_get(s, "minItems")) && n < (size_t)json_integer_value(x))
             return false;
         if ((x = json_object_get(s, "maxItems")) && n > (size_t)json_integer_value(x))
@@ -541,8 +559,7 @@ static void test_generate_smollm2(void)
         for (uint64_t seed = 1; g && seed <= 4; seed++) {
             enum lt_gen_finish f = generate(tok, g, seed, &text, &secs);
             /* random logits may write a string without end: the limit stops it */
-            CHECK(f == LT_GEN_FINISH_GRAMMAR || f == LT_GEN_FINISH_EOG ||
-                      f == LT_GEN_FINISH_LENGTH,
+            CHECK(f == LT_GEN_FINISH_GRAMMAR || f == LT_GEN_FINISH_EOG || f == LT_GEN_FINISH_LENGTH,
                   "finish %s", lt_gen_finish_name(f));
             if (f == LT_GEN_FINISH_LENGTH)
                 continue;

@@ -46,7 +46,7 @@ size_t lt_grammar_n_rules(const struct lt_grammar *g); /* generated rules includ
 
 /* A matcher at the start of g (it takes a reference to g). */
 lt_status lt_grammar_matcher_new(struct lt_grammar *g, struct lt_grammar_matcher **out);
-void lt_grammar_matcher_free(struct lt_grammar_matcher *m); /* NULL is fine */
+void lt_grammar_matcher_free(struct lt_grammar_matcher *m);  /* NULL is fine */
 void lt_grammar_matcher_reset(struct lt_grammar_matcher *m); /* back to the start */
 
 /* Could bytes[0..n) come next (as all or the start of what follows)? m is unchanged. A
@@ -64,8 +64,8 @@ bool lt_grammar_matcher_done(const struct lt_grammar_matcher *m);
  * cap); returns how many there are (may exceed cap; ranges may overlap). None while a
  * UTF-8 sequence is incomplete. For tests and diagnostics (random walks); m's state is
  * unchanged (only its scratch is used). */
-size_t lt_grammar_matcher_next_ranges(struct lt_grammar_matcher *m, uint32_t *lo,
-                                      uint32_t *hi, size_t cap);
+size_t lt_grammar_matcher_next_ranges(struct lt_grammar_matcher *m, uint32_t *lo, uint32_t *hi,
+                                      size_t cap);
 
 /* ---- tokens ---- */
 

@@ -141,8 +141,7 @@ static uint64_t stack_hash(const uint32_t *w, size_t n)
     return h;
 }
 
-static void add_stack(struct lt_grammar_matcher *m, struct gr_set *out, const uint32_t *w,
-                      size_t n)
+static void add_stack(struct lt_grammar_matcher *m, struct gr_set *out, const uint32_t *w, size_t n)
 {
     uint64_t h = stack_hash(w, n);
     int dup = has_stack(out, h, w, n);
@@ -339,8 +338,10 @@ static int utf8_feed(struct utf8 *u, unsigned char c, uint32_t *cp)
             *cp = c;
             return 1;
         }
-        int need = c >= 0xC2 && c <= 0xDF ? 1 : c >= 0xE0 && c <= 0xEF ? 2
-                   : c >= 0xF0 && c <= 0xF4 ? 3 : 0;
+        int need = c >= 0xC2 && c <= 0xDF   ? 1
+                   : c >= 0xE0 && c <= 0xEF ? 2
+                   : c >= 0xF0 && c <= 0xF4 ? 3
+                                            : 0;
         if (!need)
             return -1;
         u->need = (uint8_t)need;
@@ -489,8 +490,10 @@ size_t lt_grammar_matcher_next_ranges(struct lt_grammar_matcher *m, uint32_t *lo
 /* The first byte of code point c's UTF-8 form (monotonic in c). */
 static unsigned lead_byte(uint32_t c)
 {
-    return c < 0x80 ? c : c < 0x800 ? 0xC0 | (c >> 6) : c < 0x10000 ? 0xE0 | (c >> 12)
-                                                                      : 0xF0 | (c >> 18);
+    return c < 0x80      ? c
+           : c < 0x800   ? 0xC0 | (c >> 6)
+           : c < 0x10000 ? 0xE0 | (c >> 12)
+                         : 0xF0 | (c >> 18);
 }
 
 /* first[b]: some allowed next character's UTF-8 form starts with byte b (everything while
@@ -513,8 +516,8 @@ static void first_bytes(struct lt_grammar_matcher *m, bool first[256])
             first[b] = true;
 }
 
-static bool token_allowed(struct lt_grammar_matcher *m, const struct lt_tokenizer *t,
-                          lt_token id, const bool *first, bool can_end)
+static bool token_allowed(struct lt_grammar_matcher *m, const struct lt_tokenizer *t, lt_token id,
+                          const bool *first, bool can_end)
 {
     if (lt_tokenizer_is_eog(t, id))
         return can_end;

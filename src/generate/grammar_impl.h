@@ -29,8 +29,8 @@ struct gr_el {
 };
 
 struct gr_rule {
-    char *name;       /* owned; generated rules are named "<rule>/<n>" */
-    uint32_t alt0;    /* its alternatives: alts[alt0 .. alt0 + n_alts) */
+    char *name;    /* owned; generated rules are named "<rule>/<n>" */
+    uint32_t alt0; /* its alternatives: alts[alt0 .. alt0 + n_alts) */
     uint32_t n_alts;
     bool defined;
 };

@@ -18,9 +18,9 @@
 
 #include "generate/grammar_impl.h"
 
-#define GR_MAX_REPEAT 1000   /* {m,n} bounds: each copy is grammar, not a counter */
-#define GR_MAX_RULES 100000  /* generated ones included */
-#define GR_MAX_DEPTH 200     /* nested groups */
+#define GR_MAX_REPEAT 1000  /* {m,n} bounds: each copy is grammar, not a counter */
+#define GR_MAX_RULES 100000 /* generated ones included */
+#define GR_MAX_DEPTH 200    /* nested groups */
 
 struct elvec {
     struct gr_el *v;
@@ -36,10 +36,10 @@ struct parser {
     const char *s, *p, *end;
     struct lt_grammar *g;
     size_t cap_els, cap_ranges, cap_alts, cap_rules;
-    uint32_t top;     /* the rule being defined, for generated rules' names */
-    uint32_t n_gen;   /* rules generated for it so far */
+    uint32_t top;   /* the rule being defined, for generated rules' names */
+    uint32_t n_gen; /* rules generated for it so far */
     int depth;
-    lt_status st;     /* the first failure; LT_OK while parsing goes well */
+    lt_status st; /* the first failure; LT_OK while parsing goes well */
 };
 
 static bool grow(void **ptr, size_t *cap, size_t need, size_t elsz)
@@ -223,8 +223,8 @@ static int64_t rule_of(struct parser *P, const struct gr_el *first, size_t n_fir
 
 static bool is_name_char(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
 }
 
 static void skip_space(struct parser *P)
@@ -275,7 +275,7 @@ static bool read_hex(struct parser *P, int digits, uint32_t *cp)
     uint32_t v = 0;
     for (int i = 0; i < digits; i++, P->p++) {
         char c = P->p < P->end ? *P->p : 0;
-        int d = c >= '0' && c <= '9' ? c - '0'
+        int d = c >= '0' && c <= '9'   ? c - '0'
                 : c >= 'a' && c <= 'f' ? c - 'a' + 10
                 : c >= 'A' && c <= 'F' ? c - 'A' + 10
                                        : -1;
@@ -303,9 +303,14 @@ static bool read_char(struct parser *P, uint32_t *cp)
     case 'r': *cp = '\r'; return true;
     case 't': *cp = '\t'; return true;
     case '0': *cp = 0; return true;
-    case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
-        *cp = (uint32_t)e;
-        return true;
+    case '\\':
+    case '"':
+    case '\'':
+    case '[':
+    case ']':
+    case '-':
+    case '^':
+    case '/': *cp = (uint32_t)e; return true;
     case 'x': return read_hex(P, 2, cp);
     case 'u': return read_hex(P, 4, cp);
     case 'U': return read_hex(P, 8, cp);

@@ -56,8 +56,7 @@ static const struct {
      "object | array | string | number | boolean | null"},
     {SC_OBJECT, SC_WS | SC_STRING | SC_VALUE, "object",
      "\"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\""},
-    {SC_ARRAY, SC_WS | SC_VALUE, "array",
-     "\"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\""},
+    {SC_ARRAY, SC_WS | SC_VALUE, "array", "\"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\""},
 };
 
 struct sc {
@@ -148,10 +147,12 @@ static void sc_pop(struct sc *c, size_t len)
 static lt_status sc_check_keywords(struct sc *c, const json_t *s)
 {
     static const char *const known[] = {
-        "type", "properties", "required", "additionalProperties", "items", "minItems",
-        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref",
-        "$defs", "definitions", "title", "description", "default", "examples", "$schema",
-        "$id", "$comment", "format"};
+        "type",      "properties",  "required", "additionalProperties",
+        "items",     "minItems",    "maxItems", "minLength",
+        "maxLength", "enum",        "const",    "anyOf",
+        "oneOf",     "$ref",        "$defs",    "definitions",
+        "title",     "description", "default",  "examples",
+        "$schema",   "$id",         "$comment", "format"};
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)s, key, v) {
@@ -210,8 +211,9 @@ static lt_status sc_string(struct sc *c, const json_t *s, char *name)
         (st = sc_count(c, s, "maxLength", -1, &max)) != LT_OK)
         return st;
     if (max >= 0 && max < min)
-        return lt_fail(LT_ERR_INVALID, "json_schema: maxLength %lld is below minLength %lld (at %s)",
-                       max, min, sc_where(c));
+        return lt_fail(LT_ERR_INVALID,
+                       "json_schema: maxLength %lld is below minLength %lld (at %s)", max, min,
+                       sc_where(c));
     if (min == 0 && max < 0) {
         snprintf(name, sizeof(sc_name), "%s", sc_base(c, SC_STRING));
         return LT_OK;
@@ -295,8 +297,10 @@ static bool sc_required(const json_t *req, const char *key)
 {
     size_t i;
     json_t *v;
-    json_array_foreach(req, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), key))
-        return true;
+    json_array_foreach(req, i, v) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), key))
+            return true;
+    }
     return false;
 }
 
@@ -313,8 +317,7 @@ static lt_status sc_check_required(struct sc *c, const json_t *props, const json
     json_array_foreach(req, i, v) {
         if (!json_is_string(v))
             return lt_fail(LT_ERR_INVALID,
-                           "json_schema: 'required' (at %s) must hold property names",
-                           sc_where(c));
+                           "json_schema: 'required' (at %s) must hold property names", sc_where(c));
         if (!props || !json_object_get(props, json_string_value(v)))
             return lt_fail(LT_ERR_UNSUPPORTED,
                            "json_schema: 'required' (at %s) names '%s', which is not in "
@@ -360,12 +363,11 @@ static lt_status sc_chains(struct sc *c, const json_t *props, const json_t *req,
         int a = first + (int)i, b = first + (int)(n + 1 + i);
         bool r = req && sc_required(req, key);
         if (r)
-            st = srv_strbuf_appendf(c->out, "s%d ::= %s s%d\ns%d ::= \",\" ws %s s%d\n", a,
-                                    kv.data, b + 1, b, kv.data, b + 1);
+            st = srv_strbuf_appendf(c->out, "s%d ::= %s s%d\ns%d ::= \",\" ws %s s%d\n", a, kv.data,
+                                    b + 1, b, kv.data, b + 1);
         else
-            st = srv_strbuf_appendf(c->out,
-                                    "s%d ::= %s s%d | s%d\ns%d ::= \",\" ws %s s%d | s%d\n", a,
-                                    kv.data, b + 1, a + 1, b, kv.data, b + 1, b + 1);
+            st = srv_strbuf_appendf(c->out, "s%d ::= %s s%d | s%d\ns%d ::= \",\" ws %s s%d | s%d\n",
+                                    a, kv.data, b + 1, a + 1, b, kv.data, b + 1, b + 1);
         if (st != LT_OK)
             break;
         i++;
@@ -437,8 +439,8 @@ static lt_status sc_typed(struct sc *c, const json_t *s, const char *t, char *na
     static const struct {
         const char *type;
         unsigned base;
-    } plain[] = {{"number", SC_NUMBER}, {"integer", SC_INTEGER}, {"boolean", SC_BOOLEAN},
-                 {"null", SC_NULL}};
+    } plain[] = {
+        {"number", SC_NUMBER}, {"integer", SC_INTEGER}, {"boolean", SC_BOOLEAN}, {"null", SC_NULL}};
     if (!strcmp(t, "object"))
         return sc_object(c, s, name);
     if (!strcmp(t, "array"))
@@ -455,8 +457,8 @@ static lt_status sc_typed(struct sc *c, const json_t *s, const char *t, char *na
 }
 
 /* Alternatives: anyOf/oneOf's schemas, or a list of types. */
-static lt_status sc_alternatives(struct sc *c, const json_t *s, const json_t *list,
-                                 const char *key, char *name)
+static lt_status sc_alternatives(struct sc *c, const json_t *s, const json_t *list, const char *key,
+                                 char *name)
 {
     if (!json_is_array(list) || json_array_size(list) == 0)
         return lt_fail(LT_ERR_INVALID, "json_schema: '%s' (at %s) must be a non-empty array", key,
@@ -471,10 +473,10 @@ static lt_status sc_alternatives(struct sc *c, const json_t *s, const json_t *li
         snprintf(seg, sizeof(seg), "%s/%zu", key, i);
         size_t len = sc_push(c, seg);
         if (!strcmp(key, "type"))
-            st = json_is_string(v) ? sc_typed(c, s, json_string_value(v), alt)
-                                   : lt_fail(LT_ERR_INVALID,
-                                             "json_schema: 'type' (at %s) must hold strings",
-                                             sc_where(c));
+            st = json_is_string(v)
+                     ? sc_typed(c, s, json_string_value(v), alt)
+                     : lt_fail(LT_ERR_INVALID, "json_schema: 'type' (at %s) must hold strings",
+                               sc_where(c));
         else
             st = sc_schema(c, v, alt);
         sc_pop(c, len);
@@ -517,8 +519,7 @@ static lt_status sc_ref(struct sc *c, const json_t *ref, char *name)
             return LT_OK;
         }
     if (c->n_refs == SC_MAX_REFS)
-        return lt_fail(LT_ERR_UNSUPPORTED, "json_schema: more than %d '$ref' targets",
-                       SC_MAX_REFS);
+        return lt_fail(LT_ERR_UNSUPPORTED, "json_schema: more than %d '$ref' targets", SC_MAX_REFS);
     sc_new_name(c, name);
     c->refs[c->n_refs].target = target;
     snprintf(c->refs[c->n_refs++].name, sizeof(sc_name), "%s", name);
@@ -535,8 +536,10 @@ static lt_status sc_ref(struct sc *c, const json_t *ref, char *name)
 static const char *sc_sibling(const json_t *s, const char *except)
 {
     static const char *const constraining[] = {
-        "type",  "properties", "required", "additionalProperties", "items", "minItems",
-        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "$ref"};
+        "type",      "properties", "required", "additionalProperties",
+        "items",     "minItems",   "maxItems", "minLength",
+        "maxLength", "enum",       "const",    "anyOf",
+        "oneOf",     "$ref"};
     for (size_t i = 0; i < sizeof(constraining) / sizeof(constraining[0]); i++)
         if (strcmp(constraining[i], except) && json_object_get(s, constraining[i]))
             return constraining[i];
@@ -575,8 +578,10 @@ static lt_status sc_schema(struct sc *c, const json_t *s, char *name)
         st = sc_alternatives(c, s, v, json_object_get(s, "anyOf") ? "anyOf" : "oneOf", name);
     else if ((v = json_object_get(s, "enum")))
         st = json_is_array(v) ? sc_values(c, v, "enum", name)
-                              : lt_fail(LT_ERR_INVALID, "json_schema: 'enum' (at %s) must be an "
-                                                        "array", sc_where(c));
+                              : lt_fail(LT_ERR_INVALID,
+                                        "json_schema: 'enum' (at %s) must be an "
+                                        "array",
+                                        sc_where(c));
     else if ((v = json_object_get(s, "const"))) {
         json_t *one = json_pack("[O]", v);
         st = one ? sc_values(c, one, "const", name) : sc_nomem();

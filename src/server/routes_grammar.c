@@ -86,8 +86,8 @@ int srv_read_grammar(const json_t *body, struct lt_grammar **out)
         lt_status ls = srv_json_schema_gbnf(schema, &gb);
         if (ls != LT_OK) {
             st = srv_fail(srv_http_status_of(ls) == 503 ? 503 : 400, "json_schema",
-                          ls == LT_ERR_UNSUPPORTED ? "unsupported_schema" : "invalid_schema",
-                          "%s", lt_last_error());
+                          ls == LT_ERR_UNSUPPORTED ? "unsupported_schema" : "invalid_schema", "%s",
+                          lt_last_error());
             goto out_free;
         }
     } else if (text) {
