@@ -19,8 +19,13 @@
 #include "commands.h"
 #include "lathe/generate.h"
 #include "lathe/gguf.h"
+#include "lathe/grammar.h"
 #include "lathe/model.h"
 #include "lathe/tokenizer.h"
+
+#ifdef LATHE_HAVE_JANSSON
+#include "server/json_schema.h"
+#endif
 
 #if defined(__has_include)
 #if __has_include("lathe/backend_cuda.h")
@@ -59,6 +64,10 @@ static const char usage_text[] =
     "  --seed S                the sampler's seed (default: from the clock)\n"
     "  --stop TEXT             stop before this text (repeatable)\n"
     "  --ignore-eos            keep generating past end-of-generation tokens\n"
+    "  --grammar FILE          constrain the output to this GBNF grammar (root rule: root)\n"
+#ifdef LATHE_HAVE_JANSSON
+    "  --json                  constrain the output to a JSON object\n"
+#endif
 #ifdef RUN_HAVE_LORA
     "  --lora FILE[:SCALE]     apply a LoRA adapter (repeatable; scale default 1)\n"
 #endif
@@ -75,8 +84,8 @@ struct run_lora {
 };
 
 struct run_opts {
-    const char *model, *prompt, *system, *backend;
-    bool have_prompt, chat, think, special, ignore_eos, timings, verbose;
+    const char *model, *prompt, *system, *backend, *grammar;
+    bool have_prompt, chat, think, special, ignore_eos, timings, verbose, json;
     int n_predict, threads, ctx, batch;
     bool have_seed;
     struct lt_sampler_params sp;
@@ -173,6 +182,7 @@ static const struct value_opt value_opts[] = {
     {"-p", "--prompt", 's', RO(prompt)},
     {"-n", "--n-predict", 'i', RO(n_predict)},
     {"--system", NULL, 's', RO(system)},
+    {"--grammar", NULL, 's', RO(grammar)},
     {"--temp", NULL, 'f', RO(sp.temperature)},
     {"--top-k", NULL, 'i', RO(sp.top_k)},
     {"--top-p", NULL, 'f', RO(sp.top_p)},
@@ -251,6 +261,9 @@ static bool *find_flag(const char *a, struct run_opts *o)
            : !strcmp(a, "--special")                     ? &o->special
            : !strcmp(a, "--ignore-eos")                  ? &o->ignore_eos
            : !strcmp(a, "--timings")                     ? &o->timings
+#ifdef LATHE_HAVE_JANSSON
+           : !strcmp(a, "--json")                        ? &o->json
+#endif
            : !strcmp(a, "-v") || !strcmp(a, "--verbose") ? &o->verbose
                                                          : NULL;
 }
@@ -272,6 +285,10 @@ static int check_opts(const struct run_opts *o)
     }
     if (o->ctx < 0 || o->batch < 0) {
         say_error("%s must be positive", o->ctx < 0 ? "--ctx" : "--batch");
+        return 2;
+    }
+    if (o->grammar && o->json) {
+        say_error("--grammar and --json: give one");
         return 2;
     }
     if ((o->system || o->think) && !o->chat) {
@@ -451,6 +468,11 @@ static void print_timings(const struct lt_gen_seq *g, double t_load)
             t_load, s.n_prompt, s.t_prompt_s, s.t_prompt_s > 0 ? (double)s.n_prompt / s.t_prompt_s : 0.0,
             s.n_generated, s.t_gen_s, s.t_gen_s > 0 ? (double)n_dec / s.t_gen_s : 0.0,
             lt_gen_finish_name(g->finish));
+    if (g->gm)
+        fprintf(stderr, "lathe run: grammar: %.3f s of the generation (%.2f ms a token), %llu of "
+                        "%zu tokens resampled under the mask\n",
+                g->t_grammar_s, s.n_generated ? 1e3 * g->t_grammar_s / (double)s.n_generated : 0.0,
+                (unsigned long long)g->n_masked, s.n_generated);
 }
 
 /* Backends, the model, its tokenizer, the prompt and the adapters; *n_ctx from --ctx or the
@@ -506,6 +528,39 @@ static lt_status load_all(struct run *r, const struct run_opts *o, int *n_ctx)
     return st;
 }
 
+/* --grammar FILE's or --json's grammar into *out (NULL: none). LT_OK, or the failure
+ * already reported. */
+static lt_status load_grammar(const struct run_opts *o, struct lt_grammar **out)
+{
+    *out = NULL;
+    struct lt_strbuf text = {0};
+    lt_status st = LT_OK;
+    if (o->grammar) {
+        FILE *f = fopen(o->grammar, "rb");
+        if (!f) {
+            say_error("--grammar %s: %s", o->grammar, strerror(errno));
+            return LT_ERR_IO;
+        }
+        char buf[4096];
+        size_t n;
+        while (st == LT_OK && (n = fread(buf, 1, sizeof(buf), f)) > 0)
+            st = lt_strbuf_append(&text, buf, n);
+        fclose(f);
+    }
+#ifdef LATHE_HAVE_JANSSON
+    else if (o->json)
+        st = srv_json_object_gbnf(&text);
+#endif
+    else
+        return LT_OK;
+    if (st == LT_OK)
+        st = lt_grammar_parse(text.data ? text.data : "", text.len, out);
+    if (st != LT_OK)
+        say_error("%s%s%s", o->grammar ? o->grammar : "", o->grammar ? ": " : "", lt_last_error());
+    lt_strbuf_free(&text);
+    return st;
+}
+
 /* The session (warmed up on CUDA), the generator and the sequence's generation state.
  * LT_OK, or the failure already reported. */
 static lt_status start_generation(struct run *r, const struct run_opts *o, int n_ctx)
@@ -538,7 +593,11 @@ static lt_status start_generation(struct run *r, const struct run_opts *o, int n
     gp.n_stops = o->n_stops;
     gp.detokenize_flags = o->special ? LT_DETOKENIZE_SPECIAL : 0;
     gp.ignore_eog = o->ignore_eos;
-    if ((st = lt_gen_seq_init(&r->seq, r->tok, &gp)) != LT_OK) {
+    if ((st = load_grammar(o, &gp.grammar)) != LT_OK)
+        return st;
+    st = lt_gen_seq_init(&r->seq, r->tok, &gp);
+    lt_grammar_free(gp.grammar); /* the sequence holds its own reference */
+    if (st != LT_OK) {
         say_error("%s", lt_last_error());
         return st;
     }

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lathe/grammar.h"
 #include "lathe/model.h"
 #include "lathe/sampling.h"
 #include "lathe/status.h"
@@ -41,12 +42,14 @@ enum lt_gen_finish {
     LT_GEN_FINISH_STOP,    /* a stop string (not part of the text) */
     LT_GEN_FINISH_LENGTH,  /* max_tokens generated */
     LT_GEN_FINISH_CONTEXT, /* the context is full */
+    LT_GEN_FINISH_GRAMMAR, /* the grammar is complete and allows nothing more */
     LT_GEN_FINISH_COUNT
 };
 
-/* "running", "eog", "stop", "length", "context". */
+/* "running", "eog", "stop", "length", "context", "grammar". */
 const char *lt_gen_finish_name(enum lt_gen_finish f);
-/* The OpenAI API's finish_reason: "stop" (eog, stop string), "length" (max_tokens, context),
+/* The OpenAI API's finish_reason: "stop" (eog, stop string, grammar), "length" (max_tokens,
+ * context),
  * NULL while running. */
 const char *lt_gen_finish_reason(enum lt_gen_finish f);
 
@@ -61,6 +64,12 @@ struct lt_gen_params {
     bool logprobs;            /* lt_gen_seq_sample records the sampled token's log-probability
                                * and the top_logprobs most likely tokens' in the seq's `lp` */
     int32_t top_logprobs;     /* 0..LT_GEN_MAX_TOP_LOGPROBS */
+    /* NULL: none. Otherwise every token sampled keeps the text a prefix of a sentence of
+     * the grammar: a sampled token the grammar rejects is replaced by a draw from the
+     * tokens it allows (the logits of the others set to -inf), end-of-generation only once
+     * the grammar can end; when it is complete and allows nothing more, the sequence ends
+     * (LT_GEN_FINISH_GRAMMAR). The seq takes its own reference (lt_gen_seq_init). */
+    struct lt_grammar *grammar;
 };
 
 #define LT_GEN_MAX_TOP_LOGPROBS 20
@@ -98,6 +107,12 @@ struct lt_gen_seq {
     struct lt_gen_params params; /* stops point into stop_copies */
     char **stop_copies;          /* [params.n_stops] */
     struct lt_sampler sampler;
+    struct lt_grammar_matcher *gm; /* when params.grammar; params.grammar is then a reference */
+    float *masked;                 /* [cap_masked] the logits with rejected tokens at -inf */
+    bool *allowed;                 /* [cap_masked] the grammar's mask */
+    size_t cap_masked;
+    uint64_t n_masked;             /* samples the grammar rejected (and so masked) */
+    double t_grammar_s;            /* time in the grammar: checks, masks, accepts */
 
     lt_token *history;          /* [n_history]: the prompt, then the generated tokens */
     size_t n_history, cap_history;

@@ -24,7 +24,7 @@ static double now_s(void)
 static const char *const finish_names[LT_GEN_FINISH_COUNT] = {
     [LT_GEN_RUNNING] = "running",       [LT_GEN_FINISH_EOG] = "eog",
     [LT_GEN_FINISH_STOP] = "stop",      [LT_GEN_FINISH_LENGTH] = "length",
-    [LT_GEN_FINISH_CONTEXT] = "context",
+    [LT_GEN_FINISH_CONTEXT] = "context", [LT_GEN_FINISH_GRAMMAR] = "grammar",
 };
 
 const char *lt_gen_finish_name(enum lt_gen_finish f)
@@ -37,6 +37,7 @@ const char *lt_gen_finish_reason(enum lt_gen_finish f)
     switch (f) {
     case LT_GEN_FINISH_EOG:
     case LT_GEN_FINISH_STOP:
+    case LT_GEN_FINISH_GRAMMAR:
         return "stop";
     case LT_GEN_FINISH_LENGTH:
     case LT_GEN_FINISH_CONTEXT:
@@ -100,8 +101,12 @@ lt_status lt_gen_seq_init(struct lt_gen_seq *g, const struct lt_tokenizer *t,
     }
     if ((st = lt_sampler_init(&g->sampler, &params->sampler)) != LT_OK)
         goto out_free_stops;
+    if (params->grammar && (st = lt_grammar_matcher_new(params->grammar, &g->gm)) != LT_OK)
+        goto out_free_sampler;
     lt_decode_stream_init(&g->ds, t, params->detokenize_flags);
     return LT_OK;
+out_free_sampler:
+    lt_sampler_free(&g->sampler);
 out_free_stops:
     free_stops(g);
     return st;
@@ -113,6 +118,9 @@ void lt_gen_seq_free(struct lt_gen_seq *g)
         return;
     free_stops(g);
     lt_sampler_free(&g->sampler);
+    lt_grammar_matcher_free(g->gm);
+    free(g->masked);
+    free(g->allowed);
     free(g->history);
     lt_strbuf_free(&g->text);
     memset(g, 0, sizeof(*g));
@@ -177,6 +185,10 @@ lt_status lt_gen_seq_set_prompt(struct lt_gen_seq *g, const lt_token *prompt, si
     g->finish = LT_GEN_RUNNING;
     g->stop_which = 0;
     lt_rng_seed(&g->sampler.rng, g->params.sampler.seed);
+    if (g->gm)
+        lt_grammar_matcher_reset(g->gm);
+    g->n_masked = 0;
+    g->t_grammar_s = 0;
     g->t_start = now_s();
     g->t_first = g->t_last = 0;
     return LT_OK;
@@ -211,6 +223,23 @@ static lt_status finish_flush(struct lt_gen_seq *g, enum lt_gen_finish why)
     return LT_OK;
 }
 
+/* Moves the grammar past token id (before anything else changes, so a token it rejects
+ * leaves g as it was). */
+static lt_status grammar_accept(struct lt_gen_seq *g, lt_token id, bool eog)
+{
+    if (eog)
+        return lt_grammar_matcher_can_end(g->gm)
+                   ? LT_OK
+                   : lt_fail(LT_ERR_INVALID, "end of generation before the grammar is complete");
+    enum lt_token_type ty = lt_tokenizer_token_type(g->tok, id);
+    size_t n;
+    const char *b = lt_tokenizer_token_bytes(g->tok, id, &n);
+    if (ty == LT_TOKEN_TYPE_CONTROL || ty == LT_TOKEN_TYPE_UNKNOWN ||
+        ty == LT_TOKEN_TYPE_UNUSED || n == 0 || lt_grammar_matcher_accept(g->gm, b, n) != LT_OK)
+        return lt_fail(LT_ERR_INVALID, "token %d does not fit the grammar here", id);
+    return LT_OK;
+}
+
 lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id)
 {
     if (g->n_prompt == 0)
@@ -227,6 +256,13 @@ lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id)
     bool eog = !g->params.ignore_eog && lt_tokenizer_is_eog(g->tok, id);
     g->piece_begin = g->shown;
     g->last_text_start = g->text.len;
+    if (g->gm) {
+        double t0 = now_s();
+        st = grammar_accept(g, id, eog);
+        g->t_grammar_s += now_s() - t0;
+        if (st != LT_OK)
+            return st;
+    }
     if (!eog) {
         if ((st = lt_decode_stream_push(&g->ds, id, &g->text)) != LT_OK)
             return st;
@@ -241,9 +277,54 @@ lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id)
 
     if (eog)
         st = finish_flush(g, LT_GEN_FINISH_EOG);
+    else if (g->finish == LT_GEN_RUNNING && g->gm && lt_grammar_matcher_done(g->gm))
+        st = finish_flush(g, LT_GEN_FINISH_GRAMMAR);
     else if (g->finish == LT_GEN_RUNNING && g->n_history - g->n_prompt >= g->limit)
         st = finish_flush(g, g->limit_is_context ? LT_GEN_FINISH_CONTEXT : LT_GEN_FINISH_LENGTH);
     g->pending = g->finish == LT_GEN_RUNNING ? id : LT_TOKEN_NONE;
+    return st;
+}
+
+/* The sampled token does not fit the grammar: draw again from the tokens that do. Masking
+ * only on a rejection keeps the cost off most steps (a model mostly wants what the grammar
+ * allows), and draws from the same distribution as masking first would: a token t the
+ * grammar allows comes out with p(t) + (1 - Z) p(t) / Z = p(t) / Z, Z the allowed mass
+ * (with top-k/top-p, over the tokens those keep of the masked logits). */
+static lt_status grammar_resample(struct lt_gen_seq *g, const float *logits, size_t n_vocab,
+                                  lt_token *id)
+{
+    if (n_vocab > g->cap_masked) {
+        float *m = realloc(g->masked, n_vocab * sizeof(*m));
+        if (m)
+            g->masked = m;
+        bool *a = m ? realloc(g->allowed, n_vocab * sizeof(*a)) : NULL;
+        if (!a)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for the grammar's mask");
+        g->allowed = a;
+        g->cap_masked = n_vocab;
+    }
+    g->n_masked++;
+    size_t n_ok = lt_grammar_token_mask(g->gm, g->tok, n_vocab, g->allowed);
+    for (size_t i = 0; g->params.ignore_eog && i < n_vocab; i++)
+        if (g->allowed[i] && lt_tokenizer_is_eog(g->tok, (lt_token)i)) {
+            g->allowed[i] = false;
+            n_ok--;
+        }
+    if (n_ok == 0)
+        return lt_fail(LT_ERR_INVALID, "the grammar allows no token of the vocabulary after "
+                                       "%zu generated tokens",
+                       g->n_history - g->n_prompt);
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < n_vocab; i++) {
+        g->masked[i] = g->allowed[i] ? logits[i] : -INFINITY;
+        if (g->allowed[i] && (best == SIZE_MAX || logits[i] > logits[best]))
+            best = i;
+    }
+    lt_status st =
+        lt_sampler_sample(&g->sampler, g->masked, n_vocab, g->history, g->n_history, id);
+    /* a draw can land on a -inf token only by rounding at the top of the cumulative sum */
+    if (st == LT_OK && !g->allowed[*id])
+        *id = (lt_token)best;
     return st;
 }
 
@@ -260,6 +341,14 @@ lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_
     if (n_vocab > n_tok)
         n_vocab = n_tok;
     lt_status st = lt_sampler_sample(&g->sampler, logits, n_vocab, g->history, g->n_history, id);
+    if (st == LT_OK && g->gm) {
+        double t0 = now_s();
+        /* with ignore_eog an end-of-generation token would be text, which no grammar has */
+        if (!lt_grammar_token_allowed(g->gm, g->tok, *id) ||
+            (g->params.ignore_eog && lt_tokenizer_is_eog(g->tok, *id)))
+            st = grammar_resample(g, logits, n_vocab, id);
+        g->t_grammar_s += now_s() - t0;
+    }
     if (st == LT_OK && g->params.logprobs)
         st = lt_gen_logprobs(logits, n_vocab, *id, g->params.top_logprobs, &g->lp);
     return st;

@@ -33,6 +33,7 @@ void srv_gen_params_free(struct srv_gen_params *p)
     free(p->prompt);
     for (size_t i = 0; i < p->n_stops; i++)
         free(p->stops[i]);
+    lt_grammar_free(p->grammar);
     memset(p, 0, sizeof(*p));
 }
 

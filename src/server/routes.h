@@ -55,6 +55,10 @@ json_t *srv_tool_message(const struct srv_tools *t, enum lt_chat_kind kind, cons
 json_t *srv_tool_deltas(const struct srv_tools *t, enum lt_chat_kind kind, bool with_prefill,
                         const char *text, size_t len, uint64_t (*random)(void), bool *called);
 
+/* routes_grammar.c: the grammar a completion body asks for, with llama.cpp's `grammar`
+ * (GBNF) or `json_schema`, or OpenAI's `response_format` (json_object, json_schema; text
+ * is none): *out is NULL when none; a bad grammar or schema is 400 naming the problem. */
+int srv_read_grammar(const json_t *body, struct lt_grammar **out);
 /* routes_logprobs.c: llama.cpp's "completion_probabilities" of g (requested with n_probs, which
  * srv_completion_params reads into p->logprobs): [{id, token, logprob, bytes, top_logprobs:
  * [{id, token, logprob, bytes}]}] for the tokens whose text starts before `visible`, from

@@ -58,6 +58,9 @@ static const struct srv_field common_fields[] = {
     {"ignore_eos", SRV_JT_BOOL, 0, 0, false},
     {"user", SRV_JT_STRING, 0, 0, false},
     {"lora", SRV_JT_ARRAY | SRV_JT_STRING, 0, 0, false},
+    {"response_format", SRV_JT_OBJECT, 0, 0, false},
+    {"grammar", SRV_JT_STRING, 0, 0, false},                   /* llama.cpp's */
+    {"json_schema", SRV_JT_OBJECT | SRV_JT_BOOL, 0, 0, false}, /* llama.cpp's */
 };
 static const struct srv_field chat_fields[] = {
     {"messages", SRV_JT_ARRAY, 0, 0, true},
@@ -256,6 +259,8 @@ static int read_sampling(const json_t *body, struct srv_gen_params *p)
     int st = read_stops(body, p);
     if (st == 200)
         st = read_loras(body, p);
+    if (st == 200)
+        st = srv_read_grammar(body, &p->grammar);
     return st;
 }
 
@@ -397,6 +402,7 @@ static int params_for_choice(const struct srv_gen_params *base, const struct pro
     out->prompt = NULL;
     out->n_stops = 0;
     memset(out->stops, 0, sizeof(out->stops));
+    out->grammar = base->grammar ? lt_grammar_ref(base->grammar) : NULL; /* one per choice */
     out->prompt = malloc(pr->n * sizeof(*out->prompt));
     if (!out->prompt)
         goto out_nomem;

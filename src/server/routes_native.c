@@ -9,7 +9,8 @@
  * stopped_word, stopping_word, timings, ...}, streamed as server-sent events of
  * {content, stop:false, ...} and a last {stop:true, ...} (no "[DONE]", as llama.cpp).
  * `n_probs` adds llama.cpp's completion_probabilities (routes_complete.c computes them);
- * `grammar` and `json_schema` are refused with 400 (not supported yet).
+ * `grammar` (GBNF) and `json_schema` constrain the output (routes_grammar.c); a grammar's
+ * end reports stop_type "eos", as llama.cpp, whose grammar then allows only end of text.
  *
  * /infill formats prefix, suffix and prompt with the vocabulary's fill-in-the-middle tokens
  * as llama.cpp does ([repo] [sep file]... [bos] PRE prefix prompt SUF suffix MID), and
@@ -207,18 +208,6 @@ static const struct srv_field native_fields[] = {
 #define N_NATIVE_FIELDS (sizeof(native_fields) / sizeof(native_fields[0]))
 #define N_INFILL_FIELDS 3 /* the last ones */
 
-/* The llama.cpp fields this cannot do yet, refused by name. */
-static int refuse_unsupported(const json_t *body)
-{
-    json_t *g = srv_json_get(body, "grammar");
-    if (g && json_string_length(g) > 0)
-        return srv_fail(400, "grammar", "unsupported", "grammars are not supported yet");
-    if (srv_json_get(body, "json_schema"))
-        return srv_fail(400, "json_schema", "unsupported",
-                        "grammars are not supported yet (json_schema is enforced by a grammar)");
-    return 200;
-}
-
 /* The /v1/completions body that asks for what the llama.cpp body does; prompt given. */
 static json_t *translate(const json_t *body, json_t *prompt)
 {
@@ -234,7 +223,9 @@ static json_t *translate(const json_t *body, json_t *prompt)
                                        "stop",
                                        "ignore_eos",
                                        "lora",
-                                       "n_probs"};
+                                       "n_probs",
+                                       "grammar",
+                                       "json_schema"};
     json_t *t = json_object();
     if (!t)
         return NULL;
@@ -290,7 +281,7 @@ static json_t *final_json(const struct native *c, json_t *content, const struct 
     pthread_mutex_lock(&g->mu);
     int gf = g->gen_finish, which = g->stop_which;
     pthread_mutex_unlock(&g->mu);
-    bool eos = gf == LT_GEN_FINISH_EOG, word = gf == LT_GEN_FINISH_STOP,
+    bool eos = gf == LT_GEN_FINISH_EOG || gf == LT_GEN_FINISH_GRAMMAR, word = gf == LT_GEN_FINISH_STOP,
          limit = gf == LT_GEN_FINISH_LENGTH || gf == LT_GEN_FINISH_CONTEXT;
     if (!gf) { /* the engine did not say: the server's own reason */
         limit = s->finish == SRV_FINISH_LENGTH;
@@ -479,8 +470,6 @@ void srv_route_completion(struct srv_app *app, const struct srv_request *rq,
         st = srv_check_object(body, "", native_fields, N_NATIVE_FIELDS - N_INFILL_FIELDS);
     if (st == 200 && !srv_json_get(body, "prompt"))
         st = srv_fail(400, "prompt", "missing_field", "'prompt' is required");
-    if (st == 200)
-        st = refuse_unsupported(body);
     if (st == 200 && srv_json_int(body, "n_predict", -1) == 0)
         st = srv_fail(400, "n_predict", "unsupported",
                       "n_predict 0 (evaluating the prompt only) is not supported; give -1 or "
@@ -519,8 +508,6 @@ void srv_route_infill(struct srv_app *app, const struct srv_request *rq, struct 
     int st = srv_parse_body(rq, &body);
     if (st == 200)
         st = srv_check_object(body, "", native_fields, N_NATIVE_FIELDS);
-    if (st == 200)
-        st = refuse_unsupported(body);
     json_t *prompt = st == 200 ? srv_json_get(body, "prompt") : NULL;
     if (st == 200 && prompt && !json_is_string(prompt))
         st = srv_fail(400, "prompt", "invalid_type",

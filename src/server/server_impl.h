@@ -75,6 +75,8 @@ struct srv_gen_params {
     bool logprobs;    /* record each token's log-probability (struct srv_token_lp) */
     int top_logprobs; /* and this many alternatives', 0..LT_GEN_MAX_TOP_LOGPROBS */
     bool no_prompt_cache; /* llama.cpp's cache_prompt false: prefill the whole prompt */
+    struct lt_grammar *grammar; /* a reference, owned; NULL: unconstrained (grammar,
+                                 * json_schema or response_format: routes_grammar.c) */
 };
 
 /* A generated token's log-probabilities (lt_gen_logprobs) and where its bytes start in the

@@ -175,6 +175,7 @@ static int slot_start(struct engine *e, struct eng_slot *sl, struct srv_gen *g,
     gp.n_stops = p->n_stops;
     gp.logprobs = p->logprobs;
     gp.top_logprobs = p->top_logprobs;
+    gp.grammar = p->grammar;
     lt_status ls = lt_gen_seq_init(&sl->gs, e->tok, &gp);
     if (ls != LT_OK)
         return srv_fail(srv_http_status_of(ls), NULL, NULL, "%s", lt_last_error());

