@@ -301,7 +301,7 @@ static void *watchdog_main(void *arg)
             pthread_mutex_unlock(&h->app->stats_mu);
             if (!h->app->quiet)
                 fprintf(stderr, "lathe serve: closed %d connection(s) whose request headers "
-                        "did not arrive within %.1f s\n", n, h->header_timeout_s);
+                        "or body did not arrive within %.1f s\n", n, h->header_timeout_s);
         }
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
@@ -394,7 +394,11 @@ static enum MHD_Result send_too_large(struct srv_http *h, struct MHD_Connection 
     return send_early_error(h, c, rc, 413, "body_too_large", msg);
 }
 
-/* The request head is in: a new context, the deadline off, framing and the guard checked. */
+/* The request head is in: a new context, framing and the guard checked. The deadline moves
+ * to the body: a request with one must keep sending it, at most the header timeout between
+ * two pieces (else a client that declares a body and stalls holds the connection for
+ * libmicrohttpd's idle timeout, 120 s, as a trickled head did); one without has none until
+ * it is answered. */
 static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection *c,
                                        const char *url, const char *method, void **con_cls)
 {
@@ -408,7 +412,10 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
     *con_cls = rc;
     if (!rc->path)
         return MHD_NO;
-    watch_set(h, c, 0);
+    const char *te = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding");
+    const char *length = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    bool body = te || (length && strtoull(length, NULL, 10) > 0);
+    watch_set(h, c, body ? h->header_timeout_s : 0);
     const char *bad = framing_problem(c);
     if (bad)
         return send_early_error(h, c, rc, 400, "invalid_request", bad);
@@ -439,6 +446,7 @@ static enum MHD_Result on_request_head(struct srv_http *h, struct MHD_Connection
 static enum MHD_Result on_request_body(struct srv_http *h, struct MHD_Connection *c,
                                        struct req_ctx *rc, const char *data, size_t n)
 {
+    watch_set(h, c, h->header_timeout_s); /* the next piece is due within it */
     if (rc->status != 0)
         return MHD_YES; /* answered already: drop the rest */
     rc->received += n;
@@ -470,6 +478,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_data_size = 0;
         return on_request_body(h, c, rc, upload_data, n);
     }
+    watch_set(h, c, 0); /* all in: no deadline while it is answered (a long generation) */
     if (rc->status != 0)
         return MHD_YES; /* answered already */
     if (rc->refused)

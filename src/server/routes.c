@@ -68,7 +68,8 @@ static void route_metrics(struct srv_app *app, const struct srv_request *rq,
                            (unsigned long long)counts[i]);
     srv_strbuf_appendf(&rs->body,
                        "# HELP lathe_http_header_timeouts_total Connections closed because "
-                       "their request headers did not arrive in time.\n"
+                       "their request headers (or the next piece of a body) did not arrive in "
+                       "time.\n"
                        "# TYPE lathe_http_header_timeouts_total counter\n"
                        "lathe_http_header_timeouts_total %llu\n",
                        (unsigned long long)timeouts);
