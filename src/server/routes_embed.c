@@ -90,6 +90,88 @@ static int input_tokens(struct srv_app *app, const json_t *v, const char *name,
     return 200;
 }
 
+/* The request's options: no adapter (embeddings are the base model's), encoding_format
+ * float or base64 (*b64). 200 or the answer's status. */
+static int embed_options(const json_t *body, bool *b64)
+{
+    if (json_object_get(body, "lora"))
+        return srv_fail(400, "model", "model_not_supported",
+                        "embeddings are computed by the base model; '%s' names an adapter",
+                        json_string_value(json_object_get(body, "model")));
+    const json_t *fmt = json_object_get(body, "encoding_format");
+    *b64 = false;
+    if (fmt && !json_is_null(fmt)) {
+        const char *f = json_string_value(fmt);
+        *b64 = !strcmp(f, "base64");
+        if (!*b64 && strcmp(f, "float") != 0)
+            return srv_fail(400, "encoding_format", "invalid_value",
+                            "encoding_format must be \"float\" or \"base64\", not \"%s\"", f);
+    }
+    return 200;
+}
+
+/* input: one string or token list (*n_in 1), or a list of them (*list). 200 or the
+ * answer's status. */
+static int embed_inputs(const json_t *input, size_t *n_in, bool *list)
+{
+    *n_in = 1;
+    *list = false;
+    if (json_is_array(input)) {
+        size_t n = json_array_size(input);
+        if (n == 0)
+            return srv_fail(400, "input", "invalid_value", "input is an empty list");
+        const json_t *first = json_array_get(input, 0);
+        *list = json_is_string(first) || json_is_array(first);
+        for (size_t i = 0; i < n; i++) {
+            const json_t *x = json_array_get(input, i);
+            if (!(*list ? json_is_string(x) || json_is_array(x) : json_is_integer(x)))
+                return srv_fail(400, "input", "invalid_type",
+                                "input[%zu]: input must be a string, a list of strings, a list "
+                                "of token ids or a list of token-id lists",
+                                i);
+        }
+        *n_in = *list ? n : 1;
+    }
+    if (*n_in > EMBED_MAX_INPUTS)
+        return srv_fail(400, "input", "invalid_value",
+                        "input has %zu items; at most %d are embedded in one request", *n_in,
+                        EMBED_MAX_INPUTS);
+    return 200;
+}
+
+/* Embeds the n_in inputs into data (one object each), adding their tokens to *n_tokens.
+ * 200 or the answer's status. */
+static int embed_all(struct srv_app *app, const json_t *input, size_t n_in, bool list,
+                     int64_t n_embd, bool b64, json_t *data, json_int_t *n_tokens)
+{
+    float *vec = malloc(sizeof(float) * (size_t)(n_embd > 0 ? n_embd : 1));
+    int st = vec ? 200 : srv_fail(503, NULL, NULL, "out of memory");
+    for (size_t i = 0; st == 200 && i < n_in; i++) {
+        const json_t *x = list ? json_array_get(input, i) : input;
+        char name[64];
+        if (list)
+            snprintf(name, sizeof(name), "input[%zu]", i);
+        else
+            snprintf(name, sizeof(name), "input");
+        struct lt_tokens tk = {0};
+        st = input_tokens(app, x, name, &tk);
+        if (st == 200 && tk.n == 0)
+            st = srv_fail(400, "input", "invalid_value", "%s is empty", name);
+        if (st == 200)
+            st = app->engine->iface->embed(app->engine, tk.ids, tk.n, vec);
+        *n_tokens += (json_int_t)tk.n;
+        lt_tokens_free(&tk);
+        json_t *emb = st == 200 ? embedding_json(vec, n_embd, b64) : NULL;
+        if (st == 200 && !emb)
+            st = srv_fail(503, NULL, NULL, "out of memory");
+        if (st == 200)
+            json_array_append_new(data, json_pack("{s:s,s:I,s:o}", "object", "embedding",
+                                                  "index", (json_int_t)i, "embedding", emb));
+    }
+    free(vec);
+    return st;
+}
+
 void srv_route_embeddings(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs)
 {
@@ -101,117 +183,36 @@ void srv_route_embeddings(struct srv_app *app, const struct srv_request *rq,
         {"user", SRV_JT_STRING, 0, 0, false},
         {"lora", SRV_JT_ARRAY, 0, 0, false}, /* set by srv_model_resolve for an adapter */
     };
-    json_t *body = NULL;
-    float *vec = NULL;
-    json_t *data = NULL;
+    json_t *body = NULL, *data = NULL;
+    struct srv_model_info mi;
+    bool b64, list;
+    size_t n_in;
+    json_int_t n_tokens = 0;
     int st = srv_parse_body(rq, &body);
     if (st == 200)
         st = srv_check_object(body, "", fields, sizeof(fields) / sizeof(fields[0]));
+    if (st == 200)
+        st = embed_options(body, &b64);
+    if (st == 200 && !srv_require_ready(app, rs))
+        goto out;
+    if (st == 200 && !app->engine->iface->embed)
+        st = srv_fail(501, NULL, "unsupported", "this engine has no embeddings");
+    app->engine->iface->info(app->engine, &mi);
+    const json_t *dims = st == 200 ? json_object_get(body, "dimensions") : NULL;
+    if (dims && !json_is_null(dims) && (int64_t)srv_json_value_num(dims) != mi.n_embd)
+        st = srv_fail(400, "dimensions", "invalid_value",
+                      "dimensions must be the model's %lld (no other size is supported)",
+                      (long long)mi.n_embd);
+    const json_t *input = st == 200 ? json_object_get(body, "input") : NULL;
+    if (st == 200)
+        st = embed_inputs(input, &n_in, &list);
+    if (st == 200 && !(data = json_array()))
+        st = srv_fail(503, NULL, NULL, "out of memory");
+    if (st == 200)
+        st = embed_all(app, input, n_in, list, mi.n_embd, b64, data, &n_tokens);
     if (st != 200) {
         srv_respond_last_error(rs, st);
         goto out;
-    }
-    if (json_object_get(body, "lora")) {
-        srv_respond_error(rs, 400, "model", "model_not_supported",
-                          "embeddings are computed by the base model; '%s' names an adapter",
-                          json_string_value(json_object_get(body, "model")));
-        goto out;
-    }
-    const json_t *fmt = json_object_get(body, "encoding_format");
-    bool b64 = false;
-    if (fmt && !json_is_null(fmt)) {
-        const char *f = json_string_value(fmt);
-        if (!strcmp(f, "base64")) {
-            b64 = true;
-        } else if (strcmp(f, "float") != 0) {
-            srv_respond_error(rs, 400, "encoding_format", "invalid_value",
-                              "encoding_format must be \"float\" or \"base64\", not \"%s\"", f);
-            goto out;
-        }
-    }
-    if (!srv_require_ready(app, rs))
-        goto out;
-    if (!app->engine->iface->embed) {
-        srv_respond_error(rs, 501, NULL, "unsupported", "this engine has no embeddings");
-        goto out;
-    }
-    struct srv_model_info mi;
-    app->engine->iface->info(app->engine, &mi);
-    const json_t *dims = json_object_get(body, "dimensions");
-    if (dims && !json_is_null(dims) && (int64_t)srv_json_value_num(dims) != mi.n_embd) {
-        srv_respond_error(rs, 400, "dimensions", "invalid_value",
-                          "dimensions must be the model's %lld (no other size is supported)",
-                          (long long)mi.n_embd);
-        goto out;
-    }
-
-    /* the inputs: one string or token list, or a list of them */
-    const json_t *input = json_object_get(body, "input");
-    size_t n_in = 1;
-    bool list = false; /* input is a list of strings or of token lists */
-    if (json_is_array(input)) {
-        size_t n = json_array_size(input);
-        if (n == 0) {
-            srv_respond_error(rs, 400, "input", "invalid_value", "input is an empty list");
-            goto out;
-        }
-        const json_t *first = json_array_get(input, 0);
-        list = json_is_string(first) || json_is_array(first);
-        for (size_t i = 0; i < n; i++) {
-            const json_t *x = json_array_get(input, i);
-            bool ok = list ? json_is_string(x) || json_is_array(x) : json_is_integer(x);
-            if (!ok) {
-                srv_respond_error(rs, 400, "input", "invalid_type",
-                                  "input[%zu]: input must be a string, a list of strings, a "
-                                  "list of token ids or a list of token-id lists",
-                                  i);
-                goto out;
-            }
-        }
-        n_in = list ? n : 1;
-    }
-    if (n_in > EMBED_MAX_INPUTS) {
-        srv_respond_error(rs, 400, "input", "invalid_value",
-                          "input has %zu items; at most %d are embedded in one request", n_in,
-                          EMBED_MAX_INPUTS);
-        goto out;
-    }
-    vec = malloc(sizeof(float) * (size_t)(mi.n_embd > 0 ? mi.n_embd : 1));
-    data = json_array();
-    if (!vec || !data) {
-        srv_respond_error(rs, 503, NULL, NULL, "out of memory");
-        goto out;
-    }
-    json_int_t n_tokens = 0;
-    for (size_t i = 0; i < n_in; i++) {
-        const json_t *x = list ? json_array_get(input, i) : input;
-        char name[64];
-        if (list)
-            snprintf(name, sizeof(name), "input[%zu]", i);
-        else
-            snprintf(name, sizeof(name), "input");
-        struct lt_tokens tk = {0};
-        st = input_tokens(app, x, name, &tk);
-        if (st == 200 && tk.n == 0) {
-            lt_tokens_free(&tk);
-            srv_respond_error(rs, 400, "input", "invalid_value", "%s is empty", name);
-            goto out;
-        }
-        if (st == 200)
-            st = app->engine->iface->embed(app->engine, tk.ids, tk.n, vec);
-        n_tokens += (json_int_t)tk.n;
-        lt_tokens_free(&tk);
-        if (st != 200) {
-            srv_respond_last_error(rs, st);
-            goto out;
-        }
-        json_t *emb = embedding_json(vec, mi.n_embd, b64);
-        if (!emb) {
-            srv_respond_error(rs, 503, NULL, NULL, "out of memory");
-            goto out;
-        }
-        json_array_append_new(data, json_pack("{s:s,s:I,s:o}", "object", "embedding", "index",
-                                              (json_int_t)i, "embedding", emb));
     }
     const char *model = json_string_value(json_object_get(body, "model"));
     srv_respond_json(rs, 200,
@@ -221,7 +222,6 @@ void srv_route_embeddings(struct srv_app *app, const struct srv_request *rq,
     data = NULL;
 out:
     json_decref(data);
-    free(vec);
     json_decref(body);
 }
 

@@ -501,6 +501,51 @@ static void append_token(json_t *ids, lt_token id)
     json_array_append_new(ids, json_integer(id));
 }
 
+/* llama.cpp's format_infill into ids, prefix-suffix-middle order (the middle token is the
+ * caller's), without its trimming to a batch (a prompt longer than the context is refused
+ * instead). 200 or the answer's status. */
+static int infill_prompt(struct srv_app *app, const json_t *body, const struct srv_props *p,
+                         json_t *ids)
+{
+    const json_t *extra = srv_json_get(body, "input_extra");
+    const json_t *prompt = srv_json_get(body, "prompt");
+    int st = 200;
+    if (p->fim_rep != LT_TOKEN_NONE) {
+        append_token(ids, p->fim_rep);
+        st = append_text(app, "myproject\n", ids);
+    }
+    for (size_t i = 0; st == 200 && i < json_array_size(extra); i++) {
+        json_t *chunk = json_array_get(extra, i);
+        if (p->fim_sep != LT_TOKEN_NONE) {
+            append_token(ids, p->fim_sep);
+            char fname[300];
+            snprintf(fname, sizeof(fname), "%.250s\n", srv_json_str(chunk, "filename", "tmp"));
+            st = append_text(app, fname, ids);
+        } else {
+            st = append_text(app, "\n\n--- snippet ---\n\n", ids);
+        }
+        if (st == 200)
+            st = append_text(app, srv_json_str(chunk, "text", ""), ids);
+    }
+    if (st == 200 && p->fim_sep != LT_TOKEN_NONE) {
+        append_token(ids, p->fim_sep);
+        st = append_text(app, "filename\n", ids);
+    }
+    if (st == 200 && p->add_bos && p->bos != LT_TOKEN_NONE)
+        append_token(ids, p->bos);
+    if (st == 200) {
+        append_token(ids, p->fim_pre);
+        st = append_text(app, srv_json_str(body, "input_prefix", ""), ids);
+    }
+    if (st == 200 && prompt)
+        st = append_text(app, json_string_value(prompt), ids);
+    if (st == 200) {
+        append_token(ids, p->fim_suf);
+        st = append_text(app, srv_json_str(body, "input_suffix", ""), ids);
+    }
+    return st;
+}
+
 void srv_route_infill(struct srv_app *app, const struct srv_request *rq, struct srv_response *rs)
 {
     json_t *body = NULL, *ids = NULL;
@@ -544,42 +589,8 @@ void srv_route_infill(struct srv_app *app, const struct srv_request *rq, struct 
                       p.fim_mid == LT_TOKEN_NONE ? "middle " : "");
         goto out_error;
     }
-    /* llama.cpp's format_infill, prefix-suffix-middle order, without its trimming to a
-     * batch (a prompt longer than the context is refused instead) */
     ids = json_array();
-    if (p.fim_rep != LT_TOKEN_NONE) {
-        append_token(ids, p.fim_rep);
-        st = append_text(app, "myproject\n", ids);
-    }
-    for (size_t i = 0; st == 200 && i < json_array_size(extra); i++) {
-        json_t *chunk = json_array_get(extra, i);
-        if (p.fim_sep != LT_TOKEN_NONE) {
-            append_token(ids, p.fim_sep);
-            char fname[300];
-            snprintf(fname, sizeof(fname), "%.250s\n", srv_json_str(chunk, "filename", "tmp"));
-            st = append_text(app, fname, ids);
-        } else {
-            st = append_text(app, "\n\n--- snippet ---\n\n", ids);
-        }
-        if (st == 200)
-            st = append_text(app, srv_json_str(chunk, "text", ""), ids);
-    }
-    if (st == 200 && p.fim_sep != LT_TOKEN_NONE) {
-        append_token(ids, p.fim_sep);
-        st = append_text(app, "filename\n", ids);
-    }
-    if (st == 200 && p.add_bos && p.bos != LT_TOKEN_NONE)
-        append_token(ids, p.bos);
-    if (st == 200) {
-        append_token(ids, p.fim_pre);
-        st = append_text(app, srv_json_str(body, "input_prefix", ""), ids);
-    }
-    if (st == 200 && prompt)
-        st = append_text(app, json_string_value(prompt), ids);
-    if (st == 200) {
-        append_token(ids, p.fim_suf);
-        st = append_text(app, srv_json_str(body, "input_suffix", ""), ids);
-    }
+    st = ids ? infill_prompt(app, body, &p, ids) : srv_fail(503, NULL, NULL, "out of memory");
     if (st != 200)
         goto out_error;
     append_token(ids, p.fim_mid);

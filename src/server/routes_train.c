@@ -584,6 +584,56 @@ static int ft_file(struct srv_app *app, const char *name, const char *param, cha
     return st;
 }
 
+/* hyperparameters: OpenAI's keys (n_epochs, batch_size, learning_rate_multiplier, each a
+ * number or "auto"), lathe's batch_tokens and grad_accum, and the pacing fields; the ranges
+ * of the first four are the parameters' table's. 200, or the status of the answer. */
+static int ft_check_hyperparameters(const json_t *hp)
+{
+    struct srv_field hp_fields[] = {
+        {"n_epochs", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+        {"batch_size", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+        {"batch_tokens", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+        {"grad_accum", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
+        {"learning_rate_multiplier", SRV_JT_NUMBER | SRV_JT_STRING, 1e-6, 1000, false},
+        {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
+        {"share_ppm", SRV_JT_INT, 1, 1000000, false},
+        {"yield", SRV_JT_BOOL, 0, 0, false},
+    };
+    for (int i = 0; i < 4; i++) {
+        const struct lt_train_field *f = lt_train_field_by_key(hp_fields[i].name);
+        hp_fields[i].min = f->lo;
+        hp_fields[i].max = f->hi;
+    }
+    const int n_hp = (int)(sizeof(hp_fields) / sizeof(hp_fields[0]));
+    int st = srv_check_object(hp, "hyperparameters", hp_fields, n_hp);
+    for (int i = 0; st == 200 && i < n_hp; i++) {
+        json_t *v = srv_json_get(hp, hp_fields[i].name);
+        if (v && json_is_string(v) && strcmp(json_string_value(v), "auto") != 0) {
+            char name[64];
+            srv_field_name(name, sizeof(name), "hyperparameters", hp_fields[i].name);
+            st = srv_fail(400, name, "invalid_value", "'%s' must be a number or \"auto\"", name);
+        }
+    }
+    return st;
+}
+
+/* The checked hyperparameters into p ("auto" and absent: the defaults). */
+static void ft_set_hyperparameters(const json_t *hp, struct lt_train_params *p)
+{
+    if (!hp)
+        return;
+    if (json_is_integer(srv_json_get(hp, "n_epochs")))
+        p->epochs = (int)srv_json_int(hp, "n_epochs", 0);
+    if (json_is_integer(srv_json_get(hp, "batch_size")))
+        p->batch = (int)srv_json_int(hp, "batch_size", 0);
+    if (json_is_integer(srv_json_get(hp, "batch_tokens")))
+        p->batch_tokens = (int)srv_json_int(hp, "batch_tokens", 0);
+    if (json_is_integer(srv_json_get(hp, "grad_accum")))
+        p->grad_accum = (int)srv_json_int(hp, "grad_accum", 0);
+    if (json_is_number(srv_json_get(hp, "learning_rate_multiplier")))
+        p->lr = (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1));
+}
+
 void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs)
 {
@@ -605,37 +655,8 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     if (st != 200)
         goto out_error;
     json_t *hp = srv_json_get(body, "hyperparameters");
-    if (hp) {
-        /* the first four: the parameters' table's ranges (or "auto") */
-        struct srv_field hp_fields[] = {
-            {"n_epochs", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
-            {"batch_size", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
-            {"batch_tokens", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
-            {"grad_accum", SRV_JT_INT | SRV_JT_STRING, 0, 0, false},
-            {"learning_rate_multiplier", SRV_JT_NUMBER | SRV_JT_STRING, 1e-6, 1000, false},
-            {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
-            {"share_ppm", SRV_JT_INT, 1, 1000000, false},
-            {"yield", SRV_JT_BOOL, 0, 0, false},
-        };
-        for (int i = 0; i < 4; i++) {
-            const struct lt_train_field *f = lt_train_field_by_key(hp_fields[i].name);
-            hp_fields[i].min = f->lo;
-            hp_fields[i].max = f->hi;
-        }
-        const int n_hp = (int)(sizeof(hp_fields) / sizeof(hp_fields[0]));
-        if ((st = srv_check_object(hp, "hyperparameters", hp_fields, n_hp)) != 200)
-            goto out_error;
-        for (int i = 0; i < n_hp; i++) {
-            json_t *v = srv_json_get(hp, hp_fields[i].name);
-            if (v && json_is_string(v) && strcmp(json_string_value(v), "auto") != 0) {
-                char name[64];
-                srv_field_name(name, sizeof(name), "hyperparameters", hp_fields[i].name);
-                st = srv_fail(400, name, "invalid_value", "'%s' must be a number or \"auto\"",
-                              name);
-                goto out_error;
-            }
-        }
-    }
+    if (hp && (st = ft_check_hyperparameters(hp)) != 200)
+        goto out_error;
     if ((st = parse_pacing(hp, "hyperparameters", &meta.pacing)) != 200)
         goto out_error;
     const char *file = srv_json_str(body, "training_file", "");
@@ -669,16 +690,7 @@ void srv_route_ft_create(struct srv_app *app, const struct srv_request *rq,
     p.out = out_path;
     p.examples_path = data_path;
     p.val_examples_path = vfile ? val_path : NULL;
-    p.epochs = hp && json_is_integer(srv_json_get(hp, "n_epochs"))
-                   ? (int)srv_json_int(hp, "n_epochs", 0) : 0;
-    p.batch = hp && json_is_integer(srv_json_get(hp, "batch_size"))
-                  ? (int)srv_json_int(hp, "batch_size", 0) : 0;
-    p.batch_tokens = hp && json_is_integer(srv_json_get(hp, "batch_tokens"))
-                         ? (int)srv_json_int(hp, "batch_tokens", 0) : 0;
-    p.grad_accum = hp && json_is_integer(srv_json_get(hp, "grad_accum"))
-                       ? (int)srv_json_int(hp, "grad_accum", 0) : 0;
-    p.lr = hp && json_is_number(srv_json_get(hp, "learning_rate_multiplier"))
-               ? (float)(1e-3 * srv_json_num(hp, "learning_rate_multiplier", 1)) : 0;
+    ft_set_hyperparameters(hp, &p);
     p.seed = (uint64_t)srv_json_int(body, "seed", 0);
     struct lt_train_params vp = p; /* the validation file alone, so its faults are its own */
     vp.examples_path = val_path;

@@ -40,6 +40,54 @@ static lt_status check_exposure(const struct lt_server_params *p, const struct s
 }
 #endif
 
+#if defined(LATHE_HAVE_MHD) && defined(LATHE_HAVE_JANSSON)
+/* Fills p's defaults and checks it; with a train dir, removes what a killed job's write or
+ * upload left there. LT_OK or the failure, naming the flag. */
+static lt_status check_params(struct lt_server_params *p)
+{
+    if (!p->model_path || !*p->model_path)
+        return lt_fail(LT_ERR_INVALID, "a model is required (-m MODEL.gguf)");
+    if (p->parallel == 0)
+        p->parallel = 4;
+    if (p->parallel < 1 || p->parallel > 256)
+        return lt_fail(LT_ERR_INVALID, "--parallel must be 1..256, not %d", p->parallel);
+    if (p->n_ctx < 0 || p->n_ctx > (1 << 20))
+        return lt_fail(LT_ERR_INVALID, "--ctx must be 0 (default) or up to %d, not %d", 1 << 20,
+                       p->n_ctx);
+    if (p->n_ctx > 0 && p->n_ctx < 8)
+        return lt_fail(LT_ERR_INVALID, "--ctx %d is too small to hold a prompt", p->n_ctx);
+    if (p->backend && strcmp(p->backend, "cpu") != 0 && strcmp(p->backend, "cuda") != 0)
+        return lt_fail(LT_ERR_INVALID, "--backend must be cpu or cuda, not '%s'", p->backend);
+    if (p->pooling != LT_SERVER_POOLING_MEAN && p->pooling != LT_SERVER_POOLING_LAST)
+        return lt_fail(LT_ERR_INVALID, "--pooling must be mean or last");
+    if (p->max_body_bytes == 0)
+        p->max_body_bytes = (size_t)8 << 20;
+    if (p->max_upload_bytes == 0)
+        p->max_upload_bytes = (size_t)64 << 20;
+    if (p->train_dir) {
+        struct stat sb;
+        if (stat(p->train_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return lt_fail(LT_ERR_IO, "--train-dir %s is not a directory", p->train_dir);
+        /* what a job's write left when the process was killed (lathe's own temporary names
+         * only, never held by a running writer; see lt_gguf_remove_stale_temps) */
+        int n_removed = 0;
+        if (lt_gguf_remove_stale_temps(p->train_dir, NULL, &n_removed) == LT_OK && n_removed > 0)
+            fprintf(stderr, "lathe serve: removed %d unfinished temporary file%s from %s\n",
+                    n_removed, n_removed == 1 ? "" : "s", p->train_dir);
+        /* and what an upload to /v1/files left (routes_files.c) */
+        if (srv_files_remove_stale(p->train_dir, &n_removed) == LT_OK && n_removed > 0)
+            fprintf(stderr, "lathe serve: removed %d unfinished upload%s from %s/files\n",
+                    n_removed, n_removed == 1 ? "" : "s", p->train_dir);
+    }
+    if (p->max_connections < 0 || p->max_connections > 65536)
+        return lt_fail(LT_ERR_INVALID, "--max-connections must be 1..65536, not %d",
+                       p->max_connections);
+    if (p->header_timeout_ms < 0)
+        return lt_fail(LT_ERR_INVALID, "--header-timeout must be positive");
+    return LT_OK;
+}
+#endif
+
 lt_status lt_server_start(const struct lt_server_params *params, struct lt_server **out)
 {
     *out = NULL;
@@ -48,51 +96,15 @@ lt_status lt_server_start(const struct lt_server_params *params, struct lt_serve
                    "jansson when it is configured");
 #else
     struct lt_server_params p = *params;
-    if (!p.model_path || !*p.model_path)
-        return lt_fail(LT_ERR_INVALID, "a model is required (-m MODEL.gguf)");
-    if (p.parallel == 0)
-        p.parallel = 4;
-    if (p.parallel < 1 || p.parallel > 256)
-        return lt_fail(LT_ERR_INVALID, "--parallel must be 1..256, not %d", p.parallel);
-    if (p.n_ctx < 0 || p.n_ctx > (1 << 20))
-        return lt_fail(LT_ERR_INVALID, "--ctx must be 0 (default) or up to %d, not %d", 1 << 20,
-                       p.n_ctx);
-    if (p.n_ctx > 0 && p.n_ctx < 8)
-        return lt_fail(LT_ERR_INVALID, "--ctx %d is too small to hold a prompt", p.n_ctx);
-    if (p.backend && strcmp(p.backend, "cpu") != 0 && strcmp(p.backend, "cuda") != 0)
-        return lt_fail(LT_ERR_INVALID, "--backend must be cpu or cuda, not '%s'", p.backend);
-    if (p.pooling != LT_SERVER_POOLING_MEAN && p.pooling != LT_SERVER_POOLING_LAST)
-        return lt_fail(LT_ERR_INVALID, "--pooling must be mean or last");
-    if (p.max_body_bytes == 0)
-        p.max_body_bytes = (size_t)8 << 20;
-    if (p.max_upload_bytes == 0)
-        p.max_upload_bytes = (size_t)64 << 20;
-    if (p.train_dir) {
-        struct stat sb;
-        if (stat(p.train_dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return lt_fail(LT_ERR_IO, "--train-dir %s is not a directory", p.train_dir);
-        /* what a job's write left when the process was killed (lathe's own temporary names
-         * only, never held by a running writer; see lt_gguf_remove_stale_temps) */
-        int n_removed = 0;
-        if (lt_gguf_remove_stale_temps(p.train_dir, NULL, &n_removed) == LT_OK && n_removed > 0)
-            fprintf(stderr, "lathe serve: removed %d unfinished temporary file%s from %s\n",
-                    n_removed, n_removed == 1 ? "" : "s", p.train_dir);
-        /* and what an upload to /v1/files left (routes_files.c) */
-        if (srv_files_remove_stale(p.train_dir, &n_removed) == LT_OK && n_removed > 0)
-            fprintf(stderr, "lathe serve: removed %d unfinished upload%s from %s/files\n",
-                    n_removed, n_removed == 1 ? "" : "s", p.train_dir);
-    }
-    if (p.max_connections < 0 || p.max_connections > 65536)
-        return lt_fail(LT_ERR_INVALID, "--max-connections must be 1..65536, not %d",
-                       p.max_connections);
-    if (p.header_timeout_ms < 0)
-        return lt_fail(LT_ERR_INVALID, "--header-timeout must be positive");
+    lt_status st = check_params(&p);
+    if (st != LT_OK)
+        return st;
     struct lt_server *s = calloc(1, sizeof(*s));
     if (!s)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the server");
     pthread_mutex_init(&s->app.stats_mu, NULL);
     pthread_mutex_init(&s->app.model_mu, NULL);
-    lt_status st = srv_guard_init(&s->app.guard, &p);
+    st = srv_guard_init(&s->app.guard, &p);
     if (st != LT_OK)
         goto out_free_server;
     if ((st = check_exposure(&p, &s->app.guard)) != LT_OK)
