@@ -6,6 +6,7 @@
  * view_offs, and is filled in when view_src's is. */
 #include <assert.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,13 @@
 
 #define ARENA_ALIGN 64
 
+/* A chunk comes zeroed from calloc and its memory is never handed out twice, so pieces are
+ * zero without a memset: the pages of a large chunk stay untouched (out of the process's
+ * resident memory) until a piece on them is written. A graph's node and hash arrays are
+ * sized for the largest graph and mostly never written. */
 struct arena_chunk {
     struct arena_chunk *next;
+    void *raw; /* what calloc returned; the chunk is placed at its first aligned byte */
     size_t size, used;
     _Alignas(ARENA_ALIGN) unsigned char mem[];
 };
@@ -47,7 +53,7 @@ void lt_ctx_free(struct lt_ctx *ctx)
     struct arena_chunk *c = ctx->chunks;
     while (c) {
         struct arena_chunk *next = c->next;
-        free(c);
+        free(c->raw);
         c = next;
     }
     free(ctx);
@@ -62,12 +68,14 @@ void *lt_ctx_alloc(struct lt_ctx *ctx, size_t size)
     struct arena_chunk *c = ctx->chunks;
     if (!c || c->size - c->used < size) {
         size_t csize = size > ctx->chunk_size ? size : ctx->chunk_size;
-        c = aligned_alloc(ARENA_ALIGN, (sizeof(*c) + csize + ARENA_ALIGN - 1) &
-                                           ~(size_t)(ARENA_ALIGN - 1));
-        if (!c) {
+        void *raw = calloc(1, sizeof(*c) + csize + ARENA_ALIGN);
+        if (!raw) {
             lt_fail(LT_ERR_NOMEM, "out of host memory allocating %zu bytes", size);
             return NULL;
         }
+        uintptr_t at = ((uintptr_t)raw + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1);
+        c = (struct arena_chunk *)at;
+        c->raw = raw;
         c->size = csize;
         c->used = 0;
         c->next = ctx->chunks;
@@ -76,8 +84,7 @@ void *lt_ctx_alloc(struct lt_ctx *ctx, size_t size)
     void *p = c->mem + c->used;
     c->used += size;
     ctx->used += size;
-    memset(p, 0, size);
-    return p;
+    return p; /* zero: see struct arena_chunk */
 }
 
 static void set_contiguous_strides(struct lt_tensor *t)
