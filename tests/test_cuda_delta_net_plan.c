@@ -17,7 +17,7 @@ static void check_fwd_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb)
 {
     struct dn_fwd_plan p;
     char reason[160];
-    const bool ok = dn_fwd_plan_init(&p, sk, sv, hv, nb, reason, sizeof(reason));
+    const bool ok = cu_dn_fwd_plan_init(&p, sk, sv, hv, nb, reason, sizeof(reason));
     CHECK(ok, "forward S_k %lld S_v %lld H_v %lld B %lld: %s", (long long)sk, (long long)sv,
           (long long)hv, (long long)nb, reason);
     if (!ok)
@@ -52,7 +52,7 @@ static void check_plan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t n
 {
     struct dn_back_plan p;
     char reason[160];
-    const bool ok = dn_back_plan_init(&p, sk, sv, hv, nb, nt, reason, sizeof(reason));
+    const bool ok = cu_dn_back_plan_init(&p, sk, sv, hv, nb, nt, reason, sizeof(reason));
     CHECK(ok, "S_k %lld S_v %lld H_v %lld B %lld T %lld: %s", (long long)sk, (long long)sv,
           (long long)hv, (long long)nb, (long long)nt, reason);
     if (!ok)
@@ -94,7 +94,7 @@ static void check_cplan(int64_t sk, int64_t sv, int64_t hv, int64_t nb, int64_t 
 {
     struct dn_cback_plan p;
     char reason[160];
-    if (!dn_cback_plan_init(&p, sk, sv, hv, nb, nt, reason, sizeof(reason))) {
+    if (!cu_dn_cback_plan_init(&p, sk, sv, hv, nb, nt, reason, sizeof(reason))) {
         CHECK(strstr(reason, "shared memory") != NULL && sk > 128, "S_k %lld: %s",
               (long long)sk, reason);
         return;
@@ -121,7 +121,7 @@ static void check_wyplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t
 {
     struct dn_wy_plan p;
     char reason[160];
-    if (!dn_wy_plan_init(&p, sk, sv, hk, hv, nb, nt, reason, sizeof(reason))) {
+    if (!cu_dn_wy_plan_init(&p, sk, sv, hk, hv, nb, nt, reason, sizeof(reason))) {
         CHECK(strstr(reason, "shared memory") != NULL && (sk > 128 || sv > 128),
               "S_k %lld S_v %lld: %s", (long long)sk, (long long)sv, reason);
         return;
@@ -164,7 +164,7 @@ static void check_wyplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t
           C * p.ldk % 8 == 0 && C * p.ldv % 8 == 0 && C * p.lds % 8 == 0 && C * p.ldc % 8 == 0);
 }
 
-/* the chunk-parallel forward's plan (dn_wy_fwd_plan_init): the backward's choices (cv, pads,
+/* the chunk-parallel forward's plan (cu_dn_wy_fwd_plan_init): the backward's choices (cv, pads,
  * chunks), the forward's scratch pieces alone, in order and 32-byte aligned, the backward's
  * pieces marked absent; out's columns dividing svp, covering S_v with every block starting
  * inside it, its reads of a chunk's S0 and U rows inside svp, its grid narrowed only when
@@ -173,8 +173,8 @@ static void check_wyfplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_
 {
     struct dn_wy_plan f, w;
     char reason[160];
-    const bool ok = dn_wy_fwd_plan_init(&f, sk, sv, hk, hv, nb, nt, reason, sizeof(reason));
-    const bool back_ok = dn_wy_plan_init(&w, sk, sv, hk, hv, nb, nt, reason, sizeof(reason));
+    const bool ok = cu_dn_wy_fwd_plan_init(&f, sk, sv, hk, hv, nb, nt, reason, sizeof(reason));
+    const bool back_ok = cu_dn_wy_plan_init(&w, sk, sv, hk, hv, nb, nt, reason, sizeof(reason));
     CHECK(ok == back_ok, "S_k %lld S_v %lld: forward %d backward %d", (long long)sk,
           (long long)sv, (int)ok, (int)back_ok);
     if (!ok || !back_ok)
@@ -220,10 +220,10 @@ int main(void)
      * blocks of 32 columns, one sequence 128 blocks of 16 */
     struct dn_cback_plan cp;
     char creason[160];
-    CHECK(dn_cback_plan_init(&cp, 128, 128, 16, 16, 512, creason, sizeof(creason)), "%s", creason);
+    CHECK(cu_dn_cback_plan_init(&cp, 128, 128, 16, 16, 512, creason, sizeof(creason)), "%s", creason);
     CHECK(cp.cv == 32 && cp.blocks == 1024 && cp.n_ch == 8, "cv %lld blocks %lld",
           (long long)cp.cv, (long long)cp.blocks);
-    CHECK(dn_cback_plan_init(&cp, 128, 128, 16, 1, 512, creason, sizeof(creason)), "%s", creason);
+    CHECK(cu_dn_cback_plan_init(&cp, 128, 128, 16, 1, 512, creason, sizeof(creason)), "%s", creason);
     CHECK(cp.cv == 16 && cp.blocks == 128, "cv %lld blocks %lld", (long long)cp.cv,
           (long long)cp.blocks);
     static const int64_t csks[] = {1, 3, 4, 16, 20, 33, 64, 100, 128, 129, 255, 256};
@@ -238,7 +238,7 @@ int main(void)
      * the scratch the file comment of delta_net_wy.cu states (~639 MB) */
     struct dn_wy_plan wp;
     char wreason[160];
-    CHECK(dn_wy_plan_init(&wp, 128, 128, 16, 16, 16, 512, wreason, sizeof(wreason)), "%s",
+    CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 16, 16, 16, 512, wreason, sizeof(wreason)), "%s",
           wreason);
     CHECK(wp.cv == 64 && wp.cs == 32 && wp.chunks == 2048 && wp.state_blocks == 512 &&
               wp.n_ch == 8 && wp.direct && wp.skp == 128 && wp.svp == 128,
@@ -247,16 +247,16 @@ int main(void)
     CHECK(wp.scratch_floats == 142868480 + 2048 * 64 * 128, "scratch %lld floats",
           (long long)wp.scratch_floats);
     /* one sequence: the state passes narrow to 16 columns for a grid of 128 */
-    CHECK(dn_wy_plan_init(&wp, 128, 128, 16, 16, 1, 512, wreason, sizeof(wreason)), "%s",
+    CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 16, 16, 1, 512, wreason, sizeof(wreason)), "%s",
           wreason);
     CHECK(wp.cv == 16 && wp.state_blocks == 128, "cv %lld", (long long)wp.cv);
     /* grouped heads keep partials for the reduction */
-    CHECK(dn_wy_plan_init(&wp, 128, 128, 8, 16, 16, 512, wreason, sizeof(wreason)), "%s",
+    CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 8, 16, 16, 512, wreason, sizeof(wreason)), "%s",
           wreason);
     CHECK(!wp.direct && wp.scratch_floats == wp.off_part + 16 * 16 * 512 * (2 * 128 + 2));
     /* S_k 256 is refused, with why (the chunked or the per-token kernel takes it) */
     wreason[0] = 0;
-    CHECK(!dn_wy_plan_init(&wp, 256, 128, 16, 16, 16, 512, wreason, sizeof(wreason)));
+    CHECK(!cu_dn_wy_plan_init(&wp, 256, 128, 16, 16, 16, 512, wreason, sizeof(wreason)));
     CHECK(strstr(wreason, "shared memory") != NULL, "%s", wreason);
     static const int64_t wsks[] = {1, 3, 16, 20, 33, 64, 100, 128, 129, 256};
     static const int64_t wsvs[] = {1, 7, 12, 32, 40, 65, 128, 129};
@@ -271,14 +271,14 @@ int main(void)
     check_wyplan(128, 128, 16, 16, 0, 512); /* no sequences: nothing launched */
     check_wyplan(128, 128, 16, 16, 2, 0);   /* no tokens: the state pass alone */
     for (int64_t s = 1; s <= 128; s += 9) /* every S up to 128 fits */
-        CHECK(dn_wy_plan_init(&wp, s, s, 2, 4, 2, 100, wreason, sizeof(wreason)), "S %lld: %s",
+        CHECK(cu_dn_wy_plan_init(&wp, s, s, 2, 4, 2, 100, wreason, sizeof(wreason)), "S %lld: %s",
               (long long)s, wreason);
-    CHECK(dn_wy_plan_init(&wp, 128, 128, 2, 4, 2, 100, wreason, sizeof(wreason)), "%s", wreason);
+    CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 2, 4, 2, 100, wreason, sizeof(wreason)), "%s", wreason);
 
     /* the chunk-parallel forward on the training shape: the backward's 2048 chunks and 512
      * state blocks, out in blocks of 64 columns (4096, two an SM: ~111 KiB each), scratch
      * for G and beta, P, Wk, U and S0 alone (~303 MB against the backward's ~639) */
-    CHECK(dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 16, 512, wreason, sizeof(wreason)), "%s",
+    CHECK(cu_dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 16, 512, wreason, sizeof(wreason)), "%s",
           wreason);
     CHECK(wp.cv == 64 && wp.co == 64 && wp.cob == 2 && wp.out_blocks == 4096 &&
               wp.chunks == 2048 && wp.state_blocks == 512,
@@ -288,16 +288,16 @@ int main(void)
           "forward scratch %lld floats", (long long)wp.scratch_floats);
     CHECK(2 * (wp.shared_out + 1024) <= 228u << 10, "out: %zu bytes", wp.shared_out);
     /* a one-sequence prefill of 64 tokens: 16 chunks, out narrowed to 16 columns (128 blocks) */
-    CHECK(dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 1, 64, wreason, sizeof(wreason)), "%s",
+    CHECK(cu_dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 1, 64, wreason, sizeof(wreason)), "%s",
           wreason);
     CHECK(wp.co == 16 && wp.out_blocks == 128 && wp.cv == 16, "co %lld out blocks %lld",
           (long long)wp.co, (long long)wp.out_blocks);
     /* no tokens: no chunks, no scratch, fwd alone copies the state */
-    CHECK(dn_wy_fwd_plan_init(&wp, 128, 128, 2, 4, 2, 0, wreason, sizeof(wreason)), "%s", wreason);
+    CHECK(cu_dn_wy_fwd_plan_init(&wp, 128, 128, 2, 4, 2, 0, wreason, sizeof(wreason)), "%s", wreason);
     CHECK(wp.chunks == 0 && wp.out_blocks == 0 && wp.scratch_floats == 0 && wp.state_blocks > 0);
     /* S_k 256 is refused as the backward's plan is (the per-token kernel takes it) */
     wreason[0] = 0;
-    CHECK(!dn_wy_fwd_plan_init(&wp, 256, 128, 16, 16, 16, 512, wreason, sizeof(wreason)));
+    CHECK(!cu_dn_wy_fwd_plan_init(&wp, 256, 128, 16, 16, 16, 512, wreason, sizeof(wreason)));
     CHECK(strstr(wreason, "shared memory") != NULL, "%s", wreason);
     for (size_t a = 0; a < sizeof(wsks) / sizeof(wsks[0]); a++)
         for (size_t b = 0; b < sizeof(wsvs) / sizeof(wsvs[0]); b++) {
@@ -309,12 +309,12 @@ int main(void)
      * prefill at any length (its 16 walks); 16 sequences of 16 heads go by chunks from 64
      * tokens, 8 sequences too; the conformance suite's AUTO shapes cross it at T 64 (64
      * value heads, 2 sequences) and stay per token with 32 heads of 2 sequences */
-    CHECK(!dn_wy_fwd_auto(16, 1, 1) && !dn_wy_fwd_auto(16, 16, 1) && !dn_wy_fwd_auto(16, 16, 63));
-    CHECK(dn_wy_fwd_auto(16, 16, 64) && dn_wy_fwd_auto(16, 16, 512) && dn_wy_fwd_auto(16, 8, 64));
-    CHECK(!dn_wy_fwd_auto(16, 1, 449) && !dn_wy_fwd_auto(16, 1, 4096) && !dn_wy_fwd_auto(16, 7, 512));
-    CHECK(!dn_wy_fwd_auto(64, 2, 63) && dn_wy_fwd_auto(64, 2, 64));
-    CHECK(!dn_wy_fwd_auto(32, 2, 64) && !dn_wy_fwd_auto(32, 2, 65));
-    CHECK(!dn_wy_fwd_auto(1000, 1000, 0));
+    CHECK(!cu_dn_wy_fwd_auto(16, 1, 1) && !cu_dn_wy_fwd_auto(16, 16, 1) && !cu_dn_wy_fwd_auto(16, 16, 63));
+    CHECK(cu_dn_wy_fwd_auto(16, 16, 64) && cu_dn_wy_fwd_auto(16, 16, 512) && cu_dn_wy_fwd_auto(16, 8, 64));
+    CHECK(!cu_dn_wy_fwd_auto(16, 1, 449) && !cu_dn_wy_fwd_auto(16, 1, 4096) && !cu_dn_wy_fwd_auto(16, 7, 512));
+    CHECK(!cu_dn_wy_fwd_auto(64, 2, 63) && cu_dn_wy_fwd_auto(64, 2, 64));
+    CHECK(!cu_dn_wy_fwd_auto(32, 2, 64) && !cu_dn_wy_fwd_auto(32, 2, 65));
+    CHECK(!cu_dn_wy_fwd_auto(1000, 1000, 0));
     /* the conformance suite's forward shapes */
     static const int64_t fts[] = {0, 1, 5, 63, 64, 65, 150, 512, 2048};
     for (size_t t = 0; t < sizeof(fts) / sizeof(fts[0]); t++) {
@@ -338,7 +338,7 @@ int main(void)
     /* Qwen3.5-0.8B's DeltaNet layers: 8 rows a thread, 1024 warps (the old kernel: 64) */
     struct dn_fwd_plan fp;
     char freason[160];
-    CHECK(dn_fwd_plan_init(&fp, 128, 128, 16, 1, freason, sizeof(freason)), "%s", freason);
+    CHECK(cu_dn_fwd_plan_init(&fp, 128, 128, 16, 1, freason, sizeof(freason)), "%s", freason);
     CHECK(fp.rows == 8 && fp.chunks == 16 && fp.blocks == 256 &&
               fp.blocks * DN_FWD_THREADS / 32 == 1024,
           "rows %lld chunks %lld blocks %lld", (long long)fp.rows, (long long)fp.chunks,
@@ -351,22 +351,22 @@ int main(void)
     check_fwd_plan(16, 12, 4, 2); /* the conformance suite's shapes */
     check_fwd_plan(128, 128, 4, 1);
     /* a batch of none: no blocks, nothing launched */
-    CHECK(dn_fwd_plan_init(&fp, 128, 128, 16, 0, freason, sizeof(freason)) && fp.blocks == 0);
+    CHECK(cu_dn_fwd_plan_init(&fp, 128, 128, 16, 0, freason, sizeof(freason)) && fp.blocks == 0);
     /* S_k past 256 rows does not fit the registers: refused, with why */
     freason[0] = 0;
-    CHECK(!dn_fwd_plan_init(&fp, 257, 128, 16, 1, freason, sizeof(freason)));
+    CHECK(!cu_dn_fwd_plan_init(&fp, 257, 128, 16, 1, freason, sizeof(freason)));
     CHECK(strstr(freason, "S_k 257") != NULL, "%s", freason);
 
     /* Qwen3.5-0.8B's DeltaNet layers, a 256-token window: 128 blocks of 16 columns */
     struct dn_back_plan p;
     char reason[160];
-    CHECK(dn_back_plan_init(&p, 128, 128, 16, 1, 256, reason, sizeof(reason)), "%s", reason);
+    CHECK(cu_dn_back_plan_init(&p, 128, 128, 16, 1, 256, reason, sizeof(reason)), "%s", reason);
     CHECK(p.cols == 16 && p.blocks == 128 && p.threads == 256 && p.row_groups == 16,
           "cols %lld blocks %lld threads %lld", (long long)p.cols, (long long)p.blocks,
           (long long)p.threads);
     CHECK(p.seg == 16 && p.n_seg == 16);
     /* a batch of 4 of it keeps chunks of 32 */
-    CHECK(dn_back_plan_init(&p, 128, 128, 16, 4, 256, reason, sizeof(reason)), "%s", reason);
+    CHECK(cu_dn_back_plan_init(&p, 128, 128, 16, 4, 256, reason, sizeof(reason)), "%s", reason);
     CHECK(p.cols == 32 && p.blocks == 256 && p.row_groups == 8);
 
     /* the conformance suite's shapes, and a spread of others up to the forward's S_k 256 */
@@ -385,7 +385,7 @@ int main(void)
 
     /* S_k too large for S and dS in shared memory, even at 8 columns: refused, with why */
     reason[0] = 0;
-    CHECK(!dn_back_plan_init(&p, 8192, 128, 16, 1, 16, reason, sizeof(reason)));
+    CHECK(!cu_dn_back_plan_init(&p, 8192, 128, 16, 1, 16, reason, sizeof(reason)));
     CHECK(strstr(reason, "shared memory") != NULL, "%s", reason);
     return check_summary();
 }

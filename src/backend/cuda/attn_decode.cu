@@ -26,7 +26,7 @@ static bool cache_ok(const struct lt_tensor *c, const struct lt_tensor *q)
            c->ne[1] >= 1 && q->ne[1] % c->ne[1] == 0;
 }
 
-bool attn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_attn_decode_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op != LT_OP_ATTN_DECODE) {
         snprintf(reason, reason_size, "%s is not ATTN_DECODE", lt_op_name(node->op));
@@ -131,10 +131,10 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
     }
 }
 
-lt_status attn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!attn_decode_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_attn_decode_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const struct lt_tensor *q = node->src[AD_Q], *k = node->src[AD_K], *gate = node->src[AD_GATE];
     const int64_t blocks = q->ne[1] * q->ne[2];
@@ -154,7 +154,7 @@ lt_status attn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("attn_decode");
 }
 
-const struct cuda_family cuda_family_attn_decode = {"attn_decode", attn_decode_ops,
+const struct cu_family cu_family_attn_decode = {"attn_decode", attn_decode_ops,
                                                     CU_COUNT(attn_decode_ops),
-                                                    attn_decode_cuda_supported,
-                                                    attn_decode_cuda_compute};
+                                                    cu_attn_decode_supported,
+                                                    cu_attn_decode_compute};

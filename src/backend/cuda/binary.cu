@@ -10,7 +10,7 @@
 
 static const enum lt_op binary_ops[] = {LT_OP_ADD, LT_OP_SUB, LT_OP_MUL, LT_OP_DIV};
 
-bool binary_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_binary_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op != LT_OP_ADD && node->op != LT_OP_SUB && node->op != LT_OP_MUL &&
         node->op != LT_OP_DIV) {
@@ -73,7 +73,7 @@ static __global__ void binary_rows_kernel(const float *a, const float *b, float 
         y[f] = apply<OP>(a[f], b[f <= 0x7fffffff ? (uint32_t)f / n0 : f / n0]);
 }
 
-template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *node)
+template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const int64_t n = lt_nelements(node);
@@ -112,10 +112,10 @@ template <int OP> static lt_status launch(struct cuda_ctx *c, struct lt_tensor *
     return cu_launched("binary");
 }
 
-lt_status binary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_binary_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!binary_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_binary_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     switch (node->op) {
     case LT_OP_ADD: return launch<LT_OP_ADD>(c, node);
@@ -125,5 +125,5 @@ lt_status binary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     }
 }
 
-const struct cuda_family cuda_family_binary = {"binary", binary_ops, CU_COUNT(binary_ops),
-                                               binary_cuda_supported, binary_cuda_compute};
+const struct cu_family cu_family_binary = {"binary", binary_ops, CU_COUNT(binary_ops),
+                                               cu_binary_supported, cu_binary_compute};

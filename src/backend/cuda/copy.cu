@@ -112,7 +112,7 @@ static bool acc_window_ok(const struct lt_tensor *node)
     return end <= (size_t)lt_nelements(node) * 4;
 }
 
-bool copy_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_copy_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     switch (node->op) {
     case LT_OP_CONT:
@@ -256,7 +256,7 @@ static __global__ void convert_flat_kernel(const char *a, char *d, int64_t n)
 }
 
 template <int TA>
-static void convert_flat(struct cuda_ctx *c, const char *a, char *d, int td, int64_t n)
+static void convert_flat(struct cu_ctx *c, const char *a, char *d, int td, int64_t n)
 {
     const unsigned blocks = cu_blocks(n, 256);
     if (td == LT_TYPE_BF16)
@@ -456,7 +456,7 @@ static bool dim1_faster(const struct lt_tensor *t)
            t->nb[1] < t->nb[0];
 }
 
-static lt_status launch_tile_copy(struct cuda_ctx *c, const struct lt_tensor *a,
+static lt_status launch_tile_copy(struct cu_ctx *c, const struct lt_tensor *a,
                                   const struct lt_tensor *b, int64_t split, struct lt_tensor *out)
 {
     const int64_t planes = out->ne[2] * out->ne[3];
@@ -471,7 +471,7 @@ static lt_status launch_tile_copy(struct cuda_ctx *c, const struct lt_tensor *a,
 
 /* ---- launchers ---- */
 
-static lt_status launch_cpy(struct cuda_ctx *c, struct lt_tensor *node)
+static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0];
     int64_t n = lt_nelements(a);
@@ -544,7 +544,7 @@ static __global__ void repeat_back_sum_kernel(const double *part, int64_t n0, in
     }
 }
 
-static lt_status launch_repeat_back(struct cuda_ctx *c, struct lt_tensor *node)
+static lt_status launch_repeat_back(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0];
     int64_t n = lt_nelements(node), tiles = n > 0 ? lt_nelements(a) / n : 0;
@@ -576,7 +576,7 @@ static lt_status launch_repeat_back(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("repeat_back_block");
 }
 
-static lt_status launch_acc(struct cuda_ctx *c, struct lt_tensor *node)
+static lt_status launch_acc(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     int64_t n = lt_nelements(node), nb_ = lt_nelements(b);
@@ -600,10 +600,10 @@ static lt_status launch_acc(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("acc_add");
 }
 
-lt_status copy_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_copy_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!copy_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_copy_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const int64_t n = lt_nelements(node);
     const unsigned blocks = cu_blocks(n, 256);
@@ -659,5 +659,5 @@ lt_status copy_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     }
 }
 
-const struct cuda_family cuda_family_copy = {"copy", copy_ops, CU_COUNT(copy_ops),
-                                             copy_cuda_supported, copy_cuda_compute};
+const struct cu_family cu_family_copy = {"copy", copy_ops, CU_COUNT(copy_ops),
+                                             cu_copy_supported, cu_copy_compute};

@@ -1,6 +1,7 @@
 /* cuda_backend.cu: the CUDA backend's vtable: device buffers, host copies, the verdict and
  * the loop that queues a list of nodes on the stream, plus the helpers every family file
- * uses (status conversion, scratch, source checks). CUDA graph replay is cuda_graphs.cu.
+ * uses (status conversion, scratch, source checks). CUDA graph replay is cuda_graphs.cu,
+ * LATHE_CUDA_PROFILE's timing cuda_profile.cu.
  *
  * Which op runs where is not decided here: each family file lists its ops and exports one
  * precondition; the op -> family table is built from those lists, and supports_op and
@@ -13,10 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/cuda_graphs.h"
+#include "backend/cuda/cuda_profile.h"
 #include "backend/cuda/cuda_verdict.h"
 #include "lathe/backend_cuda.h"
 
@@ -54,7 +55,7 @@ lt_status cu_refuse(const struct lt_tensor *node, const char *reason)
                    node->name, reason);
 }
 
-lt_status cu_scratch(struct cuda_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out)
+lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out)
 {
     if (bytes == 0)
         bytes = 256;
@@ -154,18 +155,18 @@ bool cu_check_result_float(const struct lt_tensor *node, char *reason, size_t re
 
 /* ---- the op -> family table ---- */
 
-static const struct cuda_family *const all_families[] = {
-    &cuda_family_fill,   &cuda_family_copy,     &cuda_family_binary,    &cuda_family_unary,
-    &cuda_family_reduce, &cuda_family_norm,     &cuda_family_rope,      &cuda_family_softmax,
-    &cuda_family_matmul, &cuda_family_ssm_conv, &cuda_family_delta_net, &cuda_family_gdn_decode,
-    &cuda_family_loss,   &cuda_family_linear_ce, &cuda_family_optim,     &cuda_family_attn_decode,
+static const struct cu_family *const all_families[] = {
+    &cu_family_fill,   &cu_family_copy,     &cu_family_binary,    &cu_family_unary,
+    &cu_family_reduce, &cu_family_norm,     &cu_family_rope,      &cu_family_softmax,
+    &cu_family_matmul, &cu_family_ssm_conv, &cu_family_delta_net, &cu_family_gdn_decode,
+    &cu_family_loss,   &cu_family_linear_ce, &cu_family_optim,     &cu_family_attn_decode,
 };
 
-static const struct cuda_family *const *family_table(void)
+static const struct cu_family *const *family_table(void)
 {
-    static const struct cuda_family *table[LT_OP_COUNT];
+    static const struct cu_family *table[LT_OP_COUNT];
     static const bool built = [] {
-        for (const struct cuda_family *f : all_families)
+        for (const struct cu_family *f : all_families)
             for (int i = 0; i < f->n_ops; i++) {
                 assert(f->ops[i] > LT_OP_NONE && f->ops[i] < LT_OP_COUNT);
                 assert(!table[f->ops[i]] && "an op listed by two CUDA families");
@@ -179,7 +180,7 @@ static const struct cuda_family *const *family_table(void)
 
 /* ---- the backend ---- */
 
-static struct cuda_ctx *ctx_of(struct lt_backend *be) { return (struct cuda_ctx *)be->impl; }
+static struct cu_ctx *ctx_of(struct lt_backend *be) { return (struct cu_ctx *)be->impl; }
 
 /* disabled: per op, or NULL for none; name: the backend's name for reasons */
 static bool verdict(const bool *disabled, const char *name, const struct lt_tensor *node,
@@ -195,7 +196,7 @@ static bool verdict(const bool *disabled, const char *name, const struct lt_tens
         snprintf(reason, reason_size, "disabled by LATHE_CUDA_DISABLE_OPS");
         return false;
     }
-    const struct cuda_family *f = family_table()[node->op];
+    const struct cu_family *f = family_table()[node->op];
     if (!f) {
         snprintf(reason, reason_size, "%s has no kernel for %s", name, lt_op_name(node->op));
         return false;
@@ -203,7 +204,7 @@ static bool verdict(const bool *disabled, const char *name, const struct lt_tens
     return f->supported(node, reason, reason_size);
 }
 
-static bool cuda_verdict(const struct cuda_ctx *c, const struct lt_tensor *node, char *reason,
+static bool cuda_verdict(const struct cu_ctx *c, const struct lt_tensor *node, char *reason,
                          size_t reason_size)
 {
     return verdict(c->disabled, c->name, node, reason, reason_size);
@@ -224,7 +225,7 @@ static bool cuda_supports_op(struct lt_backend *be, const struct lt_tensor *node
 
 static lt_status cuda_buffer_alloc(struct lt_backend *be, size_t size, struct lt_buffer **out)
 {
-    struct cuda_ctx *c = ctx_of(be);
+    struct cu_ctx *c = ctx_of(be);
     struct lt_buffer *buf = (struct lt_buffer *)calloc(1, sizeof(*buf));
     if (!buf)
         return lt_fail(LT_ERR_NOMEM, "out of host memory");
@@ -262,14 +263,14 @@ static lt_status cuda_buffer_alloc(struct lt_backend *be, size_t size, struct lt
 
 static void cuda_buffer_free(struct lt_buffer *buf)
 {
-    struct cuda_ctx *c = ctx_of(buf->backend);
+    struct cu_ctx *c = ctx_of(buf->backend);
     cudaSetDevice(c->device);
     cudaFree(buf->base);
     (void)cudaGetLastError();
     free(buf);
 }
 
-static lt_status cuda_copy(struct cuda_ctx *c, void *dst, const void *src, size_t size,
+static lt_status cuda_copy(struct cu_ctx *c, void *dst, const void *src, size_t size,
                            cudaMemcpyKind kind, const char *what)
 {
     lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
@@ -309,171 +310,20 @@ static bool sources_on_device(struct lt_backend *be, const struct lt_tensor *nod
     return true;
 }
 
-/* ---- LATHE_CUDA_PROFILE=1: where the device's time goes ----
- * Each node is bracketed by two events; at the end of a compute call the stream is
- * synchronised and the elapsed times added up per op, with the host's time spent issuing
- * the node (precondition, plan, launch). The table is printed to stderr when the backend is
- * freed. The events and the synchronisation cost time themselves: use it to find where time
- * goes, not to measure speed. */
-#define CU_PROFILE_EVENTS 8192
-/* LATHE_CUDA_PROFILE=2 also sums by node kind: the op, the node's name without its layer
- * number, and the sources' types and shapes (which product, which copy), printed by device
- * time, the first CU_PROFILE_KINDS kinds kept */
-#define CU_PROFILE_KINDS 1024
-#define CU_PROFILE_KIND_LEN 160
-
-struct cu_profile {
-    cudaEvent_t ev[2 * CU_PROFILE_EVENTS];
-    enum lt_op op[CU_PROFILE_EVENTS];
-    int kind[CU_PROFILE_EVENTS]; /* -1: not kept */
-    double gpu_ms[LT_OP_COUNT], host_ms[LT_OP_COUNT];
-    long count[LT_OP_COUNT];
-    long calls;
-    double wall_ms;
-    bool by_kind;
-    long skip; /* LATHE_CUDA_PROFILE_SKIP: compute calls not timed (a training job's first
-                  step grows scratch, and each growth waits for the queue inside a node) */
-    int n_kinds;
-    char kind_name[CU_PROFILE_KINDS][CU_PROFILE_KIND_LEN];
-    double kind_ms[CU_PROFILE_KINDS];
-    long kind_count[CU_PROFILE_KINDS];
-};
-
-/* the node's kind (LATHE_CUDA_PROFILE=2): "OP name-without-digits <- type[ne..] ..." */
-static int profile_kind(struct cu_profile *p, const struct lt_tensor *node)
-{
-    char key[CU_PROFILE_KIND_LEN];
-    int n = snprintf(key, sizeof(key), "%s ", lt_op_name(node->op));
-    for (const char *s = node->name; *s && n < (int)sizeof(key) - 1; s++)
-        if (!isdigit((unsigned char)*s))
-            key[n++] = *s;
-    key[n] = '\0';
-    for (int i = 0; i < LT_MAX_SRC && node->src[i] && n < (int)sizeof(key) - 1; i++) {
-        const struct lt_tensor *t = node->src[i];
-        n += snprintf(key + n, sizeof(key) - (size_t)n, " %s%s[%lld,%lld,%lld,%lld]",
-                      lt_type_name(t->type), lt_is_contiguous(t) ? "" : "~", (long long)t->ne[0],
-                      (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3]);
-    }
-    for (int i = 0; i < p->n_kinds; i++)
-        if (strcmp(p->kind_name[i], key) == 0)
-            return i;
-    if (p->n_kinds == CU_PROFILE_KINDS)
-        return -1;
-    snprintf(p->kind_name[p->n_kinds], CU_PROFILE_KIND_LEN, "%s", key);
-    return p->n_kinds++;
-}
-
-static double host_ms_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
-}
-
-static void profile_new(struct cuda_ctx *c)
-{
-    const char *env = getenv("LATHE_CUDA_PROFILE");
-    if (!env || (strcmp(env, "1") != 0 && strcmp(env, "2") != 0))
-        return;
-    struct cu_profile *p = (struct cu_profile *)calloc(1, sizeof(*p));
-    if (!p)
-        return;
-    p->by_kind = env[0] == '2';
-    const char *skip = getenv("LATHE_CUDA_PROFILE_SKIP");
-    p->skip = skip ? atol(skip) : 0;
-    for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
-        if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
-            (void)cudaGetLastError();
-            for (int j = 0; j < i; j++)
-                cudaEventDestroy(p->ev[j]);
-            free(p);
-            return;
-        }
-    c->profile = p;
-}
-
-static void profile_collect(struct cuda_ctx *c, int n)
-{
-    struct cu_profile *p = c->profile;
-    if (cudaEventSynchronize(p->ev[2 * n - 1]) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return;
-    }
-    for (int i = 0; i < n; i++) {
-        float ms = 0;
-        if (cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]) == cudaSuccess) {
-            p->gpu_ms[p->op[i]] += ms;
-            if (p->by_kind && p->kind[i] >= 0) {
-                p->kind_ms[p->kind[i]] += ms;
-                p->kind_count[p->kind[i]]++;
-            }
-        } else
-            (void)cudaGetLastError();
-    }
-}
-
-static void profile_print(struct cuda_ctx *c)
-{
-    struct cu_profile *p = c->profile;
-    double gpu = 0, host = 0;
-    for (int op = 0; op < LT_OP_COUNT; op++) {
-        gpu += p->gpu_ms[op];
-        host += p->host_ms[op];
-    }
-    fprintf(stderr, "%s profile: %ld compute calls (%ld not timed), %.1f ms wall inside them, "
-            "%.1f ms on the device in nodes, %.1f ms issuing them\n%-16s %9s %10s %9s %10s %9s\n",
-            c->name, p->calls, p->skip < p->calls ? p->skip : p->calls, p->wall_ms, gpu, host, "op", "nodes", "device ms", "us/node", "issue ms",
-            "us/node");
-    for (int op = 0; op < LT_OP_COUNT; op++)
-        if (p->count[op])
-            fprintf(stderr, "%-16s %9ld %10.2f %9.2f %10.2f %9.2f\n", lt_op_name((enum lt_op)op),
-                    p->count[op], p->gpu_ms[op], 1e3 * p->gpu_ms[op] / (double)p->count[op],
-                    p->host_ms[op], 1e3 * p->host_ms[op] / (double)p->count[op]);
-    if (p->by_kind) { /* the 60 costliest kinds, by selection (printed once) */
-        fprintf(stderr, "%s profile by node kind (%d kinds):\n%10s %8s %9s  kind\n", c->name,
-                p->n_kinds, "device ms", "nodes", "us/node");
-        for (int r = 0; r < 60; r++) {
-            int best = -1;
-            for (int i = 0; i < p->n_kinds; i++)
-                if (p->kind_count[i] >= 0 && (best < 0 || p->kind_ms[i] > p->kind_ms[best]))
-                    best = i;
-            if (best < 0 || p->kind_count[best] == 0)
-                break;
-            fprintf(stderr, "%10.2f %8ld %9.2f  %s\n", p->kind_ms[best], p->kind_count[best],
-                    1e3 * p->kind_ms[best] / (double)p->kind_count[best], p->kind_name[best]);
-            p->kind_count[best] = -1;
-        }
-    }
-    for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
-        cudaEventDestroy(p->ev[i]);
-    free(p);
-    c->profile = NULL;
-}
-
 /* Queues nodes on the stream one by one (each through its family's launcher). */
 static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
 {
-    struct cuda_ctx *c = ctx_of(be);
+    struct cu_ctx *c = ctx_of(be);
     lt_status st;
     char reason[CU_REASON_MAX];
-    struct cu_profile *prof = c->profile;
-    if (prof && prof->calls < prof->skip) {
-        prof->calls++;
-        prof = NULL;
-    }
-    const double t_call = prof ? host_ms_now() : 0;
-    int n_prof = 0;
+    struct cu_profile_call pc;
+    bool prof = cu_profile_call_begin(c, &pc);
     for (int i = 0; i < n_nodes; i++) {
         struct lt_tensor *node = nodes[i];
         if (lt_op_is_view(node->op))
             continue;
-        const double t_node = prof ? host_ms_now() : 0;
-        if (prof && n_prof == CU_PROFILE_EVENTS) {
-            profile_collect(c, n_prof);
-            n_prof = 0;
-        }
         if (prof)
-            cudaEventRecord(prof->ev[2 * n_prof], c->stream);
+            cu_profile_node_begin(c, &pc);
         reason[0] = '\0';
         if (!cuda_verdict(c, node, reason, sizeof(reason)))
             return lt_fail(LT_ERR_UNSUPPORTED, "%s cannot run %s '%s': %s", c->name,
@@ -487,26 +337,17 @@ static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nod
         st = family_table()[node->op]->compute(c, node);
         if (st != LT_OK)
             return st;
-        if (prof) {
-            cudaEventRecord(prof->ev[2 * n_prof + 1], c->stream);
-            prof->kind[n_prof] = prof->by_kind ? profile_kind(prof, node) : -1;
-            prof->op[n_prof++] = node->op;
-            prof->count[node->op]++;
-            prof->host_ms[node->op] += host_ms_now() - t_node;
-        }
+        if (prof)
+            cu_profile_node_end(c, &pc, node);
     }
-    if (prof) {
-        if (n_prof)
-            profile_collect(c, n_prof);
-        prof->calls++;
-        prof->wall_ms += host_ms_now() - t_call;
-    }
+    if (prof)
+        cu_profile_call_end(c, &pc);
     return LT_OK;
 }
 
 static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
 {
-    struct cuda_ctx *c = ctx_of(be);
+    struct cu_ctx *c = ctx_of(be);
     lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
     if (st != LT_OK)
         return st;
@@ -521,7 +362,7 @@ static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *no
 
 static lt_status cuda_synchronize(struct lt_backend *be)
 {
-    struct cuda_ctx *c = ctx_of(be);
+    struct cu_ctx *c = ctx_of(be);
     lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
     if (st == LT_OK)
         st = cu_check(cudaStreamSynchronize(c->stream), "running the queued kernels");
@@ -530,22 +371,21 @@ static lt_status cuda_synchronize(struct lt_backend *be)
 
 static lt_status cuda_memory(struct lt_backend *be, size_t *free_bytes, size_t *total_bytes)
 {
-    struct cuda_ctx *c = ctx_of(be);
+    struct cu_ctx *c = ctx_of(be);
     lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
     if (st == LT_OK)
         st = cu_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
     return st;
 }
 
-static void ctx_free(struct cuda_ctx *c)
+static void ctx_free(struct cu_ctx *c)
 {
     if (!c)
         return;
     cudaSetDevice(c->device);
     if (c->stream)
         cudaStreamSynchronize(c->stream);
-    if (c->profile)
-        profile_print(c);
+    cu_profile_free(c); /* prints the table */
     for (int i = 0; i < CU_SCRATCH_COUNT; i++)
         if (c->scratch[i])
             cudaFree(c->scratch[i]);
@@ -571,7 +411,7 @@ static const struct lt_backend_iface cuda_iface = {
 
 /* LATHE_CUDA_DISABLE_OPS=SQR,ACC: names as lt_op_name gives them, any case, spaces allowed;
  * unknown names are ignored. */
-static void parse_disabled(struct cuda_ctx *c)
+static void parse_disabled(struct cu_ctx *c)
 {
     const char *env = getenv("LATHE_CUDA_DISABLE_OPS");
     if (!env)
@@ -615,7 +455,7 @@ extern "C" void lt_backend_cuda_graph_stats(const struct lt_backend *be,
 {
     *out = (struct lt_cuda_graph_stats){0, 0, 0};
     if (lt_backend_is_cuda(be))
-        cu_graphs_stats((const struct cuda_ctx *)be->impl, out);
+        cu_graphs_stats((const struct cu_ctx *)be->impl, out);
 }
 
 extern "C" struct lt_backend *lt_backend_cuda_new(int device)
@@ -632,7 +472,7 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
         return NULL;
     }
     struct lt_backend *be = (struct lt_backend *)calloc(1, sizeof(*be));
-    struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof(*c));
+    struct cu_ctx *c = (struct cu_ctx *)calloc(1, sizeof(*c));
     if (!be || !c) {
         free(be);
         free(c);
@@ -658,7 +498,7 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
     if (st != LT_OK)
         goto out_free;
     parse_disabled(c);
-    profile_new(c);
+    cu_profile_new(c);
     cu_graphs_new(c);
     be->iface = &cuda_iface;
     be->impl = c;

@@ -4,8 +4,8 @@
  * element loads and stores for F32/F16/BF16/I32, and the family interface.
  *
  * Invariants that are not obvious:
- * - Every family file exports exactly one precondition, <family>_cuda_supported, and one
- *   launcher, <family>_cuda_compute. supports_op calls the precondition; the launcher calls
+ * - Every family file exports exactly one precondition, cu_<family>_supported, and one
+ *   launcher, cu_<family>_compute. supports_op calls the precondition; the launcher calls
  *   it again first and returns LT_ERR_UNSUPPORTED instead of launching, so a claim and a
  *   kernel cannot disagree. Preconditions look at types, shapes and strides only (never at
  *   data pointers): the scheduler asks before anything is allocated.
@@ -41,7 +41,7 @@ enum cu_scratch_slot {
     CU_SCRATCH_COUNT
 };
 
-struct cuda_ctx {
+struct cu_ctx {
     int device;
     int n_sm;
     cudaStream_t stream;
@@ -68,14 +68,14 @@ lt_status cu_launched(const char *kernel);
 lt_status cu_refuse(const struct lt_tensor *node, const char *reason);
 
 /* A device buffer of at least `bytes` for `slot`, valid until the next call for that slot. */
-lt_status cu_scratch(struct cuda_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out);
+lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out);
 
 /* ---- the family interface ---- */
 
 typedef bool (*cu_supported_fn)(const struct lt_tensor *node, char *reason, size_t reason_size);
-typedef lt_status (*cu_compute_fn)(struct cuda_ctx *c, struct lt_tensor *node);
+typedef lt_status (*cu_compute_fn)(struct cu_ctx *c, struct lt_tensor *node);
 
-struct cuda_family {
+struct cu_family {
     const char *name;
     const enum lt_op *ops; /* the ops this family runs */
     int n_ops;
@@ -87,9 +87,9 @@ struct cuda_family {
 #define CU_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 #define CU_DECLARE_FAMILY(fam)                                                                  \
-    bool fam##_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size); \
-    lt_status fam##_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node);                \
-    extern const struct cuda_family cuda_family_##fam
+    bool cu_##fam##_supported(const struct lt_tensor *node, char *reason, size_t reason_size); \
+    lt_status cu_##fam##_compute(struct cu_ctx *c, struct lt_tensor *node);                \
+    extern const struct cu_family cu_family_##fam
 
 CU_DECLARE_FAMILY(fill);
 CU_DECLARE_FAMILY(copy);

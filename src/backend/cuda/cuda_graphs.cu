@@ -51,7 +51,7 @@ struct cu_graphs {
     long launched, instantiated, eager;
 };
 
-void cu_graphs_free(struct cuda_ctx *c)
+void cu_graphs_free(struct cu_ctx *c)
 {
     struct cu_graphs *gs = c->graphs;
     if (!gs)
@@ -74,7 +74,7 @@ void cu_graphs_free(struct cuda_ctx *c)
 }
 
 /* On unless LATHE_CUDA_GRAPHS=0; a failure here leaves graphs off, not the backend. */
-void cu_graphs_new(struct cuda_ctx *c)
+void cu_graphs_new(struct cu_ctx *c)
 {
     const char *env = getenv("LATHE_CUDA_GRAPHS");
     if (env && strcmp(env, "0") == 0)
@@ -127,7 +127,7 @@ static bool sig_tensor(struct cu_sig *s, const struct lt_tensor *t)
 }
 
 /* Everything the launchers of the list read from its nodes, and the scratch generation. */
-static bool sig_build(struct cu_sig *s, const struct cuda_ctx *c, struct lt_tensor *const *nodes,
+static bool sig_build(struct cu_sig *s, const struct cu_ctx *c, struct lt_tensor *const *nodes,
                       int n_nodes)
 {
     s->n = 0;
@@ -160,7 +160,7 @@ static void sig_swap(struct cu_sig *a, struct cu_sig *b)
 
 /* Records the list by stream capture into a kept slot; -1 when it could not be (nothing
  * ran then). */
-static int graph_capture(struct lt_backend *be, struct cuda_ctx *c, struct lt_tensor *const *nodes,
+static int graph_capture(struct lt_backend *be, struct cu_ctx *c, struct lt_tensor *const *nodes,
                          int n_nodes, cu_issue_fn issue)
 {
     struct cu_graphs *gs = c->graphs;
@@ -199,7 +199,7 @@ static int graph_capture(struct lt_backend *be, struct cuda_ctx *c, struct lt_te
     return k;
 }
 
-lt_status cu_graph_compute(struct lt_backend *be, struct cuda_ctx *c,
+lt_status cu_graph_compute(struct lt_backend *be, struct cu_ctx *c,
                            struct lt_tensor *const *nodes, int n_nodes, cu_issue_fn issue,
                            bool *eager)
 {
@@ -233,7 +233,7 @@ lt_status cu_graph_compute(struct lt_backend *be, struct cuda_ctx *c,
     return cu_check(cudaGraphLaunch(gs->slot[k].exec, c->stream), "launching a CUDA graph");
 }
 
-void cu_graphs_stats(const struct cuda_ctx *c, struct lt_cuda_graph_stats *out)
+void cu_graphs_stats(const struct cu_ctx *c, struct lt_cuda_graph_stats *out)
 {
     const struct cu_graphs *gs = c->graphs;
     if (!gs)

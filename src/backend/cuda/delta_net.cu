@@ -67,7 +67,7 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
  * its plan fits, else the per-token one; LATHE_DN_BACK=v1 skips the first, for comparison,
  * and a node that asks for the recurrent path gets the per-token kernel.
  * DELTA_NET: the chunk-parallel forward (delta_net_wy.cu) when the node's path is CHUNKED,
- * or AUTO where dn_wy_fwd_auto says so (T >= 64 and at least 128 chunks over the sequences
+ * or AUTO where cu_dn_wy_fwd_auto says so (T >= 64 and at least 128 chunks over the sequences
  * and value heads: see delta_net_plan.h for why), and its plan fits (S_k, S_v <= 128);
  * else, for CHUNKED, the chunked kernel of delta_net_chunk.cu where its plan fits; else the
  * per-token kernel (RECURRENT, decode, short prefills, S_k past 128). The per-token kernel
@@ -110,8 +110,8 @@ static enum dn_kind chunked_plan(const struct lt_tensor *node, struct dn_plans *
         if (env == 1 || path == LT_DELTA_NET_PATH_RECURRENT)
             return DN_KIND_TOKEN;
         const bool chunked = path == LT_DELTA_NET_PATH_CHUNKED;
-        if (env == 0 && (chunked || dn_wy_fwd_auto(v->ne[1], q->ne[3], q->ne[2])) &&
-            dn_wy_fwd_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3],
+        if (env == 0 && (chunked || cu_dn_wy_fwd_auto(v->ne[1], q->ne[3], q->ne[2])) &&
+            cu_dn_wy_fwd_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3],
                                 q->ne[2], reason, sizeof(reason)))
             return DN_KIND_WY;
         if (!chunked)
@@ -120,16 +120,16 @@ static enum dn_kind chunked_plan(const struct lt_tensor *node, struct dn_plans *
         return DN_KIND_TOKEN;
     }
     if (s0 && !back_v1_requested() &&
-        dn_wy_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3], q->ne[2], reason,
+        cu_dn_wy_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3], q->ne[2], reason,
                         sizeof(reason)))
         return DN_KIND_WY;
-    return dn_cback_plan_init(&p->chunked, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2],
+    return cu_dn_cback_plan_init(&p->chunked, q->ne[0], v->ne[0], v->ne[1], q->ne[3], q->ne[2],
                               reason, sizeof(reason))
                ? DN_KIND_CHUNKED
                : DN_KIND_TOKEN;
 }
 
-bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_delta_net_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const bool back = node->op == LT_OP_DELTA_NET_BACK;
     if (node->op != LT_OP_DELTA_NET && !back) {
@@ -171,10 +171,10 @@ bool delta_net_cuda_supported(const struct lt_tensor *node, char *reason, size_t
         return true;
     if (!back) {
         struct dn_fwd_plan plan;
-        return dn_fwd_plan_init(&plan, sk, sv, hv, nb, reason, reason_size);
+        return cu_dn_fwd_plan_init(&plan, sk, sv, hv, nb, reason, reason_size);
     }
     struct dn_back_plan plan;
-    return dn_back_plan_init(&plan, sk, sv, hv, nb, nt, reason, reason_size);
+    return cu_dn_back_plan_init(&plan, sk, sv, hv, nb, nt, reason, reason_size);
 }
 
 /* The sum of v over the n lanes of this thread's group (n a power of two <= 32, the group
@@ -284,7 +284,7 @@ delta_net_kernel(struct dn_srcs s, float *out, float scale, int64_t chunks)
 }
 
 template <int N>
-static lt_status launch_forward(struct cuda_ctx *c, const struct dn_fwd_plan &p,
+static lt_status launch_forward(struct cu_ctx *c, const struct dn_fwd_plan &p,
                                 const struct dn_srcs &s, float *out, float scale)
 {
     delta_net_kernel<N><<<(unsigned)p.blocks, DN_FWD_THREADS, 0, c->stream>>>(s, out, scale,
@@ -292,29 +292,29 @@ static lt_status launch_forward(struct cuda_ctx *c, const struct dn_fwd_plan &p,
     return cu_launched("delta_net");
 }
 
-static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node);
+static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node);
 
-lt_status delta_net_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_delta_net_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!delta_net_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_delta_net_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     struct dn_plans plans;
     const enum dn_kind kind = chunked_plan(node, &plans);
     if (node->op == LT_OP_DELTA_NET_BACK) {
         switch (kind) {
-        case DN_KIND_WY: return dn_launch_wy_backward(c, node, plans.wy);
-        case DN_KIND_CHUNKED: return dn_launch_chunked_backward(c, node, plans.chunked);
+        case DN_KIND_WY: return cu_dn_launch_wy_backward(c, node, plans.wy);
+        case DN_KIND_CHUNKED: return cu_dn_launch_chunked_backward(c, node, plans.chunked);
         default: return launch_back(c, node);
         }
     }
     if (kind == DN_KIND_WY)
-        return dn_launch_wy_forward(c, node, plans.wy);
+        return cu_dn_launch_wy_forward(c, node, plans.wy);
     if (kind == DN_KIND_CHUNKED)
-        return dn_launch_chunked_forward(c, node, plans.chunked);
+        return cu_dn_launch_chunked_forward(c, node, plans.chunked);
     struct dn_srcs s = dn_srcs_of(node, 0);
     struct dn_fwd_plan p;
-    if (!dn_fwd_plan_init(&p, s.q.ne[0], s.v.ne[0], s.v.ne[1], s.q.ne[3], reason, sizeof(reason)))
+    if (!cu_dn_fwd_plan_init(&p, s.q.ne[0], s.v.ne[0], s.v.ne[1], s.q.ne[3], reason, sizeof(reason)))
         return cu_refuse(node, reason);
     if (p.blocks == 0)
         return LT_OK;
@@ -534,7 +534,7 @@ static __global__ void delta_net_back_reduce_kernel(const float *part, float *ou
     }
 }
 
-lt_status dn_launch_reduce(struct cuda_ctx *c, const float *part, float *out,
+lt_status cu_dn_launch_reduce(struct cu_ctx *c, const float *part, float *out,
                            const struct dn_red &R)
 {
     const int64_t n_red = 2 * R.nb * R.nt * R.hk * R.sk + R.nb * R.nt * R.hv;
@@ -547,7 +547,7 @@ lt_status dn_launch_reduce(struct cuda_ctx *c, const float *part, float *out,
     return cu_launched("delta_net_back_reduce");
 }
 
-struct dn_red dn_red_of(const struct lt_tensor *node)
+struct dn_red cu_dn_red_of(const struct lt_tensor *node)
 {
     struct dn_red R = {};
     const int s0 = node->op == LT_OP_DELTA_NET_BACK ? 1 : 0;
@@ -565,14 +565,14 @@ struct dn_red dn_red_of(const struct lt_tensor *node)
     return R;
 }
 
-static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node)
+static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node)
 {
     struct dn_srcs s = dn_srcs_of(node, 1);
-    struct dn_red R = dn_red_of(node);
+    struct dn_red R = cu_dn_red_of(node);
     struct dn_back_layout L = {R.sk,    R.sv,    R.hk,    R.hv,   R.nt,       R.nb,
                                R.off_q, R.off_k, R.off_v, R.off_g, R.off_beta, R.off_state};
     char reason[CU_REASON_MAX];
-    if (!dn_back_plan_init(&L.p, L.sk, L.sv, L.hv, L.nb, L.nt, reason, sizeof(reason)))
+    if (!cu_dn_back_plan_init(&L.p, L.sk, L.sv, L.hv, L.nb, L.nt, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     if (L.p.blocks == 0)
         return LT_OK;
@@ -599,9 +599,9 @@ static lt_status launch_back(struct cuda_ctx *c, struct lt_tensor *node)
         return st;
     R.chunks = L.p.chunks, R.part_per_block = L.p.part_per_block,
     R.part_per_token = L.p.part_per_token;
-    return dn_launch_reduce(c, part, (float *)node->data, R);
+    return cu_dn_launch_reduce(c, part, (float *)node->data, R);
 }
 
-const struct cuda_family cuda_family_delta_net = {"delta_net", delta_net_ops,
-                                                  CU_COUNT(delta_net_ops), delta_net_cuda_supported,
-                                                  delta_net_cuda_compute};
+const struct cu_family cu_family_delta_net = {"delta_net", delta_net_ops,
+                                                  CU_COUNT(delta_net_ops), cu_delta_net_supported,
+                                                  cu_delta_net_compute};

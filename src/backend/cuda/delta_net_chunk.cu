@@ -491,7 +491,7 @@ delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ck
     }
 }
 
-lt_status dn_launch_chunked_forward(struct cuda_ctx *c, struct lt_tensor *node,
+lt_status cu_dn_launch_chunked_forward(struct cu_ctx *c, struct lt_tensor *node,
                                     const struct dn_cback_plan &P)
 {
     struct dn_srcs s = dn_srcs_of(node, 0);
@@ -504,17 +504,17 @@ lt_status dn_launch_chunked_forward(struct cuda_ctx *c, struct lt_tensor *node,
     if (st != LT_OK)
         return st;
     delta_net_cfwd_kernel<<<(unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes, c->stream>>>(
-        s, (float *)node->data, dn_red_of(node), P, lt_get_param_f32(node, 0));
+        s, (float *)node->data, cu_dn_red_of(node), P, lt_get_param_f32(node, 0));
     return cu_launched("delta_net_chunked");
 }
 
 /* The chunked backward: one buffer holds every block's partials, then every block's
  * chunk-start states. */
-lt_status dn_launch_chunked_backward(struct cuda_ctx *c, struct lt_tensor *node,
+lt_status cu_dn_launch_chunked_backward(struct cu_ctx *c, struct lt_tensor *node,
                                      const struct dn_cback_plan &P)
 {
     struct dn_srcs s = dn_srcs_of(node, 1);
-    struct dn_red R = dn_red_of(node);
+    struct dn_red R = cu_dn_red_of(node);
     R.chunks = P.chunks, R.part_per_block = P.part_per_block, R.part_per_token = P.part_per_token;
     if (P.blocks == 0)
         return LT_OK;
@@ -538,5 +538,5 @@ lt_status dn_launch_chunked_backward(struct cuda_ctx *c, struct lt_tensor *node,
     st = cu_launched("delta_net_back_chunked");
     if (st != LT_OK)
         return st;
-    return dn_launch_reduce(c, part, (float *)node->data, R);
+    return cu_dn_launch_reduce(c, part, (float *)node->data, R);
 }

@@ -2,7 +2,7 @@
  * delta_net.cu has the family (one predicate for claim and launcher), the per-token kernels
  * and the reduction of the backward's partials; delta_net_chunk.cu the chunked kernels (a
  * block walks a head's chunks); delta_net_wy.cu the chunk-parallel backward and forward,
- * the defaults (the forward where dn_wy_fwd_auto says so). */
+ * the defaults (the forward where cu_dn_wy_fwd_auto says so). */
 #ifndef LATHE_BACKEND_CUDA_DELTA_NET_IMPL_H
 #define LATHE_BACKEND_CUDA_DELTA_NET_IMPL_H
 
@@ -34,21 +34,21 @@ struct dn_red {
 
 /* the dims and offsets of a DELTA_NET_BACK node (no partials yet), or of a DELTA_NET node
  * (dims only) */
-struct dn_red dn_red_of(const struct lt_tensor *node);
+struct dn_red cu_dn_red_of(const struct lt_tensor *node);
 /* dq, dk, dg and dbeta of the flat result `out` from the blocks' partials (either backward) */
-lt_status dn_launch_reduce(struct cuda_ctx *c, const float *part, float *out,
+lt_status cu_dn_launch_reduce(struct cu_ctx *c, const float *part, float *out,
                            const struct dn_red &R);
 /* the chunked kernels (delta_net_chunk.cu), for a node whose plan P fits */
-lt_status dn_launch_chunked_forward(struct cuda_ctx *c, struct lt_tensor *node,
+lt_status cu_dn_launch_chunked_forward(struct cu_ctx *c, struct lt_tensor *node,
                                     const struct dn_cback_plan &P);
-lt_status dn_launch_chunked_backward(struct cuda_ctx *c, struct lt_tensor *node,
+lt_status cu_dn_launch_chunked_backward(struct cu_ctx *c, struct lt_tensor *node,
                                      const struct dn_cback_plan &P);
 /* the chunk-parallel backward (delta_net_wy.cu), for a node whose plan P fits */
-lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
+lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
                                 const struct dn_wy_plan &P);
 /* the chunk-parallel forward (delta_net_wy.cu), for a DELTA_NET node whose forward plan P
- * (dn_wy_fwd_plan_init) fits */
-lt_status dn_launch_wy_forward(struct cuda_ctx *c, struct lt_tensor *node,
+ * (cu_dn_wy_fwd_plan_init) fits */
+lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
                                const struct dn_wy_plan &P);
 
 #endif

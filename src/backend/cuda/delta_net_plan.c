@@ -5,7 +5,7 @@
 
 #include "backend/cuda/delta_net_plan.h"
 
-bool dn_fwd_plan_init(struct dn_fwd_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+bool cu_dn_fwd_plan_init(struct dn_fwd_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                       char *reason, size_t reason_size)
 {
     if (sk <= 0 || sv <= 0 || hv <= 0 || nb < 0) {
@@ -44,7 +44,7 @@ static int64_t plan_row_groups(int64_t sk, int64_t cols)
     return r;
 }
 
-bool dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+bool cu_dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                        int64_t nt, char *reason, size_t reason_size)
 {
     if (sk <= 0 || sv <= 0 || hv <= 0 || nb < 0 || nt < 0) {
@@ -95,7 +95,7 @@ static int64_t cback_shared_floats(int64_t skp, int64_t cv)
            8 * DN_CHUNK + DN_CBACK_THREADS / 32 * 256;
 }
 
-bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+bool cu_dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                         int64_t nt, char *reason, size_t reason_size)
 {
     if (sk <= 0 || sv <= 0 || hv <= 0 || nb < 0 || nt < 0) {
@@ -186,7 +186,7 @@ static void wy_set_cv(struct dn_wy_plan *p, int64_t sv, int64_t cv)
     p->ldw = p->svp + 4;
 }
 
-bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
                      int64_t nb, int64_t nt, char *reason, size_t reason_size)
 {
     if (sk <= 0 || sv <= 0 || hk <= 0 || hv <= 0 || hv % hk != 0 || nb < 0 || nt < 0) {
@@ -263,10 +263,10 @@ static int64_t wy_out_floats(const struct dn_wy_plan *p)
     return DN_CHUNK * p->ldx + (p->skp + DN_CHUNK) * p->ldy + wy_tail();
 }
 
-bool dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
                          int64_t nb, int64_t nt, char *reason, size_t reason_size)
 {
-    if (!dn_wy_plan_init(p, sk, sv, hk, hv, nb, nt, reason, reason_size))
+    if (!cu_dn_wy_plan_init(p, sk, sv, hk, hv, nb, nt, reason, reason_size))
         return false;
     const int64_t C = DN_CHUNK, n = p->chunks;
     /* the forward's scratch: G and beta, P, Wk, U, S0 of every chunk */
@@ -301,7 +301,7 @@ bool dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t h
     return true;
 }
 
-bool dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt)
+bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt)
 {
     return nt >= DN_WY_FWD_MIN_T && nb * hv >= DN_WY_FWD_MIN_HEADS &&
            nb * hv * ((nt + DN_CHUNK - 1) / DN_CHUNK) >= DN_WY_FWD_MIN_CHUNKS;

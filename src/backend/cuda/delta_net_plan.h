@@ -38,7 +38,7 @@ struct dn_fwd_plan {
 /* The forward's plan for S_k, S_v, H_v value heads and B sequences. False, with a reason,
  * when the kernel cannot run it (S_k over DN_FWD_ROW_GROUPS * DN_FWD_MAX_ROWS, too many
  * blocks). */
-bool dn_fwd_plan_init(struct dn_fwd_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+bool cu_dn_fwd_plan_init(struct dn_fwd_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                       char *reason, size_t reason_size);
 
 #define DN_BACK_THREADS 256             /* the most threads a block */
@@ -61,7 +61,7 @@ struct dn_back_plan {
 
 /* The plan for S_k, S_v, H_v value heads, B sequences and T tokens. False, with a reason,
  * when the kernel cannot run it (shared memory over DN_BACK_MAX_SHARED, too many blocks). */
-bool dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+bool cu_dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                        int64_t nt, char *reason, size_t reason_size);
 
 
@@ -93,7 +93,7 @@ struct dn_cback_plan {
 /* The chunked backward's plan for S_k, S_v, H_v value heads, B sequences and T tokens.
  * False, with a reason, when its shared memory would pass DN_CBACK_MAX_SHARED even at
  * 16 columns a block, or the grid is too large; the launcher then takes the per-token kernel. */
-bool dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
+bool cu_dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int64_t hv, int64_t nb,
                         int64_t nt, char *reason, size_t reason_size);
 
 /* The chunk-parallel backward (delta_net_wy.cu), the default for DELTA_NET_BACK: four
@@ -135,7 +135,7 @@ struct dn_wy_plan {
         off_part;
     int64_t scratch_floats;
     size_t shared_prep, shared_fwd, shared_bwd, shared_grad; /* bytes of each kernel */
-    /* the forward's out kernel (dn_wy_fwd_plan_init sets these; 0 in a backward's plan) */
+    /* the forward's out kernel (cu_dn_wy_fwd_plan_init sets these; 0 in a backward's plan) */
     int64_t co;         /* out: value columns a block (16, 32 or 64, dividing svp) */
     int64_t cob;        /* out: column blocks a chunk, ceil(S_v / co) */
     int64_t out_blocks; /* chunks * cob: block (chunk ci, columns c) is ci * cob + c */
@@ -147,7 +147,7 @@ struct dn_wy_plan {
  * sequences and T tokens. False, with a reason, when a kernel's shared memory would pass
  * DN_CBACK_MAX_SHARED (S_k or S_v past 128: the launcher then takes the chunked kernel
  * above, then the per-token one) or a grid is too large. */
-bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
                      int64_t nb, int64_t nt, char *reason, size_t reason_size);
 
 /* The chunk-parallel forward (DELTA_NET, delta_net_wy.cu) from the same pieces, three
@@ -163,7 +163,7 @@ bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, i
  * (off_ab, off_f, off_g2, off_dr, off_ds and off_part are -1: nothing of the forward reads
  * them), and out's sizes: co = 64 columns where they divide svp (else 32, else 16),
  * narrowed while out's grid is short of DN_BACK_TARGET_BLOCKS. delta_net.cu takes it for a
- * DELTA_NET node whose path is CHUNKED, or AUTO where dn_wy_fwd_auto says so. */
+ * DELTA_NET node whose path is CHUNKED, or AUTO where cu_dn_wy_fwd_auto says so. */
 #define DN_WY_FWD_MIN_T 64         /* AUTO: tokens a sequence, at least */
 #define DN_WY_FWD_MIN_CHUNKS 128   /* AUTO: chunks B * H_v * ceil(T / DN_CHUNK), at least */
 #define DN_WY_FWD_MIN_HEADS 128    /* AUTO: walks B * H_v, at least */
@@ -179,9 +179,9 @@ bool dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, i
  * training step against the per-token 3.11), ~0.5 us a token, which one sequence's 32 walks
  * cannot hide: a one-sequence prefill keeps the per-token kernel at any length, 16
  * sequences of 16 heads go by chunks (measured), 8 and more by this rule (not measured). */
-bool dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
+bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
 
-bool dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
+bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
                          int64_t nb, int64_t nt, char *reason, size_t reason_size);
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /* delta_net_wy.cu: DELTA_NET_BACK on the device split over chunks (the default; delta_net.cu
  * chooses with its one predicate, LATHE_DN_BACK=v1 keeps delta_net_chunk.cu's kernel), and
  * DELTA_NET from the same pieces (prep, fwd, then out; delta_net.cu takes it for CHUNKED
- * nodes and AUTO ones where dn_wy_fwd_auto says so, LATHE_DN_FWD=token keeps the per-token
+ * nodes and AUTO ones where cu_dn_wy_fwd_auto says so, LATHE_DN_FWD=token keeps the per-token
  * kernel).
  *
  * Same algebra as src/ops/delta_net.c's chunked CPU backward (cback_prepare, cback_chunk:
@@ -59,7 +59,7 @@
  * grouped and ungrouped heads, S 16..128, T = 0; the forward likewise (outputs and final
  * state ~1e-13 to ~1e-12, out's columns 16, 32 and 64, zero and random initial states).
  * The forward's scratch at 16 x 512 tokens, 16 heads of 128: ~303 MB (G and beta, P, Wk, U,
- * S0 of every chunk; dn_wy_fwd_plan_init lays them out). */
+ * S0 of every chunk; cu_dn_wy_fwd_plan_init lays them out). */
 #include <cuda_pipeline.h>
 #include <math.h>
 #include <stdio.h>
@@ -724,14 +724,14 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
 
 /* The chunk-parallel backward: prep, fwd, bwd, grad (and the reduction of the partials
  * with grouped heads) on the context's stream, in one scratch buffer of the plan's layout. */
-lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
+lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
                                 const struct dn_wy_plan &P)
 {
     struct wy_args a;
     a.s = dn_srcs_of(node, 1);
     a.grad = cu_view(node->src[0]);
     a.out = (float *)node->data;
-    a.L = dn_red_of(node);
+    a.L = cu_dn_red_of(node);
     a.P = P;
     a.scale = lt_get_param_f32(node, 0);
     if (P.state_blocks == 0)
@@ -770,18 +770,18 @@ lt_status dn_launch_wy_backward(struct cuda_ctx *c, struct lt_tensor *node,
         return LT_OK;
     struct dn_red R = a.L;
     R.chunks = 1, R.part_per_block = P.part_per_block, R.part_per_token = P.part_per_token;
-    return dn_launch_reduce(c, a.scr + P.off_part, (float *)node->data, R);
+    return cu_dn_launch_reduce(c, a.scr + P.off_part, (float *)node->data, R);
 }
 
 /* The chunk-parallel forward: prep and fwd (the forward's parts of them), then out, on the
- * context's stream, in one scratch buffer of the forward's plan (dn_wy_fwd_plan_init). */
-lt_status dn_launch_wy_forward(struct cuda_ctx *c, struct lt_tensor *node,
+ * context's stream, in one scratch buffer of the forward's plan (cu_dn_wy_fwd_plan_init). */
+lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
                                const struct dn_wy_plan &P)
 {
     struct wy_args a = {};
     a.s = dn_srcs_of(node, 0);
     a.out = (float *)node->data;
-    a.L = dn_red_of(node);
+    a.L = cu_dn_red_of(node);
     a.P = P;
     a.scale = lt_get_param_f32(node, 0);
     if (P.state_blocks == 0)

@@ -4,7 +4,7 @@
 
 static const enum lt_op fill_ops[] = {LT_OP_FILL};
 
-bool fill_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_fill_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     return cu_check_result_f32(node, reason, reason_size);
 }
@@ -16,10 +16,10 @@ static __global__ void fill_kernel(float *d, int64_t n, float v)
         d[i] = v;
 }
 
-lt_status fill_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_fill_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!fill_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_fill_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     int64_t n = lt_nelements(node);
     if (n == 0)
@@ -29,5 +29,5 @@ lt_status fill_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("fill");
 }
 
-const struct cuda_family cuda_family_fill = {"fill", fill_ops, CU_COUNT(fill_ops),
-                                             fill_cuda_supported, fill_cuda_compute};
+const struct cu_family cu_family_fill = {"fill", fill_ops, CU_COUNT(fill_ops),
+                                             cu_fill_supported, cu_fill_compute};

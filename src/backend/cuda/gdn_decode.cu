@@ -127,7 +127,7 @@ static size_t shared_bytes(const struct gdn_shape &d)
     return sizeof(float) * (size_t)(2 * d.sk + 3 * d.sv + row_groups(d.sv) * svr);
 }
 
-bool gdn_decode_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_gdn_decode_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op != LT_OP_GDN_DECODE) {
         snprintf(reason, reason_size, "%s is not GDN_DECODE", lt_op_name(node->op));
@@ -322,10 +322,10 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     }
 }
 
-lt_status gdn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!gdn_decode_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_gdn_decode_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     struct gdn_shape d;
     gdn_shape_of(node, &d);
@@ -347,6 +347,6 @@ lt_status gdn_decode_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("gdn_decode");
 }
 
-const struct cuda_family cuda_family_gdn_decode = {
-    "gdn_decode", gdn_decode_ops, CU_COUNT(gdn_decode_ops), gdn_decode_cuda_supported,
-    gdn_decode_cuda_compute};
+const struct cu_family cu_family_gdn_decode = {
+    "gdn_decode", gdn_decode_ops, CU_COUNT(gdn_decode_ops), cu_gdn_decode_supported,
+    cu_gdn_decode_compute};

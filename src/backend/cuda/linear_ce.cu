@@ -20,7 +20,7 @@ static const enum lt_op linear_ce_ops[] = {LT_OP_LINEAR_CE, LT_OP_LINEAR_CE_BACK
 
 #define LCE_CHUNK_FLOATS ((int64_t)1 << 27) /* 512 MiB of F32 logits a chunk */
 
-bool linear_ce_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_linear_ce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const bool back = node->op == LT_OP_LINEAR_CE_BACK;
     if (node->op != LT_OP_LINEAR_CE && !back) {
@@ -172,7 +172,7 @@ static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const in
     }
 }
 
-static lt_status gemm(struct cuda_ctx *c, cublasOperation_t oa, cublasOperation_t ob, int64_t m,
+static lt_status gemm(struct cu_ctx *c, cublasOperation_t oa, cublasOperation_t ob, int64_t m,
                       int64_t n, int64_t k, const void *a, int64_t lda, const void *b, int64_t ldb,
                       cudaDataType_t t, float beta, float *out, int64_t ldc, const char *what)
 {
@@ -183,10 +183,10 @@ static lt_status gemm(struct cuda_ctx *c, cublasOperation_t oa, cublasOperation_
                          what);
 }
 
-lt_status linear_ce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!linear_ce_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_linear_ce_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const bool back = node->op == LT_OP_LINEAR_CE_BACK;
     const int s0 = back ? 1 : 0;
@@ -266,6 +266,6 @@ lt_status linear_ce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("linear_ce_mean");
 }
 
-const struct cuda_family cuda_family_linear_ce = {"linear_ce", linear_ce_ops,
-                                                  CU_COUNT(linear_ce_ops), linear_ce_cuda_supported,
-                                                  linear_ce_cuda_compute};
+const struct cu_family cu_family_linear_ce = {"linear_ce", linear_ce_ops,
+                                                  CU_COUNT(linear_ce_ops), cu_linear_ce_supported,
+                                                  cu_linear_ce_compute};

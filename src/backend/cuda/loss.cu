@@ -13,7 +13,7 @@
 
 static const enum lt_op loss_ops[] = {LT_OP_CROSS_ENTROPY, LT_OP_CROSS_ENTROPY_BACK};
 
-bool loss_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_loss_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const bool back = node->op == LT_OP_CROSS_ENTROPY_BACK;
     if (node->op != LT_OP_CROSS_ENTROPY && !back) {
@@ -144,10 +144,10 @@ static __global__ void ce_back_kernel(const float *grad_loss, struct cu_t x, con
     }
 }
 
-lt_status loss_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_loss_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!loss_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_loss_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const bool back = node->op == LT_OP_CROSS_ENTROPY_BACK;
     const struct lt_tensor *logits = node->src[back ? 1 : 0], *labels = node->src[back ? 2 : 1];
@@ -183,5 +183,5 @@ lt_status loss_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("cross_entropy_back");
 }
 
-const struct cuda_family cuda_family_loss = {"loss", loss_ops, CU_COUNT(loss_ops),
-                                             loss_cuda_supported, loss_cuda_compute};
+const struct cu_family cu_family_loss = {"loss", loss_ops, CU_COUNT(loss_ops),
+                                             cu_loss_supported, cu_loss_compute};

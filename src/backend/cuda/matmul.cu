@@ -226,7 +226,7 @@ static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan
     return cu_mm_plan_make(node, p, reason, reason_size);
 }
 
-bool matmul_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_matmul_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     struct cu_mm_plan p;
     return cu_mm_supported_plan(node, &p, reason, reason_size);
@@ -274,7 +274,7 @@ struct gemm_args {
     int64_t ldc, sc, batch;
 };
 
-static lt_status gemm(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct gemm_args *g)
+static lt_status gemm(struct cu_ctx *c, const struct cu_mm_plan *p, const struct gemm_args *g)
 {
     const float alpha = 1.0f, beta = 0.0f;
     const cudaDataType_t t = cuda_type(p->ct);
@@ -295,7 +295,7 @@ static lt_status gemm(struct cuda_ctx *c, const struct cu_mm_plan *p, const stru
 /* The products of every b slice that reads a's head (a2, a3), with that head given as
  * (ah, lda, sa2-less) and output rows [m0, m0 + mlen). b slices i2 of the head are
  * [a2 * r2, (a2 + 1) * r2); when head_all, a2 spans every head through A's stride sa2. */
-static lt_status head_products(struct cuda_ctx *c, const struct cu_mm_plan *p, const char *ah,
+static lt_status head_products(struct cu_ctx *c, const struct cu_mm_plan *p, const char *ah,
                                int64_t lda, int64_t a2, int64_t i3, const char *bbase,
                                float *cbase, int64_t m0, int64_t mlen)
 {
@@ -325,7 +325,7 @@ static lt_status head_products(struct cuda_ctx *c, const struct cu_mm_plan *p, c
     return gemm(c, p, &g);
 }
 
-static lt_status run_direct(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
+static lt_status run_direct(struct cu_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                             const char *bbase, float *cbase)
 {
     const int64_t MN = p->M * p->N;
@@ -351,7 +351,7 @@ static lt_status run_direct(struct cuda_ctx *c, const struct cu_mm_plan *p, cons
     return LT_OK;
 }
 
-static lt_status run_tiled(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
+static lt_status run_tiled(struct cu_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                            const char *bbase, float *cbase)
 {
     void *tile;
@@ -563,7 +563,7 @@ static bool q8_staged(const struct cu_mm_plan *p, const struct cu_t &av, const s
            (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
 }
 
-static void mmv_q8_0_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+static void mmv_q8_0_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
                             const struct cu_t &bv, float *dst)
 {
     const unsigned blocks = cu_blocks(p->M * p->B2 * p->B3, 8); /* 8 warps a block */
@@ -578,7 +578,7 @@ static void mmv_q8_0_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, cons
 }
 
 template <int TYPE, bool VEC>
-static void mmv_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+static void mmv_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
                        const struct cu_t &bv, float *dst)
 {
     const int64_t rows = p->M * p->B2 * p->B3;
@@ -597,7 +597,7 @@ static void mmv_launch(struct cuda_ctx *c, const struct cu_mm_plan *p, const str
         mmv_kernel<TYPE, 8, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
 }
 
-static lt_status run_mmv(struct cuda_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
+static lt_status run_mmv(struct cu_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                          const struct lt_tensor *b, float *dst)
 {
     const struct cu_t av = cu_view(a), bv = cu_view(b);
@@ -630,7 +630,7 @@ static lt_status run_mmv(struct cuda_ctx *c, const struct cu_mm_plan *p, const s
     return cu_launched("mul_mat mmv");
 }
 
-lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
     struct cu_mm_plan p;
@@ -677,5 +677,5 @@ lt_status matmul_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return run_tiled(c, &p, a, bbase, (float *)node->data);
 }
 
-const struct cuda_family cuda_family_matmul = {"matmul", matmul_ops, CU_COUNT(matmul_ops),
-                                               matmul_cuda_supported, matmul_cuda_compute};
+const struct cu_family cu_family_matmul = {"matmul", matmul_ops, CU_COUNT(matmul_ops),
+                                               cu_matmul_supported, cu_matmul_compute};

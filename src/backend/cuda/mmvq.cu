@@ -330,7 +330,7 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
 }
 
 template <int TYPE, int NC>
-static void mmvq_launch(struct cuda_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
+static void mmvq_launch(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
                         int64_t r2, int64_t r3, int64_t B2, int64_t nch, const int8_t *xq,
                         const float2 *xd, float *dst)
 {
@@ -349,7 +349,7 @@ static void mmvq_launch(struct cuda_ctx *c, const struct lt_tensor *a, int64_t M
 }
 
 template <int TYPE>
-static void mmvq_columns(struct cuda_ctx *c, const struct lt_tensor *a, int64_t N, int64_t M,
+static void mmvq_columns(struct cu_ctx *c, const struct lt_tensor *a, int64_t N, int64_t M,
                          int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
                          const int8_t *xq, const float2 *xd, float *dst)
 {
@@ -365,7 +365,7 @@ static void mmvq_columns(struct cuda_ctx *c, const struct lt_tensor *a, int64_t 
     }
 }
 
-lt_status cu_mmvq_run(struct cuda_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                       float *dst, int64_t r2, int64_t r3)
 {
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2];

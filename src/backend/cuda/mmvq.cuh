@@ -24,7 +24,7 @@ bool cu_mmvq_takes(enum lt_type t, int64_t K);
  * cu_mmvq_takes and F32 b of any strides with ne[1] <= CU_MMVQ_MAX_N; dst contiguous F32.
  * Uses the CU_SCRATCH_B slot for the quantised columns (nothing else of the product
  * holds it). Queues two kernels; no synchronisation unless the scratch grows. */
-lt_status cu_mmvq_run(struct cuda_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                       float *dst, int64_t r2, int64_t r3);
 
 #endif

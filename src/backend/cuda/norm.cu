@@ -36,7 +36,7 @@ static bool add_norm_supported(const struct lt_tensor *node, char *reason, size_
     return cu_check_result_f32(node, reason, reason_size);
 }
 
-bool norm_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_norm_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op == LT_OP_ADD_RMS_NORM)
         return add_norm_supported(node, reason, reason_size);
@@ -145,10 +145,10 @@ static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx,
     }
 }
 
-lt_status norm_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!norm_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_norm_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const int64_t rows = lt_nrows(node);
     if (rows == 0 || node->ne[0] == 0)
@@ -175,5 +175,5 @@ lt_status norm_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("norm_back");
 }
 
-const struct cuda_family cuda_family_norm = {"norm", norm_ops, CU_COUNT(norm_ops),
-                                             norm_cuda_supported, norm_cuda_compute};
+const struct cu_family cu_family_norm = {"norm", norm_ops, CU_COUNT(norm_ops),
+                                             cu_norm_supported, cu_norm_compute};

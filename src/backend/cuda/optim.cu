@@ -15,7 +15,7 @@
 
 static const enum lt_op optim_ops[] = {LT_OP_ADAMW, LT_OP_SGD};
 
-bool optim_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_optim_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const bool adamw = node->op == LT_OP_ADAMW;
     if (!adamw && node->op != LT_OP_SGD) {
@@ -113,10 +113,10 @@ static __global__ void sgd_kernel(float *w, float *acc, const float *hp, int64_t
     }
 }
 
-lt_status optim_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_optim_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!optim_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_optim_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const int64_t n = lt_nelements(node->src[0]);
     if (n == 0)
@@ -138,5 +138,5 @@ lt_status optim_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("sgd");
 }
 
-const struct cuda_family cuda_family_optim = {"optim", optim_ops, CU_COUNT(optim_ops),
-                                              optim_cuda_supported, optim_cuda_compute};
+const struct cu_family cu_family_optim = {"optim", optim_ops, CU_COUNT(optim_ops),
+                                              cu_optim_supported, cu_optim_compute};

@@ -10,7 +10,7 @@ static const enum lt_op reduce_ops[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM};
 
 #define SUM_BLOCKS 1024
 
-bool reduce_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_reduce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op != LT_OP_SUM_ROWS && node->op != LT_OP_MEAN && node->op != LT_OP_SUM) {
         snprintf(reason, reason_size, "%s is not a reduction", lt_op_name(node->op));
@@ -79,10 +79,10 @@ static int row_threads(int64_t ne0)
     return t < 32 ? 32 : t > 256 ? 256 : (int)t;
 }
 
-lt_status reduce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!reduce_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_reduce_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const struct lt_tensor *a = node->src[0];
     const int64_t n = lt_nelements(a);
@@ -110,5 +110,5 @@ lt_status reduce_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("sum_final");
 }
 
-const struct cuda_family cuda_family_reduce = {"reduce", reduce_ops, CU_COUNT(reduce_ops),
-                                               reduce_cuda_supported, reduce_cuda_compute};
+const struct cu_family cu_family_reduce = {"reduce", reduce_ops, CU_COUNT(reduce_ops),
+                                               cu_reduce_supported, cu_reduce_compute};

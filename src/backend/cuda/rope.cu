@@ -14,7 +14,7 @@
 
 static const enum lt_op rope_ops[] = {LT_OP_ROPE, LT_OP_ROPE_BACK};
 
-bool rope_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_rope_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op != LT_OP_ROPE && node->op != LT_OP_ROPE_BACK) {
         snprintf(reason, reason_size, "%s is not a rope", lt_op_name(node->op));
@@ -78,10 +78,10 @@ static __global__ void rope_kernel(struct cu_t a, const char *pos, int64_t pos_s
     }
 }
 
-lt_status rope_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_rope_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!rope_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_rope_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const int64_t n = lt_nelements(node);
     if (n == 0)
@@ -94,5 +94,5 @@ lt_status rope_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("rope");
 }
 
-const struct cuda_family cuda_family_rope = {"rope", rope_ops, CU_COUNT(rope_ops),
-                                             rope_cuda_supported, rope_cuda_compute};
+const struct cu_family cu_family_rope = {"rope", rope_ops, CU_COUNT(rope_ops),
+                                             cu_rope_supported, cu_rope_compute};

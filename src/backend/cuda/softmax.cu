@@ -12,7 +12,7 @@
 
 static const enum lt_op softmax_ops[] = {LT_OP_SOFT_MAX, LT_OP_SOFT_MAX_BACK};
 
-bool softmax_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_softmax_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op != LT_OP_SOFT_MAX && node->op != LT_OP_SOFT_MAX_BACK) {
         snprintf(reason, reason_size, "%s is not a softmax", lt_op_name(node->op));
@@ -103,10 +103,10 @@ static __global__ void soft_max_back_kernel(struct cu_t dy, struct cu_t yt, floa
     }
 }
 
-lt_status softmax_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_softmax_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!softmax_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_softmax_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const int64_t rows = lt_nrows(node);
     if (rows == 0 || node->ne[0] == 0)
@@ -126,5 +126,5 @@ lt_status softmax_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("soft_max");
 }
 
-const struct cuda_family cuda_family_softmax = {"softmax", softmax_ops, CU_COUNT(softmax_ops),
-                                                softmax_cuda_supported, softmax_cuda_compute};
+const struct cu_family cu_family_softmax = {"softmax", softmax_ops, CU_COUNT(softmax_ops),
+                                                cu_softmax_supported, cu_softmax_compute};

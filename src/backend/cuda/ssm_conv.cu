@@ -15,7 +15,7 @@ static const enum lt_op ssm_conv_ops[] = {LT_OP_SSM_CONV, LT_OP_SSM_CONV_BACK};
 
 #define SSM_BACK_MAX_K 8 /* the most taps the register-walking kernels below keep */
 
-bool ssm_conv_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_ssm_conv_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const bool back = node->op == LT_OP_SSM_CONV_BACK;
     if (node->op != LT_OP_SSM_CONV && !back) {
@@ -227,7 +227,7 @@ static __global__ void ssm_conv_back_w_sum_kernel(const float *part, float *dw, 
     }
 }
 
-static lt_status ssm_conv_back_walk(struct cuda_ctx *c, struct lt_tensor *node)
+static lt_status ssm_conv_back_walk(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *g = node->src[0], *sx = node->src[1], *w = node->src[2];
     const int64_t n_c = sx->ne[1], n_s = sx->ne[2], d_conv = w->ne[0];
@@ -249,10 +249,10 @@ static lt_status ssm_conv_back_walk(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("ssm_conv_back_w_sum");
 }
 
-lt_status ssm_conv_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_ssm_conv_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!ssm_conv_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_ssm_conv_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     if (node->op == LT_OP_SSM_CONV) {
         const struct lt_tensor *sx = node->src[0], *w = node->src[1];
@@ -291,5 +291,5 @@ lt_status ssm_conv_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("ssm_conv_back_w");
 }
 
-const struct cuda_family cuda_family_ssm_conv = {"ssm_conv", ssm_conv_ops, CU_COUNT(ssm_conv_ops),
-                                                 ssm_conv_cuda_supported, ssm_conv_cuda_compute};
+const struct cu_family cu_family_ssm_conv = {"ssm_conv", ssm_conv_ops, CU_COUNT(ssm_conv_ops),
+                                                 cu_ssm_conv_supported, cu_ssm_conv_compute};

@@ -15,7 +15,7 @@ static const enum lt_op unary_ops[] = {
 
 static bool is_pair(enum lt_op op) { return op == LT_OP_SWIGLU || op == LT_OP_SILU_BACK; }
 
-bool unary_cuda_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+bool cu_unary_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     bool known = false;
     for (enum lt_op op : unary_ops)
@@ -104,10 +104,10 @@ static __global__ void pair_flat_kernel(int op, const float *a, const float *b, 
         cu_store(y + f * es, YT, apply_pair(op, a[f], b[f]));
 }
 
-lt_status unary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
+lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
-    if (!unary_cuda_supported(node, reason, sizeof(reason)))
+    if (!cu_unary_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const struct lt_tensor *a = node->src[0];
     const int64_t n = lt_nelements(node);
@@ -142,5 +142,5 @@ lt_status unary_cuda_compute(struct cuda_ctx *c, struct lt_tensor *node)
     return cu_launched("unary");
 }
 
-const struct cuda_family cuda_family_unary = {"unary", unary_ops, CU_COUNT(unary_ops),
-                                              unary_cuda_supported, unary_cuda_compute};
+const struct cu_family cu_family_unary = {"unary", unary_ops, CU_COUNT(unary_ops),
+                                              cu_unary_supported, cu_unary_compute};
