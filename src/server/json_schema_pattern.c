@@ -540,9 +540,11 @@ static bool rx_alternatives(struct rx *r, bool top, bool *nullable)
             return false;
         bool end = top && rx_at(r, '$');
         r->p += end;
-        if (end && r->p < r->end && *r->p != '|')
+        if (end && r->p < r->end && *r->p != '|') {
+            r->p--; /* at the '$' */
             return rx_fail(r, LT_ERR_UNSUPPORTED,
                            "'$' only anchors the end of a top-level alternative");
+        }
         if (top && !end && !rx_emit(r, " %s*", r->any))
             return false;
         *nullable |= n;

@@ -10,7 +10,8 @@ Checked:
   - llama.cpp's `grammar` (GBNF) on /completion ("yes" or "no", exactly, stop_type eos),
     streamed too, and on /v1/completions; llama.cpp's `json_schema` on /completion;
   - a bad grammar is a 400 naming `grammar` and the line and column; an unsupported schema
-    keyword a 400 naming the keyword; two grammars at once a 400;
+    keyword a 400 naming the keyword, an unsupported pattern construct (a backreference) one
+    naming it; two grammars at once a 400;
   - decode speed with and without a json_object grammar (the server's own tokens_per_s,
     median of several answers): printed, and the grammar must cost less than half of it.
 Skipped (77) when the model, `openai` or `requests` is missing.
@@ -164,10 +165,14 @@ def run_bad(c, srv):
     r = srv.post("/completion", {"prompt": "x", "grammar": "root ::= foo"})
     c.check(is_openai_error(r, 400, "grammar") and "'foo'" in r.text, f"undefined rule: {r.text}")
     bad = {"type": "json_schema",
-           "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a+$"}}}
+           "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}}
     r = srv.post("/v1/chat/completions", {"messages": ASK_PERSON, "response_format": bad})
-    c.check(is_openai_error(r, 400, "response_format") and "'pattern'" in r.text,
+    c.check(is_openai_error(r, 400, "response_format") and "'uniqueItems'" in r.text,
             f"unsupported keyword: {r.text}")
+    r = srv.post("/completion", {"prompt": "x", "json_schema": {"type": "string",
+                                                                "pattern": "^(a)\\1$"}})
+    c.check(is_openai_error(r, 400, "json_schema") and "backreferences" in r.text,
+            f"unsupported pattern: {r.text}")
     r = srv.post("/v1/chat/completions", {"messages": ASK_PERSON,
                                           "response_format": {"type": "yaml"}})
     c.check(is_openai_error(r, 400, "response_format.type"), f"bad type: {r.text}")
