@@ -7,6 +7,7 @@ Checked:
     (with `jsonschema` when it is installed, and always by the hand checks here), whole,
     streamed, and for each of n=2 choices; finish_reason "stop";
   - response_format json_object: the answer is a JSON object;
+  - json_schema with prefixItems, an integer range and a pattern on /completion: a valid tuple;
   - llama.cpp's `grammar` (GBNF) on /completion ("yes" or "no", exactly, stop_type eos),
     streamed too, and on /v1/completions; llama.cpp's `json_schema` on /completion;
   - a bad grammar is a 400 naming `grammar` and the line and column; an unsupported schema
@@ -17,6 +18,7 @@ Checked:
 Skipped (77) when the model, `openai` or `requests` is missing.
 """
 import json
+import re
 import statistics
 import sys
 
@@ -149,6 +151,20 @@ def run_native(c, srv):
     c.check(r.status_code == 200, f"/completion json_schema: {r.text[:300]}")
     if r.status_code == 200:
         check_person(c, r.json()["content"], "/completion json_schema")
+    # a tuple of an integer range and a pattern-constrained string
+    tup = {"type": "array", "items": False, "minItems": 2,
+           "prefixItems": [{"type": "integer", "minimum": 10, "maximum": 255},
+                           {"type": "string", "pattern": "^[A-Z]{2}\\d{3}$"}]}
+    r = srv.post("/completion", {"prompt": "A byte and a code as JSON:", "json_schema": tup,
+                                 "n_predict": 80, "seed": 3})
+    t = r.json()["content"] if r.status_code == 200 else r.text
+    try:
+        v = json.loads(t)
+    except ValueError:
+        v = None
+    c.check(isinstance(v, list) and len(v) == 2 and type(v[0]) is int and 10 <= v[0] <= 255
+            and isinstance(v[1], str) and re.fullmatch(r"[A-Z]{2}[0-9]{3}", v[1]) is not None,
+            f"/completion json_schema prefixItems/minimum/pattern: {t!r}")
     # llama.cpp's fields on the OpenAI routes too
     r = srv.post("/v1/completions", {"prompt": "Three digits:", "grammar": "root ::= [0-9]{3}",
                                      "max_tokens": 10, "seed": 1})
