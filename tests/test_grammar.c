@@ -23,6 +23,10 @@
 
 #include "server/json_schema.h"
 #endif
+#ifdef LATHE_HAVE_PCRE2
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#endif
 
 static struct lt_grammar *parse(const char *text)
 {
@@ -264,6 +268,70 @@ static bool type_ok(const json_t *v, const char *t)
 
 static bool valid(const json_t *v, const json_t *s, const json_t *root);
 
+/* minimum and its kin, with draft 4's boolean exclusive forms. */
+static bool valid_bounds(const json_t *v, const json_t *s)
+{
+    double x = json_number_value(v);
+    const json_t *m, *e;
+    if ((m = json_object_get(s, "minimum")) &&
+        (x < json_number_value(m) ||
+         (json_is_true(json_object_get(s, "exclusiveMinimum")) && x == json_number_value(m))))
+        return false;
+    if ((m = json_object_get(s, "maximum")) &&
+        (x > json_number_value(m) ||
+         (json_is_true(json_object_get(s, "exclusiveMaximum")) && x == json_number_value(m))))
+        return false;
+    if ((e = json_object_get(s, "exclusiveMinimum")) && json_is_number(e) &&
+        x <= json_number_value(e))
+        return false;
+    if ((e = json_object_get(s, "exclusiveMaximum")) && json_is_number(e) &&
+        x >= json_number_value(e))
+        return false;
+    return true;
+}
+
+/* A pattern by PCRE2 (ECMAScript's '$' is PCRE's DOLLAR_ENDONLY); true without PCRE2. */
+static bool valid_pattern(const char *pat, const json_t *v)
+{
+#ifdef LATHE_HAVE_PCRE2
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &off, NULL);
+    CHECK(re != NULL, "PCRE2 cannot compile '%s'", pat);
+    if (!re)
+        return false;
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    int rc = md ? pcre2_match(re, (PCRE2_SPTR)json_string_value(v), json_string_length(v), 0, 0,
+                              md, NULL)
+                : -1;
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return rc >= 0;
+#else
+    (void)pat;
+    (void)v;
+    return true;
+#endif
+}
+
+static bool valid_array(const json_t *v, const json_t *s, const json_t *root)
+{
+    const json_t *x, *pre = json_object_get(s, "prefixItems");
+    size_t i, n = json_array_size(v), np = json_array_size(pre);
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        x = i < np ? json_array_get(pre, i) : json_object_get(s, "items");
+        if (x && !valid(e, x, root))
+            return false;
+    }
+    if ((x = json_object_get(s, "minItems")) && n < (size_t)json_integer_value(x))
+        return false;
+    if ((x = json_object_get(s, "maxItems")) && n > (size_t)json_integer_value(x))
+        return false;
+    return true;
+}
+
 static bool valid_object(const json_t *v, const json_t *s, const json_t *root)
 {
     const json_t *props = json_object_get(s, "properties"), *ap;
@@ -333,19 +401,13 @@ static bool valid(const json_t *v, const json_t *s, const json_t *root)
     }
     if (json_is_object(v) && !valid_object(v, s, root))
         return false;
-    if (json_is_array(v)) {
-        size_t i, n = json_array_size(v);
-        json_t *e;
-        if ((x = json_object_get(s, "items")))
-            json_array_foreach(v, i, e) {
-                if (!valid(e, x, root))
-                    return false;
-            }
-        if ((x = json_object_get(s, "minItems")) && n < (size_t)json_integer_value(x))
-            return false;
-        if ((x = json_object_get(s, "maxItems")) && n > (size_t)json_integer_value(x))
-            return false;
-    }
+    if (json_is_array(v) && !valid_array(v, s, root))
+        return false;
+    if (json_is_number(v) && !valid_bounds(v, s))
+        return false;
+    if (json_is_string(v) && (x = json_object_get(s, "pattern")) &&
+        !valid_pattern(json_string_value(x), v))
+        return false;
     if (json_is_string(v)) {
         size_t n = utf8_count(json_string_value(v));
         if ((x = json_object_get(s, "minLength")) && n < (size_t)json_integer_value(x))
@@ -373,6 +435,17 @@ static const char *const schemas[] = {
     "{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
     "\"number\"},\"b\":{\"type\":\"string\",\"minLength\":2}},\"required\":[\"b\"]},"
     "\"minItems\":1}",
+    /* integer ranges, patterns (with JSON's escaped characters), tuples */
+    "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":-40,"
+    "\"maximum\":1234},\"m\":{\"type\":\"integer\",\"exclusiveMinimum\":0.5},\"k\":{\"type\":"
+    "[\"integer\",\"null\"],\"exclusiveMaximum\":-7},\"code\":{\"type\":\"string\","
+    "\"pattern\":\"^[A-Z]{2}\\\\d{3}$\"},\"t\":{\"type\":\"array\",\"prefixItems\":[{\"type\":"
+    "\"string\",\"maxLength\":2},{\"type\":\"integer\",\"minimum\":3,\"maximum\":5}],"
+    "\"items\":false,\"minItems\":1}},\"required\":[\"n\",\"code\",\"t\"]}",
+    "{\"type\":\"string\",\"pattern\":\"^(\\\"|\\\\\\\\|[a-c]|\\\\n|[^\\\\x00-\\\\x7f]){1,6}$\"}",
+    "{\"type\":\"string\",\"pattern\":\"(?:ab|c)+x?|^z[^a-y]$\"}",
+    "{\"type\":\"array\",\"prefixItems\":[{\"const\":\"id\"},{\"type\":\"boolean\"}],"
+    "\"items\":{\"type\":\"integer\",\"maximum\":9},\"minItems\":3,\"maxItems\":5}",
 };
 
 static struct lt_grammar *schema_grammar(const json_t *schema)
@@ -473,10 +546,12 @@ static void expect_schema_error(const char *schema, lt_status want, const char *
 
 static void test_schema_errors(void)
 {
-    expect_schema_error("{\"type\":\"string\",\"pattern\":\"^a\"}", LT_ERR_UNSUPPORTED,
-                        "keyword 'pattern' (at the top level) is not supported");
+    expect_schema_error("{\"type\":\"string\",\"multipleOf\":2}", LT_ERR_UNSUPPORTED,
+                        "keyword 'multipleOf' (at the top level) is not supported");
     expect_schema_error("{\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":3}}}",
-                        LT_ERR_UNSUPPORTED, "'minimum' (at /properties/n)");
+                        LT_ERR_UNSUPPORTED,
+                        "'minimum' on \"type\": \"number\" (at /properties/n) is not supported");
+    expect_schema_error("{\"maximum\":3}", LT_ERR_UNSUPPORTED, "without \"type\": \"integer\"");
     expect_schema_error("{\"type\":\"strin\"}", LT_ERR_INVALID, "'strin'");
     expect_schema_error("{\"$ref\":\"#/$defs/x\"}", LT_ERR_INVALID, "names no definition");
     expect_schema_error("{\"$ref\":\"http://x/y\"}", LT_ERR_UNSUPPORTED, "only");
@@ -485,6 +560,220 @@ static void test_schema_errors(void)
     expect_schema_error("false", LT_ERR_INVALID, "false allows nothing");
     expect_schema_error("{\"anyOf\":[{}],\"type\":\"object\"}", LT_ERR_UNSUPPORTED,
                         "'anyOf' beside 'type'");
+}
+
+/* The grammar of schema (JSON text), which must compile; NULL if it does not. */
+static struct lt_grammar *schema_text_grammar(const char *schema)
+{
+    json_t *s = json_loads(schema, 0, NULL);
+    CHECK(s != NULL, "bad test schema %s", schema);
+    struct lt_grammar *g = s ? schema_grammar(s) : NULL;
+    json_decref(s);
+    return g;
+}
+
+/* Every integer in [-3000, 3000], some beyond, and non-canonical spellings, against the
+ * range [lo, hi] the schema's bounds give. */
+static void expect_range(const char *bounds, long long lo, long long hi)
+{
+    char schema[200], num[32];
+    snprintf(schema, sizeof(schema), "{\"type\":\"integer\",%s}", bounds);
+    struct lt_grammar *g = schema_text_grammar(schema);
+    if (!g)
+        return;
+    int bad = 0;
+    for (long long v = -3000; v <= 3000 && bad < 5; v++) {
+        snprintf(num, sizeof(num), "%lld", v);
+        bool in = v >= lo && v <= hi;
+        bad += (run(g, num) == 1) != in;
+        CHECK((run(g, num) == 1) == in, "%s: %s %s", schema, num, in ? "refused" : "accepted");
+    }
+    static const long long far[] = {99999,           100000,           -99999,          1000000007,
+                                    -1000000007,     9999999999999999, -9999999999999999};
+    for (size_t i = 0; i < sizeof(far) / sizeof(far[0]); i++) {
+        snprintf(num, sizeof(num), "%lld", far[i]);
+        bool in = far[i] >= lo && far[i] <= hi;
+        CHECK((run(g, num) == 1) == in, "%s: %s %s", schema, num, in ? "refused" : "accepted");
+    }
+    static const char *const never[] = {"-0", "00", "0255", "010", "-01", "+5", "1.0", "1e2",
+                                        "10000000000000000"};
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
+        CHECK(run(g, never[i]) != 1, "%s: '%s' accepted", schema, never[i]);
+    lt_grammar_free(g);
+}
+
+static void test_schema_ranges(void)
+{
+    const long long M = 9999999999999999LL;
+    expect_range("\"minimum\":10,\"maximum\":255", 10, 255);
+    expect_range("\"minimum\":-300,\"maximum\":-7", -300, -7);
+    expect_range("\"minimum\":-50,\"maximum\":50", -50, 50);
+    expect_range("\"minimum\":-1999,\"maximum\":2099", -1999, 2099);
+    expect_range("\"exclusiveMinimum\":0,\"exclusiveMaximum\":1000", 1, 999);
+    expect_range("\"minimum\":100", 100, M);
+    expect_range("\"maximum\":-5", -M, -5);
+    expect_range("\"minimum\":0", 0, M);
+    expect_range("\"exclusiveMaximum\":0", -M, -1);
+    expect_range("\"minimum\":7,\"maximum\":7", 7, 7);
+    expect_range("\"minimum\":-2.5,\"maximum\":99.9", -2, 99);
+    expect_range("\"minimum\":3,\"exclusiveMinimum\":true,\"maximum\":9,"
+                 "\"exclusiveMaximum\":true",
+                 4, 8);
+    expect_range("\"minimum\":1000,\"maximum\":1e300", 1000, M);
+    expect_range("\"minimum\":-123456789012,\"maximum\":98765432109876", -123456789012,
+                 98765432109876);
+    struct lt_grammar *g = schema_text_grammar("{\"type\":\"integer\",\"minimum\":10,"
+                                               "\"maximum\":255}");
+    if (g) /* the brief's cases, by name */
+        CHECK(run(g, "10") == 1 && run(g, "99") == 1 && run(g, "255") == 1 && run(g, "9") != 1 &&
+              run(g, "256") != 1 && run(g, "0255") != 1);
+    lt_grammar_free(g);
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", LT_ERR_INVALID,
+                        "allow no integer");
+    expect_schema_error("{\"type\":\"integer\",\"exclusiveMinimum\":4,\"exclusiveMaximum\":5}",
+                        LT_ERR_INVALID, "allow no integer");
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":1e20}", LT_ERR_UNSUPPORTED,
+                        "more than 16 digits");
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":\"3\"}", LT_ERR_INVALID,
+                        "must be a number");
+}
+
+/* Each string against the grammar of {"type": "string", "pattern": pat}: want 1 accepted. */
+static void expect_pattern(const char *pat, const char *const *strs, const int *want, size_t n)
+{
+    json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
+    struct lt_grammar *g = s ? schema_grammar(s) : NULL;
+    for (size_t i = 0; g && i < n; i++) {
+        bool ok = run(g, strs[i]) == 1;
+        CHECK(ok == (want[i] == 1), "pattern '%s': %s %s", pat, strs[i],
+              ok ? "accepted" : "refused");
+    }
+    lt_grammar_free(g);
+    json_decref(s);
+}
+
+static void test_schema_patterns(void)
+{
+    const char *code[] = {"\"AB123\"", "\"AB12\"", "\"ab123\"", "\"AB1234\"", "\"XY000\"",
+                          "AB123"};
+    expect_pattern("^[A-Z]{2}\\d{3}$", code, (const int[]){1, 0, 0, 0, 1, 0}, 6);
+    /* unanchored: anything around; anchored on one side only */
+    const char *un[] = {"\"cat\"", "\"a cat!\"", "\"dog\"", "\"\\\"cat\\\"\""};
+    expect_pattern("cat", un, (const int[]){1, 1, 0, 1}, 4);
+    expect_pattern("^cat", un, (const int[]){1, 0, 0, 0}, 4);
+    expect_pattern("cat!$", un, (const int[]){0, 1, 0, 0}, 4);
+    /* '"', '\\' and controls in JSON spelling: the value is what the pattern sees; each
+     * character has one spelling (so "\/" for '/' is refused) */
+    const char *q[] = {"\"\\\"\"", "\"\\\\\"", "\"\\n\"", "\"\\t\"", "\"\\u0001\"", "\"n\"",
+                       "\"\\/\""};
+    expect_pattern("^[\"\\\\\\n\\x01]$", q, (const int[]){1, 1, 1, 0, 1, 0, 0}, 7);
+    expect_pattern("^[^a-z]$", q, (const int[]){1, 1, 1, 1, 1, 0, 0}, 7);
+    expect_pattern("^.$", q, (const int[]){1, 1, 0, 1, 1, 1, 0}, 7);
+    /* groups, alternation, counts, classes, lazy quantifiers, escapes */
+    const char *g[] = {"\"ab-ab-\"", "\"ab-\"", "\"x_9\"", "\"2024-01-31\"", "\"a.b\"", "\"axb\""};
+    expect_pattern("^(ab-){2,}$", g, (const int[]){1, 0, 0, 0, 0, 0}, 6);
+    expect_pattern("^(?:ab-)+?$|^\\w+$", g, (const int[]){1, 1, 1, 0, 0, 1}, 6);
+    expect_pattern("^\\d{4}-(0[1-9]|1[0-2])-\\d\\d$", g, (const int[]){0, 0, 0, 1, 0, 0}, 6);
+    expect_pattern("^a\\.b$", g, (const int[]){0, 0, 0, 0, 1, 0}, 6);
+    expect_pattern("^a[.]b$|^a\\x78b$", g, (const int[]){0, 0, 0, 0, 1, 1}, 6);
+    expect_pattern("^[^\\W\\d]{3}$", g, (const int[]){0, 0, 0, 0, 0, 1}, 6);
+    const char *e[] = {"\"\"", "\"a\""};
+    expect_pattern("^$", e, (const int[]){1, 0}, 2);
+    expect_pattern("^a?$", e, (const int[]){1, 1}, 2);
+    expect_pattern("^(|a)$", e, (const int[]){1, 1}, 2);
+    expect_pattern("^a{0}$", e, (const int[]){1, 0}, 2);
+    /* refused: the construct named */
+    static const struct {
+        const char *pat, *words;
+        lt_status st;
+    } bad[] = {
+        {"^(a)\\1$", "backreferences", LT_ERR_UNSUPPORTED},
+        {"^(?=a)a$", "lookahead", LT_ERR_UNSUPPORTED},
+        {"^(?<!a)b$", "lookbehind", LT_ERR_UNSUPPORTED},
+        {"\\bword", "word boundaries", LT_ERR_UNSUPPORTED},
+        {"\\p{L}", "Unicode property", LT_ERR_UNSUPPORTED},
+        {"a^b", "'^' only anchors", LT_ERR_UNSUPPORTED},
+        {"(a$)", "'$' only anchors", LT_ERR_UNSUPPORTED},
+        {"a$b", "'$' only anchors", LT_ERR_UNSUPPORTED},
+        {"^(a?)*$", "without bound, a part that can match nothing", LT_ERR_UNSUPPORTED},
+        {"^a{1000000}$", "a count over 1000", LT_ERR_UNSUPPORTED},
+        {"^(a{1000}){1001}$", "a count over 1000", LT_ERR_UNSUPPORTED},
+        {"^a{999}b{999}c{999}d{999}e{999}f{999}g{999}h{999}i{999}j{999}k{999}$", "adding up",
+         LT_ERR_UNSUPPORTED},
+        {"^(((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))$", "nested deeper",
+         LT_ERR_UNSUPPORTED},
+        {"^[z-a]$", "out of order", LT_ERR_INVALID},
+        {"^a{3,2}$", "out of order", LT_ERR_INVALID},
+        {"^(ab", "'(' is not closed", LT_ERR_INVALID},
+        {"^ab)$", "')' without its '('", LT_ERR_INVALID},
+        {"^[ab$", "'[' is not closed", LT_ERR_INVALID},
+        {"^*a$", "nothing to repeat", LT_ERR_INVALID},
+        {"^a**$", "nothing to repeat", LT_ERR_INVALID},
+        {"^[^\\s\\S]$", "matches no character", LT_ERR_UNSUPPORTED},
+        {"^\\x4$", "malformed", LT_ERR_INVALID},
+        {"^(?i)a$", "'(?' other than", LT_ERR_UNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char schema[300];
+        json_t *p = json_string(bad[i].pat);
+        char *enc = p ? json_dumps(p, JSON_ENCODE_ANY) : NULL;
+        snprintf(schema, sizeof(schema), "{\"type\":\"string\",\"pattern\":%s}", enc ? enc : "0");
+        expect_schema_error(schema, bad[i].st, bad[i].words);
+        free(enc);
+        json_decref(p);
+    }
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"a\",\"maxLength\":3}",
+                        LT_ERR_UNSUPPORTED, "'pattern' beside minLength or maxLength");
+}
+
+static void test_schema_arrays(void)
+{
+    struct lt_grammar *g = schema_text_grammar(
+        "{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"type\":\"integer\","
+        "\"minimum\":0}],\"items\":false,\"minItems\":2}");
+    if (g) {
+        CHECK(run(g, "[\"a\", 3]") == 1 && run(g, "[ \"a\",0 ]") == 1);
+        CHECK(run(g, "[\"a\"]") != 1 && run(g, "[]") != 1, "minItems 2");
+        CHECK(run(g, "[\"a\", 3, 4]") != 1, "items false");
+        CHECK(run(g, "[3, \"a\"]") != 1 && run(g, "[\"a\", -1]") != 1, "item schemas");
+    }
+    lt_grammar_free(g);
+    /* spec defaults: a prefix may stop early, and any items may follow it */
+    g = schema_text_grammar("{\"prefixItems\":[{\"type\":\"boolean\"},{\"type\":\"null\"}]}");
+    if (g)
+        CHECK(run(g, "[]") == 1 && run(g, "[true]") == 1 && run(g, "[true, null]") == 1 &&
+              run(g, "[false, null, {\"x\": 1}, 2]") == 1 && run(g, "[null]") != 1);
+    lt_grammar_free(g);
+    g = schema_text_grammar("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"boolean\"}],"
+                            "\"items\":{\"type\":\"integer\"},\"minItems\":2,\"maxItems\":3}");
+    if (g)
+        CHECK(run(g, "[true, 1]") == 1 && run(g, "[true, 1, 2]") == 1 && run(g, "[true]") != 1 &&
+              run(g, "[true, 1, 2, 3]") != 1 && run(g, "[true, \"x\"]") != 1);
+    lt_grammar_free(g);
+    g = schema_text_grammar("{\"prefixItems\":[{},{},{}],\"maxItems\":1}");
+    if (g)
+        CHECK(run(g, "[]") == 1 && run(g, "[1]") == 1 && run(g, "[1, 2]") != 1);
+    lt_grammar_free(g);
+    g = schema_text_grammar("{\"type\":\"array\",\"items\":false,\"uniqueItems\":false}");
+    if (g)
+        CHECK(run(g, "[]") == 1 && run(g, "[1]") != 1);
+    lt_grammar_free(g);
+    expect_schema_error("{\"type\":\"array\",\"uniqueItems\":true}", LT_ERR_UNSUPPORTED,
+                        "'uniqueItems': true (at the top level) cannot be expressed by a grammar");
+    expect_schema_error("{\"prefixItems\":[{},{}],\"items\":false,\"minItems\":3}",
+                        LT_ERR_INVALID, "more than the 2 items");
+    expect_schema_error("{\"items\":[{},{}]}", LT_ERR_UNSUPPORTED, "write 'prefixItems'");
+    expect_schema_error("{\"prefixItems\":{}}", LT_ERR_INVALID, "must be an array");
+}
+
+/* oneOf is compiled as anyOf: an output fitting two branches is not refused (documented). */
+static void test_schema_one_of(void)
+{
+    struct lt_grammar *g =
+        schema_text_grammar("{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}");
+    if (g)
+        CHECK(run(g, "3") == 1 && run(g, "3.5") == 1, "oneOf as anyOf");
+    lt_grammar_free(g);
 }
 #endif
 
@@ -588,6 +877,10 @@ int main(void)
 #ifdef LATHE_HAVE_JANSSON
     test_schema_accept();
     test_schema_errors();
+    test_schema_ranges();
+    test_schema_patterns();
+    test_schema_arrays();
+    test_schema_one_of();
     test_schemas();
 #endif
     test_generate_smollm2();

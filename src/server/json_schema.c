@@ -11,6 +11,7 @@
  * ambiguity for the matcher to carry. A $ref is compiled once into a rule of its own, named
  * before its target is compiled, so recursive schemas become recursive rules. */
 #ifdef LATHE_HAVE_JANSSON
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,16 +144,24 @@ static void sc_pop(struct sc *c, size_t len)
     c->path[len] = 0;
 }
 
+#define SC_SUPPORTED                                                                               \
+    "type, properties, required, additionalProperties, items, prefixItems, minItems, "             \
+    "maxItems, uniqueItems (false only), minLength, maxLength, pattern, minimum, maximum, "        \
+    "exclusiveMinimum, exclusiveMaximum (on integers), enum, const, anyOf, oneOf (as anyOf: "      \
+    "exclusivity is not enforced) and $ref"
+
 /* The keywords lathe reads, and the annotations it may ignore; anything else is refused. */
 static lt_status sc_check_keywords(struct sc *c, const json_t *s)
 {
     static const char *const known[] = {
-        "type",      "properties",  "required", "additionalProperties",
-        "items",     "minItems",    "maxItems", "minLength",
-        "maxLength", "enum",        "const",    "anyOf",
-        "oneOf",     "$ref",        "$defs",    "definitions",
-        "title",     "description", "default",  "examples",
-        "$schema",   "$id",         "$comment", "format"};
+        "type",        "properties",  "required",         "additionalProperties",
+        "items",       "prefixItems", "minItems",         "maxItems",
+        "uniqueItems", "minLength",   "maxLength",        "pattern",
+        "minimum",     "maximum",     "exclusiveMinimum", "exclusiveMaximum",
+        "enum",        "const",       "anyOf",            "oneOf",
+        "$ref",        "$defs",       "definitions",      "title",
+        "description", "default",     "examples",         "$schema",
+        "$id",         "$comment",    "format"};
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)s, key, v) {
@@ -162,10 +171,19 @@ static lt_status sc_check_keywords(struct sc *c, const json_t *s)
         if (!ok)
             return lt_fail(LT_ERR_UNSUPPORTED,
                            "json_schema: keyword '%s' (at %s) is not supported; lathe supports "
-                           "type, properties, required, additionalProperties, items, minItems, "
-                           "maxItems, minLength, maxLength, enum, const, anyOf, oneOf and $ref",
+                           SC_SUPPORTED,
                            key, sc_where(c));
     }
+    json_t *u = json_object_get(s, "uniqueItems");
+    if (u && !json_is_boolean(u))
+        return lt_fail(LT_ERR_INVALID, "json_schema: 'uniqueItems' (at %s) must be a boolean",
+                       sc_where(c));
+    if (json_is_true(u)) /* a grammar has no memory of the items it has passed */
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "json_schema: 'uniqueItems': true (at %s) cannot be expressed by a "
+                       "grammar, which cannot remember the items already written; leave it "
+                       "out and check the items after generation",
+                       sc_where(c));
     return LT_OK;
 }
 
@@ -203,6 +221,26 @@ static lt_status sc_rule(struct sc *c, const char *name, const char *body)
     return srv_strbuf_appendf(c->out, "%s ::= %s\n", name, body);
 }
 
+/* A string whose value the regular expression matches (json_schema_pattern.c). */
+static lt_status sc_pattern(struct sc *c, const json_t *pattern, bool lengths, char *name)
+{
+    if (!json_is_string(pattern))
+        return lt_fail(LT_ERR_INVALID, "json_schema: 'pattern' (at %s) must be a string",
+                       sc_where(c));
+    if (lengths) /* a grammar of both would be their intersection, not built here */
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "json_schema: 'pattern' beside minLength or maxLength (at %s) is not "
+                       "supported; put the length into the pattern ('{m,n}')",
+                       sc_where(c));
+    const char *any = sc_base(c, SC_CHAR);
+    sc_new_name(c, name);
+    lt_status st = srv_strbuf_appendf(c->out, "%s ::= \"\\\"\" ", name);
+    if (st == LT_OK)
+        st = srv_json_pattern_gbnf(json_string_value(pattern), json_string_length(pattern), any,
+                                   sc_where(c), c->out);
+    return st != LT_OK ? st : srv_strbuf_appendf(c->out, " \"\\\"\"\n");
+}
+
 static lt_status sc_string(struct sc *c, const json_t *s, char *name)
 {
     long long min, max;
@@ -214,6 +252,9 @@ static lt_status sc_string(struct sc *c, const json_t *s, char *name)
         return lt_fail(LT_ERR_INVALID,
                        "json_schema: maxLength %lld is below minLength %lld (at %s)", max, min,
                        sc_where(c));
+    json_t *pattern = json_object_get(s, "pattern");
+    if (pattern)
+        return sc_pattern(c, pattern, min != 0 || max >= 0, name);
     if (min == 0 && max < 0) {
         snprintf(name, sizeof(sc_name), "%s", sc_base(c, SC_STRING));
         return LT_OK;
@@ -226,6 +267,75 @@ static lt_status sc_string(struct sc *c, const json_t *s, char *name)
     return sc_rule(c, name, body);
 }
 
+/* T(i) of a tuple: what follows its first i items (i <= n_prefix): more prefix items up to
+ * max, optional from min on, then the rest (rest: NULL when "items" is false). */
+static lt_status sc_tuple_rest(struct sc *c, const char *rest, long long min, long long max,
+                               size_t n, int first)
+{
+    long long lo = min > (long long)n ? min - (long long)n : 0;
+    long long hi = max < 0 ? -1 : max - (long long)n;
+    if (!rest || (max >= 0 && hi <= 0))
+        return srv_strbuf_appendf(c->out, "s%d ::= \"\"\n", first + (int)n);
+    char br[48];
+    sc_braces(br, sizeof(br), lo, hi);
+    return srv_strbuf_appendf(c->out, "s%d ::= ( \",\" ws %s ws )%s\n", first + (int)n, rest, br);
+}
+
+/* prefixItems: items one by one, then `rest` ("items"); T(i) is s<first + i>. */
+static lt_status sc_tuple(struct sc *c, const json_t *prefix, const char *rest, long long min,
+                          long long max, char *name)
+{
+    size_t n = json_array_size(prefix);
+    long long most = rest ? max : max < 0 || max > (long long)n ? (long long)n : max;
+    if (min > most && most >= 0)
+        return lt_fail(LT_ERR_INVALID,
+                       "json_schema: minItems %lld (at %s) is more than the %lld items that "
+                       "prefixItems and 'items': false allow",
+                       min, sc_where(c), most);
+    sc_new_name(c, name);
+    int first = c->n_rules + 1;
+    c->n_rules += (int)n + 1;
+    lt_status st = srv_strbuf_appendf(c->out, "%s ::= \"[\" ws s%d \"]\"\n", name, first);
+    for (size_t i = 0; i < n && st == LT_OK; i++) {
+        sc_name item;
+        char seg[48];
+        snprintf(seg, sizeof(seg), "prefixItems/%zu", i);
+        size_t len = sc_push(c, seg);
+        st = sc_schema(c, json_array_get(prefix, i), item);
+        sc_pop(c, len);
+        if (st != LT_OK)
+            break;
+        if (most >= 0 && (long long)i >= most)
+            st = srv_strbuf_appendf(c->out, "s%d ::= \"\"\n", first + (int)i);
+        else
+            st = srv_strbuf_appendf(c->out, "s%d ::= %s%s ws s%d%s\n", first + (int)i,
+                                    i ? "\",\" ws " : "", item, first + (int)i + 1,
+                                    (long long)i >= min ? " | \"\"" : "");
+    }
+    return st != LT_OK ? st : sc_tuple_rest(c, rest, min, max, n, first);
+}
+
+/* The schema of the items after prefixItems, into item; *none: "items" is false. */
+static lt_status sc_items(struct sc *c, const json_t *items, char *item, bool *none)
+{
+    *none = json_is_false(items);
+    if (*none)
+        return LT_OK;
+    if (json_is_array(items))
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "json_schema: 'items' as an array (at %s) is draft 4's tuple; write "
+                       "'prefixItems' (and 'items' for what follows)",
+                       sc_where(c));
+    if (!items) {
+        snprintf(item, sizeof(sc_name), "%s", sc_base(c, SC_VALUE));
+        return LT_OK;
+    }
+    size_t len = sc_push(c, "items");
+    lt_status st = sc_schema(c, items, item);
+    sc_pop(c, len);
+    return st;
+}
+
 static lt_status sc_array(struct sc *c, const json_t *s, char *name)
 {
     long long min, max;
@@ -236,20 +346,23 @@ static lt_status sc_array(struct sc *c, const json_t *s, char *name)
     if (max >= 0 && max < min)
         return lt_fail(LT_ERR_INVALID, "json_schema: maxItems %lld is below minItems %lld (at %s)",
                        max, min, sc_where(c));
+    json_t *prefix = json_object_get(s, "prefixItems");
+    if (prefix && !json_is_array(prefix))
+        return lt_fail(LT_ERR_INVALID, "json_schema: 'prefixItems' (at %s) must be an array",
+                       sc_where(c));
     sc_name item;
-    json_t *items = json_object_get(s, "items");
-    if (items) {
-        size_t len = sc_push(c, "items");
-        st = sc_schema(c, items, item);
-        sc_pop(c, len);
-        if (st != LT_OK)
-            return st;
-    } else {
-        snprintf(item, sizeof(item), "%s", sc_base(c, SC_VALUE));
-    }
+    bool none;
+    if ((st = sc_items(c, json_object_get(s, "items"), item, &none)) != LT_OK)
+        return st;
     sc_base(c, SC_WS);
+    if (json_array_size(prefix) > 0)
+        return sc_tuple(c, prefix, none ? NULL : item, min, max, name);
+    if (none && min > 0)
+        return lt_fail(LT_ERR_INVALID,
+                       "json_schema: 'items': false (at %s) allows only [], but minItems is %lld",
+                       sc_where(c), min);
     char body[256], br[48];
-    if (max == 0) {
+    if (max == 0 || none) {
         snprintf(body, sizeof(body), "\"[\" ws \"]\"");
     } else if (min == 0) {
         if (max < 0)
@@ -433,14 +546,111 @@ static lt_status sc_values(struct sc *c, const json_t *vals, const char *key, ch
     return st;
 }
 
+/* One bound of an integer: the least (upper false) or greatest integer it allows, clamped
+ * to just past what the grammar writes. */
+static long long sc_int_bound(const json_t *v, bool upper, bool exclusive)
+{
+    const double lim = (double)SRV_JSON_INT_MAX + 1;
+    if (json_is_integer(v)) {
+        long long x = json_integer_value(v);
+        if (x > SRV_JSON_INT_MAX)
+            x = SRV_JSON_INT_MAX + 1;
+        else if (x < -SRV_JSON_INT_MAX)
+            x = -SRV_JSON_INT_MAX - 1;
+        return exclusive ? (upper ? x - 1 : x + 1) : x;
+    }
+    double d = json_real_value(v);
+    d = d > lim ? lim : d < -lim ? -lim : d;
+    double i = upper ? floor(d) : ceil(d);
+    if (exclusive && i == d)
+        i += upper ? -1 : 1;
+    return (long long)i;
+}
+
+/* [*lo, *hi] from minimum, maximum, exclusiveMinimum and exclusiveMaximum (a number, or a
+ * boolean beside minimum/maximum as in draft 4); *any: none is there. */
+static lt_status sc_int_bounds(struct sc *c, const json_t *s, long long *lo, long long *hi,
+                               bool *any)
+{
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
+                                       "exclusiveMaximum"};
+    *lo = -SRV_JSON_INT_MAX;
+    *hi = SRV_JSON_INT_MAX;
+    *any = false;
+    for (int k = 0; k < 4; k++) {
+        json_t *v = json_object_get(s, keys[k]);
+        bool upper = k >= 2, excl = k % 2 == 1;
+        if (!v || (excl && json_is_boolean(v)))
+            continue;
+        if (!json_is_number(v))
+            return lt_fail(LT_ERR_INVALID, "json_schema: '%s' (at %s) must be a number%s",
+                           keys[k], sc_where(c), excl ? " (or a boolean, as in draft 4)" : "");
+        if (!excl) /* draft 4: "exclusiveMinimum": true makes minimum exclusive */
+            excl = json_is_true(json_object_get(s, keys[k + 1]));
+        long long b = sc_int_bound(v, upper, excl);
+        if (upper && b < *hi)
+            *hi = b;
+        else if (!upper && b > *lo)
+            *lo = b;
+        *any = true;
+    }
+    if (*lo > SRV_JSON_INT_MAX || *hi < -SRV_JSON_INT_MAX)
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "json_schema: the bounds (at %s) allow only integers of more than 16 "
+                       "digits, which lathe does not write",
+                       sc_where(c));
+    if (*lo > *hi)
+        return lt_fail(LT_ERR_INVALID,
+                       "json_schema: the bounds (at %s) allow no integer: the least is %lld, the "
+                       "greatest %lld",
+                       sc_where(c), *lo, *hi);
+    return LT_OK;
+}
+
+static lt_status sc_integer(struct sc *c, const json_t *s, char *name)
+{
+    long long lo, hi;
+    bool any;
+    lt_status st = sc_int_bounds(c, s, &lo, &hi, &any);
+    if (st != LT_OK)
+        return st;
+    if (!any) {
+        snprintf(name, sizeof(sc_name), "%s", sc_base(c, SC_INTEGER));
+        return LT_OK;
+    }
+    sc_new_name(c, name);
+    st = srv_strbuf_appendf(c->out, "%s ::= ", name);
+    if (st == LT_OK)
+        st = srv_json_int_range_gbnf(lo, hi, c->out);
+    return st != LT_OK ? st : lt_strbuf_append(c->out, "\n", 1);
+}
+
+/* The bound keyword in s, if any (for numbers, which lathe does not bound). */
+static const char *sc_number_bound(const json_t *s)
+{
+    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
+                                       "exclusiveMaximum"};
+    for (int k = 0; k < 4; k++)
+        if (json_object_get(s, keys[k]))
+            return keys[k];
+    return NULL;
+}
+
 /* The schema as one type t (its other keywords apply to that type only). */
 static lt_status sc_typed(struct sc *c, const json_t *s, const char *t, char *name)
 {
     static const struct {
         const char *type;
         unsigned base;
-    } plain[] = {
-        {"number", SC_NUMBER}, {"integer", SC_INTEGER}, {"boolean", SC_BOOLEAN}, {"null", SC_NULL}};
+    } plain[] = {{"number", SC_NUMBER}, {"boolean", SC_BOOLEAN}, {"null", SC_NULL}};
+    const char *bound = sc_number_bound(s);
+    if (!strcmp(t, "number") && bound) /* a decimal range's grammar is not built */
+        return lt_fail(LT_ERR_UNSUPPORTED,
+                       "json_schema: '%s' on \"type\": \"number\" (at %s) is not supported; lathe "
+                       "bounds integers only: use \"type\": \"integer\" or leave the bound out",
+                       bound, sc_where(c));
+    if (!strcmp(t, "integer"))
+        return sc_integer(c, s, name);
     if (!strcmp(t, "object"))
         return sc_object(c, s, name);
     if (!strcmp(t, "array"))
@@ -456,7 +666,10 @@ static lt_status sc_typed(struct sc *c, const json_t *s, const char *t, char *na
                    sc_where(c), t);
 }
 
-/* Alternatives: anyOf/oneOf's schemas, or a list of types. */
+/* Alternatives: anyOf/oneOf's schemas, or a list of types. oneOf is compiled as anyOf: that
+ * exactly one branch matches is not enforced (a grammar of "this branch and not the others"
+ * would need the complement of a context-free language), so an output may fit two
+ * branches; the documentation and the keyword list say so. */
 static lt_status sc_alternatives(struct sc *c, const json_t *s, const json_t *list, const char *key,
                                  char *name)
 {
@@ -536,10 +749,11 @@ static lt_status sc_ref(struct sc *c, const json_t *ref, char *name)
 static const char *sc_sibling(const json_t *s, const char *except)
 {
     static const char *const constraining[] = {
-        "type",      "properties", "required", "additionalProperties",
-        "items",     "minItems",   "maxItems", "minLength",
-        "maxLength", "enum",       "const",    "anyOf",
-        "oneOf",     "$ref"};
+        "type",     "properties",       "required",         "additionalProperties",
+        "items",    "prefixItems",      "minItems",         "maxItems",
+        "pattern",  "minLength",        "maxLength",        "minimum",
+        "maximum",  "exclusiveMinimum", "exclusiveMaximum", "enum",
+        "const",    "anyOf",            "oneOf",            "$ref"};
     for (size_t i = 0; i < sizeof(constraining) / sizeof(constraining[0]); i++)
         if (strcmp(constraining[i], except) && json_object_get(s, constraining[i]))
             return constraining[i];
@@ -596,11 +810,17 @@ static lt_status sc_schema(struct sc *c, const json_t *s, char *name)
     else if (json_object_get(s, "properties") || json_object_get(s, "required") ||
              json_object_get(s, "additionalProperties"))
         st = sc_object(c, s, name);
-    else if (json_object_get(s, "items") || json_object_get(s, "minItems") ||
-             json_object_get(s, "maxItems"))
+    else if (json_object_get(s, "items") || json_object_get(s, "prefixItems") ||
+             json_object_get(s, "minItems") || json_object_get(s, "maxItems"))
         st = sc_array(c, s, name);
-    else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+    else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
+             json_object_get(s, "pattern"))
         st = sc_string(c, s, name);
+    else if (sc_number_bound(s)) /* any value, but numbers bounded: not written */
+        st = lt_fail(LT_ERR_UNSUPPORTED,
+                     "json_schema: '%s' (at %s) without \"type\": \"integer\" is not supported; "
+                     "lathe bounds integers only",
+                     sc_number_bound(s), sc_where(c));
     else
         snprintf(name, sizeof(sc_name), "%s", sc_base(c, SC_VALUE));
     c->depth--;

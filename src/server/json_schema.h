@@ -2,11 +2,15 @@
  * response_format and llama.cpp's json_schema field.
  *
  * Supported: type (one or a list), object (properties, required, additionalProperties),
- * array (items, minItems, maxItems), string (minLength, maxLength), number, integer,
- * boolean, null, enum, const, anyOf, oneOf (as anyOf: the branches are not made
- * exclusive), $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed).
+ * array (items, prefixItems, minItems, maxItems; uniqueItems only false), string
+ * (minLength, maxLength, or pattern: a regular expression subset), number, integer
+ * (minimum, maximum, exclusiveMinimum, exclusiveMaximum), boolean, null, enum, const,
+ * anyOf, oneOf (as anyOf: exclusivity is not enforced, so an output may match several
+ * branches), $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed).
  * Annotations (title, description, default, examples, $schema, $id, $comment, format) are
- * ignored; every other keyword is refused, so what is generated always validates.
+ * ignored; every other keyword is refused, so what is generated always validates (except
+ * oneOf's exclusivity). Bounds on "type": "number" are refused: only integer ranges are
+ * written exactly.
  *
  * The output's layout: object properties in the schema's order, required ones always,
  * optional ones may be left out; no properties beyond the declared ones when an object
@@ -27,5 +31,24 @@
 lt_status srv_json_schema_gbnf(const json_t *schema, struct lt_strbuf *out);
 /* Appends the grammar of any JSON object (response_format json_object). */
 lt_status srv_json_object_gbnf(struct lt_strbuf *out);
+
+/* ---- for json_schema.c ---- */
+
+/* The largest integer a schema's grammar writes: 16 digits, as the plain integer rule. */
+#define SRV_JSON_INT_MAX 9999999999999999LL
+
+/* Appends a parenthesised GBNF expression matching exactly the JSON spellings (no leading
+ * zeros, no "-0") of the integers in [lo, hi]; -SRV_JSON_INT_MAX <= lo <= hi <=
+ * SRV_JSON_INT_MAX (json_schema_range.c). */
+lt_status srv_json_int_range_gbnf(long long lo, long long hi, struct lt_strbuf *out);
+
+/* Appends a parenthesised GBNF expression matching the inside (quotes excluded) of the
+ * JSON strings whose value the ECMAScript regular expression `pattern` matches (a search,
+ * as JSON Schema's pattern: unanchored ends match anything, written with the rule
+ * `any_char`, one JSON string character). Only a subset is compiled: the rest is
+ * LT_ERR_UNSUPPORTED naming the construct, a malformed pattern LT_ERR_INVALID; `where`
+ * goes into the messages (json_schema_pattern.c). */
+lt_status srv_json_pattern_gbnf(const char *pattern, size_t len, const char *any_char,
+                                const char *where, struct lt_strbuf *out);
 
 #endif

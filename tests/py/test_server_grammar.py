@@ -7,15 +7,18 @@ Checked:
     (with `jsonschema` when it is installed, and always by the hand checks here), whole,
     streamed, and for each of n=2 choices; finish_reason "stop";
   - response_format json_object: the answer is a JSON object;
+  - json_schema with prefixItems, an integer range and a pattern on /completion: a valid tuple;
   - llama.cpp's `grammar` (GBNF) on /completion ("yes" or "no", exactly, stop_type eos),
     streamed too, and on /v1/completions; llama.cpp's `json_schema` on /completion;
   - a bad grammar is a 400 naming `grammar` and the line and column; an unsupported schema
-    keyword a 400 naming the keyword; two grammars at once a 400;
+    keyword a 400 naming the keyword, an unsupported pattern construct (a backreference) one
+    naming it; two grammars at once a 400;
   - decode speed with and without a json_object grammar (the server's own tokens_per_s,
     median of several answers): printed, and the grammar must cost less than half of it.
 Skipped (77) when the model, `openai` or `requests` is missing.
 """
 import json
+import re
 import statistics
 import sys
 
@@ -148,6 +151,20 @@ def run_native(c, srv):
     c.check(r.status_code == 200, f"/completion json_schema: {r.text[:300]}")
     if r.status_code == 200:
         check_person(c, r.json()["content"], "/completion json_schema")
+    # a tuple of an integer range and a pattern-constrained string
+    tup = {"type": "array", "items": False, "minItems": 2,
+           "prefixItems": [{"type": "integer", "minimum": 10, "maximum": 255},
+                           {"type": "string", "pattern": "^[A-Z]{2}\\d{3}$"}]}
+    r = srv.post("/completion", {"prompt": "A byte and a code as JSON:", "json_schema": tup,
+                                 "n_predict": 80, "seed": 3})
+    t = r.json()["content"] if r.status_code == 200 else r.text
+    try:
+        v = json.loads(t)
+    except ValueError:
+        v = None
+    c.check(isinstance(v, list) and len(v) == 2 and type(v[0]) is int and 10 <= v[0] <= 255
+            and isinstance(v[1], str) and re.fullmatch(r"[A-Z]{2}[0-9]{3}", v[1]) is not None,
+            f"/completion json_schema prefixItems/minimum/pattern: {t!r}")
     # llama.cpp's fields on the OpenAI routes too
     r = srv.post("/v1/completions", {"prompt": "Three digits:", "grammar": "root ::= [0-9]{3}",
                                      "max_tokens": 10, "seed": 1})
@@ -164,10 +181,14 @@ def run_bad(c, srv):
     r = srv.post("/completion", {"prompt": "x", "grammar": "root ::= foo"})
     c.check(is_openai_error(r, 400, "grammar") and "'foo'" in r.text, f"undefined rule: {r.text}")
     bad = {"type": "json_schema",
-           "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a+$"}}}
+           "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}}
     r = srv.post("/v1/chat/completions", {"messages": ASK_PERSON, "response_format": bad})
-    c.check(is_openai_error(r, 400, "response_format") and "'pattern'" in r.text,
+    c.check(is_openai_error(r, 400, "response_format") and "'uniqueItems'" in r.text,
             f"unsupported keyword: {r.text}")
+    r = srv.post("/completion", {"prompt": "x", "json_schema": {"type": "string",
+                                                                "pattern": "^(a)\\1$"}})
+    c.check(is_openai_error(r, 400, "json_schema") and "backreferences" in r.text,
+            f"unsupported pattern: {r.text}")
     r = srv.post("/v1/chat/completions", {"messages": ASK_PERSON,
                                           "response_format": {"type": "yaml"}})
     c.check(is_openai_error(r, 400, "response_format.type"), f"bad type: {r.text}")
