@@ -53,9 +53,16 @@ def open_browser(chrome, driver):
 
 
 def wait(what, fn, timeout=60, every=0.1):
+    """fn's first true value; an element the page re-rendered while fn read it (stale) counts
+    as not yet, since the page redraws its lists on every poll."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
     t0 = time.time()
     while time.time() - t0 < timeout:
-        v = fn()
+        try:
+            v = fn()
+        except StaleElementReferenceException:
+            v = None
         if v:
             return v
         time.sleep(every)
@@ -222,10 +229,10 @@ def run_training(c, srv, page, train_dir):
     c.check("web.gguf" in loaded, f"the adapter is loaded: {loaded} {page.el('job-msg').text}")
     page.tab("adapters")
     wait("the adapters table", lambda: "web.gguf" in page.el("lora-table").text, timeout=10)
-    btn = wait("the file's button", lambda: [b for b in page.all("#lora-files button")
+    btn = wait("the file's button", lambda: [b.text for b in page.all("#lora-files button")
                                              if b.get_attribute("data-file") == "web.gguf"
                                              and not b.is_enabled()], timeout=10)
-    c.check(btn and btn[0].text == "Loaded", "the loaded file's button says so")
+    c.check(btn == ["Loaded"], f"the loaded file's button says so: {btn}")
 
     # chat through the adapter chosen on the page
     page.tab("chat")
