@@ -102,6 +102,7 @@ struct completion {
     char model[SRV_NAME_MAX];
     int n_prompt; /* each prompt's tokens once */
     int n_choices;
+    int per_prompt;    /* choices a prompt has (the request's `n`), side by side in ch */
     struct choice *ch; /* [n_choices] */
     struct srv_tools tools; /* chat: the request's tools (routes_tools.c) */
     enum lt_chat_kind chat_kind;
@@ -419,6 +420,92 @@ out_nomem:
     return srv_fail(503, NULL, NULL, "out of memory for a choice");
 }
 
+/* The request's prompts: the chat's messages rendered, or the legacy prompt(s); each must
+ * be non-empty and leave a slot room to generate. Sets c->n_prompt. */
+static int read_prompts(struct srv_app *app, const json_t *body, enum kind kind,
+                        const struct srv_model_info *mi, bool echo, struct completion *c,
+                        struct prompt **pr_out, size_t *n_out)
+{
+    int st;
+    const char *prompt_field = kind == KIND_CHAT ? "messages" : "prompt";
+    if (kind == KIND_CHAT) {
+        struct lt_tokens tk = {0};
+        if (!(*pr_out = calloc(1, sizeof(**pr_out))))
+            return srv_fail(503, NULL, NULL, "out of memory");
+        *n_out = 1;
+        c->chat_kind = mi->chat_kind;
+        st = srv_tools_read(body, mi->chat_kind, &c->tools);
+        if (st == 200)
+            st = srv_chat_prompt_tools(app, body, &c->tools, &tk);
+        (*pr_out)->ids = tk.ids;
+        (*pr_out)->n = tk.n;
+        free(tk.offs);
+    } else {
+        st = text_prompts(app, body, echo, pr_out, n_out);
+    }
+    c->n_prompt = 0;
+    for (size_t i = 0; st == 200 && i < *n_out; i++) {
+        const struct prompt *p = &(*pr_out)[i];
+        if (p->n == 0)
+            return srv_fail(400, prompt_field, "invalid_value", "the prompt is empty");
+        if ((int64_t)p->n >= mi->n_ctx)
+            return srv_fail(400, prompt_field, "context_length_exceeded",
+                            "the prompt has %zu tokens; a slot holds %d (prompt and completion)",
+                            p->n, mi->n_ctx);
+        c->n_prompt += (int)p->n;
+    }
+    return st;
+}
+
+/* One generation of prompt pr per each of the n choices asked for, queued in the engine;
+ * a choice's seed is the request's plus its index among the prompt's choices. */
+static int submit_choices(struct srv_app *app, const json_t *body, const struct srv_gen_params *p,
+                          const struct prompt *pr, size_t n_pr, int n, struct completion *c)
+{
+    c->ch = calloc(n_pr * (size_t)n, sizeof(*c->ch));
+    if (!c->ch)
+        return srv_fail(503, NULL, NULL, "out of memory for %zu choices", n_pr * (size_t)n);
+    c->per_prompt = n;
+    long long seed = srv_json_int(body, "seed", -1);
+    int st = 200;
+    for (size_t i = 0; i < n_pr; i++) {
+        for (int j = 0; j < n; j++) {
+            struct choice *ch = &c->ch[c->n_choices];
+            struct srv_gen_params cp;
+            if ((st = params_for_choice(p, &pr[i], &cp)) != 200)
+                return st;
+            cp.sampling.seed = seed >= 0 ? (uint64_t)seed + (uint64_t)j : fresh_random();
+            if ((st = srv_gen_new(&cp, &ch->g)) != 200)
+                return st;
+            c->n_choices++;
+            if (pr[i].text) {
+                if (!(ch->echo = malloc(pr[i].text_len + 1)))
+                    return srv_fail(503, NULL, NULL, "out of memory for the prompt's text");
+                memcpy(ch->echo, pr[i].text, pr[i].text_len + 1);
+                ch->echo_len = pr[i].text_len;
+            }
+            if ((st = app->engine->iface->submit(app->engine, ch->g)) != 200)
+                return st;
+        }
+    }
+    return st;
+}
+
+/* The response's identity: kind, streaming, id, creation time and the model named. */
+static void set_identity(const json_t *body, enum kind kind, const struct srv_model_info *mi,
+                         struct completion *c)
+{
+    c->kind = kind;
+    c->stream = srv_json_bool(body, "stream", false);
+    c->include_usage = srv_json_bool(srv_json_get(body, "stream_options"), "include_usage", false);
+    c->created = (long long)srv_now_unix();
+    snprintf(c->id, sizeof(c->id), "%s-%016llx", kind == KIND_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)fresh_random());
+    /* the id asked for (a fine-tuned model, an adapter's name), as OpenAI answers */
+    const char *asked = srv_json_str(body, "model", NULL);
+    snprintf(c->model, sizeof(c->model), "%s", asked && *asked ? asked : mi->id);
+}
+
 /* Everything up to submission; on success every c->ch[i].g is queued in the engine. */
 static int start_completion(struct srv_app *app, const struct srv_request *rq, enum kind kind,
                             json_t **body_out, struct completion *c)
@@ -427,6 +514,8 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
     struct srv_gen_params p = {0};
     struct prompt *pr = NULL;
     size_t n_pr = 0;
+    struct srv_model_info mi;
+    app->engine->iface->info(app->engine, &mi);
     int st = srv_parse_body(rq, &body);
     *body_out = body;
     if (st == 200)
@@ -436,103 +525,24 @@ static int start_completion(struct srv_app *app, const struct srv_request *rq, e
         st = read_sampling(body, &p);
     if (st == 200)
         st = read_logprobs(body, kind, c, &p);
-    if (st != 200)
-        goto out_free;
-    struct srv_model_info mi;
-    app->engine->iface->info(app->engine, &mi);
-    int n = (int)srv_json_int(body, "n", 1);
-    if (n > mi.parallel) {
+    int n = st == 200 ? (int)srv_json_int(body, "n", 1) : 1;
+    if (st == 200 && n > mi.parallel)
         st = srv_fail(400, "n", "out_of_range",
                       "'n' is at most %d, the server's slot count (--parallel), not %d",
                       mi.parallel, n);
-        goto out_free;
-    }
-    bool echo = kind == KIND_TEXT && srv_json_bool(body, "echo", false);
-    if (echo && (c->legacy_top >= 0 || c->n_probs > 0)) {
+    bool echo = st == 200 && kind == KIND_TEXT && srv_json_bool(body, "echo", false);
+    if (echo && (c->legacy_top >= 0 || c->n_probs > 0))
         st = srv_fail(400, "echo", "unsupported",
                       "'echo' with log-probabilities would need the prompt's, which lathe does "
                       "not compute; ask for one or the other");
-        goto out_free;
-    }
-    const char *prompt_field = kind == KIND_CHAT ? "messages" : "prompt";
-    if (kind == KIND_CHAT) {
-        struct lt_tokens tk = {0};
-        pr = calloc(1, sizeof(*pr));
-        if (!pr) {
-            st = srv_fail(503, NULL, NULL, "out of memory");
-            goto out_free;
-        }
-        n_pr = 1;
-        c->chat_kind = mi.chat_kind;
-        st = srv_tools_read(body, mi.chat_kind, &c->tools);
-        if (st == 200)
-            st = srv_chat_prompt_tools(app, body, &c->tools, &tk);
-        pr->ids = tk.ids;
-        pr->n = tk.n;
-        free(tk.offs);
-    } else {
-        st = text_prompts(app, body, echo, &pr, &n_pr);
+    if (st == 200)
+        st = read_prompts(app, body, kind, &mi, echo, c, &pr, &n_pr);
+    if (st == 200) {
+        set_identity(body, kind, &mi, c);
+        st = submit_choices(app, body, &p, pr, n_pr, n, c);
     }
     if (st != 200)
-        goto out_free;
-    c->n_prompt = 0;
-    for (size_t i = 0; i < n_pr; i++) {
-        if (pr[i].n == 0) {
-            st = srv_fail(400, prompt_field, "invalid_value", "the prompt is empty");
-            goto out_free;
-        }
-        if ((int64_t)pr[i].n >= mi.n_ctx) {
-            st = srv_fail(400, prompt_field, "context_length_exceeded",
-                          "the prompt has %zu tokens; a slot holds %d (prompt and completion)",
-                          pr[i].n, mi.n_ctx);
-            goto out_free;
-        }
-        c->n_prompt += (int)pr[i].n;
-    }
-    c->kind = kind;
-    c->stream = srv_json_bool(body, "stream", false);
-    c->include_usage = srv_json_bool(srv_json_get(body, "stream_options"), "include_usage", false);
-    c->created = (long long)srv_now_unix();
-    snprintf(c->id, sizeof(c->id), "%s-%016llx", kind == KIND_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)fresh_random());
-    /* the id asked for (a fine-tuned model, an adapter's name), as OpenAI answers */
-    const char *asked = srv_json_str(body, "model", NULL);
-    snprintf(c->model, sizeof(c->model), "%s", asked && *asked ? asked : mi.id);
-    c->ch = calloc(n_pr * (size_t)n, sizeof(*c->ch));
-    if (!c->ch) {
-        st = srv_fail(503, NULL, NULL, "out of memory for %zu choices", n_pr * (size_t)n);
-        goto out_free;
-    }
-    long long seed = srv_json_int(body, "seed", -1);
-    for (size_t i = 0; i < n_pr; i++) {
-        for (int j = 0; j < n; j++) {
-            struct choice *ch = &c->ch[c->n_choices];
-            struct srv_gen_params cp;
-            if ((st = params_for_choice(&p, &pr[i], &cp)) != 200)
-                goto out_free;
-            cp.sampling.seed = seed >= 0 ? (uint64_t)seed + (uint64_t)j : fresh_random();
-            if ((st = srv_gen_new(&cp, &ch->g)) != 200)
-                goto out_free;
-            c->n_choices++;
-            if (pr[i].text) {
-                ch->echo = malloc(pr[i].text_len + 1);
-                if (!ch->echo) {
-                    st = srv_fail(503, NULL, NULL, "out of memory for the prompt's text");
-                    goto out_free;
-                }
-                memcpy(ch->echo, pr[i].text, pr[i].text_len + 1);
-                ch->echo_len = pr[i].text_len;
-            }
-            if ((st = app->engine->iface->submit(app->engine, ch->g)) != 200)
-                goto out_free;
-        }
-    }
-    prompts_free(pr, n_pr);
-    srv_gen_params_free(&p);
-    return 200;
-
-out_free:
-    completion_free(c);
+        completion_free(c);
     prompts_free(pr, n_pr);
     srv_gen_params_free(&p);
     return st;
@@ -585,10 +595,19 @@ int srv_completion_params(struct srv_app *app, const json_t *body, struct srv_ge
 
 /* ---- shaping the response ---- */
 
+/* Token counts, OpenAI's form; cached_tokens: the prompt tokens a slot already held
+ * (the prompt cache), counted for each prompt's first choice as prompt_tokens counts them. */
 static json_t *usage_json(const struct completion *c, int n_completion)
 {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", c->n_prompt, "completion_tokens",
-                     n_completion, "total_tokens", c->n_prompt + n_completion);
+    int cached = 0;
+    for (int i = 0; i < c->n_choices; i += c->per_prompt > 0 ? c->per_prompt : 1) {
+        pthread_mutex_lock(&c->ch[i].g->mu);
+        cached += (int)c->ch[i].g->n_cached;
+        pthread_mutex_unlock(&c->ch[i].g->mu);
+    }
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", c->n_prompt, "completion_tokens",
+                     n_completion, "total_tokens", c->n_prompt + n_completion,
+                     "prompt_tokens_details", "cached_tokens", cached);
 }
 
 static json_t *timings_json(const struct srv_gen_snap *s)

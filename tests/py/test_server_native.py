@@ -205,7 +205,7 @@ def run_completion(c, srv):
     c.check([e["id"] for e in scp] == [e["id"] for e in cp], "streamed n_probs: the same tokens")
     # refusals, each naming its field
     for body, param in (({"prompt": "x", "grammar": "root ::= \"a"}, "grammar"),
-                        ({"prompt": "x", "json_schema": {"type": "string", "pattern": "a"}},
+                        ({"prompt": "x", "json_schema": {"type": "array", "uniqueItems": True}},
                          "json_schema"),
                         ({"prompt": "x", "n_probs": 21}, "n_probs"),
                         ({"prompt": "x", "n_predict": -2}, "n_predict"),
@@ -245,6 +245,16 @@ def run_prompt_cache(c, srv):
     c.check(k["timings"]["cache_n"] == 0 and k["timings"]["prompt_n"] == k["tokens_evaluated"],
             f"cache_prompt false prefills it all: {k['timings']}")
     c.check(k["content"] == j["content"], f"the same answer: {k['content']!r} vs {j['content']!r}")
+    # OpenAI's form, usage.prompt_tokens_details.cached_tokens: one token generated keeps
+    # just the prompt in its slot, which the next prompt extends
+    base = "A list of fruits: apple, pear, plum.\n"
+    nb = len(srv.post("/tokenize", {"content": base, "add_special": True}).json()["tokens"])
+    u0 = srv.post("/v1/completions", {"prompt": base, "max_tokens": 1}).json()["usage"]
+    u = srv.post("/v1/completions", {"prompt": base + "More fruits:", "max_tokens": 2}).json()
+    u = u["usage"]
+    c.check(u0["prompt_tokens_details"]["cached_tokens"] < u0["prompt_tokens"] == nb
+            and nb - 1 <= u["prompt_tokens_details"]["cached_tokens"] < u["prompt_tokens"],
+            f"/v1/completions reports the cached prompt tokens: {u0} then {u} ({nb} kept)")
 
 
 def run_model_ids(c, srv, client, model_path, base_id):
