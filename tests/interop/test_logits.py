@@ -16,6 +16,8 @@ On qwen35-tiny-a llama.cpp aborts (GGML_ASSERT(sect_dims <= ne0): the MRoPE sect
 both lathe and llama.cpp's converter write by default need a rotary dim of 64, this model has
 4); that is printed as a known limit of llama.cpp, and a copy of the file with sections that
 fit is checked instead, in full.
+llama-tiny-a and qwen2-tiny-a are also converted to F16, BF16 and Q8_0: llama.cpp loads each
+and its logits are within TOL_OUTTYPE of lathe's on the same file.
 On SmolLM2 the same on a text prompt tokenized by llama.cpp, on an F32 copy of the Q4_1 file
 (TOL_F32 again) and on the Q4_1 file itself, where the two engines' kernels differ
 (llama.cpp rounds activations to Q8_1 for a quantised product, lathe's check-ref graph
@@ -39,6 +41,14 @@ TOL_F32 = 1e-4  # the issue's bound; both engines compute in float32 here
 # difference 1.20, mean 0.21, argmax different at 3 of 29 positions (near-ties)
 TOL_Q4_1 = 2.0
 TOL_Q4_1_ARGMAX = 0.15  # the share of positions whose argmax may differ
+# lathe's other output types, same files in both engines: check-ref's graph multiplies F32
+# copies of the stored weights, llama.cpp rounds the activations that meet them (to F16 for
+# F16 weights, to 8-bit blocks for Q8_0). Measured on llama-tiny-a / qwen2-tiny-a (largest
+# difference): f16 3.8e-4 / 4.3e-4, bf16 2.8e-3 / 1.9e-3, q8_0 9.8e-3 / 5.9e-3, with the argmax
+# of one position of 58 different on llama-tiny-a's q8_0 (a near-tie of random logits); about
+# as far as llama.cpp's own logits on each file are from its logits on the F32 file. The
+# bounds: (largest difference, share of positions whose argmax may differ)
+TOL_OUTTYPE = {"f16": (2e-3, 0.0), "bf16": (1.5e-2, 0.05), "q8_0": (5e-2, 0.05)}
 N_GREEDY = 12
 PROMPT = ("The lathe is a machine that rotates a workpiece about an axis so that tools can cut, "
           "sand or drill it. Its history goes back to")
@@ -139,6 +149,14 @@ def main():
     tmp = tmp_dir("logits")
     for name, folder in TINY.items():
         out, err = convert_f32(name, tmp)
+        if name != "qwen35-tiny-a":
+            ids = load_file(os.path.join(folder, "reference.safetensors"))["input_ids"].astype(np.int64)
+            for outtype, (tol, argmax_share) in TOL_OUTTYPE.items():
+                path = os.path.join(tmp, f"{name}.{outtype}.gguf")
+                p = lathe("convert", folder, "-o", path, "--outtype", outtype)
+                if c.check(p.returncode == 0, f"{name}: lathe convert --outtype {outtype}: {p.stderr}"):
+                    compare(c, f"{name}-{outtype}", path, ids, tmp, tol, argmax_share,
+                            want_check_ref=False)
         if not c.check(out is not None, f"{name}: lathe convert: {err}"):
             continue
         ids = load_file(os.path.join(folder, "reference.safetensors"))["input_ids"].astype(np.int64)
