@@ -1,5 +1,6 @@
 /* cmd_check_ref.c: `lathe check-ref MODEL.gguf REFERENCE.safetensors [--backend cpu|cuda]
- * [--json PATH]`: runs a model against what Hugging Face transformers computed for it.
+ * [--json PATH] [--no-grads] [--logits-out PATH]`: runs a model against what Hugging Face
+ * transformers computed for it.
  *
  * The reference (tests/data/golden/README.md; tools/hf_reference.py makes one) holds
  * input_ids [B, T], logits [B, T, V], the mean next-token loss, d loss / d parameter for
@@ -9,7 +10,13 @@
  * converter's permutations and element maps). Errors are relative, ||lathe - ref|| / ||ref||
  * per tensor. The table goes to stdout, then one line of JSON; the exit status is 0 only
  * when logits and loss are within 1e-4, every gradient within 1e-3 and the greedy ids
- * equal. */
+ * equal.
+ *
+ * --no-grads takes a reference that another inference engine made (tests/interop/ writes
+ * llama.cpp's logits in this format): no backward pass is built, the reference needs no
+ * grad.* tensors and the verdict is on logits, loss and greedy ids alone. --logits-out writes
+ * lathe's logits as raw little-endian float32 [B, T, V], for a caller that wants more than
+ * the relative error (the largest absolute difference, say). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +43,8 @@
 
 struct ref_run {
     const char *model_path, *ref_path, *backend_name, *json_path;
+    const char *logits_out; /* --logits-out; NULL: not written */
+    bool no_grads;          /* --no-grads: forward only, no grad.* in the reference */
     struct lt_model *model;
     struct lt_st_file *ref;
     struct lt_backend *be[2];
@@ -209,8 +218,9 @@ static lt_status ref_graph_build(struct ref_run *r, const struct lt_model_adapte
     G->lg.loss->flags |= LT_FLAG_LOSS;
     G->n_forward = G->g->n_nodes;
     /* without gradients (an op lacks its backward rule) the rest is still worth checking */
-    G->grads = lt_autodiff_build(G->ctx, G->g, G->lg.loss, 1.0f, &G->refusal) == LT_OK;
-    if (!G->grads) {
+    G->grads =
+        !r->no_grads && lt_autodiff_build(G->ctx, G->g, G->lg.loss, 1.0f, &G->refusal) == LT_OK;
+    if (!G->grads && !r->no_grads) {
         fprintf(stderr, "lathe check-ref: gradients not checked: %s\n", lt_last_error());
         r->n_grads_bad++;
         snprintf(r->grad_worst_name, sizeof(r->grad_worst_name), "(not computed)");
@@ -260,6 +270,18 @@ out:
     return st;
 }
 
+/* --logits-out: n floats, raw (the host is little-endian, as GGUF assumes) */
+static lt_status write_logits(const char *path, const float *logits, int64_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return lt_fail(LT_ERR_IO, "--logits-out %s: cannot open for writing", path);
+    size_t wrote = fwrite(logits, sizeof(float), (size_t)n, f);
+    if (fclose(f) != 0 || wrote != (size_t)n)
+        return lt_fail(LT_ERR_IO, "--logits-out %s: short write", path);
+    return LT_OK;
+}
+
 static lt_status check_loss_and_grads(struct ref_run *r)
 {
     struct lt_model_f32_params *fp = NULL;
@@ -285,6 +307,8 @@ static lt_status check_loss_and_grads(struct ref_run *r)
         st = LT_ERR_FORMAT;
         goto out_free;
     }
+    if (r->logits_out && (st = write_logits(r->logits_out, logits, N * r->V)) != LT_OK)
+        goto out_free;
     r->ref_loss = ref_loss[0];
     r->logits_err = rel_err(logits, ref_logits, N * r->V);
     r->loss_err = rel_err(&r->loss, ref_loss, 1);
@@ -394,9 +418,12 @@ static void json_summary(struct ref_run *r, bool pass, FILE *f)
 static void check_ref_usage(FILE *f)
 {
     fprintf(f, "usage: lathe check-ref MODEL.gguf REFERENCE.safetensors [--backend cpu|cuda] "
-               "[--json PATH]\n"
+               "[--json PATH] [--no-grads] [--logits-out PATH]\n"
                "  compares logits, loss, every parameter's gradient and a greedy continuation\n"
-               "  with a Hugging Face reference; exit 0 only within tolerance\n");
+               "  with a Hugging Face reference; exit 0 only within tolerance\n"
+               "  --no-grads: forward only (a reference without grad.* tensors, e.g. from\n"
+               "  another inference engine); --logits-out: lathe's logits as raw float32\n"
+               "  [B, T, V]\n");
 }
 
 static lt_status open_backends(struct ref_run *r)
@@ -431,6 +458,10 @@ static int check_ref_args(int argc, char **argv, struct ref_run *r)
             r->backend_name = argv[++i];
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             r->json_path = argv[++i];
+        } else if (!strcmp(argv[i], "--logits-out") && i + 1 < argc) {
+            r->logits_out = argv[++i];
+        } else if (!strcmp(argv[i], "--no-grads")) {
+            r->no_grads = true;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "lathe check-ref: unknown option '%s'\n", argv[i]);
             check_ref_usage(stderr);
@@ -495,8 +526,11 @@ static void check_ref_report(struct ref_run *r, bool pass)
     /* JSON has no infinity */
     if (!(r->grad_worst <= 1e300))
         r->grad_worst = -1;
-    printf("worst gradient: %s (%.3e); %d of %d gradients over tolerance\n", r->grad_worst_name,
-           r->grad_worst, r->n_grads_bad, r->n_grads);
+    if (r->no_grads)
+        printf("gradients: not checked (--no-grads)\n");
+    else
+        printf("worst gradient: %s (%.3e); %d of %d gradients over tolerance\n", r->grad_worst_name,
+               r->grad_worst, r->n_grads_bad, r->n_grads);
     json_summary(r, pass, stdout);
     if (!r->json_path)
         return;
@@ -525,8 +559,8 @@ int cmd_check_ref(int argc, char **argv)
     printf("%-56s %12s %9s  %s\n", "tensor", "rel. error", "tolerance", "");
     if ((st = check_loss_and_grads(&r)) != LT_OK || (st = check_greedy(&r)) != LT_OK)
         goto out;
-    bool pass = r.logits_err <= TOL_LOGITS && r.loss_err <= TOL_LOSS && r.n_grads_bad == 0 &&
-                r.n_grads > 0 && r.greedy_ok;
+    bool grads_ok = r.no_grads || (r.n_grads_bad == 0 && r.n_grads > 0);
+    bool pass = r.logits_err <= TOL_LOGITS && r.loss_err <= TOL_LOSS && grads_ok && r.greedy_ok;
     check_ref_report(&r, pass);
     rc = pass ? 0 : 1;
 out:

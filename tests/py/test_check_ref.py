@@ -93,5 +93,33 @@ r, s = check_ref(os.path.join(OUT, "qwen2-tiny-a.f32.gguf"),
 check(r.returncode != 0, f"mismatched reference must fail, exit {r.returncode}")
 check(r.stderr.strip() != "", "mismatched reference: a reason on stderr")
 
+# --no-grads: a reference without gradients (what another engine can give: the interop suite
+# writes llama.cpp's logits this way) is refused without it and checked with it;
+# --logits-out writes lathe's logits, raw float32 [B, T, V]
+try:
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+except ImportError as e:
+    print(f"--no-grads and --logits-out not checked: {e}")
+else:
+    name, folder = "llama-tiny-a", CASES["llama-tiny-a"]
+    full = load_file(os.path.join(folder, "reference.safetensors"))
+    gradless = os.path.join(OUT, "llama-tiny-a.no-grads.safetensors")
+    save_file({k: v for k, v in full.items() if not k.startswith("grad.")}, gradless)
+    gguf32 = os.path.join(OUT, "llama-tiny-a.f32.gguf")
+    r, s = check_ref(gguf32, gradless, name + ".gradless")
+    check(r.returncode != 0 and "grad." in r.stderr,
+          f"a reference without gradients, no --no-grads: exit {r.returncode}, {r.stderr.strip()}")
+    raw = os.path.join(OUT, "llama-tiny-a.logits.f32")
+    if os.path.exists(raw):
+        os.remove(raw)
+    r = run(["check-ref", gguf32, gradless, "--no-grads", "--logits-out", raw])
+    check(r.returncode == 0 and "gradients: not checked (--no-grads)" in r.stdout,
+          f"--no-grads: exit {r.returncode}: {r.stdout[-800:]} {r.stderr.strip()}")
+    want = full["logits"]
+    got = np.fromfile(raw, dtype="<f4") if os.path.exists(raw) else np.zeros(0, np.float32)
+    check(got.size == want.size and float(np.abs(got - want.reshape(-1)).max()) < 1e-4,
+          f"--logits-out: {got.size} floats, want {want.size} within 1e-4 of the reference")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
