@@ -104,8 +104,11 @@ static void start_server(void)
 }
 
 /* Whether the bytes seen so far hold one whole answer: its head, then Content-Length bytes,
- * or a chunked body up to its last chunk, or (neither) nothing more: the server closes. */
+ * or a chunked body up to its last chunk, or (neither) nothing more: the server closes.
+ * An answer to HEAD, and a 204 or 304, end with their head (RFC 9112 6.3): a preflight's
+ * 204 has no Content-Length and the connection stays open for the next request. */
 struct framing {
+    bool head_request; /* the request's method is HEAD */
     size_t head_end; /* bytes up to the blank line; 0 until it is seen */
     long long length; /* Content-Length; -1 none */
     bool chunked;
@@ -142,6 +145,10 @@ static bool answer_complete(struct framing *f, const char *kept, size_t n_kept, 
         const char *v;
         f->length = header_is(head, "Content-Length", &v) ? atoll(v) : -1;
         f->chunked = header_is(head, "Transfer-Encoding", &v) && strstr(v, "chunked");
+        bool no_body = strncmp(head, "HTTP/1.", 7) == 0 && (!strncmp(head + 8, " 204", 4) ||
+                                                           !strncmp(head + 8, " 304", 4));
+        if (no_body || f->head_request)
+            f->length = 0;
     }
     (void)n_kept;
     if (f->length >= 0)
@@ -199,7 +206,7 @@ static long exchange(const uint8_t *data, size_t size, char *answer, size_t cap)
             break;
         off += (size_t)w;
     }
-    struct framing f = {.length = -1};
+    struct framing f = {.length = -1, .head_request = size >= 5 && !memcmp(data, "HEAD ", 5)};
     size_t kept = 0;
     bool half_closed = !request_complete(data, size);
     if (half_closed)
