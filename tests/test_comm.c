@@ -124,8 +124,17 @@ static void test_nccl(void)
 {
     struct lt_comm *ranks[2];
     int devices[2] = {0, 1};
-    if (lt_comm_have_nccl())
-        return; /* needs GPUs: not a CPU test */
+    if (lt_comm_have_nccl()) {
+        /* one rank on GPU 0: made, or (no GPU here) refused with CUDA's or NCCL's words */
+        lt_status st = lt_comm_nccl_group_new(1, devices, ranks);
+        CHECK(st == LT_OK ? lt_comm_size(ranks[0]) == 1 && !strcmp(lt_comm_kind(ranks[0]), "nccl")
+                          : st == LT_ERR_BACKEND && (strstr(lt_last_error(), "NCCL") ||
+                                                     strstr(lt_last_error(), "CUDA")),
+              "one NCCL rank: %s", st == LT_OK ? "made" : lt_last_error());
+        if (st == LT_OK)
+            lt_comm_free(ranks[0]);
+        return;
+    }
     CHECK(lt_comm_nccl_group_new(2, devices, ranks) == LT_ERR_UNSUPPORTED &&
               strstr(lt_last_error(), "-DLATHE_NCCL=ON"),
           "without NCCL: %s", lt_last_error());
