@@ -87,8 +87,9 @@ struct lt_train_params {
                              the job; not copied): every rank runs the same job with the same
                              parameters and data, takes its share of each step's micro-batches,
                              and the gradients are summed before each optimizer step, so all
-                             ranks apply the same update; only rank 0 writes the output. NULL:
-                             one process, one rank */
+                             ranks apply the same update; only rank 0 writes the output. The
+                             loss curve, progress and tokens are the whole step's, on every
+                             rank. NULL: one process, one rank */
 };
 
 /* Where lt_train_data_check found the data at fault. */

@@ -5,7 +5,7 @@
  * address, waits until all have, reads what it needs from the others, waits again (so no
  * rank changes or frees a buffer another still reads), then writes its own. A sum is taken
  * in rank order (rank 0's value, plus rank 1's, ...) by every rank alike, so all ranks end
- * with the same bits, as NCCL's ring also gives. */
+ * with the same bits. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
