@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "lathe/comm.h"
 #include "lathe/train.h"
 
 static bool has_field(const struct lt_train_errors *e, const char *field, const char *words)
@@ -108,6 +109,17 @@ int main(void)
     CHECK(lt_train_params_validate(&held_text, &e) == LT_ERR_INVALID && e.n == 1 &&
               has_field(&e, "val_examples_path", "chat examples"),
           "a validation file for text");
+    /* more than one GPU needs NCCL; a build without it says so and how to get it */
+    struct lt_train_params gpus = {.out = "a.gguf", .text = "x", .gpus = 1};
+    CHECK(lt_train_params_validate(&gpus, NULL) == LT_OK, "--gpus 1: %s", lt_last_error());
+    gpus.gpus = 2;
+    if (!lt_comm_have_nccl())
+        CHECK(lt_train_params_validate(&gpus, &e) == LT_ERR_INVALID && e.n == 1 &&
+                  has_field(&e, "--gpus", "-DLATHE_NCCL=ON"),
+              "--gpus 2 without NCCL: %s", lt_last_error());
+    gpus.gpus = 65;
+    CHECK(lt_train_params_validate(&gpus, &e) == LT_ERR_INVALID && has_field(&e, "--gpus", "1..64"),
+          "--gpus 65: %s", lt_last_error());
 
     enum lt_fit_policy fp;
     CHECK(lt_fit_policy_parse("middle", &fp) && fp == LT_FIT_MIDDLE, "middle");

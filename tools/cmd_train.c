@@ -271,6 +271,11 @@ static int train_args(int argc, char **argv, struct train_cli *c)
             fprintf(stderr, "lathe train: %s: %s\n", errs.e[i].field, errs.e[i].message);
         return 2;
     }
+    if (c->p.gpus > 1) { /* a build with NCCL: the library can run ranks, this command not yet */
+        fprintf(stderr, "lathe train: --gpus %d: this command does not start one rank per GPU "
+                "yet; a program can, through lathe/comm.h and lt_train_params.comm\n", c->p.gpus);
+        return 2;
+    }
     return 0;
 }
 

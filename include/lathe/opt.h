@@ -81,6 +81,15 @@ lt_status lt_train_graph_accumulate(struct lt_train_graph *tg, float *loss_out);
 /* One optimizer step with learning rate lr over the micro-batches accumulated since the
  * last step (their mean), then clears the accumulators. */
 lt_status lt_train_graph_step(struct lt_train_graph *tg, float lr);
+/* The flat F32 tensor ([n_flat]) that holds every trainable tensor's accumulated gradient,
+ * for a caller that sums it over the ranks of a data-parallel job (lathe/comm.h) before
+ * lt_train_graph_step_over; valid after lt_train_graph_alloc. The gaps between tensors hold
+ * zeros, which a sum keeps. */
+struct lt_tensor *lt_train_graph_accumulators(const struct lt_train_graph *tg);
+/* lt_train_graph_step over accumulators that hold the sum of n_micro micro-batches' gradients,
+ * wherever they were computed (this rank may have accumulated none of them): the update uses
+ * their mean. lt_train_graph_step is this with the micro-batches accumulated here. */
+lt_status lt_train_graph_step_over(struct lt_train_graph *tg, float lr, int n_micro);
 /* The forward graph alone (for evaluation: loss without gradients). */
 lt_status lt_train_graph_eval(struct lt_train_graph *tg, float *loss_out);
 

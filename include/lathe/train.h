@@ -23,6 +23,7 @@ extern "C" {
 
 struct lt_model;
 struct lt_backend;
+struct lt_comm;
 
 enum lt_fit_policy {
     LT_FIT_NONE = 0, /* an example longer than the window is refused with its index */
@@ -79,6 +80,16 @@ struct lt_train_params {
      * memory, ON always, OFF never */
     enum lt_checkpoint { LT_CHECKPOINT_AUTO, LT_CHECKPOINT_ON, LT_CHECKPOINT_OFF } checkpoint;
     bool dry_run;               /* admit, report, and stop before allocating */
+    /* data parallelism (lathe/comm.h) */
+    int gpus;             /* ranks, one a GPU, for `lathe train` to start; 0: 1. More than one
+                             needs a build with NCCL (-DLATHE_NCCL=ON) */
+    struct lt_comm *comm; /* this job's rank of a data-parallel group (borrowed: it must outlive
+                             the job; not copied): every rank runs the same job with the same
+                             parameters and data, takes its share of each step's micro-batches,
+                             and the gradients are summed before each optimizer step, so all
+                             ranks apply the same update; only rank 0 writes the output. The
+                             loss curve, progress and tokens are the whole step's, on every
+                             rank. NULL: one process, one rank */
 };
 
 /* Where lt_train_data_check found the data at fault. */

@@ -497,14 +497,26 @@ lt_status lt_train_graph_eval(struct lt_train_graph *tg, float *loss_out)
     return read_loss(tg, loss_out);
 }
 
+struct lt_tensor *lt_train_graph_accumulators(const struct lt_train_graph *tg)
+{
+    return tg->acc_flat;
+}
+
 lt_status lt_train_graph_step(struct lt_train_graph *tg, float lr)
 {
     if (tg->n_accumulated == 0)
         return lt_fail(LT_ERR_INVALID, "an optimizer step needs at least one accumulated micro-batch");
+    return lt_train_graph_step_over(tg, lr, tg->n_accumulated);
+}
+
+lt_status lt_train_graph_step_over(struct lt_train_graph *tg, float lr, int n_micro)
+{
+    if (n_micro < 1)
+        return lt_fail(LT_ERR_INVALID, "an optimizer step needs at least one accumulated micro-batch");
     tg->step++;
     if (tg->p.lr_schedule)
         lr = tg->p.lr_schedule(tg->p.user, tg->step, lr);
-    float scale = 1.0f / (float)tg->n_accumulated;
+    float scale = 1.0f / (float)n_micro;
     float hp[8] = {0};
     if (tg->p.optimizer == LT_OPTIMIZER_SGD) {
         hp[0] = lr;

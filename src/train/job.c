@@ -10,7 +10,21 @@
  * tokens, as a padded batch does in PyTorch.
  * The output file is written only after the last epoch, and only when nothing failed and
  * nobody cancelled: a job that stops early leaves the disk as it found it. All memory the
- * run took is released before the job reports its final state. */
+ * run took is released before the job reports its final state.
+ *
+ * Data parallelism (params.comm, lathe/comm.h): every rank runs this same code on the same
+ * data with the same seed, so all load, split and shuffle alike. A step's examples are cut
+ * into micro-batches exactly as one rank would cut them, and micro-batch m goes to rank
+ * m % world (round robin, not contiguous shares: a step whose micro-batches do not divide
+ * evenly leaves the last ranks one short, never one rank with all the rest). The step's
+ * gradient is the mean of its micro-batches' gradients, so the ranks sum their accumulators
+ * and the micro-batch counts, and each steps over the global count: every rank applies the
+ * update one rank would apply to the whole step, and the loss curve is the same (up to the
+ * order of the sums). The ranks agree on their status wherever one rank's failure must stop
+ * all (admission, before allocation; allocation; each step; each evaluation; the output),
+ * and a failing rank's reason, its refusal unchanged, becomes every rank's. Only rank 0
+ * checks and writes the output. Validation runs whole on every rank (same weights, same
+ * numbers). Without a communicator none of this runs and the job is what it always was. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lathe/comm.h"
 #include "lathe/gguf.h"
 #include "lathe/lora.h"
 #include "lathe/model.h"
@@ -135,6 +150,59 @@ static void report(struct lt_train_job *j, const struct lt_train_progress *pr)
     pthread_mutex_unlock(&j->mu);
     if (j->progress_fn)
         j->progress_fn(j->user, &copy);
+}
+
+/* ---- ranks ---- */
+
+static int job_rank(const struct lt_train_job *j)
+{
+    return j->p.comm ? lt_comm_rank(j->p.comm) : 0;
+}
+
+static int job_world(const struct lt_train_job *j)
+{
+    return j->p.comm ? lt_comm_size(j->p.comm) : 1;
+}
+
+/* st agreed over the ranks at a point every rank reaches: the lowest failing rank's status
+ * becomes every rank's, with its refusal (unchanged, sentence and all) or its reason behind
+ * "rank R of W: ". Without a communicator, st itself. */
+static lt_status agree(struct lt_train_job *j, lt_status st)
+{
+    struct lt_comm *c = j->p.comm;
+    if (!c)
+        return st;
+    struct lt_refusal *ref = &j->result.refusal;
+    const char *why = st == LT_OK                                            ? ""
+                      : st == LT_ERR_REFUSED && ref->kind != LT_REFUSAL_NONE ? ref->sentence
+                                                                             : lt_last_error();
+    struct lt_comm_verdict v;
+    lt_status cst = lt_comm_agree(c, st, why, &v);
+    if (cst == LT_OK && v.status != LT_OK)
+        cst = lt_comm_broadcast(c, ref, sizeof(*ref), v.rank);
+    if (cst != LT_OK)
+        return cst;
+    if (v.status == LT_OK || v.rank == lt_comm_rank(c))
+        return v.status == LT_OK ? LT_OK : lt_fail(v.status, "%s", v.reason);
+    if (v.status == LT_ERR_REFUSED && ref->kind != LT_REFUSAL_NONE)
+        return lt_fail(v.status, "%s", ref->sentence);
+    return lt_fail(v.status, "rank %d of %d: %s", v.rank, lt_comm_size(c), v.reason);
+}
+
+/* Every rank must cut its steps alike; the data decides the sequence length and the
+ * admission the sequences per micro-batch, which on a device follow its free memory. */
+static lt_status same_geometry(struct lt_train_job *j, const struct run *r)
+{
+    int mine[3] = {r->n_tokens, r->n_seqs, r->per_step}, root[3];
+    memcpy(root, mine, sizeof(mine));
+    lt_status st = lt_comm_broadcast(j->p.comm, root, sizeof(root), 0);
+    if (st == LT_OK && memcmp(root, mine, sizeof(mine)) != 0)
+        st = lt_fail(LT_ERR_INVALID,
+                     "rank %d cut its steps into micro-batches of %d sequences of %d tokens, %d "
+                     "examples a step, and rank 0 into %d of %d, %d: give every rank the same "
+                     "data and batch_tokens",
+                     job_rank(j), mine[1], mine[0], mine[2], root[1], root[0], root[2]);
+    return st;
 }
 
 /* ---- the run ---- */
@@ -400,6 +468,55 @@ static lt_status evaluate(struct run *r, float *out)
     return LT_OK;
 }
 
+/* This rank's share of one optimizer step: the step's examples idx[0..n) cut into
+ * micro-batches of n_seqs, micro-batch m run by rank m % world (every one without a
+ * communicator). Adds this rank's part to sums: [0] loss x labelled tokens, [1] labelled
+ * tokens, [2] micro-batches, [3] input tokens. ep and s (from 0) name the step in messages. */
+static lt_status run_share(struct lt_train_job *j, struct run *r, const int *idx, int n,
+                           double *t_mark, int ep, int s, double sums[4])
+{
+    const int rank = job_rank(j), world = job_world(j);
+    for (int k = 0, m = 0; k < n; k += r->n_seqs, m++) {
+        if (m % world != rank)
+            continue;
+        int count = n - k < r->n_seqs ? n - k : r->n_seqs;
+        if (should_stop(j, r, t_mark))
+            return lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
+        float loss;
+        double n_loss;
+        lt_status st = set_inputs(r, idx + k, count, &n_loss);
+        if (st != LT_OK)
+            return st;
+        for (int i = 0; i < count; i++)
+            sums[3] += r->data.ex[idx[k + i]].n;
+        if ((st = lt_train_graph_accumulate(r->tg, &loss)) != LT_OK)
+            return st;
+        if (!isfinite(loss))
+            return lt_fail(LT_ERR_INVALID,
+                           "the loss became %g at epoch %d, step %d (try a lower lr)",
+                           (double)loss, ep + 1, s + 1);
+        sums[0] += (double)loss * n_loss;
+        sums[1] += n_loss;
+        sums[2] += 1;
+    }
+    return LT_OK;
+}
+
+/* Sums the accumulated gradients and the step's counts over the ranks, then steps over every
+ * micro-batch of the step: each rank applies the update one rank would with the whole step. */
+static lt_status reduce_and_step(struct lt_train_job *j, struct run *r, double sums[4])
+{
+    struct lt_comm *c = j->p.comm;
+    if (!c)
+        return lt_train_graph_step(r->tg, j->p.lr);
+    lt_status st = lt_comm_allreduce_tensor(c, lt_train_graph_accumulators(r->tg));
+    if (st == LT_OK)
+        st = lt_comm_allreduce_f64(c, sums, 4);
+    if (st == LT_OK)
+        st = lt_train_graph_step_over(r->tg, j->p.lr, (int)sums[2]);
+    return st;
+}
+
 static lt_status train_loop(struct lt_train_job *j, struct run *r)
 {
     const struct lt_train_params *p = &j->p;
@@ -423,34 +540,20 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
         lt_dataset_shuffle(train_idx, n_train, &rng);
         double ep_sum = 0, ep_n = 0;
         for (int s = 0; s < steps_per_epoch; s++) {
-            double step_sum = 0, step_n = 0;
+            double sums[4] = {0};
             double active0 = r->active_s + (now_s() - t_mark);
-            int end = (s + 1) * r->per_step < n_train ? (s + 1) * r->per_step : n_train;
-            for (int k = s * r->per_step; k < end; k += r->n_seqs) {
-                int count = end - k < r->n_seqs ? end - k : r->n_seqs;
-                if (should_stop(j, r, &t_mark))
-                    return lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
-                float loss;
-                double n_loss;
-                if ((st = set_inputs(r, train_idx + k, count, &n_loss)) != LT_OK)
-                    return st;
-                for (int i = 0; i < count; i++)
-                    pr.tokens += r->data.ex[train_idx[k + i]].n;
-                if ((st = lt_train_graph_accumulate(r->tg, &loss)) != LT_OK)
-                    return st;
-                if (!isfinite(loss))
-                    return lt_fail(LT_ERR_INVALID,
-                                   "the loss became %g at epoch %d, step %d (try a lower lr)",
-                                   (double)loss, ep + 1, s + 1);
-                step_sum += (double)loss * n_loss;
-                step_n += n_loss;
-            }
-            if ((st = lt_train_graph_step(r->tg, p->lr)) != LT_OK)
+            int begin = s * r->per_step;
+            int end = begin + r->per_step < n_train ? begin + r->per_step : n_train;
+            st = agree(j, run_share(j, r, train_idx + begin, end - begin, &t_mark, ep, s, sums));
+            if (st == LT_OK)
+                st = agree(j, reduce_and_step(j, r, sums));
+            if (st != LT_OK)
                 return st;
-            float step_loss = step_n > 0 ? (float)(step_sum / step_n) : 0.0f;
+            pr.tokens += (int64_t)sums[3];
+            float step_loss = sums[1] > 0 ? (float)(sums[0] / sums[1]) : 0.0f;
             res->curve[res->n_curve++] = step_loss;
-            ep_sum += step_sum;
-            ep_n += step_n;
+            ep_sum += sums[0];
+            ep_n += sums[1];
             double t = now_s();
             double active = r->active_s + (t - t_mark);
             pr.epoch = ep + 1;
@@ -463,7 +566,7 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
         }
         res->train_loss[ep] = ep_n > 0 ? (float)(ep_sum / ep_n) : NAN;
         res->eval_loss[ep] = NAN;
-        if (r->n_val > 0 && (st = evaluate(r, &res->eval_loss[ep])) != LT_OK)
+        if (r->n_val > 0 && (st = agree(j, evaluate(r, &res->eval_loss[ep]))) != LT_OK)
             return st;
         res->n_epochs = ep + 1;
     }
@@ -484,6 +587,41 @@ static lt_status write_output(struct lt_train_job *j, struct run *r)
     return lt_lora_save(r->lora, j->p.out);
 }
 
+/* A bad output fails at once, in a dry run too, instead of after the training; only rank 0
+ * writes it, so only rank 0 checks it. */
+static lt_status check_output(struct lt_train_job *j)
+{
+    if (job_rank(j) != 0)
+        return LT_OK;
+    lt_status st = lt_gguf_check_writable(j->p.out);
+    if (st != LT_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", lt_last_error());
+        st = lt_fail(st, "cannot write the output '%s': %s (nothing was trained)", j->p.out, why);
+    }
+    return st;
+}
+
+/* After admission: the memory, the loop and the output (rank 0's), agreed over the ranks. */
+static lt_status run_training(struct lt_train_job *j, struct run *r)
+{
+    lt_status st = commit_trainables(r);
+    if (st == LT_OK)
+        st = lt_train_graph_alloc(r->tg);
+    if (st == LT_OK) {
+        j->result.allocated_bytes = lt_train_graph_allocated(r->tg);
+        st = lt_model_loss_graph_set_pos(&r->lg);
+    }
+    if (st == LT_OK && should_stop(j, r, &(double){now_s()}))
+        st = lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
+    if ((st = agree(j, st)) != LT_OK)
+        return st;
+    set_state(j, LT_TRAIN_RUNNING);
+    if ((st = train_loop(j, r)) != LT_OK)
+        return st; /* agreed in the loop */
+    return agree(j, job_rank(j) == 0 ? write_output(j, r) : LT_OK);
+}
+
 /* The whole job; fills j->result. */
 static void job_main(struct lt_train_job *j)
 {
@@ -491,13 +629,7 @@ static void job_main(struct lt_train_job *j)
     struct lt_model_adapters ad;
     struct lt_train_result *res = &j->result;
     set_state(j, LT_TRAIN_STARTING);
-    /* a bad --out fails at once, in a dry run too, instead of after the training */
-    lt_status st = lt_gguf_check_writable(j->p.out);
-    if (st != LT_OK) {
-        char why[512];
-        snprintf(why, sizeof(why), "%s", lt_last_error());
-        st = lt_fail(st, "cannot write the output '%s': %s (nothing was trained)", j->p.out, why);
-    }
+    lt_status st = check_output(j);
     if (st == LT_OK)
         st = load_data(j, &r);
     if (st == LT_OK)
@@ -507,23 +639,11 @@ static void job_main(struct lt_train_job *j)
     ad.fused_loss = !j->backends[0]->is_host;
     if (st == LT_OK)
         st = choose_and_admit(j, &r, &ad);
-    if (st == LT_OK && !j->p.dry_run) {
-        st = commit_trainables(&r);
-        if (st == LT_OK)
-            st = lt_train_graph_alloc(r.tg);
-        if (st == LT_OK) {
-            res->allocated_bytes = lt_train_graph_allocated(r.tg);
-            st = lt_model_loss_graph_set_pos(&r.lg);
-        }
-        if (st == LT_OK && !should_stop(j, &r, &(double){now_s()})) {
-            set_state(j, LT_TRAIN_RUNNING);
-            st = train_loop(j, &r);
-        } else if (st == LT_OK) {
-            st = lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
-        }
-        if (st == LT_OK)
-            st = write_output(j, &r);
-    }
+    st = agree(j, st); /* every rank admitted, or none allocates */
+    if (st == LT_OK && j->p.comm)
+        st = agree(j, same_geometry(j, &r));
+    if (st == LT_OK && !j->p.dry_run)
+        st = run_training(j, &r);
     res->status = st;
     if (st != LT_OK)
         snprintf(res->error, sizeof(res->error), "%s",

@@ -75,6 +75,9 @@ static const struct lt_train_field fields[] = {
      "otherwise (JSON: true or false)", AT(checkpoint)},
     {NULL, "dry_run", "--dry-run", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
      "admit and report, then stop without training", AT(dry_run)},
+    {"data parallelism", NULL, "--gpus", NULL, LT_TF_INT, 1, 64, false, false, true, "N", "1",
+     "ranks, one a GPU, each taking its share of every step's micro-batches, their gradients "
+     "summed before each step (more than 1 needs a build with -DLATHE_NCCL=ON)", AT(gpus)},
 };
 
 const struct lt_train_field *lt_train_fields(size_t *n)

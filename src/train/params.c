@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lathe/comm.h"
 #include "lathe/lora.h"
 #include "lathe/train.h"
 
@@ -143,6 +144,11 @@ lt_status lt_train_params_validate(const struct lt_train_params *given,
         add_error(e, "fit", "fit must be none, middle or left");
     else if (p.fit != LT_FIT_NONE && (p.text || p.text_path))
         add_error(e, "fit", "fit applies to chat examples; text is cut into windows");
+
+    if (p.gpus > 1 && !lt_comm_have_nccl())
+        add_error(e, "--gpus", "--gpus %d needs NCCL, and this build has none: build with cmake "
+                  "-DLATHE_NCCL=ON (NCCL from the PyPI wheel nvidia-nccl-cu13), or train on one "
+                  "GPU", p.gpus);
 
     if (e->n == 0)
         return LT_OK;

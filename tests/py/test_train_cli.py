@@ -90,6 +90,12 @@ def main():
           and "val_split" in r.stderr, f"every bad field named: {r.stderr}")
     r = lathe("-m", model, "--examples", data, "--out", out, "--rank", "x")
     check(r.returncode == 2 and "--rank: bad value 'x'" in r.stderr, f"bad value: {r.stderr}")
+    # more than one GPU: at once, a clear reason (no NCCL in the build, or ranks not started
+    # by this command), nothing loaded or written
+    r = lathe("-m", model, "--examples", data, "--out", out, "--gpus", "2")
+    check(r.returncode == 2 and ("--gpus 2 needs NCCL" in r.stderr and "-DLATHE_NCCL=ON" in r.stderr
+                                 or "one rank per GPU" in r.stderr) and not os.path.exists(out),
+          f"--gpus 2: {r.stderr}")
     r = lathe("-m", model, "--examples", data, "--out", out, "--window", "16")
     check(r.returncode == 1 and "example 0 (line 1)" in r.stderr and "window of 16" in r.stderr
           and not os.path.exists(out), f"too long: {r.stderr}")
