@@ -10,7 +10,10 @@ aggregate tokens/s (all streamed tokens over the wall time from the first reques
 last token), and p50 / p95 of the time between a stream's consecutive tokens over all
 streams (the first token of each stream, which waits for the prompt, is left out; tokens
 are counted by the stream's usage, since a token inside a UTF-8 character streams no text). A
-markdown table last, with the ratio of each aggregate to one stream's.
+markdown table last, with the ratio of each aggregate to one stream's, and where a decode
+step's time went by the server's own counters (/metrics): the model (the batched forward,
+logits copied to the host) and the sampling after it (sampling, detokenizing, stops,
+streaming).
 
 `requests` alone (the H200 image has no `openai` package). Exits 1 when a request fails.
 """
@@ -95,6 +98,7 @@ def run(lathe, model, backend, n, n_tokens, log):
         warm = {}
         stream(base, 8, warm, _set_event())
         outs = [{} for _ in range(n)]
+        before = metrics(base)
         go = threading.Event()
         threads = [threading.Thread(target=stream, args=(base, n_tokens, outs[i], go))
                    for i in range(n)]
@@ -111,7 +115,8 @@ def run(lathe, model, backend, n, n_tokens, log):
         total = sum(o.get("generated") or len(o.get("times", [])) for o in outs)
         gaps = [b - a for o in outs for a, b in zip(o.get("times", [])[:-1], o.get("times", [])[1:])]
         wall = (max(ends) - t0) if ends else float("nan")
-        return {"streams": n, "tokens": total, "wall_s": wall,
+        step = step_costs(before, metrics(base))
+        return {"streams": n, "tokens": total, "wall_s": wall, **step,
                 "tokens_per_s": total / wall if ends else 0.0,
                 "p50_ms": 1e3 * pct(gaps, 0.5), "p95_ms": 1e3 * pct(gaps, 0.95), "errors": errors}
     finally:
@@ -120,6 +125,27 @@ def run(lathe, model, backend, n, n_tokens, log):
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def metrics(base):
+    """/metrics' plain samples (name -> value; labelled ones left out)."""
+    out = {}
+    for line in requests.get(base + "/metrics", timeout=30).text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+            out[parts[0]] = float(parts[1])
+    return out
+
+
+def step_costs(m0, m1):
+    """Where a decode step's time went, from the server's counters: the model (the batched
+    forward, logits copied to the host) and what follows it (sampling, detokenizing, stops,
+    streaming), in ms a step, and the mean batch."""
+    d = {k: m1.get(k, 0.0) - m0.get(k, 0.0) for k in m1}
+    steps = max(d.get("lathe_decode_steps_total", 0.0), 1.0)
+    return {"steps": int(steps), "batch": d.get("lathe_decode_tokens_total", 0.0) / steps,
+            "model_ms": 1e3 * d.get("lathe_decode_seconds_total", 0.0) / steps,
+            "sample_ms": 1e3 * d.get("lathe_sample_seconds_total", 0.0) / steps}
 
 
 def _set_event():
@@ -156,12 +182,14 @@ def main():
     base = rows[0]["tokens_per_s"] if rows and rows[0]["streams"] == 1 else None
     print(f"\n### lathe serve --parallel N --backend {a.backend}: N streams of {a.tokens} "
           f"tokens at once ({os.path.basename(a.model)})\n")
-    print("| streams | aggregate tokens/s | x one stream | p50 per token ms | p95 per token ms |")
-    print("| ---: | ---: | ---: | ---: | ---: |")
+    print("| streams | aggregate tokens/s | x one stream | p50 per token ms | p95 per token ms "
+          "| steps | mean batch | model ms a step | sampling ms a step |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         x = f"{r['tokens_per_s'] / base:.2f}" if base else "-"
         print(f"| {r['streams']} | {r['tokens_per_s']:.1f} | {x} | {r['p50_ms']:.1f} | "
-              f"{r['p95_ms']:.1f} |")
+              f"{r['p95_ms']:.1f} | {r['steps']} | {r['batch']:.1f} | {r['model_ms']:.2f} | "
+              f"{r['sample_ms']:.2f} |")
     return 1 if failed else 0
 
 

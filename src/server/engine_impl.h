@@ -93,6 +93,7 @@ struct eng_stats {
     uint64_t decode_steps, decode_tokens;
     int batch_max;
     double prefill_s, decode_s;
+    double sample_s; /* after each decode step: sampling, detokenizing, stops, streaming */
     float latency[ENG_LATENCY_RING]; /* seconds between a slot's tokens */
     int n_latency, latency_pos;
 };

@@ -459,17 +459,22 @@ static void decode_session(struct engine *e, struct eng_session *es)
     pthread_mutex_unlock(&e->stats_mu);
     atomic_fetch_add(&e->act.decode_tokens, (long long)n);
     atomic_fetch_add(&e->act.decode_us, (long long)(dt * 1e6));
+    double t1 = srv_now_mono();
     if (st == LT_OK && n > 1) {
         step_batch(e, n);
-        return;
+    } else {
+        for (int k = 0; k < n; k++) {
+            struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+            if (st != LT_OK)
+                slot_fail(e, sl, 500, "decode");
+            else
+                slot_step(e, sl, e->logits + (size_t)k * (size_t)e->info.n_vocab);
+        }
     }
-    for (int k = 0; k < n; k++) {
-        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
-        if (st != LT_OK)
-            slot_fail(e, sl, 500, "decode");
-        else
-            slot_step(e, sl, e->logits + (size_t)k * (size_t)e->info.n_vocab);
-    }
+    dt = srv_now_mono() - t1;
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.sample_s += dt;
+    pthread_mutex_unlock(&e->stats_mu);
 }
 
 static bool any_busy(struct engine *e)
@@ -582,6 +587,9 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         "# TYPE lathe_decode_batch_max gauge\nlathe_decode_batch_max %d\n"
         "# HELP lathe_decode_seconds_total Time in batched decode steps.\n"
         "# TYPE lathe_decode_seconds_total counter\nlathe_decode_seconds_total %.6f\n"
+        "# HELP lathe_sample_seconds_total Time after batched decode steps: sampling, "
+        "detokenizing, stop strings and handing tokens to the streams.\n"
+        "# TYPE lathe_sample_seconds_total counter\nlathe_sample_seconds_total %.6f\n"
         "# HELP lathe_prefill_seconds_total Time in prompt prefill.\n"
         "# TYPE lathe_prefill_seconds_total counter\nlathe_prefill_seconds_total %.6f\n"
         "# HELP lathe_token_latency_seconds Time between a slot's tokens (last %d).\n"
@@ -595,6 +603,6 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         (unsigned long long)s->finished[SRV_FINISH_ERROR], (unsigned long long)s->prompt_tokens,
         (unsigned long long)s->prompt_tokens_reused, (unsigned long long)s->generated_tokens, e->p.parallel, busy, queued,
         (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
-        s->decode_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
+        s->decode_s, s->sample_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
     free(s);
 }

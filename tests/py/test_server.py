@@ -364,6 +364,12 @@ def run_concurrent(c, srv):
     print(f"4 concurrent requests: {dt:.2f} s, {toks:.0f} tokens in {steps:.0f} decode steps "
           f"({toks / max(steps, 1):.2f} per step)", flush=True)
     c.check(toks / max(steps, 1) > 1.5, "requests shared decode steps")
+    dec = m["lathe_decode_seconds_total"] - before["lathe_decode_seconds_total"]
+    smp = m["lathe_sample_seconds_total"] - before["lathe_sample_seconds_total"]
+    print(f"a decode step: {1e3 * dec / max(steps, 1):.2f} ms in the model, "
+          f"{1e3 * smp / max(steps, 1):.2f} ms sampling after it", flush=True)
+    c.check(0 < smp < dt and 0 < dec < dt, f"/metrics times the model and the sampling: "
+            f"{dec:.3f} s and {smp:.3f} s of {dt:.3f} s")
     same = sum(a == b for a, b in zip(alone, results))
     c.check(same == len(bodies), f"batched greedy answers equal one-at-a-time ones ({same}/4): "
             f"{list(zip(alone, results))}")
