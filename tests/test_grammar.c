@@ -446,6 +446,11 @@ static const char *const schemas[] = {
     "{\"type\":\"string\",\"pattern\":\"(?:ab|c)+x?|^z[^a-y]$\"}",
     "{\"type\":\"array\",\"prefixItems\":[{\"const\":\"id\"},{\"type\":\"boolean\"}],"
     "\"items\":{\"type\":\"integer\",\"maximum\":9},\"minItems\":3,\"maxItems\":5}",
+    /* number ranges (inclusive: the validator compares doubles, which may round a 16th
+     * decimal onto an exclusive bound) */
+    "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\",\"minimum\":-1.5,"
+    "\"maximum\":2.25},\"y\":{\"minimum\":0.1},\"z\":{\"type\":[\"number\",\"null\"],"
+    "\"maximum\":-7.75}},\"required\":[\"x\",\"y\",\"z\"]}",
 };
 
 static struct lt_grammar *schema_grammar(const json_t *schema)
@@ -548,10 +553,9 @@ static void test_schema_errors(void)
 {
     expect_schema_error("{\"type\":\"string\",\"multipleOf\":2}", LT_ERR_UNSUPPORTED,
                         "keyword 'multipleOf' (at the top level) is not supported");
-    expect_schema_error("{\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":3}}}",
-                        LT_ERR_UNSUPPORTED,
-                        "'minimum' on \"type\": \"number\" (at /properties/n) is not supported");
-    expect_schema_error("{\"maximum\":3}", LT_ERR_UNSUPPORTED, "without \"type\": \"integer\"");
+    expect_schema_error("{\"properties\":{\"n\":{\"type\":\"number\",\"minimum\":3,"
+                        "\"maximum\":2}}}",
+                        LT_ERR_INVALID, "the bounds (at /properties/n) allow no number");
     expect_schema_error("{\"type\":\"strin\"}", LT_ERR_INVALID, "'strin'");
     expect_schema_error("{\"$ref\":\"#/$defs/x\"}", LT_ERR_INVALID, "names no definition");
     expect_schema_error("{\"$ref\":\"http://x/y\"}", LT_ERR_UNSUPPORTED, "only");
@@ -639,6 +643,162 @@ static void test_schema_ranges(void)
 }
 
 /* Each string against the grammar of {"type": "string", "pattern": pat}: want 1 accepted. */
+/* Is s a number as a bounded number is written: "-"?, "0" or 1-16 digits without a
+ * leading zero, then optionally "." and 1-16 digits; no exponent. */
+static bool plain_decimal(const char *s)
+{
+    s += *s == '-';
+    size_t n = strspn(s, "0123456789");
+    if (n == 0 || n > 16 || (n > 1 && s[0] == '0'))
+        return false;
+    s += n;
+    if (*s == '.') {
+        n = strspn(s + 1, "0123456789");
+        if (n == 0 || n > 16)
+            return false;
+        s += 1 + n;
+    }
+    return *s == 0;
+}
+
+/* Compares the values of two plain decimals (any digit counts), exactly: <0, 0, >0. */
+static int decimal_cmp(const char *x, const char *y)
+{
+    const char *p[2] = {x, y};
+    bool neg[2];
+    size_t ilen[2], flen[2];
+    const char *ip[2], *fp[2];
+    for (int i = 0; i < 2; i++) {
+        const char *s = p[i];
+        neg[i] = *s == '-';
+        s += neg[i];
+        while (*s == '0')
+            s++;
+        ip[i] = s;
+        ilen[i] = strspn(s, "0123456789");
+        fp[i] = s[ilen[i]] == '.' ? s + ilen[i] + 1 : "";
+        flen[i] = strlen(fp[i]);
+        while (flen[i] > 0 && fp[i][flen[i] - 1] == '0')
+            flen[i]--;
+        if (ilen[i] == 0 && flen[i] == 0)
+            neg[i] = false; /* -0 is 0 */
+    }
+    if (neg[0] != neg[1])
+        return neg[0] ? -1 : 1;
+    int c = ilen[0] != ilen[1] ? (ilen[0] < ilen[1] ? -1 : 1) : strncmp(ip[0], ip[1], ilen[0]);
+    for (size_t k = 0; c == 0 && k < flen[0] + flen[1]; k++) {
+        char a = k < flen[0] ? fp[0][k] : '0', b = k < flen[1] ? fp[1][k] : '0';
+        c = a < b ? -1 : a > b;
+    }
+    return neg[0] ? -c : c;
+}
+
+/* Is num, a text, a plain decimal within the range (lo, hi: decimal texts, NULL: none)? */
+static bool in_number_range(const char *num, const char *lo, bool lo_excl, const char *hi,
+                            bool hi_excl)
+{
+    return plain_decimal(num) && (!lo || decimal_cmp(num, lo) > (lo_excl ? 0 : -1)) &&
+           (!hi || decimal_cmp(num, hi) < (hi_excl ? 0 : 1));
+}
+
+/* Signed integer parts and fractions crossed (every k/8 in [-13, 13] in several spellings,
+ * and neighbours a 16th decimal away), and malformed texts, against the range the schema's
+ * bounds give: lo and hi are decimal texts (NULL: none). */
+static void expect_number_range(const char *bounds, const char *lo, bool lo_excl, const char *hi,
+                                bool hi_excl)
+{
+    static const char *const ints[] = {"0", "1", "2",  "3",  "4",  "5",  "6",  "7",
+                                       "8", "9", "10", "11", "12", "13", "00", "01"};
+    static const char *const fracs[] = {
+        "", ".0", ".00", ".125", ".1250", ".25", ".375", ".5", ".50", ".625", ".75", ".875",
+        ".1", ".3", ".1249999999999999", ".1250000000000001", ".2499999999999999",
+        ".2500000000000001", ".4999999999999999", ".5000000000000001", ".7499999999999999",
+        ".7500000000000001", ".9999999999999999", ".0000000000000001", ".0000000000000000",
+        ".0999999999999999", ".1000000000000001", ".2999999999999999", ".3000000000000001",
+        ".00001", ".10000000000000000", ".", ".5e0", "e1", "E-2"};
+    static const char *const other[] = {
+        "9999999999999999.9999999999999999", "-9999999999999999.9999999999999999",
+        "9999999999999999", "-9999999999999999", "10000000000000000", "-10000000000000000",
+        "+1", ".5", "-.5", "--1", "-", "1.5.", "0x1", "1e0", "-1.5E+1", "Infinity", "NaN"};
+    char schema[256], num[64];
+    snprintf(schema, sizeof(schema), "{\"type\":\"number\",%s}", bounds);
+    struct lt_grammar *g = schema_text_grammar(schema);
+    if (!g)
+        return;
+    int bad = 0;
+    for (int sign = 0; sign < 2; sign++)
+        for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+            for (size_t f = 0; f < sizeof(fracs) / sizeof(fracs[0]) && bad < 5; f++) {
+                snprintf(num, sizeof(num), "%s%s%s", sign ? "-" : "", ints[i], fracs[f]);
+                bool in = in_number_range(num, lo, lo_excl, hi, hi_excl);
+                bool ok = (run(g, num) == 1) == in;
+                bad += !ok;
+                CHECK(ok, "%s: %s %s", schema, num, in ? "refused" : "accepted");
+            }
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+        bool in = in_number_range(other[i], lo, lo_excl, hi, hi_excl);
+        CHECK((run(g, other[i]) == 1) == in, "%s: %s %s", schema, other[i],
+              in ? "refused" : "accepted");
+    }
+    lt_grammar_free(g);
+}
+
+static void test_schema_number_ranges(void)
+{
+    CHECK(decimal_cmp("1.50", "1.5") == 0 && decimal_cmp("-0.0", "0") == 0 &&
+          decimal_cmp("0.4999999999999999", "0.5") < 0 && decimal_cmp("-2", "-1.99") < 0 &&
+          decimal_cmp("10", "9.99") > 0 && decimal_cmp("0.1", "0.0999") > 0);
+    expect_number_range("\"minimum\":0.5,\"maximum\":10", "0.5", false, "10", false);
+    expect_number_range("\"exclusiveMinimum\":-1.25,\"maximum\":3.75", "-1.25", true, "3.75",
+                        false);
+    expect_number_range("\"minimum\":-2.5,\"exclusiveMaximum\":-0.125", "-2.5", false, "-0.125",
+                        true);
+    expect_number_range("\"exclusiveMinimum\":0,\"exclusiveMaximum\":1", "0", true, "1", true);
+    expect_number_range("\"minimum\":0,\"maximum\":1", "0", false, "1", false);
+    expect_number_range("\"minimum\":0,\"maximum\":0", "0", false, "0", false);
+    expect_number_range("\"minimum\":-0.0,\"exclusiveMaximum\":0.5", "0", false, "0.5", true);
+    expect_number_range("\"minimum\":2.375", "2.375", false, NULL, false);
+    expect_number_range("\"exclusiveMinimum\":-3.5", "-3.5", true, NULL, false);
+    expect_number_range("\"maximum\":-3.5", NULL, false, "-3.5", false);
+    expect_number_range("\"exclusiveMaximum\":0.1", NULL, false, "0.1", true);
+    expect_number_range("\"minimum\":0.1,\"maximum\":0.3", "0.1", false, "0.3", false);
+    expect_number_range("\"exclusiveMinimum\":0.1,\"exclusiveMaximum\":0.3", "0.1", true, "0.3",
+                        true);
+    expect_number_range("\"minimum\":1.5,\"maximum\":1.875", "1.5", false, "1.875", false);
+    expect_number_range("\"exclusiveMinimum\":1.5,\"exclusiveMaximum\":1.875", "1.5", true,
+                        "1.875", true);
+    expect_number_range("\"minimum\":-3,\"maximum\":5", "-3", false, "5", false);
+    expect_number_range("\"exclusiveMinimum\":-3,\"exclusiveMaximum\":5", "-3", true, "5", true);
+    expect_number_range("\"minimum\":0.25,\"exclusiveMinimum\":true,\"maximum\":12,"
+                        "\"exclusiveMaximum\":true",
+                        "0.25", true, "12", true);
+    expect_number_range("\"minimum\":1,\"exclusiveMinimum\":1,\"maximum\":2,"
+                        "\"exclusiveMaximum\":3",
+                        "1", true, "2", false);
+    expect_number_range("\"minimum\":-1e20,\"exclusiveMaximum\":1e-5", "-100000000000000000000",
+                        false, "0.00001", true);
+    expect_number_range("\"minimum\":0.0000000000000001,\"maximum\":1e300", "0.0000000000000001",
+                        false, NULL, false);
+    expect_number_range("\"exclusiveMinimum\":1e-20,\"maximum\":0.9999999999999999",
+                        "0.00000000000000000001", true, "0.9999999999999999", false);
+    struct lt_grammar *g = schema_text_grammar("{\"maximum\":3}"); /* other types are free */
+    if (g)
+        CHECK(run(g, "3") == 1 && run(g, "2.5") == 1 && run(g, "-0") == 1 &&
+              run(g, "3.01") == -1 && run(g, "\"x\"") == 1 && run(g, "[4, 1e9]") == 1 &&
+              run(g, "{\"a\": 5}") == 1 && run(g, "null") == 1 && run(g, "1e0") == -1);
+    lt_grammar_free(g);
+    expect_schema_error("{\"type\":\"number\",\"minimum\":5,\"maximum\":4}", LT_ERR_INVALID,
+                        "allow no number");
+    expect_schema_error("{\"type\":\"number\",\"exclusiveMinimum\":1.5,\"maximum\":1.5}",
+                        LT_ERR_INVALID, "allow no number");
+    expect_schema_error("{\"type\":\"number\",\"exclusiveMinimum\":1e20}", LT_ERR_INVALID,
+                        "allow no number");
+    expect_schema_error("{\"type\":\"number\",\"minimum\":1e-40}", LT_ERR_UNSUPPORTED,
+                        "more than 32 decimal places");
+    expect_schema_error("{\"type\":\"number\",\"maximum\":[1]}", LT_ERR_INVALID,
+                        "'maximum' (at the top level) must be a number");
+}
+
 static void expect_pattern(const char *pat, const char *const *strs, const int *want, size_t n)
 {
     json_t *s = json_pack("{s:s, s:s}", "type", "string", "pattern", pat);
@@ -878,6 +1038,7 @@ int main(void)
     test_schema_accept();
     test_schema_errors();
     test_schema_ranges();
+    test_schema_number_ranges();
     test_schema_patterns();
     test_schema_arrays();
     test_schema_one_of();

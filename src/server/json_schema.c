@@ -147,8 +147,8 @@ static void sc_pop(struct sc *c, size_t len)
 #define SC_SUPPORTED                                                                               \
     "type, properties, required, additionalProperties, items, prefixItems, minItems, "             \
     "maxItems, uniqueItems (false only), minLength, maxLength, pattern, minimum, maximum, "        \
-    "exclusiveMinimum, exclusiveMaximum (on integers), enum, const, anyOf, oneOf (as anyOf: "      \
-    "exclusivity is not enforced) and $ref"
+    "exclusiveMinimum, exclusiveMaximum, enum, const, anyOf, oneOf (as anyOf: exclusivity "        \
+    "is not enforced) and $ref"
 
 /* The keywords lathe reads, and the annotations it may ignore; anything else is refused. */
 static lt_status sc_check_keywords(struct sc *c, const json_t *s)
@@ -625,7 +625,7 @@ static lt_status sc_integer(struct sc *c, const json_t *s, char *name)
     return st != LT_OK ? st : lt_strbuf_append(c->out, "\n", 1);
 }
 
-/* The bound keyword in s, if any (for numbers, which lathe does not bound). */
+/* The bound keyword in s, if any. */
 static const char *sc_number_bound(const json_t *s)
 {
     static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
@@ -636,6 +636,36 @@ static const char *sc_number_bound(const json_t *s)
     return NULL;
 }
 
+/* A number within s's bounds (there is one), in plain decimal form (json_schema_number.c). */
+static lt_status sc_number(struct sc *c, const json_t *s, char *name)
+{
+    sc_name rule;
+    sc_new_name(c, rule);
+    lt_status st = srv_strbuf_appendf(c->out, "%s ::= ", rule);
+    if (st == LT_OK)
+        st = srv_json_number_range_gbnf(s, sc_where(c), c->out);
+    if (st == LT_OK)
+        st = lt_strbuf_append(c->out, "\n", 1);
+    if (st == LT_OK)
+        snprintf(name, sizeof(sc_name), "%s", rule);
+    return st;
+}
+
+/* Any value, numbers within s's bounds: JSON Schema's bounds leave other types alone. */
+static lt_status sc_bounded_value(struct sc *c, const json_t *s, char *name)
+{
+    sc_name num;
+    lt_status st = sc_number(c, s, num);
+    if (st != LT_OK)
+        return st;
+    char body[128];
+    snprintf(body, sizeof(body), "%s | %s | %s | %s | %s | %s", sc_base(c, SC_OBJECT),
+             sc_base(c, SC_ARRAY), sc_base(c, SC_STRING), num, sc_base(c, SC_BOOLEAN),
+             sc_base(c, SC_NULL));
+    sc_new_name(c, name);
+    return sc_rule(c, name, body);
+}
+
 /* The schema as one type t (its other keywords apply to that type only). */
 static lt_status sc_typed(struct sc *c, const json_t *s, const char *t, char *name)
 {
@@ -643,12 +673,8 @@ static lt_status sc_typed(struct sc *c, const json_t *s, const char *t, char *na
         const char *type;
         unsigned base;
     } plain[] = {{"number", SC_NUMBER}, {"boolean", SC_BOOLEAN}, {"null", SC_NULL}};
-    const char *bound = sc_number_bound(s);
-    if (!strcmp(t, "number") && bound) /* a decimal range's grammar is not built */
-        return lt_fail(LT_ERR_UNSUPPORTED,
-                       "json_schema: '%s' on \"type\": \"number\" (at %s) is not supported; lathe "
-                       "bounds integers only: use \"type\": \"integer\" or leave the bound out",
-                       bound, sc_where(c));
+    if (!strcmp(t, "number") && sc_number_bound(s))
+        return sc_number(c, s, name);
     if (!strcmp(t, "integer"))
         return sc_integer(c, s, name);
     if (!strcmp(t, "object"))
@@ -816,11 +842,8 @@ static lt_status sc_schema(struct sc *c, const json_t *s, char *name)
     else if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") ||
              json_object_get(s, "pattern"))
         st = sc_string(c, s, name);
-    else if (sc_number_bound(s)) /* any value, but numbers bounded: not written */
-        st = lt_fail(LT_ERR_UNSUPPORTED,
-                     "json_schema: '%s' (at %s) without \"type\": \"integer\" is not supported; "
-                     "lathe bounds integers only",
-                     sc_number_bound(s), sc_where(c));
+    else if (sc_number_bound(s))
+        st = sc_bounded_value(c, s, name);
     else
         snprintf(name, sizeof(sc_name), "%s", sc_base(c, SC_VALUE));
     c->depth--;

@@ -9,8 +9,8 @@
  * branches), $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed).
  * Annotations (title, description, default, examples, $schema, $id, $comment, format) are
  * ignored; every other keyword is refused, so what is generated always validates (except
- * oneOf's exclusivity). Bounds on "type": "number" are refused: only integer ranges are
- * written exactly.
+ * oneOf's exclusivity). Bounds are exact, on integers and on numbers alike; a bounded
+ * number is written in plain decimal form, without an exponent.
  *
  * The output's layout: object properties in the schema's order, required ones always,
  * optional ones may be left out; no properties beyond the declared ones when an object
@@ -41,6 +41,14 @@ lt_status srv_json_object_gbnf(struct lt_strbuf *out);
  * zeros, no "-0") of the integers in [lo, hi]; -SRV_JSON_INT_MAX <= lo <= hi <=
  * SRV_JSON_INT_MAX (json_schema_range.c). */
 lt_status srv_json_int_range_gbnf(long long lo, long long hi, struct lt_strbuf *out);
+
+/* Appends a parenthesised GBNF expression matching exactly the plain-decimal JSON texts
+ * (no exponent, at most 16 digits before and after the point) of the numbers within
+ * schema s's minimum, maximum, exclusiveMinimum and exclusiveMaximum, at least one of
+ * which is there; a malformed bound, or bounds that allow nothing, is LT_ERR_INVALID, a
+ * bound with more than 32 decimal places LT_ERR_UNSUPPORTED; `where` goes into the
+ * messages (json_schema_number.c). */
+lt_status srv_json_number_range_gbnf(const json_t *s, const char *where, struct lt_strbuf *out);
 
 /* Appends a parenthesised GBNF expression matching the inside (quotes excluded) of the
  * JSON strings whose value the ECMAScript regular expression `pattern` matches (a search,
