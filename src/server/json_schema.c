@@ -567,16 +567,12 @@ static long long sc_int_bound(const json_t *v, bool upper, bool exclusive)
     return (long long)i;
 }
 
-/* [*lo, *hi] from minimum, maximum, exclusiveMinimum and exclusiveMaximum (a number, or a
- * boolean beside minimum/maximum as in draft 4); *any: none is there. */
-static lt_status sc_int_bounds(struct sc *c, const json_t *s, long long *lo, long long *hi,
-                               bool *any)
+lt_status srv_json_bounds(const json_t *s, const char *where, struct srv_json_bound out[4],
+                          int *n)
 {
     static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
                                        "exclusiveMaximum"};
-    *lo = -SRV_JSON_INT_MAX;
-    *hi = SRV_JSON_INT_MAX;
-    *any = false;
+    *n = 0;
     for (int k = 0; k < 4; k++) {
         json_t *v = json_object_get(s, keys[k]);
         bool upper = k >= 2, excl = k % 2 == 1;
@@ -584,15 +580,32 @@ static lt_status sc_int_bounds(struct sc *c, const json_t *s, long long *lo, lon
             continue;
         if (!json_is_number(v))
             return lt_fail(LT_ERR_INVALID, "json_schema: '%s' (at %s) must be a number%s",
-                           keys[k], sc_where(c), excl ? " (or a boolean, as in draft 4)" : "");
+                           keys[k], where, excl ? " (or a boolean, as in draft 4)" : "");
         if (!excl) /* draft 4: "exclusiveMinimum": true makes minimum exclusive */
             excl = json_is_true(json_object_get(s, keys[k + 1]));
-        long long b = sc_int_bound(v, upper, excl);
-        if (upper && b < *hi)
+        out[(*n)++] = (struct srv_json_bound){keys[k], v, upper, excl};
+    }
+    return LT_OK;
+}
+
+/* [*lo, *hi] from s's bounds (srv_json_bounds); *any: none is there. */
+static lt_status sc_int_bounds(struct sc *c, const json_t *s, long long *lo, long long *hi,
+                               bool *any)
+{
+    struct srv_json_bound bd[4];
+    int n;
+    lt_status st = srv_json_bounds(s, sc_where(c), bd, &n);
+    if (st != LT_OK)
+        return st;
+    *lo = -SRV_JSON_INT_MAX;
+    *hi = SRV_JSON_INT_MAX;
+    *any = n > 0;
+    for (int i = 0; i < n; i++) {
+        long long b = sc_int_bound(bd[i].value, bd[i].upper, bd[i].excl);
+        if (bd[i].upper && b < *hi)
             *hi = b;
-        else if (!upper && b > *lo)
+        else if (!bd[i].upper && b > *lo)
             *lo = b;
-        *any = true;
     }
     if (*lo > SRV_JSON_INT_MAX || *hi < -SRV_JSON_INT_MAX)
         return lt_fail(LT_ERR_UNSUPPORTED,

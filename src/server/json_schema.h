@@ -21,6 +21,7 @@
 #define LATHE_SERVER_JSON_SCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "lathe/status.h"
 #include "lathe/tokenizer.h"
@@ -36,6 +37,19 @@ lt_status srv_json_object_gbnf(struct lt_strbuf *out);
 
 /* The largest integer a schema's grammar writes: 16 digits, as the plain integer rule. */
 #define SRV_JSON_INT_MAX 9999999999999999LL
+
+/* One of a schema's bounds: minimum, exclusiveMinimum, maximum or exclusiveMaximum. */
+struct srv_json_bound {
+    const char *key;
+    const json_t *value; /* a number */
+    bool upper;          /* maximum or exclusiveMaximum */
+    bool excl;           /* exclusive: its key, or draft 4's "exclusiveMinimum": true beside */
+};
+/* Schema s's bounds into out[0..*n) (at most 4): each a number (a boolean exclusive* key is
+ * draft 4's flag, read into its partner); LT_ERR_INVALID names a bound that is not a number
+ * and `where` it is (json_schema.c). */
+lt_status srv_json_bounds(const json_t *s, const char *where, struct srv_json_bound out[4],
+                          int *n);
 
 /* Appends a parenthesised GBNF expression matching exactly the JSON spellings (no leading
  * zeros, no "-0") of the integers in [lo, hi]; -SRV_JSON_INT_MAX <= lo <= hi <=

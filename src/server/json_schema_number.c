@@ -133,32 +133,22 @@ static void nr_tighten(struct nr_side *side, const struct nr_dec *d, bool excl, 
     }
 }
 
-/* The range from minimum, exclusiveMinimum, maximum and exclusiveMaximum (a number, or a
- * boolean beside minimum/maximum as in draft 4). */
+/* The range from s's bounds (srv_json_bounds). */
 static lt_status nr_bounds(const json_t *s, const char *where, struct nr_side *lo,
                            struct nr_side *hi)
 {
-    static const char *const keys[] = {"minimum", "exclusiveMinimum", "maximum",
-                                       "exclusiveMaximum"};
     memset(lo, 0, sizeof(*lo));
     memset(hi, 0, sizeof(*hi));
-    for (int k = 0; k < 4; k++) {
-        json_t *v = json_object_get(s, keys[k]);
-        bool upper = k >= 2, excl = k % 2 == 1;
-        if (!v || (excl && json_is_boolean(v)))
-            continue;
-        if (!json_is_number(v))
-            return lt_fail(LT_ERR_INVALID, "json_schema: '%s' (at %s) must be a number%s", keys[k],
-                           where, excl ? " (or a boolean, as in draft 4)" : "");
-        if (!excl) /* draft 4: "exclusiveMinimum": true makes minimum exclusive */
-            excl = json_is_true(json_object_get(s, keys[k + 1]));
+    struct srv_json_bound bd[4];
+    int n;
+    lt_status st = srv_json_bounds(s, where, bd, &n);
+    for (int i = 0; st == LT_OK && i < n; i++) {
         struct nr_dec d;
-        lt_status st = nr_read(v, keys[k], where, &d);
-        if (st != LT_OK)
-            return st;
-        nr_tighten(upper ? hi : lo, &d, excl, upper);
+        st = nr_read(bd[i].value, bd[i].key, where, &d);
+        if (st == LT_OK)
+            nr_tighten(bd[i].upper ? hi : lo, &d, bd[i].excl, bd[i].upper);
     }
-    return LT_OK;
+    return st;
 }
 
 /* Appends alternative text t to b, after " | " unless it is the first; counts it. */
