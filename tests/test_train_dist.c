@@ -212,11 +212,7 @@ int main(void)
     snprintf(model_path, sizeof(model_path), "%stest_train_dist.gguf", dir);
     for (int r = 0; r < MAX_RANKS; r++)
         snprintf(out_path[r], sizeof(out_path[r]), "%stest_train_dist_out%d.gguf", dir, r);
-    static char buf[4096];
-    buf[0] = 0;
-    for (int i = 0; i < 12; i++)
-        strcat(buf, "the quick brown fox jumps over the lazy dog. ");
-    text = buf;
+    text = tiny_train_text();
     struct tiny_spec sp = {32, 4, 2, 64, 2, LT_TYPE_F32, 7};
     if (tiny_model_write(model_path, &sp) != 0)
         return 1;

@@ -450,11 +450,7 @@ int main(void)
     dir[strlen(dir) - 1] = 0; /* drop the trailing '/' */
     snprintf(model_path, sizeof(model_path), "%s/test_train_job.gguf", dir);
     snprintf(out_path, sizeof(out_path), "%s/test_train_job_out.gguf", dir);
-    static char buf[4096];
-    buf[0] = 0;
-    for (int i = 0; i < 12; i++)
-        strcat(buf, "the quick brown fox jumps over the lazy dog. ");
-    text = buf;
+    text = tiny_train_text();
     struct tiny_spec sp = {32, 4, 2, 64, 2, LT_TYPE_F32, 7};
     if (tiny_model_write(model_path, &sp) != 0)
         return 1;

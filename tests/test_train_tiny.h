@@ -167,4 +167,14 @@ static inline void tiny_path(char *out, size_t size, const char *name)
     snprintf(out, size, "%s/%s", dir && *dir ? dir : "/tmp", name);
 }
 
+/* The text the small training jobs learn: the sentence 12 times (a static buffer). */
+static inline const char *tiny_train_text(void)
+{
+    static char buf[1024];
+    buf[0] = 0;
+    for (int i = 0; i < 12; i++)
+        strcat(buf, "the quick brown fox jumps over the lazy dog. ");
+    return buf;
+}
+
 #endif
