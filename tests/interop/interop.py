@@ -17,6 +17,9 @@ import sys
 
 import numpy as np
 
+from test_server import Checks as ServerChecks  # tests/py
+from test_tokenizer_cross import bytes_to_unicode  # tests/py
+
 SKIP = 77
 LATHE = os.environ.get("LATHE_BIN", "")
 BUILD = os.environ.get("LATHE_BUILD_DIR", "/tmp")
@@ -153,21 +156,6 @@ def gguf_copy(src, dst, fields, extra=None):
     w.close()
 
 
-def byte_chars():
-    """The 256 characters a byte-level BPE vocabulary (GPT-2's, SmolLM2's) writes bytes as:
-    printable Latin-1 stands for itself, every other byte for a character from U+0100 up, in
-    byte order."""
-    keep = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
-    out, extra = {}, 0
-    for b in range(256):
-        if b in keep:
-            out[b] = chr(b)
-        else:
-            out[b] = chr(256 + extra)
-            extra += 1
-    return [out[b] for b in range(256)]
-
-
 def with_byte_vocab(src, dst):
     """src, a vocab-less GGUF (lathe's conversion of a checkpoint without tokenizer files), with
     a byte-level vocabulary added (gguf-py): ids 0..255 the bytes, 256 "th" from the one
@@ -179,7 +167,8 @@ def with_byte_vocab(src, dst):
     r = gguf.GGUFReader(src)
     arch = str(r.fields["general.architecture"].contents())
     V = int(r.fields[f"{arch}.vocab_size"].contents())
-    tokens = byte_chars() + ["th"] + [f"<t{i}>" for i in range(257, V)]
+    b2u = bytes_to_unicode()  # tests/py: the byte-level alphabet
+    tokens = [b2u[b] for b in range(256)] + ["th"] + [f"<t{i}>" for i in range(257, V)]
     assert V >= 257, f"{src}: a vocabulary of {V} cannot hold the bytes"
     extra = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
              "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [1] * V,
@@ -187,19 +176,12 @@ def with_byte_vocab(src, dst):
     gguf_copy(src, dst, {}, extra)
 
 
-class Checks:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-        self.not_run = []
+class Checks(ServerChecks):
+    """tests/py's checks, plus checks that could not run here."""
 
-    def check(self, cond, what):
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
-            print(f"check failed: {what}", flush=True)
-        return cond
+    def __init__(self):
+        super().__init__()
+        self.not_run = []
 
     def cannot_run(self, what, why):
         """A check that could not run here: said, counted, never a silent pass."""

@@ -205,6 +205,7 @@ class Checks:
         else:
             self.failed += 1
             print(f"check failed: {what}", flush=True)
+        return cond
 
     def summary(self):
         print(f"{self.passed} passed, {self.failed} failed", flush=True)
