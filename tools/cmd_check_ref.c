@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "lathe/autodiff.h"
@@ -270,15 +271,22 @@ out:
     return st;
 }
 
-/* --logits-out: n floats, raw (the host is little-endian, as GGUF assumes) */
+/* --logits-out: n floats, raw (the host is little-endian, as GGUF assumes), written to a
+ * temporary file that replaces path only when whole */
 static lt_status write_logits(const char *path, const float *logits, int64_t n)
 {
-    FILE *f = fopen(path, "wb");
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof(tmp))
+        return lt_fail(LT_ERR_INVALID, "--logits-out %s: the path is too long", path);
+    FILE *f = fopen(tmp, "wb");
     if (!f)
         return lt_fail(LT_ERR_IO, "--logits-out %s: cannot open for writing", path);
     size_t wrote = fwrite(logits, sizeof(float), (size_t)n, f);
-    if (fclose(f) != 0 || wrote != (size_t)n)
-        return lt_fail(LT_ERR_IO, "--logits-out %s: short write", path);
+    bool ok = fclose(f) == 0 && wrote == (size_t)n && rename(tmp, path) == 0;
+    if (!ok) {
+        remove(tmp);
+        return lt_fail(LT_ERR_IO, "--logits-out %s: the write failed", path);
+    }
     return LT_OK;
 }
 
