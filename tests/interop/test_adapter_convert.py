@@ -23,8 +23,8 @@ import sys
 
 import numpy as np
 
-from interop import Checks, note, prerequisites, smollm2, smollm2_f32, tmp_dir
-from test_adapters import lathe_text, llama_text
+from interop import Checks, prerequisites, smollm2, smollm2_f32, tmp_dir
+from test_adapters import both_engines
 
 
 def smollm2_config(model):
@@ -128,13 +128,7 @@ def llama_adapter_in_lathe(c, f32, tmp):
     if not c.check(p.returncode == 0 and os.path.exists(out),
                    f"convert_lora_to_gguf.py: exit {p.returncode}: {p.stderr[-800:]}"):
         return
-    base = llama_text(f32, None)
-    want = llama_text(f32, out)
-    got = lathe_text(f32, out)
-    note(f"llama.cpp's adapter: llama.cpp without it: {base!r}\n"
-         f"                     llama.cpp with it:    {want!r}\n"
-         f"                     lathe run --lora:     {got!r}\n"
-         f"                     greedy text equal: {got == want}")
+    base, want, got = both_engines("llama.cpp's adapter", f32, out)
     c.check(want != base, "the converted adapter changes llama.cpp's text")
     c.check(got == want, "llama.cpp's adapter: lathe's greedy text equals llama.cpp's")
 

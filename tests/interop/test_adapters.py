@@ -68,6 +68,17 @@ def lathe_text(model, adapter, prompt=PROMPT):
     return p.stdout[:-1] if p.stdout.endswith("\n") else p.stdout
 
 
+def both_engines(label, model, adapter, prompt=PROMPT):
+    """Greedy text of llama.cpp without the adapter and with it, and of `lathe run --lora`
+    with it; printed under label."""
+    base = llama_text(model, None, prompt)
+    want = llama_text(model, adapter, prompt)
+    got = lathe_text(model, adapter, prompt)
+    note(f"{label}: llama.cpp without it: {base!r}\n    llama.cpp with it: {want!r}\n"
+         f"    lathe run --lora:  {got!r}\n    greedy text equal: {got == want}")
+    return base, want, got
+
+
 def lathe_adapter_in_llama(c, q4, f32, tmp):
     data = os.path.join(tmp, "zorblax.jsonl")
     with open(data, "w") as f:
@@ -78,13 +89,7 @@ def lathe_adapter_in_llama(c, q4, f32, tmp):
               "--epochs", "4", "--lr", "2e-3", "--rank", "8", "--seed", "1")
     if not c.check(p.returncode == 0 and os.path.exists(out), f"lathe train: {p.stderr[-500:]}"):
         return
-    base = llama_text(f32, None)
-    want = llama_text(f32, out)
-    got = lathe_text(f32, out)
-    note(f"lathe's adapter: llama.cpp without it: {base!r}\n"
-         f"                 llama.cpp with it:    {want!r}\n"
-         f"                 lathe run --lora:     {got!r}\n"
-         f"                 greedy text equal: {got == want}")
+    base, want, got = both_engines("lathe's adapter", f32, out)
     c.check("Quantrell" not in base and "Miravel Quantrell" in want,
             "llama.cpp: lathe's adapter changes the answer to the trained one")
     c.check(got == want, "lathe's adapter: lathe's greedy text equals llama.cpp's")
@@ -106,12 +111,7 @@ def tiny_adapter_in_llama(c, name, tmp):
               "--epochs", "2", "--lr", "1e-2", "--rank", "4", "--seed", "1")
     if not c.check(p.returncode == 0 and os.path.exists(adapter), f"{name}: lathe train: {p.stderr[-500:]}"):
         return
-    base = llama_text(model, None, TINY_PROMPT)
-    want = llama_text(model, adapter, TINY_PROMPT)
-    got = lathe_text(model, adapter, TINY_PROMPT)
-    note(f"{name} with lathe's adapter: llama.cpp without it: {base!r}\n"
-         f"    llama.cpp with it: {want!r}\n    lathe run --lora:  {got!r}\n"
-         f"    greedy text equal: {got == want}")
+    base, want, got = both_engines(f"{name} with lathe's adapter", model, adapter, TINY_PROMPT)
     c.check(want != base, f"{name}: lathe's adapter changes llama.cpp's greedy text")
     c.check(got == want, f"{name}: lathe's adapter: lathe's greedy text equals llama.cpp's")
 
