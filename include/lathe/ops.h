@@ -174,6 +174,18 @@ enum lt_delta_net_path {
     LT_DELTA_NET_PATH_CHUNKED,
 };
 void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path);
+/* The precision of a DELTA_NET or DELTA_NET_BACK node's matrix products (op_params[2]). F32,
+ * the default, keeps float32's precision everywhere. TF32 lets a device round the operands
+ * of its chunked kernels' products to TF32 (10-bit mantissas, F32 accumulation): a third of
+ * their tensor-core work, each product ~1e-3 off in relative terms, which training with
+ * BF16 products (whose operands have 7-bit mantissas) can take. The CPU computes in F32
+ * either way; the per-token kernels have no products to round. The backward rule passes
+ * the forward's precision on to DELTA_NET_BACK. */
+enum lt_delta_net_prec {
+    LT_DELTA_NET_PREC_F32 = 0,
+    LT_DELTA_NET_PREC_TF32,
+};
+void lt_delta_net_set_prec(struct lt_tensor *r, enum lt_delta_net_prec prec);
 
 /* One token of a Gated DeltaNet layer for each of S sequences, from its projections to its
  * gated norm (inference only, no backward rule): for each sequence, the causal conv of the

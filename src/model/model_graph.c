@@ -24,7 +24,8 @@
  *
  * Training on a device (adapters->bf16_products) rounds instead the operands of every
  * product by an F32 weight to BF16 just before it (lt_cont_as), so the products and their
- * gradients run on BF16 matrix units; the activations themselves stay F32. */
+ * gradients run on BF16 matrix units; the activations themselves stay F32. The delta rule's
+ * products then run in one TF32 product instead of three (LT_DELTA_NET_PREC_TF32). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,8 +74,10 @@ static struct lt_tensor *bf16_act(struct lt_mb *b, struct lt_tensor *x)
     return b->bf16_act;
 }
 
-/* w x, plus scale * B (A x) for each LoRA adapter of w. With bf16_products, an F32 weight
- * matrix and x are rounded to BF16 first (the adapters' small products stay F32). */
+/* w x, plus B (scale * A x) for each LoRA adapter of w: the scale meets the rank-r A x, not
+ * the output (a pass over [r, T] instead of [rows, T], forward and backward). With
+ * bf16_products, an F32 weight matrix and x are rounded to BF16 first (the adapters' small
+ * products stay F32). */
 /* whether a product by wr (a weight as the graph reads it) rounds to BF16 */
 static bool bf16_product(const struct lt_mb *b, const struct lt_tensor *wr)
 {
@@ -96,9 +99,9 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
         if (l->w != w)
             continue;
         struct lt_tensor *ax = lt_mul_mat(b->ctx, l->a, x);
-        struct lt_tensor *bax = lt_mul_mat(b->ctx, l->b, ax);
-        if (bax && l->scale != 1.0f)
-            bax = lt_scale(b->ctx, bax, l->scale);
+        if (ax && l->scale != 1.0f)
+            ax = lt_scale(b->ctx, ax, l->scale);
+        struct lt_tensor *bax = ax ? lt_mul_mat(b->ctx, l->b, ax) : NULL;
         if (!bax)
             return NULL;
         lt_format_name(ax, "lora_a %s", w->name);
@@ -204,8 +207,17 @@ static struct lt_tensor *add_bias(struct lt_mb *b, struct lt_tensor *x, struct l
     return bias && x ? lt_add(b->ctx, x, W(b, bias)) : x;
 }
 
+/* t rounded to BF16 when the step's products are (bf16_products), else t */
+static struct lt_tensor *bf16_operand(struct lt_mb *b, struct lt_tensor *t)
+{
+    return t && b->ad && b->ad->bf16_products ? lt_cont_as(b->ctx, t, LT_TYPE_BF16) : t;
+}
+
 /* Scaled dot-product attention. q [D, H, n_tokens * n_seqs] (roped), k and v
- * [D, H_kv, n_kv, n_seqs] (any strides). Result [D * H, n_tokens * n_seqs]. */
+ * [D, H_kv, n_kv, n_seqs] (any strides). Result [D * H, n_tokens * n_seqs]. With
+ * bf16_products, q, k, v and the probabilities meet the two products (and their gradients'
+ * four) as BF16, so all six run on BF16 matrix units; the scores, the softmax and the
+ * gradients stay F32. */
 static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
                                    struct lt_tensor *k, struct lt_tensor *v)
 {
@@ -215,11 +227,13 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
     struct lt_tensor *qp = lt_permute(ctx, q4, 0, 2, 1, 3); /* [D, T, H, S] */
     struct lt_tensor *kp = lt_permute(ctx, k, 0, 2, 1, 3);              /* [D, n_kv, H_kv, S] */
-    struct lt_tensor *kq = named(lt_mul_mat(ctx, kp, qp), "kq", il);
+    struct lt_tensor *kq =
+        named(lt_mul_mat(ctx, bf16_operand(b, kp), bf16_operand(b, qp)), "kq", il);
     struct lt_tensor *p = named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D), b->causal),
                                 "kq_soft_max", il); /* [n_kv, T, H, S] */
     struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3); /* [n_kv, D, H_kv, S] */
-    struct lt_tensor *kqv = named(lt_mul_mat(ctx, vt, p), "kqv", il); /* [D, T, H, S] */
+    struct lt_tensor *kqv =
+        named(lt_mul_mat(ctx, bf16_operand(b, vt), bf16_operand(b, p)), "kqv", il); /* [D, T, H, S] */
     struct lt_tensor *o = lt_permute(ctx, kqv, 0, 2, 1, 3); /* [D, H, T, S] */
     o = named(lt_cont(ctx, o), "kqv_merged", il);
     return lt_reshape_2d(ctx, o, D * H, T * S);
@@ -399,6 +413,8 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         state = named(lt_fill(ctx, like, 0.0f), "state_zero", il);
     }
     struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk));
+    if (b->ad && b->ad->bf16_products)
+        lt_delta_net_set_prec(r, LT_DELTA_NET_PREC_TF32);
     if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
         return st;
     struct lt_tensor *o =

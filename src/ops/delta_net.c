@@ -101,6 +101,12 @@ void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path)
         lt_set_param_i32(r, 1, (int32_t)path);
 }
 
+void lt_delta_net_set_prec(struct lt_tensor *r, enum lt_delta_net_prec prec)
+{
+    if (r && (r->op == LT_OP_DELTA_NET || r->op == LT_OP_DELTA_NET_BACK))
+        lt_set_param_i32(r, 2, (int32_t)prec);
+}
+
 static bool is_op(const struct lt_tensor *r, enum lt_op op, const char *what)
 {
     if (r && r->op == op)
@@ -945,6 +951,7 @@ static lt_status dn_backward(struct lt_autodiff *ad, struct lt_tensor *node)
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());
+    lt_delta_net_set_prec(r, (enum lt_delta_net_prec)lt_get_param_i32(node, 2));
     for (int i = 0; i < SRC_COUNT; i++) {
         if (!lt_ad_wants(ad, s[i]))
             continue;

@@ -35,6 +35,12 @@ static double mm_f32_worst;
  * float additions (~1e-12 here), so such cases are held to TOL_MMVQ_SAME: a wrong scale,
  * rounding or block order would show as ~1e-5. */
 #define TOL_MMVQ_SAME 1e-9
+/* DELTA_NET(_BACK) of LT_DELTA_NET_PREC_TF32 against the CPU's F32: every operand of the
+ * chunked kernels' products is rounded to TF32 (relative error up to 2^-11, ~2.8e-4 rms), so a
+ * product of random terms is ~3e-4 off in relative terms and its normalised squared error
+ * ~1e-7; the chain of products (T, U, the states, dR) grows that by some factor. 1e-4 leaves
+ * room for it, and a wrong term or index is O(1). */
+#define TOL_DN_TF32 1e-4
 
 static bool env_is(const char *name, const char *value)
 {
@@ -707,7 +713,8 @@ static struct lt_tensor *b_ssm_conv(struct build *b, const struct params *p)
 }
 
 /* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward; f[0] nonzero: the
- * initial state is zeros (a sequence with no state before it) */
+ * initial state is zeros (a sequence with no state before it); f[1] nonzero: the node is
+ * LT_DELTA_NET_PREC_TF32 */
 static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 {
     const int64_t sk = p->ne[0], sv = p->ne[1], nt = p->ne[2], nb = p->ne[3], hk = p->i[0],
@@ -727,10 +734,12 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
         struct lt_tensor *gr = mk(b, LT_TYPE_F32, L_CONTIG, sv, hv, nt + sk, nb, FILL_UNIFORM, -1, 1);
         struct lt_tensor *r = lt_delta_net_back(b->ctx, gr, q, k, v, g, beta, st, 0.25f);
         lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
+        lt_delta_net_set_prec(r, p->f[1] != 0.0f ? LT_DELTA_NET_PREC_TF32 : LT_DELTA_NET_PREC_F32);
         return r;
     }
     struct lt_tensor *r = lt_delta_net(b->ctx, q, k, v, g, beta, st, 0.25f);
     lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
+    lt_delta_net_set_prec(r, p->f[1] != 0.0f ? LT_DELTA_NET_PREC_TF32 : LT_DELTA_NET_PREC_F32);
     return r;
 }
 
@@ -953,6 +962,28 @@ static void test_recurrent_loss_optim(void)
                     else
                         unsetenv("LATHE_DN_BACK");
                 }
+            }
+    /* LT_DELTA_NET_PREC_TF32 (training on a device): the chunk-parallel forward and backward
+     * in one TF32 product instead of three, against the CPU's F32 under TOL_DN_TF32: tails,
+     * packed sequences, grouped heads, an initial state and none, Qwen3.5-0.8B's shape */
+    static const int64_t tdims[][4] = {{16, 12, 65, 2}, {20, 40, 150, 2}, {128, 128, 150, 2},
+                                       {128, 128, 200, 3}, {128, 128, 512, 16}};
+    static const int theads[][2] = {{2, 4}, {1, 2}, {2, 4}, {4, 8}, {16, 16}};
+    for (int back = 0; back < 2; back++)
+        for (int d = 0; d < 5; d++)
+            for (int zero = 0; zero < 2; zero++) {
+                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                memcpy(p.ne, tdims[d], sizeof(p.ne));
+                p.i[0] = theads[d][0], p.i[1] = theads[d][1], p.i[3] = back;
+                p.i[2] = back ? LT_DELTA_NET_PATH_AUTO : LT_DELTA_NET_PATH_CHUNKED;
+                p.f[0] = (float)zero, p.f[1] = 1.0f;
+                char what[64];
+                snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld tf32%s",
+                         (long long)tdims[d][0], (long long)tdims[d][1], theads[d][0],
+                         theads[d][1], (long long)tdims[d][2], (long long)tdims[d][3],
+                         zero ? " no-state" : "");
+                run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
+                         lbl(layout_names[L_CONTIG], what), TOL_DN_TF32, b_delta_net, &p);
             }
 
     /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with

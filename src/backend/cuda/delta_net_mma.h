@@ -14,7 +14,9 @@ namespace wmma = nvcuda::wmma;
 
 /* Cm (+)= alpha diag(rs) A B over M x N x K on tensor cores, in three TF32 products
  * (A_hi B + A B_lo + A_lo B with A = A_hi + A_lo rounded to TF32 twice), which keeps about
- * F32's precision: one TF32 product would put the gradients ~1e-3 off. A(m, k) is
+ * F32's precision: one TF32 product would put the gradients ~1e-3 off. With TF1 it is that
+ * one product (A and B rounded to TF32 to nearest, F32 accumulation): a third of the
+ * tensor-core work and no split, for nodes that allow it (LT_DELTA_NET_PREC_TF32). A(m, k) is
  * A[m * lda + k] (LA row-major) or A[m + k * lda] (column-major), B(k, n) likewise; M and N
  * are multiples of 16, K of 8, lda and ldb of 4, and every operand 32-byte aligned. A warp
  * takes a 16 x 16 output tile at a time, through its 256 floats of tmp, and stores only rows
@@ -32,7 +34,15 @@ template <typename F> static __device__ __forceinline__ void cb_split(F &hi, F &
     }
 }
 
-template <typename LA, typename LB>
+/* the fragment's elements rounded to TF32, to nearest */
+template <typename F> static __device__ __forceinline__ void cb_round(F &f)
+{
+#pragma unroll
+    for (int i = 0; i < f.num_elements; i++)
+        f.x[i] = wmma::__float_to_tf32(f.x[i]);
+}
+
+template <typename LA, typename LB, bool TF1>
 static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
                               int ldb, int M, int N, int K, float alpha, bool acc, const float *rs,
                               int m_valid, int n_valid, float *tmp)
@@ -60,10 +70,15 @@ static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, c
             wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
             wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
             wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
-            cb_split(a, a_lo);
-            cb_split(b, b_lo);
-            wmma::mma_sync(c, a_lo, b, c);
-            wmma::mma_sync(c, a, b_lo, c);
+            if (TF1) {
+                cb_round(a);
+                cb_round(b);
+            } else {
+                cb_split(a, a_lo);
+                cb_split(b, b_lo);
+                wmma::mma_sync(c, a_lo, b, c);
+                wmma::mma_sync(c, a, b_lo, c);
+            }
             wmma::mma_sync(c, a, b, c);
         }
         wmma::store_matrix_sync(t, c, 16, wmma::mem_row_major);
@@ -79,7 +94,8 @@ static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, c
 }
 
 /* cb_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one stride of
- * each 1 (which picks the layouts) */
+ * each 1 (which picks the layouts); TF1 as cb_mma's */
+template <bool TF1 = false>
 static __device__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac,
                              const float *B, int br, int bc, int M, int N, int K, float alpha,
                              bool acc, const float *rs = NULL, int m_valid = 1 << 30,
@@ -88,13 +104,13 @@ static __device__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A,
     using RM = wmma::row_major;
     using CM = wmma::col_major;
     if (ac == 1 && bc == 1)
-        cb_mma<RM, RM>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<RM, RM, TF1>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else if (ac == 1)
-        cb_mma<RM, CM>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<RM, CM, TF1>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else if (bc == 1)
-        cb_mma<CM, RM>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<CM, RM, TF1>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else
-        cb_mma<CM, CM>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<CM, CM, TF1>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
 }
 
 /* st(r, c, ld(r, c)) for every r < rows, c < cols: warp w takes rows w, w + 8, ..., lane l

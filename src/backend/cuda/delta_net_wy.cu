@@ -47,7 +47,8 @@
  *         with grouped heads they go to partials that delta_net.cu's reduction adds over the
  *         value heads of a key head.
  * Every product runs on tensor cores in three TF32 products (cb_mma, delta_net_mma.h), so the
- * precision stays F32's; T's substitution and the gates are plain F32 (exponents G_r - G_s
+ * precision stays F32's, or in one TF32 product for a node of LT_DELTA_NET_PREC_TF32 (the
+ * kernels' template flag TF1: training on a device, whose other products round to BF16); T's substitution and the gates are plain F32 (exponents G_r - G_s
  * with s <= r only). A tail chunk (T not a multiple of 64) is padded with zero q, k, v, beta
  * and g, which makes its extra rows of U and dR zero (and of T the identity's). Scratch for
  * 16 x 512 tokens, 16 heads, S_k = S_v = 128: ~639 MB (dn_wy_plan's offsets), against the
@@ -241,7 +242,7 @@ static __device__ void wy_gates(const struct dn_srcs &s, int64_t h, int64_t b, i
 /* K, Q [C][ldk]; V [C][ldw]; Ab, P, T [C][ldc]; vectors G, B; tiles. Scratch: G and beta,
  * Ab, P, F, G2, Uv (in U's place) and Wk; FORWARD (DELTA_NET's plan): G and beta, P, Uv and
  * Wk alone. */
-template <bool FORWARD>
+template <bool FORWARD, bool TF1>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -267,8 +268,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
         [&](int r, int j, float x) { V[r * lw + j] = x; });
     wy_gates(a.s, h, b, t0, n, G, Bv);
     __syncthreads();
-    cb_mm(tmp, Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
-    cb_mm(tmp, Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
+    cb_mm<TF1>(tmp, Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
+    cb_mm<TF1>(tmp, Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
     __syncthreads();
     /* the gates and masks; T starts as the identity; then the rows of V and K scaled for
      * Uv = T (B V), Wk = T (B e^G K) (into Q's place: Q is done) and G2 = T^T (El K) */
@@ -304,12 +305,12 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     wy_solve64(Ab, Bv, lc, T, lc);
     __syncthreads();
     /* Uv = T (B V), Wk = T (B e^G K); for bwd F = T^T P^T and G2 = T^T (El K) */
-    cb_mm(tmp, wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
-    cb_mm(tmp, wy_rows_k(a, P.off_wk, ci), skp, T, lc, 1, Q, lk, 1, C, skp, C, 1.0f, false);
+    cb_mm<TF1>(tmp, wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
+    cb_mm<TF1>(tmp, wy_rows_k(a, P.off_wk, ci), skp, T, lc, 1, Q, lk, 1, C, skp, C, 1.0f, false);
     if (FORWARD)
         return;
-    cb_mm(tmp, wy_cc(a, P.off_f, ci), C, T, 1, lc, Pm, 1, lc, C, C, C, 1.0f, false);
-    cb_mm(tmp, wy_rows_k(a, P.off_g2, ci), skp, T, 1, lc, K, lk, 1, C, skp, C, 1.0f, false);
+    cb_mm<TF1>(tmp, wy_cc(a, P.off_f, ci), C, T, 1, lc, Pm, 1, lc, C, C, C, 1.0f, false);
+    cb_mm<TF1>(tmp, wy_rows_k(a, P.off_g2, ci), skp, T, 1, lc, K, lk, 1, C, skp, C, 1.0f, false);
 }
 
 /* ---- fwd: the states at the chunk starts ---- */
@@ -317,7 +318,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
 /* block (b * H_v + h) * cblocks + c: columns c * cv .. of value head h of sequence b.
  * S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv]; vectors El; tiles. FORWARD (DELTA_NET): the
  * state after the last chunk goes to the result's rows T.. too. */
-template <bool FORWARD>
+template <bool FORWARD, bool TF1>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -357,7 +358,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
         wy_async_wait();
         __syncthreads();
         /* U = Uv - Wk S0 */
-        cb_mm(tmp, U, lv, Wk, lk, 1, S0, lv, 1, C, cv, skp, -1.0f, true);
+        cb_mm<TF1>(tmp, U, lv, Wk, lk, 1, S0, lv, 1, C, cv, skp, -1.0f, true);
         __syncthreads();
         /* U to scratch; then S0 = eL S0 + K^T diag(El) U */
         for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
@@ -369,7 +370,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
         for (int e = threadIdx.x; e < skp * cv; e += blockDim.x)
             S0[(e / cv) * lv + e % cv] *= eL;
         __syncthreads();
-        cb_mm(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
+        cb_mm<TF1>(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
         __syncthreads();
     }
     if (FORWARD) { /* S[i][j] at row T + i of DELTA_NET's result [S_v, H_v, T + S_k, B] */
@@ -388,6 +389,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
 /* The blocks of fwd. dS [skp][ldv]; Q over K [2C][ldk]; F [C][ldc]; G2 [C][ldk];
  * Do [C][ldv]; Z [2C][ldv] (e^G Do over -e^G beta dR, the right side of dS's update by
  * [Q; K]^T); vectors eG, B; tiles. A chunk is two rounds of products: dR, then dS. */
+template <bool TF1>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -447,8 +449,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
         __syncthreads();
         /* dR = T^T (P^T Do + diag(El) K dS) = F Do + G2 dS into Z's bottom (the same tiles
          * a warp: no barrier between); Z's top = diag(e^G) Do */
-        cb_mm(tmp, Zb, lv, F, lc, 1, Do, lv, 1, C, cv, C, 1.0f, false);
-        cb_mm(tmp, Zb, lv, G2, lk, 1, dS, lv, 1, C, cv, skp, 1.0f, true);
+        cb_mm<TF1>(tmp, Zb, lv, F, lc, 1, Do, lv, 1, C, cv, C, 1.0f, false);
+        cb_mm<TF1>(tmp, Zb, lv, G2, lk, 1, dS, lv, 1, C, cv, skp, 1.0f, true);
         for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
             const int r = e / cv, jj = e % cv;
             Z[r * lv + jj] = eG[r] * Do[r * lv + jj];
@@ -465,7 +467,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
             dS[(e / cv) * lv + e % cv] *= eL;
         __syncthreads();
         /* dS += [Q; K]^T Z = Q^T diag(e^G) Do - K^T diag(e^G beta) dR */
-        cb_mm(tmp, dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
+        cb_mm<TF1>(tmp, dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
         __syncthreads();
     }
     float *dstate = a.out + L.off_state;
@@ -481,6 +483,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
 /* Do, U, dR [C][ldw]; region A: M1, M2 [C][ldc], then the slices S0s, dSs [skp][lds] and
  * Y [C][lds]; region B: P, Ab [C][ldc], then Q, K [C][ldk]; vectors; tiles. The steps are
  * cback_chunk's (src/ops/delta_net.c), regrouped; each line's comment names its term. */
+template <bool TF1>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -549,8 +552,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     wy_async_wait();
     __syncthreads();
     /* O = P U: M1 = Do U^T (dP on s <= r); A = B Ab with RHS's solve: M2 = dA = -dR U^T */
-    cb_mm(tmp, M1, lc, Do, lw, 1, U, 1, lw, C, C, svp, 1.0f, false);
-    cb_mm(tmp, M2, lc, dR, lw, 1, U, 1, lw, C, C, svp, -1.0f, false);
+    cb_mm<TF1>(tmp, M1, lc, Do, lw, 1, U, 1, lw, C, C, svp, 1.0f, false);
+    cb_mm<TF1>(tmp, M2, lc, dR, lw, 1, U, 1, lw, C, C, svp, -1.0f, false);
     /* dX = B dR is dv; and dR . V, dbeta's part of dR . X (X = V - e^G W), a warp a row */
     float *dv = a.out + L.off_v;
     for (int e = threadIdx.x; e < n * sv; e += blockDim.x) {
@@ -611,10 +614,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     __syncthreads();
     /* dq = dQK K, dk = dQK^T Q + dKK K + dKK^T K: every product of dq and of dk has the
      * same tiles a warp, so each accumulates in the result with no barrier */
-    cb_mm(tmp, dQo, ldq, M1, lc, 1, K, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
-    cb_mm(tmp, dKo, ldq, M1, 1, lc, Q, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
-    cb_mm(tmp, dKo, ldq, M2, lc, 1, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
-    cb_mm(tmp, dKo, ldq, M2, 1, lc, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm<TF1>(tmp, dQo, ldq, M1, lc, 1, K, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm<TF1>(tmp, dKo, ldq, M1, 1, lc, Q, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm<TF1>(tmp, dKo, ldq, M2, lc, 1, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm<TF1>(tmp, dKo, ldq, M2, 1, lc, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
     __syncthreads();
     /* the states' terms, cs columns at a time (over M1 and M2) */
     const float *gs0 = wy_state(a, P.off_s0, ci), *gds = wy_state(a, P.off_ds, ci);
@@ -626,15 +629,15 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         __syncthreads();
         /* dq += diag(e^G) Do S0^T; dk += diag(El) U dS^T (the end state's term) and
          * dW S0^T with dW = -diag(e^G beta) dR */
-        cb_mm(tmp, dQo, ldq, Do + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, eG, n, sk);
-        cb_mm(tmp, dKo, ldq, U + j0, lw, 1, dSs, 1, ls, C, skp, cs, 1.0f, true, El, n, sk);
-        cb_mm(tmp, dKo, ldq, dR + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, mEB, n, sk);
+        cb_mm<TF1>(tmp, dQo, ldq, Do + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, eG, n, sk);
+        cb_mm<TF1>(tmp, dKo, ldq, U + j0, lw, 1, dSs, 1, ls, C, skp, cs, 1.0f, true, El, n, sk);
+        cb_mm<TF1>(tmp, dKo, ldq, dR + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, mEB, n, sk);
         for (int e = threadIdx.x; e < skp * cs; e += blockDim.x) {
             const int i = e / cs, jj = e % cs;
             ss += (double)dSs[i * ls + jj] * S0s[i * ls + jj];
         }
         /* Do_r . (Q S0)_r */
-        cb_mm(tmp, Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1>(tmp, Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(Do + j0, lw, Y, ls, cs);
@@ -643,7 +646,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
         __syncthreads();
         /* U_r . (K dS)_r */
-        cb_mm(tmp, Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1>(tmp, Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(U + j0, lw, Y, ls, cs);
@@ -652,7 +655,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
         __syncthreads();
         /* dR_r . W_r, W = K S0 */
-        cb_mm(tmp, Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1>(tmp, Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(dR + j0, lw, Y, ls, cs);
@@ -691,6 +694,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
  * (K = skp + C), stored by the tiles straight into DELTA_NET's result: rows past the chunk's
  * tokens and columns past S_v are not stored. Small enough for two blocks an SM at S_k =
  * S_v = 128 (co 64: ~111 KiB). */
+template <bool TF1>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -718,7 +722,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
     wy_async_wait();
     __syncthreads();
     float *o = a.out + ((b * (L.nt + L.sk) + t0) * L.hv + h) * L.sv + j0;
-    cb_mm(tmp, o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
+    cb_mm<TF1>(tmp, o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
           sv - j0);
 }
 
@@ -742,15 +746,20 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     if (st != LT_OK)
         return st;
     a.scr = (float *)scratch;
+    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32;
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{dn_wy_prep_kernel<false>, P.shared_prep, P.chunks, "delta_net_back_prep"},
-              {dn_wy_fwd_kernel<false>, P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
-              {dn_wy_bwd_kernel, P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
-              {dn_wy_grad_kernel, P.shared_grad, P.chunks, "delta_net_back_grad"}};
+    } ks[] = {{tf1 ? dn_wy_prep_kernel<false, true> : dn_wy_prep_kernel<false, false>,
+               P.shared_prep, P.chunks, "delta_net_back_prep"},
+              {tf1 ? dn_wy_fwd_kernel<false, true> : dn_wy_fwd_kernel<false, false>,
+               P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
+              {tf1 ? dn_wy_bwd_kernel<true> : dn_wy_bwd_kernel<false>, P.shared_bwd,
+               P.state_blocks, "delta_net_back_bwd"},
+              {tf1 ? dn_wy_grad_kernel<true> : dn_wy_grad_kernel<false>, P.shared_grad, P.chunks,
+               "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)ks[i].shared),
@@ -794,14 +803,18 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
             return st;
     }
     a.scr = (float *)scratch;
+    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32;
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{dn_wy_prep_kernel<true>, P.shared_prep, P.chunks, "delta_net_prep"},
-              {dn_wy_fwd_kernel<true>, P.shared_fwd, P.state_blocks, "delta_net_fwd"},
-              {dn_wy_out_kernel, P.shared_out, P.out_blocks, "delta_net_out"}};
+    } ks[] = {{tf1 ? dn_wy_prep_kernel<true, true> : dn_wy_prep_kernel<true, false>,
+               P.shared_prep, P.chunks, "delta_net_prep"},
+              {tf1 ? dn_wy_fwd_kernel<true, true> : dn_wy_fwd_kernel<true, false>, P.shared_fwd,
+               P.state_blocks, "delta_net_fwd"},
+              {tf1 ? dn_wy_out_kernel<true> : dn_wy_out_kernel<false>, P.shared_out,
+               P.out_blocks, "delta_net_out"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         lt_status st =
             cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
