@@ -35,6 +35,8 @@
 #           jobs (parity, the BF16-product full fine-tune, refusal), bench/bench_train.sh
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
 #           at 16x512 under LATHE_CUDA_PROFILE
+#   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
+#           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
 #   smol    joins it with .smolB; `lathe run --chat --backend cuda` on the capital of France;
 #           a LoRA teaching the Zorblax fact through `lathe train --backend cuda`
@@ -542,6 +544,23 @@ phase_tprof() {
     done
 }
 
+# prec: (after tprof, which writes the 16x512 text) the full fine-tune's first steps with the
+# device's default precision (BF16 products, TF32 delta rule, BF16 attention operands) against
+# --f32-products (every product F32, the delta rule in three TF32 products): the loss curves
+# side by side, and tokens/s
+phase_prec() {
+    local txt=$W/bench_text_16x512.txt mode
+    [ -f "$txt" ] || { row "prec" "skipped: no $txt (run tprof first)"; return; }
+    for mode in default f32; do
+        local extra=""
+        [ $mode = f32 ] && extra="--f32-products"
+        timeout 120 $L train -m $W/q08-bf16.gguf --text "$txt" --out $W/prec-out.gguf --backend cuda \
+            --device-only --window 512 --batch-tokens 8192 --epochs 1 \
+            --full --lr 1e-5 $extra >"$out/prec_$mode.log" 2>&1
+        row "full 16x512 $mode precision" "rc $? $(grep -oE 'loss [0-9.]+' "$out/prec_$mode.log" | awk '{printf "%s ", $2}')$(grep -oE '\([0-9]+ tokens/s\)' "$out/prec_$mode.log" | tail -1)"
+    done
+}
+
 # dnback: the chunked DeltaNet backward: its conformance cases, check-ref of the tiny
 # Qwen3.5 golden on CUDA, the CUDA training jobs, then phase trainspeed's bench and profile
 # (PEER=none skips HF there)
@@ -553,7 +572,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
