@@ -2,6 +2,7 @@
 """bench_serve.py: batched decode through `lathe serve`, as clients see it.
 
   bench_serve.py LATHE MODEL.gguf [--streams 1,4,16,64] [--tokens 128] [--backend cuda]
+                 [--server-log DIR]
 
 For each number of streams N: a server with --parallel N (so all N decode in one batch)
 starts, warms up with one request, then N clients each stream one completion of --tokens
@@ -14,6 +15,10 @@ markdown table last, with the ratio of each aggregate to one stream's, and where
 step's time went by the server's own counters (/metrics): the model (the batched forward,
 logits copied to the host) and the sampling after it (sampling, detokenizing, stops,
 streaming).
+
+Each server's stdout and stderr go to DIR/serve_N.log with --server-log (kept: a server run
+under LATHE_CUDA_PROFILE prints its table there when SIGTERM stops it, as every server here is
+stopped), else to a temporary file, shown in part when the server fails.
 
 `requests` alone (the H200 image has no `openai` package). Exits 1 when a request fails.
 """
@@ -120,11 +125,16 @@ def run(lathe, model, backend, n, n_tokens, log):
                 "tokens_per_s": total / wall if ends else 0.0,
                 "p50_ms": 1e3 * pct(gaps, 0.5), "p95_ms": 1e3 * pct(gaps, 0.95), "errors": errors}
     finally:
+        # SIGTERM: the server shuts down in order (what LATHE_CUDA_PROFILE's table needs)
         proc.terminate()
         try:
-            proc.wait(timeout=60)
+            rc = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+            rc = "killed after 60 s"
+        if rc != 0:
+            print(f"{n} streams: lathe serve did not exit cleanly on SIGTERM (rc {rc})",
+                  file=sys.stderr)
 
 
 def metrics(base):
@@ -161,18 +171,24 @@ def main():
     ap.add_argument("--streams", default="1,4,16,64")
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--backend", default=os.environ.get("LATHE_SERVE_BACKEND", "cuda"))
+    ap.add_argument("--server-log", metavar="DIR",
+                    help="write each server's stdout and stderr to DIR/serve_N.log")
     a = ap.parse_args()
+    if a.server_log:
+        os.makedirs(a.server_log, exist_ok=True)
     rows, failed = [], False
-    with tempfile.TemporaryDirectory() as d, open(os.path.join(d, "serve.log"), "w+") as log:
+    with tempfile.TemporaryDirectory() as d:
         for n in [int(x) for x in a.streams.split(",")]:
-            try:
-                r = run(a.lathe, a.model, a.backend, n, a.tokens, log)
-            except RuntimeError as e:
-                log.flush()
-                log.seek(0)
-                print(f"{n} streams: {e}\n{log.read()[-2000:]}", file=sys.stderr)
-                failed = True
-                continue
+            path = os.path.join(a.server_log or d, f"serve_{n}.log")
+            with open(path, "w+") as log:
+                try:
+                    r = run(a.lathe, a.model, a.backend, n, a.tokens, log)
+                except RuntimeError as e:
+                    log.flush()
+                    log.seek(0)
+                    print(f"{n} streams: {e}\n{log.read()[-2000:]}", file=sys.stderr)
+                    failed = True
+                    continue
             rows.append(r)
             print(json.dumps(r), flush=True)
             if r["errors"] or r["tokens"] < n * a.tokens:

@@ -23,6 +23,11 @@
 #   servebench  (after q08) bench/bench_serve.py: 1, 4, 16 and 64 streams of 128 tokens at
 #           once through `lathe serve --parallel N` on the BF16 file (aggregate tokens/s,
 #           p50 / p95 time per token)
+#   serveprof  (after q08) bench/bench_serve.py under LATHE_CUDA_PROFILE=2 (graphs off,
+#           every node timed) with --streams ${STREAMS:-1,16}, each server's log kept
+#           (serve_N.log): per N the profile's summary line, its costliest ops and node kinds
+#           (decode, prefill and warm-up together; a kind names its shapes, so N's products
+#           stand apart)
 #   kprof   (after q08) Nsight Compute's duration of every kernel of a few BF16 decode tokens
 #           (launched one by one, graphs off), summed by kernel: the device's share of a token
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
@@ -311,6 +316,21 @@ phase_servebench() {
     sed -n '/^### lathe serve/,$p' "$out/servebench.log"
 }
 
+phase_serveprof() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    LATHE_CUDA_PROFILE=2 timeout $(($(left) - 10)) python3 bench/bench_serve.py $L $W/q08-bf16.gguf \
+        --streams ${STREAMS:-1,16} --tokens 128 --server-log "$out" >"$out/serveprof.log" 2>&1
+    row "bench_serve profiled (0.8B bf16)" "rc $?"
+    sed -n '/^### lathe serve/,$p' "$out/serveprof.log"
+    for f in "$out"/serve_*.log; do
+        [ -f "$f" ] || continue
+        echo "== $(basename "$f" .log): LATHE_CUDA_PROFILE=2 (graphs off)"
+        grep -E '^CUDA[0-9]+ profile:' "$f" || echo "no profile table (did the server stop cleanly?)"
+        grep -E "^[A-Z_]+ +[0-9]" "$f" | sort -k3 -n -r | head -20
+        sed -n '/profile by node kind/,$p' "$f" | head -22 | cut -c1-200
+    done
+}
+
 phase_kprof() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     local ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -572,7 +592,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
