@@ -133,6 +133,45 @@ static void test_greedy(void)
     CHECK(lt_sampler_init(&bad, &p) == LT_ERR_INVALID);
 }
 
+/* The unpenalised greedy pick (its own 8-lane pass) against a plain scan: lengths around the
+ * lane count, few distinct values (ties), -inf, -0 beside +0, and a NaN anywhere (before or
+ * after the maximum) refused. */
+static void test_greedy_lanes(void)
+{
+    struct lt_sampler_params p = lt_sampler_default_params();
+    p.temperature = 0;
+    struct lt_sampler s = make(p);
+    uint64_t r = 12345;
+    float l[300];
+    int wrong = 0, nan_wrong = 0, runs = 0;
+    for (int t = 0; t < 2000; t++) {
+        const size_t n = 1 + (size_t)(t % 37) + (t % 5 == 0 ? 250 : 0);
+        for (size_t i = 0; i < n; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            const int v = (int)(r >> 59); /* 0..31: many ties */
+            l[i] = v == 0 ? -INFINITY : v == 1 ? -0.0f : v == 2 ? 0.0f : (float)(v % 7) - 3.0f;
+        }
+        const bool with_nan = t % 3 == 0;
+        if (with_nan)
+            l[(size_t)(r >> 33) % n] = NAN;
+        size_t best = 0;
+        for (size_t i = 1; i < n; i++)
+            if (l[i] > l[best])
+                best = i;
+        lt_token out = -1;
+        const lt_status st = lt_sampler_sample(&s, l, n, NULL, 0, &out);
+        runs++;
+        if (with_nan)
+            nan_wrong += st != LT_ERR_INVALID;
+        else
+            wrong += st != LT_OK || out != (lt_token)best;
+    }
+    CHECK(wrong == 0 && nan_wrong == 0,
+          "greedy over %d arrays: %d picks differ from a plain scan, %d NaN arrays not refused",
+          runs, wrong, nan_wrong);
+    lt_sampler_free(&s);
+}
+
 /* Draws `n` samples and compares frequencies with the reference probabilities `ref` (zero
  * outside the allowed set): every draw must be allowed and each frequency within 5 sigma. */
 static void check_distribution(struct lt_sampler *s, const float *logits, size_t v,
@@ -370,6 +409,7 @@ int main(void)
 {
     test_rng();
     test_greedy();
+    test_greedy_lanes();
     test_filters();
     test_determinism();
     test_stop();

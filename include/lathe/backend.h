@@ -36,6 +36,11 @@ struct lt_backend_iface {
     lt_status (*synchronize)(struct lt_backend *be); /* optional */
     lt_status (*memory)(struct lt_backend *be, size_t *free_bytes, size_t *total_bytes);
     void (*free)(struct lt_backend *be);
+    /* optional: make host memory [ptr, ptr + size) quicker to copy to and from (CUDA: page-
+     * locked, so a copy goes by DMA instead of through the driver's staging buffers);
+     * host_unpin(ptr) undoes it, before the memory is freed */
+    lt_status (*host_pin)(struct lt_backend *be, void *ptr, size_t size);
+    void (*host_unpin)(struct lt_backend *be, void *ptr);
 };
 
 struct lt_backend {
@@ -52,6 +57,11 @@ void lt_buffer_free(struct lt_buffer *buf);
 lt_status lt_backend_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes);
 lt_status lt_backend_memory(struct lt_backend *be, size_t *free_bytes, size_t *total_bytes);
 void lt_backend_free(struct lt_backend *be);
+/* Pins host memory that the backend's copies will use often (an engine's logits): true when
+ * it is pinned, false (nothing changed, copies work as before) when the backend has no such
+ * thing or refuses. Unpin exactly what was pinned, before freeing it. */
+bool lt_backend_host_pin(struct lt_backend *be, void *ptr, size_t size);
+void lt_backend_host_unpin(struct lt_backend *be, void *ptr);
 
 /* Copies to or from a tensor wherever its storage is (host arena or a backend buffer). */
 lt_status lt_tensor_set(struct lt_tensor *t, const void *src, size_t offset, size_t size);

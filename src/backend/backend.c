@@ -36,6 +36,17 @@ void lt_backend_free(struct lt_backend *be)
         be->iface->free(be);
 }
 
+bool lt_backend_host_pin(struct lt_backend *be, void *ptr, size_t size)
+{
+    return be && ptr && size > 0 && be->iface->host_pin && be->iface->host_pin(be, ptr, size) == LT_OK;
+}
+
+void lt_backend_host_unpin(struct lt_backend *be, void *ptr)
+{
+    if (be && ptr && be->iface->host_unpin)
+        be->iface->host_unpin(be, ptr);
+}
+
 lt_status lt_tensor_set(struct lt_tensor *t, const void *src, size_t offset, size_t size)
 {
     if (!t->data)

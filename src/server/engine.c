@@ -90,6 +90,10 @@ static lt_status load_all(struct engine *e)
     e->batch_slots = calloc((size_t)P, sizeof(int));
     if (!e->slots || !e->logits || !e->batch_seqs || !e->batch_tokens || !e->batch_slots)
         return lt_fail(LT_ERR_NOMEM, "out of memory for %d slots", P);
+    /* every decode step copies a row of logits a slot (~1 MB each for a 248k vocabulary)
+     * into e->logits: page-locked, that copy goes by DMA at full speed */
+    e->logits_pinned =
+        lt_backend_host_pin(e->cuda, e->logits, (size_t)P * (size_t)hp->n_vocab * sizeof(float));
 
     /* the base session now, so a model that cannot fit says so at start */
     struct eng_config none = {0};
@@ -488,6 +492,8 @@ static void eng_free(struct srv_engine *se)
     lt_session_free(e->embed_s);
     free(e->embed_h);
     eng_loras_free_all(e);
+    if (e->logits_pinned)
+        lt_backend_host_unpin(e->cuda, e->logits);
     free(e->logits);
     free(e->batch_seqs);
     free(e->batch_tokens);

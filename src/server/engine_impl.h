@@ -165,6 +165,7 @@ struct engine {
     struct eng_session *sessions[ENG_MAX_SESSIONS];
     int n_sessions;
     float *logits;   /* [parallel, n_vocab] */
+    bool logits_pinned; /* page-locked by e->cuda (lt_backend_host_pin) */
     int *batch_seqs; /* [parallel] */
     lt_token *batch_tokens;
     int *batch_slots;

@@ -241,10 +241,53 @@ static inline bool logit_at(const struct lt_sampler *s, const float *logits, siz
     return true;
 }
 
+/* The largest logit with no penalty marked, the lowest id among equals: one pass for the
+ * maximum and whether any is NaN, over 8 independent lanes without a branch (so that the
+ * compiler keeps them in vector registers: the serving loop picks one per slot and step,
+ * over ~250k logits), then the first id that holds it. The same id and the same error as
+ * pick_greedy's loop. */
+static lt_status pick_greedy_plain(const float *logits, size_t n_vocab, lt_token *out)
+{
+    float m[8];
+    int nan[8] = {0};
+    for (int j = 0; j < 8; j++)
+        m[j] = -INFINITY;
+    size_t i = 0;
+    for (; i + 8 <= n_vocab; i += 8)
+        for (int j = 0; j < 8; j++) {
+            const float x = logits[i + j];
+            nan[j] |= x != x;
+            m[j] = x > m[j] ? x : m[j];
+        }
+    for (; i < n_vocab; i++) {
+        const float x = logits[i];
+        nan[0] |= x != x;
+        m[0] = x > m[0] ? x : m[0];
+    }
+    int any_nan = 0;
+    float best = m[0];
+    for (int j = 0; j < 8; j++) {
+        any_nan |= nan[j];
+        best = m[j] > best ? m[j] : best;
+    }
+    for (size_t k = 0; any_nan && k < n_vocab; k++)
+        if (logits[k] != logits[k])
+            return lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", k);
+    *out = 0;
+    for (size_t k = 0; k < n_vocab; k++)
+        if (logits[k] == best) {
+            *out = (lt_token)k;
+            break;
+        }
+    return LT_OK;
+}
+
 /* The largest (penalised) logit, the lowest id among equals. */
 static lt_status pick_greedy(const struct lt_sampler *s, const float *logits, size_t n_vocab,
                              bool marked, lt_token *out)
 {
+    if (!marked)
+        return pick_greedy_plain(logits, n_vocab, out);
     size_t best = 0;
     float bv = -INFINITY;
     bool any = false;

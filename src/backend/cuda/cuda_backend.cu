@@ -404,9 +404,33 @@ static void cuda_free(struct lt_backend *be)
     free(be);
 }
 
+/* page-locks host memory for the copies (cudaHostRegister: the whole process sees it so) */
+static lt_status cuda_host_pin(struct lt_backend *be, void *ptr, size_t size)
+{
+    lt_status st = cu_check(cudaSetDevice(ctx_of(be)->device), "cudaSetDevice");
+    return st != LT_OK ? st : cu_check(cudaHostRegister(ptr, size, cudaHostRegisterDefault),
+                                       "page-locking host memory");
+}
+
+static void cuda_host_unpin(struct lt_backend *be, void *ptr)
+{
+    cudaSetDevice(ctx_of(be)->device);
+    cudaHostUnregister(ptr);
+    (void)cudaGetLastError();
+}
+
 static const struct lt_backend_iface cuda_iface = {
-    cuda_supports_op, cuda_buffer_alloc, cuda_buffer_free, cuda_tensor_set, cuda_tensor_get,
-    cuda_compute,     cuda_synchronize,  cuda_memory,      cuda_free,
+    .supports_op = cuda_supports_op,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .tensor_set = cuda_tensor_set,
+    .tensor_get = cuda_tensor_get,
+    .compute = cuda_compute,
+    .synchronize = cuda_synchronize,
+    .memory = cuda_memory,
+    .free = cuda_free,
+    .host_pin = cuda_host_pin,
+    .host_unpin = cuda_host_unpin,
 };
 
 /* LATHE_CUDA_DISABLE_OPS=SQR,ACC: names as lt_op_name gives them, any case, spaces allowed;
