@@ -389,8 +389,11 @@ static int read_logprobs(const json_t *body, enum kind kind, struct completion *
         c->legacy_top = (int)srv_json_int(body, "logprobs", -1);
     }
     int top = c->chat_top > c->legacy_top ? c->chat_top : c->legacy_top;
-    top = c->n_probs > top ? c->n_probs : top;
-    p->logprobs = top >= 0 || c->n_probs > 0;
+    if (c->n_probs > 0 && c->n_probs > top)
+        top = c->n_probs;
+    /* -1: nobody asked (n_probs 0 is its default, not a request), and no step pays for two
+     * passes of exp over the vocabulary */
+    p->logprobs = top >= 0;
     p->top_logprobs = top > 0 ? top : 0;
     return 200;
 }
