@@ -13,6 +13,9 @@
  * changed logit from a bitmap of the few the window holds. Writing 250k candidates and
  * filtering them cost 1.3 ms a token for greedy picking on this project's CI machine, the
  * pass a fraction of it; the server samples every token of every stream. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -242,43 +245,57 @@ static inline bool logit_at(const struct lt_sampler *s, const float *logits, siz
 }
 
 /* The largest logit with no penalty marked, the lowest id among equals: one pass for the
- * maximum and whether any is NaN, over 8 independent lanes without a branch (so that the
- * compiler keeps them in vector registers: the serving loop picks one per slot and step,
- * over ~250k logits), then the first id that holds it. The same id and the same error as
- * pick_greedy's loop. */
+ * maximum and whether any is NaN (SSE2, 16 floats a step, where the compiler targets it:
+ * the serving loop picks one per slot and step over ~250k logits), then the first id that
+ * holds it. The same id and the same error as pick_greedy's loop: equal values (+0 and -0
+ * too) go to the lowest id, and a NaN anywhere is refused. */
 static lt_status pick_greedy_plain(const float *logits, size_t n_vocab, lt_token *out)
 {
-    float m[8];
-    int nan[8] = {0};
-    for (int j = 0; j < 8; j++)
-        m[j] = -INFINITY;
+    float best = -INFINITY;
+    bool any_nan = false;
     size_t i = 0;
-    for (; i + 8 <= n_vocab; i += 8)
-        for (int j = 0; j < 8; j++) {
-            const float x = logits[i + j];
-            nan[j] |= x != x;
-            m[j] = x > m[j] ? x : m[j];
-        }
+#if defined(__SSE2__)
+    __m128 m0 = _mm_set1_ps(-INFINITY), m1 = m0, m2 = m0, m3 = m0, bad = _mm_setzero_ps();
+    for (; i + 16 <= n_vocab; i += 16) {
+        const __m128 x0 = _mm_loadu_ps(logits + i), x1 = _mm_loadu_ps(logits + i + 4),
+                     x2 = _mm_loadu_ps(logits + i + 8), x3 = _mm_loadu_ps(logits + i + 12);
+        bad = _mm_or_ps(bad, _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(x0, x0), _mm_cmpunord_ps(x1, x1)),
+                                       _mm_or_ps(_mm_cmpunord_ps(x2, x2), _mm_cmpunord_ps(x3, x3))));
+        m0 = _mm_max_ps(m0, x0);
+        m1 = _mm_max_ps(m1, x1);
+        m2 = _mm_max_ps(m2, x2);
+        m3 = _mm_max_ps(m3, x3);
+    }
+    float lanes[4];
+    _mm_storeu_ps(lanes, _mm_max_ps(_mm_max_ps(m0, m1), _mm_max_ps(m2, m3)));
+    for (int j = 0; j < 4; j++)
+        best = lanes[j] > best ? lanes[j] : best;
+    any_nan = _mm_movemask_ps(bad) != 0;
+#endif
     for (; i < n_vocab; i++) {
         const float x = logits[i];
-        nan[0] |= x != x;
-        m[0] = x > m[0] ? x : m[0];
-    }
-    int any_nan = 0;
-    float best = m[0];
-    for (int j = 0; j < 8; j++) {
-        any_nan |= nan[j];
-        best = m[j] > best ? m[j] : best;
+        any_nan = any_nan || x != x;
+        best = x > best ? x : best;
     }
     for (size_t k = 0; any_nan && k < n_vocab; k++)
         if (logits[k] != logits[k])
             return lt_fail(LT_ERR_INVALID, "sampler: logit %zu is NaN", k);
-    *out = 0;
-    for (size_t k = 0; k < n_vocab; k++)
-        if (logits[k] == best) {
-            *out = (lt_token)k;
+    size_t k = 0;
+#if defined(__SSE2__)
+    const __m128 b4 = _mm_set1_ps(best);
+    for (; k + 16 <= n_vocab; k += 16) {
+        const __m128 e0 = _mm_cmpeq_ps(_mm_loadu_ps(logits + k), b4),
+                     e1 = _mm_cmpeq_ps(_mm_loadu_ps(logits + k + 4), b4),
+                     e2 = _mm_cmpeq_ps(_mm_loadu_ps(logits + k + 8), b4),
+                     e3 = _mm_cmpeq_ps(_mm_loadu_ps(logits + k + 12), b4);
+        if (_mm_movemask_ps(_mm_or_ps(_mm_or_ps(e0, e1), _mm_or_ps(e2, e3))))
+            break; /* the first equal one is among these 16: the loop below finds it */
+    }
+#endif
+    for (; k < n_vocab; k++)
+        if (logits[k] == best)
             break;
-        }
+    *out = k < n_vocab ? (lt_token)k : 0;
     return LT_OK;
 }
 
