@@ -449,6 +449,39 @@ static __global__ void tile_copy_kernel(struct cu_t a, struct cu_t b, int64_t sp
     }
 }
 
+/* A source whose rows (dim 0) are unit-strided, any strides above, into a contiguous result
+ * of the same shape (TA, TD: F32, F16 or BF16): a warp a row, its lanes along the row (both
+ * sides coalesced), the row's index arithmetic once a row. The element-per-thread kernels
+ * unravel every element through four 64-bit divisions: ~0.85 TB/s on the H200 for the
+ * DeltaNet's q, k and output views and the conv input's gradient at 16 x 512 tokens. */
+template <int TA, int TD>
+static __global__ void copy_rows_kernel(struct cu_t a, char *d, int64_t rows)
+{
+    const int ea = TA == LT_TYPE_F32 ? 4 : 2, ed = TD == LT_TYPE_F32 ? 4 : 2;
+    const int lane = threadIdx.x & 31;
+    const int64_t n0 = a.ne[0], warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += warps) {
+        const int64_t i1 = r % a.ne[1], i23 = r / a.ne[1], i2 = i23 % a.ne[2], i3 = i23 / a.ne[2];
+        const char *src = a.data + i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3];
+        char *dst = d + r * n0 * ed;
+        for (int64_t i0 = lane; i0 < n0; i0 += 32)
+            cu_store(dst + i0 * ed, TD, cu_load(src + i0 * ea, TA));
+    }
+}
+
+template <int TA>
+static void copy_rows(struct cu_ctx *c, const struct cu_t &a, char *d, int td, int64_t rows)
+{
+    const unsigned blocks = (unsigned)(rows / 8 + 1 < 65536 ? rows / 8 + 1 : 65535);
+    if (td == LT_TYPE_F32)
+        copy_rows_kernel<TA, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(a, d, rows);
+    else if (td == LT_TYPE_BF16)
+        copy_rows_kernel<TA, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(a, d, rows);
+    else
+        copy_rows_kernel<TA, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(a, d, rows);
+}
+
 /* whether t (non-quantised) is walked faster along dim 1 than along dim 0 */
 static bool dim1_faster(const struct lt_tensor *t)
 {
@@ -502,6 +535,17 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
         else
             convert_flat<LT_TYPE_F16>(c, (const char *)a->data, (char *)node->data, node->type, n);
         return cu_launched("copy_convert_flat");
+    }
+    if (flat_types && lt_same_shape(a, node) && lt_is_contiguous(node) && a->ne[0] >= 32 &&
+        a->nb[0] == lt_type_traits(a->type)->type_size) {
+        const int64_t rows = n / a->ne[0];
+        if (a->type == LT_TYPE_F32)
+            copy_rows<LT_TYPE_F32>(c, av, (char *)node->data, node->type, rows);
+        else if (a->type == LT_TYPE_BF16)
+            copy_rows<LT_TYPE_BF16>(c, av, (char *)node->data, node->type, rows);
+        else
+            copy_rows<LT_TYPE_F16>(c, av, (char *)node->data, node->type, rows);
+        return cu_launched("copy_rows");
     }
     if (a->type != node->type) {
         copy_convert_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(av, dv, n);
