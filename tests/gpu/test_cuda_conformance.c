@@ -542,11 +542,12 @@ static void test_elementwise(void)
     static const enum lt_op reds[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM};
     for (int o = 0; o < 3; o++)
         for (int l = 0; l < L_COUNT; l++)
-            for (int big = 0; big < 2; big++) {
+            for (int big = 0; big < 3; big++) { /* rows of 9 and 1000: a warp a row; 3000: a block */
                 p = P(l, 0, l == L_SLICED ? LT_TYPE_F16 : LT_TYPE_F32, LT_TYPE_F32);
                 p.i[0] = reds[o];
-                p.ne[0] = big ? 1000 : 9;
-                run_case(reds[o], lbl(layout_names[l], big ? "long" : ""), TOL_F32, b_reduce, &p);
+                p.ne[0] = big == 2 ? 3000 : big ? 1000 : 9;
+                run_case(reds[o], lbl(layout_names[l], big == 2 ? "longer" : big ? "long" : ""),
+                         TOL_F32, b_reduce, &p);
             }
 }
 
