@@ -45,11 +45,12 @@ def free_port():
     return port
 
 
-def start(lathe, model, backend, parallel, log):
+def start(lathe, model, backend, parallel, log, extra=()):
+    """`lathe serve` on a free port (extra: more options); (process, base URL) once ready."""
     port = free_port()
     proc = subprocess.Popen([lathe, "serve", "-m", model, "--backend", backend, "--host",
                              "127.0.0.1", "--port", str(port), "--parallel", str(parallel),
-                             "--ctx", "1024", "--quiet"], stdout=log, stderr=log)
+                             "--ctx", "1024", "--quiet", *extra], stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     t0 = time.time()
     while time.time() - t0 < 300:

@@ -31,6 +31,8 @@
 #   kprof   (after q08) Nsight Compute's duration of every kernel of a few BF16 decode tokens
 #           (launched one by one, graphs off), summed by kernel: the device's share of a token
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
+#   pacing  (after q08) tests/gpu/pacing_h200.py: 16 streaming clients alone, a LoRA job
+#           alone, then both with the job's max_slowdown_ppm 100000 (p50 / p95, tokens/s)
 #   serve   (after q08) tests/gpu/serve_h200.py: serving alone and beside /train, refusal
 #   scale   LoRA / full fine-tuning jobs on 0.8B- and 1.5B-shaped models (test_train_cuda)
 #   scale35  the same, the 0.8B-shaped model alone
@@ -408,6 +410,17 @@ phase_serve() {
     grep -E "^FAIL" -A5 "$out/serve.log" | head -30
 }
 
+# pacing: (after q08) tests/gpu/pacing_h200.py: 16 clients streaming alone, a LoRA job alone,
+# then the job with max_slowdown_ppm 100000 beside the clients (issue 17's H200 run)
+phase_pacing() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    timeout $(($(left) - 10)) python3 tests/gpu/pacing_h200.py $L $W/q08-bf16.gguf --clients 16 \
+        --tokens 64 --alone 10 --reps ${PACING_REPS:-300} --max-s ${PACING_MAX_S:-90} \
+        >"$out/pacing.log" 2>&1
+    row "pacing: 16 clients beside a paced LoRA job" "rc $?"
+    cat "$out/pacing.log"
+}
+
 phase_scale35() {
     LATHE_TRAIN_CUDA_SCALE=qwen35 timeout 200 $b/tests/gpu_test_train_cuda >"$out/train_scale35.log" 2>&1
     row "0.8B-shaped training" "rc $? $(passed "$out/train_scale35.log")"
@@ -592,7 +605,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
