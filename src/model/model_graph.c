@@ -92,6 +92,13 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
         xr = bf16_act(b, x);
         if (!wr || !xr)
             return NULL;
+    } else if (wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_BF16 && x &&
+               x->type == LT_TYPE_F32 && x->ne[1] > 8) {
+        /* a BF16 weight (a LoRA job's frozen base) would round x inside every product that
+         * reads it (q, k, v and the gate read one x): once, as for F32 weights, and the same
+         * values */
+        if (!(xr = bf16_act(b, x)))
+            return NULL;
     }
     struct lt_tensor *y = lt_mul_mat(b->ctx, wr, xr);
     for (int i = 0; y && b->ad && i < b->ad->n_lora; i++) {
