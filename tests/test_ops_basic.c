@@ -174,6 +174,39 @@ static void test_pairs(struct ops_test *t)
     struct lt_tensor *u = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 8, 4), "ffn_up");
     check_refused(lt_swiglu(t->ctx, g, u), "ffn_up", "swiglu of different shapes");
     check_refused(lt_silu_back(t->ctx, g, u), "ffn_gate", "silu_back of different shapes");
+    check_refused(lt_swiglu_back(t->ctx, g, g, u), "ffn_up", "swiglu_back of different shapes");
+}
+
+/* ---- swiglu_back: both gradients of swiglu, d gate then d up, over the layouts ---- */
+
+static void test_swiglu_back(struct ops_test *t)
+{
+    char what[160];
+    for (int lg = 0; lg < LAYOUT_COUNT; lg++)
+        for (int lx = 0; lx < LAYOUT_COUNT; lx++) {
+            const int lu = (lg + lx) % LAYOUT_COUNT;
+            struct lt_tensor *g = input_new(t, LT_TYPE_F32, shape, lg, -2, 2);
+            struct lt_tensor *x = input_new(t, lx == 1 ? LT_TYPE_BF16 : LT_TYPE_F32, shape, lx, -8, 8);
+            struct lt_tensor *u = input_new(t, LT_TYPE_F32, shape, lu, -3, 3);
+            float *gv = dense(g), *xv = dense(x), *uv = dense(u);
+            float ref[420];
+            for (int i = 0; i < 210; i++) {
+                double s = 1 / (1 + exp(-(double)xv[i]));
+                ref[i] = (float)(gv[i] * uv[i] * (s + xv[i] * s * (1 - s)));
+                ref[210 + i] = (float)(gv[i] * xv[i] * s);
+            }
+            snprintf(what, sizeof(what), "swiglu_back of %s, %s, %s", layout_names[lg],
+                     layout_names[lx], layout_names[lu]);
+            struct lt_tensor *r = lt_swiglu_back(t->ctx, g, x, u);
+            check_op(t, r, ref, 1e-6, 4e-6, what);
+            struct lt_tensor *dg = lt_swiglu_back_gate(t->ctx, r), *du = lt_swiglu_back_up(t->ctx, r);
+            CHECK(dg && du && lt_same_shape(dg, x) && lt_same_shape(du, x) &&
+                      du->view_offs - dg->view_offs == 210 * sizeof(float),
+                  "%s: the two views are gate-shaped halves", what);
+            free(gv);
+            free(xv);
+            free(uv);
+        }
 }
 
 /* ---- binary ---- */
@@ -397,6 +430,7 @@ int main(void)
     ops_test_init(&t);
     test_unary(&t);
     test_pairs(&t);
+    test_swiglu_back(&t);
     test_binary(&t);
     test_half_results(&t);
     test_reduce(&t);

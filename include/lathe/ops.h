@@ -296,6 +296,13 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                    struct lt_tensor *ids, struct lt_tensor *like);
 /* grad * d silu(x) / dx, same shapes */
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x);
+/* Both gradients of lt_swiglu(gate, up) for its result's gradient grad (all three float, one
+ * shape [n0, n1, n2, n3]): one contiguous F32 result [n0, n1, n2, 2 n3], d gate then d up,
+ * which the two functions after it view, each shaped like gate. */
+struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *gate,
+                                 struct lt_tensor *up);
+struct lt_tensor *lt_swiglu_back_gate(struct lt_ctx *ctx, struct lt_tensor *r);
+struct lt_tensor *lt_swiglu_back_up(struct lt_ctx *ctx, struct lt_tensor *r);
 
 /* Optimizer steps: update param (and the moments) in place; the result is a view of param.
  * grad is an accumulator: the step uses grad * grad_scale, then zeroes it. hp holds the

@@ -134,6 +134,7 @@ enum lt_op {
     LT_OP_REPEAT_BACK,         /* sum src0 down to the shape of the broadcast source */
     LT_OP_GET_ROWS_BACK,       /* scatter-add rows into a zero tensor */
     LT_OP_SILU_BACK,
+    LT_OP_SWIGLU_BACK, /* both gradients of SWIGLU in one pass */
     LT_OP_RMS_NORM_BACK,
     LT_OP_L2_NORM_BACK,
     LT_OP_ROPE_BACK,

@@ -140,6 +140,7 @@ LT_DECLARE_OP(acc);
 LT_DECLARE_OP(repeat_back);
 LT_DECLARE_OP(get_rows_back);
 LT_DECLARE_OP(silu_back);
+LT_DECLARE_OP(swiglu_back);
 LT_DECLARE_OP(rms_norm_back);
 LT_DECLARE_OP(l2_norm_back);
 LT_DECLARE_OP(rope_back);

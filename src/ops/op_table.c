@@ -53,6 +53,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_REPEAT_BACK] = &lt_op_def_repeat_back,
     [LT_OP_GET_ROWS_BACK] = &lt_op_def_get_rows_back,
     [LT_OP_SILU_BACK] = &lt_op_def_silu_back,
+    [LT_OP_SWIGLU_BACK] = &lt_op_def_swiglu_back,
     [LT_OP_RMS_NORM_BACK] = &lt_op_def_rms_norm_back,
     [LT_OP_L2_NORM_BACK] = &lt_op_def_l2_norm_back,
     [LT_OP_ROPE_BACK] = &lt_op_def_rope_back,

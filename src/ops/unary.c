@@ -314,6 +314,104 @@ struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struc
     return pair_new(ctx, LT_OP_SILU_BACK, grad, x, LT_TYPE_F32);
 }
 
+/* ---- swiglu's backward: both gradients in one pass ---- */
+
+struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *gate,
+                                 struct lt_tensor *up)
+{
+    LT_REQUIRE("swiglu_back", grad, gate, up);
+    const struct lt_tensor *src[3] = {grad, gate, up};
+    for (int i = 0; i < 3; i++)
+        if (!lt_type_is_float(src[i]->type) || !lt_same_shape(src[i], gate)) {
+            lt_fail(LT_ERR_INVALID,
+                    "swiglu_back: '%s' (%s [%lld %lld %lld %lld]) is not a float tensor of the "
+                    "gate '%s''s shape",
+                    src[i]->name, lt_type_name(src[i]->type), (long long)src[i]->ne[0],
+                    (long long)src[i]->ne[1], (long long)src[i]->ne[2], (long long)src[i]->ne[3],
+                    gate->name);
+            return NULL;
+        }
+    int64_t ne[4] = {gate->ne[0], gate->ne[1], gate->ne[2], 2 * gate->ne[3]};
+    struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_SWIGLU_BACK, LT_TYPE_F32, 4, ne,
+                                           (struct lt_tensor *[]){grad, gate, up}, 3);
+    if (r)
+        lt_format_name(r, "swiglu_back(%s)", gate->name);
+    return r;
+}
+
+/* half `which` (0: d gate, 1: d up) of a SWIGLU_BACK result, shaped like gate */
+static struct lt_tensor *swiglu_back_half(struct lt_ctx *ctx, struct lt_tensor *r, int which)
+{
+    LT_REQUIRE("swiglu_back_part", r);
+    if (r->op != LT_OP_SWIGLU_BACK) {
+        lt_fail(LT_ERR_INVALID, "swiglu_back_part: '%s' is %s, not SWIGLU_BACK", r->name,
+                lt_op_name(r->op));
+        return NULL;
+    }
+    const int64_t ne3 = r->ne[3] / 2;
+    struct lt_tensor *t = lt_view_4d(ctx, r, r->ne[0], r->ne[1], r->ne[2], ne3, r->nb[1], r->nb[2],
+                                     r->nb[3], (size_t)which * (size_t)ne3 * r->nb[3]);
+    if (t)
+        lt_format_name(t, "d %s", r->src[1 + which]->name);
+    return t;
+}
+
+struct lt_tensor *lt_swiglu_back_gate(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    return swiglu_back_half(ctx, r, 0);
+}
+
+struct lt_tensor *lt_swiglu_back_up(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    return swiglu_back_half(ctx, r, 1);
+}
+
+/* d gate = g up s (1 + x (1 - s)) and d up = g silu(x), s = sigmoid(x), x the gate: the
+ * values of the four-node form (silu_back(g * up, gate) and g * silu(gate)), in one pass */
+static void swiglu_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *g = node->src[0], *gate = node->src[1], *up = node->src[2];
+    const int64_t ne0 = gate->ne[0], ne1 = gate->ne[1], ne2 = gate->ne[2];
+    const int64_t rows = lt_nrows(gate);
+    float *buf = (float *)p->wdata + (size_t)p->ith * 3 * lt_scratch_floats(ne0);
+    int64_t lo, hi;
+    lt_split_range(rows, p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const float *gr = lt_row_f32(g, i1, i2, i3, buf);
+        const float *x = lt_row_f32(gate, i1, i2, i3, buf + lt_scratch_floats(ne0));
+        const float *u = lt_row_f32(up, i1, i2, i3, buf + 2 * lt_scratch_floats(ne0));
+        float *dg = (float *)node->data + r * ne0, *du = (float *)node->data + (rows + r) * ne0;
+        for (int64_t i = 0; i < ne0; i++) {
+            const float gu = gr[i] * u[i], s = 1.0f / (1.0f + expf(-x[i]));
+            dg[i] = gu * s * (1.0f + x[i] * (1.0f - s));
+            du[i] = gr[i] * (x[i] / (1.0f + expf(-x[i])));
+        }
+    }
+}
+
+static bool swiglu_back_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    for (int i = 0; i < 3; i++)
+        if (!check_source_float(node, i, reason, reason_size))
+            return false;
+    if (!check_result_f32(node, reason, reason_size))
+        return false;
+    const struct lt_tensor *x = node->src[1];
+    if (!lt_same_shape(x, node->src[0]) || !lt_same_shape(x, node->src[2]) ||
+        node->ne[0] != x->ne[0] || node->ne[1] != x->ne[1] || node->ne[2] != x->ne[2] ||
+        node->ne[3] != 2 * x->ne[3]) {
+        snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
+        return false;
+    }
+    return true;
+}
+
+static size_t swiglu_back_work_size(const struct lt_tensor *node, int nth)
+{
+    return (size_t)nth * 3 * lt_scratch_floats(node->src[1]->ne[0]) * sizeof(float);
+}
+
 /* ---- backward rules ---- */
 
 /* sigmoid(S x) is exactly 1 for x > 17 / S and exactly 0 for x < -17 / S (1 + e^-17
@@ -364,20 +462,24 @@ static lt_status unary_backward(struct lt_autodiff *ad, struct lt_tensor *node)
     return lt_ad_add(ad, x, dx);
 }
 
-/* y = silu(gate) * up: d gate = silu'(gate) * (g * up), d up = g * silu(gate) */
+/* y = silu(gate) * up: d gate = silu'(gate) * (g * up), d up = g * silu(gate), both from
+ * one SWIGLU_BACK node (one pass over g, gate and up instead of four nodes' seven) */
 static lt_status swiglu_backward(struct lt_autodiff *ad, struct lt_tensor *node)
 {
-    struct lt_tensor *gate = node->src[0], *up = node->src[1], *g = node->grad;
+    struct lt_tensor *gate = node->src[0], *up = node->src[1];
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     if (!lt_ad_wants(ad, gate) && !lt_ad_wants(ad, up))
         return LT_OK;
-    struct lt_tensor *gate_c = lt_ad_contiguous(ad, gate);
+    struct lt_tensor *r = lt_swiglu_back(ctx, lt_ad_contiguous(ad, node->grad),
+                                         lt_ad_contiguous(ad, gate), lt_ad_contiguous(ad, up));
+    if (!r)
+        return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
+                       lt_last_error());
     lt_status st = LT_OK;
     if (lt_ad_wants(ad, gate))
-        st = lt_ad_add(ad, gate,
-                       lt_silu_back(ctx, lt_mul(ctx, g, lt_ad_contiguous(ad, up)), gate_c));
+        st = lt_ad_add(ad, gate, lt_swiglu_back_gate(ctx, r));
     if (st == LT_OK && lt_ad_wants(ad, up))
-        st = lt_ad_add(ad, up, lt_mul(ctx, g, lt_silu(ctx, gate_c)));
+        st = lt_ad_add(ad, up, lt_swiglu_back_up(ctx, r));
     return st;
 }
 
@@ -416,3 +518,8 @@ const struct lt_op_def lt_op_def_silu_back = {.name = "SILU_BACK",
                                               .cpu_supported = pair_supported,
                                               .cpu_work_size = rows_work_size,
                                               .cpu_forward = pair_forward};
+const struct lt_op_def lt_op_def_swiglu_back = {.name = "SWIGLU_BACK",
+                                                .n_src = 3,
+                                                .cpu_supported = swiglu_back_supported,
+                                                .cpu_work_size = swiglu_back_work_size,
+                                                .cpu_forward = swiglu_back_forward};

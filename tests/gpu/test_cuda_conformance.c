@@ -480,6 +480,15 @@ static struct lt_tensor *b_pair(struct build *b, const struct params *p)
                                    : lt_silu_back(b->ctx, x, y);
 }
 
+/* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1] */
+static struct lt_tensor *b_swiglu_back(struct build *b, const struct params *p)
+{
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 3, 2, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *x = mk(b, p->type[1], p->lay[1], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
+    struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[2], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
+    return lt_swiglu_back(b->ctx, g, x, u);
+}
+
 static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
 {
     struct lt_tensor *x = mk(b, p->type[0], p->lay[0], p->ne[0], 6, 3, 2, FILL_UNIFORM, -1, 2);
@@ -529,6 +538,18 @@ static void test_elementwise(void)
             p.i[0] = pairs[o];
             run_case(pairs[o], layout_names[l], TOL_F32, b_pair, &p);
         }
+    /* SWIGLU_BACK: every layout of the gradient against rotations of the others' (contiguous
+     * F32 all three: the flat kernel; else the indexed one), a BF16 gate */
+    for (int l = 0; l < L_COUNT + 2; l++) {
+        const bool flat = l == L_COUNT, bf16 = l == L_COUNT + 1; /* all contiguous */
+        const int l0 = l < L_COUNT ? l : L_CONTIG;
+        p = P(l0, l < L_COUNT ? (l + 1) % L_COUNT : L_CONTIG, LT_TYPE_F32,
+              bf16 ? LT_TYPE_BF16 : LT_TYPE_F32);
+        p.lay[2] = l < L_COUNT ? (l + 2) % L_COUNT : L_CONTIG;
+        run_case(LT_OP_SWIGLU_BACK,
+                 lbl(layout_names[l0], flat ? "all contiguous f32" : bf16 ? "bf16 gate" : "rotated"),
+                 TOL_F32, b_swiglu_back, &p);
+    }
     /* SWIGLU writing a half activation (ffn_down's input): expf may differ in the last bit
      * between CPU and device, which can move a rounding by one half ulp */
     for (int h = 0; h < 2; h++)

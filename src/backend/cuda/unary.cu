@@ -1,5 +1,5 @@
 /* unary.cu: the element-wise unary ops (scale, silu, sigmoid, softplus, exp, log, sqr,
- * sqrt, sin, cos, abs, neg, relu), SWIGLU and SILU_BACK on the device.
+ * sqrt, sin, cos, abs, neg, relu), SWIGLU, SILU_BACK and SWIGLU_BACK on the device.
  *
  * Sources are F32, F16 or BF16 of any strides; results are contiguous F32 of source 0's
  * shape (SWIGLU's may be F16 or BF16, lt_swiglu_as: rounded to nearest even from F32). The formulas are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float
@@ -11,7 +11,7 @@
 static const enum lt_op unary_ops[] = {
     LT_OP_SCALE, LT_OP_SILU, LT_OP_SIGMOID, LT_OP_SOFTPLUS, LT_OP_EXP, LT_OP_LOG,    LT_OP_SQR,
     LT_OP_SQRT,  LT_OP_SIN,  LT_OP_COS,     LT_OP_ABS,      LT_OP_NEG, LT_OP_RELU,   LT_OP_SWIGLU,
-    LT_OP_SILU_BACK};
+    LT_OP_SILU_BACK, LT_OP_SWIGLU_BACK};
 
 static bool is_pair(enum lt_op op) { return op == LT_OP_SWIGLU || op == LT_OP_SILU_BACK; }
 
@@ -23,6 +23,21 @@ bool cu_unary_supported(const struct lt_tensor *node, char *reason, size_t reaso
     if (!known) {
         snprintf(reason, reason_size, "%s is not a unary op", lt_op_name(node->op));
         return false;
+    }
+    if (node->op == LT_OP_SWIGLU_BACK) { /* [g, gate, up] -> [d gate; d up] */
+        const struct lt_tensor *x = node->src[1];
+        for (int i = 0; i < 3; i++)
+            if (!cu_check_source(node, i, CU_TYPES_FLOAT, reason, reason_size))
+                return false;
+        if (!cu_check_result_f32(node, reason, reason_size))
+            return false;
+        if (!lt_same_shape(x, node->src[0]) || !lt_same_shape(x, node->src[2]) ||
+            node->ne[0] != x->ne[0] || node->ne[1] != x->ne[1] || node->ne[2] != x->ne[2] ||
+            node->ne[3] != 2 * x->ne[3]) {
+            snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
+            return false;
+        }
+        return true;
     }
     if (!cu_check_source(node, 0, CU_TYPES_FLOAT, reason, reason_size) ||
         (is_pair(node->op) && !cu_check_source(node, 1, CU_TYPES_FLOAT, reason, reason_size)) ||
@@ -104,11 +119,62 @@ static __global__ void pair_flat_kernel(int op, const float *a, const float *b, 
         cu_store(y + f * es, YT, apply_pair(op, a[f], b[f]));
 }
 
+/* SWIGLU_BACK: d gate = g up s (1 + x (1 - s)), d up = g silu(x) (the CPU's expressions),
+ * element f of gate's shape into y[f] and y[n + f] */
+static __device__ __forceinline__ void swiglu_back_at(float g, float x, float u, float *y,
+                                                      int64_t n, int64_t f)
+{
+    const float s = 1.0f / (1.0f + expf(-x));
+    y[f] = g * u * s * (1.0f + x * (1.0f - s));
+    y[n + f] = g * (x / (1.0f + expf(-x)));
+}
+
+static __global__ void swiglu_back_kernel(struct cu_t g, struct cu_t x, struct cu_t u, float *y)
+{
+    const int64_t n = cu_nelements(x);
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        int64_t i0, i1, i2, i3;
+        cu_unravel(f, x.ne, i0, i1, i2, i3);
+        swiglu_back_at(cu_get(g, i0, i1, i2, i3), cu_get(x, i0, i1, i2, i3),
+                       cu_get(u, i0, i1, i2, i3), y, n, f);
+    }
+}
+
+/* contiguous F32 sources: no index arithmetic (a training step's FFN activations) */
+static __global__ void swiglu_back_flat_kernel(const float *g, const float *x, const float *u,
+                                               float *y, int64_t n)
+{
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
+        swiglu_back_at(g[f], x[f], u[f], y, n, f);
+}
+
+static lt_status launch_swiglu_back(struct cu_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *g = node->src[0], *x = node->src[1], *u = node->src[2];
+    const int64_t n = lt_nelements(x);
+    if (n == 0)
+        return LT_OK;
+    const unsigned blocks = cu_blocks(n, 256);
+    bool flat = true;
+    for (int i = 0; i < 3; i++)
+        flat = flat && node->src[i]->type == LT_TYPE_F32 && lt_is_contiguous(node->src[i]);
+    if (flat)
+        swiglu_back_flat_kernel<<<blocks, 256, 0, c->stream>>>(
+            (const float *)g->data, (const float *)x->data, (const float *)u->data,
+            (float *)node->data, n);
+    else
+        swiglu_back_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(g), cu_view(x), cu_view(u),
+                                                          (float *)node->data);
+    return cu_launched("swiglu_back");
+}
+
 lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
     if (!cu_unary_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
+    if (node->op == LT_OP_SWIGLU_BACK)
+        return launch_swiglu_back(c, node);
     const struct lt_tensor *a = node->src[0];
     const int64_t n = lt_nelements(node);
     if (n == 0)
