@@ -577,8 +577,8 @@ static void test_elementwise(void)
 static struct lt_tensor *b_norm(struct build *b, const struct params *p)
 {
     enum lt_op op = (enum lt_op)p->i[0];
-    int64_t n = p->ne[0];
-    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n, 6, 3, 2, FILL_UNIFORM, -2, 2);
+    const int64_t n = p->ne[0], n1 = p->ne[1] ? p->ne[1] : 6; /* n1 * 6 rows */
+    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n, n1, 3, 2, FILL_UNIFORM, -2, 2);
     float eps = 1e-6f;
     switch (op) {
     case LT_OP_RMS_NORM:
@@ -590,7 +590,7 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
     case LT_OP_L2_NORM: return lt_l2_norm(b->ctx, x, eps);
     default: break;
     }
-    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[1], n, 6, 3, 2, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[1], n, n1, 3, 2, FILL_UNIFORM, -1, 1);
     return op == LT_OP_RMS_NORM_BACK ? lt_rms_norm_back(b->ctx, g, x, eps)
                                      : lt_l2_norm_back(b->ctx, g, x, eps);
 }
@@ -661,6 +661,22 @@ static void test_nn(void)
                 p.i[0] = norms[o];
                 p.ne[0] = big ? 1000 : 13;
                 run_case(norms[o], lbl(layout_names[l], big ? "long" : ""), TOL_F32, b_norm, &p);
+            }
+    /* many short rows (4,200 of 128, and of 1000): a warp a row on CUDA (norm.cu's
+     * warp_rows), as a training step's DeltaNet norms; the weighted RMS_NORM to BF16 too */
+    for (int o = 0; o < 5; o++)
+        for (int l = 0; l < L_COUNT; l++)
+            for (int big = 0; big < 2; big++) {
+                const bool weighted = o == 4;
+                p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32,
+                      weighted ? LT_TYPE_BF16 : LT_TYPE_COUNT);
+                p.i[0] = weighted ? LT_OP_RMS_NORM : norms[o];
+                p.ne[0] = big ? 1000 : 128;
+                p.ne[1] = 700;
+                run_case((enum lt_op)p.i[0],
+                         lbl(layout_names[l], weighted ? (big ? "many rows bf16 long" : "many rows bf16")
+                                                       : big ? "many rows long" : "many rows"),
+                         weighted ? TOL_HALF : TOL_F32, b_norm, &p);
             }
     /* ATTN_DECODE: F32 and F16 caches, with and without the gate, q in each layout */
     for (int t = 0; t < 2; t++)

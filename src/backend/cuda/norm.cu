@@ -69,32 +69,69 @@ bool cu_norm_supported(const struct lt_tensor *node, char *reason, size_t reason
     return true;
 }
 
-/* r = (S + eps)^(-1/2) of row (i1, i2, i3) of x; every thread of the block gets it */
+/* Who takes a row: a block (WARP false: long rows, or few of them, as decode's) or a warp
+ * (many short rows, as a training step's 131,072 rows of 128 in the DeltaNet's norms: a
+ * block a row left most of its threads idle and paid two barriers a reduction, ~5x the time
+ * to read the rows). Every thread of the team gets the team's sums. */
+template <bool WARP> struct row_team {
+    static __device__ __forceinline__ int64_t first()
+    {
+        return WARP ? (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : blockIdx.x;
+    }
+    static __device__ __forceinline__ int64_t step()
+    {
+        return WARP ? (int64_t)gridDim.x * (blockDim.x >> 5) : gridDim.x;
+    }
+    static __device__ __forceinline__ int lane()
+    {
+        return WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    }
+    static __device__ __forceinline__ int size() { return WARP ? 32 : (int)blockDim.x; }
+    static __device__ double sum(double v, double *shared);
+};
+
+template <> __device__ double row_team<true>::sum(double v, double *)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <> __device__ double row_team<false>::sum(double v, double *shared)
+{
+    return cu_block_sum(v, shared);
+}
+
+/* r = (S + eps)^(-1/2) of row (i1, i2, i3) of x; every thread of the team gets it */
+template <bool WARP>
 static __device__ double norm_factor(const struct cu_t &x, int64_t i1, int64_t i2, int64_t i3,
                                      bool rms, float eps, double *shared)
 {
+    using T = row_team<WARP>;
     double s = 0.0;
-    for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x) {
+    for (int64_t i0 = T::lane(); i0 < x.ne[0]; i0 += T::size()) {
         double v = (double)cu_getf(x, i0, i1, i2, i3);
         s += v * v;
     }
-    s = cu_block_sum(s, shared);
+    s = T::sum(s, shared);
     if (rms && x.ne[0] > 0)
         s /= (double)x.ne[0];
     return 1.0 / sqrt(s + (double)eps);
 }
 
 /* w (NULL: none) scales each normed element, the result stored as out_type */
+template <bool WARP>
 static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int out_type, bool rms,
                                    float eps)
 {
+    using T = row_team<WARP>;
     __shared__ double shared[32];
     const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
     const int es = out_type == LT_TYPE_F32 ? 4 : 2;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int64_t r = T::first(); r < rows; r += T::step()) {
         const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-        const float f = (float)norm_factor(x, i1, i2, i3, rms, eps, shared);
-        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x) {
+        const float f = (float)norm_factor<WARP>(x, i1, i2, i3, rms, eps, shared);
+        for (int64_t i0 = T::lane(); i0 < x.ne[0]; i0 += T::size()) {
             float v = __fmul_rn(cu_getf(x, i0, i1, i2, i3), f);
             if (w)
                 v = __fmul_rn(v, w[i0]);
@@ -124,25 +161,34 @@ static __global__ void add_norm_kernel(struct cu_t a, struct cu_t b, const float
     }
 }
 
+template <bool WARP>
 static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx, bool rms,
                                         float eps)
 {
+    using T = row_team<WARP>;
     __shared__ double shared[32];
     const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int64_t r = T::first(); r < rows; r += T::step()) {
         const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
-        const double f = norm_factor(x, i1, i2, i3, rms, eps, shared);
+        const double f = norm_factor<WARP>(x, i1, i2, i3, rms, eps, shared);
         double dot = 0.0;
-        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x)
+        for (int64_t i0 = T::lane(); i0 < x.ne[0]; i0 += T::size())
             dot += (double)cu_getf(g, i0, i1, i2, i3) * (double)cu_getf(x, i0, i1, i2, i3);
-        dot = cu_block_sum(dot, shared);
+        dot = T::sum(dot, shared);
         if (rms && x.ne[0] > 0)
             dot /= (double)x.ne[0];
         const float fa = (float)f, fb = (float)(f * f * f * dot);
-        for (int64_t i0 = threadIdx.x; i0 < x.ne[0]; i0 += blockDim.x)
+        for (int64_t i0 = T::lane(); i0 < x.ne[0]; i0 += T::size())
             dx[r * x.ne[0] + i0] = __fsub_rn(__fmul_rn(fa, cu_getf(g, i0, i1, i2, i3)),
                                              __fmul_rn(fb, cu_getf(x, i0, i1, i2, i3)));
     }
+}
+
+/* a warp a row for rows of at most 1024 when there are enough of them to fill the device
+ * (a training step's); a block a row otherwise (decode's few rows keep a block's threads) */
+static bool warp_rows(int64_t ne0, int64_t rows)
+{
+    return ne0 <= 1024 && rows >= 4096;
 }
 
 lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -163,15 +209,26 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
             (float *)node->data, eps);
         return cu_launched("add_norm");
     }
+    const bool warp = warp_rows(node->ne[0], rows);
+    const unsigned warp_blocks = (unsigned)(rows / 8 + 1 < 65536 ? rows / 8 + 1 : 65535);
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
-        norm_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-            cu_view(node->src[0]), (char *)node->data, w ? (const float *)w->data : NULL,
-            (int)node->type, rms, eps);
+        const struct cu_t xv = cu_view(node->src[0]);
+        const float *wd = w ? (const float *)w->data : NULL;
+        if (warp)
+            norm_kernel<true><<<warp_blocks, 256, 0, c->stream>>>(xv, (char *)node->data, wd,
+                                                                  (int)node->type, rms, eps);
+        else
+            norm_kernel<false><<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
+                xv, (char *)node->data, wd, (int)node->type, rms, eps);
         return cu_launched("norm");
     }
-    norm_back_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-        cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
+    if (warp)
+        norm_back_kernel<true><<<warp_blocks, 256, 0, c->stream>>>(
+            cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
+    else
+        norm_back_kernel<false><<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
+            cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
     return cu_launched("norm_back");
 }
 
