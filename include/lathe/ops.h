@@ -303,6 +303,9 @@ struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, str
                                  struct lt_tensor *up);
 struct lt_tensor *lt_swiglu_back_gate(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_swiglu_back_up(struct lt_ctx *ctx, struct lt_tensor *r);
+/* whether a SWIGLU_BACK node's sources and result have shapes that fit (the one shape rule
+ * the CPU's and a device's preconditions share) */
+bool lt_swiglu_back_fits(const struct lt_tensor *node);
 
 /* Optimizer steps: update param (and the moments) in place; the result is a view of param.
  * grad is an accumulator: the step uses grad * grad_scale, then zeroes it. hp holds the

@@ -397,14 +397,20 @@ static bool swiglu_back_supported(const struct lt_tensor *node, char *reason, si
             return false;
     if (!check_result_f32(node, reason, reason_size))
         return false;
-    const struct lt_tensor *x = node->src[1];
-    if (!lt_same_shape(x, node->src[0]) || !lt_same_shape(x, node->src[2]) ||
-        node->ne[0] != x->ne[0] || node->ne[1] != x->ne[1] || node->ne[2] != x->ne[2] ||
-        node->ne[3] != 2 * x->ne[3]) {
+    if (!lt_swiglu_back_fits(node)) {
         snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
         return false;
     }
     return true;
+}
+
+bool lt_swiglu_back_fits(const struct lt_tensor *node)
+{
+    const struct lt_tensor *x = node->src[1];
+    return node->op == LT_OP_SWIGLU_BACK && node->src[0] && x && node->src[2] &&
+           lt_same_shape(x, node->src[0]) && lt_same_shape(x, node->src[2]) &&
+           node->ne[0] == x->ne[0] && node->ne[1] == x->ne[1] && node->ne[2] == x->ne[2] &&
+           node->ne[3] == 2 * x->ne[3];
 }
 
 static size_t swiglu_back_work_size(const struct lt_tensor *node, int nth)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "lathe/ops.h"
 
 static const enum lt_op unary_ops[] = {
     LT_OP_SCALE, LT_OP_SILU, LT_OP_SIGMOID, LT_OP_SOFTPLUS, LT_OP_EXP, LT_OP_LOG,    LT_OP_SQR,
@@ -25,15 +26,12 @@ bool cu_unary_supported(const struct lt_tensor *node, char *reason, size_t reaso
         return false;
     }
     if (node->op == LT_OP_SWIGLU_BACK) { /* [g, gate, up] -> [d gate; d up] */
-        const struct lt_tensor *x = node->src[1];
         for (int i = 0; i < 3; i++)
             if (!cu_check_source(node, i, CU_TYPES_FLOAT, reason, reason_size))
                 return false;
         if (!cu_check_result_f32(node, reason, reason_size))
             return false;
-        if (!lt_same_shape(x, node->src[0]) || !lt_same_shape(x, node->src[2]) ||
-            node->ne[0] != x->ne[0] || node->ne[1] != x->ne[1] || node->ne[2] != x->ne[2] ||
-            node->ne[3] != 2 * x->ne[3]) {
+        if (!lt_swiglu_back_fits(node)) {
             snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
             return false;
         }
