@@ -67,8 +67,9 @@ static const struct lt_train_field fields[] = {
     {NULL, "device_only", "--device-only", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL,
      NULL, "refuse rather than run a node on the CPU", AT(device_only)},
     {NULL, "f32_products", "--f32-products", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL,
-     NULL, "keep products by F32 weights in F32 on the device (slower; by default their "
-     "operands are rounded to BF16)", AT(f32_products)},
+     NULL, "on the device, keep products by F32 weights, attention's and the delta rule's at "
+     "F32 precision (slower; by default their operands are rounded to BF16, the delta rule's "
+     "to TF32)", AT(f32_products)},
     {NULL, "checkpoint", "--checkpoint", NULL, LT_TF_CHECKPOINT, 0, 0, false, false, false,
      "auto|on|off", "auto", "recompute each layer's activations in the backward instead of "
      "keeping them (less memory, ~1/3 more compute); auto: when the job would not fit "
