@@ -90,6 +90,7 @@ struct eng_slot {
 struct eng_stats {
     uint64_t requests, finished[5]; /* by enum srv_finish */
     uint64_t prompt_tokens, prompt_tokens_reused, generated_tokens;
+    uint64_t logprob_tokens; /* generated tokens sampled with their log-probabilities */
     uint64_t decode_steps, decode_tokens;
     int batch_max;
     double prefill_s, decode_s;

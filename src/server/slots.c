@@ -225,6 +225,7 @@ static void slot_after_step(struct engine *e, struct eng_slot *sl)
         s->n_latency += s->n_latency < ENG_LATENCY_RING;
     }
     s->generated_tokens++;
+    s->logprob_tokens += sl->g->p.logprobs;
     pthread_mutex_unlock(&e->stats_mu);
     sl->t_last = now;
     size_t len;
@@ -574,6 +575,9 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         "# TYPE lathe_prompt_tokens_reused_total counter\nlathe_prompt_tokens_reused_total %llu\n"
         "# HELP lathe_generated_tokens_total Tokens generated.\n"
         "# TYPE lathe_generated_tokens_total counter\nlathe_generated_tokens_total %llu\n"
+        "# HELP lathe_logprob_tokens_total Generated tokens whose log-probabilities were "
+        "computed (for requests that asked for them).\n"
+        "# TYPE lathe_logprob_tokens_total counter\nlathe_logprob_tokens_total %llu\n"
         "# HELP lathe_slots Slots decoding at once.\n# TYPE lathe_slots gauge\nlathe_slots %d\n"
         "# HELP lathe_slots_busy Slots holding a generation now.\n"
         "# TYPE lathe_slots_busy gauge\nlathe_slots_busy %d\n"
@@ -601,7 +605,8 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         (unsigned long long)s->finished[SRV_FINISH_LENGTH],
         (unsigned long long)s->finished[SRV_FINISH_CANCELLED],
         (unsigned long long)s->finished[SRV_FINISH_ERROR], (unsigned long long)s->prompt_tokens,
-        (unsigned long long)s->prompt_tokens_reused, (unsigned long long)s->generated_tokens, e->p.parallel, busy, queued,
+        (unsigned long long)s->prompt_tokens_reused, (unsigned long long)s->generated_tokens,
+        (unsigned long long)s->logprob_tokens, e->p.parallel, busy, queued,
         (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
         s->decode_s, s->sample_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
     free(s);

@@ -371,6 +371,15 @@ def run_concurrent(c, srv):
           f"{1e3 * smp / max(steps, 1):.2f} ms sampling after it", flush=True)
     c.check(0 < smp < dt and 0 < dec < dt, f"/metrics times the model and the sampling: "
             f"{dec:.3f} s and {smp:.3f} s of {dt:.3f} s")
+    # log-probabilities cost two passes over the vocabulary a token: only for those who ask
+    # (a default once turned them on for every request and halved serving's speed)
+    lp = m["lathe_logprob_tokens_total"] - before["lathe_logprob_tokens_total"]
+    c.check(lp == 0, f"requests without logprobs computed none: {lp:.0f} tokens did")
+    r = srv.post("/v1/chat/completions", dict(bodies[0], logprobs=True, ignore_eos=True)).json()
+    lp = srv.metrics()["lathe_logprob_tokens_total"] - m["lathe_logprob_tokens_total"]
+    c.check(lp == r["usage"]["completion_tokens"] and lp > 0,
+            f"a request with logprobs computed them for its {r['usage']['completion_tokens']} "
+            f"tokens: {lp:.0f}")
     same = sum(a == b for a, b in zip(alone, results))
     c.check(same == len(bodies), f"batched greedy answers equal one-at-a-time ones ({same}/4): "
             f"{list(zip(alone, results))}")
