@@ -473,7 +473,7 @@ static __global__ void copy_rows_kernel(struct cu_t a, char *d, int64_t rows)
 template <int TA>
 static void copy_rows(struct cu_ctx *c, const struct cu_t &a, char *d, int td, int64_t rows)
 {
-    const unsigned blocks = (unsigned)(rows / 8 + 1 < 65536 ? rows / 8 + 1 : 65535);
+    const unsigned blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
     if (td == LT_TYPE_F32)
         copy_rows_kernel<TA, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(a, d, rows);
     else if (td == LT_TYPE_BF16)

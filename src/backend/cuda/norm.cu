@@ -210,7 +210,7 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_launched("add_norm");
     }
     const bool warp = warp_rows(node->ne[0], rows);
-    const unsigned warp_blocks = (unsigned)(rows / 8 + 1 < 65536 ? rows / 8 + 1 : 65535);
+    const unsigned warp_blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
         const struct cu_t xv = cu_view(node->src[0]);

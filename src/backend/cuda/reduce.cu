@@ -114,7 +114,7 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
             return LT_OK;
         double scale = node->op == LT_OP_MEAN && a->ne[0] > 0 ? 1.0 / (double)a->ne[0] : 1.0;
         if (a->ne[0] <= ROWS_WARP_MAX) {
-            const unsigned blocks = (unsigned)(rows / 8 + 1 < 65536 ? rows / 8 + 1 : 65535);
+            const unsigned blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
             sum_rows_warp_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(a), (float *)node->data,
                                                                 scale, rows);
             return cu_launched("sum_rows_warp");
