@@ -186,7 +186,8 @@ static void test_swiglu_back(struct ops_test *t)
         for (int lx = 0; lx < LAYOUT_COUNT; lx++) {
             const int lu = (lg + lx) % LAYOUT_COUNT;
             struct lt_tensor *g = input_new(t, LT_TYPE_F32, shape, lg, -2, 2);
-            struct lt_tensor *x = input_new(t, lx == 1 ? LT_TYPE_BF16 : LT_TYPE_F32, shape, lx, -8, 8);
+            struct lt_tensor *x =
+                input_new(t, lx == 1 ? LT_TYPE_BF16 : LT_TYPE_F32, shape, lx, -8, 8);
             struct lt_tensor *u = input_new(t, LT_TYPE_F32, shape, lu, -3, 3);
             float *gv = dense(g), *xv = dense(x), *uv = dense(u);
             float ref[420];
@@ -199,7 +200,8 @@ static void test_swiglu_back(struct ops_test *t)
                      layout_names[lx], layout_names[lu]);
             struct lt_tensor *r = lt_swiglu_back(t->ctx, g, x, u);
             check_op(t, r, ref, 1e-6, 4e-6, what);
-            struct lt_tensor *dg = lt_swiglu_back_gate(t->ctx, r), *du = lt_swiglu_back_up(t->ctx, r);
+            struct lt_tensor *dg = lt_swiglu_back_gate(t->ctx, r),
+                             *du = lt_swiglu_back_up(t->ctx, r);
             CHECK(dg && du && lt_same_shape(dg, x) && lt_same_shape(du, x) &&
                       du->view_offs - dg->view_offs == 210 * sizeof(float),
                   "%s: the two views are gate-shaped halves", what);

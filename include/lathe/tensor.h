@@ -130,9 +130,9 @@ enum lt_op {
     LT_OP_CROSS_ENTROPY,
     LT_OP_LINEAR_CE, /* the LM head and the cross-entropy in one (no [V, N] logits) */
     /* backward-only ops */
-    LT_OP_ACC,                 /* dst = src0 with src1 added into a strided window */
-    LT_OP_REPEAT_BACK,         /* sum src0 down to the shape of the broadcast source */
-    LT_OP_GET_ROWS_BACK,       /* scatter-add rows into a zero tensor */
+    LT_OP_ACC,           /* dst = src0 with src1 added into a strided window */
+    LT_OP_REPEAT_BACK,   /* sum src0 down to the shape of the broadcast source */
+    LT_OP_GET_ROWS_BACK, /* scatter-add rows into a zero tensor */
     LT_OP_SILU_BACK,
     LT_OP_SWIGLU_BACK, /* both gradients of SWIGLU in one pass */
     LT_OP_RMS_NORM_BACK,

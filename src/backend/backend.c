@@ -38,7 +38,8 @@ void lt_backend_free(struct lt_backend *be)
 
 bool lt_backend_host_pin(struct lt_backend *be, void *ptr, size_t size)
 {
-    return be && ptr && size > 0 && be->iface->host_pin && be->iface->host_pin(be, ptr, size) == LT_OK;
+    return be && ptr && size > 0 && be->iface->host_pin &&
+           be->iface->host_pin(be, ptr, size) == LT_OK;
 }
 
 void lt_backend_host_unpin(struct lt_backend *be, void *ptr)

@@ -239,8 +239,9 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     struct lt_tensor *p = named(lt_soft_max(ctx, kq, b->kq_mask, 1.0f / sqrtf((float)D), b->causal),
                                 "kq_soft_max", il); /* [n_kv, T, H, S] */
     struct lt_tensor *vt = lt_permute(ctx, v, 1, 2, 0, 3); /* [n_kv, D, H_kv, S] */
+    /* [D, T, H, S] */
     struct lt_tensor *kqv =
-        named(lt_mul_mat(ctx, bf16_operand(b, vt), bf16_operand(b, p)), "kqv", il); /* [D, T, H, S] */
+        named(lt_mul_mat(ctx, bf16_operand(b, vt), bf16_operand(b, p)), "kqv", il);
     struct lt_tensor *o = lt_permute(ctx, kqv, 0, 2, 1, 3); /* [D, H, T, S] */
     o = named(lt_cont(ctx, o), "kqv_merged", il);
     return lt_reshape_2d(ctx, o, D * H, T * S);

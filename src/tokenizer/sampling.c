@@ -259,8 +259,9 @@ static lt_status pick_greedy_plain(const float *logits, size_t n_vocab, lt_token
     for (; i + 16 <= n_vocab; i += 16) {
         const __m128 x0 = _mm_loadu_ps(logits + i), x1 = _mm_loadu_ps(logits + i + 4),
                      x2 = _mm_loadu_ps(logits + i + 8), x3 = _mm_loadu_ps(logits + i + 12);
-        bad = _mm_or_ps(bad, _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(x0, x0), _mm_cmpunord_ps(x1, x1)),
-                                       _mm_or_ps(_mm_cmpunord_ps(x2, x2), _mm_cmpunord_ps(x3, x3))));
+        bad =
+            _mm_or_ps(bad, _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(x0, x0), _mm_cmpunord_ps(x1, x1)),
+                                     _mm_or_ps(_mm_cmpunord_ps(x2, x2), _mm_cmpunord_ps(x3, x3))));
         m0 = _mm_max_ps(m0, x0);
         m1 = _mm_max_ps(m1, x1);
         m2 = _mm_max_ps(m2, x2);

@@ -547,7 +547,9 @@ static void test_elementwise(void)
               bf16 ? LT_TYPE_BF16 : LT_TYPE_F32);
         p.lay[2] = l < L_COUNT ? (l + 2) % L_COUNT : L_CONTIG;
         run_case(LT_OP_SWIGLU_BACK,
-                 lbl(layout_names[l0], flat ? "all contiguous f32" : bf16 ? "bf16 gate" : "rotated"),
+                 lbl(layout_names[l0], flat   ? "all contiguous f32"
+                                       : bf16 ? "bf16 gate"
+                                              : "rotated"),
                  TOL_F32, b_swiglu_back, &p);
     }
     /* SWIGLU writing a half activation (ffn_down's input): expf may differ in the last bit
@@ -560,14 +562,18 @@ static void test_elementwise(void)
             run_case(LT_OP_SWIGLU, lbl(layout_names[l], lt_type_name(p.type[2])), TOL_HALF,
                      b_pair, &p);
         }
+    /* rows of 9 and 1000: a warp a row on CUDA; 3000: a block */
     static const enum lt_op reds[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM};
     for (int o = 0; o < 3; o++)
         for (int l = 0; l < L_COUNT; l++)
-            for (int big = 0; big < 3; big++) { /* rows of 9 and 1000: a warp a row; 3000: a block */
+            for (int big = 0; big < 3; big++) {
                 p = P(l, 0, l == L_SLICED ? LT_TYPE_F16 : LT_TYPE_F32, LT_TYPE_F32);
                 p.i[0] = reds[o];
                 p.ne[0] = big == 2 ? 3000 : big ? 1000 : 9;
-                run_case(reds[o], lbl(layout_names[l], big == 2 ? "longer" : big ? "long" : ""),
+                run_case(reds[o],
+                         lbl(layout_names[l], big == 2 ? "longer"
+                                              : big    ? "long"
+                                                       : ""),
                          TOL_F32, b_reduce, &p);
             }
 }
@@ -668,14 +674,15 @@ static void test_nn(void)
         for (int l = 0; l < L_COUNT; l++)
             for (int big = 0; big < 2; big++) {
                 const bool weighted = o == 4;
-                p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32,
-                      weighted ? LT_TYPE_BF16 : LT_TYPE_COUNT);
+                p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, weighted ? LT_TYPE_BF16 : LT_TYPE_COUNT);
                 p.i[0] = weighted ? LT_OP_RMS_NORM : norms[o];
                 p.ne[0] = big ? 1000 : 128;
                 p.ne[1] = 700;
                 run_case((enum lt_op)p.i[0],
-                         lbl(layout_names[l], weighted ? (big ? "many rows bf16 long" : "many rows bf16")
-                                                       : big ? "many rows long" : "many rows"),
+                         lbl(layout_names[l], weighted
+                                                  ? (big ? "many rows bf16 long" : "many rows bf16")
+                                              : big ? "many rows long"
+                                                    : "many rows"),
                          weighted ? TOL_HALF : TOL_F32, b_norm, &p);
             }
     /* ATTN_DECODE: F32 and F16 caches, with and without the gate, q in each layout */
@@ -1004,8 +1011,11 @@ static void test_recurrent_loss_optim(void)
     /* LT_DELTA_NET_PREC_TF32 (training on a device): the chunk-parallel forward and backward
      * in one TF32 product instead of three, against the CPU's F32 under TOL_DN_TF32: tails,
      * packed sequences, grouped heads, an initial state and none, Qwen3.5-0.8B's shape */
-    static const int64_t tdims[][4] = {{16, 12, 65, 2}, {20, 40, 150, 2}, {128, 128, 150, 2},
-                                       {128, 128, 200, 3}, {128, 128, 512, 16}};
+    static const int64_t tdims[][4] = {{16, 12, 65, 2},
+                                       {20, 40, 150, 2},
+                                       {128, 128, 150, 2},
+                                       {128, 128, 200, 3},
+                                       {128, 128, 512, 16}};
     static const int theads[][2] = {{2, 4}, {1, 2}, {2, 4}, {4, 8}, {16, 16}};
     for (int back = 0; back < 2; back++)
         for (int d = 0; d < 5; d++)
@@ -1017,9 +1027,8 @@ static void test_recurrent_loss_optim(void)
                 p.f[0] = (float)zero, p.f[1] = 1.0f;
                 char what[64];
                 snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld tf32%s",
-                         (long long)tdims[d][0], (long long)tdims[d][1], theads[d][0],
-                         theads[d][1], (long long)tdims[d][2], (long long)tdims[d][3],
-                         zero ? " no-state" : "");
+                         (long long)tdims[d][0], (long long)tdims[d][1], theads[d][0], theads[d][1],
+                         (long long)tdims[d][2], (long long)tdims[d][3], zero ? " no-state" : "");
                 run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
                          lbl(layout_names[L_CONTIG], what), TOL_DN_TF32, b_delta_net, &p);
             }

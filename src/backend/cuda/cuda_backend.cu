@@ -408,8 +408,9 @@ static void cuda_free(struct lt_backend *be)
 static lt_status cuda_host_pin(struct lt_backend *be, void *ptr, size_t size)
 {
     lt_status st = cu_check(cudaSetDevice(ctx_of(be)->device), "cudaSetDevice");
-    return st != LT_OK ? st : cu_check(cudaHostRegister(ptr, size, cudaHostRegisterDefault),
-                                       "page-locking host memory");
+    return st != LT_OK ? st
+                       : cu_check(cudaHostRegister(ptr, size, cudaHostRegisterDefault),
+                                  "page-locking host memory");
 }
 
 static void cuda_host_unpin(struct lt_backend *be, void *ptr)

@@ -48,11 +48,11 @@
  *         value heads of a key head.
  * Every product runs on tensor cores in three TF32 products (cb_mma, delta_net_mma.h), so the
  * precision stays F32's, or in one TF32 product for a node of LT_DELTA_NET_PREC_TF32 (the
- * kernels' template flag TF1: training on a device, whose other products round to BF16); T's substitution and the gates are plain F32 (exponents G_r - G_s
- * with s <= r only). A tail chunk (T not a multiple of 64) is padded with zero q, k, v, beta
- * and g, which makes its extra rows of U and dR zero (and of T the identity's). Scratch for
- * 16 x 512 tokens, 16 heads, S_k = S_v = 128: ~639 MB (dn_wy_plan's offsets), against the
- * chunked kernel's ~670 MB.
+ * kernels' template flag TF1: training on a device, whose other products round to BF16); T's
+ * substitution and the gates are plain F32 (exponents G_r - G_s with s <= r only). A tail chunk (T
+ * not a multiple of 64) is padded with zero q, k, v, beta and g, which makes its extra rows of U
+ * and dR zero (and of T the identity's). Scratch for 16 x 512 tokens, 16 heads, S_k = S_v = 128:
+ * ~639 MB (dn_wy_plan's offsets), against the chunked kernel's ~670 MB.
  *
  * Not yet measured on the H200 when written: checked only against the recurrent oracle
  * (normalised squared errors ~1e-13) on a CPU emulation of these kernels (a thread per CUDA
@@ -723,7 +723,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
     __syncthreads();
     float *o = a.out + ((b * (L.nt + L.sk) + t0) * L.hv + h) * L.sv + j0;
     cb_mm<TF1>(tmp, o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
-          sv - j0);
+               sv - j0);
 }
 
 /* The chunk-parallel backward: prep, fwd, bwd, grad (and the reduction of the partials
@@ -754,10 +754,10 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
         const char *name;
     } ks[] = {{tf1 ? dn_wy_prep_kernel<false, true> : dn_wy_prep_kernel<false, false>,
                P.shared_prep, P.chunks, "delta_net_back_prep"},
-              {tf1 ? dn_wy_fwd_kernel<false, true> : dn_wy_fwd_kernel<false, false>,
-               P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
-              {tf1 ? dn_wy_bwd_kernel<true> : dn_wy_bwd_kernel<false>, P.shared_bwd,
-               P.state_blocks, "delta_net_back_bwd"},
+              {tf1 ? dn_wy_fwd_kernel<false, true> : dn_wy_fwd_kernel<false, false>, P.shared_fwd,
+               P.state_blocks, "delta_net_back_fwd"},
+              {tf1 ? dn_wy_bwd_kernel<true> : dn_wy_bwd_kernel<false>, P.shared_bwd, P.state_blocks,
+               "delta_net_back_bwd"},
               {tf1 ? dn_wy_grad_kernel<true> : dn_wy_grad_kernel<false>, P.shared_grad, P.chunks,
                "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
@@ -809,12 +809,12 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{tf1 ? dn_wy_prep_kernel<true, true> : dn_wy_prep_kernel<true, false>,
-               P.shared_prep, P.chunks, "delta_net_prep"},
+    } ks[] = {{tf1 ? dn_wy_prep_kernel<true, true> : dn_wy_prep_kernel<true, false>, P.shared_prep,
+               P.chunks, "delta_net_prep"},
               {tf1 ? dn_wy_fwd_kernel<true, true> : dn_wy_fwd_kernel<true, false>, P.shared_fwd,
                P.state_blocks, "delta_net_fwd"},
-              {tf1 ? dn_wy_out_kernel<true> : dn_wy_out_kernel<false>, P.shared_out,
-               P.out_blocks, "delta_net_out"}};
+              {tf1 ? dn_wy_out_kernel<true> : dn_wy_out_kernel<false>, P.shared_out, P.out_blocks,
+               "delta_net_out"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         lt_status st =
             cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -2,17 +2,18 @@
  * sqrt, sin, cos, abs, neg, relu), SWIGLU, SILU_BACK and SWIGLU_BACK on the device.
  *
  * Sources are F32, F16 or BF16 of any strides; results are contiguous F32 of source 0's
- * shape (SWIGLU's may be F16 or BF16, lt_swiglu_as: rounded to nearest even from F32). The formulas are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float
- * functions (no fast math): softplus is linear above 20 like torch.nn.Softplus. */
+ * shape (SWIGLU's may be F16 or BF16, lt_swiglu_as: rounded to nearest even from F32). The formulas
+ * are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float functions (no fast math):
+ * softplus is linear above 20 like torch.nn.Softplus. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "lathe/ops.h"
 
 static const enum lt_op unary_ops[] = {
-    LT_OP_SCALE, LT_OP_SILU, LT_OP_SIGMOID, LT_OP_SOFTPLUS, LT_OP_EXP, LT_OP_LOG,    LT_OP_SQR,
-    LT_OP_SQRT,  LT_OP_SIN,  LT_OP_COS,     LT_OP_ABS,      LT_OP_NEG, LT_OP_RELU,   LT_OP_SWIGLU,
-    LT_OP_SILU_BACK, LT_OP_SWIGLU_BACK};
+    LT_OP_SCALE, LT_OP_SILU,   LT_OP_SIGMOID,   LT_OP_SOFTPLUS,   LT_OP_EXP, LT_OP_LOG,
+    LT_OP_SQR,   LT_OP_SQRT,   LT_OP_SIN,       LT_OP_COS,        LT_OP_ABS, LT_OP_NEG,
+    LT_OP_RELU,  LT_OP_SWIGLU, LT_OP_SILU_BACK, LT_OP_SWIGLU_BACK};
 
 static bool is_pair(enum lt_op op) { return op == LT_OP_SWIGLU || op == LT_OP_SILU_BACK; }
 
