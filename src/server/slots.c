@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/threadpool.h"
 #include "server/engine_impl.h"
 
 /* ---- slot life ---- */
@@ -365,126 +366,33 @@ static void prefill(struct engine *e)
 
 #define SAMPLE_THREADS 8
 
-struct sample_share {
+/* one batch's sampling, shared by the pool's threads */
+struct sample_batch {
     struct engine *e;
-    int first, step, n;
+    int n;
     lt_token *ids;
     lt_status *st;
     char (*err)[256];
 };
 
-/* slots first, first + step, ... of the batch: each samples from its own logits */
-static void *sample_share_run(void *arg)
+/* thread ith of nth samples slots ith, ith + nth, ... of the batch, each from its logits */
+static void sample_share_run(void *arg, int ith, int nth)
 {
-    struct sample_share *sh = arg;
-    struct engine *e = sh->e;
+    struct sample_batch *b = arg;
+    struct engine *e = b->e;
     const size_t V = (size_t)e->info.n_vocab;
-    for (int k = sh->first; k < sh->n; k += sh->step) {
+    for (int k = ith; k < b->n; k += nth) {
         struct eng_slot *sl = &e->slots[e->batch_slots[k]];
-        sh->st[k] = lt_gen_seq_sample(&sl->gs, e->logits + (size_t)k * V, V, &sh->ids[k]);
-        if (sh->st[k] != LT_OK)
-            snprintf(sh->err[k], sizeof(sh->err[k]), "%s", lt_last_error());
-    }
-    return NULL;
-}
-
-/* The loop's sampling workers, started with the loop and stopped when it ends: worker k
- * takes share k of each batch (share 0 is the loop's own). Starting a thread for every step
- * cost ~40 us a thread, more than a greedy pick (~30 us over 248k logits). */
-struct sample_pool;
-struct sample_worker_arg {
-    struct sample_pool *pool;
-    int k; /* the share this worker takes */
-};
-
-struct sample_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[SAMPLE_THREADS - 1];
-    struct sample_worker_arg arg[SAMPLE_THREADS - 1];
-    int n_threads;          /* started */
-    unsigned long long gen; /* batches handed out */
-    int pending;            /* workers not done with the current batch */
-    int nt;                 /* shares of the current batch */
-    struct sample_share sh[SAMPLE_THREADS];
-    bool stop;
-};
-
-static void *sample_worker(void *arg)
-{
-    const struct sample_worker_arg *a = arg;
-    struct sample_pool *p = a->pool;
-    const int k = a->k;
-    unsigned long long seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->stop && p->gen == seen)
-            pthread_cond_wait(&p->go, &p->mu);
-        if (p->stop)
-            break;
-        seen = p->gen;
-        const bool mine = k < p->nt;
-        pthread_mutex_unlock(&p->mu);
-        if (mine)
-            sample_share_run(&p->sh[k]);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
-            pthread_cond_signal(&p->done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-static void sample_pool_start(struct sample_pool *p)
-{
-    memset(p, 0, sizeof(*p));
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->go, NULL);
-    pthread_cond_init(&p->done, NULL);
-    for (int i = 0; i < SAMPLE_THREADS - 1; i++) {
-        p->arg[i].pool = p;
-        p->arg[i].k = i + 1;
-        if (pthread_create(&p->th[i], NULL, sample_worker, &p->arg[i]) != 0)
-            break; /* fewer workers: the loop takes their shares */
-        p->n_threads++;
+        b->st[k] = lt_gen_seq_sample(&sl->gs, e->logits + (size_t)k * V, V, &b->ids[k]);
+        if (b->st[k] != LT_OK)
+            snprintf(b->err[k], sizeof(b->err[k]), "%s", lt_last_error());
     }
 }
 
-static void sample_pool_stop(struct sample_pool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->n_threads; i++)
-        pthread_join(p->th[i], NULL);
-    pthread_cond_destroy(&p->done);
-    pthread_cond_destroy(&p->go);
-    pthread_mutex_destroy(&p->mu);
-}
-
-/* shares 0 .. nt - 1 of p->sh: the workers take theirs, the loop share 0 and those of
- * workers that did not start; back when every share is done */
-static void sample_pool_run(struct sample_pool *p, int nt)
-{
-    pthread_mutex_lock(&p->mu);
-    p->nt = nt;
-    p->pending = p->n_threads;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    sample_share_run(&p->sh[0]);
-    for (int k = p->n_threads + 1; k < nt; k++)
-        sample_share_run(&p->sh[k]);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* Samples the batch's n slots (on the loop's sampling workers for n > 1) into ids; then
- * accepts them in order. */
-static void step_batch(struct engine *e, struct sample_pool *pool, int n)
+/* Samples the batch's n slots into ids on the loop's pool (started with the loop, so a step
+ * starts no thread: that cost ~40 us a thread, more than a greedy pick over 248k logits;
+ * NULL when it could not start: this thread alone), then accepts them in order. */
+static void step_batch(struct engine *e, struct lt_threadpool *pool, int n)
 {
     lt_token *ids = malloc(sizeof(*ids) * (size_t)n);
     lt_status *st = malloc(sizeof(*st) * (size_t)n);
@@ -498,10 +406,11 @@ static void step_batch(struct engine *e, struct sample_pool *pool, int n)
                       e->logits + (size_t)k * (size_t)e->info.n_vocab);
         return;
     }
-    int nt = n < SAMPLE_THREADS ? n : SAMPLE_THREADS;
-    for (int t = 0; t < nt; t++)
-        pool->sh[t] = (struct sample_share){e, t, nt, n, ids, st, err};
-    sample_pool_run(pool, nt);
+    struct sample_batch b = {e, n, ids, st, err};
+    if (pool)
+        lt_threadpool_run(pool, sample_share_run, &b);
+    else
+        sample_share_run(&b, 0, 1);
     for (int k = 0; k < n; k++) {
         struct eng_slot *sl = &e->slots[e->batch_slots[k]];
         if (st[k] != LT_OK) {
@@ -518,7 +427,8 @@ static void step_batch(struct engine *e, struct sample_pool *pool, int n)
     free(err);
 }
 
-static void decode_session(struct engine *e, struct sample_pool *pool, struct eng_session *es)
+static void decode_session(struct engine *e, struct lt_threadpool *pool,
+                           struct eng_session *es)
 {
     int n = 0;
     for (int i = 0; i < e->p.parallel; i++) {
@@ -569,8 +479,8 @@ static bool any_busy(struct engine *e)
 void *eng_loop_main(void *arg)
 {
     struct engine *e = arg;
-    struct sample_pool pool; /* its workers live as long as the loop */
-    sample_pool_start(&pool);
+    /* the sampling threads live as long as the loop */
+    struct lt_threadpool *pool = lt_threadpool_new(SAMPLE_THREADS);
     for (;;) {
         pthread_mutex_lock(&e->q_mu);
         while (!e->stopping && e->q_len == 0 && !any_busy(e))
@@ -585,7 +495,7 @@ void *eng_loop_main(void *arg)
         drop_cancelled(e);
         prefill(e);
         for (int i = 0; i < e->n_sessions; i++)
-            decode_session(e, &pool, e->sessions[i]);
+            decode_session(e, pool, e->sessions[i]);
         bool waiting = false;
         if (!any_busy(e)) {
             pthread_mutex_lock(&e->q_mu);
@@ -600,7 +510,7 @@ void *eng_loop_main(void *arg)
             nanosleep(&ts, NULL);
         }
     }
-    sample_pool_stop(&pool);
+    lt_threadpool_free(pool);
     return NULL;
 }
 
