@@ -280,6 +280,32 @@ __device__ __forceinline__ double cu_block_sum(double v, double *shared)
     return cu_warp_sum(v);
 }
 
+/* Who takes a row of a row-wise kernel: a block (WARP false: long rows, or few of them, as
+ * decode's) or a warp of a 256-thread block (many short rows, as a training step's 131,072
+ * rows of 128 in the DeltaNet's norms: a block a row left most of its threads idle and paid
+ * two barriers a reduction, ~5x the time to read the rows). Rows r = first(), first() +
+ * step(), ...; the team's threads walk a row from lane() by size(); sum() gives every thread
+ * of the team the team's sum (`shared`: 32 doubles, used by a block). */
+template <bool WARP> struct row_team {
+    static __device__ __forceinline__ int64_t first()
+    {
+        return WARP ? (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : blockIdx.x;
+    }
+    static __device__ __forceinline__ int64_t step()
+    {
+        return WARP ? (int64_t)gridDim.x * (blockDim.x >> 5) : gridDim.x;
+    }
+    static __device__ __forceinline__ int lane()
+    {
+        return WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+    }
+    static __device__ __forceinline__ int size() { return WARP ? 32 : (int)blockDim.x; }
+    static __device__ __forceinline__ double sum(double v, double *shared)
+    {
+        return WARP ? cu_warp_sum(v) : cu_block_sum(v, shared);
+    }
+};
+
 __device__ __forceinline__ float cu_block_max(float v, float *shared)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;

@@ -69,39 +69,6 @@ bool cu_norm_supported(const struct lt_tensor *node, char *reason, size_t reason
     return true;
 }
 
-/* Who takes a row: a block (WARP false: long rows, or few of them, as decode's) or a warp
- * (many short rows, as a training step's 131,072 rows of 128 in the DeltaNet's norms: a
- * block a row left most of its threads idle and paid two barriers a reduction, ~5x the time
- * to read the rows). Every thread of the team gets the team's sums. */
-template <bool WARP> struct row_team {
-    static __device__ __forceinline__ int64_t first()
-    {
-        return WARP ? (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5) : blockIdx.x;
-    }
-    static __device__ __forceinline__ int64_t step()
-    {
-        return WARP ? (int64_t)gridDim.x * (blockDim.x >> 5) : gridDim.x;
-    }
-    static __device__ __forceinline__ int lane()
-    {
-        return WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
-    }
-    static __device__ __forceinline__ int size() { return WARP ? 32 : (int)blockDim.x; }
-    static __device__ double sum(double v, double *shared);
-};
-
-template <> __device__ double row_team<true>::sum(double v, double *)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-template <> __device__ double row_team<false>::sum(double v, double *shared)
-{
-    return cu_block_sum(v, shared);
-}
-
 /* r = (S + eps)^(-1/2) of row (i1, i2, i3) of x; every thread of the team gets it */
 template <bool WARP>
 static __device__ double norm_factor(const struct cu_t &x, int64_t i1, int64_t i2, int64_t i3,

@@ -28,40 +28,21 @@ bool cu_reduce_supported(const struct lt_tensor *node, char *reason, size_t reas
     return true;
 }
 
-/* a block per row (rows longer than ROWS_WARP_MAX); y[r] = sum * scale */
-static __global__ void sum_rows_kernel(struct cu_t a, float *y, double scale)
+/* y[r] = sum of row r * scale, a row a team (row_team: a warp for rows of at most
+ * ROWS_WARP_MAX elements, a block otherwise) */
+#define ROWS_WARP_MAX 1024
+template <bool WARP> static __global__ void sum_rows_kernel(struct cu_t a, float *y, double scale)
 {
+    using T = row_team<WARP>;
     __shared__ double shared[32];
     const int64_t rows = a.ne[1] * a.ne[2] * a.ne[3];
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int64_t r = T::first(); r < rows; r += T::step()) {
         const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
         double s = 0.0;
-        for (int64_t i0 = threadIdx.x; i0 < a.ne[0]; i0 += blockDim.x)
+        for (int64_t i0 = T::lane(); i0 < a.ne[0]; i0 += T::size())
             s += (double)cu_get(a, i0, i1, i2, i3);
-        s = cu_block_sum(s, shared);
-        if (threadIdx.x == 0)
-            y[r] = (float)(s * scale);
-    }
-}
-
-/* rows of at most ROWS_WARP_MAX elements: a warp a row (8 a block), its lanes along the row,
- * a shuffle sum in double. A block per row left most of its threads idle on short rows and
- * paid two barriers a row (130 us for the 131,072 rows of 128 of an L2 norm's backward at
- * 16 x 512 tokens of Qwen3.5-0.8B, 7x the time to read them). */
-#define ROWS_WARP_MAX 1024
-static __global__ void sum_rows_warp_kernel(struct cu_t a, float *y, double scale, int64_t rows)
-{
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-         r += warps) {
-        const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
-        double s = 0.0;
-        for (int64_t i0 = lane; i0 < a.ne[0]; i0 += 32)
-            s += (double)cu_get(a, i0, i1, i2, i3);
-        for (int o = 16; o > 0; o >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0)
+        s = T::sum(s, shared);
+        if (T::lane() == 0)
             y[r] = (float)(s * scale);
     }
 }
@@ -113,14 +94,12 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
         if (rows == 0)
             return LT_OK;
         double scale = node->op == LT_OP_MEAN && a->ne[0] > 0 ? 1.0 / (double)a->ne[0] : 1.0;
-        if (a->ne[0] <= ROWS_WARP_MAX) {
-            const unsigned blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
-            sum_rows_warp_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(a), (float *)node->data,
-                                                                scale, rows);
-            return cu_launched("sum_rows_warp");
-        }
-        sum_rows_kernel<<<cu_blocks(rows, 1), row_threads(a->ne[0]), 0, c->stream>>>(
-            cu_view(a), (float *)node->data, scale);
+        if (a->ne[0] <= ROWS_WARP_MAX) /* 8 warps, 8 rows, a block */
+            sum_rows_kernel<true><<<cu_blocks(rows, 8), 256, 0, c->stream>>>(
+                cu_view(a), (float *)node->data, scale);
+        else
+            sum_rows_kernel<false><<<cu_blocks(rows, 1), row_threads(a->ne[0]), 0, c->stream>>>(
+                cu_view(a), (float *)node->data, scale);
         return cu_launched("sum_rows");
     }
     void *partial;
