@@ -74,32 +74,34 @@ static struct lt_tensor *bf16_act(struct lt_mb *b, struct lt_tensor *x)
     return b->bf16_act;
 }
 
-/* w x, plus B (scale * A x) for each LoRA adapter of w: the scale meets the rank-r A x, not
- * the output (a pass over [r, T] instead of [rows, T], forward and backward). With
- * bf16_products, an F32 weight matrix and x are rounded to BF16 first (the adapters' small
- * products stay F32). */
-/* whether a product by wr (a weight as the graph reads it) rounds to BF16 */
+/* whether a product by wr (a weight as the graph reads it) rounds it to BF16 */
 static bool bf16_product(const struct lt_mb *b, const struct lt_tensor *wr)
 {
     return wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1;
 }
 
+/* whether that product reads x rounded to BF16 (bf16_act): an F32 weight's, and a BF16
+ * weight's (a LoRA job's frozen base), which would round x inside each product that reads
+ * it (q, k, v and the gate read one x): the same values, rounded once */
+static bool bf16_x(const struct lt_mb *b, const struct lt_tensor *wr, const struct lt_tensor *x)
+{
+    return bf16_product(b, wr) || (wr && x && b->ad && b->ad->bf16_products &&
+                                   wr->type == LT_TYPE_BF16 && x->type == LT_TYPE_F32 &&
+                                   x->ne[1] > 8);
+}
+
+/* w x, plus B (scale * A x) for each LoRA adapter of w: the scale meets the rank-r A x, not
+ * the output (a pass over [r, T] instead of [rows, T], forward and backward). With
+ * bf16_products, an F32 weight matrix and x are rounded to BF16 first (the adapters' small
+ * products stay F32). */
 static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x)
 {
     struct lt_tensor *wr = W(b, w), *xr = x;
-    if (bf16_product(b, wr)) {
-        wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
-        xr = bf16_act(b, x);
-        if (!wr || !xr)
-            return NULL;
-    } else if (wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_BF16 && x &&
-               x->type == LT_TYPE_F32 && x->ne[1] > 8) {
-        /* a BF16 weight (a LoRA job's frozen base) would round x inside every product that
-         * reads it (q, k, v and the gate read one x): once, as for F32 weights, and the same
-         * values */
-        if (!(xr = bf16_act(b, x)))
-            return NULL;
-    }
+    const bool round_w = bf16_product(b, wr), round_x = bf16_x(b, wr, x);
+    if (round_w && !(wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16)))
+        return NULL;
+    if (round_x && !(xr = bf16_act(b, x)))
+        return NULL;
     struct lt_tensor *y = lt_mul_mat(b->ctx, wr, xr);
     for (int i = 0; y && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];
