@@ -383,9 +383,9 @@ static void swiglu_back_forward(const struct lt_compute_params *p, struct lt_ten
         const float *u = lt_row_f32(up, i1, i2, i3, buf + 2 * lt_scratch_floats(ne0));
         float *dg = (float *)node->data + r * ne0, *du = (float *)node->data + (rows + r) * ne0;
         for (int64_t i = 0; i < ne0; i++) {
-            const float gu = gr[i] * u[i], s = 1.0f / (1.0f + expf(-x[i]));
+            const float d = 1.0f + expf(-x[i]), gu = gr[i] * u[i], s = 1.0f / d;
             dg[i] = gu * s * (1.0f + x[i] * (1.0f - s));
-            du[i] = gr[i] * (x[i] / (1.0f + expf(-x[i])));
+            du[i] = gr[i] * (x[i] / d);
         }
     }
 }

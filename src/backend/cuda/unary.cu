@@ -123,9 +123,9 @@ static __global__ void pair_flat_kernel(int op, const float *a, const float *b, 
 static __device__ __forceinline__ void swiglu_back_at(float g, float x, float u, float *y,
                                                       int64_t n, int64_t f)
 {
-    const float s = 1.0f / (1.0f + expf(-x));
+    const float d = 1.0f + expf(-x), s = 1.0f / d;
     y[f] = g * u * s * (1.0f + x * (1.0f - s));
-    y[n + f] = g * (x / (1.0f + expf(-x)));
+    y[n + f] = g * (x / d);
 }
 
 static __global__ void swiglu_back_kernel(struct cu_t g, struct cu_t x, struct cu_t u, float *y)
