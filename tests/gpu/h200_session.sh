@@ -383,6 +383,23 @@ if rows:
 PY
 }
 
+# dnstall: Nsight Compute's throughput, occupancy and warp-stall sections for the kernels
+# (names matching DNK_RE, default the chunk-parallel ones) of a 16x512 full fine-tune, the
+# first DNK_COUNT launches after DNK_SKIP (default 54: the 18 forward nodes' 3 kernels each,
+# so the first backward node's four) (after tprof)
+phase_dnstall() {
+    local txt=$W/bench_text_16x512.txt ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    [ -f "$txt" ] && [ -f $W/q08-bf16.gguf ] || { row "dnstall" "skipped: no model or text"; return; }
+    timeout $(($(left) - 5)) $ncu --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section LaunchStats --section MemoryWorkloadAnalysis -k "regex:${DNK_RE:-dn_wy}" \
+        --launch-skip ${DNK_SKIP:-54} --launch-count ${DNK_COUNT:-4} \
+        $L train -m $W/q08-bf16.gguf --text "$txt" --out $W/prof-out.gguf --backend cuda \
+        --device-only --window 512 --batch-tokens 8192 --full --lr 1e-5 \
+        >"$out/dnstall.txt" 2>"$out/dnstall.log"
+    row "dnstall (ncu sections, DeltaNet kernels)" "rc $?"
+    grep -E "dn_wy|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Shared Memory Config|Dynamic Shared|Stall|Warp Cycles Per Issued|Issue Slots|L1/TEX Hit|L2 Hit|Executed Ipc|One or More|No Eligible" "$out/dnstall.txt" | cut -c1-130 | head -120
+}
+
 phase_profile() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')

@@ -18,10 +18,16 @@ namespace wmma = nvcuda::wmma;
  * one product (A and B rounded to TF32 to nearest, F32 accumulation): a third of the
  * tensor-core work and no split, for nodes that allow it (LT_DELTA_NET_PREC_TF32). A(m, k) is
  * A[m * lda + k] (LA row-major) or A[m + k * lda] (column-major), B(k, n) likewise; M and N
- * are multiples of 16, K of 8, lda and ldb of 4, and every operand 32-byte aligned. A warp
- * takes a 16 x 16 output tile at a time, through its 256 floats of tmp, and stores only rows
- * m < m_valid and columns n < n_valid. The block calls it together; the caller
- * synchronises before reading Cm, which must not overlap A or B. Element (m, n) of Cm is
+ * are multiples of 16, K of 8, lda and ldb of 4, and every operand 32-byte aligned. Only rows
+ * m < m_valid and columns n < n_valid of Cm are stored. The block calls it together; the
+ * caller synchronises before reading Cm, which must not overlap A or B.
+ *
+ * A warp takes a strip of NT output tiles of 16 x 16 side by side (cb_strip_tiles picks NT
+ * from M and N alone), with NT accumulators that share each A fragment: NT independent
+ * chains of products in flight instead of one. With two warps a scheduler (these kernels
+ * fill an SM's shared memory with one block of 8 warps), one accumulator a warp left each
+ * product waiting on the last; Nsight Compute's top stall in every kernel was that fixed
+ * latency. Each tile goes out through the warp's 256 floats of tmp. Element (m, n) of Cm is
  * always read and written by the same lane of the same warp for the same M and N, so calls
  * that accumulate into one Cm of one shape need no barrier between them. */
 template <typename F> static __device__ __forceinline__ void cb_split(F &hi, F &lo)
@@ -42,54 +48,99 @@ template <typename F> static __device__ __forceinline__ void cb_round(F &f)
         f.x[i] = wmma::__float_to_tf32(f.x[i]);
 }
 
+/* tiles a warp's strip: the most of 4, 2, 1 that divides N's tiles and still leaves a strip
+ * for every warp (1 when even single tiles leave warps idle) */
+static __device__ __forceinline__ int cb_strip_tiles(int M, int N, int n_warps)
+{
+    const int tm = M / 16, tn = N / 16;
+    for (int nt = 4; nt > 1; nt >>= 1)
+        if (tn % nt == 0 && tm * (tn / nt) >= n_warps)
+            return nt;
+    return 1;
+}
+
+template <typename LA, typename LB, bool TF1, int NT>
+static __device__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda,
+                                     const float *B, int ldb, int M, int N, int K, float alpha,
+                                     bool acc, const float *rs, int m_valid, int n_valid,
+                                     float *tmp)
+{
+    const bool a_row = std::is_same<LA, wmma::row_major>::value,
+               b_row = std::is_same<LB, wmma::row_major>::value;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    const int sn = N / (16 * NT), strips = (M / 16) * sn;
+    float *t = tmp + warp * 256;
+    for (int s = warp; s < strips; s += n_warps) {
+        const int m0 = s / sn * 16, nb = s % sn * (16 * NT);
+        /* the lanes' old values first, all in flight while the strip's products run (Cm
+         * may be global: the chunk-parallel backward accumulates dq and dk there); Cm never
+         * overlaps A or B */
+        float old[NT][8];
+#pragma unroll
+        for (int u = 0; u < NT; u++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int e = lane + 32 * j, m = m0 + e / 16, n = nb + 16 * u + e % 16;
+                old[u][j] = acc && m < m_valid && n < n_valid ? Cm[m * ldc + n] : 0.0f;
+            }
+        wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[NT];
+#pragma unroll
+        for (int u = 0; u < NT; u++)
+            wmma::fill_fragment(c[u], 0.0f);
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
+            wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
+            if (TF1)
+                cb_round(a);
+            else
+                cb_split(a, a_lo);
+#pragma unroll
+            for (int u = 0; u < NT; u++) {
+                const int n0 = nb + 16 * u;
+                wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
+                wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
+                if (TF1) {
+                    cb_round(b);
+                } else {
+                    cb_split(b, b_lo);
+                    wmma::mma_sync(c[u], a_lo, b, c[u]);
+                    wmma::mma_sync(c[u], a, b_lo, c[u]);
+                }
+                wmma::mma_sync(c[u], a, b, c[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            wmma::store_matrix_sync(t, c[u], 16, wmma::mem_row_major);
+            __syncwarp();
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int e = lane + 32 * j, m = m0 + e / 16, n = nb + 16 * u + e % 16;
+                if (m < m_valid && n < n_valid)
+                    Cm[m * ldc + n] = old[u][j] + (rs ? alpha * rs[m] : alpha) * t[e];
+            }
+            __syncwarp();
+        }
+    }
+}
+
 template <typename LA, typename LB, bool TF1>
 static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
                               int ldb, int M, int N, int K, float alpha, bool acc, const float *rs,
                               int m_valid, int n_valid, float *tmp)
 {
-    const bool a_row = std::is_same<LA, wmma::row_major>::value,
-               b_row = std::is_same<LB, wmma::row_major>::value;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
-    const int tn = N / 16, tiles = (M / 16) * tn;
-    float *t = tmp + warp * 256;
-    for (int tile = warp; tile < tiles; tile += n_warps) {
-        const int m0 = tile / tn * 16, n0 = tile % tn * 16;
-        /* the lane's 8 old values first, all in flight while the tile's products run (Cm
-         * may be global: the chunk-parallel backward accumulates dq and dk there); Cm never
-         * overlaps A or B */
-        float old[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int e = lane + 32 * j, m = m0 + e / 16, n = n0 + e % 16;
-            old[j] = acc && m < m_valid && n < n_valid ? Cm[m * ldc + n] : 0.0f;
-        }
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> c;
-        wmma::fill_fragment(c, 0.0f);
-        for (int k0 = 0; k0 < K; k0 += 8) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
-            wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
-            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
-            if (TF1) {
-                cb_round(a);
-                cb_round(b);
-            } else {
-                cb_split(a, a_lo);
-                cb_split(b, b_lo);
-                wmma::mma_sync(c, a_lo, b, c);
-                wmma::mma_sync(c, a, b_lo, c);
-            }
-            wmma::mma_sync(c, a, b, c);
-        }
-        wmma::store_matrix_sync(t, c, 16, wmma::mem_row_major);
-        __syncwarp();
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int e = lane + 32 * j, m = m0 + e / 16, n = n0 + e % 16;
-            if (m < m_valid && n < n_valid)
-                Cm[m * ldc + n] = old[j] + (rs ? alpha * rs[m] : alpha) * t[e];
-        }
-        __syncwarp();
+    switch (cb_strip_tiles(M, N, blockDim.x / 32)) {
+    case 4:
+        cb_mma_strips<LA, LB, TF1, 4>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
+                                      n_valid, tmp);
+        break;
+    case 2:
+        cb_mma_strips<LA, LB, TF1, 2>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
+                                      n_valid, tmp);
+        break;
+    default:
+        cb_mma_strips<LA, LB, TF1, 1>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
+                                      n_valid, tmp);
     }
 }
 
