@@ -75,7 +75,7 @@ if ls .devdebs/*.deb >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
-if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON >"$out/configure.log" 2>&1 &&
+if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON ${CMAKE_EXTRA:-} >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
            gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs bench_matmul >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
@@ -398,6 +398,58 @@ phase_dnstall() {
         >"$out/dnstall.txt" 2>"$out/dnstall.log"
     row "dnstall (ncu sections, DeltaNet kernels)" "rc $?"
     grep -E "dn_wy|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Shared Memory Config|Dynamic Shared|Stall|Warp Cycles Per Issued|Issue Slots|L1/TEX Hit|L2 Hit|Executed Ipc|One or More|No Eligible" "$out/dnstall.txt" | cut -c1-130 | head -120
+}
+
+# dnsrc: Nsight Compute's full set on one launch of the kernels matching DNK_RE (default the
+# chunk-parallel backward's grad kernel) of a 16x512 full fine-tune, then its warp-stall
+# samples summed by CUDA source line, the costliest lines with their text (build with
+# CMAKE_EXTRA=-DCMAKE_CUDA_FLAGS=-lineinfo for the lines) (after tprof)
+phase_dnsrc() {
+    local txt=$W/bench_text_16x512.txt ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    [ -f "$txt" ] && [ -f $W/q08-bf16.gguf ] || { row "dnsrc" "skipped: no model or text"; return; }
+    rm -f $W/dnsrc.ncu-rep
+    timeout $(($(left) - 5)) $ncu --set full --import-source yes -k "regex:${DNK_RE:-dn_wy_grad}" \
+        --launch-skip ${DNK_SKIP:-0} --launch-count 1 -o $W/dnsrc \
+        $L train -m $W/q08-bf16.gguf --text "$txt" --out $W/prof-out.gguf --backend cuda \
+        --device-only --window 512 --batch-tokens 8192 --full --lr 1e-5 \
+        >"$out/dnsrc.log" 2>&1
+    row "dnsrc (ncu full set, one kernel)" "rc $?"
+    $ncu -i $W/dnsrc.ncu-rep --page details >"$out/dnsrc_details.txt" 2>&1
+    grep -E "Duration|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|Stall|Bank Conflicts|Executed Instructions  " "$out/dnsrc_details.txt" | head -20
+    $ncu -i $W/dnsrc.ncu-rep --page source --csv --print-source sass >"$out/dnsrc_source.csv" 2>&1
+    python3 - "$out/dnsrc_source.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+hi = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All" in c for c in r)), None)
+if hi is None:
+    print("no stall column; head:"); [print(",".join(r)[:200]) for r in rows[:8]]; sys.exit()
+h = rows[hi]
+si = next(i for i, c in enumerate(h) if c.startswith("Warp Stall Sampling (All"))
+li = h.index("Address") if "Address" in h else 0
+src = h.index("Source") if "Source" in h else 1
+ii = next((i for i, c in enumerate(h) if c.startswith("Instructions Executed")), None)
+data = []
+for r in rows[hi + 1:]:
+    try: v = float(r[si].replace(",", "") or 0)
+    except (ValueError, IndexError): continue
+    x = float(r[ii].replace(",", "") or 0) if ii is not None and r[ii] else 0
+    data.append((v, x, r[li], r[src].strip()[:90]))
+tot = sum(d[0] for d in data) or 1; totx = sum(d[1] for d in data) or 1
+print(f"stall samples {tot:.0f}, instructions {totx:.0f}")
+import collections
+byop = collections.defaultdict(lambda: [0.0, 0.0])
+for v, x, l, s in data:
+    op = s.split()[0] if s else "?"
+    if op.startswith("@"):
+        op = s.split()[1] if len(s.split()) > 1 else op
+    op = op.split(".")[0]
+    byop[op][0] += v; byop[op][1] += x
+print("by opcode: stall% instr%")
+for op, (v, x) in sorted(byop.items(), key=lambda kv: -kv[1][0])[:25]:
+    print(f"  {op:12s} {100*v/tot:5.1f}% {100*x/totx:5.1f}%")
+for v, x, l, s in sorted(data, reverse=True)[:30]:
+    print(f"{100*v/tot:5.1f}% {100*x/totx:5.1f}%i  {l:>6} {s}")
+PY
 }
 
 phase_profile() {

@@ -164,6 +164,99 @@ static __device__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A,
         cb_mma<CM, CM, TF1>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
 }
 
+/* A [64 x N] result (N a multiple of 16, at most 128) that a block of 8 warps builds in
+ * registers over several products, stored once at the end: warp w holds row tile w % 4 and
+ * column tiles w / 4 + 2u (u < 4, those below N / 16). The chunk-parallel backward's dq and
+ * dk are sums of seven and more products each; accumulated in the result, every product
+ * read and wrote them back through global memory. */
+struct cb_acc64 {
+    wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[4];
+};
+
+static __device__ __forceinline__ void cb_acc64_zero(cb_acc64 &acc)
+{
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+        wmma::fill_fragment(acc.c[u], 0.0f);
+}
+
+/* acc += A B over 64 x N x K, A and B as cb_mma's (TF1 likewise); the block calls it
+ * together, and needs no barrier between calls on one acc */
+template <typename LA, typename LB, bool TF1>
+static __device__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda, const float *B, int ldb,
+                                    int N, int K)
+{
+    const bool a_row = std::is_same<LA, wmma::row_major>::value,
+               b_row = std::is_same<LB, wmma::row_major>::value;
+    const int warp = threadIdx.x / 32, m0 = warp % 4 * 16, u0 = warp / 4, tn = N / 16;
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
+        wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
+        if (TF1)
+            cb_round(a);
+        else
+            cb_split(a, a_lo);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int n0 = (u0 + 2 * u) * 16;
+            if (u0 + 2 * u >= tn)
+                break;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
+            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
+            if (TF1) {
+                cb_round(b);
+            } else {
+                cb_split(b, b_lo);
+                wmma::mma_sync(acc.c[u], a_lo, b, acc.c[u]);
+                wmma::mma_sync(acc.c[u], a, b_lo, acc.c[u]);
+            }
+            wmma::mma_sync(acc.c[u], a, b, acc.c[u]);
+        }
+    }
+}
+
+/* cb_acc64_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one
+ * stride of each 1 (as cb_mm) */
+template <bool TF1>
+static __device__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac, const float *B,
+                                   int br, int bc, int N, int K)
+{
+    using RM = wmma::row_major;
+    using CM = wmma::col_major;
+    if (ac == 1 && bc == 1)
+        cb_acc64_mma<RM, RM, TF1>(acc, A, ar, B, br, N, K);
+    else if (ac == 1)
+        cb_acc64_mma<RM, CM, TF1>(acc, A, ar, B, bc, N, K);
+    else if (bc == 1)
+        cb_acc64_mma<CM, RM, TF1>(acc, A, ac, B, br, N, K);
+    else
+        cb_acc64_mma<CM, CM, TF1>(acc, A, ac, B, bc, N, K);
+}
+
+/* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, through each warp's 256 floats
+ * of tmp; the block calls it together */
+static __device__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm, int64_t ldc, int N,
+                                      int m_valid, int n_valid)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp % 4 * 16,
+              u0 = warp / 4, tn = N / 16;
+    float *t = tmp + warp * 256;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        if (u0 + 2 * u >= tn)
+            break;
+        wmma::store_matrix_sync(t, acc.c[u], 16, wmma::mem_row_major);
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int e = lane + 32 * j, m = m0 + e / 16, n = (u0 + 2 * u) * 16 + e % 16;
+            if (m < m_valid && n < n_valid)
+                Cm[m * ldc + n] = t[e];
+        }
+        __syncwarp();
+    }
+}
+
 /* st(r, c, ld(r, c)) for every r < rows, c < cols: warp w takes rows w, w + 8, ..., lane l
  * columns l, l + 32, ... (a row's global reads coalesced), CB_INFLIGHT rows of loads in
  * flight before their stores. A plain loop would wait out a global load's latency (~1 us

@@ -195,6 +195,11 @@ bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk
     }
     const size_t F = sizeof(float);
     p->skp = (sk + 15) / 16 * 16;
+    if (p->skp > 128) { /* grad holds dq and dk rows of at most 8 tiles (cb_acc64) */
+        snprintf(reason, reason_size, "S_k %lld is past the chunk-parallel kernels' 128",
+                 (long long)sk);
+        return false;
+    }
     p->ldk = p->skp + 4;
     p->ldc = DN_CHUNK + 4;
     /* The state passes' columns: DN_WY_MAX_CV (fewer blocks load each chunk's Q, K, P, T),

@@ -612,12 +612,16 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         },
         [&](int r, int i, float x) { Q[r * lk + i] = x; });
     __syncthreads();
-    /* dq = dQK K, dk = dQK^T Q + dKK K + dKK^T K: every product of dq and of dk has the
-     * same tiles a warp, so each accumulates in the result with no barrier */
-    cb_mm<TF1>(tmp, dQo, ldq, M1, lc, 1, K, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
-    cb_mm<TF1>(tmp, dKo, ldq, M1, 1, lc, Q, lk, 1, C, skp, C, 1.0f, false, NULL, n, sk);
-    cb_mm<TF1>(tmp, dKo, ldq, M2, lc, 1, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
-    cb_mm<TF1>(tmp, dKo, ldq, M2, 1, lc, K, lk, 1, C, skp, C, 1.0f, true, NULL, n, sk);
+    /* dq = dQK K, dk = dQK^T Q + dKK K + dKK^T K, then the states' terms below: every
+     * product of dq and of dk adds into the block's registers (cb_acc64), which go to the
+     * result once at the end */
+    cb_acc64 DQ, DK;
+    cb_acc64_zero(DQ);
+    cb_acc64_zero(DK);
+    cb_acc64_mm<TF1>(DQ, M1, lc, 1, K, lk, 1, skp, C);
+    cb_acc64_mm<TF1>(DK, M1, 1, lc, Q, lk, 1, skp, C);
+    cb_acc64_mm<TF1>(DK, M2, lc, 1, K, lk, 1, skp, C);
+    cb_acc64_mm<TF1>(DK, M2, 1, lc, K, lk, 1, skp, C);
     __syncthreads();
     /* the states' terms, cs columns at a time (over M1 and M2) */
     const float *gs0 = wy_state(a, P.off_s0, ci), *gds = wy_state(a, P.off_ds, ci);
@@ -627,11 +631,6 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         wy_async(dSs, ls, gds + j0, svp, skp, cs);
         wy_async_wait();
         __syncthreads();
-        /* dq += diag(e^G) Do S0^T; dk += diag(El) U dS^T (the end state's term) and
-         * dW S0^T with dW = -diag(e^G beta) dR */
-        cb_mm<TF1>(tmp, dQo, ldq, Do + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, eG, n, sk);
-        cb_mm<TF1>(tmp, dKo, ldq, U + j0, lw, 1, dSs, 1, ls, C, skp, cs, 1.0f, true, El, n, sk);
-        cb_mm<TF1>(tmp, dKo, ldq, dR + j0, lw, 1, S0s, 1, ls, C, skp, cs, 1.0f, true, mEB, n, sk);
         for (int e = threadIdx.x; e < skp * cs; e += blockDim.x) {
             const int i = e / cs, jj = e % cs;
             ss += (double)dSs[i * ls + jj] * S0s[i * ls + jj];
@@ -663,7 +662,24 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
                 aw[threadIdx.x / 4] += x;
         }
         __syncthreads();
+        /* the slice's columns of Do, U and dR are read once more, by the products below:
+         * their rows scaled there by e^G, El and -e^G beta */
+        for (int e = threadIdx.x; e < C * cs; e += blockDim.x) {
+            const int r = e / cs, j = j0 + e % cs;
+            Do[r * lw + j] *= eG[r];
+            U[r * lw + j] *= El[r];
+            dR[r * lw + j] *= mEB[r];
+        }
+        __syncthreads();
+        /* dq += diag(e^G) Do S0^T; dk += diag(El) U dS^T (the end state's term) and
+         * dW S0^T with dW = -diag(e^G beta) dR */
+        cb_acc64_mm<TF1>(DQ, Do + j0, lw, 1, S0s, 1, ls, skp, cs);
+        cb_acc64_mm<TF1>(DK, U + j0, lw, 1, dSs, 1, ls, skp, cs);
+        cb_acc64_mm<TF1>(DK, dR + j0, lw, 1, S0s, 1, ls, skp, cs);
+        __syncthreads(); /* before the next slice lands over S0s and dSs */
     }
+    cb_acc64_store(DQ, tmp, dQo, ldq, skp, n, sk);
+    cb_acc64_store(DK, tmp, dKo, ldq, skp, n, sk);
     ss = cu_block_sum(ss, red); /* synchronises the block */
     if (threadIdx.x == 0) {
         /* the end state: x_r = El_r u_r . (K dS)_r goes to the last row and leaves row r;
