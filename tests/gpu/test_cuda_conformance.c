@@ -966,23 +966,24 @@ static void test_recurrent_loss_optim(void)
     /* the backward: the chunk-parallel kernels (AUTO; LATHE_DN_BACK=v1 for the chunked
      * one) around the chunk size of 64, two sequences packed side by side, and a long one;
      * grouped heads (H_v = 2 H_k or 3 H_k: partials and the reduction) and H_v = H_k (dq,
-     * dk written directly), the last Qwen3.5-0.8B's training shape (16 x 512 tokens, 16
-     * heads of 128); the per-token kernel (RECURRENT) on the first three. The CPU runs its
+     * dk written directly), Qwen3.5-0.8B's training shape (16 x 512 tokens, 16 heads of
+     * 128), and the kernels compiled for its widths (delta_net_wy.cu's FIX) on a tail and
+     * grouped heads (128 value heads of 128 in all); the per-token kernel (RECURRENT) on the first three. The CPU runs its
      * recurrent oracle for all. */
     static const int64_t bdims[][4] = {{16, 12, 5, 2},    {16, 12, 1, 2},    {128, 128, 40, 1},
                                        {16, 12, 63, 2},   {16, 12, 64, 2},   {16, 12, 65, 2},
                                        {20, 40, 150, 2},  {128, 128, 150, 2}, {16, 12, 2048, 1},
                                        {16, 12, 130, 2},  {128, 128, 150, 2}, {128, 128, 200, 3},
-                                       {128, 128, 512, 16}};
-    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4}, {2, 4},  {1, 2},
-                                    {2, 4}, {1, 2}, {2, 2}, {4, 4}, {4, 8}, {16, 16}};
+                                       {128, 128, 512, 16}, {128, 128, 150, 4}};
+    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4},  {2, 4},  {1, 2},
+                                    {2, 4}, {1, 2}, {2, 2}, {4, 4}, {4, 8}, {16, 16}, {16, 32}};
     /* path 2: AUTO again with LATHE_DN_BACK=v1, the chunked kernel the chunk-parallel ones
      * replaced (the shapes it had before these cases were added) */
     const char *dn_back_env = getenv("LATHE_DN_BACK");
     char dn_back_saved[32] = "";
     if (dn_back_env)
         snprintf(dn_back_saved, sizeof(dn_back_saved), "%s", dn_back_env);
-    for (int d = 0; d < 13; d++)
+    for (int d = 0; d < (int)(sizeof(bdims) / sizeof(bdims[0])); d++)
         for (int l = 0; l < L_COUNT; l++)
             for (int path = 0; path < 3; path++) {
                 if ((d >= 2 && l != L_CONTIG) || (path == 1 && d >= 3) || (path == 2 && d >= 9))
@@ -1010,15 +1011,17 @@ static void test_recurrent_loss_optim(void)
             }
     /* LT_DELTA_NET_PREC_TF32 (training on a device): the chunk-parallel forward and backward
      * in one TF32 product instead of three, against the CPU's F32 under TOL_DN_TF32: tails,
-     * packed sequences, grouped heads, an initial state and none, Qwen3.5-0.8B's shape */
+     * packed sequences, grouped heads, an initial state and none, Qwen3.5-0.8B's shape, its
+     * widths on a tail with grouped heads */
     static const int64_t tdims[][4] = {{16, 12, 65, 2},
                                        {20, 40, 150, 2},
                                        {128, 128, 150, 2},
                                        {128, 128, 200, 3},
-                                       {128, 128, 512, 16}};
-    static const int theads[][2] = {{2, 4}, {1, 2}, {2, 4}, {4, 8}, {16, 16}};
+                                       {128, 128, 512, 16},
+                                       {128, 128, 150, 4}};
+    static const int theads[][2] = {{2, 4}, {1, 2}, {2, 4}, {4, 8}, {16, 16}, {16, 32}};
     for (int back = 0; back < 2; back++)
-        for (int d = 0; d < 5; d++)
+        for (int d = 0; d < (int)(sizeof(tdims) / sizeof(tdims[0])); d++)
             for (int zero = 0; zero < 2; zero++) {
                 p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
                 memcpy(p.ne, tdims[d], sizeof(p.ne));

@@ -49,18 +49,20 @@ template <typename F> static __device__ __forceinline__ void cb_round(F &f)
 }
 
 /* tiles a warp's strip: the most of 4, 2, 1 that divides N's tiles and still leaves a strip
- * for every warp (1 when even single tiles leave warps idle) */
-static __device__ __forceinline__ int cb_strip_tiles(int M, int N, int n_warps)
+ * for each of CB_WARPS warps (1 when even single tiles leave warps idle). A function of M and
+ * N alone, so that constant sizes pick their strips at compile time; every block that calls
+ * these has CB_WARPS warps (a block of another size would still be right, only less even). */
+#define CB_WARPS 8
+static __device__ __forceinline__ int cb_strip_tiles(int M, int N)
 {
     const int tm = M / 16, tn = N / 16;
-    for (int nt = 4; nt > 1; nt >>= 1)
-        if (tn % nt == 0 && tm * (tn / nt) >= n_warps)
-            return nt;
-    return 1;
+    return tn % 4 == 0 && tm * (tn / 4) >= CB_WARPS ? 4
+           : tn % 2 == 0 && tm * (tn / 2) >= CB_WARPS ? 2
+                                                      : 1;
 }
 
 template <typename LA, typename LB, bool TF1, int NT>
-static __device__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda,
+static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda,
                                      const float *B, int ldb, int M, int N, int K, float alpha,
                                      bool acc, const float *rs, int m_valid, int n_valid,
                                      float *tmp)
@@ -125,11 +127,11 @@ static __device__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A, int
 }
 
 template <typename LA, typename LB, bool TF1>
-static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
+static __device__ __forceinline__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
                               int ldb, int M, int N, int K, float alpha, bool acc, const float *rs,
                               int m_valid, int n_valid, float *tmp)
 {
-    switch (cb_strip_tiles(M, N, blockDim.x / 32)) {
+    switch (cb_strip_tiles(M, N)) {
     case 4:
         cb_mma_strips<LA, LB, TF1, 4>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
                                       n_valid, tmp);
@@ -147,7 +149,7 @@ static __device__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, c
 /* cb_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one stride of
  * each 1 (which picks the layouts); TF1 as cb_mma's */
 template <bool TF1 = false>
-static __device__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac,
+static __device__ __forceinline__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac,
                              const float *B, int br, int bc, int M, int N, int K, float alpha,
                              bool acc, const float *rs = NULL, int m_valid = 1 << 30,
                              int n_valid = 1 << 30)
@@ -183,7 +185,7 @@ static __device__ __forceinline__ void cb_acc64_zero(cb_acc64 &acc)
 /* acc += A B over 64 x N x K, A and B as cb_mma's (TF1 likewise); the block calls it
  * together, and needs no barrier between calls on one acc */
 template <typename LA, typename LB, bool TF1>
-static __device__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda, const float *B, int ldb,
+static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda, const float *B, int ldb,
                                     int N, int K)
 {
     const bool a_row = std::is_same<LA, wmma::row_major>::value,
@@ -218,7 +220,7 @@ static __device__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda, cons
 /* cb_acc64_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one
  * stride of each 1 (as cb_mm) */
 template <bool TF1>
-static __device__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac, const float *B,
+static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac, const float *B,
                                    int br, int bc, int N, int K)
 {
     using RM = wmma::row_major;
@@ -235,7 +237,7 @@ static __device__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac
 
 /* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, through each warp's 256 floats
  * of tmp; the block calls it together */
-static __device__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm, int64_t ldc, int N,
+static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm, int64_t ldc, int N,
                                       int m_valid, int n_valid)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp % 4 * 16,

@@ -73,6 +73,32 @@
 static_assert(DN_WY_THREADS == 4 * DN_CHUNK, "the row sums take 4 lanes a chunk row");
 static_assert(DN_CHUNK == 64 && DN_WY_THREADS == 256, "T's substitution: two rows a lane, 8 warps");
 
+/* FIX: the kernels compiled for one shape, Qwen3.5's (S_k = S_v = 128 and the plan's widths
+ * for it: cv 64, cs 32, co 64), every width and leading dimension a constant. Each shared-
+ * memory index and tensor-core fragment address then folds into an immediate offset: with
+ * the widths read from the plan, integer multiply-adds were a third of the grad kernel's
+ * instructions (Nsight Compute, 16 x 512 tokens). wy_fix says when a plan is that shape;
+ * the launchers pick the kernels by it, any other shape runs the same code on the plan's
+ * numbers. */
+#define WYF_S 128 /* S_k = S_v = skp = svp */
+#define WYF_CV 64
+#define WYF_CS 32
+#define WYF_CO 64
+
+static bool wy_fix(const struct dn_wy_plan &P, const struct dn_red &L)
+{
+    return L.sk == WYF_S && L.sv == WYF_S && P.skp == WYF_S && P.svp == WYF_S &&
+           P.cv == WYF_CV && P.cs == WYF_CS && P.ldk == WYF_S + 4 && P.ldw == WYF_S + 4 &&
+           P.ldv == WYF_CV + 4 && P.lds == WYF_CS + 4 && P.ldc == DN_CHUNK + 4;
+}
+
+/* the forward's out kernel besides: its columns */
+static bool wy_fix_out(const struct dn_wy_plan &P, const struct dn_red &L)
+{
+    return wy_fix(P, L) && P.co == WYF_CO && P.ldx == WYF_S + DN_CHUNK + 4 &&
+           P.ldy == WYF_CO + 4;
+}
+
 /* what every kernel is handed */
 struct wy_args {
     struct dn_srcs s;
@@ -197,7 +223,7 @@ static __device__ void wy_solve64(const float *Ab, const float *B, int lc, float
 
 /* Row r = threadIdx.x / 4 of X . row r of Y over n columns, summed over the row's 4 lanes
  * (every one gets it); the whole block calls it. */
-static __device__ float wy_row_dot(const float *X, int lx, const float *Y, int ly, int n)
+static __device__ __forceinline__ float wy_row_dot(const float *X, int lx, const float *Y, int ly, int n)
 {
     const int r = threadIdx.x / 4, l = threadIdx.x % 4;
     float x = 0.0f;
@@ -242,7 +268,7 @@ static __device__ void wy_gates(const struct dn_srcs &s, int64_t h, int64_t b, i
 /* K, Q [C][ldk]; V [C][ldw]; Ab, P, T [C][ldc]; vectors G, B; tiles. Scratch: G and beta,
  * Ab, P, F, G2, Uv (in U's place) and Wk; FORWARD (DELTA_NET's plan): G and beta, P, Uv and
  * Wk alone. */
-template <bool FORWARD, bool TF1>
+template <bool FORWARD, bool TF1, bool FIX>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -251,8 +277,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     const struct dn_wy_plan &P = a.P;
     const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
                   b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
-    const int n = wy_len(L, ch), lk = (int)P.ldk, lw = (int)P.ldw, lc = (int)P.ldc,
-              skp = (int)P.skp, svp = (int)P.svp, sk = (int)L.sk, sv = (int)L.sv;
+    const int n = wy_len(L, ch), lk = FIX ? WYF_S + 4 : (int)P.ldk,
+              lw = FIX ? WYF_S + 4 : (int)P.ldw, lc = C + 4, skp = FIX ? WYF_S : (int)P.skp,
+              svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
+              sv = FIX ? WYF_S : (int)L.sv;
     float *K = sh, *Q = K + C * lk, *V = Q + C * lk, *Ab = V + C * lw, *Pm = Ab + C * lc,
           *T = Pm + C * lc, *G = T + C * lc, *Bv = G + C, *tmp = G + DN_WY_VECS * C;
     wy_fill( /* K's rows, then Q's (Q follows K) */
@@ -318,7 +346,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
 /* block (b * H_v + h) * cblocks + c: columns c * cv .. of value head h of sequence b.
  * S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv]; vectors El; tiles. FORWARD (DELTA_NET): the
  * state after the last chunk goes to the result's rows T.. too. */
-template <bool FORWARD, bool TF1>
+template <bool FORWARD, bool TF1, bool FIX>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -327,8 +355,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
     const struct dn_wy_plan &P = a.P;
     const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
                   b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
-    const int lk = (int)P.ldk, lv = (int)P.ldv, skp = (int)P.skp, cv = (int)P.cv,
-              svp = (int)P.svp, sk = (int)L.sk, sv = (int)L.sv, j0 = (int)(c * P.cv);
+    const int lk = FIX ? WYF_S + 4 : (int)P.ldk, lv = FIX ? WYF_CV + 4 : (int)P.ldv,
+              skp = FIX ? WYF_S : (int)P.skp, cv = FIX ? WYF_CV : (int)P.cv,
+              svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
+              sv = FIX ? WYF_S : (int)L.sv, j0 = (int)c * cv;
     float *S0 = sh, *Wk = S0 + skp * lv, *K = Wk + C * lk, *U = K + C * lk, *El = U + C * lv,
           *tmp = El + DN_WY_VECS * C;
     wy_fill(
@@ -389,7 +419,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
 /* The blocks of fwd. dS [skp][ldv]; Q over K [2C][ldk]; F [C][ldc]; G2 [C][ldk];
  * Do [C][ldv]; Z [2C][ldv] (e^G Do over -e^G beta dR, the right side of dS's update by
  * [Q; K]^T); vectors eG, B; tiles. A chunk is two rounds of products: dR, then dS. */
-template <bool TF1>
+template <bool TF1, bool FIX>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -398,9 +428,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
     const struct dn_wy_plan &P = a.P;
     const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
                   b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
-    const int lk = (int)P.ldk, lv = (int)P.ldv, lc = (int)P.ldc, skp = (int)P.skp,
-              cv = (int)P.cv, svp = (int)P.svp, sk = (int)L.sk, sv = (int)L.sv,
-              j0 = (int)(c * P.cv);
+    const int lk = FIX ? WYF_S + 4 : (int)P.ldk, lv = FIX ? WYF_CV + 4 : (int)P.ldv, lc = C + 4,
+              skp = FIX ? WYF_S : (int)P.skp, cv = FIX ? WYF_CV : (int)P.cv,
+              svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
+              sv = FIX ? WYF_S : (int)L.sv, j0 = (int)c * cv;
     float *dS = sh, *QK = dS + skp * lv, *F = QK + 2 * C * lk, *G2 = F + C * lc,
           *Do = G2 + C * lk, *Z = Do + C * lv, *eG = Z + 2 * C * lv, *Bv = eG + C,
           *tmp = eG + DN_WY_VECS * C;
@@ -483,7 +514,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
 /* Do, U, dR [C][ldw]; region A: M1, M2 [C][ldc], then the slices S0s, dSs [skp][lds] and
  * Y [C][lds]; region B: P, Ab [C][ldc], then Q, K [C][ldk]; vectors; tiles. The steps are
  * cback_chunk's (src/ops/delta_net.c), regrouped; each line's comment names its term. */
-template <bool TF1>
+template <bool TF1, bool FIX>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -493,13 +524,13 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     const struct dn_wy_plan &P = a.P;
     const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
                   b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
-    const int n = wy_len(L, ch), lk = (int)P.ldk, lw = (int)P.ldw, lc = (int)P.ldc,
-              ls = (int)P.lds, skp = (int)P.skp, svp = (int)P.svp, cs = (int)P.cs,
-              sk = (int)L.sk, sv = (int)L.sv;
-    const int64_t reg_a = 2 * C * P.ldc > 2 * P.skp * P.lds + C * P.lds
-                              ? 2 * C * P.ldc
-                              : 2 * P.skp * P.lds + C * P.lds;
-    const int64_t reg_b = 2 * C * P.ldk > 2 * C * P.ldc ? 2 * C * P.ldk : 2 * C * P.ldc;
+    const int n = wy_len(L, ch), lk = FIX ? WYF_S + 4 : (int)P.ldk,
+              lw = FIX ? WYF_S + 4 : (int)P.ldw, lc = C + 4, ls = FIX ? WYF_CS + 4 : (int)P.lds,
+              skp = FIX ? WYF_S : (int)P.skp, svp = FIX ? WYF_S : (int)P.svp,
+              cs = FIX ? WYF_CS : (int)P.cs, sk = FIX ? WYF_S : (int)L.sk,
+              sv = FIX ? WYF_S : (int)L.sv;
+    const int reg_a = 2 * C * lc > 2 * skp * ls + C * ls ? 2 * C * lc : 2 * skp * ls + C * ls;
+    const int reg_b = 2 * C * lk > 2 * C * lc ? 2 * C * lk : 2 * C * lc;
     float *Do = sh, *U = Do + C * lw, *dR = U + C * lw, *RA = dR + C * lw, *RB = RA + reg_a;
     float *M1 = RA, *M2 = RA + C * lc, *S0s = RA, *dSs = RA + skp * ls, *Y = RA + 2 * skp * ls;
     float *Pm = RB, *Ab = RB + C * lc, *Q = RB, *K = RB + C * lk;
@@ -710,7 +741,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
  * (K = skp + C), stored by the tiles straight into DELTA_NET's result: rows past the chunk's
  * tokens and columns past S_v are not stored. Small enough for two blocks an SM at S_k =
  * S_v = 128 (co 64: ~111 KiB). */
-template <bool TF1>
+template <bool TF1, bool FIX>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
@@ -719,15 +750,17 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
     const struct dn_wy_plan &P = a.P;
     const int64_t ci = blockIdx.x / P.cob, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
                   b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
-    const int n = wy_len(L, ch), lx = (int)P.ldx, ly = (int)P.ldy, skp = (int)P.skp,
-              co = (int)P.co, sk = (int)L.sk, sv = (int)L.sv,
-              j0 = (int)(blockIdx.x % P.cob * P.co);
+    const int n = wy_len(L, ch), lx = FIX ? WYF_S + C + 4 : (int)P.ldx,
+              ly = FIX ? WYF_CO + 4 : (int)P.ldy, skp = FIX ? WYF_S : (int)P.skp,
+              co = FIX ? WYF_CO : (int)P.co, sk = FIX ? WYF_S : (int)L.sk,
+              sv = FIX ? WYF_S : (int)L.sv, j0 = (int)(blockIdx.x % P.cob) * co;
     float *X = sh, *Y = X + C * lx, *eG = Y + (skp + C) * ly, *tmp = eG + DN_WY_VECS * C;
     const float *gv = wy_vec(a, ci);
     /* P to X's right, the columns' S0 and U to Y (j0 + co <= svp: scratch has them) */
     wy_async(X + skp, lx, wy_cc(a, P.off_p, ci), C, C, C);
-    wy_async(Y, ly, wy_state(a, P.off_s0, ci) + j0, P.svp, skp, co);
-    wy_async(Y + skp * ly, ly, wy_rows_v(a, P.off_u, ci) + j0, P.svp, C, co);
+    const int svp = FIX ? WYF_S : (int)P.svp;
+    wy_async(Y, ly, wy_state(a, P.off_s0, ci) + j0, svp, skp, co);
+    wy_async(Y + skp * ly, ly, wy_rows_v(a, P.off_u, ci) + j0, svp, C, co);
     if (threadIdx.x < C)
         eG[threadIdx.x] = expf(gv[threadIdx.x]);
     __syncthreads();
@@ -741,6 +774,14 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
     cb_mm<TF1>(tmp, o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
                sv - j0);
 }
+
+/* kernel K's instance for the node's precision (tf1) and shape (fix); WY_PICK_F for the
+ * kernels whose first template argument is FORWARD */
+#define WY_PICK(K)                                                                             \
+    (fix ? (tf1 ? K<true, true> : K<false, true>) : (tf1 ? K<true, false> : K<false, false>))
+#define WY_PICK_F(K, F)                                                                        \
+    (fix ? (tf1 ? K<F, true, true> : K<F, false, true>)                                        \
+         : (tf1 ? K<F, true, false> : K<F, false, false>))
 
 /* The chunk-parallel backward: prep, fwd, bwd, grad (and the reduction of the partials
  * with grouped heads) on the context's stream, in one scratch buffer of the plan's layout. */
@@ -762,20 +803,17 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     if (st != LT_OK)
         return st;
     a.scr = (float *)scratch;
-    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32;
+    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32, fix = wy_fix(P, a.L);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{tf1 ? dn_wy_prep_kernel<false, true> : dn_wy_prep_kernel<false, false>,
-               P.shared_prep, P.chunks, "delta_net_back_prep"},
-              {tf1 ? dn_wy_fwd_kernel<false, true> : dn_wy_fwd_kernel<false, false>, P.shared_fwd,
-               P.state_blocks, "delta_net_back_fwd"},
-              {tf1 ? dn_wy_bwd_kernel<true> : dn_wy_bwd_kernel<false>, P.shared_bwd, P.state_blocks,
-               "delta_net_back_bwd"},
-              {tf1 ? dn_wy_grad_kernel<true> : dn_wy_grad_kernel<false>, P.shared_grad, P.chunks,
-               "delta_net_back_grad"}};
+    } ks[] = {{WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
+              {WY_PICK_F(dn_wy_fwd_kernel, false), P.shared_fwd, P.state_blocks,
+               "delta_net_back_fwd"},
+              {WY_PICK(dn_wy_bwd_kernel), P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
+              {WY_PICK(dn_wy_grad_kernel), P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)ks[i].shared),
@@ -819,18 +857,18 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
             return st;
     }
     a.scr = (float *)scratch;
-    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32;
+    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32, fix = wy_fix(P, a.L),
+               fix_out = wy_fix_out(P, a.L);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{tf1 ? dn_wy_prep_kernel<true, true> : dn_wy_prep_kernel<true, false>, P.shared_prep,
-               P.chunks, "delta_net_prep"},
-              {tf1 ? dn_wy_fwd_kernel<true, true> : dn_wy_fwd_kernel<true, false>, P.shared_fwd,
-               P.state_blocks, "delta_net_fwd"},
-              {tf1 ? dn_wy_out_kernel<true> : dn_wy_out_kernel<false>, P.shared_out, P.out_blocks,
-               "delta_net_out"}};
+    } ks[] = {{WY_PICK_F(dn_wy_prep_kernel, true), P.shared_prep, P.chunks, "delta_net_prep"},
+              {WY_PICK_F(dn_wy_fwd_kernel, true), P.shared_fwd, P.state_blocks, "delta_net_fwd"},
+              {fix_out ? (tf1 ? dn_wy_out_kernel<true, true> : dn_wy_out_kernel<false, true>)
+                       : (tf1 ? dn_wy_out_kernel<true, false> : dn_wy_out_kernel<false, false>),
+               P.shared_out, P.out_blocks, "delta_net_out"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         lt_status st =
             cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
