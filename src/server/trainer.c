@@ -452,7 +452,13 @@ int srv_trainer_info(struct srv_trainer *t, const char *id, struct srv_train_inf
     if (r->job) {
         struct lt_train_progress pr;
         lt_train_job_progress(r->job, &pr);
-        out->state = pr.state;
+        /* A finished job reads as finished once watch_main has published its result and
+         * last evaluation (under this lock); between the job's end and that, its live state
+         * would say "done" with them missing, so it still reads as running (or starting,
+         * before its first step). */
+        out->state = pr.state < LT_TRAIN_DONE ? pr.state
+                     : pr.step > 0            ? LT_TRAIN_RUNNING
+                                              : LT_TRAIN_STARTING;
         if (pr.step >= out->prog.step)
             out->prog = pr;
     }

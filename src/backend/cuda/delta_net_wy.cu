@@ -42,10 +42,11 @@
  *         + (M2 o B E) K + (M2 o B E)^T K; then the states' terms slice by slice of columns
  *         (dq += diag(e^G) Do S0^T, dk += diag(El) U dS^T - diag(e^G beta) dR S0^T, and the
  *         row sums the gates and dbeta need: Do.(Q S0), U.(K dS), dR.(K S0)); dg the suffix
- *         sums of dgam in the chunk. A chunk's rows of dq and dk belong to one block, so
- *         with H_v = H_k they go straight into the result (the products accumulate there);
- *         with grouped heads they go to partials that delta_net.cu's reduction adds over the
- *         value heads of a key head.
+ *         sums of dgam in the chunk. dq and dk add up in the block's registers over all
+ *         their products (cb_acc64) and are stored once. A chunk's rows of dq and dk belong to
+ *         one block, so with H_v = H_k they go straight into the result; with grouped heads
+ *         they go to partials that delta_net.cu's reduction adds over the value heads of a
+ *         key head.
  * Every product runs on tensor cores in three TF32 products (cb_mma, delta_net_mma.h), so the
  * precision stays F32's, or in one TF32 product for a node of LT_DELTA_NET_PREC_TF32 (the
  * kernels' template flag TF1: training on a device, whose other products round to BF16); T's
