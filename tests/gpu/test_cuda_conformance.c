@@ -237,9 +237,10 @@ static void test_copies(void)
             run_case(LT_OP_REPEAT_BACK, layout_names[l], TOL_F32, b_repeat_back, &p);
         }
     /* a column of blocks' partials (contiguous F32), or the generic kernels (other layouts):
-     * 40 columns over 600 rows, and 300 columns (more than a block's threads) over 291 */
-    static const int64_t talls[][4] = {{40, 300, 2, 1}, {300, 97, 3, 1}};
-    for (int k = 0; k < 2; k++)
+     * 40 columns over 600 rows, 300 columns (more than a block's threads) over 291, and a
+     * norm weight's gradient over 8192 tokens (8 rows a partial, 1024 partials a column) */
+    static const int64_t talls[][4] = {{40, 300, 2, 1}, {300, 97, 3, 1}, {1024, 2048, 4, 1}};
+    for (int k = 0; k < 3; k++)
         for (int l = 0; l < L_COUNT; l++) {
             p = P(l, 0, LT_TYPE_F32, LT_TYPE_F32);
             p.ne[0] = talls[k][0], p.i[0] = (int)talls[k][1], p.i[1] = (int)talls[k][2],

@@ -53,12 +53,20 @@ static __global__ void binary_kernel(struct cu_t a, struct cu_t b, struct cu_t o
     }
 }
 
-/* a contiguous, b contiguous and repeating with period bn; y of type YT (F32, F16, BF16) */
+/* a contiguous, b contiguous and repeating with period bn; y of type YT (F32, F16, BF16).
+ * The period is taken in 32 bits where n allows: a 64-bit remainder is a long software
+ * routine, which held a norm weight's broadcast product over 8192 tokens near 1.5 TB/s. */
 template <int OP, int YT>
 static __global__ void binary_flat_kernel(const float *a, const float *b, char *y, int64_t n,
                                           int64_t bn)
 {
     const int es = YT == LT_TYPE_F32 ? 4 : 2;
+    if (n <= 0x7fffffff) {
+        const uint32_t n32 = (uint32_t)n, bn32 = (uint32_t)bn;
+        for (uint32_t f = (uint32_t)cu_thread_index(); f < n32; f += (uint32_t)cu_thread_count())
+            cu_store(y + (int64_t)f * es, YT, apply<OP>(a[f], b[bn32 == n32 ? f : f % bn32]));
+        return;
+    }
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         cu_store(y + f * es, YT, apply<OP>(a[f], b[bn == n ? f : f % bn]));
 }

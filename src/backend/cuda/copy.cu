@@ -314,15 +314,26 @@ static __device__ double repeat_back_sum(const struct cu_t &a, const struct cu_t
     return acc;
 }
 
-/* few tiles: a thread per output element */
+/* few tiles: a thread per output element, the tiles in repeat_back_sum's order by nested
+ * loops (its divisions of a tile's index, in 64 bits, cost more than the reads: 213 us for
+ * the 4 tiles of a grouped-query gradient of 64 MB in a training step) */
 static __global__ void repeat_back_thread_kernel(struct cu_t a, struct cu_t out)
 {
     const int64_t n = cu_nelements(out);
+    const int64_t t0 = a.ne[0] / out.ne[0], t1 = a.ne[1] / out.ne[1], t2 = a.ne[2] / out.ne[2],
+                  t3 = a.ne[3] / out.ne[3];
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t j0, j1, j2, j3;
         cu_unravel(f, out.ne, j0, j1, j2, j3);
-        y[f] = (float)repeat_back_sum(a, out, j0, j1, j2, j3, 0, 1);
+        double acc = 0.0;
+        for (int64_t k3 = 0; k3 < t3; k3++)
+            for (int64_t k2 = 0; k2 < t2; k2++)
+                for (int64_t k1 = 0; k1 < t1; k1++)
+                    for (int64_t k0 = 0; k0 < t0; k0++)
+                        acc += (double)cu_read(a, j0 + k0 * out.ne[0], j1 + k1 * out.ne[1],
+                                               j2 + k2 * out.ne[2], j3 + k3 * out.ne[3]);
+        y[f] = (float)acc;
     }
 }
 
@@ -577,14 +588,28 @@ static __global__ void repeat_back_cols_kernel(const float *a, int64_t n0, int64
     }
 }
 
+/* y[col] = the sum of the nblk partials of col: a block takes 32 columns, its warp w the
+ * partials w, w + 8, ... of each (in order), then warp 0 adds the 8 warps' sums in order.
+ * A thread a column walking all the partials was a chain of 1024 dependent loads on 4
+ * blocks (77 us of a norm weight's 32 MB gradient). */
+#define RB_SUM_WARPS 8
 static __global__ void repeat_back_sum_kernel(const double *part, int64_t n0, int64_t nblk,
                                               float *y)
 {
-    for (int64_t col = cu_thread_index(); col < n0; col += cu_thread_count()) {
-        double s = 0.0;
-        for (int64_t b = 0; b < nblk; b++)
+    __shared__ double sums[RB_SUM_WARPS][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t col = blockIdx.x * 32 + lane;
+    double s = 0.0;
+    if (col < n0)
+        for (int64_t b = warp; b < nblk; b += RB_SUM_WARPS)
             s += part[b * n0 + col];
-        y[col] = (float)s;
+    sums[warp][lane] = s;
+    __syncthreads();
+    if (warp == 0 && col < n0) {
+        double t = 0.0;
+        for (int w = 0; w < RB_SUM_WARPS; w++)
+            t += sums[w][lane];
+        y[col] = (float)t;
     }
 }
 
@@ -607,8 +632,8 @@ static lt_status launch_repeat_back(struct cu_ctx *c, struct lt_tensor *node)
             (const float *)a->data, n, rows, per, (double *)part);
         if ((st = cu_launched("repeat_back_cols")) != LT_OK)
             return st;
-        repeat_back_sum_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>((const double *)part, n,
-                                                                        used, (float *)node->data);
+        repeat_back_sum_kernel<<<(unsigned)((n + 31) / 32), 32 * RB_SUM_WARPS, 0, c->stream>>>(
+            (const double *)part, n, used, (float *)node->data);
         return cu_launched("repeat_back_sum");
     }
     if (tiles <= 64) {
