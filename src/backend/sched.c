@@ -331,6 +331,58 @@ static lt_status plan_copy_bytes(struct lt_sched *s, struct lt_graph *g, struct 
     return LT_OK;
 }
 
+/* LATHE_SCHED_PEAK=N: after planning, the N largest intermediates alive when backend 0's
+ * arena reached its peak (name, op, bytes, the nodes that make and last read it), and the
+ * live bytes by op, on stderr: where a graph's memory goes. */
+static int peak_report_rows(void)
+{
+    const char *e = getenv("LATHE_SCHED_PEAK");
+    const int n = e ? atoi(e) : 0;
+    return n > 0 ? n : 0;
+}
+
+static int cmp_bytes_desc(const void *x, const void *y)
+{
+    const size_t a = ((const size_t *)x)[0], b = ((const size_t *)y)[0];
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+static void peak_report(const struct lt_graph *g, const struct lt_sched *s, const int *dies,
+                        const size_t *offset, int at, size_t peak, int rows)
+{
+    size_t(*live)[2] = malloc(sizeof(*live) * (size_t)(g->n_nodes + 1));
+    double by_op[LT_OP_COUNT] = {0};
+    if (!live)
+        return;
+    int n = 0;
+    size_t sum = 0;
+    for (int j = 0; j <= at; j++)
+        if (offset[j] != SIZE_MAX && s->node_be[j] == 0 && dies[j] >= at) {
+            live[n][0] = align_up(lt_nbytes(g->nodes[j]));
+            live[n][1] = (size_t)j;
+            sum += live[n][0];
+            by_op[g->nodes[j]->op] += (double)live[n][0];
+            n++;
+        }
+    qsort(live, (size_t)n, sizeof(*live), cmp_bytes_desc);
+    fprintf(stderr,
+            "sched peak: %.1f MiB of %s's arena at node %d of %d ('%s'), %d intermediates "
+            "alive, %.1f MiB\n",
+            (double)peak / (1 << 20), s->be[0]->name, at, g->n_nodes, g->nodes[at]->name, n,
+            (double)sum / (1 << 20));
+    for (int k = 0; k < n && k < rows; k++) {
+        const int j = (int)live[k][1];
+        const struct lt_tensor *t = g->nodes[j];
+        fprintf(stderr, "  %9.1f MiB  %-14s made %6d, last read %6d  %s\n",
+                (double)live[k][0] / (1 << 20), lt_op_name(t->op), j, dies[j], t->name);
+    }
+    for (int op = 0; op < LT_OP_COUNT; op++)
+        if (by_op[op] >= (double)(64 << 20))
+            fprintf(stderr, "  by op: %-14s %9.1f MiB\n", lt_op_name((enum lt_op)op),
+                    by_op[op] / (1 << 20));
+    free(live);
+}
+
 static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *p)
 {
     lt_status st = LT_OK;
@@ -379,9 +431,12 @@ static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *
      * next_dying chains the nodes that die at the same index (head: first_dying). */
     int *first_dying = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
     int *next_dying = malloc(sizeof(int) * (size_t)(g->n_nodes + 1));
-    if (!first_dying || !next_dying) {
+    const int report = peak_report_rows();
+    int *dies_at = report ? malloc(sizeof(int) * (size_t)(g->n_nodes + 1)) : NULL;
+    if (!first_dying || !next_dying || (report && !dies_at)) {
         free(first_dying);
         free(next_dying);
+        free(dies_at);
         st = lt_fail(LT_ERR_NOMEM, "out of memory planning a graph");
         goto out_free;
     }
@@ -398,15 +453,24 @@ static lt_status make_plan(struct lt_sched *s, struct lt_graph *g, struct plan *
             dies = i;
         next_dying[i] = first_dying[dies];
         first_dying[dies] = i;
+        if (dies_at)
+            dies_at[i] = dies;
         p->offset[i] = 0; /* planned; the real offset comes below */
     }
+    int peak_at = -1;
     for (int i = 0; i < g->n_nodes && st == LT_OK; i++) {
+        const size_t before = arenas[0].peak;
         if (p->offset[i] != SIZE_MAX &&
             !plan_take(&arenas[s->node_be[i]], align_up(lt_nbytes(g->nodes[i])), &p->offset[i]))
             st = lt_fail(LT_ERR_NOMEM, "out of memory planning a graph");
+        if (arenas[0].peak > before)
+            peak_at = i;
         for (int j = first_dying[i]; j >= 0; j = next_dying[j])
             plan_give(&arenas[s->node_be[j]], p->offset[j]);
     }
+    if (dies_at && st == LT_OK && peak_at >= 0)
+        peak_report(g, s, dies_at, p->offset, peak_at, arenas[0].peak, report);
+    free(dies_at);
     free(first_dying);
     free(next_dying);
     if (st != LT_OK)
