@@ -3,7 +3,8 @@
  * architecture of tests/test_model_util.h (qwen35's DeltaNet layers included), a training
  * graph whose backward reads recomputed copies of each layer's forward tensors gives the
  * same loss and, after an SGD step, the same weights, bit for bit, as the graph that keeps
- * them; it recomputes something; and on a longer batch its admission estimate is smaller. */
+ * them; it recomputes something; and on a longer batch its admission estimate is at most
+ * three quarters of the other's. */
 #include <string.h>
 
 #include "check.h"
@@ -120,8 +121,12 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         lt_status st = one_step(m, cpu, rep, n_rep, 64, 8, r == 1, false, NULL, NULL, &big[r], &n_r);
         CHECK(st == LT_OK, "%s, 8 x 64 estimate: %s", sp->arch, lt_last_error());
     }
-    CHECK(big[1] < big[0], "%s: 8 x 64 tokens: estimate %zu with checkpointing, %zu without",
-          sp->arch, big[1], big[0]);
+    /* at most 3/4: each weight's gradient is made and accumulated as the backward reaches
+     * its layer (train_graph.c, order_backward); made after the whole backward, the
+     * activations and gradients its product reads stayed, and checkpointing saved 8-12% */
+    CHECK(big[1] * 4 < big[0] * 3,
+          "%s: 8 x 64 tokens: estimate %zu with checkpointing, %zu without", sp->arch, big[1],
+          big[0]);
     printf("%s: %d tensors recomputed, loss %.6f both ways; estimate 8 x 64: %.1f KiB -> %.1f "
            "KiB\n",
            sp->arch, n_rec[1], (double)loss[0], big[0] / 1024.0, big[1] / 1024.0);
