@@ -42,6 +42,7 @@
 #           jobs (parity, the BF16-product full fine-tune, refusal), bench/bench_train.sh
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
 #           at 16x512 under LATHE_CUDA_PROFILE
+#   tmem    bench_train (PEER=none) with --checkpoint on, then off: tokens/s, GPU peak, estimate
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -643,6 +644,19 @@ phase_tprof() {
         grep -E "profile:" "$out/tprof_$job.log"
         grep -E "^[A-Z_]+ +[0-9]" "$out/tprof_$job.log" | sort -k3 -n -r | head -14
         sed -n '/by node kind/,$p' "$out/tprof_$job.log" | head -${KINDS:-45} | cut -c1-200
+    done
+}
+
+# tmem: lathe alone at SHAPES (default 16x512) with --checkpoint on and off, full and LoRA:
+# tokens/s, GPU peak (nvidia-smi) and the admission estimate, the issue's memory targets
+phase_tmem() {
+    local ck
+    for ck in on off; do
+        OUT=$out/tmem_$ck PEER=none BUDGET=$(($(left) - 20)) SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} \
+            TIMEOUT=60 LATHE=$L LATHE_TRAIN_EXTRA="--checkpoint $ck" bash bench/bench_train.sh \
+            >"$out/tmem_$ck.log" 2>&1
+        row "bench_train --checkpoint $ck (PEER=none)" "rc $?"
+        grep -E "lathe: rc" "$out/tmem_$ck.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-160
     done
 }
 
