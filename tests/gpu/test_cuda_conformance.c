@@ -969,14 +969,14 @@ static void test_recurrent_loss_optim(void)
      * grouped heads (H_v = 2 H_k or 3 H_k: partials and the reduction) and H_v = H_k (dq,
      * dk written directly), Qwen3.5-0.8B's training shape (16 x 512 tokens, 16 heads of
      * 128), and the kernels compiled for its widths (delta_net_wy.cu's FIX) on a tail and
-     * grouped heads (128 value heads of 128 in all); the per-token kernel (RECURRENT) on the first three. The CPU runs its
-     * recurrent oracle for all. */
-    static const int64_t bdims[][4] = {{16, 12, 5, 2},    {16, 12, 1, 2},    {128, 128, 40, 1},
-                                       {16, 12, 63, 2},   {16, 12, 64, 2},   {16, 12, 65, 2},
-                                       {20, 40, 150, 2},  {128, 128, 150, 2}, {16, 12, 2048, 1},
-                                       {16, 12, 130, 2},  {128, 128, 150, 2}, {128, 128, 200, 3},
+     * grouped heads (128 value heads of 128 in all); the per-token kernel (RECURRENT) on the first
+     * three. The CPU runs its recurrent oracle for all. */
+    static const int64_t bdims[][4] = {{16, 12, 5, 2},      {16, 12, 1, 2},     {128, 128, 40, 1},
+                                       {16, 12, 63, 2},     {16, 12, 64, 2},    {16, 12, 65, 2},
+                                       {20, 40, 150, 2},    {128, 128, 150, 2}, {16, 12, 2048, 1},
+                                       {16, 12, 130, 2},    {128, 128, 150, 2}, {128, 128, 200, 3},
                                        {128, 128, 512, 16}, {128, 128, 150, 4}};
-    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4},  {2, 4},  {1, 2},
+    static const int bheads[][2] = {{2, 4}, {1, 3}, {2, 4}, {2, 4}, {2, 4}, {2, 4},   {1, 2},
                                     {2, 4}, {1, 2}, {2, 2}, {4, 4}, {4, 8}, {16, 16}, {16, 32}};
     /* path 2: AUTO again with LATHE_DN_BACK=v1, the chunked kernel the chunk-parallel ones
      * replaced (the shapes it had before these cases were added) */
@@ -1014,12 +1014,8 @@ static void test_recurrent_loss_optim(void)
      * in one TF32 product instead of three, against the CPU's F32 under TOL_DN_TF32: tails,
      * packed sequences, grouped heads, an initial state and none, Qwen3.5-0.8B's shape, its
      * widths on a tail with grouped heads */
-    static const int64_t tdims[][4] = {{16, 12, 65, 2},
-                                       {20, 40, 150, 2},
-                                       {128, 128, 150, 2},
-                                       {128, 128, 200, 3},
-                                       {128, 128, 512, 16},
-                                       {128, 128, 150, 4}};
+    static const int64_t tdims[][4] = {{16, 12, 65, 2},    {20, 40, 150, 2},    {128, 128, 150, 2},
+                                       {128, 128, 200, 3}, {128, 128, 512, 16}, {128, 128, 150, 4}};
     static const int theads[][2] = {{2, 4}, {1, 2}, {2, 4}, {4, 8}, {16, 16}, {16, 32}};
     for (int back = 0; back < 2; back++)
         for (int d = 0; d < (int)(sizeof(tdims) / sizeof(tdims[0])); d++)

@@ -56,16 +56,16 @@ template <typename F> static __device__ __forceinline__ void cb_round(F &f)
 static __device__ __forceinline__ int cb_strip_tiles(int M, int N)
 {
     const int tm = M / 16, tn = N / 16;
-    return tn % 4 == 0 && tm * (tn / 4) >= CB_WARPS ? 4
+    return tn % 4 == 0 && tm * (tn / 4) >= CB_WARPS   ? 4
            : tn % 2 == 0 && tm * (tn / 2) >= CB_WARPS ? 2
                                                       : 1;
 }
 
 template <typename LA, typename LB, bool TF1, int NT>
-static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda,
-                                     const float *B, int ldb, int M, int N, int K, float alpha,
-                                     bool acc, const float *rs, int m_valid, int n_valid,
-                                     float *tmp)
+static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A,
+                                                     int lda, const float *B, int ldb, int M, int N,
+                                                     int K, float alpha, bool acc, const float *rs,
+                                                     int m_valid, int n_valid, float *tmp)
 {
     const bool a_row = std::is_same<LA, wmma::row_major>::value,
                b_row = std::is_same<LB, wmma::row_major>::value;
@@ -127,9 +127,9 @@ static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, con
 }
 
 template <typename LA, typename LB, bool TF1>
-static __device__ __forceinline__ void cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B,
-                              int ldb, int M, int N, int K, float alpha, bool acc, const float *rs,
-                              int m_valid, int n_valid, float *tmp)
+static __device__ __forceinline__ void
+cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
+       int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid, float *tmp)
 {
     switch (cb_strip_tiles(M, N)) {
     case 4:
@@ -149,10 +149,10 @@ static __device__ __forceinline__ void cb_mma(float *Cm, int64_t ldc, const floa
 /* cb_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one stride of
  * each 1 (which picks the layouts); TF1 as cb_mma's */
 template <bool TF1 = false>
-static __device__ __forceinline__ void cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac,
-                             const float *B, int br, int bc, int M, int N, int K, float alpha,
-                             bool acc, const float *rs = NULL, int m_valid = 1 << 30,
-                             int n_valid = 1 << 30)
+static __device__ __forceinline__ void
+cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac, const float *B, int br,
+      int bc, int M, int N, int K, float alpha, bool acc, const float *rs = NULL,
+      int m_valid = 1 << 30, int n_valid = 1 << 30)
 {
     using RM = wmma::row_major;
     using CM = wmma::col_major;
@@ -185,8 +185,8 @@ static __device__ __forceinline__ void cb_acc64_zero(cb_acc64 &acc)
 /* acc += A B over 64 x N x K, A and B as cb_mma's (TF1 likewise); the block calls it
  * together, and needs no barrier between calls on one acc */
 template <typename LA, typename LB, bool TF1>
-static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda, const float *B, int ldb,
-                                    int N, int K)
+static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda,
+                                                    const float *B, int ldb, int N, int K)
 {
     const bool a_row = std::is_same<LA, wmma::row_major>::value,
                b_row = std::is_same<LB, wmma::row_major>::value;
@@ -220,8 +220,8 @@ static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *
 /* cb_acc64_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one
  * stride of each 1 (as cb_mm) */
 template <bool TF1>
-static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac, const float *B,
-                                   int br, int bc, int N, int K)
+static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac,
+                                                   const float *B, int br, int bc, int N, int K)
 {
     using RM = wmma::row_major;
     using CM = wmma::col_major;
@@ -237,11 +237,11 @@ static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A
 
 /* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, through each warp's 256 floats
  * of tmp; the block calls it together */
-static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm, int64_t ldc, int N,
-                                      int m_valid, int n_valid)
+static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm,
+                                                      int64_t ldc, int N, int m_valid, int n_valid)
 {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp % 4 * 16,
-              u0 = warp / 4, tn = N / 16;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp % 4 * 16, u0 = warp / 4,
+              tn = N / 16;
     float *t = tmp + warp * 256;
 #pragma unroll
     for (int u = 0; u < 4; u++) {

@@ -88,16 +88,15 @@ static_assert(DN_CHUNK == 64 && DN_WY_THREADS == 256, "T's substitution: two row
 
 static bool wy_fix(const struct dn_wy_plan &P, const struct dn_red &L)
 {
-    return L.sk == WYF_S && L.sv == WYF_S && P.skp == WYF_S && P.svp == WYF_S &&
-           P.cv == WYF_CV && P.cs == WYF_CS && P.ldk == WYF_S + 4 && P.ldw == WYF_S + 4 &&
-           P.ldv == WYF_CV + 4 && P.lds == WYF_CS + 4 && P.ldc == DN_CHUNK + 4;
+    return L.sk == WYF_S && L.sv == WYF_S && P.skp == WYF_S && P.svp == WYF_S && P.cv == WYF_CV &&
+           P.cs == WYF_CS && P.ldk == WYF_S + 4 && P.ldw == WYF_S + 4 && P.ldv == WYF_CV + 4 &&
+           P.lds == WYF_CS + 4 && P.ldc == DN_CHUNK + 4;
 }
 
 /* the forward's out kernel besides: its columns */
 static bool wy_fix_out(const struct dn_wy_plan &P, const struct dn_red &L)
 {
-    return wy_fix(P, L) && P.co == WYF_CO && P.ldx == WYF_S + DN_CHUNK + 4 &&
-           P.ldy == WYF_CO + 4;
+    return wy_fix(P, L) && P.co == WYF_CO && P.ldx == WYF_S + DN_CHUNK + 4 && P.ldy == WYF_CO + 4;
 }
 
 /* what every kernel is handed */
@@ -224,7 +223,8 @@ static __device__ void wy_solve64(const float *Ab, const float *B, int lc, float
 
 /* Row r = threadIdx.x / 4 of X . row r of Y over n columns, summed over the row's 4 lanes
  * (every one gets it); the whole block calls it. */
-static __device__ __forceinline__ float wy_row_dot(const float *X, int lx, const float *Y, int ly, int n)
+static __device__ __forceinline__ float wy_row_dot(const float *X, int lx, const float *Y, int ly,
+                                                   int n)
 {
     const int r = threadIdx.x / 4, l = threadIdx.x % 4;
     float x = 0.0f;
@@ -778,10 +778,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
 
 /* kernel K's instance for the node's precision (tf1) and shape (fix); WY_PICK_F for the
  * kernels whose first template argument is FORWARD */
-#define WY_PICK(K)                                                                             \
+#define WY_PICK(K)                                                                                 \
     (fix ? (tf1 ? K<true, true> : K<false, true>) : (tf1 ? K<true, false> : K<false, false>))
-#define WY_PICK_F(K, F)                                                                        \
-    (fix ? (tf1 ? K<F, true, true> : K<F, false, true>)                                        \
+#define WY_PICK_F(K, F)                                                                            \
+    (fix ? (tf1 ? K<F, true, true> : K<F, false, true>)                                            \
          : (tf1 ? K<F, true, false> : K<F, false, false>))
 
 /* The chunk-parallel backward: prep, fwd, bwd, grad (and the reduction of the partials
@@ -810,11 +810,11 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
-              {WY_PICK_F(dn_wy_fwd_kernel, false), P.shared_fwd, P.state_blocks,
-               "delta_net_back_fwd"},
-              {WY_PICK(dn_wy_bwd_kernel), P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
-              {WY_PICK(dn_wy_grad_kernel), P.shared_grad, P.chunks, "delta_net_back_grad"}};
+    } ks[] = {
+        {WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
+        {WY_PICK_F(dn_wy_fwd_kernel, false), P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
+        {WY_PICK(dn_wy_bwd_kernel), P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
+        {WY_PICK(dn_wy_grad_kernel), P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)ks[i].shared),
