@@ -146,9 +146,6 @@ static lt_status build_accumulators(struct lt_train_graph *tg)
         lt_format_name(store, "store grad for %s", p->name);
         tg->accum[i] = acc;
         tg->stores[i] = store;
-        lt_status st = lt_graph_build(tg->grads, store);
-        if (st != LT_OK)
-            return st;
     }
     return LT_OK;
 }
@@ -205,42 +202,24 @@ static lt_status measure(struct lt_train_graph *tg, size_t *device_bytes)
     return LT_OK;
 }
 
-/* The gradient graph again from its outputs (the loss, then every parameter's gradient),
- * after checkpointing changed what the backward nodes read */
-static lt_status rebuild_grads(struct lt_train_graph *tg)
-{
-    struct lt_graph *g = lt_graph_new(tg->ctx, TRAIN_GRAPH_CAP);
-    if (!g)
-        return LT_ERR_NOMEM;
-    lt_status st = lt_graph_build(g, tg->loss);
-    const int n_forward = g->n_nodes;
-    for (int i = 0; st == LT_OK && i < tg->n_params; i++)
-        if (tg->params[i]->grad)
-            st = lt_graph_build(g, tg->params[i]->grad);
-    if (st != LT_OK)
-        return st;
-    tg->grads = g;
-    tg->n_forward = n_forward;
-    return LT_OK;
-}
-
 static int cmp_first_use_desc(const void *x, const void *y)
 {
     const int *a = x, *b = y; /* {first forward reader, parameter} */
     return a[0] != b[0] ? (a[0] < b[0] ? 1 : -1) : (a[1] > b[1]) - (a[1] < b[1]);
 }
 
-/* The gradient graph rebuilt so that each trainable tensor's gradient is made, and added
- * into its accumulator, as soon as the backward reaches it: the loss first, then the
- * accumulations in the reverse order of the tensors' first forward readers. A graph is
- * built depth first, sources before users; built from the loss, the gradients and the
+/* The gradient graph, built from its outputs once autodiff, checkpointing and the
+ * accumulations have made every node: the loss first, then the accumulations in the reverse
+ * order of the trainable tensors' first forward readers, so that each tensor's gradient is
+ * made, and added into its accumulator, as soon as the backward reaches it. A graph is built
+ * depth first, sources before users; built from the loss, the gradients and the
  * accumulations in the order of collect_params, every gradient but the first came after the
  * whole backward, so each weight gradient's product, the activations and output gradients
  * it reads, and the gradient itself lived to the end of the step. That is what activation
  * checkpointing could not free: Qwen3.5-0.8B's shape at 16 x 512 tokens planned 46,494 MiB
- * of intermediates on the CPU with recomputation and 56,522 without. The same nodes, so the
- * same values. */
-static lt_status order_backward(struct lt_train_graph *tg)
+ * of intermediates on the CPU with recomputation and 56,522 without. tg->grads is the graph
+ * autodiff built (and checkpointing rewrote); its first n_forward nodes are the forward. */
+static lt_status build_grads_graph(struct lt_train_graph *tg)
 {
     struct lt_graph *old = tg->grads;
     int(*order)[2] = malloc(sizeof(*order) * (size_t)(tg->n_params + 1));
@@ -268,17 +247,14 @@ static lt_status order_backward(struct lt_train_graph *tg)
     const int n_forward = g ? g->n_nodes : 0;
     for (int k = 0; st == LT_OK && k < tg->n_params; k++) {
         const int i = order[k][1];
-        struct lt_tensor *out = tg->stores[i] ? tg->stores[i] : tg->params[i]->grad;
-        if (out)
-            st = lt_graph_build(g, out);
+        if (tg->stores[i]) /* every tensor with a gradient has its accumulation */
+            st = lt_graph_build(g, tg->stores[i]);
     }
     free(order);
     if (st != LT_OK)
         return st;
-    /* the same nodes are reachable from the same outputs; should a graph ever hold others
-     * (nothing the loss or an accumulation reads), it keeps its order */
-    if (n_forward == tg->n_forward && g->n_nodes == old->n_nodes)
-        tg->grads = g;
+    tg->grads = g;
+    tg->n_forward = n_forward;
     return LT_OK;
 }
 
@@ -333,8 +309,6 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     if (params->n_remat_bounds >= 2) {
         st = lt_remat_rewrite(ctx, tg->grads, tg->n_forward, params->remat_bounds,
                               params->n_remat_bounds, &tg->n_recomputed);
-        if (st == LT_OK)
-            st = rebuild_grads(tg);
         if (st != LT_OK)
             goto out_free;
     }
@@ -342,7 +316,7 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     if (st == LT_OK)
         st = build_accumulators(tg);
     if (st == LT_OK)
-        st = order_backward(tg);
+        st = build_grads_graph(tg);
     if (st == LT_OK)
         st = build_steps(tg);
     if (st != LT_OK)
