@@ -492,7 +492,8 @@ static struct lt_tensor *b_swiglu_back(struct build *b, const struct params *p)
 
 static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
 {
-    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], p->ne[0], 6, 3, 2, FILL_UNIFORM, -1, 2);
+    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], p->ne[0], p->ne[1] ? p->ne[1] : 6, 3, 2,
+                             FILL_UNIFORM, -1, 2);
     if (p->i[0] == LT_OP_SUM)
         return lt_sum(b->ctx, x);
     return p->i[0] == LT_OP_MEAN ? lt_mean(b->ctx, x) : lt_sum_rows(b->ctx, x);
@@ -563,7 +564,8 @@ static void test_elementwise(void)
             run_case(LT_OP_SWIGLU, lbl(layout_names[l], lt_type_name(p.type[2])), TOL_HALF,
                      b_pair, &p);
         }
-    /* rows of 9 and 1000: a warp a row on CUDA; 3000: a block */
+    /* 36 rows of 9, 1000 and 3000: a block a row on CUDA; then (cu_warp_rows) 4,200 rows of
+     * 128 and of 1000, a warp a row, as a training step's */
     static const enum lt_op reds[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM};
     for (int o = 0; o < 3; o++)
         for (int l = 0; l < L_COUNT; l++)
@@ -575,6 +577,16 @@ static void test_elementwise(void)
                          lbl(layout_names[l], big == 2 ? "longer"
                                               : big    ? "long"
                                                        : ""),
+                         TOL_F32, b_reduce, &p);
+            }
+    for (int o = 0; o < 2; o++)
+        for (int l = 0; l < L_COUNT; l++)
+            for (int big = 0; big < 2; big++) {
+                p = P(l, 0, l == L_SLICED ? LT_TYPE_F16 : LT_TYPE_F32, LT_TYPE_F32);
+                p.i[0] = reds[o];
+                p.ne[0] = big ? 1000 : 128;
+                p.ne[1] = 700;
+                run_case(reds[o], lbl(layout_names[l], big ? "many rows long" : "many rows"),
                          TOL_F32, b_reduce, &p);
             }
 }
@@ -670,7 +682,7 @@ static void test_nn(void)
                 run_case(norms[o], lbl(layout_names[l], big ? "long" : ""), TOL_F32, b_norm, &p);
             }
     /* many short rows (4,200 of 128, and of 1000): a warp a row on CUDA (norm.cu's
-     * warp_rows), as a training step's DeltaNet norms; the weighted RMS_NORM to BF16 too */
+     * cu_warp_rows), as a training step's DeltaNet norms; the weighted RMS_NORM to BF16 too */
     for (int o = 0; o < 5; o++)
         for (int l = 0; l < L_COUNT; l++)
             for (int big = 0; big < 2; big++) {

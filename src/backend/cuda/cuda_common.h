@@ -306,6 +306,11 @@ template <bool WARP> struct row_team {
     }
 };
 
+/* Whether a row-wise kernel gives each row a warp (row_team<true>, 256-thread blocks of 8
+ * rows: cu_blocks(rows, 8) of them) rather than a block: rows of at most 1024 elements, and
+ * enough of them to fill the device (a training step's); decode's few rows keep a block. */
+static inline bool cu_warp_rows(int64_t ne0, int64_t rows) { return ne0 <= 1024 && rows >= 4096; }
+
 __device__ __forceinline__ float cu_block_max(float v, float *shared)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;

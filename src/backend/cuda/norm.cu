@@ -151,13 +151,6 @@ static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx,
     }
 }
 
-/* a warp a row for rows of at most 1024 when there are enough of them to fill the device
- * (a training step's); a block a row otherwise (decode's few rows keep a block's threads) */
-static bool warp_rows(int64_t ne0, int64_t rows)
-{
-    return ne0 <= 1024 && rows >= 4096;
-}
-
 lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -176,7 +169,7 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
             (float *)node->data, eps);
         return cu_launched("add_norm");
     }
-    const bool warp = warp_rows(node->ne[0], rows);
+    const bool warp = cu_warp_rows(node->ne[0], rows);
     const unsigned warp_blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;

@@ -28,9 +28,7 @@ bool cu_reduce_supported(const struct lt_tensor *node, char *reason, size_t reas
     return true;
 }
 
-/* y[r] = sum of row r * scale, a row a team (row_team: a warp for rows of at most
- * ROWS_WARP_MAX elements, a block otherwise) */
-#define ROWS_WARP_MAX 1024
+/* y[r] = sum of row r * scale, a row a team (row_team; cu_warp_rows picks which) */
 template <bool WARP> static __global__ void sum_rows_kernel(struct cu_t a, float *y, double scale)
 {
     using T = row_team<WARP>;
@@ -94,7 +92,7 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
         if (rows == 0)
             return LT_OK;
         double scale = node->op == LT_OP_MEAN && a->ne[0] > 0 ? 1.0 / (double)a->ne[0] : 1.0;
-        if (a->ne[0] <= ROWS_WARP_MAX) /* 8 warps, 8 rows, a block */
+        if (cu_warp_rows(a->ne[0], rows))
             sum_rows_kernel<true><<<cu_blocks(rows, 8), 256, 0, c->stream>>>(
                 cu_view(a), (float *)node->data, scale);
         else
