@@ -12,6 +12,8 @@
  * and acc adds overlapping windows with atomics; the CPU adds both in a fixed order. */
 #include <stdio.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/quant.cuh"
 
@@ -255,16 +257,25 @@ static __global__ void convert_flat_kernel(const char *a, char *d, int64_t n)
         cu_store(d + f * ed, TD, cu_load(a + f * ea, TA));
 }
 
-template <int TA>
-static void convert_flat(struct cu_ctx *c, const char *a, char *d, int td, int64_t n)
+/* f(ta, td) with each of the float types ta, td (F32, F16 or BF16) as a compile-time
+ * constant (std::integral_constant): one place picks the instance of a kernel templated on
+ * its source and destination types */
+template <typename F> static void float_types(int ta, int td, F f)
 {
-    const unsigned blocks = cu_blocks(n, 256);
-    if (td == LT_TYPE_BF16)
-        convert_flat_kernel<TA, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(a, d, n);
-    else if (td == LT_TYPE_F16)
-        convert_flat_kernel<TA, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(a, d, n);
+    auto with_td = [&](auto a) {
+        if (td == LT_TYPE_BF16)
+            f(a, std::integral_constant<int, LT_TYPE_BF16>{});
+        else if (td == LT_TYPE_F16)
+            f(a, std::integral_constant<int, LT_TYPE_F16>{});
+        else
+            f(a, std::integral_constant<int, LT_TYPE_F32>{});
+    };
+    if (ta == LT_TYPE_BF16)
+        with_td(std::integral_constant<int, LT_TYPE_BF16>{});
+    else if (ta == LT_TYPE_F16)
+        with_td(std::integral_constant<int, LT_TYPE_F16>{});
     else
-        convert_flat_kernel<TA, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(a, d, n);
+        with_td(std::integral_constant<int, LT_TYPE_F32>{});
 }
 
 static __global__ void concat_kernel(struct cu_t a, struct cu_t b, struct cu_t out, int dim)
@@ -481,18 +492,6 @@ static __global__ void copy_rows_kernel(struct cu_t a, char *d, int64_t rows)
     }
 }
 
-template <int TA>
-static void copy_rows(struct cu_ctx *c, const struct cu_t &a, char *d, int td, int64_t rows)
-{
-    const unsigned blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
-    if (td == LT_TYPE_F32)
-        copy_rows_kernel<TA, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(a, d, rows);
-    else if (td == LT_TYPE_BF16)
-        copy_rows_kernel<TA, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(a, d, rows);
-    else
-        copy_rows_kernel<TA, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(a, d, rows);
-}
-
 /* whether t (non-quantised) is walked faster along dim 1 than along dim 0 */
 static bool dim1_faster(const struct lt_tensor *t)
 {
@@ -539,23 +538,21 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
                                             (size_t)n * lt_type_traits(a->type)->type_size,
                                             cudaMemcpyDeviceToDevice, c->stream),
                             "copying a contiguous tensor");
-        if (a->type == LT_TYPE_F32)
-            convert_flat<LT_TYPE_F32>(c, (const char *)a->data, (char *)node->data, node->type, n);
-        else if (a->type == LT_TYPE_BF16)
-            convert_flat<LT_TYPE_BF16>(c, (const char *)a->data, (char *)node->data, node->type, n);
-        else
-            convert_flat<LT_TYPE_F16>(c, (const char *)a->data, (char *)node->data, node->type, n);
+        float_types(a->type, node->type, [&](auto ta, auto td) {
+            convert_flat_kernel<decltype(ta)::value, decltype(td)::value>
+                <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)a->data,
+                                                           (char *)node->data, n);
+        });
         return cu_launched("copy_convert_flat");
     }
     if (flat_types && lt_same_shape(a, node) && lt_is_contiguous(node) && a->ne[0] >= 32 &&
         a->nb[0] == lt_type_traits(a->type)->type_size) {
         const int64_t rows = n / a->ne[0];
-        if (a->type == LT_TYPE_F32)
-            copy_rows<LT_TYPE_F32>(c, av, (char *)node->data, node->type, rows);
-        else if (a->type == LT_TYPE_BF16)
-            copy_rows<LT_TYPE_BF16>(c, av, (char *)node->data, node->type, rows);
-        else
-            copy_rows<LT_TYPE_F16>(c, av, (char *)node->data, node->type, rows);
+        /* 8 warps, 8 rows, a block */
+        float_types(a->type, node->type, [&](auto ta, auto td) {
+            copy_rows_kernel<decltype(ta)::value, decltype(td)::value>
+                <<<cu_blocks(rows, 8), 256, 0, c->stream>>>(av, (char *)node->data, rows);
+        });
         return cu_launched("copy_rows");
     }
     if (a->type != node->type) {
