@@ -192,6 +192,8 @@ for sh in $SHAPES; do
             r=$(lathe_rate $S $T)
             lt_tps=${r%% *}
             lt_peak=$(gib "$peak")
+            est=$(grep -oE 'memory estimate [0-9.]+' $W/job.log | tail -1 | awk '{ printf "%.1f", $3 / 1024 }')
+            [ -n "$est" ] && lt_peak="$lt_peak ($est)"
             own=$(grep -oE 'trained .*fallback nodes' $W/job.log)
             mb=$(grep -oE 'micro-batch [0-9]+ x [0-9]+' $W/job.log | head -1)
             note=""
@@ -232,7 +234,7 @@ done
     echo
     echo "## lathe train vs HF transformers eager, random Qwen3.5-0.8B shape ($(($(date +%s) - t_start)) s)"
     echo
-    echo "tokens/s over $STEPS steps after $WARMUP warm-up; GPU peak: nvidia-smi, whole device (HF: torch max allocated in brackets); GiB"
+    echo "tokens/s over $STEPS steps after $WARMUP warm-up; GPU peak: nvidia-smi, whole device (lathe: its admission estimate in brackets; HF: torch max allocated); GiB"
     echo
     echo "| shape | job | lathe tokens/s | lathe GPU peak GiB | HF tokens/s | HF peak GiB | lathe/HF |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"

@@ -370,6 +370,10 @@ static void train_print_done(const struct lt_train_params *p, struct lt_train_re
            (long long)r->tokens, r->seconds, r->tokens_per_s, r->n_seqs_graph, r->n_tokens_graph,
            r->grad_accum, (double)r->peak_bytes / (1 << 20), (double)r->allocated_bytes / (1 << 20),
            r->n_fallback);
+    if (r->scratch_bytes || r->in_use_bytes)
+        printf("the estimate counts %.1f MiB in use on the device before the job and %.1f MiB of "
+               "kernels' working memory; allocated counts the job's graph buffers only\n",
+               (double)r->in_use_bytes / (1 << 20), (double)r->scratch_bytes / (1 << 20));
     if (r->n_recomputed > 0)
         printf("checkpointing: the backward recomputed %d forward tensors, a layer at a time\n",
                r->n_recomputed);

@@ -41,6 +41,11 @@ struct lt_backend_iface {
      * host_unpin(ptr) undoes it, before the memory is freed */
     lt_status (*host_pin)(struct lt_backend *be, void *ptr, size_t size);
     void (*host_unpin)(struct lt_backend *be, void *ptr);
+    /* optional: the bytes of working memory (scratch) the backend would hold, beyond the
+     * graph's buffers, after running nodes: each kernel's own buffers, grown to the
+     * largest node's need; *held: what it holds now (part of the result) */
+    size_t (*scratch_bytes)(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes,
+                            size_t *held);
 };
 
 struct lt_backend {
@@ -57,6 +62,9 @@ void lt_buffer_free(struct lt_buffer *buf);
 lt_status lt_backend_compute(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes);
 lt_status lt_backend_memory(struct lt_backend *be, size_t *free_bytes, size_t *total_bytes);
 void lt_backend_free(struct lt_backend *be);
+/* The backend's scratch after running nodes, and what it holds now (both 0 without any). */
+size_t lt_backend_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes,
+                                size_t *held);
 /* Pins host memory that the backend's copies will use often (an engine's logits): true when
  * it is pinned, false (nothing changed, copies work as before) when the backend has no such
  * thing or refuses. Unpin exactly what was pinned, before freeing it. */

@@ -61,6 +61,10 @@ void lt_train_graph_free(struct lt_train_graph *tg);
 
 /* The admission results (valid after lt_train_graph_new succeeded). */
 size_t lt_train_graph_estimate(const struct lt_train_graph *tg); /* peak bytes, all backends */
+/* Two parts of the estimate: the kernels' working memory the job adds on its first backend,
+ * and, for a device, the memory in use there before the job (context, weights, others). */
+void lt_train_graph_estimate_parts(const struct lt_train_graph *tg, size_t *scratch,
+                                   size_t *in_use);
 size_t lt_train_graph_budget(const struct lt_train_graph *tg);
 /* how many forward tensors the backward recomputes (0: checkpointing off) */
 int lt_train_graph_n_recomputed(const struct lt_train_graph *tg);

@@ -48,7 +48,11 @@ struct lt_sched_memory {
     size_t compute[LT_SCHED_MAX_BACKENDS]; /* intermediates, per backend (reused) */
     size_t leafs[LT_SCHED_MAX_BACKENDS];   /* leaves without storage yet (inputs, state) */
     size_t copies[LT_SCHED_MAX_BACKENDS];  /* storage copied in for readers on another backend */
-    size_t total;
+    size_t total;                          /* the sum of the three above */
+    /* kernels' working memory per backend (lt_backend_scratch_bytes): what it will hold
+     * after the graph, and the part it holds already; not in total (a backend keeps one
+     * scratch for every graph it runs, so two graphs' scratch is the larger, not the sum) */
+    size_t scratch[LT_SCHED_MAX_BACKENDS], scratch_held[LT_SCHED_MAX_BACKENDS];
 };
 /* The bytes lt_sched_alloc would take for g (after place), without allocating. */
 lt_status lt_sched_measure(struct lt_sched *s, struct lt_graph *g, struct lt_sched_memory *m);

@@ -214,6 +214,8 @@ struct lt_train_result {
     int64_t tokens;                        /* trained (loss-bearing and context) */
     double seconds, tokens_per_s;
     size_t peak_bytes;            /* admission estimate (the trainable tensors included) */
+    size_t scratch_bytes;         /* of which the kernels' working memory the job adds */
+    size_t in_use_bytes;          /* of which device memory in use before the job */
     size_t allocated_bytes;       /* what allocation took */
     int n_fallback;               /* nodes not on the first backend */
     int n_train, n_val;           /* examples (or text windows) in each split */

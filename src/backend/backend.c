@@ -30,6 +30,13 @@ lt_status lt_backend_memory(struct lt_backend *be, size_t *free_bytes, size_t *t
     return be->iface->memory(be, free_bytes, total_bytes);
 }
 
+size_t lt_backend_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes,
+                                size_t *held)
+{
+    *held = 0;
+    return be->iface->scratch_bytes ? be->iface->scratch_bytes(be, nodes, n_nodes, held) : 0;
+}
+
 void lt_backend_free(struct lt_backend *be)
 {
     if (be)

@@ -501,6 +501,18 @@ lt_status lt_sched_measure(struct lt_sched *s, struct lt_graph *g, struct lt_sch
         m->total += p.compute[b] + p.leafs[b] + p.copies[b];
     }
     plan_free(&p);
+    /* each backend's nodes, in order, for its scratch */
+    struct lt_tensor **mine = malloc(sizeof(*mine) * (size_t)(g->n_nodes > 0 ? g->n_nodes : 1));
+    if (!mine)
+        return lt_fail(LT_ERR_NOMEM, "out of memory measuring scratch");
+    for (int b = 0; b < s->n_be; b++) {
+        int n = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            if (s->node_be[i] == b)
+                mine[n++] = g->nodes[i];
+        m->scratch[b] = lt_backend_scratch_bytes(s->be[b], mine, n, &m->scratch_held[b]);
+    }
+    free(mine);
     return LT_OK;
 }
 

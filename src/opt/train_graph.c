@@ -46,6 +46,8 @@ struct lt_train_graph {
     bool bound;        /* the trainable tensors point into w_flat */
     struct lt_tensor *hp;
     size_t estimate, budget;
+    size_t est_scratch; /* kernels' working memory the job adds on backend 0 (in estimate) */
+    size_t est_in_use;  /* backend 0 memory in use before the job: context, weights (in estimate) */
     int step, n_accumulated;
     int n_recomputed; /* forward tensors the backward recomputes (checkpointing) */
 };
@@ -197,8 +199,13 @@ static lt_status measure(struct lt_train_graph *tg, size_t *device_bytes)
         }
     tg->estimate = m1.total + m2.total - shared;
     tg->estimate = tg->estimate > home_copies ? tg->estimate - home_copies : 0;
+    /* one scratch serves both graphs: the larger of the two, beyond what is held now */
+    const size_t scratch = m1.scratch[0] > m2.scratch[0] ? m1.scratch[0] : m2.scratch[0];
+    tg->est_scratch = scratch > m1.scratch_held[0] ? scratch - m1.scratch_held[0] : 0;
+    tg->estimate += tg->est_scratch;
     *device_bytes = m1.compute[0] + m1.leafs[0] + m2.compute[0] + m2.leafs[0];
     *device_bytes = *device_bytes > shared ? *device_bytes - shared : 0;
+    *device_bytes += tg->est_scratch;
     return LT_OK;
 }
 
@@ -346,6 +353,12 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     st = lt_backend_memory(tg->backends[0], &free_bytes, &total_bytes);
     if (st != LT_OK)
         goto out_free;
+    /* a device's peak is what it holds already (the context, the weights, a server's
+     * state, other processes) plus what the job adds; a host's is the job's alone */
+    if (!tg->backends[0]->is_host && total_bytes > free_bytes) {
+        tg->est_in_use = total_bytes - free_bytes;
+        tg->estimate += tg->est_in_use;
+    }
     tg->budget = free_bytes > params->serving_reserve ? free_bytes - params->serving_reserve : 0;
     if (params->memory_budget > 0 && params->memory_budget < tg->budget)
         tg->budget = params->memory_budget;
@@ -438,6 +451,12 @@ void lt_train_graph_free(struct lt_train_graph *tg)
 }
 
 size_t lt_train_graph_estimate(const struct lt_train_graph *tg) { return tg->estimate; }
+void lt_train_graph_estimate_parts(const struct lt_train_graph *tg, size_t *scratch,
+                                   size_t *in_use)
+{
+    *scratch = tg->est_scratch;
+    *in_use = tg->est_in_use;
+}
 size_t lt_train_graph_budget(const struct lt_train_graph *tg) { return tg->budget; }
 int lt_train_graph_n_fallback(const struct lt_train_graph *tg)
 {
@@ -460,8 +479,11 @@ void lt_train_graph_print(const struct lt_train_graph *tg, FILE *f)
     lt_sched_print(tg->grads_sched, f);
     fprintf(f, "optimizer graph: %d nodes; ", tg->steps->n_nodes);
     lt_sched_print(tg->steps_sched, f);
-    fprintf(f, "trainable tensors: %d; memory estimate %.2f MiB (budget %.2f MiB)\n",
-            tg->n_params, (double)tg->estimate / (1 << 20), (double)tg->budget / (1 << 20));
+    fprintf(f,
+            "trainable tensors: %d; memory estimate %.2f MiB (of which kernels' scratch %.2f, "
+            "in use before the job %.2f; budget %.2f MiB)\n",
+            tg->n_params, (double)tg->estimate / (1 << 20), (double)tg->est_scratch / (1 << 20),
+            (double)tg->est_in_use / (1 << 20), (double)tg->budget / (1 << 20));
 }
 
 static lt_status zero_tensor(struct lt_tensor *t)

@@ -324,6 +324,7 @@ static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
         return st;
     struct lt_train_result *res = &j->result;
     res->peak_bytes = lt_train_graph_estimate(r->tg);
+    lt_train_graph_estimate_parts(r->tg, &res->scratch_bytes, &res->in_use_bytes);
     res->n_recomputed = lt_train_graph_n_recomputed(r->tg);
     res->n_fallback = lt_train_graph_n_fallback(r->tg);
     res->n_trainable = lt_train_graph_n_params(r->tg);

@@ -648,15 +648,17 @@ phase_tprof() {
 }
 
 # tmem: lathe alone at SHAPES (default 16x512) with --checkpoint on and off, full and LoRA:
-# tokens/s, GPU peak (nvidia-smi) and the admission estimate, the memory targets
+# tokens/s, GPU peak (nvidia-smi) and the admission estimate, the memory targets;
+# LATHE_CUDA_CHECK_SCRATCH=1: a kernel asking for more scratch than admission counted fails
 phase_tmem() {
     local ck
     for ck in on off; do
-        OUT=$out/tmem_$ck PEER=none BUDGET=$(($(left) - 20)) SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} \
+        LATHE_CUDA_CHECK_SCRATCH=1 OUT=$out/tmem_$ck PEER=none BUDGET=$(($(left) - 20)) SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} \
             TIMEOUT=60 LATHE=$L LATHE_TRAIN_EXTRA="--checkpoint $ck" bash bench/bench_train.sh \
             >"$out/tmem_$ck.log" 2>&1
         row "bench_train --checkpoint $ck (PEER=none)" "rc $?"
-        grep -E "lathe: rc" "$out/tmem_$ck.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-160
+        grep -E "lathe: rc" "$out/tmem_$ck.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-200
+        grep -E "^[0-9. ]*the estimate counts" "$out/tmem_$ck.log" | cut -c1-200
     done
 }
 

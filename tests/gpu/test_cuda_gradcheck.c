@@ -6,12 +6,16 @@
  * Inputs live in host memory and are perturbed there; the scheduler uploads them before
  * each run. Prints a table: case, layouts, worst relative error, nodes on CUDA0 / fallback.
  * Exits 77 (skipped) without a GPU. */
+#include <stdlib.h>
+
 #include "check.h"
 #include "grad_cases.h"
 #include "lathe/backend_cuda.h"
 
 int main(void)
 {
+    /* a node asking its family for more scratch than the family told admission fails */
+    setenv("LATHE_CUDA_CHECK_SCRATCH", "1", 0);
     struct lt_backend *cuda = lt_backend_cuda_new(0);
     if (!cuda) {
         printf("no GPU: skipped (%s)\n", lt_last_error());

@@ -1,11 +1,15 @@
 /* test_cuda_scenario.c: the k_conv scenario (tests/kconv_scenario.h) on CUDA0, issue 4's
  * item 5; the device that says no to SQR is a second CUDA backend made under
  * LATHE_CUDA_DISABLE_OPS=SQR. Skipped (77) without a CUDA device. */
+#include <stdlib.h>
+
 #include "kconv_scenario.h"
 #include "lathe/backend_cuda.h"
 
 int main(void)
 {
+    /* a node asking its family for more scratch than the family told admission fails */
+    setenv("LATHE_CUDA_CHECK_SCRATCH", "1", 0);
     struct lt_backend *cuda = lt_backend_cuda_new(0);
     if (!cuda) {
         printf("skipped: %s\n", lt_last_error());

@@ -12,6 +12,7 @@
  *    and a falling loss; tokens/s and peak memory are printed.
  * Part 3 writes several GB and takes minutes: it runs only with LATHE_TRAIN_CUDA_SCALE=1
  * (LATHE_TRAIN_CUDA_SCALE=qwen35: the 0.8B-shaped model alone). */
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -65,10 +66,25 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
                                 .targets = "attn_q,attn_v,attn_output,ffn_down"};
     struct lt_train_result rh, rd;
     struct lt_backend *both[2] = {cuda, cpu};
+    size_t held0 = 0, held1 = 0;
+    (void)lt_backend_scratch_bytes(cuda, NULL, 0, &held0);
     lt_status sh = lt_train_job_run(mh, &cpu, 1, &p, NULL, NULL, &rh);
     lt_status sd = lt_train_job_run(md, both, 2, &p, NULL, NULL, &rd);
     CHECK(sh == LT_OK, "CPU: %s", rh.error);
     CHECK(sd == LT_OK, "CUDA: %s", rd.error);
+    /* the estimate counts the device's memory in use before the job and the scratch its
+     * kernels grow (LATHE_CUDA_CHECK_SCRATCH fails any request past its family's figure) */
+    (void)lt_backend_scratch_bytes(cuda, NULL, 0, &held1);
+    printf("tiny LoRA on CUDA: estimate %zu bytes (in use before %zu, scratch %zu), allocated "
+           "%zu; the scratch grew %zu -> %zu bytes\n",
+           rd.peak_bytes, rd.in_use_bytes, rd.scratch_bytes, rd.allocated_bytes, held0, held1);
+    CHECK(sd != LT_OK || (rd.in_use_bytes > 0 && rd.scratch_bytes > 0 &&
+                          rd.peak_bytes >= rd.allocated_bytes + rd.in_use_bytes),
+          "the estimate counts the device in use (%zu) and the scratch (%zu)", rd.in_use_bytes,
+          rd.scratch_bytes);
+    CHECK(sd != LT_OK || held1 <= held0 + rd.scratch_bytes,
+          "the scratch grew past the estimate's: %zu -> %zu, estimated %zu more", held0, held1,
+          rd.scratch_bytes);
     if (sh == LT_OK && sd == LT_OK) {
         double worst = 0;
         int n = rh.n_curve < rd.n_curve ? rh.n_curve : rd.n_curve;
@@ -282,6 +298,8 @@ static void test_scale(const struct tm_spec *sp, const char *name, struct lt_bac
 
 int main(void)
 {
+    /* a node asking its family for more scratch than the family told admission fails */
+    setenv("LATHE_CUDA_CHECK_SCRATCH", "1", 0);
     (void)tm_forward; /* test_model_util.h's, unused here */
     struct lt_backend *cuda = lt_backend_cuda_new(0);
     if (!cuda) {

@@ -131,6 +131,20 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
     }
 }
 
+/* a score a (block, cache slot); a block a (head, sequence) */
+static size_t scores_bytes(const struct lt_tensor *node)
+{
+    const struct lt_tensor *q = node->src[AD_Q], *k = node->src[AD_K];
+    if (q->ne[1] * q->ne[2] == 0 || q->ne[0] == 0)
+        return 0;
+    return (size_t)(q->ne[1] * q->ne[2]) * (size_t)k->ne[2] * sizeof(float);
+}
+
+static void attn_decode_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    need[CU_SCRATCH_WORK] = scores_bytes(node);
+}
+
 lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -141,8 +155,7 @@ lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (blocks == 0 || q->ne[0] == 0)
         return LT_OK;
     void *scores;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, (size_t)blocks * (size_t)k->ne[2] * sizeof(float),
-                              &scores);
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, scores_bytes(node), &scores);
     if (st != LT_OK)
         return st;
     attn_decode_kernel<<<(unsigned)blocks, AD_THREADS, (size_t)q->ne[0] * sizeof(float),
@@ -157,4 +170,4 @@ lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
 const struct cu_family cu_family_attn_decode = {"attn_decode", attn_decode_ops,
                                                     CU_COUNT(attn_decode_ops),
                                                     cu_attn_decode_supported,
-                                                    cu_attn_decode_compute};
+                                                    cu_attn_decode_compute, attn_decode_scratch};

@@ -57,6 +57,11 @@ lt_status cu_refuse(const struct lt_tensor *node, const char *reason)
 
 lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out)
 {
+    if (c->check_scratch && bytes > c->scratch_said[slot])
+        return lt_fail(LT_ERR_BACKEND,
+                       "%s: a node asked for %zu bytes of scratch (slot %d) where its family's "
+                       "scratch function said %zu: the admission estimate would be short",
+                       c->name, bytes, (int)slot, c->scratch_said[slot]);
     if (bytes == 0)
         bytes = 256;
     if (c->scratch_size[slot] >= bytes) {
@@ -334,7 +339,13 @@ static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nod
         if (!sources_on_device(be, node, &bad))
             return lt_fail(LT_ERR_INVALID, "%s '%s': source %d '%s' is not in %s memory",
                            lt_op_name(node->op), node->name, bad, node->src[bad]->name, c->name);
-        st = family_table()[node->op]->compute(c, node);
+        const struct cu_family *fam = family_table()[node->op];
+        if (c->check_scratch) {
+            memset(c->scratch_said, 0, sizeof(c->scratch_said));
+            if (fam->scratch)
+                fam->scratch(node, c->scratch_said);
+        }
+        st = fam->compute(c, node);
         if (st != LT_OK)
             return st;
         if (prof)
@@ -420,6 +431,47 @@ static void cuda_host_unpin(struct lt_backend *be, void *ptr)
     (void)cudaGetLastError();
 }
 
+/* grown as cu_scratch grows it: to the largest request and a quarter */
+static size_t scratch_grown(size_t held, size_t need)
+{
+    if (need == 0)
+        need = 256;
+    return held >= need ? held : need + need / 4;
+}
+
+/* What the scratch slots will hold after running nodes (each family says what its nodes
+ * ask for); nodes this backend cannot run add nothing (placement refuses them). */
+static size_t cuda_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes,
+                                 int n_nodes, size_t *held)
+{
+    struct cu_ctx *c = ctx_of(be);
+    size_t most[CU_SCRATCH_COUNT] = {0};
+    bool asks[CU_SCRATCH_COUNT] = {false};
+    char reason[CU_REASON_MAX];
+    for (int i = 0; i < n_nodes; i++) {
+        const struct lt_tensor *node = nodes[i];
+        if (lt_op_is_view(node->op))
+            continue;
+        const struct cu_family *f = family_table()[node->op];
+        if (!f || !f->scratch || !cuda_verdict(c, node, reason, sizeof(reason)))
+            continue;
+        size_t need[CU_SCRATCH_COUNT] = {0};
+        f->scratch(node, need);
+        for (int k = 0; k < CU_SCRATCH_COUNT; k++)
+            if (need[k] > 0) {
+                asks[k] = true;
+                most[k] = need[k] > most[k] ? need[k] : most[k];
+            }
+    }
+    size_t total = 0;
+    *held = 0;
+    for (int k = 0; k < CU_SCRATCH_COUNT; k++) {
+        *held += c->scratch_size[k];
+        total += asks[k] ? scratch_grown(c->scratch_size[k], most[k]) : c->scratch_size[k];
+    }
+    return total;
+}
+
 static const struct lt_backend_iface cuda_iface = {
     .supports_op = cuda_supports_op,
     .buffer_alloc = cuda_buffer_alloc,
@@ -432,6 +484,7 @@ static const struct lt_backend_iface cuda_iface = {
     .free = cuda_free,
     .host_pin = cuda_host_pin,
     .host_unpin = cuda_host_unpin,
+    .scratch_bytes = cuda_scratch_bytes,
 };
 
 /* LATHE_CUDA_DISABLE_OPS=SQR,ACC: names as lt_op_name gives them, any case, spaces allowed;
@@ -523,6 +576,10 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
     if (st != LT_OK)
         goto out_free;
     parse_disabled(c);
+    {
+        const char *e = getenv("LATHE_CUDA_CHECK_SCRATCH");
+        c->check_scratch = e && strcmp(e, "1") == 0;
+    }
     cu_profile_new(c);
     cu_graphs_new(c);
     be->iface = &cuda_iface;

@@ -54,6 +54,10 @@ struct cu_ctx {
     struct cu_profile *profile; /* LATHE_CUDA_PROFILE=1: time per op, printed when freed */
     struct cu_graphs *graphs;   /* unchanged small-batch node lists replayed as CUDA graphs */
     bool capturing;             /* the stream is being captured: nothing may synchronise */
+    /* LATHE_CUDA_CHECK_SCRATCH=1: a node asking for more scratch than its family's
+     * scratch function said (scratch_said, per slot) fails instead of growing it */
+    bool check_scratch;
+    size_t scratch_said[CU_SCRATCH_COUNT];
 };
 
 /* ---- status ---- */
@@ -74,6 +78,10 @@ lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, 
 
 typedef bool (*cu_supported_fn)(const struct lt_tensor *node, char *reason, size_t reason_size);
 typedef lt_status (*cu_compute_fn)(struct cu_ctx *c, struct lt_tensor *node);
+/* The scratch a node the family runs will ask cu_scratch for: need[slot] (zeroed by the
+ * caller) becomes its largest request of each slot, computed by the function the launcher
+ * asks with. Only for nodes the family supports; a family that takes none leaves it NULL. */
+typedef void (*cu_scratch_fn)(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT]);
 
 struct cu_family {
     const char *name;
@@ -81,6 +89,7 @@ struct cu_family {
     int n_ops;
     cu_supported_fn supported;
     cu_compute_fn compute;
+    cu_scratch_fn scratch; /* NULL: the family takes no scratch */
 };
 
 /* the number of elements of an array (a family's op list) */

@@ -294,6 +294,25 @@ static lt_status launch_forward(struct cu_ctx *c, const struct dn_fwd_plan &p,
 
 static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node);
 
+/* what the launcher chosen below asks for: the same plans, the same kind */
+static void delta_net_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    struct dn_plans plans;
+    const enum dn_kind kind = chunked_plan(node, &plans);
+    const bool back = node->op == LT_OP_DELTA_NET_BACK;
+    if (kind == DN_KIND_WY) {
+        need[CU_SCRATCH_WORK] = dn_wy_scratch_bytes(&plans.wy);
+    } else if (kind == DN_KIND_CHUNKED) {
+        need[CU_SCRATCH_WORK] = back ? dn_cback_scratch_bytes(&plans.chunked) : 0;
+    } else if (back) {
+        const struct dn_red R = cu_dn_red_of(node);
+        struct dn_back_plan p;
+        char reason[CU_REASON_MAX];
+        if (cu_dn_back_plan_init(&p, R.sk, R.sv, R.hv, R.nb, R.nt, reason, sizeof(reason)))
+            need[CU_SCRATCH_WORK] = dn_back_scratch_bytes(&p);
+    }
+}
+
 lt_status cu_delta_net_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -579,9 +598,7 @@ static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node)
     /* one buffer: every block's partials, then every block's checkpoints and states */
     const int64_t n_part = L.p.blocks * L.p.part_per_block;
     void *scratch;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK,
-                              sizeof(float) * (size_t)(n_part + L.p.blocks * L.p.work_per_block),
-                              &scratch);
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, dn_back_scratch_bytes(&L.p), &scratch);
     if (st != LT_OK)
         return st;
     float *part = (float *)scratch, *work = part + n_part;
@@ -604,4 +621,4 @@ static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node)
 
 const struct cu_family cu_family_delta_net = {"delta_net", delta_net_ops,
                                                   CU_COUNT(delta_net_ops), cu_delta_net_supported,
-                                                  cu_delta_net_compute};
+                                                  cu_delta_net_compute, delta_net_scratch};

@@ -520,9 +520,7 @@ lt_status cu_dn_launch_chunked_backward(struct cu_ctx *c, struct lt_tensor *node
         return LT_OK;
     const int64_t n_part = P.blocks * P.part_per_block;
     void *scratch;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK,
-                              sizeof(float) * (size_t)(n_part + P.blocks * P.ckpt_per_block),
-                              &scratch);
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, dn_cback_scratch_bytes(&P), &scratch);
     if (st != LT_OK)
         return st;
     float *part = (float *)scratch, *ckpt = part + n_part;

@@ -184,6 +184,28 @@ bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
 bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
                          int64_t nb, int64_t nt, char *reason, size_t reason_size);
 
+/* The CU_SCRATCH_WORK bytes each launcher asks for (0: none): the per-token backward's
+ * partials, checkpoints and states; the chunked backward's partials and chunk-start
+ * states; the chunk-parallel backward's and forward's scratch_floats. */
+static inline size_t dn_back_scratch_bytes(const struct dn_back_plan *p)
+{
+    return p->blocks == 0 ? 0
+                          : sizeof(float) * (size_t)(p->blocks * p->part_per_block +
+                                                     p->blocks * p->work_per_block);
+}
+static inline size_t dn_cback_scratch_bytes(const struct dn_cback_plan *p)
+{
+    return p->blocks == 0 ? 0
+                          : sizeof(float) * (size_t)(p->blocks * p->part_per_block +
+                                                     p->blocks * p->ckpt_per_block);
+}
+static inline size_t dn_wy_scratch_bytes(const struct dn_wy_plan *p)
+{
+    return p->state_blocks == 0 || p->scratch_floats <= 0
+               ? 0
+               : sizeof(float) * (size_t)p->scratch_floats;
+}
+
 #ifdef __cplusplus
 }
 #endif

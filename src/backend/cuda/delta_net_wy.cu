@@ -799,8 +799,7 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     if (P.state_blocks == 0)
         return LT_OK;
     void *scratch;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, sizeof(float) * (size_t)P.scratch_floats,
-                              &scratch);
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, dn_wy_scratch_bytes(&P), &scratch);
     if (st != LT_OK)
         return st;
     a.scr = (float *)scratch;
@@ -852,8 +851,7 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
         return LT_OK;
     void *scratch = NULL;
     if (P.scratch_floats > 0) {
-        lt_status st = cu_scratch(c, CU_SCRATCH_WORK,
-                                  sizeof(float) * (size_t)P.scratch_floats, &scratch);
+        lt_status st = cu_scratch(c, CU_SCRATCH_WORK, dn_wy_scratch_bytes(&P), &scratch);
         if (st != LT_OK)
             return st;
     }

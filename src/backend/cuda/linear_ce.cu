@@ -19,6 +19,7 @@
 static const enum lt_op linear_ce_ops[] = {LT_OP_LINEAR_CE, LT_OP_LINEAR_CE_BACK};
 
 #define LCE_CHUNK_FLOATS ((int64_t)1 << 27) /* 512 MiB of F32 logits a chunk */
+#define LCE_THREADS 512 /* a block a token's column (the loss and d z kernels) */
 
 bool cu_linear_ce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
@@ -66,29 +67,73 @@ static __global__ void lce_convert_kernel(const float *src, char *dst, int64_t n
         cu_store(dst + f * es, t, src[f]);
 }
 
+/* A thread's running max m and sum of e^(z - m) over its elements, taken a group at a time
+ * (8 elements, or 1 at a ragged tail): the group's max raises m (the sum rescaled: rarely,
+ * after the first few groups), the group's exponentials are summed in float (8 terms of at
+ * most 1 each) and that into the double sum. -inf elements add nothing; a NaN makes the
+ * sum NaN, as its term would. */
+struct lse_acc {
+    float m = -INFINITY;
+    double sum = 0.0;
+    bool nan = false;
+    template <int K> __device__ __forceinline__ void add(const float (&x)[K])
+    {
+        float gm = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < K; i++) {
+            nan |= x[i] != x[i];
+            gm = fmaxf(gm, x[i]);
+        }
+        if (gm == -INFINITY) /* all -inf (or NaN, flagged) */
+            return;
+        if (gm > m) {
+            sum = m == -INFINITY ? 0.0 : sum * (double)expf(m - gm);
+            m = gm;
+        }
+        float g = 0.0f;
+#pragma unroll
+        for (int i = 0; i < K; i++)
+            g += expf(x[i] - m); /* -inf: 0; NaN: flagged */
+        sum += (double)g;
+    }
+};
+
 /* max and log(sum(exp(z - max))) of column z [V], for every thread of the block, in one
- * pass over z: each thread keeps a running max m and its sum s of e^(z - m) (rescaled when
- * m grows: rarely, after the first few elements), then the block takes the largest m and
- * adds the threads' sums scaled to it. Two passes (the max, then the sum) read the 1 MB
- * column of a 248,320-token vocabulary twice, for every token of a training step. */
+ * pass over z (running max and rescaled sum a thread), then the block takes the largest m
+ * and adds the threads' sums scaled to it. A column of V % 4 == 0 floats (16-byte aligned:
+ * chunks are whole columns from a cudaMalloc'd base) goes two float4 loads at a time, so a
+ * thread has 32 bytes in flight: one float at a time left the 540 blocks of a chunk (a
+ * block a token: few threads for the device) with little in flight to wait on. Two
+ * passes (the max, then the sum) would read the 1 MB column of a 248,320-token vocabulary
+ * twice, for every token of a training step. */
 static __device__ void column_lse(const float *z, int64_t V, float *fs, double *ds, double *mx_out,
                                   double *lse_out)
 {
-    float m = -INFINITY;
-    double sum = 0.0; /* exp in float (each term to an ulp or two), summed in double */
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = z[v];
-        if (x > m) {
-            sum = sum * (double)expf(m - x) + 1.0; /* m = -inf at first: the sum is 0 */
-            m = x;
-        } else if (x == x && x != -INFINITY) {
-            sum += (double)expf(x - m);
-        } else if (x != x) {
-            sum = (double)x; /* NaN stays NaN, as the sum of its term would */
+    lse_acc acc;
+    int64_t v = threadIdx.x;
+    if ((V & 3) == 0) {
+        const float4 *z4 = (const float4 *)z;
+        const int64_t V4 = V >> 2, step = blockDim.x;
+        for (; v + step < V4; v += 2 * step) {
+            const float4 p = z4[v], q = z4[v + step];
+            const float x[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+            acc.add(x);
+        }
+        for (; v < V4; v += step) {
+            const float4 p = z4[v];
+            const float x[4] = {p.x, p.y, p.z, p.w};
+            acc.add(x);
+        }
+    } else {
+        for (; v < V; v += blockDim.x) {
+            const float x[1] = {z[v]};
+            acc.add(x);
         }
     }
-    const float mx = cu_block_max(m, fs);
-    const double mine = m == -INFINITY ? (sum != sum ? sum : 0.0) : sum * (double)expf(m - mx);
+    const float mx = cu_block_max(acc.m, fs);
+    double mine = acc.m == -INFINITY ? 0.0 : acc.sum * (double)expf(acc.m - mx);
+    if (acc.nan)
+        mine = __longlong_as_double(0x7ff8000000000000ll);
     *lse_out = log(cu_block_sum(mine, ds));
     *mx_out = mx;
 }
@@ -158,12 +203,41 @@ static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const in
         double mx = 0.0, lse = 0.0;
         if (!masked)
             column_lse(zc, V, fs, ds, &mx, &lse);
-        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
-            float d = 0.0f;
-            if (!masked) {
-                const double p = coef * (double)expf(zc[v] - (float)(mx + lse));
-                d = (float)(v == label ? p - coef : p); /* p - 1 in double */
+        const float shift = (float)(mx + lse);
+        /* d z of logit x at vocabulary index v */
+        auto dz = [&](float x, int64_t v) {
+            if (masked)
+                return 0.0f;
+            const double p = coef * (double)expf(x - shift);
+            return (float)(v == label ? p - coef : p); /* p - 1 in double */
+        };
+        if ((V & 3) == 0) { /* a float4 a thread at a time, as column_lse reads */
+            float4 *z4 = (float4 *)zc;
+            for (int64_t v4 = threadIdx.x; v4 < (V >> 2); v4 += blockDim.x) {
+                const float4 x = z4[v4];
+                const int64_t v = v4 * 4;
+                const float d0 = dz(x.x, v), d1 = dz(x.y, v + 1), d2 = dz(x.z, v + 2),
+                            d3 = dz(x.w, v + 3);
+                if (!zt) {
+                    z4[v4] = make_float4(d0, d1, d2, d3);
+                } else if (t == LT_TYPE_BF16) { /* the products read the typed copy only */
+                    __nv_bfloat162 lo = __floats2bfloat162_rn(d0, d1),
+                                   hi = __floats2bfloat162_rn(d2, d3);
+                    uint2 u;
+                    u.x = *(const uint32_t *)&lo;
+                    u.y = *(const uint32_t *)&hi;
+                    *(uint2 *)(zt + (j * V + v) * es) = u;
+                } else {
+                    cu_store(zt + (j * V + v) * es, t, d0);
+                    cu_store(zt + (j * V + v + 1) * es, t, d1);
+                    cu_store(zt + (j * V + v + 2) * es, t, d2);
+                    cu_store(zt + (j * V + v + 3) * es, t, d3);
+                }
             }
+            continue;
+        }
+        for (int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+            const float d = dz(zc[v], v);
             if (zt) /* the products read the typed copy only */
                 cu_store(zt + (j * V + v) * es, t, d);
             else
@@ -183,6 +257,41 @@ static lt_status gemm(struct cu_ctx *c, cublasOperation_t oa, cublasOperation_t 
                          what);
 }
 
+/* A chunk's tokens and the scratch: the chunk's logits [V, nc] F32, then (typed head) d z
+ * [V, nc] and h [D, nc] in the head's type (WORK); a double a token (REDUCE: each token's
+ * loss forward, the coefficient backward) */
+struct lce_sizes {
+    int64_t nc;
+    size_t zf, zt_bytes, ht_bytes, work, reduce;
+};
+
+static struct lce_sizes lce_sizes_of(const struct lt_tensor *node)
+{
+    const int s0 = node->op == LT_OP_LINEAR_CE_BACK ? 1 : 0;
+    const struct lt_tensor *w = node->src[s0], *h = node->src[s0 + 1];
+    const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
+    const bool typed = w->type != LT_TYPE_F32;
+    const int es = typed ? 2 : 4;
+    struct lce_sizes z;
+    z.nc = V > 0 ? LCE_CHUNK_FLOATS / V : N;
+    const int64_t cap = lt_get_param_i32(node, 0); /* a test's smaller chunk, or 0 */
+    z.nc = cap > 0 && cap < z.nc ? cap : z.nc;
+    z.nc = z.nc < 1 ? 1 : z.nc > N ? N : z.nc;
+    z.zf = (size_t)(V * z.nc);
+    z.zt_bytes = typed ? (size_t)(V * z.nc) * es : 0;
+    z.ht_bytes = typed ? (size_t)(D * z.nc) * es : 0;
+    z.work = z.zf * 4 + z.zt_bytes + z.ht_bytes;
+    z.reduce = sizeof(double) * (size_t)(N > 0 ? N : 1);
+    return z;
+}
+
+static void linear_ce_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    const struct lce_sizes z = lce_sizes_of(node);
+    need[CU_SCRATCH_WORK] = z.work;
+    need[CU_SCRATCH_REDUCE] = z.reduce;
+}
+
 lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -196,18 +305,13 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
     const bool typed = w->type != LT_TYPE_F32;
     const int es = typed ? 2 : 4;
     const cudaDataType_t bt = blas_type(w->type);
-    int64_t nc = V > 0 ? LCE_CHUNK_FLOATS / V : N;
-    const int64_t cap = lt_get_param_i32(node, 0); /* a test's smaller chunk, or 0 */
-    nc = cap > 0 && cap < nc ? cap : nc;
-    nc = nc < 1 ? 1 : nc > N ? N : nc;
-    /* scratch: the chunk's logits [V, nc] F32, then (typed) d z [V, nc] and h [D, nc] in the
-     * head's type; doubles: a token's loss each (forward) or the coefficient (backward) */
-    const size_t zf = (size_t)(V * nc), zt_bytes = typed ? (size_t)(V * nc) * es : 0,
-                 ht_bytes = typed ? (size_t)(D * nc) * es : 0;
+    const struct lce_sizes zs = lce_sizes_of(node);
+    const int64_t nc = zs.nc;
+    const size_t zf = zs.zf, zt_bytes = zs.zt_bytes;
     void *work, *red;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, zf * 4 + zt_bytes + ht_bytes, &work);
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, zs.work, &work);
     if (st == LT_OK)
-        st = cu_scratch(c, CU_SCRATCH_REDUCE, sizeof(double) * (size_t)(N > 0 ? N : 1), &red);
+        st = cu_scratch(c, CU_SCRATCH_REDUCE, zs.reduce, &red);
     if (st != LT_OK)
         return st;
     float *z = (float *)work;
@@ -237,12 +341,12 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
             return st;
         const unsigned grid = (unsigned)(m < 65535 ? m : 65535);
         if (!back) {
-            lce_rows_kernel<<<grid, 256, 0, c->stream>>>(z, V, m, labels, n0, dred);
+            lce_rows_kernel<<<grid, LCE_THREADS, 0, c->stream>>>(z, V, m, labels, n0, dred);
             if ((st = cu_launched("linear_ce_rows")) != LT_OK)
                 return st;
             continue;
         }
-        lce_grad_kernel<<<grid, 256, 0, c->stream>>>(z, V, m, labels, n0, dred, zt,
+        lce_grad_kernel<<<grid, LCE_THREADS, 0, c->stream>>>(z, V, m, labels, n0, dred, zt,
                                                      (int)w->type, es);
         if ((st = cu_launched("linear_ce_grad")) != LT_OK)
             return st;
@@ -268,4 +372,4 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
 
 const struct cu_family cu_family_linear_ce = {"linear_ce", linear_ce_ops,
                                                   CU_COUNT(linear_ce_ops), cu_linear_ce_supported,
-                                                  cu_linear_ce_compute};
+                                                  cu_linear_ce_compute, linear_ce_scratch};

@@ -144,6 +144,18 @@ static __global__ void ce_back_kernel(const float *grad_loss, struct cu_t x, con
     }
 }
 
+/* a double a token: its loss (forward) or its coefficient (backward) */
+static size_t loss_reduce_bytes(const struct lt_tensor *node)
+{
+    const int64_t N = node->src[node->op == LT_OP_CROSS_ENTROPY_BACK ? 1 : 0]->ne[1];
+    return (size_t)(N > 0 ? N : 1) * sizeof(double);
+}
+
+static void loss_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    need[CU_SCRATCH_REDUCE] = loss_reduce_bytes(node);
+}
+
 lt_status cu_loss_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -155,8 +167,7 @@ lt_status cu_loss_compute(struct cu_ctx *c, struct lt_tensor *node)
     const char *lab = (const char *)labels->data;
     const int64_t ls = (int64_t)labels->nb[0];
     void *scratch;
-    lt_status st = cu_scratch(c, CU_SCRATCH_REDUCE, (size_t)(N > 0 ? N : 1) * sizeof(double),
-                              &scratch);
+    lt_status st = cu_scratch(c, CU_SCRATCH_REDUCE, loss_reduce_bytes(node), &scratch);
     if (st != LT_OK)
         return st;
     if (!back) {
@@ -184,4 +195,4 @@ lt_status cu_loss_compute(struct cu_ctx *c, struct lt_tensor *node)
 }
 
 const struct cu_family cu_family_loss = {"loss", loss_ops, CU_COUNT(loss_ops),
-                                             cu_loss_supported, cu_loss_compute};
+                                             cu_loss_supported, cu_loss_compute, loss_scratch};

@@ -351,11 +351,18 @@ static lt_status run_direct(struct cu_ctx *c, const struct cu_mm_plan *p, const 
     return LT_OK;
 }
 
+/* scratch: a converted tile of a (CU_SCRATCH_A), b converted whole (CU_SCRATCH_B) */
+static size_t tile_bytes(const struct cu_mm_plan *p) { return (size_t)p->tile * (size_t)p->K * p->es; }
+static size_t b_converted_bytes(const struct lt_tensor *b, const struct cu_mm_plan *p)
+{
+    return (size_t)lt_nelements(b) * p->es;
+}
+
 static lt_status run_tiled(struct cu_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
                            const char *bbase, float *cbase)
 {
     void *tile;
-    lt_status st = cu_scratch(c, CU_SCRATCH_A, (size_t)p->tile * (size_t)p->K * p->es, &tile);
+    lt_status st = cu_scratch(c, CU_SCRATCH_A, tile_bytes(p), &tile);
     if (st != LT_OK)
         return st;
     for (int64_t a3 = 0; a3 < p->A3; a3++)
@@ -630,6 +637,23 @@ static lt_status run_mmv(struct cu_ctx *c, const struct cu_mm_plan *p, const str
     return cu_launched("mul_mat mmv");
 }
 
+static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    struct cu_mm_plan p;
+    char reason[CU_REASON_MAX];
+    if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
+        p.K == 0)
+        return;
+    if (p.mmvq)
+        need[CU_SCRATCH_B] = cu_mmvq_scratch_bytes(node->src[0], node->src[1]);
+    if (p.mmvq || p.mmv)
+        return;
+    if (p.b_flat || !p.b_direct)
+        need[CU_SCRATCH_B] = b_converted_bytes(node->src[1], &p);
+    if (!p.a_direct)
+        need[CU_SCRATCH_A] = tile_bytes(&p);
+}
+
 lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -650,7 +674,7 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (p.b_flat) {
         void *bc;
         const int64_t nb_ = lt_nelements(b);
-        lt_status st = cu_scratch(c, CU_SCRATCH_B, (size_t)nb_ * p.es, &bc);
+        lt_status st = cu_scratch(c, CU_SCRATCH_B, b_converted_bytes(b, &p), &bc);
         if (st != LT_OK)
             return st;
         convert_flat_b_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(
@@ -662,7 +686,7 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
     } else if (!p.b_direct) {
         void *bc;
         const int64_t nb_ = lt_nelements(b);
-        lt_status st = cu_scratch(c, CU_SCRATCH_B, (size_t)nb_ * p.es, &bc);
+        lt_status st = cu_scratch(c, CU_SCRATCH_B, b_converted_bytes(b, &p), &bc);
         if (st != LT_OK)
             return st;
         convert_b_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(cu_view(b), (char *)bc,
@@ -678,4 +702,5 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
 }
 
 const struct cu_family cu_family_matmul = {"matmul", matmul_ops, CU_COUNT(matmul_ops),
-                                               cu_matmul_supported, cu_matmul_compute};
+                                               cu_matmul_supported, cu_matmul_compute,
+                                               matmul_scratch};

@@ -365,6 +365,13 @@ static void mmvq_columns(struct cu_ctx *c, const struct lt_tensor *a, int64_t N,
     }
 }
 
+size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *b)
+{
+    const int64_t K = a->ne[0], cols = b->ne[1] * b->ne[2] * b->ne[3], nblk = K / MMVQ_QK;
+    const size_t q_bytes = (size_t)(cols * K), d_off = (q_bytes + 15) & ~(size_t)15;
+    return d_off + (size_t)(cols * nblk) * sizeof(float2);
+}
+
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                       float *dst, int64_t r2, int64_t r3)
 {
@@ -375,8 +382,7 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
         return lt_fail(LT_ERR_BACKEND, "%s: mul_mat mmvq called outside its plan", c->name);
     const size_t q_bytes = (size_t)(cols * K), d_off = (q_bytes + 15) & ~(size_t)15;
     void *scratch;
-    lt_status st =
-        cu_scratch(c, CU_SCRATCH_B, d_off + (size_t)(cols * nblk) * sizeof(float2), &scratch);
+    lt_status st = cu_scratch(c, CU_SCRATCH_B, cu_mmvq_scratch_bytes(a, b), &scratch);
     if (st != LT_OK)
         return st;
     int8_t *xq = (int8_t *)scratch;

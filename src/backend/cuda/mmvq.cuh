@@ -24,6 +24,9 @@ bool cu_mmvq_takes(enum lt_type t, int64_t K);
  * cu_mmvq_takes and F32 b of any strides with ne[1] <= CU_MMVQ_MAX_N; dst contiguous F32.
  * Uses the CU_SCRATCH_B slot for the quantised columns (nothing else of the product
  * holds it). Queues two kernels; no synchronisation unless the scratch grows. */
+/* The CU_SCRATCH_B bytes cu_mmvq_run takes for b: the int8 columns, then a float2 a block. */
+size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *b);
+
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                       float *dst, int64_t r2, int64_t r3);
 

@@ -80,6 +80,13 @@ static int row_threads(int64_t ne0)
     return t < 32 ? 32 : t > 256 ? 256 : (int)t;
 }
 
+/* SUM takes its blocks' partial sums; the row sums take nothing */
+static void reduce_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    if (node->op == LT_OP_SUM)
+        need[CU_SCRATCH_REDUCE] = SUM_BLOCKS * sizeof(double);
+}
+
 lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -116,4 +123,5 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
 }
 
 const struct cu_family cu_family_reduce = {"reduce", reduce_ops, CU_COUNT(reduce_ops),
-                                               cu_reduce_supported, cu_reduce_compute};
+                                               cu_reduce_supported, cu_reduce_compute,
+                                               reduce_scratch};

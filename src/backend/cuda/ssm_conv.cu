@@ -227,14 +227,34 @@ static __global__ void ssm_conv_back_w_sum_kernel(const float *part, float *dw, 
     }
 }
 
+/* The backward's walk (short kernels, some sequences) takes d w's partials: a float per
+ * (sequence, tap, channel); otherwise nothing */
+static bool back_walks(const struct lt_tensor *node)
+{
+    const struct lt_tensor *sx = node->src[1], *w = node->src[2];
+    return node->op == LT_OP_SSM_CONV_BACK && w->ne[0] <= SSM_BACK_MAX_K && lt_nelements(sx) > 0 &&
+           sx->ne[2] <= 65535;
+}
+
+static size_t walk_part_bytes(const struct lt_tensor *node)
+{
+    const struct lt_tensor *sx = node->src[1], *w = node->src[2];
+    return sizeof(float) * (size_t)(sx->ne[2] * w->ne[0] * sx->ne[1]);
+}
+
+static void ssm_conv_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    if (back_walks(node))
+        need[CU_SCRATCH_WORK] = walk_part_bytes(node);
+}
+
 static lt_status ssm_conv_back_walk(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *g = node->src[0], *sx = node->src[1], *w = node->src[2];
     const int64_t n_c = sx->ne[1], n_s = sx->ne[2], d_conv = w->ne[0];
     float *dsx = (float *)node->data;
     void *part;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, sizeof(float) * (size_t)(n_s * d_conv * n_c),
-                              &part);
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, walk_part_bytes(node), &part);
     if (st != LT_OK)
         return st;
     const dim3 grid((unsigned)((n_c + SSM_WALK_WARPS * SSM_TILE - 1) / (SSM_WALK_WARPS * SSM_TILE)),
@@ -274,7 +294,7 @@ lt_status cu_ssm_conv_compute(struct cu_ctx *c, struct lt_tensor *node)
     }
     const struct lt_tensor *g = node->src[0], *sx = node->src[1], *w = node->src[2];
     const int64_t nsx = lt_nelements(sx), nw = lt_nelements(w);
-    if (w->ne[0] <= SSM_BACK_MAX_K && nsx > 0 && sx->ne[2] <= 65535)
+    if (back_walks(node))
         return ssm_conv_back_walk(c, node);
     float *dsx = (float *)node->data;
     if (nsx > 0) {
@@ -292,4 +312,5 @@ lt_status cu_ssm_conv_compute(struct cu_ctx *c, struct lt_tensor *node)
 }
 
 const struct cu_family cu_family_ssm_conv = {"ssm_conv", ssm_conv_ops, CU_COUNT(ssm_conv_ops),
-                                                 cu_ssm_conv_supported, cu_ssm_conv_compute};
+                                                 cu_ssm_conv_supported, cu_ssm_conv_compute,
+                                                 ssm_conv_scratch};
