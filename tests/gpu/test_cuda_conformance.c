@@ -469,7 +469,8 @@ static struct lt_tensor *b_unary(struct build *b, const struct params *p)
         lo = 0.05f;
     if (op == LT_OP_SOFTPLUS)
         lo = -30, hi = 30;
-    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], 9, 6, 3, 2, FILL_UNIFORM, lo, hi);
+    struct lt_tensor *x =
+        mk(b, p->type[0], p->lay[0], 9, 6, 3, p->ne[3] ? p->ne[3] : 2, FILL_UNIFORM, lo, hi);
     struct lt_ctx *c = b->ctx;
     switch (op) {
     case LT_OP_SCALE: return lt_scale(c, x, -0.37f);
@@ -490,8 +491,9 @@ static struct lt_tensor *b_unary(struct build *b, const struct params *p)
 
 static struct lt_tensor *b_pair(struct build *b, const struct params *p)
 {
-    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
-    struct lt_tensor *y = mk(b, p->type[1], p->lay[1], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
+    const int64_t n3 = p->ne[3] ? p->ne[3] : 2;
+    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
+    struct lt_tensor *y = mk(b, p->type[1], p->lay[1], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
     return p->i[0] == LT_OP_SWIGLU ? lt_swiglu_as(b->ctx, x, y, p->type[2])
                                    : lt_silu_back(b->ctx, x, y);
 }
@@ -499,9 +501,10 @@ static struct lt_tensor *b_pair(struct build *b, const struct params *p)
 /* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1] */
 static struct lt_tensor *b_swiglu_back(struct build *b, const struct params *p)
 {
-    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 3, 2, FILL_UNIFORM, -2, 2);
-    struct lt_tensor *x = mk(b, p->type[1], p->lay[1], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
-    struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[2], 9, 6, 3, 2, FILL_UNIFORM, -4, 4);
+    const int64_t n3 = p->ne[3] ? p->ne[3] : 2; /* 1: 162 elements, the scalar flat kernel */
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 3, n3, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *x = mk(b, p->type[1], p->lay[1], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
+    struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[2], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
     return lt_swiglu_back(b->ctx, g, x, u);
 }
 
@@ -528,6 +531,18 @@ static void test_elementwise(void)
                 p.i[0] = bins[o], p.i[1] = k;
                 run_case(bins[o], lbl(layout_names[l], bcast[k]), TOL_F32, b_binary, &p);
             }
+    /* both contiguous F32 of a's shape: the float4 flat kernel (F32 out, and MUL's half) */
+    for (int o = 0; o < 4; o++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[0] = bins[o], p.i[1] = 0;
+        run_case(bins[o], lbl("contig", "same"), TOL_F32, b_binary, &p);
+    }
+    for (int h = 0; h < 2; h++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        p.type[2] = h ? LT_TYPE_F16 : LT_TYPE_BF16;
+        p.i[0] = LT_OP_MUL, p.i[1] = 0;
+        run_case(LT_OP_MUL, lbl("contig same", lt_type_name(p.type[2])), TOL_F32, b_binary, &p);
+    }
     /* MUL writing a half activation (the model's norms and gates): CPU and device round the
      * same F32 product to nearest even */
     static const enum lt_type half_out[] = {LT_TYPE_BF16, LT_TYPE_F16};
@@ -555,6 +570,21 @@ static void test_elementwise(void)
             p.i[0] = pairs[o];
             run_case(pairs[o], layout_names[l], TOL_F32, b_pair, &p);
         }
+    /* contiguous F32 of 162 elements (not a multiple of 4): the scalar flat kernels, where
+     * the cases above (324) take the float4 ones */
+    for (int u = 0; u < 13; u++) {
+        p = P(L_CONTIG, 0, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[0] = unary_list[u], p.ne[3] = 1;
+        run_case(unary_list[u], "contig 162", TOL_F32, b_unary, &p);
+    }
+    for (int o = 0; o < 2; o++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[0] = pairs[o], p.ne[3] = 1;
+        run_case(pairs[o], "contig 162", TOL_F32, b_pair, &p);
+    }
+    p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+    p.lay[2] = L_CONTIG, p.ne[3] = 1;
+    run_case(LT_OP_SWIGLU_BACK, "contig 162", TOL_F32, b_swiglu_back, &p);
     /* SWIGLU_BACK: every layout of the gradient against rotations of the others' (contiguous
      * F32 all three: the flat kernel; else the indexed one), a BF16 gate */
     for (int l = 0; l < L_COUNT + 2; l++) {

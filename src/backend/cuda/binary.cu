@@ -81,6 +81,43 @@ static __global__ void binary_rows_kernel(const float *a, const float *b, float 
         y[f] = apply<OP>(a[f], b[f <= 0x7fffffff ? (uint32_t)f / n0 : f / n0]);
 }
 
+/* Four elements a thread, for the two paths above when the counts are multiples of 4, fit
+ * 32 bits and the pointers are 16-byte aligned: a thread a float at a time (one 4-byte
+ * load in flight) held a training step's products of [128, 16, 512, 16] near 3 TB/s, and
+ * the per-row factors (a 32-bit division an element) near 1.7 TB/s. n4 = elements / 4;
+ * flat: b repeats every bn4 float4s; rows: a row is n0q float4s, b one float a row. */
+template <int OP, int YT>
+static __global__ void binary_flat4_kernel(const float4 *a, const float4 *b, char *y, uint32_t n4,
+                                           uint32_t bn4)
+{
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
+        const float4 x = a[f], u = b[bn4 == n4 ? f : f % bn4];
+        const float r0 = apply<OP>(x.x, u.x), r1 = apply<OP>(x.y, u.y), r2 = apply<OP>(x.z, u.z),
+                    r3 = apply<OP>(x.w, u.w);
+        if (YT == LT_TYPE_F32) {
+            ((float4 *)y)[f] = make_float4(r0, r1, r2, r3);
+        } else {
+            char *q = y + (size_t)f * 8;
+            cu_store(q, YT, r0), cu_store(q + 2, YT, r1), cu_store(q + 4, YT, r2),
+                cu_store(q + 6, YT, r3);
+        }
+    }
+}
+
+template <int OP>
+static __global__ void binary_rows4_kernel(const float4 *a, const float *b, float4 *y, uint32_t n4,
+                                           uint32_t n0q)
+{
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
+        const float4 x = a[f];
+        const float u = b[f / n0q];
+        y[f] = make_float4(apply<OP>(x.x, u), apply<OP>(x.y, u), apply<OP>(x.z, u),
+                           apply<OP>(x.w, u));
+    }
+}
+
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
@@ -91,25 +128,47 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
                       lt_is_contiguous(b) &&
                       (lt_same_shape(a, b) ||
                        (b->ne[0] == a->ne[0] && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1));
+    const int64_t bn = lt_nelements(b);
+    if (flat && n % 4 == 0 && bn % 4 == 0 && n <= 0x7fffffff && aligned16(a->data) &&
+        aligned16(b->data) && aligned16(node->data)) {
+        const float4 *ad = (const float4 *)a->data, *bd = (const float4 *)b->data;
+        char *y = (char *)node->data;
+        const uint32_t n4 = (uint32_t)(n / 4), bn4 = (uint32_t)(bn / 4);
+        const unsigned blocks = cu_blocks(n4, 256);
+        if (node->type == LT_TYPE_BF16)
+            binary_flat4_kernel<OP, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+        else if (node->type == LT_TYPE_F16)
+            binary_flat4_kernel<OP, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+        else
+            binary_flat4_kernel<OP, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+        return cu_launched("binary_flat4");
+    }
     if (flat) {
         const float *ad = (const float *)a->data, *bd = (const float *)b->data;
         char *y = (char *)node->data;
         const unsigned blocks = cu_blocks(n, 256);
         if (node->type == LT_TYPE_BF16)
             binary_flat_kernel<OP, LT_TYPE_BF16>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
         else if (node->type == LT_TYPE_F16)
             binary_flat_kernel<OP, LT_TYPE_F16>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
         else
             binary_flat_kernel<OP, LT_TYPE_F32>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, lt_nelements(b));
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
         return cu_launched("binary_flat");
     }
     if (a->type == LT_TYPE_F32 && b->type == LT_TYPE_F32 && node->type == LT_TYPE_F32 &&
         lt_is_contiguous(a) && lt_is_contiguous(b) && b->ne[0] == 1 && a->ne[0] > 1 &&
         a->ne[0] <= 0x7fffffff && b->ne[1] == a->ne[1] && b->ne[2] == a->ne[2] &&
         b->ne[3] == a->ne[3]) {
+        if (a->ne[0] % 4 == 0 && n <= 0x7fffffff && aligned16(a->data) && aligned16(node->data)) {
+            const uint32_t n4 = (uint32_t)(n / 4);
+            binary_rows4_kernel<OP><<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
+                (const float4 *)a->data, (const float *)b->data, (float4 *)node->data, n4,
+                (uint32_t)(a->ne[0] / 4));
+            return cu_launched("binary_rows4");
+        }
         binary_rows_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(
             (const float *)a->data, (const float *)b->data, (float *)node->data, n,
             (uint32_t)a->ne[0]);

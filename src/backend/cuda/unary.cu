@@ -96,6 +96,42 @@ static __global__ void unary_flat_kernel(int op, float s, const float *a, float 
         y[f] = apply(op, s, a[f]);
 }
 
+/* The flat kernels a float4 at a time, where the count is a multiple of 4 that fits 32 bits
+ * and the pointers are 16-byte aligned (flat4_ok): one 4-byte load in flight a thread held
+ * a training step's SILU, SWIGLU and their backwards near 2.1-2.4 TB/s. n4 = elements / 4. */
+static __global__ void unary_flat4_kernel(int op, float s, const float4 *a, float4 *y, uint32_t n4)
+{
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
+        const float4 x = a[f];
+        y[f] = make_float4(apply(op, s, x.x), apply(op, s, x.y), apply(op, s, x.z),
+                           apply(op, s, x.w));
+    }
+}
+
+template <int YT>
+static __global__ void pair_flat4_kernel(int op, const float4 *a, const float4 *b, char *y,
+                                         uint32_t n4)
+{
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
+        const float4 x = a[f], u = b[f];
+        const float r0 = apply_pair(op, x.x, u.x), r1 = apply_pair(op, x.y, u.y),
+                    r2 = apply_pair(op, x.z, u.z), r3 = apply_pair(op, x.w, u.w);
+        if (YT == LT_TYPE_F32) {
+            ((float4 *)y)[f] = make_float4(r0, r1, r2, r3);
+        } else {
+            char *q = y + (size_t)f * 8;
+            cu_store(q, YT, r0), cu_store(q + 2, YT, r1), cu_store(q + 4, YT, r2),
+                cu_store(q + 6, YT, r3);
+        }
+    }
+}
+
+static bool flat4_ok(int64_t n, const void *p0, const void *p1, const void *p2, const void *p3)
+{
+    return n % 4 == 0 && n <= 0x7fffffff && (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 |
+                                             (uintptr_t)p3) & 15) == 0;
+}
+
 static __global__ void pair_kernel(int op, struct cu_t a, struct cu_t b, struct cu_t out)
 {
     const int64_t n = cu_nelements(out);
@@ -147,6 +183,26 @@ static __global__ void swiglu_back_flat_kernel(const float *g, const float *x, c
         swiglu_back_at(g[f], x[f], u[f], y, n, f);
 }
 
+static __global__ void swiglu_back_flat4_kernel(const float4 *g, const float4 *x, const float4 *u,
+                                                float *y, uint32_t n4)
+{
+    const int64_t n = (int64_t)n4 * 4;
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
+        const float4 gv = g[f], xv = x[f], uv = u[f];
+        float a[4], b[4];
+        const float gs[4] = {gv.x, gv.y, gv.z, gv.w}, xs[4] = {xv.x, xv.y, xv.z, xv.w},
+                    us[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) { /* swiglu_back_at's expressions */
+            const float d = 1.0f + expf(-xs[i]), sg = 1.0f / d;
+            a[i] = gs[i] * us[i] * sg * (1.0f + xs[i] * (1.0f - sg));
+            b[i] = gs[i] * (xs[i] / d);
+        }
+        ((float4 *)y)[f] = make_float4(a[0], a[1], a[2], a[3]);
+        ((float4 *)(y + n))[f] = make_float4(b[0], b[1], b[2], b[3]);
+    }
+}
+
 static lt_status launch_swiglu_back(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *g = node->src[0], *x = node->src[1], *u = node->src[2];
@@ -157,6 +213,13 @@ static lt_status launch_swiglu_back(struct cu_ctx *c, struct lt_tensor *node)
     bool flat = true;
     for (int i = 0; i < 3; i++)
         flat = flat && node->src[i]->type == LT_TYPE_F32 && lt_is_contiguous(node->src[i]);
+    if (flat && flat4_ok(n, g->data, x->data, u->data, node->data)) {
+        const uint32_t n4 = (uint32_t)(n / 4);
+        swiglu_back_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
+            (const float4 *)g->data, (const float4 *)x->data, (const float4 *)u->data,
+            (float *)node->data, n4);
+        return cu_launched("swiglu_back_flat4");
+    }
     if (flat)
         swiglu_back_flat_kernel<<<blocks, 256, 0, c->stream>>>(
             (const float *)g->data, (const float *)x->data, (const float *)u->data,
@@ -184,6 +247,18 @@ lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
         lt_same_shape(a, node) && lt_same_shape(node->src[1], node)) {
         const float *ad = (const float *)a->data, *bd = (const float *)node->src[1]->data;
         char *y = (char *)node->data;
+        if (flat4_ok(n, ad, bd, y, y)) {
+            const uint32_t n4 = (uint32_t)(n / 4);
+            const unsigned b4 = cu_blocks(n4, 256);
+            const float4 *a4 = (const float4 *)ad, *b4p = (const float4 *)bd;
+            if (node->type == LT_TYPE_BF16)
+                pair_flat4_kernel<LT_TYPE_BF16><<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
+            else if (node->type == LT_TYPE_F16)
+                pair_flat4_kernel<LT_TYPE_F16><<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
+            else
+                pair_flat4_kernel<LT_TYPE_F32><<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
+            return cu_launched("swiglu/silu_back flat4");
+        }
         if (node->type == LT_TYPE_BF16)
             pair_flat_kernel<LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>((int)node->op, ad, bd, y, n);
         else if (node->type == LT_TYPE_F16)
@@ -198,6 +273,13 @@ lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_launched("swiglu/silu_back");
     }
     const float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
+    if (a->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
+        flat4_ok(n, a->data, node->data, node->data, node->data)) {
+        const uint32_t n4 = (uint32_t)(n / 4);
+        unary_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
+            (int)node->op, s, (const float4 *)a->data, (float4 *)node->data, n4);
+        return cu_launched("unary_flat4");
+    }
     if (a->type == LT_TYPE_F32 && lt_is_contiguous(a)) {
         unary_flat_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, s, (const float *)a->data,
                                                           (float *)node->data, n);
