@@ -1,5 +1,5 @@
 /* grad_recurrent_cases.h: the recurrent ops' backward rules through autodiff, checked by
- * finite differences over input layouts (gradcheck.h): ssm_conv, and delta_net's packed
+ * finite differences over input layouts (gradcheck.h): ssm_conv, conv_silu, and delta_net's packed
  * result, output and state. test_ops_recurrent.c runs them on the CPU, test_grad_sched.c
  * and gpu/test_cuda_gradcheck.c through the scheduler. */
 #ifndef LATHE_TESTS_GRAD_RECURRENT_CASES_H
@@ -14,6 +14,12 @@ static struct lt_tensor *gc_ssm_conv(struct lt_ctx *ctx, struct lt_tensor **x, v
 {
     (void)user;
     return lt_ssm_conv(ctx, x[0], x[1]);
+}
+
+static struct lt_tensor *gc_conv_silu(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    (void)user;
+    return lt_conv_silu(ctx, x[0], x[1]);
 }
 
 enum gc_dn_part { GC_DN_ALL, GC_DN_OUTPUT, GC_DN_STATE };
@@ -50,6 +56,17 @@ static void test_backward_rules(void)
         double e = gradcheck("ssm_conv", gc_ssm_conv, NULL, in, 2, 1e-2);
         printf("ssm_conv (sx %s) through autodiff: worst gradient error %.2e\n",
                gc_layout_names[gc_layouts[li]], e);
+    }
+    /* CONV_SILU: x [5 channels, 7 steps, 2 sequences] (a device runs the contiguous one; the
+     * others go to the CPU), w of 4 taps; and 40 steps (two of the device's step blocks) */
+    for (int li = 0; li < 4; li++) {
+        const struct gc_input in[2] = {
+            {LT_TYPE_F32, {5, li < 3 ? 7 : 40, 2, 1}, gc_layouts[li % 3], true, -1, 1},
+            {LT_TYPE_F32, {4, 5, 1, 1}, gc_layouts[(li + 1) % 3], true, -1, 1},
+        };
+        double e = gradcheck("conv_silu", gc_conv_silu, NULL, in, 2, 1e-2);
+        printf("conv_silu (x %s, T %lld) through autodiff: worst gradient error %.2e\n",
+               gc_layout_names[gc_layouts[li % 3]], (long long)in[0].ne[1], e);
     }
     const int64_t lens[] = {3, 70};
     for (int part = GC_DN_ALL; part <= GC_DN_STATE; part++)

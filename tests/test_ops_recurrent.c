@@ -212,6 +212,62 @@ out_free_ctx:
     lt_ctx_free(ctx);
 }
 
+/* CONV_SILU and its backward against the form a session's layer takes: silu(ssm_conv(
+ * concat(zeros, transpose(x)), w)), SILU_BACK and SSM_CONV_BACK, whose sums and roundings
+ * they repeat (the same values up to the compiler's contraction of a product and a sum);
+ * T below d - 1 included, and the shape checks */
+static void test_conv_silu(int64_t n_t)
+{
+    const int64_t d = 4, n_c = 5, n_s = 3;
+    struct lt_ctx *ctx = new_ctx();
+    struct lt_tensor *x = lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t, n_s);
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_F32, d, n_c);
+    struct lt_tensor *gr = lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t, n_s);
+    fill_rand(x->data, n_c * n_t * n_s, -2, 2);
+    fill_rand(w->data, d * n_c, -1, 1);
+    fill_rand(gr->data, n_c * n_t * n_s, -1, 1);
+    struct lt_tensor *y = lt_conv_silu(ctx, x, w);
+    struct lt_tensor *back = lt_conv_silu_back(ctx, gr, x, w);
+    struct lt_tensor *dx = lt_conv_silu_back_x(ctx, back), *dw = lt_conv_silu_back_w(ctx, back);
+    CHECK(y && dx && dw && lt_same_shape(y, x) && lt_same_shape(dx, x) && lt_same_shape(dw, w) &&
+          lt_is_contiguous(dx) && lt_is_contiguous(dw));
+    struct lt_tensor *zero = lt_fill(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, d - 1, n_c, n_s), 0);
+    struct lt_tensor *sx = lt_concat(ctx, zero, lt_transpose(ctx, x), 0);
+    struct lt_tensor *pre = lt_ssm_conv(ctx, sx, w), *yr = lt_silu(ctx, pre);
+    struct lt_tensor *br = lt_ssm_conv_back(ctx, lt_silu_back(ctx, gr, pre), sx, w);
+    struct lt_tensor *dsx = lt_ssm_conv_back_sx(ctx, br), *dwr = lt_ssm_conv_back_w(ctx, br);
+    struct lt_graph *g1 = graph_of(ctx, y), *g2 = graph_of(ctx, back), *g3 = graph_of(ctx, yr),
+                    *g4 = graph_of(ctx, br);
+    if (!compute(g1) || !compute(g2) || !compute(g3) || !compute(g4))
+        goto out_free_ctx;
+    double ey = 0, ex = 0, ew = 0, sy = 0, sxm = 0, sw = 0;
+    for (int64_t s = 0; s < n_s; s++)
+        for (int64_t t = 0; t < n_t; t++)
+            for (int64_t c = 0; c < n_c; c++) {
+                const float a = lt_get_f32_nd(y, c, t, s, 0), b = lt_get_f32_nd(yr, c, t, s, 0);
+                const float u = lt_get_f32_nd(dx, c, t, s, 0),
+                            v = lt_get_f32_nd(dsx, d - 1 + t, c, s, 0);
+                ey = fmax(ey, fabs((double)a - b)), sy = fmax(sy, fabs((double)b));
+                ex = fmax(ex, fabs((double)u - v)), sxm = fmax(sxm, fabs((double)v));
+            }
+    for (int64_t c = 0; c < n_c; c++)
+        for (int64_t k = 0; k < d; k++) {
+            const float a = lt_get_f32_nd(dw, k, c, 0, 0), b = lt_get_f32_nd(dwr, k, c, 0, 0);
+            ew = fmax(ew, fabs((double)a - b)), sw = fmax(sw, fabs((double)b));
+        }
+    CHECK(ey <= 1e-6 * sy && ex <= 1e-6 * sxm && ew <= 1e-6 * sw,
+          "conv_silu (T %lld) against silu(ssm_conv(concat)): y %g, d x %g, d w %g (of %g, %g, %g)",
+          (long long)n_t, ey, ex, ew, sy, sxm, sw);
+    /* shape and type checks name what is wrong */
+    CHECK(lt_conv_silu(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_F32, d, n_c + 1)) == NULL);
+    CHECK(lt_conv_silu(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_I32, d, n_c)) == NULL);
+    CHECK(lt_conv_silu_back(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t + 1, n_s), x, w) ==
+          NULL);
+    CHECK(lt_conv_silu_back_x(ctx, y) == NULL); /* not a CONV_SILU_BACK */
+out_free_ctx:
+    lt_ctx_free(ctx);
+}
+
 /* ---- delta_net: the problem, dense, in the op's contiguous layouts ---- */
 
 struct dn_case {
@@ -1076,6 +1132,8 @@ int main(void)
     test_ssm_conv();
     test_ssm_conv_back(false);
     test_ssm_conv_back(true);
+    test_conv_silu(7);
+    test_conv_silu(2); /* fewer steps than the history */
     test_delta_net_shapes();
     test_delta_net_reference();
     test_delta_net_chunked();

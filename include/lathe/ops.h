@@ -149,6 +149,13 @@ struct lt_tensor *lt_swiglu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struc
  * The next state is the view of sx's last d_conv - 1 time steps. */
 struct lt_tensor *lt_ssm_conv(struct lt_ctx *ctx, struct lt_tensor *sx, struct lt_tensor *w);
 
+/* silu of the same conv over x [channels, T, n_seqs] F32 (channels innermost: a projection's
+ * output as it is) with no carried state (zeros before t = 0); w [d_conv, channels]:
+ *   y[c, t, s] = silu(sum_k w[k, c] * x[c, t + k - (d_conv - 1), s]),
+ * the values of silu(ssm_conv(concat(zeros, transpose(x)), w)) in one node (a training
+ * step's layers, which carry no state). Result [channels, T, n_seqs]. */
+struct lt_tensor *lt_conv_silu(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w);
+
 /* The gated delta rule of Gated DeltaNet (Qwen3.5's linear attention), per head h:
  *   S_t = exp(g_t) * S_{t-1};  S_t += k_t (beta_t * (v_t - S_t^T k_t))^T;  o_t = S_t^T q_t * scale
  * q, k [S_k, H_k, T, B]; v [S_v, H_v, T, B]; g, beta [H_v, T, B]; state [S_v, S_k, H_v, B]
@@ -233,6 +240,13 @@ struct lt_tensor *lt_ssm_conv_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                    struct lt_tensor *sx, struct lt_tensor *w);
 struct lt_tensor *lt_ssm_conv_back_sx(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
+
+/* Backward of lt_conv_silu: one flat F32 tensor, d x (x's shape, contiguous) then d w;
+ * lt_conv_silu_back_x and _w view the parts. */
+struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                    struct lt_tensor *x, struct lt_tensor *w);
+struct lt_tensor *lt_conv_silu_back_x(struct lt_ctx *ctx, struct lt_tensor *r);
+struct lt_tensor *lt_conv_silu_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 
 /* Backward of lt_delta_net. grad [S_v, H_v, T + S_k, B] is the gradient of its packed
  * result (output rows, then the new state's rows; either part may be zero); the other

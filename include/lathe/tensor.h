@@ -126,6 +126,7 @@ enum lt_op {
     LT_OP_SSM_CONV,
     LT_OP_DELTA_NET,
     LT_OP_GDN_DECODE, /* one decode token of a Gated DeltaNet layer, conv to gated norm */
+    LT_OP_CONV_SILU,  /* silu(causal conv1d) of channels-innermost x, no carried state */
     /* loss */
     LT_OP_CROSS_ENTROPY,
     LT_OP_LINEAR_CE, /* the LM head and the cross-entropy in one (no [V, N] logits) */
@@ -140,6 +141,7 @@ enum lt_op {
     LT_OP_ROPE_BACK,
     LT_OP_SOFT_MAX_BACK,
     LT_OP_SSM_CONV_BACK,
+    LT_OP_CONV_SILU_BACK,
     LT_OP_DELTA_NET_BACK,
     LT_OP_CROSS_ENTROPY_BACK,
     LT_OP_LINEAR_CE_BACK,

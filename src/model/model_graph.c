@@ -387,20 +387,32 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     if ((st = lt_mb_check(beta, "beta_sigmoid", il)) || (st = lt_mb_check(g, "gate", il)))
         return st;
 
-    /* causal conv1d over time of the q, k, v channels, after the carried K - 1 inputs */
-    struct lt_tensor *conv_state = ls.conv;
-    if (!conv_state) {
-        struct lt_tensor *like = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
-        conv_state = named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il);
+    /* causal conv1d over time of the q, k, v channels, after the carried K - 1 inputs, and
+     * its silu. A graph with no state to read or keep (a training step) takes the
+     * projection as it is (CONV_SILU: zeros before the first step); a session's layer
+     * conv's the carried inputs followed by the new ones, time innermost (SSM_CONV), and
+     * keeps the last K - 1 of them */
+    const bool keeps_state = b->hooks && b->hooks->recr_store;
+    struct lt_tensor *sx = NULL, *conv;
+    if (!ls.conv && !keeps_state) {
+        struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S] */
+        if (x3 && !lt_is_contiguous(x3))                 /* a slice of a fused projection */
+            x3 = lt_cont(ctx, x3);
+        conv = lt_conv_silu(ctx, x3, W(b, ly->ssm_conv1d));
+    } else {
+        struct lt_tensor *conv_state = ls.conv;
+        if (!conv_state) {
+            struct lt_tensor *like = lt_new_tensor_3d(ctx, LT_TYPE_F32, K - 1, C, S);
+            conv_state = named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il);
+        }
+        struct lt_tensor *qkv_t = lt_transpose(ctx, cols_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
+        sx = named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il); /* [K-1+T, C, S] */
+        if ((st = lt_mb_check(sx, "conv_input", il)))
+            return st;
+        conv = named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
+        conv = lt_silu(ctx, conv);
     }
-    struct lt_tensor *qkv_t = lt_transpose(ctx, cols_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
-    struct lt_tensor *sx =
-        named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il); /* [K-1+T, C, S] */
-    if ((st = lt_mb_check(sx, "conv_input", il)))
-        return st;
-    struct lt_tensor *conv =
-        named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
-    conv = named(lt_silu(ctx, conv), "conv_output_silu", il); /* [C, T, S] */
+    conv = named(conv, "conv_output_silu", il); /* [C, T, S] */
     if ((st = lt_mb_check(conv, "conv_output_silu", il)))
         return st;
     size_t nb1 = (size_t)C * es, nb2 = nb1 * (size_t)T;
@@ -429,7 +441,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         return st;
     struct lt_tensor *o =
         named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
-    if (b->hooks && b->hooks->recr_store) {
+    if (keeps_state) {
         struct lt_tensor *conv_new =
             named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
                   "conv_state_new", il);

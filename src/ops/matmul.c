@@ -36,7 +36,8 @@
  *   da = mul_mat(b^T, g^T) [K, M, B2, B3], then summed over each group of consecutive b
  *        heads that shared one a head (GQA), down to a's [K, M, A2, A3].
  * The first operand may have any layout and readable type, but a block-quantised a cannot
- * be viewed transposed (its blocks run along ne0): it is dequantised to F32 first. */
+ * be viewed transposed (its blocks run along ne0): it is dequantised to F32 first. When a
+ * and b are of one half type, both products read g rounded once to that type. */
 #include <cblas.h>
 #include <limits.h>
 #include <pthread.h>
@@ -770,6 +771,17 @@ static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
     if (!g)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
+    /* a and b both in one half type (a device's training products: operands rounded to
+     * BF16): each of the two products would round g to that type on its own (a device
+     * product takes one operand type); round it once, the same bits, one pass fewer */
+    if (want_a && want_b && (a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) &&
+        b->type == a->type && g->type == LT_TYPE_F32) {
+        struct lt_tensor *gh = lt_cont_as(ctx, g, a->type);
+        if (!gh)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
+        lt_format_name(gh, "%s (%s)", g->name, lt_type_name(a->type));
+        g = gh;
+    }
     lt_status st = LT_OK;
     if (want_b) {
         struct lt_tensor *at = transposable(ctx, a);

@@ -815,6 +815,19 @@ static struct lt_tensor *b_ssm_conv(struct build *b, const struct params *p)
     return lt_ssm_conv_back(b->ctx, g, sx, w);
 }
 
+/* CONV_SILU (i[0] 0) or its backward: x [C, T, S] in lay[0] (ne[0..2]), w [i[1] taps, C] of
+ * type[1] in lay[1], the gradient in lay[2] */
+static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
+{
+    const int64_t C = p->ne[0], T = p->ne[1], S = p->ne[2];
+    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], C, T, S, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *w = mk(b, p->type[1], p->lay[1], p->i[1], C, 1, 1, FILL_UNIFORM, -1, 1);
+    if (!p->i[0])
+        return lt_conv_silu(b->ctx, x, w);
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[2], C, T, S, 1, FILL_UNIFORM, -1, 1);
+    return lt_conv_silu_back(b->ctx, g, x, w);
+}
+
 /* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward; f[0] nonzero: the
  * initial state is zeros (a sequence with no state before it); f[1] nonzero: the node is
  * LT_DELTA_NET_PREC_TF32 */
@@ -949,6 +962,35 @@ static void test_recurrent_loss_optim(void)
             run_case(back ? LT_OP_SSM_CONV_BACK : LT_OP_SSM_CONV, lbl(layout_names[l], "tiles"),
                      TOL_F32, b_ssm_conv, &p);
         }
+    /* CONV_SILU and its backward: every layout of x (the device takes contiguous x and
+     * gradient; the others are its honest no), weight types; shapes with tails of the
+     * 256-channel blocks and 32-step walks, fewer steps than taps, 1 and 8 taps */
+    static const int64_t cs_shapes[][4] = {
+        {10, 9, 2, 4}, {300, 70, 3, 4}, {33, 2, 2, 4}, {64, 65, 1, 1}, {40, 33, 2, 8}};
+    for (int back = 0; back < 2; back++) {
+        for (int l = 0; l < L_COUNT; l++)
+            for (int t = 0; t < 3; t++) {
+                if (t && l != L_CONTIG)
+                    continue;
+                p = P(l, t ? L_CONTIG : (l + 1) % L_COUNT, LT_TYPE_F32, wt[t]);
+                p.lay[2] = l == L_CONTIG ? L_CONTIG : (l + 2) % L_COUNT;
+                p.i[0] = back, p.i[1] = 4;
+                p.ne[0] = 10, p.ne[1] = 9, p.ne[2] = 2;
+                run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU,
+                         lbl(layout_names[l], t ? lt_type_name(wt[t]) : ""), TOL_F32, b_conv_silu,
+                         &p);
+            }
+        for (size_t k = 0; k < sizeof(cs_shapes) / sizeof(cs_shapes[0]); k++) {
+            p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_BF16);
+            p.lay[2] = L_CONTIG;
+            p.i[0] = back, p.i[1] = (int)cs_shapes[k][3];
+            p.ne[0] = cs_shapes[k][0], p.ne[1] = cs_shapes[k][1], p.ne[2] = cs_shapes[k][2];
+            char what[48];
+            snprintf(what, sizeof(what), "C%lld T%lld S%lld K%d", (long long)p.ne[0],
+                     (long long)p.ne[1], (long long)p.ne[2], p.i[1]);
+            run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU, what, TOL_F32, b_conv_silu, &p);
+        }
+    }
     /* the forward: CHUNKED runs the chunk-parallel kernels (delta_net_wy.cu; the CPU its
      * chunked path), RECURRENT the per-token kernel (the CPU its recurrence), and CHUNKED
      * under LATHE_DN_FWD=v1 the chunked kernel of delta_net_chunk.cu ("v1"). The longer

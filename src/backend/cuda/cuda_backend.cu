@@ -165,6 +165,7 @@ static const struct cu_family *const all_families[] = {
     &cu_family_reduce, &cu_family_norm,     &cu_family_rope,      &cu_family_softmax,
     &cu_family_matmul, &cu_family_ssm_conv, &cu_family_delta_net, &cu_family_gdn_decode,
     &cu_family_loss,   &cu_family_linear_ce, &cu_family_optim,     &cu_family_attn_decode,
+    &cu_family_conv_silu,
 };
 
 static const struct cu_family *const *family_table(void)

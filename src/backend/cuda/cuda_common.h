@@ -110,6 +110,7 @@ CU_DECLARE_FAMILY(rope);
 CU_DECLARE_FAMILY(softmax);
 CU_DECLARE_FAMILY(matmul);
 CU_DECLARE_FAMILY(ssm_conv);
+CU_DECLARE_FAMILY(conv_silu);
 CU_DECLARE_FAMILY(delta_net);
 CU_DECLARE_FAMILY(gdn_decode);
 CU_DECLARE_FAMILY(attn_decode);

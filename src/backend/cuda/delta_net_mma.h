@@ -61,14 +61,49 @@ static __device__ __forceinline__ int cb_strip_tiles(int M, int N)
                                                       : 1;
 }
 
+/* c[u] += A(rows m0.., all K) B(all K, columns n_first + u n_step ..) for u < n_count (at
+ * most NT): one A fragment a k-step, shared by the column tiles. TF1: A and B rounded to
+ * TF32 once; else each split into a TF32 high part and the rest, three products (a_lo b,
+ * a b_lo, a b), near F32. A and B row-major (LA, LB wmma::row_major) or column-major. */
+template <typename LA, typename LB, bool TF1, int NT>
+static __device__ __forceinline__ void
+cb_row_products(wmma::fragment<wmma::accumulator, 16, 16, 8, float> *c, const float *A, int lda,
+                const float *B, int ldb, int m0, int K, int n_first, int n_step, int n_count)
+{
+    const bool a_row = std::is_same<LA, wmma::row_major>::value,
+               b_row = std::is_same<LB, wmma::row_major>::value;
+    for (int k0 = 0; k0 < K; k0 += 8) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
+        wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
+        if (TF1)
+            cb_round(a);
+        else
+            cb_split(a, a_lo);
+#pragma unroll
+        for (int u = 0; u < NT; u++) {
+            if (u >= n_count)
+                break;
+            const int n0 = n_first + n_step * u;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
+            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
+            if (TF1) {
+                cb_round(b);
+            } else {
+                cb_split(b, b_lo);
+                wmma::mma_sync(c[u], a_lo, b, c[u]);
+                wmma::mma_sync(c[u], a, b_lo, c[u]);
+            }
+            wmma::mma_sync(c[u], a, b, c[u]);
+        }
+    }
+}
+
 template <typename LA, typename LB, bool TF1, int NT>
 static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A,
                                                      int lda, const float *B, int ldb, int M, int N,
                                                      int K, float alpha, bool acc, const float *rs,
                                                      int m_valid, int n_valid, float *tmp)
 {
-    const bool a_row = std::is_same<LA, wmma::row_major>::value,
-               b_row = std::is_same<LB, wmma::row_major>::value;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
     const int sn = N / (16 * NT), strips = (M / 16) * sn;
     float *t = tmp + warp * 256;
@@ -89,28 +124,7 @@ static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, con
 #pragma unroll
         for (int u = 0; u < NT; u++)
             wmma::fill_fragment(c[u], 0.0f);
-        for (int k0 = 0; k0 < K; k0 += 8) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
-            wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
-            if (TF1)
-                cb_round(a);
-            else
-                cb_split(a, a_lo);
-#pragma unroll
-            for (int u = 0; u < NT; u++) {
-                const int n0 = nb + 16 * u;
-                wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
-                wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
-                if (TF1) {
-                    cb_round(b);
-                } else {
-                    cb_split(b, b_lo);
-                    wmma::mma_sync(c[u], a_lo, b, c[u]);
-                    wmma::mma_sync(c[u], a, b_lo, c[u]);
-                }
-                wmma::mma_sync(c[u], a, b, c[u]);
-            }
-        }
+        cb_row_products<LA, LB, TF1, NT>(c, A, lda, B, ldb, m0, K, nb, 16, NT);
 #pragma unroll
         for (int u = 0; u < NT; u++) {
             wmma::store_matrix_sync(t, c[u], 16, wmma::mem_row_major);
@@ -188,33 +202,9 @@ template <typename LA, typename LB, bool TF1>
 static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda,
                                                     const float *B, int ldb, int N, int K)
 {
-    const bool a_row = std::is_same<LA, wmma::row_major>::value,
-               b_row = std::is_same<LB, wmma::row_major>::value;
-    const int warp = threadIdx.x / 32, m0 = warp % 4 * 16, u0 = warp / 4, tn = N / 16;
-    for (int k0 = 0; k0 < K; k0 += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
-        wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
-        if (TF1)
-            cb_round(a);
-        else
-            cb_split(a, a_lo);
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int n0 = (u0 + 2 * u) * 16;
-            if (u0 + 2 * u >= tn)
-                break;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
-            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
-            if (TF1) {
-                cb_round(b);
-            } else {
-                cb_split(b, b_lo);
-                wmma::mma_sync(acc.c[u], a_lo, b, acc.c[u]);
-                wmma::mma_sync(acc.c[u], a, b_lo, acc.c[u]);
-            }
-            wmma::mma_sync(acc.c[u], a, b, acc.c[u]);
-        }
-    }
+    const int warp = threadIdx.x / 32, u0 = warp / 4, tn = N / 16;
+    cb_row_products<LA, LB, TF1, 4>(acc.c, A, lda, B, ldb, warp % 4 * 16, K, u0 * 16, 32,
+                                    tn > u0 ? (tn - u0 + 1) / 2 : 0);
 }
 
 /* cb_acc64_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one

@@ -1,0 +1,239 @@
+/* conv_silu.cu: CONV_SILU and CONV_SILU_BACK on the device (see src/ops/conv_silu.c).
+ *
+ * x [C, T, S] contiguous F32 (channels innermost), w [K, C] F32, F16 or BF16 with K <=
+ * CS_MAX_K taps. A thread takes one channel of one sequence over CS_STEPS time steps and
+ * walks them once, keeping the last K inputs (and, backward, the last K gradients g') in
+ * registers; the lanes of a warp take neighbouring channels, so every read and write of a
+ * warp covers 32 neighbouring floats of one time step. Each sum is the CPU's, in its
+ * order, each product and sum rounded on its own (silu's exponential is the device's).
+ *
+ *   forward   y[c, t] = silu(p_t), p_t = sum_k w[k] x[t + k - (K - 1)]
+ *   backward  g'_t = g_t s (1 + p_t (1 - s)), s = sigmoid(p_t) (p_t recomputed);
+ *             d x[u] = sum_k w[k] g'[u + K - 1 - k] (terms past T are zero);
+ *             d w[k] partials, a float a (sequence, step block, tap, channel) in scratch,
+ *             then summed over the sequences and step blocks in order by a second kernel. */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.h"
+
+static const enum lt_op conv_silu_ops[] = {LT_OP_CONV_SILU, LT_OP_CONV_SILU_BACK};
+
+#define CS_MAX_K 8    /* taps a thread keeps in registers (Qwen3.5: 4) */
+#define CS_STEPS 32   /* time steps a thread walks */
+#define CS_THREADS 256
+
+bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const bool back = node->op == LT_OP_CONV_SILU_BACK;
+    if (node->op != LT_OP_CONV_SILU && !back) {
+        snprintf(reason, reason_size, "%s is not the conv and silu", lt_op_name(node->op));
+        return false;
+    }
+    const int ix = back ? 1 : 0;
+    if ((back && !cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size)) ||
+        !cu_check_source(node, ix, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, ix + 1, CU_TYPES_FLOAT, reason, reason_size) ||
+        !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    const struct lt_tensor *x = node->src[ix], *w = node->src[ix + 1];
+    if (!lt_is_contiguous(x) || (back && !lt_is_contiguous(node->src[0]))) {
+        snprintf(reason, reason_size, "%s is not contiguous (the kernels read channels in rows)",
+                 back && lt_is_contiguous(x) ? "the gradient" : "x");
+        return false;
+    }
+    if (x->ne[3] != 1 || w->ne[1] != x->ne[0] || w->ne[2] != 1 || w->ne[3] != 1 ||
+        w->ne[0] < 1 || w->ne[0] > CS_MAX_K) {
+        snprintf(reason, reason_size, "x and w do not fit, or w has more than %d taps", CS_MAX_K);
+        return false;
+    }
+    const bool shape_ok = back ? lt_same_shape(node->src[0], x) &&
+                                     lt_nelements(node) == lt_nelements(x) + lt_nelements(w)
+                               : lt_same_shape(node, x);
+    if (!shape_ok) {
+        snprintf(reason, reason_size, "the result's shape does not match its sources");
+        return false;
+    }
+    if (x->ne[0] * w->ne[0] > 0x7fffffff || x->ne[1] > 0x7fffffff || x->ne[2] > 65535 ||
+        (x->ne[1] + CS_STEPS - 1) / CS_STEPS > 65535) {
+        snprintf(reason, reason_size, "too many channels, sequences or time steps for the grid");
+        return false;
+    }
+    return true;
+}
+
+/* w[k, c] for the K taps, zeros past K */
+template <int K> static __device__ __forceinline__ void load_w(struct cu_t w, int c, float *wk)
+{
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        wk[k] = cu_get(w, k, c, 0, 0);
+}
+
+template <int K> static __device__ __forceinline__ float conv_of(const float *wk, const float *xw)
+{
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        acc = __fadd_rn(acc, __fmul_rn(wk[k], xw[k]));
+    return acc;
+}
+
+template <int K>
+static __global__ void conv_silu_kernel(const float *x, struct cu_t w, float *y, int C, int T)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    const int t0 = blockIdx.z * CS_STEPS, t1 = min(t0 + CS_STEPS, T);
+    const size_t base = (size_t)blockIdx.y * T * C + c; /* x[c, t, s] = x[base + t C] */
+    float wk[K], xw[K];
+    load_w<K>(w, c, wk);
+#pragma unroll
+    for (int k = 0; k + 1 < K; k++) {
+        const int t = t0 + k - (K - 1);
+        xw[k] = t >= 0 ? x[base + (size_t)t * C] : 0.0f;
+    }
+    for (int t = t0; t < t1; t++) {
+        xw[K - 1] = x[base + (size_t)t * C];
+        const float p = conv_of<K>(wk, xw);
+        y[base + (size_t)t * C] = p / (1.0f + expf(-p));
+#pragma unroll
+        for (int k = 0; k + 1 < K; k++)
+            xw[k] = xw[k + 1];
+    }
+}
+
+template <int K>
+static __global__ void conv_silu_back_kernel(const float *g, const float *x, struct cu_t w,
+                                             float *dx, float *part, int C, int T)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    const int s = blockIdx.y, j = blockIdx.z, u0 = j * CS_STEPS, u1 = min(u0 + CS_STEPS, T);
+    const size_t base = (size_t)s * T * C + c;
+    float wk[K], xw[K], gw[K], dwk[K];
+    load_w<K>(w, c, wk);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int t = u0 + k - (K - 1);
+        xw[k] = k + 1 < K && t >= 0 ? x[base + (size_t)t * C] : 0.0f;
+        gw[k] = 0.0f;
+        dwk[k] = 0.0f;
+    }
+    for (int t = u0; t < u1 + K - 1; t++) {
+        float gp = 0.0f; /* g' past T: no term */
+        if (t < T) {
+            xw[K - 1] = x[base + (size_t)t * C];
+            const float p = conv_of<K>(wk, xw);
+            const float sg = 1.0f / (1.0f + expf(-p));
+            gp = g[base + (size_t)t * C] * sg * (1.0f + p * (1.0f - sg));
+            if (t < u1) {
+#pragma unroll
+                for (int k = 0; k < K; k++)
+                    dwk[k] = __fadd_rn(dwk[k], __fmul_rn(gp, xw[k]));
+            }
+#pragma unroll
+            for (int k = 0; k + 1 < K; k++)
+                xw[k] = xw[k + 1];
+        }
+#pragma unroll
+        for (int k = 0; k + 1 < K; k++)
+            gw[k] = gw[k + 1];
+        gw[K - 1] = gp;
+        const int u = t - (K - 1);
+        if (u >= u0) { /* g'[u + K - 1 - k] = gw[K - 1 - k] */
+            float acc = 0.0f;
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                acc = __fadd_rn(acc, __fmul_rn(wk[k], gw[K - 1 - k]));
+            dx[base + (size_t)u * C] = acc;
+        }
+    }
+    const size_t pb = (((size_t)s * gridDim.z + j) * K) * C + c;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        part[pb + (size_t)k * C] = dwk[k];
+}
+
+/* d w[k, c] (contiguous [K, C]) = the partials of (k, c) over sequences and step blocks, in
+ * order */
+static __global__ void conv_silu_dw_kernel(const float *part, float *dw, int K, int C, int blocks)
+{
+    for (int64_t f = cu_thread_index(); f < (int64_t)K * C; f += cu_thread_count()) {
+        const int k = (int)(f % K), c = (int)(f / K);
+        float total = 0.0f;
+        for (int b = 0; b < blocks; b++)
+            total = __fadd_rn(total, part[((size_t)b * K + k) * C + c]);
+        dw[f] = total;
+    }
+}
+
+/* the backward's partials: a float a (sequence, step block, tap, channel) */
+static size_t part_bytes(const struct lt_tensor *node)
+{
+    const struct lt_tensor *x = node->src[1];
+    return sizeof(float) * (size_t)(x->ne[2] * ((x->ne[1] + CS_STEPS - 1) / CS_STEPS) *
+                                    node->src[2]->ne[0] * x->ne[0]);
+}
+
+static void conv_silu_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
+{
+    if (node->op == LT_OP_CONV_SILU_BACK && lt_nelements(node->src[1]) > 0)
+        need[CU_SCRATCH_WORK] = part_bytes(node);
+}
+
+template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
+{
+    const bool back = node->op == LT_OP_CONV_SILU_BACK;
+    const struct lt_tensor *x = node->src[back ? 1 : 0], *w = node->src[back ? 2 : 1];
+    const int C = (int)x->ne[0], T = (int)x->ne[1], S = (int)x->ne[2];
+    const int steps = (T + CS_STEPS - 1) / CS_STEPS;
+    const dim3 grid((unsigned)((C + CS_THREADS - 1) / CS_THREADS), (unsigned)S, (unsigned)steps);
+    if (!back) {
+        conv_silu_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)x->data, cu_view(w),
+                                                               (float *)node->data, C, T);
+        return cu_launched("conv_silu");
+    }
+    void *part;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, part_bytes(node), &part);
+    if (st != LT_OK)
+        return st;
+    float *dx = (float *)node->data;
+    conv_silu_back_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>(
+        (const float *)node->src[0]->data, (const float *)x->data, cu_view(w), dx, (float *)part,
+        C, T);
+    if ((st = cu_launched("conv_silu_back")) != LT_OK)
+        return st;
+    conv_silu_dw_kernel<<<cu_blocks((int64_t)K * C, 256), 256, 0, c->stream>>>(
+        (const float *)part, dx + lt_nelements(x), K, C, S * steps);
+    return cu_launched("conv_silu_back_dw");
+}
+
+lt_status cu_conv_silu_compute(struct cu_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    if (!cu_conv_silu_supported(node, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    const bool back = node->op == LT_OP_CONV_SILU_BACK;
+    const struct lt_tensor *x = node->src[back ? 1 : 0], *w = node->src[back ? 2 : 1];
+    if (lt_nelements(x) == 0) /* no time steps or channels: d w is zero */
+        return lt_nelements(node) == 0
+                   ? LT_OK
+                   : cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
+                              "zeroing conv_silu_back");
+    switch (w->ne[0]) {
+    case 1: return launch<1>(c, node);
+    case 2: return launch<2>(c, node);
+    case 3: return launch<3>(c, node);
+    case 4: return launch<4>(c, node);
+    case 5: return launch<5>(c, node);
+    case 6: return launch<6>(c, node);
+    case 7: return launch<7>(c, node);
+    default: return launch<8>(c, node);
+    }
+}
+
+const struct cu_family cu_family_conv_silu = {"conv_silu", conv_silu_ops, CU_COUNT(conv_silu_ops),
+                                                  cu_conv_silu_supported, cu_conv_silu_compute,
+                                                  conv_silu_scratch};
