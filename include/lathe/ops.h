@@ -243,8 +243,8 @@ struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 
 /* Backward of lt_conv_silu: one flat F32 tensor, d x (x's shape, contiguous) then d w;
  * lt_conv_silu_back_x and _w view the parts. */
-struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad,
-                                    struct lt_tensor *x, struct lt_tensor *w);
+struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
+                                    struct lt_tensor *w);
 struct lt_tensor *lt_conv_silu_back_x(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_conv_silu_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 

@@ -396,7 +396,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *sx = NULL, *conv;
     if (!ls.conv && !keeps_state) {
         struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S] */
-        if (x3 && !lt_is_contiguous(x3))                 /* a slice of a fused projection */
+        if (x3 && !lt_is_contiguous(x3))                   /* a slice of a fused projection */
             x3 = lt_cont(ctx, x3);
         conv = lt_conv_silu(ctx, x3, W(b, ly->ssm_conv1d));
     } else {
@@ -406,7 +406,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             conv_state = named(lt_fill(ctx, like, 0.0f), "conv_state_zero", il);
         }
         struct lt_tensor *qkv_t = lt_transpose(ctx, cols_3d(ctx, qkv, C, T, S)); /* [T, C, S] */
-        sx = named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il); /* [K-1+T, C, S] */
+        sx = named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il);      /* [K-1+T, C, S] */
         if ((st = lt_mb_check(sx, "conv_input", il)))
             return st;
         conv = named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);

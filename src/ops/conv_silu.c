@@ -55,8 +55,8 @@ struct lt_tensor *lt_conv_silu(struct lt_ctx *ctx, struct lt_tensor *x, struct l
     return r;
 }
 
-struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad,
-                                    struct lt_tensor *x, struct lt_tensor *w)
+struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
+                                    struct lt_tensor *w)
 {
     LT_REQUIRE("conv_silu_back", grad, x, w);
     if (!shapes_ok(x, w, "conv_silu_back"))
@@ -78,8 +78,8 @@ static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r, bool
 {
     LT_REQUIRE("conv_silu_back_x/_w", r);
     if (r->op != LT_OP_CONV_SILU_BACK) {
-        lt_fail(LT_ERR_INVALID, "conv_silu_back_%s: '%s' is %s, not CONV_SILU_BACK",
-                dw ? "w" : "x", r->name, lt_op_name(r->op));
+        lt_fail(LT_ERR_INVALID, "conv_silu_back_%s: '%s' is %s, not CONV_SILU_BACK", dw ? "w" : "x",
+                r->name, lt_op_name(r->op));
         return NULL;
     }
     const struct lt_tensor *x = r->src[1], *w = r->src[2];
@@ -183,7 +183,8 @@ static void conv_silu_back_forward(const struct lt_compute_params *p, struct lt_
             for (int64_t t = 0; t < T; t++) { /* g' = g silu'(p), SILU_BACK's expression */
                 const float u = conv_at(xp, wr, K, t);
                 const float sg = 1.0f / (1.0f + expf(-u));
-                gr[t] = *(const float *)lt_elem_ptr(grad, c, t, s, 0) * sg * (1.0f + u * (1.0f - sg));
+                gr[t] =
+                    *(const float *)lt_elem_ptr(grad, c, t, s, 0) * sg * (1.0f + u * (1.0f - sg));
             }
             for (int64_t u = 0; u < T; u++) { /* input u sits at K - 1 + u of xp */
                 float acc = 0;

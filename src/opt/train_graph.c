@@ -451,8 +451,7 @@ void lt_train_graph_free(struct lt_train_graph *tg)
 }
 
 size_t lt_train_graph_estimate(const struct lt_train_graph *tg) { return tg->estimate; }
-void lt_train_graph_estimate_parts(const struct lt_train_graph *tg, size_t *scratch,
-                                   size_t *in_use)
+void lt_train_graph_estimate_parts(const struct lt_train_graph *tg, size_t *scratch, size_t *in_use)
 {
     *scratch = tg->est_scratch;
     *in_use = tg->est_in_use;

@@ -167,7 +167,6 @@ lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_launched("attn_decode");
 }
 
-const struct cu_family cu_family_attn_decode = {"attn_decode", attn_decode_ops,
-                                                    CU_COUNT(attn_decode_ops),
-                                                    cu_attn_decode_supported,
-                                                    cu_attn_decode_compute, attn_decode_scratch};
+const struct cu_family cu_family_attn_decode = {
+    "attn_decode",          attn_decode_ops,    CU_COUNT(attn_decode_ops), cu_attn_decode_supported,
+    cu_attn_decode_compute, attn_decode_scratch};

@@ -111,12 +111,15 @@ static __global__ void binary_rows4_kernel(const float4 *a, const float *b, floa
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f];
         const float u = b[f / n0q];
-        y[f] = make_float4(apply<OP>(x.x, u), apply<OP>(x.y, u), apply<OP>(x.z, u),
-                           apply<OP>(x.w, u));
+        y[f] =
+            make_float4(apply<OP>(x.x, u), apply<OP>(x.y, u), apply<OP>(x.z, u), apply<OP>(x.w, u));
     }
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
+}
 
 template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
 {
@@ -136,7 +139,8 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
         const uint32_t n4 = (uint32_t)(n / 4), bn4 = (uint32_t)(bn / 4);
         const unsigned blocks = cu_blocks(n4, 256);
         if (node->type == LT_TYPE_BF16)
-            binary_flat4_kernel<OP, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+            binary_flat4_kernel<OP, LT_TYPE_BF16>
+                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
         else if (node->type == LT_TYPE_F16)
             binary_flat4_kernel<OP, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
         else
@@ -148,14 +152,11 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
         char *y = (char *)node->data;
         const unsigned blocks = cu_blocks(n, 256);
         if (node->type == LT_TYPE_BF16)
-            binary_flat_kernel<OP, LT_TYPE_BF16>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
+            binary_flat_kernel<OP, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
         else if (node->type == LT_TYPE_F16)
-            binary_flat_kernel<OP, LT_TYPE_F16>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
+            binary_flat_kernel<OP, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
         else
-            binary_flat_kernel<OP, LT_TYPE_F32>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
+            binary_flat_kernel<OP, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
         return cu_launched("binary_flat");
     }
     if (a->type == LT_TYPE_F32 && b->type == LT_TYPE_F32 && node->type == LT_TYPE_F32 &&

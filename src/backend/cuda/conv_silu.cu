@@ -18,8 +18,8 @@
 
 static const enum lt_op conv_silu_ops[] = {LT_OP_CONV_SILU, LT_OP_CONV_SILU_BACK};
 
-#define CS_MAX_K 8    /* taps a thread keeps in registers (Qwen3.5: 4) */
-#define CS_STEPS 32   /* time steps a thread walks */
+#define CS_MAX_K 8  /* taps a thread keeps in registers (Qwen3.5: 4) */
+#define CS_STEPS 32 /* time steps a thread walks */
 #define CS_THREADS 256
 
 bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -41,8 +41,8 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
                  back && lt_is_contiguous(x) ? "the gradient" : "x");
         return false;
     }
-    if (x->ne[3] != 1 || w->ne[1] != x->ne[0] || w->ne[2] != 1 || w->ne[3] != 1 ||
-        w->ne[0] < 1 || w->ne[0] > CS_MAX_K) {
+    if (x->ne[3] != 1 || w->ne[1] != x->ne[0] || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] < 1 ||
+        w->ne[0] > CS_MAX_K) {
         snprintf(reason, reason_size, "x and w do not fit, or w has more than %d taps", CS_MAX_K);
         return false;
     }
@@ -192,7 +192,7 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     const dim3 grid((unsigned)((C + CS_THREADS - 1) / CS_THREADS), (unsigned)S, (unsigned)steps);
     if (!back) {
         conv_silu_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)x->data, cu_view(w),
-                                                               (float *)node->data, C, T);
+                                                                (float *)node->data, C, T);
         return cu_launched("conv_silu");
     }
     void *part;
@@ -200,9 +200,9 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     if (st != LT_OK)
         return st;
     float *dx = (float *)node->data;
-    conv_silu_back_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>(
-        (const float *)node->src[0]->data, (const float *)x->data, cu_view(w), dx, (float *)part,
-        C, T);
+    conv_silu_back_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)node->src[0]->data,
+                                                                 (const float *)x->data, cu_view(w),
+                                                                 dx, (float *)part, C, T);
     if ((st = cu_launched("conv_silu_back")) != LT_OK)
         return st;
     conv_silu_dw_kernel<<<cu_blocks((int64_t)K * C, 256), 256, 0, c->stream>>>(
@@ -234,6 +234,6 @@ lt_status cu_conv_silu_compute(struct cu_ctx *c, struct lt_tensor *node)
     }
 }
 
-const struct cu_family cu_family_conv_silu = {"conv_silu", conv_silu_ops, CU_COUNT(conv_silu_ops),
-                                                  cu_conv_silu_supported, cu_conv_silu_compute,
-                                                  conv_silu_scratch};
+const struct cu_family cu_family_conv_silu = {
+    "conv_silu",          conv_silu_ops,    CU_COUNT(conv_silu_ops), cu_conv_silu_supported,
+    cu_conv_silu_compute, conv_silu_scratch};

@@ -634,9 +634,9 @@ static int64_t repeat_back_col_blocks(const struct lt_tensor *node, int64_t *per
 {
     const struct lt_tensor *a = node->src[0];
     const int64_t n = lt_nelements(node), tiles = n > 0 ? lt_nelements(a) / n : 0;
-    if (n == 0 || !(tiles > 64 && a->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
-                    node->ne[0] == a->ne[0] && node->ne[1] == 1 && node->ne[2] == 1 &&
-                    node->ne[3] == 1 && n <= 8192))
+    if (n == 0 ||
+        !(tiles > 64 && a->type == LT_TYPE_F32 && lt_is_contiguous(a) && node->ne[0] == a->ne[0] &&
+          node->ne[1] == 1 && node->ne[2] == 1 && node->ne[3] == 1 && n <= 8192))
         return 0;
     const int64_t nblk = tiles < RB_COLS_BLOCKS ? tiles : RB_COLS_BLOCKS;
     *per = (tiles + nblk - 1) / nblk;
@@ -774,5 +774,5 @@ lt_status cu_copy_compute(struct cu_ctx *c, struct lt_tensor *node)
     }
 }
 
-const struct cu_family cu_family_copy = {"copy", copy_ops, CU_COUNT(copy_ops),
-                                             cu_copy_supported, cu_copy_compute, copy_scratch};
+const struct cu_family cu_family_copy = {
+    "copy", copy_ops, CU_COUNT(copy_ops), cu_copy_supported, cu_copy_compute, copy_scratch};

@@ -161,10 +161,10 @@ bool cu_check_result_float(const struct lt_tensor *node, char *reason, size_t re
 /* ---- the op -> family table ---- */
 
 static const struct cu_family *const all_families[] = {
-    &cu_family_fill,   &cu_family_copy,     &cu_family_binary,    &cu_family_unary,
-    &cu_family_reduce, &cu_family_norm,     &cu_family_rope,      &cu_family_softmax,
-    &cu_family_matmul, &cu_family_ssm_conv, &cu_family_delta_net, &cu_family_gdn_decode,
-    &cu_family_loss,   &cu_family_linear_ce, &cu_family_optim,     &cu_family_attn_decode,
+    &cu_family_fill,      &cu_family_copy,      &cu_family_binary,    &cu_family_unary,
+    &cu_family_reduce,    &cu_family_norm,      &cu_family_rope,      &cu_family_softmax,
+    &cu_family_matmul,    &cu_family_ssm_conv,  &cu_family_delta_net, &cu_family_gdn_decode,
+    &cu_family_loss,      &cu_family_linear_ce, &cu_family_optim,     &cu_family_attn_decode,
     &cu_family_conv_silu,
 };
 
@@ -442,8 +442,8 @@ static size_t scratch_grown(size_t held, size_t need)
 
 /* What the scratch slots will hold after running nodes (each family says what its nodes
  * ask for); nodes this backend cannot run add nothing (placement refuses them). */
-static size_t cuda_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes,
-                                 int n_nodes, size_t *held)
+static size_t cuda_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes,
+                                 size_t *held)
 {
     struct cu_ctx *c = ctx_of(be);
     size_t most[CU_SCRATCH_COUNT] = {0};

@@ -619,6 +619,6 @@ static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node)
     return cu_dn_launch_reduce(c, part, (float *)node->data, R);
 }
 
-const struct cu_family cu_family_delta_net = {"delta_net", delta_net_ops,
-                                                  CU_COUNT(delta_net_ops), cu_delta_net_supported,
-                                                  cu_delta_net_compute, delta_net_scratch};
+const struct cu_family cu_family_delta_net = {
+    "delta_net",          delta_net_ops,    CU_COUNT(delta_net_ops), cu_delta_net_supported,
+    cu_delta_net_compute, delta_net_scratch};

@@ -347,7 +347,7 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
             continue;
         }
         lce_grad_kernel<<<grid, LCE_THREADS, 0, c->stream>>>(z, V, m, labels, n0, dred, zt,
-                                                     (int)w->type, es);
+                                                             (int)w->type, es);
         if ((st = cu_launched("linear_ce_grad")) != LT_OK)
             return st;
         const void *dz = typed ? (const void *)zt : (const void *)z;
@@ -370,6 +370,6 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_launched("linear_ce_mean");
 }
 
-const struct cu_family cu_family_linear_ce = {"linear_ce", linear_ce_ops,
-                                                  CU_COUNT(linear_ce_ops), cu_linear_ce_supported,
-                                                  cu_linear_ce_compute, linear_ce_scratch};
+const struct cu_family cu_family_linear_ce = {
+    "linear_ce",          linear_ce_ops,    CU_COUNT(linear_ce_ops), cu_linear_ce_supported,
+    cu_linear_ce_compute, linear_ce_scratch};

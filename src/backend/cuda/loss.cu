@@ -194,5 +194,5 @@ lt_status cu_loss_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_launched("cross_entropy_back");
 }
 
-const struct cu_family cu_family_loss = {"loss", loss_ops, CU_COUNT(loss_ops),
-                                             cu_loss_supported, cu_loss_compute, loss_scratch};
+const struct cu_family cu_family_loss = {
+    "loss", loss_ops, CU_COUNT(loss_ops), cu_loss_supported, cu_loss_compute, loss_scratch};

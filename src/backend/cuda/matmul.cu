@@ -352,7 +352,10 @@ static lt_status run_direct(struct cu_ctx *c, const struct cu_mm_plan *p, const 
 }
 
 /* scratch: a converted tile of a (CU_SCRATCH_A), b converted whole (CU_SCRATCH_B) */
-static size_t tile_bytes(const struct cu_mm_plan *p) { return (size_t)p->tile * (size_t)p->K * p->es; }
+static size_t tile_bytes(const struct cu_mm_plan *p)
+{
+    return (size_t)p->tile * (size_t)p->K * p->es;
+}
 static size_t b_converted_bytes(const struct lt_tensor *b, const struct cu_mm_plan *p)
 {
     return (size_t)lt_nelements(b) * p->es;
@@ -701,6 +704,6 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
     return run_tiled(c, &p, a, bbase, (float *)node->data);
 }
 
-const struct cu_family cu_family_matmul = {"matmul", matmul_ops, CU_COUNT(matmul_ops),
-                                               cu_matmul_supported, cu_matmul_compute,
-                                               matmul_scratch};
+const struct cu_family cu_family_matmul = {
+    "matmul",          matmul_ops,    CU_COUNT(matmul_ops), cu_matmul_supported,
+    cu_matmul_compute, matmul_scratch};

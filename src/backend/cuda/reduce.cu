@@ -122,6 +122,6 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_launched("sum_final");
 }
 
-const struct cu_family cu_family_reduce = {"reduce", reduce_ops, CU_COUNT(reduce_ops),
-                                               cu_reduce_supported, cu_reduce_compute,
-                                               reduce_scratch};
+const struct cu_family cu_family_reduce = {
+    "reduce",          reduce_ops,    CU_COUNT(reduce_ops), cu_reduce_supported,
+    cu_reduce_compute, reduce_scratch};

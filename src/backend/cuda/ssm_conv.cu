@@ -311,6 +311,6 @@ lt_status cu_ssm_conv_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_launched("ssm_conv_back_w");
 }
 
-const struct cu_family cu_family_ssm_conv = {"ssm_conv", ssm_conv_ops, CU_COUNT(ssm_conv_ops),
-                                                 cu_ssm_conv_supported, cu_ssm_conv_compute,
-                                                 ssm_conv_scratch};
+const struct cu_family cu_family_ssm_conv = {
+    "ssm_conv",          ssm_conv_ops,    CU_COUNT(ssm_conv_ops), cu_ssm_conv_supported,
+    cu_ssm_conv_compute, ssm_conv_scratch};

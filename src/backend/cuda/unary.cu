@@ -103,8 +103,8 @@ static __global__ void unary_flat4_kernel(int op, float s, const float4 *a, floa
 {
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f];
-        y[f] = make_float4(apply(op, s, x.x), apply(op, s, x.y), apply(op, s, x.z),
-                           apply(op, s, x.w));
+        y[f] =
+            make_float4(apply(op, s, x.x), apply(op, s, x.y), apply(op, s, x.z), apply(op, s, x.w));
     }
 }
 
@@ -128,8 +128,8 @@ static __global__ void pair_flat4_kernel(int op, const float4 *a, const float4 *
 
 static bool flat4_ok(int64_t n, const void *p0, const void *p1, const void *p2, const void *p3)
 {
-    return n % 4 == 0 && n <= 0x7fffffff && (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 |
-                                             (uintptr_t)p3) & 15) == 0;
+    return n % 4 == 0 && n <= 0x7fffffff &&
+           (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) & 15) == 0;
 }
 
 static __global__ void pair_kernel(int op, struct cu_t a, struct cu_t b, struct cu_t out)
@@ -252,11 +252,14 @@ lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
             const unsigned b4 = cu_blocks(n4, 256);
             const float4 *a4 = (const float4 *)ad, *b4p = (const float4 *)bd;
             if (node->type == LT_TYPE_BF16)
-                pair_flat4_kernel<LT_TYPE_BF16><<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
+                pair_flat4_kernel<LT_TYPE_BF16>
+                    <<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
             else if (node->type == LT_TYPE_F16)
-                pair_flat4_kernel<LT_TYPE_F16><<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
+                pair_flat4_kernel<LT_TYPE_F16>
+                    <<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
             else
-                pair_flat4_kernel<LT_TYPE_F32><<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
+                pair_flat4_kernel<LT_TYPE_F32>
+                    <<<b4, 256, 0, c->stream>>>((int)node->op, a4, b4p, y, n4);
             return cu_launched("swiglu/silu_back flat4");
         }
         if (node->type == LT_TYPE_BF16)
