@@ -43,6 +43,7 @@
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
 #           at 16x512 under LATHE_CUDA_PROFILE
 #   tmem    bench_train (PEER=none) with --checkpoint on, then off: tokens/s, GPU peak, estimate
+#   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -662,6 +663,23 @@ phase_tmem() {
     done
 }
 
+# tbudget: the issue's memory targets as budgets, checkpointing left to auto (the default):
+# the full fine-tune under --memory-budget-mib 24576, LoRA under 8192, at SHAPES (16x512):
+# admission refuses each without checkpointing and takes it with; nvidia-smi's peak
+phase_tbudget() {
+    local job mib
+    for job in full lora; do
+        mib=24576; [ $job = lora ] && mib=8192
+        LATHE_CUDA_CHECK_SCRATCH=1 OUT=$out/tbudget_$job PEER=none JOBS=$job BUDGET=$(($(left) - 20)) \
+            SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} TIMEOUT=60 LATHE=$L \
+            LATHE_TRAIN_EXTRA="--memory-budget-mib $mib" bash bench/bench_train.sh \
+            >"$out/tbudget_$job.log" 2>&1
+        row "bench_train $job --memory-budget-mib $mib" "rc $?"
+        grep -E "lathe: rc" "$out/tbudget_$job.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-200
+        grep -E "checkpointing:" "$out/tbudget_$job.log" | head -1 | cut -c1-160
+    done
+}
+
 # prec: (after tprof, which writes the 16x512 text) the full fine-tune's first steps with the
 # device's default precision (BF16 products, TF32 delta rule, BF16 attention operands) against
 # --f32-products (every product F32, the delta rule in three TF32 products): the loss curves
@@ -690,7 +708,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
