@@ -92,15 +92,9 @@ static __global__ void binary_flat4_kernel(const float4 *a, const float4 *b, cha
 {
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f], u = b[bn4 == n4 ? f : f % bn4];
-        const float r0 = apply<OP>(x.x, u.x), r1 = apply<OP>(x.y, u.y), r2 = apply<OP>(x.z, u.z),
-                    r3 = apply<OP>(x.w, u.w);
-        if (YT == LT_TYPE_F32) {
-            ((float4 *)y)[f] = make_float4(r0, r1, r2, r3);
-        } else {
-            char *q = y + (size_t)f * 8;
-            cu_store(q, YT, r0), cu_store(q + 2, YT, r1), cu_store(q + 4, YT, r2),
-                cu_store(q + 6, YT, r3);
-        }
+        cu_store4(y, YT, f,
+                  make_float4(apply<OP>(x.x, u.x), apply<OP>(x.y, u.y), apply<OP>(x.z, u.z),
+                              apply<OP>(x.w, u.w)));
     }
 }
 

@@ -261,17 +261,10 @@ static __global__ void convert_flat_kernel(const char *a, char *d, int64_t n)
  * aligned, the destination 8): each element rounded to nearest even as cu_store rounds it.
  * An element a thread held a training step's BF16 roundings of its gradients (the products'
  * operands) near 2.1 TB/s. */
-static __global__ void f32_to_bf16_flat4_kernel(const float4 *a, uint2 *d, uint32_t n4)
+static __global__ void f32_to_bf16_flat4_kernel(const float4 *a, char *d, uint32_t n4)
 {
-    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
-        const float4 v = a[f];
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y),
-                             hi = __floats2bfloat162_rn(v.z, v.w);
-        uint2 u;
-        u.x = *(const uint32_t *)&lo;
-        u.y = *(const uint32_t *)&hi;
-        d[f] = u;
-    }
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
+        cu_store4(d, LT_TYPE_BF16, f, a[f]);
 }
 
 /* f(ta, td) with each of the float types ta, td (F32, F16 or BF16) as a compile-time
@@ -578,7 +571,7 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
             (uintptr_t)node->data % 8 == 0) {
             const uint32_t n4 = (uint32_t)(n / 4);
             f32_to_bf16_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-                (const float4 *)a->data, (uint2 *)node->data, n4);
+                (const float4 *)a->data, (char *)node->data, n4);
             return cu_launched("copy_f32_bf16_flat4");
         }
         float_types(a->type, node->type, [&](auto ta, auto td) {

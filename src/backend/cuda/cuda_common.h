@@ -203,6 +203,27 @@ __device__ __forceinline__ void cu_store(char *p, int type, float v)
     }
 }
 
+/* Four floats into elements 4 f4 .. 4 f4 + 3 of y, of float type `type`: one 16-byte store
+ * (F32) or one 8-byte store (F16, BF16: each rounded to nearest even, as cu_store rounds);
+ * y aligned to four of its elements. The float4 kernels' stores. */
+__device__ __forceinline__ void cu_store4(char *y, int type, size_t f4, float4 v)
+{
+    if (type == LT_TYPE_F32) {
+        ((float4 *)y)[f4] = v;
+        return;
+    }
+    uint2 u;
+    if (type == LT_TYPE_BF16) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y),
+                             hi = __floats2bfloat162_rn(v.z, v.w);
+        u.x = *(const uint32_t *)&lo, u.y = *(const uint32_t *)&hi;
+    } else {
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        u.x = *(const uint32_t *)&lo, u.y = *(const uint32_t *)&hi;
+    }
+    ((uint2 *)y)[f4] = u;
+}
+
 __device__ __forceinline__ const char *cu_ptr(const struct cu_t &t, int64_t i0, int64_t i1,
                                               int64_t i2, int64_t i3)
 {

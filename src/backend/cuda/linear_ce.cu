@@ -218,21 +218,10 @@ static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const in
                 const int64_t v = v4 * 4;
                 const float d0 = dz(x.x, v), d1 = dz(x.y, v + 1), d2 = dz(x.z, v + 2),
                             d3 = dz(x.w, v + 3);
-                if (!zt) {
+                if (zt) /* the products read the typed copy only */
+                    cu_store4(zt, t, (size_t)((j * V + v) / 4), make_float4(d0, d1, d2, d3));
+                else
                     z4[v4] = make_float4(d0, d1, d2, d3);
-                } else if (t == LT_TYPE_BF16) { /* the products read the typed copy only */
-                    __nv_bfloat162 lo = __floats2bfloat162_rn(d0, d1),
-                                   hi = __floats2bfloat162_rn(d2, d3);
-                    uint2 u;
-                    u.x = *(const uint32_t *)&lo;
-                    u.y = *(const uint32_t *)&hi;
-                    *(uint2 *)(zt + (j * V + v) * es) = u;
-                } else {
-                    cu_store(zt + (j * V + v) * es, t, d0);
-                    cu_store(zt + (j * V + v + 1) * es, t, d1);
-                    cu_store(zt + (j * V + v + 2) * es, t, d2);
-                    cu_store(zt + (j * V + v + 3) * es, t, d3);
-                }
             }
             continue;
         }

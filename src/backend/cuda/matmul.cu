@@ -257,10 +257,7 @@ static __global__ void convert_flat_b_kernel(const float *src, char *dst, int64_
 static __global__ void convert_flat4_b_kernel(const float4 *src, char *dst, uint32_t n4, int ct)
 {
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
-        const float4 v = src[f];
-        char *q = dst + (size_t)f * 8;
-        cu_store(q, ct, v.x), cu_store(q + 2, ct, v.y), cu_store(q + 4, ct, v.z),
-            cu_store(q + 6, ct, v.w);
+        cu_store4(dst, ct, f, src[f]);
     }
 }
 

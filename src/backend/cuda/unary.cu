@@ -114,15 +114,9 @@ static __global__ void pair_flat4_kernel(int op, const float4 *a, const float4 *
 {
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f], u = b[f];
-        const float r0 = apply_pair(op, x.x, u.x), r1 = apply_pair(op, x.y, u.y),
-                    r2 = apply_pair(op, x.z, u.z), r3 = apply_pair(op, x.w, u.w);
-        if (YT == LT_TYPE_F32) {
-            ((float4 *)y)[f] = make_float4(r0, r1, r2, r3);
-        } else {
-            char *q = y + (size_t)f * 8;
-            cu_store(q, YT, r0), cu_store(q + 2, YT, r1), cu_store(q + 4, YT, r2),
-                cu_store(q + 6, YT, r3);
-        }
+        cu_store4(y, YT, f,
+                  make_float4(apply_pair(op, x.x, u.x), apply_pair(op, x.y, u.y),
+                              apply_pair(op, x.z, u.z), apply_pair(op, x.w, u.w)));
     }
 }
 
