@@ -87,7 +87,7 @@ static json_t *train_json(const struct srv_train_info *ti)
     json_t *j = json_pack(
         "{s:s,s:s,s:s,s:s,s:I,s:o,"
         "s:{s:i,s:i,s:i,s:i,s:o,s:I,s:f,s:f},"
-        "s:o,s:{s:I,s:I,s:I},"
+        "s:o,s:{s:I,s:I,s:I,s:I,s:I},"
         "s:{s:i,s:f,s:i,s:i,s:f,s:f,s:I,s:i,s:I,s:b,s:i,s:i,s:i,s:f,s:s},"
         "s:f}",
         "id", ti->id, "object", "train.job", "state", lt_train_state_name(ti->state), "out",
@@ -98,7 +98,9 @@ static json_t *train_json(const struct srv_train_info *ti)
         (json_int_t)pr->tokens, "tokens_per_s", pr->tokens_per_s, "eta_s", pr->eta_s,
         "epochs", epochs, "memory", "rss_bytes", (json_int_t)ti->rss_bytes, "peak_bytes",
         (json_int_t)(ti->have_result ? r->peak_bytes : 0), "allocated_bytes",
-        (json_int_t)(ti->have_result ? r->allocated_bytes : 0), "params", "rank", p->rank,
+        (json_int_t)(ti->have_result ? r->allocated_bytes : 0), "scratch_bytes",
+        (json_int_t)(ti->have_result ? r->scratch_bytes : 0), "in_use_bytes",
+        (json_int_t)(ti->have_result ? r->in_use_bytes : 0), "params", "rank", p->rank,
         "alpha", (double)p->alpha, "window", p->window, "epochs", p->epochs, "lr", (double)p->lr,
         "val_split", (double)p->val_split, "seed", (json_int_t)p->seed, "top_layers",
         p->top_layers, "memory_budget_mib", (json_int_t)p->memory_budget_mib, "device_only",

@@ -140,6 +140,11 @@ def run_eval(c, srv, train_dir):
     res = j["result"] or {}
     c.check(res.get("n_val", 0) > 0 and res.get("n_train", 0) > 0 and j["memory"]["peak_bytes"] > 0,
             f"result: {json.dumps(res)[:300]}")
+    # the estimate's parts a device adds (the kernels' scratch, memory in use before the
+    # job): present, and zero on the CPU, where the estimate is the job's buffers alone
+    mem = j["memory"]
+    c.check(mem.get("scratch_bytes") == 0 and mem.get("in_use_bytes") == 0
+            and mem["peak_bytes"] >= mem["allocated_bytes"] > 0, f"memory: {mem}")
     c.check(os.path.exists(os.path.join(train_dir, "eval.gguf")), "eval job wrote its adapter")
 
 
