@@ -20,6 +20,9 @@ struct gap_impl {
     size_t mem_free;                /* what memory() reports free; 0: 4 GiB */
     size_t bytes_live;
     int n_computed;                 /* nodes run */
+    /* scratch as a device's kernels take it (lt_backend_scratch_bytes): scratch_need bytes
+     * for any graph with a node, of which scratch_held are held already; 0: none */
+    size_t scratch_need, scratch_held;
 };
 
 static bool gap_verdict(struct lt_backend *be, const struct lt_tensor *node, char *reason,
@@ -99,6 +102,15 @@ static lt_status gap_tensor_get(const struct lt_tensor *t, void *dst, size_t off
     return LT_OK;
 }
 
+static size_t gap_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes, int n,
+                                size_t *held)
+{
+    (void)nodes;
+    struct gap_impl *g = be->impl;
+    *held = g->scratch_held;
+    return n > 0 && g->scratch_need > g->scratch_held ? g->scratch_need : g->scratch_held;
+}
+
 static const struct lt_backend_iface gap_iface = {
     .supports_op = gap_verdict,
     .buffer_alloc = gap_buffer_alloc,
@@ -108,6 +120,7 @@ static const struct lt_backend_iface gap_iface = {
     .compute = gap_compute,
     .memory = gap_memory,
     .free = gap_free,
+    .scratch_bytes = gap_scratch_bytes,
 };
 
 static struct lt_backend *gap_backend_new(const char *name)

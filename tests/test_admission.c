@@ -254,6 +254,57 @@ static void test_regression_and_estimate(void)
     }
 }
 
+/* A device's kernel scratch is part of the estimate and of what admission checks: the
+ * part it does not hold yet, once for both graphs (the gradient and the optimizer graph
+ * share the backend's scratch); a budget that fits the buffers but not the scratch too is
+ * refused for memory, before anything is allocated. */
+static void test_scratch_counted(void)
+{
+    const size_t mib = (size_t)1 << 20;
+    size_t est[3] = {0}, need[3] = {0};
+    for (int pass = 0; pass < 3; pass++) {
+        reset_backends();
+        /* pass 1: 3 MiB of scratch to grow; pass 2: 3 MiB needed, 1 MiB of it held */
+        gap_of(dev)->scratch_need = pass ? 3 * mib : 0;
+        gap_of(dev)->scratch_held = pass == 2 ? mib : 0;
+        struct kconv_graph k;
+        kconv_build(&k, true);
+        struct lt_refusal r;
+        struct lt_train_graph *tg = NULL;
+        lt_status st = try_train(k.loss, k.ctx, true, 0, &r, &tg);
+        CHECK(st == LT_OK, "pass %d: %s", pass, lt_last_error());
+        est[pass] = tg ? lt_train_graph_estimate(tg) : 0;
+        size_t scratch = 0, in_use = 0;
+        if (tg)
+            lt_train_graph_estimate_parts(tg, &scratch, &in_use);
+        CHECK(scratch == (pass == 0 ? 0 : pass == 1 ? 3 * mib : 2 * mib) && in_use == 0,
+              "pass %d: scratch %zu, in use %zu (a host-like backend has none)", pass, scratch,
+              in_use);
+        lt_train_graph_free(tg);
+        /* a budget of 1 byte: refused, the need named; it counts the scratch to grow */
+        st = try_train(k.loss, k.ctx, true, 1, &r, &tg);
+        CHECK(st == LT_ERR_REFUSED && r.kind == LT_REFUSAL_MEMORY, "pass %d: kind %s", pass,
+              lt_refusal_kind_name(r.kind));
+        need[pass] = r.need_bytes;
+        CHECK(gap_of(dev)->bytes_allocated == 0 && gap_of(host)->bytes_allocated == 0);
+        if (pass == 1) {
+            /* enough for the buffers, not for the scratch as well */
+            st = try_train(k.loss, k.ctx, true, need[0] + mib, &r, &tg);
+            CHECK(st == LT_ERR_REFUSED && r.kind == LT_REFUSAL_MEMORY && r.need_bytes == need[1],
+                  "a budget short of the scratch: status %d, kind %s, need %zu", st,
+                  lt_refusal_kind_name(r.kind), r.need_bytes);
+            CHECK(gap_of(dev)->bytes_allocated == 0 && gap_of(host)->bytes_allocated == 0);
+        }
+        kconv_free(&k);
+    }
+    CHECK(est[1] == est[0] + 3 * mib && est[2] == est[0] + 2 * mib, "estimates %zu %zu %zu",
+          est[0], est[1], est[2]);
+    CHECK(need[1] == need[0] + 3 * mib && need[2] == need[0] + 2 * mib, "needs %zu %zu %zu",
+          need[0], need[1], need[2]);
+    printf("scratch: estimate %zu, %zu with 3 MiB to grow, %zu with 1 MiB of it held\n", est[0],
+           est[1], est[2]);
+}
+
 /* An OUTPUT node keeps its storage to the end even when it is read early: later results
  * of the same size must not land on it. */
 static void test_output_lifetime(void)
@@ -291,6 +342,7 @@ int main(void)
     test_inference_fallback(true);
     test_refusals();
     test_regression_and_estimate();
+    test_scratch_counted();
     lt_backend_free(dev);
     lt_backend_free(host);
     return check_summary();
