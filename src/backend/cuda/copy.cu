@@ -728,7 +728,7 @@ static lt_status launch_acc(struct cu_ctx *c, struct lt_tensor *node)
         return cu_launched("acc_add4");
     }
     acc_add_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(
-        cu_view(b), (float *)((char *)node->data + offset), (int64_t)(nb1 / 4),
+        cu_view(b), window, (int64_t)(nb1 / 4),
         (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), !apart);
     return cu_launched("acc_add");
 }

@@ -55,6 +55,16 @@ lt_status cu_refuse(const struct lt_tensor *node, const char *reason)
                    node->name, reason);
 }
 
+/* What a slot holding `held` bytes holds after a request of `bytes`: as it is when it is
+ * large enough, else the request (256 at least) and a quarter, some headroom against
+ * creeping growth. cu_scratch grows by it and cuda_scratch_bytes foresees by it. */
+static size_t scratch_grown(size_t held, size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 256;
+    return held >= bytes ? held : bytes + bytes / 4;
+}
+
 lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out)
 {
     if (c->check_scratch && bytes > c->scratch_said[slot])
@@ -62,9 +72,8 @@ lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, 
                        "%s: a node asked for %zu bytes of scratch (slot %d) where its family's "
                        "scratch function said %zu: the admission estimate would be short",
                        c->name, bytes, (int)slot, c->scratch_said[slot]);
-    if (bytes == 0)
-        bytes = 256;
-    if (c->scratch_size[slot] >= bytes) {
+    const size_t want = scratch_grown(c->scratch_size[slot], bytes);
+    if (want == c->scratch_size[slot]) {
         *out = c->scratch[slot];
         return LT_OK;
     }
@@ -79,7 +88,6 @@ lt_status cu_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, 
     c->scratch_epoch++; /* kept graphs that read the old buffer are not replayed */
     c->scratch[slot] = NULL;
     c->scratch_size[slot] = 0;
-    size_t want = bytes + bytes / 4; /* some headroom against creeping growth */
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, want);
     if (e != cudaSuccess) {
@@ -432,22 +440,13 @@ static void cuda_host_unpin(struct lt_backend *be, void *ptr)
     (void)cudaGetLastError();
 }
 
-/* grown as cu_scratch grows it: to the largest request and a quarter */
-static size_t scratch_grown(size_t held, size_t need)
-{
-    if (need == 0)
-        need = 256;
-    return held >= need ? held : need + need / 4;
-}
-
 /* What the scratch slots will hold after running nodes (each family says what its nodes
  * ask for); nodes this backend cannot run add nothing (placement refuses them). */
 static size_t cuda_scratch_bytes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes,
                                  size_t *held)
 {
     struct cu_ctx *c = ctx_of(be);
-    size_t most[CU_SCRATCH_COUNT] = {0};
-    bool asks[CU_SCRATCH_COUNT] = {false};
+    size_t most[CU_SCRATCH_COUNT] = {0}; /* the largest request of each slot; 0: none */
     char reason[CU_REASON_MAX];
     for (int i = 0; i < n_nodes; i++) {
         const struct lt_tensor *node = nodes[i];
@@ -459,16 +458,13 @@ static size_t cuda_scratch_bytes(struct lt_backend *be, struct lt_tensor *const 
         size_t need[CU_SCRATCH_COUNT] = {0};
         f->scratch(node, need);
         for (int k = 0; k < CU_SCRATCH_COUNT; k++)
-            if (need[k] > 0) {
-                asks[k] = true;
-                most[k] = need[k] > most[k] ? need[k] : most[k];
-            }
+            most[k] = need[k] > most[k] ? need[k] : most[k];
     }
     size_t total = 0;
     *held = 0;
     for (int k = 0; k < CU_SCRATCH_COUNT; k++) {
         *held += c->scratch_size[k];
-        total += asks[k] ? scratch_grown(c->scratch_size[k], most[k]) : c->scratch_size[k];
+        total += most[k] ? scratch_grown(c->scratch_size[k], most[k]) : c->scratch_size[k];
     }
     return total;
 }

@@ -365,11 +365,19 @@ static void mmvq_columns(struct cu_ctx *c, const struct lt_tensor *a, int64_t N,
     }
 }
 
-size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *b)
+/* the scratch's layout: b's columns as int8 [cols][K], then from *d_off (16-byte aligned)
+ * a float2 a block of 32; returns the bytes */
+static size_t scratch_layout(const struct lt_tensor *a, const struct lt_tensor *b, size_t *d_off)
 {
     const int64_t K = a->ne[0], cols = b->ne[1] * b->ne[2] * b->ne[3], nblk = K / MMVQ_QK;
-    const size_t q_bytes = (size_t)(cols * K), d_off = (q_bytes + 15) & ~(size_t)15;
-    return d_off + (size_t)(cols * nblk) * sizeof(float2);
+    *d_off = ((size_t)(cols * K) + 15) & ~(size_t)15;
+    return *d_off + (size_t)(cols * nblk) * sizeof(float2);
+}
+
+size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *b)
+{
+    size_t d_off;
+    return scratch_layout(a, b, &d_off);
 }
 
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
@@ -380,9 +388,9 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
     if (!cu_mmvq_takes(a->type, K) || N < 1 || N > CU_MMVQ_MAX_N || M < 1 || nch < 1 ||
         b->type != LT_TYPE_F32 || b->ne[0] != K || nblk > INT32_MAX || M > INT32_MAX)
         return lt_fail(LT_ERR_BACKEND, "%s: mul_mat mmvq called outside its plan", c->name);
-    const size_t q_bytes = (size_t)(cols * K), d_off = (q_bytes + 15) & ~(size_t)15;
+    size_t d_off;
     void *scratch;
-    lt_status st = cu_scratch(c, CU_SCRATCH_B, cu_mmvq_scratch_bytes(a, b), &scratch);
+    lt_status st = cu_scratch(c, CU_SCRATCH_B, scratch_layout(a, b, &d_off), &scratch);
     if (st != LT_OK)
         return st;
     int8_t *xq = (int8_t *)scratch;
