@@ -110,11 +110,6 @@ static __global__ void binary_rows4_kernel(const float4 *a, const float *b, floa
     }
 }
 
-static bool aligned16(const void *p)
-{
-    return ((uintptr_t)p & 15) == 0;
-}
-
 template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
@@ -126,8 +121,8 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
                       (lt_same_shape(a, b) ||
                        (b->ne[0] == a->ne[0] && b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1));
     const int64_t bn = lt_nelements(b);
-    if (flat && n % 4 == 0 && bn % 4 == 0 && n <= 0x7fffffff && aligned16(a->data) &&
-        aligned16(b->data) && aligned16(node->data)) {
+    if (flat && n % 4 == 0 && bn % 4 == 0 && n <= 0x7fffffff && cu_aligned(a->data, 16) &&
+        cu_aligned(b->data, 16) && cu_aligned(node->data, 16)) {
         const float4 *ad = (const float4 *)a->data, *bd = (const float4 *)b->data;
         char *y = (char *)node->data;
         const uint32_t n4 = (uint32_t)(n / 4), bn4 = (uint32_t)(bn / 4);
@@ -157,7 +152,8 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
         lt_is_contiguous(a) && lt_is_contiguous(b) && b->ne[0] == 1 && a->ne[0] > 1 &&
         a->ne[0] <= 0x7fffffff && b->ne[1] == a->ne[1] && b->ne[2] == a->ne[2] &&
         b->ne[3] == a->ne[3]) {
-        if (a->ne[0] % 4 == 0 && n <= 0x7fffffff && aligned16(a->data) && aligned16(node->data)) {
+        if (a->ne[0] % 4 == 0 && n <= 0x7fffffff && cu_aligned(a->data, 16) &&
+            cu_aligned(node->data, 16)) {
             const uint32_t n4 = (uint32_t)(n / 4);
             binary_rows4_kernel<OP><<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
                 (const float4 *)a->data, (const float *)b->data, (float4 *)node->data, n4,

@@ -257,14 +257,28 @@ static __global__ void convert_flat_kernel(const char *a, char *d, int64_t n)
         cu_store(d + f * ed, TD, cu_load(a + f * ea, TA));
 }
 
-/* F32 to BF16, contiguous, a float4 a thread (n4 = elements / 4; the source 16-byte
- * aligned, the destination 8): each element rounded to nearest even as cu_store rounds it.
- * An element a thread held a training step's BF16 roundings of its gradients (the products'
- * operands) near 2.1 TB/s. */
-static __global__ void f32_to_bf16_flat4_kernel(const float4 *a, char *d, uint32_t n4)
+/* F32 to F16 or BF16, contiguous, a float4 a thread (n4 = elements / 4; the source 16-byte
+ * aligned, the destination 8). An element a thread held a training step's BF16 roundings of
+ * its gradients (the products' operands) near 2.1 TB/s. */
+static __global__ void f32_flat4_kernel(const float4 *a, char *d, uint32_t n4, int type)
 {
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
-        cu_store4(d, LT_TYPE_BF16, f, a[f]);
+        cu_store4(d, type, f, a[f]);
+}
+
+lt_status cu_convert_f32_flat(struct cu_ctx *c, const float *src, char *dst, int64_t n, int type,
+                              const char *what)
+{
+    if (n % 4 == 0 && n / 4 <= 0xffffffff && cu_aligned(src, 16) && cu_aligned(dst, 8))
+        f32_flat4_kernel<<<cu_blocks(n / 4, 256), 256, 0, c->stream>>>((const float4 *)src, dst,
+                                                                      (uint32_t)(n / 4), type);
+    else if (type == LT_TYPE_BF16)
+        convert_flat_kernel<LT_TYPE_F32, LT_TYPE_BF16>
+            <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)src, dst, n);
+    else
+        convert_flat_kernel<LT_TYPE_F32, LT_TYPE_F16>
+            <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)src, dst, n);
+    return cu_launched(what);
 }
 
 /* f(ta, td) with each of the float types ta, td (F32, F16 or BF16) as a compile-time
@@ -566,14 +580,9 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
                                             (size_t)n * lt_type_traits(a->type)->type_size,
                                             cudaMemcpyDeviceToDevice, c->stream),
                             "copying a contiguous tensor");
-        if (a->type == LT_TYPE_F32 && node->type == LT_TYPE_BF16 && n % 4 == 0 &&
-            n / 4 <= 0xffffffff && (uintptr_t)a->data % 16 == 0 &&
-            (uintptr_t)node->data % 8 == 0) {
-            const uint32_t n4 = (uint32_t)(n / 4);
-            f32_to_bf16_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-                (const float4 *)a->data, (char *)node->data, n4);
-            return cu_launched("copy_f32_bf16_flat4");
-        }
+        if (a->type == LT_TYPE_F32)
+            return cu_convert_f32_flat(c, (const float *)a->data, (char *)node->data, n,
+                                       node->type, "copy_convert_flat");
         float_types(a->type, node->type, [&](auto ta, auto td) {
             convert_flat_kernel<decltype(ta)::value, decltype(td)::value>
                 <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)a->data,
@@ -721,7 +730,7 @@ static lt_status launch_acc(struct cu_ctx *c, struct lt_tensor *node)
     float *window = (float *)((char *)node->data + offset);
     if (apart && b->type == LT_TYPE_F32 && lt_is_contiguous(b) && nb_ < INT32_MAX &&
         b->ne[0] % 4 == 0 && nb1 % 16 == 0 && nb2 % 16 == 0 && nb3 % 16 == 0 &&
-        (uintptr_t)window % 16 == 0 && (uintptr_t)b->data % 16 == 0) {
+        cu_aligned(window, 16) && cu_aligned(b->data, 16)) {
         acc_add4_kernel<<<cu_blocks(nb_ / 4, 256), 256, 0, c->stream>>>(
             (const float4 *)b->data, window, (int)(b->ne[0] / 4), (int)b->ne[1], (int)b->ne[2],
             (int64_t)(nb1 / 4), (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), (int)(nb_ / 4));

@@ -92,6 +92,19 @@ struct cu_family {
     cu_scratch_fn scratch; /* NULL: the family takes no scratch */
 };
 
+/* whether p is aligned to `bytes` (a power of two): the float4 kernels' condition */
+static inline bool cu_aligned(const void *p, size_t bytes)
+{
+    return ((uintptr_t)p & (bytes - 1)) == 0;
+}
+
+/* n F32 at src, in memory order, into dst of type (F16 or BF16, each rounded to nearest
+ * even): four a thread where n and the pointers allow (copy.cu). Queues one kernel named
+ * `what` and returns its launch status. CONT/CPY's flat conversions and mul_mat's rounding
+ * of a flat F32 operand both go through it. */
+lt_status cu_convert_f32_flat(struct cu_ctx *c, const float *src, char *dst, int64_t n, int type,
+                              const char *what);
+
 /* the number of elements of an array (a family's op list) */
 #define CU_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 

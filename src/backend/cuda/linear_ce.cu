@@ -60,13 +60,6 @@ static cudaDataType_t blas_type(enum lt_type t)
     return t == LT_TYPE_F16 ? CUDA_R_16F : t == LT_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
-/* n floats into dst of type t (es bytes an element) */
-static __global__ void lce_convert_kernel(const float *src, char *dst, int64_t n, int t, int es)
-{
-    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
-        cu_store(dst + f * es, t, src[f]);
-}
-
 /* A thread's running max m and sum of e^(z - m) over its elements, taken a group at a time
  * (8 elements, or 1 at a ragged tail): the group's max raises m (the sum rescaled: rarely,
  * after the first few groups), the group's exponentials are summed in float (8 terms of at
@@ -318,9 +311,8 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
         const float *hc = (const float *)h->data + n0 * D;
         const void *hb = hc;
         if (typed) {
-            lce_convert_kernel<<<cu_blocks(D * m, 256), 256, 0, c->stream>>>(hc, ht, D * m,
-                                                                             (int)w->type, es);
-            if ((st = cu_launched("linear_ce_convert")) != LT_OK)
+            st = cu_convert_f32_flat(c, hc, ht, D * m, (int)w->type, "linear_ce_convert");
+            if (st != LT_OK)
                 return st;
             hb = ht;
         }

@@ -245,22 +245,6 @@ static __global__ void convert_b_kernel(struct cu_t b, char *dst, int ct, int es
     }
 }
 
-/* n F32 at src, in memory order, into dst of type ct (F16 or BF16) */
-static __global__ void convert_flat_b_kernel(const float *src, char *dst, int64_t n, int ct)
-{
-    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
-        cu_store(dst + f * 2, ct, src[f]);
-}
-
-/* the same, four at a time (n4 = n / 4, src 16-byte aligned, dst 8): one float a thread
- * held a LoRA step's roundings of its gradients near 2 TB/s */
-static __global__ void convert_flat4_b_kernel(const float4 *src, char *dst, uint32_t n4, int ct)
-{
-    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
-        cu_store4(dst, ct, f, src[f]);
-    }
-}
-
 /* rows [m0, m0 + tl) of a's head (a2, a3), any readable type, into contiguous [K, tl] */
 static __global__ void convert_a_kernel(struct cu_t a, int64_t a2, int64_t a3, int64_t m0,
                                         int64_t tl, char *dst, int ct, int es)
@@ -689,14 +673,8 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
         lt_status st = cu_scratch(c, CU_SCRATCH_B, b_converted_bytes(b, &p), &bc);
         if (st != LT_OK)
             return st;
-        if (nb_ % 4 == 0 && nb_ / 4 <= 0xffffffff && (uintptr_t)b->data % 16 == 0 &&
-            (uintptr_t)bc % 8 == 0)
-            convert_flat4_b_kernel<<<cu_blocks(nb_ / 4, 256), 256, 0, c->stream>>>(
-                (const float4 *)b->data, (char *)bc, (uint32_t)(nb_ / 4), (int)p.ct);
-        else
-            convert_flat_b_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(
-                (const float *)b->data, (char *)bc, nb_, (int)p.ct);
-        st = cu_launched("mul_mat convert_b (flat)");
+        st = cu_convert_f32_flat(c, (const float *)b->data, (char *)bc, nb_, (int)p.ct,
+                                 "mul_mat convert_b (flat)");
         if (st != LT_OK)
             return st;
         bbase = (const char *)bc;

@@ -100,8 +100,6 @@ static __global__ void adamw_vec4_kernel(float4 *w, float4 *acc, float4 *m, floa
     }
 }
 
-static bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* hp = [lr, weight_decay, grad_scale] */
 static __global__ void sgd_kernel(float *w, float *acc, const float *hp, int64_t n)
 {
@@ -125,7 +123,8 @@ lt_status cu_optim_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (node->op == LT_OP_ADAMW) {
         float *m = (float *)node->src[2]->data, *v = (float *)node->src[3]->data;
         const float *hp = (const float *)node->src[4]->data;
-        if (n % 4 == 0 && aligned16(w) && aligned16(acc) && aligned16(m) && aligned16(v)) {
+        if (n % 4 == 0 && cu_aligned(w, 16) && cu_aligned(acc, 16) && cu_aligned(m, 16) &&
+            cu_aligned(v, 16)) {
             adamw_vec4_kernel<<<cu_blocks(n / 4, 256), 256, 0, c->stream>>>((float4 *)w, (float4 *)acc,
                                                              (float4 *)m, (float4 *)v, hp, n / 4);
             return cu_launched("adamw_vec4");

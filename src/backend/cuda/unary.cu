@@ -122,8 +122,8 @@ static __global__ void pair_flat4_kernel(int op, const float4 *a, const float4 *
 
 static bool flat4_ok(int64_t n, const void *p0, const void *p1, const void *p2, const void *p3)
 {
-    return n % 4 == 0 && n <= 0x7fffffff &&
-           (((uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3) & 15) == 0;
+    return n % 4 == 0 && n <= 0x7fffffff && cu_aligned(p0, 16) && cu_aligned(p1, 16) &&
+           cu_aligned(p2, 16) && cu_aligned(p3, 16);
 }
 
 static __global__ void pair_kernel(int op, struct cu_t a, struct cu_t b, struct cu_t out)
