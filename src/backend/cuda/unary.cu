@@ -148,14 +148,20 @@ static __global__ void pair_flat_kernel(int op, const float *a, const float *b, 
         cu_store(y + f * es, YT, apply_pair(op, a[f], b[f]));
 }
 
-/* SWIGLU_BACK: d gate = g up s (1 + x (1 - s)), d up = g silu(x) (the CPU's expressions),
- * element f of gate's shape into y[f] and y[n + f] */
+/* SWIGLU_BACK: (d gate, d up) = (g up s (1 + x (1 - s)), g silu(x)), the CPU's
+ * expressions; swiglu_back_at stores element f's into y[f] and y[n + f] */
+static __device__ __forceinline__ float2 swiglu_back_of(float g, float x, float u)
+{
+    const float d = 1.0f + expf(-x), s = 1.0f / d;
+    return make_float2(g * u * s * (1.0f + x * (1.0f - s)), g * (x / d));
+}
+
 static __device__ __forceinline__ void swiglu_back_at(float g, float x, float u, float *y,
                                                       int64_t n, int64_t f)
 {
-    const float d = 1.0f + expf(-x), s = 1.0f / d;
-    y[f] = g * u * s * (1.0f + x * (1.0f - s));
-    y[n + f] = g * (x / d);
+    const float2 r = swiglu_back_of(g, x, u);
+    y[f] = r.x;
+    y[n + f] = r.y;
 }
 
 static __global__ void swiglu_back_kernel(struct cu_t g, struct cu_t x, struct cu_t u, float *y)
@@ -183,17 +189,10 @@ static __global__ void swiglu_back_flat4_kernel(const float4 *g, const float4 *x
     const int64_t n = (int64_t)n4 * 4;
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 gv = g[f], xv = x[f], uv = u[f];
-        float a[4], b[4];
-        const float gs[4] = {gv.x, gv.y, gv.z, gv.w}, xs[4] = {xv.x, xv.y, xv.z, xv.w},
-                    us[4] = {uv.x, uv.y, uv.z, uv.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) { /* swiglu_back_at's expressions */
-            const float d = 1.0f + expf(-xs[i]), sg = 1.0f / d;
-            a[i] = gs[i] * us[i] * sg * (1.0f + xs[i] * (1.0f - sg));
-            b[i] = gs[i] * (xs[i] / d);
-        }
-        ((float4 *)y)[f] = make_float4(a[0], a[1], a[2], a[3]);
-        ((float4 *)(y + n))[f] = make_float4(b[0], b[1], b[2], b[3]);
+        const float2 r0 = swiglu_back_of(gv.x, xv.x, uv.x), r1 = swiglu_back_of(gv.y, xv.y, uv.y),
+                     r2 = swiglu_back_of(gv.z, xv.z, uv.z), r3 = swiglu_back_of(gv.w, xv.w, uv.w);
+        ((float4 *)y)[f] = make_float4(r0.x, r1.x, r2.x, r3.x);
+        ((float4 *)(y + n))[f] = make_float4(r0.y, r1.y, r2.y, r3.y);
     }
 }
 
