@@ -5,9 +5,10 @@
  * x [C, T, S] F32 (any strides), w [K, C] F32, F16 or BF16; with x = 0 before t = 0,
  *   y[c, t, s] = silu(p), p = sum_k w[k, c] x[c, t + k - (K - 1), s] (k in order).
  * That is silu(ssm_conv(concat(zeros [K - 1, C, S], transpose(x)), w)), the form a session's
- * layer keeps (it carries the state), with the same sums and roundings; a training step has
- * no state, and this form skips the concat, the two transposed copies of the backward and
- * the raw conv output (Qwen3.5-0.8B at 16 x 512 tokens: ~0.9 ms a layer of 6144 channels).
+ * layer keeps (it carries the state), with the same sums (conv_rows.h, shared with
+ * ssm_conv.c) and roundings; a training step has no state, and this form skips the concat,
+ * the two transposed copies of the backward and the raw conv output (Qwen3.5-0.8B at
+ * 16 x 512 tokens on the H200: the conv's nodes took 22 ms of two steps instead of 75).
  *
  * CONV_SILU_BACK(g, x, w) recomputes p, takes g' = g silu'(p) (SILU_BACK's expression) and
  * packs d x (x's shape, contiguous, channels innermost: the projection's gradient needs no
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "lathe/ops.h"
+#include "ops/conv_rows.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 
@@ -133,15 +135,6 @@ static void load_padded(const struct lt_tensor *x, int64_t c, int64_t s, int64_t
         xp[K - 1 + t] = *(const float *)(p + t * x->nb[1]);
 }
 
-/* the conv before the silu at t: ssm_conv.c's sum */
-static float conv_at(const float *xp, const float *wr, int64_t K, int64_t t)
-{
-    float acc = 0;
-    for (int64_t k = 0; k < K; k++)
-        acc += wr[k] * xp[t + k];
-    return acc;
-}
-
 static void conv_silu_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *x = node->src[0], *w = node->src[1];
@@ -155,7 +148,7 @@ static void conv_silu_forward(const struct lt_compute_params *p, struct lt_tenso
         for (int64_t s = 0; s < S; s++) {
             load_padded(x, c, s, K, xp);
             for (int64_t t = 0; t < T; t++) {
-                const float v = conv_at(xp, wr, K, t);
+                const float v = lt_conv_at(xp, wr, K, t);
                 *(float *)lt_elem_ptr(node, c, t, s, 0) = v / (1.0f + expf(-v)); /* SILU's */
             }
         }
@@ -181,26 +174,14 @@ static void conv_silu_back_forward(const struct lt_compute_params *p, struct lt_
         for (int64_t s = 0; s < S; s++) {
             load_padded(x, c, s, K, xp);
             for (int64_t t = 0; t < T; t++) { /* g' = g silu'(p), SILU_BACK's expression */
-                const float u = conv_at(xp, wr, K, t);
+                const float u = lt_conv_at(xp, wr, K, t);
                 const float sg = 1.0f / (1.0f + expf(-u));
                 gr[t] =
                     *(const float *)lt_elem_ptr(grad, c, t, s, 0) * sg * (1.0f + u * (1.0f - sg));
             }
-            for (int64_t u = 0; u < T; u++) { /* input u sits at K - 1 + u of xp */
-                float acc = 0;
-                for (int64_t k = 0; k < K; k++) {
-                    const int64_t t = u + K - 1 - k;
-                    if (t < T)
-                        acc += wr[k] * gr[t];
-                }
-                dx[(s * T + u) * C + c] = acc;
-            }
-            for (int64_t k = 0; k < K; k++) {
-                float acc = 0;
-                for (int64_t t = 0; t < T; t++)
-                    acc += gr[t] * xp[t + k];
-                dwc[k] += acc;
-            }
+            /* input u sits at K - 1 + u of xp: d x of the new inputs only */
+            lt_conv_back_x(wr, gr, K, T, K - 1, T + K - 1, dx + s * T * C + c, C);
+            lt_conv_back_w(gr, xp, K, T, dwc);
         }
     }
 }

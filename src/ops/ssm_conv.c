@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lathe/ops.h"
+#include "ops/conv_rows.h"
 #include "ops/grad.h"
 #include "ops/op.h"
 
@@ -181,12 +182,8 @@ static void ssm_conv_forward(const struct lt_compute_params *p, struct lt_tensor
         lt_row_to_f32(w, c, 0, 0, wr);
         for (int64_t s = 0; s < n_s; s++) {
             load_sx_row(sx, c, s, x);
-            for (int64_t t = 0; t < n_t; t++) {
-                float acc = 0;
-                for (int64_t k = 0; k < d_conv; k++)
-                    acc += wr[k] * x[t + k];
-                *(float *)lt_elem_ptr(node, c, t, s, 0) = acc;
-            }
+            for (int64_t t = 0; t < n_t; t++)
+                *(float *)lt_elem_ptr(node, c, t, s, 0) = lt_conv_at(x, wr, d_conv, t);
         }
     }
 }
@@ -214,21 +211,8 @@ static void ssm_conv_back_forward(const struct lt_compute_params *p, struct lt_t
             load_sx_row(sx, c, s, x);
             for (int64_t t = 0; t < n_t; t++)
                 gr[t] = *(const float *)lt_elem_ptr(grad, c, t, s, 0);
-            float *d = dsx + (s * n_c + c) * n_l;
-            for (int64_t u = 0; u < n_l; u++) {
-                int64_t k_lo = u - (n_t - 1) > 0 ? u - (n_t - 1) : 0;
-                int64_t k_hi = u < d_conv - 1 ? u : d_conv - 1;
-                float acc = 0;
-                for (int64_t k = k_lo; k <= k_hi; k++)
-                    acc += wr[k] * gr[u - k];
-                d[u] = acc;
-            }
-            for (int64_t k = 0; k < d_conv; k++) {
-                float acc = 0;
-                for (int64_t t = 0; t < n_t; t++)
-                    acc += gr[t] * x[t + k];
-                dwc[k] += acc;
-            }
+            lt_conv_back_x(wr, gr, d_conv, n_t, 0, n_l, dsx + (s * n_c + c) * n_l, 1);
+            lt_conv_back_w(gr, x, d_conv, n_t, dwc);
         }
     }
 }
