@@ -648,36 +648,33 @@ phase_tprof() {
     done
 }
 
-# tmem: lathe alone at SHAPES (default 16x512) with --checkpoint on and off, full and LoRA:
-# tokens/s, GPU peak (nvidia-smi) and the admission estimate, the memory targets;
-# LATHE_CUDA_CHECK_SCRATCH=1: a kernel asking for more scratch than admission counted fails
+# lathe_alone NAME EXTRA [JOBS]: bench_train with PEER=none at SHAPES (16x512) under
+# LATHE_CUDA_CHECK_SCRATCH=1 (a kernel asking for more scratch than admission counted
+# fails), lathe's options EXTRA; the rows of its jobs (tokens/s, GPU peak, estimate)
+lathe_alone() {
+    LATHE_CUDA_CHECK_SCRATCH=1 OUT=$out/$1 PEER=none JOBS="${3:-full lora}" \
+        BUDGET=$(($(left) - 20)) SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} TIMEOUT=60 LATHE=$L \
+        LATHE_TRAIN_EXTRA="$2" bash bench/bench_train.sh >"$out/$1.log" 2>&1
+    row "bench_train $2 ${3:-} (PEER=none)" "rc $?"
+    grep -E "lathe: rc" "$out/$1.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-200
+    grep -E "^[0-9. ]*(the estimate counts|checkpointing:)" "$out/$1.log" | cut -c1-200
+}
+
+# tmem: lathe alone with --checkpoint on and off, full and LoRA: tokens/s, GPU peak
+# (nvidia-smi) and the admission estimate, the memory targets
 phase_tmem() {
     local ck
     for ck in on off; do
-        LATHE_CUDA_CHECK_SCRATCH=1 OUT=$out/tmem_$ck PEER=none BUDGET=$(($(left) - 20)) SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} \
-            TIMEOUT=60 LATHE=$L LATHE_TRAIN_EXTRA="--checkpoint $ck" bash bench/bench_train.sh \
-            >"$out/tmem_$ck.log" 2>&1
-        row "bench_train --checkpoint $ck (PEER=none)" "rc $?"
-        grep -E "lathe: rc" "$out/tmem_$ck.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-200
-        grep -E "^[0-9. ]*the estimate counts" "$out/tmem_$ck.log" | cut -c1-200
+        lathe_alone tmem_$ck "--checkpoint $ck"
     done
 }
 
 # tbudget: the memory targets as budgets, checkpointing left to auto (the default):
-# the full fine-tune under --memory-budget-mib 24576, LoRA under 8192, at SHAPES (16x512):
-# admission refuses each without checkpointing and takes it with; nvidia-smi's peak
+# the full fine-tune under --memory-budget-mib 24576, LoRA under 8192: admission refuses
+# each without checkpointing and takes it with
 phase_tbudget() {
-    local job mib
-    for job in full lora; do
-        mib=24576; [ $job = lora ] && mib=8192
-        LATHE_CUDA_CHECK_SCRATCH=1 OUT=$out/tbudget_$job PEER=none JOBS=$job BUDGET=$(($(left) - 20)) \
-            SHAPES=${SHAPES:-16x512} STEPS=${STEPS:-2} TIMEOUT=60 LATHE=$L \
-            LATHE_TRAIN_EXTRA="--memory-budget-mib $mib" bash bench/bench_train.sh \
-            >"$out/tbudget_$job.log" 2>&1
-        row "bench_train $job --memory-budget-mib $mib" "rc $?"
-        grep -E "lathe: rc" "$out/tbudget_$job.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-200
-        grep -E "checkpointing:" "$out/tbudget_$job.log" | head -1 | cut -c1-160
-    done
+    lathe_alone tbudget_full "--memory-budget-mib 24576" full
+    lathe_alone tbudget_lora "--memory-budget-mib 8192" lora
 }
 
 # prec: (after tprof, which writes the 16x512 text) the full fine-tune's first steps with the
