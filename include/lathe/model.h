@@ -221,6 +221,12 @@ lt_status lt_session_prefill(struct lt_session *s, int seq, const int32_t *token
  * final hidden state after the output norm (what the head reads), for embeddings. */
 lt_status lt_session_prefill_hidden(struct lt_session *s, int seq, const int32_t *tokens, int n,
                                     float *hidden);
+/* Appends tokens[i][0..lens[i]) to sequence seqs[i] for i < n (distinct sequences, each at
+ * its own position, prompts of any lengths), in one step: a server's prompts arriving
+ * together cost one graph, not one each. logits (may be NULL) receives [n, n_vocab]: each
+ * sequence's last token. The same results as a prefill of each sequence alone. */
+lt_status lt_session_prefill_batch(struct lt_session *s, int n, const int *seqs,
+                                   const int32_t *const *tokens, const int *lens, float *logits);
 /* Appends tokens[i] to sequence seqs[i] for i < n (distinct sequences, each at its own
  * position); logits receives [n, n_vocab]. */
 lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,

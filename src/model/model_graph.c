@@ -384,6 +384,10 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *g = lt_add(ctx, cols_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
     g = named(lt_softplus(ctx, g), "a_softplus", il);
     g = named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il);
+    if (b->tok_mask) { /* padding: no update, no decay */
+        beta = named(lt_mul(ctx, beta, b->tok_mask), "beta_masked", il);
+        g = named(lt_mul(ctx, g, b->tok_mask), "gate_masked", il);
+    }
     if ((st = lt_mb_check(beta, "beta_sigmoid", il)) || (st = lt_mb_check(g, "gate", il)))
         return st;
 
@@ -443,8 +447,10 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
     if (keeps_state) {
         struct lt_tensor *conv_new =
-            named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
-                  "conv_state_new", il);
+            b->tok_mask
+                ? sx
+                : named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
+                        "conv_state_new", il);
         struct lt_tensor *ssm_new = named(lt_delta_net_state(ctx, r), "state_new", il);
         if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
             (st = lt_mb_check(ssm_new, "state_new", il)) ||

@@ -92,8 +92,8 @@ struct lt_mb_hooks {
     /* DeltaNet layer il: fill st->conv and st->ssm before the layer is built */
     lt_status (*recr_load)(struct lt_mb *b, int il, struct lt_mb_layer_state *st);
     /* DeltaNet layer il: store the new states ([d_conv-1, channels, n_seqs] view of the
-     * conv input and the [S_v, S_k, H_v, n_seqs] state view; ssm_new NULL: GDN_DECODE
-     * updated the ssm cache itself) */
+     * conv input, or all of it with tok_mask, and the [S_v, S_k, H_v, n_seqs] state view;
+     * ssm_new NULL: GDN_DECODE updated the ssm cache itself) */
     lt_status (*recr_store)(struct lt_mb *b, int il, struct lt_tensor *conv_new,
                             struct lt_tensor *ssm_new);
 };
@@ -107,6 +107,12 @@ struct lt_mb {
     struct lt_tensor *pos;     /* I32 [n_tokens * n_seqs]: each column's position */
     struct lt_tensor *kq_mask; /* optional additive mask [n_kv, n_tokens, 1, n_seqs] */
     bool causal;               /* causal mask in soft_max (prefill, training) */
+    /* optional F32 [1, n_tokens, n_seqs]: 1 at a sequence's tokens, 0 at the padding after
+     * its last one (a batched prefill of prompts of different lengths). A padding token
+     * leaves the DeltaNet state as it was (its beta and gate are 0, so its update is 0 and
+     * its decay 1), and recr_store gets the whole conv input [d_conv - 1 + n_tokens,
+     * channels, n_seqs], for the hook to keep each sequence's last d_conv - 1 inputs. */
+    struct lt_tensor *tok_mask;
     /* inference only (no gradients): an activation that only F16 / BF16 weights multiply is
      * written in their type by the op producing it, so a device's product reads it as it
      * is instead of converting it first (set for batches of more than 8 tokens, which a

@@ -57,7 +57,7 @@ struct lt_session {
 struct built {
     struct lt_ctx *ctx;
     struct lt_graph *g;
-    struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *logits;
+    struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *last, *tok_mask, *logits;
     int64_t n_out; /* rows of logits */
     int64_t n_col; /* their width: n_vocab, or n_embd for hidden states */
 };
@@ -73,18 +73,24 @@ struct decode_plan {
     uint64_t last_used;
 };
 
-/* One prefill or decode call. */
+/* One prefill or decode call. A batch is a prefill of several sequences side by side,
+ * each at its own position: T columns a sequence, the shorter ones padded after their last
+ * token (a padding token's key and value are not stored, it leaves the DeltaNet state as
+ * it was, and its logits are not read). */
 struct step {
     struct lt_session *s;
-    bool decode;
+    bool decode, batch;
     int seq, p0;               /* prefill: the sequence and its first new position */
-    int n;                     /* prefill: tokens; decode: sequences */
-    const int *seqs;           /* decode */
-    int n_kv;                  /* decode: positions attended (at least max position + 1) */
+    int n;                     /* prefill: tokens; decode and batch: sequences */
+    const int *seqs;           /* decode and batch */
+    int T;                     /* batch: columns a sequence (the longest one's tokens) */
+    const int *lens;           /* batch: each sequence's tokens (1..T) */
+    int n_kv;                  /* decode and batch: positions attended (max end) */
     bool kept;                 /* decode: the kept step (stores by SET_ROWS at kv_rows) */
     bool hidden;               /* prefill: the output is the final norm's [n, n_embd], no head */
     struct lt_tensor *seq_ids; /* decode: I32 [n], input */
     struct lt_tensor *kv_rows; /* kept decode: I32 [n], seq * n_ctx + position, input */
+    struct lt_tensor *last;    /* batch: I32 [n], each sequence's last token's column, input */
 };
 
 static lt_status zero_tensor_range(struct lt_tensor *t, size_t offset, size_t n)
@@ -306,7 +312,7 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
     struct lt_tensor *kc = s->k[il], *vc = s->v[il];
     int64_t D = kc->ne[0], Hkv = kc->ne[1];
     lt_status st;
-    if (!sp->decode) {
+    if (!sp->decode && !sp->batch) {
         int T = sp->n;
         if ((st = store(b, k_new, kv_slot(b, kc, sp->seq, sp->p0, T), "k_store", il, sp->seq)) ||
             (st = store(b, v_new, kv_slot(b, vc, sp->seq, sp->p0, T), "v_store", il, sp->seq)))
@@ -332,20 +338,20 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
         ls->k_cache = kc;
         ls->v_cache = vc;
         ls->seq_ids = sp->seq_ids;
-    } else {
+    } else { /* each sequence's own tokens (a batch's padding is not stored) */
         for (int i = 0; i < sp->n; i++) {
-            int seq = sp->seqs[i], p = s->pos[seq];
-            struct lt_tensor *ki = lt_view_4d(b->ctx, k_new, D, Hkv, 1, 1, k_new->nb[1],
+            int seq = sp->seqs[i], p = s->pos[seq], len = sp->batch ? sp->lens[i] : 1;
+            struct lt_tensor *ki = lt_view_4d(b->ctx, k_new, D, Hkv, len, 1, k_new->nb[1],
                                               k_new->nb[2], k_new->nb[3], (size_t)i * k_new->nb[3]);
-            struct lt_tensor *vi = lt_view_4d(b->ctx, v_new, D, Hkv, 1, 1, v_new->nb[1],
+            struct lt_tensor *vi = lt_view_4d(b->ctx, v_new, D, Hkv, len, 1, v_new->nb[1],
                                               v_new->nb[2], v_new->nb[3], (size_t)i * v_new->nb[3]);
             if ((st = lt_mb_check(ki && vi ? ki : NULL, "Kcur", il)) ||
-                (st = store(b, ki, kv_slot(b, kc, seq, p, 1), "k_store", il, seq)) ||
-                (st = store(b, vi, kv_slot(b, vc, seq, p, 1), "v_store", il, seq)))
+                (st = store(b, ki, kv_slot(b, kc, seq, p, len), "k_store", il, seq)) ||
+                (st = store(b, vi, kv_slot(b, vc, seq, p, len), "v_store", il, seq)))
                 return st;
         }
     }
-    if (sp->decode) {
+    if (sp->decode || sp->batch) {
         struct lt_tensor *k = gather(b, sp, kc, D * Hkv * sp->n_kv, kc->nb[3]);
         struct lt_tensor *v = gather(b, sp, vc, D * Hkv * sp->n_kv, vc->nb[3]);
         k = k ? lt_format_name(lt_reshape_4d(b->ctx, k, D, Hkv, sp->n_kv, sp->n), "k_cached-%d", il)
@@ -365,7 +371,7 @@ static lt_status hook_recr_load(struct lt_mb *b, int il, struct lt_mb_layer_stat
     struct step *sp = b->hooks->user;
     struct lt_session *s = sp->s;
     struct lt_tensor *cs = s->conv[il], *ss = s->ssm[il];
-    if (!sp->decode) {
+    if (!sp->decode && !sp->batch) {
         ls->conv = state_slot(b, cs, 2, sp->seq);
         ls->ssm = state_slot(b, ss, 3, sp->seq);
     } else {
@@ -410,12 +416,15 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
             lt_format_name(sw, "state_store-%d", il);
         return add_to_graph(b, sw, "state_store", il);
     }
-    int n = sp->decode ? sp->n : 1;
+    int n = sp->decode || sp->batch ? sp->n : 1;
+    /* a padded batch hands over the whole conv input: a sequence keeps the K - 1 inputs
+     * before its own end */
+    int64_t K1 = s->conv[il]->ne[0];
     for (int i = 0; i < n; i++) {
-        int seq = sp->decode ? sp->seqs[i] : sp->seq;
-        struct lt_tensor *ci =
-            lt_view_3d(b->ctx, conv_new, conv_new->ne[0], conv_new->ne[1], 1, conv_new->nb[1],
-                       conv_new->nb[2], (size_t)i * conv_new->nb[2]);
+        int seq = sp->decode || sp->batch ? sp->seqs[i] : sp->seq;
+        size_t end = b->tok_mask ? (size_t)sp->lens[i] * conv_new->nb[0] : 0;
+        struct lt_tensor *ci = lt_view_3d(b->ctx, conv_new, K1, conv_new->ne[1], 1, conv_new->nb[1],
+                                          conv_new->nb[2], (size_t)i * conv_new->nb[2] + end);
         struct lt_tensor *si =
             lt_view_4d(b->ctx, ssm_new, ssm_new->ne[0], ssm_new->ne[1], ssm_new->ne[2], 1,
                        ssm_new->nb[1], ssm_new->nb[2], ssm_new->nb[3], (size_t)i * ssm_new->nb[3]);
@@ -445,7 +454,8 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
 {
     struct lt_session *s = sp->s;
     const struct lt_model *m = s->m;
-    int64_t T = sp->decode ? 1 : sp->n, S = sp->decode ? sp->n : 1, N = T * S;
+    int64_t T = sp->decode ? 1 : sp->batch ? sp->T : sp->n;
+    int64_t S = sp->decode || sp->batch ? sp->n : 1, N = T * S;
     int64_t L = m->hp.n_layer;
     lt_status st;
     *bt = (struct built){0};
@@ -460,10 +470,21 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
     bt->tok = input(lt_new_tensor_2d(ctx, LT_TYPE_I32, T, S), "inp_tokens");
     bt->pos = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, N), "inp_pos");
     bool ok = bt->g && bt->tok && bt->pos;
-    if (sp->decode) {
+    if (sp->decode || sp->batch) {
         bt->seq_ids = sp->seq_ids = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, S), "inp_seq_ids");
-        bt->mask = input(lt_new_tensor_4d(ctx, LT_TYPE_F32, sp->n_kv, 1, 1, S), "kq_mask");
+        bt->mask = input(lt_new_tensor_4d(ctx, LT_TYPE_F32, sp->n_kv, T, 1, S), "kq_mask");
         ok = ok && bt->seq_ids && bt->mask;
+        if (sp->batch) {
+            bt->last = sp->last = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, S), "inp_last");
+            ok = ok && bt->last;
+            for (int64_t i = 0; i < S; i++)
+                if (sp->lens[i] < T) { /* padding */
+                    bt->tok_mask =
+                        input(lt_new_tensor_3d(ctx, LT_TYPE_F32, 1, T, S), "inp_tok_mask");
+                    ok = ok && bt->tok_mask;
+                    break;
+                }
+        }
         if (sp->kept) {
             bt->kv_rows = sp->kv_rows =
                 input(lt_new_tensor_1d(ctx, LT_TYPE_I32, S), "inp_kv_rows");
@@ -473,19 +494,20 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
     if (!ok)
         return lt_fail(LT_ERR_NOMEM, "out of memory for a graph");
     struct lt_mb_hooks hooks = {sp, hook_attn_kv, hook_recr_load, hook_recr_store};
-    struct lt_mb b = {.m = m,
-                      .ctx = ctx,
-                      .g = bt->g,
-                      .ad = s->p.adapters,
-                      .n_tokens = T,
-                      .n_seqs = S,
-                      .pos = bt->pos,
-                      .kq_mask = bt->mask,
-                      .causal = !sp->decode,
-                      .half_acts = N > 8 && (s->p.half_acts > 0 ||
-                                             (s->p.half_acts == 0 && !s->be[0]->is_host)),
-                      .fused = true,
-                      .hooks = &hooks};
+    struct lt_mb b = {
+        .m = m,
+        .ctx = ctx,
+        .g = bt->g,
+        .ad = s->p.adapters,
+        .n_tokens = T,
+        .n_seqs = S,
+        .pos = bt->pos,
+        .kq_mask = bt->mask,
+        .tok_mask = bt->tok_mask,
+        .causal = !sp->decode && !sp->batch,
+        .half_acts = N > 8 && (s->p.half_acts > 0 || (s->p.half_acts == 0 && !s->be[0]->is_host)),
+        .fused = true,
+        .hooks = &hooks};
     struct lt_tensor *hidden;
     if ((st = lt_mb_forward(&b, bt->tok, &hidden)) != LT_OK)
         return st;
@@ -502,7 +524,9 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
         bt->logits->flags |= LT_FLAG_OUTPUT;
         return lt_graph_build(bt->g, bt->logits);
     }
-    if (!all_logits && !sp->decode)
+    if (sp->batch && !all_logits) /* each sequence's last token */
+        hidden = lt_get_rows(ctx, hidden, bt->last);
+    else if (!all_logits && !sp->decode)
         hidden = lt_view_2d(ctx, hidden, hidden->ne[0], 1, hidden->nb[1],
                             (size_t)(T - 1) * hidden->nb[1]);
     bt->logits = hidden ? lt_mb_logits(&b, hidden) : NULL;
@@ -512,18 +536,20 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
     return lt_graph_build(bt->g, bt->logits);
 }
 
-/* Sets the inputs of a built step (placed and allocated). */
+/* Sets the inputs of a built step (placed and allocated). tokens: [N] (a batch: [T, n],
+ * padded). */
 static lt_status set_inputs(struct step *sp, const struct built *bt, const int32_t *tokens)
 {
     struct lt_session *s = sp->s;
-    int64_t N = sp->n, S = sp->decode ? sp->n : 1; /* decode: one token a sequence */
+    /* decode: one token a sequence; a batch: T a sequence */
+    int64_t S = sp->decode || sp->batch ? sp->n : 1, T = sp->batch ? sp->T : sp->decode ? 1 : sp->n;
+    int64_t N = T * S;
     /* the mask only when a node reads it (a kept step reading the cache itself does not) */
-    int64_t n_iv = N > S ? N : S,
-            n_mask = sp->decode && bt->mask->data ? (int64_t)sp->n_kv * S : 0;
-    int32_t *iv = malloc(sizeof(int32_t) * (size_t)n_iv);
-    float *mv = n_mask ? malloc(sizeof(float) * (size_t)n_mask) : NULL;
+    int64_t n_mask = (sp->decode || sp->batch) && bt->mask->data ? (int64_t)sp->n_kv * N : 0;
+    int32_t *iv = malloc(sizeof(int32_t) * (size_t)N);
+    float *mv = malloc(sizeof(float) * (size_t)(n_mask > N ? n_mask : N));
     lt_status st = LT_OK;
-    if (!iv || (n_mask && !mv)) {
+    if (!iv || !mv) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory for inputs");
         goto out;
     }
@@ -531,14 +557,22 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
      * the cache itself): it is not set */
     if ((st = set_i32(bt->tok, tokens, N)) != LT_OK)
         goto out;
-    for (int64_t i = 0; i < N; i++)
-        iv[i] = sp->decode ? s->pos[sp->seqs[i]] : sp->p0 + (int32_t)i;
-    if ((st = set_i32(bt->pos, iv, N)) != LT_OK || !sp->decode)
+    /* column t of sequence i: position p0 + t (a padding column goes on counting) */
+    for (int64_t i = 0; i < S; i++)
+        for (int64_t t = 0; t < T; t++)
+            iv[i * T + t] =
+                sp->decode || sp->batch ? s->pos[sp->seqs[i]] + (int32_t)t : sp->p0 + (int32_t)t;
+    if ((st = set_i32(bt->pos, iv, N)) != LT_OK || (!sp->decode && !sp->batch))
         goto out;
+    /* a column attends up to its own position; padding as its sequence's last token */
     for (int64_t i = 0; i < S; i++) {
+        int p0 = s->pos[sp->seqs[i]], len = sp->batch ? sp->lens[i] : 1;
         iv[i] = sp->seqs[i];
-        for (int64_t j = 0; j < (n_mask ? sp->n_kv : 0); j++)
-            mv[i * sp->n_kv + j] = j <= s->pos[sp->seqs[i]] ? 0.0f : -INFINITY;
+        for (int64_t t = 0; t < (n_mask ? T : 0); t++) {
+            int64_t upto = p0 + (t < len ? t : len - 1);
+            for (int64_t j = 0; j < sp->n_kv; j++)
+                mv[(i * T + t) * sp->n_kv + j] = j <= upto ? 0.0f : -INFINITY;
+        }
     }
     if ((bt->seq_ids->data && (st = set_i32(bt->seq_ids, iv, S)) != LT_OK) ||
         (n_mask && (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK))
@@ -547,6 +581,17 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
         for (int64_t i = 0; i < S; i++)
             iv[i] = sp->seqs[i] * s->p.n_ctx + s->pos[sp->seqs[i]];
         st = set_i32(bt->kv_rows, iv, S);
+    }
+    if (st == LT_OK && bt->last && bt->last->data) {
+        for (int64_t i = 0; i < S; i++)
+            iv[i] = (int32_t)(i * T + sp->lens[i] - 1);
+        st = set_i32(bt->last, iv, S);
+    }
+    if (st == LT_OK && bt->tok_mask && bt->tok_mask->data) {
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t t = 0; t < T; t++)
+                mv[i * T + t] = t < sp->lens[i] ? 1.0f : 0.0f;
+        st = lt_tensor_set(bt->tok_mask, mv, 0, sizeof(float) * (size_t)N);
     }
 out:
     free(iv);
@@ -706,26 +751,75 @@ lt_status lt_session_prefill_hidden(struct lt_session *s, int seq, const int32_t
     return prefill(s, seq, tokens, n, true, true, hidden);
 }
 
-lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
-                            float *logits)
+/* Sequences for a step of n: in range and distinct. */
+static lt_status check_seqs(const struct lt_session *s, int n, const int *seqs, const char *what)
 {
     if (n < 1 || n > s->p.n_seq_max)
-        return lt_fail(LT_ERR_INVALID, "decode of %d sequences in a session of %d", n,
+        return lt_fail(LT_ERR_INVALID, "%s of %d sequences in a session of %d", what, n,
                        s->p.n_seq_max);
-    int n_kv = 0;
     for (int i = 0; i < n; i++) {
         if (seqs[i] < 0 || seqs[i] >= s->p.n_seq_max)
             return lt_fail(LT_ERR_INVALID, "sequence %d of a session of %d", seqs[i],
                            s->p.n_seq_max);
         for (int j = 0; j < i; j++)
             if (seqs[j] == seqs[i])
-                return lt_fail(LT_ERR_INVALID, "sequence %d appears twice in one decode", seqs[i]);
+                return lt_fail(LT_ERR_INVALID, "sequence %d appears twice in one %s", seqs[i],
+                               what);
+    }
+    return LT_OK;
+}
+
+lt_status lt_session_prefill_batch(struct lt_session *s, int n, const int *seqs,
+                                   const int32_t *const *tokens, const int *lens, float *logits)
+{
+    lt_status st = check_seqs(s, n, seqs, "prefill");
+    if (st != LT_OK)
+        return st;
+    int T = 0, n_kv = 0;
+    for (int i = 0; i < n; i++) {
+        int p = s->pos[seqs[i]];
+        if (lens[i] < 1)
+            return lt_fail(LT_ERR_INVALID, "prefill of %d tokens (sequence %d)", lens[i], seqs[i]);
+        if (p + lens[i] > s->p.n_ctx)
+            return lt_fail(LT_ERR_INVALID, "sequence %d: %d + %d tokens exceed the context of %d",
+                           seqs[i], p, lens[i], s->p.n_ctx);
+        if ((st = check_tokens(s, tokens[i], lens[i])) != LT_OK)
+            return st;
+        T = lens[i] > T ? lens[i] : T;
+        n_kv = p + lens[i] > n_kv ? p + lens[i] : n_kv;
+    }
+    if (n == 1) /* the one-sequence prefill, with no mask to build */
+        return prefill(s, seqs[0], tokens[0], lens[0], false, false, logits);
+    /* [T, n]: each sequence's tokens, then its last one again as padding */
+    int32_t *cols = malloc(sizeof(int32_t) * (size_t)T * (size_t)n);
+    if (!cols)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for a prefill of %d x %d tokens", n, T);
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < T; t++)
+            cols[(size_t)i * T + t] = tokens[i][t < lens[i] ? t : lens[i] - 1];
+    struct step sp = {
+        .s = s, .batch = true, .n = n, .seqs = seqs, .T = T, .lens = lens, .n_kv = n_kv};
+    st = run_step(&sp, cols, false, logits);
+    free(cols);
+    if (st == LT_OK)
+        for (int i = 0; i < n; i++)
+            s->pos[seqs[i]] += lens[i];
+    return st;
+}
+
+lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
+                            float *logits)
+{
+    lt_status st = check_seqs(s, n, seqs, "decode");
+    if (st != LT_OK)
+        return st;
+    int n_kv = 0;
+    for (int i = 0; i < n; i++) {
         if (s->pos[seqs[i]] >= s->p.n_ctx)
             return lt_fail(LT_ERR_INVALID, "sequence %d is full (%d tokens)", seqs[i], s->p.n_ctx);
         n_kv = s->pos[seqs[i]] + 1 > n_kv ? s->pos[seqs[i]] + 1 : n_kv;
     }
-    lt_status st = check_tokens(s, tokens, n);
-    if (st != LT_OK)
+    if ((st = check_tokens(s, tokens, n)) != LT_OK)
         return st;
     struct step sp = {.s = s, .decode = true, .n = n, .seqs = seqs, .n_kv = n_kv};
     st = s->p.decode_rebuild ? run_step(&sp, tokens, true, logits) : run_kept(&sp, tokens, logits);

@@ -88,7 +88,11 @@ static lt_status load_all(struct engine *e)
     e->batch_seqs = calloc((size_t)P, sizeof(int));
     e->batch_tokens = calloc((size_t)P, sizeof(lt_token));
     e->batch_slots = calloc((size_t)P, sizeof(int));
-    if (!e->slots || !e->logits || !e->batch_seqs || !e->batch_tokens || !e->batch_slots)
+    e->batch_lens = calloc((size_t)P, sizeof(int));
+    e->batch_prompts = calloc((size_t)P, sizeof(*e->batch_prompts));
+    e->prefill_order = calloc((size_t)P, sizeof(int));
+    if (!e->slots || !e->logits || !e->batch_seqs || !e->batch_tokens || !e->batch_slots ||
+        !e->batch_lens || !e->batch_prompts || !e->prefill_order)
         return lt_fail(LT_ERR_NOMEM, "out of memory for %d slots", P);
     /* every decode step copies a row of logits a slot (~1 MB each for a 248k vocabulary)
      * into e->logits: page-locked, that copy goes by DMA at full speed */
@@ -498,6 +502,9 @@ static void eng_free(struct srv_engine *se)
     free(e->batch_seqs);
     free(e->batch_tokens);
     free(e->batch_slots);
+    free(e->batch_lens);
+    free(e->batch_prompts);
+    free(e->prefill_order);
     free(e->slots);
     free(e->queue);
     free(e->admitting);

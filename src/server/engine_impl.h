@@ -92,6 +92,7 @@ struct eng_stats {
     uint64_t prompt_tokens, prompt_tokens_reused, generated_tokens;
     uint64_t logprob_tokens; /* generated tokens sampled with their log-probabilities */
     uint64_t decode_steps, decode_tokens;
+    uint64_t prefill_steps; /* steps of prompts prefilled (several prompts may share one) */
     int batch_max;
     double prefill_s, decode_s;
     double sample_s; /* after each decode step: sampling, detokenizing, stops, streaming */
@@ -170,6 +171,9 @@ struct engine {
     int *batch_seqs; /* [parallel] */
     lt_token *batch_tokens;
     int *batch_slots;
+    int *batch_lens;                /* a batched prefill: each slot's prompt tokens this step */
+    const lt_token **batch_prompts; /* and where they start */
+    int *prefill_order;             /* [parallel]: the prefilling slots, longest chunk first */
     struct eng_activity act; /* act.busy: slots not FREE */
 
     /* adapters (lora_mu) */

@@ -4,15 +4,18 @@
  *      no session free yet, so it does not hold back the others);
  *   2. drops slots whose client went away;
  *   3. prefills at most ENG_PREFILL_CHUNK prompt tokens per prefilling slot, so a long
- *      prompt delays the others' next token by one chunk, not by the whole prompt;
+ *      prompt delays the others' next token by one chunk, not by the whole prompt; the
+ *      prompts of one session prefill side by side, in as few steps as their lengths allow
+ *      (lt_session_prefill_batch), so sixteen requests arriving together cost one step;
  *   4. decodes one token for every decoding slot, all slots of a session in one batch.
  * Each slot's lt_gen_seq (src/generate, shared with `lathe run`) samples, detokenizes and
  * handles stop strings and limits (a batch's slots sample on threads side by side, a
- * whole-vocabulary draw costing about a millisecond each, then accept in slot order); its `pending` token, sampled but not yet fed to the
- * model, is what step 4 feeds. A slot that ends leaves its sequence as it is, with a copy of
- * its tokens: the next prompt that extends them (a chat's next turn) takes that sequence and
- * prefills only the rest (the prompt cache; `cache_prompt: false` opts out). Nothing here aborts: a failed prefill or decode fails the
- * generations involved (HTTP 500) and frees their slots; the loop goes on. */
+ * whole-vocabulary draw costing about a millisecond each, then accept in slot order); its `pending`
+ * token, sampled but not yet fed to the model, is what step 4 feeds. A slot that ends leaves its
+ * sequence as it is, with a copy of its tokens: the next prompt that extends them (a chat's next
+ * turn) takes that sequence and prefills only the rest (the prompt cache; `cache_prompt: false`
+ * opts out). Nothing here aborts: a failed prefill or decode fails the generations involved (HTTP
+ * 500) and frees their slots; the loop goes on. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -336,32 +339,6 @@ static void drop_cancelled(struct engine *e)
     }
 }
 
-static void prefill(struct engine *e)
-{
-    for (int i = 0; i < e->p.parallel; i++) {
-        struct eng_slot *sl = &e->slots[i];
-        if (sl->state != ENG_SLOT_PREFILL)
-            continue;
-        size_t n_prompt = sl->g->p.n_prompt;
-        size_t n = n_prompt - sl->n_prefilled;
-        bool whole = n <= ENG_PREFILL_CHUNK;
-        n = whole ? n : ENG_PREFILL_CHUNK;
-        double t0 = srv_now_mono();
-        lt_status st = lt_session_prefill(sl->es->s, sl->seq, sl->g->p.prompt + sl->n_prefilled,
-                                          (int)n, false, whole ? e->logits : NULL);
-        pthread_mutex_lock(&e->stats_mu);
-        e->stats.prefill_s += srv_now_mono() - t0;
-        pthread_mutex_unlock(&e->stats_mu);
-        if (st != LT_OK) {
-            slot_fail(e, sl, st == LT_ERR_NOMEM ? 503 : 500, "prefill");
-            continue;
-        }
-        sl->n_prefilled += n;
-        if (whole)
-            slot_step(e, sl, e->logits);
-    }
-}
-
 /* ---- sampling a batch on threads ---- */
 
 #define SAMPLE_THREADS 8
@@ -425,6 +402,101 @@ static void step_batch(struct engine *e, struct lt_threadpool *pool, int n)
     free(ids);
     free(st);
     free(err);
+}
+
+/* ---- prefill ---- */
+
+/* Prompt tokens slot sl prefills this iteration: the rest of its prompt, at most a chunk. */
+static int chunk_of(const struct eng_slot *sl)
+{
+    size_t n = sl->g->p.n_prompt - sl->n_prefilled;
+    return n < ENG_PREFILL_CHUNK ? (int)n : ENG_PREFILL_CHUNK;
+}
+
+static bool chunk_ends_prompt(const struct eng_slot *sl)
+{
+    return sl->n_prefilled + (size_t)chunk_of(sl) == sl->g->p.n_prompt;
+}
+
+/* Prefills the n slots e->batch_slots[0..n) of session es in one step (their prompts side by
+ * side), those that end their prompt first; these then sample their first token. */
+static void prefill_group(struct engine *e, struct lt_threadpool *pool, struct eng_session *es,
+                          int n)
+{
+    int n_end = 0;
+    for (int k = 0; k < n; k++) { /* the slots whose prompt ends, first */
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        if (chunk_ends_prompt(sl)) {
+            int t = e->batch_slots[n_end];
+            e->batch_slots[n_end++] = e->batch_slots[k];
+            e->batch_slots[k] = t;
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        e->batch_seqs[k] = sl->seq;
+        e->batch_lens[k] = chunk_of(sl);
+        e->batch_prompts[k] = sl->g->p.prompt + sl->n_prefilled;
+    }
+    double t0 = srv_now_mono();
+    lt_status st = lt_session_prefill_batch(es->s, n, e->batch_seqs, e->batch_prompts,
+                                            e->batch_lens, n_end ? e->logits : NULL);
+    pthread_mutex_lock(&e->stats_mu);
+    e->stats.prefill_s += srv_now_mono() - t0;
+    e->stats.prefill_steps++;
+    pthread_mutex_unlock(&e->stats_mu);
+    for (int k = 0; k < n; k++) {
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        if (st != LT_OK)
+            slot_fail(e, sl, st == LT_ERR_NOMEM ? 503 : 500, "prefill");
+        else
+            sl->n_prefilled += (size_t)e->batch_lens[k];
+    }
+    if (st != LT_OK || n_end == 0)
+        return;
+    if (n_end > 1)
+        step_batch(e, pool, n_end);
+    else
+        slot_step(e, &e->slots[e->batch_slots[0]], e->logits);
+}
+
+/* Every prefilling slot advances by a chunk of its prompt. The slots of one session go in
+ * groups, each one step: taken longest chunk first, a group holds chunks at least half its
+ * longest (the shorter ones are padded, so padding stays under half the step), and no more
+ * of them than keep its attention scores (sequences x chunk x positions attended) within
+ * those of one chunk at full context. */
+static void prefill(struct engine *e, struct lt_threadpool *pool)
+{
+    for (int si = 0; si < e->n_sessions; si++) {
+        struct eng_session *es = e->sessions[si];
+        int n = 0;
+        for (int i = 0; i < e->p.parallel; i++) {
+            struct eng_slot *sl = &e->slots[i];
+            if (sl->state != ENG_SLOT_PREFILL || sl->es != es)
+                continue;
+            /* insertion by chunk, longest first (slot order among equals) */
+            int *order = e->prefill_order, k = n++, len = chunk_of(sl);
+            for (; k > 0 && chunk_of(&e->slots[order[k - 1]]) < len; k--)
+                order[k] = order[k - 1];
+            order[k] = i;
+        }
+        const int *cand = e->prefill_order;
+        const double budget = (double)ENG_PREFILL_CHUNK * e->info.n_ctx;
+        for (int a = 0; a < n;) {
+            int T = chunk_of(&e->slots[cand[a]]), n_kv = 0, b = a;
+            for (; b < n; b++) {
+                const struct eng_slot *sl = &e->slots[cand[b]];
+                int end = (int)sl->n_prefilled + chunk_of(sl);
+                int kv = end > n_kv ? end : n_kv;
+                if (b > a && (2 * chunk_of(sl) < T || (double)(b - a + 1) * T * kv > budget))
+                    break;
+                n_kv = kv;
+            }
+            memcpy(e->batch_slots, cand + a, sizeof(int) * (size_t)(b - a));
+            prefill_group(e, pool, es, b - a);
+            a = b;
+        }
+    }
 }
 
 static void decode_session(struct engine *e, struct lt_threadpool *pool,
@@ -493,7 +565,7 @@ void *eng_loop_main(void *arg)
         eng_sessions_collect(e);
         admit(e);
         drop_cancelled(e);
-        prefill(e);
+        prefill(e, pool);
         for (int i = 0; i < e->n_sessions; i++)
             decode_session(e, pool, e->sessions[i]);
         bool waiting = false;
@@ -592,6 +664,9 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         "# TYPE lathe_sample_seconds_total counter\nlathe_sample_seconds_total %.6f\n"
         "# HELP lathe_prefill_seconds_total Time in prompt prefill.\n"
         "# TYPE lathe_prefill_seconds_total counter\nlathe_prefill_seconds_total %.6f\n"
+        "# HELP lathe_prefill_steps_total Prefill steps (the prompts prefilling together share "
+        "one).\n"
+        "# TYPE lathe_prefill_steps_total counter\nlathe_prefill_steps_total %llu\n"
         "# HELP lathe_token_latency_seconds Time between a slot's tokens (last %d).\n"
         "# TYPE lathe_token_latency_seconds summary\n"
         "lathe_token_latency_seconds{quantile=\"0.5\"} %.6f\n"
@@ -604,6 +679,7 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         (unsigned long long)s->prompt_tokens_reused, (unsigned long long)s->generated_tokens,
         (unsigned long long)s->logprob_tokens, e->p.parallel, busy, queued,
         (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
-        s->decode_s, s->sample_s, s->prefill_s, ENG_LATENCY_RING, p50, p95, s->n_latency);
+        s->decode_s, s->sample_s, s->prefill_s, (unsigned long long)s->prefill_steps,
+        ENG_LATENCY_RING, p50, p95, s->n_latency);
     free(s);
 }

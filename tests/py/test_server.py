@@ -365,6 +365,11 @@ def run_concurrent(c, srv):
     print(f"4 concurrent requests: {dt:.2f} s, {toks:.0f} tokens in {steps:.0f} decode steps "
           f"({toks / max(steps, 1):.2f} per step)", flush=True)
     c.check(toks / max(steps, 1) > 1.5, "requests shared decode steps")
+    # prompts that wait together prefill side by side (how many share a step depends on
+    # when each arrives; tests/test_model_prefill_batch.c checks the step itself)
+    pre = m["lathe_prefill_steps_total"] - before["lathe_prefill_steps_total"]
+    print(f"4 concurrent prompts prefilled in {pre:.0f} steps", flush=True)
+    c.check(1 <= pre <= 4, f"prefill steps counted: {pre:.0f}")
     dec = m["lathe_decode_seconds_total"] - before["lathe_decode_seconds_total"]
     smp = m["lathe_sample_seconds_total"] - before["lathe_sample_seconds_total"]
     print(f"a decode step: {1e3 * dec / max(steps, 1):.2f} ms in the model, "
