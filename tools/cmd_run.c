@@ -570,7 +570,9 @@ static lt_status start_generation(struct run *r, const struct run_opts *o, int n
                                    .n_seq_max = 1,
                                    .backends = bes,
                                    .n_backends = r->cuda ? 2 : 1,
-                                   .adapters = r->adapters.n_lora ? &r->adapters : NULL};
+                                   .adapters = r->adapters.n_lora ? &r->adapters : NULL,
+                                   /* a greedy run's tokens are picked where the logits are */
+                                   .pick_vocab = (int)lt_tokenizer_n_tokens(r->tok)};
     lt_status st;
     if ((st = lt_session_new(r->model, &sp, &r->session)) != LT_OK) {
         say_error("%s", lt_last_error());

@@ -158,6 +158,11 @@ lt_status lt_gen_seq_sample(struct lt_gen_seq *g, const float *logits, size_t n_
 /* Accepts `id` as the next generated token: the streaming and stopping logic of step
  * without the sampling. An id outside the vocabulary is LT_ERR_INVALID. */
 lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id);
+/* Whether lt_gen_seq_sample would pick the largest logit, the lowest id among equals, and
+ * read nothing else: greedy, no penalty, no grammar, no log-probabilities, running. Its
+ * next token may then be picked where the logits are (lt_session_decode_pick) and given to
+ * lt_gen_seq_accept, without copying the logits out. */
+bool lt_gen_seq_plain_greedy(const struct lt_gen_seq *g);
 
 static inline bool lt_gen_seq_done(const struct lt_gen_seq *g) { return g->finish != LT_GEN_RUNNING; }
 /* The text the last step made safe to show (may be empty); valid until the next call. */
@@ -193,6 +198,8 @@ struct lt_generator {
     int n_batch;   /* prompt tokens per prefill graph */
     float *logits; /* [n_seq_max, n_vocab] scratch */
     int32_t *ids;  /* [n_seq_max] scratch */
+    bool *want;    /* [n_seq_max] scratch: the rows whose logits a sampler reads */
+    int32_t *picks; /* [n_seq_max] scratch: the step's greedy picks */
 };
 
 /* The session must have been made for m with these n_ctx and n_seq_max; n_batch <= 0: 512. */

@@ -195,6 +195,10 @@ struct lt_session_params {
      * build every decode step anew instead (the reference the kept step is tested
      * against). */
     bool decode_rebuild;
+    /* > 0: decode steps also pick each row's token greedily where the logits are (ARGMAX
+     * over the first pick_vocab logits: a tokenizer's count, when the head is padded past
+     * it), for lt_session_decode_pick. 0: no picks. */
+    int pick_vocab;
 };
 
 lt_status lt_session_new(const struct lt_model *m, const struct lt_session_params *params,
@@ -208,6 +212,8 @@ void lt_session_free(struct lt_session *s);
  * be empty. */
 lt_status lt_session_warmup(struct lt_session *s);
 
+/* The session's pick_vocab (0: its decode steps pick no tokens). */
+int lt_session_pick_vocab(const struct lt_session *s);
 /* Tokens held for sequence seq (its next position). */
 int lt_session_seq_pos(const struct lt_session *s, int seq);
 /* Forgets sequence seq: position 0, empty caches and states. */
@@ -231,6 +237,14 @@ lt_status lt_session_prefill_batch(struct lt_session *s, int n, const int *seqs,
  * position); logits receives [n, n_vocab]. */
 lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
                             float *logits);
+/* As lt_session_decode, in a session with pick_vocab, with each row's greedy pick made where
+ * the logits are: ids[i] receives the lowest id of the largest of row i's first pick_vocab
+ * logits (-1 when one of them is NaN), and logits (may be NULL) only the rows i with want[i],
+ * packed in order ([count, n_vocab]; want NULL: every row). A device then copies out the
+ * logits of the rows a sampler must read, not the whole batch's. */
+lt_status lt_session_decode_pick(struct lt_session *s, int n, const int *seqs,
+                                 const int32_t *tokens, const bool *want, float *logits,
+                                 int32_t *ids);
 
 #ifdef __cplusplus
 }

@@ -80,6 +80,11 @@ struct lt_tensor *lt_relu(struct lt_ctx *ctx, struct lt_tensor *a);
 struct lt_tensor *lt_sum_rows(struct lt_ctx *ctx, struct lt_tensor *a); /* [1, ne1, ne2, ne3] */
 struct lt_tensor *lt_mean(struct lt_ctx *ctx, struct lt_tensor *a);     /* [1, ne1, ne2, ne3] */
 struct lt_tensor *lt_sum(struct lt_ctx *ctx, struct lt_tensor *a);      /* [1] */
+/* I32 [ne1, ne2, ne3]: for each row of a (F32, rows contiguous), the index of its largest
+ * element among the first n (1 <= n <= ne0), the lowest among equals (+0 and -0 are equal;
+ * a row all -inf gives 0); -1 when one of those n is NaN. A sampler's greedy pick, made
+ * where the logits are. No backward rule: an index has no gradient. */
+struct lt_tensor *lt_argmax(struct lt_ctx *ctx, struct lt_tensor *a, int64_t n);
 
 /* x / sqrt(mean(x^2) + eps) over ne[0] */
 struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);

@@ -114,6 +114,7 @@ enum lt_op {
     LT_OP_SUM_ROWS,
     LT_OP_MEAN,
     LT_OP_SUM,
+    LT_OP_ARGMAX, /* each row's largest element's index (a greedy pick where the logits are) */
     /* normalisation, position, attention */
     LT_OP_RMS_NORM,
     LT_OP_ADD_RMS_NORM, /* a + b and rms_norm(a + b) * w in one (inference) */

@@ -400,6 +400,14 @@ lt_status lt_gen_logprobs(const float *logits, size_t n_vocab, lt_token chosen, 
     return LT_OK;
 }
 
+bool lt_gen_seq_plain_greedy(const struct lt_gen_seq *g)
+{
+    const struct lt_sampler_params *p = &g->sampler.params;
+    return g->n_prompt > 0 && g->finish == LT_GEN_RUNNING && p->temperature <= 0 &&
+           p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+           p->frequency_penalty == 0.0f && !g->gm && !g->params.logprobs;
+}
+
 lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab)
 {
     lt_token id;

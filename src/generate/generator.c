@@ -78,7 +78,9 @@ lt_status lt_generator_init(struct lt_generator *gen, const struct lt_model *m,
     gen->n_batch = n_batch > 0 ? n_batch : 512;
     gen->logits = malloc(sizeof(float) * (size_t)gen->n_vocab * (size_t)n_seq_max);
     gen->ids = malloc(sizeof(int32_t) * (size_t)n_seq_max);
-    if (!gen->logits || !gen->ids) {
+    gen->want = malloc(sizeof(bool) * (size_t)n_seq_max);
+    gen->picks = malloc(sizeof(int32_t) * (size_t)n_seq_max);
+    if (!gen->logits || !gen->ids || !gen->want || !gen->picks) {
         lt_generator_free(gen);
         return lt_fail(LT_ERR_NOMEM, "out of memory for %d rows of logits", n_seq_max);
     }
@@ -91,6 +93,8 @@ void lt_generator_free(struct lt_generator *gen)
         return;
     free(gen->logits);
     free(gen->ids);
+    free(gen->want);
+    free(gen->picks);
     memset(gen, 0, sizeof(*gen));
 }
 
@@ -128,10 +132,26 @@ lt_status lt_generator_decode(struct lt_generator *gen, int n, const int *seqs,
                            lt_gen_finish_name(gs[i]->finish));
         gen->ids[i] = gs[i]->pending;
     }
-    lt_status st = lt_session_decode(gen->session, n, seqs, gen->ids, gen->logits);
-    for (int i = 0; st == LT_OK && i < n; i++)
-        st = lt_gen_seq_step(gs[i], gen->logits + (size_t)i * (size_t)gen->n_vocab,
-                             (size_t)gen->n_vocab);
+    if (lt_session_pick_vocab(gen->session) <= 0) {
+        lt_status st = lt_session_decode(gen->session, n, seqs, gen->ids, gen->logits);
+        for (int i = 0; st == LT_OK && i < n; i++)
+            st = lt_gen_seq_step(gs[i], gen->logits + (size_t)i * (size_t)gen->n_vocab,
+                                 (size_t)gen->n_vocab);
+        return st;
+    }
+    /* a plain greedy sequence takes the step's own pick; the others' rows come out packed */
+    for (int i = 0; i < n; i++)
+        gen->want[i] = !lt_gen_seq_plain_greedy(gs[i]);
+    lt_status st =
+        lt_session_decode_pick(gen->session, n, seqs, gen->ids, gen->want, gen->logits, gen->picks);
+    for (int i = 0, j = 0; st == LT_OK && i < n; i++) {
+        if (gen->want[i])
+            st = lt_gen_seq_step(gs[i], gen->logits + (size_t)j++ * (size_t)gen->n_vocab,
+                                 (size_t)gen->n_vocab);
+        else
+            st = gen->picks[i] >= 0 ? lt_gen_seq_accept(gs[i], gen->picks[i])
+                                    : lt_fail(LT_ERR_INVALID, "sampler: a logit is NaN");
+    }
     return st;
 }
 

@@ -58,6 +58,7 @@ struct built {
     struct lt_ctx *ctx;
     struct lt_graph *g;
     struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *last, *tok_mask, *logits;
+    struct lt_tensor *pick; /* decode with pick_vocab: I32 [n], each row's greedy pick */
     int64_t n_out; /* rows of logits */
     int64_t n_col; /* their width: n_vocab, or n_embd for hidden states */
 };
@@ -91,6 +92,9 @@ struct step {
     struct lt_tensor *seq_ids; /* decode: I32 [n], input */
     struct lt_tensor *kv_rows; /* kept decode: I32 [n], seq * n_ctx + position, input */
     struct lt_tensor *last;    /* batch: I32 [n], each sequence's last token's column, input */
+    /* decode_pick: the rows of logits copied out (NULL: all), and the picks' destination */
+    const bool *want;
+    int32_t *ids;
 };
 
 static lt_status zero_tensor_range(struct lt_tensor *t, size_t offset, size_t n)
@@ -533,7 +537,15 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
     if ((st = lt_mb_check(bt->logits, "result_output", -1)) != LT_OK)
         return st;
     bt->logits->flags |= LT_FLAG_OUTPUT;
-    return lt_graph_build(bt->g, bt->logits);
+    if ((st = lt_graph_build(bt->g, bt->logits)) != LT_OK || !sp->decode || s->p.pick_vocab <= 0)
+        return st;
+    /* each row's greedy pick, where the logits are */
+    int64_t nv = s->p.pick_vocab < bt->n_col ? s->p.pick_vocab : bt->n_col;
+    bt->pick = lt_argmax(ctx, bt->logits, nv);
+    if ((st = lt_mb_check(bt->pick, "pick", -1)) != LT_OK)
+        return st;
+    bt->pick->flags |= LT_FLAG_OUTPUT;
+    return lt_graph_build(bt->g, lt_set_name(bt->pick, "pick"));
 }
 
 /* Sets the inputs of a built step (placed and allocated). tokens: [N] (a batch: [T, n],
@@ -606,9 +618,28 @@ static lt_status compute_step(struct step *sp, struct lt_sched *sched, const str
     lt_status st = set_inputs(sp, bt, tokens);
     if (st == LT_OK)
         st = lt_sched_compute(sched, bt->g);
-    if (st == LT_OK && out)
-        st = lt_tensor_get(bt->logits, out, 0,
-                           sizeof(float) * (size_t)(bt->n_out * bt->n_col));
+    if (st == LT_OK && sp->ids)
+        st = bt->pick ? lt_tensor_get(bt->pick, sp->ids, 0, sizeof(int32_t) * (size_t)bt->n_out)
+                      : lt_fail(LT_ERR_INVALID, "the session picks no tokens (pick_vocab 0)");
+    if (st != LT_OK || !out)
+        return st;
+    const size_t row = sizeof(float) * (size_t)bt->n_col;
+    if (!sp->want)
+        return lt_tensor_get(bt->logits, out, 0, row * (size_t)bt->n_out);
+    /* the wanted rows, packed: each run of them one copy */
+    size_t j = 0;
+    for (int64_t r = 0; r < bt->n_out && st == LT_OK;) {
+        int64_t e = r;
+        while (e < bt->n_out && sp->want[e])
+            e++;
+        if (e > r) {
+            st = lt_tensor_get(bt->logits, (char *)out + j * row, (size_t)r * row,
+                               (size_t)(e - r) * row);
+            j += (size_t)(e - r);
+            r = e;
+        } else
+            r++;
+    }
     return st;
 }
 
@@ -807,8 +838,8 @@ lt_status lt_session_prefill_batch(struct lt_session *s, int n, const int *seqs,
     return st;
 }
 
-lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
-                            float *logits)
+static lt_status decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
+                        const bool *want, float *logits, int32_t *ids)
 {
     lt_status st = check_seqs(s, n, seqs, "decode");
     if (st != LT_OK)
@@ -821,10 +852,31 @@ lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const 
     }
     if ((st = check_tokens(s, tokens, n)) != LT_OK)
         return st;
-    struct step sp = {.s = s, .decode = true, .n = n, .seqs = seqs, .n_kv = n_kv};
+    struct step sp = {
+        .s = s, .decode = true, .want = want, .ids = ids, .n = n, .seqs = seqs, .n_kv = n_kv};
     st = s->p.decode_rebuild ? run_step(&sp, tokens, true, logits) : run_kept(&sp, tokens, logits);
     if (st == LT_OK)
         for (int i = 0; i < n; i++)
             s->pos[seqs[i]]++;
     return st;
+}
+
+int lt_session_pick_vocab(const struct lt_session *s)
+{
+    return s->p.pick_vocab > 0 ? s->p.pick_vocab : 0;
+}
+
+lt_status lt_session_decode(struct lt_session *s, int n, const int *seqs, const int32_t *tokens,
+                            float *logits)
+{
+    return decode(s, n, seqs, tokens, NULL, logits, NULL);
+}
+
+lt_status lt_session_decode_pick(struct lt_session *s, int n, const int *seqs,
+                                 const int32_t *tokens, const bool *want, float *logits,
+                                 int32_t *ids)
+{
+    if (s->p.pick_vocab <= 0)
+        return lt_fail(LT_ERR_INVALID, "the session picks no tokens (pick_vocab 0)");
+    return decode(s, n, seqs, tokens, want, logits, ids);
 }

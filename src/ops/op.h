@@ -125,6 +125,7 @@ LT_DECLARE_OP(relu);
 LT_DECLARE_OP(sum_rows);
 LT_DECLARE_OP(mean);
 LT_DECLARE_OP(sum);
+LT_DECLARE_OP(argmax);
 LT_DECLARE_OP(rms_norm);
 LT_DECLARE_OP(add_rms_norm);
 LT_DECLARE_OP(l2_norm);

@@ -37,6 +37,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_SUM_ROWS] = &lt_op_def_sum_rows,
     [LT_OP_MEAN] = &lt_op_def_mean,
     [LT_OP_SUM] = &lt_op_def_sum,
+    [LT_OP_ARGMAX] = &lt_op_def_argmax,
     [LT_OP_RMS_NORM] = &lt_op_def_rms_norm,
     [LT_OP_ADD_RMS_NORM] = &lt_op_def_add_rms_norm,
     [LT_OP_L2_NORM] = &lt_op_def_l2_norm,

@@ -1,4 +1,5 @@
-/* reduce.c: sum_rows and mean (over ne0, one value per row) and sum (of every element).
+/* reduce.c: sum_rows and mean (over ne0, one value per row), sum (of every element) and
+ * argmax (each row's largest element's index).
  *
  * Sources may have any strides and be F32, F16 or BF16. Every sum accumulates in double in
  * a fixed order, so a result does not depend on the number of threads: sum first writes
@@ -9,6 +10,7 @@
  * amount, so the gradient is the result's gradient tiled back over the source's shape
  * (lt_repeat); mean scales it by 1 / ne0 first, on the smaller tensor. Only the source's
  * shape is used, never its data, so its layout does not matter. */
+#include <math.h>
 #include <stdio.h>
 
 #include "lathe/ops.h"
@@ -158,3 +160,84 @@ const struct lt_op_def lt_op_def_sum = {.name = "SUM",
                                         .cpu_work_size = reduce_work_size,
                                         .cpu_forward = sum_forward,
                                         .backward = reduce_backward};
+
+/* ---- argmax: I32 [ne1, ne2, ne3], a row's largest of its first n ---- */
+
+/* The index of the largest of x[0..n), the lowest among equals; -1 if one is NaN: the
+ * sampler's greedy pick (pick_greedy_plain) as an op. */
+static int32_t row_argmax(const float *x, int64_t n)
+{
+    int64_t best = 0;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        if (x[i] != x[i])
+            return -1;
+        if (x[i] > bv) {
+            bv = x[i];
+            best = i;
+        }
+    }
+    return (int32_t)best;
+}
+
+static void argmax_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *a = node->src[0];
+    const int64_t n = lt_get_param_i32(node, 0), ne1 = a->ne[1], ne2 = a->ne[2];
+    int32_t *y = node->data;
+    int64_t lo, hi;
+    lt_split_range(lt_nrows(a), p->ith, p->nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const float *x =
+            (const float *)((const char *)a->data + i1 * a->nb[1] + i2 * a->nb[2] + i3 * a->nb[3]);
+        y[r] = row_argmax(x, n);
+    }
+}
+
+/* A source of F32 rows (its rows may be apart: a slice), the first n of each read, into a
+ * contiguous I32 result of one element a row: what the constructor makes. */
+static bool argmax_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0];
+    const int64_t n = lt_get_param_i32(node, 0);
+    if (!a || a->type != LT_TYPE_F32 || a->nb[0] != sizeof(float)) {
+        snprintf(reason, reason_size, "source 0 is %s %s, not f32 with contiguous rows",
+                 a ? lt_type_name(a->type) : "missing", a ? lt_layout_name(a) : "");
+        return false;
+    }
+    if (n < 1 || n > a->ne[0] || n > INT32_MAX) {
+        snprintf(reason, reason_size, "%lld of rows of %lld", (long long)n, (long long)a->ne[0]);
+        return false;
+    }
+    if (node->type != LT_TYPE_I32 || !lt_is_contiguous(node) || lt_nelements(node) != lt_nrows(a)) {
+        snprintf(reason, reason_size, "the result is %s %s of %lld, not contiguous i32 of %lld",
+                 lt_type_name(node->type), lt_layout_name(node), (long long)lt_nelements(node),
+                 (long long)lt_nrows(a));
+        return false;
+    }
+    return true;
+}
+
+struct lt_tensor *lt_argmax(struct lt_ctx *ctx, struct lt_tensor *a, int64_t n)
+{
+    LT_REQUIRE("ARGMAX", a);
+    if (a->type != LT_TYPE_F32 || a->nb[0] != sizeof(float)) {
+        lt_fail(LT_ERR_INVALID, "ARGMAX of '%s': %s %s, not f32 with contiguous rows", a->name,
+                lt_type_name(a->type), lt_layout_name(a));
+        return NULL;
+    }
+    if (n < 1 || n > a->ne[0] || n > INT32_MAX) {
+        lt_fail(LT_ERR_INVALID, "ARGMAX of '%s': the first %lld of rows of %lld", a->name,
+                (long long)n, (long long)a->ne[0]);
+        return NULL;
+    }
+    int64_t ne[LT_MAX_DIMS] = {a->ne[1], a->ne[2], a->ne[3], 1};
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_ARGMAX, LT_TYPE_I32, 3, ne, &a, 1);
+    if (t)
+        lt_set_param_i32(t, 0, (int32_t)n);
+    return t;
+}
+
+const struct lt_op_def lt_op_def_argmax = {
+    .name = "ARGMAX", .n_src = 1, .cpu_supported = argmax_supported, .cpu_forward = argmax_forward};

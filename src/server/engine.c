@@ -91,8 +91,10 @@ static lt_status load_all(struct engine *e)
     e->batch_lens = calloc((size_t)P, sizeof(int));
     e->batch_prompts = calloc((size_t)P, sizeof(*e->batch_prompts));
     e->prefill_order = calloc((size_t)P, sizeof(int));
+    e->batch_want = calloc((size_t)P, sizeof(bool));
+    e->batch_ids = calloc((size_t)P, sizeof(int32_t));
     if (!e->slots || !e->logits || !e->batch_seqs || !e->batch_tokens || !e->batch_slots ||
-        !e->batch_lens || !e->batch_prompts || !e->prefill_order)
+        !e->batch_lens || !e->batch_prompts || !e->prefill_order || !e->batch_want || !e->batch_ids)
         return lt_fail(LT_ERR_NOMEM, "out of memory for %d slots", P);
     /* every decode step copies a row of logits a slot (~1 MB each for a 248k vocabulary)
      * into e->logits: page-locked, that copy goes by DMA at full speed */
@@ -505,6 +507,8 @@ static void eng_free(struct srv_engine *se)
     free(e->batch_lens);
     free(e->batch_prompts);
     free(e->prefill_order);
+    free(e->batch_want);
+    free(e->batch_ids);
     free(e->slots);
     free(e->queue);
     free(e->admitting);

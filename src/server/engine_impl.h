@@ -93,6 +93,7 @@ struct eng_stats {
     uint64_t logprob_tokens; /* generated tokens sampled with their log-probabilities */
     uint64_t decode_steps, decode_tokens;
     uint64_t prefill_steps; /* steps of prompts prefilled (several prompts may share one) */
+    uint64_t picked_tokens; /* decoded tokens picked where the logits are (plain greedy) */
     int batch_max;
     double prefill_s, decode_s;
     double sample_s; /* after each decode step: sampling, detokenizing, stops, streaming */
@@ -174,6 +175,8 @@ struct engine {
     int *batch_lens;                /* a batched prefill: each slot's prompt tokens this step */
     const lt_token **batch_prompts; /* and where they start */
     int *prefill_order;             /* [parallel]: the prefilling slots, longest chunk first */
+    bool *batch_want;               /* a decode step: the slots whose logits are copied out */
+    int32_t *batch_ids;             /* and each slot's greedy pick */
     struct eng_activity act; /* act.busy: slots not FREE */
 
     /* adapters (lora_mu) */

@@ -189,6 +189,8 @@ static struct eng_session *session_new(struct engine *e, const struct eng_config
         .n_backends = e->n_backends,
         .n_threads = e->p.n_threads,
         .adapters = n_list > 0 ? &es->ad : NULL,
+        /* greedy slots' tokens are picked where the logits are (decode_session) */
+        .pick_vocab = (int)lt_tokenizer_n_tokens(e->tok),
     };
     ls = lt_session_new(e->model, &sp, &es->s);
     if (ls != LT_OK) {

@@ -499,43 +499,66 @@ static void prefill(struct engine *e, struct lt_threadpool *pool)
     }
 }
 
+/* The slots of a step whose tokens were picked where the logits are (plain greedy):
+ * accepted in order. A NaN among a row's logits (-1) fails its slot as the sampler would. */
+static void accept_picks(struct engine *e, int from, int n)
+{
+    for (int k = from; k < n; k++) {
+        struct eng_slot *sl = &e->slots[e->batch_slots[k]];
+        lt_status st = e->batch_ids[k] >= 0 ? lt_gen_seq_accept(&sl->gs, e->batch_ids[k])
+                                            : lt_fail(LT_ERR_INVALID, "sampler: a logit is NaN");
+        if (st != LT_OK)
+            slot_fail(e, sl, 500, "sampling");
+        else
+            slot_after_step(e, sl);
+    }
+}
+
+/* One decode step of every decoding slot of es. The slots whose sampler reads the logits
+ * come first, and only their rows are copied out; the plain greedy ones take the pick the
+ * step made where the logits are (a device's ARGMAX), with no copy of their rows. */
 static void decode_session(struct engine *e, struct lt_threadpool *pool,
                            struct eng_session *es)
 {
-    int n = 0;
-    for (int i = 0; i < e->p.parallel; i++) {
-        struct eng_slot *sl = &e->slots[i];
-        if (sl->state != ENG_SLOT_DECODE || sl->es != es)
-            continue;
-        e->batch_slots[n] = i;
-        e->batch_seqs[n] = sl->seq;
-        e->batch_tokens[n] = sl->gs.pending;
-        n++;
-    }
+    int n = 0, n_read = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < e->p.parallel; i++) {
+            struct eng_slot *sl = &e->slots[i];
+            if (sl->state != ENG_SLOT_DECODE || sl->es != es ||
+                lt_gen_seq_plain_greedy(&sl->gs) != (pass == 1))
+                continue;
+            e->batch_slots[n] = i;
+            e->batch_seqs[n] = sl->seq;
+            e->batch_tokens[n] = sl->gs.pending;
+            e->batch_want[n] = pass == 0;
+            n_read += pass == 0;
+            n++;
+        }
     if (n == 0)
         return;
     double t0 = srv_now_mono();
-    lt_status st = lt_session_decode(es->s, n, e->batch_seqs, e->batch_tokens, e->logits);
+    lt_status st = lt_session_decode_pick(es->s, n, e->batch_seqs, e->batch_tokens, e->batch_want,
+                                          e->logits, e->batch_ids);
     double dt = srv_now_mono() - t0;
     pthread_mutex_lock(&e->stats_mu);
     e->stats.decode_s += dt;
     e->stats.decode_steps++;
     e->stats.decode_tokens += (uint64_t)n;
+    e->stats.picked_tokens += st == LT_OK ? (uint64_t)(n - n_read) : 0;
     e->stats.batch_max = n > e->stats.batch_max ? n : e->stats.batch_max;
     pthread_mutex_unlock(&e->stats_mu);
     atomic_fetch_add(&e->act.decode_tokens, (long long)n);
     atomic_fetch_add(&e->act.decode_us, (long long)(dt * 1e6));
     double t1 = srv_now_mono();
-    if (st == LT_OK && n > 1) {
-        step_batch(e, pool, n);
+    if (st != LT_OK) {
+        for (int k = 0; k < n; k++)
+            slot_fail(e, &e->slots[e->batch_slots[k]], 500, "decode");
     } else {
-        for (int k = 0; k < n; k++) {
-            struct eng_slot *sl = &e->slots[e->batch_slots[k]];
-            if (st != LT_OK)
-                slot_fail(e, sl, 500, "decode");
-            else
-                slot_step(e, sl, e->logits + (size_t)k * (size_t)e->info.n_vocab);
-        }
+        if (n_read > 1)
+            step_batch(e, pool, n_read);
+        else if (n_read == 1)
+            slot_step(e, &e->slots[e->batch_slots[0]], e->logits);
+        accept_picks(e, n_read, n);
     }
     dt = srv_now_mono() - t1;
     pthread_mutex_lock(&e->stats_mu);
@@ -667,6 +690,9 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         "# HELP lathe_prefill_steps_total Prefill steps (the prompts prefilling together share "
         "one).\n"
         "# TYPE lathe_prefill_steps_total counter\nlathe_prefill_steps_total %llu\n"
+        "# HELP lathe_picked_tokens_total Decoded tokens picked where the logits are (greedy "
+        "requests without penalties, grammar or logprobs: no logits copied out for them).\n"
+        "# TYPE lathe_picked_tokens_total counter\nlathe_picked_tokens_total %llu\n"
         "# HELP lathe_token_latency_seconds Time between a slot's tokens (last %d).\n"
         "# TYPE lathe_token_latency_seconds summary\n"
         "lathe_token_latency_seconds{quantile=\"0.5\"} %.6f\n"
@@ -680,6 +706,6 @@ void eng_metrics_decode(struct engine *e, struct lt_strbuf *out)
         (unsigned long long)s->logprob_tokens, e->p.parallel, busy, queued,
         (unsigned long long)s->decode_steps, (unsigned long long)s->decode_tokens, s->batch_max,
         s->decode_s, s->sample_s, s->prefill_s, (unsigned long long)s->prefill_steps,
-        ENG_LATENCY_RING, p50, p95, s->n_latency);
+        (unsigned long long)s->picked_tokens, ENG_LATENCY_RING, p50, p95, s->n_latency);
     free(s);
 }

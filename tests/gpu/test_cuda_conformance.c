@@ -517,6 +517,27 @@ static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
     return p->i[0] == LT_OP_MEAN ? lt_mean(b->ctx, x) : lt_sum_rows(b->ctx, x);
 }
 
+/* ARGMAX: ne[1] x 2 x 2 rows of ne[0] in layout lay[0], the first i[1] of each (0: all);
+ * filled with small integers (ties), or with i[2] 1 values a fifth of them -inf, or with
+ * i[2] 2 the ties with a NaN in every third row */
+static struct lt_tensor *b_argmax(struct build *b, const struct params *p)
+{
+    static float vals[9 * 6 * 2 * 2];
+    const int64_t ne0 = p->ne[0], ne1 = p->ne[1] ? p->ne[1] : 6;
+    struct lt_tensor *x;
+    if (p->i[2] == 2) {
+        uint64_t r = 99;
+        for (int k = 0; k < 9 * 6 * 2 * 2; k++)
+            vals[k] = (k / 9) % 3 == 0 && k % 9 == (k / 9) % 9 ? NAN : floorf(rng_unit(&r) * 7 - 3);
+        x = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 2, 2, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = vals;
+    } else {
+        x = mk(b, LT_TYPE_F32, p->lay[0], ne0, ne1, 2, 2, p->i[2] ? FILL_MASK : FILL_INT,
+               p->i[2] ? -2 : -3, p->i[2] ? 2 : 4);
+    }
+    return lt_argmax(b->ctx, x, p->i[1] ? p->i[1] : x->ne[0]);
+}
+
 static void test_elementwise(void)
 {
     static const enum lt_op bins[] = {LT_OP_ADD, LT_OP_SUB, LT_OP_MUL, LT_OP_DIV};
@@ -634,6 +655,29 @@ static void test_elementwise(void)
                 run_case(reds[o], lbl(layout_names[l], big ? "many rows long" : "many rows"),
                          TOL_F32, b_reduce, &p);
             }
+    /* ARGMAX, exactly the CPU's index: rows with contiguous elements (contiguous, a slice),
+     * of 9, 1000 and a vocabulary's 248,320 (4 rows, a decode batch's), all of each or all
+     * but the last 5, ties or -inf; then NaN rows (-1) */
+    static const int argmax_lays[] = {L_CONTIG, L_SLICED};
+    for (int l = 0; l < 2; l++)
+        for (int len = 0; len < 3; len++)
+            for (int v = 0; v < 4; v++) {
+                p = P(argmax_lays[l], 0, LT_TYPE_F32, LT_TYPE_F32);
+                p.ne[0] = len == 2 ? 248320 : len ? 1000 : 9;
+                p.ne[1] = len == 2 ? 1 : 6;
+                p.i[1] = v & 1 ? (int)p.ne[0] - 5 : 0;
+                p.i[2] = v >> 1;
+                run_case(LT_OP_ARGMAX,
+                         lbl(layout_names[argmax_lays[l]], len == 2 ? "vocab"
+                                                           : len    ? "long"
+                                                                    : ""),
+                         0.0, b_argmax, &p);
+            }
+    for (int l = 0; l < 2; l++) {
+        p = P(argmax_lays[l], 0, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[2] = 2;
+        run_case(LT_OP_ARGMAX, lbl(layout_names[argmax_lays[l]], "NaN"), 0.0, b_argmax, &p);
+    }
 }
 
 /* ---- normalisation, rope, softmax ---- */

@@ -380,11 +380,17 @@ def run_concurrent(c, srv):
     # (a default once turned them on for every request and halved serving's speed)
     lp = m["lathe_logprob_tokens_total"] - before["lathe_logprob_tokens_total"]
     c.check(lp == 0, f"requests without logprobs computed none: {lp:.0f} tokens did")
+    # greedy requests without logprobs take the step's own pick (ARGMAX where the logits
+    # are): every decoded token of theirs, none copied out to be sampled
+    picked = m["lathe_picked_tokens_total"] - before["lathe_picked_tokens_total"]
+    c.check(picked == toks, f"greedy tokens picked in the step: {picked:.0f} of {toks:.0f}")
     r = srv.post("/v1/chat/completions", dict(bodies[0], logprobs=True, ignore_eos=True)).json()
     lp = srv.metrics()["lathe_logprob_tokens_total"] - m["lathe_logprob_tokens_total"]
     c.check(lp == r["usage"]["completion_tokens"] and lp > 0,
             f"a request with logprobs computed them for its {r['usage']['completion_tokens']} "
             f"tokens: {lp:.0f}")
+    picked = srv.metrics()["lathe_picked_tokens_total"] - m["lathe_picked_tokens_total"]
+    c.check(picked == 0, f"a request with logprobs reads its logits: {picked:.0f} picked")
     same = sum(a == b for a, b in zip(alone, results))
     c.check(same == len(bodies), f"batched greedy answers equal one-at-a-time ones ({same}/4): "
             f"{list(zip(alone, results))}")

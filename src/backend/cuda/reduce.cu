@@ -1,17 +1,47 @@
 /* reduce.cu: SUM_ROWS and MEAN (over ne0, one value per row) and SUM (of every element) on
  * the device. Sources are F32, F16 or BF16 of any strides; sums run in double, like the
  * CPU's, though in a tree order rather than the CPU's left-to-right one. SUM is two-stage
- * with a fixed grid, so its result does not vary from run to run. */
+ * with a fixed grid, so its result does not vary from run to run. ARGMAX picks each row's
+ * largest element (the lowest index among equals, -1 for a NaN), the CPU's answer exactly:
+ * the order of the comparisons cannot change which index wins. */
+#include <limits.h>
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
 
-static const enum lt_op reduce_ops[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM};
+static const enum lt_op reduce_ops[] = {LT_OP_SUM_ROWS, LT_OP_MEAN, LT_OP_SUM, LT_OP_ARGMAX};
 
 #define SUM_BLOCKS 1024
 
+/* ARGMAX: F32 rows, contiguous within a row (rows may lie apart), the first n of each, into
+ * a contiguous I32 result of one element a row */
+static bool argmax_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size))
+        return false;
+    const struct lt_tensor *a = node->src[0];
+    const int64_t n = lt_get_param_i32(node, 0);
+    if (a->nb[0] != sizeof(float)) {
+        snprintf(reason, reason_size, "source 0's rows are not contiguous (%s)", lt_layout_name(a));
+        return false;
+    }
+    if (n < 1 || n > a->ne[0]) {
+        snprintf(reason, reason_size, "the first %lld of rows of %lld", (long long)n,
+                 (long long)a->ne[0]);
+        return false;
+    }
+    if (node->type != LT_TYPE_I32 || !lt_is_contiguous(node) || lt_nelements(node) != lt_nrows(a)) {
+        snprintf(reason, reason_size, "the result is not contiguous i32 of %lld",
+                 (long long)lt_nrows(a));
+        return false;
+    }
+    return true;
+}
+
 bool cu_reduce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
+    if (node->op == LT_OP_ARGMAX)
+        return argmax_supported(node, reason, reason_size);
     if (node->op != LT_OP_SUM_ROWS && node->op != LT_OP_MEAN && node->op != LT_OP_SUM) {
         snprintf(reason, reason_size, "%s is not a reduction", lt_op_name(node->op));
         return false;
@@ -73,6 +103,83 @@ static __global__ void sum_final_kernel(const double *partial, int n, float *y)
         *y = (float)s;
 }
 
+/* (value, index) v, i wins over bv, bi: larger, or equal and at a lower index (a NaN never
+ * wins: it is counted apart) */
+static __device__ __forceinline__ void argmax_take(float &bv, int &bi, float v, int i)
+{
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+static __device__ __forceinline__ void argmax_warp(float &bv, int &bi)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        argmax_take(bv, bi, ov, oi);
+    }
+}
+
+#define ARGMAX_THREADS 1024
+
+/* y[r]: the lowest index of row r's largest element among its first n, -1 when one of them
+ * is NaN. A block a row (a decode step's few rows of a vocabulary each): each thread
+ * takes every blockDim-th element, four loads in flight, then the warps and the block
+ * agree. */
+static __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_kernel(struct cu_t a, int n, int32_t *y)
+{
+    __shared__ float wv[32];
+    __shared__ int wi[32];
+    __shared__ int any_nan;
+    const int64_t rows = a.ne[1] * a.ne[2] * a.ne[3];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const int bd = blockDim.x;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
+        const float *x = (const float *)(a.data + i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]);
+        float bv = -INFINITY;
+        int bi = INT_MAX;
+        bool nan = false;
+        int i = threadIdx.x;
+        for (; i + 3 * bd < n; i += 4 * bd) {
+            const float v0 = x[i], v1 = x[i + bd], v2 = x[i + 2 * bd], v3 = x[i + 3 * bd];
+            nan = nan || v0 != v0 || v1 != v1 || v2 != v2 || v3 != v3;
+            argmax_take(bv, bi, v0, i);
+            argmax_take(bv, bi, v1, i + bd);
+            argmax_take(bv, bi, v2, i + 2 * bd);
+            argmax_take(bv, bi, v3, i + 3 * bd);
+        }
+        for (; i < n; i += bd) {
+            const float v = x[i];
+            nan = nan || v != v;
+            argmax_take(bv, bi, v, i);
+        }
+        argmax_warp(bv, bi);
+        nan = __any_sync(0xffffffffu, nan);
+        if (threadIdx.x == 0)
+            any_nan = 0;
+        __syncthreads();
+        if (lane == 0) {
+            wv[warp] = bv;
+            wi[warp] = bi;
+            if (nan)
+                any_nan = 1;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            bv = lane < n_warps ? wv[lane] : -INFINITY;
+            bi = lane < n_warps ? wi[lane] : INT_MAX;
+            argmax_warp(bv, bi);
+            if (lane == 0)
+                y[r] = any_nan ? -1 : bi;
+        }
+        __syncthreads(); /* before the next row's writes to the shared words */
+    }
+}
+
 /* threads per row block: a multiple of 32, no more than the row needs, at most 256 */
 static int row_threads(int64_t ne0)
 {
@@ -94,6 +201,14 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_refuse(node, reason);
     const struct lt_tensor *a = node->src[0];
     const int64_t n = lt_nelements(a);
+    if (node->op == LT_OP_ARGMAX) {
+        const int64_t rows = lt_nrows(a);
+        if (rows == 0)
+            return LT_OK;
+        argmax_kernel<<<(unsigned)(rows < 65535 ? rows : 65535), ARGMAX_THREADS, 0, c->stream>>>(
+            cu_view(a), (int)lt_get_param_i32(node, 0), (int32_t *)node->data);
+        return cu_launched("argmax");
+    }
     if (node->op != LT_OP_SUM) {
         int64_t rows = lt_nrows(a);
         if (rows == 0)
