@@ -90,7 +90,8 @@ struct step {
     bool kept;                 /* decode: the kept step (stores by SET_ROWS at kv_rows) */
     bool hidden;               /* prefill: the output is the final norm's [n, n_embd], no head */
     struct lt_tensor *seq_ids; /* decode: I32 [n], input */
-    struct lt_tensor *kv_rows; /* kept decode: I32 [n], seq * n_ctx + position, input */
+    struct lt_tensor *kv_rows; /* kept decode, batch: I32 [T * n], seq * n_ctx + position (-1:
+                                * padding, not stored), input */
     struct lt_tensor *last;    /* batch: I32 [n], each sequence's last token's column, input */
     /* decode_pick: the rows of logits copied out (NULL: all), and the picks' destination */
     const bool *want;
@@ -308,6 +309,16 @@ static struct lt_tensor *gather(struct lt_mb *b, struct step *sp, struct lt_tens
     return rows ? lt_get_rows(b->ctx, rows, sp->seq_ids) : NULL;
 }
 
+/* New keys or values [D, Hkv, T, S] as [D, Hkv, T * S], one token a slice (v may be a view
+ * of a joint product's rows); NULL when the tokens are not evenly spaced. */
+static struct lt_tensor *token_slices(struct lt_mb *b, struct lt_tensor *t)
+{
+    size_t step = t->ne[2] == 1 ? t->nb[3] : t->nb[2];
+    if (t->ne[2] > 1 && t->ne[3] > 1 && t->nb[3] != t->nb[2] * (size_t)t->ne[2])
+        return NULL;
+    return lt_view_3d(b->ctx, t, t->ne[0], t->ne[1], t->ne[2] * t->ne[3], t->nb[1], step, 0);
+}
+
 static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
                               struct lt_tensor *v_new, struct lt_mb_layer_state *ls)
 {
@@ -323,12 +334,12 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
             return st;
         ls->k = kv_slot(b, kc, sp->seq, 0, sp->p0 + T);
         ls->v = kv_slot(b, vc, sp->seq, 0, sp->p0 + T);
-    } else if (sp->kept) {
-        /* the caches as rows of one position: [D * Hkv, n_ctx * n_seq_max] */
+    } else if (sp->kept || (sp->batch && token_slices(b, k_new) && token_slices(b, v_new))) {
+        /* every token at once, at the cache rows kv_rows names (a batch's padding at -1,
+         * which stores nothing): the caches as rows of one position, [D * Hkv, n_ctx *
+         * n_seq_max] */
         int64_t rows = kc->ne[2] * kc->ne[3];
-        /* [D, Hkv, 1, n] as [D, Hkv, n] (v may be a view of a joint product's rows) */
-        struct lt_tensor *k3 = lt_view_3d(b->ctx, k_new, D, Hkv, sp->n, k_new->nb[1], k_new->nb[3], 0);
-        struct lt_tensor *v3 = lt_view_3d(b->ctx, v_new, D, Hkv, sp->n, v_new->nb[1], v_new->nb[3], 0);
+        struct lt_tensor *k3 = token_slices(b, k_new), *v3 = token_slices(b, v_new);
         struct lt_tensor *kr = lt_view_2d(b->ctx, kc, D * Hkv, rows, kc->nb[2], 0);
         struct lt_tensor *vr = lt_view_2d(b->ctx, vc, D * Hkv, rows, vc->nb[2], 0);
         struct lt_tensor *ks = k3 && kr ? lt_set_rows(b->ctx, k3, kr, sp->kv_rows) : NULL;
@@ -339,9 +350,11 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
             lt_format_name(vs, "v_store-%d", il);
         if ((st = add_to_graph(b, ks, "k_store", il)) || (st = add_to_graph(b, vs, "v_store", il)))
             return st;
-        ls->k_cache = kc;
-        ls->v_cache = vc;
-        ls->seq_ids = sp->seq_ids;
+        if (sp->kept) {
+            ls->k_cache = kc;
+            ls->v_cache = vc;
+            ls->seq_ids = sp->seq_ids;
+        }
     } else { /* each sequence's own tokens (a batch's padding is not stored) */
         for (int i = 0; i < sp->n; i++) {
             int seq = sp->seqs[i], p = s->pos[seq], len = sp->batch ? sp->lens[i] : 1;
@@ -403,16 +416,33 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
     struct step *sp = b->hooks->user;
     struct lt_session *s = sp->s;
     lt_status st;
-    if (sp->kept) {
+    if (sp->kept || sp->batch) {
+        /* each sequence's states at its slot seq_ids[i], one SET_ROWS each; a padded batch's
+         * conv states (each at its own end) one copy a sequence */
         struct lt_tensor *cs = s->conv[il], *ss = s->ssm[il];
         struct lt_tensor *cr = lt_view_2d(b->ctx, cs, cs->ne[0] * cs->ne[1], cs->ne[2], cs->nb[2], 0);
         struct lt_tensor *sr =
             lt_view_2d(b->ctx, ss, ss->ne[0] * ss->ne[1] * ss->ne[2], ss->ne[3], ss->nb[3], 0);
-        struct lt_tensor *cw = cr ? lt_set_rows(b->ctx, conv_new, cr, sp->seq_ids) : NULL;
-        if (cw)
-            lt_format_name(cw, "conv_store-%d", il);
-        if ((st = add_to_graph(b, cw, "conv_store", il)) || !ssm_new)
-            return st; /* no ssm_new: GDN_DECODE wrote the ssm cache itself */
+        if (b->tok_mask) {
+            for (int i = 0; i < sp->n; i++) {
+                struct lt_tensor *ci =
+                    lt_view_3d(b->ctx, conv_new, cs->ne[0], conv_new->ne[1], 1, conv_new->nb[1],
+                               conv_new->nb[2],
+                               (size_t)i * conv_new->nb[2] + (size_t)sp->lens[i] * conv_new->nb[0]);
+                if ((st = lt_mb_check(ci, "conv_store", il)) ||
+                    (st = store(b, ci, state_slot(b, cs, 2, sp->seqs[i]), "conv_store", il,
+                                sp->seqs[i])))
+                    return st;
+            }
+        } else {
+            struct lt_tensor *cw = cr ? lt_set_rows(b->ctx, conv_new, cr, sp->seq_ids) : NULL;
+            if (cw)
+                lt_format_name(cw, "conv_store-%d", il);
+            if ((st = add_to_graph(b, cw, "conv_store", il)))
+                return st;
+        }
+        if (!ssm_new)
+            return LT_OK; /* GDN_DECODE wrote the ssm cache itself */
         struct lt_tensor *s3 = lt_is_contiguous(ssm_new) ? ssm_new : lt_cont(b->ctx, ssm_new);
         s3 = s3 ? lt_reshape_3d(b->ctx, s3, ss->ne[0], ss->ne[1] * ss->ne[2], sp->n) : NULL;
         struct lt_tensor *sw = sr && s3 ? lt_set_rows(b->ctx, s3, sr, sp->seq_ids) : NULL;
@@ -420,15 +450,12 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
             lt_format_name(sw, "state_store-%d", il);
         return add_to_graph(b, sw, "state_store", il);
     }
-    int n = sp->decode || sp->batch ? sp->n : 1;
-    /* a padded batch hands over the whole conv input: a sequence keeps the K - 1 inputs
-     * before its own end */
-    int64_t K1 = s->conv[il]->ne[0];
+    int n = sp->decode ? sp->n : 1;
     for (int i = 0; i < n; i++) {
-        int seq = sp->decode || sp->batch ? sp->seqs[i] : sp->seq;
-        size_t end = b->tok_mask ? (size_t)sp->lens[i] * conv_new->nb[0] : 0;
-        struct lt_tensor *ci = lt_view_3d(b->ctx, conv_new, K1, conv_new->ne[1], 1, conv_new->nb[1],
-                                          conv_new->nb[2], (size_t)i * conv_new->nb[2] + end);
+        int seq = sp->decode ? sp->seqs[i] : sp->seq;
+        struct lt_tensor *ci =
+            lt_view_3d(b->ctx, conv_new, conv_new->ne[0], conv_new->ne[1], 1, conv_new->nb[1],
+                       conv_new->nb[2], (size_t)i * conv_new->nb[2]);
         struct lt_tensor *si =
             lt_view_4d(b->ctx, ssm_new, ssm_new->ne[0], ssm_new->ne[1], ssm_new->ne[2], 1,
                        ssm_new->nb[1], ssm_new->nb[2], ssm_new->nb[3], (size_t)i * ssm_new->nb[3]);
@@ -480,7 +507,8 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
         ok = ok && bt->seq_ids && bt->mask;
         if (sp->batch) {
             bt->last = sp->last = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, S), "inp_last");
-            ok = ok && bt->last;
+            bt->kv_rows = sp->kv_rows = input(lt_new_tensor_1d(ctx, LT_TYPE_I32, N), "inp_kv_rows");
+            ok = ok && bt->last && bt->kv_rows;
             for (int64_t i = 0; i < S; i++)
                 if (sp->lens[i] < T) { /* padding */
                     bt->tok_mask =
@@ -589,10 +617,13 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
     if ((bt->seq_ids->data && (st = set_i32(bt->seq_ids, iv, S)) != LT_OK) ||
         (n_mask && (st = lt_tensor_set(bt->mask, mv, 0, sizeof(float) * (size_t)n_mask)) != LT_OK))
         goto out;
-    if (bt->kv_rows && bt->kv_rows->data) {
+    if (bt->kv_rows && bt->kv_rows->data) { /* cache row of each column; padding: none */
         for (int64_t i = 0; i < S; i++)
-            iv[i] = sp->seqs[i] * s->p.n_ctx + s->pos[sp->seqs[i]];
-        st = set_i32(bt->kv_rows, iv, S);
+            for (int64_t t = 0; t < T; t++)
+                iv[i * T + t] = t < (sp->batch ? sp->lens[i] : 1)
+                                    ? sp->seqs[i] * s->p.n_ctx + s->pos[sp->seqs[i]] + (int32_t)t
+                                    : -1;
+        st = set_i32(bt->kv_rows, iv, N);
     }
     if (st == LT_OK && bt->last && bt->last->data) {
         for (int64_t i = 0; i < S; i++)
