@@ -212,6 +212,78 @@ out_free_ctx:
     lt_ctx_free(ctx);
 }
 
+/* Packed CONV_SILU (positions restarting at each example) against each example alone: the
+ * outputs and d x the same (the same terms in the same order), d w the sum of the
+ * examples' (in another order); two rows of examples of 5, 1 and 7 steps and of 2 and 11 */
+static void test_conv_silu_packed(void)
+{
+    const int64_t d = 4, n_c = 6, n_t = 13, n_s = 2;
+    static const int64_t lens[2][3] = {{5, 1, 7}, {2, 11, 0}};
+    struct lt_ctx *ctx = new_ctx();
+    struct lt_tensor *x = lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t, n_s);
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_F32, d, n_c);
+    struct lt_tensor *gr = lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t, n_s);
+    struct lt_tensor *pos = lt_new_tensor_2d(ctx, LT_TYPE_I32, n_t, n_s);
+    fill_rand(x->data, n_c * n_t * n_s, -2, 2);
+    fill_rand(w->data, d * n_c, -1, 1);
+    fill_rand(gr->data, n_c * n_t * n_s, -1, 1);
+    for (int s = 0; s < n_s; s++)
+        for (int e = 0, t = 0; e < 3; e++)
+            for (int64_t i = 0; i < lens[s][e]; i++, t++)
+                ((int32_t *)pos->data)[s * n_t + t] = (int32_t)i;
+    struct lt_tensor *y = lt_conv_silu_packed(ctx, x, w, pos);
+    struct lt_tensor *back = lt_conv_silu_back(ctx, gr, x, w, pos);
+    if (!y || !back || !compute(graph_of(ctx, y)) || !compute(graph_of(ctx, back))) {
+        CHECK(false, "packed conv_silu: %s", lt_last_error());
+        lt_ctx_free(ctx);
+        return;
+    }
+    struct lt_tensor *dx = lt_conv_silu_back_x(ctx, back), *dw = lt_conv_silu_back_w(ctx, back);
+    double dw_sum[4 * 6] = {0}, ey = 0, ex = 0, ew = 0, sw = 0;
+    for (int s = 0; s < n_s; s++)
+        for (int e = 0, t0 = 0; e < 3 && lens[s][e] > 0; t0 += (int)lens[s][e], e++) {
+            const int64_t L = lens[s][e];
+            /* the example alone: views of its steps */
+            struct lt_tensor *xe = lt_cont(ctx, lt_view_3d(ctx, x, n_c, L, 1, x->nb[1], x->nb[2],
+                                                           s * x->nb[2] + t0 * x->nb[1]));
+            struct lt_tensor *ge = lt_cont(ctx, lt_view_3d(ctx, gr, n_c, L, 1, gr->nb[1], gr->nb[2],
+                                                           s * gr->nb[2] + t0 * gr->nb[1]));
+            struct lt_tensor *ye = lt_conv_silu(ctx, xe, w),
+                             *be = lt_conv_silu_back(ctx, ge, xe, w, NULL);
+            if (!ye || !be || !compute(graph_of(ctx, ye)) || !compute(graph_of(ctx, be))) {
+                CHECK(false, "conv_silu of an example: %s", lt_last_error());
+                continue;
+            }
+            struct lt_tensor *dxe = lt_conv_silu_back_x(ctx, be),
+                             *dwe = lt_conv_silu_back_w(ctx, be);
+            for (int64_t t = 0; t < L; t++)
+                for (int64_t c = 0; c < n_c; c++) {
+                    ey = fmax(ey, fabs((double)lt_get_f32_nd(y, c, t0 + t, s, 0) -
+                                       lt_get_f32_nd(ye, c, t, 0, 0)));
+                    ex = fmax(ex, fabs((double)lt_get_f32_nd(dx, c, t0 + t, s, 0) -
+                                       lt_get_f32_nd(dxe, c, t, 0, 0)));
+                }
+            for (int64_t c = 0; c < n_c; c++)
+                for (int64_t k = 0; k < d; k++)
+                    dw_sum[c * d + k] += lt_get_f32_nd(dwe, k, c, 0, 0);
+        }
+    for (int64_t c = 0; c < n_c; c++)
+        for (int64_t k = 0; k < d; k++) {
+            ew = fmax(ew, fabs(lt_get_f32_nd(dw, k, c, 0, 0) - dw_sum[c * d + k]));
+            sw = fmax(sw, fabs(dw_sum[c * d + k]));
+        }
+    CHECK(ey == 0 && ex == 0 && ew <= 1e-6 * sw,
+          "packed conv_silu against its examples alone: y %g, d x %g, d w %g (of %g)", ey, ex, ew,
+          sw);
+    printf("packed conv_silu: each example's outputs and d x as alone, d w their sum (%.1e)\n",
+           ew / (sw > 0 ? sw : 1));
+    /* positions that are not one a step are refused */
+    CHECK(!lt_conv_silu_packed(ctx, x, w, lt_new_tensor_2d(ctx, LT_TYPE_I32, n_t - 1, n_s)) &&
+              strstr(lt_last_error(), "positions"),
+          "%s", lt_last_error());
+    lt_ctx_free(ctx);
+}
+
 /* CONV_SILU and its backward against the form a session's layer takes: silu(ssm_conv(
  * concat(zeros, transpose(x)), w)), SILU_BACK and SSM_CONV_BACK, whose sums and roundings
  * they repeat (the same values up to the compiler's contraction of a product and a sum);
@@ -227,7 +299,7 @@ static void test_conv_silu(int64_t n_t)
     fill_rand(w->data, d * n_c, -1, 1);
     fill_rand(gr->data, n_c * n_t * n_s, -1, 1);
     struct lt_tensor *y = lt_conv_silu(ctx, x, w);
-    struct lt_tensor *back = lt_conv_silu_back(ctx, gr, x, w);
+    struct lt_tensor *back = lt_conv_silu_back(ctx, gr, x, w, NULL);
     struct lt_tensor *dx = lt_conv_silu_back_x(ctx, back), *dw = lt_conv_silu_back_w(ctx, back);
     CHECK(y && dx && dw && lt_same_shape(y, x) && lt_same_shape(dx, x) && lt_same_shape(dw, w) &&
           lt_is_contiguous(dx) && lt_is_contiguous(dw));
@@ -261,8 +333,8 @@ static void test_conv_silu(int64_t n_t)
     /* shape and type checks name what is wrong */
     CHECK(lt_conv_silu(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_F32, d, n_c + 1)) == NULL);
     CHECK(lt_conv_silu(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_I32, d, n_c)) == NULL);
-    CHECK(lt_conv_silu_back(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t + 1, n_s), x, w) ==
-          NULL);
+    CHECK(lt_conv_silu_back(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, n_c, n_t + 1, n_s), x, w,
+                            NULL) == NULL);
     CHECK(lt_conv_silu_back_x(ctx, y) == NULL); /* not a CONV_SILU_BACK */
 out_free_ctx:
     lt_ctx_free(ctx);
@@ -1134,6 +1206,7 @@ int main(void)
     test_ssm_conv_back(true);
     test_conv_silu(7);
     test_conv_silu(2); /* fewer steps than the history */
+    test_conv_silu_packed();
     test_delta_net_shapes();
     test_delta_net_reference();
     test_delta_net_chunked();

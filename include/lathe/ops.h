@@ -160,6 +160,11 @@ struct lt_tensor *lt_ssm_conv(struct lt_ctx *ctx, struct lt_tensor *sx, struct l
  * the values of silu(ssm_conv(concat(zeros, transpose(x)), w)) in one node (a training
  * step's layers, which carry no state). Result [channels, T, n_seqs]. */
 struct lt_tensor *lt_conv_silu(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w);
+/* The same over packed examples: pos (contiguous I32 of T * n_seqs, or NULL) holds each
+ * step's position within its own example, and a tap that would reach back past the
+ * example's first step reads zero, as before t = 0. */
+struct lt_tensor *lt_conv_silu_packed(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w,
+                                      struct lt_tensor *pos);
 
 /* The gated delta rule of Gated DeltaNet (Qwen3.5's linear attention), per head h:
  *   S_t = exp(g_t) * S_{t-1};  S_t += k_t (beta_t * (v_t - S_t^T k_t))^T;  o_t = S_t^T q_t * scale
@@ -249,7 +254,7 @@ struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 /* Backward of lt_conv_silu: one flat F32 tensor, d x (x's shape, contiguous) then d w;
  * lt_conv_silu_back_x and _w view the parts. */
 struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
-                                    struct lt_tensor *w);
+                                    struct lt_tensor *w, struct lt_tensor *pos);
 struct lt_tensor *lt_conv_silu_back_x(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_conv_silu_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 

@@ -15,7 +15,13 @@
  * copy) and then d w (w's shape) into one flat F32 tensor, viewed by lt_conv_silu_back_x
  * and _w. d x[c, u] = sum_k w[k, c] g'[u + K - 1 - k] over 0 <= u + K - 1 - k < T, k in
  * order; d w[k, c] = sum_s sum_t g'[t] x[t + k - (K - 1)], as SSM_CONV_BACK sums them.
- * Threads split the channels: a channel's outputs and gradients depend on it alone. */
+ * Threads split the channels: a channel's outputs and gradients depend on it alone.
+ *
+ * Packed sequences (several examples one after another in a row of T steps): with pos (I32,
+ * T x S, contiguous: each step's position within its own example, the positions a packed
+ * training step ropes with), a tap reaching back past the example's first step counts as
+ * zero, as it does before t = 0 (conv_rows.h), so each example's outputs and gradients are
+ * its own alone. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,23 +51,41 @@ static bool shapes_ok(const struct lt_tensor *x, const struct lt_tensor *w, cons
     return true;
 }
 
+/* pos: NULL, or contiguous I32 of one element a step of x */
+static bool pos_ok(const struct lt_tensor *x, const struct lt_tensor *pos, const char *what)
+{
+    if (pos && (pos->type != LT_TYPE_I32 || !lt_is_contiguous(pos) ||
+                lt_nelements(pos) != x->ne[1] * x->ne[2])) {
+        lt_fail(LT_ERR_INVALID, "%s: positions '%s' are not contiguous I32 of %lld x %lld steps",
+                what, pos->name, (long long)x->ne[1], (long long)x->ne[2]);
+        return false;
+    }
+    return true;
+}
+
 struct lt_tensor *lt_conv_silu(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w)
 {
+    return lt_conv_silu_packed(ctx, x, w, NULL);
+}
+
+struct lt_tensor *lt_conv_silu_packed(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w,
+                                      struct lt_tensor *pos)
+{
     LT_REQUIRE("conv_silu", x, w);
-    if (!shapes_ok(x, w, "conv_silu"))
+    if (!shapes_ok(x, w, "conv_silu") || !pos_ok(x, pos, "conv_silu"))
         return NULL;
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_CONV_SILU, LT_TYPE_F32, 3, x->ne,
-                                           (struct lt_tensor *[]){x, w}, 2);
+                                           (struct lt_tensor *[]){x, w, pos}, pos ? 3 : 2);
     if (r)
         lt_format_name(r, "conv_silu(%s)", x->name);
     return r;
 }
 
 struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
-                                    struct lt_tensor *w)
+                                    struct lt_tensor *w, struct lt_tensor *pos)
 {
     LT_REQUIRE("conv_silu_back", grad, x, w);
-    if (!shapes_ok(x, w, "conv_silu_back"))
+    if (!shapes_ok(x, w, "conv_silu_back") || !pos_ok(x, pos, "conv_silu_back"))
         return NULL;
     if (grad->type != LT_TYPE_F32 || !lt_same_shape(grad, x)) {
         lt_fail(LT_ERR_INVALID, "conv_silu_back: gradient '%s' (%s) is not F32 of x's shape",
@@ -70,7 +94,7 @@ struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, 
     }
     int64_t n = lt_nelements(x) + lt_nelements(w);
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_CONV_SILU_BACK, LT_TYPE_F32, 1, &n,
-                                           (struct lt_tensor *[]){grad, x, w}, 3);
+                                           (struct lt_tensor *[]){grad, x, w, pos}, pos ? 4 : 3);
     if (r)
         lt_format_name(r, "conv_silu_back(%s)", x->name);
     return r;
@@ -139,6 +163,7 @@ static void conv_silu_forward(const struct lt_compute_params *p, struct lt_tenso
 {
     const struct lt_tensor *x = node->src[0], *w = node->src[1];
     const int64_t K = w->ne[0], C = x->ne[0], T = x->ne[1], S = x->ne[2];
+    const int32_t *pos = node->src[2] ? node->src[2]->data : NULL;
     float *xp = (float *)p->wdata + scratch_floats(x, w) * (size_t)p->ith;
     float *wr = xp + (T + K) * 2;
     int64_t c0, c1;
@@ -148,7 +173,7 @@ static void conv_silu_forward(const struct lt_compute_params *p, struct lt_tenso
         for (int64_t s = 0; s < S; s++) {
             load_padded(x, c, s, K, xp);
             for (int64_t t = 0; t < T; t++) {
-                const float v = lt_conv_at(xp, wr, K, t);
+                const float v = lt_conv_at(xp, wr, K, t, pos ? pos + s * T : NULL);
                 *(float *)lt_elem_ptr(node, c, t, s, 0) = v / (1.0f + expf(-v)); /* SILU's */
             }
         }
@@ -159,6 +184,7 @@ static void conv_silu_back_forward(const struct lt_compute_params *p, struct lt_
 {
     const struct lt_tensor *grad = node->src[0], *x = node->src[1], *w = node->src[2];
     const int64_t K = w->ne[0], C = x->ne[0], T = x->ne[1], S = x->ne[2];
+    const int32_t *pos0 = node->src[3] ? node->src[3]->data : NULL;
     float *dx = node->data;
     float *dw = dx + lt_nelements(x);
     float *xp = (float *)p->wdata + scratch_floats(x, w) * (size_t)p->ith;
@@ -172,16 +198,17 @@ static void conv_silu_back_forward(const struct lt_compute_params *p, struct lt_
         for (int64_t k = 0; k < K; k++)
             dwc[k] = 0;
         for (int64_t s = 0; s < S; s++) {
+            const int32_t *pos = pos0 ? pos0 + s * T : NULL;
             load_padded(x, c, s, K, xp);
             for (int64_t t = 0; t < T; t++) { /* g' = g silu'(p), SILU_BACK's expression */
-                const float u = lt_conv_at(xp, wr, K, t);
+                const float u = lt_conv_at(xp, wr, K, t, pos);
                 const float sg = 1.0f / (1.0f + expf(-u));
                 gr[t] =
                     *(const float *)lt_elem_ptr(grad, c, t, s, 0) * sg * (1.0f + u * (1.0f - sg));
             }
             /* input u sits at K - 1 + u of xp: d x of the new inputs only */
-            lt_conv_back_x(wr, gr, K, T, K - 1, T + K - 1, dx + s * T * C + c, C);
-            lt_conv_back_w(gr, xp, K, T, dwc);
+            lt_conv_back_x(wr, gr, K, T, K - 1, T + K - 1, dx + s * T * C + c, C, pos);
+            lt_conv_back_w(gr, xp, K, T, dwc, pos);
         }
     }
 }
@@ -195,7 +222,7 @@ static lt_status conv_silu_backward(struct lt_autodiff *ad, struct lt_tensor *no
         return LT_OK;
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
-    struct lt_tensor *r = g ? lt_conv_silu_back(ctx, g, x, w) : NULL;
+    struct lt_tensor *r = g ? lt_conv_silu_back(ctx, g, x, w, node->src[2]) : NULL;
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());
@@ -209,7 +236,7 @@ static lt_status conv_silu_backward(struct lt_autodiff *ad, struct lt_tensor *no
 
 const struct lt_op_def lt_op_def_conv_silu = {
     .name = "CONV_SILU",
-    .n_src = 2,
+    .n_src = 3,
     .cpu_work_size = conv_silu_work_size,
     .cpu_forward = conv_silu_forward,
     .backward = conv_silu_backward,
@@ -217,7 +244,7 @@ const struct lt_op_def lt_op_def_conv_silu = {
 
 const struct lt_op_def lt_op_def_conv_silu_back = {
     .name = "CONV_SILU_BACK",
-    .n_src = 3,
+    .n_src = 4,
     .cpu_work_size = conv_silu_back_work_size,
     .cpu_forward = conv_silu_back_forward,
 };

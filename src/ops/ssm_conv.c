@@ -183,7 +183,7 @@ static void ssm_conv_forward(const struct lt_compute_params *p, struct lt_tensor
         for (int64_t s = 0; s < n_s; s++) {
             load_sx_row(sx, c, s, x);
             for (int64_t t = 0; t < n_t; t++)
-                *(float *)lt_elem_ptr(node, c, t, s, 0) = lt_conv_at(x, wr, d_conv, t);
+                *(float *)lt_elem_ptr(node, c, t, s, 0) = lt_conv_at(x, wr, d_conv, t, NULL);
         }
     }
 }
@@ -211,8 +211,8 @@ static void ssm_conv_back_forward(const struct lt_compute_params *p, struct lt_t
             load_sx_row(sx, c, s, x);
             for (int64_t t = 0; t < n_t; t++)
                 gr[t] = *(const float *)lt_elem_ptr(grad, c, t, s, 0);
-            lt_conv_back_x(wr, gr, d_conv, n_t, 0, n_l, dsx + (s * n_c + c) * n_l, 1);
-            lt_conv_back_w(gr, x, d_conv, n_t, dwc);
+            lt_conv_back_x(wr, gr, d_conv, n_t, 0, n_l, dsx + (s * n_c + c) * n_l, 1, NULL);
+            lt_conv_back_w(gr, x, d_conv, n_t, dwc, NULL);
         }
     }
 }

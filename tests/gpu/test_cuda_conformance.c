@@ -860,16 +860,31 @@ static struct lt_tensor *b_ssm_conv(struct build *b, const struct params *p)
 }
 
 /* CONV_SILU (i[0] 0) or its backward: x [C, T, S] in lay[0] (ne[0..2]), w [i[1] taps, C] of
- * type[1] in lay[1], the gradient in lay[2] */
+ * type[1] in lay[1], the gradient in lay[2]; i[2] 1: packed examples, each step's position
+ * within its example (examples of 1, 2, 3, ... steps, then the rest of the row) */
 static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
 {
+    static float pos_vals[4096];
     const int64_t C = p->ne[0], T = p->ne[1], S = p->ne[2];
     struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], C, T, S, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *w = mk(b, p->type[1], p->lay[1], p->i[1], C, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *pos = NULL;
+    if (p->i[2] && T * S <= 4096) {
+        for (int64_t s = 0; s < S; s++)
+            for (int64_t t = 0, len = 1 + s, at = 0; t < T; t++, at++) {
+                if (at == len) { /* the next example, one step longer */
+                    at = 0;
+                    len++;
+                }
+                pos_vals[s * T + t] = (float)at;
+            }
+        pos = mk(b, LT_TYPE_I32, L_CONTIG, T, S, 1, 1, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = pos_vals;
+    }
     if (!p->i[0])
-        return lt_conv_silu(b->ctx, x, w);
+        return lt_conv_silu_packed(b->ctx, x, w, pos);
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[2], C, T, S, 1, FILL_UNIFORM, -1, 1);
-    return lt_conv_silu_back(b->ctx, g, x, w);
+    return lt_conv_silu_back(b->ctx, g, x, w, pos);
 }
 
 /* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward; f[0] nonzero: the
@@ -1031,6 +1046,11 @@ static void test_recurrent_loss_optim(void)
             p.ne[0] = cs_shapes[k][0], p.ne[1] = cs_shapes[k][1], p.ne[2] = cs_shapes[k][2];
             char what[48];
             snprintf(what, sizeof(what), "C%lld T%lld S%lld K%d", (long long)p.ne[0],
+                     (long long)p.ne[1], (long long)p.ne[2], p.i[1]);
+            run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU, what, TOL_F32, b_conv_silu, &p);
+            /* the same rows as packed examples (positions restarting) */
+            p.i[2] = 1;
+            snprintf(what, sizeof(what), "C%lld T%lld S%lld K%d packed", (long long)p.ne[0],
                      (long long)p.ne[1], (long long)p.ne[2], p.i[1]);
             run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU, what, TOL_F32, b_conv_silu, &p);
         }

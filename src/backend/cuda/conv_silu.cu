@@ -11,7 +11,10 @@
  *   backward  g'_t = g_t s (1 + p_t (1 - s)), s = sigmoid(p_t) (p_t recomputed);
  *             d x[u] = sum_k w[k] g'[u + K - 1 - k] (terms past T are zero);
  *             d w[k] partials, a float a (sequence, step block, tap, channel) in scratch,
- *             then summed over the sequences and step blocks in order by a second kernel. */
+ *             then summed over the sequences and step blocks in order by a second kernel.
+ * Packed examples (an optional I32 source of each step's position within its example): a tap
+ * that would reach back past the example's first step is skipped, as the CPU skips it
+ * (conv_rows.h), in the forward's sum, d x's and d w's. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -35,7 +38,13 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
         !cu_check_source(node, ix + 1, CU_TYPES_FLOAT, reason, reason_size) ||
         !cu_check_result_f32(node, reason, reason_size))
         return false;
-    const struct lt_tensor *x = node->src[ix], *w = node->src[ix + 1];
+    const struct lt_tensor *x = node->src[ix], *w = node->src[ix + 1], *pos = node->src[ix + 2];
+    if (pos && !cu_check_source(node, ix + 2, CU_TYPES_I32, reason, reason_size))
+        return false;
+    if (pos && (!lt_is_contiguous(pos) || lt_nelements(pos) != x->ne[1] * x->ne[2])) {
+        snprintf(reason, reason_size, "the positions are not contiguous, one a step");
+        return false;
+    }
     if (!lt_is_contiguous(x) || (back && !lt_is_contiguous(node->src[0]))) {
         snprintf(reason, reason_size, "%s is not contiguous (the kernels read channels in rows)",
                  back && lt_is_contiguous(x) ? "the gradient" : "x");
@@ -69,17 +78,30 @@ template <int K> static __device__ __forceinline__ void load_w(struct cu_t w, in
         wk[k] = cu_get(w, k, c, 0, 0);
 }
 
-template <int K> static __device__ __forceinline__ float conv_of(const float *wk, const float *xw)
+/* the sum from tap k0 on (the taps before reach past the example's start) */
+template <int K>
+static __device__ __forceinline__ float conv_of(const float *wk, const float *xw, int k0)
 {
     float acc = 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++)
-        acc = __fadd_rn(acc, __fmul_rn(wk[k], xw[k]));
+        if (k >= k0)
+            acc = __fadd_rn(acc, __fmul_rn(wk[k], xw[k]));
     return acc;
 }
 
+/* step i's first tap: K - 1 - its position when that is smaller than K - 1, else 0 */
+static __device__ __forceinline__ int first_tap(const int32_t *pos, int K, size_t i)
+{
+    if (!pos)
+        return 0;
+    const int p = pos[i];
+    return p < K - 1 ? K - 1 - p : 0;
+}
+
 template <int K>
-static __global__ void conv_silu_kernel(const float *x, struct cu_t w, float *y, int C, int T)
+static __global__ void conv_silu_kernel(const float *x, struct cu_t w, const int32_t *pos, float *y,
+                                        int C, int T)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
@@ -95,7 +117,7 @@ static __global__ void conv_silu_kernel(const float *x, struct cu_t w, float *y,
     }
     for (int t = t0; t < t1; t++) {
         xw[K - 1] = x[base + (size_t)t * C];
-        const float p = conv_of<K>(wk, xw);
+        const float p = conv_of<K>(wk, xw, first_tap(pos, K, (size_t)blockIdx.y * T + t));
         y[base + (size_t)t * C] = p / (1.0f + expf(-p));
 #pragma unroll
         for (int k = 0; k + 1 < K; k++)
@@ -105,48 +127,59 @@ static __global__ void conv_silu_kernel(const float *x, struct cu_t w, float *y,
 
 template <int K>
 static __global__ void conv_silu_back_kernel(const float *g, const float *x, struct cu_t w,
-                                             float *dx, float *part, int C, int T)
+                                             const int32_t *pos, float *dx, float *part, int C,
+                                             int T)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
     const int s = blockIdx.y, j = blockIdx.z, u0 = j * CS_STEPS, u1 = min(u0 + CS_STEPS, T);
     const size_t base = (size_t)s * T * C + c;
+    /* gw and fw: g' of the last K outputs and each one's first tap */
     float wk[K], xw[K], gw[K], dwk[K];
+    int fw[K];
     load_w<K>(w, c, wk);
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int t = u0 + k - (K - 1);
         xw[k] = k + 1 < K && t >= 0 ? x[base + (size_t)t * C] : 0.0f;
         gw[k] = 0.0f;
+        fw[k] = 0;
         dwk[k] = 0.0f;
     }
     for (int t = u0; t < u1 + K - 1; t++) {
         float gp = 0.0f; /* g' past T: no term */
+        int k0 = 0;
         if (t < T) {
+            k0 = first_tap(pos, K, (size_t)s * T + t);
             xw[K - 1] = x[base + (size_t)t * C];
-            const float p = conv_of<K>(wk, xw);
+            const float p = conv_of<K>(wk, xw, k0);
             const float sg = 1.0f / (1.0f + expf(-p));
             gp = g[base + (size_t)t * C] * sg * (1.0f + p * (1.0f - sg));
             if (t < u1) {
 #pragma unroll
                 for (int k = 0; k < K; k++)
-                    dwk[k] = __fadd_rn(dwk[k], __fmul_rn(gp, xw[k]));
+                    if (k >= k0)
+                        dwk[k] = __fadd_rn(dwk[k], __fmul_rn(gp, xw[k]));
             }
 #pragma unroll
             for (int k = 0; k + 1 < K; k++)
                 xw[k] = xw[k + 1];
         }
 #pragma unroll
-        for (int k = 0; k + 1 < K; k++)
+        for (int k = 0; k + 1 < K; k++) {
             gw[k] = gw[k + 1];
+            fw[k] = fw[k + 1];
+        }
         gw[K - 1] = gp;
+        fw[K - 1] = k0;
         const int u = t - (K - 1);
-        if (u >= u0) { /* g'[u + K - 1 - k] = gw[K - 1 - k] */
+        if (u >= u0) { /* g'[u + K - 1 - k] = gw[K - 1 - k], its tap k counting from fw */
             float acc = 0.0f;
 #pragma unroll
             for (int k = 0; k < K; k++)
-                acc = __fadd_rn(acc, __fmul_rn(wk[k], gw[K - 1 - k]));
+                if (k >= fw[K - 1 - k])
+                    acc = __fadd_rn(acc, __fmul_rn(wk[k], gw[K - 1 - k]));
             dx[base + (size_t)u * C] = acc;
         }
     }
@@ -186,13 +219,15 @@ static void conv_silu_scratch(const struct lt_tensor *node, size_t need[CU_SCRAT
 template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
 {
     const bool back = node->op == LT_OP_CONV_SILU_BACK;
-    const struct lt_tensor *x = node->src[back ? 1 : 0], *w = node->src[back ? 2 : 1];
+    const struct lt_tensor *x = node->src[back ? 1 : 0], *w = node->src[back ? 2 : 1],
+                           *pn = node->src[back ? 3 : 2];
+    const int32_t *pos = pn ? (const int32_t *)pn->data : NULL;
     const int C = (int)x->ne[0], T = (int)x->ne[1], S = (int)x->ne[2];
     const int steps = (T + CS_STEPS - 1) / CS_STEPS;
     const dim3 grid((unsigned)((C + CS_THREADS - 1) / CS_THREADS), (unsigned)S, (unsigned)steps);
     if (!back) {
         conv_silu_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)x->data, cu_view(w),
-                                                                (float *)node->data, C, T);
+                                                                pos, (float *)node->data, C, T);
         return cu_launched("conv_silu");
     }
     void *part;
@@ -202,7 +237,7 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     float *dx = (float *)node->data;
     conv_silu_back_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)node->src[0]->data,
                                                                  (const float *)x->data, cu_view(w),
-                                                                 dx, (float *)part, C, T);
+                                                                 pos, dx, (float *)part, C, T);
     if ((st = cu_launched("conv_silu_back")) != LT_OK)
         return st;
     conv_silu_dw_kernel<<<cu_blocks((int64_t)K * C, 256), 256, 0, c->stream>>>(
