@@ -3,7 +3,11 @@
  * examples run one at a time, weighted by their labelled tokens. On every architecture of
  * tests/test_model_util.h, qwen35's DeltaNet layers included: a sequence must start from
  * zero state and attend only within itself, and its padding must change nothing. Every
- * weight is trainable (F32 copies), so the gradients reach every op's backward rule. */
+ * weight is trainable (F32 copies), so the gradients reach every op's backward rule.
+ * The same for padding-free packing (lt_model_build_loss_packed): the three examples one
+ * after another in one row, then in two rows (two examples, and one with padding after),
+ * positions restarting at each: no attention, DeltaNet state or conv input may cross from
+ * one example to the next. */
 #include <string.h>
 
 #include "check.h"
@@ -15,19 +19,21 @@
 
 static const int lens[S] = {9, 5, 7}; /* the last two are padded */
 
-/* loss and d loss / d w (every trainable copy, concatenated) of tokens [n_seqs][T] */
+/* loss and d loss / d w (every trainable copy, concatenated) of tokens [n_seqs][t_row];
+ * pos NULL: each row one example, else each step's position within its example (packed) */
 static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu,
-                                const struct lt_model_replace *rep, int n_rep,
-                                const int32_t *tok, const int32_t *lab, int n_seqs, float *loss,
-                                float *grads)
+                                const struct lt_model_replace *rep, int n_rep, const int32_t *tok,
+                                const int32_t *lab, int t_row, int n_seqs, const int32_t *pos,
+                                float *loss, float *grads)
 {
     struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep};
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
     struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
     struct lt_sched *s = lt_sched_new(&cpu, 1);
     struct lt_model_loss_graph lg;
-    size_t bytes = sizeof(int32_t) * (size_t)(T * n_seqs);
-    lt_status st = lt_model_build_loss(m, ctx, T, n_seqs, &ad, &lg);
+    size_t bytes = sizeof(int32_t) * (size_t)(t_row * n_seqs);
+    lt_status st = pos ? lt_model_build_loss_packed(m, ctx, t_row, n_seqs, &ad, &lg)
+                       : lt_model_build_loss(m, ctx, t_row, n_seqs, &ad, &lg);
     if (st == LT_OK) {
         lg.loss->flags |= LT_FLAG_LOSS; /* kept to the end of the graph */
         st = lt_graph_build(g, lg.loss);
@@ -46,7 +52,7 @@ static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu
     if (st == LT_OK)
         st = lt_tensor_set(lg.labels, lab, 0, bytes);
     if (st == LT_OK)
-        st = lt_model_loss_graph_set_pos(&lg);
+        st = pos ? lt_model_loss_graph_set_packed(&lg, pos) : lt_model_loss_graph_set_pos(&lg);
     if (st == LT_OK)
         st = lt_sched_compute(s, g);
     if (st == LT_OK)
@@ -94,11 +100,11 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             n_lab += lab[s * T + t] >= 0;
         }
     float loss_packed, loss_expect = 0;
-    lt_status st = loss_and_grads(m, cpu, rep, n_rep, tok, lab, S, &loss_packed, packed);
+    lt_status st = loss_and_grads(m, cpu, rep, n_rep, tok, lab, T, S, NULL, &loss_packed, packed);
     CHECK(st == LT_OK, "%s packed: %s", sp->arch, lt_last_error());
     for (int s = 0; s < S && st == LT_OK; s++) {
         float loss;
-        st = loss_and_grads(m, cpu, rep, n_rep, tok + s * T, lab + s * T, 1, &loss, one);
+        st = loss_and_grads(m, cpu, rep, n_rep, tok + s * T, lab + s * T, T, 1, NULL, &loss, one);
         CHECK(st == LT_OK, "%s sequence %d: %s", sp->arch, s, lt_last_error());
         double w = (double)(lens[s] - 1) / n_lab; /* its share of the labels */
         loss_expect += (float)(w * loss);
@@ -123,6 +129,54 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     }
     printf("%s: %d weights, loss %.5f, gradient relative error %.2g\n", sp->arch, n_rep,
            (double)loss_packed, err);
+
+    /* padding-free: the examples one after another, in one row of 21 and in two of 14 */
+    for (int layout = 0; layout < 2; layout++) {
+        enum { ROW_MAX = 21 };
+        const int t_row = layout ? 14 : 21, n_rows = layout ? 2 : 1;
+        /* the row and the first step of each example */
+        static const int at_row[2][S] = {{0, 0, 0}, {0, 0, 1}},
+                         at_step[2][S] = {{0, 9, 14}, {0, 9, 0}};
+        int32_t ptok[2 * ROW_MAX], plab[2 * ROW_MAX], ppos[2 * ROW_MAX];
+        for (int i = 0; i < n_rows * t_row; i++) /* padding: token 0, no label */
+            ptok[i] = 0, plab[i] = -1;
+        for (int s = 0; s < S; s++)
+            for (int t = 0; t < lens[s]; t++) {
+                int i = at_row[layout][s] * t_row + at_step[layout][s] + t;
+                ptok[i] = tok[s * T + t];
+                plab[i] = lab[s * T + t];
+            }
+        /* positions: 0 where an example starts, counting on after it (its padding too) */
+        for (int r = 0; r < n_rows; r++) {
+            int last = 0;
+            for (int t = 0; t < t_row; t++) {
+                int i = r * t_row + t;
+                bool starts = false;
+                for (int s = 0; s < S; s++)
+                    starts = starts || (at_row[layout][s] == r && at_step[layout][s] == t);
+                last = starts ? 0 : t == 0 ? 0 : last + 1;
+                ppos[i] = last;
+            }
+        }
+        float lp;
+        st = loss_and_grads(m, cpu, rep, n_rep, ptok, plab, t_row, n_rows, ppos, &lp, packed);
+        CHECK(st == LT_OK, "%s padding-free: %s", sp->arch, lt_last_error());
+        if (st != LT_OK)
+            break;
+        double e = tm_rel_err(packed, expect, (int)n_w);
+        CHECK(fabsf(lp - loss_expect) <= 1e-5f * fabsf(loss_expect) && e < 1e-4,
+              "%s padding-free (%d rows): loss %.7f against %.7f, gradients %.3g", sp->arch, n_rows,
+              (double)lp, (double)loss_expect, e);
+        for (int i = 0, at2 = 0; i < n_rep; i++) {
+            int n = (int)lt_nelements(rep[i].with);
+            double e2 = tm_rel_err(packed + at2, expect + at2, n);
+            CHECK(e2 < 1e-3, "%s padding-free: gradient of %s: relative error %.3g", sp->arch,
+                  rep[i].w->name, e2);
+            at2 += n;
+        }
+        printf("%s: padding-free in %d row%s of %d: loss %.5f, gradient relative error %.2g\n",
+               sp->arch, n_rows, n_rows > 1 ? "s" : "", t_row, (double)lp, e);
+    }
 out_free:
     free(packed);
     free(one);

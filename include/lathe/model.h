@@ -155,6 +155,10 @@ struct lt_model_loss_graph {
      * layer's activations (lt_train_graph_params.remat_bounds) */
     struct lt_tensor **bounds;
     int n_bounds;
+    /* a packed graph's inputs (lt_model_build_loss_packed; NULL otherwise), filled by
+     * lt_model_loss_graph_set_packed: the attention mask F32 [n_tokens, n_tokens, 1,
+     * n_seqs] and the DeltaNet gate reset F32 [1, n_tokens, n_seqs] (qwen35 only) */
+    struct lt_tensor *kq_mask, *gate_reset;
 };
 
 /* Builds the forward pass and loss in ctx (normally no_alloc; the inputs are leaves without
@@ -163,8 +167,18 @@ struct lt_model_loss_graph {
 lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
                               int64_t n_seqs, const struct lt_model_adapters *adapters,
                               struct lt_model_loss_graph *out);
+/* As lt_model_build_loss, for rows that hold several examples one after another (padding-
+ * free packing): each example starts at position 0 with empty state, and nothing of one
+ * example reaches another (attention, the DeltaNet state, the conv). The examples' places
+ * are inputs, set by lt_model_loss_graph_set_packed for each micro-batch. */
+lt_status lt_model_build_loss_packed(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
+                                     int64_t n_seqs, const struct lt_model_adapters *adapters,
+                                     struct lt_model_loss_graph *out);
 /* Fills g->pos (after the graph's storage exists). */
 lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g);
+/* A packed graph's inputs from pos (I32 [n_tokens * n_seqs], row after row: each step's
+ * position within its example, 0 where one starts): g->pos, the mask and the gate reset. */
+lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos);
 
 /* ---- inference sessions ---- */
 

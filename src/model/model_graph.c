@@ -384,6 +384,8 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *g = lt_add(ctx, cols_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
     g = named(lt_softplus(ctx, g), "a_softplus", il);
     g = named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il);
+    if (b->gate_reset) /* packed examples: nothing flows in from the example before */
+        g = named(lt_add(ctx, g, b->gate_reset), "gate_reset", il);
     if (b->tok_mask) { /* padding: no update, no decay */
         beta = named(lt_mul(ctx, beta, b->tok_mask), "beta_masked", il);
         g = named(lt_mul(ctx, g, b->tok_mask), "gate_masked", il);
@@ -402,7 +404,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S] */
         if (x3 && !lt_is_contiguous(x3))                   /* a slice of a fused projection */
             x3 = lt_cont(ctx, x3);
-        conv = lt_conv_silu(ctx, x3, W(b, ly->ssm_conv1d));
+        conv = lt_conv_silu_packed(ctx, x3, W(b, ly->ssm_conv1d), b->gate_reset ? b->pos : NULL);
     } else {
         struct lt_tensor *conv_state = ls.conv;
         if (!conv_state) {

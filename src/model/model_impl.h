@@ -98,6 +98,14 @@ struct lt_mb_hooks {
                             struct lt_tensor *ssm_new);
 };
 
+/* A gate that ends an example's state: exp(-30) is 9e-14, so what the example before left
+ * weighs far below float's resolution (6e-8) of the state, and every exponent the kernels
+ * take stays <= 0 (they exponentiate G_r - G_s, s <= r, of the gates' running sums within
+ * a chunk). No lower, because those sums carry it: a difference of two of them within one
+ * example keeps about 30 * 6e-8 = 2e-6 of absolute error (-80 gave 1.5e-5 in
+ * test_train_packed's gradients, -30 1e-6). */
+#define LT_MB_GATE_RESET (-30.0f)
+
 struct lt_mb {
     const struct lt_model *m;
     struct lt_ctx *ctx;
@@ -113,6 +121,13 @@ struct lt_mb {
      * its decay 1), and recr_store gets the whole conv input [d_conv - 1 + n_tokens,
      * channels, n_seqs], for the hook to keep each sequence's last d_conv - 1 inputs. */
     struct lt_tensor *tok_mask;
+    /* Packed examples (a training row holding several, one after another): pos restarts at
+     * 0 at each example's first step, kq_mask keeps attention within an example (with
+     * causal), gate_reset (F32 [1, n_tokens, n_seqs]) adds LT_MB_GATE_RESET to the DeltaNet
+     * gate at each example's first step, so that step's decay exp(g) is 0 and no state flows
+     * in from the example before, and the conv reads no step before the example's first
+     * (CONV_SILU with pos). NULL: every row one example. */
+    struct lt_tensor *gate_reset;
     /* inference only (no gradients): an activation that only F16 / BF16 weights multiply is
      * written in their type by the op producing it, so a device's product reads it as it
      * is instead of converting it first (set for batches of more than 8 tokens, which a

@@ -3,15 +3,16 @@
  *
  * The loss graph attends within each sequence of the batch only and starts every sequence
  * from zero DeltaNet state, as a fresh forward pass of Hugging Face transformers does. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/host_span.h"
 #include "model/model_impl.h"
 
-lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
-                              int64_t n_seqs, const struct lt_model_adapters *adapters,
-                              struct lt_model_loss_graph *out)
+static lt_status build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
+                            int64_t n_seqs, const struct lt_model_adapters *adapters, bool packed,
+                            struct lt_model_loss_graph *out)
 {
     memset(out, 0, sizeof(*out));
     if (n_tokens < 1 || n_seqs < 1)
@@ -29,12 +30,26 @@ lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int6
     tokens->flags |= LT_FLAG_INPUT;
     pos->flags |= LT_FLAG_INPUT;
     labels->flags |= LT_FLAG_INPUT;
+    struct lt_tensor *kq_mask = NULL, *gate_reset = NULL;
+    if (packed) {
+        kq_mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, n_tokens, n_tokens, 1, n_seqs);
+        gate_reset = m->hp.arch == LT_ARCH_QWEN35
+                         ? lt_new_tensor_3d(ctx, LT_TYPE_F32, 1, n_tokens, n_seqs)
+                         : NULL;
+        if (!kq_mask || (m->hp.arch == LT_ARCH_QWEN35 && !gate_reset))
+            return lt_fail(LT_ERR_NOMEM, "out of memory building the loss graph");
+        lt_set_name(kq_mask, "inp_kq_mask")->flags |= LT_FLAG_INPUT;
+        if (gate_reset)
+            lt_set_name(gate_reset, "inp_gate_reset")->flags |= LT_FLAG_INPUT;
+    }
     struct lt_mb b = {.m = m,
                       .ctx = ctx,
                       .ad = adapters,
                       .n_tokens = n_tokens,
                       .n_seqs = n_seqs,
                       .pos = pos,
+                      .kq_mask = kq_mask,
+                      .gate_reset = gate_reset,
                       .causal = true};
     const int n_bounds = m->hp.n_layer + 1;
     b.bounds = lt_ctx_alloc(ctx, sizeof(struct lt_tensor *) * (size_t)n_bounds);
@@ -51,8 +66,23 @@ lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int6
     if (logits) /* NULL with adapters->fused_loss: no [V, N] logits exist */
         logits->flags |= LT_FLAG_OUTPUT;
     lt_set_name(loss, "loss");
-    *out = (struct lt_model_loss_graph){tokens, pos, labels, logits, loss, b.bounds, n_bounds};
+    *out = (struct lt_model_loss_graph){tokens,   pos,      labels,  logits,    loss,
+                                        b.bounds, n_bounds, kq_mask, gate_reset};
     return LT_OK;
+}
+
+lt_status lt_model_build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
+                              int64_t n_seqs, const struct lt_model_adapters *adapters,
+                              struct lt_model_loss_graph *out)
+{
+    return build_loss(m, ctx, n_tokens, n_seqs, adapters, false, out);
+}
+
+lt_status lt_model_build_loss_packed(const struct lt_model *m, struct lt_ctx *ctx, int64_t n_tokens,
+                                     int64_t n_seqs, const struct lt_model_adapters *adapters,
+                                     struct lt_model_loss_graph *out)
+{
+    return build_loss(m, ctx, n_tokens, n_seqs, adapters, true, out);
 }
 
 lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g)
@@ -66,6 +96,42 @@ lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g)
             p[s * T + t] = (int32_t)t;
     lt_status st = lt_tensor_set(g->pos, p, 0, sizeof(int32_t) * (size_t)(T * S));
     free(p);
+    return st;
+}
+
+lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos)
+{
+    if (!g->kq_mask)
+        return lt_fail(LT_ERR_INVALID, "the loss graph was not built packed");
+    const int64_t T = g->tokens->ne[0], S = g->tokens->ne[1];
+    float *mask = malloc(sizeof(float) * (size_t)(T * T * S));
+    float *reset = malloc(sizeof(float) * (size_t)(T * S));
+    lt_status st = mask && reset ? LT_OK : lt_fail(LT_ERR_NOMEM, "out of memory for a packed step");
+    /* query q sees key k <= q (the causal flag drops the rest) of its own example: keys from
+     * q - pos[q] on */
+    for (int64_t s = 0; st == LT_OK && s < S; s++)
+        for (int64_t q = 0; q < T; q++) {
+            const int32_t pq = pos[s * T + q];
+            if (pq < 0 || pq > q || (q > 0 && pq != 0 && pq != pos[s * T + q - 1] + 1)) {
+                st = lt_fail(LT_ERR_INVALID,
+                             "packed positions: row %lld step %lld holds %d (each example counts "
+                             "0, 1, 2, ... from its first step)",
+                             (long long)s, (long long)q, pq);
+                break;
+            }
+            float *row = mask + (s * T + q) * T;
+            for (int64_t k = 0; k < T; k++)
+                row[k] = k >= q - pq ? 0.0f : -INFINITY;
+            reset[s * T + q] = pq == 0 && q > 0 ? LT_MB_GATE_RESET : 0.0f;
+        }
+    if (st == LT_OK)
+        st = lt_tensor_set(g->pos, pos, 0, sizeof(int32_t) * (size_t)(T * S));
+    if (st == LT_OK)
+        st = lt_tensor_set(g->kq_mask, mask, 0, sizeof(float) * (size_t)(T * T * S));
+    if (st == LT_OK && g->gate_reset)
+        st = lt_tensor_set(g->gate_reset, reset, 0, sizeof(float) * (size_t)(T * S));
+    free(mask);
+    free(reset);
     return st;
 }
 
