@@ -3,7 +3,9 @@
  * writes a model file with every key and tensor of the base and trained weights of the
  * same types; a dry run and refusals (device_only, memory) write nothing, allocate
  * nothing, and carry the refusal sentence unchanged; cancel stops a running job, leaves no
- * file and frees what it allocated; pause holds it and resume lets it finish. */
+ * file and frees what it allocated; pause holds it and resume lets it finish. Chat examples
+ * of different lengths are packed padding-free by default: the first step's loss (before
+ * any update, over the same examples) is the one no_pack gives, and the job trains. */
 #include <math.h>
 #include <string.h>
 #include <time.h>
@@ -444,6 +446,48 @@ static void test_chat_job(struct lt_model *m, struct lt_backend *cpu)
     remove(out_path);
 }
 
+static void test_packed_job(struct lt_model *m, struct lt_backend *cpu)
+{
+    static char ex[8192];
+    ex[0] = 0;
+    for (int i = 0; i < 12; i++) { /* one question in four long, the others short */
+        char line[512], q[256] = "";
+        for (int w = 0; w < (i % 4 == 0 ? 12 : 1); w++)
+            strcat(q, w % 2 ? "very " : "big ");
+        snprintf(line, sizeof(line), "{\"prompt\": \"is %d %s?\", \"completion\": \"it is %d.\"}\n",
+                 i, q, 2 * i);
+        strcat(ex, line);
+    }
+    float first[2] = {NAN, NAN};
+    for (int no_pack = 0; no_pack < 2; no_pack++) {
+        remove(out_path);
+        struct lt_train_params p = {.out = out_path,
+                                    .examples = ex,
+                                    .window = 256,
+                                    .epochs = 2,
+                                    .lr = 1e-2f,
+                                    .batch = 12,
+                                    .no_pack = no_pack};
+        struct lt_train_result r;
+        lt_status st = lt_train_job_run(m, &cpu, 1, &p, NULL, NULL, &r);
+        CHECK(st == LT_OK && r.packed == !no_pack && r.n_curve == 2, "%s job: %s (packed %d)",
+              no_pack ? "padded" : "packed", r.error, (int)r.packed);
+        if (st == LT_OK) {
+            first[no_pack] = r.curve[0];
+            CHECK(r.curve[1] < r.curve[0], "%s job: loss %g -> %g", no_pack ? "padded" : "packed",
+                  (double)r.curve[0], (double)r.curve[1]);
+            printf("%s: %d x %d tokens, %d micro-batches a step, loss %.5f -> %.5f\n",
+                   no_pack ? "padded" : "packed", r.n_seqs_graph, r.n_tokens_graph, r.grad_accum,
+                   (double)r.curve[0], (double)r.curve[1]);
+        }
+        lt_train_result_free(&r);
+    }
+    CHECK(fabsf(first[0] - first[1]) <= 1e-5f * fabsf(first[1]),
+          "the first step's loss over the same examples: packed %.7f, padded %.7f",
+          (double)first[0], (double)first[1]);
+    remove(out_path);
+}
+
 int main(void)
 {
     tiny_path(dir, sizeof(dir), "");
@@ -462,6 +506,7 @@ int main(void)
         test_cancel_pause(m);
         test_device_backend(m);
         test_chat_job(m, cpu);
+        test_packed_job(m, cpu);
         lt_model_free(m);
     }
     test_lora_bases(cpu);

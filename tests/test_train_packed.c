@@ -7,9 +7,11 @@
  * The same for padding-free packing (lt_model_build_loss_packed): the three examples one
  * after another in one row, then in two rows (two examples, and one with padding after),
  * positions restarting at each: no attention, DeltaNet state or conv input may cross from
- * one example to the next. */
+ * one example to the next. And CUDA's verdict (types, shapes and strides: no GPU needed)
+ * refuses no more nodes of a packed training graph than of the unpacked one. */
 #include <string.h>
 
+#include "backend/cuda/cuda_verdict.h"
 #include "check.h"
 #include "lathe/autodiff.h"
 #include "test_model_util.h"
@@ -69,6 +71,33 @@ static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu
     lt_sched_free(s);
     lt_ctx_free(ctx);
     return st;
+}
+
+/* Nodes of the training graph (forward, loss, backward) CUDA's verdict refuses, -1 when it
+ * cannot be built; the first refusal's reason in why. */
+static int cuda_refusals(const struct lt_model *m, const struct lt_model_replace *rep, int n_rep,
+                         bool packed, char *why, size_t why_size)
+{
+    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep, .fused_loss = true};
+    struct lt_ctx *ctx =
+        lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
+    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
+    struct lt_model_loss_graph lg;
+    lt_status st = packed ? lt_model_build_loss_packed(m, ctx, 21, 2, &ad, &lg)
+                          : lt_model_build_loss(m, ctx, 21, 2, &ad, &lg);
+    if (st == LT_OK)
+        st = lt_graph_build(g, lg.loss);
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, lg.loss, 1.0f, NULL);
+    int n = st == LT_OK ? 0 : -1;
+    for (int i = 0; st == LT_OK && i < g->n_nodes; i++) {
+        char reason[160];
+        if (!lt_cuda_verdict(g->nodes[i], reason, sizeof(reason)) && n++ == 0)
+            snprintf(why, why_size, "%s '%s': %s", lt_op_name(g->nodes[i]->op), g->nodes[i]->name,
+                     reason);
+    }
+    lt_ctx_free(ctx);
+    return n;
 }
 
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
@@ -176,6 +205,17 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         }
         printf("%s: padding-free in %d row%s of %d: loss %.5f, gradient relative error %.2g\n",
                sp->arch, n_rows, n_rows > 1 ? "s" : "", t_row, (double)lp, e);
+    }
+    if (lt_cuda_compiled()) {
+        char why_p[256] = "", why_u[256] = "";
+        int np = cuda_refusals(m, rep, n_rep, true, why_p, sizeof(why_p)),
+            nu = cuda_refusals(m, rep, n_rep, false, why_u, sizeof(why_u));
+        CHECK(np >= 0 && nu >= 0 && np <= nu,
+              "%s: CUDA refuses %d nodes of the packed graph (%s), %d of the unpacked (%s)",
+              sp->arch, np, why_p, nu, why_u);
+        printf("%s: CUDA's verdict refuses %d nodes of the packed training graph, %d of the "
+               "unpacked%s%s\n",
+               sp->arch, np, nu, np ? ": " : "", why_p);
     }
 out_free:
     free(packed);

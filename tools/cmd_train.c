@@ -347,10 +347,10 @@ static void train_print_admission(const struct lt_train_params *p, const struct 
                p->device_only ? "; refused with --device-only" : "");
     if (r->status == LT_OK)
         printf("memory estimate: %.1f MiB; %d examples for training, %d for eval; micro-batch "
-               "%d x %d tokens, %d a step; %d trainable tensors (%lld numbers)\n",
+               "%d x %d tokens%s, %d a step; %d trainable tensors (%lld numbers)\n",
                (double)r->peak_bytes / (1 << 20), r->n_train, r->n_val, r->n_seqs_graph,
-               r->n_tokens_graph, r->grad_accum, r->n_trainable,
-               (long long)r->n_trainable_elements);
+               r->n_tokens_graph, r->packed ? " (examples packed)" : "", r->grad_accum,
+               r->n_trainable, (long long)r->n_trainable_elements);
     if (r->status == LT_OK && r->n_recomputed > 0)
         printf("checkpointing: the backward recomputes %d forward tensors, a layer at a time\n",
                r->n_recomputed);
@@ -365,11 +365,11 @@ static void train_print_done(const struct lt_train_params *p, struct lt_train_re
             printf(", eval loss %.4f", r->eval_loss[e]);
         printf("\n");
     }
-    printf("trained %lld tokens in %.1f s (%.0f tokens/s); micro-batch %d x %d tokens, %d a "
+    printf("trained %lld tokens in %.1f s (%.0f tokens/s); micro-batch %d x %d tokens%s, %d a "
            "step; memory estimate %.1f MiB, allocated %.1f MiB; %d fallback nodes\n",
            (long long)r->tokens, r->seconds, r->tokens_per_s, r->n_seqs_graph, r->n_tokens_graph,
-           r->grad_accum, (double)r->peak_bytes / (1 << 20), (double)r->allocated_bytes / (1 << 20),
-           r->n_fallback);
+           r->packed ? " (examples packed)" : "", r->grad_accum, (double)r->peak_bytes / (1 << 20),
+           (double)r->allocated_bytes / (1 << 20), r->n_fallback);
     if (r->scratch_bytes || r->in_use_bytes)
         printf("the estimate counts %.1f MiB in use on the device before the job and %.1f MiB of "
                "kernels' working memory; allocated counts the job's graph buffers only\n",

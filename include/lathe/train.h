@@ -64,6 +64,8 @@ struct lt_train_params {
                                the most that fit the memory budget, up to 16384 tokens, on
                                the host one window */
     int grad_accum;         /* micro-batches per optimizer step; 0: 1 (or what batch asks) */
+    bool no_pack;           /* one example a sequence, padded, instead of padding-free
+                               packing (examples one after another while they fit) */
     float val_split;        /* fraction held out for eval loss; default 0 */
     uint64_t seed;          /* shuffling and LoRA init; default 42 */
     enum lt_fit_policy fit; /* chat examples only */
@@ -221,6 +223,7 @@ struct lt_train_result {
     int n_train, n_val;           /* examples (or text windows) in each split */
     int n_tokens_graph;           /* tokens per sequence of the micro-batch graph (<= window) */
     int n_seqs_graph;             /* sequences per micro-batch graph */
+    bool packed;                  /* examples packed padding-free into the sequences */
     int n_recomputed;             /* forward tensors the backward recomputes (0: checkpointing
                                      off) */
     int grad_accum;               /* micro-batches per optimizer step (the last may be short) */

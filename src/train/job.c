@@ -2,12 +2,17 @@
  * control around it (thread, pause, resume, cancel, progress).
  *
  * One micro-batch graph of n_seqs sequences of n_tokens = min(window, longest example)
- * positions is built and admitted once; examples are copied into its sequences side by
- * side, each padded at the end with labels -1 (attention and DeltaNet are causal and stay
- * within a sequence, so padding after an example cannot change it; a short last micro-batch
- * fills its empty sequences with padding alone). The graph's loss is the mean over every
- * label of the micro-batch, so a step's loss and gradient weigh examples by their labelled
- * tokens, as a padded batch does in PyTorch.
+ * positions is built and admitted once. Examples are packed into its sequences padding-free
+ * when two of them fit one sequence (unless no_pack): in order, each into the first
+ * sequence with room, until one fits none; each starts at position 0 with empty state and
+ * sees only itself (lt_model_build_loss_packed), and only what is left after a sequence's
+ * last example is padding. Otherwise (or with no_pack) each example takes a sequence of its
+ * own, padded at the end with labels -1 (attention and DeltaNet are causal and stay within
+ * a sequence, so padding after an example cannot change it; a short last micro-batch fills
+ * its empty sequences with padding alone). The graph's loss is the mean over every label of
+ * the micro-batch, so a step's loss and gradient weigh examples by their labelled tokens,
+ * as a padded batch does in PyTorch. Packed, a step's examples default to as many as
+ * grad_accum micro-batches hold on average (a first-fit pass over the training data).
  * The output file is written only after the last epoch, and only when nothing failed and
  * nobody cancelled: a job that stops early leaves the disk as it found it. All memory the
  * run took is released before the job reports its final state.
@@ -82,6 +87,9 @@ struct run {
     int grad_accum; /* micro-batches per optimizer step */
     int per_step;   /* examples per optimizer step */
     int32_t *tok_buf, *lab_buf; /* [n_tokens * n_seqs] */
+    bool packed;                /* examples packed padding-free (lt_model_build_loss_packed) */
+    int32_t *pos_buf;           /* packed: [n_tokens * n_seqs], positions within examples */
+    int *fill_buf;              /* packed: [n_seqs], tokens placed in each sequence */
     int32_t pad;
     double active_s;             /* running time, pauses excluded */
 };
@@ -103,6 +111,8 @@ static void run_free(struct run *r)
     free(r->order);
     free(r->tok_buf);
     free(r->lab_buf);
+    free(r->pos_buf);
+    free(r->fill_buf);
     lt_dataset_free(&r->data);
     if (r->have_ct)
         lt_chat_template_free(&r->ct);
@@ -227,6 +237,19 @@ static lt_status load_data(struct lt_train_job *j, struct run *r)
     for (int i = 0; i < r->data.n; i++)
         longest = r->data.ex[i].n > longest ? r->data.ex[i].n : longest;
     r->n_tokens = longest < p->window ? longest : p->window;
+    /* packing pays when two examples fit one sequence */
+    int short1 = r->n_tokens + 1, short2 = r->n_tokens + 1;
+    for (int i = 0; i < r->data.n; i++) {
+        int n = r->data.ex[i].n;
+        if (n < short1) {
+            short2 = short1;
+            short1 = n;
+        } else if (n < short2) {
+            short2 = n;
+        }
+    }
+    r->packed = !p->no_pack && r->data.n >= 2 && short1 + short2 <= r->n_tokens;
+    j->result.packed = r->packed;
     lt_token pad = lt_tokenizer_pad(r->tok);
     if (pad == LT_TOKEN_NONE)
         pad = lt_tokenizer_eos(r->tok);
@@ -302,7 +325,9 @@ static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
     r->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16u << 20, .no_alloc = true});
     if (!r->ctx)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the training graph");
-    lt_status st = lt_model_build_loss(j->model, r->ctx, r->n_tokens, r->n_seqs, ad, &r->lg);
+    lt_status st =
+        r->packed ? lt_model_build_loss_packed(j->model, r->ctx, r->n_tokens, r->n_seqs, ad, &r->lg)
+                  : lt_model_build_loss(j->model, r->ctx, r->n_tokens, r->n_seqs, ad, &r->lg);
     if (st != LT_OK)
         return st;
     size_t reserve = p->serving_reserve_mib;
@@ -363,6 +388,36 @@ static void release_graph(struct run *r, struct lt_train_result *res)
     res->refusal.kind = LT_REFUSAL_NONE;
 }
 
+/* How many of the examples idx[0..n) (n >= 1) the next micro-batch takes: one a sequence;
+ * packed, each into the first sequence with room, in order, until one fits none (at least
+ * one: no example is longer than a sequence). With row and at (may be NULL), each taken
+ * example's sequence and first step. */
+static int plan_micro(const struct run *r, const int *idx, int n, int *row, int *at)
+{
+    if (!r->packed) {
+        int take = n < r->n_seqs ? n : r->n_seqs;
+        for (int i = 0; row && i < take; i++)
+            row[i] = i, at[i] = 0;
+        return take;
+    }
+    memset(r->fill_buf, 0, sizeof(int) * (size_t)r->n_seqs);
+    int take = 0;
+    for (; take < n; take++) {
+        const int len = r->data.ex[idx[take]].n;
+        int s = 0;
+        while (s < r->n_seqs && r->fill_buf[s] + len > r->n_tokens)
+            s++;
+        if (s == r->n_seqs)
+            break;
+        if (row) {
+            row[take] = s;
+            at[take] = r->fill_buf[s];
+        }
+        r->fill_buf[s] += len;
+    }
+    return take;
+}
+
 /* Chooses the micro-batch (sequences side by side) and the accumulation, then builds and
  * admits the graph. batch_tokens 0 on a device tries the most sequences that 16384 tokens
  * hold and halves them while admission refuses for memory, down to one sequence (the graph
@@ -408,51 +463,90 @@ static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
     }
     if (st != LT_OK)
         return st;
-    if (p->batch > 0) {
-        r->per_step = p->batch;
-        r->grad_accum = (p->batch + seqs - 1) / seqs;
-    } else {
-        r->grad_accum = p->grad_accum > 0 ? p->grad_accum : 1;
-        r->per_step = seqs * r->grad_accum;
-    }
     size_t n = (size_t)r->n_tokens * (size_t)seqs;
     r->tok_buf = malloc(n * sizeof(int32_t));
     r->lab_buf = malloc(n * sizeof(int32_t));
-    if (!r->tok_buf || !r->lab_buf)
+    r->pos_buf = malloc(n * sizeof(int32_t));
+    r->fill_buf = malloc((size_t)seqs * sizeof(int));
+    if (!r->tok_buf || !r->lab_buf || !r->pos_buf || !r->fill_buf)
         return lt_fail(LT_ERR_NOMEM, "out of memory");
+    /* examples a micro-batch holds: its sequences, or packed, the training data's average
+     * over a first-fit pass */
+    int per_micro = seqs;
+    if (r->packed) {
+        const int *train_idx = r->order + r->n_val;
+        int micro = 0;
+        for (int k = 0; k < n_train; micro++)
+            k += plan_micro(r, train_idx + k, n_train - k, NULL, NULL);
+        per_micro = micro > 0 ? (n_train + micro - 1) / micro : seqs;
+    }
+    if (p->batch > 0) {
+        r->per_step = p->batch;
+        r->grad_accum = (p->batch + per_micro - 1) / per_micro;
+    } else {
+        r->grad_accum = p->grad_accum > 0 ? p->grad_accum : 1;
+        r->per_step = per_micro * r->grad_accum;
+    }
     res->n_seqs_graph = seqs;
     res->grad_accum = r->grad_accum;
     return LT_OK;
 }
 
-/* Copies examples idx[0..n) (n <= n_seqs) into the graph's sequences, each padded to
- * n_tokens; sequences past n hold padding alone. Returns their labelled tokens in *n_loss. */
+/* Copies the micro-batch of examples idx[0..n) (n as plan_micro took them) into the graph's
+ * sequences, where plan_micro places them; the rest is padding (labels -1), a packed
+ * sequence's positions counting on after its last example. Returns their labelled tokens
+ * in *n_loss. */
 static lt_status set_inputs(struct run *r, const int *idx, int n, double *n_loss)
 {
     *n_loss = 0;
-    for (int s = 0; s < r->n_seqs; s++) {
-        const struct lt_example *e = s < n ? &r->data.ex[idx[s]] : NULL;
-        int len = e ? e->n : 0;
-        int32_t *tok = r->tok_buf + (size_t)s * r->n_tokens, *lab = r->lab_buf + (size_t)s * r->n_tokens;
-        for (int i = 0; i < r->n_tokens; i++) {
-            tok[i] = i < len ? e->tokens[i] : r->pad;
-            lab[i] = i < len ? e->labels[i] : -1;
-        }
-        *n_loss += e ? e->n_loss : 0;
+    const size_t N = (size_t)r->n_tokens * (size_t)r->n_seqs;
+    int *row = malloc(sizeof(int) * (size_t)n), *at = malloc(sizeof(int) * (size_t)n);
+    if (!row || !at) {
+        free(row);
+        free(at);
+        return lt_fail(LT_ERR_NOMEM, "out of memory");
     }
-    size_t bytes = (size_t)r->n_tokens * (size_t)r->n_seqs * sizeof(int32_t);
+    if (plan_micro(r, idx, n, row, at) != n) {
+        free(row);
+        free(at);
+        return lt_fail(LT_ERR_INVALID, "a micro-batch of %d examples does not fit", n);
+    }
+    for (size_t i = 0; i < N; i++) {
+        r->tok_buf[i] = r->pad;
+        r->lab_buf[i] = -1;
+        r->pos_buf[i] = 1; /* not an example's first step */
+    }
+    for (int i = 0; i < n; i++) {
+        const struct lt_example *e = &r->data.ex[idx[i]];
+        const size_t base = (size_t)row[i] * r->n_tokens + (size_t)at[i];
+        memcpy(r->tok_buf + base, e->tokens, sizeof(int32_t) * (size_t)e->n);
+        memcpy(r->lab_buf + base, e->labels, sizeof(int32_t) * (size_t)e->n);
+        r->pos_buf[base] = 0;
+        *n_loss += e->n_loss;
+    }
+    free(row);
+    free(at);
+    size_t bytes = N * sizeof(int32_t);
     lt_status st = lt_tensor_set(r->lg.tokens, r->tok_buf, 0, bytes);
     if (st == LT_OK)
         st = lt_tensor_set(r->lg.labels, r->lab_buf, 0, bytes);
-    return st;
+    if (st != LT_OK || !r->packed)
+        return st;
+    /* positions: 0 where an example starts (and where a sequence does), counting on after */
+    for (int s = 0; s < r->n_seqs; s++) {
+        int32_t *pos = r->pos_buf + (size_t)s * r->n_tokens;
+        for (int t = 0; t < r->n_tokens; t++)
+            pos[t] = t == 0 || pos[t] == 0 ? 0 : pos[t - 1] + 1;
+    }
+    return lt_model_loss_graph_set_packed(&r->lg, r->pos_buf);
 }
 
 /* Token-weighted mean loss over the validation examples. */
 static lt_status evaluate(struct run *r, float *out)
 {
     double sum = 0, n = 0;
-    for (int k = 0; k < r->n_val; k += r->n_seqs) {
-        int count = r->n_val - k < r->n_seqs ? r->n_val - k : r->n_seqs;
+    for (int k = 0, count; k < r->n_val; k += count) {
+        count = plan_micro(r, r->order + k, r->n_val - k, NULL, NULL);
         float loss;
         double n_loss;
         lt_status st = set_inputs(r, r->order + k, count, &n_loss);
@@ -477,10 +571,10 @@ static lt_status run_share(struct lt_train_job *j, struct run *r, const int *idx
                            double *t_mark, int ep, int s, double sums[4])
 {
     const int rank = job_rank(j), world = job_world(j);
-    for (int k = 0, m = 0; k < n; k += r->n_seqs, m++) {
+    for (int k = 0, m = 0, count; k < n; k += count, m++) {
+        count = plan_micro(r, idx + k, n - k, NULL, NULL);
         if (m % world != rank)
             continue;
-        int count = n - k < r->n_seqs ? n - k : r->n_seqs;
         if (should_stop(j, r, t_mark))
             return lt_fail(LT_ERR_CANCELLED, "the job was cancelled");
         float loss;

@@ -20,21 +20,24 @@ static const struct lt_train_field fields[] = {
      "plain text itself, cut into windows that overlap by half", AT(text)},
     {NULL, NULL, "--examples", NULL, LT_TF_STRING, 0, 0, false, false, false, "FILE", NULL,
      "chat JSONL: {\"prompt\",\"completion\"} or {\"messages\":[...]} a line, optionally "
-     "with \"tools\":[...]", AT(examples_path)},
+     "with \"tools\":[...]",
+     AT(examples_path)},
     {NULL, "examples", NULL, NULL, LT_TF_STRING, 0, 0, false, false, false, NULL, NULL,
      "chat examples: JSONL text, or an array of example objects", AT(examples)},
     {NULL, "window", "--window", NULL, LT_TF_INT, 2, 1 << 20, false, false, false, "N", "256",
      "tokens per example", AT(window)},
-    {NULL, "fit", "--fit", NULL, LT_TF_FIT, 0, 0, false, false, false, "none|middle|left",
-     "none", "an example longer than the window: refuse it, drop its oldest exchanges, or keep "
-     "its tail", AT(fit)},
+    {NULL, "fit", "--fit", NULL, LT_TF_FIT, 0, 0, false, false, false, "none|middle|left", "none",
+     "an example longer than the window: refuse it, drop its oldest exchanges, or keep "
+     "its tail",
+     AT(fit)},
     {NULL, "val_split", "--val-split", NULL, LT_TF_FLOAT, 0, 1, false, true, false, "F", "0",
      "fraction held out for the eval loss", AT(val_split)},
     {NULL, "seed", "--seed", NULL, LT_TF_U64, 0, 9.2e18, false, false, true, "N", "42",
      "shuffling and LoRA init", AT(seed)},
     {NULL, "parse_special", NULL, NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, "true",
      "special tokens' text in plain text is read as those tokens (false is refused: chat "
-     "examples always are)", AT(parse_special)},
+     "examples always are)",
+     AT(parse_special)},
     {"LoRA (the default) or full fine-tuning", "rank", "--rank", NULL, LT_TF_INT, 1, 4096, false,
      false, false, "N", "8", "adapter rank", AT(rank)},
     {NULL, "alpha", "--alpha", NULL, LT_TF_FLOAT, 0, 1e6, true, false, false, "F", "2 x rank",
@@ -45,40 +48,52 @@ static const struct lt_train_field fields[] = {
      "0 (all)", "adapt only the last K blocks", AT(top_layers)},
     {NULL, NULL, "--full", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
      "train every weight (F32/F16/BF16 models); writes a model", AT(full)},
-    {"schedule", "epochs", "--epochs", "n_epochs", LT_TF_INT, 1, LT_TRAIN_MAX_EPOCHS, false,
-     false, false, "N", "1", "passes over the data", AT(epochs)},
-    {NULL, "lr", "--lr", NULL, LT_TF_FLOAT, 0, 1, true, false, false, "F",
-     "1e-3 LoRA, 1e-4 full", "learning rate (fine-tuning jobs: learning_rate_multiplier x "
-     "1e-3)", AT(lr)},
-    {NULL, "weight_decay", "--weight-decay", NULL, LT_TF_FLOAT, 0, 1, false, false, false, "F",
-     "0", "AdamW weight decay", AT(weight_decay)},
-    {NULL, "batch_tokens", "--batch-tokens", "batch_tokens", LT_TF_INT, 1, 1 << 24, false, false, true, "N",
-     "the most that fit, up to 16384 (CPU: one window)",
+    {"schedule", "epochs", "--epochs", "n_epochs", LT_TF_INT, 1, LT_TRAIN_MAX_EPOCHS, false, false,
+     false, "N", "1", "passes over the data", AT(epochs)},
+    {NULL, "lr", "--lr", NULL, LT_TF_FLOAT, 0, 1, true, false, false, "F", "1e-3 LoRA, 1e-4 full",
+     "learning rate (fine-tuning jobs: learning_rate_multiplier x "
+     "1e-3)",
+     AT(lr)},
+    {NULL, "weight_decay", "--weight-decay", NULL, LT_TF_FLOAT, 0, 1, false, false, false, "F", "0",
+     "AdamW weight decay", AT(weight_decay)},
+    {NULL, "batch_tokens", "--batch-tokens", "batch_tokens", LT_TF_INT, 1, 1 << 24, false, false,
+     true, "N", "the most that fit, up to 16384 (CPU: one window)",
      "tokens per micro-batch: N / window sequences side by side", AT(batch_tokens)},
-    {NULL, "grad_accum", "--grad-accum", "grad_accum", LT_TF_INT, 1, 65536, false, false, true, "K", "1",
-     "micro-batches per optimizer step", AT(grad_accum)},
+    {NULL, "grad_accum", "--grad-accum", "grad_accum", LT_TF_INT, 1, 65536, false, false, true, "K",
+     "1", "micro-batches per optimizer step", AT(grad_accum)},
+    {NULL, "no_pack", "--no-pack", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
+     "one example a sequence, padded after it (by default examples shorter than the window "
+     "are packed one after another into the sequences, each starting at position 0 with "
+     "empty state and seeing only itself)",
+     AT(no_pack)},
     {NULL, "batch", "--batch", "batch_size", LT_TF_INT, 1, 65536, false, false, true, "N", NULL,
      "examples per optimizer step instead (micro-batches of up to N sequences, as many as "
-     "that takes)", AT(batch)},
+     "that takes)",
+     AT(batch)},
     {"admission", "memory_budget_mib", "--memory-budget-mib", NULL, LT_TF_SIZE, 0, 1 << 30, false,
      false, true, "N", "free memory less serving's reserve",
      "refuse a job whose estimated peak is larger (the server: only lower than its own)",
      AT(memory_budget_mib)},
-    {NULL, "device_only", "--device-only", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL,
-     NULL, "refuse rather than run a node on the CPU", AT(device_only)},
+    {NULL, "device_only", "--device-only", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
+     "refuse rather than run a node on the CPU", AT(device_only)},
     {NULL, "f32_products", "--f32-products", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL,
-     NULL, "on the device, keep products by F32 weights, attention's and the delta rule's at "
+     NULL,
+     "on the device, keep products by F32 weights, attention's and the delta rule's at "
      "F32 precision (slower; by default their operands are rounded to BF16, the delta rule's "
-     "to TF32)", AT(f32_products)},
+     "to TF32)",
+     AT(f32_products)},
     {NULL, "checkpoint", "--checkpoint", NULL, LT_TF_CHECKPOINT, 0, 0, false, false, false,
-     "auto|on|off", "auto", "recompute each layer's activations in the backward instead of "
+     "auto|on|off", "auto",
+     "recompute each layer's activations in the backward instead of "
      "keeping them (less memory, ~1/3 more compute); auto: when the job would not fit "
-     "otherwise (JSON: true or false)", AT(checkpoint)},
+     "otherwise (JSON: true or false)",
+     AT(checkpoint)},
     {NULL, "dry_run", "--dry-run", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
      "admit and report, then stop without training", AT(dry_run)},
     {"data parallelism", NULL, "--gpus", NULL, LT_TF_INT, 1, 64, false, false, true, "N", "1",
      "ranks, one a GPU, each taking its share of every step's micro-batches, their gradients "
-     "summed before each step (more than 1 needs a build with -DLATHE_NCCL=ON)", AT(gpus)},
+     "summed before each step (more than 1 needs a build with -DLATHE_NCCL=ON)",
+     AT(gpus)},
 };
 
 const struct lt_train_field *lt_train_fields(size_t *n)
