@@ -44,6 +44,8 @@
 #           at 16x512 under LATHE_CUDA_PROFILE
 #   tmem    bench_train (PEER=none) with --checkpoint on, then off: tokens/s, GPU peak, estimate
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
+#   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
+#           full: padding-free packing (the default) against --no-pack, tokens/s
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -677,6 +679,37 @@ phase_tbudget() {
     lathe_alone tbudget_lora "--memory-budget-mib 8192" lora
 }
 
+# tpack: padding-free packing against one example a sequence, on 640 chat examples of mixed
+# lengths (window 512; the micro-batch as many 512-token sequences as admission takes)
+phase_tpack() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    python3 - "$W/pack_ex.jsonl" <<'PYEOF'
+import json, random, sys
+random.seed(7)
+words = ("the quick brown fox jumps over a lazy dog while small cats sleep near warm fires "
+         "and birds sing in tall green trees by the river").split()
+with open(sys.argv[1], "w") as f:
+    for i in range(640):
+        n = random.randint(16, 300)
+        q = " ".join(random.choice(words) for _ in range(n))
+        a = " ".join(random.choice(words) for _ in range(max(4, n // 3)))
+        f.write(json.dumps({"prompt": q, "completion": a}) + "\n")
+PYEOF
+    local job mode
+    for job in lora full; do
+        for mode in packed nopack; do
+            local extra=""
+            [ $mode = nopack ] && extra="--no-pack"
+            [ $job = full ] && extra="$extra --full --lr 1e-5"
+            LATHE_CUDA_CHECK_SCRATCH=1 timeout 150 $L train -m $W/q08-bf16.gguf \
+                --examples $W/pack_ex.jsonl --out $W/pack-out.gguf --backend cuda --device-only \
+                --window 512 --fit left --epochs 1 $extra >"$out/tpack_${job}_$mode.log" 2>&1
+            row "tpack $job $mode" "rc $? $(grep -oE '\([0-9]+ tokens/s\); micro-batch [0-9]+ x [0-9]+ tokens( \(examples packed\))?, [0-9]+ a step' "$out/tpack_${job}_$mode.log" | tail -1)"
+        done
+    done
+    rm -f $W/pack-out.gguf
+}
+
 # prec: (after tprof, which writes the 16x512 text) the full fine-tune's first steps with the
 # device's default precision (BF16 products, TF32 delta rule, BF16 attention operands) against
 # --f32-products (every product F32, the delta rule in three TF32 products): the loss curves
@@ -705,7 +738,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
