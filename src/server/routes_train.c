@@ -88,29 +88,33 @@ static json_t *train_json(const struct srv_train_info *ti)
         "{s:s,s:s,s:s,s:s,s:I,s:o,"
         "s:{s:i,s:i,s:i,s:i,s:o,s:I,s:f,s:f},"
         "s:o,s:{s:I,s:I,s:I,s:I,s:I},"
-        "s:{s:i,s:f,s:i,s:i,s:f,s:f,s:I,s:i,s:I,s:b,s:i,s:i,s:i,s:f,s:s},"
+        "s:{s:i,s:f,s:i,s:i,s:f,s:f,s:I,s:i,s:I,s:b,s:i,s:i,s:i,s:b,s:f,s:s},"
         "s:f}",
         "id", ti->id, "object", "train.job", "state", lt_train_state_name(ti->state), "out",
         ti->meta.out_name, "created_at", (json_int_t)ti->created_at, "finished_at",
-        ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(),
-        "progress", "epoch", pr->epoch, "n_epochs", pr->n_epochs, "step", pr->step, "n_steps",
-        pr->n_steps, "loss", pr->step > 0 ? num_or_null(pr->loss) : json_null(), "tokens",
-        (json_int_t)pr->tokens, "tokens_per_s", pr->tokens_per_s, "eta_s", pr->eta_s,
-        "epochs", epochs, "memory", "rss_bytes", (json_int_t)ti->rss_bytes, "peak_bytes",
+        ti->finished_at > 0 ? json_integer((json_int_t)ti->finished_at) : json_null(), "progress",
+        "epoch", pr->epoch, "n_epochs", pr->n_epochs, "step", pr->step, "n_steps", pr->n_steps,
+        "loss", pr->step > 0 ? num_or_null(pr->loss) : json_null(), "tokens",
+        (json_int_t)pr->tokens, "tokens_per_s", pr->tokens_per_s, "eta_s", pr->eta_s, "epochs",
+        epochs, "memory", "rss_bytes", (json_int_t)ti->rss_bytes, "peak_bytes",
         (json_int_t)(ti->have_result ? r->peak_bytes : 0), "allocated_bytes",
         (json_int_t)(ti->have_result ? r->allocated_bytes : 0), "scratch_bytes",
         (json_int_t)(ti->have_result ? r->scratch_bytes : 0), "in_use_bytes",
-        (json_int_t)(ti->have_result ? r->in_use_bytes : 0), "params", "rank", p->rank,
-        "alpha", (double)p->alpha, "window", p->window, "epochs", p->epochs, "lr", (double)p->lr,
-        "val_split", (double)p->val_split, "seed", (json_int_t)p->seed, "top_layers",
-        p->top_layers, "memory_budget_mib", (json_int_t)p->memory_budget_mib, "device_only",
-        p->device_only, "batch", p->batch, "batch_tokens", p->batch_tokens, "grad_accum",
-        p->grad_accum, "weight_decay", (double)p->weight_decay, "fit",
-        p->fit == LT_FIT_MIDDLE ? "middle" : p->fit == LT_FIT_LEFT ? "left" : "none",
+        (json_int_t)(ti->have_result ? r->in_use_bytes : 0), "params", "rank", p->rank, "alpha",
+        (double)p->alpha, "window", p->window, "epochs", p->epochs, "lr", (double)p->lr,
+        "val_split", (double)p->val_split, "seed", (json_int_t)p->seed, "top_layers", p->top_layers,
+        "memory_budget_mib", (json_int_t)p->memory_budget_mib, "device_only", p->device_only,
+        "batch", p->batch, "batch_tokens", p->batch_tokens, "grad_accum", p->grad_accum, "no_pack",
+        p->no_pack, "weight_decay", (double)p->weight_decay, "fit",
+        p->fit == LT_FIT_MIDDLE ? "middle"
+        : p->fit == LT_FIT_LEFT ? "left"
+                                : "none",
         "yielded_s", ti->yielded_s);
     if (!j)
         return NULL;
     json_object_set_new(j, "pacing", pace_json(ti));
+    /* examples packed padding-free into the micro-batch's sequences (known once admitted) */
+    json_object_set_new(j, "packed", ti->have_result ? json_boolean(r->packed) : json_null());
     bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
     json_object_set_new(j, "error", failed ? json_string(r->error) : json_null());
     if (failed && r->refusal.kind != LT_REFUSAL_NONE) {

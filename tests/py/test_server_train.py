@@ -146,6 +146,9 @@ def run_eval(c, srv, train_dir):
     c.check(mem.get("scratch_bytes") == 0 and mem.get("in_use_bytes") == 0
             and mem["peak_bytes"] >= mem["allocated_bytes"] > 0, f"memory: {mem}")
     c.check(os.path.exists(os.path.join(train_dir, "eval.gguf")), "eval job wrote its adapter")
+    # text windows are all one length: nothing to pack; no_pack is echoed with the params
+    c.check(j.get("packed") is False and j["params"].get("no_pack") is False,
+            f"packed {j.get('packed')}, no_pack {j['params'].get('no_pack')}")
 
 
 def run_control(c, srv, train_dir):
@@ -196,6 +199,7 @@ def run_fact(c, srv, client, train_dir):
     busy.finish()
     c.check(not busy.errors, f"streaming during training: {busy.errors[:2]}")
     c.check(j["state"] == "done", f"fact job done: {json.dumps(j)[:800]}")
+    c.check(isinstance(j.get("packed"), bool), f"the job says whether it packed: {j.get('packed')}")
     losses = [e["train_loss"] for e in j["epochs"]]
     print(f"fact job: {dt:.1f} s, losses {losses}, {j['progress']['tokens_per_s']:.1f} tokens/s, "
           f"yielded {j['yielded_s']:.1f} s, {busy.n_requests} streamed requests meanwhile", flush=True)
