@@ -54,7 +54,8 @@ static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu
     if (st == LT_OK)
         st = lt_tensor_set(lg.labels, lab, 0, bytes);
     if (st == LT_OK)
-        st = pos ? lt_model_loss_graph_set_packed(&lg, pos) : lt_model_loss_graph_set_pos(&lg);
+        st =
+            pos ? lt_model_loss_graph_set_packed(&lg, pos, NULL) : lt_model_loss_graph_set_pos(&lg);
     if (st == LT_OK)
         st = lt_sched_compute(s, g);
     if (st == LT_OK)

@@ -177,8 +177,11 @@ lt_status lt_model_build_loss_packed(const struct lt_model *m, struct lt_ctx *ct
 /* Fills g->pos (after the graph's storage exists). */
 lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g);
 /* A packed graph's inputs from pos (I32 [n_tokens * n_seqs], row after row: each step's
- * position within its example, 0 where one starts): g->pos, the mask and the gate reset. */
-lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos);
+ * position within its example, 0 where one starts): g->pos, the mask and the gate reset.
+ * scratch: host floats for them, n_tokens * (n_tokens + 1) * n_seqs, kept by a caller that
+ * sets a graph's inputs often (NULL: allocated and freed here). */
+lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos,
+                                         float *scratch);
 
 /* ---- inference sessions ---- */
 

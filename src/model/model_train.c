@@ -99,16 +99,17 @@ lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g)
     return st;
 }
 
-lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos)
+lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos,
+                                         float *scratch)
 {
     if (!g->kq_mask)
         return lt_fail(LT_ERR_INVALID, "the loss graph was not built packed");
     const int64_t T = g->tokens->ne[0], S = g->tokens->ne[1];
-    float *mask = malloc(sizeof(float) * (size_t)(T * T * S));
-    float *reset = malloc(sizeof(float) * (size_t)(T * S));
-    lt_status st = mask && reset ? LT_OK : lt_fail(LT_ERR_NOMEM, "out of memory for a packed step");
+    float *mine = scratch ? NULL : malloc(sizeof(float) * (size_t)(T * (T + 1) * S));
+    float *mask = scratch ? scratch : mine, *reset = mask ? mask + T * T * S : NULL;
+    lt_status st = mask ? LT_OK : lt_fail(LT_ERR_NOMEM, "out of memory for a packed step");
     /* query q sees key k <= q (the causal flag drops the rest) of its own example: keys from
-     * q - pos[q] on */
+     * q - pos[q] on (a row is two fills: 16 x 512 tokens take a few ms) */
     for (int64_t s = 0; st == LT_OK && s < S; s++)
         for (int64_t q = 0; q < T; q++) {
             const int32_t pq = pos[s * T + q];
@@ -120,8 +121,9 @@ lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const in
                 break;
             }
             float *row = mask + (s * T + q) * T;
-            for (int64_t k = 0; k < T; k++)
-                row[k] = k >= q - pq ? 0.0f : -INFINITY;
+            for (int64_t k = 0; k < q - pq; k++)
+                row[k] = -INFINITY;
+            memset(row + (q - pq), 0, sizeof(float) * (size_t)(T - (q - pq)));
             reset[s * T + q] = pq == 0 && q > 0 ? LT_MB_GATE_RESET : 0.0f;
         }
     if (st == LT_OK)
@@ -130,8 +132,7 @@ lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const in
         st = lt_tensor_set(g->kq_mask, mask, 0, sizeof(float) * (size_t)(T * T * S));
     if (st == LT_OK && g->gate_reset)
         st = lt_tensor_set(g->gate_reset, reset, 0, sizeof(float) * (size_t)(T * S));
-    free(mask);
-    free(reset);
+    free(mine);
     return st;
 }
 

@@ -90,6 +90,7 @@ struct run {
     bool packed;                /* examples packed padding-free (lt_model_build_loss_packed) */
     int32_t *pos_buf;           /* packed: [n_tokens * n_seqs], positions within examples */
     int *fill_buf;              /* packed: [n_seqs], tokens placed in each sequence */
+    float *mask_buf;            /* packed: the host side of the graph's mask and gate reset */
     int32_t pad;
     double active_s;             /* running time, pauses excluded */
 };
@@ -113,6 +114,7 @@ static void run_free(struct run *r)
     free(r->lab_buf);
     free(r->pos_buf);
     free(r->fill_buf);
+    free(r->mask_buf);
     lt_dataset_free(&r->data);
     if (r->have_ct)
         lt_chat_template_free(&r->ct);
@@ -468,7 +470,8 @@ static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
     r->lab_buf = malloc(n * sizeof(int32_t));
     r->pos_buf = malloc(n * sizeof(int32_t));
     r->fill_buf = malloc((size_t)seqs * sizeof(int));
-    if (!r->tok_buf || !r->lab_buf || !r->pos_buf || !r->fill_buf)
+    r->mask_buf = r->packed ? malloc(n * ((size_t)r->n_tokens + 1) * sizeof(float)) : NULL;
+    if (!r->tok_buf || !r->lab_buf || !r->pos_buf || !r->fill_buf || (r->packed && !r->mask_buf))
         return lt_fail(LT_ERR_NOMEM, "out of memory");
     /* examples a micro-batch holds: its sequences, or packed, the training data's average
      * over a first-fit pass */
@@ -538,7 +541,7 @@ static lt_status set_inputs(struct run *r, const int *idx, int n, double *n_loss
         for (int t = 0; t < r->n_tokens; t++)
             pos[t] = t == 0 || pos[t] == 0 ? 0 : pos[t - 1] + 1;
     }
-    return lt_model_loss_graph_set_packed(&r->lg, r->pos_buf);
+    return lt_model_loss_graph_set_packed(&r->lg, r->pos_buf, r->mask_buf);
 }
 
 /* Token-weighted mean loss over the validation examples. */
