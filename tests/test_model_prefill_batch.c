@@ -4,7 +4,8 @@
  *   - five sequences start at different positions (0 to 9 tokens already prefilled);
  *   - batches of prompts of different lengths (so the shorter ones are padded), listed out
  *     of slot order, with lengths 1 and 70 (past a 64-token chunk of the DeltaNet), then a
- *     batch of equal lengths (no padding);
+ *     batch of equal lengths (no padding), one of one sequence, and one padded to two steps
+ *     (fewer than the conv keeps);
  *   - each sequence's logits after the batch are its last token's in the forward;
  *   - decode steps after the batches agree too, so the caches and the carried DeltaNet
  *     and conv states were kept at each sequence's own end, not the padding's;
@@ -61,6 +62,7 @@ static void run_session(const struct fixture *f, const struct lt_model *m, struc
         {5, 1, 70, 3, 2, 0, 33, 2, 5, 4, 12}, /* past a 64-token chunk, all five */
         {2, 3, 6, 0, 6},                      /* equal lengths: no padding */
         {1, 4, 3},                            /* one sequence: the plain prefill */
+        {2, 0, 1, 4, 2},                      /* padded to 2 steps, fewer than the conv keeps */
     };
     double worst = 0;
     int bad = -1;

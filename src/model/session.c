@@ -57,7 +57,7 @@ struct lt_session {
 struct built {
     struct lt_ctx *ctx;
     struct lt_graph *g;
-    struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *last, *tok_mask, *logits;
+    struct lt_tensor *tok, *pos, *seq_ids, *kv_rows, *mask, *last, *tok_mask, *conv_rows, *logits;
     struct lt_tensor *pick; /* decode with pick_vocab: I32 [n], each row's greedy pick */
     int64_t n_out; /* rows of logits */
     int64_t n_col; /* their width: n_vocab, or n_embd for hidden states */
@@ -93,6 +93,9 @@ struct step {
     struct lt_tensor *kv_rows; /* kept decode, batch: I32 [T * n], seq * n_ctx + position (-1:
                                 * padding, not stored), input */
     struct lt_tensor *last;    /* batch: I32 [n], each sequence's last token's column, input */
+    /* padded batch: I32 [d_conv - 1, n], the conv input steps each sequence keeps (its last
+     * d_conv - 1 before its own end), input */
+    struct lt_tensor *conv_rows;
     /* decode_pick: the rows of logits copied out (NULL: all), and the picks' destination */
     const bool *want;
     int32_t *ids;
@@ -423,24 +426,19 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
         struct lt_tensor *cr = lt_view_2d(b->ctx, cs, cs->ne[0] * cs->ne[1], cs->ne[2], cs->nb[2], 0);
         struct lt_tensor *sr =
             lt_view_2d(b->ctx, ss, ss->ne[0] * ss->ne[1] * ss->ne[2], ss->ne[3], ss->nb[3], 0);
+        struct lt_tensor *keep = conv_new; /* [d_conv - 1, C, n] */
         if (b->tok_mask) {
-            for (int i = 0; i < sp->n; i++) {
-                struct lt_tensor *ci =
-                    lt_view_3d(b->ctx, conv_new, cs->ne[0], conv_new->ne[1], 1, conv_new->nb[1],
-                               conv_new->nb[2],
-                               (size_t)i * conv_new->nb[2] + (size_t)sp->lens[i] * conv_new->nb[0]);
-                if ((st = lt_mb_check(ci, "conv_store", il)) ||
-                    (st = store(b, ci, state_slot(b, cs, 2, sp->seqs[i]), "conv_store", il,
-                                sp->seqs[i])))
-                    return st;
-            }
-        } else {
-            struct lt_tensor *cw = cr ? lt_set_rows(b->ctx, conv_new, cr, sp->seq_ids) : NULL;
-            if (cw)
-                lt_format_name(cw, "conv_store-%d", il);
-            if ((st = add_to_graph(b, cw, "conv_store", il)))
-                return st;
+            /* a padded batch hands over the whole conv input [d_conv - 1 + T, C, n]: each
+             * sequence's steps conv_rows gathered (time as rows), then back to time innermost */
+            struct lt_tensor *steps =
+                lt_get_rows(b->ctx, lt_transpose(b->ctx, conv_new), sp->conv_rows);
+            keep = steps ? lt_transpose(b->ctx, steps) : NULL;
         }
+        struct lt_tensor *cw = cr && keep ? lt_set_rows(b->ctx, keep, cr, sp->seq_ids) : NULL;
+        if (cw)
+            lt_format_name(cw, "conv_store-%d", il);
+        if ((st = add_to_graph(b, cw, "conv_store", il)))
+            return st;
         if (!ssm_new)
             return LT_OK; /* GDN_DECODE wrote the ssm cache itself */
         struct lt_tensor *s3 = lt_is_contiguous(ssm_new) ? ssm_new : lt_cont(b->ctx, ssm_new);
@@ -511,9 +509,12 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
             ok = ok && bt->last && bt->kv_rows;
             for (int64_t i = 0; i < S; i++)
                 if (sp->lens[i] < T) { /* padding */
+                    const int64_t K1 = m->hp.ssm_d_conv > 1 ? m->hp.ssm_d_conv - 1 : 1;
                     bt->tok_mask =
                         input(lt_new_tensor_3d(ctx, LT_TYPE_F32, 1, T, S), "inp_tok_mask");
-                    ok = ok && bt->tok_mask;
+                    bt->conv_rows = sp->conv_rows =
+                        input(lt_new_tensor_2d(ctx, LT_TYPE_I32, K1, S), "inp_conv_rows");
+                    ok = ok && bt->tok_mask && bt->conv_rows;
                     break;
                 }
         }
@@ -586,7 +587,9 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
     int64_t N = T * S;
     /* the mask only when a node reads it (a kept step reading the cache itself does not) */
     int64_t n_mask = (sp->decode || sp->batch) && bt->mask->data ? (int64_t)sp->n_kv * N : 0;
-    int32_t *iv = malloc(sizeof(int32_t) * (size_t)N);
+    /* the I32 inputs' values, the longest first: the columns' N, or the conv rows */
+    int64_t n_iv = bt->conv_rows && bt->conv_rows->ne[0] * S > N ? bt->conv_rows->ne[0] * S : N;
+    int32_t *iv = malloc(sizeof(int32_t) * (size_t)n_iv);
     float *mv = malloc(sizeof(float) * (size_t)(n_mask > N ? n_mask : N));
     lt_status st = LT_OK;
     if (!iv || !mv) {
@@ -629,6 +632,13 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
         for (int64_t i = 0; i < S; i++)
             iv[i] = (int32_t)(i * T + sp->lens[i] - 1);
         st = set_i32(bt->last, iv, S);
+    }
+    if (st == LT_OK && bt->conv_rows && bt->conv_rows->data) {
+        const int64_t K1 = bt->conv_rows->ne[0];
+        for (int64_t i = 0; i < S; i++)
+            for (int64_t k = 0; k < K1; k++)
+                iv[i * K1 + k] = sp->lens[i] + (int32_t)k;
+        st = set_i32(bt->conv_rows, iv, K1 * S);
     }
     if (st == LT_OK && bt->tok_mask && bt->tok_mask->data) {
         for (int64_t i = 0; i < S; i++)
