@@ -803,6 +803,55 @@ static void test_delta_net_back_chunked(void)
     }
 }
 
+/* Packed examples in one row (training's padding-free packing): a gate of -30 at an
+ * example's first step (LT_MB_GATE_RESET) ends the state before it, so each example's
+ * outputs and its end state are those of the example alone from zero state, on the
+ * recurrent path and on the chunked one, whose running gate sums carry the -30 (examples
+ * starting at 40, inside the first 64-step chunk, and at 100) */
+static void test_delta_net_reset(void)
+{
+    const int64_t nt = 150, starts[3] = {0, 40, 100}, ends[3] = {40, 100, 150};
+    struct dn_case c = dn_case_new(16, 12, 2, 4, nt, 1);
+    for (int e = 1; e < 3; e++)
+        for (int64_t h = 0; h < c.hv; h++)
+            c.g[starts[e] * c.hv + h] += -30.0;
+    for (int path = LT_DELTA_NET_PATH_RECURRENT; path <= LT_DELTA_NET_PATH_CHUNKED; path++) {
+        float *packed = dn_run(&c, (enum lt_delta_net_path)path);
+        double worst = 0;
+        for (int e = 1; packed && e < 3; e++) {
+            /* example e alone: its steps, from zero state */
+            const int64_t L = ends[e] - starts[e];
+            struct dn_case a = dn_case_new(16, 12, 2, 4, L, 1);
+            memcpy(a.q, c.q + starts[e] * c.hk * c.sk, sizeof(double) * (size_t)n_qk(&a));
+            memcpy(a.k, c.k + starts[e] * c.hk * c.sk, sizeof(double) * (size_t)n_qk(&a));
+            memcpy(a.v, c.v + starts[e] * c.hv * c.sv, sizeof(double) * (size_t)n_v(&a));
+            memcpy(a.g, c.g + starts[e] * c.hv, sizeof(double) * (size_t)n_g(&a));
+            memcpy(a.beta, c.beta + starts[e] * c.hv, sizeof(double) * (size_t)n_g(&a));
+            for (int64_t h = 0; h < a.hv; h++)
+                a.g[h] -= -30.0; /* alone, its first gate is the plain one */
+            memset(a.s0, 0, sizeof(double) * (size_t)n_s(&a));
+            float *alone = dn_run(&a, (enum lt_delta_net_path)path);
+            if (alone) {
+                const int64_t row = c.hv * c.sv;
+                double e1 = rel_err(packed + starts[e] * row, alone, L * row);
+                worst = e1 > worst ? e1 : worst;
+                if (e == 2) { /* the row's end state is the last example's */
+                    double e2 = rel_err(packed + nt * row, alone + L * row, c.sk * row);
+                    worst = e2 > worst ? e2 : worst;
+                }
+            }
+            free(alone);
+            dn_case_free(&a);
+        }
+        CHECK(packed && worst < 1e-5, "delta_net %s with resets against each example alone: %g",
+              path == LT_DELTA_NET_PATH_RECURRENT ? "recurrent" : "chunked", worst);
+        printf("delta_net %-9s packed examples (gate reset -30) against each alone: rel err %.2e\n",
+               path == LT_DELTA_NET_PATH_RECURRENT ? "recurrent" : "chunked", worst);
+        free(packed);
+    }
+    dn_case_free(&c);
+}
+
 /* ---- gdn_decode: the fused decode step against the unfused graph ---- */
 
 /* a [n0, n1, n2] F32 tensor filled from [lo, hi): contiguous, or (strided) a transposed
@@ -1207,6 +1256,7 @@ int main(void)
     test_conv_silu(7);
     test_conv_silu(2); /* fewer steps than the history */
     test_conv_silu_packed();
+    test_delta_net_reset();
     test_delta_net_shapes();
     test_delta_net_reference();
     test_delta_net_chunked();

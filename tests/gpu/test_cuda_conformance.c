@@ -889,7 +889,9 @@ static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
 
 /* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward; f[0] nonzero: the
  * initial state is zeros (a sequence with no state before it); f[1] nonzero: the node is
- * LT_DELTA_NET_PREC_TF32 */
+ * LT_DELTA_NET_PREC_TF32; f[2] nonzero: packed examples, the gate -30 lower (a packed
+ * training step's reset, LT_MB_GATE_RESET) at steps 40, 100 and 300 and 301 (an example of
+ * one step) of every sequence and head */
 static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 {
     const int64_t sk = p->ne[0], sv = p->ne[1], nt = p->ne[2], nb = p->ne[3], hk = p->i[0],
@@ -900,7 +902,22 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
     struct lt_tensor *q = mk(b, LT_TYPE_F32, p->lay[0], sk, hk, nt, nb, FILL_UNIFORM, -qk, qk);
     struct lt_tensor *k = mk(b, LT_TYPE_F32, p->lay[1], sk, hk, nt, nb, FILL_UNIFORM, -qk, qk);
     struct lt_tensor *v = mk(b, LT_TYPE_F32, p->lay[0], sv, hv, nt, nb, FILL_UNIFORM, -1, 1);
-    struct lt_tensor *g = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, -1.0f, -0.01f);
+    struct lt_tensor *g;
+    static float g_vals[1 << 17];
+    if (p->f[2] != 0.0f && hv * nt * nb <= (int64_t)(sizeof(g_vals) / sizeof(g_vals[0]))) {
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        for (int64_t s = 0; s < nb; s++)
+            for (int64_t t = 0; t < nt; t++)
+                for (int64_t h = 0; h < hv; h++) {
+                    const bool reset = t == 40 || t == 100 || t == 300 || t == 301;
+                    g_vals[(s * nt + t) * hv + h] =
+                        -1.0f + 0.99f * rng_unit(&r) - (reset ? 30.0f : 0.0f);
+                }
+        g = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = g_vals;
+    } else {
+        g = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, -1.0f, -0.01f);
+    }
     struct lt_tensor *beta = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_UNIFORM, 0, 1);
     const float st_hi = p->f[0] != 0.0f ? 0.0f : 0.5f;
     struct lt_tensor *st =
@@ -1194,6 +1211,35 @@ static void test_recurrent_loss_optim(void)
                          (long long)tdims[d][2], (long long)tdims[d][3], zero ? " no-state" : "");
                 run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
                          lbl(layout_names[L_CONTIG], what), TOL_DN_TF32, b_delta_net, &p);
+            }
+    /* packed examples (training's padding-free packing): the gate reset of -30 inside a
+     * chunk, at a chunk's second step, and an example of one step, forward (chunked and
+     * per-token) and backward, at F32 and TF32, on 128 x 128 heads and on Qwen3.5-0.8B's
+     * training shape */
+    static const int64_t pdims[][4] = {{128, 128, 150, 2}, {128, 128, 512, 16}};
+    static const int pheads[][2] = {{2, 4}, {16, 16}};
+    for (int back = 0; back < 2; back++)
+        for (int d = 0; d < 2; d++)
+            for (int v = 0; v < 3; v++) { /* chunked F32, chunked TF32, per-token */
+                if (back && v == 2)
+                    continue;
+                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                memcpy(p.ne, pdims[d], sizeof(p.ne));
+                p.i[0] = pheads[d][0], p.i[1] = pheads[d][1], p.i[3] = back;
+                p.i[2] = v == 2 ? LT_DELTA_NET_PATH_RECURRENT
+                         : back ? LT_DELTA_NET_PATH_AUTO
+                                : LT_DELTA_NET_PATH_CHUNKED;
+                p.f[0] = 1.0f, p.f[1] = v == 1 ? 1.0f : 0.0f, p.f[2] = 1.0f;
+                char what[64];
+                snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld %s reset",
+                         (long long)pdims[d][0], (long long)pdims[d][1], pheads[d][0], pheads[d][1],
+                         (long long)pdims[d][2], (long long)pdims[d][3],
+                         v == 2 ? "token"
+                         : v    ? "tf32"
+                                : "chunked");
+                run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
+                         lbl(layout_names[L_CONTIG], what), v == 1 ? TOL_DN_TF32 : TOL_F32,
+                         b_delta_net, &p);
             }
 
     /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with
