@@ -41,11 +41,11 @@ static void count_finished(struct engine *e, enum srv_finish why)
 static void queued_end(struct engine *e, struct srv_gen *g, enum srv_finish why, int status,
                        const char *msg)
 {
+    count_finished(e, why); /* before its client can see the end (and read /metrics) */
     if (status)
         srv_gen_fail(g, status, msg);
     else
         srv_gen_finish(g, why);
-    count_finished(e, why);
     srv_gen_unref(g);
 }
 
@@ -136,12 +136,19 @@ static int seq_choose(struct eng_session *es, int n_seq, const struct srv_gen_pa
     return seq;
 }
 
-static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish why)
+/* A slot's generation ends (failed with status and msg when status is not 0): counted
+ * first, so that a client who has its answer finds it in /metrics, then finished, and the
+ * slot freed. */
+static void slot_end(struct engine *e, struct eng_slot *sl, enum srv_finish why, int status,
+                     const char *msg)
 {
     if (sl->state == ENG_SLOT_FREE)
         return;
-    srv_gen_finish(sl->g, why);
     count_finished(e, why);
+    if (status)
+        srv_gen_fail(sl->g, status, msg);
+    else
+        srv_gen_finish(sl->g, why);
     seq_keep(sl, why);
     sl->es->seq_busy[sl->seq] = false;
     sl->es->n_active--;
@@ -156,12 +163,16 @@ static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish 
     atomic_fetch_sub(&e->act.busy, 1);
 }
 
+static void slot_release(struct engine *e, struct eng_slot *sl, enum srv_finish why)
+{
+    slot_end(e, sl, why, 0, NULL);
+}
+
 static void slot_fail(struct engine *e, struct eng_slot *sl, int status, const char *what)
 {
     char msg[512];
     snprintf(msg, sizeof(msg), "%s: %s", what, lt_last_error());
-    srv_gen_fail(sl->g, status, msg);
-    slot_release(e, sl, SRV_FINISH_ERROR);
+    slot_end(e, sl, SRV_FINISH_ERROR, status, msg);
 }
 
 /* Puts g in slot sl on sequence seq of es. 200, or an error status (g answered by the
@@ -613,10 +624,8 @@ void eng_fail_all(struct engine *e, int status, const char *msg)
 {
     pthread_mutex_lock(&e->step_mu);
     for (int i = 0; e->slots && i < e->p.parallel; i++)
-        if (e->slots[i].state != ENG_SLOT_FREE) {
-            srv_gen_fail(e->slots[i].g, status, msg);
-            slot_release(e, &e->slots[i], SRV_FINISH_ERROR);
-        }
+        if (e->slots[i].state != ENG_SLOT_FREE)
+            slot_end(e, &e->slots[i], SRV_FINISH_ERROR, status, msg);
     for (;;) { /* one at a time: stats_mu may not nest inside q_mu */
         pthread_mutex_lock(&e->q_mu);
         struct srv_gen *g = e->q_len > 0 ? e->queue[--e->q_len] : NULL;

@@ -1212,8 +1212,8 @@ static void test_recurrent_loss_optim(void)
                 run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
                          lbl(layout_names[L_CONTIG], what), TOL_DN_TF32, b_delta_net, &p);
             }
-    /* packed examples (training's padding-free packing): the gate reset of -30 inside a
-     * chunk, at a chunk's second step, and an example of one step, forward (chunked and
+    /* packed examples (training's padding-free packing): the gate reset of -30 inside chunks
+     * (steps 40, 100 and 300) and an example of one step (300), forward (chunked and
      * per-token) and backward, at F32 and TF32, on 128 x 128 heads and on Qwen3.5-0.8B's
      * training shape */
     static const int64_t pdims[][4] = {{128, 128, 150, 2}, {128, 128, 512, 16}};
