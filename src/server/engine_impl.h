@@ -24,6 +24,7 @@
 #define ENG_MAX_LORAS 32
 #define ENG_MAX_SESSIONS 2   /* adapter sets with a session (KV caches) at once */
 #define ENG_PREFILL_CHUNK 256 /* prompt tokens per slot between two decode steps */
+#define ENG_PREFILL_BATCH_TOKENS (8 * ENG_PREFILL_CHUNK) /* columns of one prefill step */
 #define ENG_MAX_QUEUE 1024
 #define ENG_LATENCY_RING 4096
 

@@ -475,7 +475,9 @@ static void prefill_group(struct engine *e, struct lt_threadpool *pool, struct e
  * groups, each one step: taken longest chunk first, a group holds chunks at least half its
  * longest (the shorter ones are padded, so padding stays under half the step), and no more
  * of them than keep its attention scores (sequences x chunk x positions attended) within
- * those of one chunk at full context. */
+ * those of one chunk at full context, and its tokens (sequences x chunk) within
+ * ENG_PREFILL_BATCH_TOKENS, so a step's activations stay a few chunks' (64 slots of short
+ * prompts still go in one step). */
 static void prefill(struct engine *e, struct lt_threadpool *pool)
 {
     for (int si = 0; si < e->n_sessions; si++) {
@@ -499,7 +501,8 @@ static void prefill(struct engine *e, struct lt_threadpool *pool)
                 const struct eng_slot *sl = &e->slots[cand[b]];
                 int end = (int)sl->n_prefilled + chunk_of(sl);
                 int kv = end > n_kv ? end : n_kv;
-                if (b > a && (2 * chunk_of(sl) < T || (double)(b - a + 1) * T * kv > budget))
+                if (b > a && (2 * chunk_of(sl) < T || (double)(b - a + 1) * T * kv > budget ||
+                              (b - a + 1) * T > ENG_PREFILL_BATCH_TOKENS))
                     break;
                 n_kv = kv;
             }
