@@ -330,6 +330,9 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
     struct lt_tensor *kc = s->k[il], *vc = s->v[il];
     int64_t D = kc->ne[0], Hkv = kc->ne[1];
     lt_status st;
+    /* the new keys and values one token a slice, for SET_ROWS (NULL: not evenly spaced) */
+    struct lt_tensor *k3 = sp->kept || sp->batch ? token_slices(b, k_new) : NULL;
+    struct lt_tensor *v3 = sp->kept || sp->batch ? token_slices(b, v_new) : NULL;
     if (!sp->decode && !sp->batch) {
         int T = sp->n;
         if ((st = store(b, k_new, kv_slot(b, kc, sp->seq, sp->p0, T), "k_store", il, sp->seq)) ||
@@ -337,12 +340,11 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
             return st;
         ls->k = kv_slot(b, kc, sp->seq, 0, sp->p0 + T);
         ls->v = kv_slot(b, vc, sp->seq, 0, sp->p0 + T);
-    } else if (sp->kept || (sp->batch && token_slices(b, k_new) && token_slices(b, v_new))) {
+    } else if (sp->kept || (k3 && v3)) {
         /* every token at once, at the cache rows kv_rows names (a batch's padding at -1,
          * which stores nothing): the caches as rows of one position, [D * Hkv, n_ctx *
          * n_seq_max] */
         int64_t rows = kc->ne[2] * kc->ne[3];
-        struct lt_tensor *k3 = token_slices(b, k_new), *v3 = token_slices(b, v_new);
         struct lt_tensor *kr = lt_view_2d(b->ctx, kc, D * Hkv, rows, kc->nb[2], 0);
         struct lt_tensor *vr = lt_view_2d(b->ctx, vc, D * Hkv, rows, vc->nb[2], 0);
         struct lt_tensor *ks = k3 && kr ? lt_set_rows(b->ctx, k3, kr, sp->kv_rows) : NULL;
@@ -590,9 +592,11 @@ static lt_status set_inputs(struct step *sp, const struct built *bt, const int32
     /* the I32 inputs' values, the longest first: the columns' N, or the conv rows */
     int64_t n_iv = bt->conv_rows && bt->conv_rows->ne[0] * S > N ? bt->conv_rows->ne[0] * S : N;
     int32_t *iv = malloc(sizeof(int32_t) * (size_t)n_iv);
-    float *mv = malloc(sizeof(float) * (size_t)(n_mask > N ? n_mask : N));
+    /* the F32 inputs' values: the mask, or a padded batch's token mask */
+    const bool need_mv = n_mask > 0 || (bt->tok_mask && bt->tok_mask->data);
+    float *mv = need_mv ? malloc(sizeof(float) * (size_t)(n_mask > N ? n_mask : N)) : NULL;
     lt_status st = LT_OK;
-    if (!iv || !mv) {
+    if (!iv || (need_mv && !mv)) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory for inputs");
         goto out;
     }
