@@ -90,6 +90,8 @@ struct run {
     bool packed;                /* examples packed padding-free (lt_model_build_loss_packed) */
     int32_t *pos_buf;           /* packed: [n_tokens * n_seqs], positions within examples */
     int *fill_buf;              /* packed: [n_seqs], tokens placed in each sequence */
+    int *row_buf, *at_buf;      /* [n_tokens * n_seqs]: the last plan's sequence and first
+                                   step of each example it took */
     float *mask_buf;            /* packed: the host side of the graph's mask and gate reset */
     int32_t pad;
     double active_s;             /* running time, pauses excluded */
@@ -114,6 +116,8 @@ static void run_free(struct run *r)
     free(r->lab_buf);
     free(r->pos_buf);
     free(r->fill_buf);
+    free(r->row_buf);
+    free(r->at_buf);
     free(r->mask_buf);
     lt_dataset_free(&r->data);
     if (r->have_ct)
@@ -392,29 +396,28 @@ static void release_graph(struct run *r, struct lt_train_result *res)
 
 /* How many of the examples idx[0..n) (n >= 1) the next micro-batch takes: one a sequence;
  * packed, each into the first sequence with room, in order, until one fits none (at least
- * one: no example is longer than a sequence). With row and at (may be NULL), each taken
- * example's sequence and first step. */
-static int plan_micro(const struct run *r, const int *idx, int n, int *row, int *at)
+ * one: no example is longer than a sequence). Each taken example's sequence and first step
+ * go to row_buf and at_buf, for set_inputs. */
+static int plan_micro(struct run *r, const int *idx, int n)
 {
     if (!r->packed) {
         int take = n < r->n_seqs ? n : r->n_seqs;
-        for (int i = 0; row && i < take; i++)
-            row[i] = i, at[i] = 0;
+        for (int i = 0; i < take; i++)
+            r->row_buf[i] = i, r->at_buf[i] = 0;
         return take;
     }
     memset(r->fill_buf, 0, sizeof(int) * (size_t)r->n_seqs);
+    const int cap = r->n_tokens * r->n_seqs;
     int take = 0;
-    for (; take < n; take++) {
+    for (; take < n && take < cap; take++) {
         const int len = r->data.ex[idx[take]].n;
         int s = 0;
         while (s < r->n_seqs && r->fill_buf[s] + len > r->n_tokens)
             s++;
         if (s == r->n_seqs)
             break;
-        if (row) {
-            row[take] = s;
-            at[take] = r->fill_buf[s];
-        }
+        r->row_buf[take] = s;
+        r->at_buf[take] = r->fill_buf[s];
         r->fill_buf[s] += len;
     }
     return take;
@@ -470,8 +473,11 @@ static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
     r->lab_buf = malloc(n * sizeof(int32_t));
     r->pos_buf = malloc(n * sizeof(int32_t));
     r->fill_buf = malloc((size_t)seqs * sizeof(int));
+    r->row_buf = malloc(n * sizeof(int));
+    r->at_buf = malloc(n * sizeof(int));
     r->mask_buf = r->packed ? malloc(n * ((size_t)r->n_tokens + 1) * sizeof(float)) : NULL;
-    if (!r->tok_buf || !r->lab_buf || !r->pos_buf || !r->fill_buf || (r->packed && !r->mask_buf))
+    if (!r->tok_buf || !r->lab_buf || !r->pos_buf || !r->fill_buf || !r->row_buf || !r->at_buf ||
+        (r->packed && !r->mask_buf))
         return lt_fail(LT_ERR_NOMEM, "out of memory");
     /* examples a micro-batch holds: its sequences, or packed, the training data's average
      * over a first-fit pass */
@@ -480,7 +486,7 @@ static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
         const int *train_idx = r->order + r->n_val;
         int micro = 0;
         for (int k = 0; k < n_train; micro++)
-            k += plan_micro(r, train_idx + k, n_train - k, NULL, NULL);
+            k += plan_micro(r, train_idx + k, n_train - k);
         per_micro = micro > 0 ? (n_train + micro - 1) / micro : seqs;
     }
     if (p->batch > 0) {
@@ -495,25 +501,14 @@ static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
     return LT_OK;
 }
 
-/* Copies the micro-batch of examples idx[0..n) (n as plan_micro took them) into the graph's
- * sequences, where plan_micro places them; the rest is padding (labels -1), a packed
+/* Copies the micro-batch of examples idx[0..n), as the plan_micro call just before took
+ * and placed them, into the graph's sequences; the rest is padding (labels -1), a packed
  * sequence's positions counting on after its last example. Returns their labelled tokens
  * in *n_loss. */
 static lt_status set_inputs(struct run *r, const int *idx, int n, double *n_loss)
 {
     *n_loss = 0;
     const size_t N = (size_t)r->n_tokens * (size_t)r->n_seqs;
-    int *row = malloc(sizeof(int) * (size_t)n), *at = malloc(sizeof(int) * (size_t)n);
-    if (!row || !at) {
-        free(row);
-        free(at);
-        return lt_fail(LT_ERR_NOMEM, "out of memory");
-    }
-    if (plan_micro(r, idx, n, row, at) != n) {
-        free(row);
-        free(at);
-        return lt_fail(LT_ERR_INVALID, "a micro-batch of %d examples does not fit", n);
-    }
     for (size_t i = 0; i < N; i++) {
         r->tok_buf[i] = r->pad;
         r->lab_buf[i] = -1;
@@ -521,14 +516,12 @@ static lt_status set_inputs(struct run *r, const int *idx, int n, double *n_loss
     }
     for (int i = 0; i < n; i++) {
         const struct lt_example *e = &r->data.ex[idx[i]];
-        const size_t base = (size_t)row[i] * r->n_tokens + (size_t)at[i];
+        const size_t base = (size_t)r->row_buf[i] * r->n_tokens + (size_t)r->at_buf[i];
         memcpy(r->tok_buf + base, e->tokens, sizeof(int32_t) * (size_t)e->n);
         memcpy(r->lab_buf + base, e->labels, sizeof(int32_t) * (size_t)e->n);
         r->pos_buf[base] = 0;
         *n_loss += e->n_loss;
     }
-    free(row);
-    free(at);
     size_t bytes = N * sizeof(int32_t);
     lt_status st = lt_tensor_set(r->lg.tokens, r->tok_buf, 0, bytes);
     if (st == LT_OK)
@@ -549,7 +542,7 @@ static lt_status evaluate(struct run *r, float *out)
 {
     double sum = 0, n = 0;
     for (int k = 0, count; k < r->n_val; k += count) {
-        count = plan_micro(r, r->order + k, r->n_val - k, NULL, NULL);
+        count = plan_micro(r, r->order + k, r->n_val - k);
         float loss;
         double n_loss;
         lt_status st = set_inputs(r, r->order + k, count, &n_loss);
@@ -575,7 +568,7 @@ static lt_status run_share(struct lt_train_job *j, struct run *r, const int *idx
 {
     const int rank = job_rank(j), world = job_world(j);
     for (int k = 0, m = 0, count; k < n; k += count, m++) {
-        count = plan_micro(r, idx + k, n - k, NULL, NULL);
+        count = plan_micro(r, idx + k, n - k);
         if (m % world != rank)
             continue;
         if (should_stop(j, r, t_mark))
