@@ -16,6 +16,7 @@
 #include "lathe/backend.h"
 #include "lathe/ops.h"
 #include "lathe/sched.h"
+#include "model/model_impl.h" /* LT_MB_GATE_RESET */
 #include "ops/op.h"
 
 static struct lt_backend *cpu;
@@ -814,7 +815,7 @@ static void test_delta_net_reset(void)
     struct dn_case c = dn_case_new(16, 12, 2, 4, nt, 1);
     for (int e = 1; e < 3; e++)
         for (int64_t h = 0; h < c.hv; h++)
-            c.g[starts[e] * c.hv + h] += -30.0;
+            c.g[starts[e] * c.hv + h] += LT_MB_GATE_RESET;
     for (int path = LT_DELTA_NET_PATH_RECURRENT; path <= LT_DELTA_NET_PATH_CHUNKED; path++) {
         float *packed = dn_run(&c, (enum lt_delta_net_path)path);
         double worst = 0;
@@ -828,7 +829,7 @@ static void test_delta_net_reset(void)
             memcpy(a.g, c.g + starts[e] * c.hv, sizeof(double) * (size_t)n_g(&a));
             memcpy(a.beta, c.beta + starts[e] * c.hv, sizeof(double) * (size_t)n_g(&a));
             for (int64_t h = 0; h < a.hv; h++)
-                a.g[h] -= -30.0; /* alone, its first gate is the plain one */
+                a.g[h] -= LT_MB_GATE_RESET; /* alone, its first gate is the plain one */
             memset(a.s0, 0, sizeof(double) * (size_t)n_s(&a));
             float *alone = dn_run(&a, (enum lt_delta_net_path)path);
             if (alone) {

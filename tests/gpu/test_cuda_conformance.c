@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "gpu/conformance.h"
+#include "model/model_impl.h" /* LT_MB_GATE_RESET */
 
 #define TOL_F32 1e-5
 #define TOL_HALF 1e-2
@@ -911,7 +912,7 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
                 for (int64_t h = 0; h < hv; h++) {
                     const bool reset = t == 40 || t == 100 || t == 300 || t == 301;
                     g_vals[(s * nt + t) * hv + h] =
-                        -1.0f + 0.99f * rng_unit(&r) - (reset ? 30.0f : 0.0f);
+                        -1.0f + 0.99f * rng_unit(&r) + (reset ? LT_MB_GATE_RESET : 0.0f);
                 }
         g = mk(b, LT_TYPE_F32, L_CONTIG, hv, nt, nb, 1, FILL_VALUES, 0, 0);
         b->in[b->n_in - 1].values = g_vals;
