@@ -163,6 +163,9 @@ lt_status lt_gen_seq_accept(struct lt_gen_seq *g, lt_token id);
  * next token may then be picked where the logits are (lt_session_decode_pick) and given to
  * lt_gen_seq_accept, without copying the logits out. */
 bool lt_gen_seq_plain_greedy(const struct lt_gen_seq *g);
+/* Accepts such a pick: the id, or -1 (a NaN among the logits) refused as the sampler
+ * refuses it. */
+lt_status lt_gen_seq_accept_pick(struct lt_gen_seq *g, int32_t pick);
 
 static inline bool lt_gen_seq_done(const struct lt_gen_seq *g) { return g->finish != LT_GEN_RUNNING; }
 /* The text the last step made safe to show (may be empty); valid until the next call. */

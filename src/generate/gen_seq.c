@@ -408,6 +408,12 @@ bool lt_gen_seq_plain_greedy(const struct lt_gen_seq *g)
            p->frequency_penalty == 0.0f && !g->gm && !g->params.logprobs;
 }
 
+lt_status lt_gen_seq_accept_pick(struct lt_gen_seq *g, int32_t pick)
+{
+    return pick >= 0 ? lt_gen_seq_accept(g, pick)
+                     : lt_fail(LT_ERR_INVALID, "sampler: a logit is NaN (the step's greedy pick)");
+}
+
 lt_status lt_gen_seq_step(struct lt_gen_seq *g, const float *logits, size_t n_vocab)
 {
     lt_token id;

@@ -132,26 +132,18 @@ lt_status lt_generator_decode(struct lt_generator *gen, int n, const int *seqs,
                            lt_gen_finish_name(gs[i]->finish));
         gen->ids[i] = gs[i]->pending;
     }
-    if (lt_session_pick_vocab(gen->session) <= 0) {
-        lt_status st = lt_session_decode(gen->session, n, seqs, gen->ids, gen->logits);
-        for (int i = 0; st == LT_OK && i < n; i++)
-            st = lt_gen_seq_step(gs[i], gen->logits + (size_t)i * (size_t)gen->n_vocab,
-                                 (size_t)gen->n_vocab);
-        return st;
-    }
-    /* a plain greedy sequence takes the step's own pick; the others' rows come out packed */
+    /* in a session that picks, a plain greedy sequence takes the step's own pick; the
+     * others' rows come out packed (every row, in a session that does not) */
+    const bool pick = lt_session_pick_vocab(gen->session) > 0;
     for (int i = 0; i < n; i++)
-        gen->want[i] = !lt_gen_seq_plain_greedy(gs[i]);
-    lt_status st =
-        lt_session_decode_pick(gen->session, n, seqs, gen->ids, gen->want, gen->logits, gen->picks);
-    for (int i = 0, j = 0; st == LT_OK && i < n; i++) {
-        if (gen->want[i])
-            st = lt_gen_seq_step(gs[i], gen->logits + (size_t)j++ * (size_t)gen->n_vocab,
-                                 (size_t)gen->n_vocab);
-        else
-            st = gen->picks[i] >= 0 ? lt_gen_seq_accept(gs[i], gen->picks[i])
-                                    : lt_fail(LT_ERR_INVALID, "sampler: a logit is NaN");
-    }
+        gen->want[i] = !pick || !lt_gen_seq_plain_greedy(gs[i]);
+    lt_status st = pick ? lt_session_decode_pick(gen->session, n, seqs, gen->ids, gen->want,
+                                                 gen->logits, gen->picks)
+                        : lt_session_decode(gen->session, n, seqs, gen->ids, gen->logits);
+    for (int i = 0, j = 0; st == LT_OK && i < n; i++)
+        st = gen->want[i] ? lt_gen_seq_step(gs[i], gen->logits + (size_t)j++ * (size_t)gen->n_vocab,
+                                            (size_t)gen->n_vocab)
+                          : lt_gen_seq_accept_pick(gs[i], gen->picks[i]);
     return st;
 }
 

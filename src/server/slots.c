@@ -519,9 +519,7 @@ static void accept_picks(struct engine *e, int from, int n)
 {
     for (int k = from; k < n; k++) {
         struct eng_slot *sl = &e->slots[e->batch_slots[k]];
-        lt_status st = e->batch_ids[k] >= 0 ? lt_gen_seq_accept(&sl->gs, e->batch_ids[k])
-                                            : lt_fail(LT_ERR_INVALID, "sampler: a logit is NaN");
-        if (st != LT_OK)
+        if (lt_gen_seq_accept_pick(&sl->gs, e->batch_ids[k]) != LT_OK)
             slot_fail(e, sl, 500, "sampling");
         else
             slot_after_step(e, sl);
