@@ -360,6 +360,21 @@ struct op_row {
 
 static struct op_row table[LT_OP_COUNT];
 static int case_counter;
+static int cases_over_limit; /* skipped by LATHE_CONF_MAX_ELEMENTS */
+
+/* LATHE_CONF_MAX_ELEMENTS=N: cases whose shape (the product of p->ne) passes N are skipped
+ * and counted, for the CPU emulation of the device (tests/cuemu), where Qwen3.5-0.8B's
+ * training shapes take minutes each. Unset (the default, and on a GPU): every case runs. */
+static bool over_limit(const struct params *p)
+{
+    const char *e = getenv("LATHE_CONF_MAX_ELEMENTS");
+    if (!e || !*e)
+        return false;
+    double n = 1.0;
+    for (int d = 0; d < 4; d++)
+        n *= p->ne[d] > 0 ? (double)p->ne[d] : 1.0;
+    return n > atof(e);
+}
 
 static void row_add_label(struct op_row *r, const char *label)
 {
@@ -377,6 +392,11 @@ static double run_case(enum lt_op op, const char *label, double tol, build_fn fn
 {
     double case_err = NAN;
     uint64_t seed = 0x5eed0000u + (uint64_t)++case_counter;
+    if (over_limit(p)) {
+        cases_over_limit++;
+        printf("  skipped: %s [%s]: over LATHE_CONF_MAX_ELEMENTS\n", lt_op_name(op), label);
+        return case_err;
+    }
     struct lt_backend *cpu_only[1] = {g_cpu};
     struct lt_backend *both[2] = {g_cuda, g_cpu};
     bool yes = false;
@@ -444,6 +464,8 @@ static void print_table(void)
         printf("%-19s %5d %4d %4d %4d  %-11.3g  %s\n", lt_op_name((enum lt_op)op), r->cases,
                r->yes, r->no, r->nan_cases, r->worst, r->labels);
     }
+    if (cases_over_limit)
+        printf("%d cases skipped: their shapes pass LATHE_CONF_MAX_ELEMENTS\n", cases_over_limit);
     printf("\n");
 }
 

@@ -1,0 +1,180 @@
+/* mma.h of the CPU emulation (tests/cuemu): nvcuda::wmma for F32/TF32 fragments.
+ *
+ * A fragment of an R x C tile holds R * C / 32 elements a lane, as on the device, in a
+ * layout of the emulation's own: element e of lane l is the tile's element l * n + e in row
+ * order (n elements a lane). Loads, stores and fills touch each lane's own elements;
+ * mma_sync is a warp collective (every lane publishes its fragments, and the last lane to
+ * reach the warp's barrier computes the tile for all of them). TF32 operands enter a product
+ * with their low 13 mantissa bits dropped, as the tensor cores read them; accumulation is
+ * in float. */
+#ifndef LATHE_CUEMU_MMA_H
+#define LATHE_CUEMU_MMA_H
+#include "cuemu_core.h"
+
+void **cuemu_warp_ptrs(int lane); /* four pointer slots a lane (cuemu.cc) */
+
+namespace nvcuda
+{
+namespace wmma
+{
+struct row_major {
+};
+struct col_major {
+};
+struct matrix_a {
+};
+struct matrix_b {
+};
+struct accumulator {
+};
+namespace precision
+{
+struct tf32 {
+};
+} // namespace precision
+enum layout_t { mem_row_major, mem_col_major };
+
+/* round to TF32 (10 mantissa bits), to nearest with ties away from zero */
+static inline float __float_to_tf32(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u)
+        u = (u + 0x1000u) & 0xffffe000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+static inline float cuemu_tf32_operand(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u)
+        u &= 0xffffe000u;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+template <typename Use, int M, int N, int K> struct cuemu_shape;
+template <int M, int N, int K> struct cuemu_shape<matrix_a, M, N, K> {
+    static constexpr int rows = M, cols = K;
+};
+template <int M, int N, int K> struct cuemu_shape<matrix_b, M, N, K> {
+    static constexpr int rows = K, cols = N;
+};
+template <int M, int N, int K> struct cuemu_shape<accumulator, M, N, K> {
+    static constexpr int rows = M, cols = N;
+};
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static_assert(std::is_same<T, float>::value || std::is_same<T, precision::tf32>::value,
+                  "the emulation has F32 and TF32 fragments only");
+    static constexpr int rows = cuemu_shape<Use, M, N, K>::rows;
+    static constexpr int cols = cuemu_shape<Use, M, N, K>::cols;
+    static constexpr int num_elements = rows * cols / 32;
+    float x[num_elements];
+};
+
+template <typename Use, int M, int N, int K, typename T, typename L>
+static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v)
+{
+    for (int e = 0; e < f.num_elements; e++)
+        f.x[e] = v;
+}
+
+/* element (r, c) of a tile in memory: row-major or column-major with leading dimension ld */
+template <typename P> static inline float cuemu_at(const P *p, unsigned ld, int r, int c, bool row)
+{
+    return (float)(row ? p[(size_t)r * ld + c] : p[r + (size_t)c * ld]);
+}
+
+template <typename Use, int M, int N, int K, typename T, typename L, typename P>
+static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const P *p, unsigned ld)
+{
+    static_assert(!std::is_same<Use, accumulator>::value, "an accumulator's load names a layout");
+    const bool row = std::is_same<L, row_major>::value;
+    const int lane = cuemu_lane();
+    for (int e = 0; e < f.num_elements; e++) {
+        const int i = lane * f.num_elements + e;
+        f.x[e] = cuemu_at(p, ld, i / f.cols, i % f.cols, row);
+    }
+}
+
+template <int M, int N, int K, typename P>
+static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const P *p,
+                                    unsigned ld, layout_t l)
+{
+    const int lane = cuemu_lane();
+    for (int e = 0; e < f.num_elements; e++) {
+        const int i = lane * f.num_elements + e;
+        f.x[e] = cuemu_at(p, ld, i / f.cols, i % f.cols, l == mem_row_major);
+    }
+}
+
+template <int M, int N, int K>
+static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f,
+                                     unsigned ld, layout_t l)
+{
+    const int lane = cuemu_lane();
+    for (int e = 0; e < f.num_elements; e++) {
+        const int i = lane * f.num_elements + e, r = i / f.cols, c = i % f.cols;
+        p[l == mem_row_major ? (size_t)r * ld + c : r + (size_t)c * ld] = f.x[e];
+    }
+}
+
+/* the whole tile's d = a b + c, run by the warp's last lane to arrive (cuemu_sync_warp_do)
+ * from every lane's published fragments: slots a, b, c, d */
+template <int M, int N, int K, bool TF, int NA, int NB> static void cuemu_mma_tile(void)
+{
+    constexpr int ND = M * N / 32;
+    float A[M][K], B[K][N], D[M][N];
+    for (int l = 0; l < 32; l++) {
+        void **s = cuemu_warp_ptrs(l);
+        const float *ax = (const float *)s[0], *bx = (const float *)s[1], *cx = (const float *)s[2];
+        for (int e = 0; e < NA; e++) {
+            const int i = l * NA + e;
+            A[i / K][i % K] = TF ? cuemu_tf32_operand(ax[e]) : ax[e];
+        }
+        for (int e = 0; e < NB; e++) {
+            const int i = l * NB + e;
+            B[i / N][i % N] = TF ? cuemu_tf32_operand(bx[e]) : bx[e];
+        }
+        for (int e = 0; e < ND; e++) {
+            const int i = l * ND + e;
+            D[i / N][i % N] = cx[e];
+        }
+    }
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++)
+            for (int c = 0; c < N; c++)
+                D[r][c] += A[r][k] * B[k][c];
+    for (int l = 0; l < 32; l++) {
+        float *dx = (float *)cuemu_warp_ptrs(l)[3];
+        for (int e = 0; e < ND; e++) {
+            const int i = l * ND + e;
+            dx[e] = D[i / N][i % N];
+        }
+    }
+}
+
+template <int M, int N, int K, typename TA, typename LA, typename TB, typename LB>
+static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
+                            const fragment<matrix_a, M, N, K, TA, LA> &a,
+                            const fragment<matrix_b, M, N, K, TB, LB> &b,
+                            const fragment<accumulator, M, N, K, float> &c)
+{
+    constexpr bool tf = std::is_same<TA, precision::tf32>::value;
+    void **mine = cuemu_warp_ptrs(cuemu_lane());
+    mine[0] = (void *)a.x;
+    mine[1] = (void *)b.x;
+    mine[2] = (void *)c.x;
+    mine[3] = (void *)d.x;
+    cuemu_sync_warp_do(
+        cuemu_mma_tile<M, N, K, tf, fragment<matrix_a, M, N, K, TA, LA>::num_elements,
+                       fragment<matrix_b, M, N, K, TB, LB>::num_elements>);
+}
+} // namespace wmma
+} // namespace nvcuda
+#endif
