@@ -40,6 +40,7 @@ static const struct grad_family grad_families[] = {
     {"lm head (rms_norm, mul_mat, cross_entropy)", test_lm_head},
     {"linear_ce (the head and the loss in one)", test_linear_ce},
     {"GQA attention", test_attention},
+    {"flash_attn (causal, groups, masks)", test_flash_attn},
     {"ssm_conv, delta_net", test_backward_rules},
 };
 

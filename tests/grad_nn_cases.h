@@ -21,6 +21,7 @@ static bool reads_contiguous_only(enum lt_op op)
 {
     return op == LT_OP_RMS_NORM_BACK || op == LT_OP_L2_NORM_BACK || op == LT_OP_ROPE_BACK ||
            op == LT_OP_SOFT_MAX_BACK || op == LT_OP_CROSS_ENTROPY_BACK || op == LT_OP_SQR;
+    /* FLASH_ATTN_BACK reads any strides (its kernels take q, k, v, o and do as they are) */
 }
 
 static void nn_check_case(const char *name, gc_build_fn build, void *user,
@@ -445,5 +446,57 @@ static void test_attention(void)
         snprintf(name, sizeof(name), "GQA attention, %s", gc_layout_names[l]);
         nn_check_case(name, build_attention, NULL, in, 5);
     }
+}
+
+/* ---- flash_attn ---- */
+
+struct flash_case {
+    int64_t D, H, Hkv, T, nk, S;
+    bool causal;
+    int mask; /* 0: none; 1: [nk, T, 1, S] with -inf entries and a row all -inf; 2: [nk, T, H, 1] */
+};
+
+/* q [D, H, T, S], k and v [D, Hkv, nk, S] */
+static struct lt_tensor *build_flash(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    const struct flash_case *c = user;
+    struct lt_tensor *mask = c->mask ? x[3] : NULL;
+    if (mask && c->mask == 1) {
+        float *m = mask->data; /* contiguous */
+        for (int64_t r = 0; r < lt_nrows(mask); r++)
+            for (int64_t i = 0; i < mask->ne[0]; i++)
+                if (r == 1 || (i + 2 * r) % 5 == 0)
+                    m[r * mask->ne[0] + i] = -INFINITY;
+    }
+    return lt_flash_attn(ctx, x[0], x[1], x[2], mask, 0.6f, c->causal);
+}
+
+static void test_flash_attn(void)
+{
+    const struct flash_case cases[] = {
+        {4, 2, 2, 5, 5, 1, true, 0},  /* causal, no groups */
+        {4, 4, 2, 3, 5, 2, true, 1},  /* groups, a cache longer than the queries, -inf mask */
+        {6, 2, 1, 4, 6, 2, false, 2}, /* one key head, a mask a head */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        for (int l = 0; l < GC_LAYOUT_COUNT; l++) {
+            const struct flash_case *c = &cases[i];
+            struct gc_input in[4] = {
+                f32_in(c->D, c->H, c->T, c->S, l, true, -1, 1),
+                f32_in(c->D, c->Hkv, c->nk, c->S, (l + 1) % GC_LAYOUT_COUNT, true, -1, 1),
+                f32_in(c->D, c->Hkv, c->nk, c->S, l, true, -1, 1),
+                f32_in(c->nk, c->T, c->mask == 2 ? c->H : 1, c->mask == 2 ? 1 : c->S, GC_CONTIGUOUS,
+                       false, -1, 1),
+            };
+            char name[128];
+            snprintf(name, sizeof(name), "flash_attn D%lld H%lld/%lld T%lld nk%lld S%lld%s%s, %s",
+                     (long long)c->D, (long long)c->H, (long long)c->Hkv, (long long)c->T,
+                     (long long)c->nk, (long long)c->S, c->causal ? " causal" : "",
+                     c->mask == 1   ? " mask -inf"
+                     : c->mask == 2 ? " mask a head"
+                                    : "",
+                     gc_layout_names[l]);
+            nn_check_case(name, build_flash, (void *)c, in, c->mask ? 4 : 3);
+        }
 }
 #endif

@@ -139,5 +139,6 @@ int main(void)
     test_lm_head();
     test_linear_ce();
     test_attention();
+    test_flash_attn();
     return check_summary();
 }

@@ -298,6 +298,65 @@ static void test_attn_decode(void)
     lt_ctx_free(ctx);
 }
 
+/* FLASH_ATTN against the chain it stands for (mul_mat, soft_max, mul_mat, the merge of the
+ * heads), on the same sources: grouped heads, a cache longer than the queries (causal), a
+ * mask with -inf entries and a query with every key dropped, two sequences, q in every
+ * layout */
+static void test_flash_attn_chain(void)
+{
+    enum { D = 8, H = 4, HKV = 2, T = 5, NK = 7, S = 2 };
+    const int64_t qne[4] = {D, H, T, S}, kne[4] = {D, HKV, NK, S}, mne[4] = {NK, T, 1, S};
+    float qv[D * H * T * S], kv[D * HKV * NK * S], vv[D * HKV * NK * S];
+    float got[D * H * T * S], ref[D * H * T * S];
+    int runs = 0;
+    for (int masked = 0; masked < 2; masked++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++) {
+                struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                struct lt_tensor *q = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, qne);
+                struct lt_tensor *k = nn_make(ctx, LT_TYPE_F32, NN_PERMUTED, kne);
+                struct lt_tensor *v = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, kne);
+                struct lt_tensor *m = lt_new_tensor_4d(ctx, LT_TYPE_F32, NK, T, 1, S);
+                nn_fill_rand(q, qv, 1.5f);
+                nn_fill_rand(k, kv, 1.5f);
+                nn_fill_rand(v, vv, 1.0f);
+                float *mv = m->data;
+                for (int64_t i = 0; i < nn_count(mne); i++)
+                    mv[i] = i / NK == 3 || i % 4 == 1 ? -INFINITY : 0.3f * nn_rand();
+                struct lt_tensor *mask = masked ? m : NULL;
+                const float scale = 0.4f;
+                struct lt_tensor *kq =
+                    lt_mul_mat(ctx, lt_permute(ctx, k, 0, 2, 1, 3), lt_permute(ctx, q, 0, 2, 1, 3));
+                struct lt_tensor *p = lt_soft_max(ctx, kq, mask, scale, causal);
+                struct lt_tensor *o = lt_mul_mat(ctx, lt_permute(ctx, v, 1, 2, 0, 3), p);
+                struct lt_tensor *chain = lt_cont(ctx, lt_permute(ctx, o, 0, 2, 1, 3));
+                struct lt_tensor *fa = lt_flash_attn(ctx, q, k, v, mask, scale, causal);
+                CHECK(chain && fa && nn_run(ctx, chain, 1) == LT_OK &&
+                          nn_run(ctx, fa, 1 + lay % 2) == LT_OK,
+                      "flash_attn: %s", lt_last_error());
+                if (chain && fa) {
+                    nn_read(chain, ref);
+                    nn_read(fa, got);
+                    double e = check_max_ratio(got, ref, D * H * T * S, 1e-6, 1e-5, NULL);
+                    CHECK(e <= 1.0, "flash_attn%s%s, q %s: ratio %g to the chain",
+                          masked ? " masked" : "", causal ? " causal" : "", nn_layout_names[lay],
+                          e);
+                    runs += e <= 1.0;
+                }
+                lt_ctx_free(ctx);
+            }
+    printf("flash_attn: %d runs agree with the chain\n", runs);
+    /* refusals name the tensor */
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *q = lt_set_name(lt_new_tensor_4d(ctx, LT_TYPE_F32, 8, 4, 5, 2), "q_bad");
+    struct lt_tensor *k3 = lt_new_tensor_4d(ctx, LT_TYPE_F32, 8, 3, 5, 2);
+    CHECK(lt_flash_attn(ctx, q, k3, k3, NULL, 1.0f, true) == NULL &&
+              strstr(lt_last_error(), "q_bad"),
+          "3 key heads for 4 query heads: %s", lt_last_error());
+    lt_clear_error();
+    lt_ctx_free(ctx);
+}
+
 /* ---------------- rope ---------------- */
 
 /* y = rope(x) for one row of hd, Hugging Face's float32 rounding of the angle */
@@ -855,6 +914,7 @@ int main(void)
     test_norms();
     test_rms_norm_mul();
     test_attn_decode();
+    test_flash_attn_chain();
     test_rope();
     test_softmax();
     test_cross_entropy();

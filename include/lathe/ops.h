@@ -137,6 +137,31 @@ struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt
 struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k_cache,
                                  struct lt_tensor *v_cache, struct lt_tensor *seq_ids,
                                  struct lt_tensor *pos, struct lt_tensor *gate, float scale);
+/* Scaled dot-product attention in one node: o[:, h, t, s] = sum_j p_j v[:, hk, j, s] with
+ * p = softmax_j(scale q[:, h, t, s] . k[:, hk, j, s] + mask[j, t, h % m2, s % m3]) and
+ * hk = h / (H / Hkv): what mul_mat, soft_max (scale, mask, causal), mul_mat and the merge of
+ * the heads compute, SOFT_MAX's rules for dropped keys included (causal drops key j of
+ * query t when j > t + (n_kv - T); a query with every key dropped gets zeros), with no
+ * T x T tensor. q [D, H, T, S]; k and v [D, Hkv, n_kv, S] (F32, F16 or BF16, any strides);
+ * mask F32 [n_kv, T, m2, m3] (optional). The result is F32 [D, H, T, S]. */
+struct lt_tensor *lt_flash_attn(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k,
+                                struct lt_tensor *v, struct lt_tensor *mask, float scale,
+                                bool causal);
+/* The products' precision of a FLASH_ATTN node on a device (the CPU computes in F32 either
+ * way): F32 (three TF32 tensor-core products each, about F32's precision) or TF32 (one, for
+ * training whose other products round to BF16). The backward rule passes it on. */
+enum lt_flash_attn_prec {
+    LT_FLASH_ATTN_PREC_F32 = 0,
+    LT_FLASH_ATTN_PREC_TF32,
+};
+void lt_flash_attn_set_prec(struct lt_tensor *t, enum lt_flash_attn_prec prec);
+/* FLASH_ATTN's backward: dq, dk and dv of the node fwd given grad (its gradient, F32 of
+ * its shape), in one flat F32 result that lt_flash_attn_back_grad views. */
+struct lt_tensor *lt_flash_attn_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                     struct lt_tensor *fwd);
+enum lt_flash_attn_grad { LT_FLASH_ATTN_GRAD_Q, LT_FLASH_ATTN_GRAD_K, LT_FLASH_ATTN_GRAD_V };
+struct lt_tensor *lt_flash_attn_back_grad(struct lt_ctx *ctx, struct lt_tensor *r,
+                                          enum lt_flash_attn_grad which);
 /* dx = y * (dy - sum(dy * y)) over ne[0], given grad = dy and the softmax's output y: the
  * gradient with respect to the softmax's input (a * scale + mask; the scale is the caller's). */
 struct lt_tensor *lt_soft_max_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *y);

@@ -122,6 +122,7 @@ enum lt_op {
     LT_OP_ROPE,
     LT_OP_SOFT_MAX,
     LT_OP_ATTN_DECODE, /* one decode token's attention over the KV cache (inference) */
+    LT_OP_FLASH_ATTN,  /* softmax(q k^T) v in one node, without T x T scores */
     LT_OP_SWIGLU,
     /* recurrent (Gated DeltaNet) */
     LT_OP_SSM_CONV,
@@ -144,6 +145,7 @@ enum lt_op {
     LT_OP_SSM_CONV_BACK,
     LT_OP_CONV_SILU_BACK,
     LT_OP_DELTA_NET_BACK,
+    LT_OP_FLASH_ATTN_BACK,
     LT_OP_CROSS_ENTROPY_BACK,
     LT_OP_LINEAR_CE_BACK,
     /* optimizer steps (update a parameter in place) */

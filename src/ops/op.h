@@ -132,6 +132,8 @@ LT_DECLARE_OP(l2_norm);
 LT_DECLARE_OP(rope);
 LT_DECLARE_OP(soft_max);
 LT_DECLARE_OP(attn_decode);
+LT_DECLARE_OP(flash_attn);
+LT_DECLARE_OP(flash_attn_back);
 LT_DECLARE_OP(swiglu);
 LT_DECLARE_OP(ssm_conv);
 LT_DECLARE_OP(conv_silu);
