@@ -33,8 +33,8 @@
 #include "ops/grad.h"
 #include "ops/op.h"
 
-enum { FA_Q, FA_K, FA_V, FA_MASK };              /* FLASH_ATTN's sources */
-enum { FB_DO, FB_Q, FB_K, FB_V, FB_O, FB_MASK }; /* FLASH_ATTN_BACK's */
+/* sources: FLASH_ATTN's (FA_) and FLASH_ATTN_BACK's (FB_), one enum so they compare */
+enum { FA_Q = 0, FA_K, FA_V, FA_MASK, FB_DO = 0, FB_Q, FB_K, FB_V, FB_O, FB_MASK };
 
 static bool fa_float(const struct lt_tensor *t)
 {

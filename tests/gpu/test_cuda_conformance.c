@@ -721,6 +721,40 @@ static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
     return lt_attn_decode(b->ctx, q, k, v, ti, tp, g, 1.0f / sqrtf((float)D));
 }
 
+/* ne: D, T, n_kv, S; i[0]: H, i[1]: Hkv, i[2]: causal (bit 0), mask (bits 1-2: 0 none, 1
+ * [n_kv, T, 1, S] with -inf entries and a query row all -inf, 2 [n_kv, T, H, 1]), i[3]:
+ * the backward; f[0] nonzero: LT_FLASH_ATTN_PREC_TF32; type[1]: k and v; lay[0]: q's and
+ * do's layout */
+static float fa_mask_vals[2 * 200 * 200];
+static struct lt_tensor *b_flash_attn(struct build *b, const struct params *p)
+{
+    const int64_t D = p->ne[0], T = p->ne[1], nk = p->ne[2], S = p->ne[3], H = p->i[0],
+                  Hkv = p->i[1];
+    const int mask = (p->i[2] >> 1) & 3;
+    struct lt_tensor *q = mk(b, LT_TYPE_F32, p->lay[0], D, H, T, S, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *k = mk(b, p->type[1], L_CONTIG, D, Hkv, nk, S, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *v = mk(b, p->type[1], L_TRANSPOSED, D, Hkv, nk, S, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *m = NULL;
+    if (mask) {
+        const int64_t m2 = mask == 2 ? H : 1, m3 = mask == 2 ? 1 : S, n = nk * T * m2 * m3;
+        if (n > (int64_t)(sizeof(fa_mask_vals) / sizeof(float)))
+            return NULL;
+        for (int64_t e = 0; e < n; e++)
+            fa_mask_vals[e] = (mask == 1 && (e / nk % T == 2 || e % 7 == 3))
+                                  ? -INFINITY
+                                  : 0.5f * sinf(0.37f * (float)e);
+        m = mk(b, LT_TYPE_F32, L_CONTIG, nk, T, m2, m3, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = fa_mask_vals;
+    }
+    struct lt_tensor *o =
+        lt_flash_attn(b->ctx, q, k, v, m, 1.0f / sqrtf((float)D), (p->i[2] & 1) != 0);
+    lt_flash_attn_set_prec(o, p->f[0] != 0.0f ? LT_FLASH_ATTN_PREC_TF32 : LT_FLASH_ATTN_PREC_F32);
+    if (!p->i[3])
+        return o;
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], D, H, T, S, FILL_UNIFORM, -1, 1);
+    return lt_flash_attn_back(b->ctx, g, o);
+}
+
 static struct lt_tensor *b_add_norm(struct build *b, const struct params *p)
 {
     int64_t n = p->ne[0];
@@ -799,6 +833,40 @@ static void test_nn(void)
                 snprintf(buf, sizeof(buf), "%s%s", t ? "f16" : "f32", gated ? "/gate" : "");
                 run_case(LT_OP_ATTN_DECODE, lbl(layout_names[l], buf), TOL_F32, b_attn_decode, &p);
             }
+    /* FLASH_ATTN and its backward: q in every layout on a small causal shape; grouped heads,
+     * a cache longer than the queries, masks with -inf (a query with every key dropped) and
+     * a mask a head; tails of every tile size; Qwen3.5-0.8B's heads (D 256, 8 over 2) at F32
+     * and TF32; BF16 and F16 keys and values; D 300 (refused: the CPU takes it) */
+    char fbuf[96];
+    static const int64_t fa_shapes[][8] = {
+        /* D, T, n_kv, S, H, Hkv, causal | mask << 1, layouts */
+        {16, 5, 5, 1, 2, 2, 1, L_COUNT},  {64, 70, 100, 2, 4, 2, 1 | 1 << 1, 2},
+        {40, 33, 33, 1, 2, 1, 2 << 1, 1}, {128, 65, 65, 2, 2, 2, 1, 1},
+        {256, 130, 130, 2, 8, 2, 1, 1},   {32, 17, 200, 1, 4, 4, 1 | 1 << 1, 1},
+        {300, 4, 4, 1, 1, 1, 1, 1}};
+    for (size_t c = 0; c < sizeof(fa_shapes) / sizeof(fa_shapes[0]); c++)
+        for (int back = 0; back < 2; back++)
+            for (int l = 0; l < (int)fa_shapes[c][7]; l++)
+                for (int tf = 0; tf < (fa_shapes[c][0] == 256 ? 2 : 1); tf++)
+                    for (int kt = 0; kt < (c == 1 ? 3 : 1); kt++) {
+                        static const enum lt_type kts[] = {LT_TYPE_F32, LT_TYPE_BF16, LT_TYPE_F16};
+                        p = P(l, L_CONTIG, LT_TYPE_F32, kts[kt]);
+                        p.ne[0] = fa_shapes[c][0], p.ne[1] = fa_shapes[c][1];
+                        p.ne[2] = fa_shapes[c][2], p.ne[3] = fa_shapes[c][3];
+                        p.i[0] = (int)fa_shapes[c][4], p.i[1] = (int)fa_shapes[c][5];
+                        p.i[2] = (int)fa_shapes[c][6], p.i[3] = back;
+                        p.f[0] = (float)tf;
+                        snprintf(fbuf, sizeof(fbuf), "D%lld T%lld nk%lld S%lld H%d/%d%s%s%s %s%s",
+                                 (long long)p.ne[0], (long long)p.ne[1], (long long)p.ne[2],
+                                 (long long)p.ne[3], p.i[0], p.i[1], p.i[2] & 1 ? " causal" : "",
+                                 p.i[2] >> 1 == 1   ? " mask -inf"
+                                 : p.i[2] >> 1 == 2 ? " mask/head"
+                                                    : "",
+                                 tf ? " tf32" : "", lt_type_name(kts[kt]), "");
+                        run_case(back ? LT_OP_FLASH_ATTN_BACK : LT_OP_FLASH_ATTN,
+                                 lbl(layout_names[l], fbuf), tf ? TOL_DN_TF32 : TOL_F32,
+                                 b_flash_attn, &p);
+                    }
     /* ADD_RMS_NORM (the residual sum and its weighted norm), each pair of layouts */
     for (int l = 0; l < L_COUNT; l++)
         for (int big = 0; big < 2; big++) {

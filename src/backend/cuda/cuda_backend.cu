@@ -169,11 +169,11 @@ bool cu_check_result_float(const struct lt_tensor *node, char *reason, size_t re
 /* ---- the op -> family table ---- */
 
 static const struct cu_family *const all_families[] = {
-    &cu_family_fill,      &cu_family_copy,      &cu_family_binary,    &cu_family_unary,
-    &cu_family_reduce,    &cu_family_norm,      &cu_family_rope,      &cu_family_softmax,
-    &cu_family_matmul,    &cu_family_ssm_conv,  &cu_family_delta_net, &cu_family_gdn_decode,
-    &cu_family_loss,      &cu_family_linear_ce, &cu_family_optim,     &cu_family_attn_decode,
-    &cu_family_conv_silu,
+    &cu_family_fill,       &cu_family_copy,      &cu_family_binary,    &cu_family_unary,
+    &cu_family_reduce,     &cu_family_norm,      &cu_family_rope,      &cu_family_softmax,
+    &cu_family_matmul,     &cu_family_ssm_conv,  &cu_family_delta_net, &cu_family_gdn_decode,
+    &cu_family_loss,       &cu_family_linear_ce, &cu_family_optim,     &cu_family_attn_decode,
+    &cu_family_flash_attn, &cu_family_conv_silu,
 };
 
 static const struct cu_family *const *family_table(void)

@@ -127,6 +127,7 @@ CU_DECLARE_FAMILY(conv_silu);
 CU_DECLARE_FAMILY(delta_net);
 CU_DECLARE_FAMILY(gdn_decode);
 CU_DECLARE_FAMILY(attn_decode);
+CU_DECLARE_FAMILY(flash_attn);
 CU_DECLARE_FAMILY(loss);
 CU_DECLARE_FAMILY(linear_ce);
 CU_DECLARE_FAMILY(optim);
