@@ -30,6 +30,7 @@ int main(void)
     /* gaps in the forward pass, the backward pass and the optimizer */
     gap_of(dev)->gap_always[LT_OP_GET_ROWS] = true;
     gap_of(dev)->gap_always[LT_OP_SOFT_MAX_BACK] = true;
+    gap_of(dev)->gap_always[LT_OP_FLASH_ATTN_BACK] = true; /* so the chain, and its gap */
     gap_of(dev)->gap_always[LT_OP_CROSS_ENTROPY_BACK] = true;
     gap_of(dev)->gap_always[LT_OP_CPY] = true;
     struct lt_model *mh = NULL, *md = NULL;

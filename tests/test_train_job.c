@@ -139,6 +139,7 @@ static void test_dry_run_and_refusals(struct lt_model *m)
 
     /* the device can't run SOFT_MAX_BACK: allowed by default (fallback), refused device_only */
     gap_of(gap)->gap_always[LT_OP_SOFT_MAX_BACK] = true;
+    gap_of(gap)->gap_always[LT_OP_FLASH_ATTN_BACK] = true; /* so the chain, and its gap */
     CHECK(lt_train_job_run(m, both, 2, &p, NULL, NULL, &r) == LT_OK && r.n_fallback > 0,
           "fallback reported: %d nodes", r.n_fallback);
     lt_train_result_free(&r);
@@ -161,6 +162,7 @@ static void test_dry_run_and_refusals(struct lt_model *m)
     lt_train_result_free(&r);
 
     gap_of(gap)->gap_always[LT_OP_SOFT_MAX_BACK] = false;
+    gap_of(gap)->gap_always[LT_OP_FLASH_ATTN_BACK] = false;
     p.device_only = false;
     p.memory_budget_mib = 1;
     p.window = 512; /* attention scores alone: 512 x 512 x 4 heads x 4 bytes per layer */

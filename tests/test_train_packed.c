@@ -26,9 +26,9 @@ static const int lens[S] = {9, 5, 7}; /* the last two are padded */
 static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu,
                                 const struct lt_model_replace *rep, int n_rep, const int32_t *tok,
                                 const int32_t *lab, int t_row, int n_seqs, const int32_t *pos,
-                                float *loss, float *grads)
+                                bool flash, float *loss, float *grads)
 {
-    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep};
+    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep, .flash_attn = flash};
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
     struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
     struct lt_sched *s = lt_sched_new(&cpu, 1);
@@ -77,9 +77,10 @@ static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu
 /* Nodes of the training graph (forward, loss, backward) CUDA's verdict refuses, -1 when it
  * cannot be built; the first refusal's reason in why. */
 static int cuda_refusals(const struct lt_model *m, const struct lt_model_replace *rep, int n_rep,
-                         bool packed, char *why, size_t why_size)
+                         bool packed, bool flash, char *why, size_t why_size)
 {
-    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep, .fused_loss = true};
+    struct lt_model_adapters ad = {
+        .replace = rep, .n_replace = n_rep, .fused_loss = true, .flash_attn = flash};
     struct lt_ctx *ctx =
         lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
     struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
@@ -130,11 +131,13 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             n_lab += lab[s * T + t] >= 0;
         }
     float loss_packed, loss_expect = 0;
-    lt_status st = loss_and_grads(m, cpu, rep, n_rep, tok, lab, T, S, NULL, &loss_packed, packed);
+    lt_status st =
+        loss_and_grads(m, cpu, rep, n_rep, tok, lab, T, S, NULL, false, &loss_packed, packed);
     CHECK(st == LT_OK, "%s packed: %s", sp->arch, lt_last_error());
     for (int s = 0; s < S && st == LT_OK; s++) {
         float loss;
-        st = loss_and_grads(m, cpu, rep, n_rep, tok + s * T, lab + s * T, T, 1, NULL, &loss, one);
+        st = loss_and_grads(m, cpu, rep, n_rep, tok + s * T, lab + s * T, T, 1, NULL, false, &loss,
+                            one);
         CHECK(st == LT_OK, "%s sequence %d: %s", sp->arch, s, lt_last_error());
         double w = (double)(lens[s] - 1) / n_lab; /* its share of the labels */
         loss_expect += (float)(w * loss);
@@ -160,10 +163,12 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     printf("%s: %d weights, loss %.5f, gradient relative error %.2g\n", sp->arch, n_rep,
            (double)loss_packed, err);
 
-    /* padding-free: the examples one after another, in one row of 21 and in two of 14 */
-    for (int layout = 0; layout < 2; layout++) {
+    /* padding-free: the examples one after another, in one row of 21 and in two of 14;
+     * then the same two with attention as FLASH_ATTN (a device's training graph) */
+    for (int variant = 0; variant < 4; variant++) {
         enum { ROW_MAX = 21 };
-        const int t_row = layout ? 14 : 21, n_rows = layout ? 2 : 1;
+        const int layout = variant % 2, t_row = layout ? 14 : 21, n_rows = layout ? 2 : 1;
+        const bool flash = variant >= 2;
         /* the row and the first step of each example */
         static const int at_row[2][S] = {{0, 0, 0}, {0, 0, 1}},
                          at_step[2][S] = {{0, 9, 14}, {0, 9, 0}};
@@ -189,7 +194,8 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             }
         }
         float lp;
-        st = loss_and_grads(m, cpu, rep, n_rep, ptok, plab, t_row, n_rows, ppos, &lp, packed);
+        st =
+            loss_and_grads(m, cpu, rep, n_rep, ptok, plab, t_row, n_rows, ppos, flash, &lp, packed);
         CHECK(st == LT_OK, "%s padding-free: %s", sp->arch, lt_last_error());
         if (st != LT_OK)
             break;
@@ -204,16 +210,22 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                   rep[i].w->name, e2);
             at2 += n;
         }
-        printf("%s: padding-free in %d row%s of %d: loss %.5f, gradient relative error %.2g\n",
-               sp->arch, n_rows, n_rows > 1 ? "s" : "", t_row, (double)lp, e);
+        printf("%s: padding-free in %d row%s of %d%s: loss %.5f, gradient relative error %.2g\n",
+               sp->arch, n_rows, n_rows > 1 ? "s" : "", t_row, flash ? " (flash_attn)" : "",
+               (double)lp, e);
     }
     if (lt_cuda_compiled()) {
         char why_p[256] = "", why_u[256] = "";
-        int np = cuda_refusals(m, rep, n_rep, true, why_p, sizeof(why_p)),
-            nu = cuda_refusals(m, rep, n_rep, false, why_u, sizeof(why_u));
+        int np = cuda_refusals(m, rep, n_rep, true, false, why_p, sizeof(why_p)),
+            nu = cuda_refusals(m, rep, n_rep, false, false, why_u, sizeof(why_u));
         CHECK(np >= 0 && nu >= 0 && np <= nu,
               "%s: CUDA refuses %d nodes of the packed graph (%s), %d of the unpacked (%s)",
               sp->arch, np, why_p, nu, why_u);
+        char why_f[256] = "";
+        int nf = cuda_refusals(m, rep, n_rep, true, true, why_f, sizeof(why_f));
+        CHECK(nf >= 0 && nf <= nu,
+              "%s: CUDA refuses %d nodes of the packed graph with flash_attn (%s), %d without",
+              sp->arch, nf, why_f, nu);
         printf("%s: CUDA's verdict refuses %d nodes of the packed training graph, %d of the "
                "unpacked%s%s\n",
                sp->arch, np, nu, np ? ": " : "", why_p);

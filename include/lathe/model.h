@@ -118,6 +118,10 @@ struct lt_model_adapters {
      * logits are then NULL) when the head is a float matrix without adapters; a device's
      * training job sets it, check-ref and the CPU leave it off */
     bool fused_loss;
+    /* each attention layer's scores, softmax and values as one FLASH_ATTN node (no T x T
+     * scores or probabilities, in the forward or the backward); a device's training job sets
+     * it (LATHE_FLASH_ATTN=0 keeps the chain), check-ref and the CPU leave it off */
+    bool flash_attn;
 };
 
 /* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,

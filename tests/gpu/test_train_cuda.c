@@ -139,7 +139,8 @@ static void test_refusal(struct lt_backend *cpu)
     struct tiny_spec sp = {32, 4, 2, 64, 2, LT_TYPE_F32, 3};
     if (tiny_model_write(path, &sp))
         return;
-    setenv("LATHE_CUDA_DISABLE_OPS", "SOFT_MAX_BACK", 1);
+    /* the attention's backward either way: FLASH_ATTN_BACK off, the chain's SOFT_MAX_BACK */
+    setenv("LATHE_CUDA_DISABLE_OPS", "SOFT_MAX_BACK,FLASH_ATTN_BACK", 1);
     struct lt_backend *cuda = lt_backend_cuda_new(0);
     unsetenv("LATHE_CUDA_DISABLE_OPS");
     struct lt_model *m = cuda ? load(path, cuda) : NULL;
