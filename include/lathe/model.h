@@ -124,6 +124,14 @@ struct lt_model_adapters {
     bool flash_attn;
 };
 
+/* Whether graphs for backend be should take their attention as FLASH_ATTN (no T x T scores):
+ * be is a device (not the host), it runs FLASH_ATTN and FLASH_ATTN_BACK for m's heads
+ * (asked of one query against one key with a mask: a claim looks at types and shapes
+ * only), and LATHE_FLASH_ATTN is not 0. A device that cannot keeps the chain of products
+ * and SOFT_MAX, so nothing that ran there before moves to the CPU or is refused for it.
+ * Training jobs and sessions' prefill ask it. */
+bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be);
+
 /* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,
  * in host memory owned by the set: full fine-tuning, and gradients for checking. filter
  * (NULL: all) picks the weights to copy. */

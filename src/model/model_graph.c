@@ -28,6 +28,7 @@
  * products then run in one TF32 product instead of three (LT_DELTA_NET_PREC_TF32). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/model_impl.h"
@@ -224,7 +225,8 @@ static struct lt_tensor *bf16_operand(struct lt_mb *b, struct lt_tensor *t)
 
 /* Scaled dot-product attention. q [D, H, n_tokens * n_seqs] (roped), k and v
  * [D, H_kv, n_kv, n_seqs] (any strides). Result [D * H, n_tokens * n_seqs]. With
- * ad->flash_attn, one FLASH_ATTN node. Otherwise the chain; with
+ * ad->flash_attn (training) or b->flash (a device's prefill), one FLASH_ATTN node.
+ * Otherwise the chain; with
  * bf16_products, q, k, v and the probabilities meet the two products (and their gradients'
  * four) as BF16, so all six run on BF16 matrix units; the scores, the softmax and the
  * gradients stay F32. */
@@ -235,13 +237,13 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     const struct lt_model_hparams *hp = &b->m->hp;
     int64_t D = hp->head_dim, H = hp->n_head, T = b->n_tokens, S = b->n_seqs;
     struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
-    if (b->ad && b->ad->flash_attn) {
+    if (b->flash || (b->ad && b->ad->flash_attn)) {
         /* one node; its products round to TF32 where the step's others round to BF16 */
         struct lt_tensor *o =
             named(lt_flash_attn(ctx, q4, k, v, b->kq_mask, 1.0f / sqrtf((float)D), b->causal),
                   "flash_attn", il); /* [D, H, T, S] */
-        lt_flash_attn_set_prec(o, b->ad->bf16_products ? LT_FLASH_ATTN_PREC_TF32
-                                                       : LT_FLASH_ATTN_PREC_F32);
+        const bool tf32 = (b->ad && b->ad->bf16_products) || (b->flash && b->half_acts);
+        lt_flash_attn_set_prec(o, tf32 ? LT_FLASH_ATTN_PREC_TF32 : LT_FLASH_ATTN_PREC_F32);
         return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
     }
     struct lt_tensor *qp = lt_permute(ctx, q4, 0, 2, 1, 3); /* [D, T, H, S] */
@@ -598,4 +600,30 @@ struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct l
         wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
     struct lt_tensor *h = lt_reshape_2d(b->ctx, hidden, hidden->ne[0], lt_nelements(hidden) / hidden->ne[0]);
     return lt_linear_cross_entropy(b->ctx, wr, h, labels);
+}
+
+bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be)
+{
+    const char *env = getenv("LATHE_FLASH_ATTN");
+    const struct lt_model_hparams *hp = lt_model_hparams(m);
+    if (be->is_host || (env && strcmp(env, "0") == 0) || hp->head_dim <= 0 || hp->n_head <= 0 ||
+        hp->n_head_kv <= 0)
+        return false;
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    if (!ctx)
+        return false;
+    const int64_t D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    struct lt_tensor *q = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, H, 1, 1),
+                     *k = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, Hkv, 1, 1),
+                     *v = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, Hkv, 1, 1),
+                     *mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, 1, 1, 1, 1),
+                     *g = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, H, 1, 1);
+    struct lt_tensor *o = lt_flash_attn(ctx, q, k, v, mask, 1.0f, true);
+    struct lt_tensor *back = o && g ? lt_flash_attn_back(ctx, g, o) : NULL;
+    char reason[160];
+    bool ok = back && lt_backend_supports_op(be, o, reason, sizeof(reason)) &&
+              lt_backend_supports_op(be, back, reason, sizeof(reason));
+    lt_ctx_free(ctx);
+    lt_clear_error();
+    return ok;
 }

@@ -48,6 +48,7 @@ struct lt_session {
     int *pos;                       /* [n_seq_max] */
     struct decode_plan *plans[DECODE_PLANS]; /* kept decode steps; NULL: a free slot */
     uint64_t clock;                          /* for the least recently used plan */
+    bool flash; /* prefill's attention as FLASH_ATTN (lt_model_flash_attn_on of be[0]) */
 };
 
 /* Positions a kept decode step reads are a multiple of this (at most n_ctx). */
@@ -204,6 +205,7 @@ lt_status lt_session_new(const struct lt_model *m, const struct lt_session_param
         s->n_be = 1;
     }
     s->p.backends = NULL;
+    s->flash = lt_model_flash_attn_on(m, s->be[0]);
     s->sched = lt_sched_new(s->be, s->n_be);
     if (!s->sched) {
         st = LT_ERR_NOMEM;
@@ -541,6 +543,7 @@ static lt_status build_step(struct step *sp, bool all_logits, struct built *bt)
         .tok_mask = bt->tok_mask,
         .causal = !sp->decode && !sp->batch,
         .half_acts = N > 8 && (s->p.half_acts > 0 || (s->p.half_acts == 0 && !s->be[0]->is_host)),
+        .flash = T > 1 && !sp->decode && s->flash,
         .fused = true,
         .hooks = &hooks};
     struct lt_tensor *hidden;

@@ -713,37 +713,6 @@ static lt_status run_training(struct lt_train_job *j, struct run *r)
     return agree(j, job_rank(j) == 0 ? write_output(j, r) : LT_OK);
 }
 
-/* Whether a device's training graph takes its attention as FLASH_ATTN (no T x T scores):
- * when the device runs FLASH_ATTN and FLASH_ATTN_BACK for this model's heads, asked of one
- * query against one key with a mask (the node's claim looks at types and shapes only), and
- * LATHE_FLASH_ATTN is not 0. A device that cannot keeps the chain of products and SOFT_MAX,
- * so no job that trained before is refused or moved to the CPU for it. */
-static bool device_flash_attn(struct lt_backend *be, const struct lt_model *m)
-{
-    const char *env = getenv("LATHE_FLASH_ATTN");
-    const struct lt_model_hparams *hp = lt_model_hparams(m);
-    if (be->is_host || (env && strcmp(env, "0") == 0) || hp->head_dim <= 0 || hp->n_head <= 0 ||
-        hp->n_head_kv <= 0)
-        return false;
-    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
-    if (!ctx)
-        return false;
-    const int64_t D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    struct lt_tensor *q = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, H, 1, 1),
-                     *k = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, Hkv, 1, 1),
-                     *v = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, Hkv, 1, 1),
-                     *mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, 1, 1, 1, 1),
-                     *g = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, H, 1, 1);
-    struct lt_tensor *o = lt_flash_attn(ctx, q, k, v, mask, 1.0f, true);
-    struct lt_tensor *back = o && g ? lt_flash_attn_back(ctx, g, o) : NULL;
-    char reason[160];
-    bool ok = back && lt_backend_supports_op(be, o, reason, sizeof(reason)) &&
-              lt_backend_supports_op(be, back, reason, sizeof(reason));
-    lt_ctx_free(ctx);
-    lt_clear_error();
-    return ok;
-}
-
 /* The whole job; fills j->result. */
 static void job_main(struct lt_train_job *j)
 {
@@ -759,7 +728,7 @@ static void job_main(struct lt_train_job *j)
     /* on a device, products by F32 weights (full fine-tuning, an F32 base) run in BF16 */
     ad.bf16_products = !j->p.f32_products && !j->backends[0]->is_host;
     ad.fused_loss = !j->backends[0]->is_host;
-    ad.flash_attn = device_flash_attn(j->backends[0], j->model);
+    ad.flash_attn = lt_model_flash_attn_on(j->model, j->backends[0]);
     if (st == LT_OK)
         st = choose_and_admit(j, &r, &ad);
     st = agree(j, st); /* every rank admitted, or none allocates */

@@ -46,6 +46,8 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   tflash  FLASH_ATTN in the training graph (the default on a device) against the chain of
+#           products and SOFT_MAX (LATHE_FLASH_ATTN=0), 16x512 and 4x2048, full and LoRA
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -679,6 +681,16 @@ phase_tbudget() {
     lathe_alone tbudget_lora "--memory-budget-mib 8192" lora
 }
 
+# tflash: attention as FLASH_ATTN (the default) against the chain (LATHE_FLASH_ATTN=0), each
+# at 16x512 and 4x2048: tokens/s, GPU peak and the estimate
+phase_tflash() {
+    local sh
+    for sh in 16x512 4x2048; do
+        SHAPES=$sh lathe_alone tflash_on_$sh ""
+        LATHE_FLASH_ATTN=0 SHAPES=$sh lathe_alone tflash_off_$sh ""
+    done
+}
+
 # tpack: padding-free packing against one example a sequence, on 640 chat examples of mixed
 # lengths (window 512; the micro-batch as many 512-token sequences as admission takes)
 phase_tpack() {
@@ -738,7 +750,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
