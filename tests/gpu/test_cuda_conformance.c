@@ -725,7 +725,7 @@ static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
  * [n_kv, T, 1, S] with -inf entries and a query row all -inf, 2 [n_kv, T, H, 1]), i[3]:
  * the backward; f[0] nonzero: LT_FLASH_ATTN_PREC_TF32; type[1]: k and v; lay[0]: q's and
  * do's layout */
-static float fa_mask_vals[2 * 200 * 200];
+static float fa_mask_vals[16 * 512 * 512];
 static struct lt_tensor *b_flash_attn(struct build *b, const struct params *p)
 {
     const int64_t D = p->ne[0], T = p->ne[1], nk = p->ne[2], S = p->ne[3], H = p->i[0],
@@ -836,14 +836,15 @@ static void test_nn(void)
     /* FLASH_ATTN and its backward: q in every layout on a small causal shape; grouped heads,
      * a cache longer than the queries, masks with -inf (a query with every key dropped) and
      * a mask a head; tails of every tile size; Qwen3.5-0.8B's heads (D 256, 8 over 2) at F32
-     * and TF32; BF16 and F16 keys and values; D 300 (refused: the CPU takes it) */
+     * and TF32; BF16 and F16 keys and values; D 300 (refused: the CPU takes it); the 0.8B
+     * training step's attention (16 x 512 tokens, a packed mask) */
     char fbuf[96];
     static const int64_t fa_shapes[][8] = {
         /* D, T, n_kv, S, H, Hkv, causal | mask << 1, layouts */
         {16, 5, 5, 1, 2, 2, 1, L_COUNT},  {64, 70, 100, 2, 4, 2, 1 | 1 << 1, 2},
         {40, 33, 33, 1, 2, 1, 2 << 1, 1}, {128, 65, 65, 2, 2, 2, 1, 1},
         {256, 130, 130, 2, 8, 2, 1, 1},   {32, 17, 200, 1, 4, 4, 1 | 1 << 1, 1},
-        {300, 4, 4, 1, 1, 1, 1, 1}};
+        {300, 4, 4, 1, 1, 1, 1, 1},       {256, 512, 512, 16, 8, 2, 1 | 1 << 1, 1}};
     for (size_t c = 0; c < sizeof(fa_shapes) / sizeof(fa_shapes[0]); c++)
         for (int back = 0; back < 2; back++)
             for (int l = 0; l < (int)fa_shapes[c][7]; l++)
