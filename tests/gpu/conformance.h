@@ -367,13 +367,12 @@ static int cases_over_limit; /* skipped by LATHE_CONF_MAX_ELEMENTS */
  * training shapes take minutes each. Unset (the default, and on a GPU): every case runs. */
 static bool over_limit(const struct params *p)
 {
-    const char *e = getenv("LATHE_CONF_MAX_ELEMENTS");
-    if (!e || !*e)
-        return false;
+    const char *hi = getenv("LATHE_CONF_MAX_ELEMENTS"), *lo = getenv("LATHE_CONF_MIN_ELEMENTS");
     double n = 1.0;
     for (int d = 0; d < 4; d++)
         n *= p->ne[d] > 0 ? (double)p->ne[d] : 1.0;
-    return n > atof(e);
+    /* LATHE_CONF_MIN_ELEMENTS=N runs only the cases past N: the large ones alone */
+    return (hi && *hi && n > atof(hi)) || (lo && *lo && n <= atof(lo));
 }
 
 static void row_add_label(struct op_row *r, const char *label)
@@ -394,7 +393,7 @@ static double run_case(enum lt_op op, const char *label, double tol, build_fn fn
     uint64_t seed = 0x5eed0000u + (uint64_t)++case_counter;
     if (over_limit(p)) {
         cases_over_limit++;
-        printf("  skipped: %s [%s]: over LATHE_CONF_MAX_ELEMENTS\n", lt_op_name(op), label);
+        printf("  skipped: %s [%s]: outside LATHE_CONF_MAX/MIN_ELEMENTS\n", lt_op_name(op), label);
         return case_err;
     }
     struct lt_backend *cpu_only[1] = {g_cpu};
@@ -465,7 +464,8 @@ static void print_table(void)
                r->yes, r->no, r->nan_cases, r->worst, r->labels);
     }
     if (cases_over_limit)
-        printf("%d cases skipped: their shapes pass LATHE_CONF_MAX_ELEMENTS\n", cases_over_limit);
+        printf("%d cases skipped: their shapes are outside LATHE_CONF_MAX/MIN_ELEMENTS\n",
+               cases_over_limit);
     printf("\n");
 }
 
