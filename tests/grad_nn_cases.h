@@ -453,8 +453,12 @@ static void test_attention(void)
 struct flash_case {
     int64_t D, H, Hkv, T, nk, S;
     bool causal;
-    int mask; /* 0: none; 1: [nk, T, 1, S] with -inf entries and a row all -inf; 2: [nk, T, H, 1] */
+    int mask; /* 0: none; 1: [nk, T, 1, S] with -inf entries and a row all -inf; 2: [nk, T, H, 1];
+                 3: I32 positions [T * S] of packed examples */
 };
+
+/* packed examples' positions, row by row: 0, 1, 2, 0, 1, 0, ... restarting at each example */
+static const int32_t flash_pos[2][6] = {{0, 1, 2, 0, 1, 0}, {0, 0, 1, 2, 3, 0}};
 
 /* q [D, H, T, S], k and v [D, Hkv, nk, S] */
 static struct lt_tensor *build_flash(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
@@ -468,6 +472,9 @@ static struct lt_tensor *build_flash(struct lt_ctx *ctx, struct lt_tensor **x, v
                 if (r == 1 || (i + 2 * r) % 5 == 0)
                     m[r * mask->ne[0] + i] = -INFINITY;
     }
+    if (mask && c->mask == 3)
+        for (int64_t i = 0; i < lt_nelements(mask); i++)
+            ((int32_t *)mask->data)[i] = flash_pos[i / c->T % 2][i % c->T];
     return lt_flash_attn(ctx, x[0], x[1], x[2], mask, 0.6f, c->causal);
 }
 
@@ -477,6 +484,7 @@ static void test_flash_attn(void)
         {4, 2, 2, 5, 5, 1, true, 0},  /* causal, no groups */
         {4, 4, 2, 3, 5, 2, true, 1},  /* groups, a cache longer than the queries, -inf mask */
         {6, 2, 1, 4, 6, 2, false, 2}, /* one key head, a mask a head */
+        {4, 4, 2, 6, 6, 2, true, 3},  /* packed examples by their positions */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         for (int l = 0; l < GC_LAYOUT_COUNT; l++) {
@@ -488,12 +496,16 @@ static void test_flash_attn(void)
                 f32_in(c->nk, c->T, c->mask == 2 ? c->H : 1, c->mask == 2 ? 1 : c->S, GC_CONTIGUOUS,
                        false, -1, 1),
             };
+            if (c->mask == 3)
+                in[3] = (struct gc_input){
+                    LT_TYPE_I32, {c->T * c->S, 1, 1, 1}, GC_CONTIGUOUS, false, 0, 1};
             char name[128];
             snprintf(name, sizeof(name), "flash_attn D%lld H%lld/%lld T%lld nk%lld S%lld%s%s, %s",
                      (long long)c->D, (long long)c->H, (long long)c->Hkv, (long long)c->T,
                      (long long)c->nk, (long long)c->S, c->causal ? " causal" : "",
                      c->mask == 1   ? " mask -inf"
                      : c->mask == 2 ? " mask a head"
+                     : c->mask == 3 ? " positions"
                                     : "",
                      gc_layout_names[l]);
             nn_check_case(name, build_flash, (void *)c, in, c->mask ? 4 : 3);

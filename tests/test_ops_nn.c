@@ -309,7 +309,9 @@ static void test_flash_attn_chain(void)
     float qv[D * H * T * S], kv[D * HKV * NK * S], vv[D * HKV * NK * S];
     float got[D * H * T * S], ref[D * H * T * S];
     int runs = 0;
-    for (int masked = 0; masked < 2; masked++)
+    /* masked 2: packed examples by positions, against the chain's mask made of them */
+    static const int32_t pv[S][T] = {{0, 1, 0, 1, 2}, {0, 1, 2, 3, 0}};
+    for (int masked = 0; masked < 3; masked++)
         for (int causal = 0; causal < 2; causal++)
             for (int lay = 0; lay < NN_LAYOUT_COUNT; lay++) {
                 struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
@@ -321,8 +323,14 @@ static void test_flash_attn_chain(void)
                 nn_fill_rand(k, kv, 1.5f);
                 nn_fill_rand(v, vv, 1.0f);
                 float *mv = m->data;
-                for (int64_t i = 0; i < nn_count(mne); i++)
-                    mv[i] = i / NK == 3 || i % 4 == 1 ? -INFINITY : 0.3f * nn_rand();
+                for (int64_t i = 0; i < nn_count(mne); i++) {
+                    const int64_t j = i % NK, t = i / NK % T, sq = i / (NK * T);
+                    mv[i] = masked == 2 ? (j < t + (NK - T) - pv[sq][t] ? -INFINITY : 0.0f)
+                            : i / NK == 3 || i % 4 == 1 ? -INFINITY
+                                                        : 0.3f * nn_rand();
+                }
+                struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, T * S);
+                memcpy(pos->data, pv, sizeof(pv));
                 struct lt_tensor *mask = masked ? m : NULL;
                 const float scale = 0.4f;
                 struct lt_tensor *kq =
@@ -330,7 +338,8 @@ static void test_flash_attn_chain(void)
                 struct lt_tensor *p = lt_soft_max(ctx, kq, mask, scale, causal);
                 struct lt_tensor *o = lt_mul_mat(ctx, lt_permute(ctx, v, 1, 2, 0, 3), p);
                 struct lt_tensor *chain = lt_cont(ctx, lt_permute(ctx, o, 0, 2, 1, 3));
-                struct lt_tensor *fa = lt_flash_attn(ctx, q, k, v, mask, scale, causal);
+                struct lt_tensor *fa =
+                    lt_flash_attn(ctx, q, k, v, masked == 2 ? pos : mask, scale, causal);
                 CHECK(chain && fa && nn_run(ctx, chain, 1) == LT_OK &&
                           nn_run(ctx, fa, 1 + lay % 2) == LT_OK,
                       "flash_attn: %s", lt_last_error());
@@ -339,8 +348,10 @@ static void test_flash_attn_chain(void)
                     nn_read(fa, got);
                     double e = check_max_ratio(got, ref, D * H * T * S, 1e-6, 1e-5, NULL);
                     CHECK(e <= 1.0, "flash_attn%s%s, q %s: ratio %g to the chain",
-                          masked ? " masked" : "", causal ? " causal" : "", nn_layout_names[lay],
-                          e);
+                          masked == 2 ? " positions"
+                          : masked    ? " masked"
+                                      : "",
+                          causal ? " causal" : "", nn_layout_names[lay], e);
                     runs += e <= 1.0;
                 }
                 lt_ctx_free(ctx);

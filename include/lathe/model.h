@@ -169,8 +169,10 @@ struct lt_model_loss_graph {
     int n_bounds;
     /* a packed graph's inputs (lt_model_build_loss_packed; NULL otherwise), filled by
      * lt_model_loss_graph_set_packed: the attention mask F32 [n_tokens, n_tokens, 1,
-     * n_seqs] and the DeltaNet gate reset F32 [1, n_tokens, n_seqs] (qwen35 only) */
+     * n_seqs] (none with adapters->flash_attn: FLASH_ATTN reads the examples' boundaries
+     * from pos) and the DeltaNet gate reset F32 [1, n_tokens, n_seqs] (qwen35 only) */
     struct lt_tensor *kq_mask, *gate_reset;
+    bool packed; /* built by lt_model_build_loss_packed */
 };
 
 /* Builds the forward pass and loss in ctx (normally no_alloc; the inputs are leaves without
@@ -190,8 +192,9 @@ lt_status lt_model_build_loss_packed(const struct lt_model *m, struct lt_ctx *ct
 lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g);
 /* A packed graph's inputs from pos (I32 [n_tokens * n_seqs], row after row: each step's
  * position within its example, 0 where one starts): g->pos, the mask and the gate reset.
- * scratch: host floats for them, n_tokens * (n_tokens + 1) * n_seqs, kept by a caller that
- * sets a graph's inputs often (NULL: allocated and freed here). */
+ * scratch: host floats for them, n_tokens * (n_tokens + 1) * n_seqs, or n_tokens * n_seqs
+ * when the graph has no mask (g->kq_mask NULL), kept by a caller that sets a graph's
+ * inputs often (NULL: allocated and freed here). */
 lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos,
                                          float *scratch);
 

@@ -143,7 +143,9 @@ struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct
  * the heads compute, SOFT_MAX's rules for dropped keys included (causal drops key j of
  * query t when j > t + (n_kv - T); a query with every key dropped gets zeros), with no
  * T x T tensor. q [D, H, T, S]; k and v [D, Hkv, n_kv, S] (F32, F16 or BF16, any strides);
- * mask F32 [n_kv, T, m2, m3] (optional). The result is F32 [D, H, T, S]. */
+ * mask F32 [n_kv, T, m2, m3] (optional), or I32 positions [T * S] in its place (a packed
+ * step's: keys before query t's example, j < t + (n_kv - T) - pos[s T + t], are dropped).
+ * The result is F32 [D, H, T, S]. */
 struct lt_tensor *lt_flash_attn(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k,
                                 struct lt_tensor *v, struct lt_tensor *mask, float scale,
                                 bool causal);

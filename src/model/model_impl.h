@@ -128,6 +128,9 @@ struct lt_mb {
      * in from the example before, and the conv reads no step before the example's first
      * (CONV_SILU with pos). NULL: every row one example. */
     struct lt_tensor *gate_reset;
+    /* packed training with FLASH_ATTN: attention reads the examples' boundaries from pos
+     * (FLASH_ATTN's I32 positions), and kq_mask is NULL */
+    bool attn_pos;
     /* inference only (no gradients): an activation that only F16 / BF16 weights multiply is
      * written in their type by the op producing it, so a device's product reads it as it
      * is instead of converting it first (set for batches of more than 8 tokens, which a

@@ -31,14 +31,18 @@ static lt_status build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_
     pos->flags |= LT_FLAG_INPUT;
     labels->flags |= LT_FLAG_INPUT;
     struct lt_tensor *kq_mask = NULL, *gate_reset = NULL;
+    /* packed: FLASH_ATTN takes the examples' boundaries from pos, the chain a mask */
+    const bool attn_pos = packed && adapters && adapters->flash_attn;
     if (packed) {
-        kq_mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, n_tokens, n_tokens, 1, n_seqs);
+        kq_mask =
+            attn_pos ? NULL : lt_new_tensor_4d(ctx, LT_TYPE_F32, n_tokens, n_tokens, 1, n_seqs);
         gate_reset = m->hp.arch == LT_ARCH_QWEN35
                          ? lt_new_tensor_3d(ctx, LT_TYPE_F32, 1, n_tokens, n_seqs)
                          : NULL;
-        if (!kq_mask || (m->hp.arch == LT_ARCH_QWEN35 && !gate_reset))
+        if ((!attn_pos && !kq_mask) || (m->hp.arch == LT_ARCH_QWEN35 && !gate_reset))
             return lt_fail(LT_ERR_NOMEM, "out of memory building the loss graph");
-        lt_set_name(kq_mask, "inp_kq_mask")->flags |= LT_FLAG_INPUT;
+        if (kq_mask)
+            lt_set_name(kq_mask, "inp_kq_mask")->flags |= LT_FLAG_INPUT;
         if (gate_reset)
             lt_set_name(gate_reset, "inp_gate_reset")->flags |= LT_FLAG_INPUT;
     }
@@ -49,6 +53,7 @@ static lt_status build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_
                       .n_seqs = n_seqs,
                       .pos = pos,
                       .kq_mask = kq_mask,
+                      .attn_pos = attn_pos,
                       .gate_reset = gate_reset,
                       .causal = true};
     const int n_bounds = m->hp.n_layer + 1;
@@ -66,8 +71,8 @@ static lt_status build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_
     if (logits) /* NULL with adapters->fused_loss: no [V, N] logits exist */
         logits->flags |= LT_FLAG_OUTPUT;
     lt_set_name(loss, "loss");
-    *out = (struct lt_model_loss_graph){tokens,   pos,      labels,  logits,    loss,
-                                        b.bounds, n_bounds, kq_mask, gate_reset};
+    *out = (struct lt_model_loss_graph){tokens,   pos,      labels,  logits,     loss,
+                                        b.bounds, n_bounds, kq_mask, gate_reset, packed};
     return LT_OK;
 }
 
@@ -102,12 +107,13 @@ lt_status lt_model_loss_graph_set_pos(struct lt_model_loss_graph *g)
 lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const int32_t *pos,
                                          float *scratch)
 {
-    if (!g->kq_mask)
+    if (!g->packed)
         return lt_fail(LT_ERR_INVALID, "the loss graph was not built packed");
-    const int64_t T = g->tokens->ne[0], S = g->tokens->ne[1];
-    float *mine = scratch ? NULL : malloc(sizeof(float) * (size_t)(T * (T + 1) * S));
-    float *mask = scratch ? scratch : mine, *reset = mask ? mask + T * T * S : NULL;
-    lt_status st = mask ? LT_OK : lt_fail(LT_ERR_NOMEM, "out of memory for a packed step");
+    const int64_t T = g->tokens->ne[0], S = g->tokens->ne[1], n_mask = g->kq_mask ? T * T * S : 0;
+    float *mine = scratch ? NULL : malloc(sizeof(float) * (size_t)(n_mask + T * S));
+    float *buf = scratch ? scratch : mine;
+    float *mask = buf && g->kq_mask ? buf : NULL, *reset = buf ? buf + n_mask : NULL;
+    lt_status st = buf ? LT_OK : lt_fail(LT_ERR_NOMEM, "out of memory for a packed step");
     /* query q sees key k <= q (the causal flag drops the rest) of its own example: keys from
      * q - pos[q] on (a row is two fills: 16 x 512 tokens take a few ms) */
     for (int64_t s = 0; st == LT_OK && s < S; s++)
@@ -120,15 +126,17 @@ lt_status lt_model_loss_graph_set_packed(struct lt_model_loss_graph *g, const in
                              (long long)s, (long long)q, pq);
                 break;
             }
-            float *row = mask + (s * T + q) * T;
-            for (int64_t k = 0; k < q - pq; k++)
-                row[k] = -INFINITY;
-            memset(row + (q - pq), 0, sizeof(float) * (size_t)(T - (q - pq)));
+            if (mask) {
+                float *row = mask + (s * T + q) * T;
+                for (int64_t k = 0; k < q - pq; k++)
+                    row[k] = -INFINITY;
+                memset(row + (q - pq), 0, sizeof(float) * (size_t)(T - (q - pq)));
+            }
             reset[s * T + q] = pq == 0 && q > 0 ? LT_MB_GATE_RESET : 0.0f;
         }
     if (st == LT_OK)
         st = lt_tensor_set(g->pos, pos, 0, sizeof(int32_t) * (size_t)(T * S));
-    if (st == LT_OK)
+    if (st == LT_OK && mask)
         st = lt_tensor_set(g->kq_mask, mask, 0, sizeof(float) * (size_t)(T * T * S));
     if (st == LT_OK && g->gate_reset)
         st = lt_tensor_set(g->gate_reset, reset, 0, sizeof(float) * (size_t)(T * S));

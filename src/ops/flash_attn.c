@@ -9,7 +9,10 @@
  * rules for dropped keys: causal drops key j of query t when j > t + (n_kv - T), a mask of
  * -inf drops it too, and a query with every key dropped gets zeros. Sources: q [D, H, T, S],
  * k and v [D, Hkv, n_kv, S] (F32, F16 or BF16, any strides), mask F32 [n_kv, T, m2, m3]
- * (m2 dividing H, m3 dividing S; optional). The result is F32 [D, H, T, S], contiguous: the
+ * (m2 dividing H, m3 dividing S; optional), or in its place I32 positions [T * S] (a packed
+ * training step's: each example counts 0, 1, 2, ... from its first step), which drop the keys
+ * before query t's example, j < t + (n_kv - T) - pos[s T + t]: the packed mask, without a
+ * T x T tensor. The result is F32 [D, H, T, S], contiguous: the
  * layout the chain's merge gives. Neither the scores nor the probabilities exist as tensors,
  * so the memory of a layer's attention does not grow with T x T; a device kernel keeps
  * them a tile at a time (src/backend/cuda/flash_attn.cu).
@@ -53,6 +56,10 @@ static const char *fa_check(const struct lt_tensor *q, const struct lt_tensor *k
         return "q [D, H, T, S] and k [D, Hkv, n_kv, S] must agree in D and S";
     if (k->ne[1] < 1 || q->ne[1] % k->ne[1] != 0)
         return "the key heads Hkv must divide the query heads H";
+    if (mask && mask->type == LT_TYPE_I32) /* positions: the packed examples' boundaries */
+        return lt_is_contiguous(mask) && lt_nelements(mask) == q->ne[2] * q->ne[3]
+                   ? NULL
+                   : "positions must be contiguous i32 [T * S]";
     if (mask && (mask->type != LT_TYPE_F32 || mask->ne[0] != k->ne[2] || mask->ne[1] != q->ne[2] ||
                  mask->ne[2] < 1 || mask->ne[3] < 1 || q->ne[1] % mask->ne[2] != 0 ||
                  q->ne[3] % mask->ne[3] != 0))
@@ -158,7 +165,8 @@ struct fa_head {
     int64_t D, H, Hkv, T, nk, S;
     float scale;
     bool causal;
-    const struct lt_tensor *q, *k, *v, *mask;
+    const struct lt_tensor *q, *k, *v, *mask; /* mask: the F32 one, else NULL */
+    const int32_t *pos;                       /* the I32 positions in the mask's place, else NULL */
 };
 
 static struct fa_head fa_head_of(const struct lt_tensor *q, const struct lt_tensor *k,
@@ -176,7 +184,8 @@ static struct fa_head fa_head_of(const struct lt_tensor *q, const struct lt_tens
                         q,
                         k,
                         v,
-                        mask};
+                        mask && mask->type == LT_TYPE_F32 ? mask : NULL,
+                        mask && mask->type == LT_TYPE_I32 ? (const int32_t *)mask->data : NULL};
     return h;
 }
 
@@ -205,6 +214,8 @@ static bool fa_probs(const struct fa_head *a, const float *q, const float *K, in
                      int64_t s, float *p, float *mrow)
 {
     const int64_t keep = fa_keep(a, t);
+    /* positions: query t (key t + n_kv - T) sees its own example's keys, from its start on */
+    const int64_t first = a->pos ? t + (a->nk - a->T) - a->pos[s * a->T + t] : 0;
     if (a->mask)
         lt_row_to_f32(a->mask, t, h % a->mask->ne[2], s % a->mask->ne[3], mrow);
     float mx = -INFINITY;
@@ -212,7 +223,7 @@ static bool fa_probs(const struct fa_head *a, const float *q, const float *K, in
         double d = 0.0;
         for (int64_t i = 0; i < a->D; i++)
             d += (double)q[i] * K[j * a->D + i];
-        p[j] = (float)d * a->scale + (a->mask ? mrow[j] : 0.0f);
+        p[j] = j < first ? -INFINITY : (float)d * a->scale + (a->mask ? mrow[j] : 0.0f);
         mx = p[j] > mx ? p[j] : mx;
     }
     if (mx == -INFINITY) {

@@ -475,7 +475,10 @@ static lt_status choose_and_admit(struct lt_train_job *j, struct run *r,
     r->fill_buf = malloc((size_t)seqs * sizeof(int));
     r->row_buf = malloc(n * sizeof(int));
     r->at_buf = malloc(n * sizeof(int));
-    r->mask_buf = r->packed ? malloc(n * ((size_t)r->n_tokens + 1) * sizeof(float)) : NULL;
+    /* the mask's rows (none with FLASH_ATTN: it reads the positions) and the gate reset */
+    r->mask_buf = r->packed
+                      ? malloc(n * ((r->lg.kq_mask ? (size_t)r->n_tokens : 0) + 1) * sizeof(float))
+                      : NULL;
     if (!r->tok_buf || !r->lab_buf || !r->pos_buf || !r->fill_buf || !r->row_buf || !r->at_buf ||
         (r->packed && !r->mask_buf))
         return lt_fail(LT_ERR_NOMEM, "out of memory");

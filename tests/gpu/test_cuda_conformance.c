@@ -722,7 +722,8 @@ static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
 }
 
 /* ne: D, T, n_kv, S; i[0]: H, i[1]: Hkv, i[2]: causal (bit 0), mask (bits 1-2: 0 none, 1
- * [n_kv, T, 1, S] with -inf entries and a query row all -inf, 2 [n_kv, T, H, 1]), i[3]:
+ * [n_kv, T, 1, S] with -inf entries and a query row all -inf, 2 [n_kv, T, H, 1], 3 I32
+ * positions of packed examples in the mask's place), i[3]:
  * the backward; f[0] nonzero: LT_FLASH_ATTN_PREC_TF32; type[1]: k and v; lay[0]: q's and
  * do's layout */
 static float fa_mask_vals[16 * 512 * 512];
@@ -735,7 +736,19 @@ static struct lt_tensor *b_flash_attn(struct build *b, const struct params *p)
     struct lt_tensor *k = mk(b, p->type[1], L_CONTIG, D, Hkv, nk, S, FILL_UNIFORM, -1, 1);
     struct lt_tensor *v = mk(b, p->type[1], L_TRANSPOSED, D, Hkv, nk, S, FILL_UNIFORM, -1, 1);
     struct lt_tensor *m = NULL;
-    if (mask) {
+    if (mask == 3) { /* packed examples: positions restarting where (7 t + s) % 23 == 0 */
+        static float pos_vals[16 * 512];
+        if (T * S > (int64_t)(sizeof(pos_vals) / sizeof(float)))
+            return NULL;
+        for (int64_t sq = 0; sq < S; sq++)
+            for (int64_t t = 0, at = 0; t < T; t++, at++) {
+                if (t == 0 || (7 * t + sq) % 23 == 0)
+                    at = 0;
+                pos_vals[sq * T + t] = (float)at;
+            }
+        m = mk(b, LT_TYPE_I32, L_CONTIG, T * S, 1, 1, 1, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = pos_vals;
+    } else if (mask) {
         const int64_t m2 = mask == 2 ? H : 1, m3 = mask == 2 ? 1 : S, n = nk * T * m2 * m3;
         if (n > (int64_t)(sizeof(fa_mask_vals) / sizeof(float)))
             return NULL;
@@ -839,12 +852,17 @@ static void test_nn(void)
      * and TF32; BF16 and F16 keys and values; D 300 (refused: the CPU takes it); the 0.8B
      * training step's attention (16 x 512 tokens, a packed mask) */
     char fbuf[96];
-    static const int64_t fa_shapes[][8] = {
-        /* D, T, n_kv, S, H, Hkv, causal | mask << 1, layouts */
-        {16, 5, 5, 1, 2, 2, 1, L_COUNT},  {64, 70, 100, 2, 4, 2, 1 | 1 << 1, 2},
-        {40, 33, 33, 1, 2, 1, 2 << 1, 1}, {128, 65, 65, 2, 2, 2, 1, 1},
-        {256, 130, 130, 2, 8, 2, 1, 1},   {32, 17, 200, 1, 4, 4, 1 | 1 << 1, 1},
-        {300, 4, 4, 1, 1, 1, 1, 1},       {256, 512, 512, 16, 8, 2, 1 | 1 << 1, 1}};
+    static const int64_t fa_shapes[][8] = {/* D, T, n_kv, S, H, Hkv, causal | mask << 1, layouts */
+                                           {16, 5, 5, 1, 2, 2, 1, L_COUNT},
+                                           {64, 70, 100, 2, 4, 2, 1 | 1 << 1, 2},
+                                           {40, 33, 33, 1, 2, 1, 2 << 1, 1},
+                                           {128, 65, 65, 2, 2, 2, 1, 1},
+                                           {256, 130, 130, 2, 8, 2, 1, 1},
+                                           {32, 17, 200, 1, 4, 4, 1 | 1 << 1, 1},
+                                           {300, 4, 4, 1, 1, 1, 1, 1},
+                                           {256, 512, 512, 16, 8, 2, 1 | 1 << 1, 1},
+                                           {64, 150, 150, 2, 4, 2, 1 | 3 << 1, 2},
+                                           {256, 512, 512, 16, 8, 2, 1 | 3 << 1, 1}};
     for (size_t c = 0; c < sizeof(fa_shapes) / sizeof(fa_shapes[0]); c++)
         for (int back = 0; back < 2; back++)
             for (int l = 0; l < (int)fa_shapes[c][7]; l++)
@@ -862,6 +880,7 @@ static void test_nn(void)
                                  (long long)p.ne[3], p.i[0], p.i[1], p.i[2] & 1 ? " causal" : "",
                                  p.i[2] >> 1 == 1   ? " mask -inf"
                                  : p.i[2] >> 1 == 2 ? " mask/head"
+                                 : p.i[2] >> 1 == 3 ? " positions"
                                                     : "",
                                  tf ? " tf32" : "", lt_type_name(kts[kt]), "");
                         run_case(back ? LT_OP_FLASH_ATTN_BACK : LT_OP_FLASH_ATTN,

@@ -150,9 +150,15 @@ bool cu_flash_attn_supported(const struct lt_tensor *node, char *reason, size_t 
     if (!fwd && (!cu_check_source(node, FB_DO, CU_TYPES_F32, reason, reason_size) ||
                  !cu_check_source(node, FB_O, CU_TYPES_F32, reason, reason_size)))
         return false;
-    if (fa_mask(node) &&
-        !cu_check_source(node, fwd ? FA_MASK : FB_MASK, CU_TYPES_F32, reason, reason_size))
+    const struct lt_tensor *mask = fa_mask(node);
+    if (mask && !cu_check_source(node, fwd ? FA_MASK : FB_MASK, CU_TYPES_F32 | CU_TYPES_I32, reason,
+                                 reason_size))
         return false;
+    if (mask && mask->type == LT_TYPE_I32 &&
+        (!lt_is_contiguous(mask) || lt_nelements(mask) != fa_q(node)->ne[2] * fa_q(node)->ne[3])) {
+        snprintf(reason, reason_size, "the positions are not contiguous i32 [T * S]");
+        return false;
+    }
     struct fa_plan p;
     if (!fa_plan_init(&p, fa_q(node), fa_k(node), reason, reason_size))
         return false;
@@ -164,6 +170,7 @@ bool cu_flash_attn_supported(const struct lt_tensor *node, char *reason, size_t 
 struct fa_args {
     struct cu_t q, k, v, mask, gdo, o; /* gdo, o: the backward's */
     bool has_mask, causal;
+    const int32_t *pos; /* I32 positions in the mask's place (packed examples), or NULL */
     float scale;
     int64_t D, H, Hkv, T, nk, S;
     int dp, ld, rows; /* rows: the tile size of this launch (bq or b) */
@@ -171,11 +178,14 @@ struct fa_args {
     float *lse, *dd;  /* scratch [S][H][T] each (STATS writes, the backward reads) */
 };
 
-/* whether key j takes part for query t (before the mask's value): inside the cache and,
- * when causal, not past t + (n_kv - T) */
-static __device__ __forceinline__ bool fa_key_in(const struct fa_args &a, int64_t t, int64_t j)
+/* whether key j takes part for query t of sequence s (before the mask's value): inside the
+ * cache, when causal not past t + (n_kv - T), and with positions not before the query's
+ * example */
+static __device__ __forceinline__ bool fa_key_in(const struct fa_args &a, int64_t t, int64_t j,
+                                                 int64_t s)
 {
-    return j < a.nk && t < a.T && (!a.causal || j <= t + (a.nk - a.T));
+    return j < a.nk && t < a.T && (!a.causal || j <= t + (a.nk - a.T)) &&
+           (!a.pos || j >= t + (a.nk - a.T) - a.pos[s * a.T + t]);
 }
 
 /* the tile's rows r < rows of X [D, heads, n, S] at (head, first row n0) into dst [rows][ld]
@@ -198,7 +208,7 @@ static __device__ void fa_mask_scores(const struct fa_args &a, float *Sm, int ls
         const int r = e / cols, c = e % cols;
         const int64_t t = t0 + r, j = j0 + c;
         float z = -INFINITY;
-        if (fa_key_in(a, t, j)) {
+        if (fa_key_in(a, t, j, s)) {
             z = Sm[r * ls + c];
             if (a.has_mask)
                 z += cu_getf(a.mask, j, t, h % a.mask.ne[2], s % a.mask.ne[3]);
@@ -333,6 +343,29 @@ static __device__ void fa_dscores(const struct fa_args &a, const float *Pm, floa
     }
 }
 
+/* One (query tile, key tile) of the backward, the block together: from the tiles Q, dO
+ * (rows t0..) and K, V (rows j0..) in shared memory, P = e^(scale Q K^T + mask - lse) into
+ * Sm and dS = P o (dO V^T - D) into dP, both [b][b + 4]; the caller synchronises before
+ * and reads them after a barrier */
+template <bool TF1>
+static __device__ void fa_tile_back(const struct fa_args &a, const float *Q, const float *dO,
+                                    const float *K, const float *V, float *Sm, float *dP,
+                                    float *tmp, int64_t t0, int64_t j0, int64_t h, int64_t s)
+{
+    const int B = a.rows, ld = a.ld, ls = B + 4, dp = a.dp;
+    cb_mma<wmma::row_major, wmma::col_major, TF1>(Sm, ls, Q, ld, K, ld, B, B, dp, a.scale, false,
+                                                  NULL, B, B, tmp);
+    cb_mma<wmma::row_major, wmma::col_major, TF1>(dP, ls, dO, ld, V, ld, B, B, dp, 1.0f, false,
+                                                  NULL, B, B, tmp);
+    __syncthreads();
+    fa_mask_scores(a, Sm, ls, B, B, t0, j0, h, s);
+    __syncthreads();
+    fa_probs(a, Sm, ls, B, t0, h, s);
+    __syncthreads();
+    fa_dscores(a, Sm, dP, ls, B, t0, h, s);
+    __syncthreads();
+}
+
 /* dq: block (query tile, h, s) */
 template <bool TF1>
 static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(struct fa_args a)
@@ -352,17 +385,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(struct fa_a
         fa_load_rows(K, ld, a.k, hk, j0, a.nk, s, B, dp, a.D);
         fa_load_rows(V, ld, a.v, hk, j0, a.nk, s, B, dp, a.D);
         __syncthreads();
-        cb_mma<wmma::row_major, wmma::col_major, TF1>(Sm, ls, Q, ld, K, ld, B, B, dp, a.scale,
-                                                      false, NULL, B, B, tmp);
-        cb_mma<wmma::row_major, wmma::col_major, TF1>(dP, ls, dO, ld, V, ld, B, B, dp, 1.0f, false,
-                                                      NULL, B, B, tmp);
-        __syncthreads();
-        fa_mask_scores(a, Sm, ls, B, B, t0, j0, h, s);
-        __syncthreads();
-        fa_probs(a, Sm, ls, B, t0, h, s);
-        __syncthreads();
-        fa_dscores(a, Sm, dP, ls, B, t0, h, s);
-        __syncthreads();
+        fa_tile_back<TF1>(a, Q, dO, K, V, Sm, dP, tmp, t0, j0, h, s);
         cb_mma<wmma::row_major, wmma::row_major, TF1>(dQ, ld, dP, ls, K, ld, B, dp, B, a.scale,
                                                       true, NULL, B, dp, tmp);
     }
@@ -398,17 +421,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkv_kernel(struct fa_
             fa_load_rows(Q, ld, a.q, h, t0, a.T, s, B, dp, a.D);
             fa_load_rows(dO, ld, a.gdo, h, t0, a.T, s, B, dp, a.D);
             __syncthreads();
-            cb_mma<wmma::row_major, wmma::col_major, TF1>(Sm, ls, Q, ld, K, ld, B, B, dp, a.scale,
-                                                          false, NULL, B, B, tmp);
-            cb_mma<wmma::row_major, wmma::col_major, TF1>(dP, ls, dO, ld, V, ld, B, B, dp, 1.0f,
-                                                          false, NULL, B, B, tmp);
-            __syncthreads();
-            fa_mask_scores(a, Sm, ls, B, B, t0, j0, h, s);
-            __syncthreads();
-            fa_probs(a, Sm, ls, B, t0, h, s);
-            __syncthreads();
-            fa_dscores(a, Sm, dP, ls, B, t0, h, s);
-            __syncthreads();
+            fa_tile_back<TF1>(a, Q, dO, K, V, Sm, dP, tmp, t0, j0, h, s);
             /* dv += P^T do, dk += scale dS^T q: the tiles read as column-major */
             cb_mma<wmma::col_major, wmma::row_major, TF1>(dV, ld, Sm, ls, dO, ld, B, dp, B, 1.0f,
                                                           true, NULL, B, dp, tmp);
@@ -451,8 +464,10 @@ static struct fa_args fa_args_of(const struct lt_tensor *node, const struct fa_p
     a.q = cu_view(node->src[q]);
     a.k = cu_view(node->src[q + 1]);
     a.v = cu_view(node->src[q + 2]);
-    a.has_mask = fa_mask(node) != NULL;
-    a.mask = cu_view(a.has_mask ? fa_mask(node) : node->src[q]);
+    const struct lt_tensor *mask = fa_mask(node);
+    a.has_mask = mask && mask->type == LT_TYPE_F32;
+    a.pos = mask && mask->type == LT_TYPE_I32 ? (const int32_t *)mask->data : NULL;
+    a.mask = cu_view(a.has_mask ? mask : node->src[q]);
     if (!fwd) {
         a.gdo = cu_view(node->src[FB_DO]);
         a.o = cu_view(node->src[FB_O]);
