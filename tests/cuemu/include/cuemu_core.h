@@ -190,39 +190,14 @@ static inline unsigned int __activemask(void)
     return cuemu_ballot(1);
 }
 
-/* ---- atomics (one OS thread runs every fiber, and switches only at barriers) ---- */
+/* ---- atomics (one OS thread runs every fiber, and switches only at barriers); the
+ * backend uses atomicAdd alone ---- */
 template <typename T> static inline T atomicAdd(T *p, T v)
 {
     const T o = *p;
     *p = o + v;
     return o;
 }
-template <typename T> static inline T atomicMax(T *p, T v)
-{
-    const T o = *p;
-    *p = o > v ? o : v;
-    return o;
-}
-template <typename T> static inline T atomicMin(T *p, T v)
-{
-    const T o = *p;
-    *p = o < v ? o : v;
-    return o;
-}
-template <typename T> static inline T atomicExch(T *p, T v)
-{
-    const T o = *p;
-    *p = v;
-    return o;
-}
-template <typename T> static inline T atomicCAS(T *p, T cmp, T v)
-{
-    const T o = *p;
-    if (o == cmp)
-        *p = v;
-    return o;
-}
-
 /* ---- arithmetic intrinsics ---- */
 static inline float __fadd_rn(float a, float b)
 {
@@ -280,41 +255,37 @@ static inline int __float2int_rz(float a)
 {
     return (int)a;
 }
+/* the bits of a as a To (same size) */
+template <typename To, typename From> static inline To cuemu_bits(From a)
+{
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To r;
+    memcpy(&r, &a, sizeof(To));
+    return r;
+}
 static inline int __float_as_int(float a)
 {
-    int r;
-    memcpy(&r, &a, 4);
-    return r;
+    return cuemu_bits<int>(a);
 }
 static inline unsigned int __float_as_uint(float a)
 {
-    unsigned int r;
-    memcpy(&r, &a, 4);
-    return r;
+    return cuemu_bits<unsigned int>(a);
 }
 static inline float __int_as_float(int a)
 {
-    float r;
-    memcpy(&r, &a, 4);
-    return r;
+    return cuemu_bits<float>(a);
 }
 static inline float __uint_as_float(unsigned int a)
 {
-    float r;
-    memcpy(&r, &a, 4);
-    return r;
+    return cuemu_bits<float>(a);
 }
 static inline double __longlong_as_double(long long a)
 {
-    double r;
-    memcpy(&r, &a, 8);
-    return r;
+    return cuemu_bits<double>(a);
 }
 static inline long long __double_as_longlong(double a)
 {
-    long long r;
-    memcpy(&r, &a, 8);
-    return r;
+    return cuemu_bits<long long>(a);
 }
 static inline unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int s)
 {
