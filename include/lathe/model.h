@@ -119,17 +119,17 @@ struct lt_model_adapters {
      * training job sets it, check-ref and the CPU leave it off */
     bool fused_loss;
     /* each attention layer's scores, softmax and values as one FLASH_ATTN node (no T x T
-     * scores or probabilities, in the forward or the backward); a device's training job sets
-     * it (LATHE_FLASH_ATTN=0 keeps the chain), check-ref and the CPU leave it off */
+     * scores or probabilities, in the forward or the backward); a training job sets it with
+     * LATHE_FLASH_ATTN=1 (lt_model_flash_attn_on), check-ref leaves it off */
     bool flash_attn;
 };
 
 /* Whether graphs for backend be should take their attention as FLASH_ATTN (no T x T scores):
- * be is a device (not the host), it runs FLASH_ATTN and FLASH_ATTN_BACK for m's heads
- * (asked of one query against one key with a mask: a claim looks at types and shapes
- * only), and LATHE_FLASH_ATTN is not 0. A device that cannot keeps the chain of products
- * and SOFT_MAX, so nothing that ran there before moves to the CPU or is refused for it.
- * Training jobs and sessions' prefill ask it. */
+ * LATHE_FLASH_ATTN=1 asks for it (off by default until a device has checked it end to end),
+ * and be runs FLASH_ATTN and FLASH_ATTN_BACK for m's heads (asked of one query against one
+ * key with a mask: a claim looks at types and shapes only). A backend that cannot keeps
+ * the chain of products and SOFT_MAX, so nothing that ran there before moves to the CPU or
+ * is refused for it. Training jobs and sessions' prefill ask it. */
 bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be);
 
 /* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,

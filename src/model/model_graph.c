@@ -606,7 +606,10 @@ bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be)
 {
     const char *env = getenv("LATHE_FLASH_ATTN");
     const struct lt_model_hparams *hp = lt_model_hparams(m);
-    if (be->is_host || (env && strcmp(env, "0") == 0) || hp->head_dim <= 0 || hp->n_head <= 0 ||
+    /* opt-in until the device has run it: on the CUDA emulation a SmolLM2 LoRA step's loss
+     * through FLASH_ATTN is 12.6789 where the chain and the CPU's FLASH_ATTN give 12.6796
+     * (see the session note of 2026-12-05), which no conformance case reproduces yet */
+    if (!(env && strcmp(env, "1") == 0) || hp->head_dim <= 0 || hp->n_head <= 0 ||
         hp->n_head_kv <= 0)
         return false;
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});

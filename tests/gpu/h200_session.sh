@@ -47,7 +47,8 @@
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
 #   tflash  FLASH_ATTN in the training graph (the default on a device) against the chain of
-#           products and SOFT_MAX (LATHE_FLASH_ATTN=0), 16x512 and 4x2048, full and LoRA
+#           products and SOFT_MAX (the default; LATHE_FLASH_ATTN=1 turns flash on), 16x512
+#           and 4x2048, full and LoRA
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -681,13 +682,13 @@ phase_tbudget() {
     lathe_alone tbudget_lora "--memory-budget-mib 8192" lora
 }
 
-# tflash: attention as FLASH_ATTN (the default) against the chain (LATHE_FLASH_ATTN=0), each
+# tflash: attention as FLASH_ATTN (LATHE_FLASH_ATTN=1) against the chain (the default), each
 # at 16x512 and 4x2048: tokens/s, GPU peak and the estimate
 phase_tflash() {
     local sh
     for sh in 16x512 4x2048; do
-        SHAPES=$sh lathe_alone tflash_on_$sh ""
-        LATHE_FLASH_ATTN=0 SHAPES=$sh lathe_alone tflash_off_$sh ""
+        LATHE_FLASH_ATTN=1 SHAPES=$sh lathe_alone tflash_on_$sh ""
+        SHAPES=$sh lathe_alone tflash_off_$sh ""
     done
 }
 
