@@ -309,9 +309,25 @@ static cudaError_t run_grid(dim3 g, dim3 b, size_t shared, cuemu_task *t)
 
 /* ---- streams, graphs, launches ---- */
 
+/* one thing a stream runs: a launch's grid, or (host) a copy, memset or product run once */
+struct recorded {
+    std::shared_ptr<cuemu_task> task;
+    dim3 grid, block;
+    size_t shared;
+    bool host;
+};
+
+static cudaError_t run_recorded(const recorded &r)
+{
+    if (r.host) {
+        r.task->run_thread();
+        return cudaSuccess;
+    }
+    return run_grid(r.grid, r.block, r.shared, r.task.get());
+}
+
 struct cuemu_graph {
-    std::vector<std::shared_ptr<cuemu_task>> tasks; /* launches, copies and memsets in order */
-    std::vector<std::pair<dim3, std::pair<dim3, size_t>>> cfg;
+    std::vector<recorded> items; /* launches, copies, memsets and products, in order */
 };
 
 struct cuemu_stream {
@@ -328,7 +344,6 @@ static cuemu_stream *stream_of(cudaStream_t s)
 
 /* a copy or memset as a one-thread task, so that a capture can record it */
 struct host_task : cuemu_task {
-    std::vector<unsigned char> dummy;
     void *dst;
     const void *src;
     int value;
@@ -345,15 +360,13 @@ struct host_task : cuemu_task {
 
 static cudaError_t submit(cudaStream_t s, dim3 g, dim3 b, size_t shared, cuemu_task *t, bool host)
 {
+    const recorded r = {std::shared_ptr<cuemu_task>(t), g, b, shared, host};
     cuemu_stream *st = stream_of(s);
     if (st->capturing) {
-        st->graph->tasks.emplace_back(t);
-        st->graph->cfg.push_back({host ? dim3(0) : g, {b, shared}});
+        st->graph->items.push_back(r);
         return cudaSuccess;
     }
-    cudaError_t e = host ? (t->run_thread(), cudaSuccess) : run_grid(g, b, shared, t);
-    delete t;
-    return e;
+    return run_recorded(r);
 }
 
 cudaError_t cuemu_launch(dim3 grid, dim3 block, size_t shared, cudaStream_t st, cuemu_task *t)
@@ -598,16 +611,10 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s)
 {
     if (stream_of(s)->capturing)
         return fail(cudaErrorStreamCaptureUnsupported);
-    for (size_t i = 0; i < e->tasks.size(); i++) {
-        const dim3 g = e->cfg[i].first;
-        if (g.x == 0) {
-            e->tasks[i]->run_thread();
-            continue;
-        }
-        cudaError_t r =
-            run_grid(g, e->cfg[i].second.first, e->cfg[i].second.second, e->tasks[i].get());
-        if (r != cudaSuccess)
-            return r;
+    for (const recorded &r : e->items) {
+        cudaError_t err = run_recorded(r);
+        if (err != cudaSuccess)
+            return err;
     }
     return cudaSuccess;
 }
