@@ -225,7 +225,7 @@ static struct lt_tensor *bf16_operand(struct lt_mb *b, struct lt_tensor *t)
 
 /* Scaled dot-product attention. q [D, H, n_tokens * n_seqs] (roped), k and v
  * [D, H_kv, n_kv, n_seqs] (any strides). Result [D * H, n_tokens * n_seqs]. With
- * ad->flash_attn (training) or b->flash (a device's prefill), one FLASH_ATTN node.
+ * b->flash (a training graph's ad->flash_attn, or a session's prefill), one FLASH_ATTN node.
  * Otherwise the chain; with
  * bf16_products, q, k, v and the probabilities meet the two products (and their gradients'
  * four) as BF16, so all six run on BF16 matrix units; the scores, the softmax and the
@@ -237,7 +237,7 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     const struct lt_model_hparams *hp = &b->m->hp;
     int64_t D = hp->head_dim, H = hp->n_head, T = b->n_tokens, S = b->n_seqs;
     struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
-    if (b->flash || (b->ad && b->ad->flash_attn)) {
+    if (b->flash) {
         /* one node; its products round to TF32 where the step's others round to BF16 */
         struct lt_tensor *o = named(lt_flash_attn(ctx, q4, k, v, b->attn_pos ? b->pos : b->kq_mask,
                                                   1.0f / sqrtf((float)D), b->causal),

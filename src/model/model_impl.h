@@ -136,9 +136,9 @@ struct lt_mb {
      * is instead of converting it first (set for batches of more than 8 tokens, which a
      * device multiplies with tensor cores; fewer stay F32 for its exact few-column kernel) */
     bool half_acts;
-    /* attention as one FLASH_ATTN node (as ad->flash_attn does for training): set by the
-     * session for a device's prefill (lt_model_flash_attn_on), its products in TF32 where
-     * half_acts rounds the activations anyway */
+    /* attention as one FLASH_ATTN node: the loss graph's adapters->flash_attn, or a
+     * session's prefill (lt_model_flash_attn_on); its products in TF32 where the step's
+     * products are BF16 or half_acts rounds the activations anyway */
     bool flash;
     /* inference only: fused ops that have no backward rule stand in for the chains they
      * replace (RMS_NORM with its weight), fewer kernels a decode step (set by the session) */

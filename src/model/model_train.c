@@ -54,6 +54,7 @@ static lt_status build_loss(const struct lt_model *m, struct lt_ctx *ctx, int64_
                       .pos = pos,
                       .kq_mask = kq_mask,
                       .attn_pos = attn_pos,
+                      .flash = adapters && adapters->flash_attn,
                       .gate_reset = gate_reset,
                       .causal = true};
     const int n_bounds = m->hp.n_layer + 1;
