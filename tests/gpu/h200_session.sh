@@ -682,13 +682,23 @@ phase_tbudget() {
     lathe_alone tbudget_lora "--memory-budget-mib 8192" lora
 }
 
-# tflash: attention as FLASH_ATTN (LATHE_FLASH_ATTN=1) against the chain (the default), each
-# at 16x512 and 4x2048: tokens/s, GPU peak and the estimate
+# tflash: attention as FLASH_ATTN (LATHE_FLASH_ATTN=1) against the chain (=0), each at 16x512
+# and 4x2048: tokens/s, GPU peak and the estimate; then the full fine-tune's loss curve at
+# 16x512 both ways with --f32-products
 phase_tflash() {
     local sh
     for sh in 16x512 4x2048; do
         LATHE_FLASH_ATTN=1 SHAPES=$sh lathe_alone tflash_on_$sh ""
-        SHAPES=$sh lathe_alone tflash_off_$sh ""
+        LATHE_FLASH_ATTN=0 SHAPES=$sh lathe_alone tflash_off_$sh ""
+    done
+    # the loss curves of both (products in F32, so only the attention's rounding differs)
+    local txt=$W/bench_text_16x512.txt mode
+    [ -f "$txt" ] || return
+    for mode in 1 0; do
+        LATHE_FLASH_ATTN=$mode timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/tflash-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            --epochs 1 --full --lr 1e-5 --f32-products >"$out/tflash_loss_$mode.log" 2>&1
+        row "full 16x512 f32, LATHE_FLASH_ATTN=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tflash_loss_$mode.log" | awk '{printf "%s ", $2}')"
     done
 }
 
