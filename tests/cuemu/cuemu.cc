@@ -409,8 +409,19 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
     }
     return cudaSuccess;
 }
+/* CUEMU_TRACE=1: each call that allocates, frees or waits for the device on real hardware,
+ * one line on stderr (what a loop of host code costs the device in stalls) */
+static void trace(const char *what, size_t n)
+{
+    static int on = -1;
+    if (on < 0)
+        on = getenv("CUEMU_TRACE") != NULL;
+    if (on)
+        fprintf(stderr, "cuemu: %s %zu\n", what, n);
+}
 cudaError_t cudaDeviceSynchronize(void)
 {
+    trace("cudaDeviceSynchronize", 0);
     return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void)
@@ -444,6 +455,7 @@ const char *cudaGetErrorString(cudaError_t e)
 
 cudaError_t cudaMalloc(void **p, size_t n)
 {
+    trace("cudaMalloc", n);
     if (n == 0)
         n = 1;
     if (mem_used + n > mem_total())
@@ -459,6 +471,7 @@ cudaError_t cudaMalloc(void **p, size_t n)
 }
 cudaError_t cudaFree(void *p)
 {
+    trace("cudaFree", 0);
     if (!p)
         return cudaSuccess;
     auto it = allocations.find(p);
@@ -484,6 +497,7 @@ static cudaError_t host_op(cudaStream_t s, void *d, const void *src, int v, size
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 {
+    trace("cudaMemcpy", n);
     (void)k;
     memmove(d, s, n);
     return cudaSuccess;
@@ -491,11 +505,13 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
                             cudaStream_t st)
 {
+    trace(k == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync D2H" : k == cudaMemcpyHostToDevice ? "cudaMemcpyAsync H2D" : "cudaMemcpyAsync", n);
     (void)k;
     return host_op(st, d, s, 0, n, false);
 }
 cudaError_t cudaMemset(void *d, int v, size_t n)
 {
+    trace("cudaMemset", n);
     memset(d, v, n);
     return cudaSuccess;
 }
@@ -532,6 +548,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+    trace("cudaStreamSynchronize", 0);
     return stream_of(s)->capturing ? fail(cudaErrorStreamCaptureUnsupported) : cudaSuccess;
 }
 
@@ -562,6 +579,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
+    trace("cudaEventSynchronize", 0);
     (void)e;
     return cudaSuccess;
 }

@@ -46,6 +46,8 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   tgraph  the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against the
+#           default (node by node), 16x512 full and LoRA, lathe alone
 #   tflash  FLASH_ATTN in the training graph (the default on a device) against the chain of
 #           products and SOFT_MAX (the default; LATHE_FLASH_ATTN=1 turns flash on), 16x512
 #           and 4x2048, full and LoRA
@@ -702,6 +704,14 @@ phase_tflash() {
     done
 }
 
+# tgraph: the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against issued
+# node by node (the default for lists with wide products), 16x512 full and LoRA
+phase_tgraph() {
+    LATHE_CUDA_GRAPHS=all LATHE_CUDA_GRAPHS_STATS=1 lathe_alone tgraph_all ""
+    grep -h "graphs:" "$out"/tgraph_all/*.log 2>/dev/null | sort | uniq -c | head -4
+    lathe_alone tgraph_default ""
+}
+
 # tpack: padding-free packing against one example a sequence, on 640 chat examples of mixed
 # lengths (window 512; the micro-batch as many 512-token sequences as admission takes)
 phase_tpack() {
@@ -761,7 +771,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

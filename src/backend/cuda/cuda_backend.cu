@@ -371,7 +371,7 @@ static lt_status cuda_compute(struct lt_backend *be, struct lt_tensor *const *no
     lt_status st = cu_check(cudaSetDevice(c->device), "cudaSetDevice");
     if (st != LT_OK)
         return st;
-    if (c->graphs && !c->profile && cu_graph_worthy(nodes, n_nodes)) {
+    if (!c->profile && cu_graph_worthy(c, nodes, n_nodes)) {
         bool eager;
         st = cu_graph_compute(be, c, nodes, n_nodes, issue_nodes, &eager);
         if (!eager)

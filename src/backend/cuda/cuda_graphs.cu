@@ -25,7 +25,11 @@
  * in the signature (bumped by every growth) keeps such a graph from being replayed.
  * Anything that would synchronise during a capture (scratch growth) spoils it, and the
  * list runs eagerly instead, as does any failure: an error is then reported by the eager
- * run itself. LATHE_CUDA_GRAPHS=0 turns graphs off. */
+ * run itself; a list whose capture failed is not captured again while it is remembered (its
+ * signature stays among the seen, marked), so a list that cannot be recorded costs one
+ * extra issue, not one a call. LATHE_CUDA_GRAPHS=0 turns graphs off; LATHE_CUDA_GRAPHS=all
+ * also keeps lists with wider products (a training step: its graph is built once, so its
+ * lists repeat step after step). */
 #define CU_GRAPH_SLOTS 4
 #define CU_GRAPH_SEEN 4
 #define CU_GRAPH_MIN_NODES 32
@@ -45,7 +49,9 @@ struct cu_graphs {
     } slot[CU_GRAPH_SLOTS];
     struct cu_sig cur;                /* this list's signature */
     struct cu_sig seen[CU_GRAPH_SEEN]; /* lists run eagerly lately (a ring) */
+    bool failed[CU_GRAPH_SEEN];        /* seen[i]'s capture failed: run it eagerly */
     int next_seen;
+    bool all; /* LATHE_CUDA_GRAPHS=all: lists of any width */
     uint64_t clock;
     void *blas_workspace; /* cuBLAS's, set once: no allocation inside a capture */
     long launched, instantiated, eager;
@@ -91,13 +97,16 @@ void cu_graphs_new(struct cu_ctx *c)
         free(gs);
         return;
     }
+    gs->all = env && strcmp(env, "all") == 0;
     c->graphs = gs;
 }
 
-bool cu_graph_worthy(struct lt_tensor *const *nodes, int n_nodes)
+bool cu_graph_worthy(const struct cu_ctx *c, struct lt_tensor *const *nodes, int n_nodes)
 {
-    if (n_nodes < CU_GRAPH_MIN_NODES)
+    if (!c->graphs || n_nodes < CU_GRAPH_MIN_NODES)
         return false;
+    if (c->graphs->all)
+        return true;
     for (int i = 0; i < n_nodes; i++)
         if (nodes[i]->op == LT_OP_MUL_MAT && nodes[i]->src[1]->ne[1] > CU_GRAPH_MAX_TOKENS)
             return false;
@@ -217,11 +226,16 @@ lt_status cu_graph_compute(struct lt_backend *be, struct cu_ctx *c,
     for (int i = 0; i < CU_GRAPH_SEEN && k < 0 && seen < 0; i++)
         if (sig_equal(&gs->seen[i], &gs->cur))
             seen = i;
-    if (seen >= 0 && (k = graph_capture(be, c, nodes, n_nodes, issue)) >= 0)
-        gs->seen[seen].n = 0; /* kept now: forget it here */
+    if (seen >= 0 && !gs->failed[seen]) {
+        if ((k = graph_capture(be, c, nodes, n_nodes, issue)) >= 0)
+            gs->seen[seen].n = 0; /* kept now: forget it here */
+        else
+            gs->failed[seen] = true;
+    }
     if (k < 0) {
         if (seen < 0) {
             sig_swap(&gs->cur, &gs->seen[gs->next_seen]);
+            gs->failed[gs->next_seen] = false;
             gs->next_seen = (gs->next_seen + 1) % CU_GRAPH_SEEN;
         }
         gs->eager++;

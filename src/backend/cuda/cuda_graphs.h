@@ -14,8 +14,9 @@ typedef lt_status (*cu_issue_fn)(struct lt_backend *be, struct lt_tensor *const 
 /* c->graphs, unless LATHE_CUDA_GRAPHS=0 (or it cannot be set up: then NULL, graphs off) */
 void cu_graphs_new(struct cu_ctx *c);
 void cu_graphs_free(struct cu_ctx *c);
-/* a list graphs are for: 32 nodes or more, every product over at most 64 columns */
-bool cu_graph_worthy(struct lt_tensor *const *nodes, int n_nodes);
+/* a list graphs are for (graphs on): 32 nodes or more, every product over at most 64
+ * columns (any width with LATHE_CUDA_GRAPHS=all) */
+bool cu_graph_worthy(const struct cu_ctx *c, struct lt_tensor *const *nodes, int n_nodes);
 /* Runs the list as a graph (replayed, or captured now); *eager set when it was not, and
  * nothing ran: the caller issues it itself. */
 lt_status cu_graph_compute(struct lt_backend *be, struct cu_ctx *c,
