@@ -30,7 +30,11 @@ static bool close_logits(const float *a, const float *b, int n, double *err)
     return *err <= 2e-4;
 }
 
-static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_backend *cpu)
+/* The checks below with the sessions on `dev` (weights uploaded there, the CPU beside it)
+ * when dev is given, else on the CPU; the reference forward is always the CPU's.
+ * tests/gpu/test_model_decode_cuda.c runs them on CUDA0. */
+static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_backend *cpu,
+                      struct lt_backend *dev)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/test_model_decode_%s.gguf", dir, spec->arch);
@@ -61,10 +65,14 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
           "%s: batched forward vs single: %g", spec->arch, err);
 
     struct lt_session *s = NULL;
-    struct lt_backend *bes[1] = {cpu};
+    struct lt_model *md = NULL; /* the model on dev */
+    if (dev)
+        CHECK(lt_model_load(path, &(struct lt_model_params){.weights_backend = dev}, &md) == LT_OK,
+              "%s on the device: %s", spec->arch, lt_last_error());
+    struct lt_backend *bes[2] = {dev ? dev : cpu, cpu};
     struct lt_session_params sp = {
-        .n_ctx = T_LEN, .n_seq_max = N_SEQ, .backends = bes, .n_backends = 1};
-    st = lt_session_new(m, &sp, &s);
+        .n_ctx = T_LEN, .n_seq_max = N_SEQ, .backends = bes, .n_backends = dev ? 2 : 1};
+    st = lt_session_new(dev ? md : m, &sp, &s);
     CHECK(st == LT_OK, "%s session: %s", spec->arch, lt_last_error());
     if (st != LT_OK)
         goto out_free;
@@ -130,14 +138,15 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
         }
     }
     CHECK(bad_step < 0, "%s: batched decode differs at step %d (%g)", spec->arch, bad_step, worst);
-    printf("%-7s decode/prefill/batch agree with the forward (worst %.2e)\n", spec->arch, worst);
+    printf("%-7s decode/prefill/batch on %s agree with the forward (worst %.2e)\n", spec->arch,
+           dev ? "the device" : "the CPU", worst);
 
     /* an F16 KV cache: decode stays near the forward (keys and values rounded to half) */
     {
         struct lt_session *s16 = NULL;
         struct lt_session_params p16 = sp;
         p16.kv_type = LT_TYPE_F16;
-        CHECK(lt_session_new(m, &p16, &s16) == LT_OK, "%s", lt_last_error());
+        CHECK(lt_session_new(dev ? md : m, &p16, &s16) == LT_OK, "%s", lt_last_error());
         double worst16 = 0;
         for (int t = 0; s16 && t < T_LEN; t++) {
             CHECK(lt_session_decode(s16, 1, &seq, &tokens[1][t], one) == LT_OK);
@@ -147,7 +156,7 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
         CHECK(worst16 <= 1e-2, "%s: f16 cache error %g", spec->arch, worst16);
         lt_session_free(s16);
         p16.kv_type = LT_TYPE_Q8_0;
-        CHECK(lt_session_new(m, &p16, &s16) == LT_ERR_INVALID && s16 == NULL);
+        CHECK(lt_session_new(dev ? md : m, &p16, &s16) == LT_ERR_INVALID && s16 == NULL);
     }
 
     /* a sequence asked twice in one batch, an unknown sequence, a bad token */
@@ -158,6 +167,7 @@ static void test_arch(const struct tm_spec *spec, const char *dir, struct lt_bac
     CHECK(lt_session_prefill(s, 2, &bad_tok, 1, false, one) == LT_ERR_INVALID);
 out_free:
     lt_session_free(s);
+    lt_model_free(md);
     lt_model_free(m);
     free(full);
     free(one);
@@ -281,6 +291,7 @@ static void test_refusals(const char *dir)
     remove(path2);
 }
 
+#ifndef DECODE_ON_DEVICE
 int main(void)
 {
     const char *dir = getenv("LATHE_BUILD_DIR");
@@ -288,10 +299,11 @@ int main(void)
         dir = "/tmp";
     struct lt_backend *cpu = lt_backend_cpu_new(2);
     for (int i = 0; i < TM_N_SPECS; i++)
-        test_arch(&tm_specs[i], dir, cpu);
+        test_arch(&tm_specs[i], dir, cpu, NULL);
     for (int i = 0; i < TM_N_SPECS; i++)
         test_kept_step(&tm_specs[i], dir, cpu);
     test_refusals(dir);
     lt_backend_free(cpu);
     return check_summary();
 }
+#endif

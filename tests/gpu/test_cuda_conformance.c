@@ -1335,7 +1335,8 @@ static void test_recurrent_loss_optim(void)
      * H_v = 2 H_k, S_k = S_v in {16, 128}, contiguous, with the states as the sequences' own
      * or as caches read at seq_ids and written in place; the small shape over the layouts
      * (in place: the conv cache in each, the ssm cache sliced, as its dim 0 must be
-     * adjacent); ids outside the caches; the conv weight in F16 and BF16 */
+     * adjacent); ids outside the caches; S_k = S_v = 100 (a ragged last block of columns);
+     * the conv weight in F16 and BF16 */
     for (int cache = 0; cache < 2; cache++)
         for (int big = 0; big < 2; big++)
             for (int ns = 1; ns <= 3; ns += 2)
@@ -1355,6 +1356,12 @@ static void test_recurrent_loss_optim(void)
     p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
     p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2, p.i[1] = 2;
     run_case(LT_OP_GDN_DECODE, "contig/cache ids outside", TOL_F32, b_gdn_decode, &p);
+    /* S_v = 100: blocks of 13 columns, the last one of 9 */
+    for (int cache = 0; cache < 3; cache++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        p.ne[0] = 100, p.ne[1] = cache ? 3 : 1, p.i[0] = 1, p.i[1] = cache;
+        run_case(LT_OP_GDN_DECODE, cache == 0 ? "contig/100 S1" : cache == 1 ? "contig/100 cache" : "contig/100 ids outside", TOL_F32, b_gdn_decode, &p);
+    }
     for (int l = 1; l < L_COUNT; l++) {
         p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
         p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2;

@@ -1,13 +1,16 @@
 /* gdn_decode.cu: GDN_DECODE on the device, one decode token of a Gated DeltaNet layer from
- * its projections to its gated norm in one launch (see src/ops/gdn_decode.c for what it
- * replaces and the layout of the result).
+ * its projections to its gated norm in one node of two launches (see src/ops/gdn_decode.c
+ * for what it replaces and the layout of the result).
  *
- * One block per (value head h, sequence s), of R row groups of S_v' threads (S_v rounded
- * up to a warp; R = 512 / S_v' up to 8, so 512 threads at S_v = 128; R = 1 and columns
- * looped over past S_v' = 512; 512 threads keep the kernel's 96 registers a thread within
- * an SM's 64K):
+ * Blocks take w value columns of one (value head h, sequence s): S_v is halved from the
+ * whole head (at most 512) toward 16 columns until the blocks fill the device twice over
+ * (plan_of: a decode token of Qwen3.5-0.8B, 16 value heads of 128, has 128 blocks of 16
+ * columns; one block a head, 16 in all, took ~17 us a layer on the H200, most of the device
+ * idle). A block has R row groups of w threads (up to 512 threads: w = 16 gives R = 32,
+ * each thread 4 of the 128 rows):
  *   1. the block computes the conv and silu of its key head's q and k channels (h % H_k)
- *      into shared memory; the blocks with h < H_k (one per key head) also write those
+ *      into shared memory (every block of the head again: 2 S_k channels of K taps); the
+ *      first block of the value heads h < H_k (one per key head) also writes those
  *      channels' new conv state;
  *   2. l2-normalises q and k (block sums in double), and every thread works out beta and
  *      the decay exp(g);
@@ -16,26 +19,27 @@
  *      state is written here, once); then the column of the delta rule in two walks down
  *      the thread's rows of S[:, j]: the first sums k . (decay S[:, j]), the second writes
  *      the new column and sums q . S'[:, j]; each walk's R partial sums are added in group
- *      order by group 0 (a thread walking all 128 rows alone took ~22 us a layer: 16
- *      blocks of 128 threads, each thread two chains of dependent loads);
- *   4. rms_norm of o over S_v (block sum in double), times norm_w and silu(z).
+ *      order by group 0, which leaves o_j (times the scale) in the result's y;
+ *   4. a second kernel, a block per (value head, sequence), takes the rms_norm of o over
+ *      S_v (a sum in double) and writes y = rms_norm(o) * norm_w * silu(z) over it.
  * So every channel's new conv state is written exactly once, and nothing outside the
  * node's own result is written, but for the ssm cache given seq_ids.
  *
  * Given seq_ids (read on the device) the states are the caches and sequence b reads slot
  * ids[b]; the second walk then writes the new column over the old one in the ssm cache,
- * each element by the thread that read it, and each (value head, sequence) block owns its
- * slice of the slot, so nothing races (distinct ids, the caller's promise). The conv cache
- * is only read: the blocks of one key head's H_v / H_k value heads all read its q and k
- * inputs, so the new conv state still goes to the result. A block whose id is outside
+ * each element by the thread that read it, and each block owns its columns of its value
+ * head's slice of the slot, so nothing races (distinct ids, the caller's promise). The conv cache
+ * is only read: the blocks of one key head's value heads all read its q and k inputs, so
+ * the new conv state still goes to the result. A block whose id is outside
  * [0, N) writes zeros for its y and the conv state it would have written, and returns.
  *
  * Rounding follows the CPU's order (each product and sum rounded on its own, __fmul_rn /
  * __fadd_rn, no fused multiply-add; the norm factors summed in double and rounded once);
  * the sums of squares are added in another order and CUDA's expf / log1pf are not glibc's,
  * so the device agrees with the CPU to rounding, not bits. Sources may have any strides
- * (whole elements). Limit: 2 S_k + S_v floats of shared memory a block, within the 48 KiB
- * a block gets without opting in (S_k = S_v = 128 takes 1.5 KiB). */
+ * (whole elements). Limit: 2 S_k + (2 + R) w floats of shared memory a block, within the
+ * 48 KiB a block gets without opting in (S_k = S_v = 128 in blocks of 16 columns takes
+ * 3.2 KiB). */
 #include <math.h>
 #include <stdio.h>
 
@@ -105,26 +109,32 @@ static bool gdn_shape_of(const struct lt_tensor *node, struct gdn_shape *d)
            lt_nelements(node) == n;
 }
 
-/* the row groups a block of value columns takes (see the file comment) */
-static int row_groups(int64_t sv)
-{
-    const int64_t svr = (sv + 31) / 32 * 32;
-    const int64_t r = svr >= GDN_MAX_THREADS ? 1 : GDN_MAX_THREADS / svr;
-    return r > 8 ? 8 : (int)r;
-}
+/* How a launch is cut (one function for the claim and the launcher): value columns a block
+ * w (S_v halved from the whole head down to 16 until the blocks fill the device twice over,
+ * at most 512), the blocks' row groups R (up to 512 threads, 32 groups, S_k), their threads
+ * (w R rounded up to a warp) and the blocks of a head, split. */
+struct gdn_plan {
+    int64_t w, split;
+    int groups, threads;
+    size_t shared; /* q, k [S_k]; v, delta [w]; partial sums [R][w] */
+};
 
-static int block_threads(int64_t sv)
-{
-    const int64_t svr = (sv + 31) / 32 * 32;
-    const int64_t t = svr * row_groups(sv);
-    return t > GDN_MAX_THREADS ? GDN_MAX_THREADS : (int)t;
-}
+#define GDN_FILL_BLOCKS 264 /* two blocks an SM of an H200 */
 
-/* q, k [S_k], o, v, delta [S_v], partial sums [R][S_v'] */
-static size_t shared_bytes(const struct gdn_shape &d)
+static struct gdn_plan plan_of(const struct gdn_shape &d)
 {
-    const int64_t svr = (d.sv + 31) / 32 * 32;
-    return sizeof(float) * (size_t)(2 * d.sk + 3 * d.sv + row_groups(d.sv) * svr);
+    struct gdn_plan p;
+    p.w = d.sv < GDN_MAX_THREADS ? d.sv : GDN_MAX_THREADS;
+    while (p.w > 16 && (d.sv + p.w - 1) / p.w * d.hv * d.s < GDN_FILL_BLOCKS)
+        p.w = (p.w + 1) / 2;
+    p.split = (d.sv + p.w - 1) / p.w;
+    int64_t r = GDN_MAX_THREADS / p.w;
+    r = r > 32 ? 32 : r;
+    r = r > d.sk ? d.sk : r;
+    p.groups = r < 1 ? 1 : (int)r;
+    p.threads = (int)((p.w * p.groups + 31) / 32 * 32);
+    p.shared = sizeof(float) * (size_t)(2 * d.sk + 2 * p.w + p.groups * p.w);
+    return p;
 }
 
 bool cu_gdn_decode_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -157,13 +167,14 @@ bool cu_gdn_decode_supported(const struct lt_tensor *node, char *reason, size_t 
     }
     /* the kernel's own 32 doubles of reduction space come out of the same 48 KiB */
     const size_t shared_max = GDN_SHARED_MAX - 32 * sizeof(double);
-    if (shared_bytes(d) > shared_max) {
+    const struct gdn_plan p = plan_of(d);
+    if (p.shared > shared_max) {
         snprintf(reason, reason_size,
                  "S_k %lld and S_v %lld need %zu bytes of shared memory a block (at most %zu)",
-                 (long long)d.sk, (long long)d.sv, shared_bytes(d), shared_max);
+                 (long long)d.sk, (long long)d.sv, p.shared, shared_max);
         return false;
     }
-    if (d.hv * d.s > INT32_MAX) {
+    if (d.hv * d.s * p.split > INT32_MAX) {
         snprintf(reason, reason_size, "%lld value heads x %lld sequences: too many blocks",
                  (long long)d.hv, (long long)d.s);
         return false;
@@ -194,30 +205,40 @@ static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b
     return acc / (1.0f + expf(-acc));
 }
 
-/* block: value head h = blockIdx % H_v of sequence b = blockIdx / H_v (see the file
- * comment); shared: q [S_k], k [S_k], o [S_v] */
+/* block: columns [j0, j0 + w) of value head h of sequence b, blockIdx = (b H_v + h) split +
+ * part, j0 = part w (see the file comment); shared: q, k [S_k], v, delta [w], partial sums
+ * [R][w]. y gets the raw o (times the scale): gdn_norm_kernel finishes it. */
 static __global__ void __launch_bounds__(GDN_MAX_THREADS)
-    gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, float eps, int n_groups)
+    gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, int64_t w, int64_t split,
+                      int n_groups)
 {
     extern __shared__ float sh[];
     __shared__ double red[32];
     const int64_t sv = s.ssm_state.ne[0], sk = s.ssm_state.ne[1], hv = s.ssm_state.ne[2],
                   n_slot = s.ssm_state.ne[3], ns = s.qkv.ne[1], C = s.qkv.ne[0], K = s.conv_w.ne[0];
-    const int64_t h = blockIdx.x % hv, b = blockIdx.x / hv, hk = h % n_k_heads;
+    const int64_t part_i = blockIdx.x % split, hb = blockIdx.x / split;
+    const int64_t h = hb % hv, b = hb / hv, hk = h % n_k_heads, j0 = part_i * w;
     const int64_t slot = s.ids ? (int64_t)s.ids[b] : b;
-    float *q = sh, *k = sh + sk, *o = sh + 2 * sk, *vj = o + sv, *dj = vj + sv, *part = dj + sv;
+    float *q = sh, *k = sh + sk, *vj = sh + 2 * sk, *dj = vj + w, *part = dj + w;
     float *conv_new = out + sv * hv * ns;
     float *y = out + (b * hv + h) * sv;
+    /* thread (jj, r): column j0 + jj, rows r, r + R, ...; threads past w R only join the
+     * barriers and sums */
+    const int64_t jj = threadIdx.x % w, r = threadIdx.x / w, j = j0 + jj;
+    const bool col = r < n_groups && j < sv;
+    /* the q and k channels' conv state is written by the first part of the first value
+     * head reading it */
+    const bool qk_writer = h < n_k_heads && part_i == 0;
 
     if (slot < 0 || slot >= n_slot) {
         /* a skipped sequence: zeros where this block's writes would have gone (the whole
          * block returns, before any barrier) */
-        for (int64_t i = threadIdx.x; i < 2 * sk && h < n_k_heads; i += blockDim.x) {
+        for (int64_t i = threadIdx.x; i < 2 * sk && qk_writer; i += blockDim.x) {
             const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
             for (int64_t t = 0; t < K - 1; t++)
                 conv_new[(b * C + c) * (K - 1) + t] = 0.0f;
         }
-        for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+        if (col && r == 0) {
             const int64_t c = 2 * n_k_heads * sk + h * sv + j;
             for (int64_t t = 0; t < K - 1; t++)
                 conv_new[(b * C + c) * (K - 1) + t] = 0.0f;
@@ -226,10 +247,10 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         return;
     }
 
-    /* 1. q and k of key head hk; the first value head reading it stores their conv state */
+    /* 1. q and k of key head hk */
     for (int64_t i = threadIdx.x; i < 2 * sk; i += blockDim.x) {
         const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
-        sh[i] = conv_silu(s, c, b, slot, h < n_k_heads ? conv_new : nullptr);
+        sh[i] = conv_silu(s, c, b, slot, qk_writer ? conv_new : nullptr);
     }
     __syncthreads();
 
@@ -263,61 +284,67 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         s.ids ? (char *)st : (char *)(conv_new + (K - 1) * C * ns + (b * hv + h) * sk * sv);
     const int64_t wb0 = s.ids ? nb0 : (int64_t)sizeof(float),
                   wb1 = s.ids ? nb1 : (int64_t)sizeof(float) * sv;
-    /* thread (j0, r): columns j0, j0 + cols, ... (one of them when R > 1), rows r, r + R, ... */
-    const int64_t cols = blockDim.x / n_groups, j0 = threadIdx.x % cols, r = threadIdx.x / cols;
-    for (int64_t j = j0; j < sv && r == 0; j += cols)
-        vj[j] = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, slot, conv_new);
-    for (int64_t j = j0; j < sv; j += cols) {
-        const char *col = st + j * nb0;
+    if (col && r == 0)
+        vj[jj] = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, slot, conv_new);
+    if (col) {
+        const char *c0 = st + j * nb0;
         float kv = 0.0f;
 #pragma unroll 4
         for (int64_t i = r; i < sk; i += n_groups) {
-            const float si = __fmul_rn(*(const float *)(col + i * nb1), decay);
+            const float si = __fmul_rn(*(const float *)(c0 + i * nb1), decay);
             kv = __fadd_rn(kv, __fmul_rn(k[i], si));
         }
-        part[r * cols + j] = kv; /* j < cols when R > 1 (cols >= S_v), r == 0 otherwise */
+        part[r * w + jj] = kv;
     }
     __syncthreads();
-    for (int64_t j = j0; j < sv && r == 0; j += cols) {
-        float kv = part[j];
+    if (col && r == 0) {
+        float kv = part[jj];
         for (int g = 1; g < n_groups; g++)
-            kv = __fadd_rn(kv, part[g * cols + j]);
-        dj[j] = __fmul_rn(beta, __fsub_rn(vj[j], kv));
+            kv = __fadd_rn(kv, part[g * w + jj]);
+        dj[jj] = __fmul_rn(beta, __fsub_rn(vj[jj], kv));
     }
     __syncthreads();
-    for (int64_t j = j0; j < sv; j += cols) {
-        const char *col = st + j * nb0;
-        char *col_new = st_new + j * wb0;
-        const float d = dj[j];
+    if (col) {
+        const char *c0 = st + j * nb0;
+        char *c_new = st_new + j * wb0;
+        const float d = dj[jj];
         float acc = 0.0f;
 #pragma unroll 4
         for (int64_t i = r; i < sk; i += n_groups) {
             const float si =
-                __fadd_rn(__fmul_rn(*(const float *)(col + i * nb1), decay), __fmul_rn(k[i], d));
-            *(float *)(col_new + i * wb1) = si;
+                __fadd_rn(__fmul_rn(*(const float *)(c0 + i * nb1), decay), __fmul_rn(k[i], d));
+            *(float *)(c_new + i * wb1) = si;
             acc = __fadd_rn(acc, __fmul_rn(q[i], si));
         }
-        part[r * cols + j] = acc;
+        part[r * w + jj] = acc;
     }
     __syncthreads();
-    double so = 0.0;
-    for (int64_t j = j0; j < sv && r == 0; j += cols) {
-        float acc = part[j];
+    if (col && r == 0) {
+        float acc = part[jj];
         for (int g = 1; g < n_groups; g++)
-            acc = __fadd_rn(acc, part[g * cols + j]);
-        const float oj = __fmul_rn(acc, scale);
-        o[j] = oj;
-        so += (double)oj * (double)oj;
+            acc = __fadd_rn(acc, part[g * w + jj]);
+        y[j] = __fmul_rn(acc, scale);
     }
+}
 
-    /* 4. rms_norm(o) * norm_w * silu(z); group 0 reads back only the o it wrote (the
-     * block sum's barriers order it anyway) */
-    so = cu_block_sum(so, red) / (double)sv;
+/* 4. block (h, b): y = rms_norm(o) * norm_w * silu(z) over the S_v of value head h of
+ * sequence b, o being what gdn_decode_kernel left in y (a skipped sequence's zeros stay
+ * zeros) */
+static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps)
+{
+    __shared__ double red[32];
+    const int64_t sv = s.ssm_state.ne[0], hv = s.ssm_state.ne[2];
+    const int64_t h = blockIdx.x % hv, b = blockIdx.x / hv;
+    float *y = out + (b * hv + h) * sv;
+    double so = 0.0;
+    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x)
+        so += (double)y[j] * (double)y[j];
+    so = cu_block_sum(so, red) / (double)sv; /* its barriers order the reads before the writes */
     const float f = (float)(1.0 / sqrt(so + (double)eps));
-    for (int64_t j = j0; j < sv && r == 0; j += cols) {
+    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
         const float zj = cu_getf(s.z, h * sv + j, b, 0, 0);
         const float zs = zj / (1.0f + expf(-zj));
-        const float on = __fmul_rn(__fmul_rn(o[j], f), cu_getf(s.norm_w, j, 0, 0, 0));
+        const float on = __fmul_rn(__fmul_rn(y[j], f), cu_getf(s.norm_w, j, 0, 0, 0));
         y[j] = __fmul_rn(on, zs);
     }
 }
@@ -342,9 +369,16 @@ lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
                          nullptr};
     if (node->src[GDN_SEQ_IDS])
         s.ids = (const int32_t *)node->src[GDN_SEQ_IDS]->data;
-    gdn_decode_kernel<<<(unsigned)(d.hv * d.s), block_threads(d.sv), shared_bytes(d), c->stream>>>(
-        s, (float *)node->data, d.hk, lt_get_param_f32(node, 0), row_groups(d.sv));
-    return cu_launched("gdn_decode");
+    const struct gdn_plan p = plan_of(d);
+    gdn_decode_kernel<<<(unsigned)(d.hv * d.s * p.split), p.threads, p.shared, c->stream>>>(
+        s, (float *)node->data, d.hk, p.w, p.split, p.groups);
+    lt_status st = cu_launched("gdn_decode");
+    if (st != LT_OK)
+        return st;
+    const int64_t nt = (d.sv + 31) / 32 * 32;
+    gdn_norm_kernel<<<(unsigned)(d.hv * d.s), (unsigned)(nt < 1024 ? nt : 1024), 0, c->stream>>>(
+        s, (float *)node->data, lt_get_param_f32(node, 0));
+    return cu_launched("gdn_decode's norm");
 }
 
 const struct cu_family cu_family_gdn_decode = {
