@@ -46,6 +46,8 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda), then the
+#           recurrent conformance group (GDN_DECODE among them)
 #   tgraph  the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against the
 #           default (node by node), 16x512 full and LoRA, lathe alone
 #   tflash  FLASH_ATTN in the training graph (the default on a device) against the chain of
@@ -86,7 +88,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON ${CMAKE_EXTRA:-} >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
-           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs bench_matmul >"$out/build.log" 2>&1; }; then
+           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda bench_matmul >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
@@ -704,6 +706,18 @@ phase_tflash() {
     done
 }
 
+# mdecode: the model decode checks with the sessions on CUDA0 (every architecture: decode,
+# prefill, batched decode, F16 cache, the kept step), then the conformance group of the
+# decode's recurrent kernels
+phase_mdecode() {
+    timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/model_decode_cuda.log" 2>&1
+    row "model decode on CUDA0 (4 architectures)" "rc $? $(passed "$out/model_decode_cuda.log")"
+    grep -E "check failed|agree|kept" "$out/model_decode_cuda.log" | head -10
+    timeout 150 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
+    row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
+    grep -E "^GDN_DECODE|check failed|first mismatch" "$out/conf_recurrent.log" | head -8 | cut -c1-120
+}
+
 # tgraph: the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against issued
 # node by node (the default for lists with wide products), 16x512 full and LoRA
 phase_tgraph() {
@@ -771,7 +785,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
