@@ -526,7 +526,18 @@ static struct lt_tensor *b_argmax(struct build *b, const struct params *p)
     static float vals[9 * 6 * 2 * 2];
     const int64_t ne0 = p->ne[0], ne1 = p->ne[1] ? p->ne[1] : 6;
     struct lt_tensor *x;
-    if (p->i[2] == 2) {
+    if (p->i[2] == 3) {
+        /* vocabulary rows (248,320, in the device's parts of 16,384): integers with ties
+         * across parts; a NaN late in rows 1 and 3 (-1), rows 0 and 2 clean */
+        static float big[248320 * 4];
+        uint64_t r = 7;
+        for (int k = 0; k < 248320 * 4; k++)
+            big[k] = floorf(rng_unit(&r) * 50 - 3);
+        big[248320 + 240000] = NAN;
+        big[3 * 248320 + 17000] = NAN;
+        x = mk(b, LT_TYPE_F32, p->lay[0], 248320, 1, 2, 2, FILL_VALUES, 0, 0);
+        b->in[b->n_in - 1].values = big;
+    } else if (p->i[2] == 2) {
         uint64_t r = 99;
         for (int k = 0; k < 9 * 6 * 2 * 2; k++)
             vals[k] = (k / 9) % 3 == 0 && k % 9 == (k / 9) % 9 ? NAN : floorf(rng_unit(&r) * 7 - 3);
@@ -658,7 +669,7 @@ static void test_elementwise(void)
             }
     /* ARGMAX, exactly the CPU's index: rows with contiguous elements (contiguous, a slice),
      * of 9, 1000 and a vocabulary's 248,320 (4 rows, a decode batch's), all of each or all
-     * but the last 5, ties or -inf; then NaN rows (-1) */
+     * but the last 5, ties or -inf; then NaN rows (-1), of 9 and of a vocabulary */
     static const int argmax_lays[] = {L_CONTIG, L_SLICED};
     for (int l = 0; l < 2; l++)
         for (int len = 0; len < 3; len++)
@@ -674,11 +685,13 @@ static void test_elementwise(void)
                                                                     : ""),
                          0.0, b_argmax, &p);
             }
-    for (int l = 0; l < 2; l++) {
-        p = P(argmax_lays[l], 0, LT_TYPE_F32, LT_TYPE_F32);
-        p.i[2] = 2;
-        run_case(LT_OP_ARGMAX, lbl(layout_names[argmax_lays[l]], "NaN"), 0.0, b_argmax, &p);
-    }
+    for (int l = 0; l < 2; l++)
+        for (int big = 0; big < 2; big++) {
+            p = P(argmax_lays[l], 0, LT_TYPE_F32, LT_TYPE_F32);
+            p.i[2] = big ? 3 : 2;
+            run_case(LT_OP_ARGMAX, lbl(layout_names[argmax_lays[l]], big ? "vocab NaN" : "NaN"),
+                     0.0, b_argmax, &p);
+        }
 }
 
 /* ---- normalisation, rope, softmax ---- */

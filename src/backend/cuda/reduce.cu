@@ -123,13 +123,29 @@ static __device__ __forceinline__ void argmax_warp(float &bv, int &bi)
 }
 
 #define ARGMAX_THREADS 1024
+/* A row of at least ARGMAX_SPLIT elements, in a batch of at most ARGMAX_SPLIT_ROWS rows (a
+ * decode step's vocabularies), is cut into parts of ARGMAX_PART elements, a block each, whose
+ * winners a second kernel compares: a block a row of 248,320 took 36 us on the H200, the
+ * device almost idle. */
+#define ARGMAX_SPLIT 65536
+#define ARGMAX_SPLIT_ROWS 64
+#define ARGMAX_PART 16384
+#define ARGMAX_NAN INT_MIN /* a part's index when it saw a NaN */
+
+/* the parts a row is cut into (1: the block of a row writes y itself) */
+static int64_t argmax_parts(int64_t n, int64_t rows)
+{
+    return n >= ARGMAX_SPLIT && rows <= ARGMAX_SPLIT_ROWS ? (n + ARGMAX_PART - 1) / ARGMAX_PART
+                                                          : 1;
+}
 
 /* y[r]: the lowest index of row r's largest element among its first n, -1 when one of them
- * is NaN. A block a row (a decode step's few rows of a vocabulary each): each thread
- * takes every blockDim-th element, four loads in flight, then the warps and the block
- * agree. */
+ * is NaN. Block (r, part) takes the row's elements [part len, (part + 1) len) (len = n
+ * with one part): each thread takes every blockDim-th element, four loads in flight, then
+ * the warps and the block agree. With one part the block writes y[r]; otherwise its winner
+ * (ARGMAX_NAN: it saw a NaN) goes to pv, pi [r parts + part] for argmax_final_kernel. */
 static __global__ void __launch_bounds__(ARGMAX_THREADS)
-    argmax_kernel(struct cu_t a, int n, int32_t *y)
+    argmax_kernel(struct cu_t a, int n, int parts, int len, int32_t *y, float *pv, int *pi)
 {
     __shared__ float wv[32];
     __shared__ int wi[32];
@@ -137,14 +153,16 @@ static __global__ void __launch_bounds__(ARGMAX_THREADS)
     const int64_t rows = a.ne[1] * a.ne[2] * a.ne[3];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     const int bd = blockDim.x;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int64_t u = blockIdx.x; u < rows * parts; u += gridDim.x) {
+        const int64_t r = u / parts;
+        const int part = (int)(u % parts), lo = part * len, hi = n - lo < len ? n : lo + len;
         const int64_t i1 = r % a.ne[1], i2 = (r / a.ne[1]) % a.ne[2], i3 = r / (a.ne[1] * a.ne[2]);
         const float *x = (const float *)(a.data + i1 * a.nb[1] + i2 * a.nb[2] + i3 * a.nb[3]);
         float bv = -INFINITY;
         int bi = INT_MAX;
         bool nan = false;
-        int i = threadIdx.x;
-        for (; i + 3 * bd < n; i += 4 * bd) {
+        int i = lo + threadIdx.x;
+        for (; i + 3 * bd < hi; i += 4 * bd) {
             const float v0 = x[i], v1 = x[i + bd], v2 = x[i + 2 * bd], v3 = x[i + 3 * bd];
             nan = nan || v0 != v0 || v1 != v1 || v2 != v2 || v3 != v3;
             argmax_take(bv, bi, v0, i);
@@ -152,7 +170,7 @@ static __global__ void __launch_bounds__(ARGMAX_THREADS)
             argmax_take(bv, bi, v2, i + 2 * bd);
             argmax_take(bv, bi, v3, i + 3 * bd);
         }
-        for (; i < n; i += bd) {
+        for (; i < hi; i += bd) {
             const float v = x[i];
             nan = nan || v != v;
             argmax_take(bv, bi, v, i);
@@ -173,11 +191,38 @@ static __global__ void __launch_bounds__(ARGMAX_THREADS)
             bv = lane < n_warps ? wv[lane] : -INFINITY;
             bi = lane < n_warps ? wi[lane] : INT_MAX;
             argmax_warp(bv, bi);
-            if (lane == 0)
+            if (lane == 0 && parts == 1)
                 y[r] = any_nan ? -1 : bi;
+            else if (lane == 0) {
+                pv[u] = bv;
+                pi[u] = any_nan ? ARGMAX_NAN : bi;
+            }
         }
         __syncthreads(); /* before the next row's writes to the shared words */
     }
+}
+
+/* a warp a row: the winner of its parts' winners (lower index on ties, -1 after a NaN) */
+static __global__ void argmax_final_kernel(const float *pv, const int *pi, int parts, int64_t rows,
+                                           int32_t *y)
+{
+    const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) /* the whole warp leaves together */
+        return;
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    bool nan = false;
+    for (int k = lane; k < parts; k += 32) {
+        const int i = pi[r * parts + k];
+        nan = nan || i == ARGMAX_NAN;
+        if (i != ARGMAX_NAN)
+            argmax_take(bv, bi, pv[r * parts + k], i);
+    }
+    argmax_warp(bv, bi);
+    nan = __any_sync(0xffffffffu, nan);
+    if (lane == 0)
+        y[r] = nan ? -1 : bi;
 }
 
 /* threads per row block: a multiple of 32, no more than the row needs, at most 256 */
@@ -192,6 +237,12 @@ static void reduce_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
 {
     if (node->op == LT_OP_SUM)
         need[CU_SCRATCH_REDUCE] = SUM_BLOCKS * sizeof(double);
+    if (node->op == LT_OP_ARGMAX) {
+        const int64_t rows = lt_nrows(node->src[0]),
+                      parts = argmax_parts(lt_get_param_i32(node, 0), rows);
+        if (parts > 1)
+            need[CU_SCRATCH_REDUCE] = (size_t)(rows * parts) * (sizeof(float) + sizeof(int));
+    }
 }
 
 lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -205,9 +256,28 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
         const int64_t rows = lt_nrows(a);
         if (rows == 0)
             return LT_OK;
-        argmax_kernel<<<(unsigned)(rows < 65535 ? rows : 65535), ARGMAX_THREADS, 0, c->stream>>>(
-            cu_view(a), (int)lt_get_param_i32(node, 0), (int32_t *)node->data);
-        return cu_launched("argmax");
+        const int n_arg = (int)lt_get_param_i32(node, 0);
+        const int64_t parts = argmax_parts(n_arg, rows);
+        int32_t *y = (int32_t *)node->data;
+        if (parts == 1) {
+            argmax_kernel<<<(unsigned)(rows < 65535 ? rows : 65535), ARGMAX_THREADS, 0,
+                            c->stream>>>(cu_view(a), n_arg, 1, n_arg, y, nullptr, nullptr);
+            return cu_launched("argmax");
+        }
+        void *partial;
+        lt_status st = cu_scratch(c, CU_SCRATCH_REDUCE,
+                                  (size_t)(rows * parts) * (sizeof(float) + sizeof(int)), &partial);
+        if (st != LT_OK)
+            return st;
+        float *pv = (float *)partial;
+        int *pi = (int *)(pv + rows * parts);
+        argmax_kernel<<<(unsigned)(rows * parts), ARGMAX_THREADS, 0, c->stream>>>(
+            cu_view(a), n_arg, (int)parts, ARGMAX_PART, y, pv, pi);
+        if ((st = cu_launched("argmax")) != LT_OK)
+            return st;
+        argmax_final_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, c->stream>>>(pv, pi, (int)parts,
+                                                                                rows, y);
+        return cu_launched("argmax_final");
     }
     if (node->op != LT_OP_SUM) {
         int64_t rows = lt_nrows(a);
