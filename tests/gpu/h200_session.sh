@@ -46,6 +46,8 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
+#           GDN_DECODE and ARGMAX
 #   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda), then the
 #           recurrent conformance group (GDN_DECODE among them)
 #   tgraph  the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against the
@@ -718,6 +720,20 @@ phase_mdecode() {
     grep -E "^GDN_DECODE|check failed|first mismatch" "$out/conf_recurrent.log" | head -8 | cut -c1-120
 }
 
+# dbench: (after q08) `lathe bench -p 512 -n 128 -r 3` on both 0.8B files, graphs on, and
+# the device profile's GDN_DECODE and ARGMAX lines of 64 BF16 decode tokens
+phase_dbench() {
+    local ty
+    for ty in bf16 q8_0; do
+        timeout 90 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 --backend cuda \
+            >"$out/dbench_$ty.log" 2>&1
+        row "lathe bench $ty" "rc $? $(grep -E 'tg128|pp512' "$out/dbench_$ty.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+    done
+    LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
+        >"$out/dbench_prof.log" 2>&1
+    row "decode profile (64 tokens)" "rc $? $(grep -E '^(GDN_DECODE|ARGMAX) ' "$out/dbench_prof.log" | awk '{printf "%s %s us/node; ", $1, $4}')"
+}
+
 # tgraph: the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against issued
 # node by node (the default for lists with wide products), 16x512 full and LoRA
 phase_tgraph() {
@@ -785,7 +801,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
