@@ -10,7 +10,7 @@
  *     not be replayed) end up with a graph each, replayed;
  *   - six shapes in turn (more than the lists remembered) run eagerly, correctly;
  *   - a list with a product over 65 activation columns is not a decode list: no signature,
- *     no capture;
+ *     no capture; with LATHE_CUDA_GRAPHS=all it is captured and replayed like the others;
  *   - a backend made with LATHE_CUDA_GRAPHS=0 captures nothing.
  * The graph is a chain of matrix products (BF16, F32 and Q8_0 weights, as decode has them),
  * SiLU and residual additions ending in a 256 -> 73728 BF16 product. Exits 77 without a
@@ -252,6 +252,33 @@ int main(void)
         trio_check(&wide, "65 columns");
     check_moved(st, 0, 0, 0, "65 columns");
     trio_free(&wide);
+
+    /* LATHE_CUDA_GRAPHS=all keeps it: eager twice (first sight, then the scratch the first
+     * run grew), captured on the third run, replayed after, each run equal to eager bit for
+     * bit (a training step's lists are such lists) */
+    setenv("LATHE_CUDA_GRAPHS", "all", 1);
+    struct lt_backend *cuda_all = lt_backend_cuda_new(0);
+    unsetenv("LATHE_CUDA_GRAPHS");
+    struct chain wa, we;
+    CHECK(cuda_all && chain_new(&wa, cuda_all, 12, WIDE) && chain_new(&we, cuda_e, 12, WIDE), "%s",
+          lt_last_error());
+    for (int r = 0; cuda_all && r < 5; r++) {
+        for (int i = 0; i < D * WIDE; i++)
+            x_in[i] = rnd();
+        CHECK(chain_run(&wa, x_in, out_g) && chain_run(&we, x_in, out_e), "wide run %d", r);
+        CHECK(memcmp(out_g, out_e, sizeof(float) * HEAD * WIDE) == 0,
+              "LATHE_CUDA_GRAPHS=all, run %d: graph and eager differ", r);
+    }
+    struct lt_cuda_graph_stats all = {0};
+    if (cuda_all)
+        lt_backend_cuda_graph_stats(cuda_all, &all);
+    CHECK(all.launched == 3 && all.instantiated == 1 && all.eager == 2,
+          "LATHE_CUDA_GRAPHS=all over 5 runs of 65 columns: %ld launched, %ld instantiated, %ld "
+          "eager (want 3, 1, 2)",
+          all.launched, all.instantiated, all.eager);
+    chain_free(&wa);
+    chain_free(&we);
+    lt_backend_free(cuda_all);
 
     struct lt_cuda_graph_stats off;
     lt_backend_cuda_graph_stats(cuda_e, &off);
