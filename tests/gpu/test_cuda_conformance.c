@@ -900,12 +900,14 @@ static void test_nn(void)
                                  lbl(layout_names[l], fbuf), tf ? TOL_DN_TF32 : TOL_F32,
                                  b_flash_attn, &p);
                     }
-    /* ADD_RMS_NORM (the residual sum and its weighted norm), each pair of layouts */
+    /* ADD_RMS_NORM (the residual sum and its weighted norm), each pair of layouts; rows of
+     * 13, 1024 (a thread an element) and 5000 (past the 4 elements a thread keeps) */
     for (int l = 0; l < L_COUNT; l++)
-        for (int big = 0; big < 2; big++) {
+        for (int big = 0; big < 3; big++) {
             p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
-            p.ne[0] = big ? 1024 : 13;
-            run_case(LT_OP_ADD_RMS_NORM, lbl(layout_names[l], big ? "long" : ""), TOL_F32,
+            p.ne[0] = big == 2 ? 5000 : big ? 1024 : 13;
+            run_case(LT_OP_ADD_RMS_NORM,
+                     lbl(layout_names[l], big == 2 ? "longer" : big ? "long" : ""), TOL_F32,
                      b_add_norm, &p);
         }
     /* RMS_NORM with a weight (the inference fusion), stored as F32, F16 or BF16 */

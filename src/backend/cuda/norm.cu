@@ -107,23 +107,44 @@ static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int o
     }
 }
 
-/* a block a row r: sum[r] = a + b, then out[r] = (sum * f) * w, f from sum's squares */
-static __global__ void add_norm_kernel(struct cu_t a, struct cu_t b, const float *w, float *y,
-                                       float eps)
+/* a block a row r: sum[r] = a + b, then out[r] = (sum * f) * w, f from sum's squares. A
+ * decode step's rows are few and short (1,024), so the block is as wide as the row (up to
+ * 1,024 threads) and each thread keeps its first ADD_NORM_KEEP sums in registers for the
+ * second pass: at 256 threads each thread walked 4 dependent loads, then read its sums back */
+#define ADD_NORM_KEEP 4
+static __global__ void __launch_bounds__(1024)
+    add_norm_kernel(struct cu_t a, struct cu_t b, const float *w, float *y, float eps)
 {
     __shared__ double shared[32];
-    const int64_t n = a.ne[0], rows = a.ne[1];
+    const int64_t n = a.ne[0], rows = a.ne[1], bd = blockDim.x;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         float *sum = y + r * n, *out = y + (rows + r) * n;
+        float keep[ADD_NORM_KEEP];
         double s = 0.0;
-        for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x) {
+#pragma unroll
+        for (int k = 0; k < ADD_NORM_KEEP; k++) {
+            const int64_t i0 = threadIdx.x + k * bd;
+            keep[k] = 0.0f;
+            if (i0 < n) {
+                keep[k] = __fadd_rn(cu_getf(a, i0, r, 0, 0), cu_getf(b, i0, r, 0, 0));
+                sum[i0] = keep[k];
+                s += (double)keep[k] * (double)keep[k];
+            }
+        }
+        for (int64_t i0 = threadIdx.x + ADD_NORM_KEEP * bd; i0 < n; i0 += bd) {
             const float v = __fadd_rn(cu_getf(a, i0, r, 0, 0), cu_getf(b, i0, r, 0, 0));
             sum[i0] = v;
             s += (double)v * (double)v;
         }
         s = cu_block_sum(s, shared);
         const float f = (float)(1.0 / sqrt(s / (double)n + (double)eps));
-        for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x)
+#pragma unroll
+        for (int k = 0; k < ADD_NORM_KEEP; k++) {
+            const int64_t i0 = threadIdx.x + k * bd;
+            if (i0 < n)
+                out[i0] = __fmul_rn(__fmul_rn(keep[k], f), w[i0]);
+        }
+        for (int64_t i0 = threadIdx.x + ADD_NORM_KEEP * bd; i0 < n; i0 += bd)
             out[i0] = __fmul_rn(__fmul_rn(sum[i0], f), w[i0]);
     }
 }
@@ -164,7 +185,8 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     int64_t t = (node->ne[0] + 31) / 32 * 32;
     const int threads = t > 256 ? 256 : (int)t;
     if (node->op == LT_OP_ADD_RMS_NORM) {
-        add_norm_kernel<<<cu_blocks(node->ne[1], 1), threads, 0, c->stream>>>(
+        const int wide = t > 1024 ? 1024 : (int)t;
+        add_norm_kernel<<<cu_blocks(node->ne[1], 1), wide, 0, c->stream>>>(
             cu_view(node->src[0]), cu_view(node->src[1]), (const float *)node->src[2]->data,
             (float *)node->data, eps);
         return cu_launched("add_norm");
