@@ -125,7 +125,7 @@ struct lt_model_adapters {
 };
 
 /* Whether graphs for backend be should take their attention as FLASH_ATTN (no T x T scores):
- * LATHE_FLASH_ATTN=1 asks for it (off by default until the device's timing says it wins),
+ * LATHE_FLASH_ATTN=1 asks for it (off by default: on the H200 its kernels are slower),
  * and be runs FLASH_ATTN and FLASH_ATTN_BACK for m's heads (asked of one query against one
  * key with a mask: a claim looks at types and shapes only). A backend that cannot keeps
  * the chain of products and SOFT_MAX, so nothing that ran there before moves to the CPU or
