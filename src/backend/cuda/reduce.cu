@@ -139,6 +139,14 @@ static int64_t argmax_parts(int64_t n, int64_t rows)
                                                           : 1;
 }
 
+/* the parts' winners, value and index, of an ARGMAX node's rows (0: not cut) */
+static size_t argmax_scratch_bytes(const struct lt_tensor *node)
+{
+    const int64_t rows = lt_nrows(node->src[0]),
+                  parts = argmax_parts(lt_get_param_i32(node, 0), rows);
+    return parts > 1 ? (size_t)(rows * parts) * (sizeof(float) + sizeof(int)) : 0;
+}
+
 /* y[r]: the lowest index of row r's largest element among its first n, -1 when one of them
  * is NaN. Block (r, part) takes the row's elements [part len, (part + 1) len) (len = n
  * with one part): each thread takes every blockDim-th element, four loads in flight, then
@@ -237,12 +245,8 @@ static void reduce_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
 {
     if (node->op == LT_OP_SUM)
         need[CU_SCRATCH_REDUCE] = SUM_BLOCKS * sizeof(double);
-    if (node->op == LT_OP_ARGMAX) {
-        const int64_t rows = lt_nrows(node->src[0]),
-                      parts = argmax_parts(lt_get_param_i32(node, 0), rows);
-        if (parts > 1)
-            need[CU_SCRATCH_REDUCE] = (size_t)(rows * parts) * (sizeof(float) + sizeof(int));
-    }
+    if (node->op == LT_OP_ARGMAX)
+        need[CU_SCRATCH_REDUCE] = argmax_scratch_bytes(node);
 }
 
 lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -257,23 +261,23 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
         if (rows == 0)
             return LT_OK;
         const int n_arg = (int)lt_get_param_i32(node, 0);
-        const int64_t parts = argmax_parts(n_arg, rows);
+        const int64_t parts = argmax_parts(n_arg, rows), blocks = rows * parts;
         int32_t *y = (int32_t *)node->data;
-        if (parts == 1) {
-            argmax_kernel<<<(unsigned)(rows < 65535 ? rows : 65535), ARGMAX_THREADS, 0,
-                            c->stream>>>(cu_view(a), n_arg, 1, n_arg, y, nullptr, nullptr);
-            return cu_launched("argmax");
+        float *pv = nullptr; /* the parts' winners (cut rows only) */
+        int *pi = nullptr;
+        lt_status st = LT_OK;
+        if (parts > 1) {
+            void *partial;
+            if ((st = cu_scratch(c, CU_SCRATCH_REDUCE, argmax_scratch_bytes(node), &partial)) !=
+                LT_OK)
+                return st;
+            pv = (float *)partial;
+            pi = (int *)(pv + blocks);
         }
-        void *partial;
-        lt_status st = cu_scratch(c, CU_SCRATCH_REDUCE,
-                                  (size_t)(rows * parts) * (sizeof(float) + sizeof(int)), &partial);
-        if (st != LT_OK)
-            return st;
-        float *pv = (float *)partial;
-        int *pi = (int *)(pv + rows * parts);
-        argmax_kernel<<<(unsigned)(rows * parts), ARGMAX_THREADS, 0, c->stream>>>(
-            cu_view(a), n_arg, (int)parts, ARGMAX_PART, y, pv, pi);
-        if ((st = cu_launched("argmax")) != LT_OK)
+        argmax_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), ARGMAX_THREADS, 0,
+                        c->stream>>>(cu_view(a), n_arg, (int)parts,
+                                     parts > 1 ? ARGMAX_PART : n_arg, y, pv, pi);
+        if ((st = cu_launched("argmax")) != LT_OK || parts == 1)
             return st;
         argmax_final_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, c->stream>>>(pv, pi, (int)parts,
                                                                                 rows, y);
