@@ -242,7 +242,7 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
         struct lt_tensor *o = named(lt_flash_attn(ctx, q4, k, v, b->attn_pos ? b->pos : b->kq_mask,
                                                   1.0f / sqrtf((float)D), b->causal),
                                     "flash_attn", il); /* [D, H, T, S] */
-        const bool tf32 = (b->ad && b->ad->bf16_products) || (b->flash && b->half_acts);
+        const bool tf32 = (b->ad && b->ad->bf16_products) || b->half_acts;
         lt_flash_attn_set_prec(o, tf32 ? LT_FLASH_ATTN_PREC_TF32 : LT_FLASH_ATTN_PREC_F32);
         return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
     }
