@@ -505,8 +505,10 @@ cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k)
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k,
                             cudaStream_t st)
 {
-    trace(k == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync D2H" : k == cudaMemcpyHostToDevice ? "cudaMemcpyAsync H2D" : "cudaMemcpyAsync", n);
-    (void)k;
+    trace(k == cudaMemcpyDeviceToHost   ? "cudaMemcpyAsync D2H"
+          : k == cudaMemcpyHostToDevice ? "cudaMemcpyAsync H2D"
+                                        : "cudaMemcpyAsync",
+          n);
     return host_op(st, d, s, 0, n, false);
 }
 cudaError_t cudaMemset(void *d, int v, size_t n)
