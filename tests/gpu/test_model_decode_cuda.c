@@ -28,7 +28,6 @@ int main(void)
      * three sessions on CUDA0 alone */
     for (int i = 0; i < TM_N_SPECS; i++)
         test_kept_step(&tm_specs[i], dir, cuda);
-    test_refusals(dir);
     lt_backend_free(cpu);
     lt_backend_free(cuda);
     return check_summary();
