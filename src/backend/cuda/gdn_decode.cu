@@ -205,6 +205,16 @@ static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b
     return acc / (1.0f + expf(-acc));
 }
 
+/* the R partial sums of column jj ([R][w]), added in group order */
+static __device__ __forceinline__ float group_sum(const float *part, int64_t w, int64_t jj,
+                                                  int n_groups)
+{
+    float acc = part[jj];
+    for (int g = 1; g < n_groups; g++)
+        acc = __fadd_rn(acc, part[g * w + jj]);
+    return acc;
+}
+
 /* block: columns [j0, j0 + w) of value head h of sequence b, blockIdx = (b H_v + h) split +
  * part, j0 = part w (see the file comment); shared: q, k [S_k], v, delta [w], partial sums
  * [R][w]. y gets the raw o (times the scale): gdn_norm_kernel finishes it. */
@@ -297,12 +307,8 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         part[r * w + jj] = kv;
     }
     __syncthreads();
-    if (col && r == 0) {
-        float kv = part[jj];
-        for (int g = 1; g < n_groups; g++)
-            kv = __fadd_rn(kv, part[g * w + jj]);
-        dj[jj] = __fmul_rn(beta, __fsub_rn(vj[jj], kv));
-    }
+    if (col && r == 0)
+        dj[jj] = __fmul_rn(beta, __fsub_rn(vj[jj], group_sum(part, w, jj, n_groups)));
     __syncthreads();
     if (col) {
         const char *c0 = st + j * nb0;
@@ -319,12 +325,8 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         part[r * w + jj] = acc;
     }
     __syncthreads();
-    if (col && r == 0) {
-        float acc = part[jj];
-        for (int g = 1; g < n_groups; g++)
-            acc = __fadd_rn(acc, part[g * w + jj]);
-        y[j] = __fmul_rn(acc, scale);
-    }
+    if (col && r == 0)
+        y[j] = __fmul_rn(group_sum(part, w, jj, n_groups), scale);
 }
 
 /* 4. block (h, b): y = rms_norm(o) * norm_w * silu(z) over the S_v of value head h of
