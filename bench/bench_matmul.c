@@ -24,7 +24,9 @@
  * far decode is from reading the weights once. Q8_0 with 1, 2 and 8 tokens runs mmvq (int8
  * activations, __dp4a) by default; LATHE_CUDA_MMVQ=0 in the environment times the
  * F32-activation mmv kernel instead, for comparison (the switch is read once a process).
- * Usage: bench_matmul [repetitions]. Exits 77 without a GPU. */
+ * A third table times decode's products as a decode step runs them (bench_decode).
+ * Usage: bench_matmul [repetitions] [decode] (decode: the third table alone). Exits 77
+ * without a GPU. */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -45,7 +47,7 @@ struct shape {
 
 static const struct shape shapes[] = {
     {"gate/up  1024->3584", 1024, 3584},
-    {"down     3584->1024", 3584, 1024},
+    {"down:3584->1024", 3584, 1024},
     {"lm_head  1024->248320", 1024, 248320},
 };
 static const int64_t token_counts[] = {1, 64, 512};
@@ -304,9 +306,81 @@ out:
     return ok;
 }
 
+/* Decode's products as a decode step runs them: one list of DEC_LAYERS products, each by
+ * its own weight (DEC_LAYERS copies, far more bytes than the GPU's L2, so that every product
+ * reads its weight from memory as a model's layers do), all of the same activation columns.
+ * The backend records such a list as a CUDA graph on its second run and replays it after
+ * (cuda_graphs.cu), as it does a decode step. us a product: the median wall time of the
+ * list over DEC_LAYERS, so the kernels, their gaps inside a graph and a share of one launch
+ * and synchronisation (~1 us a product); GB/s: the weight's bytes over that. */
+#define DEC_LAYERS 32
+static const struct shape dec_shapes[] = {
+    {"dn_in:1024->8224", 1024, 8224}, /* Qwen3.5-0.8B's stacked DeltaNet projections */
+    {"gate_up:1024->7168", 1024, 7168}, {"attn_qkv:1024->5120", 1024, 5120},
+    {"out:2048->1024", 2048, 1024}, {"down:3584->1024", 3584, 1024},
+};
+
+static int bench_decode(struct lt_backend *cuda, enum lt_type t, const struct shape *sh, int64_t N,
+                        int reps)
+{
+    const int64_t K = sh->K, M = sh->M;
+    size_t wbytes = 2 * (size_t)(K * M);
+    void *w_host = t == LT_TYPE_BF16 ? malloc(wbytes) : quant_weights(t, K, M, &wbytes);
+    float *x_host = malloc(sizeof(float) * (size_t)(K * N));
+    double *times = malloc(sizeof(double) * (size_t)reps);
+    int ok = 0;
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 18, .no_alloc = true});
+    struct lt_graph *g = lt_graph_new(ctx, 4 * DEC_LAYERS);
+    struct lt_sched *s = lt_sched_new(&cuda, 1);
+    struct lt_tensor *w[DEC_LAYERS], *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, K, N);
+    if (!w_host || !x_host || !times || !g || !s || !x)
+        goto out;
+    if (t == LT_TYPE_BF16)
+        for (int64_t i = 0; i < K * M; i++)
+            ((uint16_t *)w_host)[i] = lt_fp32_to_bf16(0.05f * rnd());
+    for (int64_t i = 0; i < K * N; i++)
+        x_host[i] = rnd();
+    for (int l = 0; l < DEC_LAYERS; l++) {
+        w[l] = lt_new_tensor_2d(ctx, t, K, M);
+        struct lt_tensor *y = w[l] ? lt_mul_mat(ctx, w[l], x) : NULL;
+        if (!y || lt_graph_build(g, y) != LT_OK)
+            goto fail;
+        y->flags |= LT_FLAG_OUTPUT;
+    }
+    if (lt_sched_place(s, g, true, NULL) != LT_OK || lt_sched_alloc(s, g) != LT_OK ||
+        lt_tensor_set(x, x_host, 0, sizeof(float) * (size_t)(K * N)) != LT_OK)
+        goto fail;
+    for (int l = 0; l < DEC_LAYERS; l++)
+        if (lt_tensor_set(w[l], w_host, 0, wbytes) != LT_OK)
+            goto fail;
+    for (int r = -3; r < reps; r++) {
+        double t0 = now_s();
+        if (lt_sched_compute(s, g) != LT_OK)
+            goto fail;
+        if (r >= 0)
+            times[r] = now_s() - t0;
+    }
+    double tm = median(times, reps) / DEC_LAYERS;
+    printf("%-6s %-22s %5lld  %9.2f  %8.1f\n", lt_type_name(t), sh->name, (long long)N, tm * 1e6,
+           (double)wbytes / tm * 1e-9);
+    ok = 1;
+    goto out;
+fail:
+    fprintf(stderr, "lathe decode products (%s %s): %s\n", lt_type_name(t), sh->name,
+            lt_last_error());
+out:
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    free(w_host);
+    free(x_host);
+    free(times);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 20;
+    const int decode_only = argc > 2 && strcmp(argv[2], "decode") == 0;
     if (reps < 1)
         reps = 1;
     struct lt_backend *cuda = lt_backend_cuda_new(0);
@@ -319,45 +393,58 @@ int main(int argc, char **argv)
         fprintf(stderr, "cublasCreate failed\n");
         return 1;
     }
-    printf("BF16 weights x activations, median of %d (wall clock, synchronised); lathe "
-           "f32 x = scheduler + F32->BF16 conversion + cuBLAS (mmv for N <= 8), lathe bf16 x = "
-           "scheduler + cuBLAS on the BF16 activations in place; ratios are lathe / cuBLAS; "
-           "f32x GB/s: the weight's bytes over lathe f32 x's time\n",
-           reps);
-    printf("%-22s %5s  %9s  %9s  %9s  %7s   %5s   %5s   %-7s  %-7s  %8s\n", "shape", "N",
-           "f32 x us", "bf16 x us", "cuBLAS us", "cuBLAS TF", "f32x", "bf16x", "nmse f32x",
-           "nmse bf16x", "f32x GB/s");
     int failed = 0;
-    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
-        const struct shape *sh = &shapes[i];
-        uint16_t *w_host = malloc(2 * (size_t)(sh->K * sh->M));
-        if (!w_host)
-            return 1;
-        for (int64_t j = 0; j < sh->K * sh->M; j++)
-            w_host[j] = lt_fp32_to_bf16(0.05f * rnd());
-        for (size_t t = 0; t < sizeof(token_counts) / sizeof(token_counts[0]); t++)
-            failed += !bench_one(cuda, blas, sh, token_counts[t], w_host, reps);
-        free(w_host);
+    if (!decode_only) {
+        printf("BF16 weights x activations, median of %d (wall clock, synchronised); lathe "
+               "f32 x = scheduler + F32->BF16 conversion + cuBLAS (mmv for N <= 8), lathe bf16 x = "
+               "scheduler + cuBLAS on the BF16 activations in place; ratios are lathe / cuBLAS; "
+               "f32x GB/s: the weight's bytes over lathe f32 x's time\n",
+               reps);
+        printf("%-22s %5s  %9s  %9s  %9s  %7s   %5s   %5s   %-7s  %-7s  %8s\n", "shape", "N",
+               "f32 x us", "bf16 x us", "cuBLAS us", "cuBLAS TF", "f32x", "bf16x", "nmse f32x",
+               "nmse bf16x", "f32x GB/s");
+        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+            const struct shape *sh = &shapes[i];
+            uint16_t *w_host = malloc(2 * (size_t)(sh->K * sh->M));
+            if (!w_host)
+                return 1;
+            for (int64_t j = 0; j < sh->K * sh->M; j++)
+                w_host[j] = lt_fp32_to_bf16(0.05f * rnd());
+            for (size_t t = 0; t < sizeof(token_counts) / sizeof(token_counts[0]); t++)
+                failed += !bench_one(cuda, blas, sh, token_counts[t], w_host, reps);
+            free(w_host);
+        }
+        const char *mmvq_env = getenv("LATHE_CUDA_MMVQ");
+        const int mmvq_on = !(mmvq_env && strcmp(mmvq_env, "0") == 0);
+        printf("\nquantised weights through lathe (mmv for N <= 8, %s; else dequantised F16 "
+               "tiles + cuBLAS), median of %d\n",
+               mmvq_on ? "Q8_0 through mmvq (int8 activations)"
+                       : "Q8_0 with F32 activations (LATHE_CUDA_MMVQ=0)",
+               reps);
+        printf("%-6s %-22s %5s  %9s  %8s  %7s\n", "type", "shape", "N", "lathe us", "weight GB/s",
+               "TF");
+        static const enum lt_type qtypes[] = {LT_TYPE_Q8_0, LT_TYPE_Q4_K, LT_TYPE_Q6_K};
+        static const int64_t qtokens[] = {1, 2, 8, 64}; /* 2 and 8: Q8_0 only (decode batches) */
+        for (size_t q = 0; q < sizeof(qtypes) / sizeof(qtypes[0]); q++)
+            for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+                for (size_t t = 0; t < sizeof(qtokens) / sizeof(qtokens[0]); t++) {
+                    const int64_t n = qtokens[t];
+                    if (qtypes[q] != LT_TYPE_Q8_0 && n != 1 && n != 64)
+                        continue;
+                    failed += !bench_quant(cuda, qtypes[q], &shapes[i], n, reps);
+                }
     }
-    const char *mmvq_env = getenv("LATHE_CUDA_MMVQ");
-    const int mmvq_on = !(mmvq_env && strcmp(mmvq_env, "0") == 0);
-    printf("\nquantised weights through lathe (mmv for N <= 8, %s; else dequantised F16 "
-           "tiles + cuBLAS), median of %d\n",
-           mmvq_on ? "Q8_0 through mmvq (int8 activations)"
-                   : "Q8_0 with F32 activations (LATHE_CUDA_MMVQ=0)",
-           reps);
-    printf("%-6s %-22s %5s  %9s  %8s  %7s\n", "type", "shape", "N", "lathe us", "weight GB/s",
-           "TF");
-    static const enum lt_type qtypes[] = {LT_TYPE_Q8_0, LT_TYPE_Q4_K, LT_TYPE_Q6_K};
-    static const int64_t qtokens[] = {1, 2, 8, 64}; /* 2 and 8: Q8_0 only (decode batches) */
-    for (size_t q = 0; q < sizeof(qtypes) / sizeof(qtypes[0]); q++)
-        for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-            for (size_t t = 0; t < sizeof(qtokens) / sizeof(qtokens[0]); t++) {
-                const int64_t n = qtokens[t];
-                if (qtypes[q] != LT_TYPE_Q8_0 && n != 1 && n != 64)
-                    continue;
-                failed += !bench_quant(cuda, qtypes[q], &shapes[i], n, reps);
-            }
+    printf("\ndecode's products: %d weights a list (one a layer), replayed as a CUDA graph; us "
+           "a product = the list's median wall time / %d (LATHE_CUDA_MMV_WPR=%s)\n",
+           DEC_LAYERS, DEC_LAYERS,
+           getenv("LATHE_CUDA_MMV_WPR") ? getenv("LATHE_CUDA_MMV_WPR") : "auto");
+    printf("%-6s %-22s %5s  %9s  %8s\n", "type", "shape", "N", "us each", "weight GB/s");
+    static const enum lt_type dtypes[] = {LT_TYPE_BF16, LT_TYPE_Q8_0};
+    static const int64_t dtokens[] = {1, 8};
+    for (size_t q = 0; q < 2; q++)
+        for (size_t t = 0; t < 2; t++)
+            for (size_t i = 0; i < sizeof(dec_shapes) / sizeof(dec_shapes[0]); i++)
+                failed += !bench_decode(cuda, dtypes[q], &dec_shapes[i], dtokens[t], reps);
     cublasDestroy(blas);
     lt_backend_free(cuda);
     return failed ? 1 : 0;

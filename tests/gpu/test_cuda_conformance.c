@@ -21,6 +21,10 @@
  * TF32 tensor cores (10-bit mantissas, ~1e-7 here) would still pass TOL_F32, and would put
  * every F32 model ~3e-4 off transformers in lathe check-ref: this bound catches them. */
 #define TOL_MM_F32 1e-9
+/* F16 / BF16 weights: the same weights on both sides; the device rounds F32 activations to
+ * the weight's type for cuBLAS (BF16: ~1e-5 normalised) or reads them as they are (mmv).
+ * TOL_HALF, the element-wise ops' bound, would let a product 5% off pass. */
+#define TOL_MM_HALF 1e-4
 static double mm_f32_worst;
 /* Q8_0, Q4_0 and Q5_0 weights against at most 8 F32 columns run mmvq on CUDA (unless
  * LATHE_CUDA_MMVQ=0):
@@ -316,7 +320,7 @@ static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K
     p.ne[0] = K, p.ne[1] = M, p.ne[2] = N;
     p.i[0] = a2, p.i[1] = b2, p.i[2] = a3, p.i[3] = b3;
     const bool quant = lt_type_traits(t)->is_quantized;
-    double tol = t == LT_TYPE_F32 ? TOL_MM_F32 : quant ? TOL_QUANT : TOL_HALF;
+    double tol = t == LT_TYPE_F32 ? TOL_MM_F32 : quant ? TOL_QUANT : TOL_MM_HALF;
     if (tb == LT_TYPE_F32 && mmvq_same_rounding(t, N, a2, b2, a3, b3))
         tol = TOL_MMVQ_SAME;
     char buf[64];
@@ -368,6 +372,19 @@ static void test_matmul(void)
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 60, 9, 2, 1, 1, 1, 1); /* K not a multiple of 8 */
         /* half weights over 16 MiB take cuBLAS even for few columns */
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 4096, 2100, 2, 1, 1, 1, 1);
+    }
+    /* Decode's half products (mmv_half_kernel): the 0.8B model's input widths with few rows,
+     * so that 2, 4 and 8 warps share a row (K = 4096: 8), the last block's rows past M; a
+     * row that ends inside a run of 32 chunks (K = 1040); slices with grouped heads; 1 to 8
+     * columns */
+    for (int t = 1; t < 3; t++) {
+        static const int64_t hk[] = {1024, 2048, 3584, 4096, 1040},
+                             hm[] = {1001, 999, 1000, 33, 45};
+        static const int64_t hn[] = {1, 2, 3, 8, 5};
+        for (int i = 0; i < 5; i++)
+            mm_case(halfs[t], L_CONTIG, L_CONTIG, hk[i], hm[i], hn[i], 1, 1, 1, 1);
+        mm_case(halfs[t], L_CONTIG, L_CONTIG, 2048, 7, 3, 2, 4, 1, 1);
+        mm_case(halfs[t], L_CONTIG, L_SLICED, 3584, 13, 1, 1, 1, 1, 1);
     }
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                           LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K,

@@ -52,6 +52,7 @@
  * same one. */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -397,10 +398,9 @@ static __device__ __forceinline__ float row_elem(const char *row, int type, int 
     return cu_dequant((const uint8_t *)row + (int64_t)(k / bs) * nb0, type, k % bs);
 }
 
-/* 8 halves (F16 or BF16) at p, 16-byte aligned, as floats */
-static __device__ __forceinline__ void load8(const char *p, int type, float *w)
+/* 8 halves (F16 or BF16) held in u, as floats */
+static __device__ __forceinline__ void unpack8(const uint4 u, int type, float *w)
 {
-    const uint4 u = *(const uint4 *)p;
     const uint32_t v[4] = {u.x, u.y, u.z, u.w};
     for (int e = 0; e < 4; e++) {
         const uint16_t lo = (uint16_t)(v[e] & 0xffffu), hi = (uint16_t)(v[e] >> 16);
@@ -417,11 +417,17 @@ static __device__ __forceinline__ void load8(const char *p, int type, float *w)
     }
 }
 
+/* 8 halves (F16 or BF16) at p, 16-byte aligned, as floats */
+static __device__ __forceinline__ void load8(const char *p, int type, float *w)
+{
+    unpack8(*(const uint4 *)p, type, w);
+}
+
 /* dst[m, n, i2, i3] for n < N <= NC: warp w takes output rows (m, i2, i3) w, w + warps, ...
- * VEC: unsplit F16 / BF16 rows read 8 elements (16 bytes) a lane at a time. */
+ * VEC: unsplit F16 / BF16 rows read 8 elements (16 bytes) a lane at a time (b's columns
+ * strided: mmv_half_kernel takes unit-strided ones). */
 template <int TYPE, int NC, bool VEC>
-static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2,
-                                  int64_t r3, bool xvec)
+static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3)
 {
     const int type = mmv_type<TYPE>(a);
     const int K = (int)a.ne[0];
@@ -438,22 +444,7 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
 #pragma unroll
         for (int n = 0; n < NC; n++)
             acc[n] = 0.0f;
-        if (VEC && xvec) {
-            /* b's columns are unit-strided and 16-byte aligned: 8 of its floats in two loads */
-#pragma unroll 4
-            for (int k8 = lane; k8 < K / 8; k8 += 32) {
-                float w[8];
-                load8(row + (int64_t)k8 * 16, type, w);
-#pragma unroll
-                for (int n = 0; n < NC; n++)
-                    if (n < N) {
-                        const float4 *xk = (const float4 *)(xb + n * b.nb[1]) + 2 * k8;
-                        const float4 x0 = xk[0], x1 = xk[1];
-                        acc[n] += w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w +
-                                  w[4] * x1.x + w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
-                    }
-            }
-        } else if (VEC) {
+        if (VEC) {
 #pragma unroll 4
             for (int k8 = lane; k8 < K / 8; k8 += 32) {
                 float w[8];
@@ -485,6 +476,91 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
         if (lane == 0)
             for (int n = 0; n < NC && n < N; n++)
                 dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+    }
+}
+
+/* Unsplit F16 / BF16 rows against F32 columns whose floats are unit-strided and 16-byte
+ * aligned (decode's products; run_mmv's half_cols). A block of 8 warps takes 8 / WPR output
+ * rows, WPR warps a row: warp `part` of a row takes its 16-byte chunks part * 32 + lane,
+ * then every 32 * WPR-th, MMV_UNROLL loads issued before any is used (those past the row
+ * skipped). WPR > 1 keeps the
+ * loads of a product of few rows in flight on every SM (the 0.8B model's output and down
+ * projections have 1024: a warp a row is 128 blocks, one an SM, 8 warps each); the WPR
+ * partial sums meet in shared memory in part order. The weights stream through once
+ * (__ldcs: evict first), so b's columns, read by every warp, stay in L1. */
+#define MMV_UNROLL 4
+template <int TYPE, int NC>
+static __device__ __forceinline__ void mmv_half_chunk(const uint4 u, const char *xb, int64_t xnb1,
+                                                      int64_t N, int k8, float *acc)
+{
+    float w[8];
+    unpack8(u, TYPE, w);
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        if (n < N) {
+            const float4 *xk = (const float4 *)(xb + n * xnb1) + 2 * k8;
+            const float4 x0 = __ldg(xk), x1 = __ldg(xk + 1);
+            acc[n] += w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w + w[4] * x1.x +
+                      w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
+        }
+}
+
+template <int TYPE, int NC, int WPR>
+static __global__ void __launch_bounds__(256)
+    mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3)
+{
+    constexpr int RPB = 8 / WPR, STEP = 32 * WPR;
+    __shared__ float part_sum[8][NC];
+    const int K8 = (int)(a.ne[0] / 8);
+    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
+    const int64_t rows = M * B2 * b.ne[3];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, part = w % WPR;
+    /* every block takes the same number of turns: the barriers below are reached by all */
+    for (int64_t r0 = (int64_t)blockIdx.x * RPB; r0 < rows; r0 += (int64_t)gridDim.x * RPB) {
+        const int64_t r = r0 + w / WPR;
+        float acc[NC];
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+            acc[n] = 0.0f;
+        if (r < rows) {
+            const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+            const uint4 *row =
+                (const uint4 *)(a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3]);
+            const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
+            for (int k0 = part * 32 + lane; k0 < K8; k0 += MMV_UNROLL * STEP) {
+                uint4 u[MMV_UNROLL];
+#pragma unroll
+                for (int i = 0; i < MMV_UNROLL; i++)
+                    if (k0 + i * STEP < K8)
+                        u[i] = __ldcs(row + k0 + i * STEP);
+#pragma unroll
+                for (int i = 0; i < MMV_UNROLL; i++)
+                    if (k0 + i * STEP < K8)
+                        mmv_half_chunk<TYPE, NC>(u[i], xb, b.nb[1], N, k0 + i * STEP, acc);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+            for (int o = 16; o > 0; o >>= 1)
+                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
+        if (WPR > 1) {
+            if (lane == 0)
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+                    part_sum[w][n] = acc[n];
+            __syncthreads();
+            if (part == 0)
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+                    for (int p = 1; p < WPR; p++)
+                        acc[n] += part_sum[w + p][n];
+            __syncthreads(); /* part_sum is written again in the next turn */
+        }
+        if (part == 0 && lane == 0 && r < rows) {
+            const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+            for (int n = 0; n < NC && n < N; n++)
+                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+        }
     }
 }
 
@@ -586,18 +662,77 @@ static void mmv_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const struc
 {
     const int64_t rows = p->M * p->B2 * p->B3;
     const unsigned blocks = cu_blocks(rows, 8); /* 8 warps a block */
-    /* every column of every b slice starts 16-byte aligned, its floats one after another */
-    const bool xvec = VEC && bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 &&
-                      (p->N <= 1 || bv.nb[1] % 16 == 0) && (p->B2 <= 1 || bv.nb[2] % 16 == 0) &&
-                      (p->B3 <= 1 || bv.nb[3] % 16 == 0);
     if (p->N <= 1)
-        mmv_kernel<TYPE, 1, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
+        mmv_kernel<TYPE, 1, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
     else if (p->N <= 2)
-        mmv_kernel<TYPE, 2, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
+        mmv_kernel<TYPE, 2, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
     else if (p->N <= 4)
-        mmv_kernel<TYPE, 4, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
+        mmv_kernel<TYPE, 4, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
     else
-        mmv_kernel<TYPE, 8, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, xvec);
+        mmv_kernel<TYPE, 8, VEC><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+}
+
+/* b's columns as mmv_half_kernel reads them: floats one after another, every column of
+ * every slice 16-byte aligned */
+static bool half_cols(const struct cu_mm_plan *p, const struct cu_t &bv)
+{
+    return bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 && (p->N <= 1 || bv.nb[1] % 16 == 0) &&
+           (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
+}
+
+/* Warps a row for mmv_half_kernel: doubled from 1 while the product has fewer than 64 warps
+ * an SM's worth of rows and each warp keeps at least two 32-chunk runs of the row (a
+ * product's rows are then split only when there are too few of them to fill the device).
+ * LATHE_CUDA_MMV_WPR=1|2|4|8 fixes it (read once a process; for bench_matmul's comparisons). */
+static int mmv_wpr(const struct cu_ctx *c, int64_t rows, int64_t K)
+{
+    static const int fixed = [] {
+        const char *env = getenv("LATHE_CUDA_MMV_WPR");
+        const int v = env ? atoi(env) : 0;
+        return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
+    }();
+    if (fixed)
+        return fixed;
+    const int64_t runs = K / 8 / 32, want = 64 * (int64_t)(c->n_sm > 0 ? c->n_sm : 1);
+    int wpr = 1;
+    while (wpr < 8 && rows * wpr < want && runs >= 4 * wpr)
+        wpr *= 2;
+    return wpr;
+}
+
+template <int TYPE, int NC, int WPR>
+static void mmv_half_go(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+                        const struct cu_t &bv, float *dst)
+{
+    const int64_t groups = (p->M * p->B2 * p->B3 + 8 / WPR - 1) / (8 / WPR);
+    const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
+    mmv_half_kernel<TYPE, NC, WPR><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+}
+
+template <int TYPE, int NC>
+static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+                         const struct cu_t &bv, float *dst)
+{
+    switch (mmv_wpr(c, p->M * p->B2 * p->B3, p->K)) {
+    case 1: mmv_half_go<TYPE, NC, 1>(c, p, av, bv, dst); break;
+    case 2: mmv_half_go<TYPE, NC, 2>(c, p, av, bv, dst); break;
+    case 4: mmv_half_go<TYPE, NC, 4>(c, p, av, bv, dst); break;
+    default: mmv_half_go<TYPE, NC, 8>(c, p, av, bv, dst); break;
+    }
+}
+
+template <int TYPE>
+static void mmv_half_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+                            const struct cu_t &bv, float *dst)
+{
+    if (p->N <= 1)
+        mmv_half_wpr<TYPE, 1>(c, p, av, bv, dst);
+    else if (p->N <= 2)
+        mmv_half_wpr<TYPE, 2>(c, p, av, bv, dst);
+    else if (p->N <= 4)
+        mmv_half_wpr<TYPE, 4>(c, p, av, bv, dst);
+    else
+        mmv_half_wpr<TYPE, 8>(c, p, av, bv, dst);
 }
 
 static lt_status run_mmv(struct cu_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,
@@ -610,12 +745,14 @@ static lt_status run_mmv(struct cu_ctx *c, const struct cu_mm_plan *p, const str
                      (p->A3 <= 1 || a->nb[3] % 16 == 0);
     switch (a->type) {
     case LT_TYPE_F16:
-        vec ? mmv_launch<LT_TYPE_F16, true>(c, p, av, bv, dst)
-            : mmv_launch<LT_TYPE_F16, false>(c, p, av, bv, dst);
+        vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_F16>(c, p, av, bv, dst)
+        : vec                  ? mmv_launch<LT_TYPE_F16, true>(c, p, av, bv, dst)
+                               : mmv_launch<LT_TYPE_F16, false>(c, p, av, bv, dst);
         break;
     case LT_TYPE_BF16:
-        vec ? mmv_launch<LT_TYPE_BF16, true>(c, p, av, bv, dst)
-            : mmv_launch<LT_TYPE_BF16, false>(c, p, av, bv, dst);
+        vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_BF16>(c, p, av, bv, dst)
+        : vec                  ? mmv_launch<LT_TYPE_BF16, true>(c, p, av, bv, dst)
+                               : mmv_launch<LT_TYPE_BF16, false>(c, p, av, bv, dst);
         break;
     case LT_TYPE_Q4_0: mmv_launch<LT_TYPE_Q4_0, false>(c, p, av, bv, dst); break;
     case LT_TYPE_Q4_1: mmv_launch<LT_TYPE_Q4_1, false>(c, p, av, bv, dst); break;

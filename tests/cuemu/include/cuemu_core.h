@@ -323,6 +323,10 @@ template <typename T> static inline T __ldg(const T *p)
 {
     return *p;
 }
+template <typename T> static inline T __ldcs(const T *p) /* a cache hint: a plain load here */
+{
+    return *p;
+}
 
 /* CUDA's min and max overloads (device code calls them unqualified) */
 #define CUEMU_MINMAX(T)                                                                            \
