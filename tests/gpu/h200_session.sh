@@ -49,7 +49,8 @@
 #   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
 #           GDN_DECODE and ARGMAX
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
-#           kernel's warps a row auto and fixed (1, 2, 4, 8), Q8_0 with LATHE_CUDA_MMVQ=0
+#           kernel's cut auto and fixed (one row a team; 1, 2, 4 warps a team), Q8_0 with
+#           LATHE_CUDA_MMVQ=0
 #   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda), then the
 #           recurrent conformance group (GDN_DECODE among them)
 #   tgraph  the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against the
@@ -723,26 +724,27 @@ phase_mdecode() {
 }
 
 # mmv: the matmul conformance group, then bench_matmul's decode products (us a product and
-# weight GB/s) with mmv_half_kernel's warps a row chosen (auto) and fixed at 1, 2, 4 and 8,
-# and Q8_0 with LATHE_CUDA_MMVQ=0, side by side (GB/s columns)
+# weight GB/s) with mmv_half_kernel's cut chosen (auto), one row a team (rw1), warps a team
+# fixed at 1, 2 and 4, and Q8_0 with LATHE_CUDA_MMVQ=0, side by side (GB/s columns)
 phase_mmv() {
     timeout 120 $b/tests/gpu_test_cuda_conformance matmul >"$out/conf_matmul.log" 2>&1
     row "conformance: matmul" "rc $? $(passed "$out/conf_matmul.log")"
     grep -E "check failed|first mismatch" "$out/conf_matmul.log" | head -6
     local v
-    for v in auto 1 2 4 8 mmvq0; do
+    for v in auto rw1 1 2 4 mmvq0; do
         case $v in
         auto) timeout 60 $b/bench/bench_matmul 30 decode ;;
+        rw1) LATHE_CUDA_MMV_RW=1 timeout 60 $b/bench/bench_matmul 30 decode ;;
         mmvq0) LATHE_CUDA_MMVQ=0 timeout 60 $b/bench/bench_matmul 30 decode ;;
         *) LATHE_CUDA_MMV_WPR=$v timeout 60 $b/bench/bench_matmul 30 decode ;;
         esac >"$out/mmv_$v.log" 2>&1
         row "bench_matmul decode ($v)" "rc $?"
         grep -E "^(bf16|q8_0) " "$out/mmv_$v.log" | awk '{print $NF}' >"$out/mmv_$v.col"
     done
-    echo "type shape N us(auto) | GB/s: auto 1 2 4 8 mmvq0"
+    echo "type shape N us(auto) | GB/s: auto rw1 wpr1 wpr2 wpr4 mmvq0"
     grep -E "^(bf16|q8_0) " "$out/mmv_auto.log" | awk '{printf "%s %s %s %s\n", $1, $2, $3, $4}' |
-        paste -d' ' - "$out"/mmv_auto.col "$out"/mmv_1.col "$out"/mmv_2.col "$out"/mmv_4.col \
-            "$out"/mmv_8.col "$out"/mmv_mmvq0.col
+        paste -d' ' - "$out"/mmv_auto.col "$out"/mmv_rw1.col "$out"/mmv_1.col "$out"/mmv_2.col \
+            "$out"/mmv_4.col "$out"/mmv_mmvq0.col
 }
 
 # dbench: (after q08) `lathe bench -p 512 -n 128 -r 3` on both 0.8B files, graphs on, and

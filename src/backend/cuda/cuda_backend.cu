@@ -409,6 +409,8 @@ static void ctx_free(struct cu_ctx *c)
     for (int i = 0; i < CU_SCRATCH_COUNT; i++)
         if (c->scratch[i])
             cudaFree(c->scratch[i]);
+    if (c->counters)
+        cudaFree(c->counters);
     if (c->blas)
         cublasDestroy(c->blas);
     cu_graphs_free(c); /* after the handle that used its workspace */
@@ -563,6 +565,12 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
     if (st == LT_OK)
         st = cu_check(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking),
                       "creating a stream");
+    if (st == LT_OK)
+        st = cu_check(cudaMalloc((void **)&c->counters, CU_COUNTERS * sizeof(int)),
+                      "allocating the block counters");
+    if (st == LT_OK)
+        st = cu_check(cudaMemset(c->counters, 0, CU_COUNTERS * sizeof(int)),
+                      "zeroing the block counters");
     if (st == LT_OK)
         st = cu_check_blas(cublasCreate(&c->blas), "cublasCreate");
     if (st == LT_OK)

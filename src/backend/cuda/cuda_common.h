@@ -58,7 +58,14 @@ struct cu_ctx {
      * scratch function said (scratch_said, per slot) fails instead of growing it */
     bool check_scratch;
     size_t scratch_said[CU_SCRATCH_COUNT];
+    /* CU_COUNTERS ints, zeroed once when the context starts: a kernel whose blocks count
+     * their arrivals (the last one finishes the node's work) takes them, and its last
+     * block sets every counter it used back to zero, so the next launch (or a replayed
+     * CUDA graph) finds them zero. One stream runs one node at a time. */
+    int *counters;
 };
+
+#define CU_COUNTERS 16384
 
 /* ---- status ---- */
 

@@ -1,6 +1,6 @@
 /* gdn_decode.cu: GDN_DECODE on the device, one decode token of a Gated DeltaNet layer from
- * its projections to its gated norm in one node of two launches (see src/ops/gdn_decode.c
- * for what it replaces and the layout of the result).
+ * its projections to its gated norm in one launch (see src/ops/gdn_decode.c for what it
+ * replaces and the layout of the result).
  *
  * Blocks take w value columns of one (value head h, sequence s): S_v is halved from the
  * whole head (at most 512) toward 16 columns until the blocks fill the device twice over
@@ -20,8 +20,14 @@
  *      the thread's rows of S[:, j]: the first sums k . (decay S[:, j]), the second writes
  *      the new column and sums q . S'[:, j]; each walk's R partial sums are added in group
  *      order by group 0, which leaves o_j (times the scale) in the result's y;
- *   4. a second kernel, a block per (value head, sequence), takes the rms_norm of o over
- *      S_v (a sum in double) and writes y = rms_norm(o) * norm_w * silu(z) over it.
+ *   4. the last block of a (value head, sequence) to finish, known by counting the
+ *      blocks' arrivals in one of the context's counters (cu_ctx's counters; it sets it back
+ *      to zero), takes the rms_norm of o over S_v (a sum in double) and writes y =
+ *      rms_norm(o) * norm_w * silu(z) over it. With more heads x sequences than counters a
+ *      second kernel does this instead (a block per head and sequence). A second kernel
+ *      always cost ~4 us a layer on the H200.
+ * Each thread's first GDN_ROWS_REG rows of its state column are loaded into registers
+ * first thing, so that their latency hides behind steps 1 and 2.
  * So every channel's new conv state is written exactly once, and nothing outside the
  * node's own result is written, but for the ssm cache given seq_ids.
  *
@@ -67,6 +73,7 @@ enum {
 #define GDN_MAX_THREADS 512
 #define GDN_SHARED_MAX (48 * 1024)
 #define GDN_L2_EPS 1e-6f /* lt_l2_norm's eps in build_delta_layer */
+#define GDN_ROWS_REG 4   /* state rows a thread holds in registers (S_k 128 in 32 groups) */
 
 struct gdn_shape {
     int64_t sk, sv, hk, hv, c, k, s;
@@ -135,6 +142,14 @@ static struct gdn_plan plan_of(const struct gdn_shape &d)
     p.threads = (int)((p.w * p.groups + 31) / 32 * 32);
     p.shared = sizeof(float) * (size_t)(2 * d.sk + 2 * p.w + p.groups * p.w);
     return p;
+}
+
+/* whether the norm runs in the decode kernel's last block of each head (one launch; a
+ * counter a head and sequence, CU_COUNTERS of them) or in a second kernel (more heads x
+ * sequences than counters) */
+static bool gdn_fused(const struct gdn_shape &d)
+{
+    return d.hv * d.s <= CU_COUNTERS;
 }
 
 bool cu_gdn_decode_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -215,12 +230,45 @@ static __device__ __forceinline__ float group_sum(const float *part, int64_t w, 
     return acc;
 }
 
+/* 4. y = rms_norm(o) * norm_w * silu(z) over the S_v of value head h of sequence b, o being
+ * what the walks left in y, by the whole block (a skipped sequence's zeros stay zeros). L2
+ * loads (__ldcg): in the fused kernel other blocks wrote most of y. */
+static __device__ void gdn_norm(const struct gdn_srcs &s, float *out, float eps, int64_t h,
+                                int64_t b, double *red)
+{
+    const int64_t sv = s.ssm_state.ne[0], hv = s.ssm_state.ne[2];
+    float *y = out + (b * hv + h) * sv;
+    double so = 0.0;
+    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+        const double o = (double)__ldcg(y + j);
+        so += o * o;
+    }
+    so = cu_block_sum(so, red) / (double)sv; /* its barriers order the reads before the writes */
+    const float f = (float)(1.0 / sqrt(so + (double)eps));
+    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
+        const float zj = cu_getf(s.z, h * sv + j, b, 0, 0);
+        const float zs = zj / (1.0f + expf(-zj));
+        const float on = __fmul_rn(__fmul_rn(__ldcg(y + j), f), cu_getf(s.norm_w, j, 0, 0, 0));
+        y[j] = __fmul_rn(on, zs);
+    }
+}
+
+/* the unfused form's second kernel: block (h, b) */
+static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps)
+{
+    __shared__ double red[32];
+    const int64_t hv = s.ssm_state.ne[2];
+    gdn_norm(s, out, eps, blockIdx.x % hv, blockIdx.x / hv, red);
+}
+
 /* block: columns [j0, j0 + w) of value head h of sequence b, blockIdx = (b H_v + h) split +
  * part, j0 = part w (see the file comment); shared: q, k [S_k], v, delta [w], partial sums
- * [R][w]. y gets the raw o (times the scale): gdn_norm_kernel finishes it. */
+ * [R][w]. y gets the raw o (times the scale); FUSED: the head's last block finishes it,
+ * else gdn_norm_kernel does. */
+template <bool FUSED>
 static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, int64_t w, int64_t split,
-                      int n_groups)
+                      int n_groups, float eps, int *counters)
 {
     extern __shared__ float sh[];
     __shared__ double red[32];
@@ -257,6 +305,18 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         return;
     }
 
+    /* the thread's first GDN_ROWS_REG rows of its state column, loaded before anything
+     * else so that their latency overlaps the conv and the norms (the rest, when S_k >
+     * GDN_ROWS_REG R, are read in the walks) */
+    const char *st = cu_ptr(s.ssm_state, 0, 0, h, slot);
+    const int64_t nb0 = s.ssm_state.nb[0], nb1 = s.ssm_state.nb[1];
+    float sreg[GDN_ROWS_REG];
+#pragma unroll
+    for (int t = 0; t < GDN_ROWS_REG; t++) {
+        const int64_t i = r + (int64_t)t * n_groups;
+        sreg[t] = col && i < sk ? *(const float *)(st + j * nb0 + i * nb1) : 0.0f;
+    }
+
     /* 1. q and k of key head hk */
     for (int64_t i = threadIdx.x; i < 2 * sk; i += blockDim.x) {
         const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
@@ -288,19 +348,23 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
 
     /* 3. v channel j and column j of the delta rule; the new column goes to the result's
      * state part [S_k][S_v], or over the old one in the cache */
-    const char *st = cu_ptr(s.ssm_state, 0, 0, h, slot);
-    const int64_t nb0 = s.ssm_state.nb[0], nb1 = s.ssm_state.nb[1];
     char *st_new =
         s.ids ? (char *)st : (char *)(conv_new + (K - 1) * C * ns + (b * hv + h) * sk * sv);
     const int64_t wb0 = s.ids ? nb0 : (int64_t)sizeof(float),
                   wb1 = s.ids ? nb1 : (int64_t)sizeof(float) * sv;
+    const int64_t i_mem = r + (int64_t)GDN_ROWS_REG * n_groups; /* the first row not in sreg */
     if (col && r == 0)
         vj[jj] = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, slot, conv_new);
     if (col) {
         const char *c0 = st + j * nb0;
         float kv = 0.0f;
-#pragma unroll 4
-        for (int64_t i = r; i < sk; i += n_groups) {
+#pragma unroll
+        for (int t = 0; t < GDN_ROWS_REG; t++) {
+            const int64_t i = r + (int64_t)t * n_groups;
+            if (i < sk)
+                kv = __fadd_rn(kv, __fmul_rn(k[i], __fmul_rn(sreg[t], decay)));
+        }
+        for (int64_t i = i_mem; i < sk; i += n_groups) {
             const float si = __fmul_rn(*(const float *)(c0 + i * nb1), decay);
             kv = __fadd_rn(kv, __fmul_rn(k[i], si));
         }
@@ -315,8 +379,16 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         char *c_new = st_new + j * wb0;
         const float d = dj[jj];
         float acc = 0.0f;
-#pragma unroll 4
-        for (int64_t i = r; i < sk; i += n_groups) {
+#pragma unroll
+        for (int t = 0; t < GDN_ROWS_REG; t++) {
+            const int64_t i = r + (int64_t)t * n_groups;
+            if (i < sk) {
+                const float si = __fadd_rn(__fmul_rn(sreg[t], decay), __fmul_rn(k[i], d));
+                *(float *)(c_new + i * wb1) = si;
+                acc = __fadd_rn(acc, __fmul_rn(q[i], si));
+            }
+        }
+        for (int64_t i = i_mem; i < sk; i += n_groups) {
             const float si =
                 __fadd_rn(__fmul_rn(*(const float *)(c0 + i * nb1), decay), __fmul_rn(k[i], d));
             *(float *)(c_new + i * wb1) = si;
@@ -327,28 +399,22 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     __syncthreads();
     if (col && r == 0)
         y[j] = __fmul_rn(group_sum(part, w, jj, n_groups), scale);
-}
-
-/* 4. block (h, b): y = rms_norm(o) * norm_w * silu(z) over the S_v of value head h of
- * sequence b, o being what gdn_decode_kernel left in y (a skipped sequence's zeros stay
- * zeros) */
-static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps)
-{
-    __shared__ double red[32];
-    const int64_t sv = s.ssm_state.ne[0], hv = s.ssm_state.ne[2];
-    const int64_t h = blockIdx.x % hv, b = blockIdx.x / hv;
-    float *y = out + (b * hv + h) * sv;
-    double so = 0.0;
-    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x)
-        so += (double)y[j] * (double)y[j];
-    so = cu_block_sum(so, red) / (double)sv; /* its barriers order the reads before the writes */
-    const float f = (float)(1.0 / sqrt(so + (double)eps));
-    for (int64_t j = threadIdx.x; j < sv; j += blockDim.x) {
-        const float zj = cu_getf(s.z, h * sv + j, b, 0, 0);
-        const float zs = zj / (1.0f + expf(-zj));
-        const float on = __fmul_rn(__fmul_rn(y[j], f), cu_getf(s.norm_w, j, 0, 0, 0));
-        y[j] = __fmul_rn(on, zs);
-    }
+    if (!FUSED)
+        return;
+    /* the head's last block to finish (counted in counters[b H_v + h]) takes its norm, and
+     * sets the counter back to zero for the next launch */
+    __shared__ bool last;
+    __threadfence(); /* this block's y before its arrival is counted */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(&counters[hb], 1) == (int)split - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence(); /* the other blocks' y, seen through their count, before it is read */
+    gdn_norm(s, out, eps, h, b, red);
+    if (threadIdx.x == 0)
+        counters[hb] = 0;
 }
 
 lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -372,14 +438,21 @@ lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (node->src[GDN_SEQ_IDS])
         s.ids = (const int32_t *)node->src[GDN_SEQ_IDS]->data;
     const struct gdn_plan p = plan_of(d);
-    gdn_decode_kernel<<<(unsigned)(d.hv * d.s * p.split), p.threads, p.shared, c->stream>>>(
-        s, (float *)node->data, d.hk, p.w, p.split, p.groups);
+    const unsigned blocks = (unsigned)(d.hv * d.s * p.split);
+    const float eps = lt_get_param_f32(node, 0);
+    if (gdn_fused(d)) {
+        gdn_decode_kernel<true><<<blocks, p.threads, p.shared, c->stream>>>(
+            s, (float *)node->data, d.hk, p.w, p.split, p.groups, eps, c->counters);
+        return cu_launched("gdn_decode");
+    }
+    gdn_decode_kernel<false><<<blocks, p.threads, p.shared, c->stream>>>(
+        s, (float *)node->data, d.hk, p.w, p.split, p.groups, eps, nullptr);
     lt_status st = cu_launched("gdn_decode");
     if (st != LT_OK)
         return st;
     const int64_t nt = (d.sv + 31) / 32 * 32;
     gdn_norm_kernel<<<(unsigned)(d.hv * d.s), (unsigned)(nt < 1024 ? nt : 1024), 0, c->stream>>>(
-        s, (float *)node->data, lt_get_param_f32(node, 0));
+        s, (float *)node->data, eps);
     return cu_launched("gdn_decode's norm");
 }
 

@@ -480,87 +480,113 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
 }
 
 /* Unsplit F16 / BF16 rows against F32 columns whose floats are unit-strided and 16-byte
- * aligned (decode's products; run_mmv's half_cols). A block of 8 warps takes 8 / WPR output
- * rows, WPR warps a row: warp `part` of a row takes its 16-byte chunks part * 32 + lane,
- * then every 32 * WPR-th, MMV_UNROLL loads issued before any is used (those past the row
- * skipped). WPR > 1 keeps the
- * loads of a product of few rows in flight on every SM (the 0.8B model's output and down
- * projections have 1024: a warp a row is 128 blocks, one an SM, 8 warps each); the WPR
- * partial sums meet in shared memory in part order. The weights stream through once
- * (__ldcs: evict first), so b's columns, read by every warp, stay in L1. */
-#define MMV_UNROLL 4
-template <int TYPE, int NC>
-static __device__ __forceinline__ void mmv_half_chunk(const uint4 u, const char *xb, int64_t xnb1,
-                                                      int64_t N, int k8, float *acc)
-{
-    float w[8];
-    unpack8(u, TYPE, w);
-#pragma unroll
-    for (int n = 0; n < NC; n++)
-        if (n < N) {
-            const float4 *xk = (const float4 *)(xb + n * xnb1) + 2 * k8;
-            const float4 x0 = __ldg(xk), x1 = __ldg(xk + 1);
-            acc[n] += w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w + w[4] * x1.x +
-                      w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
-        }
-}
+ * aligned (decode's products; run_mmv's half_cols). A team of WPR warps takes RW output
+ * rows (RW > 1: one slice, B2 = B3 = 1); a block of 8 warps has 8 / WPR teams. Warp `part`
+ * of a team takes the rows' 16-byte chunks part * 32 + lane, then every 32 * WPR-th: for
+ * each of its RW rows it issues U chunk loads before using any (RW U loads in flight a
+ * lane), then reads the columns' 8 floats under a chunk once for all RW rows. So a lane
+ * keeps several loads in flight (one row of 1024 halves is only 4 chunks a lane) and the
+ * columns are read from L1 once every RW rows. WPR > 1 spreads a product of few rows over
+ * every SM (the 0.8B model's output and down projections have 1024); the WPR partial sums
+ * meet in shared memory in part order. The weights stream through once (__ldcs: evict
+ * first), so that the columns stay in L1. */
+template <int NC> struct mmv_half_unroll {
+    static constexpr int u = NC <= 2 ? 4 : 2; /* registers: RW U chunks, RW NC sums */
+};
 
-template <int TYPE, int NC, int WPR>
+template <int TYPE, int NC, int RW, int WPR>
 static __global__ void __launch_bounds__(256)
     mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3)
 {
-    constexpr int RPB = 8 / WPR, STEP = 32 * WPR;
-    __shared__ float part_sum[8][NC];
+    constexpr int TEAMS = 8 / WPR, RPB = TEAMS * RW, STEP = 32 * WPR, U = mmv_half_unroll<NC>::u;
+    __shared__ float part_sum[8][RW][NC];
     const int K8 = (int)(a.ne[0] / 8);
     const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
     const int64_t rows = M * B2 * b.ne[3];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, part = w % WPR;
     /* every block takes the same number of turns: the barriers below are reached by all */
     for (int64_t r0 = (int64_t)blockIdx.x * RPB; r0 < rows; r0 += (int64_t)gridDim.x * RPB) {
-        const int64_t r = r0 + w / WPR;
-        float acc[NC];
+        const int64_t rb = r0 + (int64_t)(w / WPR) * RW; /* the team's first row */
+        float acc[RW][NC];
 #pragma unroll
-        for (int n = 0; n < NC; n++)
-            acc[n] = 0.0f;
-        if (r < rows) {
-            const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
-            const uint4 *row =
-                (const uint4 *)(a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3]);
+        for (int t = 0; t < RW; t++)
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                acc[t][n] = 0.0f;
+        if (rb < rows) {
+            const int64_t i2 = (rb / M) % B2, i3 = rb / (M * B2);
             const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
-            for (int k0 = part * 32 + lane; k0 < K8; k0 += MMV_UNROLL * STEP) {
-                uint4 u[MMV_UNROLL];
+            const uint4 *row[RW];
 #pragma unroll
-                for (int i = 0; i < MMV_UNROLL; i++)
-                    if (k0 + i * STEP < K8)
-                        u[i] = __ldcs(row + k0 + i * STEP);
+            for (int t = 0; t < RW; t++) { /* rows past the end read the team's first again */
+                const int64_t m = (rb + t < rows ? rb + t : rb) % M;
+                row[t] = (const uint4 *)(a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] +
+                                         (i3 / r3) * a.nb[3]);
+            }
+            for (int k0 = part * 32 + lane; k0 < K8; k0 += U * STEP) {
+                uint4 u[RW][U];
 #pragma unroll
-                for (int i = 0; i < MMV_UNROLL; i++)
-                    if (k0 + i * STEP < K8)
-                        mmv_half_chunk<TYPE, NC>(u[i], xb, b.nb[1], N, k0 + i * STEP, acc);
+                for (int t = 0; t < RW; t++)
+#pragma unroll
+                    for (int i = 0; i < U; i++)
+                        if (k0 + i * STEP < K8)
+                            u[t][i] = __ldcs(row[t] + k0 + i * STEP);
+#pragma unroll
+                for (int i = 0; i < U; i++) {
+                    const int k8 = k0 + i * STEP;
+                    if (k8 >= K8)
+                        break;
+                    float wf[RW][8];
+#pragma unroll
+                    for (int t = 0; t < RW; t++)
+                        unpack8(u[t][i], TYPE, wf[t]);
+#pragma unroll
+                    for (int n = 0; n < NC; n++)
+                        if (n < N) {
+                            const float4 *xk = (const float4 *)(xb + n * b.nb[1]) + 2 * k8;
+                            const float4 x0 = __ldg(xk), x1 = __ldg(xk + 1);
+#pragma unroll
+                            for (int t = 0; t < RW; t++)
+                                acc[t][n] += wf[t][0] * x0.x + wf[t][1] * x0.y + wf[t][2] * x0.z +
+                                             wf[t][3] * x0.w + wf[t][4] * x1.x + wf[t][5] * x1.y +
+                                             wf[t][6] * x1.z + wf[t][7] * x1.w;
+                        }
+                }
             }
         }
 #pragma unroll
-        for (int n = 0; n < NC; n++)
-            for (int o = 16; o > 0; o >>= 1)
-                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
+        for (int t = 0; t < RW; t++)
+#pragma unroll
+            for (int n = 0; n < NC; n++)
+                for (int o = 16; o > 0; o >>= 1)
+                    acc[t][n] += __shfl_xor_sync(0xffffffffu, acc[t][n], o);
         if (WPR > 1) {
             if (lane == 0)
 #pragma unroll
-                for (int n = 0; n < NC; n++)
-                    part_sum[w][n] = acc[n];
+                for (int t = 0; t < RW; t++)
+#pragma unroll
+                    for (int n = 0; n < NC; n++)
+                        part_sum[w][t][n] = acc[t][n];
             __syncthreads();
             if (part == 0)
 #pragma unroll
-                for (int n = 0; n < NC; n++)
-                    for (int p = 1; p < WPR; p++)
-                        acc[n] += part_sum[w + p][n];
+                for (int t = 0; t < RW; t++)
+#pragma unroll
+                    for (int n = 0; n < NC; n++)
+                        for (int p = 1; p < WPR; p++)
+                            acc[t][n] += part_sum[w + p][t][n];
             __syncthreads(); /* part_sum is written again in the next turn */
         }
-        if (part == 0 && lane == 0 && r < rows) {
-            const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
-            for (int n = 0; n < NC && n < N; n++)
-                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
-        }
+        if (part == 0 && lane == 0)
+#pragma unroll
+            for (int t = 0; t < RW; t++) {
+                const int64_t r = rb + t;
+                if (r >= rows)
+                    break;
+                const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+                for (int n = 0; n < NC && n < N; n++)
+                    dst[((i3 * B2 + i2) * N + n) * M + m] = acc[t][n];
+            }
     }
 }
 
@@ -680,45 +706,68 @@ static bool half_cols(const struct cu_mm_plan *p, const struct cu_t &bv)
            (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
 }
 
-/* Warps a row for mmv_half_kernel: doubled from 1 while the product has fewer than 64 warps
- * an SM's worth of rows and each warp keeps at least two 32-chunk runs of the row (a
- * product's rows are then split only when there are too few of them to fill the device).
- * LATHE_CUDA_MMV_WPR=1|2|4|8 fixes it (read once a process; for bench_matmul's comparisons). */
-static int mmv_wpr(const struct cu_ctx *c, int64_t rows, int64_t K)
+/* How mmv_half_kernel is cut: RW = 4 rows a team for a product of one slice, else 1; then
+ * WPR warps a team, doubled from 1 while the teams are fewer than 8 warps an SM's worth and
+ * each warp keeps at least two 32-chunk runs of a row. LATHE_CUDA_MMV_RW=1|4 and
+ * LATHE_CUDA_MMV_WPR=1|2|4|8 fix them (read once a process; for bench_matmul's
+ * comparisons; RW 4 is taken only for one slice). */
+static int env_choice(const char *name)
 {
-    static const int fixed = [] {
-        const char *env = getenv("LATHE_CUDA_MMV_WPR");
-        const int v = env ? atoi(env) : 0;
-        return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
-    }();
-    if (fixed)
-        return fixed;
-    const int64_t runs = K / 8 / 32, want = 64 * (int64_t)(c->n_sm > 0 ? c->n_sm : 1);
-    int wpr = 1;
-    while (wpr < 8 && rows * wpr < want && runs >= 4 * wpr)
-        wpr *= 2;
-    return wpr;
+    const char *env = getenv(name);
+    const int v = env ? atoi(env) : 0;
+    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
 }
 
-template <int TYPE, int NC, int WPR>
+static void mmv_half_cut(const struct cu_ctx *c, const struct cu_mm_plan *p, int *rw, int *wpr)
+{
+    static const int fixed_rw = env_choice("LATHE_CUDA_MMV_RW"),
+                     fixed_wpr = env_choice("LATHE_CUDA_MMV_WPR");
+    const int64_t rows = p->M * p->B2 * p->B3;
+    const bool one_slice = p->B2 * p->B3 == 1;
+    *rw = one_slice && fixed_rw != 1 ? 4 : 1;
+    if (fixed_wpr) {
+        *wpr = fixed_wpr;
+        return;
+    }
+    const int64_t runs = p->K / 8 / 32, teams = (rows + *rw - 1) / *rw;
+    const int64_t want = 8 * (int64_t)(c->n_sm > 0 ? c->n_sm : 1);
+    *wpr = 1;
+    while (*wpr < 8 && teams * *wpr < want && runs >= 4 * *wpr)
+        *wpr *= 2;
+}
+
+template <int TYPE, int NC, int RW, int WPR>
 static void mmv_half_go(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
                         const struct cu_t &bv, float *dst)
 {
-    const int64_t groups = (p->M * p->B2 * p->B3 + 8 / WPR - 1) / (8 / WPR);
+    constexpr int RPB = 8 / WPR * RW;
+    const int64_t groups = (p->M * p->B2 * p->B3 + RPB - 1) / RPB;
     const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
-    mmv_half_kernel<TYPE, NC, WPR><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+    mmv_half_kernel<TYPE, NC, RW, WPR><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+}
+
+template <int TYPE, int NC, int RW>
+static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+                         const struct cu_t &bv, float *dst, int wpr)
+{
+    switch (wpr) {
+    case 1: mmv_half_go<TYPE, NC, RW, 1>(c, p, av, bv, dst); break;
+    case 2: mmv_half_go<TYPE, NC, RW, 2>(c, p, av, bv, dst); break;
+    case 4: mmv_half_go<TYPE, NC, RW, 4>(c, p, av, bv, dst); break;
+    default: mmv_half_go<TYPE, NC, RW, 8>(c, p, av, bv, dst); break;
+    }
 }
 
 template <int TYPE, int NC>
-static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
-                         const struct cu_t &bv, float *dst)
+static void mmv_half_rw(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+                        const struct cu_t &bv, float *dst)
 {
-    switch (mmv_wpr(c, p->M * p->B2 * p->B3, p->K)) {
-    case 1: mmv_half_go<TYPE, NC, 1>(c, p, av, bv, dst); break;
-    case 2: mmv_half_go<TYPE, NC, 2>(c, p, av, bv, dst); break;
-    case 4: mmv_half_go<TYPE, NC, 4>(c, p, av, bv, dst); break;
-    default: mmv_half_go<TYPE, NC, 8>(c, p, av, bv, dst); break;
-    }
+    int rw, wpr;
+    mmv_half_cut(c, p, &rw, &wpr);
+    if (rw == 4)
+        mmv_half_wpr<TYPE, NC, 4>(c, p, av, bv, dst, wpr);
+    else
+        mmv_half_wpr<TYPE, NC, 1>(c, p, av, bv, dst, wpr);
 }
 
 template <int TYPE>
@@ -726,13 +775,13 @@ static void mmv_half_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const 
                             const struct cu_t &bv, float *dst)
 {
     if (p->N <= 1)
-        mmv_half_wpr<TYPE, 1>(c, p, av, bv, dst);
+        mmv_half_rw<TYPE, 1>(c, p, av, bv, dst);
     else if (p->N <= 2)
-        mmv_half_wpr<TYPE, 2>(c, p, av, bv, dst);
+        mmv_half_rw<TYPE, 2>(c, p, av, bv, dst);
     else if (p->N <= 4)
-        mmv_half_wpr<TYPE, 4>(c, p, av, bv, dst);
+        mmv_half_rw<TYPE, 4>(c, p, av, bv, dst);
     else
-        mmv_half_wpr<TYPE, 8>(c, p, av, bv, dst);
+        mmv_half_rw<TYPE, 8>(c, p, av, bv, dst);
 }
 
 static lt_status run_mmv(struct cu_ctx *c, const struct cu_mm_plan *p, const struct lt_tensor *a,

@@ -327,6 +327,10 @@ template <typename T> static inline T __ldcs(const T *p) /* a cache hint: a plai
 {
     return *p;
 }
+template <typename T> static inline T __ldcg(const T *p) /* likewise */
+{
+    return *p;
+}
 
 /* CUDA's min and max overloads (device code calls them unqualified) */
 #define CUEMU_MINMAX(T)                                                                            \
