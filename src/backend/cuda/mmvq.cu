@@ -14,8 +14,8 @@
  *      the quants of column c at xq + c * K (each column 16-byte aligned: K % 32 == 0),
  *      then (d, d * sum q) per block as float2 at xd + c * K / 32.
  *   2. mmvq_kernel<TYPE, NC>: a block of NW warps takes ROWS output rows (NC = N columns;
- *      llama.cpp's table for NVIDIA: N = 1: 4 warps, 1 row; N = 2..4: 4 warps, 2 rows;
- *      N = 5..8: 2 warps, 2 rows). Four consecutive lanes share one weight block, lane j
+ *      mmvq_shape: N = 1: 4 warps, 4 rows; N = 2..4: 4 warps, 2 rows; N = 5..8: 2 warps,
+ *      2 rows). Four consecutive lanes share one weight block, lane j
  *      taking its elements 8j .. 8j + 7 as 8 signed bytes in two words (mmvq_unpack: Q8_0's
  *      quants as they are; 4- and 5-bit quants unpacked, their offset of 8 or 16 taken off
  *      each byte) and the 8 activation quants under them (one 8-byte load), so a warp reads
@@ -227,10 +227,14 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c)
 #endif
 }
 
-/* llama.cpp's launch table for NVIDIA (mmvq.cu: calc_nwarps, calc_rows_per_block) */
+/* Warps and rows a block: llama.cpp's launch table for NVIDIA (mmvq.cu: calc_nwarps,
+ * calc_rows_per_block) but for one column, where a block of one row had each lane issue
+ * one quarter block's loads for a 1024-wide row (the 0.8B model's) and end: ~700 GB/s of
+ * Q8_0 weights on an H100. Four rows a block keep four rows' loads in flight a lane and
+ * read the column's quants once for the four. */
 template <int NC> struct mmvq_shape {
     static constexpr int warps = NC <= 4 ? 4 : 2;
-    static constexpr int rows = NC == 1 ? 1 : 2;
+    static constexpr int rows = NC == 1 ? 4 : 2;
 };
 
 /* dst[(ch * NC + n) * M + m] for the rows m of this block and every slice ch = i3 * B2 + i2.
