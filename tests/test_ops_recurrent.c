@@ -957,9 +957,9 @@ out_free:
 }
 
 /* lt_gdn_decode given seq_ids, on caches of S + 2 random slots, against the same op given
- * the slots gathered (ids < 0 or >= N: that sequence skipped): y and the new conv state
- * equal, the cache's slots ids[s] equal to that op's new ssm state, all bit for bit (the
- * same arithmetic on the same numbers), and every other slot untouched */
+ * the slots gathered (ids < 0 or >= N: that sequence skipped): y equal, the caches' slots
+ * ids[s] equal to that op's new conv and ssm states, all bit for bit (the same arithmetic
+ * on the same numbers), and every other slot of both caches untouched */
 static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t K,
                                        int64_t S, const int32_t *ids)
 {
@@ -994,8 +994,9 @@ static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64
         memcpy((char *)ssm_g->data + s * ssm_slot, (char *)ssm_cache->data + slot * ssm_slot,
                ssm_slot);
     }
-    char *before = malloc(lt_nbytes(ssm_cache));
+    char *before = malloc(lt_nbytes(ssm_cache)), *conv_before = malloc(lt_nbytes(conv_cache));
     memcpy(before, ssm_cache->data, lt_nbytes(ssm_cache));
+    memcpy(conv_before, conv_cache->data, lt_nbytes(conv_cache));
 
     struct lt_tensor *r = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_cache, ssm_cache, conv_w, dt,
                                         a, norm_w, hk, 1e-6f, seq);
@@ -1004,9 +1005,10 @@ static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64
     CHECK(r && ref, "%s", lt_last_error());
     if (!r || !ref)
         goto out_free;
-    struct lt_tensor *y = lt_gdn_decode_output(ctx, r), *cn = lt_gdn_decode_conv(ctx, r);
-    CHECK(y && cn && y->ne[1] == S && cn->ne[2] == S && cn->ne[1] == C, "%s", lt_last_error());
-    CHECK(lt_nelements(r) == sv * hv * S + (K - 1) * C * S, "no state part in the result");
+    struct lt_tensor *y = lt_gdn_decode_output(ctx, r);
+    CHECK(y && y->ne[1] == S, "%s", lt_last_error());
+    CHECK(lt_gdn_decode_conv(ctx, r) == NULL, "the new conv state is in the cache");
+    CHECK(lt_nelements(r) == sv * hv * S, "no state parts in the result");
     char reason[LT_REASON_MAX] = "";
     CHECK(!lt_cuda_compiled() || lt_cuda_verdict(r, reason, sizeof(reason)),
           "CUDA's precondition refuses gdn_decode on the caches: %s", reason);
@@ -1020,16 +1022,15 @@ static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64
     const size_t y_seq = sizeof(float) * (size_t)(sv * hv);
     bool y_ok = true, conv_ok = true, ssm_ok = true, rest_ok = true;
     for (int64_t s = 0; s < S; s++) {
-        const float *gy = got + s * sv * hv, *gc = got + sv * hv * S + s * (K - 1) * C;
+        const float *gy = got + s * sv * hv;
         if (skip[s]) {
             for (int64_t i = 0; i < sv * hv; i++)
                 y_ok = y_ok && gy[i] == 0.0f;
-            for (int64_t i = 0; i < (K - 1) * C; i++)
-                conv_ok = conv_ok && gc[i] == 0.0f;
             continue;
         }
         y_ok = y_ok && memcmp(gy, want + s * sv * hv, y_seq) == 0;
-        conv_ok = conv_ok && memcmp(gc, want + sv * hv * S + s * (K - 1) * C, conv_slot) == 0;
+        conv_ok = conv_ok && memcmp((char *)conv_cache->data + ids[s] * conv_slot,
+                                    want + sv * hv * S + s * (K - 1) * C, conv_slot) == 0;
         ssm_ok = ssm_ok &&
                  memcmp((char *)ssm_cache->data + ids[s] * ssm_slot,
                         want + sv * hv * S + (K - 1) * C * S + s * sv * sk * hv, ssm_slot) == 0;
@@ -1040,8 +1041,11 @@ static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64
         for (int64_t s = 0; s < S; s++)
             named = named || (!skip[s] && ids[s] == slot);
         if (!named)
-            rest_ok = rest_ok && memcmp((char *)ssm_cache->data + slot * ssm_slot,
-                                        before + slot * ssm_slot, ssm_slot) == 0;
+            rest_ok = rest_ok &&
+                      memcmp((char *)ssm_cache->data + slot * ssm_slot, before + slot * ssm_slot,
+                             ssm_slot) == 0 &&
+                      memcmp((char *)conv_cache->data + slot * conv_slot,
+                             conv_before + slot * conv_slot, conv_slot) == 0;
     }
     CHECK(y_ok && conv_ok && ssm_ok && rest_ok,
           "gdn_decode on caches (S_k %lld S_v %lld H %lld/%lld S %lld, %d skipped) vs gathered "
@@ -1058,13 +1062,14 @@ static void test_gdn_decode_cache_case(int64_t sk, int64_t sv, int64_t hk, int64
            rest_ok ? "untouched" : "CHANGED");
 out_free:
     free(before);
+    free(conv_before);
     lt_ctx_free(ctx);
 }
 
 /* GDN_DECODE on caches in host memory, placed on a device that cannot read them (CUDA's
  * verdict, emulated on the CPU: cuda_emu.h): the scheduler gives it copies of the caches
- * and must copy the ssm cache back after the run, as the op wrote it in place (sched.c's
- * writes_source). The result and the cache must equal the CPU's own run, bit for bit
+ * and must copy both caches back after the run, as the op wrote them in place (sched.c's
+ * writes_source). The result and the caches must equal the CPU's own run, bit for bit
  * (each item is one thread's whatever the thread count). Skipped without the CUDA backend,
  * whose verdict the emulation answers with. */
 static void test_gdn_decode_copied_back(void)
@@ -1083,7 +1088,9 @@ static void test_gdn_decode_copied_back(void)
     struct lt_tensor *z = gdn_input(ctx, sv * hv, S, 1, 1, -2, 2, false);
     struct lt_tensor *beta = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
     struct lt_tensor *alpha = gdn_input(ctx, hv, S, 1, 1, -3, 3, false);
-    struct lt_tensor *conv_cache = gdn_input(ctx, K - 1, C, N, 1, -2, 2, false);
+    struct lt_tensor *conv_dev = gdn_input(ctx, K - 1, C, N, 1, -2, 2, false);
+    struct lt_tensor *conv_cpu = lt_dup_tensor(ctx, conv_dev);
+    memcpy(conv_cpu->data, conv_dev->data, lt_nbytes(conv_dev));
     struct lt_tensor *ssm_dev = gdn_input(ctx, sv, sk, hv, N, -0.5f, 0.5f, false);
     struct lt_tensor *ssm_cpu = lt_dup_tensor(ctx, ssm_dev);
     memcpy(ssm_cpu->data, ssm_dev->data, lt_nbytes(ssm_dev));
@@ -1093,9 +1100,9 @@ static void test_gdn_decode_copied_back(void)
     struct lt_tensor *norm_w = gdn_input(ctx, sv, 1, 1, 1, 0.5f, 1.5f, false);
     struct lt_tensor *ids = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
     memcpy(ids->data, (const int32_t[]){3, 0, 4}, sizeof(int32_t) * (size_t)S);
-    struct lt_tensor *r_cpu = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_cache, ssm_cpu, conv_w,
-                                            dt, a, norm_w, hk, 1e-6f, ids);
-    struct lt_tensor *r_dev = lt_gdn_decode(nctx, qkv, z, beta, alpha, conv_cache, ssm_dev, conv_w,
+    struct lt_tensor *r_cpu = lt_gdn_decode(ctx, qkv, z, beta, alpha, conv_cpu, ssm_cpu, conv_w, dt,
+                                            a, norm_w, hk, 1e-6f, ids);
+    struct lt_tensor *r_dev = lt_gdn_decode(nctx, qkv, z, beta, alpha, conv_dev, ssm_dev, conv_w,
                                             dt, a, norm_w, hk, 1e-6f, ids);
     CHECK(dev && nctx && r_cpu && r_dev, "%s", lt_last_error());
     if (!dev || !nctx || !r_cpu || !r_dev || !compute(graph_of(ctx, r_cpu)))
@@ -1121,13 +1128,14 @@ static void test_gdn_decode_copied_back(void)
     float *got = malloc(lt_nbytes(r_dev));
     CHECK(got && lt_tensor_get(r_dev, got, 0, lt_nbytes(r_dev)) == LT_OK, "%s", lt_last_error());
     const bool out_eq = got && memcmp(got, r_cpu->data, lt_nbytes(r_cpu)) == 0;
-    const bool cache_eq = memcmp(ssm_dev->data, ssm_cpu->data, lt_nbytes(ssm_cpu)) == 0;
+    const bool cache_eq = memcmp(ssm_dev->data, ssm_cpu->data, lt_nbytes(ssm_cpu)) == 0 &&
+                          memcmp(conv_dev->data, conv_cpu->data, lt_nbytes(conv_cpu)) == 0;
     CHECK(out_eq && cache_eq,
-          "gdn_decode on host caches run by the device: result %s, ssm cache %s the CPU's",
+          "gdn_decode on host caches run by the device: result %s, caches %s the CPU's",
           out_eq ? "equals" : "DIFFERS from",
-          cache_eq ? "equals" : "DIFFERS from (not copied back?)");
-    printf("gdn_decode on host caches, placed on emulated CUDA0 (copies): result %s, ssm cache "
-           "%s the CPU's run\n",
+          cache_eq ? "equal" : "DIFFER from (not copied back?)");
+    printf("gdn_decode on host caches, placed on emulated CUDA0 (copies): result %s, conv and "
+           "ssm caches %s the CPU's run\n",
            out_eq ? "equal to" : "NOT equal to", cache_eq ? "equal to" : "NOT equal to");
     free(got);
 out_free:
@@ -1169,7 +1177,9 @@ static void test_gdn_decode_caches(void)
     lt_set_name(ss, "blk.0.ssm_cache");
     struct lt_tensor *r = lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f, ids);
     CHECK(r != NULL, "%s", lt_last_error());
-    CHECK(r && lt_gdn_decode_output(ctx, r) && lt_gdn_decode_conv(ctx, r), "%s", lt_last_error());
+    CHECK(r && lt_gdn_decode_output(ctx, r), "%s", lt_last_error());
+    CHECK(r && lt_gdn_decode_conv(ctx, r) == NULL); /* the new conv state is in the cache */
+    CHECK(strstr(lt_last_error(), "conv state is in the cache") != NULL, "%s", lt_last_error());
     CHECK(r && lt_gdn_decode_state(ctx, r) == NULL); /* the new state is in the cache */
     CHECK(strstr(lt_last_error(), "blk.0.ssm_cache") != NULL, "%s", lt_last_error());
     CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss, w, dt, a, nw, hk, 1e-6f, ids_f32) == NULL);
@@ -1180,6 +1190,15 @@ static void test_gdn_decode_caches(void)
     /* the caches must have the same slots */
     CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs_short, ss, w, dt, a, nw, hk, 1e-6f, ids) == NULL);
     CHECK(strstr(lt_last_error(), "conv_state 'blk.0.conv_cache'") != NULL, "%s", lt_last_error());
+    /* a cache written in place cannot be a broadcast view */
+    struct lt_tensor *cs_one = lt_new_tensor_2d(ctx, LT_TYPE_F32, K - 1, C);
+    struct lt_tensor *cs_b = lt_view_3d(ctx, cs_one, K - 1, C, N, cs_one->nb[1], 0, 0);
+    lt_set_name(cs_b, "blk.0.conv_bcast");
+    CHECK(cs_b &&
+          lt_gdn_decode(ctx, qkv, z, bt, al, cs_b, ss, w, dt, a, nw, hk, 1e-6f, ids) == NULL);
+    CHECK(strstr(lt_last_error(), "conv_state 'blk.0.conv_bcast', written in place, has elements "
+                                  "that share memory") != NULL,
+          "%s", lt_last_error());
     /* the cache written in place needs dim 0 adjacent */
     struct lt_tensor *ss_t = lt_transpose(ctx, lt_new_tensor_4d(ctx, LT_TYPE_F32, sk, sv, hv, N));
     CHECK(lt_gdn_decode(ctx, qkv, z, bt, al, cs, ss_t, w, dt, a, nw, hk, 1e-6f, ids) == NULL);

@@ -250,12 +250,10 @@ void lt_delta_net_set_prec(struct lt_tensor *r, enum lt_delta_net_prec prec);
  * With seq_ids (I32 [S]; NULL: the above) the states are the session's whole caches, read
  * and written where they are: conv_state [K - 1, C, N] and ssm_state [S_v, S_k, H_v, N]
  * (N >= 1 slots; ssm_state's dim 0 adjacent), and sequence s reads slot seq_ids[s]. The
- * new ssm state is written IN PLACE into ssm_state's slot seq_ids[s], so the result holds
- * y and the new conv state only (lt_gdn_decode_state refuses such a node); the new conv
- * state is not written in place, because on a device the blocks of several value heads
- * read one key head's conv inputs: store it with lt_set_rows. The ids of one call must be
- * distinct (a repeated id is the caller's error: which update lands is undefined); an id
- * outside [0, N) skips its sequence, which gets zeros for y and its new conv state and
+ * new conv and ssm states are written IN PLACE into the caches' slots seq_ids[s], so the
+ * result holds y only (lt_gdn_decode_conv and lt_gdn_decode_state refuse such a node).
+ * The ids of one call must be distinct (a repeated id is the caller's error: which update
+ * lands is undefined); an id outside [0, N) skips its sequence, which gets zeros for y and
  * leaves every slot as it was. */
 struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struct lt_tensor *z,
                                 struct lt_tensor *beta, struct lt_tensor *alpha,
@@ -265,7 +263,8 @@ struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struc
                                 struct lt_tensor *seq_ids);
 /* views of its result */
 struct lt_tensor *lt_gdn_decode_output(struct lt_ctx *ctx, struct lt_tensor *r); /* [Sv*Hv, S] */
-struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r);   /* [K-1, C, S] */
+/* [K-1, C, S]; NULL for a node given seq_ids (its new conv state is in the cache) */
+struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r);
 /* [Sv, Sk, Hv, S]; NULL for a node given seq_ids (its new state is in the cache) */
 struct lt_tensor *lt_gdn_decode_state(struct lt_ctx *ctx, struct lt_tensor *r);
 

@@ -564,8 +564,8 @@ static bool writes_source(const struct lt_tensor *node, int k)
 {
     if (!node->src[k])
         return false;
-    if (node->op == LT_OP_GDN_DECODE)
-        return node->src[10] && k == 5;
+    if (node->op == LT_OP_GDN_DECODE) /* given seq_ids, the conv and ssm caches */
+        return node->src[10] && (k == 4 || k == 5);
     if (!writes_in_place(node))
         return false;
     if (lt_storage_root(node->src[k]) == node->view_src)

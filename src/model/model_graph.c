@@ -338,8 +338,8 @@ static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *pr
     struct lt_ctx *ctx = b->ctx;
     const struct lt_model_layer *ly = &b->m->layers[il];
     lt_status st;
-    /* a kept decode step reads both caches at the sequences' slots and updates the ssm
-     * cache in place; otherwise the gathered states come in and the new ones go out */
+    /* a kept decode step reads both caches at the sequences' slots and updates them in
+     * place; otherwise the gathered states come in and the new ones go out */
     const bool in_place = ls->conv_cache && ls->ssm_cache && ls->seq_ids;
     struct lt_tensor *r = named(
         lt_gdn_decode(ctx, proj[0], proj[1], proj[2], proj[3],
@@ -349,9 +349,10 @@ static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *pr
         "gdn_decode", il);
     if ((st = lt_mb_check(r, "gdn_decode", il)))
         return st;
-    struct lt_tensor *conv_new = named(lt_gdn_decode_conv(ctx, r), "conv_state_new", il);
+    struct lt_tensor *conv_new =
+        in_place ? NULL : named(lt_gdn_decode_conv(ctx, r), "conv_state_new", il);
     struct lt_tensor *ssm_new = in_place ? NULL : named(lt_gdn_decode_state(ctx, r), "state_new", il);
-    if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
+    if ((!in_place && (st = lt_mb_check(conv_new, "conv_state_new", il))) ||
         (!in_place && (st = lt_mb_check(ssm_new, "state_new", il))) ||
         (b->hooks->recr_store && (st = b->hooks->recr_store(b, il, conv_new, ssm_new))))
         return st;

@@ -93,7 +93,7 @@ struct lt_mb_hooks {
     lt_status (*recr_load)(struct lt_mb *b, int il, struct lt_mb_layer_state *st);
     /* DeltaNet layer il: store the new states ([d_conv-1, channels, n_seqs] view of the
      * conv input, or all of it with tok_mask, and the [S_v, S_k, H_v, n_seqs] state view;
-     * ssm_new NULL: GDN_DECODE updated the ssm cache itself) */
+     * both NULL: GDN_DECODE updated the caches itself) */
     lt_status (*recr_store)(struct lt_mb *b, int il, struct lt_tensor *conv_new,
                             struct lt_tensor *ssm_new);
 };

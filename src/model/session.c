@@ -424,6 +424,8 @@ static lt_status hook_recr_store(struct lt_mb *b, int il, struct lt_tensor *conv
     struct lt_session *s = sp->s;
     lt_status st;
     if (sp->kept || sp->batch) {
+        if (!conv_new && !ssm_new)
+            return LT_OK; /* GDN_DECODE wrote both caches itself */
         /* each sequence's states at its slot seq_ids[i], one SET_ROWS each; a padded batch's
          * conv states (each at its own end) one copy a sequence */
         struct lt_tensor *cs = s->conv[il], *ss = s->ssm[il];

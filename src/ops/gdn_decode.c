@@ -24,14 +24,14 @@
  * in place in its block of the result's state part, and writes its gated norm.
  *
  * Given seq_ids, the states are the session's caches [.., N] and sequence s's slot is
- * seq_ids[s]: the conv inputs are read from the conv cache's slot, and the delta rule runs
- * in place in the ssm cache's slot, row by row (so its dim 0 must be adjacent; the other
- * strides are free), with the same arithmetic on the same numbers (so the cache ends bit
- * for bit where the result's state part would have). Each (value head, sequence) item
- * owns its slice of the cache, so threads never share one while the ids are distinct (a
- * repeated id is the caller's error). The result then has no state part, and the new conv
- * state stays in it (not in the cache: see lt_gdn_decode in ops.h). A sequence whose id
- * is outside [0, N) is skipped: zeros for its y and new conv state, no slot touched. */
+ * seq_ids[s]: the conv inputs are read from the conv cache's slot and the new conv state
+ * written back over them (each channel by the thread that read it, in phase 1), and the
+ * delta rule runs in place in the ssm cache's slot, row by row (so its dim 0 must be
+ * adjacent; the other strides are free), with the same arithmetic on the same numbers (so
+ * the caches end bit for bit where the result's state parts would have). Each (value head,
+ * sequence) item owns its slice of the cache, so threads never share one while the ids are
+ * distinct (a repeated id is the caller's error). The result then holds y alone. A sequence
+ * whose id is outside [0, N) is skipped: zeros for its y, no slot touched. */
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
@@ -57,7 +57,7 @@ enum {
     GDN_SRC_COUNT
 };
 static_assert(GDN_SRC_COUNT <= LT_MAX_SRC, "GDN_DECODE's sources fit in a tensor");
-static_assert(GDN_SSM_STATE == 5 && GDN_SEQ_IDS == 10,
+static_assert(GDN_CONV_STATE == 4 && GDN_SSM_STATE == 5 && GDN_SEQ_IDS == 10,
               "sched.c's writes_source names these slots by number");
 
 /* op_params: 0 norm_eps (f32), 1 n_k_heads (i32) */
@@ -116,6 +116,29 @@ static bool has_shape(const struct lt_tensor *t, int64_t n0, int64_t n1, int64_t
 }
 
 /* fails naming source `what` and the shape it should have had */
+/* whether two elements of t lie at one address: its dims of more than one element, by
+ * stride, each stride at least the span of the dims under it */
+static bool shares_memory(const struct lt_tensor *t)
+{
+    int order[LT_MAX_DIMS], n = 0;
+    for (int i = 0; i < LT_MAX_DIMS; i++)
+        if (t->ne[i] > 1) {
+            int j = n++;
+            while (j > 0 && t->nb[order[j - 1]] > t->nb[i]) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = i;
+        }
+    size_t span = sizeof(float); /* the caches are F32 */
+    for (int k = 0; k < n; k++) {
+        if (t->nb[order[k]] < span)
+            return true;
+        span = t->nb[order[k]] * (size_t)t->ne[order[k]];
+    }
+    return false;
+}
+
 static bool bad_shape(const char *what, const struct lt_tensor *t, const char *want)
 {
     lt_fail(LT_ERR_INVALID, "gdn_decode: %s '%s' [%lld, %lld, %lld, %lld] is not %s", what, t->name,
@@ -222,6 +245,16 @@ static bool gdn_check(struct lt_tensor *const *src, int64_t hk, struct gdn_dims 
              (long long)d->c, slots, (long long)d->n_slot);
     if (!has_shape(src[GDN_CONV_STATE], d->k - 1, d->c, d->n_slot, 1))
         return bad_shape("conv_state", src[GDN_CONV_STATE], want);
+    for (int i = 0; caches && i < 2; i++) {
+        const struct lt_tensor *t = src[i ? GDN_SSM_STATE : GDN_CONV_STATE];
+        if (shares_memory(t)) {
+            lt_fail(LT_ERR_INVALID,
+                    "gdn_decode: %s '%s', written in place, has elements that share memory (a "
+                    "broadcast or overlapping view)",
+                    i ? "ssm_state" : "conv_state", t->name);
+            return false;
+        }
+    }
     snprintf(want, sizeof(want), "[H_v = %lld]", (long long)d->hv);
     if (!has_shape(src[GDN_DT], d->hv, 1, 1, 1))
         return bad_shape("dt", src[GDN_DT], want);
@@ -248,8 +281,8 @@ struct lt_tensor *lt_gdn_decode(struct lt_ctx *ctx, struct lt_tensor *qkv, struc
                 (double)norm_eps);
         return NULL;
     }
-    /* given the caches, the new ssm state goes into the cache, not the result */
-    int64_t n = off_state(d) + (seq_ids ? 0 : d.sv * d.sk * d.hv * d.s);
+    /* given the caches, the new states go into them, not into the result */
+    int64_t n = seq_ids ? off_conv(d) : off_state(d) + d.sv * d.sk * d.hv * d.s;
     struct lt_tensor *r =
         lt_new_op_tensor(ctx, LT_OP_GDN_DECODE, LT_TYPE_F32, 1, &n, srcs, GDN_SRC_COUNT);
     if (!r)
@@ -287,6 +320,12 @@ struct lt_tensor *lt_gdn_decode_conv(struct lt_ctx *ctx, struct lt_tensor *r)
     LT_REQUIRE("gdn_decode_conv", r);
     if (!is_gdn(r, "gdn_decode_conv"))
         return NULL;
+    if (in_place(r)) {
+        lt_fail(LT_ERR_INVALID,
+                "gdn_decode_conv of '%s': its new conv state is in the cache '%s', not the result",
+                r->name, r->src[GDN_CONV_STATE]->name);
+        return NULL;
+    }
     struct gdn_dims d = gdn_dims_of(r);
     size_t nb1 = sizeof(float) * (size_t)(d.k - 1);
     struct lt_tensor *t = lt_view_3d(ctx, r, d.k - 1, d.c, d.s, nb1, nb1 * (size_t)d.c,
@@ -376,7 +415,8 @@ static void l2_normalize(float *y, const float *x, int64_t n)
 }
 
 /* Phase 1, channels [c0, c1): conv (ssm_conv.c's sum) and silu into b->conv, and the new
- * conv state (the last K - 1 inputs) into the result; zeros for a skipped sequence. */
+ * conv state (the last K - 1 inputs) into the result, or over the old one in the conv
+ * cache's slot; zeros for a skipped sequence's conv output (and nothing written). */
 static void conv_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct gdn_dims d,
                        int64_t c0, int64_t c1)
 {
@@ -387,9 +427,8 @@ static void conv_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
         lt_row_to_f32(w, c, 0, 0, b->wrow);
         for (int64_t s = 0; s < d.s; s++) {
             const int64_t slot = slot_of(node, d, s);
-            if (slot < 0) {
+            if (slot < 0) { /* only given seq_ids: the result has no conv part */
                 b->conv[s * d.c + c] = 0;
-                memset(conv_new + (s * d.c + c) * (d.k - 1), 0, sizeof(float) * (size_t)(d.k - 1));
                 continue;
             }
             for (int64_t t = 0; t < d.k - 1; t++)
@@ -399,8 +438,12 @@ static void conv_phase(struct lt_tensor *node, const struct gdn_bufs *b, struct 
             for (int64_t t = 0; t < d.k; t++)
                 acc += b->wrow[t] * b->xin[t];
             b->conv[s * d.c + c] = acc / (1.0f + expf(-acc));
-            memcpy(conv_new + (s * d.c + c) * (d.k - 1), b->xin + 1,
-                   sizeof(float) * (size_t)(d.k - 1));
+            if (in_place(node))
+                for (int64_t t = 0; t < d.k - 1; t++)
+                    *(float *)lt_elem_ptr(cs, t, c, slot, 0) = b->xin[t + 1];
+            else
+                memcpy(conv_new + (s * d.c + c) * (d.k - 1), b->xin + 1,
+                       sizeof(float) * (size_t)(d.k - 1));
         }
     }
 }

@@ -51,8 +51,9 @@
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
 #           kernel's cut auto and fixed (one row a team; 1, 2, 4 warps a team), Q8_0 with
 #           LATHE_CUDA_MMVQ=0
-#   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda), then the
-#           recurrent conformance group (GDN_DECODE among them)
+#   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda; again with
+#           LATHE_CUDA_GDN_UNFUSED=1), then the recurrent conformance group (GDN_DECODE among
+#           them)
 #   tgraph  the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against the
 #           default (node by node), 16x512 full and LoRA, lathe alone
 #   tflash  FLASH_ATTN in the training graph (the default on a device) against the chain of
@@ -718,6 +719,9 @@ phase_mdecode() {
     timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/model_decode_cuda.log" 2>&1
     row "model decode on CUDA0 (4 architectures)" "rc $? $(passed "$out/model_decode_cuda.log")"
     grep -E "check failed|agree|kept" "$out/model_decode_cuda.log" | head -10
+    LATHE_CUDA_GDN_UNFUSED=1 timeout 120 $b/tests/gpu_test_model_decode_cuda \
+        >"$out/model_decode_cuda_unfused.log" 2>&1
+    row "  the same, GDN_DECODE's two-kernel form" "rc $? $(passed "$out/model_decode_cuda_unfused.log")"
     timeout 150 $b/tests/gpu_test_cuda_conformance recurrent >"$out/conf_recurrent.log" 2>&1
     row "conformance: recurrent, loss, optimizer" "rc $? $(passed "$out/conf_recurrent.log")"
     grep -E "^GDN_DECODE|check failed|first mismatch" "$out/conf_recurrent.log" | head -8 | cut -c1-120

@@ -1058,8 +1058,8 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 
 /* GDN_DECODE: ne[0] S_k = S_v, ne[1] S (1 or 3); i[0] H_k (H_v = 2 H_k, so value heads
  * share key heads); K = 4; qkv and conv_state in layout lay[0], the ssm state in lay[1],
- * conv_w of type[1]. i[1]: the states are caches of S + 2 slots read at seq_ids and the
- * ssm cache is written in place (compared as an extra): 1 ids {2} / {3, 0, 4}, 2 with ids
+ * conv_w of type[1]. i[1]: the states are caches of S + 2 slots read at seq_ids and both
+ * caches are written in place (compared as extras): 1 ids {2} / {3, 0, 4}, 2 with ids
  * outside the caches ({3, -1, 5}: those sequences skipped, zeros) */
 static struct lt_tensor *b_gdn_decode(struct build *b, const struct params *p)
 {
@@ -1069,7 +1069,9 @@ static struct lt_tensor *b_gdn_decode(struct build *b, const struct params *p)
     struct lt_tensor *z = mk(b, LT_TYPE_F32, L_CONTIG, sv * hv, ns, 1, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *beta = mk(b, LT_TYPE_F32, L_CONTIG, hv, ns, 1, 1, FILL_UNIFORM, -3, 3);
     struct lt_tensor *alpha = mk(b, LT_TYPE_F32, L_CONTIG, hv, ns, 1, 1, FILL_UNIFORM, -3, 3);
-    struct lt_tensor *cs = mk(b, LT_TYPE_F32, p->lay[0], K - 1, C, slots, 1, FILL_UNIFORM, -2, 2);
+    /* a cache written in place cannot be a broadcast view (the constructor refuses one) */
+    const int cs_lay = p->i[1] && p->lay[0] == L_BROADCAST ? L_CONTIG : p->lay[0];
+    struct lt_tensor *cs = mk(b, LT_TYPE_F32, cs_lay, K - 1, C, slots, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *ss =
         mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, slots, FILL_UNIFORM, -0.5f, 0.5f);
     struct lt_tensor *w = mk(b, p->type[1], L_CONTIG, K, C, 1, 1, FILL_UNIFORM, -1, 1);
@@ -1083,6 +1085,7 @@ static struct lt_tensor *b_gdn_decode(struct build *b, const struct params *p)
         ids = mk(b, LT_TYPE_I32, L_CONTIG, ns, 1, 1, 1, FILL_VALUES, 0, 0);
         b->in[b->n_in - 1].values = p->i[1] == 2 ? outside : ns == 1 ? one : three;
         b->extra[b->n_extra++] = ss;
+        b->extra[b->n_extra++] = cs;
     }
     return lt_gdn_decode(b->ctx, qkv, z, beta, alpha, cs, ss, w, dt, a, nw, hk, 1e-6f, ids);
 }

@@ -9,9 +9,9 @@
  * idle). A block has R row groups of w threads (up to 512 threads: w = 16 gives R = 32,
  * each thread 4 of the 128 rows):
  *   1. the block computes the conv and silu of its key head's q and k channels (h % H_k)
- *      into shared memory (every block of the head again: 2 S_k channels of K taps); the
- *      first block of the value heads h < H_k (one per key head) also writes those
- *      channels' new conv state;
+ *      into shared memory (every block of the head again: 2 S_k channels of K taps);
+ *      without the caches, the first block of the value heads h < H_k (one per key head)
+ *      also writes those channels' new conv state into the result;
  *   2. l2-normalises q and k (block sums in double), and every thread works out beta and
  *      the decay exp(g);
  *   3. thread (j, r) takes value column j and key rows r, r + R, ...: group 0 computes the
@@ -24,20 +24,23 @@
  *      blocks' arrivals in one of the context's counters (cu_ctx's counters; it sets it back
  *      to zero), takes the rms_norm of o over S_v (a sum in double) and writes y =
  *      rms_norm(o) * norm_w * silu(z) over it. With more heads x sequences than counters a
- *      second kernel does this instead (a block per head and sequence). A second kernel
- *      always cost ~4 us a layer on the H200.
+ *      second kernel does this instead (a block per head and sequence;
+ *      LATHE_CUDA_GDN_UNFUSED=1 forces it, for the tests). A second kernel always cost
+ *      ~4 us a layer on the H200.
  * Each thread's first GDN_ROWS_REG rows of its state column are loaded into registers
  * first thing, so that their latency hides behind steps 1 and 2.
  * So every channel's new conv state is written exactly once, and nothing outside the
- * node's own result is written, but for the ssm cache given seq_ids.
+ * node's own result is written, but for the caches given seq_ids.
  *
  * Given seq_ids (read on the device) the states are the caches and sequence b reads slot
  * ids[b]; the second walk then writes the new column over the old one in the ssm cache,
  * each element by the thread that read it, and each block owns its columns of its value
- * head's slice of the slot, so nothing races (distinct ids, the caller's promise). The conv cache
- * is only read: the blocks of one key head's value heads all read its q and k inputs, so
- * the new conv state still goes to the result. A block whose id is outside
- * [0, N) writes zeros for its y and the conv state it would have written, and returns.
+ * head's slice of the slot, so nothing races (distinct ids, the caller's promise). The new
+ * conv state goes over the old one in the conv cache: a v channel's by the thread that
+ * reads it (no other does), a key head's q and k channels' (which every block of its H_v /
+ * H_k value heads reads) by the block that finishes the last of those heads, counted in a
+ * second counter (or, unfused, by the norm kernel's block of value head hk). A block whose
+ * id is outside [0, N) writes zeros for its y and returns, touching no slot.
  *
  * Rounding follows the CPU's order (each product and sum rounded on its own, __fmul_rn /
  * __fadd_rn, no fused multiply-add; the norm factors summed in double and rounded once);
@@ -48,6 +51,8 @@
  * 3.2 KiB). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.h"
 #include "lathe/ops.h"
@@ -105,8 +110,8 @@ static bool gdn_shape_of(const struct lt_tensor *node, struct gdn_shape *d)
     d->n_slot = caches ? src[GDN_SSM_STATE]->ne[3] : d->s;
     if (d->n_slot < 1 || (caches && !fits(src[GDN_SEQ_IDS], d->s, 1, 1, 1)))
         return false;
-    const int64_t n = d->sv * d->hv * d->s + (d->k - 1) * d->c * d->s +
-                      (caches ? 0 : d->sv * d->sk * d->hv * d->s);
+    const int64_t n = d->sv * d->hv * d->s +
+                      (caches ? 0 : (d->k - 1) * d->c * d->s + d->sv * d->sk * d->hv * d->s);
     return fits(src[GDN_NORM_W], d->sv, 1, 1, 1) && fits(src[GDN_BETA], d->hv, d->s, 1, 1) &&
            fits(src[GDN_ALPHA], d->hv, d->s, 1, 1) && fits(src[GDN_QKV], d->c, d->s, 1, 1) &&
            fits(src[GDN_Z], d->sv * d->hv, d->s, 1, 1) && fits(src[GDN_CONV_W], d->k, d->c, 1, 1) &&
@@ -144,12 +149,20 @@ static struct gdn_plan plan_of(const struct gdn_shape &d)
     return p;
 }
 
+/* LATHE_CUDA_GDN_UNFUSED=1 in the environment (read once) */
+static bool unfused_asked(void)
+{
+    const char *env = getenv("LATHE_CUDA_GDN_UNFUSED");
+    return env && strcmp(env, "1") == 0;
+}
+
 /* whether the norm runs in the decode kernel's last block of each head (one launch; a
- * counter a head and sequence, CU_COUNTERS of them) or in a second kernel (more heads x
- * sequences than counters) */
+ * counter a value head and one a key head, a sequence, CU_COUNTERS of them) or in a second
+ * kernel (more heads x sequences than counters) */
 static bool gdn_fused(const struct gdn_shape &d)
 {
-    return d.hv * d.s <= CU_COUNTERS;
+    static const bool unfused = unfused_asked();
+    return !unfused && (d.hv + d.hk) * d.s <= CU_COUNTERS;
 }
 
 bool cu_gdn_decode_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -204,9 +217,10 @@ struct gdn_srcs {
 
 /* silu of the conv of channel c of sequence b, whose carried inputs are in slot `slot`
  * (ssm_conv.c's order: taps summed from the oldest input); writes the channel's new conv
- * state (its last K - 1 inputs) when conv_new is given */
+ * state (its last K - 1 inputs) into the result's part when conv_new is given, or over the
+ * old one in the conv cache when in_place (each input after it was read) */
 static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b, int64_t slot,
-                                  float *conv_new)
+                                  float *conv_new, bool in_place)
 {
     const int64_t K = s.conv_w.ne[0], C = s.qkv.ne[0];
     float acc = 0.0f;
@@ -216,8 +230,27 @@ static __device__ float conv_silu(const struct gdn_srcs &s, int64_t c, int64_t b
         acc = __fadd_rn(acc, __fmul_rn(cu_get(s.conv_w, t, c, 0, 0), x));
         if (conv_new && t > 0)
             conv_new[(b * C + c) * (K - 1) + t - 1] = x;
+        if (in_place && t > 0)
+            *(float *)cu_ptr(s.conv_state, t - 1, c, slot, 0) = x;
     }
     return acc / (1.0f + expf(-acc));
+}
+
+/* The new conv state of key head hk's q and k channels of sequence b over the old one in
+ * the conv cache's slot: each channel's inputs moved one step back and this token's qkv
+ * appended. Run by one block once every block reading those channels has read them. */
+static __device__ void qk_conv_store(const struct gdn_srcs &s, int64_t n_k_heads, int64_t hk,
+                                     int64_t b, int64_t slot)
+{
+    const int64_t sk = s.ssm_state.ne[1], K = s.conv_w.ne[0];
+    for (int64_t i = threadIdx.x; i < 2 * sk; i += blockDim.x) {
+        const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
+        for (int64_t t = 0; t < K - 1; t++) {
+            const float x =
+                t < K - 2 ? cu_getf(s.conv_state, t + 1, c, slot, 0) : cu_getf(s.qkv, c, b, 0, 0);
+            *(float *)cu_ptr(s.conv_state, t, c, slot, 0) = x;
+        }
+    }
 }
 
 /* the R partial sums of column jj ([R][w]), added in group order */
@@ -253,12 +286,17 @@ static __device__ void gdn_norm(const struct gdn_srcs &s, float *out, float eps,
     }
 }
 
-/* the unfused form's second kernel: block (h, b) */
-static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps)
+/* the unfused form's second kernel: block (h, b); given the caches, the blocks of the
+ * value heads h < H_k also store key head h's q and k conv state (the first kernel, which
+ * read it, has finished) */
+static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps, int64_t n_k_heads)
 {
     __shared__ double red[32];
-    const int64_t hv = s.ssm_state.ne[2];
-    gdn_norm(s, out, eps, blockIdx.x % hv, blockIdx.x / hv, red);
+    const int64_t hv = s.ssm_state.ne[2], h = blockIdx.x % hv, b = blockIdx.x / hv;
+    gdn_norm(s, out, eps, h, b, red);
+    const int64_t slot = s.ids ? (int64_t)s.ids[b] : -1;
+    if (h < n_k_heads && slot >= 0 && slot < s.ssm_state.ne[3])
+        qk_conv_store(s, n_k_heads, h, b, slot);
 }
 
 /* block: columns [j0, j0 + w) of value head h of sequence b, blockIdx = (b H_v + h) split +
@@ -284,24 +322,16 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
      * barriers and sums */
     const int64_t jj = threadIdx.x % w, r = threadIdx.x / w, j = j0 + jj;
     const bool col = r < n_groups && j < sv;
-    /* the q and k channels' conv state is written by the first part of the first value
-     * head reading it */
-    const bool qk_writer = h < n_k_heads && part_i == 0;
+    /* without the caches, the q and k channels' new conv state goes to the result, written
+     * by the first part of the first value head reading it (with them, qk_conv_store
+     * writes it once every reader is done) */
+    const bool qk_writer = !s.ids && h < n_k_heads && part_i == 0;
 
     if (slot < 0 || slot >= n_slot) {
-        /* a skipped sequence: zeros where this block's writes would have gone (the whole
-         * block returns, before any barrier) */
-        for (int64_t i = threadIdx.x; i < 2 * sk && qk_writer; i += blockDim.x) {
-            const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
-            for (int64_t t = 0; t < K - 1; t++)
-                conv_new[(b * C + c) * (K - 1) + t] = 0.0f;
-        }
-        if (col && r == 0) {
-            const int64_t c = 2 * n_k_heads * sk + h * sv + j;
-            for (int64_t t = 0; t < K - 1; t++)
-                conv_new[(b * C + c) * (K - 1) + t] = 0.0f;
+        /* a skipped sequence (only given the caches, so the result has no conv part): zeros
+         * for y (the whole block returns, before any barrier) */
+        if (col && r == 0)
             y[j] = 0.0f;
-        }
         return;
     }
 
@@ -320,7 +350,7 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     /* 1. q and k of key head hk */
     for (int64_t i = threadIdx.x; i < 2 * sk; i += blockDim.x) {
         const int64_t c = i < sk ? hk * sk + i : n_k_heads * sk + hk * sk + (i - sk);
-        sh[i] = conv_silu(s, c, b, slot, qk_writer ? conv_new : nullptr);
+        sh[i] = conv_silu(s, c, b, slot, qk_writer ? conv_new : nullptr, false);
     }
     __syncthreads();
 
@@ -354,7 +384,8 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
                   wb1 = s.ids ? nb1 : (int64_t)sizeof(float) * sv;
     const int64_t i_mem = r + (int64_t)GDN_ROWS_REG * n_groups; /* the first row not in sreg */
     if (col && r == 0)
-        vj[jj] = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, slot, conv_new);
+        vj[jj] = conv_silu(s, 2 * n_k_heads * sk + h * sv + j, b, slot, s.ids ? nullptr : conv_new,
+                           s.ids != nullptr);
     if (col) {
         const char *c0 = st + j * nb0;
         float kv = 0.0f;
@@ -415,6 +446,22 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     gdn_norm(s, out, eps, h, b, red);
     if (threadIdx.x == 0)
         counters[hb] = 0;
+    if (!s.ids)
+        return;
+    /* given the caches: this head is done with key head hk's q and k; the last of the H_v /
+     * H_k value heads reading them (counted in counters[H_v S + b H_k + hk]) stores their
+     * new conv state */
+    __shared__ bool last_k;
+    int *kc = counters + hv * ns + b * n_k_heads + hk;
+    if (threadIdx.x == 0)
+        last_k = atomicAdd(kc, 1) == (int)(hv / n_k_heads) - 1;
+    __syncthreads();
+    if (!last_k)
+        return;
+    __threadfence();
+    qk_conv_store(s, n_k_heads, hk, b, slot);
+    if (threadIdx.x == 0)
+        *kc = 0;
 }
 
 lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -452,7 +499,7 @@ lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
         return st;
     const int64_t nt = (d.sv + 31) / 32 * 32;
     gdn_norm_kernel<<<(unsigned)(d.hv * d.s), (unsigned)(nt < 1024 ? nt : 1024), 0, c->stream>>>(
-        s, (float *)node->data, eps);
+        s, (float *)node->data, eps, d.hk);
     return cu_launched("gdn_decode's norm");
 }
 
