@@ -729,13 +729,14 @@ phase_mdecode() {
 
 # mmv: the matmul conformance group, then bench_matmul's decode products (us a product and
 # weight GB/s) with mmv_half_kernel's cut chosen (auto), one row a team (rw1), warps a team
-# fixed at 1, 2 and 4, and Q8_0 with LATHE_CUDA_MMVQ=0, side by side (GB/s columns)
+# fixed at 1, 2 and 4, and Q8_0 with LATHE_CUDA_MMVQ=0, side by side (GB/s columns; a
+# variant left out of MMV_VARIANTS leaves its column empty)
 phase_mmv() {
     timeout 120 $b/tests/gpu_test_cuda_conformance matmul >"$out/conf_matmul.log" 2>&1
     row "conformance: matmul" "rc $? $(passed "$out/conf_matmul.log")"
     grep -E "check failed|first mismatch" "$out/conf_matmul.log" | head -6
     local v
-    for v in auto rw1 1 2 4 mmvq0; do
+    for v in ${MMV_VARIANTS:-auto rw1 1 2 4 mmvq0}; do
         case $v in
         auto) timeout 60 $b/bench/bench_matmul 30 decode ;;
         rw1) LATHE_CUDA_MMV_RW=1 timeout 60 $b/bench/bench_matmul 30 decode ;;
@@ -745,6 +746,7 @@ phase_mmv() {
         row "bench_matmul decode ($v)" "rc $?"
         grep -E "^(bf16|q8_0) " "$out/mmv_$v.log" | awk '{print $NF}' >"$out/mmv_$v.col"
     done
+    for v in auto rw1 1 2 4 mmvq0; do [ -f "$out/mmv_$v.col" ] || : >"$out/mmv_$v.col"; done
     echo "type shape N us(auto) | GB/s: auto rw1 wpr1 wpr2 wpr4 mmvq0"
     grep -E "^(bf16|q8_0) " "$out/mmv_auto.log" | awk '{printf "%s %s %s %s\n", $1, $2, $3, $4}' |
         paste -d' ' - "$out"/mmv_auto.col "$out"/mmv_rw1.col "$out"/mmv_1.col "$out"/mmv_2.col \
