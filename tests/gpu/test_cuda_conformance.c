@@ -415,6 +415,10 @@ static void test_matmul(void)
         for (int n = 0; n < 3; n++)
             mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, dec_k[k], 1001, dec_n[n], 1, 1, 1, 1);
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 1000, 4, 1, 1, 1, 1);
+    /* one column over rows enough for four a block (mmvq_many_rows: 32 an SM; the last
+     * block's rows past M) */
+    mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 4301, 1, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 4301, 1, 1, 1, 1, 1);
     for (int n = 1; n <= 8; n++)
         mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 37, n, 1, 1, 1, 1);
     mm_case(LT_TYPE_Q8_0, L_SLICED, L_TRANSPOSED, 160, 45, 3, 1, 1, 1, 1);

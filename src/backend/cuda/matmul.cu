@@ -706,11 +706,16 @@ static bool half_cols(const struct cu_mm_plan *p, const struct cu_t &bv)
            (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
 }
 
-/* How mmv_half_kernel is cut: RW = 4 rows a team for a product of one slice, else 1; then
- * WPR warps a team, doubled from 1 while the teams are fewer than 8 warps an SM's worth and
- * each warp keeps at least two 32-chunk runs of a row. LATHE_CUDA_MMV_RW=1|4 and
- * LATHE_CUDA_MMV_WPR=1|2|4|8 fix them (read once a process; for bench_matmul's
- * comparisons; RW 4 is taken only for one slice). */
+/* How mmv_half_kernel is cut: RW = 4 rows a team for a product of one slice and more than
+ * one column, else 1; then WPR warps a team, doubled from 1 while the teams are fewer than 8
+ * warps an SM's worth and each warp keeps at least two 32-chunk runs of a row.
+ * LATHE_CUDA_MMV_RW=1|4 and LATHE_CUDA_MMV_WPR=1|2|4|8 fix them (read once a process; for
+ * bench_matmul's comparisons; RW 4 is taken only for one slice). Measured on an H100
+ * (bench_matmul's decode products, BF16, GB/s of weights, RW 4 against 1): 8 columns,
+ * 1024 -> 8224 rows 877 against 570, 1024 -> 7168 797 / 507, 1024 -> 5120 611 / 506,
+ * 2048 -> 1024 388 / 408, 3584 -> 1024 477 / 480; one column, 1024 -> 8224 1589 / 1571,
+ * 1024 -> 5120 1186 / 1363, 2048 -> 1024 684 / 850, 3584 -> 1024 976 / 1157: the columns
+ * read once for four rows pay for more columns only. */
 static int env_choice(const char *name)
 {
     const char *env = getenv(name);
@@ -724,7 +729,7 @@ static void mmv_half_cut(const struct cu_ctx *c, const struct cu_mm_plan *p, int
                      fixed_wpr = env_choice("LATHE_CUDA_MMV_WPR");
     const int64_t rows = p->M * p->B2 * p->B3;
     const bool one_slice = p->B2 * p->B3 == 1;
-    *rw = one_slice && fixed_rw != 1 ? 4 : 1;
+    *rw = one_slice && (fixed_rw == 4 || (fixed_rw != 1 && p->N > 1)) ? 4 : 1;
     if (fixed_wpr) {
         *wpr = fixed_wpr;
         return;

@@ -13,10 +13,10 @@
  *      rounding bounded in core/quant_dot.h (llama.cpp's mmvq rounds the same way). Layout:
  *      the quants of column c at xq + c * K (each column 16-byte aligned: K % 32 == 0),
  *      then (d, d * sum q) per block as float2 at xd + c * K / 32.
- *   2. mmvq_kernel<TYPE, NC>: a block of NW warps takes ROWS output rows (NC = N columns;
- *      mmvq_shape: N = 1: 4 warps, 4 rows; N = 2..4: 4 warps, 2 rows; N = 5..8: 2 warps,
- *      2 rows). Four consecutive lanes share one weight block, lane j
- *      taking its elements 8j .. 8j + 7 as 8 signed bytes in two words (mmvq_unpack: Q8_0's
+ *   2. mmvq_kernel<TYPE, NC, ROWS>: a block of NW warps takes ROWS output rows (NC = N
+ *      columns; mmvq_shape: N = 1: 4 warps, 1 row, or 4 rows when M is large; N = 2..4: 4
+ *      warps, 2 rows; N = 5..8: 2 warps, 2 rows). Four consecutive lanes share one weight block,
+ * lane j taking its elements 8j .. 8j + 7 as 8 signed bytes in two words (mmvq_unpack: Q8_0's
  *      quants as they are; 4- and 5-bit quants unpacked, their offset of 8 or 16 taken off
  *      each byte) and the 8 activation quants under them (one 8-byte load), so a warp reads
  *      8 consecutive blocks (272 bytes of Q8_0) at once: 2 __dp4a per lane and block, then
@@ -228,25 +228,36 @@ static __device__ __forceinline__ int dp4a(int a, int b, int c)
 }
 
 /* Warps and rows a block: llama.cpp's launch table for NVIDIA (mmvq.cu: calc_nwarps,
- * calc_rows_per_block) but for one column, where a block of one row had each lane issue
- * one quarter block's loads for a 1024-wide row (the 0.8B model's) and end: ~700 GB/s of
- * Q8_0 weights on an H100. Four rows a block keep four rows' loads in flight a lane and
- * read the column's quants once for the four. */
+ * calc_rows_per_block), but one column over many rows takes four rows a block (rows_many):
+ * a block of one row had each lane issue one quarter block's loads for a 1024-wide row (the
+ * 0.8B model's) and end. Four rows keep four rows' loads in flight a lane and read the
+ * column's quants once for the four. Measured on an H100 (bench_matmul's decode products,
+ * Q8_0, one column): 1024 -> 8224 rows 707 -> 948 GB/s, 1024 -> 7168 677 -> 864, 1024 ->
+ * 5120 594 -> 796; but 2048 -> 1024 388 -> 318 and 3584 -> 1024 542 -> 401, whose 256
+ * blocks of four rows leave the SMs a few warps each: those keep one row a block
+ * (mmvq_many_rows). */
 template <int NC> struct mmvq_shape {
     static constexpr int warps = NC <= 4 ? 4 : 2;
-    static constexpr int rows = NC == 1 ? 4 : 2;
+    static constexpr int rows = NC == 1 ? 1 : 2;
+    static constexpr int rows_many = NC == 1 ? 4 : rows;
 };
+
+/* whether M rows take mmvq_shape's rows_many: at least 8 blocks of four rows an SM */
+static bool mmvq_many_rows(const struct cu_ctx *c, int64_t M)
+{
+    return M >= 32 * (int64_t)(c->n_sm > 0 ? c->n_sm : 1);
+}
 
 /* dst[(ch * NC + n) * M + m] for the rows m of this block and every slice ch = i3 * B2 + i2.
  * a: the weight's data and byte strides of rows and heads; xq, xd: the quantised columns. */
-template <int TYPE, int NC, bool EVEN>
+template <int TYPE, int NC, int ROWS, bool EVEN>
 static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     mmvq_kernel(const char *__restrict__ a, int64_t anb1, int64_t anb2, int64_t anb3, int64_t M,
                 int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
                 const int8_t *__restrict__ xq, const float2 *__restrict__ xd,
                 float *__restrict__ dst)
 {
-    constexpr int NW = mmvq_shape<NC>::warps, ROWS = mmvq_shape<NC>::rows;
+    constexpr int NW = mmvq_shape<NC>::warps;
     constexpr int PER_ITER = NW * 32 / 4; /* blocks a step of the whole thread block */
     constexpr int BYTES = mmvq_type<TYPE>::bytes;
     constexpr bool HAS_MIN = mmvq_type<TYPE>::min;
@@ -333,23 +344,34 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     }
 }
 
+template <int TYPE, int NC, int ROWS>
+static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk, int64_t r2,
+                    int64_t r3, int64_t B2, int64_t nch, const int8_t *xq, const float2 *xd,
+                    float *dst)
+{
+    constexpr int NW = mmvq_shape<NC>::warps;
+    const dim3 grid((unsigned)((M + ROWS - 1) / ROWS), (unsigned)(nch < 65535 ? nch : 65535));
+    const uintptr_t odd_bits =
+        ((uintptr_t)a->data | (uintptr_t)a->nb[1] | (uintptr_t)a->nb[2] | (uintptr_t)a->nb[3]) & 1;
+    if (!odd_bits) /* every block 2-byte aligned */
+        mmvq_kernel<TYPE, NC, ROWS, true><<<grid, NW * 32, 0, c->stream>>>(
+            (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
+            r2, r3, B2, nch, xq, xd, dst);
+    else
+        mmvq_kernel<TYPE, NC, ROWS, false><<<grid, NW * 32, 0, c->stream>>>(
+            (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
+            r2, r3, B2, nch, xq, xd, dst);
+}
+
 template <int TYPE, int NC>
 static void mmvq_launch(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
                         int64_t r2, int64_t r3, int64_t B2, int64_t nch, const int8_t *xq,
                         const float2 *xd, float *dst)
 {
-    constexpr int NW = mmvq_shape<NC>::warps, ROWS = mmvq_shape<NC>::rows;
-    const dim3 grid((unsigned)((M + ROWS - 1) / ROWS), (unsigned)(nch < 65535 ? nch : 65535));
-    const uintptr_t odd_bits =
-        ((uintptr_t)a->data | (uintptr_t)a->nb[1] | (uintptr_t)a->nb[2] | (uintptr_t)a->nb[3]) & 1;
-    if (!odd_bits) /* every block 2-byte aligned */
-        mmvq_kernel<TYPE, NC, true><<<grid, NW * 32, 0, c->stream>>>(
-            (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
-            r2, r3, B2, nch, xq, xd, dst);
+    if (mmvq_many_rows(c, M))
+        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows_many>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
     else
-        mmvq_kernel<TYPE, NC, false><<<grid, NW * 32, 0, c->stream>>>(
-            (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
-            r2, r3, B2, nch, xq, xd, dst);
+        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
 }
 
 template <int TYPE>
