@@ -20,9 +20,11 @@
  * its inner strides is one element, else converted whole into scratch.
  *
  * Few columns (N <= MMV_MAX_N: decode) with a quantised a, or an F16 / BF16 a of at most
- * MMV_HALF_MAX_BYTES, take a kernel of our own instead (mmv): a warp per output row reads
- * a's row once, in its own type (16-byte loads for unsplit half rows, element-wise
- * dequantisation otherwise), and sums its products with the F32 columns of b in F32. It
+ * MMV_HALF_MAX_BYTES, take a kernel of our own instead (mmv): warps read a's rows once,
+ * in their own type (16-byte loads for unsplit half rows, in warp teams of one or four rows
+ * split over up to 8 warps when b's columns are unit-strided: mmv_half_kernel; element-wise
+ * dequantisation otherwise, a warp a row), and sum their products with the F32 columns of b
+ * in F32. It
  * converts nothing into scratch, which is what dominates a product with one token (a
  * dequantised weight would be written and read back whole), and it is more exact than the
  * tensor-core path (b is not rounded). It reads F32 b only: a half b (which the model
