@@ -439,9 +439,9 @@ int main(int argc, char **argv)
            DEC_LAYERS, DEC_LAYERS,
            getenv("LATHE_CUDA_MMV_WPR") ? getenv("LATHE_CUDA_MMV_WPR") : "auto");
     printf("%-6s %-22s %5s  %9s  %8s\n", "type", "shape", "N", "us each", "weight GB/s");
-    static const enum lt_type dtypes[] = {LT_TYPE_BF16, LT_TYPE_Q8_0};
+    static const enum lt_type dtypes[] = {LT_TYPE_BF16, LT_TYPE_Q8_0, LT_TYPE_Q4_K};
     static const int64_t dtokens[] = {1, 8};
-    for (size_t q = 0; q < 2; q++)
+    for (size_t q = 0; q < 3; q++)
         for (size_t t = 0; t < 2; t++)
             for (size_t i = 0; i < sizeof(dec_shapes) / sizeof(dec_shapes[0]); i++)
                 failed += !bench_decode(cuda, dtypes[q], &dec_shapes[i], dtokens[t], reps);

@@ -744,11 +744,11 @@ phase_mmv() {
         *) LATHE_CUDA_MMV_WPR=$v timeout 60 $b/bench/bench_matmul 30 decode ;;
         esac >"$out/mmv_$v.log" 2>&1
         row "bench_matmul decode ($v)" "rc $?"
-        grep -E "^(bf16|q8_0) " "$out/mmv_$v.log" | awk '{print $NF}' >"$out/mmv_$v.col"
+        grep -E "^(bf16|q8_0|q4_K) " "$out/mmv_$v.log" | awk '{print $NF}' >"$out/mmv_$v.col"
     done
     for v in auto rw1 1 2 4 mmvq0; do [ -f "$out/mmv_$v.col" ] || : >"$out/mmv_$v.col"; done
     echo "type shape N us(auto) | GB/s: auto rw1 wpr1 wpr2 wpr4 mmvq0"
-    grep -E "^(bf16|q8_0) " "$out/mmv_auto.log" | awk '{printf "%s %s %s %s\n", $1, $2, $3, $4}' |
+    grep -E "^(bf16|q8_0|q4_K) " "$out/mmv_auto.log" | awk '{printf "%s %s %s %s\n", $1, $2, $3, $4}' |
         paste -d' ' - "$out"/mmv_auto.col "$out"/mmv_rw1.col "$out"/mmv_1.col "$out"/mmv_2.col \
             "$out"/mmv_4.col "$out"/mmv_mmvq0.col
 }

@@ -431,6 +431,14 @@ static void test_matmul(void)
         mm_case(LT_TYPE_Q4_0, L_SLICED, L_CONTIG, 160, 45, dec_n[n], 1, 1, 1, 1);
         mm_case(LT_TYPE_Q5_0, L_SLICED, L_CONTIG, 160, 45, dec_n[n], 1, 1, 1, 1);
     }
+    /* Q4_K decode through its own kernel (mmv_q4k_kernel): the 0.8B model's input widths,
+     * 1, 2, 5 and 8 columns, an odd M, a sliced weight, grouped heads (also above) */
+    for (int n = 0; n < 3; n++) {
+        mm_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 1024, 1001, dec_n[n], 1, 1, 1, 1);
+        mm_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 3584, 77, dec_n[n], 1, 1, 1, 1);
+    }
+    mm_case(LT_TYPE_Q4_K, L_SLICED, L_CONTIG, 1280, 45, 5, 1, 1, 1, 1);
+    mm_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 768, 24, 1, 2, 4, 1, 2);
     /* taller than one dequantised tile (64 MiB of F16 is 8192 rows of 4096): two tiles */
     mm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 4096, 8200, 12, 1, 1, 1, 1);
     /* half activations meeting weights of their own type (a model's prefill): b in place

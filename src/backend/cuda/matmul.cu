@@ -684,6 +684,126 @@ static void mmv_q8_0_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const 
         mmv_q8_0_kernel<8><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
 }
 
+/* Q4_K rows (blocks of 256 elements in 144 bytes: f16 d and dmin, 12 bytes of eight 6-bit
+ * scales and mins, 128 bytes of 4-bit quants) whose blocks are 4-byte aligned, against
+ * unit-strided 16-byte aligned F32 columns: a warp a row, one block a step of the warp, lane
+ * l taking quant bytes 32 j + 4 i .. + 3 of it (j = l / 8, i = l % 8): their low nibbles are
+ * elements 64 j + 4 i .. + 3 of sub-block 2 j, their high ones the same 32 further on, of
+ * sub-block 2 j + 1. So the warp reads a block's quants in one 128-byte load, its scales
+ * and d once (every lane the same words), and each element is dequantised as
+ * cu_dequant does it (d scale q - dmin min, each product rounded), so only the order of the
+ * sums differs from the element kernel's. MMV_Q4K_U blocks' words are loaded before any is
+ * used. The element kernel (mmv_kernel) reads a byte and the scales per element. */
+#define Q4K_BLOCK 144
+#define MMV_Q4K_U 4
+static __device__ __forceinline__ void q4k_scale_min(const uint32_t sc[3], int sb, int &scale,
+                                                     int &min)
+{
+    const uint8_t *b = (const uint8_t *)sc;
+    if (sb < 4) {
+        scale = b[sb] & 63;
+        min = b[sb + 4] & 63;
+    } else {
+        scale = (b[sb + 4] & 0x0f) | (b[sb - 4] >> 6) << 4;
+        min = (b[sb + 4] >> 4) | (b[sb] >> 6) << 4;
+    }
+}
+
+template <int NC>
+static __global__ void mmv_q4k_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2,
+                                      int64_t r3)
+{
+    const int nblk = (int)(a.ne[0] / 256);
+    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
+    const int64_t rows = M * B2 * b.ne[3];
+    const int lane = threadIdx.x & 31, j = lane >> 3, i = lane & 7;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += warps) {
+        const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+        const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
+        const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
+        float acc[NC];
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+            acc[n] = 0.0f;
+        for (int kb0 = 0; kb0 < nblk; kb0 += MMV_Q4K_U) {
+            uint32_t q4[MMV_Q4K_U], dd[MMV_Q4K_U], sc[MMV_Q4K_U][3];
+#pragma unroll
+            for (int u = 0; u < MMV_Q4K_U; u++)
+                if (kb0 + u < nblk) {
+                    const uint32_t *blk = (const uint32_t *)(row + (int64_t)(kb0 + u) * Q4K_BLOCK);
+                    dd[u] = __ldg(blk);
+                    sc[u][0] = __ldg(blk + 1);
+                    sc[u][1] = __ldg(blk + 2);
+                    sc[u][2] = __ldg(blk + 3);
+                    q4[u] = __ldcs(blk + 4 + 8 * j + i);
+                }
+#pragma unroll
+            for (int u = 0; u < MMV_Q4K_U; u++) {
+                if (kb0 + u >= nblk)
+                    break;
+                const uint8_t *dh = (const uint8_t *)&dd[u];
+                const float d = cu_f16_at(dh), dmin = cu_f16_at(dh + 2);
+                int s_lo, m_lo, s_hi, m_hi;
+                q4k_scale_min(sc[u], 2 * j, s_lo, m_lo);
+                q4k_scale_min(sc[u], 2 * j + 1, s_hi, m_hi);
+                const float d_lo = __fmul_rn(d, (float)s_lo), mn_lo = __fmul_rn(dmin, (float)m_lo);
+                const float d_hi = __fmul_rn(d, (float)s_hi), mn_hi = __fmul_rn(dmin, (float)m_hi);
+                float w_lo[4], w_hi[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const uint32_t byte = q4[u] >> (8 * e);
+                    w_lo[e] = __fsub_rn(__fmul_rn(d_lo, (float)(byte & 0x0f)), mn_lo);
+                    w_hi[e] = __fsub_rn(__fmul_rn(d_hi, (float)((byte >> 4) & 0x0f)), mn_hi);
+                }
+                const int64_t k0 = (int64_t)(kb0 + u) * 256 + 64 * j + 4 * i;
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+                    if (n < N) {
+                        const float *xn = (const float *)(xb + n * b.nb[1]) + k0;
+                        const float4 xl = __ldg((const float4 *)xn),
+                                     xh = __ldg((const float4 *)(xn + 32));
+                        acc[n] += w_lo[0] * xl.x + w_lo[1] * xl.y + w_lo[2] * xl.z +
+                                  w_lo[3] * xl.w + w_hi[0] * xh.x + w_hi[1] * xh.y +
+                                  w_hi[2] * xh.z + w_hi[3] * xh.w;
+                    }
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NC; n++)
+            for (int o = 16; o > 0; o >>= 1)
+                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
+        if (lane == 0)
+            for (int n = 0; n < NC && n < N; n++)
+                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+    }
+}
+
+/* whether mmv_q4k_kernel takes a (Q4_K) and b: see its comment */
+static bool q4k_words(const struct cu_mm_plan *p, const struct cu_t &av, const struct cu_t &bv)
+{
+    return av.type == LT_TYPE_Q4_K && av.nb[0] == Q4K_BLOCK && p->K % 256 == 0 &&
+           (uintptr_t)av.data % 4 == 0 && (p->M <= 1 || av.nb[1] % 4 == 0) &&
+           (p->A2 <= 1 || av.nb[2] % 4 == 0) && (p->A3 <= 1 || av.nb[3] % 4 == 0) &&
+           bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 && (p->N <= 1 || bv.nb[1] % 16 == 0) &&
+           (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
+}
+
+static void mmv_q4k_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
+                           const struct cu_t &bv, float *dst)
+{
+    const unsigned blocks = cu_blocks(p->M * p->B2 * p->B3, 8); /* 8 warps a block */
+    if (p->N <= 1)
+        mmv_q4k_kernel<1><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+    else if (p->N <= 2)
+        mmv_q4k_kernel<2><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+    else if (p->N <= 4)
+        mmv_q4k_kernel<4><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+    else
+        mmv_q4k_kernel<8><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+}
+
 template <int TYPE, bool VEC>
 static void mmv_launch(struct cu_ctx *c, const struct cu_mm_plan *p, const struct cu_t &av,
                        const struct cu_t &bv, float *dst)
@@ -818,7 +938,10 @@ static lt_status run_mmv(struct cu_ctx *c, const struct cu_mm_plan *p, const str
         q8_staged(p, av, bv) ? mmv_q8_0_launch(c, p, av, bv, dst)
                              : mmv_launch<LT_TYPE_Q8_0, false>(c, p, av, bv, dst);
         break;
-    case LT_TYPE_Q4_K: mmv_launch<LT_TYPE_Q4_K, false>(c, p, av, bv, dst); break;
+    case LT_TYPE_Q4_K:
+        q4k_words(p, av, bv) ? mmv_q4k_launch(c, p, av, bv, dst)
+                             : mmv_launch<LT_TYPE_Q4_K, false>(c, p, av, bv, dst);
+        break;
     case LT_TYPE_Q5_K: mmv_launch<LT_TYPE_Q5_K, false>(c, p, av, bv, dst); break;
     case LT_TYPE_Q6_K: mmv_launch<LT_TYPE_Q6_K, false>(c, p, av, bv, dst); break;
     default: mmv_launch<-1, false>(c, p, av, bv, dst); break; /* Q2_K, Q3_K, Q8_K, ... */
