@@ -38,8 +38,8 @@
  * head's slice of the slot, so nothing races (distinct ids, the caller's promise). The new
  * conv state goes over the old one in the conv cache: a v channel's by the thread that
  * reads it (no other does), a key head's q and k channels' (which every block of its H_v /
- * H_k value heads reads) by the block that finishes the last of those heads, counted in a
- * second counter (or, unfused, by the norm kernel's block of value head hk). A block whose
+ * H_k value heads reads) by the last of those blocks to have read them (step 1), counted
+ * in a second counter (or, unfused, by the norm kernel's block of value head hk). A block whose
  * id is outside [0, N) writes zeros for its y and returns, touching no slot.
  *
  * Rounding follows the CPU's order (each product and sum rounded on its own, __fmul_rn /
@@ -353,6 +353,23 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         sh[i] = conv_silu(s, c, b, slot, qk_writer ? conv_new : nullptr, false);
     }
     __syncthreads();
+    if (FUSED && s.ids) {
+        /* given the caches: this block is done reading key head hk's q and k inputs; the
+         * last of the split H_v / H_k blocks reading them (counted in counters[H_v S + b H_k
+         * + hk]) stores their new conv state, while the others go on */
+        __shared__ bool last_k;
+        int *kc = counters + hv * ns + b * n_k_heads + hk;
+        __threadfence();
+        if (threadIdx.x == 0)
+            last_k = atomicAdd(kc, 1) == (int)(split * (hv / n_k_heads)) - 1;
+        __syncthreads();
+        if (last_k) {
+            __threadfence();
+            qk_conv_store(s, n_k_heads, hk, b, slot);
+            if (threadIdx.x == 0)
+                *kc = 0;
+        }
+    }
 
     /* 2. l2 norms (cu_block_sum's barriers also order the reads above before the writes
      * below), beta and the decay */
@@ -446,22 +463,6 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     gdn_norm(s, out, eps, h, b, red);
     if (threadIdx.x == 0)
         counters[hb] = 0;
-    if (!s.ids)
-        return;
-    /* given the caches: this head is done with key head hk's q and k; the last of the H_v /
-     * H_k value heads reading them (counted in counters[H_v S + b H_k + hk]) stores their
-     * new conv state */
-    __shared__ bool last_k;
-    int *kc = counters + hv * ns + b * n_k_heads + hk;
-    if (threadIdx.x == 0)
-        last_k = atomicAdd(kc, 1) == (int)(hv / n_k_heads) - 1;
-    __syncthreads();
-    if (!last_k)
-        return;
-    __threadfence();
-    qk_conv_store(s, n_k_heads, hk, b, slot);
-    if (threadIdx.x == 0)
-        *kc = 0;
 }
 
 lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
