@@ -250,7 +250,7 @@ static void test_attn_decode(void)
                 nn_fill_rand(v, vv, 1.0f);
                 const float scale = 0.35f;
                 struct lt_tensor *o =
-                    lt_attn_decode(ctx, q, k, v, ti, tp, gated ? g : NULL, scale);
+                    lt_attn_decode(ctx, q, k, v, ti, tp, gated ? g : NULL, scale, NULL, NULL);
                 CHECK(o && nn_run(ctx, o, 1 + lay % 2) == LT_OK, "attn_decode: %s", lt_last_error());
                 if (!o) {
                     lt_ctx_free(ctx);
@@ -291,9 +291,83 @@ static void test_attn_decode(void)
     struct lt_tensor *q = lt_set_name(lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 4, 2), "q_bad");
     struct lt_tensor *k3 = lt_new_tensor_4d(ctx, LT_TYPE_F32, 8, 3, 9, 2);
     struct lt_tensor *i2 = lt_new_tensor_1d(ctx, LT_TYPE_I32, 2);
-    CHECK(lt_attn_decode(ctx, q, k3, k3, i2, i2, NULL, 1.0f) == NULL &&
+    CHECK(lt_attn_decode(ctx, q, k3, k3, i2, i2, NULL, 1.0f, NULL, NULL) == NULL &&
               strstr(lt_last_error(), "q_bad"),
           "3 KV heads for 4 query heads: %s", lt_last_error());
+    lt_clear_error();
+    lt_ctx_free(ctx);
+}
+
+/* ATTN_DECODE given this token's keys and values (k_new, v_new) against SET_ROWS' work done
+ * by hand and then ATTN_DECODE without them: the same result and the same caches, bit for
+ * bit (F32 and F16 caches, 1 and 2 threads, a sequence whose id is outside the caches); and
+ * the refusals: k_new alone, a broadcast cache */
+static void test_attn_decode_store(void)
+{
+    enum { D = 8, H = 4, HKV = 2, NCTX = 9, NSLOT = 3, S = 3 };
+    const int32_t ids[S] = {2, 0, 5}, pos[S] = {4, 0, 6}; /* id 5: outside the caches */
+    const int64_t qne[4] = {D, H, S, 1}, cne[4] = {D, HKV, NCTX, NSLOT}, nne[4] = {D, HKV, 1, S};
+    static float qv[D * H * S], kv[D * HKV * NCTX * NSLOT], vv[D * HKV * NCTX * NSLOT],
+        knv[D * HKV * S], vnv[D * HKV * S];
+    int same = 0;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int nth = 1; nth <= 2; nth++) {
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+            enum lt_type ct = f16 ? LT_TYPE_F16 : LT_TYPE_F32;
+            struct lt_tensor *q = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, qne);
+            struct lt_tensor *ka = nn_make(ctx, ct, NN_CONTIG, cne),
+                             *va = nn_make(ctx, ct, NN_CONTIG, cne);
+            struct lt_tensor *kb = nn_make(ctx, ct, NN_CONTIG, cne),
+                             *vb = nn_make(ctx, ct, NN_CONTIG, cne);
+            struct lt_tensor *kn = nn_make(ctx, LT_TYPE_F32, NN_SLICED, nne);
+            struct lt_tensor *vn = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, nne);
+            struct lt_tensor *ti = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+            struct lt_tensor *tp = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+            memcpy(ti->data, ids, sizeof(ids));
+            memcpy(tp->data, pos, sizeof(pos));
+            nn_fill_rand(q, qv, 1.0f);
+            nn_fill_rand(ka, kv, 1.0f);
+            nn_fill_rand(va, vv, 1.0f);
+            nn_fill_rand(kn, knv, 1.0f);
+            nn_fill_rand(vn, vnv, 1.0f);
+            memcpy(kb->data, ka->data, lt_nbytes(ka));
+            memcpy(vb->data, va->data, lt_nbytes(va));
+            for (int s = 0; s < S; s++) /* what SET_ROWS at (pos, slot) stores */
+                for (int h = 0; ids[s] < NSLOT && h < HKV; h++)
+                    for (int d = 0; d < D; d++) {
+                        lt_set_f32_nd(kb, d, h, pos[s], ids[s], lt_get_f32_nd(kn, d, h, 0, s));
+                        lt_set_f32_nd(vb, d, h, pos[s], ids[s], lt_get_f32_nd(vn, d, h, 0, s));
+                    }
+            struct lt_tensor *oa = lt_attn_decode(ctx, q, ka, va, ti, tp, NULL, 0.35f, kn, vn);
+            struct lt_tensor *ob = lt_attn_decode(ctx, q, kb, vb, ti, tp, NULL, 0.35f, NULL, NULL);
+            CHECK(oa && ob && nn_run(ctx, oa, nth) == LT_OK && nn_run(ctx, ob, nth) == LT_OK, "%s",
+                  lt_last_error());
+            const bool eq = oa && ob && memcmp(oa->data, ob->data, lt_nbytes(oa)) == 0 &&
+                            memcmp(ka->data, kb->data, lt_nbytes(ka)) == 0 &&
+                            memcmp(va->data, vb->data, lt_nbytes(va)) == 0;
+            CHECK(eq,
+                  "attn_decode storing k_new, v_new (%s cache, %d threads): result or caches "
+                  "differ from SET_ROWS then attn_decode",
+                  f16 ? "f16" : "f32", nth);
+            same += eq;
+            lt_ctx_free(ctx);
+        }
+    printf("attn_decode storing this token's keys and values: %d of 4 runs equal SET_ROWS then "
+           "attn_decode, bit for bit\n",
+           same);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    struct lt_tensor *q = lt_new_tensor_3d(ctx, LT_TYPE_F32, D, H, S);
+    struct lt_tensor *k = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, HKV, NCTX, NSLOT);
+    struct lt_tensor *one = lt_new_tensor_3d(ctx, LT_TYPE_F32, D, HKV, NCTX);
+    struct lt_tensor *kbc = lt_view_4d(ctx, one, D, HKV, NCTX, NSLOT, one->nb[1], one->nb[2], 0, 0);
+    struct lt_tensor *kn = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, HKV, 1, S);
+    struct lt_tensor *i3 = lt_new_tensor_1d(ctx, LT_TYPE_I32, S);
+    CHECK(lt_attn_decode(ctx, q, k, k, i3, i3, NULL, 1.0f, kn, NULL) == NULL &&
+              strstr(lt_last_error(), "k_new and v_new come together"),
+          "k_new alone: %s", lt_last_error());
+    CHECK(kbc && lt_attn_decode(ctx, q, kbc, kbc, i3, i3, NULL, 1.0f, kn, kn) == NULL &&
+              strstr(lt_last_error(), "share memory"),
+          "a broadcast cache written in place: %s", lt_last_error());
     lt_clear_error();
     lt_ctx_free(ctx);
 }
@@ -925,6 +999,7 @@ int main(void)
     test_norms();
     test_rms_norm_mul();
     test_attn_decode();
+    test_attn_decode_store();
     test_flash_attn_chain();
     test_rope();
     test_softmax();

@@ -133,10 +133,17 @@ struct lt_tensor *lt_soft_max(struct lt_ctx *ctx, struct lt_tensor *a, struct lt
  * gate is given. q [D, H, S] F32 and gate [D, H, S] F32 (NULL: none) of any strides; caches
  * [D, Hkv, n_ctx, n_slots] F32 or F16 with adjacent elements; seq_ids and pos I32 [S]. The
  * result is F32 [D * H, S]: what mul_mat, soft_max (scale, masked past pos), mul_mat, cont
- * and the gate's sigmoid and mul compute, to float rounding. Inference only. */
+ * and the gate's sigmoid and mul compute, to float rounding. Inference only.
+ * k_new, v_new (F32 [D, Hkv, 1, S], any strides; both NULL: the caches already hold this
+ * token's keys and values) are this token's keys and values: they are stored IN PLACE in
+ * the caches at position pos[s] of slot seq_ids[s] (rounded to the cache's type, as
+ * SET_ROWS stores them) and attended to as stored. The caches may then not be broadcast or
+ * overlapping views; a sequence whose id or position is outside the caches stores
+ * nothing. */
 struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k_cache,
                                  struct lt_tensor *v_cache, struct lt_tensor *seq_ids,
-                                 struct lt_tensor *pos, struct lt_tensor *gate, float scale);
+                                 struct lt_tensor *pos, struct lt_tensor *gate, float scale,
+                                 struct lt_tensor *k_new, struct lt_tensor *v_new);
 /* Scaled dot-product attention in one node: o[:, h, t, s] = sum_j p_j v[:, hk, j, s] with
  * p = softmax_j(scale q[:, h, t, s] . k[:, hk, j, s] + mask[j, t, h % m2, s % m3]) and
  * hk = h / (H / Hkv): what mul_mat, soft_max (scale, mask, causal), mul_mat and the merge of

@@ -265,6 +265,9 @@ int64_t lt_nrows(const struct lt_tensor *t); /* ne[1]*ne[2]*ne[3] */
 size_t lt_nbytes(const struct lt_tensor *t); /* bytes spanned, views included */
 int lt_n_dims(const struct lt_tensor *t);    /* 1 + index of the last ne > 1 */
 bool lt_is_contiguous(const struct lt_tensor *t);
+/* Whether two elements of t (a type of one element a block) lie at one address (a broadcast
+ * or overlapping view): what an op writing t in place must refuse. */
+bool lt_shares_memory(const struct lt_tensor *t);
 bool lt_is_view(const struct lt_tensor *t);
 bool lt_same_shape(const struct lt_tensor *a, const struct lt_tensor *b);
 /* True when b's dims each divide a's (b can be broadcast over a). */

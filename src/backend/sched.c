@@ -566,6 +566,8 @@ static bool writes_source(const struct lt_tensor *node, int k)
         return false;
     if (node->op == LT_OP_GDN_DECODE) /* given seq_ids, the conv and ssm caches */
         return node->src[10] && (k == 4 || k == 5);
+    if (node->op == LT_OP_ATTN_DECODE) /* given this token's keys and values, the caches */
+        return node->src[6] && (k == 1 || k == 2);
     if (!writes_in_place(node))
         return false;
     if (lt_storage_root(node->src[k]) == node->view_src)

@@ -382,6 +382,29 @@ int lt_n_dims(const struct lt_tensor *t)
     return 1;
 }
 
+bool lt_shares_memory(const struct lt_tensor *t)
+{
+    /* its dims of more than one element, by stride, each stride at least the span of the
+     * dims under it */
+    int order[LT_MAX_DIMS], n = 0;
+    for (int i = 0; i < LT_MAX_DIMS; i++)
+        if (t->ne[i] > 1) {
+            int j = n++;
+            while (j > 0 && t->nb[order[j - 1]] > t->nb[i]) {
+                order[j] = order[j - 1];
+                j--;
+            }
+            order[j] = i;
+        }
+    size_t span = lt_type_traits(t->type)->type_size;
+    for (int k = 0; k < n; k++) {
+        if (t->nb[order[k]] < span)
+            return true;
+        span = t->nb[order[k]] * (size_t)t->ne[order[k]];
+    }
+    return false;
+}
+
 bool lt_is_contiguous(const struct lt_tensor *t)
 {
     const struct lt_type_traits *tt = lt_type_traits(t->type);

@@ -310,14 +310,22 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     if (b->hooks && b->hooks->attn_kv && (st = b->hooks->attn_kv(b, il, k4, v4, &ls)))
         return st;
     if (b->fused && b->n_tokens == 1 && ls.k_cache && ls.v_cache && ls.seq_ids) {
-        /* a kept decode step: attention read from the cache, gate included, in one node */
-        struct lt_tensor *o = named(lt_attn_decode(ctx, q, ls.k_cache, ls.v_cache, ls.seq_ids,
-                                                   b->pos, gate, 1.0f / sqrtf((float)D)),
-                                    "attn_decode", il);
+        /* a kept decode step: attention read from the cache, gate included, in one node
+         * (which also stores this token's K and V when the hook left them to it) */
+        struct lt_tensor *o =
+            named(lt_attn_decode(ctx, q, ls.k_cache, ls.v_cache, ls.seq_ids, b->pos, gate,
+                                 1.0f / sqrtf((float)D), ls.kv_to_attn ? k4 : NULL,
+                                 ls.kv_to_attn ? v4 : NULL),
+                  "attn_decode", il);
         o = named(mm(b, ly->wo, o), "attn_out", il);
         *out = o;
         return lt_mb_check(o, "attn_out", il);
     }
+    if (ls.kv_to_attn)
+        return lt_fail(LT_ERR_INVALID,
+                       "layer %d: the keys and values were left to an "
+                       "ATTN_DECODE node this graph does not build",
+                       il);
     struct lt_tensor *o = attention(b, il, q, ls.k, ls.v);
     if (o && gate) {
         struct lt_tensor *gs = named(lt_sigmoid(ctx, gate), "gate_sigmoid", il);

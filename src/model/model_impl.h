@@ -69,8 +69,11 @@ struct lt_mb_layer_state {
      * (any strides); NULL: the layer's own new K and V (training: no cache) */
     struct lt_tensor *k, *v;
     /* attention, a kept decode step: the caches themselves [head_dim, n_head_kv, n_ctx,
-     * n_seq_max] and each sequence's slot (I32 [n_seqs]), for ATTN_DECODE; else NULL */
+     * n_seq_max] and each sequence's slot (I32 [n_seqs]), for ATTN_DECODE; else NULL.
+     * kv_to_attn: the hook did not store this token's K and V: ATTN_DECODE stores them (the
+     * graph must then build one) */
     struct lt_tensor *k_cache, *v_cache, *seq_ids;
+    bool kv_to_attn;
     /* DeltaNet, a kept decode step: the state caches themselves ([d_conv - 1, channels,
      * n_seq_max], [S_v, S_k, H_v, n_seq_max]) at slots seq_ids, for GDN_DECODE to read (and
      * the ssm state to update) in place; else NULL */

@@ -346,6 +346,15 @@ static lt_status hook_attn_kv(struct lt_mb *b, int il, struct lt_tensor *k_new,
         /* every token at once, at the cache rows kv_rows names (a batch's padding at -1,
          * which stores nothing): the caches as rows of one position, [D * Hkv, n_ctx *
          * n_seq_max] */
+        if (sp->kept && b->n_tokens == 1 && b->fused) {
+            /* the kept step's ATTN_DECODE stores this token's K and V at (pos, slot) itself,
+             * the rows kv_rows would name */
+            ls->k_cache = kc;
+            ls->v_cache = vc;
+            ls->seq_ids = sp->seq_ids;
+            ls->kv_to_attn = true;
+            return LT_OK;
+        }
         int64_t rows = kc->ne[2] * kc->ne[3];
         struct lt_tensor *kr = lt_view_2d(b->ctx, kc, D * Hkv, rows, kc->nb[2], 0);
         struct lt_tensor *vr = lt_view_2d(b->ctx, vc, D * Hkv, rows, vc->nb[2], 0);

@@ -11,9 +11,12 @@
  * So it agrees with the chain to float rounding (the products of the chain sum in float).
  *
  * Sources: q [D, H, S], k_cache, v_cache [D, Hkv, n_ctx, n_slots], seq_ids [S], pos [S],
- * gate [D, H, S] (optional). Query head h reads KV head h / (H / Hkv), as MUL_MAT broadcasts
- * a's heads over b's. An id or a position outside the cache gives a column of NaN (the
- * kernel cannot fail, and NaN cannot go unnoticed); the session never passes one. */
+ * gate [D, H, S] (optional), k_new, v_new [D, Hkv, 1, S] (optional: this token's keys and
+ * values, stored first into the caches at (pos[s], seq_ids[s]), by threads that split the
+ * (KV head, sequence) pairs, then a barrier: the SET_ROWS of the two caches folded in). Query head
+ * h reads KV head h / (H / Hkv), as MUL_MAT broadcasts a's heads over b's. An id or a position
+ * outside the cache gives a column of NaN (the kernel cannot fail, and NaN cannot go unnoticed);
+ * the session never passes one. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,7 +24,7 @@
 #include "lathe/ops.h"
 #include "ops/op.h"
 
-enum { AD_Q, AD_K, AD_V, AD_IDS, AD_POS, AD_GATE };
+enum { AD_Q, AD_K, AD_V, AD_IDS, AD_POS, AD_GATE, AD_KNEW, AD_VNEW, AD_SRC_COUNT };
 
 static bool kv_cache_ok(const struct lt_tensor *c, const struct lt_tensor *q)
 {
@@ -45,15 +48,27 @@ static const char *attn_decode_check(struct lt_tensor *const *s)
         return "seq_ids and pos must be i32 [S]";
     if (gate && (gate->type != LT_TYPE_F32 || !lt_same_shape(gate, q)))
         return "the gate must be f32 of q's shape";
+    const struct lt_tensor *kn = s[AD_KNEW], *vn = s[AD_VNEW];
+    if (!kn != !vn)
+        return "k_new and v_new come together";
+    if (kn) {
+        const bool shape = kn->ne[0] == k->ne[0] && kn->ne[1] == k->ne[1] && kn->ne[2] == 1 &&
+                           kn->ne[3] == S && lt_same_shape(kn, vn);
+        if (kn->type != LT_TYPE_F32 || vn->type != LT_TYPE_F32 || !shape)
+            return "k_new and v_new must be f32 [D, Hkv, 1, S]";
+        if (lt_shares_memory(k) || lt_shares_memory(v))
+            return "the caches, written in place, have elements that share memory";
+    }
     return NULL;
 }
 
 struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct lt_tensor *k_cache,
                                  struct lt_tensor *v_cache, struct lt_tensor *seq_ids,
-                                 struct lt_tensor *pos, struct lt_tensor *gate, float scale)
+                                 struct lt_tensor *pos, struct lt_tensor *gate, float scale,
+                                 struct lt_tensor *k_new, struct lt_tensor *v_new)
 {
     LT_REQUIRE("attn_decode", q, k_cache, v_cache, seq_ids, pos);
-    struct lt_tensor *srcs[6] = {q, k_cache, v_cache, seq_ids, pos, gate};
+    struct lt_tensor *srcs[AD_SRC_COUNT] = {q, k_cache, v_cache, seq_ids, pos, gate, k_new, v_new};
     const char *why = attn_decode_check(srcs);
     if (why) {
         lt_fail(LT_ERR_INVALID, "attn_decode of '%s' over '%s': %s", q->name, k_cache->name, why);
@@ -61,7 +76,9 @@ struct lt_tensor *lt_attn_decode(struct lt_ctx *ctx, struct lt_tensor *q, struct
     }
     struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_ATTN_DECODE, LT_TYPE_F32, 2,
                                            (int64_t[]){q->ne[0] * q->ne[1], q->ne[2]}, srcs,
-                                           gate ? 6 : 5);
+                                           k_new || v_new ? AD_SRC_COUNT
+                                           : gate         ? 6
+                                                          : 5);
     if (t)
         lt_set_param_f32(t, 0, scale);
     return t;
@@ -97,6 +114,22 @@ static float q_at(const struct lt_tensor *t, int64_t d, int64_t h, int64_t s)
     return *(const float *)((const char *)t->data + d * t->nb[0] + h * t->nb[1] + s * t->nb[2]);
 }
 
+/* this token's keys or values of sequence s, KV head kh, into the cache c at its position
+ * (rounded to the cache's type) */
+static void store_new(const struct lt_tensor *c, const struct lt_tensor *x, int64_t kh, int64_t s,
+                      int64_t j, int64_t slot)
+{
+    for (int64_t d = 0; d < c->ne[0]; d++) {
+        const float v =
+            *(const float *)((const char *)x->data + d * x->nb[0] + kh * x->nb[1] + s * x->nb[3]);
+        char *p = (char *)c->data + d * c->nb[0] + kh * c->nb[1] + j * c->nb[2] + slot * c->nb[3];
+        if (c->type == LT_TYPE_F16)
+            *(uint16_t *)p = lt_fp32_to_fp16(v);
+        else
+            *(float *)p = v;
+    }
+}
+
 static void attn_decode_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *q = node->src[AD_Q], *k = node->src[AD_K], *v = node->src[AD_V],
@@ -107,6 +140,18 @@ static void attn_decode_forward(const struct lt_compute_params *p, struct lt_ten
     const float scale = lt_get_param_f32(node, 0);
     float *sc = (float *)p->wdata + (size_t)p->ith * (size_t)n_ctx;
     int64_t lo, hi;
+    if (node->src[AD_KNEW]) { /* this token's keys and values into the caches first */
+        const int64_t Hkv = k->ne[1];
+        lt_split_range(Hkv * S, p->ith, p->nth, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) {
+            const int64_t kh = r % Hkv, s = r / Hkv, slot = ids[s], j = pos[s];
+            if (slot < 0 || slot >= n_slots || j < 0 || j >= n_ctx)
+                continue;
+            store_new(k, node->src[AD_KNEW], kh, s, j, slot);
+            store_new(v, node->src[AD_VNEW], kh, s, j, slot);
+        }
+        lt_compute_barrier(p);
+    }
     lt_split_range(H * S, p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const int64_t h = r % H, s = r / H, kh = h / group;
@@ -148,7 +193,7 @@ static void attn_decode_forward(const struct lt_compute_params *p, struct lt_ten
 }
 
 const struct lt_op_def lt_op_def_attn_decode = {.name = "ATTN_DECODE",
-                                                .n_src = 6,
+                                                .n_src = AD_SRC_COUNT,
                                                 .cpu_supported = attn_decode_supported,
                                                 .cpu_work_size = attn_decode_work_size,
                                                 .cpu_forward = attn_decode_forward};

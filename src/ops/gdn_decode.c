@@ -116,29 +116,6 @@ static bool has_shape(const struct lt_tensor *t, int64_t n0, int64_t n1, int64_t
 }
 
 /* fails naming source `what` and the shape it should have had */
-/* whether two elements of t lie at one address: its dims of more than one element, by
- * stride, each stride at least the span of the dims under it */
-static bool shares_memory(const struct lt_tensor *t)
-{
-    int order[LT_MAX_DIMS], n = 0;
-    for (int i = 0; i < LT_MAX_DIMS; i++)
-        if (t->ne[i] > 1) {
-            int j = n++;
-            while (j > 0 && t->nb[order[j - 1]] > t->nb[i]) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = i;
-        }
-    size_t span = sizeof(float); /* the caches are F32 */
-    for (int k = 0; k < n; k++) {
-        if (t->nb[order[k]] < span)
-            return true;
-        span = t->nb[order[k]] * (size_t)t->ne[order[k]];
-    }
-    return false;
-}
-
 static bool bad_shape(const char *what, const struct lt_tensor *t, const char *want)
 {
     lt_fail(LT_ERR_INVALID, "gdn_decode: %s '%s' [%lld, %lld, %lld, %lld] is not %s", what, t->name,
@@ -247,7 +224,7 @@ static bool gdn_check(struct lt_tensor *const *src, int64_t hk, struct gdn_dims 
         return bad_shape("conv_state", src[GDN_CONV_STATE], want);
     for (int i = 0; caches && i < 2; i++) {
         const struct lt_tensor *t = src[i ? GDN_SSM_STATE : GDN_CONV_STATE];
-        if (shares_memory(t)) {
+        if (lt_shares_memory(t)) {
             lt_fail(LT_ERR_INVALID,
                     "gdn_decode: %s '%s', written in place, has elements that share memory (a "
                     "broadcast or overlapping view)",

@@ -746,7 +746,8 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
                                      : lt_l2_norm_back(b->ctx, g, x, eps);
 }
 
-/* i[0]: gate; type[1]: the caches' type; lay[0]: q's layout */
+/* i[0]: gate; i[1]: k_new and v_new given (k_new in lay[0]); type[1]: the caches' type;
+ * lay[0]: q's layout */
 static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
 {
     static const float ids[3] = {2, 0, 1}, pos[3] = {40, 0, 63};
@@ -760,7 +761,14 @@ static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
     b->in[b->n_in - 1].values = pos;
     struct lt_tensor *g =
         p->i[0] ? mk(b, LT_TYPE_F32, L_TRANSPOSED, D, 4, 3, 1, FILL_UNIFORM, -2, 2) : NULL;
-    return lt_attn_decode(b->ctx, q, k, v, ti, tp, g, 1.0f / sqrtf((float)D));
+    struct lt_tensor *kn = NULL, *vn = NULL;
+    if (p->i[1]) { /* this token's keys and values, stored by the op (the caches compared) */
+        kn = mk(b, LT_TYPE_F32, p->lay[0], D, 2, 1, 3, FILL_UNIFORM, -1, 1);
+        vn = mk(b, LT_TYPE_F32, L_CONTIG, D, 2, 1, 3, FILL_UNIFORM, -1, 1);
+        b->extra[b->n_extra++] = k;
+        b->extra[b->n_extra++] = v;
+    }
+    return lt_attn_decode(b->ctx, q, k, v, ti, tp, g, 1.0f / sqrtf((float)D), kn, vn);
 }
 
 /* ne: D, T, n_kv, S; i[0]: H, i[1]: Hkv, i[2]: causal (bit 0), mask (bits 1-2: 0 none, 1
@@ -888,6 +896,15 @@ static void test_nn(void)
                 snprintf(buf, sizeof(buf), "%s%s", t ? "f16" : "f32", gated ? "/gate" : "");
                 run_case(LT_OP_ATTN_DECODE, lbl(layout_names[l], buf), TOL_F32, b_attn_decode, &p);
             }
+    /* ... storing this token's keys and values (k_new in each layout), the caches compared */
+    for (int t = 0; t < 2; t++)
+        for (int l = 0; l < L_COUNT; l++) {
+            p = P(l, 0, LT_TYPE_F32, t ? LT_TYPE_F16 : LT_TYPE_F32);
+            p.ne[0] = l == L_CONTIG ? 256 : 16;
+            p.i[0] = 1, p.i[1] = 1;
+            run_case(LT_OP_ATTN_DECODE, lbl(layout_names[l], t ? "f16/store" : "f32/store"),
+                     TOL_F32, b_attn_decode, &p);
+        }
     /* FLASH_ATTN and its backward: q in every layout on a small causal shape; grouped heads,
      * a cache longer than the queries, masks with -inf (a query with every key dropped) and
      * a mask a head; tails of every tile size; Qwen3.5-0.8B's heads (D 256, 8 over 2) at F32

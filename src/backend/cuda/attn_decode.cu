@@ -7,7 +7,13 @@
  * the block's maximum and double sum of expf(score - max); then a thread per output element
  * d sums p_j v_j over the positions in double. The scores of a block go to scratch memory
  * (n_ctx floats a block), so the context length meets no shared-memory limit. An id or a
- * position outside the cache gives NaN, as on the CPU. */
+ * position outside the cache gives NaN, as on the CPU.
+ *
+ * Given this token's keys and values (k_new, v_new), the first block of each KV head's
+ * query heads (h % (H / Hkv) == 0) stores them into the caches at (pos[s], seq_ids[s]),
+ * rounded to the cache's type, and every block reads position pos[s] from k_new and v_new
+ * rounded the same way instead of from the cache (which another block may not have written
+ * yet): the same numbers as SET_ROWS then ATTN_DECODE, one launch instead of three. */
 #include <math.h>
 #include <stdio.h>
 
@@ -15,7 +21,7 @@
 
 static const enum lt_op attn_decode_ops[] = {LT_OP_ATTN_DECODE};
 
-enum { AD_Q, AD_K, AD_V, AD_IDS, AD_POS, AD_GATE };
+enum { AD_Q, AD_K, AD_V, AD_IDS, AD_POS, AD_GATE, AD_KNEW, AD_VNEW };
 
 #define AD_THREADS 256
 
@@ -42,6 +48,15 @@ bool cu_attn_decode_supported(const struct lt_tensor *node, char *reason, size_t
         !cu_check_source(node, AD_POS, CU_TYPES_I32, reason, reason_size) ||
         (gate && !cu_check_source(node, AD_GATE, CU_TYPES_F32, reason, reason_size)))
         return false;
+    const struct lt_tensor *kn = node->src[AD_KNEW], *vn = node->src[AD_VNEW];
+    if (!kn != !vn || (kn && (!cu_check_source(node, AD_KNEW, CU_TYPES_F32, reason, reason_size) ||
+                              !cu_check_source(node, AD_VNEW, CU_TYPES_F32, reason, reason_size))))
+        return false;
+    if (kn && (kn->ne[0] != k->ne[0] || kn->ne[1] != k->ne[1] || kn->ne[2] != 1 ||
+               kn->ne[3] != q->ne[2] || !lt_same_shape(kn, vn))) {
+        snprintf(reason, reason_size, "k_new and v_new are not [D, Hkv, 1, S]");
+        return false;
+    }
     const int64_t S = q->ne[2];
     if (q->ne[3] != 1 || !cache_ok(k, q) || !cache_ok(v, q) || !lt_same_shape(k, v) ||
         k->type != v->type) {
@@ -78,9 +93,26 @@ static __device__ __forceinline__ float kv_at(const struct cu_t &c, int64_t d, i
     return c.type == LT_TYPE_F16 ? __half2float(*(const __half *)p) : *(const float *)p;
 }
 
+/* x as a cache of type `type` holds it */
+static __device__ __forceinline__ float kv_round(int type, float x)
+{
+    return type == LT_TYPE_F16 ? __half2float(__float2half_rn(x)) : x;
+}
+
+static __device__ __forceinline__ void kv_store(const struct cu_t &c, int64_t d, int64_t h,
+                                                int64_t j, int64_t slot, float x)
+{
+    char *p = (char *)c.data + d * c.nb[0] + h * c.nb[1] + j * c.nb[2] + slot * c.nb[3];
+    if (c.type == LT_TYPE_F16)
+        *(__half *)p = __float2half_rn(x);
+    else
+        *(float *)p = x;
+}
+
 static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct cu_t v,
                                           const int32_t *ids, const int32_t *pos, struct cu_t gate,
-                                          bool has_gate, float *y, float *scores, float scale)
+                                          bool has_gate, struct cu_t kn, struct cu_t vn,
+                                          bool has_new, float *y, float *scores, float scale)
 {
     extern __shared__ float qs[]; /* [D] */
     __shared__ double red[32];
@@ -96,13 +128,20 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
     }
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
         qs[d] = cu_getf(q, d, h, s, 0);
+    if (has_new && h % (H / k.ne[1]) == 0) /* the KV head's first query head stores */
+        for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+            kv_store(k, d, kh, n - 1, slot, cu_getf(kn, d, kh, 0, s));
+            kv_store(v, d, kh, n - 1, slot, cu_getf(vn, d, kh, 0, s));
+        }
     __syncthreads();
     float *sc = scores + (int64_t)blockIdx.x * n_ctx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     for (int64_t j = warp; j < n; j += n_warps) {
         double dot = 0.0;
         for (int64_t d = lane; d < D; d += 32)
-            dot += (double)qs[d] * (double)kv_at(k, d, kh, j, slot);
+            dot += (double)qs[d] * (double)(has_new && j == n - 1
+                                                ? kv_round(k.type, cu_getf(kn, d, kh, 0, s))
+                                                : kv_at(k, d, kh, j, slot));
         dot = cu_warp_sum(dot);
         if (lane == 0)
             sc[j] = __fmul_rn((float)dot, scale);
@@ -123,7 +162,9 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         double o = 0.0;
         for (int64_t j = 0; j < n; j++)
-            o += (double)__fmul_rn(sc[j], inv) * (double)kv_at(v, d, kh, j, slot);
+            o += (double)__fmul_rn(sc[j], inv) *
+                 (double)(has_new && j == n - 1 ? kv_round(v.type, cu_getf(vn, d, kh, 0, s))
+                                                : kv_at(v, d, kh, j, slot));
         float of = (float)o;
         if (has_gate)
             of = __fmul_rn(of, 1.0f / (1.0f + expf(-cu_getf(gate, d, h, s, 0))));
@@ -151,6 +192,7 @@ lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (!cu_attn_decode_supported(node, reason, sizeof(reason)))
         return cu_refuse(node, reason);
     const struct lt_tensor *q = node->src[AD_Q], *k = node->src[AD_K], *gate = node->src[AD_GATE];
+    const struct lt_tensor *kn = node->src[AD_KNEW], *vn = node->src[AD_VNEW];
     const int64_t blocks = q->ne[1] * q->ne[2];
     if (blocks == 0 || q->ne[0] == 0)
         return LT_OK;
@@ -159,11 +201,11 @@ lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (st != LT_OK)
         return st;
     attn_decode_kernel<<<(unsigned)blocks, AD_THREADS, (size_t)q->ne[0] * sizeof(float),
-                         c->stream>>>(cu_view(q), cu_view(k), cu_view(node->src[AD_V]),
-                                      (const int32_t *)node->src[AD_IDS]->data,
-                                      (const int32_t *)node->src[AD_POS]->data,
-                                      cu_view(gate ? gate : q), gate != NULL, (float *)node->data,
-                                      (float *)scores, lt_get_param_f32(node, 0));
+                         c->stream>>>(
+        cu_view(q), cu_view(k), cu_view(node->src[AD_V]), (const int32_t *)node->src[AD_IDS]->data,
+        (const int32_t *)node->src[AD_POS]->data, cu_view(gate ? gate : q), gate != NULL,
+        cu_view(kn ? kn : q), cu_view(vn ? vn : q), kn != NULL, (float *)node->data,
+        (float *)scores, lt_get_param_f32(node, 0));
     return cu_launched("attn_decode");
 }
 
