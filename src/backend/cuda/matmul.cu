@@ -425,6 +425,21 @@ static __device__ __forceinline__ void load8(const char *p, int type, float *w)
     unpack8(*(const uint4 *)p, type, w);
 }
 
+/* A warp's row: its lanes' partial sums acc[n] added across the warp, and lane 0 storing
+ * the N <= NC results at dst[n M] */
+template <int NC>
+static __device__ __forceinline__ void mmv_row_out(float *acc, int lane, float *dst, int64_t N,
+                                                   int64_t M)
+{
+#pragma unroll
+    for (int n = 0; n < NC; n++)
+        for (int o = 16; o > 0; o >>= 1)
+            acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
+    if (lane == 0)
+        for (int n = 0; n < NC && n < N; n++)
+            dst[n * M] = acc[n];
+}
+
 /* dst[m, n, i2, i3] for n < N <= NC: warp w takes output rows (m, i2, i3) w, w + warps, ...
  * VEC: unsplit F16 / BF16 rows read 8 elements (16 bytes) a lane at a time (b's columns
  * strided: mmv_half_kernel takes unit-strided ones). */
@@ -471,13 +486,7 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
                         acc[n] += w * *(const float *)(xk + n * b.nb[1]);
             }
         }
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-            for (int o = 16; o > 0; o >>= 1)
-                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
-        if (lane == 0)
-            for (int n = 0; n < NC && n < N; n++)
-                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+        mmv_row_out<NC>(acc, lane, dst + (i3 * B2 + i2) * N * M + m, N, M);
     }
 }
 
@@ -650,13 +659,7 @@ static __global__ void mmv_q8_0_kernel(struct cu_t a, struct cu_t b, float *dst,
             }
             __syncwarp();
         }
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-            for (int o = 16; o > 0; o >>= 1)
-                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
-        if (lane == 0)
-            for (int n = 0; n < NC && n < N; n++)
-                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+        mmv_row_out<NC>(acc, lane, dst + (i3 * B2 + i2) * N * M + m, N, M);
     }
 }
 
@@ -770,13 +773,7 @@ static __global__ void mmv_q4k_kernel(struct cu_t a, struct cu_t b, float *dst, 
                     }
             }
         }
-#pragma unroll
-        for (int n = 0; n < NC; n++)
-            for (int o = 16; o > 0; o >>= 1)
-                acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], o);
-        if (lane == 0)
-            for (int n = 0; n < NC && n < N; n++)
-                dst[((i3 * B2 + i2) * N + n) * M + m] = acc[n];
+        mmv_row_out<NC>(acc, lane, dst + (i3 * B2 + i2) * N * M + m, N, M);
     }
 }
 
