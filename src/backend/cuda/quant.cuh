@@ -23,6 +23,18 @@ __host__ __device__ constexpr int cu_block_size(int type)
                : 1;
 }
 
+/* Q4_K's and Q5_K's 6-bit scale and min of sub-block sb (0..7) from their 12 packed bytes */
+__device__ __forceinline__ void cu_k4_scale_min(const uint8_t *sc, int sb, int &scale, int &min)
+{
+    if (sb < 4) {
+        scale = sc[sb] & 63;
+        min = sc[sb + 4] & 63;
+    } else {
+        scale = (sc[sb + 4] & 0x0f) | (sc[sb - 4] >> 6) << 4;
+        min = (sc[sb + 4] >> 4) | (sc[sb] >> 6) << 4;
+    }
+}
+
 __device__ __forceinline__ float cu_f16_at(const uint8_t *p)
 {
     __half_raw r;
@@ -78,15 +90,8 @@ __device__ __forceinline__ float cu_dequant(const uint8_t *b, int type, int j)
     case LT_TYPE_Q4_K:
     case LT_TYPE_Q5_K: {
         const int sb = j / 32, l = j % 32;
-        const uint8_t *sc = b + 4;
         int scale, min;
-        if (sb < 4) {
-            scale = sc[sb] & 63;
-            min = sc[sb + 4] & 63;
-        } else {
-            scale = (sc[sb + 4] & 0x0f) | (sc[sb - 4] >> 6) << 4;
-            min = (sc[sb + 4] >> 4) | (sc[sb] >> 6) << 4;
-        }
+        cu_k4_scale_min(b + 4, sb, scale, min);
         const float d1 = cu_mul(cu_f16_at(b), (float)scale);
         const float m1 = cu_mul(cu_f16_at(b + 2), (float)min);
         int q;

@@ -1,0 +1,21 @@
+/* mmv.cuh (internal, CUDA C++): the few-columns product by lathe's own kernels (mmv.cu).
+ * matmul.cu decides when it runs (its plan, shared by the precondition and the launcher)
+ * and calls it. */
+#ifndef LATHE_BACKEND_CUDA_MMV_CUH
+#define LATHE_BACKEND_CUDA_MMV_CUH
+
+#include "backend/cuda/cuda_common.h"
+
+/* What the kernels need of matmul.cu's plan: a [K, M, A2, A3], b [K, N, B2, B3] (N <= 8),
+ * r2 = B2 / A2, r3 = B3 / A3. */
+struct cu_mmv_shape {
+    int64_t K, M, N, A2, A3, B2, B3, r2, r3;
+};
+
+/* dst[m, n, i2, i3] = sum_k a[k, m, i2 / r2, i3 / r3] * b[k, n, i2, i3] for F32 b of any
+ * strides, a of any type the device reads; dst contiguous F32. Queues one kernel; takes no
+ * scratch. */
+lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                     const struct lt_tensor *b, float *dst);
+
+#endif
