@@ -137,11 +137,11 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
     float *sc = scores + (int64_t)blockIdx.x * n_ctx;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     for (int64_t j = warp; j < n; j += n_warps) {
+        const bool fresh = has_new && j == n - 1; /* this token's key: from k_new */
         double dot = 0.0;
         for (int64_t d = lane; d < D; d += 32)
-            dot += (double)qs[d] * (double)(has_new && j == n - 1
-                                                ? kv_round(k.type, cu_getf(kn, d, kh, 0, s))
-                                                : kv_at(k, d, kh, j, slot));
+            dot += (double)qs[d] * (double)(fresh ? kv_round(k.type, cu_getf(kn, d, kh, 0, s))
+                                                  : kv_at(k, d, kh, j, slot));
         dot = cu_warp_sum(dot);
         if (lane == 0)
             sc[j] = __fmul_rn((float)dot, scale);
@@ -161,10 +161,12 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
     const float inv = (float)(1.0 / sum);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
         double o = 0.0;
-        for (int64_t j = 0; j < n; j++)
-            o += (double)__fmul_rn(sc[j], inv) *
-                 (double)(has_new && j == n - 1 ? kv_round(v.type, cu_getf(vn, d, kh, 0, s))
-                                                : kv_at(v, d, kh, j, slot));
+        const int64_t n_cached = has_new ? n - 1 : n; /* this token's value: from v_new */
+        for (int64_t j = 0; j < n_cached; j++)
+            o += (double)__fmul_rn(sc[j], inv) * (double)kv_at(v, d, kh, j, slot);
+        if (has_new)
+            o += (double)__fmul_rn(sc[n - 1], inv) *
+                 (double)kv_round(v.type, cu_getf(vn, d, kh, 0, s));
         float of = (float)o;
         if (has_gate)
             of = __fmul_rn(of, 1.0f / (1.0f + expf(-cu_getf(gate, d, h, s, 0))));
