@@ -1,6 +1,7 @@
 /* delta_net_mma.h (internal, CUDA C++): the block-wide building blocks of the chunked CUDA
- * delta rule kernels (delta_net_chunk.cu, delta_net_wy.cu): products of small shared- or
- * global-memory matrices on tensor cores in three TF32 products (F32-level precision), and
+ * delta rule kernels (delta_net_chunk.cu, delta_net_wy.cu) and FLASH_ATTN (flash_attn.cu):
+ * products of small shared- or global-memory matrices on tensor cores in three TF32 products
+ * (F32-level precision) or one, and
  * a fill of a shared tile from global memory with many loads in flight. Every function here
  * is called by the whole block together. */
 #ifndef LATHE_BACKEND_CUDA_DELTA_NET_MMA_H
@@ -18,34 +19,73 @@ namespace wmma = nvcuda::wmma;
  * one product (A and B rounded to TF32 to nearest, F32 accumulation): a third of the
  * tensor-core work and no split, for nodes that allow it (LT_DELTA_NET_PREC_TF32). A(m, k) is
  * A[m * lda + k] (LA row-major) or A[m + k * lda] (column-major), B(k, n) likewise; M and N
- * are multiples of 16, K of 8, lda and ldb of 4, and every operand 32-byte aligned. Only rows
- * m < m_valid and columns n < n_valid of Cm are stored. The block calls it together; the
- * caller synchronises before reading Cm, which must not overlap A or B.
+ * are multiples of 16, K of 8. Only rows m < m_valid and columns n < n_valid of Cm are
+ * stored. The block calls it together; the caller synchronises before reading Cm, which must
+ * not overlap A or B.
+ *
+ * The products are PTX's mma.sync m16n8k8 on TF32 operands, each lane loading its own
+ * fragment elements with plain loads: A's row g and g + 8, columns t and t + 4 (g = lane / 4,
+ * t = lane % 4), B's rows t and t + 4 of column g. wmma's loads took generic addresses (the
+ * API cannot name shared memory) and its accumulators went out through shared memory to
+ * reach their elements; here a lane knows its accumulator elements and stores them itself.
+ * With leading dimensions of 4 mod 32 (the kernels pad their tiles so), A's row-major loads
+ * and B's column-major ones touch 32 banks.
  *
  * A warp takes a strip of NT output tiles of 16 x 16 side by side (cb_strip_tiles picks NT
  * from M and N alone), with NT accumulators that share each A fragment: NT independent
- * chains of products in flight instead of one. With two warps a scheduler (these kernels
- * fill an SM's shared memory with one block of 8 warps), one accumulator a warp left each
- * product waiting on the last; Nsight Compute's top stall in every kernel was that fixed
- * latency. Each tile goes out through the warp's 256 floats of tmp. Element (m, n) of Cm is
- * always read and written by the same lane of the same warp for the same M and N, so calls
- * that accumulate into one Cm of one shape need no barrier between them. */
-template <typename F> static __device__ __forceinline__ void cb_split(F &hi, F &lo)
+ * chains of products in flight instead of one. Element (m, n) of Cm is always read and
+ * written by the same lane of the same warp for the same M and N, so calls that accumulate
+ * into one Cm of one shape need no barrier between them. */
+
+/* A 16 x 16 accumulator tile as two m16n8 halves: x[4 h + i] is element
+ * (g + 8 (i / 2), 8 h + 2 t + i % 2), g = lane / 4, t = lane % 4 (mma.sync's C layout). */
+struct cb_tile {
+    float x[8];
+};
+
+static __device__ __forceinline__ void cb_tile_zero(cb_tile &c)
 {
 #pragma unroll
-    for (int i = 0; i < hi.num_elements; i++) {
-        const float x = hi.x[i], h = wmma::__float_to_tf32(x);
-        lo.x[i] = wmma::__float_to_tf32(x - h);
-        hi.x[i] = h;
-    }
+    for (int i = 0; i < 8; i++)
+        c.x[i] = 0.0f;
 }
 
-/* the fragment's elements rounded to TF32, to nearest */
-template <typename F> static __device__ __forceinline__ void cb_round(F &f)
+/* the tile's element i as (row, column) within the tile, for this lane */
+static __device__ __forceinline__ int cb_tile_row(int i)
+{
+    return (threadIdx.x & 31) / 4 + 8 * (i % 4 / 2);
+}
+static __device__ __forceinline__ int cb_tile_col(int i)
+{
+    return 8 * (i / 4) + 2 * (threadIdx.x & 3) + i % 2;
+}
+
+/* d += a b on a 16 x 8 x 8 tile (mma.sync.m16n8k8, TF32 operands, F32 accumulation); a and
+ * b hold TF32 values (their low 13 bits are not read) */
+static __device__ __forceinline__ void cb_mma1688(float *d, const float *a, const float *b)
+{
+#ifdef LATHE_CUEMU_CORE_H
+    cuemu_mma_m16n8k8_tf32(d, a, b);
+#else
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
+          "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
+#endif
+}
+
+/* x rounded to TF32 to nearest (TF1), or split into its TF32 high part (x) and the rest
+ * rounded again (lo) */
+template <bool TF1, int N> static __device__ __forceinline__ void cb_operand(float *x, float *lo)
 {
 #pragma unroll
-    for (int i = 0; i < f.num_elements; i++)
-        f.x[i] = wmma::__float_to_tf32(f.x[i]);
+    for (int i = 0; i < N; i++) {
+        const float h = wmma::__float_to_tf32(x[i]);
+        if (!TF1)
+            lo[i] = wmma::__float_to_tf32(x[i] - h);
+        x[i] = h;
+    }
 }
 
 /* tiles a warp's strip: the most of 4, 2, 1 that divides N's tiles and still leaves a strip
@@ -66,47 +106,49 @@ static __device__ __forceinline__ int cb_strip_tiles(int M, int N)
  * TF32 once; else each split into a TF32 high part and the rest, three products (a_lo b,
  * a b_lo, a b), near F32. A and B row-major (LA, LB wmma::row_major) or column-major. */
 template <typename LA, typename LB, bool TF1, int NT>
-static __device__ __forceinline__ void
-cb_row_products(wmma::fragment<wmma::accumulator, 16, 16, 8, float> *c, const float *A, int lda,
-                const float *B, int ldb, int m0, int K, int n_first, int n_step, int n_count)
+static __device__ __forceinline__ void cb_row_products(cb_tile *c, const float *A, int lda,
+                                                       const float *B, int ldb, int m0, int K,
+                                                       int n_first, int n_step, int n_count)
 {
     const bool a_row = std::is_same<LA, wmma::row_major>::value,
                b_row = std::is_same<LB, wmma::row_major>::value;
+    const int g = (threadIdx.x & 31) / 4, t = threadIdx.x & 3;
+    /* A(m0 + g, t) and B(t, g): each k-step moves them 8 columns (rows) on */
+    const float *Ag = a_row ? A + (m0 + g) * lda + t : A + (m0 + g) + t * lda;
+    const int a8 = a_row ? 8 : 8 * lda, a_k4 = a_row ? 4 : 4 * lda, a_m8 = a_row ? 8 * lda : 8;
+    const int b_k4 = b_row ? 4 * ldb : 4, b_n = b_row ? 1 : ldb;
     for (int k0 = 0; k0 < K; k0 += 8) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LA> a, a_lo;
-        wmma::load_matrix_sync(a, a_row ? A + m0 * lda + k0 : A + m0 + k0 * lda, lda);
-        if (TF1)
-            cb_round(a);
-        else
-            cb_split(a, a_lo);
+        const float *Ak = Ag + (k0 / 8) * a8;
+        float a[4] = {Ak[0], Ak[a_m8], Ak[a_k4], Ak[a_m8 + a_k4]}, a_lo[4];
+        cb_operand<TF1, 4>(a, a_lo);
+        const float *Bk = b_row ? B + (k0 + t) * ldb : B + k0 + t;
 #pragma unroll
         for (int u = 0; u < NT; u++) {
             if (u >= n_count)
                 break;
-            const int n0 = n_first + n_step * u;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LB> b, b_lo;
-            wmma::load_matrix_sync(b, b_row ? B + k0 * ldb + n0 : B + k0 + n0 * ldb, ldb);
-            if (TF1) {
-                cb_round(b);
-            } else {
-                cb_split(b, b_lo);
-                wmma::mma_sync(c[u], a_lo, b, c[u]);
-                wmma::mma_sync(c[u], a, b_lo, c[u]);
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int n = n_first + n_step * u + 8 * hf + g;
+                float b[2] = {Bk[n * b_n], Bk[n * b_n + b_k4]}, b_lo[2];
+                cb_operand<TF1, 2>(b, b_lo);
+                float *d = c[u].x + 4 * hf;
+                if (!TF1) {
+                    cb_mma1688(d, a_lo, b);
+                    cb_mma1688(d, a, b_lo);
+                }
+                cb_mma1688(d, a, b);
             }
-            wmma::mma_sync(c[u], a, b, c[u]);
         }
     }
 }
 
 template <typename LA, typename LB, bool TF1, int NT>
-static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, const float *A,
-                                                     int lda, const float *B, int ldb, int M, int N,
-                                                     int K, float alpha, bool acc, const float *rs,
-                                                     int m_valid, int n_valid, float *tmp)
+static __device__ __forceinline__ void
+cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb, int M,
+              int N, int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid)
 {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+    const int warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
     const int sn = N / (16 * NT), strips = (M / 16) * sn;
-    float *t = tmp + warp * 256;
     for (int s = warp; s < strips; s += n_warps) {
         const int m0 = s / sn * 16, nb = s % sn * (16 * NT);
         /* the lanes' old values first, all in flight while the strip's products run (Cm
@@ -116,47 +158,46 @@ static __device__ __forceinline__ void cb_mma_strips(float *Cm, int64_t ldc, con
 #pragma unroll
         for (int u = 0; u < NT; u++)
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int e = lane + 32 * j, m = m0 + e / 16, n = nb + 16 * u + e % 16;
-                old[u][j] = acc && m < m_valid && n < n_valid ? Cm[m * ldc + n] : 0.0f;
+            for (int i = 0; i < 8; i++) {
+                const int m = m0 + cb_tile_row(i), n = nb + 16 * u + cb_tile_col(i);
+                old[u][i] = acc && m < m_valid && n < n_valid ? Cm[m * ldc + n] : 0.0f;
             }
-        wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[NT];
+        cb_tile c[NT];
 #pragma unroll
         for (int u = 0; u < NT; u++)
-            wmma::fill_fragment(c[u], 0.0f);
+            cb_tile_zero(c[u]);
         cb_row_products<LA, LB, TF1, NT>(c, A, lda, B, ldb, m0, K, nb, 16, NT);
 #pragma unroll
-        for (int u = 0; u < NT; u++) {
-            wmma::store_matrix_sync(t, c[u], 16, wmma::mem_row_major);
-            __syncwarp();
+        for (int u = 0; u < NT; u++)
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int e = lane + 32 * j, m = m0 + e / 16, n = nb + 16 * u + e % 16;
+            for (int i = 0; i < 8; i++) {
+                const int m = m0 + cb_tile_row(i), n = nb + 16 * u + cb_tile_col(i);
                 if (m < m_valid && n < n_valid)
-                    Cm[m * ldc + n] = old[u][j] + (rs ? alpha * rs[m] : alpha) * t[e];
+                    Cm[m * ldc + n] = old[u][i] + (rs ? alpha * rs[m] : alpha) * c[u].x[i];
             }
-            __syncwarp();
-        }
     }
 }
 
+/* tmp: no longer read (the accumulators are stored from registers); kept in the callers'
+ * shared-memory layouts for now */
 template <typename LA, typename LB, bool TF1>
 static __device__ __forceinline__ void
 cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
        int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid, float *tmp)
 {
+    (void)tmp;
     switch (cb_strip_tiles(M, N)) {
     case 4:
         cb_mma_strips<LA, LB, TF1, 4>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
-                                      n_valid, tmp);
+                                      n_valid);
         break;
     case 2:
         cb_mma_strips<LA, LB, TF1, 2>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
-                                      n_valid, tmp);
+                                      n_valid);
         break;
     default:
         cb_mma_strips<LA, LB, TF1, 1>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
-                                      n_valid, tmp);
+                                      n_valid);
     }
 }
 
@@ -186,14 +227,14 @@ cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac, const 
  * dk are sums of seven and more products each; accumulated in the result, every product
  * read and wrote them back through global memory. */
 struct cb_acc64 {
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[4];
+    cb_tile c[4];
 };
 
 static __device__ __forceinline__ void cb_acc64_zero(cb_acc64 &acc)
 {
 #pragma unroll
     for (int u = 0; u < 4; u++)
-        wmma::fill_fragment(acc.c[u], 0.0f);
+        cb_tile_zero(acc.c[u]);
 }
 
 /* acc += A B over 64 x N x K, A and B as cb_mma's (TF1 likewise); the block calls it
@@ -225,27 +266,23 @@ static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A
         cb_acc64_mma<CM, CM, TF1>(acc, A, ac, B, bc, N, K);
 }
 
-/* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, through each warp's 256 floats
- * of tmp; the block calls it together */
+/* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, each lane its own elements
+ * (tmp is not read); the block calls it together */
 static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm,
                                                       int64_t ldc, int N, int m_valid, int n_valid)
 {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, m0 = warp % 4 * 16, u0 = warp / 4,
-              tn = N / 16;
-    float *t = tmp + warp * 256;
+    (void)tmp;
+    const int warp = threadIdx.x / 32, m0 = warp % 4 * 16, u0 = warp / 4, tn = N / 16;
 #pragma unroll
     for (int u = 0; u < 4; u++) {
         if (u0 + 2 * u >= tn)
             break;
-        wmma::store_matrix_sync(t, acc.c[u], 16, wmma::mem_row_major);
-        __syncwarp();
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int e = lane + 32 * j, m = m0 + e / 16, n = (u0 + 2 * u) * 16 + e % 16;
+        for (int i = 0; i < 8; i++) {
+            const int m = m0 + cb_tile_row(i), n = (u0 + 2 * u) * 16 + cb_tile_col(i);
             if (m < m_valid && n < n_valid)
-                Cm[m * ldc + n] = t[e];
+                Cm[m * ldc + n] = acc.c[u].x[i];
         }
-        __syncwarp();
     }
 }
 

@@ -175,6 +175,51 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
         cuemu_mma_tile<M, N, K, tf, fragment<matrix_a, M, N, K, TA, LA>::num_elements,
                        fragment<matrix_b, M, N, K, TB, LB>::num_elements>);
 }
+
+/* PTX's mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, d = a b + d, in its fragment
+ * layout (g = lane / 4, t = lane % 4): a = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4);
+ * b = B(t, g), B(t + 4, g); d = D(g, 2t), D(g, 2t + 1), D(g + 8, 2t), D(g + 8, 2t + 1). The
+ * delta rule's and FLASH_ATTN's kernels call it through delta_net_mma.h's cb_mma1688. */
+static void cuemu_mma_m16n8k8_tile(void)
+{
+    float A[16][8], B[8][8], D[16][8];
+    for (int l = 0; l < 32; l++) {
+        void **s = cuemu_warp_ptrs(l);
+        const float *a = (const float *)s[0], *b = (const float *)s[1], *d = (const float *)s[3];
+        const int g = l / 4, t = l % 4;
+        A[g][t] = cuemu_tf32_operand(a[0]);
+        A[g + 8][t] = cuemu_tf32_operand(a[1]);
+        A[g][t + 4] = cuemu_tf32_operand(a[2]);
+        A[g + 8][t + 4] = cuemu_tf32_operand(a[3]);
+        B[t][g] = cuemu_tf32_operand(b[0]);
+        B[t + 4][g] = cuemu_tf32_operand(b[1]);
+        D[g][2 * t] = d[0];
+        D[g][2 * t + 1] = d[1];
+        D[g + 8][2 * t] = d[2];
+        D[g + 8][2 * t + 1] = d[3];
+    }
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 8; k++)
+            for (int c = 0; c < 8; c++)
+                D[r][c] += A[r][k] * B[k][c];
+    for (int l = 0; l < 32; l++) {
+        float *d = (float *)cuemu_warp_ptrs(l)[3];
+        const int g = l / 4, t = l % 4;
+        d[0] = D[g][2 * t];
+        d[1] = D[g][2 * t + 1];
+        d[2] = D[g + 8][2 * t];
+        d[3] = D[g + 8][2 * t + 1];
+    }
+}
 } // namespace wmma
 } // namespace nvcuda
+
+static inline void cuemu_mma_m16n8k8_tf32(float *d, const float *a, const float *b)
+{
+    void **mine = cuemu_warp_ptrs(cuemu_lane());
+    mine[0] = (void *)a;
+    mine[1] = (void *)b;
+    mine[3] = (void *)d;
+    cuemu_sync_warp_do(nvcuda::wmma::cuemu_mma_m16n8k8_tile);
+}
 #endif
