@@ -51,6 +51,8 @@
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
 #           kernel's cut auto and fixed (one row a team; 1, 2, 4 warps a team), Q8_0 with
 #           LATHE_CUDA_MMVQ=0
+#   dnbench  bench/bench_delta_net: DELTA_NET and DELTA_NET_BACK alone at 16x512 and 4x2048
+#           (chunked TF32 / F32 products, the per-token scan), ms a node
 #   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda; again with
 #           LATHE_CUDA_GDN_UNFUSED=1), then the recurrent conformance group (GDN_DECODE among
 #           them)
@@ -94,7 +96,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON ${CMAKE_EXTRA:-} >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
-           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda bench_matmul >"$out/build.log" 2>&1; }; then
+           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda bench_matmul bench_delta_net >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
@@ -398,6 +400,12 @@ if rows:
         us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000 if u == "msecond" else v
         print(f"  {r[ki].split('(')[0][:60]:60s} {us:10.1f} us")
 PY
+}
+
+phase_dnbench() {
+    timeout $(($(left) - 5)) $b/bench/bench_delta_net ${DNB_REPS:-10} >"$out/dnbench.log" 2>&1
+    row "bench_delta_net" "rc $?"
+    cat "$out/dnbench.log"
 }
 
 # dnstall: Nsight Compute's throughput, occupancy and warp-stall sections for the kernels
@@ -834,7 +842,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
