@@ -593,15 +593,25 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         dv[((b * L.nt + t0 + r) * L.hv + h) * L.sv + j] = Bv[r] * dR[r * lw + j];
     }
     {
+        /* a warp's 8 rows at once, so that their loads of V are in flight together (one
+         * row at a time waited out a global load's latency 8 times) */
+        constexpr int NW = DN_WY_THREADS / 32, RW = C / NW;
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-        for (int r = warp; r < n; r += DN_WY_THREADS / 32) {
-            float x = 0.0f;
-            for (int j = lane; j < sv; j += 32)
-                x = fmaf(dR[r * lw + j], cu_getf(a.s.v, j, h, t0 + r, b), x);
+        float x[RW];
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
+            const int r = warp + NW * q;
+            x[q] = 0.0f;
+            if (r < n)
+                for (int j = lane; j < sv; j += 32)
+                    x[q] = fmaf(dR[r * lw + j], cu_getf(a.s.v, j, h, t0 + r, b), x[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
             for (int o = 16; o > 0; o >>= 1)
-                x += __shfl_xor_sync(0xffffffffu, x, o);
-            if (lane == 0)
-                av[r] = x;
+                x[q] += __shfl_xor_sync(0xffffffffu, x[q], o);
+            if (lane == 0 && warp + NW * q < n)
+                av[warp + NW * q] = x[q];
         }
     }
     __syncthreads();
