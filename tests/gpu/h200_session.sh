@@ -51,6 +51,7 @@
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
 #           kernel's cut auto and fixed (one row a team; 1, 2, 4 warps a team), Q8_0 with
 #           LATHE_CUDA_MMVQ=0
+#   confg   the conformance groups in CONF_GROUPS (default recurrent nn)
 #   dnbench  bench/bench_delta_net: DELTA_NET and DELTA_NET_BACK alone at 16x512 and 4x2048
 #           (chunked TF32 / F32 products, the per-token scan), ms a node
 #   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda; again with
@@ -400,6 +401,14 @@ if rows:
         us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000 if u == "msecond" else v
         print(f"  {r[ki].split('(')[0][:60]:60s} {us:10.1f} us")
 PY
+}
+
+# confg: the conformance groups named in CONF_GROUPS (default "recurrent nn": the delta rule,
+# FLASH_ATTN and the decode kernels)
+phase_confg() {
+    timeout 200 $b/tests/gpu_test_cuda_conformance ${CONF_GROUPS:-recurrent nn} >"$out/confg.log" 2>&1
+    row "conformance: ${CONF_GROUPS:-recurrent nn}" "rc $? $(passed "$out/confg.log")"
+    grep -E "check failed|first mismatch" "$out/confg.log" | head -12
 }
 
 phase_dnbench() {
@@ -842,7 +851,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
