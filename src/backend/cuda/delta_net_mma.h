@@ -123,8 +123,10 @@ static __device__ __forceinline__ int cb_strip_tiles(int M, int N)
 /* c[u] += A(rows m0.., all K) B(all K, columns n_first + u n_step ..) for u < n_count (at
  * most NT): one A fragment a k-step, shared by the column tiles. TF1: A and B rounded to
  * TF32 once; else each split into a TF32 high part and the rest, three products (a_lo b,
- * a b_lo, a b), near F32. A and B row-major (LA, LB wmma::row_major) or column-major. */
-template <typename LA, typename LB, bool TF1, int NT>
+ * a b_lo, a b), near F32. A and B row-major (LA, LB wmma::row_major) or column-major. PA, PB:
+ * A, B hold TF32 values already (cb_tf32's, stored so by the kernel), which TF1 reads as
+ * they are; the three-product split ignores them. */
+template <typename LA, typename LB, bool TF1, int NT, bool PA = false, bool PB = false>
 static __device__ __forceinline__ void cb_row_products(cb_tile *c, const float *A, int lda,
                                                        const float *B, int ldb, int m0, int K,
                                                        int n_first, int n_step, int n_count)
@@ -139,7 +141,8 @@ static __device__ __forceinline__ void cb_row_products(cb_tile *c, const float *
     for (int k0 = 0; k0 < K; k0 += 8) {
         const float *Ak = Ag + (k0 / 8) * a8;
         float a[4] = {Ak[0], Ak[a_m8], Ak[a_k4], Ak[a_m8 + a_k4]}, a_lo[4];
-        cb_operand<TF1, 4>(a, a_lo);
+        if (!TF1 || !PA)
+            cb_operand<TF1, 4>(a, a_lo);
         const float *Bk = b_row ? B + (k0 + t) * ldb : B + k0 + t;
 #pragma unroll
         for (int u = 0; u < NT; u++) {
@@ -149,7 +152,8 @@ static __device__ __forceinline__ void cb_row_products(cb_tile *c, const float *
             for (int hf = 0; hf < 2; hf++) {
                 const int n = n_first + n_step * u + 8 * hf + g;
                 float b[2] = {Bk[n * b_n], Bk[n * b_n + b_k4]}, b_lo[2];
-                cb_operand<TF1, 2>(b, b_lo);
+                if (!TF1 || !PB)
+                    cb_operand<TF1, 2>(b, b_lo);
                 float *d = c[u].x + 4 * hf;
                 if (!TF1) {
                     cb_mma1688(d, a_lo, b);
@@ -161,7 +165,7 @@ static __device__ __forceinline__ void cb_row_products(cb_tile *c, const float *
     }
 }
 
-template <typename LA, typename LB, bool TF1, int NT>
+template <typename LA, typename LB, bool TF1, int NT, bool PA, bool PB>
 static __device__ __forceinline__ void
 cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb, int M,
               int N, int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid)
@@ -185,7 +189,7 @@ cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda, const float *B, i
 #pragma unroll
         for (int u = 0; u < NT; u++)
             cb_tile_zero(c[u]);
-        cb_row_products<LA, LB, TF1, NT>(c, A, lda, B, ldb, m0, K, nb, 16, NT);
+        cb_row_products<LA, LB, TF1, NT, PA, PB>(c, A, lda, B, ldb, m0, K, nb, 16, NT);
 #pragma unroll
         for (int u = 0; u < NT; u++)
 #pragma unroll
@@ -199,7 +203,7 @@ cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda, const float *B, i
 
 /* tmp: no longer read (the accumulators are stored from registers); kept in the callers'
  * shared-memory layouts for now */
-template <typename LA, typename LB, bool TF1>
+template <typename LA, typename LB, bool TF1, bool PA = false, bool PB = false>
 static __device__ __forceinline__ void
 cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
        int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid, float *tmp)
@@ -207,22 +211,22 @@ cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb,
     (void)tmp;
     switch (cb_strip_tiles(M, N)) {
     case 4:
-        cb_mma_strips<LA, LB, TF1, 4>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
+        cb_mma_strips<LA, LB, TF1, 4, PA, PB>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
                                       n_valid);
         break;
     case 2:
-        cb_mma_strips<LA, LB, TF1, 2>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
+        cb_mma_strips<LA, LB, TF1, 2, PA, PB>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
                                       n_valid);
         break;
     default:
-        cb_mma_strips<LA, LB, TF1, 1>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
+        cb_mma_strips<LA, LB, TF1, 1, PA, PB>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
                                       n_valid);
     }
 }
 
 /* cb_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one stride of
- * each 1 (which picks the layouts); TF1 as cb_mma's */
-template <bool TF1 = false>
+ * each 1 (which picks the layouts); TF1, PA and PB as cb_row_products' */
+template <bool TF1 = false, bool PA = false, bool PB = false>
 static __device__ __forceinline__ void
 cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac, const float *B, int br,
       int bc, int M, int N, int K, float alpha, bool acc, const float *rs = NULL,
@@ -231,13 +235,13 @@ cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac, const 
     using RM = wmma::row_major;
     using CM = wmma::col_major;
     if (ac == 1 && bc == 1)
-        cb_mma<RM, RM, TF1>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<RM, RM, TF1, PA, PB>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else if (ac == 1)
-        cb_mma<RM, CM, TF1>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<RM, CM, TF1, PA, PB>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else if (bc == 1)
-        cb_mma<CM, RM, TF1>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<CM, RM, TF1, PA, PB>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
     else
-        cb_mma<CM, CM, TF1>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<CM, CM, TF1, PA, PB>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
 }
 
 /* A [64 x N] result (N a multiple of 16, at most 128) that a block of 8 warps builds in
@@ -258,31 +262,31 @@ static __device__ __forceinline__ void cb_acc64_zero(cb_acc64 &acc)
 
 /* acc += A B over 64 x N x K, A and B as cb_mma's (TF1 likewise); the block calls it
  * together, and needs no barrier between calls on one acc */
-template <typename LA, typename LB, bool TF1>
+template <typename LA, typename LB, bool TF1, bool PA, bool PB>
 static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda,
                                                     const float *B, int ldb, int N, int K)
 {
     const int warp = threadIdx.x / 32, u0 = warp / 4, tn = N / 16;
-    cb_row_products<LA, LB, TF1, 4>(acc.c, A, lda, B, ldb, warp % 4 * 16, K, u0 * 16, 32,
+    cb_row_products<LA, LB, TF1, 4, PA, PB>(acc.c, A, lda, B, ldb, warp % 4 * 16, K, u0 * 16, 32,
                                     tn > u0 ? (tn - u0 + 1) / 2 : 0);
 }
 
 /* cb_acc64_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one
  * stride of each 1 (as cb_mm) */
-template <bool TF1>
+template <bool TF1, bool PA = false, bool PB = false>
 static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A, int ar, int ac,
                                                    const float *B, int br, int bc, int N, int K)
 {
     using RM = wmma::row_major;
     using CM = wmma::col_major;
     if (ac == 1 && bc == 1)
-        cb_acc64_mma<RM, RM, TF1>(acc, A, ar, B, br, N, K);
+        cb_acc64_mma<RM, RM, TF1, PA, PB>(acc, A, ar, B, br, N, K);
     else if (ac == 1)
-        cb_acc64_mma<RM, CM, TF1>(acc, A, ar, B, bc, N, K);
+        cb_acc64_mma<RM, CM, TF1, PA, PB>(acc, A, ar, B, bc, N, K);
     else if (bc == 1)
-        cb_acc64_mma<CM, RM, TF1>(acc, A, ac, B, br, N, K);
+        cb_acc64_mma<CM, RM, TF1, PA, PB>(acc, A, ac, B, br, N, K);
     else
-        cb_acc64_mma<CM, CM, TF1>(acc, A, ac, B, bc, N, K);
+        cb_acc64_mma<CM, CM, TF1, PA, PB>(acc, A, ac, B, bc, N, K);
 }
 
 /* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, each lane its own elements

@@ -140,9 +140,9 @@ static __device__ __forceinline__ float *wy_state(const struct wy_args &a, int64
 static __device__ __forceinline__ void wy_async(float *dst, int ld, const float *src, int64_t sld,
                                                 int rows, int cols)
 {
-    const int q = cols / 4, n = rows * q;
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {
-        const int r = e / q, c = e % q * 4;
+    const unsigned q = (unsigned)cols / 4, n = (unsigned)rows * q;
+    for (unsigned e = threadIdx.x; e < n; e += blockDim.x) {
+        const int r = (int)(e / q), c = (int)(e % q) * 4;
         __pipeline_memcpy_async(dst + r * ld + c, src + r * sld + c, 16);
     }
 }
@@ -382,7 +382,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
         wy_fill(
             C, skp,
             [&](int r, int i) { return r < n && i < sk ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; },
-            [&](int r, int i, float x) { K[r * lk + i] = x; });
+            [&](int r, int i, float x) { K[r * lk + i] = TF1 ? cb_tf32(x) : x; });
         if (threadIdx.x < C)
             El[threadIdx.x] = expf(gv[C - 1] - gv[threadIdx.x]);
         const float eL = expf(gv[C - 1]);
@@ -396,12 +396,12 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
             const int r = e / cv, jj = e % cv;
             const float x = U[r * lv + jj];
             gu[r * svp + j0 + jj] = x;
-            U[r * lv + jj] = El[r] * x;
+            U[r * lv + jj] = TF1 ? cb_tf32(El[r] * x) : El[r] * x; /* an operand alone now */
         }
         for (int e = threadIdx.x; e < skp * cv; e += blockDim.x)
             S0[(e / cv) * lv + e % cv] *= eL;
         __syncthreads();
-        cb_mm<TF1>(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
+        cb_mm<TF1, true, true>(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
         __syncthreads();
     }
     if (FORWARD) { /* S[i][j] at row T + i of DELTA_NET's result [S_v, H_v, T + S_k, B] */
@@ -461,7 +461,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
                 return rr < n && i < sk ? cu_getf(r < C ? a.s.q : a.s.k, i, hk, t0 + rr, b)
                                         : 0.0f;
             },
-            [&](int r, int i, float x) { QK[r * lk + i] = x; });
+            [&](int r, int i, float x) { QK[r * lk + i] = TF1 ? cb_tf32(x) : x; });
         wy_async(F, lc, gf, C, C, C);
         wy_async(G2, lk, gg2, skp, C, skp);
         wy_fill(
@@ -485,7 +485,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
         cb_mm<TF1>(tmp, Zb, lv, G2, lk, 1, dS, lv, 1, C, cv, skp, 1.0f, true);
         for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
             const int r = e / cv, jj = e % cv;
-            Z[r * lv + jj] = eG[r] * Do[r * lv + jj];
+            const float z = eG[r] * Do[r * lv + jj];
+            Z[r * lv + jj] = TF1 ? cb_tf32(z) : z;
         }
         __syncthreads();
         /* dR to scratch, Z's bottom = -diag(e^G beta) dR, dS = eL dS */
@@ -493,13 +494,14 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
             const int r = e / cv, jj = e % cv;
             const float x = Zb[r * lv + jj];
             gdr[r * svp + j0 + jj] = x;
-            Zb[r * lv + jj] = -eG[r] * Bv[r] * x;
+            const float z = -eG[r] * Bv[r] * x;
+            Zb[r * lv + jj] = TF1 ? cb_tf32(z) : z;
         }
         for (int e = threadIdx.x; e < skp * cv; e += blockDim.x)
             dS[(e / cv) * lv + e % cv] *= eL;
         __syncthreads();
         /* dS += [Q; K]^T Z = Q^T diag(e^G) Do - K^T diag(e^G beta) dR */
-        cb_mm<TF1>(tmp, dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
+        cb_mm<TF1, true, true>(tmp, dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
         __syncthreads();
     }
     float *dstate = a.out + L.off_state;
@@ -587,10 +589,15 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     cb_mm<TF1>(tmp, M1, lc, Do, lw, 1, U, 1, lw, C, C, svp, 1.0f, false);
     cb_mm<TF1>(tmp, M2, lc, dR, lw, 1, U, 1, lw, C, C, svp, -1.0f, false);
     /* dX = B dR is dv; and dR . V, dbeta's part of dR . X (X = V - e^G W), a warp a row */
-    float *dv = a.out + L.off_v;
-    for (int e = threadIdx.x; e < n * sv; e += blockDim.x) {
-        const int r = e / sv, j = e % sv;
-        dv[((b * L.nt + t0 + r) * L.hv + h) * L.sv + j] = Bv[r] * dR[r * lw + j];
+    {
+        /* the chunk's rows of dv, H_v S_v apart: one 64-bit base, 32-bit offsets in it (the
+         * flat index in 64 bits took ~30 instructions an element) */
+        float *dv = a.out + L.off_v + ((b * L.nt + t0) * L.hv + h) * L.sv;
+        const int ldo = (int)(L.hv * L.sv);
+        for (unsigned e = threadIdx.x; e < (unsigned)(n * sv); e += blockDim.x) {
+            const int r = (int)(e / (unsigned)sv), j = (int)(e % (unsigned)sv);
+            dv[r * ldo + j] = Bv[r] * dR[r * lw + j];
+        }
     }
     {
         /* a warp's 8 rows at once, so that their loads of V are in flight together (one
@@ -642,8 +649,11 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
         const int r = e / C, q = e % C;
         const float d = q <= r ? expf(G[r] - G[q]) : 0.0f;
-        M1[r * lc + q] = q <= r ? M1[r * lc + q] * d : 0.0f;
-        M2[r * lc + q] = q < r ? M2[r * lc + q] * Bv[r] * d : 0.0f;
+        const float m1 = q <= r ? M1[r * lc + q] * d : 0.0f,
+                    m2 = q < r ? M2[r * lc + q] * Bv[r] * d : 0.0f;
+        /* stored as TF32 under TF1: product operands alone from here (PA, PB below) */
+        M1[r * lc + q] = TF1 ? cb_tf32(m1) : m1;
+        M2[r * lc + q] = TF1 ? cb_tf32(m2) : m2;
     }
     /* Q, K over P and Ab (last read before the barrier above) */
     wy_fill( /* Q's rows, then K's (K follows Q) */
@@ -652,7 +662,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
             const int rr = r % C;
             return rr < n && i < sk ? cu_getf(r < C ? a.s.q : a.s.k, i, hk, t0 + rr, b) : 0.0f;
         },
-        [&](int r, int i, float x) { Q[r * lk + i] = x; });
+        [&](int r, int i, float x) { Q[r * lk + i] = TF1 ? cb_tf32(x) : x; });
     __syncthreads();
     /* dq = dQK K, dk = dQK^T Q + dKK K + dKK^T K, then the states' terms below: every
      * product of dq and of dk adds into the block's registers (cb_acc64), which go to the
@@ -660,10 +670,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     cb_acc64 DQ, DK;
     cb_acc64_zero(DQ);
     cb_acc64_zero(DK);
-    cb_acc64_mm<TF1>(DQ, M1, lc, 1, K, lk, 1, skp, C);
-    cb_acc64_mm<TF1>(DK, M1, 1, lc, Q, lk, 1, skp, C);
-    cb_acc64_mm<TF1>(DK, M2, lc, 1, K, lk, 1, skp, C);
-    cb_acc64_mm<TF1>(DK, M2, 1, lc, K, lk, 1, skp, C);
+    cb_acc64_mm<TF1, true, true>(DQ, M1, lc, 1, K, lk, 1, skp, C);
+    cb_acc64_mm<TF1, true, true>(DK, M1, 1, lc, Q, lk, 1, skp, C);
+    cb_acc64_mm<TF1, true, true>(DK, M2, lc, 1, K, lk, 1, skp, C);
+    cb_acc64_mm<TF1, true, true>(DK, M2, 1, lc, K, lk, 1, skp, C);
     __syncthreads();
     /* the states' terms, cs columns at a time (over M1 and M2) */
     const float *gs0 = wy_state(a, P.off_s0, ci), *gds = wy_state(a, P.off_ds, ci);
@@ -673,12 +683,12 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         wy_async(dSs, ls, gds + j0, svp, skp, cs);
         wy_async_wait();
         __syncthreads();
-        for (int e = threadIdx.x; e < skp * cs; e += blockDim.x) {
-            const int i = e / cs, jj = e % cs;
+        for (unsigned e = threadIdx.x; e < (unsigned)(skp * cs); e += blockDim.x) {
+            const int i = (int)(e / (unsigned)cs), jj = (int)(e % (unsigned)cs);
             ss += (double)dSs[i * ls + jj] * S0s[i * ls + jj];
         }
         /* Do_r . (Q S0)_r */
-        cb_mm<TF1>(tmp, Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1, true>(tmp, Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(Do + j0, lw, Y, ls, cs);
@@ -687,7 +697,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
         __syncthreads();
         /* U_r . (K dS)_r */
-        cb_mm<TF1>(tmp, Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1, true>(tmp, Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(U + j0, lw, Y, ls, cs);
@@ -696,7 +706,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
         __syncthreads();
         /* dR_r . W_r, W = K S0 */
-        cb_mm<TF1>(tmp, Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1, true>(tmp, Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(dR + j0, lw, Y, ls, cs);
