@@ -1,9 +1,9 @@
 /* delta_net_mma.h (internal, CUDA C++): the block-wide building blocks of the chunked CUDA
  * delta rule kernels (delta_net_chunk.cu, delta_net_wy.cu) and FLASH_ATTN (flash_attn.cu):
- * products of small shared- or global-memory matrices on tensor cores in three TF32 products
- * (F32-level precision) or one, and
- * a fill of a shared tile from global memory with many loads in flight. Every function here
- * is called by the whole block together. */
+ * products of small shared- or global-memory matrices on tensor cores, in three TF32
+ * products (F32-level precision) or one, and a fill of a shared tile from global memory with
+ * many loads in flight. Every function here is called by the whole block together. wmma's
+ * row_major and col_major name the operands' layouts; its fragments are no longer used. */
 #ifndef LATHE_BACKEND_CUDA_DELTA_NET_MMA_H
 #define LATHE_BACKEND_CUDA_DELTA_NET_MMA_H
 
