@@ -54,6 +54,11 @@
 #   confg   the conformance groups in CONF_GROUPS (default recurrent nn)
 #   dnbench  bench/bench_delta_net: DELTA_NET and DELTA_NET_BACK alone at 16x512 and 4x2048
 #           (chunked TF32 / F32 products, the per-token scan), ms a node
+#   dnbase  bench_delta_net built from another commit's source on the same machine, for a
+#           before / after in one call (machines differ from call to call): make
+#           .base/src.tgz here with `mkdir -p .base && git archive -o .base/src.tgz REV &&
+#           echo REV >.base/rev` and carry ".base"; a base older than the bench gets
+#           today's bench/bench_delta_net.c (it reads only the public API)
 #   mdecode  the model decode checks on CUDA0 (gpu_test_model_decode_cuda; again with
 #           LATHE_CUDA_GDN_UNFUSED=1), then the recurrent conformance group (GDN_DECODE among
 #           them)
@@ -415,6 +420,27 @@ phase_dnbench() {
     timeout $(($(left) - 5)) $b/bench/bench_delta_net ${DNB_REPS:-10} >"$out/dnbench.log" 2>&1
     row "bench_delta_net" "rc $?"
     cat "$out/dnbench.log"
+}
+
+phase_dnbase() {
+    [ -f .base/src.tgz ] || { row "dnbase" "skipped: no .base/src.tgz (carry .base)"; return; }
+    local d=/tmp/lathe-base rev
+    rev=$(cat .base/rev 2>/dev/null || echo "?")
+    rm -rf $d && mkdir -p $d && tar xzf .base/src.tgz -C $d
+    if [ ! -f $d/bench/bench_delta_net.c ]; then
+        cp bench/bench_delta_net.c $d/bench/
+        printf 'if(LATHE_HAVE_CUDA AND NOT LATHE_CUDA_EMU)\n  add_executable(bench_delta_net bench_delta_net.c)\n  target_link_libraries(bench_delta_net PRIVATE lathe)\nendif()\n' \
+            >>$d/bench/CMakeLists.txt
+    fi
+    if ! { cmake -S $d -B $d/b -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} >"$out/dnbase_configure.log" 2>&1 &&
+           cmake --build $d/b -j16 --target bench_delta_net >"$out/dnbase_build.log" 2>&1; }; then
+        row "dnbase ($rev)" "build failed"
+        grep -E "error" "$out/dnbase_configure.log" "$out/dnbase_build.log" | head -10
+        return
+    fi
+    timeout $(($(left) - 5)) $d/b/bench/bench_delta_net ${DNB_REPS:-10} >"$out/dnbase.log" 2>&1
+    row "bench_delta_net, base $rev" "rc $?"
+    cat "$out/dnbase.log"
 }
 
 # dnstall: Nsight Compute's throughput, occupancy and warp-stall sections for the kernels
@@ -851,7 +877,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=200 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
