@@ -1,5 +1,6 @@
 /* cuda_profile.cu: LATHE_CUDA_PROFILE=1, where the device's time goes, per op (and with
- * =2 per node kind), printed to stderr when the backend is freed. The CUDA backend's node
+ * =2 per node kind; =3 as 2 with the host's own issue cost), printed to stderr when the
+ * backend is freed. The CUDA backend's node
  * loop (cuda_backend.cu) brackets each node it queues with the calls below. */
 #include <ctype.h>
 #include <stdio.h>
@@ -30,6 +31,12 @@ struct cu_profile {
     long calls;
     double wall_ms;
     bool by_kind;
+    /* LATHE_CUDA_PROFILE=3: each node waits for the queue to drain before it is issued.
+     * Otherwise a node's issue time includes the wait of a launch into a full queue (when
+     * the device is the bottleneck, the host's issue time then reads about the device's);
+     * with it, issue time is the host's own cost (precondition, plan, launch calls), and the
+     * wall time says nothing. */
+    bool sync_nodes;
     long skip; /* LATHE_CUDA_PROFILE_SKIP: compute calls not timed (a training job's first
                   step grows scratch, and each growth waits for the queue inside a node) */
     int n_kinds;
@@ -72,12 +79,13 @@ static double host_ms_now(void)
 void cu_profile_new(struct cu_ctx *c)
 {
     const char *env = getenv("LATHE_CUDA_PROFILE");
-    if (!env || (strcmp(env, "1") != 0 && strcmp(env, "2") != 0))
+    if (!env || (strcmp(env, "1") != 0 && strcmp(env, "2") != 0 && strcmp(env, "3") != 0))
         return;
     struct cu_profile *p = (struct cu_profile *)calloc(1, sizeof(*p));
     if (!p)
         return;
-    p->by_kind = env[0] == '2';
+    p->by_kind = env[0] == '2' || env[0] == '3';
+    p->sync_nodes = env[0] == '3';
     const char *skip = getenv("LATHE_CUDA_PROFILE_SKIP");
     p->skip = skip ? atol(skip) : 0;
     for (int i = 0; i < 2 * CU_PROFILE_EVENTS; i++)
@@ -168,11 +176,13 @@ bool cu_profile_call_begin(struct cu_ctx *c, struct cu_profile_call *pc)
 void cu_profile_node_begin(struct cu_ctx *c, struct cu_profile_call *pc)
 {
     struct cu_profile *p = c->profile;
-    pc->t_node = host_ms_now();
-    if (pc->n == CU_PROFILE_EVENTS) {
+    if (pc->n == CU_PROFILE_EVENTS) { /* before the node's clock starts: it synchronises */
         profile_collect(c, pc->n);
         pc->n = 0;
     }
+    if (p->sync_nodes && cudaStreamSynchronize(c->stream) != cudaSuccess)
+        (void)cudaGetLastError(); /* the node's own launch reports the stream's error */
+    pc->t_node = host_ms_now();
     cudaEventRecord(p->ev[2 * pc->n], c->stream);
 }
 
@@ -181,10 +191,11 @@ void cu_profile_node_end(struct cu_ctx *c, struct cu_profile_call *pc,
 {
     struct cu_profile *p = c->profile;
     cudaEventRecord(p->ev[2 * pc->n + 1], c->stream);
+    /* the node's issue ends here: the kind's lookup below is the profiler's own cost */
+    p->host_ms[node->op] += host_ms_now() - pc->t_node;
     p->kind[pc->n] = p->by_kind ? profile_kind(p, node) : -1;
     p->op[pc->n++] = node->op;
     p->count[node->op]++;
-    p->host_ms[node->op] += host_ms_now() - pc->t_node;
 }
 
 void cu_profile_call_end(struct cu_ctx *c, struct cu_profile_call *pc)

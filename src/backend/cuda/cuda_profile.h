@@ -12,7 +12,8 @@ struct cu_profile_call {
     int n;                 /* nodes bracketed and not yet collected */
 };
 
-/* c->profile when LATHE_CUDA_PROFILE is 1 or 2 (LATHE_CUDA_PROFILE_SKIP: calls not timed) */
+/* c->profile when LATHE_CUDA_PROFILE is 1, 2 or 3 (LATHE_CUDA_PROFILE_SKIP: calls not
+ * timed) */
 void cu_profile_new(struct cu_ctx *c);
 /* prints the table and frees c->profile; nothing when profiling is off */
 void cu_profile_free(struct cu_ctx *c);
