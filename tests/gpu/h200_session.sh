@@ -42,6 +42,8 @@
 #           jobs (parity, the BF16-product full fine-tune, refusal), bench/bench_train.sh
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
 #           at 16x512 under LATHE_CUDA_PROFILE
+#   tprof   (see its function) bench_train lathe alone, then both jobs at 16x512 under
+#           LATHE_CUDA_PROFILE=${PROF_MODE:-2} (3: issue times without the queue's waits)
 #   tmem    bench_train (PEER=none) with --checkpoint on, then off: tokens/s, GPU peak, estimate
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
@@ -690,10 +692,10 @@ phase_tprof() {
         [ -n "$txt" ] && [ "$(left)" -gt 40 ] || break
         args="--full --lr 1e-5"
         [ $job = lora ] && args="--rank 16 --alpha 32 --lr 1e-4 --targets attn_q,attn_k,attn_v,attn_output,attn_qkv,attn_gate,ssm_out,ffn_gate,ffn_up,ffn_down"
-        LATHE_CUDA_PROFILE=2 LATHE_CUDA_PROFILE_SKIP=2 timeout $(($(left) / 2)) $L train -m $W/q08-bf16.gguf --text "$txt" \
+        LATHE_CUDA_PROFILE=${PROF_MODE:-2} LATHE_CUDA_PROFILE_SKIP=2 timeout $(($(left) / 2)) $L train -m $W/q08-bf16.gguf --text "$txt" \
             --out $W/prof-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
             $args >"$out/tprof_$job.log" 2>&1
-        row "$job 16x512 under LATHE_CUDA_PROFILE=2" "rc $?"
+        row "$job 16x512 under LATHE_CUDA_PROFILE=${PROF_MODE:-2}" "rc $?"
     done
     echo "==== tprof details"
     cat "$out/bench/bench_train.md" 2>/dev/null
