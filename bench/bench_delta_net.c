@@ -12,33 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "lathe/backend_cuda.h"
 #include "lathe/ops.h"
 #include "lathe/sched.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static float rnd(float lo, float hi)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
 
 /* a new F32 tensor of shape ne, its values uniform in [lo, hi) once allocated */
 struct input {
@@ -97,23 +75,22 @@ static double bench_node(struct lt_backend *cuda, int back, enum lt_delta_net_pa
         if (!h)
             goto out;
         for (size_t j = 0; j < ne; j++)
-            h[j] = rnd(in[i].lo, in[i].hi);
+            h[j] = bench_rnd(in[i].lo, in[i].hi);
         const lt_status st_set = lt_tensor_set(in[i].t, h, 0, sizeof(float) * ne);
         free(h);
         if (st_set != LT_OK)
             goto out;
     }
     for (int r = -2; r < reps; r++) {
-        const double t0 = now_s();
+        const double t0 = bench_now_s();
         if (lt_sched_compute(s, g) != LT_OK) {
             printf("  (compute: %s)\n", lt_last_error());
             goto out;
         }
         if (r >= 0)
-            times[r] = now_s() - t0;
+            times[r] = bench_now_s() - t0;
     }
-    qsort(times, (size_t)reps, sizeof(double), cmp_double);
-    ms = 1e3 * times[reps / 2];
+    ms = 1e3 * bench_median(times, reps);
 out:
     lt_sched_free(s);
     lt_ctx_free(ctx);

@@ -34,8 +34,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "lathe/backend_cuda.h"
 #include "lathe/ops.h"
 #include "lathe/sched.h"
@@ -51,34 +51,6 @@ static const struct shape shapes[] = {
     {"lm_head  1024->248320", 1024, 248320},
 };
 static const int64_t token_counts[] = {1, 64, 512};
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static float rnd(void) /* [-1, 1) */
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
 
 static int cuda_ok(cudaError_t e, const char *what)
 {
@@ -130,12 +102,12 @@ static int lathe_mm_init(struct lathe_mm *m, struct lt_backend *cuda, int64_t K,
 /* one product through the scheduler (which synchronises its stream): seconds, or -1 */
 static double lathe_mm_time(struct lathe_mm *m)
 {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (lt_sched_compute(m->s, m->g) != LT_OK) {
         fprintf(stderr, "lathe compute: %s\n", lt_last_error());
         return -1;
     }
-    return now_s() - t0;
+    return bench_now_s() - t0;
 }
 
 /* normalised squared error of y against ref */
@@ -169,7 +141,7 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
     if (!x_host || !xb_host || !y_f32x || !y_bf16x || !y_blas || !times)
         goto out;
     for (int64_t i = 0; i < K * N; i++) {
-        x_host[i] = rnd();
+        x_host[i] = bench_rnd(-1.0f, 1.0f);
         xb_host[i] = lt_fp32_to_bf16(x_host[i]);
     }
     if (!lathe_mm_init(&lf, cuda, K, M, N, LT_TYPE_F32, w_host, x_host) ||
@@ -189,7 +161,7 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
         double f = lathe_mm_time(&lf), h = lathe_mm_time(&lh);
         if (f < 0 || h < 0)
             goto out;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         cublasStatus_t bs = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K,
                                          &alpha, dw, CUDA_R_16BF, (int)K, dx, CUDA_R_16BF, (int)K,
                                          &beta, dy, CUDA_R_32F, (int)M, CUBLAS_COMPUTE_32F,
@@ -203,7 +175,7 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
         if (r >= 0) {
             tf[r] = f;
             th[r] = h;
-            tb[r] = now_s() - t0;
+            tb[r] = bench_now_s() - t0;
         }
     }
     if (!cuda_ok(cudaMemcpy(y_blas, dy, sizeof(float) * (size_t)(M * N), cudaMemcpyDeviceToHost),
@@ -212,7 +184,7 @@ static int bench_one(struct lt_backend *cuda, cublasHandle_t blas, const struct 
         lt_tensor_get(lh.y, y_bf16x, 0, sizeof(float) * (size_t)(M * N)) != LT_OK)
         goto out;
 
-    double mf = median(tf, reps), mh = median(th, reps), mb = median(tb, reps);
+    double mf = bench_median(tf, reps), mh = bench_median(th, reps), mb = bench_median(tb, reps);
     double flop = 2.0 * (double)K * (double)M * (double)N;
     printf("%-22s %5lld  %9.1f  %9.1f  %9.1f  %7.1f   %5.2f   %5.2f   %.1e  %.1e  %8.1f\n",
            sh->name, (long long)N, mf * 1e6, mh * 1e6, mb * 1e6, flop / mb * 1e-12, mf / mb,
@@ -243,8 +215,7 @@ static void *quant_weights(enum lt_type t, int64_t K, int64_t M, size_t *bytes)
     if (!w)
         return NULL;
     for (size_t i = 0; i < n; i += 4) {
-        rnd();
-        uint32_t r = (uint32_t)(rng >> 32);
+        uint32_t r = (uint32_t)(bench_next_u64() >> 32);
         memcpy(w + i, &r, n - i < 4 ? n - i : 4);
     }
     size_t d_at = t == LT_TYPE_Q6_K ? 208 : 0;
@@ -276,7 +247,7 @@ static int bench_quant(struct lt_backend *cuda, enum lt_type t, const struct sha
     if (!w_host || !x_host || !times)
         goto out;
     for (int64_t i = 0; i < K * N; i++)
-        x_host[i] = rnd();
+        x_host[i] = bench_rnd(-1.0f, 1.0f);
     y->flags |= LT_FLAG_OUTPUT;
     if (lt_graph_build(g, y) != LT_OK || lt_sched_place(s, g, true, NULL) != LT_OK ||
         lt_sched_alloc(s, g) != LT_OK || lt_tensor_set(w, w_host, 0, wbytes) != LT_OK ||
@@ -285,15 +256,15 @@ static int bench_quant(struct lt_backend *cuda, enum lt_type t, const struct sha
         goto out;
     }
     for (int r = -3; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (lt_sched_compute(s, g) != LT_OK) {
             fprintf(stderr, "lathe compute (%s): %s\n", lt_type_name(t), lt_last_error());
             goto out;
         }
         if (r >= 0)
-            times[r] = now_s() - t0;
+            times[r] = bench_now_s() - t0;
     }
-    double tm = median(times, reps);
+    double tm = bench_median(times, reps);
     printf("%-6s %-22s %5lld  %9.1f  %8.1f  %7.1f\n", lt_type_name(t), sh->name, (long long)N,
            tm * 1e6, (double)wbytes / tm * 1e-9, 2.0 * (double)K * (double)M * (double)N / tm * 1e-12);
     ok = 1;
@@ -337,9 +308,9 @@ static int bench_decode(struct lt_backend *cuda, enum lt_type t, const struct sh
         goto out;
     if (t == LT_TYPE_BF16)
         for (int64_t i = 0; i < K * M; i++)
-            ((uint16_t *)w_host)[i] = lt_fp32_to_bf16(0.05f * rnd());
+            ((uint16_t *)w_host)[i] = lt_fp32_to_bf16(0.05f * bench_rnd(-1.0f, 1.0f));
     for (int64_t i = 0; i < K * N; i++)
-        x_host[i] = rnd();
+        x_host[i] = bench_rnd(-1.0f, 1.0f);
     for (int l = 0; l < DEC_LAYERS; l++) {
         w[l] = lt_new_tensor_2d(ctx, t, K, M);
         struct lt_tensor *y = w[l] ? lt_mul_mat(ctx, w[l], x) : NULL;
@@ -354,13 +325,13 @@ static int bench_decode(struct lt_backend *cuda, enum lt_type t, const struct sh
         if (lt_tensor_set(w[l], w_host, 0, wbytes) != LT_OK)
             goto fail;
     for (int r = -3; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (lt_sched_compute(s, g) != LT_OK)
             goto fail;
         if (r >= 0)
-            times[r] = now_s() - t0;
+            times[r] = bench_now_s() - t0;
     }
-    double tm = median(times, reps) / DEC_LAYERS;
+    double tm = bench_median(times, reps) / DEC_LAYERS;
     printf("%-6s %-22s %5lld  %9.2f  %8.1f\n", lt_type_name(t), sh->name, (long long)N, tm * 1e6,
            (double)wbytes / tm * 1e-9);
     ok = 1;
@@ -409,7 +380,7 @@ int main(int argc, char **argv)
             if (!w_host)
                 return 1;
             for (int64_t j = 0; j < sh->K * sh->M; j++)
-                w_host[j] = lt_fp32_to_bf16(0.05f * rnd());
+                w_host[j] = lt_fp32_to_bf16(0.05f * bench_rnd(-1.0f, 1.0f));
             for (size_t t = 0; t < sizeof(token_counts) / sizeof(token_counts[0]); t++)
                 failed += !bench_one(cuda, blas, sh, token_counts[t], w_host, reps);
             free(w_host);
