@@ -71,6 +71,32 @@ static __device__ __forceinline__ void mmv_row_out(float *acc, int lane, float *
             dst[n * M] = acc[n];
 }
 
+/* Output row r = (m, i2, i3) of the warp-a-row kernels: its row of a (a's dims 2 and 3
+ * broadcast by r2, r3), b's columns for it, and where its results go (column n at out[n M]) */
+struct mmv_row {
+    const char *row, *xb;
+    float *out;
+};
+
+static __device__ __forceinline__ mmv_row mmv_row_at(const struct cu_t &a, const struct cu_t &b,
+                                                     float *dst, int64_t r, int64_t r2, int64_t r3)
+{
+    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
+    const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+    return {a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3],
+            b.data + i2 * b.nb[2] + i3 * b.nb[3], dst + (i3 * B2 + i2) * N * M + m};
+}
+
+/* the warps' grid-stride loop over output rows: this warp's first, and the step */
+static __device__ __forceinline__ int64_t mmv_warp_first()
+{
+    return (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+}
+static __device__ __forceinline__ int64_t mmv_warp_step()
+{
+    return (int64_t)gridDim.x * (blockDim.x >> 5);
+}
+
 /* dst[m, n, i2, i3] for n < N <= NC: warp w takes output rows (m, i2, i3) w, w + warps, ...
  * VEC: unsplit F16 / BF16 rows read 8 elements (16 bytes) a lane at a time (b's columns
  * strided: mmv_half_kernel takes unit-strided ones). */
@@ -79,15 +105,11 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
 {
     const int type = mmv_type<TYPE>(a);
     const int K = (int)a.ne[0];
-    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
-    const int64_t rows = M * B2 * b.ne[3];
+    const int64_t N = b.ne[1], rows = a.ne[1] * b.ne[2] * b.ne[3];
     const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-         r += warps) {
-        const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
-        const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
-        const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
+    for (int64_t r = mmv_warp_first(); r < rows; r += mmv_warp_step()) {
+        const mmv_row R = mmv_row_at(a, b, dst, r, r2, r3);
+        const char *row = R.row, *xb = R.xb;
         float acc[NC];
 #pragma unroll
         for (int n = 0; n < NC; n++)
@@ -117,7 +139,7 @@ static __global__ void mmv_kernel(struct cu_t a, struct cu_t b, float *dst, int6
                         acc[n] += w * *(const float *)(xk + n * b.nb[1]);
             }
         }
-        mmv_row_out<NC>(acc, lane, dst + (i3 * B2 + i2) * N * M + m, N, M);
+        mmv_row_out<NC>(acc, lane, R.out, N, a.ne[1]);
     }
 }
 
@@ -245,14 +267,11 @@ static __global__ void mmv_q8_0_kernel(struct cu_t a, struct cu_t b, float *dst,
 {
     __shared__ uint4 stage[8][32 * Q8_BLOCK / 16];
     const int nblk = (int)(a.ne[0] / 32);
-    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
-    const int64_t rows = M * B2 * b.ne[3];
+    const int64_t N = b.ne[1], rows = a.ne[1] * b.ne[2] * b.ne[3];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + w; r < rows; r += warps) {
-        const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
-        const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
-        const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
+    for (int64_t r = mmv_warp_first(); r < rows; r += mmv_warp_step()) {
+        const mmv_row R = mmv_row_at(a, b, dst, r, r2, r3);
+        const char *row = R.row, *xb = R.xb;
         float acc[NC];
 #pragma unroll
         for (int n = 0; n < NC; n++)
@@ -290,18 +309,26 @@ static __global__ void mmv_q8_0_kernel(struct cu_t a, struct cu_t b, float *dst,
             }
             __syncwarp();
         }
-        mmv_row_out<NC>(acc, lane, dst + (i3 * B2 + i2) * N * M + m, N, M);
+        mmv_row_out<NC>(acc, lane, R.out, N, a.ne[1]);
     }
+}
+
+/* a of `type` in blocks of `block` bytes, K a multiple of 256, its rows `align`-byte aligned;
+ * b's floats unit-strided, its columns 16-byte aligned: what the block kernels below load */
+static bool mmv_blocks_fit(const struct cu_mmv_shape *p, const struct cu_t &av,
+                           const struct cu_t &bv, int type, size_t block, unsigned align)
+{
+    return av.type == type && av.nb[0] == block && p->K % 256 == 0 &&
+           (uintptr_t)av.data % align == 0 && (p->M <= 1 || av.nb[1] % align == 0) &&
+           (p->A2 <= 1 || av.nb[2] % align == 0) && (p->A3 <= 1 || av.nb[3] % align == 0) &&
+           bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 && (p->N <= 1 || bv.nb[1] % 16 == 0) &&
+           (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
 }
 
 /* whether mmv_q8_0_kernel takes a (Q8_0) and b: see its comment */
 static bool q8_staged(const struct cu_mmv_shape *p, const struct cu_t &av, const struct cu_t &bv)
 {
-    return av.type == LT_TYPE_Q8_0 && av.nb[0] == Q8_BLOCK && p->K % 256 == 0 &&
-           (uintptr_t)av.data % 16 == 0 && (p->M <= 1 || av.nb[1] % 16 == 0) &&
-           (p->A2 <= 1 || av.nb[2] % 16 == 0) && (p->A3 <= 1 || av.nb[3] % 16 == 0) &&
-           bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 && (p->N <= 1 || bv.nb[1] % 16 == 0) &&
-           (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
+    return mmv_blocks_fit(p, av, bv, LT_TYPE_Q8_0, Q8_BLOCK, 16);
 }
 
 /* Q4_K rows (blocks of 256 elements in 144 bytes: f16 d and dmin, 12 bytes of eight 6-bit
@@ -321,15 +348,11 @@ static __global__ void mmv_q4k_kernel(struct cu_t a, struct cu_t b, float *dst, 
                                       int64_t r3)
 {
     const int nblk = (int)(a.ne[0] / 256);
-    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
-    const int64_t rows = M * B2 * b.ne[3];
+    const int64_t N = b.ne[1], rows = a.ne[1] * b.ne[2] * b.ne[3];
     const int lane = threadIdx.x & 31, j = lane >> 3, i = lane & 7;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
-    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
-         r += warps) {
-        const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
-        const char *row = a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3];
-        const char *xb = b.data + i2 * b.nb[2] + i3 * b.nb[3];
+    for (int64_t r = mmv_warp_first(); r < rows; r += mmv_warp_step()) {
+        const mmv_row R = mmv_row_at(a, b, dst, r, r2, r3);
+        const char *row = R.row, *xb = R.xb;
         float acc[NC];
 #pragma unroll
         for (int n = 0; n < NC; n++)
@@ -377,18 +400,14 @@ static __global__ void mmv_q4k_kernel(struct cu_t a, struct cu_t b, float *dst, 
                     }
             }
         }
-        mmv_row_out<NC>(acc, lane, dst + (i3 * B2 + i2) * N * M + m, N, M);
+        mmv_row_out<NC>(acc, lane, R.out, N, a.ne[1]);
     }
 }
 
 /* whether mmv_q4k_kernel takes a (Q4_K) and b: see its comment */
 static bool q4k_words(const struct cu_mmv_shape *p, const struct cu_t &av, const struct cu_t &bv)
 {
-    return av.type == LT_TYPE_Q4_K && av.nb[0] == Q4K_BLOCK && p->K % 256 == 0 &&
-           (uintptr_t)av.data % 4 == 0 && (p->M <= 1 || av.nb[1] % 4 == 0) &&
-           (p->A2 <= 1 || av.nb[2] % 4 == 0) && (p->A3 <= 1 || av.nb[3] % 4 == 0) &&
-           bv.nb[0] == 4 && (uintptr_t)bv.data % 16 == 0 && (p->N <= 1 || bv.nb[1] % 16 == 0) &&
-           (p->B2 <= 1 || bv.nb[2] % 16 == 0) && (p->B3 <= 1 || bv.nb[3] % 16 == 0);
+    return mmv_blocks_fit(p, av, bv, LT_TYPE_Q4_K, Q4K_BLOCK, 4);
 }
 
 /* The warp-a-row kernels, one instantiation for 1, 2, 4 and 8 columns: the smallest that
