@@ -34,7 +34,6 @@
 struct cb_block {
     float *K, *Q, *S0, *dS, *W, *U, *Do, *dU, *Y, *Ab, *P, *M;
     float *G, *eG, *B, *El, *dgam, *dgc, *dB;
-    float *tmp; /* a 16 x 16 tile a warp (cb_mma) */
     int skp, cv, lk, lv, lc;
     int64_t h, hk, b, j0; /* value head, key head, sequence, first column */
 };
@@ -140,9 +139,9 @@ static __device__ void cb_prepare(const struct cb_block &w, const struct dn_srcs
         w.El[r] = expf(w.G[C - 1] - w.G[r]);
         w.B[r] = r < n ? cu_getf(s.beta, w.h, t0 + r, w.b, 0) : 0.0f;
     }
-    cb_mm(w.tmp, w.W, lv, w.K, lk, 1, w.S0, lv, 1, C, w.cv, w.skp, 1.0f, false);
-    cb_mm(w.tmp, w.Ab, lc, w.K, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
-    cb_mm(w.tmp, w.P, lc, w.Q, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
+    cb_mm(w.W, lv, w.K, lk, 1, w.S0, lv, 1, C, w.cv, w.skp, 1.0f, false);
+    cb_mm(w.Ab, lc, w.K, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
+    cb_mm(w.P, lc, w.Q, lk, 1, w.K, 1, lk, C, C, w.skp, 1.0f, false);
     __syncthreads();
     for (int e = threadIdx.x; e < C * w.cv; e += blockDim.x) {
         const int r = e / w.cv, jj = e % w.cv;
@@ -170,7 +169,7 @@ static __device__ void cb_advance(const struct cb_block &w)
     for (int e = threadIdx.x; e < w.skp * w.cv; e += blockDim.x)
         w.S0[(e / w.cv) * lv + e % w.cv] *= w.eG[C - 1];
     __syncthreads();
-    cb_mm(w.tmp, w.S0, lv, w.K, 1, w.lk, w.Y, lv, 1, w.skp, w.cv, C, 1.0f, true);
+    cb_mm(w.S0, lv, w.K, 1, w.lk, w.Y, lv, 1, w.skp, w.cv, C, 1.0f, true);
     __syncthreads();
 }
 
@@ -224,8 +223,8 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         [&](int r, int jj, float x) { w.Do[r * lv + jj] = x; });
     __syncthreads();
     /* O = P U: dU = P^T Do; dP = Do U^T on q <= r, its gate terms, then dQK */
-    cb_mm(w.tmp, w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
-    cb_mm(w.tmp, w.M, lc, w.Do, lv, 1, w.U, 1, lv, C, C, cv, 1.0f, false);
+    cb_mm(w.dU, lv, w.P, 1, lc, w.Do, lv, 1, C, cv, C, 1.0f, false);
+    cb_mm(w.M, lc, w.Do, lv, 1, w.U, 1, lv, C, C, cv, 1.0f, false);
     __syncthreads();
     {
         float row, col;
@@ -239,20 +238,20 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         w.M[r * lc + q] = q <= r ? w.M[r * lc + q] * expf(w.G[r] - w.G[q]) : 0.0f;
     }
     __syncthreads();
-    cb_mm(w.tmp, dQ, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
-    cb_mm(w.tmp, dK, ppt, w.M, 1, lc, w.Q, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(dQ, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
+    cb_mm(dK, ppt, w.M, 1, lc, w.Q, lk, 1, C, w.skp, C, 1.0f, false, NULL, n, sk);
     /* O += diag(e^G) Q S0: dQ += diag(e^G) Do S0^T; dgam_r += e^G_r Do_r . (Q S0)_r */
-    cb_mm(w.tmp, w.Y, lv, w.Q, lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
+    cb_mm(w.Y, lv, w.Q, lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
     __syncthreads();
     {
         const float x = cb_row_dot(w.Do, w.Y, lv, cv);
         if (threadIdx.x % 4 == 0)
             w.dgam[threadIdx.x / 4] += w.eG[threadIdx.x / 4] * x;
     }
-    cb_mm(w.tmp, dQ, ppt, w.Do, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, w.eG, n, sk);
+    cb_mm(dQ, ppt, w.Do, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, w.eG, n, sk);
     __syncthreads();
     /* the end state: dU += diag(El) K dS, dK += diag(El) U dS^T, gate terms */
-    cb_mm(w.tmp, w.Y, lv, w.K, lk, 1, w.dS, lv, 1, C, cv, w.skp, 1.0f, false);
+    cb_mm(w.Y, lv, w.K, lk, 1, w.dS, lv, 1, C, cv, w.skp, 1.0f, false);
     __syncthreads();
     {
         const int r = threadIdx.x / 4;
@@ -266,7 +265,7 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         const int r = e / cv, jj = e % cv;
         w.dU[r * lv + jj] += w.El[r] * w.Y[r * lv + jj];
     }
-    cb_mm(w.tmp, dK, ppt, w.U, lv, 1, w.dS, 1, lv, C, w.skp, cv, 1.0f, true, w.El, n, sk);
+    cb_mm(dK, ppt, w.U, lv, 1, w.dS, 1, lv, C, w.skp, cv, 1.0f, true, w.El, n, sk);
     double ss = 0.0;
     for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x)
         ss += (double)w.dS[(e / cv) * lv + e % cv] * w.S0[(e / cv) * lv + e % cv];
@@ -281,7 +280,7 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
     cb_solve(w, w.dU, true); /* dRHS = (I + diag(B) Ab)^-T dU */
     __syncthreads();
     /* dA = -dRHS U^T below the diagonal, A = diag(B) Ab: dB, gate terms, dKK into M */
-    cb_mm(w.tmp, w.M, lc, w.dU, lv, 1, w.U, 1, lv, C, C, cv, -1.0f, false);
+    cb_mm(w.M, lc, w.dU, lv, 1, w.U, 1, lv, C, C, cv, -1.0f, false);
     __syncthreads();
     /* with M = dA: dB_r = sum_q dA_rq Ab_rq; the gates get B_r dA_rq Ab_rq at r, less at
      * q; Y takes X = V - diag(e^G) W for dB's other term */
@@ -322,8 +321,8 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         w.M[r * lc + q] = q < r ? w.M[r * lc + q] * expf(w.G[r] - w.G[q]) : 0.0f;
     }
     __syncthreads();
-    cb_mm(w.tmp, dK, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
-    cb_mm(w.tmp, dK, ppt, w.M, 1, lc, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm(dK, ppt, w.M, lc, 1, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
+    cb_mm(dK, ppt, w.M, 1, lc, w.K, lk, 1, C, w.skp, C, 1.0f, true, NULL, n, sk);
     /* dX = B dRHS is dv; dW = -e^G dX (into dU) */
     float *dv = out + L.off_v;
     for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
@@ -339,16 +338,16 @@ static __device__ void cb_chunk(const struct cb_block &w, const struct dn_srcs &
         if (threadIdx.x % 4 == 0)
             w.dgam[threadIdx.x / 4] += x;
     }
-    cb_mm(w.tmp, dK, ppt, w.dU, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, NULL, n, sk);
+    cb_mm(dK, ppt, w.dU, lv, 1, w.S0, 1, lv, C, w.skp, cv, 1.0f, true, NULL, n, sk);
     /* the start state's gradient: e^{G_last} dS + Q^T diag(e^G) Do + K^T dW */
     for (int e = threadIdx.x; e < C * cv; e += blockDim.x)
         w.Do[(e / cv) * lv + e % cv] *= w.eG[e / cv];
     for (int e = threadIdx.x; e < w.skp * cv; e += blockDim.x)
         w.dS[(e / cv) * lv + e % cv] *= w.eG[C - 1];
     __syncthreads();
-    cb_mm(w.tmp, w.dS, lv, w.Q, 1, lk, w.Do, lv, 1, w.skp, cv, C, 1.0f, true);
+    cb_mm(w.dS, lv, w.Q, 1, lk, w.Do, lv, 1, w.skp, cv, C, 1.0f, true);
     __syncthreads();
-    cb_mm(w.tmp, w.dS, lv, w.K, 1, lk, w.dU, lv, 1, w.skp, cv, C, 1.0f, true);
+    cb_mm(w.dS, lv, w.K, 1, lk, w.dU, lv, 1, w.skp, cv, C, 1.0f, true);
     if (threadIdx.x == 0) { /* dg: the sum of dgam from each row on */
         float acc = 0.0f;
         for (int r = C - 1; r >= 0; r--) {
@@ -386,8 +385,6 @@ static __device__ struct cb_block cb_block_of(float *sh, const struct dn_red &L,
     float **vecs[] = {&w.G, &w.eG, &w.B, &w.El, &w.dgam, &w.dgc, &w.dB};
     for (int i = 0; i < 7; i++)
         *vecs[i] = x, x += C;
-    x += C; /* the plan's eighth vector keeps tmp 32-byte aligned */
-    w.tmp = x;
     return w;
 }
 
@@ -421,8 +418,8 @@ delta_net_cfwd_kernel(struct dn_srcs s, float *out, struct dn_red L, struct dn_c
         const int64_t t0 = ch * C;
         const int n = (int)(L.nt - t0 < C ? L.nt - t0 : C);
         cb_prepare(w, s, L, t0, n);
-        cb_mm(w.tmp, w.Y, lv, w.Q, w.lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
-        cb_mm(w.tmp, w.Do, lv, w.P, w.lc, 1, w.U, lv, 1, C, cv, C, 1.0f, false);
+        cb_mm(w.Y, lv, w.Q, w.lk, 1, w.S0, lv, 1, C, cv, w.skp, 1.0f, false);
+        cb_mm(w.Do, lv, w.P, w.lc, 1, w.U, lv, 1, C, cv, C, 1.0f, false);
         __syncthreads();
         for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
             const int r = e / cv, jj = e % cv;

@@ -201,14 +201,11 @@ cb_mma_strips(float *Cm, int64_t ldc, const float *A, int lda, const float *B, i
     }
 }
 
-/* tmp: no longer read (the accumulators are stored from registers); kept in the callers'
- * shared-memory layouts for now */
 template <typename LA, typename LB, bool TF1, bool PA = false, bool PB = false>
 static __device__ __forceinline__ void
 cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb, int M, int N,
-       int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid, float *tmp)
+       int K, float alpha, bool acc, const float *rs, int m_valid, int n_valid)
 {
-    (void)tmp;
     switch (cb_strip_tiles(M, N)) {
     case 4:
         cb_mma_strips<LA, LB, TF1, 4, PA, PB>(Cm, ldc, A, lda, B, ldb, M, N, K, alpha, acc, rs, m_valid,
@@ -228,20 +225,20 @@ cb_mma(float *Cm, int64_t ldc, const float *A, int lda, const float *B, int ldb,
  * each 1 (which picks the layouts); TF1, PA and PB as cb_row_products' */
 template <bool TF1 = false, bool PA = false, bool PB = false>
 static __device__ __forceinline__ void
-cb_mm(float *tmp, float *Cm, int64_t ldc, const float *A, int ar, int ac, const float *B, int br,
+cb_mm(float *Cm, int64_t ldc, const float *A, int ar, int ac, const float *B, int br,
       int bc, int M, int N, int K, float alpha, bool acc, const float *rs = NULL,
       int m_valid = 1 << 30, int n_valid = 1 << 30)
 {
     using RM = wmma::row_major;
     using CM = wmma::col_major;
     if (ac == 1 && bc == 1)
-        cb_mma<RM, RM, TF1, PA, PB>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<RM, RM, TF1, PA, PB>(Cm, ldc, A, ar, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid);
     else if (ac == 1)
-        cb_mma<RM, CM, TF1, PA, PB>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<RM, CM, TF1, PA, PB>(Cm, ldc, A, ar, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
     else if (bc == 1)
-        cb_mma<CM, RM, TF1, PA, PB>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<CM, RM, TF1, PA, PB>(Cm, ldc, A, ac, B, br, M, N, K, alpha, acc, rs, m_valid, n_valid);
     else
-        cb_mma<CM, CM, TF1, PA, PB>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid, tmp);
+        cb_mma<CM, CM, TF1, PA, PB>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
 }
 
 /* A [64 x N] result (N a multiple of 16, at most 128) that a block of 8 warps builds in
@@ -290,11 +287,11 @@ static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A
 }
 
 /* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, each lane its own elements
- * (tmp is not read); the block calls it together */
-static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *tmp, float *Cm,
+;
+ * the block calls it together */
+static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *Cm,
                                                       int64_t ldc, int N, int m_valid, int n_valid)
 {
-    (void)tmp;
     const int warp = threadIdx.x / 32, m0 = warp % 4 * 16, u0 = warp / 4, tn = N / 16;
 #pragma unroll
     for (int u = 0; u < 4; u++) {

@@ -87,7 +87,9 @@ bool cu_dn_back_plan_init(struct dn_back_plan *p, int64_t sk, int64_t sv, int64_
 
 /* floats of the chunked backward's shared memory: K and Q [DN_CHUNK][ldk]; S0 and dS
  * [skp][ldv]; W, U, Do, dU, Y [DN_CHUNK][ldv]; Ab, P, M [DN_CHUNK][ldc]; 8 vectors; a
- * 16 x 16 tile a warp */
+ * 16 x 16 tile a warp (a39b620 stores the products' accumulators from registers, so nothing reads
+ * those tiles now; they still count here, because taking them out changes the plans' sizes
+ * and choices, which wants a device run first) */
 static int64_t cback_shared_floats(int64_t skp, int64_t cv)
 {
     const int64_t ldk = skp + 4, ldv = cv + 4, ldc = DN_CHUNK + 4;
@@ -135,7 +137,9 @@ bool cu_dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int6
 }
 
 /* floats of each wy kernel's shared memory (see delta_net_wy.cu for the buffers); the
- * vectors and the warps' 16 x 16 tiles come last in each */
+ * vectors and the warps' 16 x 16 tiles come last in each (a39b620 stores the products' accumulators from registers, so nothing reads
+ * those tiles now; they still count here, because taking them out changes the plans' sizes
+ * and choices, which wants a device run first) */
 static int64_t wy_tail(void) { return DN_WY_VECS * DN_CHUNK + DN_WY_THREADS / 32 * 256; }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -283,7 +283,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
               sv = FIX ? WYF_S : (int)L.sv;
     float *K = sh, *Q = K + C * lk, *V = Q + C * lk, *Ab = V + C * lw, *Pm = Ab + C * lc,
-          *T = Pm + C * lc, *G = T + C * lc, *Bv = G + C, *tmp = G + DN_WY_VECS * C;
+          *T = Pm + C * lc, *G = T + C * lc, *Bv = G + C;
     wy_fill( /* K's rows, then Q's (Q follows K) */
         2 * C, skp,
         [&](int r, int i) {
@@ -297,8 +297,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
         [&](int r, int j, float x) { V[r * lw + j] = x; });
     wy_gates(a.s, h, b, t0, n, G, Bv);
     __syncthreads();
-    cb_mm<TF1>(tmp, Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
-    cb_mm<TF1>(tmp, Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
+    cb_mm<TF1>(Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
+    cb_mm<TF1>(Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
     __syncthreads();
     /* the gates and masks; T starts as the identity; then the rows of V and K scaled for
      * Uv = T (B V), Wk = T (B e^G K) (into Q's place: Q is done) and G2 = T^T (El K) */
@@ -334,12 +334,12 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     wy_solve64(Ab, Bv, lc, T, lc);
     __syncthreads();
     /* Uv = T (B V), Wk = T (B e^G K); for bwd F = T^T P^T and G2 = T^T (El K) */
-    cb_mm<TF1>(tmp, wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
-    cb_mm<TF1>(tmp, wy_rows_k(a, P.off_wk, ci), skp, T, lc, 1, Q, lk, 1, C, skp, C, 1.0f, false);
+    cb_mm<TF1>(wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
+    cb_mm<TF1>(wy_rows_k(a, P.off_wk, ci), skp, T, lc, 1, Q, lk, 1, C, skp, C, 1.0f, false);
     if (FORWARD)
         return;
-    cb_mm<TF1>(tmp, wy_cc(a, P.off_f, ci), C, T, 1, lc, Pm, 1, lc, C, C, C, 1.0f, false);
-    cb_mm<TF1>(tmp, wy_rows_k(a, P.off_g2, ci), skp, T, 1, lc, K, lk, 1, C, skp, C, 1.0f, false);
+    cb_mm<TF1>(wy_cc(a, P.off_f, ci), C, T, 1, lc, Pm, 1, lc, C, C, C, 1.0f, false);
+    cb_mm<TF1>(wy_rows_k(a, P.off_g2, ci), skp, T, 1, lc, K, lk, 1, C, skp, C, 1.0f, false);
 }
 
 /* ---- fwd: the states at the chunk starts ---- */
@@ -360,8 +360,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
               skp = FIX ? WYF_S : (int)P.skp, cv = FIX ? WYF_CV : (int)P.cv,
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
               sv = FIX ? WYF_S : (int)L.sv, j0 = (int)c * cv;
-    float *S0 = sh, *Wk = S0 + skp * lv, *K = Wk + C * lk, *U = K + C * lk, *El = U + C * lv,
-          *tmp = El + DN_WY_VECS * C;
+    float *S0 = sh, *Wk = S0 + skp * lv, *K = Wk + C * lk, *U = K + C * lk, *El = U + C * lv;
     wy_fill(
         skp, cv,
         [&](int i, int jj) {
@@ -389,7 +388,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
         wy_async_wait();
         __syncthreads();
         /* U = Uv - Wk S0 */
-        cb_mm<TF1>(tmp, U, lv, Wk, lk, 1, S0, lv, 1, C, cv, skp, -1.0f, true);
+        cb_mm<TF1>(U, lv, Wk, lk, 1, S0, lv, 1, C, cv, skp, -1.0f, true);
         __syncthreads();
         /* U to scratch; then S0 = eL S0 + K^T diag(El) U */
         for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
@@ -401,7 +400,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
         for (int e = threadIdx.x; e < skp * cv; e += blockDim.x)
             S0[(e / cv) * lv + e % cv] *= eL;
         __syncthreads();
-        cb_mm<TF1, true, true>(tmp, S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
+        cb_mm<TF1, true, true>(S0, lv, K, 1, lk, U, lv, 1, skp, cv, C, 1.0f, true);
         __syncthreads();
     }
     if (FORWARD) { /* S[i][j] at row T + i of DELTA_NET's result [S_v, H_v, T + S_k, B] */
@@ -434,8 +433,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
               sv = FIX ? WYF_S : (int)L.sv, j0 = (int)c * cv;
     float *dS = sh, *QK = dS + skp * lv, *F = QK + 2 * C * lk, *G2 = F + C * lc,
-          *Do = G2 + C * lk, *Z = Do + C * lv, *eG = Z + 2 * C * lv, *Bv = eG + C,
-          *tmp = eG + DN_WY_VECS * C;
+          *Do = G2 + C * lk, *Z = Do + C * lv, *eG = Z + 2 * C * lv, *Bv = eG + C;
     float *Zb = Z + C * lv;
     /* the final state's gradient: rows T.. of grad */
     wy_fill(
@@ -481,8 +479,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
         __syncthreads();
         /* dR = T^T (P^T Do + diag(El) K dS) = F Do + G2 dS into Z's bottom (the same tiles
          * a warp: no barrier between); Z's top = diag(e^G) Do */
-        cb_mm<TF1>(tmp, Zb, lv, F, lc, 1, Do, lv, 1, C, cv, C, 1.0f, false);
-        cb_mm<TF1>(tmp, Zb, lv, G2, lk, 1, dS, lv, 1, C, cv, skp, 1.0f, true);
+        cb_mm<TF1>(Zb, lv, F, lc, 1, Do, lv, 1, C, cv, C, 1.0f, false);
+        cb_mm<TF1>(Zb, lv, G2, lk, 1, dS, lv, 1, C, cv, skp, 1.0f, true);
         for (int e = threadIdx.x; e < C * cv; e += blockDim.x) {
             const int r = e / cv, jj = e % cv;
             const float z = eG[r] * Do[r * lv + jj];
@@ -501,7 +499,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
             dS[(e / cv) * lv + e % cv] *= eL;
         __syncthreads();
         /* dS += [Q; K]^T Z = Q^T diag(e^G) Do - K^T diag(e^G beta) dR */
-        cb_mm<TF1, true, true>(tmp, dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
+        cb_mm<TF1, true, true>(dS, lv, QK, 1, lk, Z, lv, 1, skp, cv, 2 * C, 1.0f, true);
         __syncthreads();
     }
     float *dstate = a.out + L.off_state;
@@ -539,7 +537,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     float *Pm = RB, *Ab = RB + C * lc, *Q = RB, *K = RB + C * lk;
     float *G = RB + reg_b, *eG = G + C, *El = eG + C, *Bv = El + C, *mEB = Bv + C,
           *dgam = mEB + C, *dB = dgam + C, *aq = dB + C, *au = aq + C, *aw = au + C,
-          *av = aw + C, *tmp = G + DN_WY_VECS * C;
+          *av = aw + C;
     static_assert(DN_WY_VECS >= 11, "grad keeps 11 vectors");
     /* where this chunk's dq, dk rows (ld apart), dg and dbeta go */
     float *dQo, *dKo, *dgo, *dbo;
@@ -586,8 +584,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     wy_async_wait();
     __syncthreads();
     /* O = P U: M1 = Do U^T (dP on s <= r); A = B Ab with RHS's solve: M2 = dA = -dR U^T */
-    cb_mm<TF1>(tmp, M1, lc, Do, lw, 1, U, 1, lw, C, C, svp, 1.0f, false);
-    cb_mm<TF1>(tmp, M2, lc, dR, lw, 1, U, 1, lw, C, C, svp, -1.0f, false);
+    cb_mm<TF1>(M1, lc, Do, lw, 1, U, 1, lw, C, C, svp, 1.0f, false);
+    cb_mm<TF1>(M2, lc, dR, lw, 1, U, 1, lw, C, C, svp, -1.0f, false);
     /* dX = B dR is dv; and dR . V, dbeta's part of dR . X (X = V - e^G W), a warp a row */
     {
         /* the chunk's rows of dv, H_v S_v apart: one 64-bit base, 32-bit offsets in it (the
@@ -688,7 +686,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
             ss += (double)dSs[i * ls + jj] * S0s[i * ls + jj];
         }
         /* Do_r . (Q S0)_r */
-        cb_mm<TF1, true>(tmp, Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1, true>(Y, ls, Q, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(Do + j0, lw, Y, ls, cs);
@@ -697,7 +695,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
         __syncthreads();
         /* U_r . (K dS)_r */
-        cb_mm<TF1, true>(tmp, Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1, true>(Y, ls, K, lk, 1, dSs, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(U + j0, lw, Y, ls, cs);
@@ -706,7 +704,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
         __syncthreads();
         /* dR_r . W_r, W = K S0 */
-        cb_mm<TF1, true>(tmp, Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
+        cb_mm<TF1, true>(Y, ls, K, lk, 1, S0s, ls, 1, C, cs, skp, 1.0f, false);
         __syncthreads();
         {
             const float x = wy_row_dot(dR + j0, lw, Y, ls, cs);
@@ -730,8 +728,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         cb_acc64_mm<TF1>(DK, dR + j0, lw, 1, S0s, 1, ls, skp, cs);
         __syncthreads(); /* before the next slice lands over S0s and dSs */
     }
-    cb_acc64_store(DQ, tmp, dQo, ldq, skp, n, sk);
-    cb_acc64_store(DK, tmp, dKo, ldq, skp, n, sk);
+    cb_acc64_store(DQ, dQo, ldq, skp, n, sk);
+    cb_acc64_store(DK, dKo, ldq, skp, n, sk);
     ss = cu_block_sum(ss, red); /* synchronises the block */
     if (threadIdx.x == 0) {
         /* the end state: x_r = El_r u_r . (K dS)_r goes to the last row and leaves row r;
@@ -775,7 +773,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
               ly = FIX ? WYF_CO + 4 : (int)P.ldy, skp = FIX ? WYF_S : (int)P.skp,
               co = FIX ? WYF_CO : (int)P.co, sk = FIX ? WYF_S : (int)L.sk,
               sv = FIX ? WYF_S : (int)L.sv, j0 = (int)(blockIdx.x % P.cob) * co;
-    float *X = sh, *Y = X + C * lx, *eG = Y + (skp + C) * ly, *tmp = eG + DN_WY_VECS * C;
+    float *X = sh, *Y = X + C * lx, *eG = Y + (skp + C) * ly;
     const float *gv = wy_vec(a, ci);
     /* P to X's right, the columns' S0 and U to Y (j0 + co <= svp: scratch has them) */
     wy_async(X + skp, lx, wy_cc(a, P.off_p, ci), C, C, C);
@@ -792,7 +790,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(stru
     wy_async_wait();
     __syncthreads();
     float *o = a.out + ((b * (L.nt + L.sk) + t0) * L.hv + h) * L.sv + j0;
-    cb_mm<TF1>(tmp, o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
+    cb_mm<TF1>(o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
                sv - j0);
 }
 

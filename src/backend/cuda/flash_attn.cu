@@ -54,6 +54,8 @@ struct fa_plan {
     int64_t q_tiles, bq_tiles, bk_tiles; /* ceil(T / bq), ceil(T / b), ceil(nk / b) */
 };
 
+/* the vectors of `rows`, then a 16 x 16 tile a warp (unread since a39b620: see
+ * delta_net_plan.c's wy_tail) */
 static size_t fa_tail(int rows)
 {
     return sizeof(float) * (size_t)(4 * rows + 8 * 256);
@@ -236,8 +238,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_forward_kernel(struct
     const int64_t tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z, hk = h / (a.H / a.Hkv),
                   t0 = tile * R;
     float *Q = sh, *KV = Q + R * ld, *O = KV + FA_BK * ld; /* O: absent in STATS */
-    float *Sm = STATS ? O : O + R * ld, *m = Sm + R * ls, *l = m + R, *al = l + R,
-          *tmp = al + 2 * R;
+    float *Sm = STATS ? O : O + R * ld, *m = Sm + R * ls, *l = m + R, *al = l + R;
     fa_load_rows(Q, ld, a.q, h, t0, a.T, s, R, dp, a.D);
     for (int e = threadIdx.x; e < R; e += blockDim.x)
         m[e] = -INFINITY, l[e] = 0.0f;
@@ -251,7 +252,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_forward_kernel(struct
         fa_load_rows(KV, ld, a.k, hk, j0, a.nk, s, FA_BK, dp, a.D);
         __syncthreads();
         cb_mma<wmma::row_major, wmma::col_major, TF1>(Sm, ls, Q, ld, KV, ld, R, FA_BK, dp, a.scale,
-                                                      false, NULL, R, FA_BK, tmp);
+                                                      false, NULL, R, FA_BK);
         __syncthreads();
         fa_mask_scores(a, Sm, ls, R, FA_BK, t0, j0, h, s);
         __syncthreads();
@@ -289,7 +290,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_forward_kernel(struct
             O[e / dp * ld + e % dp] *= al[e / dp];
         __syncthreads();
         cb_mma<wmma::row_major, wmma::row_major, TF1>(O, ld, Sm, ls, KV, ld, R, dp, FA_BK, 1.0f,
-                                                      true, NULL, R, dp, tmp);
+                                                      true, NULL, R, dp);
     }
     __syncthreads();
     if (STATS) {
@@ -350,13 +351,13 @@ static __device__ void fa_dscores(const struct fa_args &a, const float *Pm, floa
 template <bool TF1>
 static __device__ void fa_tile_back(const struct fa_args &a, const float *Q, const float *dO,
                                     const float *K, const float *V, float *Sm, float *dP,
-                                    float *tmp, int64_t t0, int64_t j0, int64_t h, int64_t s)
+                                    int64_t t0, int64_t j0, int64_t h, int64_t s)
 {
     const int B = a.rows, ld = a.ld, ls = B + 4, dp = a.dp;
     cb_mma<wmma::row_major, wmma::col_major, TF1>(Sm, ls, Q, ld, K, ld, B, B, dp, a.scale, false,
-                                                  NULL, B, B, tmp);
+                                                  NULL, B, B);
     cb_mma<wmma::row_major, wmma::col_major, TF1>(dP, ls, dO, ld, V, ld, B, B, dp, 1.0f, false,
-                                                  NULL, B, B, tmp);
+                                                  NULL, B, B);
     __syncthreads();
     fa_mask_scores(a, Sm, ls, B, B, t0, j0, h, s);
     __syncthreads();
@@ -374,7 +375,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(struct fa_a
     const int B = a.rows, ld = a.ld, ls = B + 4, dp = a.dp;
     const int64_t h = blockIdx.y, s = blockIdx.z, hk = h / (a.H / a.Hkv), t0 = blockIdx.x * B;
     float *Q = sh, *dO = Q + B * ld, *dQ = dO + B * ld, *K = dQ + B * ld, *V = K + B * ld,
-          *Sm = V + B * ld, *dP = Sm + B * ls, *tmp = dP + B * ls + 4 * B;
+          *Sm = V + B * ld, *dP = Sm + B * ls;
     fa_load_rows(Q, ld, a.q, h, t0, a.T, s, B, dp, a.D);
     fa_load_rows(dO, ld, a.gdo, h, t0, a.T, s, B, dp, a.D);
     for (int e = threadIdx.x; e < B * dp; e += blockDim.x)
@@ -385,9 +386,9 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dq_kernel(struct fa_a
         fa_load_rows(K, ld, a.k, hk, j0, a.nk, s, B, dp, a.D);
         fa_load_rows(V, ld, a.v, hk, j0, a.nk, s, B, dp, a.D);
         __syncthreads();
-        fa_tile_back<TF1>(a, Q, dO, K, V, Sm, dP, tmp, t0, j0, h, s);
+        fa_tile_back<TF1>(a, Q, dO, K, V, Sm, dP, t0, j0, h, s);
         cb_mma<wmma::row_major, wmma::row_major, TF1>(dQ, ld, dP, ls, K, ld, B, dp, B, a.scale,
-                                                      true, NULL, B, dp, tmp);
+                                                      true, NULL, B, dp);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < B * (int)a.D; e += blockDim.x) {
@@ -407,7 +408,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkv_kernel(struct fa_
     const int B = a.rows, ld = a.ld, ls = B + 4, dp = a.dp;
     const int64_t hk = blockIdx.y, s = blockIdx.z, j0 = blockIdx.x * (int64_t)B, G = a.H / a.Hkv;
     float *K = sh, *V = K + B * ld, *dK = V + B * ld, *dV = dK + B * ld, *Q = dV + B * ld,
-          *dO = Q + B * ld, *Sm = dO + B * ld, *dP = Sm + B * ls, *tmp = dP + B * ls + 4 * B;
+          *dO = Q + B * ld, *Sm = dO + B * ld, *dP = Sm + B * ls;
     fa_load_rows(K, ld, a.k, hk, j0, a.nk, s, B, dp, a.D);
     fa_load_rows(V, ld, a.v, hk, j0, a.nk, s, B, dp, a.D);
     for (int e = threadIdx.x; e < B * dp; e += blockDim.x)
@@ -421,12 +422,12 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkv_kernel(struct fa_
             fa_load_rows(Q, ld, a.q, h, t0, a.T, s, B, dp, a.D);
             fa_load_rows(dO, ld, a.gdo, h, t0, a.T, s, B, dp, a.D);
             __syncthreads();
-            fa_tile_back<TF1>(a, Q, dO, K, V, Sm, dP, tmp, t0, j0, h, s);
+            fa_tile_back<TF1>(a, Q, dO, K, V, Sm, dP, t0, j0, h, s);
             /* dv += P^T do, dk += scale dS^T q: the tiles read as column-major */
             cb_mma<wmma::col_major, wmma::row_major, TF1>(dV, ld, Sm, ls, dO, ld, B, dp, B, 1.0f,
-                                                          true, NULL, B, dp, tmp);
+                                                          true, NULL, B, dp);
             cb_mma<wmma::col_major, wmma::row_major, TF1>(dK, ld, dP, ls, Q, ld, B, dp, B, a.scale,
-                                                          true, NULL, B, dp, tmp);
+                                                          true, NULL, B, dp);
         }
     __syncthreads();
     const int64_t n_q = a.D * a.H * a.T * a.S, n_k = a.D * a.Hkv * a.nk * a.S;
