@@ -93,8 +93,10 @@ static bool bf16_x(const struct lt_mb *b, const struct lt_tensor *wr, const stru
 
 /* w x, plus B (scale * A x) for each LoRA adapter of w: the scale meets the rank-r A x, not
  * the output (a pass over [r, T] instead of [rows, T], forward and backward). With
- * bf16_products, an F32 weight matrix and x are rounded to BF16 first (the adapters' small
- * products stay F32). */
+ * bf16_products, an F32 weight matrix and x are rounded to BF16 first, and so are the
+ * adapters' operands: A, B, the x that A reads (the base product's rounding of it) and the
+ * scaled A x. B's product writes [rows, T] and its gradient reads as much: in F32 (no
+ * tensor cores) the adapters' products took more of a LoRA step than the base products. */
 static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x)
 {
     struct lt_tensor *wr = W(b, w), *xr = x;
@@ -108,10 +110,15 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)
             continue;
-        struct lt_tensor *ax = lt_mul_mat(b->ctx, l->a, x);
+        const bool half = b->ad->bf16_products && x->type == LT_TYPE_F32;
+        struct lt_tensor *xa = half ? (xr != x ? xr : bf16_act(b, x)) : x;
+        struct lt_tensor *a = half ? lt_cont_as(b->ctx, l->a, LT_TYPE_BF16) : l->a;
+        struct lt_tensor *ax = a && xa ? lt_mul_mat(b->ctx, a, xa) : NULL;
         if (ax && l->scale != 1.0f)
             ax = lt_scale(b->ctx, ax, l->scale);
-        struct lt_tensor *bax = ax ? lt_mul_mat(b->ctx, l->b, ax) : NULL;
+        struct lt_tensor *axr = half && ax ? lt_cont_as(b->ctx, ax, LT_TYPE_BF16) : ax;
+        struct lt_tensor *bw = half ? lt_cont_as(b->ctx, l->b, LT_TYPE_BF16) : l->b;
+        struct lt_tensor *bax = axr && bw ? lt_mul_mat(b->ctx, bw, axr) : NULL;
         if (!bax)
             return NULL;
         lt_format_name(ax, "lora_a %s", w->name);
