@@ -47,13 +47,6 @@ struct lt_cuda_graph_stats {
 };
 void lt_backend_cuda_graph_stats(const struct lt_backend *be, struct lt_cuda_graph_stats *out);
 
-/* How many times be issued a decode product (a few-columns MUL_MAT by its own kernel) and
- * the ADD_RMS_NORM after it that reads it as one launch: the product kernel's last block
- * computes the norm (results as the two nodes give one by one, to float rounding). A kept
- * CUDA graph's replays do not count; 0 when be is not a CUDA backend.
- * LATHE_CUDA_FUSE_NORM=0 (when the backend is made) turns the fusion off. */
-long lt_backend_cuda_fused_norms(const struct lt_backend *be);
-
 #ifdef __cplusplus
 }
 #endif

@@ -53,8 +53,6 @@
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
 #           kernel's cut auto and fixed (one row a team; 1, 2, 4 warps a team), Q8_0 with
 #           LATHE_CUDA_MMVQ=0
-#   fuse    (after q08) gpu_test_cuda_fusion, then lathe bench on both 0.8B files with the
-#           decode fusion of a product and its ADD_RMS_NORM off and on, in turn
 #   confg   the conformance groups in CONF_GROUPS (default recurrent nn)
 #   dnbench  bench/bench_delta_net: DELTA_NET and DELTA_NET_BACK alone at 16x512 and 4x2048
 #           (chunked TF32 / F32 products, the per-token scan), ms a node
@@ -106,8 +104,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON ${CMAKE_EXTRA:-} >"$out/configure.log" 2>&1 &&
        cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
-           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda gpu_test_cuda_fusion \
-           bench_matmul bench_delta_net >"$out/build.log" 2>&1; }; then
+           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda bench_matmul bench_delta_net >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
@@ -813,24 +810,6 @@ phase_dbench() {
     LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
         >"$out/dbench_prof.log" 2>&1
     row "decode profile (64 tokens)" "rc $? $(grep -E '^(GDN_DECODE|ARGMAX) ' "$out/dbench_prof.log" | awk '{printf "%s %s us/node; ", $1, $4}')"
-}
-
-# fuse: the decode fusion of a product and the ADD_RMS_NORM after it (gpu_test_cuda_fusion),
-# then lathe bench on both 0.8B files with it off (LATHE_CUDA_FUSE_NORM=0) and on, in turn
-# (after q08)
-phase_fuse() {
-    timeout 120 $b/tests/gpu_test_cuda_fusion >"$out/fusion.log" 2>&1
-    row "decode fusion (gpu_test_cuda_fusion)" "rc $? $(passed "$out/fusion.log")"
-    grep -E "check failed" "$out/fusion.log" | head -5 | cut -c1-160
-    local ty f
-    for ty in bf16 q8_0; do
-        for f in 0 1 0 1; do
-            [ "$(left)" -gt 30 ] || break
-            LATHE_CUDA_FUSE_NORM=$f timeout 60 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 \
-                --backend cuda >"$out/fuse_${ty}_$f.log" 2>&1
-            row "lathe bench $ty FUSE_NORM=$f" "rc $? $(grep -E 'tg128|pp512' "$out/fuse_${ty}_$f.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
-        done
-    done
 }
 
 # tgraph: the training step replayed as a CUDA graph (LATHE_CUDA_GRAPHS=all) against issued

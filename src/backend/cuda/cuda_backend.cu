@@ -324,27 +324,7 @@ static bool sources_on_device(struct lt_backend *be, const struct lt_tensor *nod
     return true;
 }
 
-/* The index of the ADD_RMS_NORM that reads node i's product, when it is the next node
- * that computes anything (views between them compute nothing), runnable here and
- * placed like any node; else -1. cu_matmul_add_norm then decides whether the two run as
- * one launch. */
-static int fusable_norm(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes, int i)
-{
-    int j = i + 1;
-    while (j < n_nodes && lt_op_is_view(nodes[j]->op))
-        j++;
-    if (j >= n_nodes || nodes[j]->op != LT_OP_ADD_RMS_NORM || !nodes[j]->data)
-        return -1;
-    char reason[CU_REASON_MAX];
-    int bad;
-    return cuda_verdict(ctx_of(be), nodes[j], reason, sizeof(reason)) &&
-                   sources_on_device(be, nodes[j], &bad)
-               ? j
-               : -1;
-}
-
-/* Queues nodes on the stream one by one (each through its family's launcher; a decode
- * product and the norm after it as one, fusable_norm). */
+/* Queues nodes on the stream one by one (each through its family's launcher). */
 static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nodes, int n_nodes)
 {
     struct cu_ctx *c = ctx_of(be);
@@ -374,20 +354,11 @@ static lt_status issue_nodes(struct lt_backend *be, struct lt_tensor *const *nod
             if (fam->scratch)
                 fam->scratch(node, c->scratch_said);
         }
-        const int j =
-            c->fuse_norm && node->op == LT_OP_MUL_MAT ? fusable_norm(be, nodes, n_nodes, i) : -1;
-        bool fused = false;
-        if (j >= 0) {
-            if ((st = cu_matmul_add_norm(c, node, nodes[j], &fused)) != LT_OK)
-                return st;
-            c->fused_norms += fused;
-        }
-        if (!fused && (st = fam->compute(c, node)) != LT_OK)
+        st = fam->compute(c, node);
+        if (st != LT_OK)
             return st;
         if (prof)
             cu_profile_node_end(c, &pc, node);
-        if (fused)
-            i = j; /* the norm ran in the product's launch (the profile counts it there) */
     }
     if (prof)
         cu_profile_call_end(c, &pc);
@@ -564,11 +535,6 @@ extern "C" void lt_backend_cuda_graph_stats(const struct lt_backend *be,
         cu_graphs_stats((const struct cu_ctx *)be->impl, out);
 }
 
-extern "C" long lt_backend_cuda_fused_norms(const struct lt_backend *be)
-{
-    return lt_backend_is_cuda(be) ? ((const struct cu_ctx *)be->impl)->fused_norms : 0;
-}
-
 extern "C" struct lt_backend *lt_backend_cuda_new(int device)
 {
     int n = 0;
@@ -618,8 +584,6 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
     {
         const char *e = getenv("LATHE_CUDA_CHECK_SCRATCH");
         c->check_scratch = e && strcmp(e, "1") == 0;
-        const char *f = getenv("LATHE_CUDA_FUSE_NORM");
-        c->fuse_norm = !(f && strcmp(f, "0") == 0);
     }
     cu_profile_new(c);
     cu_graphs_new(c);

@@ -63,17 +63,9 @@ struct cu_ctx {
      * block sets every counter it used back to zero, so the next launch (or a replayed
      * CUDA graph) finds them zero. One stream runs one node at a time. */
     int *counters;
-    /* LATHE_CUDA_FUSE_NORM (default 1; 0 turns it off when the backend is made): a decode
-     * product and the ADD_RMS_NORM after it that reads it run as one launch (issue_nodes,
-     * cu_matmul_add_norm); fused_norms counts the pairs so run */
-    bool fuse_norm;
-    long fused_norms;
 };
 
 #define CU_COUNTERS 16384
-/* the counter of the product kernels that finish an ADD_RMS_NORM (cu_norm_tail_run); the
- * kernels that count per head (GDN_DECODE) take the ones below it */
-#define CU_COUNTER_TAIL (CU_COUNTERS - 1)
 
 /* ---- status ---- */
 
@@ -146,14 +138,6 @@ CU_DECLARE_FAMILY(flash_attn);
 CU_DECLARE_FAMILY(loss);
 CU_DECLARE_FAMILY(linear_ce);
 CU_DECLARE_FAMILY(optim);
-
-/* The decode fusion (issue_nodes): product mm (MUL_MAT) and the ADD_RMS_NORM after it that
- * reads mm's result, both already found runnable, as one launch: the product's own kernel
- * (mmv_half_kernel or mmvq's) stores mm's result as it would alone, and its last block then
- * computes the norm's rows into norm's result. *fused false (nothing queued, LT_OK): mm's
- * plan takes another kernel, or the pair is not of that form; the two run one by one. */
-lt_status cu_matmul_add_norm(struct cu_ctx *c, struct lt_tensor *mm, struct lt_tensor *norm,
-                             bool *fused);
 
 /* ---- host-side checks shared by preconditions ---- */
 
@@ -346,94 +330,6 @@ __device__ __forceinline__ double cu_block_sum(double v, double *shared)
     __syncthreads();
     v = lane < n_warps ? shared[lane] : 0.0;
     return cu_warp_sum(v);
-}
-
-/* ---- ADD_RMS_NORM's rows, by its own kernel (norm.cu) or by the last block of the
- * product it reads (mmv.cu, mmvq.cu: cu_norm_tail_run) ---- */
-
-/* the sums of squares' first CU_ADD_NORM_KEEP elements a thread stay in registers for the
- * second pass */
-#define CU_ADD_NORM_KEEP 4
-
-template <bool CG>
-__device__ __forceinline__ float cu_add_norm_ld(const struct cu_t &t, int64_t i0, int64_t r)
-{
-    const float *p = (const float *)(t.data + i0 * t.nb[0] + r * t.nb[1]);
-    return CG ? __ldcg(p) : *p;
-}
-
-/* Row r of ADD_RMS_NORM's [n, rows, 2] result y from its F32 sources a, b ([n, rows], any
- * strides) and weight w: sum[r] = a + b, then out[r] = (sum * f) * w with f = (mean of
- * sum^2 + eps)^(-1/2), the squares summed in double and f rounded once (the CPU's order of
- * rounding but for the sum of squares' order). The block's threads (a multiple of 32) take
- * it together. CG: a and b are read through L2 (blocks of the running kernel wrote one of
- * them). */
-template <bool CG>
-__device__ __forceinline__ void cu_add_norm_row(const struct cu_t &a, const struct cu_t &b,
-                                                const float *w, float *y, float eps, int64_t r,
-                                                int64_t rows, double *shared)
-{
-    const int64_t n = a.ne[0], bd = blockDim.x, tail = CU_ADD_NORM_KEEP * bd;
-    float *sum = y + r * n, *out = y + (rows + r) * n;
-    float keep[CU_ADD_NORM_KEEP];
-    double s = 0.0;
-#pragma unroll
-    for (int k = 0; k < CU_ADD_NORM_KEEP; k++) {
-        const int64_t i0 = threadIdx.x + k * bd;
-        keep[k] = 0.0f;
-        if (i0 < n) {
-            keep[k] = __fadd_rn(cu_add_norm_ld<CG>(a, i0, r), cu_add_norm_ld<CG>(b, i0, r));
-            sum[i0] = keep[k];
-        }
-        s += (double)keep[k] * (double)keep[k];
-    }
-    for (int64_t i0 = threadIdx.x + tail; i0 < n; i0 += bd) {
-        const float v = __fadd_rn(cu_add_norm_ld<CG>(a, i0, r), cu_add_norm_ld<CG>(b, i0, r));
-        sum[i0] = v;
-        s += (double)v * (double)v;
-    }
-    s = cu_block_sum(s, shared);
-    const float f = (float)(1.0 / sqrt(s / (double)n + (double)eps));
-#pragma unroll /* constant indices: keep stays in registers */
-    for (int k = 0; k < CU_ADD_NORM_KEEP; k++) {
-        const int64_t i0 = threadIdx.x + k * bd;
-        if (i0 < n)
-            out[i0] = __fmul_rn(__fmul_rn(keep[k], f), w[i0]);
-    }
-    for (int64_t i0 = threadIdx.x + tail; i0 < n; i0 += bd)
-        out[i0] = __fmul_rn(__fmul_rn(sum[i0], f), w[i0]);
-}
-
-/* An ADD_RMS_NORM finished by the product kernel whose result it reads: its sources a and b
- * (one of them the product), its weight w and result y; y NULL: the kernel finishes
- * nothing */
-struct cu_norm_tail {
-    struct cu_t a, b;
-    const float *w;
-    float *y;
-    float eps;
-    int *counter; /* zero before the launch; the last block sets it back */
-};
-
-/* At the very end of a product kernel, by every thread of every block: the last block to
- * arrive (counted in t.counter) takes the norm's rows, once every block's results are
- * stored. */
-__device__ __forceinline__ void cu_norm_tail_run(const struct cu_norm_tail &t)
-{
-    __shared__ bool last;
-    __shared__ double red[32];
-    __threadfence(); /* this block's results before its arrival is counted */
-    __syncthreads();
-    if (threadIdx.x == 0)
-        last = atomicAdd(t.counter, 1) == (int)(gridDim.x * gridDim.y * gridDim.z) - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence(); /* the other blocks' results, seen through their count, before the reads */
-    for (int64_t r = 0; r < t.a.ne[1]; r++)
-        cu_add_norm_row<true>(t.a, t.b, t.w, t.y, t.eps, r, t.a.ne[1], red);
-    if (threadIdx.x == 0)
-        *t.counter = 0;
 }
 
 /* Who takes a row of a row-wise kernel: a block (WARP false: long rows, or few of them, as

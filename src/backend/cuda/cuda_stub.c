@@ -29,12 +29,6 @@ void lt_backend_cuda_graph_stats(const struct lt_backend *be, struct lt_cuda_gra
     *out = (struct lt_cuda_graph_stats){0};
 }
 
-long lt_backend_cuda_fused_norms(const struct lt_backend *be)
-{
-    (void)be;
-    return 0;
-}
-
 bool lt_cuda_verdict(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     (void)node;

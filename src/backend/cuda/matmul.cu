@@ -404,10 +404,10 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
                         "zeroing an empty product");
     if (p.mmvq)
-        return cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3, NULL);
+        return cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3);
     if (p.mmv) {
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
-        return cu_mmv_run(c, &ms, a, b, (float *)node->data, NULL);
+        return cu_mmv_run(c, &ms, a, b, (float *)node->data);
     }
     const char *bbase = (const char *)b->data;
     if (p.b_flat) {
@@ -437,38 +437,6 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (p.a_direct)
         return run_direct(c, &p, a, bbase, (float *)node->data);
     return run_tiled(c, &p, a, bbase, (float *)node->data);
-}
-
-/* whether src is the product mm's result itself (or a view of all of it, as it lies) */
-static bool reads_product(const struct lt_tensor *src, const struct lt_tensor *mm)
-{
-    return src == mm || (src && src->view_src == mm && src->data == mm->data &&
-                         lt_same_shape(src, mm) && lt_is_contiguous(src));
-}
-
-lt_status cu_matmul_add_norm(struct cu_ctx *c, struct lt_tensor *mm, struct lt_tensor *norm,
-                             bool *fused)
-{
-    *fused = false;
-    char reason[CU_REASON_MAX];
-    struct cu_mm_plan p;
-    if (mm->op != LT_OP_MUL_MAT || norm->op != LT_OP_ADD_RMS_NORM ||
-        !cu_mm_supported_plan(mm, &p, reason, sizeof(reason)) ||
-        !cu_norm_supported(norm, reason, sizeof(reason)))
-        return LT_OK;
-    const struct lt_tensor *a = mm->src[0], *b = mm->src[1];
-    const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
-    const bool kernel = p.mmvq || (p.mmv && cu_mmv_half_path(&ms, a, b));
-    if (!kernel || p.K == 0 || p.M < 1 || p.N < 1 || p.B2 * p.B3 != 1 || norm->ne[0] != p.M ||
-        norm->ne[1] != p.N || !(reads_product(norm->src[0], mm) || reads_product(norm->src[1], mm)))
-        return LT_OK;
-    const struct cu_norm_tail tail = {
-        cu_view(norm->src[0]), cu_view(norm->src[1]),     (const float *)norm->src[2]->data,
-        (float *)norm->data,   lt_get_param_f32(norm, 0), c->counters + CU_COUNTER_TAIL};
-    *fused = true;
-    if (p.mmvq)
-        return cu_mmvq_run(c, a, b, (float *)mm->data, p.r2, p.r3, &tail);
-    return cu_mmv_run(c, &ms, a, b, (float *)mm->data, &tail);
 }
 
 const struct cu_family cu_family_matmul = {

@@ -160,8 +160,7 @@ template <int NC> struct mmv_half_unroll {
 
 template <int TYPE, int NC, int RW, int WPR>
 static __global__ void __launch_bounds__(256)
-    mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3,
-                    struct cu_norm_tail tail)
+    mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3)
 {
     constexpr int TEAMS = 8 / WPR, RPB = TEAMS * RW, STEP = 32 * WPR, U = mmv_half_unroll<NC>::u;
     __shared__ float part_sum[8][RW][NC];
@@ -253,8 +252,6 @@ static __global__ void __launch_bounds__(256)
                     dst[((i3 * B2 + i2) * N + n) * M + m] = acc[t][n];
             }
     }
-    if (tail.y)
-        cu_norm_tail_run(tail);
 }
 
 /* Q8_0 rows of K % 256 == 0 elements, 16-byte aligned (rows of whole 272-byte groups of 8
@@ -483,85 +480,68 @@ static void mmv_half_cut(const struct cu_ctx *c, const struct cu_mmv_shape *p, i
 
 template <int TYPE, int NC, int RW, int WPR>
 static void mmv_half_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                        const struct cu_t &bv, float *dst, const struct cu_norm_tail &tail)
+                        const struct cu_t &bv, float *dst)
 {
     constexpr int RPB = 8 / WPR * RW;
     const int64_t groups = (p->M * p->B2 * p->B3 + RPB - 1) / RPB;
     const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
-    mmv_half_kernel<TYPE, NC, RW, WPR>
-        <<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3, tail);
+    mmv_half_kernel<TYPE, NC, RW, WPR><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
 }
 
 template <int TYPE, int NC, int RW>
 static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                         const struct cu_t &bv, float *dst, int wpr,
-                         const struct cu_norm_tail &tail)
+                         const struct cu_t &bv, float *dst, int wpr)
 {
     switch (wpr) {
-    case 1: mmv_half_go<TYPE, NC, RW, 1>(c, p, av, bv, dst, tail); break;
-    case 2: mmv_half_go<TYPE, NC, RW, 2>(c, p, av, bv, dst, tail); break;
-    case 4: mmv_half_go<TYPE, NC, RW, 4>(c, p, av, bv, dst, tail); break;
-    default: mmv_half_go<TYPE, NC, RW, 8>(c, p, av, bv, dst, tail); break;
+    case 1: mmv_half_go<TYPE, NC, RW, 1>(c, p, av, bv, dst); break;
+    case 2: mmv_half_go<TYPE, NC, RW, 2>(c, p, av, bv, dst); break;
+    case 4: mmv_half_go<TYPE, NC, RW, 4>(c, p, av, bv, dst); break;
+    default: mmv_half_go<TYPE, NC, RW, 8>(c, p, av, bv, dst); break;
     }
 }
 
 template <int TYPE, int NC>
 static void mmv_half_rw(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                        const struct cu_t &bv, float *dst, const struct cu_norm_tail &tail)
+                        const struct cu_t &bv, float *dst)
 {
     int rw, wpr;
     mmv_half_cut(c, p, &rw, &wpr);
     if (rw == 4)
-        mmv_half_wpr<TYPE, NC, 4>(c, p, av, bv, dst, wpr, tail);
+        mmv_half_wpr<TYPE, NC, 4>(c, p, av, bv, dst, wpr);
     else
-        mmv_half_wpr<TYPE, NC, 1>(c, p, av, bv, dst, wpr, tail);
+        mmv_half_wpr<TYPE, NC, 1>(c, p, av, bv, dst, wpr);
 }
 
 template <int TYPE>
 static void mmv_half_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                            const struct cu_t &bv, float *dst, const struct cu_norm_tail &tail)
+                            const struct cu_t &bv, float *dst)
 {
     if (p->N <= 1)
-        mmv_half_rw<TYPE, 1>(c, p, av, bv, dst, tail);
+        mmv_half_rw<TYPE, 1>(c, p, av, bv, dst);
     else if (p->N <= 2)
-        mmv_half_rw<TYPE, 2>(c, p, av, bv, dst, tail);
+        mmv_half_rw<TYPE, 2>(c, p, av, bv, dst);
     else if (p->N <= 4)
-        mmv_half_rw<TYPE, 4>(c, p, av, bv, dst, tail);
+        mmv_half_rw<TYPE, 4>(c, p, av, bv, dst);
     else
-        mmv_half_rw<TYPE, 8>(c, p, av, bv, dst, tail);
-}
-
-/* a's rows unsplit F16 / BF16 that mmv_half_kernel reads 16 bytes at a time */
-static bool half_rows(const struct cu_mmv_shape *p, const struct lt_tensor *a)
-{
-    return (a->type == LT_TYPE_F16 || a->type == LT_TYPE_BF16) && a->nb[0] == 2 && p->K % 8 == 0 &&
-           (uintptr_t)a->data % 16 == 0 && (p->M <= 1 || a->nb[1] % 16 == 0) &&
-           (p->A2 <= 1 || a->nb[2] % 16 == 0) && (p->A3 <= 1 || a->nb[3] % 16 == 0);
-}
-
-bool cu_mmv_half_path(const struct cu_mmv_shape *p, const struct lt_tensor *a,
-                      const struct lt_tensor *b)
-{
-    return half_rows(p, a) && half_cols(p, cu_view(b));
+        mmv_half_rw<TYPE, 8>(c, p, av, bv, dst);
 }
 
 lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
-                     const struct lt_tensor *b, float *dst, const struct cu_norm_tail *tail)
+                     const struct lt_tensor *b, float *dst)
 {
     const struct cu_t av = cu_view(a), bv = cu_view(b);
-    const bool vec = half_rows(p, a);
-    const struct cu_norm_tail none = {};
-    if (tail && !cu_mmv_half_path(p, a, b))
-        return lt_fail(LT_ERR_BACKEND, "mmv: a norm tail on a product that is not mmv_half's");
-    const struct cu_norm_tail &t = tail ? *tail : none;
+    const bool vec = (a->type == LT_TYPE_F16 || a->type == LT_TYPE_BF16) && a->nb[0] == 2 &&
+                     p->K % 8 == 0 && (uintptr_t)a->data % 16 == 0 &&
+                     (p->M <= 1 || a->nb[1] % 16 == 0) && (p->A2 <= 1 || a->nb[2] % 16 == 0) &&
+                     (p->A3 <= 1 || a->nb[3] % 16 == 0);
     switch (a->type) {
     case LT_TYPE_F16:
-        vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_F16>(c, p, av, bv, dst, t)
+        vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_F16>(c, p, av, bv, dst)
         : vec                  ? mmv_launch<LT_TYPE_F16, true>(c, p, av, bv, dst)
                                : mmv_launch<LT_TYPE_F16, false>(c, p, av, bv, dst);
         break;
     case LT_TYPE_BF16:
-        vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_BF16>(c, p, av, bv, dst, t)
+        vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_BF16>(c, p, av, bv, dst)
         : vec                  ? mmv_launch<LT_TYPE_BF16, true>(c, p, av, bv, dst)
                                : mmv_launch<LT_TYPE_BF16, false>(c, p, av, bv, dst);
         break;

@@ -14,14 +14,8 @@ struct cu_mmv_shape {
 
 /* dst[m, n, i2, i3] = sum_k a[k, m, i2 / r2, i3 / r3] * b[k, n, i2, i3] for F32 b of any
  * strides, a of any type the device reads; dst contiguous F32. Queues one kernel; takes no
- * scratch. tail (NULL: none): an ADD_RMS_NORM reading dst that the kernel's last block
- * finishes, only where cu_mmv_half_path holds (else nothing is queued and it fails). */
+ * scratch. */
 lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
-                     const struct lt_tensor *b, float *dst, const struct cu_norm_tail *tail);
-
-/* whether cu_mmv_run takes mmv_half_kernel (unsplit F16 / BF16 rows 16-byte aligned,
- * unit-strided 16-byte aligned columns), the kernel that can finish a norm */
-bool cu_mmv_half_path(const struct cu_mmv_shape *p, const struct lt_tensor *a,
-                      const struct lt_tensor *b);
+                     const struct lt_tensor *b, float *dst);
 
 #endif

@@ -255,7 +255,7 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     mmvq_kernel(const char *__restrict__ a, int64_t anb1, int64_t anb2, int64_t anb3, int64_t M,
                 int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
                 const int8_t *__restrict__ xq, const float2 *__restrict__ xd,
-                float *__restrict__ dst, struct cu_norm_tail tail)
+                float *__restrict__ dst)
 {
     constexpr int NW = mmvq_shape<NC>::warps;
     constexpr int PER_ITER = NW * 32 / 4; /* blocks a step of the whole thread block */
@@ -342,14 +342,12 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
         }
         __syncthreads(); /* part is written again for the next slice */
     }
-    if (tail.y)
-        cu_norm_tail_run(tail);
 }
 
 template <int TYPE, int NC, int ROWS>
 static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk, int64_t r2,
                     int64_t r3, int64_t B2, int64_t nch, const int8_t *xq, const float2 *xd,
-                    float *dst, const struct cu_norm_tail &tail)
+                    float *dst)
 {
     constexpr int NW = mmvq_shape<NC>::warps;
     const dim3 grid((unsigned)((M + ROWS - 1) / ROWS), (unsigned)(nch < 65535 ? nch : 65535));
@@ -358,40 +356,38 @@ static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int 
     if (!odd_bits) /* every block 2-byte aligned */
         mmvq_kernel<TYPE, NC, ROWS, true><<<grid, NW * 32, 0, c->stream>>>(
             (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
-            r2, r3, B2, nch, xq, xd, dst, tail);
+            r2, r3, B2, nch, xq, xd, dst);
     else
         mmvq_kernel<TYPE, NC, ROWS, false><<<grid, NW * 32, 0, c->stream>>>(
             (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
-            r2, r3, B2, nch, xq, xd, dst, tail);
+            r2, r3, B2, nch, xq, xd, dst);
 }
 
 template <int TYPE, int NC>
 static void mmvq_launch(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
                         int64_t r2, int64_t r3, int64_t B2, int64_t nch, const int8_t *xq,
-                        const float2 *xd, float *dst, const struct cu_norm_tail &tail)
+                        const float2 *xd, float *dst)
 {
     if (mmvq_many_rows(c, M))
-        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows_many>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst,
-                                                     tail);
+        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows_many>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
     else
-        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail);
+        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
 }
 
 template <int TYPE>
 static void mmvq_columns(struct cu_ctx *c, const struct lt_tensor *a, int64_t N, int64_t M,
                          int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
-                         const int8_t *xq, const float2 *xd, float *dst,
-                         const struct cu_norm_tail &tail)
+                         const int8_t *xq, const float2 *xd, float *dst)
 {
     switch (N) {
-    case 1: mmvq_launch<TYPE, 1>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    case 2: mmvq_launch<TYPE, 2>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    case 3: mmvq_launch<TYPE, 3>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    case 4: mmvq_launch<TYPE, 4>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    case 5: mmvq_launch<TYPE, 5>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    case 6: mmvq_launch<TYPE, 6>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    case 7: mmvq_launch<TYPE, 7>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
-    default: mmvq_launch<TYPE, 8>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, tail); break;
+    case 1: mmvq_launch<TYPE, 1>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 2: mmvq_launch<TYPE, 2>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 3: mmvq_launch<TYPE, 3>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 4: mmvq_launch<TYPE, 4>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 5: mmvq_launch<TYPE, 5>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 6: mmvq_launch<TYPE, 6>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 7: mmvq_launch<TYPE, 7>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    default: mmvq_launch<TYPE, 8>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
     }
 }
 
@@ -411,10 +407,8 @@ size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *
 }
 
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                      float *dst, int64_t r2, int64_t r3, const struct cu_norm_tail *tail)
+                      float *dst, int64_t r2, int64_t r3)
 {
-    const struct cu_norm_tail none = {};
-    const struct cu_norm_tail &t = tail ? *tail : none;
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2];
     const int64_t nch = B2 * b->ne[3], cols = N * nch, nblk = K / MMVQ_QK;
     if (!cu_mmvq_takes(a->type, K) || N < 1 || N > CU_MMVQ_MAX_N || M < 1 || nch < 1 ||
@@ -434,14 +428,12 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
         return st;
     switch (a->type) {
     case LT_TYPE_Q4_0:
-        mmvq_columns<LT_TYPE_Q4_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst, t);
+        mmvq_columns<LT_TYPE_Q4_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst);
         break;
     case LT_TYPE_Q5_0:
-        mmvq_columns<LT_TYPE_Q5_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst, t);
+        mmvq_columns<LT_TYPE_Q5_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst);
         break;
-    default:
-        mmvq_columns<LT_TYPE_Q8_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst, t);
-        break;
+    default: mmvq_columns<LT_TYPE_Q8_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst); break;
     }
     return cu_launched("mul_mat mmvq");
 }

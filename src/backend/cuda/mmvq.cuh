@@ -27,9 +27,7 @@ bool cu_mmvq_takes(enum lt_type t, int64_t K);
 /* The CU_SCRATCH_B bytes cu_mmvq_run takes for b: the int8 columns, then a float2 a block. */
 size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *b);
 
-/* tail (NULL: none): an ADD_RMS_NORM reading dst that the dot kernel's last block
- * finishes. */
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                      float *dst, int64_t r2, int64_t r3, const struct cu_norm_tail *tail);
+                      float *dst, int64_t r2, int64_t r3);
 
 #endif

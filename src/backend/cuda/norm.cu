@@ -107,16 +107,50 @@ static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int o
     }
 }
 
-/* a block a row r (cu_add_norm_row). A decode step's rows are few and short (1,024), so the
- * block is as wide as the row (up to 1,024 threads) and each thread keeps its first
- * CU_ADD_NORM_KEEP sums in registers for the second pass: at 256 threads each thread walked
- * 4 dependent loads, then read its sums back */
+/* a block a row r: sum[r] = a + b, then out[r] = (sum * f) * w, f from sum's squares. A
+ * decode step's rows are few and short (1,024), so the block is as wide as the row (up to
+ * 1,024 threads) and each thread keeps its first ADD_NORM_KEEP sums in registers for the
+ * second pass: at 256 threads each thread walked 4 dependent loads, then read its sums back */
+#define ADD_NORM_KEEP 4
+/* sum[i0] = a + b at (i0, r), returned */
+static __device__ __forceinline__ float add_at(const struct cu_t &a, const struct cu_t &b,
+                                               float *sum, int64_t i0, int64_t r)
+{
+    const float v = __fadd_rn(cu_getf(a, i0, r, 0, 0), cu_getf(b, i0, r, 0, 0));
+    sum[i0] = v;
+    return v;
+}
+
 static __global__ void __launch_bounds__(1024)
     add_norm_kernel(struct cu_t a, struct cu_t b, const float *w, float *y, float eps)
 {
     __shared__ double shared[32];
-    for (int64_t r = blockIdx.x; r < a.ne[1]; r += gridDim.x)
-        cu_add_norm_row<false>(a, b, w, y, eps, r, a.ne[1], shared);
+    const int64_t n = a.ne[0], rows = a.ne[1], bd = blockDim.x, tail = ADD_NORM_KEEP * bd;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float *sum = y + r * n, *out = y + (rows + r) * n;
+        float keep[ADD_NORM_KEEP];
+        double s = 0.0;
+#pragma unroll
+        for (int k = 0; k < ADD_NORM_KEEP; k++) {
+            const int64_t i0 = threadIdx.x + k * bd;
+            keep[k] = i0 < n ? add_at(a, b, sum, i0, r) : 0.0f;
+            s += (double)keep[k] * (double)keep[k];
+        }
+        for (int64_t i0 = threadIdx.x + tail; i0 < n; i0 += bd) {
+            const float v = add_at(a, b, sum, i0, r);
+            s += (double)v * (double)v;
+        }
+        s = cu_block_sum(s, shared);
+        const float f = (float)(1.0 / sqrt(s / (double)n + (double)eps));
+#pragma unroll /* constant indices: keep stays in registers */
+        for (int k = 0; k < ADD_NORM_KEEP; k++) {
+            const int64_t i0 = threadIdx.x + k * bd;
+            if (i0 < n)
+                out[i0] = __fmul_rn(__fmul_rn(keep[k], f), w[i0]);
+        }
+        for (int64_t i0 = threadIdx.x + tail; i0 < n; i0 += bd)
+            out[i0] = __fmul_rn(__fmul_rn(sum[i0], f), w[i0]);
+    }
 }
 
 template <bool WARP>
