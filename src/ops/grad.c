@@ -18,6 +18,21 @@ struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t)
     return c;
 }
 
+struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enum lt_type type)
+{
+    for (int i = 0; i < LT_AD_ROUNDED; i++)
+        if (ad->rounded[i].from == t && ad->rounded[i].to->type == type)
+            return ad->rounded[i].to;
+    struct lt_tensor *r = lt_cont_as(ad->ctx, t, type);
+    if (!r)
+        return NULL;
+    lt_format_name(r, "%s (%s)", t->name, lt_type_name(type));
+    ad->rounded[ad->n_rounded % LT_AD_ROUNDED].from = t;
+    ad->rounded[ad->n_rounded % LT_AD_ROUNDED].to = r;
+    ad->n_rounded++;
+    return r;
+}
+
 lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)
 {
     if (!grad)

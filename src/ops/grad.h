@@ -19,6 +19,13 @@ struct lt_autodiff {
     /* tensor -> 1 while its gradient is an accumulator no other tensor reads (made by a
      * view's rule from a fresh zero or a fresh ACC), so the next view may add in place */
     struct lt_ptrmap owned;
+    /* the last LT_AD_ROUNDED roundings made by lt_ad_rounded (a ring), so that two rules
+     * reading one gradient in one half type share one rounding */
+#define LT_AD_ROUNDED 8
+    struct {
+        struct lt_tensor *from, *to;
+    } rounded[LT_AD_ROUNDED];
+    int n_rounded;
 };
 
 struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad);
@@ -32,6 +39,10 @@ lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_ten
 bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src);
 /* src->grad = grad, a tensor made for src alone (a fresh zero, or an ACC into one) */
 void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
+/* t rounded to type (F16 or BF16) by a CONT, named "<t> (<type>)": the one already made for t
+ * when one of the last LT_AD_ROUNDED roundings was (a LoRA target's base product and its
+ * adapter's B product read one output gradient). */
+struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enum lt_type type);
 /* t itself when contiguous, otherwise a CONT copy of it. */
 struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t);
 

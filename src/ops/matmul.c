@@ -772,14 +772,15 @@ static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node
     if (!g)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
     /* a and b both in one half type (a device's training products: operands rounded to
-     * BF16): each of the two products would round g to that type on its own (a device
-     * product takes one operand type); round it once, the same bits, one pass fewer */
-    if (want_a && want_b && (a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) &&
-        b->type == a->type && g->type == LT_TYPE_F32) {
-        struct lt_tensor *gh = lt_cont_as(ctx, g, a->type);
+     * BF16): each product would round g to that type on its own (a device product takes
+     * one operand type); round it once, the same bits, one pass fewer. The rounding is
+     * shared with any other rule that rounds this g (lt_ad_rounded): a LoRA target's
+     * frozen base product (only db wanted) and its adapter's B product read one g. */
+    if ((a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) && b->type == a->type &&
+        g->type == LT_TYPE_F32) {
+        struct lt_tensor *gh = lt_ad_rounded(ad, g, a->type);
         if (!gh)
             return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
-        lt_format_name(gh, "%s (%s)", g->name, lt_type_name(a->type));
         g = gh;
     }
     lt_status st = LT_OK;
