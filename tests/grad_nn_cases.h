@@ -218,6 +218,13 @@ static struct lt_tensor *build_k_conv_l2(struct lt_ctx *ctx, struct lt_tensor **
     return lt_l2_norm(ctx, k_conv, 1e-6f);
 }
 
+/* the same with the fused rule (lt_l2_norm_fused_back: a device's BF16 training step) */
+static struct lt_tensor *build_k_conv_l2_fused(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    struct lt_tensor *y = build_k_conv_l2(ctx, x, user);
+    return y ? lt_l2_norm_fused_back(ctx, y->src[0], 1e-6f) : NULL;
+}
+
 static void test_l2_norm_of_k_conv(void)
 {
     struct gc_input in = f32_in(24, 5, 1, 1, GC_CONTIGUOUS, true, -1, 1);
@@ -229,6 +236,17 @@ static void test_l2_norm_of_k_conv(void)
     CHECK(gc_check_backward_graph(name, build_k_conv_l2, NULL, &in, 1, reads_contiguous_only,
                                   LT_OP_SQR, &n_sqr) > 0);
     CHECK(n_sqr == 1, "%d SQR nodes", n_sqr);
+    /* the fused rule: one L2_NORM_BACK over contiguous copies, no SQR */
+    const char *fname = "l2_norm of k_conv, fused backward";
+    gradcheck(fname, build_k_conv_l2_fused, NULL, &in, 1, TOL);
+    int n_back = 0;
+    CHECK(gc_check_backward_graph(fname, build_k_conv_l2_fused, NULL, &in, 1, reads_contiguous_only,
+                                  LT_OP_L2_NORM_BACK, &n_back) > 0);
+    CHECK(n_back == 1, "%d L2_NORM_BACK nodes", n_back);
+    CHECK(gc_check_backward_graph(fname, build_k_conv_l2_fused, NULL, &in, 1, reads_contiguous_only,
+                                  LT_OP_SQR, &n_sqr) > 0 &&
+              n_sqr == 0,
+          "%d SQR nodes in the fused rule's graph", n_sqr);
 }
 
 /* ---- rope ---- */

@@ -104,6 +104,11 @@ struct lt_tensor *lt_add_rms_norm_out(struct lt_ctx *ctx, struct lt_tensor *r);
 /* x * rsqrt(sum(x^2) + eps) over ne[0]: the l2norm of Qwen3.5's Gated DeltaNet (HF/FLA),
  * with eps inside the root (not F.normalize's clamp) */
 struct lt_tensor *lt_l2_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
+/* The same L2_NORM, but its backward rule is one L2_NORM_BACK node over contiguous copies
+ * instead of lt_l2_norm's primitives (llama.cpp's graph: SQR, SUM_ROWS, SQRT, DIV, MUL, SUB,
+ * the k_conv scenario's shape), about ten passes over x fewer. A device's BF16 training step
+ * takes it (model_graph.c); the F32 path keeps the primitives. */
+struct lt_tensor *lt_l2_norm_fused_back(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
 /* dL/dx of rms_norm / l2_norm given grad = dL/dy (both F32 of x's shape, any strides) */
 struct lt_tensor *lt_rms_norm_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
                                    float eps);

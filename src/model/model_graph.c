@@ -456,9 +456,12 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         named(lt_view_4d(ctx, conv, Sk, Hk, T, S, Sk * es, nb1, nb2, key_dim * es), "k_conv", il);
     struct lt_tensor *v = named(
         lt_view_4d(ctx, conv, Sv, Hv, T, S, Sv * es, nb1, nb2, 2 * key_dim * es), "v_conv", il);
-    /* HF/FLA's l2norm: x * rsqrt(sum x^2 + 1e-6) */
-    q = named(lt_l2_norm(ctx, q, 1e-6f), "q_conv_norm", il);
-    k = named(lt_l2_norm(ctx, k, 1e-6f), "k_conv_norm", il);
+    /* HF/FLA's l2norm: x * rsqrt(sum x^2 + 1e-6); with BF16 products its backward is one
+     * L2_NORM_BACK node, with F32 the primitives (the k_conv scenario's graph) */
+    struct lt_tensor *(*l2)(struct lt_ctx *, struct lt_tensor *, float) =
+        b->ad && b->ad->bf16_products ? lt_l2_norm_fused_back : lt_l2_norm;
+    q = named(l2(ctx, q, 1e-6f), "q_conv_norm", il);
+    k = named(l2(ctx, k, 1e-6f), "k_conv_norm", il);
     if ((st = lt_mb_check(q, "q_conv", il)) || (st = lt_mb_check(k, "k_conv", il)) ||
         (st = lt_mb_check(v, "v_conv", il)))
         return st;

@@ -126,11 +126,13 @@ phase_traincli() {
     local m=$W/q08-bf16.gguf
     [ -f $m ] || phase_q08
     yes "The lathe turns the wood while the chisel shapes it." | head -200 >$W/text.txt
-    LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $m --text $W/text.txt \
+    # --f32-products: the F32 path's L2-norm backward is the k_conv scenario's chain (SQR of
+    # k_conv's copy); a BF16 step's is one L2_NORM_BACK node
+    LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $m --text $W/text.txt --f32-products \
         --out $W/refused.gguf --backend cuda --device-only --window 64 >"$out/train_refused.log" 2>&1
     rc=$?
     row "lathe train, SQR disabled, --device-only" "rc $rc, output $([ -e $W/refused.gguf ] && echo written || echo none)"
-    LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $m --text $W/text.txt \
+    LATHE_CUDA_DISABLE_OPS=SQR timeout 60 $L train -m $m --text $W/text.txt --f32-products \
         --out $W/refused.gguf --backend cuda --device-only --window 64 --dry-run >"$out/train_dry.log" 2>&1
     row "  the same with --dry-run" "rc $?"
     timeout 120 $L train -m $m --text $W/text.txt --out $W/trained.gguf \

@@ -240,8 +240,10 @@ def main():
             check(answers(srv), "answers with the adapter")
 
         def refusal(srv):
+            # f32_products: the F32 path's L2-norm backward is the k_conv scenario's chain
+            # (SQR of k_conv's copy); a BF16 step's is one L2_NORM_BACK node, no SQR
             r = srv.post("/train", {"out": "refused.gguf", "text": text[:4000], "window": 128,
-                                    "device_only": True})
+                                    "device_only": True, "f32_products": True})
             check(r.status_code == 200, f"/train takes the job: {r.text[:300]}")
             j = wait_train(srv, ("done", "error", "cancelled"), 120)
             err = j.get("error") or ""
