@@ -31,6 +31,7 @@ static const struct grad_family grad_families[] = {
     {"acc", test_acc},
     {"mul_mat (GQA heads, odd K, N=1, M=1)", test_mul_mat},
     {"mul_mat(x, x)", test_mul_mat_same_source},
+    {"mul_mat_acc (c + a b over c)", test_mul_mat_acc},
     {"mul_mat, frozen F16/BF16/Q8_0 a", test_mul_mat_frozen_types},
     {"rms_norm, l2_norm", test_norms},
     {"l2_norm of a viewed k_conv", test_l2_norm_of_k_conv},

@@ -90,6 +90,27 @@ static void test_mul_mat(void)
     mul_mat_layouts("M=1", 8, 1, 3, (int64_t[]){1, 1}, (int64_t[]){1, 1});
 }
 
+/* c + a b written over c (MUL_MAT_ACC): c is a fresh node made from x[2] (the op writes
+ * over its c, which a leaf evaluated again and again must not be) */
+static struct lt_tensor *build_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    (void)user;
+    struct lt_tensor *c = lt_scale(ctx, x[2], 1.0f);
+    return c ? lt_mul_mat_acc(ctx, x[0], x[1], c) : NULL;
+}
+
+static void test_mul_mat_acc(void)
+{
+    for (int l = 0; l < GC_LAYOUT_COUNT; l++) {
+        struct gc_input in[3] = {f32_in(6, 5, 1, 1, l, true, -1, 1),
+                                 f32_in(6, 4, 1, 1, GC_CONTIGUOUS, true, -1, 1),
+                                 f32_in(5, 4, 1, 1, GC_CONTIGUOUS, true, -1, 1)};
+        char name[64];
+        snprintf(name, sizeof(name), "mul_mat_acc, a %s", gc_layout_names[l]);
+        nn_check_case(name, build_mul_mat_acc, NULL, in, 3);
+    }
+}
+
 /* x^T x: one tensor as both operands, so both contributions accumulate */
 static struct lt_tensor *build_gram(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
 {

@@ -180,6 +180,72 @@ static void test_mul_mat_refusals(void)
     lt_ctx_free(ctx);
 }
 
+/* MUL_MAT_ACC: c + a b written over c, against the plain loop plus c, over a's types and
+ * shapes (grouped heads, N = 1) on 1 and 2 threads; and its refusals */
+static void test_mul_mat_acc(void)
+{
+    int bad = 0, runs = 0;
+    for (size_t ci = 0; ci < sizeof(mm_cases) / sizeof(mm_cases[0]); ci++)
+        for (size_t ti = 0; ti < sizeof(mm_types) / sizeof(mm_types[0]); ti++)
+            for (int nth = 1; nth <= 2; nth++, runs++) {
+                const struct mm_case *c = &mm_cases[ci];
+                struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
+                int64_t ane[4] = {c->K, c->M, c->a2, c->a3}, bne[4] = {c->K, c->N, c->b2, c->b3};
+                int64_t one[4] = {c->M, c->N, c->b2, c->b3};
+                const int64_t n = nn_count(one);
+                float *ra = malloc(sizeof(float) * (size_t)nn_count(ane));
+                float *rb = malloc(sizeof(float) * (size_t)nn_count(bne));
+                float *rc = malloc(sizeof(float) * (size_t)n),
+                      *ref = malloc(sizeof(float) * (size_t)n),
+                      *got = malloc(sizeof(float) * (size_t)n);
+                struct lt_tensor *a = nn_make(ctx, mm_types[ti][0], NN_CONTIG, ane);
+                struct lt_tensor *b = nn_make(ctx, mm_types[ti][1], NN_CONTIG, bne);
+                struct lt_tensor *cc = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, one);
+                nn_fill_rand(a, ra, 1.0f);
+                nn_fill_rand(b, rb, 1.0f);
+                nn_fill_rand(cc, rc, 1.0f);
+                struct lt_tensor *d = lt_mul_mat_acc(ctx, a, b, cc);
+                char reason[LT_REASON_MAX] = "";
+                bool ok = d && d->view_src == cc && lt_cpu_supports_op(d, reason, sizeof(reason)) &&
+                          nn_run(ctx, d, nth) == LT_OK;
+                CHECK(ok, "mul_mat_acc %s: %s %s", lt_type_name(mm_types[ti][0]), reason,
+                      lt_last_error());
+                if (ok) {
+                    ref_mul_mat(ra, ane, rb, bne, ref);
+                    for (int64_t i = 0; i < n; i++)
+                        ref[i] += rc[i];
+                    lt_tensor_read_f32(cc, got); /* written over c */
+                    long worst = 0;
+                    double r =
+                        check_max_ratio(got, ref, (long)n, 1e-4 * sqrt((double)c->K), 1e-4, &worst);
+                    CHECK(r <= 1.0, "mul_mat_acc K=%lld M=%lld N=%lld %s, %d threads: ratio %g",
+                          (long long)c->K, (long long)c->M, (long long)c->N,
+                          lt_type_name(mm_types[ti][0]), nth, r);
+                    bad += !(r <= 1.0);
+                } else {
+                    bad++;
+                }
+                free(ra);
+                free(rb);
+                free(rc);
+                free(ref);
+                free(got);
+                lt_ctx_free(ctx);
+            }
+    printf("mul_mat_acc: %d runs, %d bad\n", runs, bad);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *a = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 4);
+    struct lt_tensor *b = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3);
+    CHECK(lt_mul_mat_acc(ctx, a, b, lt_new_tensor_2d(ctx, LT_TYPE_F32, 3, 4)) == NULL,
+          "c of another shape");
+    CHECK(strstr(lt_last_error(), "mul_mat_acc") != NULL, "%s", lt_last_error());
+    CHECK(lt_mul_mat_acc(ctx, a, b, lt_new_tensor_2d(ctx, LT_TYPE_F16, 4, 3)) == NULL, "f16 c");
+    struct lt_tensor *big = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3);
+    CHECK(lt_mul_mat_acc(ctx, a, b, lt_view_2d(ctx, big, 4, 3, big->nb[1], 0)) == NULL,
+          "a strided c");
+    lt_ctx_free(ctx);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -287,6 +353,7 @@ int main(void)
     test_mul_mat_q8_0();
     test_mul_mat_broadcast_b();
     test_mul_mat_refusals();
+    test_mul_mat_acc();
     if (getenv("LATHE_BENCH"))
         bench_mul_mat(atoi(getenv("LATHE_BENCH")) > 0 ? atoi(getenv("LATHE_BENCH")) : 2);
     nn_backends_free();

@@ -49,6 +49,12 @@ struct lt_tensor *lt_set_rows(struct lt_ctx *ctx, struct lt_tensor *src, struct 
  * a is broadcast over b's dims 2 and 3 in groups (B2 % A2 == 0): consecutive b heads
  * share one a head, as grouped-query attention shares a KV head. */
 struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+/* c + mul_mat(a, b), written over c in place (the result is a view of c): c must be F32,
+ * contiguous and of the product's shape, and read by nothing after this node. A device adds
+ * the product in its epilogue (cuBLAS beta = 1), without a pass of its own: a LoRA target's
+ * base product added into its adapter's output (src/model/model_graph.c). */
+struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                 struct lt_tensor *c);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */
 struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);

@@ -91,6 +91,7 @@ enum lt_op {
     LT_OP_SET_ROWS, /* rows of src written into dst at ids (in place, like CPY) */
     /* linear algebra */
     LT_OP_MUL_MAT,
+    LT_OP_MUL_MAT_ACC, /* c += a b in place (c: F32, contiguous, of the product's shape) */
     /* element-wise binary, with broadcasting of src1 over src0 */
     LT_OP_ADD,
     LT_OP_SUB,

@@ -105,12 +105,15 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
         return NULL;
     if (round_x && !(xr = bf16_act(b, x)))
         return NULL;
-    struct lt_tensor *y = lt_mul_mat(b->ctx, wr, xr);
-    for (int i = 0; y && b->ad && i < b->ad->n_lora; i++) {
+    /* with BF16 products the adapters' outputs come first, summed, and the base product is
+     * added into that sum in place (MUL_MAT_ACC: in cuBLAS's epilogue, where an ADD took
+     * a pass over [rows, T] of its own); otherwise the base product first, adapters added */
+    const bool half = b->ad && b->ad->bf16_products && x->type == LT_TYPE_F32;
+    struct lt_tensor *y = half ? NULL : lt_mul_mat(b->ctx, wr, xr);
+    for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)
             continue;
-        const bool half = b->ad->bf16_products && x->type == LT_TYPE_F32;
         struct lt_tensor *xa = half ? (xr != x ? xr : bf16_act(b, x)) : x;
         struct lt_tensor *a = half ? lt_cont_as(b->ctx, l->a, LT_TYPE_BF16) : l->a;
         struct lt_tensor *ax = a && xa ? lt_mul_mat(b->ctx, a, xa) : NULL;
@@ -123,8 +126,12 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
             return NULL;
         lt_format_name(ax, "lora_a %s", w->name);
         lt_format_name(bax, "lora %s", w->name);
-        y = lt_add(b->ctx, y, bax);
+        y = y ? lt_add(b->ctx, y, bax) : bax;
+        if (!y)
+            return NULL;
     }
+    if (half)
+        y = y ? lt_mul_mat_acc(b->ctx, wr, xr, y) : lt_mul_mat(b->ctx, wr, xr);
     return y;
 }
 

@@ -86,6 +86,35 @@ struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_
                             (struct lt_tensor *[]){a, b}, 2);
 }
 
+struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                 struct lt_tensor *c)
+{
+    LT_REQUIRE("mul_mat_acc", a, b, c);
+    struct lt_tensor *checked = lt_mul_mat(ctx, a, b); /* the product's checks and shape */
+    if (!checked)
+        return NULL;
+    if (c->type != LT_TYPE_F32 || !lt_is_contiguous(c) || !lt_same_shape(c, checked)) {
+        lt_fail(LT_ERR_INVALID,
+                "mul_mat_acc into '%s' (%s, %s, [%lld, %lld, %lld, %lld]): it takes contiguous "
+                "f32 of the product's shape [%lld, %lld, %lld, %lld]",
+                c->name, lt_type_name(c->type), lt_layout_name(c), (long long)c->ne[0],
+                (long long)c->ne[1], (long long)c->ne[2], (long long)c->ne[3],
+                (long long)checked->ne[0], (long long)checked->ne[1], (long long)checked->ne[2],
+                (long long)checked->ne[3]);
+        return NULL;
+    }
+    /* a view of c with c's strides, made into the node (as lt_acc_inplace does) */
+    struct lt_tensor *t =
+        lt_view_4d(ctx, c, c->ne[0], c->ne[1], c->ne[2], c->ne[3], c->nb[1], c->nb[2], c->nb[3], 0);
+    if (!t)
+        return NULL;
+    t->op = LT_OP_MUL_MAT_ACC;
+    t->src[0] = a;
+    t->src[1] = b;
+    t->src[2] = c;
+    return t;
+}
+
 /* ---- the plan ---- */
 
 enum a_form {
@@ -710,6 +739,60 @@ static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tenso
     }
 }
 
+/* ---- MUL_MAT_ACC on the CPU: the product into scratch (MUL_MAT's kernel, on a copy of
+ * the node that writes there), then added into c ---- */
+
+static size_t acc_product_bytes(const struct lt_tensor *node)
+{
+    return ((size_t)lt_nelements(node) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+/* the node as the MUL_MAT writing its product at `data` */
+static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
+{
+    struct lt_tensor t = *node;
+    t.op = LT_OP_MUL_MAT;
+    t.src[2] = NULL;
+    t.view_src = NULL;
+    t.view_offs = 0;
+    t.data = data;
+    return t;
+}
+
+static bool mul_mat_acc_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *c = node->src[2];
+    if (!c || c->type != LT_TYPE_F32 || !lt_is_contiguous(c) || !lt_same_shape(c, node) ||
+        node->view_src != lt_storage_root((struct lt_tensor *)c)) {
+        snprintf(reason, reason_size,
+                 "source 2 is not the contiguous f32 the result is written over");
+        return false;
+    }
+    return mul_mat_supported(node, reason, reason_size);
+}
+
+static size_t mul_mat_acc_work_size(const struct lt_tensor *node, int nth)
+{
+    const struct lt_tensor t = product_of(node, NULL);
+    return acc_product_bytes(node) + mul_mat_work_size(&t, nth);
+}
+
+static void mul_mat_acc_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
+{
+    float *prod = (float *)prm->wdata;
+    struct lt_tensor t = product_of(node, prod);
+    struct lt_compute_params q = *prm;
+    q.wdata = (char *)prm->wdata + acc_product_bytes(node);
+    q.wsize = prm->wsize - acc_product_bytes(node);
+    mul_mat_forward(&q, &t);
+    lt_compute_barrier(prm);
+    int64_t lo, hi;
+    lt_split_range(lt_nelements(node), prm->ith, prm->nth, &lo, &hi);
+    float *y = (float *)node->data; /* c's storage: contiguous */
+    for (int64_t i = lo; i < hi; i++)
+        y[i] += prod[i];
+}
+
 /* ---- backward rule ---- */
 
 /* a in a form whose transposed view mul_mat takes as its first operand: a itself, unless
@@ -758,6 +841,12 @@ static struct lt_tensor *sum_head_groups(struct lt_ctx *ctx, struct lt_tensor *t
 static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
 {
     struct lt_tensor *a = node->src[0], *b = node->src[1];
+    if (node->op == LT_OP_MUL_MAT_ACC && lt_ad_wants(ad, node->src[2])) {
+        /* c passes whole: its gradient is the result's */
+        lt_status st = lt_ad_add(ad, node->src[2], node->grad);
+        if (st != LT_OK)
+            return st;
+    }
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     bool want_a = lt_ad_wants(ad, a), want_b = lt_ad_wants(ad, b);
     if (!want_a && !want_b)
@@ -805,5 +894,15 @@ const struct lt_op_def lt_op_def_mul_mat = {
     .cpu_supported = mul_mat_supported,
     .cpu_work_size = mul_mat_work_size,
     .cpu_forward = mul_mat_forward,
+    .backward = mul_mat_backward,
+};
+
+/* the rule: c's gradient is the result's; a's and b's as MUL_MAT's */
+const struct lt_op_def lt_op_def_mul_mat_acc = {
+    .name = "MUL_MAT_ACC",
+    .n_src = 3,
+    .cpu_supported = mul_mat_acc_supported,
+    .cpu_work_size = mul_mat_acc_work_size,
+    .cpu_forward = mul_mat_acc_forward,
     .backward = mul_mat_backward,
 };

@@ -312,6 +312,36 @@ static struct lt_tensor *b_mul_mat(struct build *b, const struct params *p)
     return lt_mul_mat(b->ctx, a, x);
 }
 
+/* MUL_MAT_ACC: b_mul_mat's product added over c, contiguous F32 [M, N, B2, B3] */
+static struct lt_tensor *b_mul_mat_acc(struct build *b, const struct params *p)
+{
+    struct lt_tensor *a =
+        mk(b, p->type[0], p->lay[0], p->ne[0], p->ne[1], p->i[0], p->i[2], FILL_UNIFORM, -1, 1);
+    struct lt_tensor *x =
+        mk(b, p->type[1], p->lay[1], p->ne[0], p->ne[2], p->i[1], p->i[3], FILL_UNIFORM, -1, 1);
+    struct lt_tensor *c =
+        mk(b, LT_TYPE_F32, L_CONTIG, p->ne[1], p->ne[2], p->i[1], p->i[3], FILL_UNIFORM, -1, 1);
+    return lt_mul_mat_acc(b->ctx, a, x, c);
+}
+
+static void mm_acc_case(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
+                        int64_t N, int a2, int b2)
+{
+    struct params p = P(la, lb, t, tb);
+    p.ne[0] = K, p.ne[1] = M, p.ne[2] = N;
+    p.i[0] = a2, p.i[1] = b2, p.i[2] = 1, p.i[3] = 1;
+    const bool quant = lt_type_traits(t)->is_quantized;
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s%s%s/%s%s%s/N%lld", lt_type_name(t), tb == LT_TYPE_F32 ? "" : "x",
+             tb == LT_TYPE_F32 ? "" : lt_type_name(tb), layout_names[la], la == lb ? "" : "+",
+             la == lb ? "" : layout_names[lb], (long long)N);
+    run_case(LT_OP_MUL_MAT_ACC, buf,
+             t == LT_TYPE_F32 ? TOL_MM_F32
+             : quant          ? TOL_QUANT
+                              : TOL_MM_HALF,
+             b_mul_mat_acc, &p);
+}
+
 /* a of type t, b of type tb: F32, or t itself for F16 / BF16 (cuBLAS reads it in place) */
 static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
                       int64_t N, int a2, int b2, int a3, int b3)
@@ -386,6 +416,18 @@ static void test_matmul(void)
         mm_case(halfs[t], L_CONTIG, L_CONTIG, 2048, 7, 3, 2, 4, 1, 1);
         mm_case(halfs[t], L_CONTIG, L_SLICED, 3584, 13, 1, 1, 1, 1, 1);
     }
+    /* MUL_MAT_ACC (a LoRA target's base product added into its adapter's output): BF16 x
+     * BF16 as training has it, a transposed b (a weight gradient's layout), F32 and F16, a
+     * quantised a (converted tiles), grouped heads, and few columns (cuBLAS all the same) */
+    mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 64, 48, 19, 1, 1);
+    mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_TRANSPOSED, L_TRANSPOSED, 64, 48, 19, 1, 1);
+    mm_acc_case(LT_TYPE_BF16, LT_TYPE_F32, L_CONTIG, L_PERMUTED, 64, 48, 19, 1, 1);
+    mm_acc_case(LT_TYPE_F32, LT_TYPE_F32, L_CONTIG, L_SLICED, 64, 48, 19, 1, 1);
+    mm_acc_case(LT_TYPE_F16, LT_TYPE_F16, L_CONTIG, L_CONTIG, 32, 16, 12, 2, 6);
+    mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 96, 40, 17, 1, 1);
+    mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 1024, 300, 1, 1, 1);
+    mm_acc_case(LT_TYPE_BF16, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 100, 3, 1, 1);
+    mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 1024, 64, 2, 1, 1);
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                           LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K,
                                           LT_TYPE_Q5_K, LT_TYPE_Q6_K, LT_TYPE_Q8_K};

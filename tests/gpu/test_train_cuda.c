@@ -114,7 +114,29 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
               worst);
         CHECK(rd.train_loss[1] < rd.train_loss[0], "the CUDA job lowers the loss");
     }
+    const double cpu_first = sh == LT_OK && rh.n_curve > 0 ? rh.curve[0] : NAN;
     lt_train_result_free(&rh);
+    lt_train_result_free(&rd);
+    remove(out_path);
+    /* the same LoRA job at the device's own precision (BF16 products: the adapters' products
+     * on BF16 operands, the frozen base product added over their output in place by
+     * MUL_MAT_ACC, one BF16 rounding of each output gradient): all on CUDA, its first loss
+     * the CPU's to BF16 rounding, and it lowers the loss */
+    struct lt_train_params pb = p;
+    pb.f32_products = false;
+    sd = lt_train_job_run(md, both, 2, &pb, NULL, NULL, &rd);
+    CHECK(sd == LT_OK, "BF16 LoRA on CUDA: %s", rd.error);
+    if (sd == LT_OK) {
+        printf("tiny LoRA, BF16 products: epoch loss %.4f -> %.4f (first step %.4f, CPU F32 "
+               "%.4f); %d fallback nodes\n",
+               rd.train_loss[0], rd.train_loss[1], rd.curve[0], cpu_first, rd.n_fallback);
+        CHECK(rd.n_fallback == 0, "the BF16 LoRA job runs entirely on CUDA0: %d fallback nodes",
+              rd.n_fallback);
+        CHECK(fabs(rd.curve[0] - cpu_first) < 2e-2 * fabs(cpu_first),
+              "the BF16 job's first loss %g is the CPU's %g to BF16 rounding", rd.curve[0],
+              cpu_first);
+        CHECK(rd.train_loss[1] < rd.train_loss[0], "the BF16 LoRA job lowers the loss");
+    }
     lt_train_result_free(&rd);
     remove(out_path);
     struct lt_train_params f = {

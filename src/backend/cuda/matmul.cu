@@ -55,7 +55,7 @@
 #include "backend/cuda/mmvq.cuh"
 #include "backend/cuda/quant.cuh"
 
-static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT};
+static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT, LT_OP_MUL_MAT_ACC};
 
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
@@ -77,6 +77,7 @@ struct cu_mm_plan {
     int64_t tile;          /* rows of a per converted tile */
     bool mmv;              /* few columns: our own kernel, not cuBLAS (use_mmv) */
     bool mmvq;             /* of which Q8_0 / Q4_0 / Q5_0 a meets int8 activations (mmvq.cu) */
+    float beta;            /* 1 for MUL_MAT_ACC (the result, c's storage, is added to), else 0 */
 };
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -195,11 +196,13 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
     }
     p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N &&
               (p->N == 1 ? p->sb2 == p->ldb : p->sb2 == p->N * p->ldb) && fits_int(p->N * p->r2);
-    p->mmv = use_mmv(a, b, p);
+    /* MUL_MAT_ACC adds into its result through cuBLAS's beta, whatever the columns */
+    p->mmv = node->op != LT_OP_MUL_MAT_ACC && use_mmv(a, b, p);
     /* a node autodiff differentiates keeps F32 activations, as on the CPU (src/ops/matmul.c:
      * its loss and gradients are the F32 ones; a forward piecewise constant in b would
      * defeat finite differences) */
     p->mmvq = p->mmv && !node->grad && cu_mmvq_takes(a->type, p->K);
+    p->beta = node->op == LT_OP_MUL_MAT_ACC ? 1.0f : 0.0f;
     return true;
 }
 
@@ -207,9 +210,21 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
 static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
                                  size_t reason_size)
 {
-    if (node->op != LT_OP_MUL_MAT) {
+    if (node->op != LT_OP_MUL_MAT && node->op != LT_OP_MUL_MAT_ACC) {
         snprintf(reason, reason_size, "%s is not a matrix product", lt_op_name(node->op));
         return false;
+    }
+    /* MUL_MAT_ACC: the result is c's storage, added to by cuBLAS (beta = 1) */
+    const struct lt_tensor *c = node->op == LT_OP_MUL_MAT_ACC ? node->src[2] : NULL;
+    if (node->op == LT_OP_MUL_MAT_ACC) {
+        if (!cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size))
+            return false;
+        if (!lt_is_contiguous(c) || !lt_same_shape(c, node) ||
+            node->view_src != lt_storage_root((struct lt_tensor *)c)) {
+            snprintf(reason, reason_size,
+                     "source 2 is not the contiguous f32 the result is written over");
+            return false;
+        }
     }
     /* b is F32, or F16 / BF16 when a is of that same type */
     const enum lt_type ta = node->src[0]->type, tb = node->src[1]->type;
@@ -266,7 +281,7 @@ struct gemm_args {
 
 static lt_status gemm(struct cu_ctx *c, const struct cu_mm_plan *p, const struct gemm_args *g)
 {
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = p->beta;
     const cudaDataType_t t = cuda_type(p->ct);
     if (g->batch == 1)
         return cu_check_blas(cublasGemmEx(c->blas, g->op_a, g->op_b, (int)g->m, (int)g->n,
@@ -400,9 +415,10 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     if (lt_nelements(node) == 0)
         return LT_OK;
-    if (p.K == 0)
-        return cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
-                        "zeroing an empty product");
+    if (p.K == 0) /* an empty product: zero, or nothing added */
+        return p.beta != 0.0f ? LT_OK
+                              : cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
+                                         "zeroing an empty product");
     if (p.mmvq)
         return cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3);
     if (p.mmv) {
