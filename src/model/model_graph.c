@@ -114,7 +114,7 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)
             continue;
-        struct lt_tensor *xa = half ? (xr != x ? xr : bf16_act(b, x)) : x;
+        struct lt_tensor *xa = half ? bf16_act(b, x) : x; /* the base product's, when it rounds */
         struct lt_tensor *a = half ? lt_cont_as(b->ctx, l->a, LT_TYPE_BF16) : l->a;
         struct lt_tensor *ax = a && xa ? lt_mul_mat(b->ctx, a, xa) : NULL;
         if (ax && l->scale != 1.0f)

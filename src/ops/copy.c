@@ -197,13 +197,9 @@ struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
                 lt_type_name(a->type), dst->name, lt_type_name(dst->type), why);
         return NULL;
     }
-    /* a view of dst with dst's own strides, then made into the copy node */
-    struct lt_tensor *t = lt_view_4d(ctx, dst, dst->ne[0], dst->ne[1], dst->ne[2], dst->ne[3],
-                                     dst->nb[1], dst->nb[2], dst->nb[3], 0);
+    struct lt_tensor *t = lt_writer_over(ctx, dst, LT_OP_CPY);
     if (!t)
         return NULL;
-    t->nb[0] = dst->nb[0];
-    t->op = LT_OP_CPY;
     t->src[0] = a;
     t->src[1] = dst;
     lt_format_name(t, "%s (copy of %s)", dst->name, a->name);
@@ -468,12 +464,9 @@ struct lt_tensor *lt_acc_inplace(struct lt_ctx *ctx, struct lt_tensor *a, struct
     struct lt_tensor *checked = lt_acc(ctx, a, b, nb1, nb2, nb3, offset); /* the checks */
     if (!checked)
         return NULL;
-    /* a view of a with a's strides, then made into the ACC node (as lt_cpy does) */
-    struct lt_tensor *t =
-        lt_view_4d(ctx, a, a->ne[0], a->ne[1], a->ne[2], a->ne[3], a->nb[1], a->nb[2], a->nb[3], 0);
+    struct lt_tensor *t = lt_writer_over(ctx, a, LT_OP_ACC);
     if (!t)
         return NULL;
-    t->op = LT_OP_ACC;
     t->src[0] = a;
     t->src[1] = b;
     memcpy(t->op_params, checked->op_params, sizeof(t->op_params));

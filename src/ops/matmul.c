@@ -103,12 +103,9 @@ struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct
                 (long long)checked->ne[3]);
         return NULL;
     }
-    /* a view of c with c's strides, made into the node (as lt_acc_inplace does) */
-    struct lt_tensor *t =
-        lt_view_4d(ctx, c, c->ne[0], c->ne[1], c->ne[2], c->ne[3], c->nb[1], c->nb[2], c->nb[3], 0);
+    struct lt_tensor *t = lt_writer_over(ctx, c, LT_OP_MUL_MAT_ACC);
     if (!t)
         return NULL;
-    t->op = LT_OP_MUL_MAT_ACC;
     t->src[0] = a;
     t->src[1] = b;
     t->src[2] = c;

@@ -60,6 +60,21 @@ static inline void lt_split_range(int64_t n, int ith, int nth, int64_t *lo, int6
     *hi = *lo + per < n ? *lo + per : n;
 }
 
+/* The node of an op that writes `into` in place (CPY, ACC in place, MUL_MAT_ACC): a view of
+ * it with its own strides, made into an `op` node, which the scheduler then treats as writing
+ * that storage (a non-view op with a view_src). The caller sets the sources. */
+static inline struct lt_tensor *lt_writer_over(struct lt_ctx *ctx, struct lt_tensor *into,
+                                               enum lt_op op)
+{
+    struct lt_tensor *t = lt_view_4d(ctx, into, into->ne[0], into->ne[1], into->ne[2], into->ne[3],
+                                     into->nb[1], into->nb[2], into->nb[3], 0);
+    if (t) {
+        t->nb[0] = into->nb[0];
+        t->op = op;
+    }
+    return t;
+}
+
 static inline bool lt_type_is_float(enum lt_type t)
 {
     return t == LT_TYPE_F32 || t == LT_TYPE_F16 || t == LT_TYPE_BF16;
