@@ -54,6 +54,7 @@
 #           kernel's cut auto and fixed (one row a team; 1, 2, 4 warps a team), Q8_0 with
 #           LATHE_CUDA_MMVQ=0
 #   confg   the conformance groups in CONF_GROUPS (default recurrent nn)
+#   tcuda   the CUDA training jobs alone (gpu_test_train_cuda: parity, BF16 products, refusal)
 #   dnbench  bench/bench_delta_net: DELTA_NET and DELTA_NET_BACK alone at 16x512 and 4x2048
 #           (chunked TF32 / F32 products, the per-token scan), ms a node
 #   dnbase  bench_delta_net built from another commit's source on the same machine, for a
@@ -414,6 +415,12 @@ PY
 
 # confg: the conformance groups named in CONF_GROUPS (default "recurrent nn": the delta rule,
 # FLASH_ATTN and the decode kernels)
+phase_tcuda() {
+    timeout 150 $b/tests/gpu_test_train_cuda >"$out/train_cuda.log" 2>&1
+    row "train jobs on CUDA (parity, BF16, refusal)" "rc $? $(passed "$out/train_cuda.log")"
+    grep -E "check failed|first mismatch|FAIL" "$out/train_cuda.log" | head -12
+}
+
 phase_confg() {
     timeout 200 $b/tests/gpu_test_cuda_conformance ${CONF_GROUPS:-recurrent nn} >"$out/confg.log" 2>&1
     row "conformance: ${CONF_GROUPS:-recurrent nn}" "rc $? $(passed "$out/confg.log")"
