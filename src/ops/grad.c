@@ -60,7 +60,9 @@ lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_ten
     }
     lt_format_name(sum, "grad for %s", src->name);
     src->grad = sum;
-    lt_ptrmap_set(&ad->owned, src, 0); /* sum may be another tensor's gradient too */
+    /* a sum or copy made here is src's alone; a contribution handed through whole may be
+     * another tensor's gradient too */
+    lt_ptrmap_set(&ad->owned, src, sum != grad);
     return LT_OK;
 }
 

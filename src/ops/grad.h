@@ -35,9 +35,12 @@ bool lt_ad_wants(struct lt_autodiff *ad, const struct lt_tensor *src);
  * reported as an error naming src. */
 lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
 /* Is src's gradient so far an accumulator that only src's later contributions read (set
- * by lt_ad_set_owned_grad, cleared by lt_ad_add)? A rule may then add into it in place. */
+ * by lt_ad_set_owned_grad and by a sum lt_ad_add makes; cleared when lt_ad_add hands a
+ * contribution through whole)? A rule may then add into it in place (view_backward's ACC,
+ * MUL_MAT's rule's MUL_MAT_ACC). */
 bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src);
-/* src->grad = grad, a tensor made for src alone (a fresh zero, or an ACC into one) */
+/* src->grad = grad, a tensor made for src alone (a fresh zero or product, or an in-place
+ * accumulation into one) */
 void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
 /* t rounded to type (F16 or BF16) by a CONT, named "<t> (<type>)": the one already made for t
  * when one of the last LT_AD_ROUNDED roundings was (a LoRA target's base product and its

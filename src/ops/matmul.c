@@ -831,6 +831,35 @@ static struct lt_tensor *sum_head_groups(struct lt_ctx *ctx, struct lt_tensor *t
     return t ? lt_reshape_4d(ctx, t, K, M, A2, A3) : NULL;
 }
 
+/* src->grad += x y. When src's gradient so far is an accumulator only src reads (a product
+ * or a sum made for it: lt_ad_grad_owned), the product is added over it in place by
+ * MUL_MAT_ACC: a device adds it in cuBLAS's epilogue, where an ADD took a pass of its own
+ * over [K, T] (a LoRA target's input gets its base product's and its adapter's A product's
+ * gradients; Qwen3.5's norm output four). The first contribution is a fresh product, src's
+ * own from then on. The sums are the same either way: c + x y, element by element. */
+static lt_status add_product(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *x,
+                             struct lt_tensor *y)
+{
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    struct lt_tensor *acc = src->grad;
+    if (acc && lt_ad_grad_owned(ad, src) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc) &&
+        lt_same_shape(acc, src)) {
+        struct lt_tensor *t = lt_mul_mat_acc(ctx, x, y, acc);
+        if (!t)
+            return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s",
+                           src->name, lt_last_error());
+        lt_format_name(t, "grad for %s", src->name);
+        lt_ad_set_owned_grad(ad, src, t);
+        return LT_OK;
+    }
+    const bool first = !acc;
+    struct lt_tensor *p = lt_mul_mat(ctx, x, y);
+    lt_status st = lt_ad_add(ad, src, p);
+    if (st == LT_OK && first && src->grad == p)
+        lt_ad_set_owned_grad(ad, src, p);
+    return st;
+}
+
 /* da for every a that wants one: the formula does not read a, and the F32 gradient of an
  * F16/BF16/quantised a computed from a trainable tensor (a CPY into a half KV cache, say)
  * passes on through that op's rule. A frozen weight never wants one; a non-F32 leaf
@@ -873,14 +902,16 @@ static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node
     if (want_b) {
         struct lt_tensor *at = transposable(ctx, a);
         at = at ? lt_transpose(ctx, at) : NULL;
-        st = lt_ad_add(ad, b, at ? lt_mul_mat(ctx, at, g) : NULL);
+        st = at ? add_product(ad, b, at, g) : lt_ad_add(ad, b, NULL);
     }
     if (st == LT_OK && want_a) {
         struct lt_tensor *bt = lt_transpose(ctx, b), *gt = lt_transpose(ctx, g);
-        struct lt_tensor *da = bt && gt ? lt_mul_mat(ctx, bt, gt) : NULL;
-        if (da && (da->ne[2] != a->ne[2] || da->ne[3] != a->ne[3]))
-            da = sum_head_groups(ctx, da, a->ne[2], a->ne[3]);
-        st = lt_ad_add(ad, a, da);
+        if (!bt || !gt)
+            return lt_ad_add(ad, a, NULL);
+        if (b->ne[2] == a->ne[2] && b->ne[3] == a->ne[3])
+            return add_product(ad, a, bt, gt);
+        struct lt_tensor *da = lt_mul_mat(ctx, bt, gt);
+        st = lt_ad_add(ad, a, da ? sum_head_groups(ctx, da, a->ne[2], a->ne[3]) : NULL);
     }
     return st;
 }
