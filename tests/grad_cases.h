@@ -34,6 +34,7 @@ static const struct grad_family grad_families[] = {
     {"mul_mat_acc (c + a b over c)", test_mul_mat_acc},
     {"mul_mat, frozen F16/BF16/Q8_0 a", test_mul_mat_frozen_types},
     {"rms_norm, l2_norm", test_norms},
+    {"rms_norm * w (* silu(z)), fused", test_norm_mul},
     {"l2_norm of a viewed k_conv", test_l2_norm_of_k_conv},
     {"rope (normal, neox, partial)", test_rope},
     {"soft_max (scale, causal, masks)", test_soft_max},

@@ -226,6 +226,37 @@ static void test_norms(void)
         }
 }
 
+/* rms_norm(x) * w, and * silu(z) (Qwen3.5's gated norm), x, w and z all trainable: the fused
+ * node's rule (one RMS_NORM_MUL_BACK, dw summed from its partial rows). The long case has
+ * more rows (2,100) than the partial sums (LT_NORM_DW_PARTS), so parts hold two rows. */
+static struct lt_tensor *build_norm_mul(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    const bool gated = *(const bool *)user;
+    return gated ? lt_rms_norm_mul_gated(ctx, x[0], x[1], x[2], 1e-5f, LT_TYPE_F32)
+                 : lt_rms_norm_mul(ctx, x[0], x[1], 1e-5f, LT_TYPE_F32);
+}
+
+static void test_norm_mul(void)
+{
+    for (int gi = 0; gi < 2; gi++) {
+        bool gated = gi == 1;
+        for (int l = 0; l < GC_LAYOUT_COUNT; l++) {
+            struct gc_input in[3] = {f32_in(8, 3, 2, 2, l, true, -2, 2),
+                                     f32_in(8, 1, 1, 1, GC_CONTIGUOUS, true, -1.5f, 1.5f),
+                                     f32_in(8, 3, 2, 2, (l + 1) % GC_LAYOUT_COUNT, true, -3, 3)};
+            char name[96];
+            snprintf(name, sizeof(name), "rms_norm_mul%s, x %s", gated ? "_gated" : "",
+                     gc_layout_names[l]);
+            nn_check_case(name, build_norm_mul, &gated, in, gated ? 3 : 2);
+        }
+        struct gc_input in[3] = {f32_in(4, 2100, 1, 1, GC_CONTIGUOUS, true, -2, 2),
+                                 f32_in(4, 1, 1, 1, GC_CONTIGUOUS, true, -1.5f, 1.5f),
+                                 f32_in(4, 2100, 1, 1, GC_CONTIGUOUS, true, -3, 3)};
+        nn_check_case(gated ? "rms_norm_mul_gated, 2,100 rows" : "rms_norm_mul, 2,100 rows",
+                      build_norm_mul, &gated, in, gated ? 3 : 2);
+    }
+}
+
 /* Qwen3.5's Gated DeltaNet: q, k and v are channel slices of one conv output [3 * 8, T];
  * k_conv [4, 2, T] (head_dim 4, 2 heads) is the middle third, a non-contiguous view whose
  * l2 norm is trained through. */

@@ -121,8 +121,9 @@ static void test_norms(void)
     free(fd);
 }
 
-/* RMS_NORM with its weight (the inference fusion) stores exactly what rms_norm followed by
- * mul_as stores, in F32, F16 and BF16, for every layout; it has no backward rule. */
+/* RMS_NORM with its weight stores exactly what rms_norm followed by mul_as stores, in F32,
+ * F16 and BF16, for every layout; with the gate z, what those and then mul_as by silu(z)
+ * store (its backward rule: test_grad_nn's finite differences). */
 static void test_rms_norm_mul(void)
 {
     const int64_t ne[4] = {37, 5, 3, 2}, nw[4] = {37, 1, 1, 1};
@@ -151,9 +152,28 @@ static void test_rms_norm_mul(void)
                           lt_type_name(types[t]), nn_layout_names[lay], nth);
                     runs++;
                 }
+                /* the gate, in the next layout */
+                struct lt_tensor *z =
+                    nn_make(ctx, LT_TYPE_F32, (enum nn_layout)((lay + 1) % NN_LAYOUT_COUNT), ne);
+                nn_fill_rand(z, rx, 3.0f);
+                struct lt_tensor *gated = lt_rms_norm_mul_gated(ctx, x, w, z, 1e-6f, types[t]);
+                struct lt_tensor *chain =
+                    lt_mul_as(ctx, lt_mul_as(ctx, lt_rms_norm(ctx, x, 1e-6f), w, LT_TYPE_F32),
+                              lt_silu(ctx, z), types[t]);
+                CHECK(gated && chain && nn_run(ctx, gated, nth) == LT_OK &&
+                          nn_run(ctx, chain, nth) == LT_OK,
+                      "rms_norm_mul_gated: %s", lt_last_error());
+                if (gated && chain) {
+                    nn_read(gated, a);
+                    nn_read(chain, b);
+                    CHECK(!memcmp(a, b, sizeof(float) * (size_t)cnt),
+                          "rms_norm_mul_gated %s, %s, %d threads: not the chain",
+                          lt_type_name(types[t]), nn_layout_names[lay], nth);
+                    runs++;
+                }
                 lt_ctx_free(ctx);
             }
-    printf("rms_norm_mul: %d runs equal to rms_norm + mul_as\n", runs);
+    printf("rms_norm_mul (and gated): %d runs equal to the chain\n", runs);
     /* ADD_RMS_NORM: the sum and the weighted norm of it, each what lt_add and
      * lt_rms_norm_mul store, for every layout of the two addends */
     const int64_t ne2[4] = {37, 6, 1, 1};
@@ -207,9 +227,10 @@ static void test_rms_norm_mul(void)
     lt_clear_error();
     CHECK(lt_add_rms_norm_sum(ctx, x) == NULL, "add_rms_norm_sum of another op");
     lt_clear_error();
-    CHECK(lt_op_def(LT_OP_RMS_NORM)->backward(NULL, lt_rms_norm_mul(ctx, x, w8, 1e-6f, LT_TYPE_F32)) ==
-              LT_ERR_UNSUPPORTED,
-          "the fused norm claims a backward rule");
+    struct lt_tensor *z3 = lt_set_name(lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3), "gate_z");
+    CHECK(lt_rms_norm_mul_gated(ctx, x, w8, z3, 1e-6f, LT_TYPE_F32) == NULL &&
+              strstr(lt_last_error(), "gate_z") != NULL,
+          "a gate of another shape: %s", lt_last_error());
     lt_clear_error();
     lt_ctx_free(ctx);
     free(rx);

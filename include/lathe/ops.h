@@ -96,9 +96,29 @@ struct lt_tensor *lt_argmax(struct lt_ctx *ctx, struct lt_tensor *a, int64_t n);
 struct lt_tensor *lt_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, float eps);
 /* rms_norm(a) * w stored as type (F32, F16 or BF16): one RMS_NORM node reading w (F32
  * [ne0], contiguous) as its second source, the same values as lt_mul_as(lt_rms_norm(a), w,
- * type). Inference only: it has no backward rule (a training graph keeps the two ops). */
+ * type). Its backward rule is one RMS_NORM_MUL_BACK node (lt_rms_norm_mul_back). */
 struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *w,
                                   float eps, enum lt_type type);
+/* rms_norm(a) * w * silu(z) stored as type: the same node with the gate z (F32 of a's shape,
+ * any strides) as its third source (Qwen3.5's gated norm of the DeltaNet output). silu(z) is
+ * SWIGLU's z / (1 + e^-z), multiplied in last. */
+struct lt_tensor *lt_rms_norm_mul_gated(struct lt_ctx *ctx, struct lt_tensor *a,
+                                        struct lt_tensor *w, struct lt_tensor *z, float eps,
+                                        enum lt_type type);
+/* The gradients of y = rms_norm(x) * w (* silu(z), z may be NULL) given grad = dL/dy (F32 of
+ * x's shape; grad, x and z of any strides; w F32 [ne0] contiguous): one RMS_NORM_MUL_BACK
+ * node, F32 [ne0, rows * (z ? 2 : 1) + parts] (rows of x), holding dx's rows, then dz's, then
+ * `parts` partial sums of dw: part p adds rows p * rows / parts up to the next part's (parts =
+ * lt_rms_norm_mul_back_parts(x): rows, at most LT_NORM_DW_PARTS). The rule views dx and dz
+ * and sums the parts with REPEAT_BACK. */
+#define LT_NORM_DW_PARTS 2048
+struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                       struct lt_tensor *x, struct lt_tensor *w,
+                                       struct lt_tensor *z, float eps);
+int64_t lt_rms_norm_mul_back_parts(const struct lt_tensor *x);
+/* Whether an RMS_NORM_MUL_BACK node's sources and result are the shapes and types above (the
+ * CPU's and CUDA's predicates both ask it) */
+bool lt_rms_norm_mul_back_fits(const struct lt_tensor *node);
 /* The residual sum r = a + b and rms_norm(r) * w in one ADD_RMS_NORM node (inference only,
  * no backward rule): a and b F32 [ne0, ne1] of any strides, w F32 [ne0] contiguous. The
  * result is F32 [ne0, ne1, 2]: r, then the normed rows; lt_add_rms_norm_sum / _out view

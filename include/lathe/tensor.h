@@ -140,6 +140,7 @@ enum lt_op {
     LT_OP_SILU_BACK,
     LT_OP_SWIGLU_BACK, /* both gradients of SWIGLU in one pass */
     LT_OP_RMS_NORM_BACK,
+    LT_OP_RMS_NORM_MUL_BACK, /* dx, dz and dw's partial sums of a weighted (gated) RMS_NORM */
     LT_OP_L2_NORM_BACK,
     LT_OP_ROPE_BACK,
     LT_OP_SOFT_MAX_BACK,

@@ -65,9 +65,12 @@ static struct lt_tensor *W(struct lt_mb *b, struct lt_tensor *w)
     return w;
 }
 
-/* x rounded to BF16, once for every product that reads it */
+/* x rounded to BF16, once for every product that reads it (x itself when its producer
+ * wrote BF16: act_type) */
 static struct lt_tensor *bf16_act(struct lt_mb *b, struct lt_tensor *x)
 {
+    if (x && x->type == LT_TYPE_BF16)
+        return x;
     if (b->bf16_from != x) {
         b->bf16_act = lt_cont_as(b->ctx, x, LT_TYPE_BF16);
         b->bf16_from = b->bf16_act ? x : NULL;
@@ -108,7 +111,8 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
     /* with BF16 products the adapters' outputs come first, summed, and the base product is
      * added into that sum in place (MUL_MAT_ACC: in cuBLAS's epilogue, where an ADD took
      * a pass over [rows, T] of its own); otherwise the base product first, adapters added */
-    const bool half = b->ad && b->ad->bf16_products && x->type == LT_TYPE_F32;
+    const bool half =
+        b->ad && b->ad->bf16_products && (x->type == LT_TYPE_F32 || x->type == LT_TYPE_BF16);
     struct lt_tensor *y = half ? NULL : lt_mul_mat(b->ctx, wr, xr);
     for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];
@@ -199,6 +203,17 @@ static struct lt_tensor *as_4d(struct lt_ctx *ctx, struct lt_tensor *t, int64_t 
  * activation); F32 otherwise. */
 static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws)
 {
+    if (b->ad && b->ad->bf16_products && n >= 1 && ws[0]) {
+        /* a device's training step: when every reader rounds x to BF16 (an F32 weight's
+         * product, a BF16 one's: bf16_x; a LoRA adapter reads the base product's x), the op
+         * producing x writes it in BF16 and no CONT rounds it; a quantised reader keeps F32 */
+        for (int i = 0; i < n; i++) {
+            const struct lt_tensor *wr = ws[i] ? W(b, ws[i]) : NULL;
+            if (!wr || !(bf16_product(b, wr) || wr->type == LT_TYPE_BF16))
+                return LT_TYPE_F32;
+        }
+        return LT_TYPE_BF16;
+    }
     if (!b->half_acts || n < 1 || !ws[0])
         return LT_TYPE_F32;
     enum lt_type t = W(b, ws[0])->type;
@@ -214,13 +229,21 @@ static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws
     return t;
 }
 
+/* whether a graph takes the fused forms that have backward rules where the chain they
+ * replace is the F32 path's: a device's training step (BF16 products; RMS_NORM with its
+ * weight and gate, one RMS_NORM_MUL_BACK a norm) */
+static bool train_fused(const struct lt_mb *b)
+{
+    return b->ad && b->ad->bf16_products;
+}
+
 /* rms_norm(x) * w, stored as type */
 static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w,
                               enum lt_type type)
 {
     struct lt_tensor *wr = W(b, w);
-    if (b->fused && x && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
-        lt_nelements(wr) == x->ne[0] && wr->ne[0] == x->ne[0])
+    if ((b->fused || train_fused(b)) && x && wr && wr->type == LT_TYPE_F32 &&
+        lt_is_contiguous(wr) && lt_nelements(wr) == x->ne[0] && wr->ne[0] == x->ne[0])
         return lt_rms_norm_mul(b->ctx, x, wr, b->m->hp.rms_eps, type);
     struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
     return lt_mul_as(b->ctx, n, W(b, w), type);
@@ -497,11 +520,19 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             (st = b->hooks->recr_store(b, il, conv_new, ssm_new)))
             return st;
     }
-    /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head */
+    /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head (one node in a device's
+     * training step) */
     struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
-    struct lt_tensor *zs = named(lt_silu(ctx, z4), "z_silu", il);
-    struct lt_tensor *on = norm(b, o, ly->ssm_norm, LT_TYPE_F32);
-    on = named(lt_mul_as(ctx, on, zs, act_type(b, 1, &ly->ssm_out)), "attn_out_norm", il);
+    struct lt_tensor *on, *nw = W(b, ly->ssm_norm);
+    if (train_fused(b) && nw && nw->type == LT_TYPE_F32 && lt_is_contiguous(nw) &&
+        lt_nelements(nw) == Sv) {
+        on = lt_rms_norm_mul_gated(ctx, o, nw, z4, b->m->hp.rms_eps, act_type(b, 1, &ly->ssm_out));
+    } else {
+        struct lt_tensor *zs = named(lt_silu(ctx, z4), "z_silu", il);
+        on =
+            lt_mul_as(ctx, norm(b, o, ly->ssm_norm, LT_TYPE_F32), zs, act_type(b, 1, &ly->ssm_out));
+    }
+    on = named(on, "attn_out_norm", il);
     on = lt_reshape_2d(ctx, on, value_dim, T * S);
     struct lt_tensor *y = named(mm(b, ly->ssm_out, on), "linear_attn_out", il);
     *out = y;

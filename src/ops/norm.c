@@ -5,8 +5,14 @@
  * ne0) and S = sum(x^2) for L2; eps sits inside the root in both (HF/FLA's l2norm, not
  * F.normalize's clamp). The gradient is dx = r * g - r^3 * x * sum(g * x) / n (n = 1 for
  * L2). Sums run in double. Sources may have any strides; results are contiguous F32.
- * RMS_NORM may carry a weight (lt_rms_norm_mul, inference only): src[1], F32 [ne0], and
- * the result y * w, stored as F32, F16 or BF16, each product rounded as MUL rounds it.
+ * RMS_NORM may carry a weight (lt_rms_norm_mul): src[1], F32 [ne0], and the result y * w,
+ * stored as F32, F16 or BF16, each product rounded as MUL rounds it; and then a gate
+ * (lt_rms_norm_mul_gated, Qwen3.5's gated norm of the DeltaNet output): src[2], F32 of x's
+ * shape, the result y * w * silu(z). Its backward rule is one RMS_NORM_MUL_BACK node, whose
+ * result holds dx, dz (gated) and partial sums of dw over groups of rows (a REPEAT_BACK adds
+ * them): one pass over x, z and the gradient where the chain of RMS_NORM, MUL by w, SILU and
+ * MUL and their rules took about ten (a device's BF16 training step takes it, model_graph.c;
+ * the F32 path keeps the chain).
  * ADD_RMS_NORM (inference only) is a residual sum and the weighted RMS norm of it in one
  * node: its result holds r = a + b, then rms_norm(r) * w, each rounded as ADD, RMS_NORM and
  * MUL round them.
@@ -77,6 +83,88 @@ struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struc
             t->nb[k] = t->nb[k - 1] * (size_t)t->ne[k - 1];
     }
     return t;
+}
+
+struct lt_tensor *lt_rms_norm_mul_gated(struct lt_ctx *ctx, struct lt_tensor *a,
+                                        struct lt_tensor *w, struct lt_tensor *z, float eps,
+                                        enum lt_type type)
+{
+    LT_REQUIRE("rms_norm_mul_gated", a, w, z);
+    if (z->type != LT_TYPE_F32 || !lt_same_shape(z, a)) {
+        lt_fail(LT_ERR_INVALID, "rms_norm_mul_gated of '%s': the gate '%s' is not f32 of its shape",
+                a->name, z->name);
+        return NULL;
+    }
+    struct lt_tensor *t = lt_rms_norm_mul(ctx, a, w, eps, type);
+    if (t)
+        t->src[2] = z;
+    return t;
+}
+
+int64_t lt_rms_norm_mul_back_parts(const struct lt_tensor *x)
+{
+    const int64_t rows = lt_nrows(x);
+    return rows < LT_NORM_DW_PARTS ? rows : LT_NORM_DW_PARTS;
+}
+
+struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                       struct lt_tensor *x, struct lt_tensor *w,
+                                       struct lt_tensor *z, float eps)
+{
+    LT_REQUIRE("rms_norm_mul_back", grad, x, w);
+    if (grad->type != LT_TYPE_F32 || x->type != LT_TYPE_F32 || !lt_same_shape(grad, x) ||
+        (z && (z->type != LT_TYPE_F32 || !lt_same_shape(z, x)))) {
+        lt_fail(LT_ERR_INVALID, "rms_norm_mul_back: '%s', '%s'%s%s must be f32 of one shape",
+                grad->name, x->name, z ? " and " : "", z ? z->name : "");
+        return NULL;
+    }
+    if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || lt_nelements(w) != x->ne[0]) {
+        lt_fail(LT_ERR_INVALID, "rms_norm_mul_back of '%s': the weight '%s' is not f32 [%lld]",
+                x->name, w->name, (long long)x->ne[0]);
+        return NULL;
+    }
+    if (!(eps >= 0.0f)) {
+        lt_fail(LT_ERR_INVALID, "rms_norm_mul_back of '%s': eps %g is not >= 0", x->name,
+                (double)eps);
+        return NULL;
+    }
+    const int64_t rows = lt_nrows(x), parts = lt_rms_norm_mul_back_parts(x);
+    int64_t ne[2] = {x->ne[0], rows * (z ? 2 : 1) + parts};
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_RMS_NORM_MUL_BACK, LT_TYPE_F32, 2, ne,
+                                           (struct lt_tensor *[]){grad, x, w, z}, z ? 4 : 3);
+    if (t) {
+        lt_set_param_f32(t, 0, eps);
+        lt_set_param_i32(t, 1, (int32_t)parts);
+    }
+    return t;
+}
+
+bool lt_rms_norm_mul_back_fits(const struct lt_tensor *node)
+{
+    const struct lt_tensor *g = node->src[0], *x = node->src[1], *w = node->src[2],
+                           *z = node->src[3];
+    if (node->op != LT_OP_RMS_NORM_MUL_BACK || !g || !x || !w)
+        return false;
+    const int64_t rows = lt_nrows(x), parts = lt_rms_norm_mul_back_parts(x);
+    return g->type == LT_TYPE_F32 && x->type == LT_TYPE_F32 && lt_same_shape(g, x) &&
+           (!z || (z->type == LT_TYPE_F32 && lt_same_shape(z, x))) && w->type == LT_TYPE_F32 &&
+           lt_is_contiguous(w) && lt_nelements(w) == x->ne[0] && node->type == LT_TYPE_F32 &&
+           lt_is_contiguous(node) && node->ne[0] == x->ne[0] &&
+           node->ne[1] == rows * (z ? 2 : 1) + parts && node->ne[2] == 1 && node->ne[3] == 1 &&
+           lt_get_param_i32(node, 1) == parts;
+}
+
+/* part 0: dx (x's shape), 1: dz, 2: the partial sums of dw [ne0, parts] */
+static struct lt_tensor *norm_mul_back_part(struct lt_ctx *ctx, struct lt_tensor *r, int part)
+{
+    const struct lt_tensor *x = r->src[1];
+    const int64_t rows = lt_nrows(x);
+    const size_t row = (size_t)x->ne[0] * sizeof(float);
+    if (part < 2)
+        return lt_view_4d(ctx, r, x->ne[0], x->ne[1], x->ne[2], x->ne[3], row, row * x->ne[1],
+                          row * x->ne[1] * x->ne[2], (size_t)part * rows * row);
+    return lt_view_2d(ctx, r, x->ne[0], lt_get_param_i32(r, 1), row,
+                      (size_t)rows * (r->src[3] ? 2 : 1) * row);
 }
 
 struct lt_tensor *lt_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
@@ -181,6 +269,18 @@ static const struct lt_tensor *norm_weight(const struct lt_tensor *node)
     return node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
 }
 
+/* ... and its gate (src[2]) */
+static const struct lt_tensor *norm_gate(const struct lt_tensor *node)
+{
+    return node->op == LT_OP_RMS_NORM ? node->src[2] : NULL;
+}
+
+/* silu(z) as SWIGLU computes it */
+static inline float silu_of(float z)
+{
+    return z / (1.0f + expf(-z));
+}
+
 static bool norm_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const struct lt_tensor *w = norm_weight(node);
@@ -195,6 +295,13 @@ static bool norm_supported(const struct lt_tensor *node, char *reason, size_t re
     if (w && (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || w->ne[0] != node->ne[0] ||
               lt_nelements(w) != node->ne[0])) {
         snprintf(reason, reason_size, "the weight (source 1) is not contiguous f32 [ne0]");
+        return false;
+    }
+    const struct lt_tensor *z = norm_gate(node);
+    if (z && (!w || z->type != LT_TYPE_F32 || !lt_same_shape(z, node))) {
+        snprintf(reason, reason_size,
+                 "the gate (source 2) is not f32 of the result's shape, "
+                 "after a weight");
         return false;
     }
     bool type_ok = w ? lt_type_is_float(node->type) : node->type == LT_TYPE_F32;
@@ -244,9 +351,9 @@ static void norm_forward(const struct lt_compute_params *p, struct lt_tensor *no
     /* norm_work_size's share: n_src rows a thread (the second for RMS_NORM's weighted row) */
     float *buf = (float *)p->wdata + (size_t)p->ith * (size_t)lt_op_def(node->op)->n_src * (size_t)n;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
-    const struct lt_tensor *wt = norm_weight(node);
+    const struct lt_tensor *wt = norm_weight(node), *zt = norm_gate(node);
     const float *w = wt ? (const float *)wt->data : NULL;
-    float *ybuf = buf + n; /* a weighted row before its conversion */
+    float *ybuf = buf + n, *zbuf = buf + 2 * n; /* a weighted row before its conversion */
     for (int64_t r = lo; r < hi; r++) {
         const float *x = row_f32(a, r, buf);
         float f = (float)norm_factor(kind, x, n, eps);
@@ -257,9 +364,12 @@ static void norm_forward(const struct lt_compute_params *p, struct lt_tensor *no
             continue;
         }
         float *y = node->type == LT_TYPE_F32 ? (float *)node->data + r * n : ybuf;
+        const float *z = zt ? row_f32(zt, r, zbuf) : NULL;
         for (int64_t i = 0; i < n; i++) {
             float v = x[i] * f;
             y[i] = v * w[i];
+            if (z)
+                y[i] = y[i] * silu_of(z[i]);
         }
         if (node->type != LT_TYPE_F32) /* as MUL stores a half result */
             lt_row_from_f32(node, r % node->ne[1], (r / node->ne[1]) % node->ne[2],
@@ -308,6 +418,74 @@ static void rms_norm_back_forward(const struct lt_compute_params *p, struct lt_t
 static void l2_norm_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     norm_backward(p, node, NORM_L2);
+}
+
+/* RMS_NORM_MUL_BACK. Row r: h = g w s (s = silu(z), or 1), f and dot = sum(h x) / n as
+ * RMS_NORM_BACK's, dx = f h - f^3 dot x; dz = g (x f) w silu'(z); and part p of the rows
+ * (rows p * rows / parts up to the next's) adds g (x f) s into dw's partial row p. Threads
+ * take whole parts, so each partial row is one thread's, in row order, whatever the count. */
+static void rms_norm_mul_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *gt = node->src[0], *xt = node->src[1], *zt = node->src[3];
+    const float *w = (const float *)node->src[2]->data;
+    const int64_t n = xt->ne[0], rows = lt_nrows(xt), parts = lt_get_param_i32(node, 1);
+    const float eps = lt_get_param_f32(node, 0);
+    float *gbuf = (float *)p->wdata + (size_t)p->ith * 3 * (size_t)n, *xbuf = gbuf + n,
+          *zbuf = xbuf + n;
+    const size_t rows_bytes = ((size_t)p->nth * 3 * (size_t)n * sizeof(float) + 7) & ~(size_t)7;
+    double *acc = (double *)((char *)p->wdata + rows_bytes) + (size_t)p->ith * (size_t)n;
+    float *dx = (float *)node->data, *dz = dx + rows * n, *dw = dx + (zt ? 2 : 1) * rows * n;
+    int64_t lo, hi;
+    lt_split_range(parts, p->ith, p->nth, &lo, &hi);
+    for (int64_t q = lo; q < hi; q++) {
+        for (int64_t i = 0; i < n; i++)
+            acc[i] = 0.0;
+        for (int64_t r = q * rows / parts; r < (q + 1) * rows / parts; r++) {
+            const float *g = row_f32(gt, r, gbuf), *x = row_f32(xt, r, xbuf);
+            const float *z = zt ? row_f32(zt, r, zbuf) : NULL;
+            const double fd = norm_factor(NORM_RMS, x, n, eps);
+            const float f = (float)fd;
+            double dot = 0;
+            for (int64_t i = 0; i < n; i++) {
+                const float h = z ? (g[i] * w[i]) * silu_of(z[i]) : g[i] * w[i];
+                dot += (double)h * x[i];
+            }
+            dot /= (double)n;
+            const float fb = (float)(fd * fd * fd * dot);
+            for (int64_t i = 0; i < n; i++) {
+                const float s = z ? silu_of(z[i]) : 1.0f, xf = x[i] * f;
+                const float h = z ? (g[i] * w[i]) * s : g[i] * w[i];
+                dx[r * n + i] = f * h - fb * x[i];
+                acc[i] += (double)((g[i] * xf) * s);
+                if (z) {
+                    const float sg = 1.0f / (1.0f + expf(-z[i]));
+                    dz[r * n + i] = (g[i] * (xf * w[i])) * (sg * (1.0f + z[i] * (1.0f - sg)));
+                }
+            }
+        }
+        for (int64_t i = 0; i < n; i++)
+            dw[q * n + i] = (float)acc[i];
+    }
+}
+
+static bool rms_norm_mul_back_supported(const struct lt_tensor *node, char *reason,
+                                        size_t reason_size)
+{
+    if (!lt_rms_norm_mul_back_fits(node)) {
+        snprintf(reason, reason_size,
+                 "the sources are not f32 gradient, x (and gate) of one shape and a contiguous "
+                 "f32 [ne0] weight, or the result not the contiguous f32 [ne0, rows (x2) + "
+                 "parts] they give");
+        return false;
+    }
+    return true;
+}
+
+/* three gather rows a thread, then a row of double sums a thread */
+static size_t rms_norm_mul_back_work_size(const struct lt_tensor *node, int nth)
+{
+    const size_t n = (size_t)node->src[1]->ne[0];
+    return (size_t)nth * n * (3 * sizeof(float) + sizeof(double)) + sizeof(double);
 }
 
 static bool add_rms_norm_supported(const struct lt_tensor *node, char *reason,
@@ -374,12 +552,42 @@ static lt_status norm_rule(struct lt_autodiff *ad, struct lt_tensor *node, norm_
     return lt_ad_add(ad, x, back(lt_ad_ctx(ad), g, xc, lt_get_param_f32(node, 0)));
 }
 
+/* With a weight (and a gate): one RMS_NORM_MUL_BACK node reading the sources as they are
+ * (its kernels take any strides), dw the REPEAT_BACK of its partial rows */
+static lt_status rms_norm_mul_rule(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *x = node->src[0], *w = node->src[1], *z = node->src[2];
+    const bool want_x = lt_ad_wants(ad, x), want_w = lt_ad_wants(ad, w),
+               want_z = z && lt_ad_wants(ad, z);
+    if (!want_x && !want_w && !want_z)
+        return LT_OK;
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    struct lt_tensor *r =
+        g ? lt_rms_norm_mul_back(ctx, g, x, w, z, lt_get_param_f32(node, 0)) : NULL;
+    if (!r)
+        return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
+                       lt_last_error());
+    lt_status st = LT_OK;
+    if (want_x)
+        st = lt_ad_add(ad, x, norm_mul_back_part(ctx, r, 0));
+    if (st == LT_OK && want_z)
+        st = lt_ad_add(ad, z, norm_mul_back_part(ctx, r, 1));
+    if (st == LT_OK && want_w) {
+        struct lt_tensor *parts = norm_mul_back_part(ctx, r, 2);
+        struct lt_tensor *like =
+            parts ? lt_view_2d(ctx, parts, parts->ne[0], 1, parts->nb[1], 0) : NULL;
+        struct lt_tensor *dw = like ? lt_repeat_back(ctx, parts, like) : NULL;
+        st = lt_ad_add(ad, w,
+                       dw ? lt_reshape_4d(ctx, dw, w->ne[0], w->ne[1], w->ne[2], w->ne[3]) : NULL);
+    }
+    return st;
+}
+
 static lt_status rms_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 {
     if (node->src[1])
-        return lt_fail(LT_ERR_UNSUPPORTED,
-                       "RMS_NORM '%s' with a weight (the inference fusion) has no backward rule",
-                       node->name);
+        return rms_norm_mul_rule(ad, node);
     return norm_rule(ad, node, lt_rms_norm_back);
 }
 
@@ -414,7 +622,7 @@ static lt_status l2_norm_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 
 const struct lt_op_def lt_op_def_rms_norm = {
     .name = "RMS_NORM",
-    .n_src = 2, /* the weight is optional */
+    .n_src = 3, /* the weight and the gate are optional */
     .cpu_supported = norm_supported,
     .cpu_work_size = norm_work_size,
     .cpu_forward = rms_norm_forward,
@@ -444,6 +652,14 @@ const struct lt_op_def lt_op_def_rms_norm_back = {
     .cpu_supported = norm_supported,
     .cpu_work_size = norm_work_size,
     .cpu_forward = rms_norm_back_forward,
+};
+
+const struct lt_op_def lt_op_def_rms_norm_mul_back = {
+    .name = "RMS_NORM_MUL_BACK",
+    .n_src = 4, /* the gate is optional */
+    .cpu_supported = rms_norm_mul_back_supported,
+    .cpu_work_size = rms_norm_mul_back_work_size,
+    .cpu_forward = rms_norm_mul_back_forward,
 };
 
 const struct lt_op_def lt_op_def_l2_norm_back = {

@@ -162,6 +162,7 @@ LT_DECLARE_OP(get_rows_back);
 LT_DECLARE_OP(silu_back);
 LT_DECLARE_OP(swiglu_back);
 LT_DECLARE_OP(rms_norm_back);
+LT_DECLARE_OP(rms_norm_mul_back);
 LT_DECLARE_OP(l2_norm_back);
 LT_DECLARE_OP(rope_back);
 LT_DECLARE_OP(soft_max_back);

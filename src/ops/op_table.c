@@ -59,6 +59,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_SILU_BACK] = &lt_op_def_silu_back,
     [LT_OP_SWIGLU_BACK] = &lt_op_def_swiglu_back,
     [LT_OP_RMS_NORM_BACK] = &lt_op_def_rms_norm_back,
+    [LT_OP_RMS_NORM_MUL_BACK] = &lt_op_def_rms_norm_mul_back,
     [LT_OP_L2_NORM_BACK] = &lt_op_def_l2_norm_back,
     [LT_OP_ROPE_BACK] = &lt_op_def_rope_back,
     [LT_OP_SOFT_MAX_BACK] = &lt_op_def_soft_max_back,

@@ -788,6 +788,22 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
                                      : lt_l2_norm_back(b->ctx, g, x, eps);
 }
 
+/* i[0]: RMS_NORM (with a weight, stored as type[1]) or RMS_NORM_MUL_BACK; i[1]: the gate z;
+ * x in lay[0], the gradient and z in lay[1]; ne[0] a row, ne[1] x 6 rows */
+static struct lt_tensor *b_norm_mul(struct build *b, const struct params *p)
+{
+    const int64_t n = p->ne[0], n1 = p->ne[1] ? p->ne[1] : 6;
+    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n, n1, 3, 2, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, n, 1, 1, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *z =
+        p->i[1] ? mk(b, LT_TYPE_F32, p->lay[1], n, n1, 3, 2, FILL_UNIFORM, -4, 4) : NULL;
+    if (p->i[0] == LT_OP_RMS_NORM)
+        return z ? lt_rms_norm_mul_gated(b->ctx, x, w, z, 1e-6f, p->type[1])
+                 : lt_rms_norm_mul(b->ctx, x, w, 1e-6f, p->type[1]);
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[1], n, n1, 3, 2, FILL_UNIFORM, -1, 1);
+    return lt_rms_norm_mul_back(b->ctx, g, x, w, z, 1e-6f);
+}
+
 /* i[0]: gate; i[1]: k_new and v_new given (k_new in lay[0]); type[1]: the caches' type;
  * lay[0]: q's layout */
 static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
@@ -1008,6 +1024,31 @@ static void test_nn(void)
             run_case(LT_OP_RMS_NORM, lbl(layout_names[l], lt_type_name(norm_out[t])),
                      t ? TOL_HALF : TOL_F32, b_norm, &p);
         }
+    /* the weighted norm with the gate (forward to F32 and BF16) and RMS_NORM_MUL_BACK with and
+     * without it: every pair of layouts at 13 x 36; rows of 128 and 1000, more of them than
+     * dw's partial sums (4,200: a warp a row, and a block); the 0.8B training step's gated
+     * norm (131,076 rows of 128) and hidden norms (8,196 rows of 1024) */
+    static const int64_t nm_shapes[][3] = {/* ne0, ne1 (x 6 rows), layouts */
+                                           {13, 6, L_COUNT},
+                                           {128, 700, 2},
+                                           {1000, 700, 1},
+                                           {128, 21846, 1},
+                                           {1024, 1366, 1}};
+    for (size_t c = 0; c < sizeof(nm_shapes) / sizeof(nm_shapes[0]); c++)
+        for (int o = 0; o < 3; o++)
+            for (int gated = 0; gated < 2; gated++)
+                for (int l = 0; l < (int)nm_shapes[c][2]; l++) {
+                    if (o < 2 && !gated && c > 0)
+                        continue; /* the plain weighted norm's shapes are above */
+                    const enum lt_op op = o < 2 ? LT_OP_RMS_NORM : LT_OP_RMS_NORM_MUL_BACK;
+                    p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, o == 1 ? LT_TYPE_BF16 : LT_TYPE_F32);
+                    p.i[0] = op, p.i[1] = gated;
+                    p.ne[0] = nm_shapes[c][0], p.ne[1] = nm_shapes[c][1];
+                    snprintf(fbuf, sizeof(fbuf), "%lld x %lld%s%s", (long long)p.ne[0],
+                             (long long)p.ne[1] * 6, gated ? " gate" : "", o == 1 ? " bf16" : "");
+                    run_case(op, lbl(layout_names[l], fbuf), o == 1 ? TOL_HALF : TOL_F32,
+                             b_norm_mul, &p);
+                }
     static const enum lt_op ropes[] = {LT_OP_ROPE, LT_OP_ROPE_BACK};
     for (int o = 0; o < 2; o++)
         for (int l = 0; l < L_COUNT; l++)

@@ -6,14 +6,19 @@
  * products are rounded separately (no fused multiply-add) as the CPU's are. A block runs a
  * row; sources are F32 of any strides, results contiguous F32, except RMS_NORM with a
  * weight (src[1], F32 [ne0]: the inference fusion), whose result y * w is stored as F32,
- * F16 or BF16, each product rounded on its own as the CPU's are. ADD_RMS_NORM (inference)
- * writes the residual sum a + b and then rms_norm(a + b) * w into its [ne0, ne1, 2] result. */
+ * F16 or BF16, each product rounded on its own as the CPU's are, and then by silu(z) with a
+ * gate (src[2], F32 of x's shape, any strides). ADD_RMS_NORM (inference) writes the residual
+ * sum a + b and then rms_norm(a + b) * w into its [ne0, ne1, 2] result. RMS_NORM_MUL_BACK
+ * (the weighted norm's gradients: dx, dz, dw's partial sums, src/ops/norm.c's layout) gives
+ * each part of the rows one block, so a partial row is one block's sum, in a fixed order. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "lathe/ops.h"
 
-static const enum lt_op norm_ops[] = {LT_OP_RMS_NORM, LT_OP_L2_NORM, LT_OP_RMS_NORM_BACK,
-                                      LT_OP_L2_NORM_BACK, LT_OP_ADD_RMS_NORM};
+static const enum lt_op norm_ops[] = {LT_OP_RMS_NORM,      LT_OP_L2_NORM,
+                                      LT_OP_RMS_NORM_BACK, LT_OP_L2_NORM_BACK,
+                                      LT_OP_ADD_RMS_NORM,  LT_OP_RMS_NORM_MUL_BACK};
 
 static bool is_back(enum lt_op op) { return op == LT_OP_RMS_NORM_BACK || op == LT_OP_L2_NORM_BACK; }
 
@@ -36,10 +41,27 @@ static bool add_norm_supported(const struct lt_tensor *node, char *reason, size_
     return cu_check_result_f32(node, reason, reason_size);
 }
 
+static bool norm_mul_back_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    if (!lt_rms_norm_mul_back_fits(node)) {
+        snprintf(reason, reason_size,
+                 "the sources or the result are not the shapes and f32 "
+                 "types of a weighted norm's gradients");
+        return false;
+    }
+    return cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size) &&
+           cu_check_source(node, 1, CU_TYPES_F32, reason, reason_size) &&
+           cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size) &&
+           (!node->src[3] || cu_check_source(node, 3, CU_TYPES_F32, reason, reason_size)) &&
+           cu_check_result_f32(node, reason, reason_size);
+}
+
 bool cu_norm_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (node->op == LT_OP_ADD_RMS_NORM)
         return add_norm_supported(node, reason, reason_size);
+    if (node->op == LT_OP_RMS_NORM_MUL_BACK)
+        return norm_mul_back_supported(node, reason, reason_size);
     if (node->op != LT_OP_RMS_NORM && node->op != LT_OP_L2_NORM && !is_back(node->op)) {
         snprintf(reason, reason_size, "%s is not a norm", lt_op_name(node->op));
         return false;
@@ -59,6 +81,11 @@ bool cu_norm_supported(const struct lt_tensor *node, char *reason, size_t reason
     if (w->type != LT_TYPE_F32 || !lt_is_contiguous(w) || w->ne[0] != node->ne[0] ||
         lt_nelements(w) != node->ne[0]) {
         snprintf(reason, reason_size, "the weight (source 1) is not contiguous f32 [ne0]");
+        return false;
+    }
+    if (node->src[2] && (!cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size) ||
+                         !lt_same_shape(node->src[2], node))) {
+        snprintf(reason, reason_size, "the gate (source 2) is not f32 of the result's shape");
         return false;
     }
     if (!(CU_TYPES_FLOAT & CU_TYPE_BIT(node->type)) || !lt_is_contiguous(node)) {
@@ -86,10 +113,17 @@ static __device__ double norm_factor(const struct cu_t &x, int64_t i1, int64_t i
     return 1.0 / sqrt(s + (double)eps);
 }
 
-/* w (NULL: none) scales each normed element, the result stored as out_type */
+/* silu(z) as SWIGLU computes it */
+static __device__ __forceinline__ float silu_of(float z)
+{
+    return z / (1.0f + expf(-z));
+}
+
+/* w (NULL: none) scales each normed element, then silu(z) with gated, the result stored as
+ * out_type */
 template <bool WARP>
-static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int out_type, bool rms,
-                                   float eps)
+static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, struct cu_t z,
+                                   bool gated, int out_type, bool rms, float eps)
 {
     using T = row_team<WARP>;
     __shared__ double shared[32];
@@ -102,6 +136,8 @@ static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, int o
             float v = __fmul_rn(cu_getf(x, i0, i1, i2, i3), f);
             if (w)
                 v = __fmul_rn(v, w[i0]);
+            if (gated)
+                v = __fmul_rn(v, silu_of(cu_getf(z, i0, i1, i2, i3)));
             cu_store(y + (r * x.ne[0] + i0) * es, out_type, v);
         }
     }
@@ -176,6 +212,137 @@ static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx,
     }
 }
 
+/* RMS_NORM_MUL_BACK's element i0 of row (i1, i2, i3), f = fa: stores dx (and dz), returns
+ * the row's term of dw, g (x f) s */
+struct nmb_args {
+    struct cu_t g, x, z;
+    const float *w;
+    bool gated;
+    float *dx, *dz, *dw;
+    int64_t parts;
+    float eps;
+};
+
+static __device__ __forceinline__ float nmb_h(const struct nmb_args &a, float gv, int64_t i0,
+                                              float sv)
+{
+    const float gw = __fmul_rn(gv, a.w[i0]);
+    return a.gated ? __fmul_rn(gw, sv) : gw;
+}
+
+static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64_t r, int64_t i0,
+                                                 int64_t i1, int64_t i2, int64_t i3, float fa,
+                                                 float fb)
+{
+    const int64_t n = a.x.ne[0];
+    const float gv = cu_getf(a.g, i0, i1, i2, i3), xv = cu_getf(a.x, i0, i1, i2, i3);
+    const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
+    const float sv = a.gated ? silu_of(zv) : 1.0f, xf = __fmul_rn(xv, fa);
+    a.dx[r * n + i0] = __fsub_rn(__fmul_rn(fa, nmb_h(a, gv, i0, sv)), __fmul_rn(fb, xv));
+    if (a.gated) {
+        const float sg = 1.0f / (1.0f + expf(-zv));
+        a.dz[r * n + i0] =
+            __fmul_rn(__fmul_rn(gv, __fmul_rn(xf, a.w[i0])),
+                      __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(zv, __fsub_rn(1.0f, sg)))));
+    }
+    return __fmul_rn(__fmul_rn(gv, xf), sv);
+}
+
+/* A team (a warp: rows of at most NMB_KEEP * 32; else the block) a row, the block's part of
+ * the rows; each thread keeps its first NMB_KEEP columns' dw terms in registers (the rest in
+ * the partial row itself, which only this thread touches), the block's warps added in order
+ * at the end */
+#define NMB_KEEP 8
+template <bool WARP>
+static __global__ void __launch_bounds__(256) norm_mul_back_kernel(struct nmb_args a)
+{
+    using T = row_team<WARP>;
+    __shared__ double shared[32];
+    extern __shared__ float wsum[]; /* WARP: [warps][n] */
+    const int64_t n = a.x.ne[0], rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
+    const int team = WARP ? (int)(threadIdx.x >> 5) : 0, teams = WARP ? (int)(blockDim.x >> 5) : 1;
+    for (int64_t p = blockIdx.x; p < a.parts; p += gridDim.x) {
+        const int64_t r0 = p * rows / a.parts, r1 = (p + 1) * rows / a.parts;
+        float *dwp = a.dw + p * n;
+        float acc[NMB_KEEP];
+#pragma unroll
+        for (int k = 0; k < NMB_KEEP; k++)
+            acc[k] = 0.0f;
+        if (!WARP)
+            for (int64_t i0 = T::lane() + NMB_KEEP * T::size(); i0 < n; i0 += T::size())
+                dwp[i0] = 0.0f;
+        for (int64_t r = r0 + team; r < r1; r += teams) {
+            const int64_t i1 = r % a.x.ne[1], i2 = (r / a.x.ne[1]) % a.x.ne[2],
+                          i3 = r / (a.x.ne[1] * a.x.ne[2]);
+            double s = 0.0, dot = 0.0;
+            for (int64_t i0 = T::lane(); i0 < n; i0 += T::size()) {
+                const float xv = cu_getf(a.x, i0, i1, i2, i3), gv = cu_getf(a.g, i0, i1, i2, i3);
+                const float sv = a.gated ? silu_of(cu_getf(a.z, i0, i1, i2, i3)) : 1.0f;
+                s += (double)xv * (double)xv;
+                dot += (double)nmb_h(a, gv, i0, sv) * (double)xv;
+            }
+            s = T::sum(s, shared);
+            dot = T::sum(dot, shared);
+            const double f = 1.0 / sqrt(s / (double)n + (double)a.eps);
+            const float fa = (float)f, fb = (float)(f * f * f * (dot / (double)n));
+#pragma unroll
+            for (int k = 0; k < NMB_KEEP; k++) {
+                const int64_t i0 = T::lane() + (int64_t)k * T::size();
+                if (i0 < n)
+                    acc[k] = __fadd_rn(acc[k], nmb_elem(a, r, i0, i1, i2, i3, fa, fb));
+            }
+            for (int64_t i0 = T::lane() + NMB_KEEP * T::size(); i0 < n; i0 += T::size())
+                dwp[i0] = __fadd_rn(dwp[i0], nmb_elem(a, r, i0, i1, i2, i3, fa, fb));
+        }
+        /* a warp's columns go through shared memory (WARP: n <= NMB_KEEP * 32, every column
+         * in acc), the warps' sums added in order; a block's straight to the partial row */
+        float *to = WARP ? wsum + (int64_t)team * n : dwp;
+#pragma unroll
+        for (int k = 0; k < NMB_KEEP; k++) {
+            const int64_t i0 = T::lane() + (int64_t)k * T::size();
+            if (i0 < n)
+                to[i0] = acc[k];
+        }
+        if (WARP) {
+            __syncthreads();
+            for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x) {
+                float v = 0.0f;
+                for (int t = 0; t < teams; t++)
+                    v = __fadd_rn(v, wsum[t * n + i0]);
+                dwp[i0] = v;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
+{
+    const struct lt_tensor *x = node->src[1];
+    const int64_t n = x->ne[0], rows = lt_nrows(x);
+    struct nmb_args a;
+    a.g = cu_view(node->src[0]);
+    a.x = cu_view(x);
+    a.w = (const float *)node->src[2]->data;
+    a.gated = node->src[3] != NULL;
+    a.z = a.gated ? cu_view(node->src[3]) : a.x;
+    a.dx = (float *)node->data;
+    a.dz = a.dx + rows * n;
+    a.dw = a.dx + (a.gated ? 2 : 1) * rows * n;
+    a.parts = lt_get_param_i32(node, 1);
+    a.eps = lt_get_param_f32(node, 0);
+    if (a.parts <= 0 || n == 0)
+        return LT_OK;
+    const unsigned blocks = a.parts < 65535 ? (unsigned)a.parts : 65535u;
+    if (n <= NMB_KEEP * 32) {
+        norm_mul_back_kernel<true><<<blocks, 256, (size_t)8 * n * sizeof(float), c->stream>>>(a);
+    } else {
+        const int64_t t = (n + 31) / 32 * 32;
+        norm_mul_back_kernel<false> < < <blocks, t> 256 ? 256 : (int)t, 0, c->stream >>> (a);
+    }
+    return cu_launched("norm_mul_back");
+}
+
 lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -184,6 +351,8 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     const int64_t rows = lt_nrows(node);
     if (rows == 0 || node->ne[0] == 0)
         return LT_OK;
+    if (node->op == LT_OP_RMS_NORM_MUL_BACK)
+        return norm_mul_back_compute(c, node);
     const bool rms = node->op == LT_OP_RMS_NORM || node->op == LT_OP_RMS_NORM_BACK;
     const float eps = lt_get_param_f32(node, 0);
     int64_t t = (node->ne[0] + 31) / 32 * 32;
@@ -199,14 +368,15 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     const unsigned warp_blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
-        const struct cu_t xv = cu_view(node->src[0]);
+        const struct lt_tensor *z = node->op == LT_OP_RMS_NORM ? node->src[2] : NULL;
+        const struct cu_t xv = cu_view(node->src[0]), zv = z ? cu_view(z) : xv;
         const float *wd = w ? (const float *)w->data : NULL;
         if (warp)
-            norm_kernel<true><<<warp_blocks, 256, 0, c->stream>>>(xv, (char *)node->data, wd,
-                                                                  (int)node->type, rms, eps);
+            norm_kernel<true><<<warp_blocks, 256, 0, c->stream>>>(
+                xv, (char *)node->data, wd, zv, z != NULL, (int)node->type, rms, eps);
         else
             norm_kernel<false><<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-                xv, (char *)node->data, wd, (int)node->type, rms, eps);
+                xv, (char *)node->data, wd, zv, z != NULL, (int)node->type, rms, eps);
         return cu_launched("norm");
     }
     if (warp)
