@@ -338,7 +338,8 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
         norm_mul_back_kernel<true><<<blocks, 256, (size_t)8 * n * sizeof(float), c->stream>>>(a);
     } else {
         const int64_t t = (n + 31) / 32 * 32;
-        norm_mul_back_kernel<false> < < <blocks, t> 256 ? 256 : (int)t, 0, c->stream >>> (a);
+        const int threads = t > 256 ? 256 : (int)t;
+        norm_mul_back_kernel<false><<<blocks, threads, 0, c->stream>>>(a);
     }
     return cu_launched("norm_mul_back");
 }
