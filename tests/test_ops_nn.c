@@ -239,6 +239,91 @@ static void test_rms_norm_mul(void)
     free(b);
 }
 
+/* RMS_NORM_MUL_BACK against loops in double: rows of 16, more of them (70,000) than its
+ * partial sums of dw (65,536), so some parts hold two rows; with the gate and without, on 1
+ * and 2 threads; dw is the parts' sum. */
+static void test_rms_norm_mul_back(void)
+{
+    const int64_t n = 16, rows = 70000, ne[4] = {n, rows, 1, 1}, nw[4] = {n, 1, 1, 1};
+    const int64_t cnt = n * rows;
+    float *rx = nn_alloc(cnt), *rg = nn_alloc(cnt), *rz = nn_alloc(cnt), *rw = nn_alloc(n);
+    float *out = nn_alloc(2 * cnt + n * rows);
+    double *dw = calloc((size_t)n, sizeof(double));
+    int runs = 0;
+    for (int gated = 0; gated < 2; gated++)
+        for (int nth = 1; nth <= 2; nth++) {
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 64 << 20});
+            struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, ne);
+            struct lt_tensor *g = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, ne);
+            struct lt_tensor *z = gated ? nn_make(ctx, LT_TYPE_F32, NN_CONTIG, ne) : NULL;
+            struct lt_tensor *w = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, nw);
+            nn_fill_rand(x, rx, 2.0f);
+            nn_fill_rand(g, rg, 1.0f);
+            if (z)
+                nn_fill_rand(z, rz, 3.0f);
+            nn_fill_rand(w, rw, 1.5f);
+            struct lt_tensor *r = lt_rms_norm_mul_back(ctx, g, x, w, z, 1e-6f);
+            const int64_t parts = r ? lt_rms_norm_mul_back_parts(x) : 0;
+            CHECK(r && parts == 65536 && r->ne[1] == rows * (gated ? 2 : 1) + parts &&
+                      nn_run(ctx, r, nth) == LT_OK,
+                  "rms_norm_mul_back: %s", lt_last_error());
+            if (!r) {
+                lt_ctx_free(ctx);
+                continue;
+            }
+            nn_read(r, out);
+            double worst = 0;
+            for (int64_t i = 0; i < n; i++)
+                dw[i] = 0;
+            for (int64_t row = 0; row < rows; row++) {
+                const float *xr = rx + row * n, *gr = rg + row * n, *zr = rz + row * n;
+                double ss = 0, dot = 0;
+                for (int64_t i = 0; i < n; i++)
+                    ss += (double)xr[i] * xr[i];
+                const double f = 1.0 / sqrt(ss / n + 1e-6);
+                for (int64_t i = 0; i < n; i++) {
+                    const double sg = gated ? 1.0 / (1.0 + exp(-(double)zr[i])) : 1.0;
+                    const double s = gated ? zr[i] * sg : 1.0, h = (double)gr[i] * rw[i] * s;
+                    dot += h * xr[i];
+                    dw[i] += (double)gr[i] * xr[i] * f * s;
+                }
+                dot /= n;
+                for (int64_t i = 0; i < n; i++) {
+                    const double sg = gated ? 1.0 / (1.0 + exp(-(double)zr[i])) : 1.0;
+                    const double s = gated ? zr[i] * sg : 1.0, h = (double)gr[i] * rw[i] * s;
+                    const double dx = f * h - f * f * f * dot * xr[i];
+                    double e = fabs(out[row * n + i] - dx) / (1.0 + fabs(dx));
+                    if (gated) {
+                        const double dz =
+                            (double)gr[i] * xr[i] * f * rw[i] * sg * (1.0 + zr[i] * (1.0 - sg));
+                        const double ez = fabs(out[(rows + row) * n + i] - dz) / (1.0 + fabs(dz));
+                        e = ez > e ? ez : e;
+                    }
+                    worst = e > worst ? e : worst;
+                }
+            }
+            const float *pw = out + (gated ? 2 : 1) * cnt;
+            for (int64_t i = 0; i < n; i++) {
+                double sum = 0;
+                for (int64_t q = 0; q < parts; q++)
+                    sum += pw[q * n + i];
+                const double e = fabs(sum - dw[i]) / (1.0 + fabs(dw[i]));
+                worst = e > worst ? e : worst;
+            }
+            CHECK(worst < 1e-5, "rms_norm_mul_back%s, %d threads: worst error %g",
+                  gated ? " gated" : "", nth, worst);
+            runs++;
+            lt_ctx_free(ctx);
+        }
+    printf("rms_norm_mul_back: %d runs against double loops (70,000 rows, 65,536 parts)\n", runs);
+    free(rx);
+    free(rg);
+    free(rz);
+    free(rw);
+    free(out);
+    free(dw);
+}
+
 /* ---------------- attention of one decode token over the cache ---------------- */
 
 /* ATTN_DECODE against plain loops in double: caches of 3 slots (F32 and F16), 3 sequences
@@ -1019,6 +1104,7 @@ int main(void)
     nn_backends_init();
     test_norms();
     test_rms_norm_mul();
+    test_rms_norm_mul_back();
     test_attn_decode();
     test_attn_decode_store();
     test_flash_attn_chain();

@@ -103,8 +103,9 @@ struct lt_tensor *lt_rms_norm_mul_gated(struct lt_ctx *ctx, struct lt_tensor *a,
 
 int64_t lt_rms_norm_mul_back_parts(const struct lt_tensor *x)
 {
-    const int64_t rows = lt_nrows(x);
-    return rows < LT_NORM_DW_PARTS ? rows : LT_NORM_DW_PARTS;
+    const int64_t rows = lt_nrows(x), want = x->ne[0] > 0 ? LT_NORM_DW_ELEMENTS / x->ne[0] : 1;
+    const int64_t parts = want < 1 ? 1 : want;
+    return rows < parts ? rows : parts;
 }
 
 struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *grad,

@@ -248,30 +248,96 @@ static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64
     return __fmul_rn(__fmul_rn(gv, xf), sv);
 }
 
-/* A team (a warp: rows of at most NMB_KEEP * 32; else the block) a row, the block's part of
- * the rows; each thread keeps its first NMB_KEEP columns' dw terms in registers (the rest in
- * the partial row itself, which only this thread touches), the block's warps added in order
- * at the end */
-#define NMB_KEEP 8
-template <bool WARP>
-static __global__ void __launch_bounds__(256) norm_mul_back_kernel(struct nmb_args a)
+/* The start of row r (flattened over dims 1..3) of t */
+static __device__ __forceinline__ const char *row_at(const struct cu_t &t, int64_t i1, int64_t i2,
+                                                     int64_t i3)
 {
-    using T = row_team<WARP>;
-    __shared__ double shared[32];
-    extern __shared__ float wsum[]; /* WARP: [warps][n] */
+    return t.data + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
+}
+
+/* RMS_NORM_MUL_BACK, rows of at most 32 C: a warp a part of the rows, lane l holding columns
+ * l + 32 k (k < C) of x, g, z and silu(z) in registers between the two sums and the stores,
+ * and its columns' dw terms over the part's rows; it writes the part's row itself (no
+ * barrier, a fixed order). */
+template <int C, bool GATED>
+static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct nmb_args a)
+{
     const int64_t n = a.x.ne[0], rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
-    const int team = WARP ? (int)(threadIdx.x >> 5) : 0, teams = WARP ? (int)(blockDim.x >> 5) : 1;
+    const int lane = (int)(threadIdx.x & 31);
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t p = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); p < a.parts;
+         p += warps) {
+        float acc[C];
+#pragma unroll
+        for (int k = 0; k < C; k++)
+            acc[k] = 0.0f;
+        for (int64_t r = p * rows / a.parts; r < (p + 1) * rows / a.parts; r++) {
+            const int64_t i1 = r % a.x.ne[1], i2 = (r / a.x.ne[1]) % a.x.ne[2],
+                          i3 = r / (a.x.ne[1] * a.x.ne[2]);
+            const char *xr = row_at(a.x, i1, i2, i3), *gr = row_at(a.g, i1, i2, i3);
+            const char *zr = GATED ? row_at(a.z, i1, i2, i3) : nullptr;
+            float xv[C], gv[C], zv[C], dv[C];
+            double s = 0.0, dot = 0.0;
+#pragma unroll
+            for (int k = 0; k < C; k++) {
+                const int64_t i0 = lane + 32 * k;
+                const bool in = i0 < n;
+                xv[k] = in ? *(const float *)(xr + i0 * a.x.nb[0]) : 0.0f;
+                gv[k] = in ? *(const float *)(gr + i0 * a.g.nb[0]) : 0.0f;
+                zv[k] = GATED && in ? *(const float *)(zr + i0 * a.z.nb[0]) : 0.0f;
+                dv[k] = GATED ? 1.0f + expf(-zv[k]) : 1.0f; /* silu(z) = z / dv, sigmoid 1 / dv */
+                const float h = in ? nmb_h(a, gv[k], i0, GATED ? zv[k] / dv[k] : 1.0f) : 0.0f;
+                s += (double)xv[k] * (double)xv[k];
+                dot += (double)h * (double)xv[k];
+            }
+            s = cu_warp_sum(s);
+            dot = cu_warp_sum(dot);
+            const double f = 1.0 / sqrt(s / (double)n + (double)a.eps);
+            const float fa = (float)f, fb = (float)(f * f * f * (dot / (double)n));
+#pragma unroll
+            for (int k = 0; k < C; k++) {
+                const int64_t i0 = lane + 32 * k;
+                if (i0 >= n)
+                    continue;
+                const float sv = GATED ? zv[k] / dv[k] : 1.0f, xf = __fmul_rn(xv[k], fa);
+                a.dx[r * n + i0] =
+                    __fsub_rn(__fmul_rn(fa, nmb_h(a, gv[k], i0, sv)), __fmul_rn(fb, xv[k]));
+                if (GATED) {
+                    const float sg = 1.0f / dv[k];
+                    a.dz[r * n + i0] = __fmul_rn(
+                        __fmul_rn(gv[k], __fmul_rn(xf, a.w[i0])),
+                        __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(zv[k], __fsub_rn(1.0f, sg)))));
+                }
+                acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(gv[k], xf), sv));
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            const int64_t i0 = lane + 32 * k;
+            if (i0 < n)
+                a.dw[p * n + i0] = acc[k];
+        }
+    }
+}
+
+/* Rows longer than 1,024: a block a part, a row at a time; each thread keeps its first
+ * NMB_KEEP columns' dw terms in registers, the rest in the partial row itself (which only
+ * that thread touches) */
+#define NMB_KEEP 8
+static __global__ void __launch_bounds__(256) norm_mul_back_block_kernel(struct nmb_args a)
+{
+    using T = row_team<false>;
+    __shared__ double shared[32];
+    const int64_t n = a.x.ne[0], rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
     for (int64_t p = blockIdx.x; p < a.parts; p += gridDim.x) {
-        const int64_t r0 = p * rows / a.parts, r1 = (p + 1) * rows / a.parts;
         float *dwp = a.dw + p * n;
         float acc[NMB_KEEP];
 #pragma unroll
         for (int k = 0; k < NMB_KEEP; k++)
             acc[k] = 0.0f;
-        if (!WARP)
-            for (int64_t i0 = T::lane() + NMB_KEEP * T::size(); i0 < n; i0 += T::size())
-                dwp[i0] = 0.0f;
-        for (int64_t r = r0 + team; r < r1; r += teams) {
+        for (int64_t i0 = T::lane() + NMB_KEEP * T::size(); i0 < n; i0 += T::size())
+            dwp[i0] = 0.0f;
+        for (int64_t r = p * rows / a.parts; r < (p + 1) * rows / a.parts; r++) {
             const int64_t i1 = r % a.x.ne[1], i2 = (r / a.x.ne[1]) % a.x.ne[2],
                           i3 = r / (a.x.ne[1] * a.x.ne[2]);
             double s = 0.0, dot = 0.0;
@@ -294,26 +360,22 @@ static __global__ void __launch_bounds__(256) norm_mul_back_kernel(struct nmb_ar
             for (int64_t i0 = T::lane() + NMB_KEEP * T::size(); i0 < n; i0 += T::size())
                 dwp[i0] = __fadd_rn(dwp[i0], nmb_elem(a, r, i0, i1, i2, i3, fa, fb));
         }
-        /* a warp's columns go through shared memory (WARP: n <= NMB_KEEP * 32, every column
-         * in acc), the warps' sums added in order; a block's straight to the partial row */
-        float *to = WARP ? wsum + (int64_t)team * n : dwp;
 #pragma unroll
         for (int k = 0; k < NMB_KEEP; k++) {
             const int64_t i0 = T::lane() + (int64_t)k * T::size();
             if (i0 < n)
-                to[i0] = acc[k];
-        }
-        if (WARP) {
-            __syncthreads();
-            for (int64_t i0 = threadIdx.x; i0 < n; i0 += blockDim.x) {
-                float v = 0.0f;
-                for (int t = 0; t < teams; t++)
-                    v = __fadd_rn(v, wsum[t * n + i0]);
-                dwp[i0] = v;
-            }
-            __syncthreads();
+                dwp[i0] = acc[k];
         }
     }
+}
+
+template <int C> static void norm_mul_back_warps(struct cu_ctx *c, const struct nmb_args &a)
+{
+    const unsigned blocks = (unsigned)cu_blocks(a.parts, 8); /* 8 warps a block, a part each */
+    if (a.gated)
+        norm_mul_back_warp_kernel<C, true><<<blocks, 256, 0, c->stream>>>(a);
+    else
+        norm_mul_back_warp_kernel<C, false><<<blocks, 256, 0, c->stream>>>(a);
 }
 
 static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -333,15 +395,74 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
     a.eps = lt_get_param_f32(node, 0);
     if (a.parts <= 0 || n == 0)
         return LT_OK;
-    const unsigned blocks = a.parts < 65535 ? (unsigned)a.parts : 65535u;
-    if (n <= NMB_KEEP * 32) {
-        norm_mul_back_kernel<true><<<blocks, 256, (size_t)8 * n * sizeof(float), c->stream>>>(a);
-    } else {
+    if (n <= 128)
+        norm_mul_back_warps<4>(c, a);
+    else if (n <= 256)
+        norm_mul_back_warps<8>(c, a);
+    else if (n <= 512)
+        norm_mul_back_warps<16>(c, a);
+    else if (n <= 1024)
+        norm_mul_back_warps<32>(c, a);
+    else {
         const int64_t t = (n + 31) / 32 * 32;
         const int threads = t > 256 ? 256 : (int)t;
-        norm_mul_back_kernel<false><<<blocks, threads, 0, c->stream>>>(a);
+        const unsigned blocks = a.parts < 65535 ? (unsigned)a.parts : 65535u;
+        norm_mul_back_block_kernel<<<blocks, threads, 0, c->stream>>>(a);
     }
     return cu_launched("norm_mul_back");
+}
+
+/* RMS_NORM with a weight (and gate), rows of at most 32 C: a warp a row, its values kept in
+ * registers between the sum and the stores (norm_kernel reads them twice) */
+template <int C, bool GATED>
+static __global__ void __launch_bounds__(256)
+    norm_mul_warp_kernel(struct cu_t x, const float *w, struct cu_t z, char *y, int out_type,
+                         float eps)
+{
+    const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
+    const int lane = (int)(threadIdx.x & 31), es = out_type == LT_TYPE_F32 ? 4 : 2;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+         r += warps) {
+        const int64_t i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2], i3 = r / (x.ne[1] * x.ne[2]);
+        const char *xr = row_at(x, i1, i2, i3), *zr = GATED ? row_at(z, i1, i2, i3) : nullptr;
+        float xv[C], zv[C];
+        double s = 0.0;
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            const int64_t i0 = lane + 32 * k;
+            xv[k] = i0 < n ? *(const float *)(xr + i0 * x.nb[0]) : 0.0f;
+            zv[k] = GATED && i0 < n ? *(const float *)(zr + i0 * z.nb[0]) : 0.0f;
+            s += (double)xv[k] * (double)xv[k];
+        }
+        s = cu_warp_sum(s);
+        const float f = (float)(1.0 / sqrt(s / (double)n + (double)eps));
+#pragma unroll
+        for (int k = 0; k < C; k++) {
+            const int64_t i0 = lane + 32 * k;
+            if (i0 >= n)
+                continue;
+            float v = __fmul_rn(__fmul_rn(xv[k], f), w[i0]);
+            if (GATED)
+                v = __fmul_rn(v, silu_of(zv[k]));
+            cu_store(y + (r * n + i0) * es, out_type, v);
+        }
+    }
+}
+
+template <int C> static void norm_mul_warps(struct cu_ctx *c, const struct lt_tensor *node)
+{
+    const struct lt_tensor *z = node->src[2];
+    const struct cu_t xv = cu_view(node->src[0]), zv = z ? cu_view(z) : xv;
+    const unsigned blocks = (unsigned)cu_blocks(lt_nrows(node), 8);
+    const float *w = (const float *)node->src[1]->data;
+    const float eps = lt_get_param_f32(node, 0);
+    if (z)
+        norm_mul_warp_kernel<C, true>
+            <<<blocks, 256, 0, c->stream>>>(xv, w, zv, (char *)node->data, (int)node->type, eps);
+    else
+        norm_mul_warp_kernel<C, false>
+            <<<blocks, 256, 0, c->stream>>>(xv, w, zv, (char *)node->data, (int)node->type, eps);
 }
 
 lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -367,6 +488,18 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     }
     const bool warp = cu_warp_rows(node->ne[0], rows);
     const unsigned warp_blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
+    if (node->op == LT_OP_RMS_NORM && node->src[1] && warp) {
+        const int64_t n = node->ne[0];
+        if (n <= 128)
+            norm_mul_warps<4>(c, node);
+        else if (n <= 256)
+            norm_mul_warps<8>(c, node);
+        else if (n <= 512)
+            norm_mul_warps<16>(c, node);
+        else
+            norm_mul_warps<32>(c, node);
+        return cu_launched("norm_mul");
+    }
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
         const struct lt_tensor *z = node->op == LT_OP_RMS_NORM ? node->src[2] : NULL;
