@@ -239,12 +239,12 @@ static void test_rms_norm_mul(void)
     free(b);
 }
 
-/* RMS_NORM_MUL_BACK against loops in double: rows of 16, more of them (70,000) than its
+/* RMS_NORM_MUL_BACK against loops in double: rows of 64, more of them (70,000) than its
  * partial sums of dw (65,536), so some parts hold two rows; with the gate and without, on 1
  * and 2 threads; dw is the parts' sum. */
 static void test_rms_norm_mul_back(void)
 {
-    const int64_t n = 16, rows = 70000, ne[4] = {n, rows, 1, 1}, nw[4] = {n, 1, 1, 1};
+    const int64_t n = 64, rows = 70000, ne[4] = {n, rows, 1, 1}, nw[4] = {n, 1, 1, 1};
     const int64_t cnt = n * rows;
     float *rx = nn_alloc(cnt), *rg = nn_alloc(cnt), *rz = nn_alloc(cnt), *rw = nn_alloc(n);
     float *out = nn_alloc(2 * cnt + n * rows);
@@ -252,7 +252,7 @@ static void test_rms_norm_mul_back(void)
     int runs = 0;
     for (int gated = 0; gated < 2; gated++)
         for (int nth = 1; nth <= 2; nth++) {
-            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 64 << 20});
+            struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 192 << 20});
             struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, ne);
             struct lt_tensor *g = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, ne);
             struct lt_tensor *z = gated ? nn_make(ctx, LT_TYPE_F32, NN_CONTIG, ne) : NULL;

@@ -109,11 +109,11 @@ struct lt_tensor *lt_rms_norm_mul_gated(struct lt_ctx *ctx, struct lt_tensor *a,
  * x's shape; grad, x and z of any strides; w F32 [ne0] contiguous): one RMS_NORM_MUL_BACK
  * node, F32 [ne0, rows * (z ? 2 : 1) + parts] (rows of x), holding dx's rows, then dz's, then
  * `parts` partial sums of dw: part p adds rows p * rows / parts up to the next part's (parts =
- * lt_rms_norm_mul_back_parts(x): LT_NORM_DW_ELEMENTS / ne0, at least 1, at most rows: 8,192
- * parts of 16 rows for Qwen3.5-0.8B's gated norm in a 16 x 512 step, 1,024 of 8 for its
- * hidden norms; a device gives each part a warp). The rule views dx and dz and sums the
- * parts with REPEAT_BACK. */
-#define LT_NORM_DW_ELEMENTS (1 << 20)
+ * lt_rms_norm_mul_back_parts(x): LT_NORM_DW_ELEMENTS / ne0, at least 1, at most rows: 32,768
+ * parts of 4 rows for Qwen3.5-0.8B's gated norm in a 16 x 512 step, 4,096 of 2 for its
+ * hidden norms; a device gives each part a warp, and 1,024 warps of 8 rows left an H100's
+ * SMs a block each). The rule views dx and dz and sums the parts with REPEAT_BACK. */
+#define LT_NORM_DW_ELEMENTS (1 << 22)
 struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                        struct lt_tensor *x, struct lt_tensor *w,
                                        struct lt_tensor *z, float eps);

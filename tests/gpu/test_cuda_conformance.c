@@ -1025,9 +1025,9 @@ static void test_nn(void)
                      t ? TOL_HALF : TOL_F32, b_norm, &p);
         }
     /* the weighted norm with the gate (forward to F32 and BF16) and RMS_NORM_MUL_BACK with and
-     * without it: every pair of layouts at 13 x 36; rows of 128 and 1000, more of them than
-     * dw's partial sums (4,200: a warp a row, and a block); the 0.8B training step's gated
-     * norm (131,076 rows of 128) and hidden norms (8,196 rows of 1024) */
+     * without it: every pair of layouts at 13 x 36; 4,200 rows of 128 (a warp a part) and of
+     * 1000 (a block a part, some parts of two rows); the 0.8B training step's gated norm
+     * (131,076 rows of 128, parts of four) and hidden norms (8,196 rows of 1024, of two) */
     static const int64_t nm_shapes[][3] = {/* ne0, ne1 (x 6 rows), layouts */
                                            {13, 6, L_COUNT},
                                            {128, 700, 2},
