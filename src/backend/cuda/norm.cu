@@ -13,6 +13,8 @@
  * each part of the rows one block, so a partial row is one block's sum, in a fixed order. */
 #include <stdio.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.h"
 #include "lathe/ops.h"
 
@@ -369,6 +371,20 @@ static __global__ void __launch_bounds__(256) norm_mul_back_block_kernel(struct 
     }
 }
 
+/* f(C) with C, the columns a lane for rows of n <= 1,024 a warp, as a compile-time constant
+ * (std::integral_constant): one place picks the instance of the warp kernels */
+template <typename F> static void lane_columns(int64_t n, F f)
+{
+    if (n <= 128)
+        f(std::integral_constant<int, 4>{});
+    else if (n <= 256)
+        f(std::integral_constant<int, 8>{});
+    else if (n <= 512)
+        f(std::integral_constant<int, 16>{});
+    else
+        f(std::integral_constant<int, 32>{});
+}
+
 template <int C> static void norm_mul_back_warps(struct cu_ctx *c, const struct nmb_args &a)
 {
     const unsigned blocks = (unsigned)cu_blocks(a.parts, 8); /* 8 warps a block, a part each */
@@ -395,14 +411,8 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
     a.eps = lt_get_param_f32(node, 0);
     if (a.parts <= 0 || n == 0)
         return LT_OK;
-    if (n <= 128)
-        norm_mul_back_warps<4>(c, a);
-    else if (n <= 256)
-        norm_mul_back_warps<8>(c, a);
-    else if (n <= 512)
-        norm_mul_back_warps<16>(c, a);
-    else if (n <= 1024)
-        norm_mul_back_warps<32>(c, a);
+    if (n <= 1024)
+        lane_columns(n, [&](auto k) { norm_mul_back_warps<decltype(k)::value>(c, a); });
     else {
         const int64_t t = (n + 31) / 32 * 32;
         const int threads = t > 256 ? 256 : (int)t;
@@ -489,15 +499,7 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     const bool warp = cu_warp_rows(node->ne[0], rows);
     const unsigned warp_blocks = cu_blocks(rows, 8); /* 8 warps, 8 rows, a block */
     if (node->op == LT_OP_RMS_NORM && node->src[1] && warp) {
-        const int64_t n = node->ne[0];
-        if (n <= 128)
-            norm_mul_warps<4>(c, node);
-        else if (n <= 256)
-            norm_mul_warps<8>(c, node);
-        else if (n <= 512)
-            norm_mul_warps<16>(c, node);
-        else
-            norm_mul_warps<32>(c, node);
+        lane_columns(node->ne[0], [&](auto k) { norm_mul_warps<decltype(k)::value>(c, node); });
         return cu_launched("norm_mul");
     }
     if (!is_back(node->op)) {
