@@ -122,6 +122,11 @@ struct lt_model_adapters {
      * scores or probabilities, in the forward or the backward); a training job sets it with
      * LATHE_FLASH_ATTN=1 (lt_model_flash_attn_on), check-ref leaves it off */
     bool flash_attn;
+    /* with bf16_products: keep the weighted norms as their chain of ops (RMS_NORM, MUL by the
+     * weight, and SILU and MUL for a gate) instead of one RMS_NORM with its weight and gate,
+     * whose rule is one RMS_NORM_MUL_BACK; the same values, for a test to hold the two
+     * to each other (no job sets it) */
+    bool chain_norms;
 };
 
 /* Whether graphs for backend be should take their attention as FLASH_ATTN (no T x T scores):

@@ -234,7 +234,7 @@ static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws
  * weight and gate, one RMS_NORM_MUL_BACK a norm) */
 static bool train_fused(const struct lt_mb *b)
 {
-    return b->ad && b->ad->bf16_products;
+    return b->ad && b->ad->bf16_products && !b->ad->chain_norms;
 }
 
 /* rms_norm(x) * w, stored as type */

@@ -1,0 +1,171 @@
+/* test_train_bf16.c: the training graph a device builds (lt_model_adapters.bf16_products,
+ * fused_loss) on every architecture of tests/test_model_util.h, run on the CPU, which has
+ * every op of it:
+ *   - its weighted norms are RMS_NORM nodes with their weights (Qwen3.5's DeltaNet output
+ *     norm with its gate, no SILU left), whose gradients are RMS_NORM_MUL_BACK nodes, and it
+ *     gives the loss and gradients of the same graph with the norms' chain of ops
+ *     (chain_norms) within 1e-5: the fusion changes no value beyond summation order;
+ *   - the activations that only products read are written in BF16 by their producers (no
+ *     CONT rounds a norm's output); the F32 graph keeps the chain (no RMS_NORM_MUL_BACK);
+ *   - its loss is the F32 graph's within 1e-2 and its gradients within 0.1 of their largest
+ *     (BF16 operands; the tiny random Qwen3.5 is the loosest, ~0.08);
+ *   - CUDA's verdict (types, shapes, strides: no GPU needed) refuses none of its nodes. */
+#include <string.h>
+
+#include "backend/cuda/cuda_verdict.h"
+#include "check.h"
+#include "lathe/autodiff.h"
+#include "test_model_util.h"
+
+#define T 11 /* tokens a sequence */
+#define S 2  /* sequences */
+
+struct graph_counts {
+    int norm_mul_back, gated_norms, silu, cont_of_norm, refused;
+    char why[256];
+};
+
+/* The loss graph with its gradients: loss, the gradients of every trainable copy
+ * (concatenated) and the counts above */
+static lt_status run(const struct lt_model *m, struct lt_backend *cpu,
+                     const struct lt_model_replace *rep, int n_rep, const int32_t *tok,
+                     const int32_t *lab, bool bf16, bool chain, float *loss, float *grads,
+                     struct graph_counts *c)
+{
+    struct lt_model_adapters ad = {.replace = rep,
+                                   .n_replace = n_rep,
+                                   .fused_loss = true,
+                                   .bf16_products = bf16,
+                                   .chain_norms = chain};
+    struct lt_ctx *ctx =
+        lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
+    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
+    struct lt_sched *s = lt_sched_new(&cpu, 1);
+    struct lt_model_loss_graph lg;
+    size_t bytes = sizeof(int32_t) * (size_t)(T * S);
+    lt_status st = lt_model_build_loss(m, ctx, T, S, &ad, &lg);
+    if (st == LT_OK) {
+        lg.loss->flags |= LT_FLAG_LOSS;
+        st = lt_graph_build(g, lg.loss);
+    }
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, lg.loss, 1.0f, NULL);
+    memset(c, 0, sizeof(*c));
+    for (int i = 0; st == LT_OK && i < g->n_nodes; i++) {
+        const struct lt_tensor *t = g->nodes[i];
+        c->norm_mul_back += t->op == LT_OP_RMS_NORM_MUL_BACK;
+        c->gated_norms += t->op == LT_OP_RMS_NORM && t->src[2] != NULL;
+        c->silu += t->op == LT_OP_SILU;
+        c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
+        char reason[160];
+        if (lt_cuda_compiled() && !lt_cuda_verdict(t, reason, sizeof(reason)) && c->refused++ == 0)
+            snprintf(c->why, sizeof(c->why), "%s '%s': %s", lt_op_name(t->op), t->name, reason);
+    }
+    for (int i = 0; i < n_rep && st == LT_OK; i++)
+        if (rep[i].with->grad)
+            rep[i].with->grad->flags |= LT_FLAG_OUTPUT;
+    if (st == LT_OK)
+        st = lt_sched_place(s, g, false, NULL);
+    if (st == LT_OK)
+        st = lt_sched_alloc(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.tokens, tok, 0, bytes);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.labels, lab, 0, bytes);
+    if (st == LT_OK)
+        st = lt_model_loss_graph_set_pos(&lg);
+    if (st == LT_OK)
+        st = lt_sched_compute(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_get(lg.loss, loss, 0, sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < n_rep && st == LT_OK; i++) {
+        size_t n = (size_t)lt_nelements(rep[i].with);
+        if (rep[i].with->grad)
+            st = lt_tensor_get(rep[i].with->grad, grads + at, 0, n * sizeof(float));
+        else
+            memset(grads + at, 0, n * sizeof(float));
+        at += n;
+    }
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    return st;
+}
+
+static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
+{
+    char path[600];
+    const char *dir = getenv("LATHE_BUILD_DIR");
+    snprintf(path, sizeof(path), "%s/test_train_bf16_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    struct lt_model *m;
+    struct lt_model_f32_params *fp;
+    const struct lt_model_replace *rep = NULL;
+    int n_rep = 0;
+    const size_t n_w = tm_load_f32(sp, path, 700 + (uint64_t)idx, &m, &fp, &rep, &n_rep);
+    if (!n_w) {
+        CHECK(0, "%s: %s", sp->arch, lt_last_error());
+        return;
+    }
+    float *g32 = malloc(n_w * sizeof(float)), *g16 = malloc(n_w * sizeof(float)),
+          *gch = malloc(n_w * sizeof(float));
+    const int V = (int)lt_model_hparams(m)->n_vocab;
+    int32_t tok[S * T], lab[S * T];
+    for (int i = 0; i < S * T; i++) {
+        tok[i] = (i * 7 + 3) % V;
+        lab[i] = i % T + 1 < T ? ((i + 1) * 7 + 3) % V : -1;
+    }
+    float l32, l16, lch;
+    struct graph_counts c32, c16, cch;
+    lt_status st = run(m, cpu, rep, n_rep, tok, lab, false, false, &l32, g32, &c32);
+    CHECK(st == LT_OK, "%s F32: %s", sp->arch, lt_last_error());
+    if (st == LT_OK) {
+        st = run(m, cpu, rep, n_rep, tok, lab, true, false, &l16, g16, &c16);
+        CHECK(st == LT_OK, "%s BF16 products: %s", sp->arch, lt_last_error());
+    }
+    if (st == LT_OK) {
+        st = run(m, cpu, rep, n_rep, tok, lab, true, true, &lch, gch, &cch);
+        CHECK(st == LT_OK, "%s BF16 products, chained norms: %s", sp->arch, lt_last_error());
+    }
+    if (st == LT_OK) {
+        const bool qwen35 = !strcmp(sp->arch, "qwen35");
+        const double e = tm_rel_err(g16, g32, (int)n_w), ech = tm_rel_err(g16, gch, (int)n_w);
+        CHECK(fabsf(l16 - lch) <= 1e-6f * fabsf(lch) && ech < 1e-5,
+              "%s: fused norms' loss %.7f against the chain's %.7f, gradients off by %.3g",
+              sp->arch, (double)l16, (double)lch, ech);
+        CHECK(cch.norm_mul_back == 0 && cch.gated_norms == 0,
+              "%s: chain_norms left %d RMS_NORM_MUL_BACK and %d gated norms", sp->arch,
+              cch.norm_mul_back, cch.gated_norms);
+        CHECK(fabsf(l16 - l32) <= 1e-2f * fabsf(l32), "%s: BF16 products' loss %.6f, F32 %.6f",
+              sp->arch, (double)l16, (double)l32);
+        CHECK(e < 0.1, "%s: BF16 products' gradients off by %.3g", sp->arch, e);
+        CHECK(c32.norm_mul_back == 0 && c16.norm_mul_back > 0,
+              "%s: RMS_NORM_MUL_BACK nodes: %d in the F32 graph, %d in the BF16 one", sp->arch,
+              c32.norm_mul_back, c16.norm_mul_back);
+        CHECK(c16.cont_of_norm == 0, "%s: %d CONT nodes round a norm's output", sp->arch,
+              c16.cont_of_norm);
+        if (qwen35)
+            CHECK(c16.gated_norms > 0 && c16.silu == 0 && c32.silu > 0,
+                  "qwen35: %d gated norms and %d SILU nodes with BF16 products (%d SILU in F32)",
+                  c16.gated_norms, c16.silu, c32.silu);
+        CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
+              c16.refused, c16.why);
+        printf("%s: BF16 products loss %.5f (F32 %.5f), gradients within %.2g of F32's, "
+               "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms\n",
+               sp->arch, (double)l16, (double)l32, e, ech, c16.norm_mul_back, c16.gated_norms);
+    }
+    free(g32);
+    free(g16);
+    free(gch);
+    lt_model_f32_params_free(fp);
+    lt_model_free(m);
+    remove(path);
+}
+
+int main(void)
+{
+    struct lt_backend *cpu = lt_backend_cpu_new(2);
+    for (int i = 0; i < TM_N_SPECS; i++)
+        test_arch(&tm_specs[i], i, cpu);
+    lt_backend_free(cpu);
+    return check_summary();
+}
