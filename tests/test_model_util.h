@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lathe/autodiff.h"
 #include "lathe/gguf.h"
 #include "lathe/model.h"
 #include "lathe/sched.h"
@@ -257,6 +258,78 @@ static inline size_t tm_load_f32(const struct tm_spec *sp, const char *path, uin
     for (int i = 0; i < *n_rep; i++)
         n += (size_t)lt_nelements((*rep)[i].with);
     return n;
+}
+
+/* n token ids (i * 7 + 3) % V into tok, in rows of t_row, and each one's label: the next
+ * token of its row, -1 at a row's end */
+static inline void tm_next_tokens(int32_t *tok, int32_t *lab, int t_row, int n, int V)
+{
+    for (int i = 0; i < n; i++) {
+        tok[i] = (i * 7 + 3) % V;
+        lab[i] = i % t_row + 1 < t_row ? ((i + 1) * 7 + 3) % V : -1;
+    }
+}
+
+/* The loss of tokens [n_seqs][t_row] and labels lab through lt_model_build_loss (pos NULL:
+ * each row one example) or lt_model_build_loss_packed (pos: each step's position within its
+ * example), with adapters ad, on cpu; and d loss / d each trainable copy of ad->replace,
+ * concatenated into grads (zeros for a copy that got none). inspect (NULL: none) sees the
+ * graph with its gradients before it is placed. */
+static inline lt_status tm_loss_and_grads(const struct lt_model *m, struct lt_backend *cpu,
+                                          const struct lt_model_adapters *ad, const int32_t *tok,
+                                          const int32_t *lab, int t_row, int n_seqs,
+                                          const int32_t *pos, float *loss, float *grads,
+                                          void (*inspect)(const struct lt_graph *g, void *user),
+                                          void *user)
+{
+    struct lt_ctx *ctx =
+        lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
+    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
+    struct lt_sched *s = lt_sched_new(&cpu, 1);
+    struct lt_model_loss_graph lg;
+    const struct lt_model_replace *rep = ad->replace;
+    const int n_rep = ad->n_replace;
+    size_t bytes = sizeof(int32_t) * (size_t)(t_row * n_seqs);
+    lt_status st = pos ? lt_model_build_loss_packed(m, ctx, t_row, n_seqs, ad, &lg)
+                       : lt_model_build_loss(m, ctx, t_row, n_seqs, ad, &lg);
+    if (st == LT_OK) {
+        lg.loss->flags |= LT_FLAG_LOSS; /* kept to the end of the graph */
+        st = lt_graph_build(g, lg.loss);
+    }
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, lg.loss, 1.0f, NULL);
+    if (st == LT_OK && inspect)
+        inspect(g, user);
+    for (int i = 0; i < n_rep && st == LT_OK; i++)
+        if (rep[i].with->grad)
+            rep[i].with->grad->flags |= LT_FLAG_OUTPUT;
+    if (st == LT_OK)
+        st = lt_sched_place(s, g, false, NULL);
+    if (st == LT_OK)
+        st = lt_sched_alloc(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.tokens, tok, 0, bytes);
+    if (st == LT_OK)
+        st = lt_tensor_set(lg.labels, lab, 0, bytes);
+    if (st == LT_OK)
+        st =
+            pos ? lt_model_loss_graph_set_packed(&lg, pos, NULL) : lt_model_loss_graph_set_pos(&lg);
+    if (st == LT_OK)
+        st = lt_sched_compute(s, g);
+    if (st == LT_OK)
+        st = lt_tensor_get(lg.loss, loss, 0, sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < n_rep && st == LT_OK; i++) {
+        size_t n = (size_t)lt_nelements(rep[i].with);
+        if (rep[i].with->grad)
+            st = lt_tensor_get(rep[i].with->grad, grads + at, 0, n * sizeof(float));
+        else
+            memset(grads + at, 0, n * sizeof(float));
+        at += n;
+    }
+    lt_sched_free(s);
+    lt_ctx_free(ctx);
+    return st;
 }
 
 static inline lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,

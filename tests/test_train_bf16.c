@@ -14,7 +14,6 @@
 
 #include "backend/cuda/cuda_verdict.h"
 #include "check.h"
-#include "lathe/autodiff.h"
 #include "test_model_util.h"
 
 #define T 11 /* tokens a sequence */
@@ -24,6 +23,22 @@ struct graph_counts {
     int norm_mul_back, gated_norms, silu, cont_of_norm, refused;
     char why[256];
 };
+
+/* what the graph holds, counted before it is placed */
+static void count(const struct lt_graph *g, void *user)
+{
+    struct graph_counts *c = user;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const struct lt_tensor *t = g->nodes[i];
+        c->norm_mul_back += t->op == LT_OP_RMS_NORM_MUL_BACK;
+        c->gated_norms += t->op == LT_OP_RMS_NORM && t->src[2] != NULL;
+        c->silu += t->op == LT_OP_SILU;
+        c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
+        char reason[160];
+        if (lt_cuda_compiled() && !lt_cuda_verdict(t, reason, sizeof(reason)) && c->refused++ == 0)
+            snprintf(c->why, sizeof(c->why), "%s '%s': %s", lt_op_name(t->op), t->name, reason);
+    }
+}
 
 /* The loss graph with its gradients: loss, the gradients of every trainable copy
  * (concatenated) and the counts above */
@@ -37,59 +52,8 @@ static lt_status run(const struct lt_model *m, struct lt_backend *cpu,
                                    .fused_loss = true,
                                    .bf16_products = bf16,
                                    .chain_norms = chain};
-    struct lt_ctx *ctx =
-        lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
-    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
-    struct lt_sched *s = lt_sched_new(&cpu, 1);
-    struct lt_model_loss_graph lg;
-    size_t bytes = sizeof(int32_t) * (size_t)(T * S);
-    lt_status st = lt_model_build_loss(m, ctx, T, S, &ad, &lg);
-    if (st == LT_OK) {
-        lg.loss->flags |= LT_FLAG_LOSS;
-        st = lt_graph_build(g, lg.loss);
-    }
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g, lg.loss, 1.0f, NULL);
     memset(c, 0, sizeof(*c));
-    for (int i = 0; st == LT_OK && i < g->n_nodes; i++) {
-        const struct lt_tensor *t = g->nodes[i];
-        c->norm_mul_back += t->op == LT_OP_RMS_NORM_MUL_BACK;
-        c->gated_norms += t->op == LT_OP_RMS_NORM && t->src[2] != NULL;
-        c->silu += t->op == LT_OP_SILU;
-        c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
-        char reason[160];
-        if (lt_cuda_compiled() && !lt_cuda_verdict(t, reason, sizeof(reason)) && c->refused++ == 0)
-            snprintf(c->why, sizeof(c->why), "%s '%s': %s", lt_op_name(t->op), t->name, reason);
-    }
-    for (int i = 0; i < n_rep && st == LT_OK; i++)
-        if (rep[i].with->grad)
-            rep[i].with->grad->flags |= LT_FLAG_OUTPUT;
-    if (st == LT_OK)
-        st = lt_sched_place(s, g, false, NULL);
-    if (st == LT_OK)
-        st = lt_sched_alloc(s, g);
-    if (st == LT_OK)
-        st = lt_tensor_set(lg.tokens, tok, 0, bytes);
-    if (st == LT_OK)
-        st = lt_tensor_set(lg.labels, lab, 0, bytes);
-    if (st == LT_OK)
-        st = lt_model_loss_graph_set_pos(&lg);
-    if (st == LT_OK)
-        st = lt_sched_compute(s, g);
-    if (st == LT_OK)
-        st = lt_tensor_get(lg.loss, loss, 0, sizeof(float));
-    size_t at = 0;
-    for (int i = 0; i < n_rep && st == LT_OK; i++) {
-        size_t n = (size_t)lt_nelements(rep[i].with);
-        if (rep[i].with->grad)
-            st = lt_tensor_get(rep[i].with->grad, grads + at, 0, n * sizeof(float));
-        else
-            memset(grads + at, 0, n * sizeof(float));
-        at += n;
-    }
-    lt_sched_free(s);
-    lt_ctx_free(ctx);
-    return st;
+    return tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, loss, grads, count, c);
 }
 
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
@@ -110,10 +74,7 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
           *gch = malloc(n_w * sizeof(float));
     const int V = (int)lt_model_hparams(m)->n_vocab;
     int32_t tok[S * T], lab[S * T];
-    for (int i = 0; i < S * T; i++) {
-        tok[i] = (i * 7 + 3) % V;
-        lab[i] = i % T + 1 < T ? ((i + 1) * 7 + 3) % V : -1;
-    }
+    tm_next_tokens(tok, lab, T, S * T, V);
     float l32, l16, lch;
     struct graph_counts c32, c16, cch;
     lt_status st = run(m, cpu, rep, n_rep, tok, lab, false, false, &l32, g32, &c32);

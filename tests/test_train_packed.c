@@ -29,49 +29,7 @@ static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu
                                 bool flash, float *loss, float *grads)
 {
     struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep, .flash_attn = flash};
-    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
-    struct lt_graph *g = lt_graph_new(ctx, 1 << 16);
-    struct lt_sched *s = lt_sched_new(&cpu, 1);
-    struct lt_model_loss_graph lg;
-    size_t bytes = sizeof(int32_t) * (size_t)(t_row * n_seqs);
-    lt_status st = pos ? lt_model_build_loss_packed(m, ctx, t_row, n_seqs, &ad, &lg)
-                       : lt_model_build_loss(m, ctx, t_row, n_seqs, &ad, &lg);
-    if (st == LT_OK) {
-        lg.loss->flags |= LT_FLAG_LOSS; /* kept to the end of the graph */
-        st = lt_graph_build(g, lg.loss);
-    }
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g, lg.loss, 1.0f, NULL);
-    for (int i = 0; i < n_rep && st == LT_OK; i++)
-        if (rep[i].with->grad)
-            rep[i].with->grad->flags |= LT_FLAG_OUTPUT;
-    if (st == LT_OK)
-        st = lt_sched_place(s, g, false, NULL);
-    if (st == LT_OK)
-        st = lt_sched_alloc(s, g);
-    if (st == LT_OK)
-        st = lt_tensor_set(lg.tokens, tok, 0, bytes);
-    if (st == LT_OK)
-        st = lt_tensor_set(lg.labels, lab, 0, bytes);
-    if (st == LT_OK)
-        st =
-            pos ? lt_model_loss_graph_set_packed(&lg, pos, NULL) : lt_model_loss_graph_set_pos(&lg);
-    if (st == LT_OK)
-        st = lt_sched_compute(s, g);
-    if (st == LT_OK)
-        st = lt_tensor_get(lg.loss, loss, 0, sizeof(float));
-    size_t at = 0;
-    for (int i = 0; i < n_rep && st == LT_OK; i++) {
-        size_t n = (size_t)lt_nelements(rep[i].with);
-        if (rep[i].with->grad)
-            st = lt_tensor_get(rep[i].with->grad, grads + at, 0, n * sizeof(float));
-        else
-            memset(grads + at, 0, n * sizeof(float));
-        at += n;
-    }
-    lt_sched_free(s);
-    lt_ctx_free(ctx);
-    return st;
+    return tm_loss_and_grads(m, cpu, &ad, tok, lab, t_row, n_seqs, pos, loss, grads, NULL, NULL);
 }
 
 /* Nodes of the training graph (forward, loss, backward) CUDA's verdict refuses, -1 when it

@@ -45,10 +45,7 @@ static lt_status one_step(const struct lt_model *m, struct lt_backend *cpu,
     if (st == LT_OK && run) {
         const int n = n_tokens * n_seqs, V = (int)lt_model_hparams(m)->n_vocab;
         int32_t tok[S * T], lab[S * T];
-        for (int i = 0; i < n; i++) {
-            tok[i] = (i * 7 + 3) % V;
-            lab[i] = i % n_tokens + 1 < n_tokens ? ((i + 1) * 7 + 3) % V : -1;
-        }
+        tm_next_tokens(tok, lab, n_tokens, n, V);
         st = lt_train_graph_alloc(tg);
         if (st == LT_OK)
             st = lt_tensor_set(lg.tokens, tok, 0, sizeof(int32_t) * (size_t)n);
