@@ -237,13 +237,20 @@ static bool train_fused(const struct lt_mb *b)
     return b->ad && b->ad->bf16_products && !b->ad->chain_norms;
 }
 
+/* whether wr (a norm's weight as the graph reads it) is one a fused RMS_NORM takes for rows
+ * of n: contiguous F32 [n] */
+static bool norm_weight_fits(const struct lt_tensor *wr, int64_t n)
+{
+    return wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) && lt_nelements(wr) == n &&
+           wr->ne[0] == n;
+}
+
 /* rms_norm(x) * w, stored as type */
 static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w,
                               enum lt_type type)
 {
     struct lt_tensor *wr = W(b, w);
-    if ((b->fused || train_fused(b)) && x && wr && wr->type == LT_TYPE_F32 &&
-        lt_is_contiguous(wr) && lt_nelements(wr) == x->ne[0] && wr->ne[0] == x->ne[0])
+    if ((b->fused || train_fused(b)) && x && norm_weight_fits(wr, x->ne[0]))
         return lt_rms_norm_mul(b->ctx, x, wr, b->m->hp.rms_eps, type);
     struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
     return lt_mul_as(b->ctx, n, W(b, w), type);
@@ -524,8 +531,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
      * training step) */
     struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
     struct lt_tensor *on, *nw = W(b, ly->ssm_norm);
-    if (train_fused(b) && nw && nw->type == LT_TYPE_F32 && lt_is_contiguous(nw) &&
-        lt_nelements(nw) == Sv) {
+    if (train_fused(b) && norm_weight_fits(nw, Sv)) {
         on = lt_rms_norm_mul_gated(ctx, o, nw, z4, b->m->hp.rms_eps, act_type(b, 1, &ly->ssm_out));
     } else {
         struct lt_tensor *zs = named(lt_silu(ctx, z4), "z_silu", il);

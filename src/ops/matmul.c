@@ -842,8 +842,7 @@ static lt_status add_product(struct lt_autodiff *ad, struct lt_tensor *src, stru
 {
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *acc = src->grad;
-    if (acc && lt_ad_grad_owned(ad, src) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc) &&
-        lt_same_shape(acc, src)) {
+    if (acc && lt_ad_grad_owned(ad, src) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc)) {
         struct lt_tensor *t = lt_mul_mat_acc(ctx, x, y, acc);
         if (!t)
             return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s",

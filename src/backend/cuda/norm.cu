@@ -214,8 +214,7 @@ static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx,
     }
 }
 
-/* RMS_NORM_MUL_BACK's element i0 of row (i1, i2, i3), f = fa: stores dx (and dz), returns
- * the row's term of dw, g (x f) s */
+/* what RMS_NORM_MUL_BACK's kernels are handed */
 struct nmb_args {
     struct cu_t g, x, z;
     const float *w;
@@ -232,22 +231,33 @@ static __device__ __forceinline__ float nmb_h(const struct nmb_args &a, float gv
     return a.gated ? __fmul_rn(gw, sv) : gw;
 }
 
-static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64_t r, int64_t i0,
-                                                 int64_t i1, int64_t i2, int64_t i3, float fa,
-                                                 float fb)
+/* Element i0 of row r, given its g, x, z and d = 1 + e^-z (silu(z) = z / d, sigmoid 1 / d;
+ * 1 without a gate) and the row's fa = f and fb: stores dx (and dz), returns the row's term
+ * of dw, g (x f) silu(z). The CPU's expressions (src/ops/norm.c), each product rounded. */
+static __device__ __forceinline__ float nmb_out(const struct nmb_args &a, int64_t r, int64_t i0,
+                                                float gv, float xv, float zv, float d, float fa,
+                                                float fb)
 {
     const int64_t n = a.x.ne[0];
-    const float gv = cu_getf(a.g, i0, i1, i2, i3), xv = cu_getf(a.x, i0, i1, i2, i3);
-    const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
-    const float sv = a.gated ? silu_of(zv) : 1.0f, xf = __fmul_rn(xv, fa);
+    const float sv = a.gated ? zv / d : 1.0f, xf = __fmul_rn(xv, fa);
     a.dx[r * n + i0] = __fsub_rn(__fmul_rn(fa, nmb_h(a, gv, i0, sv)), __fmul_rn(fb, xv));
     if (a.gated) {
-        const float sg = 1.0f / (1.0f + expf(-zv));
+        const float sg = 1.0f / d;
         a.dz[r * n + i0] =
             __fmul_rn(__fmul_rn(gv, __fmul_rn(xf, a.w[i0])),
                       __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(zv, __fsub_rn(1.0f, sg)))));
     }
     return __fmul_rn(__fmul_rn(gv, xf), sv);
+}
+
+/* the same, reading element i0 of row (i1, i2, i3) */
+static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64_t r, int64_t i0,
+                                                 int64_t i1, int64_t i2, int64_t i3, float fa,
+                                                 float fb)
+{
+    const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
+    return nmb_out(a, r, i0, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3), zv,
+                   a.gated ? 1.0f + expf(-zv) : 1.0f, fa, fb);
 }
 
 /* The start of row r (flattened over dims 1..3) of t */
@@ -299,18 +309,9 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
 #pragma unroll
             for (int k = 0; k < C; k++) {
                 const int64_t i0 = lane + 32 * k;
-                if (i0 >= n)
-                    continue;
-                const float sv = GATED ? zv[k] / dv[k] : 1.0f, xf = __fmul_rn(xv[k], fa);
-                a.dx[r * n + i0] =
-                    __fsub_rn(__fmul_rn(fa, nmb_h(a, gv[k], i0, sv)), __fmul_rn(fb, xv[k]));
-                if (GATED) {
-                    const float sg = 1.0f / dv[k];
-                    a.dz[r * n + i0] = __fmul_rn(
-                        __fmul_rn(gv[k], __fmul_rn(xf, a.w[i0])),
-                        __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(zv[k], __fsub_rn(1.0f, sg)))));
-                }
-                acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(gv[k], xf), sv));
+                if (i0 < n)
+                    acc[k] =
+                        __fadd_rn(acc[k], nmb_out(a, r, i0, gv[k], xv[k], zv[k], dv[k], fa, fb));
             }
         }
 #pragma unroll
