@@ -21,6 +21,8 @@
  * time, the first CU_PROFILE_KINDS kinds kept */
 #define CU_PROFILE_KINDS 1024
 #define CU_PROFILE_KIND_LEN 160
+/* kinds printed: enough for a training step's small elementwise kinds, which add up */
+#define CU_PROFILE_PRINTED 160
 
 struct cu_profile {
     cudaEvent_t ev[2 * CU_PROFILE_EVENTS];
@@ -138,10 +140,10 @@ void cu_profile_free(struct cu_ctx *c)
             fprintf(stderr, "%-16s %9ld %10.2f %9.2f %10.2f %9.2f\n", lt_op_name((enum lt_op)op),
                     p->count[op], p->gpu_ms[op], 1e3 * p->gpu_ms[op] / (double)p->count[op],
                     p->host_ms[op], 1e3 * p->host_ms[op] / (double)p->count[op]);
-    if (p->by_kind) { /* the 60 costliest kinds, by selection (printed once) */
+    if (p->by_kind) { /* the costliest kinds, by selection (printed once) */
         fprintf(stderr, "%s profile by node kind (%d kinds):\n%10s %8s %9s  kind\n", c->name,
                 p->n_kinds, "device ms", "nodes", "us/node");
-        for (int r = 0; r < 60; r++) {
+        for (int r = 0; r < CU_PROFILE_PRINTED; r++) {
             int best = -1;
             for (int i = 0; i < p->n_kinds; i++)
                 if (p->kind_count[i] >= 0 && (best < 0 || p->kind_ms[i] > p->kind_ms[best]))

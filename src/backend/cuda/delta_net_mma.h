@@ -110,8 +110,12 @@ template <bool TF1, int N> static __device__ __forceinline__ void cb_operand(flo
 /* tiles a warp's strip: the most of 4, 2, 1 that divides N's tiles and still leaves a strip
  * for each of CB_WARPS warps (1 when even single tiles leave warps idle). A function of M and
  * N alone, so that constant sizes pick their strips at compile time; every block that calls
- * these has CB_WARPS warps (a block of another size would still be right, only less even). */
+ * these has CB_WARPS warps (a block of another size would still be right, only less even;
+ * cb_acc64 needs exactly that many). A source whose blocks are larger defines CB_WARPS
+ * before it includes this header. */
+#ifndef CB_WARPS
 #define CB_WARPS 8
+#endif
 static __device__ __forceinline__ int cb_strip_tiles(int M, int N)
 {
     const int tm = M / 16, tn = N / 16;
@@ -241,19 +245,21 @@ cb_mm(float *Cm, int64_t ldc, const float *A, int ar, int ac, const float *B, in
         cb_mma<CM, CM, TF1, PA, PB>(Cm, ldc, A, ac, B, bc, M, N, K, alpha, acc, rs, m_valid, n_valid);
 }
 
-/* A [64 x N] result (N a multiple of 16, at most 128) that a block of 8 warps builds in
- * registers over several products, stored once at the end: warp w holds row tile w % 4 and
- * column tiles w / 4 + 2u (u < 4, those below N / 16). The chunk-parallel backward's dq and
- * dk are sums of seven and more products each; accumulated in the result, every product
- * read and wrote them back through global memory. */
+/* A [64 x N] result (N a multiple of 16, at most 128) that a block of CB_WARPS warps (8 or
+ * 16) builds in registers over several products, stored once at the end: warp w holds row
+ * tile w % 4 and column tiles w / 4 + u CB_WARPS / 4 (u < CB_ACC_TILES, those below N / 16).
+ * The chunk-parallel backward's dq and dk are sums of seven and more products each;
+ * accumulated in the result, every product read and wrote them back through global memory. */
+#define CB_ACC_TILES (32 / CB_WARPS)
+static_assert(CB_WARPS == 8 || CB_WARPS == 16, "cb_acc64: 4 row tiles, 8 column tiles of 16");
 struct cb_acc64 {
-    cb_tile c[4];
+    cb_tile c[CB_ACC_TILES];
 };
 
 static __device__ __forceinline__ void cb_acc64_zero(cb_acc64 &acc)
 {
 #pragma unroll
-    for (int u = 0; u < 4; u++)
+    for (int u = 0; u < CB_ACC_TILES; u++)
         cb_tile_zero(acc.c[u]);
 }
 
@@ -263,9 +269,11 @@ template <typename LA, typename LB, bool TF1, bool PA, bool PB>
 static __device__ __forceinline__ void cb_acc64_mma(cb_acc64 &acc, const float *A, int lda,
                                                     const float *B, int ldb, int N, int K)
 {
+    constexpr int step = CB_WARPS / 4;
     const int warp = threadIdx.x / 32, u0 = warp / 4, tn = N / 16;
-    cb_row_products<LA, LB, TF1, 4, PA, PB>(acc.c, A, lda, B, ldb, warp % 4 * 16, K, u0 * 16, 32,
-                                    tn > u0 ? (tn - u0 + 1) / 2 : 0);
+    cb_row_products<LA, LB, TF1, CB_ACC_TILES, PA, PB>(acc.c, A, lda, B, ldb, warp % 4 * 16, K,
+                                                       u0 * 16, 16 * step,
+                                                       tn > u0 ? (tn - u0 + step - 1) / step : 0);
 }
 
 /* cb_acc64_mma with A(m, k) = A[m * ar + k * ac] and B(k, n) = B[k * br + n * bc], one
@@ -286,20 +294,20 @@ static __device__ __forceinline__ void cb_acc64_mm(cb_acc64 &acc, const float *A
         cb_acc64_mma<CM, CM, TF1, PA, PB>(acc, A, ac, B, bc, N, K);
 }
 
-/* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, each lane its own elements
-;
- * the block calls it together */
+/* Cm[m * ldc + n] = acc(m, n) for m < m_valid, n < n_valid, each lane its own elements; the
+ * block calls it together */
 static __device__ __forceinline__ void cb_acc64_store(cb_acc64 &acc, float *Cm,
                                                       int64_t ldc, int N, int m_valid, int n_valid)
 {
+    constexpr int step = CB_WARPS / 4;
     const int warp = threadIdx.x / 32, m0 = warp % 4 * 16, u0 = warp / 4, tn = N / 16;
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-        if (u0 + 2 * u >= tn)
+    for (int u = 0; u < CB_ACC_TILES; u++) {
+        if (u0 + step * u >= tn)
             break;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const int m = m0 + cb_tile_row(i), n = (u0 + 2 * u) * 16 + cb_tile_col(i);
+            const int m = m0 + cb_tile_row(i), n = (u0 + step * u) * 16 + cb_tile_col(i);
             if (m < m_valid && n < n_valid)
                 Cm[m * ldc + n] = acc.c[u].x[i];
         }

@@ -137,10 +137,12 @@ bool cu_dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int6
 }
 
 /* floats of each wy kernel's shared memory (see delta_net_wy.cu for the buffers); the
- * vectors and the warps' 16 x 16 tiles come last in each (a39b620 stores the products' accumulators from registers, so nothing reads
- * those tiles now; they still count here, because taking them out changes the plans' sizes
- * and choices, which wants a device run first) */
-static int64_t wy_tail(void) { return DN_WY_VECS * DN_CHUNK + DN_WY_THREADS / 32 * 256; }
+ * vectors come last in each. (The warps' 16 x 16 staging tiles that followed them went with
+ * a39b620, which stores the products' accumulators from registers.) */
+static int64_t wy_tail(void)
+{
+    return DN_WY_VECS * DN_CHUNK;
+}
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 

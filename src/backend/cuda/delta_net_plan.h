@@ -112,7 +112,7 @@ bool cu_dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int6
  * So S_k is padded to skp (a multiple of 16) and S_v to svp (a multiple of cv); the
  * scratch arrays hold padded rows (zeros past S_k and S_v). Leading dimensions in shared
  * memory are 4 past the widths (see dn_cback_plan). */
-#define DN_WY_THREADS 256 /* every kernel: 8 warps, 4 lanes a chunk row in the row sums */
+#define DN_WY_THREADS 512 /* every kernel: 16 warps, 8 lanes a chunk row in the row sums */
 #define DN_WY_MAX_CV 64   /* value columns a block of the state passes, at most */
 #define DN_WY_VECS 12     /* vectors of DN_CHUNK floats a block keeps in shared memory */
 

@@ -67,12 +67,16 @@
 #include <stdio.h>
 
 #include "backend/cuda/delta_net_impl.h"
+#define CB_WARPS (DN_WY_THREADS / 32) /* the products' warps: every kernel here */
 #include "backend/cuda/delta_net_mma.h"
 #include "lathe/ops.h"
 
 #define WY_C DN_CHUNK
-static_assert(DN_WY_THREADS == 4 * DN_CHUNK, "the row sums take 4 lanes a chunk row");
-static_assert(DN_CHUNK == 64 && DN_WY_THREADS == 256, "T's substitution: two rows a lane, 8 warps");
+#define WY_LPR (DN_WY_THREADS / DN_CHUNK) /* lanes a chunk row in the row sums */
+static_assert(WY_LPR * DN_CHUNK == DN_WY_THREADS && WY_LPR <= 32 && (WY_LPR & (WY_LPR - 1)) == 0,
+              "the row sums take a power of two of lanes, within a warp, for each chunk row");
+static_assert(DN_CHUNK == 64 && DN_CHUNK % (DN_WY_THREADS / 32) == 0,
+              "T's substitution: two rows a lane, whole columns a warp");
 
 /* FIX: the kernels compiled for one shape, Qwen3.5's (S_k = S_v = 128 and the plan's widths
  * for it: cv 64, cs 32, co 64), every width and leading dimension a constant. Each shared-
@@ -221,24 +225,25 @@ static __device__ void wy_solve64(const float *Ab, const float *B, int lc, float
     }
 }
 
-/* Row r = threadIdx.x / 4 of X . row r of Y over n columns, summed over the row's 4 lanes
+/* the sum of a row's partials over its WY_LPR lanes (every lane of the row gets it) */
+static __device__ __forceinline__ float wy_row_sum(float x)
+{
+#pragma unroll
+    for (int o = 1; o < WY_LPR; o <<= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* Row r = threadIdx.x / WY_LPR of X . row r of Y over n columns, summed over the row's lanes
  * (every one gets it); the whole block calls it. */
 static __device__ __forceinline__ float wy_row_dot(const float *X, int lx, const float *Y, int ly,
                                                    int n)
 {
-    const int r = threadIdx.x / 4, l = threadIdx.x % 4;
+    const int r = threadIdx.x / WY_LPR, l = threadIdx.x % WY_LPR;
     float x = 0.0f;
-    for (int j = l; j < n; j += 4)
+    for (int j = l; j < n; j += WY_LPR)
         x = fmaf(X[r * lx + j], Y[r * ly + j], x);
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-/* the 4-lane sum of a row's partial (every lane of the row gets it) */
-static __device__ __forceinline__ float wy_quad_sum(float x)
-{
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+    return wy_row_sum(x);
 }
 
 /* G (the chunk's inclusive sum of g, zeros past the tokens: G stays at its last value) and
@@ -623,20 +628,20 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     /* the gate terms of dP (row r gets M1_rs P_rs, column s loses it) and of dA (dbeta_r
      * += sum_s M2_rs Ab_rs; row r gets beta_r M2_rs Ab_rs, column s loses it) */
     {
-        const int r = threadIdx.x / 4, l = threadIdx.x % 4;
+        const int r = threadIdx.x / WY_LPR, l = threadIdx.x % WY_LPR;
         float x1 = 0.0f, y1 = 0.0f, x2 = 0.0f, y2 = 0.0f;
-        for (int q = l; q <= r; q += 4)
+        for (int q = l; q <= r; q += WY_LPR)
             x1 = fmaf(M1[r * lc + q], Pm[r * lc + q], x1);
-        for (int q = r + l; q < C; q += 4)
+        for (int q = r + l; q < C; q += WY_LPR)
             y1 = fmaf(M1[q * lc + r], Pm[q * lc + r], y1);
-        for (int q = l; q < r; q += 4)
+        for (int q = l; q < r; q += WY_LPR)
             x2 = fmaf(M2[r * lc + q], Ab[r * lc + q], x2);
-        for (int q = r + 1 + l; q < C; q += 4)
+        for (int q = r + 1 + l; q < C; q += WY_LPR)
             y2 = fmaf(Bv[q] * M2[q * lc + r], Ab[q * lc + r], y2);
-        x1 = wy_quad_sum(x1);
-        y1 = wy_quad_sum(y1);
-        x2 = wy_quad_sum(x2);
-        y2 = wy_quad_sum(y2);
+        x1 = wy_row_sum(x1);
+        y1 = wy_row_sum(y1);
+        x2 = wy_row_sum(x2);
+        y2 = wy_row_sum(y2);
         if (l == 0) {
             dgam[r] = x1 - y1 + Bv[r] * x2 - y2;
             dB[r] = x2;
@@ -690,8 +695,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         __syncthreads();
         {
             const float x = wy_row_dot(Do + j0, lw, Y, ls, cs);
-            if (threadIdx.x % 4 == 0)
-                aq[threadIdx.x / 4] += x;
+            if (threadIdx.x % WY_LPR == 0)
+                aq[threadIdx.x / WY_LPR] += x;
         }
         __syncthreads();
         /* U_r . (K dS)_r */
@@ -699,8 +704,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         __syncthreads();
         {
             const float x = wy_row_dot(U + j0, lw, Y, ls, cs);
-            if (threadIdx.x % 4 == 0)
-                au[threadIdx.x / 4] += x;
+            if (threadIdx.x % WY_LPR == 0)
+                au[threadIdx.x / WY_LPR] += x;
         }
         __syncthreads();
         /* dR_r . W_r, W = K S0 */
@@ -708,8 +713,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         __syncthreads();
         {
             const float x = wy_row_dot(dR + j0, lw, Y, ls, cs);
-            if (threadIdx.x % 4 == 0)
-                aw[threadIdx.x / 4] += x;
+            if (threadIdx.x % WY_LPR == 0)
+                aw[threadIdx.x / WY_LPR] += x;
         }
         __syncthreads();
         /* the slice's columns of Do, U and dR are read once more, by the products below:
@@ -761,7 +766,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
  * tokens and columns past S_v are not stored. Small enough for two blocks an SM at S_k =
  * S_v = 128 (co 64: ~111 KiB). */
 template <bool TF1, bool FIX>
-static __global__ void __launch_bounds__(DN_WY_THREADS, 2) dn_wy_out_kernel(struct wy_args a)
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_out_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
     const int C = WY_C;
