@@ -38,6 +38,8 @@ static lt_status view_backward(struct lt_autodiff *ad, struct lt_tensor *node)
     struct lt_tensor *into = a->grad ? a->grad : lt_fill(ctx, a, 0.0f);
     if (!g || !into)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", a->name);
+    if (!a->grad) /* a FILL has no sources to be named after (profiles list it by name) */
+        lt_format_name(into, "zero grad for %s", a->name);
     const bool in_place = own && into->type == LT_TYPE_F32 && lt_is_contiguous(into);
     struct lt_tensor *sum =
         in_place ? lt_acc_inplace(ctx, into, g, node->nb[1], node->nb[2], node->nb[3], offset)

@@ -124,6 +124,20 @@ static lt_status build_flat(struct lt_train_graph *tg)
     return LT_OK;
 }
 
+/* acc += grad, written over acc (the result is a view of it). A gradient that is one
+ * product (a weight read by one MUL_MAT: its rule's fresh product, which nothing else reads)
+ * becomes MUL_MAT_ACC into acc, the sum in the product's epilogue; any other is added by an
+ * ACC over the whole of acc. Before, an ADD made the sum and a CPY stored it: five passes
+ * over every gradient a step (~11 ms of a 16 x 512 full fine-tune's 506 over two steps of
+ * Qwen3.5-0.8B on an H100), where the product writes it once and the ACC takes three. */
+static struct lt_tensor *accumulate_into(struct lt_ctx *ctx, struct lt_tensor *acc,
+                                         struct lt_tensor *grad)
+{
+    if (grad->op == LT_OP_MUL_MAT && !grad->view_src && lt_same_shape(grad, acc))
+        return lt_mul_mat_acc(ctx, grad->src[0], grad->src[1], acc);
+    return lt_acc_inplace(ctx, acc, grad, acc->nb[1], acc->nb[2], acc->nb[3], 0);
+}
+
 static lt_status build_accumulators(struct lt_train_graph *tg)
 {
     for (int i = 0; i < tg->n_params; i++) {
@@ -139,13 +153,11 @@ static lt_status build_accumulators(struct lt_train_graph *tg)
             return lt_fail(LT_ERR_NOMEM, "cannot view the accumulator of '%s': %s", p->name,
                            lt_last_error());
         lt_format_name(acc, "grad accumulator for %s", p->name);
-        struct lt_tensor *sum = lt_add(tg->ctx, acc, p->grad);
-        struct lt_tensor *store = sum ? lt_cpy(tg->ctx, sum, acc) : NULL;
+        struct lt_tensor *store = accumulate_into(tg->ctx, acc, p->grad);
         if (!store)
             return lt_fail(LT_ERR_NOMEM, "cannot build the accumulation of '%s': %s", p->name,
                            lt_last_error());
-        lt_format_name(sum, "accumulate grad for %s", p->name);
-        lt_format_name(store, "store grad for %s", p->name);
+        lt_format_name(store, "accumulate grad for %s", p->name);
         tg->accum[i] = acc;
         tg->stores[i] = store;
     }
