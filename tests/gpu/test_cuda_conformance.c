@@ -1025,29 +1025,32 @@ static void test_nn(void)
                      t ? TOL_HALF : TOL_F32, b_norm, &p);
         }
     /* the weighted norm with the gate (forward to F32 and BF16) and RMS_NORM_MUL_BACK with and
-     * without it: every pair of layouts at 13 x 36; 4,200 rows of 128 (a warp a part) and of
-     * 1000 (a block a part, some parts of two rows); the 0.8B training step's gated norm
+     * without it, its sources all contiguous (the float4 kernel where rows are a multiple of 4
+     * up to 1024) and in pairs of other layouts (the strided warp kernel, the block kernel past
+     * 1024): 13 x 36 in every pair; 4,200 rows of 128 (a part a row); 300 rows of 256 and 500
+     * (2 and 4 float4s a lane, lanes past the row's end at 500) and of 1500 (a block a part);
+     * 4,200 rows of 1000 (some parts of two rows); the 0.8B training step's gated norm
      * (131,076 rows of 128, parts of four) and hidden norms (8,196 rows of 1024, of two) */
-    static const int64_t nm_shapes[][3] = {/* ne0, ne1 (x 6 rows), layouts */
-                                           {13, 6, L_COUNT},
-                                           {128, 700, 2},
-                                           {1000, 700, 1},
-                                           {128, 21846, 1},
-                                           {1024, 1366, 1}};
+    static const int64_t nm_shapes[][3] = {/* ne0, ne1 (x 6 rows), pairs of layouts */
+                                           {13, 6, L_COUNT}, {128, 700, 2},  {256, 50, 1},
+                                           {500, 50, 1},     {1000, 700, 1}, {1500, 50, 1},
+                                           {128, 21846, 1},  {1024, 1366, 1}};
     for (size_t c = 0; c < sizeof(nm_shapes) / sizeof(nm_shapes[0]); c++)
         for (int o = 0; o < 3; o++)
             for (int gated = 0; gated < 2; gated++)
-                for (int l = 0; l < (int)nm_shapes[c][2]; l++) {
+                for (int l = 0; l <= (int)nm_shapes[c][2]; l++) {
                     if (o < 2 && !gated && c > 0)
                         continue; /* the plain weighted norm's shapes are above */
+                    /* l = 0: every source contiguous; then x in layout l - 1, g and z in l */
+                    const int lx = l ? l - 1 : L_CONTIG, lg = l ? l % L_COUNT : L_CONTIG;
                     const enum lt_op op = o < 2 ? LT_OP_RMS_NORM : LT_OP_RMS_NORM_MUL_BACK;
-                    p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, o == 1 ? LT_TYPE_BF16 : LT_TYPE_F32);
+                    p = P(lx, lg, LT_TYPE_F32, o == 1 ? LT_TYPE_BF16 : LT_TYPE_F32);
                     p.i[0] = op, p.i[1] = gated;
                     p.ne[0] = nm_shapes[c][0], p.ne[1] = nm_shapes[c][1];
                     snprintf(fbuf, sizeof(fbuf), "%lld x %lld%s%s", (long long)p.ne[0],
                              (long long)p.ne[1] * 6, gated ? " gate" : "", o == 1 ? " bf16" : "");
-                    run_case(op, lbl(layout_names[l], fbuf), o == 1 ? TOL_HALF : TOL_F32,
-                             b_norm_mul, &p);
+                    run_case(op, lbl(l ? layout_names[lx] : "all contig", fbuf),
+                             o == 1 ? TOL_HALF : TOL_F32, b_norm_mul, &p);
                 }
     static const enum lt_op ropes[] = {LT_OP_ROPE, LT_OP_ROPE_BACK};
     for (int o = 0; o < 2; o++)

@@ -10,7 +10,8 @@
  * gate (src[2], F32 of x's shape, any strides). ADD_RMS_NORM (inference) writes the residual
  * sum a + b and then rms_norm(a + b) * w into its [ne0, ne1, 2] result. RMS_NORM_MUL_BACK
  * (the weighted norm's gradients: dx, dz, dw's partial sums, src/ops/norm.c's layout) gives
- * each part of the rows one block, so a partial row is one block's sum, in a fixed order. */
+ * each part of the rows one warp (rows of up to 1,024, read as float4s where contiguous) or
+ * one block, so a partial row is one warp's or block's sum, in a fixed order. */
 #include <stdio.h>
 
 #include <type_traits>
@@ -224,40 +225,44 @@ struct nmb_args {
     float eps;
 };
 
-static __device__ __forceinline__ float nmb_h(const struct nmb_args &a, float gv, int64_t i0,
-                                              float sv)
+/* d = 1 + e^-z, so that silu(z) = z / d and sigmoid(z) = 1 / d; 1 without a gate */
+static __device__ __forceinline__ float nmb_d(bool gated, float zv)
 {
-    const float gw = __fmul_rn(gv, a.w[i0]);
-    return a.gated ? __fmul_rn(gw, sv) : gw;
+    return gated ? 1.0f + expf(-zv) : 1.0f;
 }
 
-/* Element i0 of row r, given its g, x, z and d = 1 + e^-z (silu(z) = z / d, sigmoid 1 / d;
- * 1 without a gate) and the row's fa = f and fb: stores dx (and dz), returns the row's term
- * of dw, g (x f) silu(z). The CPU's expressions (src/ops/norm.c), each product rounded. */
-static __device__ __forceinline__ float nmb_out(const struct nmb_args &a, int64_t r, int64_t i0,
-                                                float gv, float xv, float zv, float d, float fa,
-                                                float fb)
+/* h = g w, times s = silu(z) with a gate: dx's term, and the row's sum of h x */
+static __device__ __forceinline__ float nmb_h(bool gated, float gv, float wv, float sv)
 {
-    const int64_t n = a.x.ne[0];
-    const float sv = a.gated ? zv / d : 1.0f, xf = __fmul_rn(xv, fa);
-    a.dx[r * n + i0] = __fsub_rn(__fmul_rn(fa, nmb_h(a, gv, i0, sv)), __fmul_rn(fb, xv));
-    if (a.gated) {
-        const float sg = 1.0f / d;
-        a.dz[r * n + i0] =
-            __fmul_rn(__fmul_rn(gv, __fmul_rn(xf, a.w[i0])),
-                      __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(zv, __fsub_rn(1.0f, sg)))));
-    }
+    const float gw = __fmul_rn(gv, wv);
+    return gated ? __fmul_rn(gw, sv) : gw;
+}
+
+/* One element, given its g, x, w, z, d = nmb_d(z) and the row's fa = f and fb: sets dx (and
+ * dz), returns the row's term of dw, g (x f) silu(z). The CPU's expressions (src/ops/norm.c),
+ * each product rounded; every kernel of RMS_NORM_MUL_BACK computes its elements here. */
+static __device__ __forceinline__ float nmb_out(bool gated, float gv, float xv, float wv, float zv,
+                                                float d, float fa, float fb, float *dx, float *dz)
+{
+    const float sv = gated ? zv / d : 1.0f, xf = __fmul_rn(xv, fa);
+    *dx = __fsub_rn(__fmul_rn(fa, nmb_h(gated, gv, wv, sv)), __fmul_rn(fb, xv));
+    if (!gated)
+        return __fmul_rn(gv, xf); /* times silu = 1: the same bits */
+    const float sg = 1.0f / d;
+    *dz = __fmul_rn(__fmul_rn(gv, __fmul_rn(xf, wv)),
+                    __fmul_rn(sg, __fadd_rn(1.0f, __fmul_rn(zv, __fsub_rn(1.0f, sg)))));
     return __fmul_rn(__fmul_rn(gv, xf), sv);
 }
 
-/* the same, reading element i0 of row (i1, i2, i3) */
+/* the same, reading element i0 of row (i1, i2, i3) (flat row r) of strided sources */
 static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64_t r, int64_t i0,
                                                  int64_t i1, int64_t i2, int64_t i3, float fa,
                                                  float fb)
 {
+    const int64_t at = r * a.x.ne[0] + i0;
     const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
-    return nmb_out(a, r, i0, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3), zv,
-                   a.gated ? 1.0f + expf(-zv) : 1.0f, fa, fb);
+    return nmb_out(a.gated, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3), a.w[i0], zv,
+                   nmb_d(a.gated, zv), fa, fb, a.dx + at, a.dz + at);
 }
 
 /* The start of row r (flattened over dims 1..3) of t */
@@ -297,8 +302,9 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
                 xv[k] = in ? *(const float *)(xr + i0 * a.x.nb[0]) : 0.0f;
                 gv[k] = in ? *(const float *)(gr + i0 * a.g.nb[0]) : 0.0f;
                 zv[k] = GATED && in ? *(const float *)(zr + i0 * a.z.nb[0]) : 0.0f;
-                dv[k] = GATED ? 1.0f + expf(-zv[k]) : 1.0f; /* silu(z) = z / dv, sigmoid 1 / dv */
-                const float h = in ? nmb_h(a, gv[k], i0, GATED ? zv[k] / dv[k] : 1.0f) : 0.0f;
+                dv[k] = nmb_d(GATED, zv[k]);
+                const float h =
+                    in ? nmb_h(GATED, gv[k], a.w[i0], GATED ? zv[k] / dv[k] : 1.0f) : 0.0f;
                 s += (double)xv[k] * (double)xv[k];
                 dot += (double)h * (double)xv[k];
             }
@@ -311,7 +317,8 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
                 const int64_t i0 = lane + 32 * k;
                 if (i0 < n)
                     acc[k] =
-                        __fadd_rn(acc[k], nmb_out(a, r, i0, gv[k], xv[k], zv[k], dv[k], fa, fb));
+                        __fadd_rn(acc[k], nmb_out(GATED, gv[k], xv[k], a.w[i0], zv[k], dv[k], fa,
+                                                  fb, a.dx + r * n + i0, a.dz + r * n + i0));
             }
         }
 #pragma unroll
@@ -320,6 +327,105 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
             if (i0 < n)
                 a.dw[p * n + i0] = acc[k];
         }
+    }
+}
+
+/* component j of v; j is a constant once unrolled, so v stays in registers */
+static __device__ __forceinline__ float &f4_at(float4 &v, int j)
+{
+    return ((float *)&v)[j];
+}
+
+/* Blocks of 256 an SM for norm_mul_back_rows_kernel<V4, GATED>: the most whose share of
+ * registers (64 a thread at 4 blocks, 85 at 3, 128 at 2) holds its values without spilling.
+ * ptxas -v for sm_90 gave 58, 61, 64 and 128 registers ungated at V4 = 1, 2, 4 and 8, and
+ * 64, 80, 122 and 206 gated. */
+static constexpr int nmb_rows_blocks(int v4, bool gated)
+{
+    return gated ? (v4 == 1 ? 4 : v4 == 2 ? 3 : v4 == 4 ? 2 : 1) : (v4 <= 4 ? 4 : 2);
+}
+
+/* RMS_NORM_MUL_BACK on contiguous rows (norm_mul_back_rows_fit): as the warp kernel, a warp
+ * a part, but lane l holds float4s l + 32 k (k < V4) of a row of n <= 128 V4 floats,
+ * addressed by one 64-bit offset a row and 32-bit ones within it, and the lanes' sums of
+ * dw's terms over the part wait in shared memory, so registers hold x, g (and z) alone. The
+ * warp kernel's 64-bit index arithmetic an element and divisions a row, with its sums in
+ * registers, took 196 registers for rows of 1024: a block an SM, 210 us and 485 GB/s for
+ * Qwen3.5-0.8B's hidden norms in a training step (Nsight Compute on an H100). */
+template <int V4, bool GATED>
+static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
+    norm_mul_back_rows_kernel(const float *__restrict__ g, const float *__restrict__ x,
+                              const float *__restrict__ z, const float *__restrict__ w,
+                              float *__restrict__ dx, float *__restrict__ dz,
+                              float *__restrict__ dw, int n, int64_t rows, int64_t parts, float eps)
+{
+    __shared__ float4 dw_sums[8][32 * V4]; /* a warp's; each lane touches its own float4s */
+    const int lane = (int)(threadIdx.x & 31), n4 = n / 4;
+    const int64_t p = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const float4 *w4 = (const float4 *)w, zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 *sums = dw_sums[threadIdx.x >> 5] + lane; /* float4 c of the row is sums[32 k] */
+    if (p >= parts)
+        return;
+#pragma unroll
+    for (int k = 0; k < V4; k++)
+        sums[32 * k] = zero;
+    const int64_t end = (p + 1) * rows / parts;
+    for (int64_t r = p * rows / parts; r < end; r++) {
+        const int64_t row = r * n;
+        const float4 *xr = (const float4 *)(x + row), *gr = (const float4 *)(g + row);
+        const float4 *zr = GATED ? (const float4 *)(z + row) : nullptr;
+        float4 xv[V4], gv[V4], zv[V4];
+#pragma unroll
+        for (int k = 0; k < V4; k++) {
+            const int c = lane + 32 * k;
+            xv[k] = c < n4 ? xr[c] : zero;
+            gv[k] = c < n4 ? gr[c] : zero;
+            zv[k] = GATED && c < n4 ? zr[c] : zero;
+        }
+        double s = 0.0, dot = 0.0;
+#pragma unroll
+        for (int k = 0; k < V4; k++) {
+            const int c = lane + 32 * k;
+            float4 wv = c < n4 ? __ldg(w4 + c) : zero;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float xj = f4_at(xv[k], j), zj = f4_at(zv[k], j), d = nmb_d(GATED, zj);
+                const float h = nmb_h(GATED, f4_at(gv[k], j), f4_at(wv, j), GATED ? zj / d : 1.0f);
+                s += (double)xj * (double)xj;
+                dot += (double)h * (double)xj;
+            }
+        }
+        s = cu_warp_sum(s);
+        dot = cu_warp_sum(dot);
+        const double f = 1.0 / sqrt(s / (double)n + (double)eps);
+        const float fa = (float)f, fb = (float)(f * f * f * (dot / (double)n));
+#pragma unroll
+        for (int k = 0; k < V4; k++) {
+            /* predicated, not a branch past a lane's last float4: the loads of w would wait
+             * one by one */
+            const int c = lane + 32 * k;
+            const bool in = c < n4;
+            float4 wv = in ? __ldg(w4 + c) : zero, sum = sums[32 * k], dx4, dz4;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float zj = f4_at(zv[k], j);
+                f4_at(sum, j) =
+                    __fadd_rn(f4_at(sum, j),
+                              nmb_out(GATED, f4_at(gv[k], j), f4_at(xv[k], j), f4_at(wv, j), zj,
+                                      nmb_d(GATED, zj), fa, fb, &f4_at(dx4, j), &f4_at(dz4, j)));
+            }
+            sums[32 * k] = sum;
+            if (in)
+                ((float4 *)(dx + row))[c] = dx4;
+            if (GATED && in)
+                ((float4 *)(dz + row))[c] = dz4;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < V4; k++) {
+        const int c = lane + 32 * k;
+        if (c < n4)
+            ((float4 *)(dw + p * n))[c] = sums[32 * k];
     }
 }
 
@@ -348,7 +454,7 @@ static __global__ void __launch_bounds__(256) norm_mul_back_block_kernel(struct 
                 const float xv = cu_getf(a.x, i0, i1, i2, i3), gv = cu_getf(a.g, i0, i1, i2, i3);
                 const float sv = a.gated ? silu_of(cu_getf(a.z, i0, i1, i2, i3)) : 1.0f;
                 s += (double)xv * (double)xv;
-                dot += (double)nmb_h(a, gv, i0, sv) * (double)xv;
+                dot += (double)nmb_h(a.gated, gv, a.w[i0], sv) * (double)xv;
             }
             s = T::sum(s, shared);
             dot = T::sum(dot, shared);
@@ -395,6 +501,40 @@ template <int C> static void norm_mul_back_warps(struct cu_ctx *c, const struct 
         norm_mul_back_warp_kernel<C, false><<<blocks, 256, 0, c->stream>>>(a);
 }
 
+/* Whether norm_mul_back_rows_kernel takes the node: g, x (and z) contiguous, rows of at most
+ * 1024 floats, a multiple of 4, and every buffer on 16 bytes (float4s). A choice among this
+ * file's kernels, not a claim: cu_norm_supported still takes any strides, which the warp and
+ * block kernels run. */
+static bool norm_mul_back_rows_fit(const struct lt_tensor *node)
+{
+    const int64_t n = node->src[1]->ne[0];
+    if (n % 4 != 0 || n > 1024 || (uintptr_t)node->data % 16 != 0)
+        return false;
+    for (int i = 0; i < 4; i++) {
+        const struct lt_tensor *t = node->src[i];
+        if (t && (!lt_is_contiguous(t) || (uintptr_t)t->data % 16 != 0))
+            return false;
+    }
+    return true;
+}
+
+template <int V4> static void norm_mul_back_rows(struct cu_ctx *c, const struct nmb_args &a)
+{
+    /* 8 warps a block, a part each, and no grid stride: rows of 4 floats or more make at most
+     * LT_NORM_DW_ELEMENTS / 4 parts, 2^17 blocks */
+    const unsigned blocks = (unsigned)((a.parts + 7) / 8);
+    const float *g = (const float *)a.g.data, *x = (const float *)a.x.data,
+                *z = (const float *)a.z.data;
+    const int n = (int)a.x.ne[0];
+    const int64_t rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
+    if (a.gated)
+        norm_mul_back_rows_kernel<V4, true><<<blocks, 256, 0, c->stream>>>(
+            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps);
+    else
+        norm_mul_back_rows_kernel<V4, false><<<blocks, 256, 0, c->stream>>>(
+            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps);
+}
+
 static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     const struct lt_tensor *x = node->src[1];
@@ -412,7 +552,9 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
     a.eps = lt_get_param_f32(node, 0);
     if (a.parts <= 0 || n == 0)
         return LT_OK;
-    if (n <= 1024)
+    if (norm_mul_back_rows_fit(node)) /* C columns a lane are C / 4 float4s */
+        lane_columns(n, [&](auto k) { norm_mul_back_rows<decltype(k)::value / 4>(c, a); });
+    else if (n <= 1024)
         lane_columns(n, [&](auto k) { norm_mul_back_warps<decltype(k)::value>(c, a); });
     else {
         const int64_t t = (n + 31) / 32 * 32;
