@@ -1,6 +1,8 @@
 /* test_train_bf16.c: the training graph a device builds (lt_model_adapters.bf16_products,
  * fused_loss) on every architecture of tests/test_model_util.h, run on the CPU, which has
  * every op of it:
+ *   - Qwen3.5's q, k and v are three products, each conv'd on its own (no views of one
+ *     conv output, whose gradient was a zero and three ACCs);
  *   - its weighted norms are RMS_NORM nodes with their weights (Qwen3.5's DeltaNet output
  *     norm with its gate, no SILU left), whose gradients are RMS_NORM_MUL_BACK nodes, and it
  *     gives the loss and gradients of the same graph with the norms' chain of ops
@@ -20,7 +22,7 @@
 #define S 2  /* sequences */
 
 struct graph_counts {
-    int norm_mul_back, gated_norms, silu, cont_of_norm, refused;
+    int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, refused;
     char why[256];
 };
 
@@ -33,6 +35,8 @@ static void count(const struct lt_graph *g, void *user)
         c->norm_mul_back += t->op == LT_OP_RMS_NORM_MUL_BACK;
         c->gated_norms += t->op == LT_OP_RMS_NORM && t->src[2] != NULL;
         c->silu += t->op == LT_OP_SILU;
+        c->conv_silu += t->op == LT_OP_CONV_SILU;
+        c->conv_acc += t->op == LT_OP_ACC && strstr(t->name, "conv_output") != NULL;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
         char reason[160];
         if (lt_cuda_compiled() && !lt_cuda_verdict(t, reason, sizeof(reason)) && c->refused++ == 0)
@@ -108,6 +112,11 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             CHECK(c16.gated_norms > 0 && c16.silu == 0 && c32.silu > 0,
                   "qwen35: %d gated norms and %d SILU nodes with BF16 products (%d SILU in F32)",
                   c16.gated_norms, c16.silu, c32.silu);
+        if (qwen35) /* q, k and v each their own product and conv: no ACC of views */
+            CHECK(c16.conv_silu == 3 * cch.conv_silu && cch.conv_silu > 0 && c16.conv_acc == 0 &&
+                      cch.conv_acc > 0,
+                  "qwen35: %d CONV_SILU and %d ACC into a conv output (chained norms: %d and %d)",
+                  c16.conv_silu, c16.conv_acc, cch.conv_silu, cch.conv_acc);
         CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
               c16.refused, c16.why);
         printf("%s: BF16 products loss %.5f (F32 %.5f), gradients within %.2g of F32's, "
