@@ -8,7 +8,9 @@
  *     gives the loss and gradients of the same graph with the norms' chain of ops
  *     (chain_norms) within 1e-5: the fusion changes no value beyond summation order;
  *   - the activations that only products read are written in BF16 by their producers (no
- *     CONT rounds a norm's output); the F32 graph keeps the chain (no RMS_NORM_MUL_BACK);
+ *     CONT rounds a norm's output), and so are the FFN's gate and up gradients
+ *     (SWIGLU_BACK in BF16, no CONT of them); the F32 graph keeps the chain (no
+ *     RMS_NORM_MUL_BACK) and F32 gradients;
  *   - its loss is the F32 graph's within 1e-2 and its gradients within 0.1 of their largest
  *     (BF16 operands; the tiny random Qwen3.5 is the loosest, ~0.08);
  *   - CUDA's verdict (types, shapes, strides: no GPU needed) refuses none of its nodes. */
@@ -22,7 +24,8 @@
 #define S 2  /* sequences */
 
 struct graph_counts {
-    int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, refused;
+    int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, half_swiglu_back,
+        cont_of_swiglu_back, refused;
     char why[256];
 };
 
@@ -37,6 +40,9 @@ static void count(const struct lt_graph *g, void *user)
         c->silu += t->op == LT_OP_SILU;
         c->conv_silu += t->op == LT_OP_CONV_SILU;
         c->conv_acc += t->op == LT_OP_ACC && strstr(t->name, "conv_output") != NULL;
+        c->half_swiglu_back += t->op == LT_OP_SWIGLU_BACK && t->type == LT_TYPE_BF16;
+        c->cont_of_swiglu_back += t->op == LT_OP_CONT && t->src[0] && t->src[0]->view_src &&
+                                  t->src[0]->view_src->op == LT_OP_SWIGLU_BACK;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
         char reason[160];
         if (lt_cuda_compiled() && !lt_cuda_verdict(t, reason, sizeof(reason)) && c->refused++ == 0)
@@ -112,6 +118,10 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             CHECK(c16.gated_norms > 0 && c16.silu == 0 && c32.silu > 0,
                   "qwen35: %d gated norms and %d SILU nodes with BF16 products (%d SILU in F32)",
                   c16.gated_norms, c16.silu, c32.silu);
+        CHECK(c16.half_swiglu_back > 0 && c32.half_swiglu_back == 0 && c16.cont_of_swiglu_back == 0,
+              "%s: BF16 SWIGLU_BACK nodes: %d with BF16 products (%d CONT of their gradients), "
+              "%d in F32",
+              sp->arch, c16.half_swiglu_back, c16.cont_of_swiglu_back, c32.half_swiglu_back);
         if (qwen35) /* q, k and v each their own product and conv: no ACC of views */
             CHECK(c16.conv_silu == 3 * cch.conv_silu && cch.conv_silu > 0 && c16.conv_acc == 0 &&
                       cch.conv_acc > 0,

@@ -388,9 +388,14 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x);
 /* Both gradients of lt_swiglu(gate, up) for its result's gradient grad (all three float, one
  * shape [n0, n1, n2, n3]): one contiguous F32 result [n0, n1, n2, 2 n3], d gate then d up,
- * which the two functions after it view, each shaped like gate. */
+ * which the two functions after it view, each shaped like gate. lt_swiglu_back_as writes
+ * the result in type (F32, F16 or BF16: computed in F32, rounded to nearest even), for
+ * gradients that only half-precision products read. */
 struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *gate,
                                  struct lt_tensor *up);
+struct lt_tensor *lt_swiglu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                    struct lt_tensor *gate, struct lt_tensor *up,
+                                    enum lt_type type);
 struct lt_tensor *lt_swiglu_back_gate(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_swiglu_back_up(struct lt_ctx *ctx, struct lt_tensor *r);
 /* whether a SWIGLU_BACK node's sources and result have shapes that fit (the one shape rule

@@ -11,6 +11,17 @@
 #include "ops/grad.h"
 #include "ops/op.h"
 
+/* how many of g's nodes read each tensor (lt_ad_grad_type) */
+static void count_readers(struct lt_autodiff *ad, struct lt_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int s = 0; s < LT_MAX_SRC; s++) {
+            const struct lt_tensor *t = g->nodes[i]->src[s];
+            if (t)
+                lt_ptrmap_set(&ad->readers, t, lt_ptrmap_get(&ad->readers, t, 0) + 1);
+        }
+}
+
 static void mark_wants(struct lt_autodiff *ad, struct lt_graph *g)
 {
     for (int i = 0; i < g->n_leafs; i++)
@@ -70,6 +81,11 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
         lt_ptrmap_free(&ad.wants);
         return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
     }
+    if (!lt_ptrmap_init(&ad.readers, (size_t)(g->n_nodes + g->n_leafs) * 4 + 16)) {
+        lt_ptrmap_free(&ad.wants);
+        lt_ptrmap_free(&ad.owned);
+        return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+    }
     /* gradients from an earlier build over the same tensors (a second job on the same
      * weights) belong to a graph that may be gone: start from none */
     for (int i = 0; i < g->n_leafs; i++)
@@ -77,6 +93,7 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i]->grad = NULL;
     mark_wants(&ad, g);
+    count_readers(&ad, g);
     if (!lt_ad_wants(&ad, loss)) {
         st = lt_fail(LT_ERR_INVALID, "the loss '%s' depends on no trainable tensor", loss->name);
         goto out_free_map;
@@ -118,5 +135,6 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
 out_free_map:
     lt_ptrmap_free(&ad.wants);
     lt_ptrmap_free(&ad.owned);
+    lt_ptrmap_free(&ad.readers);
     return st;
 }

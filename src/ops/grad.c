@@ -18,6 +18,20 @@ struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t)
     return c;
 }
 
+enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
+                             const struct lt_tensor *reader)
+{
+    const struct lt_tensor *a = t ? t->src[0] : NULL, *b = t ? t->src[1] : NULL;
+    const bool half =
+        a && b && (a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) && b->type == a->type;
+    if (!half || t->op != LT_OP_MUL_MAT || t->grad || lt_ptrmap_get(&ad->readers, t, 0) != 1)
+        return LT_TYPE_F32;
+    for (int s = 0; s < LT_MAX_SRC; s++)
+        if (reader->src[s] == t)
+            return a->type;
+    return LT_TYPE_F32;
+}
+
 struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enum lt_type type)
 {
     for (int i = 0; i < LT_AD_ROUNDED; i++)

@@ -19,6 +19,7 @@ struct lt_autodiff {
     /* tensor -> 1 while its gradient is an accumulator no other tensor reads (made by a
      * view's rule from a fresh zero or a fresh ACC), so the next view may add in place */
     struct lt_ptrmap owned;
+    struct lt_ptrmap readers; /* tensor -> how many nodes of the forward graph read it */
     /* the last LT_AD_ROUNDED roundings made by lt_ad_rounded (a ring), so that two rules
      * reading one gradient in one half type share one rounding */
 #define LT_AD_ROUNDED 8
@@ -46,6 +47,12 @@ void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct 
  * when one of the last LT_AD_ROUNDED roundings was (a LoRA target's base product and its
  * adapter's B product read one output gradient). */
 struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enum lt_type type);
+/* The type a rule may write t's gradient in: F16 or BF16 when t is a plain product
+ * (MUL_MAT) of two operands of that type, which by then reads nothing but `reader` (so the
+ * gradient is that rule's alone, and MUL_MAT's rule would round it to that type before its
+ * products), F32 otherwise. */
+enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
+                             const struct lt_tensor *reader);
 /* t itself when contiguous, otherwise a CONT copy of it. */
 struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t);
 

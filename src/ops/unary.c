@@ -319,7 +319,18 @@ struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struc
 struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *gate,
                                  struct lt_tensor *up)
 {
+    return lt_swiglu_back_as(ctx, grad, gate, up, LT_TYPE_F32);
+}
+
+struct lt_tensor *lt_swiglu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                    struct lt_tensor *gate, struct lt_tensor *up, enum lt_type type)
+{
     LT_REQUIRE("swiglu_back", grad, gate, up);
+    if (!lt_type_is_float(type)) {
+        lt_fail(LT_ERR_INVALID, "swiglu_back of '%s' into %s: the result must be f32, f16 or bf16",
+                gate->name, lt_type_name(type));
+        return NULL;
+    }
     const struct lt_tensor *src[3] = {grad, gate, up};
     for (int i = 0; i < 3; i++)
         if (!lt_type_is_float(src[i]->type) || !lt_same_shape(src[i], gate)) {
@@ -332,7 +343,7 @@ struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, str
             return NULL;
         }
     int64_t ne[4] = {gate->ne[0], gate->ne[1], gate->ne[2], 2 * gate->ne[3]};
-    struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_SWIGLU_BACK, LT_TYPE_F32, 4, ne,
+    struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_SWIGLU_BACK, type, 4, ne,
                                            (struct lt_tensor *[]){grad, gate, up}, 3);
     if (r)
         lt_format_name(r, "swiglu_back(%s)", gate->name);
@@ -371,21 +382,27 @@ struct lt_tensor *lt_swiglu_back_up(struct lt_ctx *ctx, struct lt_tensor *r)
 static void swiglu_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *g = node->src[0], *gate = node->src[1], *up = node->src[2];
-    const int64_t ne0 = gate->ne[0], ne1 = gate->ne[1], ne2 = gate->ne[2];
-    const int64_t rows = lt_nrows(gate);
-    float *buf = (float *)p->wdata + (size_t)p->ith * 3 * lt_scratch_floats(ne0);
+    const int64_t ne0 = gate->ne[0], ne1 = gate->ne[1], ne2 = gate->ne[2], ne3 = gate->ne[3];
+    const int64_t rows = lt_nrows(gate), sf = (int64_t)lt_scratch_floats(ne0);
+    const bool f32 = node->type == LT_TYPE_F32;
+    float *buf = (float *)p->wdata + (size_t)p->ith * 5 * (size_t)sf;
     int64_t lo, hi;
     lt_split_range(rows, p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
         const float *gr = lt_row_f32(g, i1, i2, i3, buf);
-        const float *x = lt_row_f32(gate, i1, i2, i3, buf + lt_scratch_floats(ne0));
-        const float *u = lt_row_f32(up, i1, i2, i3, buf + 2 * lt_scratch_floats(ne0));
-        float *dg = (float *)node->data + r * ne0, *du = (float *)node->data + (rows + r) * ne0;
+        const float *x = lt_row_f32(gate, i1, i2, i3, buf + sf);
+        const float *u = lt_row_f32(up, i1, i2, i3, buf + 2 * sf);
+        float *dg = f32 ? (float *)node->data + r * ne0 : buf + 3 * sf;
+        float *du = f32 ? (float *)node->data + (rows + r) * ne0 : buf + 4 * sf;
         for (int64_t i = 0; i < ne0; i++) {
             const float d = 1.0f + expf(-x[i]), gu = gr[i] * u[i], s = 1.0f / d;
             dg[i] = gu * s * (1.0f + x[i] * (1.0f - s));
             du[i] = gr[i] * (x[i] / d);
+        }
+        if (!f32) { /* d up's rows follow d gate's: dim 3 offset by gate's ne3 */
+            lt_row_from_f32(node, i1, i2, i3, dg);
+            lt_row_from_f32(node, i1, i2, i3 + ne3, du);
         }
     }
 }
@@ -395,8 +412,11 @@ static bool swiglu_back_supported(const struct lt_tensor *node, char *reason, si
     for (int i = 0; i < 3; i++)
         if (!check_source_float(node, i, reason, reason_size))
             return false;
-    if (!check_result_f32(node, reason, reason_size))
+    if (!lt_type_is_float(node->type) || !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32, f16 or bf16",
+                 lt_type_name(node->type), lt_layout_name(node));
         return false;
+    }
     if (!lt_swiglu_back_fits(node)) {
         snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
         return false;
@@ -415,7 +435,7 @@ bool lt_swiglu_back_fits(const struct lt_tensor *node)
 
 static size_t swiglu_back_work_size(const struct lt_tensor *node, int nth)
 {
-    return (size_t)nth * 3 * lt_scratch_floats(node->src[1]->ne[0]) * sizeof(float);
+    return (size_t)nth * 5 * lt_scratch_floats(node->src[1]->ne[0]) * sizeof(float);
 }
 
 /* ---- backward rules ---- */
@@ -469,15 +489,20 @@ static lt_status unary_backward(struct lt_autodiff *ad, struct lt_tensor *node)
 }
 
 /* y = silu(gate) * up: d gate = silu'(gate) * (g * up), d up = g * silu(gate), both from
- * one SWIGLU_BACK node (one pass over g, gate and up instead of four nodes' seven) */
+ * one SWIGLU_BACK node (one pass over g, gate and up instead of four nodes' seven). When
+ * gate and up are half-precision products that only this node reads (a device's training
+ * step), the node writes both gradients in that type: their products would round them to
+ * it anyway, each with a pass of its own (CONT). */
 static lt_status swiglu_backward(struct lt_autodiff *ad, struct lt_tensor *node)
 {
     struct lt_tensor *gate = node->src[0], *up = node->src[1];
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     if (!lt_ad_wants(ad, gate) && !lt_ad_wants(ad, up))
         return LT_OK;
-    struct lt_tensor *r = lt_swiglu_back(ctx, lt_ad_contiguous(ad, node->grad),
-                                         lt_ad_contiguous(ad, gate), lt_ad_contiguous(ad, up));
+    const enum lt_type tg = lt_ad_grad_type(ad, gate, node), tu = lt_ad_grad_type(ad, up, node);
+    struct lt_tensor *r =
+        lt_swiglu_back_as(ctx, lt_ad_contiguous(ad, node->grad), lt_ad_contiguous(ad, gate),
+                          lt_ad_contiguous(ad, up), tg == tu ? tg : LT_TYPE_F32);
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());

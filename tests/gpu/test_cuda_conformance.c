@@ -570,14 +570,15 @@ static struct lt_tensor *b_pair(struct build *b, const struct params *p)
                                    : lt_silu_back(b->ctx, x, y);
 }
 
-/* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1] */
+/* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1],
+ * the result of type type[2] (0: F32) */
 static struct lt_tensor *b_swiglu_back(struct build *b, const struct params *p)
 {
     const int64_t n3 = p->ne[3] ? p->ne[3] : 2; /* 1: 162 elements, the scalar flat kernel */
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 3, n3, FILL_UNIFORM, -2, 2);
     struct lt_tensor *x = mk(b, p->type[1], p->lay[1], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
     struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[2], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
-    return lt_swiglu_back(b->ctx, g, x, u);
+    return lt_swiglu_back_as(b->ctx, g, x, u, p->type[2] ? p->type[2] : LT_TYPE_F32);
 }
 
 static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
@@ -703,6 +704,21 @@ static void test_elementwise(void)
                                               : "rotated"),
                  TOL_F32, b_swiglu_back, &p);
     }
+    /* SWIGLU_BACK writing half gradients (a device's training step: the FFN's gate and up
+     * products read them): strided sources (the indexed kernel), all contiguous with 162
+     * elements (the scalar flat kernel) and with 324 (float4s); TOL_HALF as SWIGLU's below */
+    for (int h = 0; h < 2; h++)
+        for (int v = 0; v < 3; v++) {
+            p = P(v ? L_CONTIG : L_SLICED, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+            p.lay[2] = L_CONTIG, p.ne[3] = v == 1 ? 1 : 2;
+            p.type[2] = h ? LT_TYPE_F16 : LT_TYPE_BF16;
+            run_case(LT_OP_SWIGLU_BACK,
+                     lbl(v == 0   ? "strided g"
+                         : v == 1 ? "contig 162"
+                                  : "contig 324",
+                         lt_type_name(p.type[2])),
+                     TOL_HALF, b_swiglu_back, &p);
+        }
     /* SWIGLU writing a half activation (ffn_down's input): expf may differ in the last bit
      * between CPU and device, which can move a rounding by one half ulp */
     for (int h = 0; h < 2; h++)

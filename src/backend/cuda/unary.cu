@@ -2,7 +2,8 @@
  * sqrt, sin, cos, abs, neg, relu), SWIGLU, SILU_BACK and SWIGLU_BACK on the device.
  *
  * Sources are F32, F16 or BF16 of any strides; results are contiguous F32 of source 0's
- * shape (SWIGLU's may be F16 or BF16, lt_swiglu_as: rounded to nearest even from F32). The formulas
+ * shape (SWIGLU's and SWIGLU_BACK's may be F16 or BF16, lt_swiglu_as and lt_swiglu_back_as:
+ * rounded to nearest even from F32). The formulas
  * are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float functions (no fast math):
  * softplus is linear above 20 like torch.nn.Softplus. */
 #include <stdio.h>
@@ -30,7 +31,7 @@ bool cu_unary_supported(const struct lt_tensor *node, char *reason, size_t reaso
         for (int i = 0; i < 3; i++)
             if (!cu_check_source(node, i, CU_TYPES_FLOAT, reason, reason_size))
                 return false;
-        if (!cu_check_result_f32(node, reason, reason_size))
+        if (!cu_check_result_float(node, reason, reason_size))
             return false;
         if (!lt_swiglu_back_fits(node)) {
             snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
@@ -149,50 +150,53 @@ static __global__ void pair_flat_kernel(int op, const float *a, const float *b, 
 }
 
 /* SWIGLU_BACK: (d gate, d up) = (g up s (1 + x (1 - s)), g silu(x)), the CPU's
- * expressions; swiglu_back_at stores element f's into y[f] and y[n + f] */
+ * expressions; swiglu_back_at stores element f's into elements f and n + f of y, of type t
+ * (F32, or F16 / BF16 rounded to nearest even: gradients only half products read) */
 static __device__ __forceinline__ float2 swiglu_back_of(float g, float x, float u)
 {
     const float d = 1.0f + expf(-x), s = 1.0f / d;
     return make_float2(g * u * s * (1.0f + x * (1.0f - s)), g * (x / d));
 }
 
-static __device__ __forceinline__ void swiglu_back_at(float g, float x, float u, float *y,
+static __device__ __forceinline__ void swiglu_back_at(float g, float x, float u, char *y, int t,
                                                       int64_t n, int64_t f)
 {
     const float2 r = swiglu_back_of(g, x, u);
-    y[f] = r.x;
-    y[n + f] = r.y;
+    const int64_t es = t == LT_TYPE_F32 ? 4 : 2;
+    cu_store(y + f * es, t, r.x);
+    cu_store(y + (n + f) * es, t, r.y);
 }
 
-static __global__ void swiglu_back_kernel(struct cu_t g, struct cu_t x, struct cu_t u, float *y)
+static __global__ void swiglu_back_kernel(struct cu_t g, struct cu_t x, struct cu_t u, char *y,
+                                          int t)
 {
     const int64_t n = cu_nelements(x);
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
         cu_unravel(f, x.ne, i0, i1, i2, i3);
         swiglu_back_at(cu_get(g, i0, i1, i2, i3), cu_get(x, i0, i1, i2, i3),
-                       cu_get(u, i0, i1, i2, i3), y, n, f);
+                       cu_get(u, i0, i1, i2, i3), y, t, n, f);
     }
 }
 
 /* contiguous F32 sources: no index arithmetic (a training step's FFN activations) */
 static __global__ void swiglu_back_flat_kernel(const float *g, const float *x, const float *u,
-                                               float *y, int64_t n)
+                                               char *y, int t, int64_t n)
 {
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
-        swiglu_back_at(g[f], x[f], u[f], y, n, f);
+        swiglu_back_at(g[f], x[f], u[f], y, t, n, f);
 }
 
 static __global__ void swiglu_back_flat4_kernel(const float4 *g, const float4 *x, const float4 *u,
-                                                float *y, uint32_t n4)
+                                                char *y, int t, uint32_t n4)
 {
-    const int64_t n = (int64_t)n4 * 4;
+    char *yu = y + (size_t)n4 * 4 * (t == LT_TYPE_F32 ? 4 : 2); /* d up's half */
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 gv = g[f], xv = x[f], uv = u[f];
         const float2 r0 = swiglu_back_of(gv.x, xv.x, uv.x), r1 = swiglu_back_of(gv.y, xv.y, uv.y),
                      r2 = swiglu_back_of(gv.z, xv.z, uv.z), r3 = swiglu_back_of(gv.w, xv.w, uv.w);
-        ((float4 *)y)[f] = make_float4(r0.x, r1.x, r2.x, r3.x);
-        ((float4 *)(y + n))[f] = make_float4(r0.y, r1.y, r2.y, r3.y);
+        cu_store4(y, t, f, make_float4(r0.x, r1.x, r2.x, r3.x));
+        cu_store4(yu, t, f, make_float4(r0.y, r1.y, r2.y, r3.y));
     }
 }
 
@@ -210,16 +214,16 @@ static lt_status launch_swiglu_back(struct cu_ctx *c, struct lt_tensor *node)
         const uint32_t n4 = (uint32_t)(n / 4);
         swiglu_back_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
             (const float4 *)g->data, (const float4 *)x->data, (const float4 *)u->data,
-            (float *)node->data, n4);
+            (char *)node->data, (int)node->type, n4);
         return cu_launched("swiglu_back_flat4");
     }
     if (flat)
         swiglu_back_flat_kernel<<<blocks, 256, 0, c->stream>>>(
             (const float *)g->data, (const float *)x->data, (const float *)u->data,
-            (float *)node->data, n);
+            (char *)node->data, (int)node->type, n);
     else
         swiglu_back_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(g), cu_view(x), cu_view(u),
-                                                          (float *)node->data);
+                                                          (char *)node->data, (int)node->type);
     return cu_launched("swiglu_back");
 }
 
