@@ -54,8 +54,9 @@ struct fa_plan {
     int64_t q_tiles, bq_tiles, bk_tiles; /* ceil(T / bq), ceil(T / b), ceil(nk / b) */
 };
 
-/* the vectors of `rows`, then a 16 x 16 tile a warp (unread since a39b620: see
- * delta_net_plan.c's wy_tail) */
+/* the vectors of `rows`, then a 16 x 16 tile a warp (unread since a39b620; still counted,
+ * since taking them out changes the plan's tile choices, which wants a device run first, as
+ * delta_net_plan.c's wy_tail had when it dropped its own) */
 static size_t fa_tail(int rows)
 {
     return sizeof(float) * (size_t)(4 * rows + 8 * 256);
