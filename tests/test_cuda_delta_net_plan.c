@@ -208,8 +208,8 @@ static void check_wyfplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_
           "co %lld narrowed with %lld chunks", (long long)f.co, (long long)n);
     CHECK(f.ldx == f.skp + C + 4 && f.ldy == f.co + 4 && f.ldx % 4 == 0);
     CHECK(f.shared_out <= DN_CBACK_MAX_SHARED && f.shared_out % 32 == 0 &&
-              f.shared_out == sizeof(float) * (size_t)(C * f.ldx + (f.skp + C) * f.ldy +
-                                                       DN_WY_VECS * C + DN_WY_THREADS / 32 * 256),
+              f.shared_out ==
+                  sizeof(float) * (size_t)(C * f.ldx + (f.skp + C) * f.ldy + DN_WY_VECS * C),
           "out: %zu bytes", f.shared_out);
     /* X, then Y, then the vectors start 32 bytes aligned; P's columns in X too */
     CHECK(C * f.ldx % 8 == 0 && (f.skp + C) * f.ldy % 8 == 0 && f.skp % 8 == 0);
