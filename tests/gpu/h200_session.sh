@@ -44,6 +44,8 @@
 #           at 16x512 under LATHE_CUDA_PROFILE
 #   tprof   (see its function) bench_train lathe alone, then both jobs at 16x512 under
 #           LATHE_CUDA_PROFILE=${PROF_MODE:-2} (3: issue times without the queue's waits)
+#   tbase   bench_train (PEER=none) with this tree's lathe and with .base's (built here): a
+#           before / after of training tokens/s on one machine (carry ".base", as dnbase)
 #   tmem    bench_train (PEER=none) with --checkpoint on, then off: tokens/s, GPU peak, estimate
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
@@ -729,6 +731,31 @@ lathe_alone() {
     grep -E "^[0-9. ]*(the estimate counts|checkpointing:)" "$out/$1.log" | cut -c1-200
 }
 
+# tbase: training throughput before and after on one machine: `lathe` built from .base's
+# source (as dnbase makes it: carry ".base"), then bench_train lathe alone at SHAPES (default
+# 16x512), full and LoRA, with this tree's build and with the base's, both tables printed
+phase_tbase() {
+    [ -f .base/src.tgz ] || { row "tbase" "skipped: no .base/src.tgz (carry .base)"; return; }
+    local d=/tmp/lathe-tbase rev
+    rev=$(cat .base/rev 2>/dev/null || echo "?")
+    if [ ! -x $d/b/lathe ]; then
+        rm -rf $d && mkdir -p $d && tar xzf .base/src.tgz -C $d
+        if ! { cmake -S $d -B $d/b -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/tbase_configure.log" 2>&1 &&
+               cmake --build $d/b -j16 --target lathe_cli >"$out/tbase_build.log" 2>&1; }; then
+            row "tbase ($rev)" "build failed"
+            grep -E "error" "$out/tbase_configure.log" "$out/tbase_build.log" | head -10
+            return
+        fi
+    fi
+    lathe_alone tbase_new ""
+    local mine=$L
+    L=$d/b/lathe
+    lathe_alone tbase_$rev ""
+    L=$mine
+    echo "---- this tree, then $rev"
+    tail -4 "$out/tbase_new/bench_train.md" "$out/tbase_$rev/bench_train.md" 2>/dev/null
+}
+
 # tmem: lathe alone with --checkpoint on and off, full and LoRA: tokens/s, GPU peak
 # (nvidia-smi) and the admission estimate, the issue's memory targets
 phase_tmem() {
@@ -888,7 +915,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
