@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_verdict.h"
 #include "check.h"
+#include "lathe/lora.h"
 #include "test_model_util.h"
 
 #define T 11 /* tokens a sequence */
@@ -64,6 +65,67 @@ static lt_status run(const struct lt_model *m, struct lt_backend *cpu,
                                    .chain_norms = chain};
     memset(c, 0, sizeof(*c));
     return tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, loss, grads, count, c);
+}
+
+/* A LoRA job's device graph on Qwen3.5, adapters on the QKV, gate and up weights with B
+ * drawn nonzero: q, k and v as three products (each adapter's B sliced alike, mm_rows)
+ * give the one-projection graph's (chain_norms) loss and adapter gradients within 1e-5 */
+static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
+{
+    struct lt_lora *l = NULL;
+    const struct lt_lora_params lp = {
+        .rank = 4, .alpha = 8, .targets = "attn_qkv,attn_gate,ffn_up", .seed = 5};
+    CHECK(lt_lora_new(m, &lp, &l) == LT_OK, "LoRA: %s", lt_last_error());
+    if (!l)
+        return;
+    /* the adapters' A and B as the tensors whose gradients the runner reads (w NULL: no
+     * weight is replaced) */
+    struct lt_model_replace *rep = calloc((size_t)(2 * l->n_pairs), sizeof(*rep));
+    size_t n_w = 0;
+    for (int i = 0; i < l->n_pairs; i++) {
+        float *bd = (float *)l->pairs[i].b->data;
+        for (int64_t j = 0; j < lt_nelements(l->pairs[i].b); j++)
+            bd[j] = 0.02f * (float)((j * 37 + i) % 19 - 9);
+        rep[2 * i].with = l->pairs[i].a;
+        rep[2 * i + 1].with = l->pairs[i].b;
+        n_w += (size_t)(lt_nelements(l->pairs[i].a) + lt_nelements(l->pairs[i].b));
+    }
+    struct lt_model_lora *list = NULL;
+    int n_list = 0;
+    const float one = 1.0f;
+    CHECK(lt_lora_model_list(m, &l, &one, 1, &list, &n_list) == LT_OK, "%s", lt_last_error());
+    float *gs = malloc(n_w * sizeof(float)), *gc = malloc(n_w * sizeof(float)), ls = 0, lc = 0;
+    const int V = (int)lt_model_hparams(m)->n_vocab;
+    int32_t tok[S * T], lab[S * T];
+    tm_next_tokens(tok, lab, T, S * T, V);
+    struct graph_counts cs, cc;
+    for (int chain = 0; chain < 2 && list; chain++) {
+        struct lt_model_adapters ad = {.replace = rep,
+                                       .n_replace = 2 * l->n_pairs,
+                                       .lora = list,
+                                       .n_lora = n_list,
+                                       .fused_loss = true,
+                                       .bf16_products = true,
+                                       .chain_norms = chain};
+        struct graph_counts *c = chain ? &cc : &cs;
+        memset(c, 0, sizeof(*c));
+        CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, chain ? &lc : &ls,
+                                chain ? gc : gs, count, c) == LT_OK,
+              "LoRA, chain_norms %d: %s", chain, lt_last_error());
+    }
+    const double e = tm_rel_err(gs, gc, (int)n_w);
+    CHECK(fabsf(ls - lc) <= 1e-6f * fabsf(lc) && e < 1e-5 && cs.conv_silu == 3 * cc.conv_silu &&
+              cc.conv_silu > 0,
+          "qwen35 LoRA: split q, k, v loss %.7f against %.7f, adapter gradients off by %.3g; "
+          "%d CONV_SILU against %d",
+          (double)ls, (double)lc, e, cs.conv_silu, cc.conv_silu);
+    printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n", l->n_pairs,
+           e);
+    free(gs);
+    free(gc);
+    free(list);
+    free(rep);
+    lt_lora_free(l);
 }
 
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
@@ -132,6 +194,8 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         printf("%s: BF16 products loss %.5f (F32 %.5f), gradients within %.2g of F32's, "
                "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms\n",
                sp->arch, (double)l16, (double)l32, e, ech, c16.norm_mul_back, c16.gated_norms);
+        if (qwen35)
+            test_lora_split(m, cpu);
     }
     free(g32);
     free(g16);

@@ -94,6 +94,28 @@ static bool bf16_x(const struct lt_mb *b, const struct lt_tensor *wr, const stru
                                    x->ne[1] > 8);
 }
 
+/* LoRA adapter l's scale * A x, rounded to BF16 when half (as its B product reads it): made
+ * once for the products by several row ranges of one weight (mm_rows), so that A's gradient
+ * sums theirs in F32 and rounds once, as one product's would */
+static struct lt_tensor *lora_ax(struct lt_mb *b, const struct lt_model_lora *l,
+                                 struct lt_tensor *x, bool half)
+{
+    if (b->ax_lora == l && b->ax_x == x)
+        return b->ax;
+    struct lt_tensor *xa = half ? bf16_act(b, x) : x; /* the base product's, when it rounds */
+    struct lt_tensor *a = half ? lt_cont_as(b->ctx, l->a, LT_TYPE_BF16) : l->a;
+    struct lt_tensor *ax = a && xa ? lt_mul_mat(b->ctx, a, xa) : NULL;
+    if (ax && l->scale != 1.0f)
+        ax = lt_scale(b->ctx, ax, l->scale);
+    if (ax)
+        lt_format_name(ax, "lora_a %s", l->w->name);
+    struct lt_tensor *axr = half && ax ? lt_cont_as(b->ctx, ax, LT_TYPE_BF16) : ax;
+    b->ax_lora = axr ? l : NULL;
+    b->ax_x = x;
+    b->ax = axr;
+    return axr;
+}
+
 /* rows [r0, r0 + n) of the matrix w (its outputs r0..: a contiguous view), or w itself when
  * that is all of it */
 static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_t r0, int64_t n)
@@ -129,18 +151,12 @@ static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)
             continue;
-        struct lt_tensor *xa = half ? bf16_act(b, x) : x; /* the base product's, when it rounds */
-        struct lt_tensor *a = half ? lt_cont_as(b->ctx, l->a, LT_TYPE_BF16) : l->a;
-        struct lt_tensor *ax = a && xa ? lt_mul_mat(b->ctx, a, xa) : NULL;
-        if (ax && l->scale != 1.0f)
-            ax = lt_scale(b->ctx, ax, l->scale);
-        struct lt_tensor *axr = half && ax ? lt_cont_as(b->ctx, ax, LT_TYPE_BF16) : ax;
+        struct lt_tensor *axr = lora_ax(b, l, x, half);
         struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
         struct lt_tensor *bw = half && lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : lb;
         struct lt_tensor *bax = axr && bw ? lt_mul_mat(b->ctx, bw, axr) : NULL;
         if (!bax)
             return NULL;
-        lt_format_name(ax, "lora_a %s", w->name);
         lt_format_name(bax, "lora %s", w->name);
         y = y ? lt_add(b->ctx, y, bax) : bax;
         if (!y)
