@@ -435,24 +435,33 @@ phase_dnbench() {
     cat "$out/dnbench.log"
 }
 
+# .base's source (carry ".base"), unpacked once a machine into $BASE; base_build PHASE TARGET
+# builds TARGET of it into $BASE/b. Each says so in a row and fails when it cannot.
+BASE=/tmp/lathe-base
+base_unpack() {
+    [ -f .base/src.tgz ] || { row "$1" "skipped: no .base/src.tgz (carry .base)"; return 1; }
+    [ -d $BASE ] || { mkdir -p $BASE && tar xzf .base/src.tgz -C $BASE; }
+}
+
+base_build() {
+    if ! { cmake -S $BASE -B $BASE/b -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} >"$out/$1_configure.log" 2>&1 &&
+           cmake --build $BASE/b -j16 --target $2 >"$out/$1_build.log" 2>&1; }; then
+        row "$1 ($(cat .base/rev 2>/dev/null))" "build failed"
+        grep -E "error" "$out/$1_configure.log" "$out/$1_build.log" | head -10
+        return 1
+    fi
+}
+
 phase_dnbase() {
-    [ -f .base/src.tgz ] || { row "dnbase" "skipped: no .base/src.tgz (carry .base)"; return; }
-    local d=/tmp/lathe-base rev
-    rev=$(cat .base/rev 2>/dev/null || echo "?")
-    rm -rf $d && mkdir -p $d && tar xzf .base/src.tgz -C $d
-    if [ ! -f $d/bench/bench_delta_net.c ]; then
-        cp bench/bench_delta_net.c $d/bench/
+    base_unpack dnbase || return
+    if [ ! -f $BASE/bench/bench_delta_net.c ]; then
+        cp bench/bench_delta_net.c $BASE/bench/
         printf 'if(LATHE_HAVE_CUDA AND NOT LATHE_CUDA_EMU)\n  add_executable(bench_delta_net bench_delta_net.c)\n  target_link_libraries(bench_delta_net PRIVATE lathe)\nendif()\n' \
-            >>$d/bench/CMakeLists.txt
+            >>$BASE/bench/CMakeLists.txt
     fi
-    if ! { cmake -S $d -B $d/b -DCMAKE_CUDA_ARCHITECTURES=90 ${CMAKE_EXTRA:-} >"$out/dnbase_configure.log" 2>&1 &&
-           cmake --build $d/b -j16 --target bench_delta_net >"$out/dnbase_build.log" 2>&1; }; then
-        row "dnbase ($rev)" "build failed"
-        grep -E "error" "$out/dnbase_configure.log" "$out/dnbase_build.log" | head -10
-        return
-    fi
-    timeout $(($(left) - 5)) $d/b/bench/bench_delta_net ${DNB_REPS:-10} >"$out/dnbase.log" 2>&1
-    row "bench_delta_net, base $rev" "rc $?"
+    base_build dnbase bench_delta_net || return
+    timeout $(($(left) - 5)) $BASE/b/bench/bench_delta_net ${DNB_REPS:-10} >"$out/dnbase.log" 2>&1
+    row "bench_delta_net, base $(cat .base/rev 2>/dev/null)" "rc $?"
     cat "$out/dnbase.log"
 }
 
@@ -735,21 +744,11 @@ lathe_alone() {
 # source (as dnbase makes it: carry ".base"), then bench_train lathe alone at SHAPES (default
 # 16x512), full and LoRA, with this tree's build and with the base's, both tables printed
 phase_tbase() {
-    [ -f .base/src.tgz ] || { row "tbase" "skipped: no .base/src.tgz (carry .base)"; return; }
-    local d=/tmp/lathe-tbase rev
-    rev=$(cat .base/rev 2>/dev/null || echo "?")
-    if [ ! -x $d/b/lathe ]; then
-        rm -rf $d && mkdir -p $d && tar xzf .base/src.tgz -C $d
-        if ! { cmake -S $d -B $d/b -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/tbase_configure.log" 2>&1 &&
-               cmake --build $d/b -j16 --target lathe_cli >"$out/tbase_build.log" 2>&1; }; then
-            row "tbase ($rev)" "build failed"
-            grep -E "error" "$out/tbase_configure.log" "$out/tbase_build.log" | head -10
-            return
-        fi
-    fi
+    base_unpack tbase && base_build tbase lathe_cli || return
+    local rev mine=$L
+    rev=$(cat .base/rev 2>/dev/null || echo "base")
     lathe_alone tbase_new ""
-    local mine=$L
-    L=$d/b/lathe
+    L=$BASE/b/lathe
     lathe_alone tbase_$rev ""
     L=$mine
     echo "---- this tree, then $rev"
