@@ -99,8 +99,7 @@ static lt_status train(struct lt_model *m, struct lt_backend *cpu, struct lt_lor
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
 {
     char path[600];
-    const char *dir = getenv("LATHE_BUILD_DIR");
-    snprintf(path, sizeof(path), "%s/test_lora_archs_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    tm_model_path(path, sizeof(path), "test_lora_archs", idx);
     struct lt_model *m = NULL;
     if (tm_write_model(sp, path, 100 + (uint64_t)idx) != LT_OK ||
         lt_model_load(path, NULL, &m) != LT_OK) {

@@ -239,8 +239,14 @@ static lt_status tm_write_model(const struct tm_spec *s, const char *path, uint6
     return st;
 }
 
-/* The full-sequence forward: logits [n_seqs][n_tokens][n_vocab] of tokens [n_seqs][n_tokens]
- * through the loss graph on the CPU. */
+/* The path of test `name`'s model file for spec idx: "<name>_<idx>.gguf" in the build folder
+ * (LATHE_BUILD_DIR) or /tmp */
+static inline void tm_model_path(char *out, size_t size, const char *name, int idx)
+{
+    const char *dir = getenv("LATHE_BUILD_DIR");
+    snprintf(out, size, "%s/%s_%d.gguf", dir && *dir ? dir : "/tmp", name, idx);
+}
+
 /* Writes sp's model (weights from seed) to path, loads it, and makes an F32 trainable copy
  * of every weight (*rep, *n_rep). Returns their elements in all; 0 when a step failed
  * (lt_last_error says why; *m and *fp are then whatever was made, for the caller to free). */
@@ -332,6 +338,8 @@ static inline lt_status tm_loss_and_grads(const struct lt_model *m, struct lt_ba
     return st;
 }
 
+/* The full-sequence forward: logits [n_seqs][n_tokens][n_vocab] of tokens [n_seqs][n_tokens]
+ * through the loss graph on the CPU. */
 static inline lt_status tm_forward_ad(const struct lt_model *m, struct lt_backend *cpu,
                                const struct lt_model_adapters *ad, const int32_t *tokens,
                                int n_tokens, int n_seqs, float *logits)

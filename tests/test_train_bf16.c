@@ -131,8 +131,7 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
 {
     char path[600];
-    const char *dir = getenv("LATHE_BUILD_DIR");
-    snprintf(path, sizeof(path), "%s/test_train_bf16_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    tm_model_path(path, sizeof(path), "test_train_bf16", idx);
     struct lt_model *m;
     struct lt_model_f32_params *fp;
     const struct lt_model_replace *rep = NULL;

@@ -63,8 +63,7 @@ static int cuda_refusals(const struct lt_model *m, const struct lt_model_replace
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
 {
     char path[600];
-    const char *dir = getenv("LATHE_BUILD_DIR");
-    snprintf(path, sizeof(path), "%s/test_train_packed_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    tm_model_path(path, sizeof(path), "test_train_packed", idx);
     struct lt_model *m;
     struct lt_model_f32_params *fp;
     float *packed = NULL, *one = NULL, *expect = NULL;

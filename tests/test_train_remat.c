@@ -72,8 +72,7 @@ static lt_status one_step(const struct lt_model *m, struct lt_backend *cpu,
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
 {
     char path[600];
-    const char *dir = getenv("LATHE_BUILD_DIR");
-    snprintf(path, sizeof(path), "%s/test_train_remat_%d.gguf", dir && *dir ? dir : "/tmp", idx);
+    tm_model_path(path, sizeof(path), "test_train_remat", idx);
     struct lt_model *m;
     struct lt_model_f32_params *fp;
     float *orig = NULL, *after[2] = {NULL, NULL};
