@@ -190,11 +190,14 @@ struct lt_tensor *lt_flash_attn(struct lt_ctx *ctx, struct lt_tensor *q, struct 
                                 struct lt_tensor *v, struct lt_tensor *mask, float scale,
                                 bool causal);
 /* The products' precision of a FLASH_ATTN node on a device (the CPU computes in F32 either
- * way): F32 (three TF32 tensor-core products each, about F32's precision) or TF32 (one, for
- * training whose other products round to BF16). The backward rule passes it on. */
+ * way): F32 (three TF32 tensor-core products each, about F32's precision), TF32 (one), or
+ * BF16 (q, k, v, the probabilities and the gradients' operands rounded to BF16, F32 sums:
+ * the BF16 tensor cores, for training and prefill whose other products round to BF16). The
+ * backward rule passes it on. */
 enum lt_flash_attn_prec {
     LT_FLASH_ATTN_PREC_F32 = 0,
     LT_FLASH_ATTN_PREC_TF32,
+    LT_FLASH_ATTN_PREC_BF16,
 };
 void lt_flash_attn_set_prec(struct lt_tensor *t, enum lt_flash_attn_prec prec);
 /* FLASH_ATTN's backward: dq, dk and dv of the node fwd given grad (its gradient, F32 of

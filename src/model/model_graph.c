@@ -315,12 +315,12 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
     int64_t D = hp->head_dim, H = hp->n_head, T = b->n_tokens, S = b->n_seqs;
     struct lt_tensor *q4 = lt_reshape_4d(ctx, q, D, H, T, S);
     if (b->flash) {
-        /* one node; its products round to TF32 where the step's others round to BF16 */
+        /* one node; its products' operands round to BF16 where the step's others do */
         struct lt_tensor *o = named(lt_flash_attn(ctx, q4, k, v, b->attn_pos ? b->pos : b->kq_mask,
                                                   1.0f / sqrtf((float)D), b->causal),
                                     "flash_attn", il); /* [D, H, T, S] */
-        const bool tf32 = (b->ad && b->ad->bf16_products) || b->half_acts;
-        lt_flash_attn_set_prec(o, tf32 ? LT_FLASH_ATTN_PREC_TF32 : LT_FLASH_ATTN_PREC_F32);
+        const bool half = (b->ad && b->ad->bf16_products) || b->half_acts;
+        lt_flash_attn_set_prec(o, half ? LT_FLASH_ATTN_PREC_BF16 : LT_FLASH_ATTN_PREC_F32);
         return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
     }
     struct lt_tensor *qp = lt_permute(ctx, q4, 0, 2, 1, 3); /* [D, T, H, S] */
@@ -729,9 +729,11 @@ bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be)
 {
     const char *env = getenv("LATHE_FLASH_ATTN");
     const struct lt_model_hparams *hp = lt_model_hparams(m);
-    /* opt-in: on the H200 the kernels are right (the same loss curve as the chain's) but
-     * slower than the chain, 25% at 16 x 512 and 50% at 4 x 2048 tokens of Qwen3.5-0.8B,
-     * though they take 5 GiB less at 4 x 2048. (On the CUDA emulation a SmolLM2 LoRA
+    /* opt-in: on the H200 the F32 / TF32 kernels were right (the same loss curve as the
+     * chain's) but slower than the chain, 25% at 16 x 512 and 50% at 4 x 2048 tokens of
+     * Qwen3.5-0.8B, though they took 5 GiB less at 4 x 2048. Training and prefill now take
+     * the BF16 tensor-core kernels (flash_attn_bf16.cu), which no device has timed yet: the
+     * default waits for that. (On the CUDA emulation a SmolLM2 LoRA
      * step's first loss through FLASH_ATTN is 12.6789 against the chain's 12.6796: the
      * attention outputs agree to 1.5e-9, and the Q4_1 products round their activations to
      * 8 bits, which turns that into 5e-5 in the loss; on F32 weights the two agree.) */

@@ -396,6 +396,10 @@ static double run_case(enum lt_op op, const char *label, double tol, build_fn fn
         printf("  skipped: %s [%s]: outside LATHE_CONF_MAX/MIN_ELEMENTS\n", lt_op_name(op), label);
         return case_err;
     }
+    /* LATHE_CONF_OP=NAME runs that op's cases alone (the others keep their seeds) */
+    const char *only = getenv("LATHE_CONF_OP");
+    if (only && *only && strcmp(only, lt_op_name(op)) != 0)
+        return case_err;
     struct lt_backend *cpu_only[1] = {g_cpu};
     struct lt_backend *both[2] = {g_cuda, g_cpu};
     bool yes = false;

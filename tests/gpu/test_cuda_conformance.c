@@ -48,6 +48,11 @@ static double mm_f32_worst;
  * ~1e-7. The H200 measured at most 1.8e-7 over these cases (forward) and 1.5e-7 (backward):
  * 2e-6 leaves ten times that, and a wrong term or index is O(1). */
 #define TOL_DN_TF32 2e-6
+/* FLASH_ATTN(_BACK) of LT_FLASH_ATTN_PREC_BF16: q, k, v, do, the probabilities and dS enter
+ * the products rounded to BF16 (relative error up to 2^-9). Measured on the CUDA emulation
+ * (which rounds exactly as the device): see TOL_FA_BF16's note in the session record; a
+ * wrong term or index is O(1). */
+#define TOL_FA_BF16 5e-5
 
 static bool env_is(const char *name, const char *value)
 {
@@ -848,8 +853,8 @@ static struct lt_tensor *b_attn_decode(struct build *b, const struct params *p)
 /* ne: D, T, n_kv, S; i[0]: H, i[1]: Hkv, i[2]: causal (bit 0), mask (bits 1-2: 0 none, 1
  * [n_kv, T, 1, S] with -inf entries and a query row all -inf, 2 [n_kv, T, H, 1], 3 I32
  * positions of packed examples in the mask's place), i[3]:
- * the backward; f[0] nonzero: LT_FLASH_ATTN_PREC_TF32; type[1]: k and v; lay[0]: q's and
- * do's layout */
+ * the backward; f[0]: the precision (an lt_flash_attn_prec); type[1]: k and v; lay[0]: q's
+ * and do's layout */
 static float fa_mask_vals[16 * 512 * 512];
 static struct lt_tensor *b_flash_attn(struct build *b, const struct params *p)
 {
@@ -885,7 +890,7 @@ static struct lt_tensor *b_flash_attn(struct build *b, const struct params *p)
     }
     struct lt_tensor *o =
         lt_flash_attn(b->ctx, q, k, v, m, 1.0f / sqrtf((float)D), (p->i[2] & 1) != 0);
-    lt_flash_attn_set_prec(o, p->f[0] != 0.0f ? LT_FLASH_ATTN_PREC_TF32 : LT_FLASH_ATTN_PREC_F32);
+    lt_flash_attn_set_prec(o, (enum lt_flash_attn_prec)(int)p->f[0]);
     if (!p->i[3])
         return o;
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], D, H, T, S, FILL_UNIFORM, -1, 1);
@@ -982,8 +987,9 @@ static void test_nn(void)
     /* FLASH_ATTN and its backward: q in every layout on a small causal shape; grouped heads,
      * a cache longer than the queries, masks with -inf (a query with every key dropped) and
      * a mask a head; tails of every tile size; Qwen3.5-0.8B's heads (D 256, 8 over 2) at F32
-     * and TF32; BF16 and F16 keys and values; D 300 (refused: the CPU takes it); the 0.8B
-     * training step's attention (16 x 512 tokens, a packed mask) */
+     * and TF32; every shape also at BF16 (flash_attn_bf16.cu: D padded to 64, 128 and 256);
+     * BF16 and F16 keys and values; D 300 (refused: the CPU takes it); the 0.8B training
+     * step's attention (16 x 512 tokens, a packed mask) */
     char fbuf[96];
     static const int64_t fa_shapes[][8] = {/* D, T, n_kv, S, H, Hkv, causal | mask << 1, layouts */
                                            {16, 5, 5, 1, 2, 2, 1, L_COUNT},
@@ -999,15 +1005,17 @@ static void test_nn(void)
     for (size_t c = 0; c < sizeof(fa_shapes) / sizeof(fa_shapes[0]); c++)
         for (int back = 0; back < 2; back++)
             for (int l = 0; l < (int)fa_shapes[c][7]; l++)
-                for (int tf = 0; tf < (fa_shapes[c][0] == 256 ? 2 : 1); tf++)
+                for (int pr = 0; pr < 3; pr++)
                     for (int kt = 0; kt < (c == 1 ? 3 : 1); kt++) {
+                        if (pr == LT_FLASH_ATTN_PREC_TF32 && fa_shapes[c][0] != 256)
+                            continue;
                         static const enum lt_type kts[] = {LT_TYPE_F32, LT_TYPE_BF16, LT_TYPE_F16};
                         p = P(l, L_CONTIG, LT_TYPE_F32, kts[kt]);
                         p.ne[0] = fa_shapes[c][0], p.ne[1] = fa_shapes[c][1];
                         p.ne[2] = fa_shapes[c][2], p.ne[3] = fa_shapes[c][3];
                         p.i[0] = (int)fa_shapes[c][4], p.i[1] = (int)fa_shapes[c][5];
                         p.i[2] = (int)fa_shapes[c][6], p.i[3] = back;
-                        p.f[0] = (float)tf;
+                        p.f[0] = (float)pr;
                         snprintf(fbuf, sizeof(fbuf), "D%lld T%lld nk%lld S%lld H%d/%d%s%s%s %s%s",
                                  (long long)p.ne[0], (long long)p.ne[1], (long long)p.ne[2],
                                  (long long)p.ne[3], p.i[0], p.i[1], p.i[2] & 1 ? " causal" : "",
@@ -1015,9 +1023,15 @@ static void test_nn(void)
                                  : p.i[2] >> 1 == 2 ? " mask/head"
                                  : p.i[2] >> 1 == 3 ? " positions"
                                                     : "",
-                                 tf ? " tf32" : "", lt_type_name(kts[kt]), "");
+                                 pr == LT_FLASH_ATTN_PREC_TF32   ? " tf32"
+                                 : pr == LT_FLASH_ATTN_PREC_BF16 ? " bf16"
+                                                                 : "",
+                                 lt_type_name(kts[kt]), "");
                         run_case(back ? LT_OP_FLASH_ATTN_BACK : LT_OP_FLASH_ATTN,
-                                 lbl(layout_names[l], fbuf), tf ? TOL_DN_TF32 : TOL_F32,
+                                 lbl(layout_names[l], fbuf),
+                                 pr == LT_FLASH_ATTN_PREC_TF32   ? TOL_DN_TF32
+                                 : pr == LT_FLASH_ATTN_PREC_BF16 ? TOL_FA_BF16
+                                                                 : TOL_F32,
                                  b_flash_attn, &p);
                     }
     /* ADD_RMS_NORM (the residual sum and its weighted norm), each pair of layouts; rows of

@@ -137,6 +137,30 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
               cpu_first);
         CHECK(rd.train_loss[1] < rd.train_loss[0], "the BF16 LoRA job lowers the loss");
     }
+    /* again with attention as FLASH_ATTN (LATHE_FLASH_ATTN=1: flash_attn_bf16.cu at this
+     * precision, the packed examples' boundaries by positions): all on CUDA, and its loss
+     * curve the chain's to BF16 rounding */
+    struct lt_train_result rf;
+    setenv("LATHE_FLASH_ATTN", "1", 1);
+    lt_status sf = lt_train_job_run(md, both, 2, &pb, NULL, NULL, &rf);
+    unsetenv("LATHE_FLASH_ATTN");
+    CHECK(sf == LT_OK, "BF16 LoRA on CUDA with FLASH_ATTN: %s", rf.error);
+    if (sd == LT_OK && sf == LT_OK) {
+        double worst = 0;
+        int n = rf.n_curve < rd.n_curve ? rf.n_curve : rd.n_curve;
+        for (int i = 0; i < n && i < 30; i++) {
+            double d = fabs((double)rf.curve[i] - rd.curve[i]) / fmax(1e-3, fabs(rd.curve[i]));
+            worst = d > worst ? d : worst;
+        }
+        printf("tiny LoRA, BF16 products, FLASH_ATTN: epoch loss %.4f -> %.4f (first step %.4f; "
+               "the chain's %.4f), worst step difference %.2e over 30 steps; %d fallback nodes\n",
+               rf.train_loss[0], rf.train_loss[1], rf.curve[0], rd.curve[0], worst, rf.n_fallback);
+        CHECK(rf.n_fallback == 0, "the FLASH_ATTN job runs entirely on CUDA0: %d fallback nodes",
+              rf.n_fallback);
+        CHECK(rf.n_curve == rd.n_curve && worst < 2e-2,
+              "the FLASH_ATTN job follows the chain's loss curve: %g", worst);
+    }
+    lt_train_result_free(&rf);
     lt_train_result_free(&rd);
     remove(out_path);
     struct lt_train_params f = {

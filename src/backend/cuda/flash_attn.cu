@@ -29,8 +29,8 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "backend/cuda/cuda_common.h"
 #include "backend/cuda/delta_net_mma.h"
+#include "backend/cuda/flash_attn_impl.h"
 #include "lathe/ops.h"
 
 static const enum lt_op flash_attn_ops[] = {LT_OP_FLASH_ATTN, LT_OP_FLASH_ATTN_BACK};
@@ -170,27 +170,6 @@ bool cu_flash_attn_supported(const struct lt_tensor *node, char *reason, size_t 
 
 /* ---- device ---- */
 
-struct fa_args {
-    struct cu_t q, k, v, mask, gdo, o; /* gdo, o: the backward's */
-    bool has_mask, causal;
-    const int32_t *pos; /* I32 positions in the mask's place (packed examples), or NULL */
-    float scale;
-    int64_t D, H, Hkv, T, nk, S;
-    int dp, ld, rows; /* rows: the tile size of this launch (bq or b) */
-    float *out;       /* the result: o, or the flat dq | dk | dv */
-    float *lse, *dd;  /* scratch [S][H][T] each (STATS writes, the backward reads) */
-};
-
-/* whether key j takes part for query t of sequence s (before the mask's value): inside the
- * cache, when causal not past t + (n_kv - T), and with positions not before the query's
- * example */
-static __device__ __forceinline__ bool fa_key_in(const struct fa_args &a, int64_t t, int64_t j,
-                                                 int64_t s)
-{
-    return j < a.nk && t < a.T && (!a.causal || j <= t + (a.nk - a.T)) &&
-           (!a.pos || j >= t + (a.nk - a.T) - a.pos[s * a.T + t]);
-}
-
 /* the tile's rows r < rows of X [D, heads, n, S] at (head, first row n0) into dst [rows][ld]
  * (zeros past n and past D) */
 static __device__ void fa_load_rows(float *dst, int ld, const struct cu_t &x, int64_t head,
@@ -218,16 +197,6 @@ static __device__ void fa_mask_scores(const struct fa_args &a, float *Sm, int ls
         }
         Sm[r * ls + c] = z;
     }
-}
-
-/* the last key a tile of queries t0 .. t0 + rows - 1 reads, plus one */
-static __device__ __forceinline__ int64_t fa_key_end(const struct fa_args &a, int64_t t0, int rows)
-{
-    if (!a.causal)
-        return a.nk;
-    int64_t t_last = t0 + rows - 1 < a.T - 1 ? t0 + rows - 1 : a.T - 1;
-    int64_t e = t_last + (a.nk - a.T) + 1;
-    return e < 0 ? 0 : e > a.nk ? a.nk : e;
 }
 
 /* Forward (STATS: the log-sum-exp and D only). Block (tile, h, s): tile = blockIdx.x. */
@@ -511,6 +480,9 @@ lt_status cu_flash_attn_compute(struct cu_ctx *c, struct lt_tensor *node)
                             "zeroing flash_attn_back's result");
         return LT_OK;
     }
+    const bool bf16 = lt_get_param_i32(node, 2) == LT_FLASH_ATTN_PREC_BF16;
+    if (node->op == LT_OP_FLASH_ATTN && bf16)
+        return cu_flash_attn_bf16(c, node, a);
     if (node->op == LT_OP_FLASH_ATTN) {
         a.rows = p.bq;
         return fa_launch(c, tf1 ? fa_forward_kernel<true, false> : fa_forward_kernel<false, false>,
@@ -523,6 +495,8 @@ lt_status cu_flash_attn_compute(struct cu_ctx *c, struct lt_tensor *node)
         return st;
     a.lse = (float *)scratch;
     a.dd = a.lse + p.S * p.H * p.T;
+    if (bf16)
+        return cu_flash_attn_bf16(c, node, a);
     a.rows = p.b;
     st = fa_launch(c, tf1 ? fa_forward_kernel<true, true> : fa_forward_kernel<false, true>,
                    dim3((unsigned)p.bq_tiles, (unsigned)p.H, (unsigned)p.S), p.shared_stats, a,

@@ -222,4 +222,92 @@ static inline void cuemu_mma_m16n8k8_tf32(float *d, const float *a, const float 
     mine[3] = (void *)d;
     cuemu_sync_warp_do(nvcuda::wmma::cuemu_mma_m16n8k8_tile);
 }
+
+/* ---- BF16 operands: mma.sync m16n8k16 and ldmatrix (src/backend/cuda/mma_bf16.h) ---- */
+
+/* the BF16 value in the low (hi = false) or high half of a 32-bit register */
+static inline float cuemu_bf16_half(uint32_t r, bool hi)
+{
+    const uint32_t u = (hi ? r >> 16 : r & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d = a b + d, in its fragment
+ * layout (g = lane / 4, t = lane % 4; a register's low half holds the lower column or row):
+ * a = A(g, 2t..2t+1), A(g + 8, 2t..), A(g, 2t + 8..), A(g + 8, 2t + 8..); b = B(2t..2t+1,
+ * g), B(2t + 8..2t + 9, g); d as m16n8k8's. Products of BF16 values are exact in float; the
+ * sum is float's. */
+static void cuemu_mma_m16n8k16_tile(void)
+{
+    float A[16][16], B[16][8], D[16][8];
+    for (int l = 0; l < 32; l++) {
+        void **s = cuemu_warp_ptrs(l);
+        const uint32_t *a = (const uint32_t *)s[0], *b = (const uint32_t *)s[1];
+        const float *d = (const float *)s[3];
+        const int g = l / 4, t = l % 4;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * t + h] = cuemu_bf16_half(a[0], h);
+            A[g + 8][2 * t + h] = cuemu_bf16_half(a[1], h);
+            A[g][2 * t + 8 + h] = cuemu_bf16_half(a[2], h);
+            A[g + 8][2 * t + 8 + h] = cuemu_bf16_half(a[3], h);
+            B[2 * t + h][g] = cuemu_bf16_half(b[0], h);
+            B[2 * t + 8 + h][g] = cuemu_bf16_half(b[1], h);
+        }
+        D[g][2 * t] = d[0];
+        D[g][2 * t + 1] = d[1];
+        D[g + 8][2 * t] = d[2];
+        D[g + 8][2 * t + 1] = d[3];
+    }
+    for (int r = 0; r < 16; r++)
+        for (int k = 0; k < 16; k++)
+            for (int c = 0; c < 8; c++)
+                D[r][c] += A[r][k] * B[k][c];
+    for (int l = 0; l < 32; l++) {
+        float *d = (float *)cuemu_warp_ptrs(l)[3];
+        const int g = l / 4, t = l % 4;
+        d[0] = D[g][2 * t];
+        d[1] = D[g][2 * t + 1];
+        d[2] = D[g + 8][2 * t];
+        d[3] = D[g + 8][2 * t + 1];
+    }
+}
+
+static inline void cuemu_mma_m16n8k16_bf16(float *d, const uint32_t *a, const uint32_t *b)
+{
+    void **mine = cuemu_warp_ptrs(cuemu_lane());
+    mine[0] = (void *)a;
+    mine[1] = (void *)b;
+    mine[3] = (void *)d;
+    cuemu_sync_warp_do(cuemu_mma_m16n8k16_tile);
+}
+
+/* PTX's ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane l gives the address of row
+ * l % 8 of 8 x 8 matrix l / 8 (8 consecutive 16-bit elements); register j of lane l gets
+ * matrix j's row l / 4, elements 2 (l % 4) and the next (low half first), or with .trans its
+ * column l / 4, rows 2 (l % 4) and the next. */
+template <bool TRANS> static void cuemu_ldmatrix_x4_all(void)
+{
+    for (int l = 0; l < 32; l++) {
+        uint32_t *r = (uint32_t *)cuemu_warp_ptrs(l)[1];
+        for (int j = 0; j < 4; j++) {
+            uint16_t e[2];
+            for (int h = 0; h < 2; h++) {
+                const int row = TRANS ? 2 * (l % 4) + h : l / 4,
+                          col = TRANS ? l / 4 : 2 * (l % 4) + h;
+                memcpy(&e[h], (const uint16_t *)cuemu_warp_ptrs(8 * j + row)[0] + col, 2);
+            }
+            r[j] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+        }
+    }
+}
+
+static inline void cuemu_ldmatrix_x4(uint32_t *r, const void *row, bool trans)
+{
+    void **mine = cuemu_warp_ptrs(cuemu_lane());
+    mine[0] = (void *)row;
+    mine[1] = (void *)r;
+    cuemu_sync_warp_do(trans ? cuemu_ldmatrix_x4_all<true> : cuemu_ldmatrix_x4_all<false>);
+}
 #endif
