@@ -414,9 +414,21 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) fa_dkv_kernel(struct fa_
 
 /* ---- host ---- */
 
+/* the backward's lse and D (2 S H T floats), rounded up to 256 bytes; then, at
+ * LT_FLASH_ATTN_PREC_BF16, the staged BF16 sources */
+static size_t fa_stats_bytes(const struct lt_tensor *node, const struct fa_plan &p)
+{
+    const size_t n = 2 * sizeof(float) * (size_t)(p.S * p.H * p.T);
+    return node->op == LT_OP_FLASH_ATTN_BACK ? (n + 255) / 256 * 256 : 0;
+}
+
 static size_t fa_scratch_bytes(const struct lt_tensor *node, const struct fa_plan &p)
 {
-    return node->op == LT_OP_FLASH_ATTN_BACK ? 2 * sizeof(float) * (size_t)(p.S * p.H * p.T) : 0;
+    const bool bf16 = lt_get_param_i32(node, 2) == LT_FLASH_ATTN_PREC_BF16;
+    return fa_stats_bytes(node, p) +
+           (bf16 ? cu_flash_attn_bf16_staged_bytes(p.D, p.H, p.Hkv, p.T, p.nk, p.S,
+                                                   node->op == LT_OP_FLASH_ATTN_BACK)
+                 : 0);
 }
 
 static void fa_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_COUNT])
@@ -480,27 +492,33 @@ lt_status cu_flash_attn_compute(struct cu_ctx *c, struct lt_tensor *node)
                             "zeroing flash_attn_back's result");
         return LT_OK;
     }
-    const bool bf16 = lt_get_param_i32(node, 2) == LT_FLASH_ATTN_PREC_BF16;
-    if (node->op == LT_OP_FLASH_ATTN && bf16)
-        return cu_flash_attn_bf16(c, node, a);
+    void *scratch = NULL;
+    const size_t need = fa_scratch_bytes(node, p);
+    if (need) {
+        lt_status st = cu_scratch(c, CU_SCRATCH_WORK, need, &scratch);
+        if (st != LT_OK)
+            return st;
+    }
+    if (lt_get_param_i32(node, 2) == LT_FLASH_ATTN_PREC_BF16) {
+        if (node->op == LT_OP_FLASH_ATTN_BACK) {
+            a.lse = (float *)scratch;
+            a.dd = a.lse + p.S * p.H * p.T;
+        }
+        return cu_flash_attn_bf16(c, node, a, (char *)scratch + fa_stats_bytes(node, p));
+    }
     if (node->op == LT_OP_FLASH_ATTN) {
         a.rows = p.bq;
         return fa_launch(c, tf1 ? fa_forward_kernel<true, false> : fa_forward_kernel<false, false>,
                          dim3((unsigned)p.q_tiles, (unsigned)p.H, (unsigned)p.S), p.shared_fwd, a,
                          "flash_attn");
     }
-    void *scratch;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, fa_scratch_bytes(node, p), &scratch);
-    if (st != LT_OK)
-        return st;
     a.lse = (float *)scratch;
     a.dd = a.lse + p.S * p.H * p.T;
-    if (bf16)
-        return cu_flash_attn_bf16(c, node, a);
     a.rows = p.b;
-    st = fa_launch(c, tf1 ? fa_forward_kernel<true, true> : fa_forward_kernel<false, true>,
-                   dim3((unsigned)p.bq_tiles, (unsigned)p.H, (unsigned)p.S), p.shared_stats, a,
-                   "flash_attn_back_stats");
+    lt_status st =
+        fa_launch(c, tf1 ? fa_forward_kernel<true, true> : fa_forward_kernel<false, true>,
+                  dim3((unsigned)p.bq_tiles, (unsigned)p.H, (unsigned)p.S), p.shared_stats, a,
+                  "flash_attn_back_stats");
     if (st == LT_OK)
         st = fa_launch(c, tf1 ? fa_dq_kernel<true> : fa_dq_kernel<false>,
                        dim3((unsigned)p.bq_tiles, (unsigned)p.H, (unsigned)p.S), p.shared_dq, a,

@@ -5,29 +5,35 @@
  * the ops compute; flash_attn.cu has the family's one predicate, which takes the same nodes
  * for this precision as for the others (D up to 256), and the F32 / TF32 kernels.
  *
- * Head dims are padded to DP = 64, 128 or 256 (zeros past D add nothing). Every block keeps
- * the tiles it reads in BF16, rows pitched DP + 8 (ldmatrix without bank conflicts), filled
- * from the sources in any type and strides.
+ * Head dims are padded to DP = 64, 128 or 256 (zeros past D add nothing). A first kernel
+ * stages q, k, v (and do) in scratch as BF16 rows of DP, [S][heads][rows][DP], rows padded to
+ * a multiple of 64 with zeros: from there a tile is whole 16-byte rows, which the kernels copy
+ * into shared memory asynchronously (cp.async), the next tile's copies in flight while the
+ * current one is multiplied. (Read element by element from F32 views, each tile's loads
+ * waited one after another: the first version spent most of its 1.5 ms a forward node at
+ * 16 x 512 there, H100.) Tiles in shared memory have rows pitched DP + 8 (ldmatrix without
+ * bank conflicts).
  *
  * Forward, a block per (64 queries, query head, sequence), 4 warps of 16 query rows: for each
- * tile of 64 keys, S = Q K^T (16 x 64 a warp, in registers), scaled into log2 units with
- * dropped keys at -inf, the online softmax a row (the running maximum m and sum l, a row's
- * four lanes agreeing on m by two shuffles; l stays a lane's partial until the end), O = alpha
- * O + P V with P rounded to BF16 from the registers that hold it. O / l at the end (zeros for
- * a row with every key dropped, SOFT_MAX's rule). The STATS instance skips V and O and
- * writes each row's log-sum-exp in log2 units (m + log2 l, -inf for a row all dropped) and
- * D = do . o into scratch, for the backward.
+ * tile of 64 keys (V's copy in flight during S, the next K's during P V), S = Q K^T (16 x 64 a
+ * warp, in registers), scaled into log2 units with dropped keys at -inf, the online softmax a row
+ * (the running maximum m and sum l, a row's four lanes agreeing on m by two shuffles; l stays a
+ * lane's partial until the end), O = alpha O + P V with P rounded to BF16 from the registers that
+ * hold it. O / l at the end (zeros for a row with every key dropped, SOFT_MAX's rule). The STATS
+ * instance skips V and O and writes each row's log-sum-exp in log2 units (m + log2 l, -inf for a
+ * row all dropped) and D = do . o into scratch, for the backward.
  *
  * Backward, after STATS, in two kernels that each own the rows they write (no atomics, a
  * fixed order of sums):
  *   dq: a block per (64 queries, query head, sequence), 4 warps of 16 query rows, over the
- *     key tiles (32 keys at DP 256, so dq, S and dP fit the registers): P = 2^(S - lse),
+ *     key tiles (32 keys at DP 256, so dq, S and dP fit the registers; two buffers of K and
+ *     V, the next tile's in flight): P = 2^(S - lse),
  *     dP = dO V^T, dS = P o (dP - D), dq += dS K, dq scaled at the end.
  *   dk, dv: a block per (64 keys, key head, sequence), over the group's query heads and the
- *     query tiles that reach its keys. Each warp owns 16 keys (and at DP 256 half of the
- *     columns: 8 warps). Per query tile, first P^T and dS^T [64 keys x 64 queries] (K Q^T and
- *     V dO^T, each warp its keys and its share of the queries) go to shared memory as BF16;
- *     then dv += P^T dO and dk += dS^T q, dk scaled at the end.
+ *     query tiles that reach its keys (two buffers of q and do). Each warp owns 16 keys (and
+ *     at DP 256 half of the columns: 8 warps). Per query tile, first P^T and dS^T [64 keys x 64
+ * queries] (K Q^T and V dO^T, each warp its keys and its share of the queries) go to shared memory
+ * as BF16; then dv += P^T dO and dk += dS^T q, dk scaled at the end.
  *
  * Key ranges: a query reads keys lo..hi (fb_keys_of: causal, the cache, packed examples'
  * positions), so a block walks only the key tiles its rows reach, and a dk/dv block only the
@@ -36,6 +42,7 @@
  * Rounding: q, k, v, do, P and dS enter products as BF16 (relative error 2^-9); everything
  * else is F32. Against the CPU's F32 the results are about 1e-5 off in normalised squared
  * error (test_cuda_conformance's TOL_FA_BF16). */
+#include <cuda_pipeline.h>
 #include <math.h>
 
 #include "backend/cuda/flash_attn_impl.h"
@@ -58,30 +65,59 @@ template <int DP> struct fb_dims {
     /* shared memory: the tiles, then 16 int64 for the block's reductions */
     static constexpr size_t RED = 16 * sizeof(int64_t);
     static constexpr size_t FWD = sizeof(__nv_bfloat16) * (FB_BQ + 2 * BK) * LD + RED;
-    static constexpr size_t DQ = sizeof(__nv_bfloat16) * (2 * FB_BQ + 2 * BK_DQ) * LD + RED;
-    /* K, V, Q, dO; P^T, dS^T; lse, D (float) and lo, hi (int64) of the tile's queries */
-    static constexpr size_t DKV = sizeof(__nv_bfloat16) * (4 * 64 * LD + 2 * FB_BKV * LP) +
-                                  FB_BQ * (2 * sizeof(float) + 2 * sizeof(int64_t)) + RED;
+    /* Q, dO; K, V twice */
+    static constexpr size_t DQ = sizeof(__nv_bfloat16) * (2 * FB_BQ + 4 * BK_DQ) * LD + RED;
+    /* K, V; Q, dO twice; P^T, dS^T; lse, D (float) and lo, hi (int64) of a tile's queries,
+     * twice */
+    static constexpr size_t DKV = sizeof(__nv_bfloat16) * (6 * 64 * LD + 2 * FB_BKV * LP) +
+                                  2 * FB_BQ * (2 * sizeof(float) + 2 * sizeof(int64_t)) + RED;
 };
 
-/* rows n0 .. n0 + rows - 1 of X [D, heads, n, S] at (head, s) into dst [rows][DP + 8] as
- * BF16, zeros past n and past D; the block together */
+/* The staged sources: BF16 [S][heads][rows][DP], rows padded to a multiple of 64 with
+ * zeros (tp for q and do, nkp for k and v) */
+struct fb_staged {
+    const __nv_bfloat16 *q, *k, *v, *gdo;
+    int64_t tp, nkp;
+};
+
+/* X [D, heads, n, S] (F32, F16 or BF16, any strides) -> dst [S][heads][np][DP] as BF16,
+ * zeros past n and past D. A block does 16 rows, DP / 2 threads a row (two elements each). */
 template <int DP>
-static __device__ void fb_load(__nv_bfloat16 *dst, const struct cu_t &x, int64_t head, int64_t n0,
-                               int64_t n, int64_t s, int rows, int64_t D)
+static __global__ void __launch_bounds__(256)
+    fb_stage_kernel(struct cu_t x, __nv_bfloat16 *dst, int64_t n, int64_t np, int64_t D)
 {
-    constexpr int HP = DP / 2, LD = DP + 8;
-    for (int e = threadIdx.x; e < rows * HP; e += blockDim.x) {
-        const int r = e / HP, i = 2 * (e % HP);
+    constexpr int P = DP / 2, R = 256 / P;
+    const uint64_t rows = (uint64_t)x.ne[3] * (uint64_t)x.ne[1] * (uint64_t)np;
+    const int i = 2 * (int)(threadIdx.x % P);
+    for (int rr = (int)threadIdx.x / P; rr < 16; rr += R) {
+        const uint64_t row = (uint64_t)blockIdx.x * 16 + (uint64_t)rr;
+        if (row >= rows)
+            break;
+        const uint64_t r = row % (uint64_t)np, hs = row / (uint64_t)np;
+        const uint64_t hd = hs % (uint64_t)x.ne[1], s = hs / (uint64_t)x.ne[1];
         float x0 = 0.0f, x1 = 0.0f;
-        if (n0 + r < n) {
-            const char *p = cu_ptr(x, i, head, n0 + r, s);
+        if ((int64_t)r < n) {
+            const char *p = cu_ptr(x, i, (int64_t)hd, (int64_t)r, (int64_t)s);
             if (i < D)
                 x0 = cu_load(p, x.type);
             if (i + 1 < D)
                 x1 = cu_load(p + x.nb[0], x.type);
         }
-        *(__nv_bfloat162 *)(dst + r * LD + i) = __floats2bfloat162_rn(x0, x1);
+        *(__nv_bfloat162 *)(dst + row * DP + i) = __floats2bfloat162_rn(x0, x1);
+    }
+}
+
+/* rows rows of a staged source (src, rows of DP) into dst [rows][DP + 8] by asynchronous
+ * 16-byte copies; the block together, each thread issuing all of its copies before any
+ * lands. The caller commits, waits and synchronises before reading dst. */
+template <int DP>
+static __device__ __forceinline__ void fb_copy(__nv_bfloat16 *dst, const __nv_bfloat16 *src,
+                                               int rows)
+{
+    constexpr int C = DP / 8, LD = DP + 8;
+    for (int e = threadIdx.x; e < rows * C; e += blockDim.x) {
+        const int r = e / C, c = 8 * (e % C);
+        __pipeline_memcpy_async(dst + r * LD + c, src + r * DP + c, 16);
     }
 }
 
@@ -201,9 +237,17 @@ static __device__ __forceinline__ void fb_mask(const struct fa_args &a, float (*
         }
 }
 
+/* the staged rows of head hd of sequence s, np rows a head */
+static __device__ __forceinline__ const __nv_bfloat16 *
+fb_rows(const __nv_bfloat16 *x, int64_t s, int64_t heads, int64_t hd, int64_t np, int dp)
+{
+    return x + ((s * heads + hd) * np) * dp;
+}
+
 /* Forward (STATS: the log-sum-exp and D only). Block (query tile, h, s), 4 warps. */
 template <int DP, bool STATS>
-static __global__ void __launch_bounds__(128) fb_forward_kernel(struct fa_args a)
+static __global__ void __launch_bounds__(128)
+    fb_forward_kernel(struct fa_args a, struct fb_staged x)
 {
     using F = fb_dims<DP>;
     constexpr int LD = F::LD, BK = F::BK, NT = BK / 8, DT = STATS ? 2 : DP / 8;
@@ -213,17 +257,22 @@ static __global__ void __launch_bounds__(128) fb_forward_kernel(struct fa_args a
     const int w = threadIdx.x / 32, g = (threadIdx.x & 31) / 4;
     const int64_t h = blockIdx.y, s = blockIdx.z, hk = h / (a.H / a.Hkv),
                   t0 = (int64_t)blockIdx.x * FB_BQ, t_row = t0 + 16 * w + g;
-    fb_load<DP>(Qs, a.q, h, t0, a.T, s, FB_BQ, a.D);
+    const __nv_bfloat16 *kg = fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP),
+                        *vg = fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP);
     int64_t lo[2], hi[2], j_begin, j_end;
     fb_keys_of(a, t_row, s, lo[0], hi[0]);
     fb_keys_of(a, t_row + 8, s, lo[1], hi[1]);
     fb_key_tiles<BK>(a, t0, s, red, j_begin, j_end);
+    fb_copy<DP>(Qs, fb_rows(x.q, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
+    if (j_begin < j_end)
+        fb_copy<DP>(Ks, kg + j_begin * DP, BK);
+    __pipeline_commit();
     float O[DT][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int64_t j0 = j_begin; j0 < j_end; j0 += BK) {
-        __syncthreads(); /* the last tile's products have read Ks and Vs */
-        fb_load<DP>(Ks, a.k, hk, j0, a.nk, s, BK, a.D);
         if (!STATS)
-            fb_load<DP>(Vs, a.v, hk, j0, a.nk, s, BK, a.D);
+            fb_copy<DP>(Vs, vg + j0 * DP, BK);
+        __pipeline_commit();
+        __pipeline_wait_prior(1); /* Q and this tile's K */
         __syncthreads();
         float S[NT][4] = {};
         fb_qk<DP, NT>(S, Qs, Ks, 16 * w);
@@ -254,9 +303,16 @@ static __global__ void __launch_bounds__(128) fb_forward_kernel(struct fa_args a
                 for (int d = 0; d < DT; d++)
                     O[d][2 * hh] *= alpha, O[d][2 * hh + 1] *= alpha;
         }
+        __pipeline_wait_prior(0); /* this tile's V */
+        __syncthreads();          /* and every warp is done with Ks */
+        if (j0 + BK < j_end)
+            fb_copy<DP>(Ks, kg + (j0 + BK) * DP, BK);
+        __pipeline_commit();
         if (!STATS)
             fb_pv<DP, NT>(O, S, Vs);
+        __syncthreads(); /* every warp is done with Vs */
     }
+    __pipeline_wait_prior(0); /* Q's copy, when no key tile waited for it */
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         l[hh] += __shfl_xor_sync(FB_FULL, l[hh], 1);
@@ -301,35 +357,49 @@ static __global__ void __launch_bounds__(128) fb_forward_kernel(struct fa_args a
 }
 
 /* dq: block (query tile, h, s), 4 warps of 16 query rows */
-template <int DP> static __global__ void __launch_bounds__(128) fb_dq_kernel(struct fa_args a)
+template <int DP>
+static __global__ void __launch_bounds__(128) fb_dq_kernel(struct fa_args a, struct fb_staged x)
 {
     using F = fb_dims<DP>;
     constexpr int LD = F::LD, BK = F::BK_DQ, NT = BK / 8, DT = DP / 8;
     extern __shared__ __align__(128) float fb_sh[];
-    __nv_bfloat16 *Qs = (__nv_bfloat16 *)fb_sh, *dOs = Qs + FB_BQ * LD, *Ks = dOs + FB_BQ * LD,
-                  *Vs = Ks + BK * LD;
-    int64_t *red = (int64_t *)(Vs + BK * LD);
+    /* Qs, dOs [FB_BQ][LD]; then K, V [BK][LD] of buffer 0, then of buffer 1 */
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)fb_sh, *dOs = Qs + FB_BQ * LD, *KV = dOs + FB_BQ * LD;
+    int64_t *red = (int64_t *)(KV + 4 * BK * LD);
     const int w = threadIdx.x / 32, g = (threadIdx.x & 31) / 4;
     const int64_t h = blockIdx.y, s = blockIdx.z, hk = h / (a.H / a.Hkv),
                   t0 = (int64_t)blockIdx.x * FB_BQ, t_row = t0 + 16 * w + g;
-    fb_load<DP>(Qs, a.q, h, t0, a.T, s, FB_BQ, a.D);
-    fb_load<DP>(dOs, a.gdo, h, t0, a.T, s, FB_BQ, a.D);
+    const __nv_bfloat16 *kg = fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP),
+                        *vg = fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP);
     int64_t lo[2], hi[2], j_begin, j_end;
     float lse[2], dd[2];
     for (int hh = 0; hh < 2; hh++) {
         const int64_t t = t_row + 8 * hh;
         fb_keys_of(a, t, s, lo[hh], hi[hh]);
-        const float x = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
-        lse[hh] = x == -INFINITY ? INFINITY : x; /* a row all dropped: every P 0 */
+        const float v = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
+        lse[hh] = v == -INFINITY ? INFINITY : v; /* a row all dropped: every P 0 */
         dd[hh] = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
     }
     fb_key_tiles<BK>(a, t0, s, red, j_begin, j_end);
+    fb_copy<DP>(Qs, fb_rows(x.q, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
+    fb_copy<DP>(dOs, fb_rows(x.gdo, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
+    if (j_begin < j_end) {
+        fb_copy<DP>(KV, kg + j_begin * DP, BK);
+        fb_copy<DP>(KV + BK * LD, vg + j_begin * DP, BK);
+    }
+    __pipeline_commit();
     float dQ[DT][4] = {};
-    for (int64_t j0 = j_begin; j0 < j_end; j0 += BK) {
+    int buf = 0;
+    for (int64_t j0 = j_begin; j0 < j_end; j0 += BK, buf ^= 1) {
+        if (j0 + BK < j_end) { /* the next tile into the other buffer */
+            __nv_bfloat16 *nx = KV + (buf ^ 1) * 2 * BK * LD;
+            fb_copy<DP>(nx, kg + (j0 + BK) * DP, BK);
+            fb_copy<DP>(nx + BK * LD, vg + (j0 + BK) * DP, BK);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(1); /* this tile's K and V (and Q, dO) */
         __syncthreads();
-        fb_load<DP>(Ks, a.k, hk, j0, a.nk, s, BK, a.D);
-        fb_load<DP>(Vs, a.v, hk, j0, a.nk, s, BK, a.D);
-        __syncthreads();
+        const __nv_bfloat16 *Ks = KV + buf * 2 * BK * LD, *Vs = Ks + BK * LD;
         float S[NT][4] = {}, dP[NT][4] = {};
         fb_qk<DP, NT>(S, Qs, Ks, 16 * w);
         fb_qk<DP, NT>(dP, dOs, Vs, 16 * w);
@@ -340,7 +410,9 @@ template <int DP> static __global__ void __launch_bounds__(128) fb_dq_kernel(str
             for (int i = 0; i < 4; i++)
                 S[n][i] = exp2f(S[n][i] - lse[i / 2]) * (dP[n][i] - dd[i / 2]);
         fb_pv<DP, NT>(dQ, S, Ks); /* dq += dS K */
+        __syncthreads();          /* every warp is done with this buffer before its refill */
     }
+    __pipeline_wait_prior(0);
     const int c0 = 2 * (threadIdx.x & 3);
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
@@ -378,99 +450,139 @@ static __device__ void fb_query_tiles(const struct fa_args &a, int64_t j0, int64
     t_end = hi >= lo ? hi + 1 : 0;
 }
 
+/* A dk/dv block's buffer of one query tile: q and do's rows, and what P^T and dS^T need of
+ * each query */
+struct fb_qtile {
+    __nv_bfloat16 *Qs, *dOs; /* [FB_BQ][DP + 8] */
+    float *lse, *dd;         /* [FB_BQ]: the log-sum-exp (+inf for a row all dropped), D */
+    int64_t *lo, *hi;        /* [FB_BQ]: the keys each query reads */
+};
+
+/* buffer b of a dk/dv block's shared memory (after K, V, P^T and dS^T) */
+template <int DP> static __device__ struct fb_qtile fb_qtile_at(__nv_bfloat16 *base, int b)
+{
+    constexpr int LD = DP + 8;
+    struct fb_qtile q;
+    q.Qs = base + b * 2 * FB_BQ * LD;
+    q.dOs = q.Qs + FB_BQ * LD;
+    float *f = (float *)(base + 4 * FB_BQ * LD) + b * 2 * FB_BQ;
+    q.lse = f, q.dd = f + FB_BQ;
+    int64_t *i = (int64_t *)((float *)(base + 4 * FB_BQ * LD) + 4 * FB_BQ) + b * 2 * FB_BQ;
+    q.lo = i, q.hi = i + FB_BQ;
+    return q;
+}
+
+/* starts filling q's buffer with query tile t0 of head h: the rows' copies (uncommitted) and
+ * the per-query values */
+template <int DP>
+static __device__ void fb_qtile_fill(const struct fb_qtile &q, const struct fa_args &a,
+                                     const struct fb_staged &x, int64_t h, int64_t t0, int64_t s)
+{
+    fb_copy<DP>(q.Qs, fb_rows(x.q, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
+    fb_copy<DP>(q.dOs, fb_rows(x.gdo, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
+    for (int e = threadIdx.x; e < FB_BQ; e += blockDim.x) {
+        const int64_t t = t0 + e;
+        fb_keys_of(a, t, s, q.lo[e], q.hi[e]);
+        const float v = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
+        q.lse[e] = v == -INFINITY ? INFINITY : v;
+        q.dd[e] = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
+    }
+}
+
 /* dk, dv: block (key tile, hk, s), 4 warps a 16-key strip each, times WN column shares */
 template <int DP>
 static __global__ void __launch_bounds__(32 * fb_dims<DP>::DKV_WARPS)
-    fb_dkv_kernel(struct fa_args a)
+    fb_dkv_kernel(struct fa_args a, struct fb_staged x)
 {
     using F = fb_dims<DP>;
     constexpr int LD = F::LD, LP = F::LP, WN = F::WN, QC = FB_BQ / WN, DC = DP / WN;
     constexpr int NQ = QC / 8, ND = DC / 8;
     extern __shared__ __align__(128) float fb_sh[];
-    __nv_bfloat16 *Ks = (__nv_bfloat16 *)fb_sh, *Vs = Ks + FB_BKV * LD, *Qs = Vs + FB_BKV * LD,
-                  *dOs = Qs + FB_BQ * LD, *Ps = dOs + FB_BQ * LD, *dSs = Ps + FB_BKV * LP;
-    float *lse_s = (float *)(dSs + FB_BKV * LP), *dd_s = lse_s + FB_BQ;
-    int64_t *lo_s = (int64_t *)(dd_s + FB_BQ), *hi_s = lo_s + FB_BQ, *red = hi_s + FB_BQ;
+    /* K, V [FB_BKV][LD]; P^T, dS^T [FB_BKV][LP]; then the two query tiles' buffers */
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)fb_sh, *Vs = Ks + FB_BKV * LD, *Ps = Vs + FB_BKV * LD,
+                  *dSs = Ps + FB_BKV * LP, *qbase = dSs + FB_BKV * LP;
+    int64_t *red = (int64_t *)((float *)(qbase + 4 * FB_BQ * LD) + 4 * FB_BQ) + 4 * FB_BQ;
     const int w = threadIdx.x / 32, r = w % 4, c = w / 4, g = (threadIdx.x & 31) / 4,
               c0 = 2 * (threadIdx.x & 3);
     const int64_t hk = blockIdx.y, s = blockIdx.z, j0 = (int64_t)blockIdx.x * FB_BKV,
                   G = a.H / a.Hkv;
-    fb_load<DP>(Ks, a.k, hk, j0, a.nk, s, FB_BKV, a.D);
-    fb_load<DP>(Vs, a.v, hk, j0, a.nk, s, FB_BKV, a.D);
     int64_t t_begin, t_end;
     fb_query_tiles(a, j0, s, red, t_begin, t_end);
+    const int64_t n_t = (t_end - t_begin + FB_BQ - 1) / FB_BQ, items = G * n_t;
+    fb_copy<DP>(Ks, fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP) + j0 * DP, FB_BKV);
+    fb_copy<DP>(Vs, fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP) + j0 * DP, FB_BKV);
+    if (items > 0)
+        fb_qtile_fill<DP>(fb_qtile_at<DP>(qbase, 0), a, x, hk * G, t_begin, s);
+    __pipeline_commit();
     float dK[ND][4] = {}, dV[ND][4] = {};
-    for (int64_t h = hk * G; h < (hk + 1) * G; h++)
-        for (int64_t t0 = t_begin; t0 < t_end; t0 += FB_BQ) {
-            __syncthreads(); /* the last tile's products have read Qs, dOs, Ps and dSs */
-            fb_load<DP>(Qs, a.q, h, t0, a.T, s, FB_BQ, a.D);
-            fb_load<DP>(dOs, a.gdo, h, t0, a.T, s, FB_BQ, a.D);
-            for (int e = threadIdx.x; e < FB_BQ; e += blockDim.x) {
-                const int64_t t = t0 + e;
-                fb_keys_of(a, t, s, lo_s[e], hi_s[e]);
-                const float x = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
-                lse_s[e] = x == -INFINITY ? INFINITY : x;
-                dd_s[e] = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
-            }
-            __syncthreads();
-            /* P^T and dS^T of keys 16 r.. and queries QC c.. */
-            float St[NQ][4] = {}, dPt[NQ][4] = {};
+    for (int64_t it = 0; it < items; it++) {
+        const int64_t h = hk * G + it / n_t, t0 = t_begin + it % n_t * FB_BQ;
+        if (it + 1 < items) /* the next query tile into the other buffer */
+            fb_qtile_fill<DP>(fb_qtile_at<DP>(qbase, (int)((it + 1) & 1)), a, x,
+                              hk * G + (it + 1) / n_t, t_begin + (it + 1) % n_t * FB_BQ, s);
+        __pipeline_commit();
+        __pipeline_wait_prior(1); /* this tile's q and do (and K, V) */
+        __syncthreads();
+        const struct fb_qtile q = fb_qtile_at<DP>(qbase, (int)(it & 1));
+        /* P^T and dS^T of keys 16 r.. and queries QC c.. */
+        float St[NQ][4] = {}, dPt[NQ][4] = {};
 #pragma unroll
-            for (int kk = 0; kk < DP; kk += 16) {
-                uint32_t ka[4], va[4];
-                mb_load_a(ka, Ks, LD, 16 * r, kk);
-                mb_load_a(va, Vs, LD, 16 * r, kk);
+        for (int kk = 0; kk < DP; kk += 16) {
+            uint32_t ka[4], va[4];
+            mb_load_a(ka, Ks, LD, 16 * r, kk);
+            mb_load_a(va, Vs, LD, 16 * r, kk);
 #pragma unroll
-                for (int n = 0; n < NQ; n += 2) {
-                    uint32_t qb[4], ob[4];
-                    mb_load_b_nk(qb, Qs, LD, kk, QC * c + 8 * n);
-                    mb_load_b_nk(ob, dOs, LD, kk, QC * c + 8 * n);
-                    mb_mma(St[n], ka, qb);
-                    mb_mma(St[n + 1], ka, qb + 2);
-                    mb_mma(dPt[n], va, ob);
-                    mb_mma(dPt[n + 1], va, ob + 2);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < NQ; n++)
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int kr = 16 * r + g + 8 * hh;
-                    const int64_t j = j0 + kr;
-                    float p[2], ds[2];
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int qc = QC * c + 8 * n + c0 + e;
-                        float z = St[n][2 * hh + e] * a.scale;
-                        if (a.has_mask && j < a.nk && t0 + qc < a.T)
-                            z += cu_getf(a.mask, j, t0 + qc, h % a.mask.ne[2], s % a.mask.ne[3]);
-                        p[e] =
-                            j >= lo_s[qc] && j <= hi_s[qc] ? exp2f(z * FB_LOG2E - lse_s[qc]) : 0.0f;
-                        ds[e] = p[e] * (dPt[n][2 * hh + e] - dd_s[qc]);
-                    }
-                    const int at = kr * LP + QC * c + 8 * n + c0;
-                    *(__nv_bfloat162 *)(Ps + at) = __floats2bfloat162_rn(p[0], p[1]);
-                    *(__nv_bfloat162 *)(dSs + at) = __floats2bfloat162_rn(ds[0], ds[1]);
-                }
-            __syncthreads();
-            /* dv += P^T dO and dk += dS^T Q over keys 16 r.. and columns DC c.. */
-#pragma unroll
-            for (int kk = 0; kk < FB_BQ; kk += 16) {
-                uint32_t pa[4], sa[4];
-                mb_load_a(pa, Ps, LP, 16 * r, kk);
-                mb_load_a(sa, dSs, LP, 16 * r, kk);
-#pragma unroll
-                for (int d = 0; d < ND; d += 2) {
-                    uint32_t ob[4], qb[4];
-                    mb_load_b_kn(ob, dOs, LD, kk, DC * c + 8 * d);
-                    mb_load_b_kn(qb, Qs, LD, kk, DC * c + 8 * d);
-                    mb_mma(dV[d], pa, ob);
-                    mb_mma(dV[d + 1], pa, ob + 2);
-                    mb_mma(dK[d], sa, qb);
-                    mb_mma(dK[d + 1], sa, qb + 2);
-                }
+            for (int n = 0; n < NQ; n += 2) {
+                uint32_t qb[4], ob[4];
+                mb_load_b_nk(qb, q.Qs, LD, kk, QC * c + 8 * n);
+                mb_load_b_nk(ob, q.dOs, LD, kk, QC * c + 8 * n);
+                mb_mma(St[n], ka, qb);
+                mb_mma(St[n + 1], ka, qb + 2);
+                mb_mma(dPt[n], va, ob);
+                mb_mma(dPt[n + 1], va, ob + 2);
             }
         }
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int kr = 16 * r + g + 8 * hh;
+                const int64_t j = j0 + kr;
+                float p[2], ds[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int qc = QC * c + 8 * n + c0 + e;
+                    float z = St[n][2 * hh + e] * a.scale;
+                    if (a.has_mask && j < a.nk && t0 + qc < a.T)
+                        z += cu_getf(a.mask, j, t0 + qc, h % a.mask.ne[2], s % a.mask.ne[3]);
+                    p[e] = j >= q.lo[qc] && j <= q.hi[qc] ? exp2f(z * FB_LOG2E - q.lse[qc]) : 0.0f;
+                    ds[e] = p[e] * (dPt[n][2 * hh + e] - q.dd[qc]);
+                }
+                const int at = kr * LP + QC * c + 8 * n + c0;
+                *(__nv_bfloat162 *)(Ps + at) = __floats2bfloat162_rn(p[0], p[1]);
+                *(__nv_bfloat162 *)(dSs + at) = __floats2bfloat162_rn(ds[0], ds[1]);
+            }
+        __syncthreads();
+        /* dv += P^T dO and dk += dS^T Q over keys 16 r.. and columns DC c.. */
+#pragma unroll
+        for (int kk = 0; kk < FB_BQ; kk += 16) {
+            uint32_t pa[4], sa[4];
+            mb_load_a(pa, Ps, LP, 16 * r, kk);
+            mb_load_a(sa, dSs, LP, 16 * r, kk);
+#pragma unroll
+            for (int d = 0; d < ND; d += 2) {
+                uint32_t ob[4], qb[4];
+                mb_load_b_kn(ob, q.dOs, LD, kk, DC * c + 8 * d);
+                mb_load_b_kn(qb, q.Qs, LD, kk, DC * c + 8 * d);
+                mb_mma(dV[d], pa, ob);
+                mb_mma(dV[d + 1], pa, ob + 2);
+                mb_mma(dK[d], sa, qb);
+                mb_mma(dK[d + 1], sa, qb + 2);
+            }
+        }
+        __syncthreads(); /* every warp is done with this buffer, P^T and dS^T */
+    }
+    __pipeline_wait_prior(0);
     const int64_t n_q = a.D * a.H * a.T * a.S, n_k = a.D * a.Hkv * a.nk * a.S;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
@@ -493,45 +605,93 @@ static __global__ void __launch_bounds__(32 * fb_dims<DP>::DKV_WARPS)
 
 /* ---- host ---- */
 
-typedef void (*fb_kernel)(struct fa_args);
+static int fb_dp(int64_t D)
+{
+    return D <= 64 ? 64 : D <= 128 ? 128 : 256;
+}
+
+static int64_t fb_pad64(int64_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+size_t cu_flash_attn_bf16_staged_bytes(int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t nk,
+                                       int64_t S, bool back)
+{
+    const int64_t rows = (back ? 2 : 1) * S * H * fb_pad64(T) + 2 * S * Hkv * fb_pad64(nk);
+    return sizeof(__nv_bfloat16) * (size_t)(rows * fb_dp(D));
+}
+
+typedef void (*fb_kernel)(struct fa_args, struct fb_staged);
 
 static lt_status fb_launch(struct cu_ctx *c, fb_kernel k, dim3 grid, int threads, size_t shared,
-                           const struct fa_args &a, const char *name)
+                           const struct fa_args &a, const struct fb_staged &x, const char *name)
 {
     lt_status st =
         cu_check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared),
                  "raising flash_attn_bf16's shared memory");
     if (st != LT_OK)
         return st;
-    k<<<grid, threads, shared, c->stream>>>(a);
+    k<<<grid, threads, shared, c->stream>>>(a, x);
     return cu_launched(name);
 }
 
+/* x [D, heads, n, S] into dst as fb_stage_kernel lays it out, np rows a head */
 template <int DP>
-static lt_status fb_run(struct cu_ctx *c, const struct lt_tensor *node, const struct fa_args &a)
+static lt_status fb_stage(struct cu_ctx *c, const struct cu_t &x, __nv_bfloat16 *dst, int64_t np,
+                          int64_t D)
+{
+    const int64_t rows = x.ne[3] * x.ne[1] * np;
+    if (rows == 0)
+        return LT_OK;
+    fb_stage_kernel<DP>
+        <<<(unsigned)((rows + 15) / 16), 256, 0, c->stream>>>(x, dst, x.ne[2], np, D);
+    return cu_launched("flash_attn_bf16_stage");
+}
+
+template <int DP>
+static lt_status fb_run(struct cu_ctx *c, const struct lt_tensor *node, const struct fa_args &a,
+                        __nv_bfloat16 *staged)
 {
     using F = fb_dims<DP>;
-    const dim3 queries((unsigned)((a.T + FB_BQ - 1) / FB_BQ), (unsigned)a.H, (unsigned)a.S);
-    if (node->op == LT_OP_FLASH_ATTN)
-        return fb_launch(c, fb_forward_kernel<DP, false>, queries, 128, F::FWD, a,
-                         "flash_attn_bf16");
-    lt_status st =
-        fb_launch(c, fb_forward_kernel<DP, true>, queries, 128, F::FWD, a, "flash_attn_bf16_stats");
+    const bool back = node->op == LT_OP_FLASH_ATTN_BACK;
+    struct fb_staged x;
+    x.tp = fb_pad64(a.T), x.nkp = fb_pad64(a.nk);
+    __nv_bfloat16 *q = staged, *k = q + a.S * a.H * x.tp * DP, *v = k + a.S * a.Hkv * x.nkp * DP,
+                  *gdo = v + a.S * a.Hkv * x.nkp * DP;
+    x.q = q, x.k = k, x.v = v, x.gdo = back ? gdo : NULL;
+    lt_status st = fb_stage<DP>(c, a.q, q, x.tp, a.D);
     if (st == LT_OK)
-        st = fb_launch(c, fb_dq_kernel<DP>, queries, 128, F::DQ, a, "flash_attn_bf16_dq");
+        st = fb_stage<DP>(c, a.k, k, x.nkp, a.D);
+    if (st == LT_OK)
+        st = fb_stage<DP>(c, a.v, v, x.nkp, a.D);
+    if (st == LT_OK && back)
+        st = fb_stage<DP>(c, a.gdo, gdo, x.tp, a.D);
+    if (st != LT_OK)
+        return st;
+    const dim3 queries((unsigned)((a.T + FB_BQ - 1) / FB_BQ), (unsigned)a.H, (unsigned)a.S);
+    if (!back)
+        return fb_launch(c, fb_forward_kernel<DP, false>, queries, 128, F::FWD, a, x,
+                         "flash_attn_bf16");
+    st = fb_launch(c, fb_forward_kernel<DP, true>, queries, 128, F::FWD, a, x,
+                   "flash_attn_bf16_stats");
+    if (st == LT_OK)
+        st = fb_launch(c, fb_dq_kernel<DP>, queries, 128, F::DQ, a, x, "flash_attn_bf16_dq");
     if (st == LT_OK && a.nk > 0)
         st = fb_launch(
             c, fb_dkv_kernel<DP>,
             dim3((unsigned)((a.nk + FB_BKV - 1) / FB_BKV), (unsigned)a.Hkv, (unsigned)a.S),
-            32 * F::DKV_WARPS, F::DKV, a, "flash_attn_bf16_dkv");
+            32 * F::DKV_WARPS, F::DKV, a, x, "flash_attn_bf16_dkv");
     return st;
 }
 
-lt_status cu_flash_attn_bf16(struct cu_ctx *c, const struct lt_tensor *node, struct fa_args a)
+lt_status cu_flash_attn_bf16(struct cu_ctx *c, const struct lt_tensor *node, struct fa_args a,
+                             void *staged)
 {
-    if (a.D <= 64)
-        return fb_run<64>(c, node, a);
-    if (a.D <= 128)
-        return fb_run<128>(c, node, a);
-    return fb_run<256>(c, node, a);
+    __nv_bfloat16 *x = (__nv_bfloat16 *)staged;
+    switch (fb_dp(a.D)) {
+    case 64: return fb_run<64>(c, node, a, x);
+    case 128: return fb_run<128>(c, node, a, x);
+    default: return fb_run<256>(c, node, a, x);
+    }
 }

@@ -41,7 +41,11 @@ static __device__ __forceinline__ int64_t fa_key_end(const struct fa_args &a, in
 
 /* FLASH_ATTN (forward) or FLASH_ATTN_BACK of LT_FLASH_ATTN_PREC_BF16 (flash_attn_bf16.cu):
  * every node the family's predicate takes. a: the node's sources and result, lse and dd
- * set for the backward (scratch of 2 S H T floats). */
-lt_status cu_flash_attn_bf16(struct cu_ctx *c, const struct lt_tensor *node, struct fa_args a);
+ * set for the backward (scratch of 2 S H T floats); staged: scratch of
+ * cu_flash_attn_bf16_staged_bytes, 16-byte aligned, for q, k, v (and do) as BF16. */
+lt_status cu_flash_attn_bf16(struct cu_ctx *c, const struct lt_tensor *node, struct fa_args a,
+                             void *staged);
+size_t cu_flash_attn_bf16_staged_bytes(int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t nk,
+                                       int64_t S, bool back);
 
 #endif
