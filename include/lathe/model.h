@@ -119,8 +119,9 @@ struct lt_model_adapters {
      * training job sets it, check-ref and the CPU leave it off */
     bool fused_loss;
     /* each attention layer's scores, softmax and values as one FLASH_ATTN node (no T x T
-     * scores or probabilities, in the forward or the backward); a training job sets it with
-     * LATHE_FLASH_ATTN=1 (lt_model_flash_attn_on), check-ref leaves it off */
+     * scores or probabilities, in the forward or the backward); a device's training job with
+     * BF16 products sets it (lt_model_flash_attn_on; LATHE_FLASH_ATTN=0 or 1 decides
+     * otherwise), check-ref leaves it off */
     bool flash_attn;
     /* with bf16_products: keep the weighted norms as their chain of ops (RMS_NORM, MUL by the
      * weight, and SILU and MUL for a gate) instead of one RMS_NORM with its weight and gate,
@@ -130,12 +131,12 @@ struct lt_model_adapters {
 };
 
 /* Whether graphs for backend be should take their attention as FLASH_ATTN (no T x T scores):
- * LATHE_FLASH_ATTN=1 asks for it (off by default: on the H200 its kernels are slower),
- * and be runs FLASH_ATTN and FLASH_ATTN_BACK for m's heads (asked of one query against one
- * key with a mask: a claim looks at types and shapes only). A backend that cannot keeps
- * the chain of products and SOFT_MAX, so nothing that ran there before moves to the CPU or
- * is refused for it. Training jobs and sessions' prefill ask it. */
-bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be);
+ * LATHE_FLASH_ATTN=1 asks for it and =0 refuses it, else by_default decides (a device's
+ * training job with BF16 products: yes; sessions' prefill: not yet); and be runs FLASH_ATTN
+ * and FLASH_ATTN_BACK for m's heads (asked of one query against one key with a mask: a
+ * claim looks at types and shapes only). A backend that cannot keeps the chain of products
+ * and SOFT_MAX, so nothing that ran there before moves to the CPU or is refused for it. */
+bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be, bool by_default);
 
 /* F32 copies of every weight (dequantised), flagged LT_FLAG_PARAM and named as the weight,
  * in host memory owned by the set: full fine-tuning, and gradients for checking. filter

@@ -725,20 +725,21 @@ struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct l
     return lt_linear_cross_entropy(b->ctx, wr, h, labels);
 }
 
-bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be)
+bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be, bool by_default)
 {
     const char *env = getenv("LATHE_FLASH_ATTN");
     const struct lt_model_hparams *hp = lt_model_hparams(m);
-    /* opt-in: on the H200 the F32 / TF32 kernels were right (the same loss curve as the
-     * chain's) but slower than the chain, 25% at 16 x 512 and 50% at 4 x 2048 tokens of
-     * Qwen3.5-0.8B, though they took 5 GiB less at 4 x 2048. Training and prefill now take
-     * the BF16 tensor-core kernels (flash_attn_bf16.cu), which no device has timed yet: the
-     * default waits for that. (On the CUDA emulation a SmolLM2 LoRA
-     * step's first loss through FLASH_ATTN is 12.6789 against the chain's 12.6796: the
-     * attention outputs agree to 1.5e-9, and the Q4_1 products round their activations to
-     * 8 bits, which turns that into 5e-5 in the loss; on F32 weights the two agree.) */
-    if (!(env && strcmp(env, "1") == 0) || hp->head_dim <= 0 || hp->n_head <= 0 ||
-        hp->n_head_kv <= 0)
+    /* The F32 / TF32 kernels were right on the H200 (the same loss curve as the chain's) but
+     * slower than the chain, 25% at 16 x 512 and 50% at 4 x 2048 tokens of Qwen3.5-0.8B. The
+     * BF16 tensor-core kernels (flash_attn_bf16.cu) are faster than the chain in a BF16
+     * training step (H100, 3818660: 16 x 512 +2.3% full, +2.2% LoRA; 4 x 2048 even; 4 to 5
+     * GiB less), so such a job takes them by default; prefill waits for its own measurement.
+     * (On the CUDA emulation a SmolLM2 LoRA step's first loss through the F32 FLASH_ATTN is
+     * 12.6789 against the chain's 12.6796: the attention outputs agree to 1.5e-9, and the
+     * Q4_1 products round their activations to 8 bits, which turns that into 5e-5 in the
+     * loss; on F32 weights the two agree.) */
+    const bool want = env && *env ? strcmp(env, "1") == 0 : by_default;
+    if (!want || hp->head_dim <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
         return false;
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
     if (!ctx)

@@ -140,8 +140,8 @@ struct lt_mb {
      * device multiplies with tensor cores; fewer stay F32 for its exact few-column kernel) */
     bool half_acts;
     /* attention as one FLASH_ATTN node: the loss graph's adapters->flash_attn, or a
-     * session's prefill (lt_model_flash_attn_on); its products in TF32 where the step's
-     * products are BF16 or half_acts rounds the activations anyway */
+     * session's prefill (lt_model_flash_attn_on); its products' operands in BF16 where the
+     * step's products are BF16 or half_acts rounds the activations anyway */
     bool flash;
     /* inference only: fused ops that have no backward rule stand in for the chains they
      * replace (RMS_NORM with its weight), fewer kernels a decode step (set by the session) */

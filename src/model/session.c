@@ -205,7 +205,7 @@ lt_status lt_session_new(const struct lt_model *m, const struct lt_session_param
         s->n_be = 1;
     }
     s->p.backends = NULL;
-    s->flash = lt_model_flash_attn_on(m, s->be[0]);
+    s->flash = lt_model_flash_attn_on(m, s->be[0], false);
     s->sched = lt_sched_new(s->be, s->n_be);
     if (!s->sched) {
         st = LT_ERR_NOMEM;

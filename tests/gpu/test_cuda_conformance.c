@@ -1378,7 +1378,7 @@ static void test_recurrent_loss_optim(void)
                 }
             }
     /* the forward as models build it (AUTO): the chunk-parallel kernels where
-     * cu_dn_wy_fwd_auto says so (T >= 64, B H_v >= 128 walks and B H_v ceil(T / 64) >= 128
+     * cu_dn_wy_fwd_auto says so (T >= 64, B H_v >= 64 walks and B H_v ceil(T / 64) >= 128
      * chunks), the per-token kernel elsewhere; around one chunk, two chunks and a long tail,
      * two sequences packed side by side, grouped heads (H_v = 2 H_k), with an initial state
      * and without (zeros). Both S 16 x 12 (padded) and S 128 x 128, with 64 value heads, go

@@ -124,7 +124,9 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
      * the CPU's to BF16 rounding, and it lowers the loss */
     struct lt_train_params pb = p;
     pb.f32_products = false;
+    setenv("LATHE_FLASH_ATTN", "0", 1); /* the chain of products and SOFT_MAX */
     sd = lt_train_job_run(md, both, 2, &pb, NULL, NULL, &rd);
+    unsetenv("LATHE_FLASH_ATTN");
     CHECK(sd == LT_OK, "BF16 LoRA on CUDA: %s", rd.error);
     if (sd == LT_OK) {
         printf("tiny LoRA, BF16 products: epoch loss %.4f -> %.4f (first step %.4f, CPU F32 "
@@ -137,13 +139,21 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
               cpu_first);
         CHECK(rd.train_loss[1] < rd.train_loss[0], "the BF16 LoRA job lowers the loss");
     }
-    /* again with attention as FLASH_ATTN (LATHE_FLASH_ATTN=1: flash_attn_bf16.cu at this
-     * precision, the packed examples' boundaries by positions): all on CUDA, and its loss
-     * curve the chain's to BF16 rounding */
-    struct lt_train_result rf;
+    /* again as a job on a device takes it by default, attention as FLASH_ATTN
+     * (flash_attn_bf16.cu at this precision, the packed examples' boundaries by positions):
+     * all on CUDA, and its loss curve the chain's to BF16 rounding. The default is FLASH_ATTN
+     * for BF16 products on CUDA only: prefill and --f32-products keep the chain unless
+     * LATHE_FLASH_ATTN=1, and =0 turns it off */
+    CHECK(lt_model_flash_attn_on(md, cuda, true) && !lt_model_flash_attn_on(md, cuda, false) &&
+              !lt_model_flash_attn_on(md, cpu, false),
+          "FLASH_ATTN by default for a device's BF16 training alone");
     setenv("LATHE_FLASH_ATTN", "1", 1);
-    lt_status sf = lt_train_job_run(md, both, 2, &pb, NULL, NULL, &rf);
+    CHECK(lt_model_flash_attn_on(md, cuda, false), "LATHE_FLASH_ATTN=1 turns it on");
+    setenv("LATHE_FLASH_ATTN", "0", 1);
+    CHECK(!lt_model_flash_attn_on(md, cuda, true), "LATHE_FLASH_ATTN=0 turns it off");
     unsetenv("LATHE_FLASH_ATTN");
+    struct lt_train_result rf;
+    lt_status sf = lt_train_job_run(md, both, 2, &pb, NULL, NULL, &rf);
     CHECK(sf == LT_OK, "BF16 LoRA on CUDA with FLASH_ATTN: %s", rf.error);
     if (sd == LT_OK && sf == LT_OK) {
         double worst = 0;

@@ -67,9 +67,9 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
  * its plan fits, else the per-token one; LATHE_DN_BACK=v1 skips the first, for comparison,
  * and a node that asks for the recurrent path gets the per-token kernel.
  * DELTA_NET: the chunk-parallel forward (delta_net_wy.cu) when the node's path is CHUNKED,
- * or AUTO where cu_dn_wy_fwd_auto says so (T >= 64 and at least 128 chunks over the sequences
- * and value heads: see delta_net_plan.h for why), and its plan fits (S_k, S_v <= 128);
- * else, for CHUNKED, the chunked kernel of delta_net_chunk.cu where its plan fits; else the
+ * or AUTO where cu_dn_wy_fwd_auto says so (T >= 64, at least 64 walks and 128 chunks over
+ * the sequences and value heads: see delta_net_plan.h for why), and its plan fits (S_k, S_v <=
+ * 128); else, for CHUNKED, the chunked kernel of delta_net_chunk.cu where its plan fits; else the
  * per-token kernel (RECURRENT, decode, short prefills, S_k past 128). The per-token kernel
  * took 3.1 ms a node at 16 x 512 tokens of Qwen3.5-0.8B (and the older chunked one, which
  * did all of a chunk's work in its sequential walk, 4.2 ms).

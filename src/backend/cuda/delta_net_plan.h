@@ -166,7 +166,7 @@ bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk
  * DELTA_NET node whose path is CHUNKED, or AUTO where cu_dn_wy_fwd_auto says so. */
 #define DN_WY_FWD_MIN_T 64         /* AUTO: tokens a sequence, at least */
 #define DN_WY_FWD_MIN_CHUNKS 128   /* AUTO: chunks B * H_v * ceil(T / DN_CHUNK), at least */
-#define DN_WY_FWD_MIN_HEADS 128    /* AUTO: walks B * H_v, at least */
+#define DN_WY_FWD_MIN_HEADS 64     /* AUTO: walks B * H_v, at least */
 
 /* Whether a DELTA_NET node of path AUTO with H_v value heads, B sequences and T tokens goes
  * by chunks: T >= DN_WY_FWD_MIN_T (decode and short prefills keep the per-token kernel), at
@@ -178,7 +178,10 @@ bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk
  * prep 1.3 ms, walk 1.3 ms, outputs 0.6 ms at its locked clocks; 2.44 ms a node in a
  * training step against the per-token 3.11), ~0.5 us a token, which one sequence's 32 walks
  * cannot hide: a one-sequence prefill keeps the per-token kernel at any length, 16
- * sequences of 16 heads go by chunks (measured), 8 and more by this rule (not measured). */
+ * sequences of 16 heads go by chunks (measured), and so do 4 (measured: in a 4 x 2048
+ * training step the per-token forward took 4.04 ms a node, H100, where bench_delta_net's
+ * chunk-parallel one takes 1.11; the per-token kernel's step grows with its walks past
+ * one sequence's, ~2 us a token at 64 walks). The rule was 128 walks until then. */
 bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
 
 bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,

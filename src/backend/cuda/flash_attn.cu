@@ -112,6 +112,11 @@ static bool fa_plan_init(struct fa_plan *p, const struct lt_tensor *q, const str
                  (long long)p->D, FA_MAX_SHARED);
         return false;
     }
+    if (p->T > 0x7fffff00 || p->nk > 0x7fffff00) {
+        snprintf(reason, reason_size, "%lld queries or %lld keys: past the kernels' 32-bit rows",
+                 (long long)p->T, (long long)p->nk);
+        return false;
+    }
     if (p->H > 65535 || p->S > 65535) {
         snprintf(reason, reason_size, "%lld heads or %lld sequences: over a grid's 65535",
                  (long long)p->H, (long long)p->S);

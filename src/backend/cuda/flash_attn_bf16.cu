@@ -21,7 +21,7 @@
  * lane's partial until the end), O = alpha O + P V with P rounded to BF16 from the registers that
  * hold it. O / l at the end (zeros for a row with every key dropped, SOFT_MAX's rule). The STATS
  * instance skips V and O and writes each row's log-sum-exp in log2 units (m + log2 l, -inf for a
- * row all dropped) and D = do . o into scratch, for the backward.
+ * row all dropped) into scratch, for the backward; fb_dot_kernel (a warp a row) D = do . o.
  *
  * Backward, after STATS, in two kernels that each own the rows they write (no atomics, a
  * fixed order of sums):
@@ -81,30 +81,54 @@ struct fb_staged {
 };
 
 /* X [D, heads, n, S] (F32, F16 or BF16, any strides) -> dst [S][heads][np][DP] as BF16,
- * zeros past n and past D. A block does 16 rows, DP / 2 threads a row (two elements each). */
+ * zeros past n and past D. Block (16 rows, head, sequence), DP / 4 threads a row (four
+ * elements each: one float4 load where X is F32 with unit-stride, 16-byte aligned rows). */
 template <int DP>
 static __global__ void __launch_bounds__(256)
-    fb_stage_kernel(struct cu_t x, __nv_bfloat16 *dst, int64_t n, int64_t np, int64_t D)
+    fb_stage_kernel(struct cu_t x, __nv_bfloat16 *dst, int64_t np, int64_t D)
 {
-    constexpr int P = DP / 2, R = 256 / P;
-    const uint64_t rows = (uint64_t)x.ne[3] * (uint64_t)x.ne[1] * (uint64_t)np;
-    const int i = 2 * (int)(threadIdx.x % P);
+    constexpr int P = DP / 4, R = 256 / P;
+    const int64_t hd = blockIdx.y, s = blockIdx.z;
+    const int i = 4 * (int)(threadIdx.x % P);
+    const bool vec =
+        x.type == LT_TYPE_F32 && x.nb[0] == 4 && D % 4 == 0 &&
+        ((uintptr_t)x.data | (uintptr_t)x.nb[1] | (uintptr_t)x.nb[2] | (uintptr_t)x.nb[3]) % 16 ==
+            0;
     for (int rr = (int)threadIdx.x / P; rr < 16; rr += R) {
-        const uint64_t row = (uint64_t)blockIdx.x * 16 + (uint64_t)rr;
-        if (row >= rows)
+        const int64_t r = (int64_t)blockIdx.x * 16 + rr;
+        if (r >= np)
             break;
-        const uint64_t r = row % (uint64_t)np, hs = row / (uint64_t)np;
-        const uint64_t hd = hs % (uint64_t)x.ne[1], s = hs / (uint64_t)x.ne[1];
-        float x0 = 0.0f, x1 = 0.0f;
-        if ((int64_t)r < n) {
-            const char *p = cu_ptr(x, i, (int64_t)hd, (int64_t)r, (int64_t)s);
-            if (i < D)
-                x0 = cu_load(p, x.type);
-            if (i + 1 < D)
-                x1 = cu_load(p + x.nb[0], x.type);
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < x.ne[2] && i < D) {
+            const char *p = cu_ptr(x, i, hd, r, s);
+            if (vec) {
+                const float4 f = *(const float4 *)p;
+                v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+            } else {
+                for (int e = 0; e < 4 && i + e < D; e++)
+                    v[e] = cu_load(p + e * x.nb[0], x.type);
+            }
         }
-        *(__nv_bfloat162 *)(dst + row * DP + i) = __floats2bfloat162_rn(x0, x1);
+        __nv_bfloat162 *o = (__nv_bfloat162 *)(dst + ((s * x.ne[1] + hd) * np + r) * DP + i);
+        o[0] = __floats2bfloat162_rn(v[0], v[1]);
+        o[1] = __floats2bfloat162_rn(v[2], v[3]);
     }
+}
+
+/* dd[(s H + h) T + t] = do . o over the row (F32 sources, any strides): a warp a row */
+static __global__ void __launch_bounds__(256) fb_dot_kernel(struct fa_args a)
+{
+    const int64_t row = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    if (row >= a.S * a.H * a.T)
+        return;
+    const int64_t t = row % a.T, h = row / a.T % a.H, s = row / a.T / a.H;
+    float d = 0.0f;
+    for (int64_t i = threadIdx.x & 31; i < a.D; i += 32)
+        d += cu_getf(a.gdo, i, h, t, s) * cu_getf(a.o, i, h, t, s);
+    for (int o = 16; o > 0; o >>= 1)
+        d += __shfl_xor_sync(FB_FULL, d, o);
+    if ((threadIdx.x & 31) == 0)
+        a.dd[row] = d;
 }
 
 /* rows rows of a staged source (src, rows of DP) into dst [rows][DP + 8] by asynchronous
@@ -132,6 +156,18 @@ static __device__ __forceinline__ void fb_keys_of(const struct fa_args &a, int64
     hi = a.causal && diag < a.nk - 1 ? diag : a.nk - 1;
     lo = a.pos ? diag - a.pos[s * a.T + t] : 0;
     lo = lo < 0 ? 0 : lo;
+}
+
+/* the keys of this lane's two rows t_row and t_row + 8 (in 32 bits: the predicate keeps
+ * n_kv and T under 2^31) */
+static __device__ __forceinline__ void fb_row_keys(const struct fa_args &a, int64_t t_row,
+                                                   int64_t s, int *lo, int *hi)
+{
+    for (int hh = 0; hh < 2; hh++) {
+        int64_t l, h;
+        fb_keys_of(a, t_row + 8 * hh, s, l, h);
+        lo[hh] = (int)(l < a.nk ? l : a.nk), hi[hh] = (int)h;
+    }
 }
 
 /* lo becomes the least and hi the greatest over the block; red: 2 int64 a warp */
@@ -213,25 +249,36 @@ static __device__ __forceinline__ void fb_pv(float (*O)[4], float (*P)[4], const
 }
 
 /* S (scores of the warp's rows t_row + 8 hh and keys j0 + 8 n + 2 (lane % 4) + e) -> scaled
- * into log2 units, the mask added, -inf where the key is dropped */
+ * into log2 units, the mask added, -inf where the key is dropped. A tile inside every row's
+ * keys with no mask (most of a causal step's) is only scaled. */
 template <int NT>
 static __device__ __forceinline__ void fb_mask(const struct fa_args &a, float (*S)[4],
-                                               const int64_t *lo, const int64_t *hi, int64_t j0,
-                                               int64_t t_row, int64_t h, int64_t s)
+                                               const int *lo, const int *hi, int j0, int64_t t_row,
+                                               int64_t h, int64_t s)
 {
-    const int64_t jl = j0 + 2 * (threadIdx.x & 3);
+    const float sl2 = a.scale * FB_LOG2E;
+    const int j_last = j0 + 8 * NT - 1;
+    if (!a.has_mask &&
+        __all_sync(FB_FULL, j0 >= lo[0] && j0 >= lo[1] && j_last <= hi[0] && j_last <= hi[1])) {
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                S[n][i] *= sl2;
+        return;
+    }
+    const int jl = j0 + 2 * (int)(threadIdx.x & 3);
 #pragma unroll
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const int hh = i / 2;
-            const int64_t j = jl + 8 * n + (i & 1);
+            const int hh = i / 2, j = jl + 8 * n + (i & 1);
             float z = -INFINITY;
             if (j >= lo[hh] && j <= hi[hh]) {
-                z = S[n][i] * a.scale;
+                z = S[n][i] * sl2;
                 if (a.has_mask)
-                    z += cu_getf(a.mask, j, t_row + 8 * hh, h % a.mask.ne[2], s % a.mask.ne[3]);
-                z *= FB_LOG2E;
+                    z += FB_LOG2E *
+                         cu_getf(a.mask, j, t_row + 8 * hh, h % a.mask.ne[2], s % a.mask.ne[3]);
             }
             S[n][i] = z;
         }
@@ -259,9 +306,9 @@ static __global__ void __launch_bounds__(128)
                   t0 = (int64_t)blockIdx.x * FB_BQ, t_row = t0 + 16 * w + g;
     const __nv_bfloat16 *kg = fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP),
                         *vg = fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP);
-    int64_t lo[2], hi[2], j_begin, j_end;
-    fb_keys_of(a, t_row, s, lo[0], hi[0]);
-    fb_keys_of(a, t_row + 8, s, lo[1], hi[1]);
+    int64_t j_begin, j_end;
+    int lo[2], hi[2];
+    fb_row_keys(a, t_row, s, lo, hi);
     fb_key_tiles<BK>(a, t0, s, red, j_begin, j_end);
     fb_copy<DP>(Qs, fb_rows(x.q, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
     if (j_begin < j_end)
@@ -276,7 +323,7 @@ static __global__ void __launch_bounds__(128)
         __syncthreads();
         float S[NT][4] = {};
         fb_qk<DP, NT>(S, Qs, Ks, 16 * w);
-        fb_mask<NT>(a, S, lo, hi, j0, t_row, h, s);
+        fb_mask<NT>(a, S, lo, hi, (int)j0, t_row, h, s);
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             float mx = -INFINITY;
@@ -324,19 +371,6 @@ static __global__ void __launch_bounds__(128)
                 if (t_row + 8 * hh < a.T)
                     a.lse[(s * a.H + h) * a.T + t_row + 8 * hh] =
                         l[hh] > 0.0f ? m[hh] + log2f(l[hh]) : -INFINITY;
-        /* D = do . o of the warp's 16 rows, the warp a row at a time */
-        for (int r = 0; r < 16; r++) {
-            const int64_t t = t0 + 16 * w + r;
-            if (t >= a.T)
-                break;
-            float d = 0.0f;
-            for (int64_t i = threadIdx.x & 31; i < a.D; i += 32)
-                d += cu_getf(a.gdo, i, h, t, s) * cu_getf(a.o, i, h, t, s);
-            for (int o = 16; o > 0; o >>= 1)
-                d += __shfl_xor_sync(FB_FULL, d, o);
-            if ((threadIdx.x & 31) == 0)
-                a.dd[(s * a.H + h) * a.T + t] = d;
-        }
         return;
     }
     const int c0 = 2 * (threadIdx.x & 3);
@@ -371,11 +405,12 @@ static __global__ void __launch_bounds__(128) fb_dq_kernel(struct fa_args a, str
                   t0 = (int64_t)blockIdx.x * FB_BQ, t_row = t0 + 16 * w + g;
     const __nv_bfloat16 *kg = fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP),
                         *vg = fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP);
-    int64_t lo[2], hi[2], j_begin, j_end;
+    int64_t j_begin, j_end;
+    int lo[2], hi[2];
     float lse[2], dd[2];
+    fb_row_keys(a, t_row, s, lo, hi);
     for (int hh = 0; hh < 2; hh++) {
         const int64_t t = t_row + 8 * hh;
-        fb_keys_of(a, t, s, lo[hh], hi[hh]);
         const float v = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
         lse[hh] = v == -INFINITY ? INFINITY : v; /* a row all dropped: every P 0 */
         dd[hh] = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
@@ -403,7 +438,7 @@ static __global__ void __launch_bounds__(128) fb_dq_kernel(struct fa_args a, str
         float S[NT][4] = {}, dP[NT][4] = {};
         fb_qk<DP, NT>(S, Qs, Ks, 16 * w);
         fb_qk<DP, NT>(dP, dOs, Vs, 16 * w);
-        fb_mask<NT>(a, S, lo, hi, j0, t_row, h, s);
+        fb_mask<NT>(a, S, lo, hi, (int)j0, t_row, h, s);
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -641,11 +676,10 @@ template <int DP>
 static lt_status fb_stage(struct cu_ctx *c, const struct cu_t &x, __nv_bfloat16 *dst, int64_t np,
                           int64_t D)
 {
-    const int64_t rows = x.ne[3] * x.ne[1] * np;
-    if (rows == 0)
+    if (x.ne[3] * x.ne[1] * np == 0)
         return LT_OK;
-    fb_stage_kernel<DP>
-        <<<(unsigned)((rows + 15) / 16), 256, 0, c->stream>>>(x, dst, x.ne[2], np, D);
+    fb_stage_kernel<DP><<<dim3((unsigned)((np + 15) / 16), (unsigned)x.ne[1], (unsigned)x.ne[3]),
+                          256, 0, c->stream>>>(x, dst, np, D);
     return cu_launched("flash_attn_bf16_stage");
 }
 
@@ -673,8 +707,12 @@ static lt_status fb_run(struct cu_ctx *c, const struct lt_tensor *node, const st
     if (!back)
         return fb_launch(c, fb_forward_kernel<DP, false>, queries, 128, F::FWD, a, x,
                          "flash_attn_bf16");
-    st = fb_launch(c, fb_forward_kernel<DP, true>, queries, 128, F::FWD, a, x,
-                   "flash_attn_bf16_stats");
+    const int64_t rows = a.S * a.H * a.T;
+    fb_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, c->stream>>>(a);
+    st = cu_launched("flash_attn_bf16_dot");
+    if (st == LT_OK)
+        st = fb_launch(c, fb_forward_kernel<DP, true>, queries, 128, F::FWD, a, x,
+                       "flash_attn_bf16_stats");
     if (st == LT_OK)
         st = fb_launch(c, fb_dq_kernel<DP>, queries, 128, F::DQ, a, x, "flash_attn_bf16_dq");
     if (st == LT_OK && a.nk > 0)
