@@ -42,6 +42,19 @@ static struct lt_model *load(const char *path, struct lt_backend *weights_be)
 
 /* ---- 1. parity ---- */
 
+/* the largest relative difference of job b's loss from reference job a's over their first
+ * 30 steps */
+static double worst_step(const struct lt_train_result *a, const struct lt_train_result *b)
+{
+    double worst = 0;
+    int n = a->n_curve < b->n_curve ? a->n_curve : b->n_curve;
+    for (int i = 0; i < n && i < 30; i++) {
+        double d = fabs((double)a->curve[i] - b->curve[i]) / fmax(1e-3, fabs(a->curve[i]));
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
 static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
 {
     char path[700];
@@ -86,12 +99,7 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
           "the scratch grew past the estimate's: %zu -> %zu, estimated %zu more", held0, held1,
           rd.scratch_bytes);
     if (sh == LT_OK && sd == LT_OK) {
-        double worst = 0;
-        int n = rh.n_curve < rd.n_curve ? rh.n_curve : rd.n_curve;
-        for (int i = 0; i < n && i < 30; i++) {
-            double d = fabs((double)rh.curve[i] - rd.curve[i]) / fmax(1e-3, fabs(rh.curve[i]));
-            worst = d > worst ? d : worst;
-        }
+        const double worst = worst_step(&rh, &rd);
         /* train_loss[e] is epoch e's mean; curve[0] is the first step's loss, the base
          * model's on both (LoRA B starts at zero) */
         printf(
@@ -156,12 +164,7 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
     lt_status sf = lt_train_job_run(md, both, 2, &pb, NULL, NULL, &rf);
     CHECK(sf == LT_OK, "BF16 LoRA on CUDA with FLASH_ATTN: %s", rf.error);
     if (sd == LT_OK && sf == LT_OK) {
-        double worst = 0;
-        int n = rf.n_curve < rd.n_curve ? rf.n_curve : rd.n_curve;
-        for (int i = 0; i < n && i < 30; i++) {
-            double d = fabs((double)rf.curve[i] - rd.curve[i]) / fmax(1e-3, fabs(rd.curve[i]));
-            worst = d > worst ? d : worst;
-        }
+        const double worst = worst_step(&rd, &rf);
         printf("tiny LoRA, BF16 products, FLASH_ATTN: epoch loss %.4f -> %.4f (first step %.4f; "
                "the chain's %.4f), worst step difference %.2e over 30 steps; %d fallback nodes\n",
                rf.train_loss[0], rf.train_loss[1], rf.curve[0], rd.curve[0], worst, rf.n_fallback);

@@ -485,6 +485,36 @@ static __device__ void fb_query_tiles(const struct fa_args &a, int64_t j0, int64
     t_end = hi >= lo ? hi + 1 : 0;
 }
 
+/* C1 += A1 B1 and C2 += A2 B2 (the warp): A1, A2 rows m0.. (16) of X[m][k] (pitch lda), over
+ * k < K; B1, B2 columns n0.. (8 NT) of X[n][k], or of X[k][n] with KN (pitch ldb) */
+template <int K, int NT, bool KN>
+static __device__ __forceinline__ void
+fb_mma_pair(float (*C1)[4], float (*C2)[4], const __nv_bfloat16 *A1, const __nv_bfloat16 *A2,
+            int lda, int m0, const __nv_bfloat16 *B1, const __nv_bfloat16 *B2, int ldb, int n0)
+{
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 16) {
+        uint32_t a1[4], a2[4];
+        mb_load_a(a1, A1, lda, m0, kk);
+        mb_load_a(a2, A2, lda, m0, kk);
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t b1[4], b2[4];
+            if (KN) {
+                mb_load_b_kn(b1, B1, ldb, kk, n0 + 8 * n);
+                mb_load_b_kn(b2, B2, ldb, kk, n0 + 8 * n);
+            } else {
+                mb_load_b_nk(b1, B1, ldb, kk, n0 + 8 * n);
+                mb_load_b_nk(b2, B2, ldb, kk, n0 + 8 * n);
+            }
+            mb_mma(C1[n], a1, b1);
+            mb_mma(C1[n + 1], a1, b1 + 2);
+            mb_mma(C2[n], a2, b2);
+            mb_mma(C2[n + 1], a2, b2 + 2);
+        }
+    }
+}
+
 /* A dk/dv block's buffer of one query tile: q and do's rows, and what P^T and dS^T need of
  * each query */
 struct fb_qtile {
@@ -561,22 +591,7 @@ static __global__ void __launch_bounds__(32 * fb_dims<DP>::DKV_WARPS)
         const struct fb_qtile q = fb_qtile_at<DP>(qbase, (int)(it & 1));
         /* P^T and dS^T of keys 16 r.. and queries QC c.. */
         float St[NQ][4] = {}, dPt[NQ][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < DP; kk += 16) {
-            uint32_t ka[4], va[4];
-            mb_load_a(ka, Ks, LD, 16 * r, kk);
-            mb_load_a(va, Vs, LD, 16 * r, kk);
-#pragma unroll
-            for (int n = 0; n < NQ; n += 2) {
-                uint32_t qb[4], ob[4];
-                mb_load_b_nk(qb, q.Qs, LD, kk, QC * c + 8 * n);
-                mb_load_b_nk(ob, q.dOs, LD, kk, QC * c + 8 * n);
-                mb_mma(St[n], ka, qb);
-                mb_mma(St[n + 1], ka, qb + 2);
-                mb_mma(dPt[n], va, ob);
-                mb_mma(dPt[n + 1], va, ob + 2);
-            }
-        }
+        fb_mma_pair<DP, NQ, false>(St, dPt, Ks, Vs, LD, 16 * r, q.Qs, q.dOs, LD, QC * c);
 #pragma unroll
         for (int n = 0; n < NQ; n++)
 #pragma unroll
@@ -599,22 +614,7 @@ static __global__ void __launch_bounds__(32 * fb_dims<DP>::DKV_WARPS)
             }
         __syncthreads();
         /* dv += P^T dO and dk += dS^T Q over keys 16 r.. and columns DC c.. */
-#pragma unroll
-        for (int kk = 0; kk < FB_BQ; kk += 16) {
-            uint32_t pa[4], sa[4];
-            mb_load_a(pa, Ps, LP, 16 * r, kk);
-            mb_load_a(sa, dSs, LP, 16 * r, kk);
-#pragma unroll
-            for (int d = 0; d < ND; d += 2) {
-                uint32_t ob[4], qb[4];
-                mb_load_b_kn(ob, q.dOs, LD, kk, DC * c + 8 * d);
-                mb_load_b_kn(qb, q.Qs, LD, kk, DC * c + 8 * d);
-                mb_mma(dV[d], pa, ob);
-                mb_mma(dV[d + 1], pa, ob + 2);
-                mb_mma(dK[d], sa, qb);
-                mb_mma(dK[d + 1], sa, qb + 2);
-            }
-        }
+        fb_mma_pair<FB_BQ, ND, true>(dV, dK, Ps, dSs, LP, 16 * r, q.dOs, q.Qs, LD, DC * c);
         __syncthreads(); /* every warp is done with this buffer, P^T and dS^T */
     }
     __pipeline_wait_prior(0);

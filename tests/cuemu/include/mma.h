@@ -176,30 +176,24 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
                        fragment<matrix_b, M, N, K, TB, LB>::num_elements>);
 }
 
-/* PTX's mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, d = a b + d, in its fragment
- * layout (g = lane / 4, t = lane % 4): a = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4);
- * b = B(t, g), B(t + 4, g); d = D(g, 2t), D(g, 2t + 1), D(g + 8, 2t), D(g + 8, 2t + 1). The
- * delta rule's and FLASH_ATTN's kernels call it through delta_net_mma.h's cb_mma1688. */
-static void cuemu_mma_m16n8k8_tile(void)
+/* d = A B + d over a 16 x 8 x K tile, run by the warp's last lane: OPS(l, A, B) fills A [16][K]
+ * and B [K][8] with lane l's operand registers (slots 0 and 1); the accumulators (slot 3) are
+ * in mma.sync's C layout (g = lane / 4, t = lane % 4): D(g, 2t), D(g, 2t + 1), D(g + 8, 2t),
+ * D(g + 8, 2t + 1) */
+template <int K, void (*OPS)(int, float (*)[K], float (*)[8])> static void cuemu_mma_m16n8(void)
 {
-    float A[16][8], B[8][8], D[16][8];
+    float A[16][K], B[K][8], D[16][8];
     for (int l = 0; l < 32; l++) {
-        void **s = cuemu_warp_ptrs(l);
-        const float *a = (const float *)s[0], *b = (const float *)s[1], *d = (const float *)s[3];
+        const float *d = (const float *)cuemu_warp_ptrs(l)[3];
         const int g = l / 4, t = l % 4;
-        A[g][t] = cuemu_tf32_operand(a[0]);
-        A[g + 8][t] = cuemu_tf32_operand(a[1]);
-        A[g][t + 4] = cuemu_tf32_operand(a[2]);
-        A[g + 8][t + 4] = cuemu_tf32_operand(a[3]);
-        B[t][g] = cuemu_tf32_operand(b[0]);
-        B[t + 4][g] = cuemu_tf32_operand(b[1]);
+        OPS(l, A, B);
         D[g][2 * t] = d[0];
         D[g][2 * t + 1] = d[1];
         D[g + 8][2 * t] = d[2];
         D[g + 8][2 * t + 1] = d[3];
     }
     for (int r = 0; r < 16; r++)
-        for (int k = 0; k < 8; k++)
+        for (int k = 0; k < K; k++)
             for (int c = 0; c < 8; c++)
                 D[r][c] += A[r][k] * B[k][c];
     for (int l = 0; l < 32; l++) {
@@ -211,6 +205,23 @@ static void cuemu_mma_m16n8k8_tile(void)
         d[3] = D[g + 8][2 * t + 1];
     }
 }
+
+/* PTX's mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, d = a b + d, in its fragment
+ * layout (g = lane / 4, t = lane % 4): a = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4);
+ * b = B(t, g), B(t + 4, g). The delta rule's and FLASH_ATTN's F32 kernels call it through
+ * delta_net_mma.h's cb_mma1688. */
+static void cuemu_tf32_operands(int l, float (*A)[8], float (*B)[8])
+{
+    void **s = cuemu_warp_ptrs(l);
+    const float *a = (const float *)s[0], *b = (const float *)s[1];
+    const int g = l / 4, t = l % 4;
+    A[g][t] = cuemu_tf32_operand(a[0]);
+    A[g + 8][t] = cuemu_tf32_operand(a[1]);
+    A[g][t + 4] = cuemu_tf32_operand(a[2]);
+    A[g + 8][t + 4] = cuemu_tf32_operand(a[3]);
+    B[t][g] = cuemu_tf32_operand(b[0]);
+    B[t + 4][g] = cuemu_tf32_operand(b[1]);
+}
 } // namespace wmma
 } // namespace nvcuda
 
@@ -220,7 +231,7 @@ static inline void cuemu_mma_m16n8k8_tf32(float *d, const float *a, const float 
     mine[0] = (void *)a;
     mine[1] = (void *)b;
     mine[3] = (void *)d;
-    cuemu_sync_warp_do(nvcuda::wmma::cuemu_mma_m16n8k8_tile);
+    cuemu_sync_warp_do(nvcuda::wmma::cuemu_mma_m16n8<8, nvcuda::wmma::cuemu_tf32_operands>);
 }
 
 /* ---- BF16 operands: mma.sync m16n8k16 and ldmatrix (src/backend/cuda/mma_bf16.h) ---- */
@@ -234,43 +245,22 @@ static inline float cuemu_bf16_half(uint32_t r, bool hi)
     return f;
 }
 
-/* PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d = a b + d, in its fragment
+/* PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32's operands, in its fragment
  * layout (g = lane / 4, t = lane % 4; a register's low half holds the lower column or row):
  * a = A(g, 2t..2t+1), A(g + 8, 2t..), A(g, 2t + 8..), A(g + 8, 2t + 8..); b = B(2t..2t+1,
- * g), B(2t + 8..2t + 9, g); d as m16n8k8's. Products of BF16 values are exact in float; the
- * sum is float's. */
-static void cuemu_mma_m16n8k16_tile(void)
+ * g), B(2t + 8..2t + 9, g). Products of BF16 values are exact in float; the sum is float's. */
+static void cuemu_bf16_operands(int l, float (*A)[16], float (*B)[8])
 {
-    float A[16][16], B[16][8], D[16][8];
-    for (int l = 0; l < 32; l++) {
-        void **s = cuemu_warp_ptrs(l);
-        const uint32_t *a = (const uint32_t *)s[0], *b = (const uint32_t *)s[1];
-        const float *d = (const float *)s[3];
-        const int g = l / 4, t = l % 4;
-        for (int h = 0; h < 2; h++) {
-            A[g][2 * t + h] = cuemu_bf16_half(a[0], h);
-            A[g + 8][2 * t + h] = cuemu_bf16_half(a[1], h);
-            A[g][2 * t + 8 + h] = cuemu_bf16_half(a[2], h);
-            A[g + 8][2 * t + 8 + h] = cuemu_bf16_half(a[3], h);
-            B[2 * t + h][g] = cuemu_bf16_half(b[0], h);
-            B[2 * t + 8 + h][g] = cuemu_bf16_half(b[1], h);
-        }
-        D[g][2 * t] = d[0];
-        D[g][2 * t + 1] = d[1];
-        D[g + 8][2 * t] = d[2];
-        D[g + 8][2 * t + 1] = d[3];
-    }
-    for (int r = 0; r < 16; r++)
-        for (int k = 0; k < 16; k++)
-            for (int c = 0; c < 8; c++)
-                D[r][c] += A[r][k] * B[k][c];
-    for (int l = 0; l < 32; l++) {
-        float *d = (float *)cuemu_warp_ptrs(l)[3];
-        const int g = l / 4, t = l % 4;
-        d[0] = D[g][2 * t];
-        d[1] = D[g][2 * t + 1];
-        d[2] = D[g + 8][2 * t];
-        d[3] = D[g + 8][2 * t + 1];
+    void **s = cuemu_warp_ptrs(l);
+    const uint32_t *a = (const uint32_t *)s[0], *b = (const uint32_t *)s[1];
+    const int g = l / 4, t = l % 4;
+    for (int h = 0; h < 2; h++) {
+        A[g][2 * t + h] = cuemu_bf16_half(a[0], h);
+        A[g + 8][2 * t + h] = cuemu_bf16_half(a[1], h);
+        A[g][2 * t + 8 + h] = cuemu_bf16_half(a[2], h);
+        A[g + 8][2 * t + 8 + h] = cuemu_bf16_half(a[3], h);
+        B[2 * t + h][g] = cuemu_bf16_half(b[0], h);
+        B[2 * t + 8 + h][g] = cuemu_bf16_half(b[1], h);
     }
 }
 
@@ -280,7 +270,7 @@ static inline void cuemu_mma_m16n8k16_bf16(float *d, const uint32_t *a, const ui
     mine[0] = (void *)a;
     mine[1] = (void *)b;
     mine[3] = (void *)d;
-    cuemu_sync_warp_do(cuemu_mma_m16n8k16_tile);
+    cuemu_sync_warp_do(nvcuda::wmma::cuemu_mma_m16n8<16, cuemu_bf16_operands>);
 }
 
 /* PTX's ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: lane l gives the address of row
