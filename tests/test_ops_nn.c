@@ -1006,10 +1006,66 @@ static void test_cross_entropy(void)
 /* LINEAR_CE and LINEAR_CE_BACK against their definition: the logits in double from the same
  * head and hidden states, the loss and d z as CROSS_ENTROPY's reference, dh = w dz and
  * dw = h dz^T in double; F32 and BF16 heads (the BF16 values as the kernel reads them), a
- * vocabulary of 301, 1 and 2 threads, masked labels and a label on the last token */
+ * vocabulary of 301, 1 and 2 threads, masked labels and a label on the last token; then
+ * the backward asked for one part */
 #define LCE_D 24
 #define LCE_V 301
 #define LCE_N 9
+
+/* LINEAR_CE_BACK with one part gives the same numbers as with both gradients: dh alone, dw
+ * alone (their views find them), and both through the part-taking constructor */
+static void test_linear_ce_parts(struct lt_ctx *ctx, struct lt_tensor *gl, struct lt_tensor *w,
+                                 struct lt_tensor *h, struct lt_tensor *labels,
+                                 struct lt_tensor *both, int nth)
+{
+    static const unsigned sets[3] = {LT_LINEAR_CE_DH, LT_LINEAR_CE_DW,
+                                     LT_LINEAR_CE_DH | LT_LINEAR_CE_DW};
+    const size_t bh = sizeof(float) * LCE_D * LCE_N, bw = sizeof(float) * LCE_D * LCE_V;
+    const char *dh = both->data, *dw = (const char *)both->data + bh;
+    for (int k = 0; k < 3; k++) {
+        struct lt_tensor *r = lt_linear_cross_entropy_back_parts(ctx, gl, w, h, labels, sets[k]);
+        CHECK(r && nn_run(ctx, r, nth) == LT_OK, "parts %#x: %s", sets[k], lt_last_error());
+        if (!r)
+            continue;
+        const bool has_h = sets[k] & LT_LINEAR_CE_DH, has_w = sets[k] & LT_LINEAR_CE_DW;
+        CHECK(lt_nelements(r) == (has_h ? LCE_D * LCE_N : 0) + (has_w ? LCE_D * LCE_V : 0),
+              "parts %#x: %lld elements", sets[k], (long long)lt_nelements(r));
+        struct lt_tensor *vh = lt_linear_cross_entropy_back_h(ctx, r);
+        struct lt_tensor *vw = lt_linear_cross_entropy_back_w(ctx, r);
+        CHECK((vh != NULL) == has_h && (vw != NULL) == has_w, "parts %#x: views dh %d, dw %d",
+              sets[k], vh != NULL, vw != NULL);
+        if (vh)
+            CHECK(!memcmp(vh->data, dh, bh), "parts %#x nth %d: dh differs from dh and dw's",
+                  sets[k], nth);
+        if (vw)
+            CHECK(!memcmp(vw->data, dw, bw), "parts %#x nth %d: dw differs from dh and dw's",
+                  sets[k], nth);
+    }
+}
+
+/* Part sets without a gradient, or with bits no part has, are refused with the parts named;
+ * a view of a part the node lacks names the node */
+static void test_linear_ce_parts_refused(void)
+{
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *w = lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 5);
+    struct lt_tensor *h = lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 3);
+    struct lt_tensor *y = lt_new_tensor_1d(ctx, LT_TYPE_I32, 3);
+    struct lt_tensor *g = lt_new_tensor_1d(ctx, LT_TYPE_F32, 1);
+    lt_set_name(h, "hidden");
+    static const unsigned bad[3] = {0, 4u, LT_LINEAR_CE_DH | 8u};
+    for (int k = 0; k < 3; k++) {
+        CHECK(lt_linear_cross_entropy_back_parts(ctx, g, w, h, y, bad[k]) == NULL &&
+                  strstr(lt_last_error(), "parts") && strstr(lt_last_error(), "hidden"),
+              "parts %#x: %s", bad[k], lt_last_error());
+    }
+    struct lt_tensor *r = lt_linear_cross_entropy_back_parts(ctx, g, w, h, y, LT_LINEAR_CE_DH);
+    CHECK(r && lt_linear_cross_entropy_back_w(ctx, r) == NULL &&
+              strstr(lt_last_error(), "without its dw"),
+          "dw of a dh-only node: %s", lt_last_error());
+    lt_ctx_free(ctx);
+}
+
 static void test_linear_ce(void)
 {
     const int32_t labels_v[LCE_N] = {3, -1, 300, 0, 170, -1, 5, 299, 42};
@@ -1095,8 +1151,10 @@ static void test_linear_ce(void)
                   bf16 ? " bf16" : "", nth, eh, ew);
             printf("linear_ce%s nth %d: loss %.7f (want %.7f), dh %.2e, dw %.2e\n",
                    bf16 ? " bf16" : "", nth, got, want, eh, ew);
+            test_linear_ce_parts(ctx, gl, w, h, labels, back, nth);
             lt_ctx_free(ctx);
         }
+    test_linear_ce_parts_refused();
 }
 
 int main(void)

@@ -13,6 +13,9 @@
  *     RMS_NORM_MUL_BACK) and F32 gradients;
  *   - its loss is the F32 graph's within 1e-2 and its gradients within 0.1 of their largest
  *     (BF16 operands; the tiny random Qwen3.5 is the loosest, ~0.08);
+ *   - its loss is LINEAR_CE, whose LINEAR_CE_BACK makes dh and dw, and gives the F32 loss
+ *     and gradients of the head through mul_mat and CROSS_ENTROPY within 1e-5 (a tied head's
+ *     gradient has both parts); with LoRA, whose head is frozen, that node makes dh alone;
  *   - CUDA's verdict (types, shapes, strides: no GPU needed) refuses none of its nodes. */
 #include <string.h>
 
@@ -27,6 +30,9 @@
 struct graph_counts {
     int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, half_swiglu_back,
         cont_of_swiglu_back, refused;
+    int lce, lce_back;    /* LINEAR_CE and LINEAR_CE_BACK nodes */
+    unsigned lce_parts;   /* the LINEAR_CE_BACK's parts */
+    int64_t lce_elements; /* and its result's elements */
     char why[256];
 };
 
@@ -45,6 +51,12 @@ static void count(const struct lt_graph *g, void *user)
         c->cont_of_swiglu_back += t->op == LT_OP_CONT && t->src[0] && t->src[0]->view_src &&
                                   t->src[0]->view_src->op == LT_OP_SWIGLU_BACK;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
+        c->lce += t->op == LT_OP_LINEAR_CE;
+        if (t->op == LT_OP_LINEAR_CE_BACK) {
+            c->lce_back++;
+            c->lce_parts = (unsigned)lt_get_param_i32(t, 1);
+            c->lce_elements = lt_nelements(t);
+        }
         char reason[160];
         if (lt_cuda_compiled() && !lt_cuda_verdict(t, reason, sizeof(reason)) && c->refused++ == 0)
             snprintf(c->why, sizeof(c->why), "%s '%s': %s", lt_op_name(t->op), t->name, reason);
@@ -55,12 +67,12 @@ static void count(const struct lt_graph *g, void *user)
  * (concatenated) and the counts above */
 static lt_status run(const struct lt_model *m, struct lt_backend *cpu,
                      const struct lt_model_replace *rep, int n_rep, const int32_t *tok,
-                     const int32_t *lab, bool bf16, bool chain, float *loss, float *grads,
-                     struct graph_counts *c)
+                     const int32_t *lab, bool bf16, bool chain, bool fused, float *loss,
+                     float *grads, struct graph_counts *c)
 {
     struct lt_model_adapters ad = {.replace = rep,
                                    .n_replace = n_rep,
-                                   .fused_loss = true,
+                                   .fused_loss = fused,
                                    .bf16_products = bf16,
                                    .chain_norms = chain};
     memset(c, 0, sizeof(*c));
@@ -119,6 +131,14 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
           "qwen35 LoRA: split q, k, v loss %.7f against %.7f, adapter gradients off by %.3g; "
           "%d CONV_SILU against %d",
           (double)ls, (double)lc, e, cs.conv_silu, cc.conv_silu);
+    /* the head is frozen: its backward makes dh, no dw */
+    const struct lt_model_hparams *hp = lt_model_hparams(m);
+    CHECK(cs.lce == 1 && cs.lce_back == 1 && cs.lce_parts == LT_LINEAR_CE_DH &&
+              cs.lce_elements == hp->n_embd * S * T,
+          "qwen35 LoRA: %d LINEAR_CE, %d LINEAR_CE_BACK of parts %#x and %lld elements (want "
+          "dh alone: %lld)",
+          cs.lce, cs.lce_back, cs.lce_parts, (long long)cs.lce_elements,
+          (long long)(hp->n_embd * S * T));
     printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n", l->n_pairs,
            e);
     free(gs);
@@ -142,21 +162,25 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         return;
     }
     float *g32 = malloc(n_w * sizeof(float)), *g16 = malloc(n_w * sizeof(float)),
-          *gch = malloc(n_w * sizeof(float));
+          *gch = malloc(n_w * sizeof(float)), *gmm = malloc(n_w * sizeof(float));
     const int V = (int)lt_model_hparams(m)->n_vocab;
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
-    float l32, l16, lch;
-    struct graph_counts c32, c16, cch;
-    lt_status st = run(m, cpu, rep, n_rep, tok, lab, false, false, &l32, g32, &c32);
+    float l32, l16, lch, lmm;
+    struct graph_counts c32, c16, cch, cmm;
+    lt_status st = run(m, cpu, rep, n_rep, tok, lab, false, false, true, &l32, g32, &c32);
     CHECK(st == LT_OK, "%s F32: %s", sp->arch, lt_last_error());
     if (st == LT_OK) {
-        st = run(m, cpu, rep, n_rep, tok, lab, true, false, &l16, g16, &c16);
+        st = run(m, cpu, rep, n_rep, tok, lab, true, false, true, &l16, g16, &c16);
         CHECK(st == LT_OK, "%s BF16 products: %s", sp->arch, lt_last_error());
     }
     if (st == LT_OK) {
-        st = run(m, cpu, rep, n_rep, tok, lab, true, true, &lch, gch, &cch);
+        st = run(m, cpu, rep, n_rep, tok, lab, true, true, true, &lch, gch, &cch);
         CHECK(st == LT_OK, "%s BF16 products, chained norms: %s", sp->arch, lt_last_error());
+    }
+    if (st == LT_OK) {
+        st = run(m, cpu, rep, n_rep, tok, lab, false, false, false, &lmm, gmm, &cmm);
+        CHECK(st == LT_OK, "%s F32, the head as mul_mat: %s", sp->arch, lt_last_error());
     }
     if (st == LT_OK) {
         const bool qwen35 = !strcmp(sp->arch, "qwen35");
@@ -190,15 +214,29 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                   c16.conv_silu, c16.conv_acc, cch.conv_silu, cch.conv_acc);
         CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
               c16.refused, c16.why);
+        /* every weight trainable: the head's backward makes dh and dw */
+        const unsigned all = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW;
+        CHECK(c16.lce == 1 && c16.lce_back == 1 && c16.lce_parts == all && c32.lce == 1 &&
+                  c32.lce_parts == all && cmm.lce_back == 0,
+              "%s: %d LINEAR_CE and %d LINEAR_CE_BACK of parts %#x (F32: %d, %#x)", sp->arch,
+              c16.lce, c16.lce_back, c16.lce_parts, c32.lce, c32.lce_parts);
+        /* the same loss and gradients as the head through mul_mat and CROSS_ENTROPY (a tied
+         * head's gradient has the embedding's rows too), within the products' rounding */
+        const double emm = tm_rel_err(g32, gmm, (int)n_w);
+        CHECK(fabsf(l32 - lmm) <= 1e-6f * fabsf(lmm) && emm < 1e-5,
+              "%s: LINEAR_CE's loss %.7f against mul_mat's %.7f, gradients off by %.3g", sp->arch,
+              (double)l32, (double)lmm, emm);
         printf("%s: BF16 products loss %.5f (F32 %.5f), gradients within %.2g of F32's, "
-               "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms\n",
-               sp->arch, (double)l16, (double)l32, e, ech, c16.norm_mul_back, c16.gated_norms);
+               "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms; LINEAR_CE's "
+               "gradients within %.2g of mul_mat's\n",
+               sp->arch, (double)l16, (double)l32, e, ech, c16.norm_mul_back, c16.gated_norms, emm);
         if (qwen35)
             test_lora_split(m, cpu);
     }
     free(g32);
     free(g16);
     free(gch);
+    free(gmm);
     lt_model_f32_params_free(fp);
     lt_model_free(m);
     remove(path);

@@ -358,17 +358,36 @@ struct lt_tensor *lt_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *gr
 
 /* The LM head and lt_cross_entropy in one: w [D, V] (F32, F16 or BF16) the head, h [D, N]
  * F32 the final hidden states, labels I32 [N]; the mean loss of the logits w^T h without
- * storing them ([1], F32). Its backward packs dh [D, N] then dw [D, V] (F32) in one flat
- * F32 tensor; lt_linear_cross_entropy_back_h / _w view them. */
+ * storing them ([1], F32). */
 struct lt_tensor *lt_linear_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *w,
                                           struct lt_tensor *h, struct lt_tensor *labels);
+/* What a LINEAR_CE_BACK node makes: bits of its op_params[1]. Its result is one flat F32
+ * tensor holding the parts asked for, in this order: dh [D, N], dw [D, V] (F32 whatever w's
+ * type). At least one. */
+enum lt_linear_ce_part {
+    LT_LINEAR_CE_DH = 1 << 0,
+    LT_LINEAR_CE_DW = 1 << 1,
+};
+/* dh and dw given grad_loss (one F32, dL/dloss) */
 struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
                                                struct lt_tensor *w, struct lt_tensor *h,
                                                struct lt_tensor *labels);
+/* the parts (enum lt_linear_ce_part, or'd) given grad_loss */
+struct lt_tensor *lt_linear_cross_entropy_back_parts(struct lt_ctx *ctx,
+                                                     struct lt_tensor *grad_loss,
+                                                     struct lt_tensor *w, struct lt_tensor *h,
+                                                     struct lt_tensor *labels, unsigned parts);
+/* Views of a LINEAR_CE_BACK's parts ([D, N] and [D, V]); NULL, with the error naming the
+ * node, when it does not hold that part. */
 struct lt_tensor *lt_linear_cross_entropy_back_h(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
+/* The first element of part `part` in LINEAR_CE_BACK node r's result, -1 when r does not
+ * hold it; and the shape rule of r (its parts valid, its result their size, one grad_loss),
+ * which the views, the CPU's and CUDA's kernels and preconditions all follow. */
+int64_t lt_linear_cross_entropy_part_at(const struct lt_tensor *r, enum lt_linear_ce_part part);
+bool lt_linear_cross_entropy_back_fits(const struct lt_tensor *r);
 /* The most tokens a device kernel takes a chunk (op_params[0]; 0, the default: as many as
- * 512 MiB of logits hold). Tests set it to make small problems run in several chunks; the
+ * 1 GiB of logits hold). Tests set it to make small problems run in several chunks; the
  * backward rule passes it on. */
 void lt_linear_cross_entropy_set_chunk(struct lt_tensor *r, int32_t tokens);
 

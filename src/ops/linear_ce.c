@@ -11,10 +11,15 @@
  * At Qwen3.5's 248,320-token vocabulary and 8,192 tokens a step, the logits and their
  * gradient were 16 GB.
  *
- * LINEAR_CE_BACK(grad_loss, w, h, labels) is one flat F32 tensor: dh [D, N], then dw [D, V]
- * (F32 whatever w's type), with d z_n = grad_loss / n_valid (softmax(z_n) - onehot(label_n))
- * for unmasked n and 0 otherwise, dh_n = w d z_n and dw = sum_n h_n d z_n^T. The CPU kernels
- * here are the oracle, written for clarity: each logit is a dot product in double. */
+ * LINEAR_CE_BACK(grad_loss, w, h, labels) is one flat F32 tensor of the parts its
+ * op_params[1] asks for (enum lt_linear_ce_part), in this order: dh [D, N], dw [D, V] (F32
+ * whatever w's type), with d z_n = grad_loss / n_valid (softmax(z_n) - onehot(label_n)) for
+ * unmasked n and 0 otherwise, dh_n = w d z_n and dw = sum_n h_n d z_n^T. The rule asks only
+ * for the gradients autodiff wants: a LoRA job's head is frozen, and its dw (1 GB of F32 at
+ * Qwen3.5's head, and a product a chunk over all of it) was made and thrown away.
+ *
+ * The CPU kernels here are the oracle, written for clarity: each logit is a dot product in
+ * double. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,9 +71,48 @@ void lt_linear_cross_entropy_set_chunk(struct lt_tensor *r, int32_t tokens)
         lt_set_param_i32(r, 0, tokens);
 }
 
-struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
-                                               struct lt_tensor *w, struct lt_tensor *h,
-                                               struct lt_tensor *labels)
+static unsigned lce_parts(const struct lt_tensor *r)
+{
+    return (unsigned)lt_get_param_i32(r, 1);
+}
+
+/* at least one gradient, and no bit that is not a part */
+static bool parts_valid(unsigned parts)
+{
+    const unsigned all = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW;
+    return !(parts & ~all) && (parts & all);
+}
+
+/* The elements that the parts of `parts` before part `before` take (before 0: all of them),
+ * in the result's order: dh, dw (bit i is part i) */
+static int64_t parts_size(const struct lt_tensor *w, const struct lt_tensor *h, unsigned parts,
+                          unsigned before)
+{
+    const int64_t n[2] = {lt_nelements(h), lt_nelements(w)};
+    int64_t total = 0;
+    for (int i = 0; i < 2 && (1u << i) != before; i++)
+        total += parts & (1u << i) ? n[i] : 0;
+    return total;
+}
+
+int64_t lt_linear_cross_entropy_part_at(const struct lt_tensor *r, enum lt_linear_ce_part part)
+{
+    if (!r || r->op != LT_OP_LINEAR_CE_BACK || !(lce_parts(r) & (unsigned)part))
+        return -1;
+    return parts_size(r->src[1], r->src[2], lce_parts(r), (unsigned)part);
+}
+
+bool lt_linear_cross_entropy_back_fits(const struct lt_tensor *r)
+{
+    return r->op == LT_OP_LINEAR_CE_BACK && parts_valid(lce_parts(r)) &&
+           lce_shapes_ok(r->src[1], r->src[2], r->src[3]) && lt_nelements(r->src[0]) == 1 &&
+           lt_nelements(r) == parts_size(r->src[1], r->src[2], lce_parts(r), 0);
+}
+
+struct lt_tensor *lt_linear_cross_entropy_back_parts(struct lt_ctx *ctx,
+                                                     struct lt_tensor *grad_loss,
+                                                     struct lt_tensor *w, struct lt_tensor *h,
+                                                     struct lt_tensor *labels, unsigned parts)
 {
     LT_REQUIRE("linear_cross_entropy_back", grad_loss, w, h, labels);
     if (!lce_shapes_ok(w, h, labels))
@@ -78,28 +122,53 @@ struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_ten
                 grad_loss->name);
         return NULL;
     }
-    int64_t n = lt_nelements(h) + lt_nelements(w);
+    if (!parts_valid(parts)) {
+        lt_fail(LT_ERR_INVALID,
+                "linear_cross_entropy_back of '%s': parts %#x must name dh, dw or both "
+                "(LT_LINEAR_CE_DH, LT_LINEAR_CE_DW)",
+                h->name, parts);
+        return NULL;
+    }
+    const int64_t n = parts_size(w, h, parts, 0);
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_LINEAR_CE_BACK, LT_TYPE_F32, 1, &n,
                                            (struct lt_tensor *[]){grad_loss, w, h, labels}, 4);
     if (r) {
         lt_set_param_i32(r, 0, 0);
+        lt_set_param_i32(r, 1, (int32_t)parts);
         lt_format_name(r, "linear_ce_back(%s)", h->name);
     }
     return r;
 }
 
-static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r, bool head)
+struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
+                                               struct lt_tensor *w, struct lt_tensor *h,
+                                               struct lt_tensor *labels)
 {
+    return lt_linear_cross_entropy_back_parts(ctx, grad_loss, w, h, labels,
+                                              LT_LINEAR_CE_DH | LT_LINEAR_CE_DW);
+}
+
+/* A view of part `part` of r, shaped like h or w; `what` names the caller
+ * (lt_linear_cross_entropy_back_<what>) in messages */
+static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r,
+                                   enum lt_linear_ce_part part, const char *what)
+{
+    const char *part_name = part == LT_LINEAR_CE_DH ? "dh" : "dw";
     if (!r || r->op != LT_OP_LINEAR_CE_BACK) {
-        lt_fail(LT_ERR_INVALID, "linear_cross_entropy_back_%s: '%s' is not LINEAR_CE_BACK",
-                head ? "w" : "h", r ? r->name : "(null)");
+        lt_fail(LT_ERR_INVALID, "linear_cross_entropy_back_%s: '%s' is not LINEAR_CE_BACK", what,
+                r ? r->name : "(null)");
         return NULL;
     }
-    const struct lt_tensor *like = r->src[head ? 1 : 2];
+    const int64_t at = lt_linear_cross_entropy_part_at(r, part);
+    if (at < 0) {
+        lt_fail(LT_ERR_INVALID, "linear_cross_entropy_back_%s: '%s' was built without its %s part",
+                what, r->name, part_name);
+        return NULL;
+    }
     const size_t f = sizeof(float);
+    const struct lt_tensor *like = r->src[part == LT_LINEAR_CE_DW ? 1 : 2];
     struct lt_tensor *t =
-        lt_view_2d(ctx, r, like->ne[0], like->ne[1], f * (size_t)like->ne[0],
-                   head ? f * (size_t)lt_nelements(r->src[2]) : 0);
+        lt_view_2d(ctx, r, like->ne[0], like->ne[1], f * (size_t)like->ne[0], f * (size_t)at);
     if (t)
         lt_format_name(t, "d %s", like->name);
     return t;
@@ -108,13 +177,13 @@ static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r, bool
 struct lt_tensor *lt_linear_cross_entropy_back_h(struct lt_ctx *ctx, struct lt_tensor *r)
 {
     LT_REQUIRE("linear_cross_entropy_back_h", r);
-    return back_part(ctx, r, false);
+    return back_part(ctx, r, LT_LINEAR_CE_DH, "h");
 }
 
 struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_tensor *r)
 {
     LT_REQUIRE("linear_cross_entropy_back_w", r);
-    return back_part(ctx, r, true);
+    return back_part(ctx, r, LT_LINEAR_CE_DW, "w");
 }
 
 /* ---- CPU ---- */
@@ -135,6 +204,12 @@ static bool lce_supported(const struct lt_tensor *node, char *reason, size_t rea
         snprintf(reason, reason_size, "the result is not contiguous f32");
         return false;
     }
+    if (s0 && !lt_linear_cross_entropy_back_fits(node)) {
+        snprintf(reason, reason_size,
+                 "its parts (op_params[1] %#x) do not fit the result's %lld elements",
+                 (unsigned)lce_parts(node), (long long)lt_nelements(node));
+        return false;
+    }
     return true;
 }
 
@@ -144,6 +219,12 @@ static int32_t label_at(const struct lt_tensor *labels, int64_t n)
     memcpy(&v, (const char *)labels->data + n * labels->nb[0], sizeof(v));
     return v;
 }
+
+/* What the kernels keep of each token: its logits' max and log-sum-exp (d z needs them), and
+ * its loss (0 masked, NaN for a label >= V) */
+struct token_stats {
+    double mx, lse, loss;
+};
 
 /* per thread: a row of w as floats [D], h_n [D], the logits of one token [V] */
 static size_t lce_thread_floats(const struct lt_tensor *w)
@@ -155,9 +236,9 @@ static size_t lce_work_size(const struct lt_tensor *node, int nth)
 {
     const int s0 = node->op == LT_OP_LINEAR_CE_BACK ? 1 : 0;
     const struct lt_tensor *w = node->src[s0], *h = node->src[s0 + 1];
-    /* per token: its loss, or (backward) its max and log-sum-exp: two doubles */
+    /* the threads' floats first: a multiple of 16 floats, so the stats stay aligned */
     return sizeof(float) * lce_thread_floats(w) * (size_t)nth +
-           2 * sizeof(double) * (size_t)h->ne[1];
+           sizeof(struct token_stats) * (size_t)h->ne[1];
 }
 
 static double dot_d(const float *a, const float *b, int64_t n)
@@ -195,7 +276,7 @@ static void logits_lse(const float *z, int64_t V, double *mx_out, double *lse_ou
 
 struct lce_bufs {
     float *row, *hn, *z;
-    double *tok; /* [N][2], shared */
+    struct token_stats *tok; /* [N], shared */
 };
 
 static struct lce_bufs lce_bufs_of(const struct lt_compute_params *p, const struct lt_tensor *w)
@@ -203,40 +284,52 @@ static struct lce_bufs lce_bufs_of(const struct lt_compute_params *p, const stru
     const size_t per = lce_thread_floats(w), D = lt_scratch_floats(w->ne[0]);
     float *base = (float *)p->wdata + per * (size_t)p->ith;
     struct lce_bufs b = {base, base + D, base + 2 * D,
-                         (double *)((float *)p->wdata + per * (size_t)p->nth)};
+                         (struct token_stats *)((float *)p->wdata + per * (size_t)p->nth)};
     return b;
 }
 
-static void lce_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+/* Token n's logits into b->z and its stats into b->tok[n]; false (the stats of a token
+ * without logits) when its label is masked or past the vocabulary */
+static bool token_stats(const struct lt_tensor *w, const struct lt_tensor *h, int32_t label,
+                        int64_t n, struct lce_bufs *b)
 {
-    const struct lt_tensor *w = node->src[0], *h = node->src[1], *labels = node->src[2];
-    const int64_t V = w->ne[1], N = h->ne[1];
-    struct lce_bufs b = lce_bufs_of(p, w);
-    int64_t lo, hi;
-    lt_split_range(N, p->ith, p->nth, &lo, &hi);
-    for (int64_t n = lo; n < hi; n++) {
-        const int32_t label = label_at(labels, n);
-        if (label < 0 || label >= V) {
-            b.tok[n] = label < 0 ? 0 : NAN;
-            continue;
-        }
-        token_logits(w, h, n, b.row, b.hn, b.z);
-        double mx, lse;
-        logits_lse(b.z, V, &mx, &lse);
-        b.tok[n] = mx + lse - (double)b.z[label];
+    struct token_stats *t = &b->tok[n];
+    if (label < 0 || label >= w->ne[1]) {
+        *t = (struct token_stats){0, 0, label < 0 ? 0 : NAN};
+        return false;
     }
-    lt_compute_barrier(p);
-    if (p->ith != 0)
-        return;
+    token_logits(w, h, n, b->row, b->hn, b->z);
+    logits_lse(b->z, w->ne[1], &t->mx, &t->lse);
+    t->loss = t->mx + t->lse - (double)b->z[label];
+    return true;
+}
+
+/* the mean of the unmasked tokens' losses, 0 when every label is masked */
+static float mean_loss(const struct token_stats *tok, const struct lt_tensor *labels, int64_t N)
+{
     double total = 0;
     int64_t n_valid = 0;
     for (int64_t n = 0; n < N; n++) {
         if (label_at(labels, n) < 0)
             continue;
-        total += b.tok[n];
+        total += tok[n].loss;
         n_valid++;
     }
-    *(float *)node->data = n_valid ? (float)(total / (double)n_valid) : 0.0f;
+    return n_valid ? (float)(total / (double)n_valid) : 0.0f;
+}
+
+static void lce_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    const struct lt_tensor *w = node->src[0], *h = node->src[1], *labels = node->src[2];
+    const int64_t N = h->ne[1];
+    struct lce_bufs b = lce_bufs_of(p, w);
+    int64_t lo, hi;
+    lt_split_range(N, p->ith, p->nth, &lo, &hi);
+    for (int64_t n = lo; n < hi; n++)
+        token_stats(w, h, label_at(labels, n), n, &b);
+    lt_compute_barrier(p);
+    if (p->ith == 0)
+        *(float *)node->data = mean_loss(b.tok, labels, N);
 }
 
 /* d z_n[v] given the token's max and lse: (softmax - onehot) coef, the label's in double */
@@ -246,37 +339,46 @@ static float dlogit(float z, int64_t v, int32_t label, double mx, double lse, do
     return (float)(v == label ? pv - coef : pv);
 }
 
+/* part `part` of the result, NULL when not asked for */
+static float *part_data(struct lt_tensor *node, enum lt_linear_ce_part part)
+{
+    const int64_t at = lt_linear_cross_entropy_part_at(node, part);
+    return at < 0 ? NULL : (float *)node->data + at;
+}
+
 static void lce_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *w = node->src[1], *h = node->src[2], *labels = node->src[3];
     const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
     struct lce_bufs b = lce_bufs_of(p, w);
-    float *dh = node->data, *dw = dh + D * N;
+    float *dh = part_data(node, LT_LINEAR_CE_DH), *dw = part_data(node, LT_LINEAR_CE_DW);
     int64_t n_valid = 0;
     for (int64_t n = 0; n < N; n++)
         n_valid += label_at(labels, n) >= 0;
     float g;
     memcpy(&g, node->src[0]->data, sizeof(g));
     const double coef = n_valid ? (double)g / (double)n_valid : 0.0;
-    /* tokens: each one's max and lse, then dh_n = w d z_n */
+    /* tokens: each one's stats, then (dh asked for) dh_n = w d z_n */
     int64_t lo, hi;
     lt_split_range(N, p->ith, p->nth, &lo, &hi);
     for (int64_t n = lo; n < hi; n++) {
         const int32_t label = label_at(labels, n);
-        float *dhn = dh + n * D;
-        memset(dhn, 0, sizeof(float) * (size_t)D);
-        if (label < 0 || label >= V)
+        float *dhn = dh ? dh + n * D : NULL;
+        if (dhn)
+            memset(dhn, 0, sizeof(float) * (size_t)D);
+        if (!token_stats(w, h, label, n, &b) || !dhn)
             continue;
-        token_logits(w, h, n, b.row, b.hn, b.z);
-        logits_lse(b.z, V, &b.tok[2 * n], &b.tok[2 * n + 1]);
+        const struct token_stats *t = &b.tok[n];
         for (int64_t v = 0; v < V; v++) {
-            const float d = dlogit(b.z[v], v, label, b.tok[2 * n], b.tok[2 * n + 1], coef);
+            const float d = dlogit(b.z[v], v, label, t->mx, t->lse, coef);
             const float *wr = lt_row_f32(w, v, 0, 0, b.row);
             for (int64_t i = 0; i < D; i++)
                 dhn[i] += d * wr[i];
         }
     }
     lt_compute_barrier(p);
+    if (!dw)
+        return;
     /* head rows: dw_v = sum_n d z_n[v] h_n, the logit recomputed */
     lt_split_range(V, p->ith, p->nth, &lo, &hi);
     for (int64_t v = lo; v < hi; v++) {
@@ -289,7 +391,7 @@ static void lce_back_forward(const struct lt_compute_params *p, struct lt_tensor
                 continue;
             lt_row_to_f32(h, n, 0, 0, b.hn);
             const float z = (float)dot_d(wr, b.hn, D);
-            const float d = dlogit(z, v, label, b.tok[2 * n], b.tok[2 * n + 1], coef);
+            const float d = dlogit(z, v, label, b.tok[n].mx, b.tok[n].lse, coef);
             for (int64_t i = 0; i < D; i++)
                 dwv[i] += d * b.hn[i];
         }
@@ -298,20 +400,21 @@ static void lce_back_forward(const struct lt_compute_params *p, struct lt_tensor
 
 /* ---- backward rule ---- */
 
-/* The head and the hidden states get their parts of one LINEAR_CE_BACK; the labels get
- * none. */
+/* The head and the hidden states get their parts of one LINEAR_CE_BACK, which makes only
+ * the gradients wanted; the labels get none. */
 static lt_status lce_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 {
     struct lt_tensor *w = node->src[0], *h = node->src[1];
     const bool dw = lt_ad_wants(ad, w), dh = lt_ad_wants(ad, h);
     if (!dw && !dh)
         return LT_OK;
+    const unsigned parts = (dh ? LT_LINEAR_CE_DH : 0u) | (dw ? LT_LINEAR_CE_DW : 0u);
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
     struct lt_tensor *hc = lt_ad_contiguous(ad, h);
     struct lt_tensor *labels = lt_ad_contiguous(ad, node->src[2]);
-    struct lt_tensor *r = g && hc && labels ? lt_linear_cross_entropy_back(ctx, g, w, hc, labels)
-                                            : NULL;
+    struct lt_tensor *r =
+        g && hc && labels ? lt_linear_cross_entropy_back_parts(ctx, g, w, hc, labels, parts) : NULL;
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());

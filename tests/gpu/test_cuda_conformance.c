@@ -1247,7 +1247,9 @@ static struct lt_tensor *b_cross_entropy(struct build *b, const struct params *p
 }
 
 /* LINEAR_CE: head [64, V] of type[1], hidden [64, 37], labels with masked ones; i[0]:
- * backward; i[1]: tokens a chunk (0: the default) */
+ * backward; i[1]: tokens a chunk (0: the default); i[2]: the backward's parts (0: dh and dw
+ * through lt_linear_cross_entropy_back). Each part of the backward is compared on its own
+ * too (extra), so that dw's elements, many more than dh's, cannot hide dh's errors. */
 static struct lt_tensor *b_linear_ce(struct build *b, const struct params *p)
 {
     struct lt_tensor *w = mk(b, p->type[1], L_CONTIG, 64, p->ne[0], 1, 1, FILL_UNIFORM, -1, 1);
@@ -1258,7 +1260,14 @@ static struct lt_tensor *b_linear_ce(struct build *b, const struct params *p)
         r = lt_linear_cross_entropy(b->ctx, w, h, y);
     } else {
         static const float g[1] = {0.7f};
-        r = lt_linear_cross_entropy_back(b->ctx, mk_values(b, 1, g), w, h, y);
+        struct lt_tensor *gl = mk_values(b, 1, g);
+        r = p->i[2] ? lt_linear_cross_entropy_back_parts(b->ctx, gl, w, h, y, (unsigned)p->i[2])
+                    : lt_linear_cross_entropy_back(b->ctx, gl, w, h, y);
+        const unsigned parts = p->i[2] ? (unsigned)p->i[2] : LT_LINEAR_CE_DH | LT_LINEAR_CE_DW;
+        if (r && (parts & LT_LINEAR_CE_DH))
+            b->extra[b->n_extra++] = lt_linear_cross_entropy_back_h(b->ctx, r);
+        if (r && (parts & LT_LINEAR_CE_DW))
+            b->extra[b->n_extra++] = lt_linear_cross_entropy_back_w(b->ctx, r);
     }
     lt_linear_cross_entropy_set_chunk(r, p->i[1]);
     return r;
@@ -1554,20 +1563,26 @@ static void test_recurrent_loss_optim(void)
     }
 
     static const enum lt_type lce_types[] = {LT_TYPE_F32, LT_TYPE_BF16};
+    /* the backward's part sets: dh and dw through the two-part constructor, then each set
+     * the rule builds for one gradient (a frozen head: dh; frozen hidden states: dw) */
+    static const int lce_parts[] = {0, LT_LINEAR_CE_DH, LT_LINEAR_CE_DW};
+    static const char *const lce_part_names[] = {"", "/dh", "/dw"};
     /* V 3000: the float4 column kernels; 3001 (not a multiple of 4): the element ones */
     for (int back = 0; back < 2; back++)
-        for (int t = 0; t < 2; t++)
-            for (int chunk = 0; chunk < 4; chunk++) {
-                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, lce_types[t]);
-                p.ne[0] = chunk < 2 ? 3000 : 3001;
-                p.i[0] = back;
-                p.i[1] = chunk % 2 ? 10 : 0; /* 37 tokens in 4 chunks, or one */
-                char what[32];
-                snprintf(what, sizeof(what), "V%d%s%s", (int)p.ne[0], t ? "/bf16" : "",
-                         chunk % 2 ? "/chunk10" : "");
-                run_case(back ? LT_OP_LINEAR_CE_BACK : LT_OP_LINEAR_CE, what,
-                         t ? TOL_HALF : TOL_F32, b_linear_ce, &p);
-            }
+        for (int k = 0; k < (back ? 3 : 1); k++)
+            for (int t = 0; t < 2; t++)
+                for (int chunk = 0; chunk < 4; chunk++) {
+                    p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, lce_types[t]);
+                    p.ne[0] = chunk < 2 ? 3000 : 3001;
+                    p.i[0] = back;
+                    p.i[1] = chunk % 2 ? 10 : 0; /* 37 tokens in 4 chunks, or one */
+                    p.i[2] = lce_parts[k];
+                    char what[48];
+                    snprintf(what, sizeof(what), "V%d%s%s%s", (int)p.ne[0], t ? "/bf16" : "",
+                             chunk % 2 ? "/chunk10" : "", lce_part_names[k]);
+                    run_case(back ? LT_OP_LINEAR_CE_BACK : LT_OP_LINEAR_CE, what,
+                             t ? TOL_HALF : TOL_F32, b_linear_ce, &p);
+                }
     static const int ce_layouts[] = {L_CONTIG, L_TRANSPOSED, L_SLICED};
     for (int back = 0; back < 2; back++)
         for (int l = 0; l < 3; l++)

@@ -8,16 +8,19 @@
  * CROSS_ENTROPY's exponentials in double cost more than the products here). The forward
  * keeps one double a token and a last kernel averages them. The logsumexp reads a column
  * once (a running max and rescaled sum a thread). The backward turns the chunk's logits into
- * d z in place (or, for a typed head, into the head's type only), then two products:
- * dh (the chunk's columns of dh [D, N]) = w d z, and dw [D, V] += h_chunk d z^T (the first
- * chunk writes, the others add). So the [V, N] logits never exist: a chunk holds at most
- * LCE_CHUNK_FLOATS floats of them (~1,080 tokens of a 248,320-token vocabulary). The chunk is
- * that large because each chunk's dw product reads and writes all of dw (1 GB at Qwen3.5's
- * head): at ~540 tokens that traffic, not the product, set its time (H100, 16 x 512 tokens:
- * ~0.8 ms a chunk against ~0.46 ms of arithmetic). */
+ * d z in place (or, for a typed head, into the head's type only), then the products of the
+ * parts asked for (op_params[1]): dh (the chunk's columns of dh [D, N]) = w d z, and
+ * dw [D, V] += h_chunk d z^T (the first chunk writes, the others add). So the [V, N]
+ * logits never exist: a chunk holds at most LCE_CHUNK_FLOATS floats of them (~1,080 tokens of
+ * a 248,320-token vocabulary). The chunk is that large because each chunk's dw product reads and
+ * writes all of dw (1 GB at Qwen3.5's head): at ~540 tokens that traffic, not the product, set its
+ * time (H100, 16 x 512 tokens: ~0.8 ms a chunk against ~0.46 ms of arithmetic). Without dw (a LoRA
+ * job's frozen head) the chunk stays as large: no scratch is dw's alone (the typed d z and h serve
+ * both products), and no device measured a smaller one. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "lathe/ops.h"
 
 static const enum lt_op linear_ce_ops[] = {LT_OP_LINEAR_CE, LT_OP_LINEAR_CE_BACK};
 
@@ -46,9 +49,15 @@ bool cu_linear_ce_supported(const struct lt_tensor *node, char *reason, size_t r
         }
     const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
     if (w->ne[2] != 1 || w->ne[3] != 1 || h->ne[0] != D || h->ne[2] != 1 || h->ne[3] != 1 ||
-        lt_nelements(labels) != N || (back && lt_nelements(node->src[0]) != 1) ||
-        lt_nelements(node) != (back ? D * N + D * V : 1)) {
+        lt_nelements(labels) != N || (!back && lt_nelements(node) != 1)) {
         snprintf(reason, reason_size, "the sources' and result's shapes do not fit");
+        return false;
+    }
+    if (back && !lt_linear_cross_entropy_back_fits(node)) {
+        snprintf(reason, reason_size,
+                 "its parts (op_params[1] %#x) and the result's %lld elements do not fit the "
+                 "sources",
+                 (unsigned)lt_get_param_i32(node, 1), (long long)lt_nelements(node));
         return false;
     }
     if (D > 0x7fffffff || V > 0x7fffffff || N > 0x7fffffff) {
@@ -277,6 +286,67 @@ static void linear_ce_scratch(const struct lt_tensor *node, size_t need[CU_SCRAT
     need[CU_SCRATCH_REDUCE] = z.reduce;
 }
 
+/* One node's run: its sources, its scratch and where its parts go */
+struct lce_run {
+    struct cu_ctx *c;
+    const struct lt_tensor *w, *h;
+    const int32_t *labels;
+    int64_t D, V, N;
+    bool back, typed;
+    cudaDataType_t bt;
+    float *z;       /* the chunk's logits, then (F32 head) its d z */
+    char *zt, *ht;  /* typed head: the chunk's d z and h in its type; else NULL */
+    double *coef;   /* backward: grad_loss / n_valid */
+    double *tok;    /* forward: each token's loss */
+    float *dh, *dw; /* backward: the gradients asked for; else NULL */
+    float *loss;    /* forward: the mean loss */
+};
+
+/* Tokens n0 .. n0 + m: their logits, then forward each one's loss, backward d z and the
+ * products of the gradients asked for */
+static lt_status lce_chunk(const struct lce_run *r, int64_t n0, int64_t m)
+{
+    const int64_t D = r->D, V = r->V;
+    const float *hc = (const float *)r->h->data + n0 * D;
+    const void *hb = hc;
+    lt_status st;
+    if (r->typed) {
+        st = cu_convert_f32_flat(r->c, hc, r->ht, D * m, (int)r->w->type, "linear_ce_convert");
+        if (st != LT_OK)
+            return st;
+        hb = r->ht;
+    }
+    st = gemm(r->c, CUBLAS_OP_T, CUBLAS_OP_N, V, m, D, r->w->data, D, hb, D, r->bt, 0.0f, r->z, V,
+              "cublasGemmEx (linear_ce logits)");
+    if (st != LT_OK)
+        return st;
+    const unsigned grid = (unsigned)(m < 65535 ? m : 65535);
+    cudaStream_t stream = r->c->stream;
+    if (!r->back) {
+        lce_rows_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->tok);
+        return cu_launched("linear_ce_rows");
+    }
+    lce_grad_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->coef, r->zt,
+                                                      (int)r->w->type, r->typed ? 2 : 4);
+    if ((st = cu_launched("linear_ce_grad")) != LT_OK)
+        return st;
+    const void *dz = r->typed ? (const void *)r->zt : (const void *)r->z;
+    if (r->dh)
+        st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_N, D, m, V, r->w->data, D, dz, V, r->bt, 0.0f,
+                  r->dh + n0 * D, D, "cublasGemmEx (linear_ce dh)");
+    if (st == LT_OK && r->dw) /* the first chunk writes dw, the others add */
+        st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_T, D, V, m, hb, D, dz, V, r->bt, n0 ? 1.0f : 0.0f,
+                  r->dw, D, "cublasGemmEx (linear_ce dw)");
+    return st;
+}
+
+/* part p of the backward's result, NULL when not asked for */
+static float *lce_part(struct lt_tensor *node, enum lt_linear_ce_part p)
+{
+    const int64_t at = lt_linear_cross_entropy_part_at(node, p);
+    return at < 0 ? NULL : (float *)node->data + at;
+}
+
 lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -284,73 +354,45 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_refuse(node, reason);
     const bool back = node->op == LT_OP_LINEAR_CE_BACK;
     const int s0 = back ? 1 : 0;
-    const struct lt_tensor *w = node->src[s0], *h = node->src[s0 + 1], *lab = node->src[s0 + 2];
-    const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
-    const int32_t *labels = (const int32_t *)lab->data;
-    const bool typed = w->type != LT_TYPE_F32;
-    const int es = typed ? 2 : 4;
-    const cudaDataType_t bt = blas_type(w->type);
+    struct lce_run r = {c, node->src[s0], node->src[s0 + 1],
+                        (const int32_t *)node->src[s0 + 2]->data};
+    r.D = r.w->ne[0], r.V = r.w->ne[1], r.N = r.h->ne[1];
+    r.back = back;
+    r.typed = r.w->type != LT_TYPE_F32;
+    r.bt = blas_type(r.w->type);
     const struct lce_sizes zs = lce_sizes_of(node);
-    const int64_t nc = zs.nc;
-    const size_t zf = zs.zf, zt_bytes = zs.zt_bytes;
     void *work, *red;
     lt_status st = cu_scratch(c, CU_SCRATCH_WORK, zs.work, &work);
     if (st == LT_OK)
         st = cu_scratch(c, CU_SCRATCH_REDUCE, zs.reduce, &red);
     if (st != LT_OK)
         return st;
-    float *z = (float *)work;
-    char *zt = typed ? (char *)(z + zf) : NULL, *ht = typed ? (char *)(z + zf) + zt_bytes : NULL;
-    double *dred = (double *)red;
-    float *out = (float *)node->data;
-    if (back && N > 0) {
-        lce_coef_kernel<<<1, 256, 0, c->stream>>>((const float *)node->src[0]->data, labels, N,
-                                                  dred);
+    r.z = (float *)work;
+    r.zt = r.typed ? (char *)(r.z + zs.zf) : NULL;
+    r.ht = r.typed ? r.zt + zs.zt_bytes : NULL;
+    if (back) {
+        r.coef = (double *)red;
+        r.dh = lce_part(node, LT_LINEAR_CE_DH);
+        r.dw = lce_part(node, LT_LINEAR_CE_DW);
+    } else {
+        r.tok = (double *)red;
+        r.loss = (float *)node->data;
+    }
+    if (back && r.N > 0) {
+        lce_coef_kernel<<<1, 256, 0, c->stream>>>((const float *)node->src[0]->data, r.labels, r.N,
+                                                  r.coef);
         if ((st = cu_launched("linear_ce_coef")) != LT_OK)
             return st;
     }
-    for (int64_t n0 = 0; n0 < N && V > 0; n0 += nc) {
-        const int64_t m = N - n0 < nc ? N - n0 : nc;
-        const float *hc = (const float *)h->data + n0 * D;
-        const void *hb = hc;
-        if (typed) {
-            st = cu_convert_f32_flat(c, hc, ht, D * m, (int)w->type, "linear_ce_convert");
-            if (st != LT_OK)
-                return st;
-            hb = ht;
-        }
-        st = gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, V, m, D, w->data, D, hb, D, bt, 0.0f, z, V,
-                  "cublasGemmEx (linear_ce logits)");
-        if (st != LT_OK)
-            return st;
-        const unsigned grid = (unsigned)(m < 65535 ? m : 65535);
-        if (!back) {
-            lce_rows_kernel<<<grid, LCE_THREADS, 0, c->stream>>>(z, V, m, labels, n0, dred);
-            if ((st = cu_launched("linear_ce_rows")) != LT_OK)
-                return st;
-            continue;
-        }
-        lce_grad_kernel<<<grid, LCE_THREADS, 0, c->stream>>>(z, V, m, labels, n0, dred, zt,
-                                                             (int)w->type, es);
-        if ((st = cu_launched("linear_ce_grad")) != LT_OK)
-            return st;
-        const void *dz = typed ? (const void *)zt : (const void *)z;
-        st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, D, m, V, w->data, D, dz, V, bt, 0.0f,
-                  out + n0 * D, D, "cublasGemmEx (linear_ce dh)");
-        if (st == LT_OK)
-            st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, D, V, m, hb, D, dz, V, bt, n0 ? 1.0f : 0.0f,
-                      out + D * N, D, "cublasGemmEx (linear_ce dw)");
-        if (st != LT_OK)
-            return st;
-    }
-    if (back) {
-        if (N == 0 || V == 0) /* nothing to add: zero gradients */
-            return cu_check(cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(D * N + D * V),
-                                            c->stream),
-                            "zeroing linear_ce_back");
-        return LT_OK;
-    }
-    lce_mean_kernel<<<1, 256, 0, c->stream>>>(dred, labels, N, out);
+    for (int64_t n0 = 0; n0 < r.N && r.V > 0 && st == LT_OK; n0 += zs.nc)
+        st = lce_chunk(&r, n0, r.N - n0 < zs.nc ? r.N - n0 : zs.nc);
+    if (st == LT_OK && back && (r.N == 0 || r.V == 0)) /* nothing to add: zero gradients */
+        st = cu_check(
+            cudaMemsetAsync(node->data, 0, sizeof(float) * (size_t)lt_nelements(node), c->stream),
+            "zeroing linear_ce_back");
+    if (st != LT_OK || !r.loss)
+        return st;
+    lce_mean_kernel<<<1, 256, 0, c->stream>>>(r.tok, r.labels, r.N, r.loss);
     return cu_launched("linear_ce_mean");
 }
 
