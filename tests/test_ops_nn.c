@@ -1007,19 +1007,20 @@ static void test_cross_entropy(void)
  * head and hidden states, the loss and d z as CROSS_ENTROPY's reference, dh = w dz and
  * dw = h dz^T in double; F32 and BF16 heads (the BF16 values as the kernel reads them), a
  * vocabulary of 301, 1 and 2 threads, masked labels and a label on the last token; then
- * the backward asked for one part */
+ * the backward asked for fewer parts, or for the loss too */
 #define LCE_D 24
 #define LCE_V 301
 #define LCE_N 9
 
-/* LINEAR_CE_BACK with one part gives the same numbers as with both gradients: dh alone, dw
- * alone (their views find them), and both through the part-taking constructor */
+/* LINEAR_CE_BACK with fewer parts gives the same numbers as with both gradients: dh alone,
+ * dw alone (their views find them), and all three with the loss, which is LINEAR_CE's
+ * value bit for bit */
 static void test_linear_ce_parts(struct lt_ctx *ctx, struct lt_tensor *gl, struct lt_tensor *w,
                                  struct lt_tensor *h, struct lt_tensor *labels,
-                                 struct lt_tensor *both, int nth)
+                                 struct lt_tensor *both, struct lt_tensor *loss, int nth)
 {
     static const unsigned sets[3] = {LT_LINEAR_CE_DH, LT_LINEAR_CE_DW,
-                                     LT_LINEAR_CE_DH | LT_LINEAR_CE_DW};
+                                     LT_LINEAR_CE_DH | LT_LINEAR_CE_DW | LT_LINEAR_CE_LOSS};
     const size_t bh = sizeof(float) * LCE_D * LCE_N, bw = sizeof(float) * LCE_D * LCE_V;
     const char *dh = both->data, *dw = (const char *)both->data + bh;
     for (int k = 0; k < 3; k++) {
@@ -1027,19 +1028,27 @@ static void test_linear_ce_parts(struct lt_ctx *ctx, struct lt_tensor *gl, struc
         CHECK(r && nn_run(ctx, r, nth) == LT_OK, "parts %#x: %s", sets[k], lt_last_error());
         if (!r)
             continue;
-        const bool has_h = sets[k] & LT_LINEAR_CE_DH, has_w = sets[k] & LT_LINEAR_CE_DW;
-        CHECK(lt_nelements(r) == (has_h ? LCE_D * LCE_N : 0) + (has_w ? LCE_D * LCE_V : 0),
+        const bool has_h = sets[k] & LT_LINEAR_CE_DH, has_w = sets[k] & LT_LINEAR_CE_DW,
+                   has_loss = sets[k] & LT_LINEAR_CE_LOSS;
+        CHECK(lt_nelements(r) ==
+                  (has_h ? LCE_D * LCE_N : 0) + (has_w ? LCE_D * LCE_V : 0) + (has_loss ? 1 : 0),
               "parts %#x: %lld elements", sets[k], (long long)lt_nelements(r));
         struct lt_tensor *vh = lt_linear_cross_entropy_back_h(ctx, r);
         struct lt_tensor *vw = lt_linear_cross_entropy_back_w(ctx, r);
-        CHECK((vh != NULL) == has_h && (vw != NULL) == has_w, "parts %#x: views dh %d, dw %d",
-              sets[k], vh != NULL, vw != NULL);
+        struct lt_tensor *vl = lt_linear_cross_entropy_back_loss(ctx, r);
+        CHECK((vh != NULL) == has_h && (vw != NULL) == has_w && (vl != NULL) == has_loss,
+              "parts %#x: views dh %d, dw %d, loss %d", sets[k], vh != NULL, vw != NULL,
+              vl != NULL);
         if (vh)
             CHECK(!memcmp(vh->data, dh, bh), "parts %#x nth %d: dh differs from dh and dw's",
                   sets[k], nth);
         if (vw)
             CHECK(!memcmp(vw->data, dw, bw), "parts %#x nth %d: dw differs from dh and dw's",
                   sets[k], nth);
+        if (vl)
+            CHECK(*(float *)vl->data == *(float *)loss->data,
+                  "parts %#x nth %d: loss %.9g, LINEAR_CE's %.9g", sets[k], nth,
+                  (double)*(float *)vl->data, (double)*(float *)loss->data);
     }
 }
 
@@ -1053,7 +1062,7 @@ static void test_linear_ce_parts_refused(void)
     struct lt_tensor *y = lt_new_tensor_1d(ctx, LT_TYPE_I32, 3);
     struct lt_tensor *g = lt_new_tensor_1d(ctx, LT_TYPE_F32, 1);
     lt_set_name(h, "hidden");
-    static const unsigned bad[3] = {0, 4u, LT_LINEAR_CE_DH | 8u};
+    static const unsigned bad[3] = {0, LT_LINEAR_CE_LOSS, LT_LINEAR_CE_DH | 8u};
     for (int k = 0; k < 3; k++) {
         CHECK(lt_linear_cross_entropy_back_parts(ctx, g, w, h, y, bad[k]) == NULL &&
                   strstr(lt_last_error(), "parts") && strstr(lt_last_error(), "hidden"),
@@ -1063,6 +1072,9 @@ static void test_linear_ce_parts_refused(void)
     CHECK(r && lt_linear_cross_entropy_back_w(ctx, r) == NULL &&
               strstr(lt_last_error(), "without its dw"),
           "dw of a dh-only node: %s", lt_last_error());
+    CHECK(lt_linear_cross_entropy_back_loss(ctx, r) == NULL &&
+              strstr(lt_last_error(), "without its loss"),
+          "the loss of a node without it: %s", lt_last_error());
     lt_ctx_free(ctx);
 }
 
@@ -1151,7 +1163,7 @@ static void test_linear_ce(void)
                   bf16 ? " bf16" : "", nth, eh, ew);
             printf("linear_ce%s nth %d: loss %.7f (want %.7f), dh %.2e, dw %.2e\n",
                    bf16 ? " bf16" : "", nth, got, want, eh, ew);
-            test_linear_ce_parts(ctx, gl, w, h, labels, back, nth);
+            test_linear_ce_parts(ctx, gl, w, h, labels, back, loss, nth);
             lt_ctx_free(ctx);
         }
     test_linear_ce_parts_refused();

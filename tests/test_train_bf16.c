@@ -13,9 +13,10 @@
  *     RMS_NORM_MUL_BACK) and F32 gradients;
  *   - its loss is the F32 graph's within 1e-2 and its gradients within 0.1 of their largest
  *     (BF16 operands; the tiny random Qwen3.5 is the loosest, ~0.08);
- *   - its loss is LINEAR_CE, whose LINEAR_CE_BACK makes dh and dw, and gives the F32 loss
- *     and gradients of the head through mul_mat and CROSS_ENTROPY within 1e-5 (a tied head's
- *     gradient has both parts); with LoRA, whose head is frozen, that node makes dh alone;
+ *   - its loss, LINEAR_CE, is folded into its backward (one LINEAR_CE_BACK making dh, dw and
+ *     the loss; no LINEAR_CE left), and gives the F32 loss and gradients of the head through
+ *     mul_mat and CROSS_ENTROPY within 1e-5 (a tied head's gradient has both parts); with
+ *     LoRA, whose head is frozen, that node makes dh and the loss alone;
  *   - CUDA's verdict (types, shapes, strides: no GPU needed) refuses none of its nodes. */
 #include <string.h>
 
@@ -131,14 +132,15 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
           "qwen35 LoRA: split q, k, v loss %.7f against %.7f, adapter gradients off by %.3g; "
           "%d CONV_SILU against %d",
           (double)ls, (double)lc, e, cs.conv_silu, cc.conv_silu);
-    /* the head is frozen: its backward makes dh, no dw */
+    /* the head is frozen: its backward makes dh and the loss, no dw, and no LINEAR_CE runs */
     const struct lt_model_hparams *hp = lt_model_hparams(m);
-    CHECK(cs.lce == 1 && cs.lce_back == 1 && cs.lce_parts == LT_LINEAR_CE_DH &&
-              cs.lce_elements == hp->n_embd * S * T,
+    CHECK(cs.lce == 0 && cs.lce_back == 1 &&
+              cs.lce_parts == (LT_LINEAR_CE_DH | LT_LINEAR_CE_LOSS) &&
+              cs.lce_elements == hp->n_embd * S * T + 1,
           "qwen35 LoRA: %d LINEAR_CE, %d LINEAR_CE_BACK of parts %#x and %lld elements (want "
-          "dh alone: %lld)",
+          "dh and the loss: %lld)",
           cs.lce, cs.lce_back, cs.lce_parts, (long long)cs.lce_elements,
-          (long long)(hp->n_embd * S * T));
+          (long long)(hp->n_embd * S * T + 1));
     printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n", l->n_pairs,
            e);
     free(gs);
@@ -214,9 +216,10 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                   c16.conv_silu, c16.conv_acc, cch.conv_silu, cch.conv_acc);
         CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
               c16.refused, c16.why);
-        /* every weight trainable: the head's backward makes dh and dw */
-        const unsigned all = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW;
-        CHECK(c16.lce == 1 && c16.lce_back == 1 && c16.lce_parts == all && c32.lce == 1 &&
+        /* every weight trainable: the head's backward makes dh, dw and the loss, in place of
+         * LINEAR_CE */
+        const unsigned all = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW | LT_LINEAR_CE_LOSS;
+        CHECK(c16.lce == 0 && c16.lce_back == 1 && c16.lce_parts == all && c32.lce == 0 &&
                   c32.lce_parts == all && cmm.lce_back == 0,
               "%s: %d LINEAR_CE and %d LINEAR_CE_BACK of parts %#x (F32: %d, %#x)", sp->arch,
               c16.lce, c16.lce_back, c16.lce_parts, c32.lce, c32.lce_parts);
@@ -224,11 +227,12 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
          * head's gradient has the embedding's rows too), within the products' rounding */
         const double emm = tm_rel_err(g32, gmm, (int)n_w);
         CHECK(fabsf(l32 - lmm) <= 1e-6f * fabsf(lmm) && emm < 1e-5,
-              "%s: LINEAR_CE's loss %.7f against mul_mat's %.7f, gradients off by %.3g", sp->arch,
-              (double)l32, (double)lmm, emm);
+              "%s: the folded LINEAR_CE's loss %.7f against mul_mat's %.7f, gradients off by "
+              "%.3g",
+              sp->arch, (double)l32, (double)lmm, emm);
         printf("%s: BF16 products loss %.5f (F32 %.5f), gradients within %.2g of F32's, "
-               "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms; LINEAR_CE's "
-               "gradients within %.2g of mul_mat's\n",
+               "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms; the folded "
+               "head's gradients within %.2g of mul_mat's\n",
                sp->arch, (double)l16, (double)l32, e, ech, c16.norm_mul_back, c16.gated_norms, emm);
         if (qwen35)
             test_lora_split(m, cpu);

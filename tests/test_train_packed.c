@@ -7,8 +7,9 @@
  * The same for padding-free packing (lt_model_build_loss_packed): the three examples one
  * after another in one row, then in two rows (two examples, and one with padding after),
  * positions restarting at each: no attention, DeltaNet state or conv input may cross from
- * one example to the next. And CUDA's verdict (types, shapes and strides: no GPU needed)
- * refuses no more nodes of a packed training graph than of the unpacked one. */
+ * one example to the next, also as a device builds the graph (FLASH_ATTN, and LINEAR_CE as
+ * the loss, folded into its backward). And CUDA's verdict (types, shapes and strides: no GPU
+ * needed) refuses no more nodes of a packed training graph than of the unpacked one. */
 #include <string.h>
 
 #include "backend/cuda/cuda_verdict.h"
@@ -22,13 +23,16 @@
 static const int lens[S] = {9, 5, 7}; /* the last two are padded */
 
 /* loss and d loss / d w (every trainable copy, concatenated) of tokens [n_seqs][t_row];
- * pos NULL: each row one example, else each step's position within its example (packed) */
+ * pos NULL: each row one example, else each step's position within its example (packed);
+ * device: a device's graph, attention as FLASH_ATTN and the loss as LINEAR_CE (folded into
+ * its backward node, src/ops/linear_ce.c) */
 static lt_status loss_and_grads(const struct lt_model *m, struct lt_backend *cpu,
                                 const struct lt_model_replace *rep, int n_rep, const int32_t *tok,
                                 const int32_t *lab, int t_row, int n_seqs, const int32_t *pos,
-                                bool flash, float *loss, float *grads)
+                                bool device, float *loss, float *grads)
 {
-    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep, .flash_attn = flash};
+    struct lt_model_adapters ad = {
+        .replace = rep, .n_replace = n_rep, .flash_attn = device, .fused_loss = device};
     return tm_loss_and_grads(m, cpu, &ad, tok, lab, t_row, n_seqs, pos, loss, grads, NULL, NULL);
 }
 
@@ -121,7 +125,8 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
            (double)loss_packed, err);
 
     /* padding-free: the examples one after another, in one row of 21 and in two of 14;
-     * then the same two with attention as FLASH_ATTN (a device's training graph) */
+     * then the same two as a device's training graph (attention as FLASH_ATTN, the loss as
+     * LINEAR_CE), against the same one-at-a-time reference */
     for (int variant = 0; variant < 4; variant++) {
         enum { ROW_MAX = 21 };
         const int layout = variant % 2, t_row = layout ? 14 : 21, n_rows = layout ? 2 : 1;
@@ -168,8 +173,8 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             at2 += n;
         }
         printf("%s: padding-free in %d row%s of %d%s: loss %.5f, gradient relative error %.2g\n",
-               sp->arch, n_rows, n_rows > 1 ? "s" : "", t_row, flash ? " (flash_attn)" : "",
-               (double)lp, e);
+               sp->arch, n_rows, n_rows > 1 ? "s" : "", t_row,
+               flash ? " (flash_attn, linear_ce)" : "", (double)lp, e);
     }
     if (lt_cuda_compiled()) {
         char why_p[256] = "", why_u[256] = "";

@@ -4,8 +4,9 @@
  * graph whose backward reads recomputed copies of each layer's forward tensors gives the
  * same loss and, after an SGD step, the same weights, bit for bit, as the graph that keeps
  * them; it recomputes something; and on a longer batch its admission estimate is at most
- * three quarters of the other's. The same again with attention as FLASH_ATTN (a device's
- * training graph: its backward reads the recomputed forward node). */
+ * three quarters of the other's. The same again with attention as FLASH_ATTN and the loss as
+ * LINEAR_CE (a device's training graph: the attention's backward reads the recomputed
+ * forward node, and the loss is folded into the head's backward node, src/ops/linear_ce.c). */
 #include <string.h>
 
 #include "check.h"
@@ -15,7 +16,8 @@
 #define T 9 /* tokens per sequence */
 #define S 3 /* sequences */
 
-/* the graphs' attention as FLASH_ATTN (a device's training graph) in the second round */
+/* the graphs' attention as FLASH_ATTN and their loss as LINEAR_CE (a device's training graph)
+ * in the second round */
 static bool use_flash;
 
 /* one accumulate + SGD step of every F32 weight; the loss, the weights after the step
@@ -25,7 +27,8 @@ static lt_status one_step(const struct lt_model *m, struct lt_backend *cpu,
                           bool remat, bool run, float *loss, float *after, size_t *estimate,
                           int *n_recomputed)
 {
-    struct lt_model_adapters ad = {.replace = rep, .n_replace = n_rep, .flash_attn = use_flash};
+    struct lt_model_adapters ad = {
+        .replace = rep, .n_replace = n_rep, .flash_attn = use_flash, .fused_loss = use_flash};
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16 << 20, .no_alloc = true});
     struct lt_model_loss_graph lg;
     struct lt_train_graph *tg = NULL;
@@ -145,7 +148,7 @@ int main(void)
     for (int flash = 0; flash < 2; flash++) {
         use_flash = flash;
         if (flash)
-            printf("attention as FLASH_ATTN:\n");
+            printf("attention as FLASH_ATTN, the loss as LINEAR_CE:\n");
         for (size_t i = 0; i < sizeof(tm_specs) / sizeof(tm_specs[0]); i++)
             test_arch(&tm_specs[i], (int)i, cpu);
     }

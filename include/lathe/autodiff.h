@@ -7,7 +7,15 @@
  * no later kernel is handed a layout because of autodiff.
  *
  * An op without a backward rule on a path from a parameter to the loss is not an error
- * of the library: the build stops and reports it as a refusal (see opt.h). */
+ * of the library: the build stops and reports it as a refusal (see opt.h).
+ *
+ * A rule may compute the loss in its backward node where that saves work (LINEAR_CE as the
+ * loss itself: its backward recomputes the logits the forward made). The loss node then
+ * becomes a copy of that node's loss element (same value), the node moves before the loss
+ * in g, and the loss's own forward computation leaves the graph. So g's forward part, the
+ * nodes up to the loss, may be longer after this call than before: a caller that runs the
+ * forward alone counts its nodes afterwards. A build that fails puts the loss back as it
+ * was. A forward graph is differentiated once. */
 #ifndef LATHE_AUTODIFF_H
 #define LATHE_AUTODIFF_H
 

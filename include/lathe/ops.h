@@ -363,10 +363,13 @@ struct lt_tensor *lt_linear_cross_entropy(struct lt_ctx *ctx, struct lt_tensor *
                                           struct lt_tensor *h, struct lt_tensor *labels);
 /* What a LINEAR_CE_BACK node makes: bits of its op_params[1]. Its result is one flat F32
  * tensor holding the parts asked for, in this order: dh [D, N], dw [D, V] (F32 whatever w's
- * type). At least one. */
+ * type), and the loss itself (one float, LINEAR_CE's value), which lets the backward of a
+ * loss seeded by autodiff compute the loss in the same pass over the logits. At least one of
+ * dh and dw. */
 enum lt_linear_ce_part {
     LT_LINEAR_CE_DH = 1 << 0,
     LT_LINEAR_CE_DW = 1 << 1,
+    LT_LINEAR_CE_LOSS = 1 << 2,
 };
 /* dh and dw given grad_loss (one F32, dL/dloss) */
 struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_tensor *grad_loss,
@@ -377,10 +380,11 @@ struct lt_tensor *lt_linear_cross_entropy_back_parts(struct lt_ctx *ctx,
                                                      struct lt_tensor *grad_loss,
                                                      struct lt_tensor *w, struct lt_tensor *h,
                                                      struct lt_tensor *labels, unsigned parts);
-/* Views of a LINEAR_CE_BACK's parts ([D, N] and [D, V]); NULL, with the error naming the
- * node, when it does not hold that part. */
+/* Views of a LINEAR_CE_BACK's parts ([D, N], [D, V] and [1]); NULL, with the error naming
+ * the node, when it does not hold that part. */
 struct lt_tensor *lt_linear_cross_entropy_back_h(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
+struct lt_tensor *lt_linear_cross_entropy_back_loss(struct lt_ctx *ctx, struct lt_tensor *r);
 /* The first element of part `part` in LINEAR_CE_BACK node r's result, -1 when r does not
  * hold it; and the shape rule of r (its parts valid, its result their size, one grad_loss),
  * which the views, the CPU's and CUDA's kernels and preconditions all follow. */

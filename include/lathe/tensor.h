@@ -311,6 +311,8 @@ struct lt_graph *lt_graph_new(struct lt_ctx *ctx, int cap);
 /* Adds t and everything it depends on (not yet in the graph). */
 lt_status lt_graph_build(struct lt_graph *g, struct lt_tensor *t);
 bool lt_graph_contains(const struct lt_graph *g, const struct lt_tensor *t);
+/* Empties g, its capacity kept, to be built again. */
+void lt_graph_clear(struct lt_graph *g);
 
 #ifdef __cplusplus
 }

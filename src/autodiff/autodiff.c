@@ -2,8 +2,15 @@
  *
  * Nodes are visited in reverse topological order, so by the time a node is visited every
  * user of it has added its contribution to node->grad. A tensor "wants" a gradient when it
- * is trainable or depends on something trainable; rules skip sources that don't. */
+ * is trainable or depends on something trainable; rules skip sources that don't.
+ *
+ * A rule may fold the loss into its backward node (lt_ad_fold_loss; LINEAR_CE's rule does,
+ * src/ops/linear_ce.c): the loss node becomes a copy of one element of a node that autodiff
+ * built, so the graph is built again, the forward's nodes in their order with that node and
+ * what it reads inserted before the loss, and the forward part (every node the loss needs)
+ * ends after the loss as before, a few nodes later. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/ptrmap.h"
@@ -67,6 +74,26 @@ static void name_backward_nodes(struct lt_graph *g, int n_forward)
     }
 }
 
+/* g again, its first n_forward nodes and every leaf built in their order, so the loss's new
+ * sources (a folded loss) come before it and nothing else moves; *n_out: the nodes of the
+ * forward part now */
+static lt_status rebuild_forward(struct lt_graph *g, int n_forward, int *n_out)
+{
+    const int n_leafs = g->n_leafs;
+    struct lt_tensor **old = malloc(sizeof(*old) * (size_t)(n_forward + n_leafs + 1));
+    if (!old)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
+    memcpy(old, g->nodes, sizeof(*old) * (size_t)n_forward);
+    memcpy(old + n_forward, g->leafs, sizeof(*old) * (size_t)n_leafs);
+    lt_graph_clear(g);
+    lt_status st = LT_OK;
+    for (int i = 0; i < n_forward + n_leafs && st == LT_OK; i++)
+        st = lt_graph_build(g, old[i]);
+    free(old);
+    *n_out = g->n_nodes;
+    return st;
+}
+
 lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_tensor *loss,
                             float grad_scale, struct lt_refusal *refusal)
 {
@@ -106,6 +133,8 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
     }
     lt_format_name(seed, "grad for %s", loss->name);
     loss->grad = seed;
+    ad.loss = loss;
+    ad.seed = seed;
     for (int i = n_forward - 1; i >= 0; i--) {
         struct lt_tensor *node = g->nodes[i];
         if (!node->grad || !lt_ad_wants(&ad, node))
@@ -122,6 +151,8 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
         if (st != LT_OK)
             goto out_free_map;
     }
+    if (ad.folded && (st = rebuild_forward(g, n_forward, &n_forward)) != LT_OK)
+        goto out_free_map;
     /* add every parameter gradient (and what it depends on) to the graph */
     for (int i = 0; i < g->n_leafs; i++) {
         struct lt_tensor *p = g->leafs[i];
@@ -133,6 +164,11 @@ lt_status lt_autodiff_build(struct lt_ctx *ctx, struct lt_graph *g, struct lt_te
     }
     name_backward_nodes(g, n_forward);
 out_free_map:
+    if (st != LT_OK && ad.folded) { /* the loss computes itself again */
+        loss->op = ad.unfolded.op;
+        memcpy(loss->op_params, ad.unfolded.op_params, sizeof(loss->op_params));
+        memcpy(loss->src, ad.unfolded.src, sizeof(loss->src));
+    }
     lt_ptrmap_free(&ad.wants);
     lt_ptrmap_free(&ad.owned);
     lt_ptrmap_free(&ad.readers);

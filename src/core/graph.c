@@ -46,6 +46,14 @@ struct lt_graph *lt_graph_new(struct lt_ctx *ctx, int cap)
     return &gi->g;
 }
 
+void lt_graph_clear(struct lt_graph *g)
+{
+    struct graph_impl *gi = (struct graph_impl *)g;
+    g->n_nodes = 0;
+    g->n_leafs = 0;
+    memset(gi->hash, 0, sizeof(*gi->hash) * gi->hash_size);
+}
+
 bool lt_graph_contains(const struct lt_graph *g, const struct lt_tensor *t)
 {
     size_t slot;

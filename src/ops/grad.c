@@ -1,4 +1,6 @@
 /* grad.c: the gradient accumulation the backward rules call (grad.h). */
+#include <string.h>
+
 #include "ops/grad.h"
 
 struct lt_ctx *lt_ad_ctx(struct lt_autodiff *ad) { return ad->ctx; }
@@ -77,6 +79,39 @@ lt_status lt_ad_add(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_ten
     /* a sum or copy made here is src's alone; a contribution handed through whole may be
      * another tensor's gradient too */
     lt_ptrmap_set(&ad->owned, src, sum != grad);
+    return LT_OK;
+}
+
+bool lt_ad_seeded(struct lt_autodiff *ad, const struct lt_tensor *node)
+{
+    return node && node == ad->loss && node->grad && node->grad == ad->seed;
+}
+
+lt_status lt_ad_fold_loss(struct lt_autodiff *ad, struct lt_tensor *node, struct lt_tensor *value)
+{
+    if (!value)
+        return lt_fail(LT_ERR_INVALID, "cannot fold the loss '%s' into its backward: %s",
+                       node->name, lt_last_error());
+    const struct lt_tensor *from = lt_storage_root(value);
+    bool reads_loss = false;
+    for (int k = 0; k < LT_MAX_SRC; k++)
+        reads_loss |= from->src[k] == node || value->src[k] == node;
+    if (!lt_ad_seeded(ad, node) || node->view_src || value->type != node->type ||
+        !lt_same_shape(value, node) || reads_loss)
+        return lt_fail(LT_ERR_INVALID,
+                       "cannot fold '%s' into its backward: it is not the seeded loss, or '%s' "
+                       "is not its type and shape, or reads the loss",
+                       node->name, value->name);
+    struct lt_tensor *copy = lt_cont(ad->ctx, value);
+    if (!copy)
+        return lt_fail(LT_ERR_NOMEM, "cannot fold the loss '%s' into its backward: %s", node->name,
+                       lt_last_error());
+    /* the node itself (the caller's loss, which the job reads) becomes the copy */
+    ad->unfolded = *node;
+    node->op = copy->op;
+    memcpy(node->op_params, copy->op_params, sizeof(node->op_params));
+    memcpy(node->src, copy->src, sizeof(node->src));
+    ad->folded = true;
     return LT_OK;
 }
 

@@ -15,6 +15,11 @@
 
 struct lt_autodiff {
     struct lt_ctx *ctx;
+    struct lt_tensor *loss, *seed; /* the loss and its gradient, the FILL of grad_scale */
+    bool folded;                   /* a rule computed the loss in its backward node */
+    /* the loss's op, parameters and sources before it was folded: lt_autodiff_build puts
+     * them back when the build fails, so the caller's forward graph still runs */
+    struct lt_tensor unfolded;
     struct lt_ptrmap wants; /* tensor -> 1 when it needs a gradient */
     /* tensor -> 1 while its gradient is an accumulator no other tensor reads (made by a
      * view's rule from a fresh zero or a fresh ACC), so the next view may add in place */
@@ -53,6 +58,16 @@ struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enu
  * products), F32 otherwise. */
 enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
                              const struct lt_tensor *reader);
+/* Is node the loss with its gradient still autodiff's seed (the constant grad_scale, nothing
+ * added to it)? Its rule may then compute the loss in its own backward node and hand that
+ * value to lt_ad_fold_loss. */
+bool lt_ad_seeded(struct lt_autodiff *ad, const struct lt_tensor *node);
+/* The loss takes its value from `value` (one F32, computed by the loss's backward node from
+ * the loss's sources, not from the loss): the loss node becomes a copy of it, so its own
+ * computation never runs, and lt_autodiff_build puts value's nodes before the loss in the
+ * graph. A copy rather than a view: the loss lives to the end of the graph (LT_FLAG_LOSS),
+ * and a view would keep the whole backward node alive with it. */
+lt_status lt_ad_fold_loss(struct lt_autodiff *ad, struct lt_tensor *node, struct lt_tensor *value);
 /* t itself when contiguous, otherwise a CONT copy of it. */
 struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t);
 

@@ -13,10 +13,20 @@
  *
  * LINEAR_CE_BACK(grad_loss, w, h, labels) is one flat F32 tensor of the parts its
  * op_params[1] asks for (enum lt_linear_ce_part), in this order: dh [D, N], dw [D, V] (F32
- * whatever w's type), with d z_n = grad_loss / n_valid (softmax(z_n) - onehot(label_n)) for
- * unmasked n and 0 otherwise, dh_n = w d z_n and dw = sum_n h_n d z_n^T. The rule asks only
- * for the gradients autodiff wants: a LoRA job's head is frozen, and its dw (1 GB of F32 at
- * Qwen3.5's head, and a product a chunk over all of it) was made and thrown away.
+ * whatever w's type), the loss (one float), with d z_n = grad_loss / n_valid (softmax(z_n) -
+ * onehot(label_n)) for unmasked n and 0 otherwise, dh_n = w d z_n and dw = sum_n h_n d z_n^T.
+ * The rule asks only for the gradients autodiff wants: a LoRA job's head is frozen, and its
+ * dw (1 GB of F32 at Qwen3.5's head, and a product a chunk over all of it) was made and
+ * thrown away.
+ *
+ * The loss part is for the loss that autodiff seeds (lt_ad_seeded: its gradient is the
+ * constant grad_scale, nothing else added). The backward computes each chunk's logits
+ * anyway, and the loss terms come from the same logits and the same log-sum-exp that d z
+ * needs, so the rule asks for the loss too and makes the LINEAR_CE node a copy of that
+ * element (lt_ad_fold_loss): the forward's logits product never runs, and a training step
+ * takes three products over the head instead of four. The loss is the same value as
+ * LINEAR_CE's, bit for bit on the CPU (the same functions in the same order). A graph
+ * without a backward (evaluation, inference) keeps LINEAR_CE.
  *
  * The CPU kernels here are the oracle, written for clarity: each logit is a dot product in
  * double. */
@@ -79,18 +89,18 @@ static unsigned lce_parts(const struct lt_tensor *r)
 /* at least one gradient, and no bit that is not a part */
 static bool parts_valid(unsigned parts)
 {
-    const unsigned all = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW;
-    return !(parts & ~all) && (parts & all);
+    const unsigned all = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW | LT_LINEAR_CE_LOSS;
+    return !(parts & ~all) && (parts & (LT_LINEAR_CE_DH | LT_LINEAR_CE_DW));
 }
 
 /* The elements that the parts of `parts` before part `before` take (before 0: all of them),
- * in the result's order: dh, dw (bit i is part i) */
+ * in the result's order: dh, dw, the loss (bit i is part i) */
 static int64_t parts_size(const struct lt_tensor *w, const struct lt_tensor *h, unsigned parts,
                           unsigned before)
 {
-    const int64_t n[2] = {lt_nelements(h), lt_nelements(w)};
+    const int64_t n[3] = {lt_nelements(h), lt_nelements(w), 1};
     int64_t total = 0;
-    for (int i = 0; i < 2 && (1u << i) != before; i++)
+    for (int i = 0; i < 3 && (1u << i) != before; i++)
         total += parts & (1u << i) ? n[i] : 0;
     return total;
 }
@@ -125,7 +135,7 @@ struct lt_tensor *lt_linear_cross_entropy_back_parts(struct lt_ctx *ctx,
     if (!parts_valid(parts)) {
         lt_fail(LT_ERR_INVALID,
                 "linear_cross_entropy_back of '%s': parts %#x must name dh, dw or both "
-                "(LT_LINEAR_CE_DH, LT_LINEAR_CE_DW)",
+                "(LT_LINEAR_CE_DH, LT_LINEAR_CE_DW), and may add LT_LINEAR_CE_LOSS",
                 h->name, parts);
         return NULL;
     }
@@ -148,12 +158,14 @@ struct lt_tensor *lt_linear_cross_entropy_back(struct lt_ctx *ctx, struct lt_ten
                                               LT_LINEAR_CE_DH | LT_LINEAR_CE_DW);
 }
 
-/* A view of part `part` of r, shaped like h or w; `what` names the caller
- * (lt_linear_cross_entropy_back_<what>) in messages */
+/* A view of part `part` of r, shaped like h or w, or [1] for the loss; `what` names the
+ * caller (lt_linear_cross_entropy_back_<what>) in messages */
 static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r,
                                    enum lt_linear_ce_part part, const char *what)
 {
-    const char *part_name = part == LT_LINEAR_CE_DH ? "dh" : "dw";
+    const char *part_name = part == LT_LINEAR_CE_DH   ? "dh"
+                            : part == LT_LINEAR_CE_DW ? "dw"
+                                                      : "loss";
     if (!r || r->op != LT_OP_LINEAR_CE_BACK) {
         lt_fail(LT_ERR_INVALID, "linear_cross_entropy_back_%s: '%s' is not LINEAR_CE_BACK", what,
                 r ? r->name : "(null)");
@@ -166,6 +178,12 @@ static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r,
         return NULL;
     }
     const size_t f = sizeof(float);
+    if (part == LT_LINEAR_CE_LOSS) {
+        struct lt_tensor *t = lt_view_1d(ctx, r, 1, f * (size_t)at);
+        if (t)
+            lt_format_name(t, "loss of %s", r->name);
+        return t;
+    }
     const struct lt_tensor *like = r->src[part == LT_LINEAR_CE_DW ? 1 : 2];
     struct lt_tensor *t =
         lt_view_2d(ctx, r, like->ne[0], like->ne[1], f * (size_t)like->ne[0], f * (size_t)at);
@@ -184,6 +202,12 @@ struct lt_tensor *lt_linear_cross_entropy_back_w(struct lt_ctx *ctx, struct lt_t
 {
     LT_REQUIRE("linear_cross_entropy_back_w", r);
     return back_part(ctx, r, LT_LINEAR_CE_DW, "w");
+}
+
+struct lt_tensor *lt_linear_cross_entropy_back_loss(struct lt_ctx *ctx, struct lt_tensor *r)
+{
+    LT_REQUIRE("linear_cross_entropy_back_loss", r);
+    return back_part(ctx, r, LT_LINEAR_CE_LOSS, "loss");
 }
 
 /* ---- CPU ---- */
@@ -351,7 +375,8 @@ static void lce_back_forward(const struct lt_compute_params *p, struct lt_tensor
     const struct lt_tensor *w = node->src[1], *h = node->src[2], *labels = node->src[3];
     const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
     struct lce_bufs b = lce_bufs_of(p, w);
-    float *dh = part_data(node, LT_LINEAR_CE_DH), *dw = part_data(node, LT_LINEAR_CE_DW);
+    float *dh = part_data(node, LT_LINEAR_CE_DH), *dw = part_data(node, LT_LINEAR_CE_DW),
+          *loss = part_data(node, LT_LINEAR_CE_LOSS);
     int64_t n_valid = 0;
     for (int64_t n = 0; n < N; n++)
         n_valid += label_at(labels, n) >= 0;
@@ -377,6 +402,8 @@ static void lce_back_forward(const struct lt_compute_params *p, struct lt_tensor
         }
     }
     lt_compute_barrier(p);
+    if (loss && p->ith == 0)
+        *loss = mean_loss(b.tok, labels, N);
     if (!dw)
         return;
     /* head rows: dw_v = sum_n d z_n[v] h_n, the logit recomputed */
@@ -401,14 +428,17 @@ static void lce_back_forward(const struct lt_compute_params *p, struct lt_tensor
 /* ---- backward rule ---- */
 
 /* The head and the hidden states get their parts of one LINEAR_CE_BACK, which makes only
- * the gradients wanted; the labels get none. */
+ * the gradients wanted; the labels get none. When this node is the loss autodiff seeds, the
+ * same node computes the loss, and this node becomes a copy of it (the file's comment). */
 static lt_status lce_rule(struct lt_autodiff *ad, struct lt_tensor *node)
 {
     struct lt_tensor *w = node->src[0], *h = node->src[1];
     const bool dw = lt_ad_wants(ad, w), dh = lt_ad_wants(ad, h);
     if (!dw && !dh)
         return LT_OK;
-    const unsigned parts = (dh ? LT_LINEAR_CE_DH : 0u) | (dw ? LT_LINEAR_CE_DW : 0u);
+    const bool fold = lt_ad_seeded(ad, node);
+    const unsigned parts =
+        (dh ? LT_LINEAR_CE_DH : 0u) | (dw ? LT_LINEAR_CE_DW : 0u) | (fold ? LT_LINEAR_CE_LOSS : 0u);
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
     struct lt_tensor *hc = lt_ad_contiguous(ad, h);
@@ -424,6 +454,8 @@ static lt_status lce_rule(struct lt_autodiff *ad, struct lt_tensor *node)
         st = lt_ad_add(ad, h, lt_linear_cross_entropy_back_h(ctx, r));
     if (st == LT_OK && dw)
         st = lt_ad_add(ad, w, lt_linear_cross_entropy_back_w(ctx, r));
+    if (st == LT_OK && fold)
+        st = lt_ad_fold_loss(ad, node, lt_linear_cross_entropy_back_loss(ctx, r));
     return st;
 }
 

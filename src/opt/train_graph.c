@@ -277,6 +277,17 @@ static lt_status build_grads_graph(struct lt_train_graph *tg)
     return LT_OK;
 }
 
+/* The nodes of g's forward part, which ends with the loss (g was built from it alone). Not
+ * the count before autodiff: a loss folded into its backward node (LINEAR_CE's) has that
+ * node, and what it reads, before it now. */
+static int forward_count(const struct lt_graph *g, const struct lt_tensor *loss)
+{
+    for (int i = g->n_nodes - 1; i >= 0; i--)
+        if (g->nodes[i] == loss)
+            return i + 1;
+    return g->n_nodes;
+}
+
 int lt_train_graph_n_recomputed(const struct lt_train_graph *tg) { return tg->n_recomputed; }
 
 lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
@@ -325,6 +336,7 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     st = lt_autodiff_build(ctx, tg->grads, loss, 1.0f, refusal);
     if (st != LT_OK)
         goto out_free;
+    tg->n_forward = forward_count(tg->grads, loss);
     if (params->n_remat_bounds >= 2) {
         st = lt_remat_rewrite(ctx, tg->grads, tg->n_forward, params->remat_bounds,
                               params->n_remat_bounds, &tg->n_recomputed);

@@ -1249,7 +1249,8 @@ static struct lt_tensor *b_cross_entropy(struct build *b, const struct params *p
 /* LINEAR_CE: head [64, V] of type[1], hidden [64, 37], labels with masked ones; i[0]:
  * backward; i[1]: tokens a chunk (0: the default); i[2]: the backward's parts (0: dh and dw
  * through lt_linear_cross_entropy_back). Each part of the backward is compared on its own
- * too (extra), so that dw's elements, many more than dh's, cannot hide dh's errors. */
+ * too (extra), so the loss, orders of magnitude above the gradients' elements, cannot hide
+ * their errors. */
 static struct lt_tensor *b_linear_ce(struct build *b, const struct params *p)
 {
     struct lt_tensor *w = mk(b, p->type[1], L_CONTIG, 64, p->ne[0], 1, 1, FILL_UNIFORM, -1, 1);
@@ -1268,9 +1269,97 @@ static struct lt_tensor *b_linear_ce(struct build *b, const struct params *p)
             b->extra[b->n_extra++] = lt_linear_cross_entropy_back_h(b->ctx, r);
         if (r && (parts & LT_LINEAR_CE_DW))
             b->extra[b->n_extra++] = lt_linear_cross_entropy_back_w(b->ctx, r);
+        if (r && (parts & LT_LINEAR_CE_LOSS))
+            b->extra[b->n_extra++] = lt_linear_cross_entropy_back_loss(b->ctx, r);
     }
     lt_linear_cross_entropy_set_chunk(r, p->i[1]);
     return r;
+}
+
+/* On the device alone, the backward with the loss part (what a training graph runs in place
+ * of LINEAR_CE) against LINEAR_CE and the backward without it, in one graph: the same loss
+ * bit for bit (the same logits product and the same column kernel), the same dh and dw bit
+ * for bit; F32 and BF16 heads, in one chunk and in four */
+static void test_linear_ce_fused_loss(void)
+{
+    enum { D = 64, V = 3000, N = 37 };
+    for (int t = 0; t < 2; t++)
+        for (int chunk = 0; chunk < 2; chunk++) {
+            struct lt_ctx *ctx =
+                lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+            const enum lt_type wt = t ? LT_TYPE_BF16 : LT_TYPE_F32;
+            struct lt_tensor *w = lt_new_tensor_2d(ctx, wt, D, V);
+            struct lt_tensor *h = lt_new_tensor_2d(ctx, LT_TYPE_F32, D, N);
+            struct lt_tensor *y = lt_new_tensor_1d(ctx, LT_TYPE_I32, N);
+            struct lt_tensor *gl = lt_new_tensor_1d(ctx, LT_TYPE_F32, 1);
+            const unsigned grads = LT_LINEAR_CE_DH | LT_LINEAR_CE_DW;
+            struct lt_tensor *loss = lt_linear_cross_entropy(ctx, w, h, y);
+            struct lt_tensor *fused =
+                lt_linear_cross_entropy_back_parts(ctx, gl, w, h, y, grads | LT_LINEAR_CE_LOSS);
+            struct lt_tensor *plain = lt_linear_cross_entropy_back_parts(ctx, gl, w, h, y, grads);
+            struct lt_tensor *outs[3] = {loss, fused, plain};
+            struct lt_graph *g = lt_graph_new(ctx, 64);
+            struct lt_sched *s = lt_sched_new(&g_cuda, 1);
+            lt_status st = g && s ? LT_OK : LT_ERR_NOMEM;
+            for (int i = 0; i < 3 && st == LT_OK; i++) {
+                lt_linear_cross_entropy_set_chunk(outs[i], chunk ? 10 : 0);
+                outs[i]->flags |= LT_FLAG_OUTPUT;
+                st = lt_graph_build(g, outs[i]);
+            }
+            if (st == LT_OK)
+                st = lt_sched_place(s, g, true, NULL);
+            if (st == LT_OK)
+                st = lt_sched_alloc(s, g);
+            /* the inputs: a head of values BF16 holds exactly, labels with masked ones */
+            static float wv[D * V], hv[D * N];
+            static int32_t yv[N];
+            for (int i = 0; i < D * V; i++)
+                wv[i] = (float)((i * 37) % 17 - 8) / 16.0f;
+            for (int i = 0; i < D * N; i++)
+                hv[i] = (float)((i * 11) % 13 - 6) / 8.0f;
+            for (int i = 0; i < N; i++)
+                yv[i] = i % 5 == 1 ? -1 : (i * 613) % V;
+            static uint16_t wb[D * V];
+            for (int i = 0; i < D * V; i++)
+                wb[i] = lt_fp32_to_bf16(wv[i]);
+            const float g07 = 0.7f;
+            if (st == LT_OK)
+                st = lt_tensor_set(w, t ? (void *)wb : (void *)wv, 0, lt_nbytes(w));
+            if (st == LT_OK)
+                st = lt_tensor_set(h, hv, 0, sizeof(hv));
+            if (st == LT_OK)
+                st = lt_tensor_set(y, yv, 0, sizeof(yv));
+            if (st == LT_OK)
+                st = lt_tensor_set(gl, &g07, 0, sizeof(g07));
+            if (st == LT_OK)
+                st = lt_sched_compute(s, g);
+            const size_t n_grads = (size_t)(D * N + D * V);
+            float *a = malloc(sizeof(float) * (n_grads + 1)), *b = malloc(sizeof(float) * n_grads);
+            float l = NAN;
+            if (st == LT_OK && a && b) {
+                st = lt_tensor_get(fused, a, 0, sizeof(float) * (n_grads + 1));
+                if (st == LT_OK)
+                    st = lt_tensor_get(plain, b, 0, sizeof(float) * n_grads);
+                if (st == LT_OK)
+                    st = lt_tensor_get(loss, &l, 0, sizeof(l));
+            }
+            CHECK(st == LT_OK && a && b, "linear_ce fused loss on CUDA: %s", lt_last_error());
+            if (st == LT_OK && a && b) {
+                CHECK(a[n_grads] == l && l > 0,
+                      "LINEAR_CE_BACK's loss %.9g, LINEAR_CE's %.9g (%s head, chunk %d)",
+                      (double)a[n_grads], (double)l, lt_type_name(wt), chunk ? 10 : 0);
+                CHECK(!memcmp(a, b, sizeof(float) * n_grads),
+                      "LINEAR_CE_BACK's dh and dw with the loss differ from without (%s head)",
+                      lt_type_name(wt));
+                printf("linear_ce on CUDA, %s head, chunk %d: the backward's loss %.7f is "
+                       "LINEAR_CE's\n",
+                       lt_type_name(wt), chunk ? 10 : 0, (double)l);
+            }
+            free(a);
+            free(b);
+            lt_sched_free(s);
+            lt_ctx_free(ctx);
+        }
 }
 
 static struct lt_tensor *b_optim(struct build *b, const struct params *p)
@@ -1564,12 +1653,15 @@ static void test_recurrent_loss_optim(void)
 
     static const enum lt_type lce_types[] = {LT_TYPE_F32, LT_TYPE_BF16};
     /* the backward's part sets: dh and dw through the two-part constructor, then each set
-     * the rule builds for one gradient (a frozen head: dh; frozen hidden states: dw) */
-    static const int lce_parts[] = {0, LT_LINEAR_CE_DH, LT_LINEAR_CE_DW};
-    static const char *const lce_part_names[] = {"", "/dh", "/dw"};
+     * the rule builds (a frozen head: dh; frozen hidden states: dw; with the loss when the
+     * loss is autodiff's seed) */
+    enum { DH = LT_LINEAR_CE_DH, DW = LT_LINEAR_CE_DW, LOSS = LT_LINEAR_CE_LOSS };
+    static const int lce_parts[] = {0, DH, DW, DH | LOSS, DW | LOSS, DH | DW | LOSS};
+    static const char *const lce_part_names[] = {"",         "/dh",      "/dw",
+                                                 "/dh+loss", "/dw+loss", "/dh+dw+loss"};
     /* V 3000: the float4 column kernels; 3001 (not a multiple of 4): the element ones */
     for (int back = 0; back < 2; back++)
-        for (int k = 0; k < (back ? 3 : 1); k++)
+        for (int k = 0; k < (back ? 6 : 1); k++)
             for (int t = 0; t < 2; t++)
                 for (int chunk = 0; chunk < 4; chunk++) {
                     p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, lce_types[t]);
@@ -1583,6 +1675,7 @@ static void test_recurrent_loss_optim(void)
                     run_case(back ? LT_OP_LINEAR_CE_BACK : LT_OP_LINEAR_CE, what,
                              t ? TOL_HALF : TOL_F32, b_linear_ce, &p);
                 }
+    test_linear_ce_fused_loss();
     static const int ce_layouts[] = {L_CONTIG, L_TRANSPOSED, L_SLICED};
     for (int back = 0; back < 2; back++)
         for (int l = 0; l < 3; l++)

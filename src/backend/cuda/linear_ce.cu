@@ -10,13 +10,16 @@
  * once (a running max and rescaled sum a thread). The backward turns the chunk's logits into
  * d z in place (or, for a typed head, into the head's type only), then the products of the
  * parts asked for (op_params[1]): dh (the chunk's columns of dh [D, N]) = w d z, and
- * dw [D, V] += h_chunk d z^T (the first chunk writes, the others add). So the [V, N]
- * logits never exist: a chunk holds at most LCE_CHUNK_FLOATS floats of them (~1,080 tokens of
- * a 248,320-token vocabulary). The chunk is that large because each chunk's dw product reads and
- * writes all of dw (1 GB at Qwen3.5's head): at ~540 tokens that traffic, not the product, set its
- * time (H100, 16 x 512 tokens: ~0.8 ms a chunk against ~0.46 ms of arithmetic). Without dw (a LoRA
- * job's frozen head) the chunk stays as large: no scratch is dw's alone (the typed d z and h serve
- * both products), and no device measured a smaller one. */
+ * dw [D, V] += h_chunk d z^T (the first chunk writes, the others add). With the loss part
+ * (the loss autodiff seeds, folded into its backward) the same kernel keeps each token's loss
+ * from the logits and log-sum-exp it has anyway, and the forward's mean kernel averages them:
+ * the forward's logits product is not run again. So the [V, N] logits never exist: a chunk
+ * holds at most LCE_CHUNK_FLOATS floats of them (~1,080 tokens of a 248,320-token
+ * vocabulary). The chunk is that large because each chunk's dw product reads and writes all
+ * of dw (1 GB at Qwen3.5's head): at ~540 tokens that traffic, not the product, set its time
+ * (H100, 16 x 512 tokens: ~0.8 ms a chunk against ~0.46 ms of arithmetic). Without dw (a
+ * LoRA job's frozen head) the chunk stays as large: no scratch is dw's alone (the typed d z
+ * and h serve both products), and no device measured a smaller one. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -194,9 +197,11 @@ static __global__ void lce_coef_kernel(const float *grad_loss, const int32_t *la
 }
 
 /* z (the chunk's logits) into d z: in place, or only into zt of type t when zt is given
- * (the products read that copy, so the F32 one would be written for nothing) */
+ * (the products read that copy, so the F32 one would be written for nothing). With tok, each
+ * token's loss too, as lce_rows_kernel takes it from the same column. */
 static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const int32_t *labels,
-                                       int64_t n0, const double *coef_p, char *zt, int t, int es)
+                                       int64_t n0, const double *coef_p, double *tok, char *zt,
+                                       int t, int es)
 {
     __shared__ float fs[32];
     __shared__ double ds[32];
@@ -206,8 +211,15 @@ static __global__ void lce_grad_kernel(float *z, int64_t V, int64_t nc, const in
         const int32_t label = labels[n0 + j];
         const bool masked = label < 0 || label >= V;
         double mx = 0.0, lse = 0.0;
+        /* the label's logit, read before column_lse's barriers: after them the block writes
+         * d z over the column */
+        const float zl = tok && !masked && threadIdx.x == 0 ? zc[label] : 0.0f;
         if (!masked)
             column_lse(zc, V, fs, ds, &mx, &lse);
+        if (tok && threadIdx.x == 0)
+            tok[n0 + j] = label < 0    ? 0.0
+                          : label >= V ? __longlong_as_double(0x7ff8000000000000ll)
+                                       : mx + lse - (double)zl;
         const float shift = (float)(mx + lse);
         /* d z of logit x at vocabulary index v */
         auto dz = [&](float x, int64_t v) {
@@ -252,8 +264,8 @@ static lt_status gemm(struct cu_ctx *c, cublasOperation_t oa, cublasOperation_t 
 }
 
 /* A chunk's tokens and the scratch: the chunk's logits [V, nc] F32, then (typed head) d z
- * [V, nc] and h [D, nc] in the head's type (WORK); a double a token (REDUCE: each token's
- * loss forward, the coefficient backward) */
+ * [V, nc] and h [D, nc] in the head's type (WORK); doubles (REDUCE): forward, each token's
+ * loss; backward, the coefficient, then each token's loss when the loss is a part */
 struct lce_sizes {
     int64_t nc;
     size_t zf, zt_bytes, ht_bytes, work, reduce;
@@ -275,7 +287,7 @@ static struct lce_sizes lce_sizes_of(const struct lt_tensor *node)
     z.zt_bytes = typed ? (size_t)(V * z.nc) * es : 0;
     z.ht_bytes = typed ? (size_t)(D * z.nc) * es : 0;
     z.work = z.zf * 4 + z.zt_bytes + z.ht_bytes;
-    z.reduce = sizeof(double) * (size_t)(N > 0 ? N : 1);
+    z.reduce = sizeof(double) * (size_t)(N + 1);
     return z;
 }
 
@@ -297,13 +309,13 @@ struct lce_run {
     float *z;       /* the chunk's logits, then (F32 head) its d z */
     char *zt, *ht;  /* typed head: the chunk's d z and h in its type; else NULL */
     double *coef;   /* backward: grad_loss / n_valid */
-    double *tok;    /* forward: each token's loss */
+    double *tok;    /* each token's loss (forward; backward with the loss part); else NULL */
     float *dh, *dw; /* backward: the gradients asked for; else NULL */
-    float *loss;    /* forward: the mean loss */
+    float *loss;    /* forward, or backward with the loss part: the mean loss; else NULL */
 };
 
-/* Tokens n0 .. n0 + m: their logits, then forward each one's loss, backward d z and the
- * products of the gradients asked for */
+/* Tokens n0 .. n0 + m: their logits, then forward each one's loss, backward d z (and each
+ * one's loss with the loss part) and the products of the gradients asked for */
 static lt_status lce_chunk(const struct lce_run *r, int64_t n0, int64_t m)
 {
     const int64_t D = r->D, V = r->V;
@@ -326,8 +338,8 @@ static lt_status lce_chunk(const struct lce_run *r, int64_t n0, int64_t m)
         lce_rows_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->tok);
         return cu_launched("linear_ce_rows");
     }
-    lce_grad_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->coef, r->zt,
-                                                      (int)r->w->type, r->typed ? 2 : 4);
+    lce_grad_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->coef, r->tok,
+                                                      r->zt, (int)r->w->type, r->typed ? 2 : 4);
     if ((st = cu_launched("linear_ce_grad")) != LT_OK)
         return st;
     const void *dz = r->typed ? (const void *)r->zt : (const void *)r->z;
@@ -370,10 +382,12 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
     r.z = (float *)work;
     r.zt = r.typed ? (char *)(r.z + zs.zf) : NULL;
     r.ht = r.typed ? r.zt + zs.zt_bytes : NULL;
-    if (back) {
+    if (back) { /* REDUCE: the coefficient, then the tokens' losses */
         r.coef = (double *)red;
         r.dh = lce_part(node, LT_LINEAR_CE_DH);
         r.dw = lce_part(node, LT_LINEAR_CE_DW);
+        r.loss = lce_part(node, LT_LINEAR_CE_LOSS);
+        r.tok = r.loss ? r.coef + 1 : NULL;
     } else {
         r.tok = (double *)red;
         r.loss = (float *)node->data;
@@ -386,10 +400,11 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
     }
     for (int64_t n0 = 0; n0 < r.N && r.V > 0 && st == LT_OK; n0 += zs.nc)
         st = lce_chunk(&r, n0, r.N - n0 < zs.nc ? r.N - n0 : zs.nc);
-    if (st == LT_OK && back && (r.N == 0 || r.V == 0)) /* nothing to add: zero gradients */
-        st = cu_check(
-            cudaMemsetAsync(node->data, 0, sizeof(float) * (size_t)lt_nelements(node), c->stream),
-            "zeroing linear_ce_back");
+    if (st == LT_OK && back && (r.N == 0 || r.V == 0)) { /* nothing to add: zero gradients */
+        const int64_t n_grads = lt_nelements(node) - (r.loss ? 1 : 0); /* they come first */
+        st = cu_check(cudaMemsetAsync(node->data, 0, sizeof(float) * (size_t)n_grads, c->stream),
+                      "zeroing linear_ce_back");
+    }
     if (st != LT_OK || !r.loss)
         return st;
     lce_mean_kernel<<<1, 256, 0, c->stream>>>(r.tok, r.labels, r.N, r.loss);
