@@ -83,8 +83,10 @@ static lt_status rebuild_forward(struct lt_graph *g, int n_forward, int *n_out)
     struct lt_tensor **old = malloc(sizeof(*old) * (size_t)(n_forward + n_leafs + 1));
     if (!old)
         return lt_fail(LT_ERR_NOMEM, "out of memory for autodiff");
-    memcpy(old, g->nodes, sizeof(*old) * (size_t)n_forward);
-    memcpy(old + n_forward, g->leafs, sizeof(*old) * (size_t)n_leafs);
+    /* the leaves first (in their order), so that every node finds its sources in the graph
+     * and is appended without a walk (lt_graph_build) */
+    memcpy(old, g->leafs, sizeof(*old) * (size_t)n_leafs);
+    memcpy(old + n_leafs, g->nodes, sizeof(*old) * (size_t)n_forward);
     lt_graph_clear(g);
     lt_status st = LT_OK;
     for (int i = 0; i < n_forward + n_leafs && st == LT_OK; i++)

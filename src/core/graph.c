@@ -79,8 +79,26 @@ lt_status lt_graph_build(struct lt_graph *g, struct lt_tensor *root)
     struct graph_impl *gi = (struct graph_impl *)g;
     if (lt_graph_contains(g, root))
         return LT_OK;
-    /* the stack never holds more than one frame per tensor */
-    int stack_cap = g->cap + 1, sp = 0;
+    /* a root whose sources are all in the graph (a graph built again in its order, as
+     * autodiff does when it folds the loss) is appended without a walk */
+    bool sources_in = true;
+    for (int k = 0; k < LT_MAX_SRC && sources_in; k++)
+        sources_in = !root->src[k] || lt_graph_contains(g, root->src[k]);
+    if (sources_in) {
+        if (g->n_nodes + g->n_leafs >= g->cap)
+            return lt_fail(LT_ERR_NOMEM, "graph holds more than its capacity of %d tensors",
+                           g->cap);
+        graph_insert(gi, root);
+        if (root->op == LT_OP_NONE)
+            g->leafs[g->n_leafs++] = root;
+        else
+            g->nodes[g->n_nodes++] = root;
+        return LT_OK;
+    }
+    /* the stack never holds more than one frame per tensor; it starts small and doubles (at
+     * the graph's capacity from the start it was megabytes a call, allocated and freed for
+     * each of the many roots a training graph adds: seconds under ASan) */
+    int stack_cap = g->cap + 1 < 256 ? g->cap + 1 : 256, sp = 0;
     struct walk_frame *stack = malloc(sizeof(*stack) * (size_t)stack_cap);
     if (!stack)
         return lt_fail(LT_ERR_NOMEM, "out of memory building a graph");
@@ -93,8 +111,18 @@ lt_status lt_graph_build(struct lt_graph *g, struct lt_tensor *root)
             struct lt_tensor *s = f->t->src[f->next_src++];
             if (s && graph_insert(gi, s)) {
                 if (sp == stack_cap) {
-                    st = lt_fail(LT_ERR_NOMEM, "graph deeper than its capacity %d", g->cap);
-                    goto out_free_stack;
+                    if (stack_cap > g->cap) {
+                        st = lt_fail(LT_ERR_NOMEM, "graph deeper than its capacity %d", g->cap);
+                        goto out_free_stack;
+                    }
+                    const int grown = stack_cap > g->cap / 2 ? g->cap + 1 : 2 * stack_cap;
+                    struct walk_frame *more = realloc(stack, sizeof(*stack) * (size_t)grown);
+                    if (!more) {
+                        st = lt_fail(LT_ERR_NOMEM, "out of memory building a graph");
+                        goto out_free_stack;
+                    }
+                    stack = more, stack_cap = grown;
+                    f = &stack[sp - 1];
                 }
                 stack[sp++] = (struct walk_frame){s, 0};
             }
