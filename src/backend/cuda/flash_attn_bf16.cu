@@ -291,6 +291,64 @@ fb_rows(const __nv_bfloat16 *x, int64_t s, int64_t heads, int64_t hd, int64_t np
     return x + ((s * heads + hd) * np) * dp;
 }
 
+/* What a block of 64 queries (the forward and dq: block (query tile, h, s), 4 warps of 16
+ * rows) knows of itself: its head, key head and sequence, its first row and this lane's
+ * (t_row and t_row + 8), their keys lo..hi, the staged k and v rows of its key head, and the
+ * key tiles of width BK that its rows reach, [j_begin, j_end). The block together. */
+struct fb_qblock {
+    int64_t h, s, hk, t0, t_row, j_begin, j_end;
+    int lo[2], hi[2];
+    const __nv_bfloat16 *kg, *vg;
+};
+
+template <int DP, int BK>
+static __device__ struct fb_qblock fb_qblock_of(const struct fa_args &a, const struct fb_staged &x,
+                                                int64_t *red)
+{
+    struct fb_qblock b;
+    b.h = blockIdx.y, b.s = blockIdx.z, b.hk = b.h / (a.H / a.Hkv);
+    b.t0 = (int64_t)blockIdx.x * FB_BQ;
+    b.t_row = b.t0 + 16 * (threadIdx.x / 32) + (threadIdx.x & 31) / 4;
+    b.kg = fb_rows(x.k, b.s, a.Hkv, b.hk, x.nkp, DP);
+    b.vg = fb_rows(x.v, b.s, a.Hkv, b.hk, x.nkp, DP);
+    fb_row_keys(a, b.t_row, b.s, b.lo, b.hi);
+    fb_key_tiles<BK>(a, b.t0, b.s, red, b.j_begin, b.j_end);
+    return b;
+}
+
+/* the backward's log-sum-exp of row t of head h (+inf for a row all dropped or past T, so
+ * that every P of it is 0) and its D = do . o (0 past T) */
+static __device__ __forceinline__ void fb_row_stats(const struct fa_args &a, int64_t h, int64_t s,
+                                                    int64_t t, float &lse, float &dd)
+{
+    const float v = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
+    lse = v == -INFINITY ? INFINITY : v;
+    dd = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
+}
+
+/* this lane's elements of a warp's 16 x DP accumulators R (rows t_row and t_row + 8) times
+ * f[hh] into out [S][T][H][D] at head h: rows past T and columns past D are not stored */
+template <int DT>
+static __device__ __forceinline__ void fb_store_rows(const struct fa_args &a, const float (*R)[4],
+                                                     const float *f, int64_t t_row, int64_t h,
+                                                     int64_t s)
+{
+    const int c0 = 2 * (threadIdx.x & 3);
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const int64_t t = t_row + 8 * hh;
+        if (t >= a.T)
+            continue;
+        float *o = a.out + ((s * a.T + t) * a.H + h) * a.D;
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+#pragma unroll
+            for (int e = 0; e < 2; e++)
+                if (8 * d + c0 + e < a.D)
+                    o[8 * d + c0 + e] = R[d][2 * hh + e] * f[hh];
+    }
+}
+
 /* Forward (STATS: the log-sum-exp and D only). Block (query tile, h, s), 4 warps. */
 template <int DP, bool STATS>
 static __global__ void __launch_bounds__(128)
@@ -301,15 +359,12 @@ static __global__ void __launch_bounds__(128)
     extern __shared__ __align__(128) float fb_sh[];
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)fb_sh, *Ks = Qs + FB_BQ * LD, *Vs = Ks + BK * LD;
     int64_t *red = (int64_t *)(Vs + BK * LD);
-    const int w = threadIdx.x / 32, g = (threadIdx.x & 31) / 4;
-    const int64_t h = blockIdx.y, s = blockIdx.z, hk = h / (a.H / a.Hkv),
-                  t0 = (int64_t)blockIdx.x * FB_BQ, t_row = t0 + 16 * w + g;
-    const __nv_bfloat16 *kg = fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP),
-                        *vg = fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP);
-    int64_t j_begin, j_end;
-    int lo[2], hi[2];
-    fb_row_keys(a, t_row, s, lo, hi);
-    fb_key_tiles<BK>(a, t0, s, red, j_begin, j_end);
+    const int w = threadIdx.x / 32;
+    const struct fb_qblock b = fb_qblock_of<DP, BK>(a, x, red);
+    const int64_t h = b.h, s = b.s, t0 = b.t0, t_row = b.t_row, j_begin = b.j_begin,
+                  j_end = b.j_end;
+    const __nv_bfloat16 *kg = b.kg, *vg = b.vg;
+    const int *lo = b.lo, *hi = b.hi;
     fb_copy<DP>(Qs, fb_rows(x.q, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
     if (j_begin < j_end)
         fb_copy<DP>(Ks, kg + j_begin * DP, BK);
@@ -373,21 +428,8 @@ static __global__ void __launch_bounds__(128)
                         l[hh] > 0.0f ? m[hh] + log2f(l[hh]) : -INFINITY;
         return;
     }
-    const int c0 = 2 * (threadIdx.x & 3);
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const int64_t t = t_row + 8 * hh;
-        if (t >= a.T)
-            continue;
-        const float inv = l[hh] > 0.0f ? 1.0f / l[hh] : 0.0f;
-        float *o = a.out + ((s * a.T + t) * a.H + h) * a.D;
-#pragma unroll
-        for (int d = 0; d < DT; d++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                if (8 * d + c0 + e < a.D)
-                    o[8 * d + c0 + e] = O[d][2 * hh + e] * inv;
-    }
+    const float inv[2] = {l[0] > 0.0f ? 1.0f / l[0] : 0.0f, l[1] > 0.0f ? 1.0f / l[1] : 0.0f};
+    fb_store_rows<DT>(a, O, inv, t_row, h, s);
 }
 
 /* dq: block (query tile, h, s), 4 warps of 16 query rows */
@@ -400,22 +442,15 @@ static __global__ void __launch_bounds__(128) fb_dq_kernel(struct fa_args a, str
     /* Qs, dOs [FB_BQ][LD]; then K, V [BK][LD] of buffer 0, then of buffer 1 */
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)fb_sh, *dOs = Qs + FB_BQ * LD, *KV = dOs + FB_BQ * LD;
     int64_t *red = (int64_t *)(KV + 4 * BK * LD);
-    const int w = threadIdx.x / 32, g = (threadIdx.x & 31) / 4;
-    const int64_t h = blockIdx.y, s = blockIdx.z, hk = h / (a.H / a.Hkv),
-                  t0 = (int64_t)blockIdx.x * FB_BQ, t_row = t0 + 16 * w + g;
-    const __nv_bfloat16 *kg = fb_rows(x.k, s, a.Hkv, hk, x.nkp, DP),
-                        *vg = fb_rows(x.v, s, a.Hkv, hk, x.nkp, DP);
-    int64_t j_begin, j_end;
-    int lo[2], hi[2];
+    const int w = threadIdx.x / 32;
+    const struct fb_qblock b = fb_qblock_of<DP, BK>(a, x, red);
+    const int64_t h = b.h, s = b.s, t0 = b.t0, t_row = b.t_row, j_begin = b.j_begin,
+                  j_end = b.j_end;
+    const __nv_bfloat16 *kg = b.kg, *vg = b.vg;
+    const int *lo = b.lo, *hi = b.hi;
     float lse[2], dd[2];
-    fb_row_keys(a, t_row, s, lo, hi);
-    for (int hh = 0; hh < 2; hh++) {
-        const int64_t t = t_row + 8 * hh;
-        const float v = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
-        lse[hh] = v == -INFINITY ? INFINITY : v; /* a row all dropped: every P 0 */
-        dd[hh] = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
-    }
-    fb_key_tiles<BK>(a, t0, s, red, j_begin, j_end);
+    for (int hh = 0; hh < 2; hh++)
+        fb_row_stats(a, h, s, t_row + 8 * hh, lse[hh], dd[hh]);
     fb_copy<DP>(Qs, fb_rows(x.q, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
     fb_copy<DP>(dOs, fb_rows(x.gdo, s, a.H, h, x.tp, DP) + t0 * DP, FB_BQ);
     if (j_begin < j_end) {
@@ -448,20 +483,8 @@ static __global__ void __launch_bounds__(128) fb_dq_kernel(struct fa_args a, str
         __syncthreads();          /* every warp is done with this buffer before its refill */
     }
     __pipeline_wait_prior(0);
-    const int c0 = 2 * (threadIdx.x & 3);
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const int64_t t = t_row + 8 * hh;
-        if (t >= a.T)
-            continue;
-        float *o = a.out + ((s * a.T + t) * a.H + h) * a.D;
-#pragma unroll
-        for (int d = 0; d < DT; d++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                if (8 * d + c0 + e < a.D)
-                    o[8 * d + c0 + e] = dQ[d][2 * hh + e] * a.scale;
-    }
+    const float sc[2] = {a.scale, a.scale};
+    fb_store_rows<DT>(a, dQ, sc, t_row, h, s);
 }
 
 /* the query tiles that reach keys j0 .. j0 + FB_BKV - 1: [t_begin, t_end) */
@@ -548,9 +571,7 @@ static __device__ void fb_qtile_fill(const struct fb_qtile &q, const struct fa_a
     for (int e = threadIdx.x; e < FB_BQ; e += blockDim.x) {
         const int64_t t = t0 + e;
         fb_keys_of(a, t, s, q.lo[e], q.hi[e]);
-        const float v = t < a.T ? a.lse[(s * a.H + h) * a.T + t] : -INFINITY;
-        q.lse[e] = v == -INFINITY ? INFINITY : v;
-        q.dd[e] = t < a.T ? a.dd[(s * a.H + h) * a.T + t] : 0.0f;
+        fb_row_stats(a, h, s, t, q.lse[e], q.dd[e]);
     }
 }
 
