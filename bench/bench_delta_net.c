@@ -2,8 +2,9 @@
  * training shapes (16 heads of S_k = S_v = 128; 16 x 512 and 4 x 2048 tokens): DELTA_NET
  * and DELTA_NET_BACK, each a one-node graph run by the scheduler, on the paths the backend
  * has (chunked: the chunk-parallel kernels of delta_net_wy.cu; token: the per-token scan)
- * and at both precisions of the chunked kernels' products (tf32: one TF32 product, as
- * training on a device runs them; f32: three). Wall clock around one node and a
+ * and at the precisions of the chunked kernels' products (bf16: BF16 operands where a kernel
+ * has that form, else one TF32 product, as training on a device runs them; tf32: one TF32
+ * product; f32: three). Wall clock around one node and a
  * synchronisation, median of the timed repetitions after warm-ups; ms a node, and the
  * tokens a second one layer's node passes (T B / time). The layer count of the 0.8B model
  * (18 DeltaNet layers) times the ms is the delta rule's share of a training step.
@@ -114,6 +115,7 @@ int main(int argc, char **argv)
         enum lt_delta_net_path path;
         enum lt_delta_net_prec prec;
     } paths[] = {
+        {"chunked bf16", LT_DELTA_NET_PATH_CHUNKED, LT_DELTA_NET_PREC_BF16},
         {"chunked tf32", LT_DELTA_NET_PATH_CHUNKED, LT_DELTA_NET_PREC_TF32},
         {"chunked f32", LT_DELTA_NET_PATH_CHUNKED, LT_DELTA_NET_PREC_F32},
         {"token", LT_DELTA_NET_PATH_RECURRENT, LT_DELTA_NET_PREC_F32},

@@ -265,12 +265,15 @@ void lt_delta_net_set_path(struct lt_tensor *r, enum lt_delta_net_path path);
  * the default, keeps float32's precision everywhere. TF32 lets a device round the operands
  * of its chunked kernels' products to TF32 (10-bit mantissas, F32 accumulation): a third of
  * their tensor-core work, each product ~1e-3 off in relative terms, which training with
- * BF16 products (whose operands have 7-bit mantissas) can take. The CPU computes in F32
- * either way; the per-token kernels have no products to round. The backward rule passes
- * the forward's precision on to DELTA_NET_BACK. */
+ * BF16 products (whose operands have 7-bit mantissas) can take. BF16 is TF32 where a kernel
+ * has no BF16 form, and BF16 operands (F32 accumulation) where it has: the device's
+ * backward's grad kernel at S_k = S_v = 128. The CPU computes in F32 either way; the
+ * per-token kernels have no products to round. The backward rule passes the forward's
+ * precision on to DELTA_NET_BACK. */
 enum lt_delta_net_prec {
     LT_DELTA_NET_PREC_F32 = 0,
     LT_DELTA_NET_PREC_TF32,
+    LT_DELTA_NET_PREC_BF16,
 };
 void lt_delta_net_set_prec(struct lt_tensor *r, enum lt_delta_net_prec prec);
 

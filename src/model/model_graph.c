@@ -25,7 +25,8 @@
  * Training on a device (adapters->bf16_products) rounds instead the operands of every
  * product by an F32 weight to BF16 just before it (lt_cont_as), so the products and their
  * gradients run on BF16 matrix units; the activations themselves stay F32. The delta rule's
- * products then run in one TF32 product instead of three (LT_DELTA_NET_PREC_TF32). */
+ * products then run at LT_DELTA_NET_PREC_BF16: BF16 operands where its kernels have a BF16
+ * form, else one TF32 product instead of three. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -570,7 +571,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     }
     struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk));
     if (b->ad && b->ad->bf16_products)
-        lt_delta_net_set_prec(r, LT_DELTA_NET_PREC_TF32);
+        lt_delta_net_set_prec(r, LT_DELTA_NET_PREC_BF16);
     if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
         return st;
     struct lt_tensor *o =

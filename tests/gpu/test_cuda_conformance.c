@@ -48,6 +48,11 @@ static double mm_f32_worst;
  * ~1e-7. The H200 measured at most 1.8e-7 over these cases (forward) and 1.5e-7 (backward):
  * 2e-6 leaves ten times that, and a wrong term or index is O(1). */
 #define TOL_DN_TF32 2e-6
+/* DELTA_NET_BACK of LT_DELTA_NET_PREC_BF16: the grad kernel's operands rounded to BF16
+ * (relative error up to 2^-9, 4x TF32's), the other kernels' to TF32. Measured on the CUDA
+ * emulation (which rounds as the device does): see the session record; a wrong term or
+ * index is O(1). */
+#define TOL_DN_BF16 2e-5
 /* FLASH_ATTN(_BACK) of LT_FLASH_ATTN_PREC_BF16: q, k, v, do, the probabilities and dS enter
  * the products rounded to BF16 (relative error up to 2^-9). Measured on the CUDA emulation
  * (which rounds exactly as the device): see TOL_FA_BF16's note in the session record; a
@@ -1153,9 +1158,17 @@ static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
     return lt_conv_silu_back(b->ctx, g, x, w, pos);
 }
 
+/* f[1] of a DELTA_NET case: 0 F32, 1 TF32, 2 BF16 */
+static enum lt_delta_net_prec dn_prec_of(const struct params *p)
+{
+    return p->f[1] == 2.0f   ? LT_DELTA_NET_PREC_BF16
+           : p->f[1] != 0.0f ? LT_DELTA_NET_PREC_TF32
+                             : LT_DELTA_NET_PREC_F32;
+}
+
 /* ne: S_k, S_v, T, B; i[0]: H_k, i[1]: H_v, i[2]: path, i[3]: backward; f[0] nonzero: the
- * initial state is zeros (a sequence with no state before it); f[1] nonzero: the node is
- * LT_DELTA_NET_PREC_TF32; f[2] nonzero: packed examples, the gate -30 lower (a packed
+ * initial state is zeros (a sequence with no state before it); f[1]: the node's precision
+ * (dn_prec_of); f[2] nonzero: packed examples, the gate -30 lower (a packed
  * training step's reset, LT_MB_GATE_RESET) at steps 40, 100 and 300 and 301 (an example of
  * one step) of every sequence and head */
 static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
@@ -1192,12 +1205,12 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
         struct lt_tensor *gr = mk(b, LT_TYPE_F32, L_CONTIG, sv, hv, nt + sk, nb, FILL_UNIFORM, -1, 1);
         struct lt_tensor *r = lt_delta_net_back(b->ctx, gr, q, k, v, g, beta, st, 0.25f);
         lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
-        lt_delta_net_set_prec(r, p->f[1] != 0.0f ? LT_DELTA_NET_PREC_TF32 : LT_DELTA_NET_PREC_F32);
+        lt_delta_net_set_prec(r, dn_prec_of(p));
         return r;
     }
     struct lt_tensor *r = lt_delta_net(b->ctx, q, k, v, g, beta, st, 0.25f);
     lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
-    lt_delta_net_set_prec(r, p->f[1] != 0.0f ? LT_DELTA_NET_PREC_TF32 : LT_DELTA_NET_PREC_F32);
+    lt_delta_net_set_prec(r, dn_prec_of(p));
     return r;
 }
 
@@ -1608,6 +1621,33 @@ static void test_recurrent_loss_optim(void)
                          lbl(layout_names[L_CONTIG], what), v == 1 ? TOL_DN_TF32 : TOL_F32,
                          b_delta_net, &p);
             }
+    /* LT_DELTA_NET_PREC_BF16 (training on a device): the backward's grad kernel on BF16
+     * tensor cores at Qwen3.5's widths (128 x 128; the others run TF32), against the CPU's
+     * F32 under TOL_DN_BF16: a tail, grouped heads, an initial state and none, the 0.8B
+     * training shape, packed examples */
+    static const int64_t fdims[][4] = {{128, 128, 150, 2},
+                                       {128, 128, 200, 3},
+                                       {128, 128, 512, 16},
+                                       {128, 128, 150, 4},
+                                       {20, 40, 150, 2}};
+    static const int fheads[][2] = {{2, 4}, {4, 8}, {16, 16}, {16, 32}, {1, 2}};
+    for (int d = 0; d < (int)(sizeof(fdims) / sizeof(fdims[0])); d++)
+        for (int v = 0; v < 3; v++) { /* zero state, a state, packed */
+            p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+            memcpy(p.ne, fdims[d], sizeof(p.ne));
+            p.i[0] = fheads[d][0], p.i[1] = fheads[d][1], p.i[3] = 1;
+            p.i[2] = LT_DELTA_NET_PATH_AUTO;
+            p.f[0] = v != 1 ? 1.0f : 0.0f, p.f[1] = 2.0f, p.f[2] = v == 2 ? 1.0f : 0.0f;
+            char what[64];
+            snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld bf16%s",
+                     (long long)fdims[d][0], (long long)fdims[d][1], fheads[d][0], fheads[d][1],
+                     (long long)fdims[d][2], (long long)fdims[d][3],
+                     v == 0   ? " no-state"
+                     : v == 2 ? " reset"
+                              : "");
+            run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[L_CONTIG], what), TOL_DN_BF16,
+                     b_delta_net, &p);
+        }
 
     /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with
      * H_v = 2 H_k, S_k = S_v in {16, 128}, contiguous, with the states as the sequences' own

@@ -71,6 +71,7 @@
 #include "backend/cuda/delta_net_impl.h"
 #define CB_WARPS (DN_WY_THREADS / 32) /* the products' warps: every kernel here */
 #include "backend/cuda/delta_net_mma.h"
+#include "backend/cuda/mma_bf16.h"
 #include "lathe/ops.h"
 
 #define WY_C DN_CHUNK
@@ -760,6 +761,379 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     }
 }
 
+/* ---- grad on BF16 tensor cores (LT_DELTA_NET_PREC_BF16, Qwen3.5's widths alone) ---- */
+
+/* The grad kernel's algebra with every product's operands in shared memory as BF16 (F32
+ * accumulation), read by ldmatrix and multiplied by mma.sync m16n8k16: one load instruction
+ * feeds a 16 x 16 operand tile where the TF32 kernel above issues 4 to 8, and a k-step covers
+ * 16 rows instead of 8. The TF32 kernel is issue-bound (Nsight Compute: one block of 16 warps
+ * an SM, ~1.3 instructions a cycle, a third of them loads from shared memory). Each warp owns
+ * one output strip of every product: rows 16 (w % 4).., columns (w / 4) times the strip's
+ * width, so dq and dk build up in the same lanes' registers over all their products, and the
+ * states' terms scale their rows in registers (diag(e^G) Do S0^T is e^G times Do S0^T's rows)
+ * instead of from scaled copies. The row sums of the states' terms (Do . Q S0, U . K dS,
+ * dR . K S0) come from the products' registers too, a partial a column strip, added in a
+ * fixed order. What stays F32: the gate terms (M1, M2 with P and Ab), dv, dR . V, <dS, S0>. */
+#define GB_C DN_CHUNK
+#define GB_S WYF_S
+#define GB_PB (GB_S + 8) /* BF16 pitch of 128-wide rows: 16 bytes mod 128, no bank conflicts */
+#define GB_PC (GB_C + 8) /* of 64-wide rows */
+#define GB_LF (GB_C + 4) /* F32 pitch of 64-wide rows */
+/* shared bytes: Do, U, dR, Q, K [C][PB]; M1e, M2e [C][PC]; a region of either M1, M2, P, Ab
+ * (F32 [C][LF]) or S0, dS (BF16 [S][PB]); 8 vectors of C; 3 x 4 row partials of C */
+#define GB_REGION                                                                                  \
+    (4 * GB_C * GB_LF * 4 > 2 * GB_S * GB_PB * 2 ? 4 * GB_C * GB_LF * 4 : 2 * GB_S * GB_PB * 2)
+#define GB_SHARED                                                                                  \
+    (5 * GB_C * GB_PB * 2 + 2 * GB_C * GB_PC * 2 + GB_REGION + 8 * GB_C * 4 + 12 * GB_C * 4)
+static_assert(GB_SHARED <= DN_CBACK_MAX_SHARED, "grad's BF16 kernel fits one block an SM");
+static_assert(DN_WY_THREADS == 512, "grad's BF16 kernel: 16 warps, 4 row strips by 4 column");
+
+typedef __nv_bfloat16 gb_t;
+
+/* c[u] (16 x 8 tiles at columns n0 + 8 u, u < NT) += A(rows m0.., k < K) B(k < K, those
+ * columns); A(m, k) = A[m][k], or A[k][m] with AT; B(k, n) = B[k][n], or B[n][k] with BNK */
+template <int NT, bool AT, bool BNK>
+static __device__ __forceinline__ void gb_mm(float (*c)[4], const gb_t *A, int lda, const gb_t *B,
+                                             int ldb, int m0, int n0, int K)
+{
+#pragma unroll 4
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t af[4];
+        if (AT)
+            mb_load_a_km(af, A, lda, m0, k0);
+        else
+            mb_load_a(af, A, lda, m0, k0);
+#pragma unroll
+        for (int u = 0; u < NT; u += 2) {
+            uint32_t bf[4];
+            if (BNK)
+                mb_load_b_nk(bf, B, ldb, k0, n0 + 8 * u);
+            else
+                mb_load_b_kn(bf, B, ldb, k0, n0 + 8 * u);
+            mb_mma(c[u], af, bf);
+            mb_mma(c[u + 1], af, bf + 2);
+        }
+    }
+}
+
+template <int NT> static __device__ __forceinline__ void gb_zero(float (*c)[4])
+{
+#pragma unroll
+    for (int u = 0; u < NT; u++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            c[u][i] = 0.0f;
+}
+
+/* X[r][j] = BF16 of ld(r, j) for r < rows, j < GB_S (j in pairs), WY_INFLIGHT pairs of a warp
+ * in flight: warp w takes rows w, w + 16, ..., lane l the pairs l, l + 32 */
+template <typename Ld> static __device__ __forceinline__ void gb_fill(gb_t *X, int rows, Ld ld)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = DN_WY_THREADS / 32;
+    constexpr int GROUPS = GB_S / 64; /* pairs of a row, by 32 */
+    const int items = (rows / nw) * GROUPS;
+    for (int it0 = 0; it0 < items; it0 += WY_INFLIGHT / 2) {
+        float v[WY_INFLIGHT / 2][2];
+#pragma unroll
+        for (int k = 0; k < WY_INFLIGHT / 2; k++) {
+            const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
+            v[k][0] = it < items ? ld(r, j) : 0.0f;
+            v[k][1] = it < items ? ld(r, j + 1) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < WY_INFLIGHT / 2; k++) {
+            const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
+            if (it < items)
+                *(uint32_t *)(X + r * GB_PB + j) = mb_pack(v[k][0], v[k][1]);
+        }
+    }
+}
+
+/* this lane's partial of row sums sum_j X[r][j] Y(r, j) over its strip (Y the product's tiles
+ * at columns n0..), rows m0 + g and m0 + g + 8, summed over the 4 lanes of a row; lane t = 0
+ * stores them at part[row] */
+template <int NT>
+static __device__ __forceinline__ void gb_row_part(const float (*y)[4], const gb_t *X, int m0,
+                                                   int n0, float *part)
+{
+    const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int u = 0; u < NT; u++) {
+        const int j = n0 + 8 * u + 2 * t;
+        /* a register of two BF16s: the low one is the lower column; a BF16 is an F32's top half */
+        const uint32_t x0 = *(const uint32_t *)(X + (m0 + g) * GB_PB + j),
+                       x1 = *(const uint32_t *)(X + (m0 + g + 8) * GB_PB + j);
+        s0 = fmaf(__uint_as_float(x0 << 16), y[u][0],
+                  fmaf(__uint_as_float(x0 & 0xffff0000u), y[u][1], s0));
+        s1 = fmaf(__uint_as_float(x1 << 16), y[u][2],
+                  fmaf(__uint_as_float(x1 & 0xffff0000u), y[u][3], s1));
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+        s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+    }
+    if (t == 0) {
+        part[m0 + g] = s0;
+        part[m0 + g + 8] = s1;
+    }
+}
+
+/* acc[u] += rs(row) c[u] for this lane's rows m0 + g, m0 + g + 8 */
+template <int NT>
+static __device__ __forceinline__ void gb_add_rows(float (*acc)[4], const float (*c)[4],
+                                                   const float *rs, int m0)
+{
+    const int g = (threadIdx.x & 31) / 4;
+    const float r0 = rs[m0 + g], r1 = rs[m0 + g + 8];
+#pragma unroll
+    for (int u = 0; u < NT; u++) {
+        acc[u][0] = fmaf(r0, c[u][0], acc[u][0]);
+        acc[u][1] = fmaf(r0, c[u][1], acc[u][1]);
+        acc[u][2] = fmaf(r1, c[u][2], acc[u][2]);
+        acc[u][3] = fmaf(r1, c[u][3], acc[u][3]);
+    }
+}
+
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    __shared__ double red[32];
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PC = GB_PC, LF = GB_LF;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv, b = ci / P.n_ch / L.hv,
+                  hk = h % L.hk, t0 = ch * C;
+    const int n = wy_len(L, ch);
+    gb_t *Do = (gb_t *)sh, *U = Do + C * PB, *dR = U + C * PB, *Q = dR + C * PB, *K = Q + C * PB,
+         *M1e = K + C * PB, *M2e = M1e + C * PC;
+    float *R = (float *)(M2e + C * PC);
+    float *M1 = R, *M2 = M1 + C * LF, *Pm = M2 + C * LF, *Ab = Pm + C * LF;
+    gb_t *S0 = (gb_t *)R, *dS = S0 + S * PB;
+    float *G = R + GB_REGION / 4, *eG = G + C, *El = eG + C, *Bv = El + C, *mEB = Bv + C,
+          *dgam = mEB + C, *dB = dgam + C, *av = dB + C, *part = av + C; /* part [3][4][C] */
+    float *dQo, *dKo, *dgo, *dbo;
+    int64_t ldq, ldg;
+    if (P.direct) {
+        const int64_t row = (b * L.nt + t0) * L.hk + hk;
+        dQo = a.out + L.off_q + row * L.sk;
+        dKo = a.out + L.off_k + row * L.sk;
+        ldq = L.hk * L.sk;
+        dgo = a.out + L.off_g + (b * L.nt + t0) * L.hv + h;
+        dbo = a.out + L.off_beta + (b * L.nt + t0) * L.hv + h;
+        ldg = L.hv;
+    } else {
+        float *mine = a.scr + P.off_part + ((b * L.hv + h) * L.nt + t0) * P.part_per_token;
+        dQo = mine;
+        dKo = mine + L.sk;
+        ldq = P.part_per_token;
+        dgo = mine + 2 * L.sk;
+        dbo = dgo + 1;
+        ldg = P.part_per_token;
+    }
+    const float *gv = wy_vec(a, ci);
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        G[r] = gv[r];
+        eG[r] = expf(gv[r]);
+        El[r] = expf(gv[C - 1] - gv[r]);
+        Bv[r] = gv[C + r];
+        mEB[r] = -eG[r] * Bv[r];
+    }
+    const float *gu = wy_rows_v(a, P.off_u, ci), *gdr = wy_rows_v(a, P.off_dr, ci);
+    wy_async(Pm, LF, wy_cc(a, P.off_p, ci), C, C, C);
+    wy_async(Ab, LF, wy_cc(a, P.off_ab, ci), C, C, C);
+    gb_fill(Do, C, [&](int r, int j) {
+        return r < n ? a.scale * cu_getf(a.grad, j, h, t0 + r, b) : 0.0f;
+    });
+    gb_fill(U, C, [&](int r, int j) { return gu[r * S + j]; });
+    gb_fill(dR, C, [&](int r, int j) { return gdr[r * S + j]; });
+    gb_fill(Q, C, [&](int r, int i) { return r < n ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; });
+    gb_fill(K, C, [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; });
+    wy_async_wait();
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int m0 = warp % 4 * 16, cg = warp / 4;
+    /* dv = B dR and dR . V (dbeta's part), from the F32 rows in scratch, a warp's 4 rows at
+     * once */
+    {
+        float *dv = a.out + L.off_v + ((b * L.nt + t0) * L.hv + h) * L.sv;
+        const int ldo = (int)(L.hv * L.sv);
+        constexpr int RW = C / (DN_WY_THREADS / 32);
+        float x[RW];
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
+            const int r = warp + 16 * q;
+            x[q] = 0.0f;
+            if (r < n)
+                for (int j = lane; j < S; j += 32) {
+                    const float d = gdr[r * S + j];
+                    dv[r * ldo + j] = Bv[r] * d;
+                    x[q] = fmaf(d, cu_getf(a.s.v, j, h, t0 + r, b), x[q]);
+                }
+        }
+#pragma unroll
+        for (int q = 0; q < RW; q++) {
+            for (int o = 16; o > 0; o >>= 1)
+                x[q] += __shfl_xor_sync(0xffffffffu, x[q], o);
+            if (lane == 0)
+                av[warp + 16 * q] = warp + 16 * q < n ? x[q] : 0.0f;
+        }
+    }
+    /* M1 = Do U^T, M2 = -dR U^T (64 x 64: a warp's strip is 16 x 16), F32 for the gate terms */
+    {
+        float c1[2][4], c2[2][4];
+        gb_zero<2>(c1);
+        gb_zero<2>(c2);
+        gb_mm<2, false, true>(c1, Do, PB, U, PB, m0, cg * 16, S);
+        gb_mm<2, false, true>(c2, dR, PB, U, PB, m0, cg * 16, S);
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = m0 + g + 8 * (i / 2), q = cg * 16 + 8 * u + 2 * t + i % 2;
+                M1[r * LF + q] = c1[u][i];
+                M2[r * LF + q] = -c2[u][i];
+            }
+    }
+    __syncthreads();
+    /* the gate terms of dP and dA (as the TF32 kernel's) */
+    {
+        const int r = threadIdx.x / WY_LPR, l = threadIdx.x % WY_LPR;
+        float x1 = 0.0f, y1 = 0.0f, x2 = 0.0f, y2 = 0.0f;
+        for (int q = l; q <= r; q += WY_LPR)
+            x1 = fmaf(M1[r * LF + q], Pm[r * LF + q], x1);
+        for (int q = r + l; q < C; q += WY_LPR)
+            y1 = fmaf(M1[q * LF + r], Pm[q * LF + r], y1);
+        for (int q = l; q < r; q += WY_LPR)
+            x2 = fmaf(M2[r * LF + q], Ab[r * LF + q], x2);
+        for (int q = r + 1 + l; q < C; q += WY_LPR)
+            y2 = fmaf(Bv[q] * M2[q * LF + r], Ab[q * LF + r], y2);
+        x1 = wy_row_sum(x1);
+        y1 = wy_row_sum(y1);
+        x2 = wy_row_sum(x2);
+        y2 = wy_row_sum(y2);
+        if (l == 0) {
+            dgam[r] = x1 - y1 + Bv[r] * x2 - y2;
+            dB[r] = x2;
+        }
+    }
+    /* M1 o E on s <= r (dQK), M2 o B E on s < r (dKK), as BF16 operands */
+    for (int e = threadIdx.x; e < C * C / 2; e += blockDim.x) {
+        const int r = e / (C / 2), q = 2 * (e % (C / 2));
+        float m1[2], m2[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int s = q + i;
+            const float d = s <= r ? expf(G[r] - G[s]) : 0.0f;
+            m1[i] = s <= r ? M1[r * LF + s] * d : 0.0f;
+            m2[i] = s < r ? M2[r * LF + s] * Bv[r] * d : 0.0f;
+        }
+        *(uint32_t *)(M1e + r * PC + q) = mb_pack(m1[0], m1[1]);
+        *(uint32_t *)(M2e + r * PC + q) = mb_pack(m2[0], m2[1]);
+    }
+    __syncthreads();
+    /* S0 and dS over the region (M1, M2, P, Ab are read), as BF16; <dS, S0> in F32 */
+    double ss = 0.0;
+    {
+        const float *gs0 = wy_state(a, P.off_s0, ci), *gds = wy_state(a, P.off_ds, ci);
+        constexpr int QUADS = S * S / 4 / DN_WY_THREADS, BATCH = 4;
+#pragma unroll
+        for (int q0 = 0; q0 < QUADS; q0 += BATCH) {
+            float4 x[BATCH], y[BATCH];
+#pragma unroll
+            for (int k = 0; k < BATCH; k++) {
+                const int e = (q0 + k) * DN_WY_THREADS + threadIdx.x;
+                x[k] = ((const float4 *)gs0)[e];
+                y[k] = ((const float4 *)gds)[e];
+            }
+#pragma unroll
+            for (int k = 0; k < BATCH; k++) {
+                const int e = (q0 + k) * DN_WY_THREADS + threadIdx.x, i = e / (S / 4),
+                          j = 4 * (e % (S / 4));
+                ss += (double)x[k].x * y[k].x + (double)x[k].y * y[k].y + (double)x[k].z * y[k].z +
+                      (double)x[k].w * y[k].w;
+                uint2 px, py;
+                px.x = mb_pack(x[k].x, x[k].y);
+                px.y = mb_pack(x[k].z, x[k].w);
+                py.x = mb_pack(y[k].x, y[k].y);
+                py.y = mb_pack(y[k].z, y[k].w);
+                *(uint2 *)(S0 + i * PB + j) = px;
+                *(uint2 *)(dS + i * PB + j) = py;
+            }
+        }
+    }
+    /* dq = dQK K, dk = dQK^T Q + dKK K + dKK^T K (a warp's strip: 16 x 32) */
+    const int n0 = cg * 32;
+    float DQ[4][4], DK[4][4], Y[4][4];
+    gb_zero<4>(DQ);
+    gb_zero<4>(DK);
+    gb_mm<4, false, false>(DQ, M1e, PC, K, PB, m0, n0, C);
+    gb_mm<4, true, false>(DK, M1e, PC, Q, PB, m0, n0, C);
+    gb_mm<4, false, false>(DK, M2e, PC, K, PB, m0, n0, C);
+    gb_mm<4, true, false>(DK, M2e, PC, K, PB, m0, n0, C);
+    __syncthreads(); /* S0 and dS have landed */
+    /* the states' terms: row sums Do . (Q S0), U . (K dS), dR . (K S0); then dq += diag(e^G)
+     * Do S0^T, dk += diag(El) U dS^T - diag(e^G beta) dR S0^T */
+    gb_zero<4>(Y);
+    gb_mm<4, false, false>(Y, Q, PB, S0, PB, m0, n0, S);
+    gb_row_part<4>(Y, Do, m0, n0, part + (0 * 4 + cg) * C);
+    gb_zero<4>(Y);
+    gb_mm<4, false, false>(Y, K, PB, dS, PB, m0, n0, S);
+    gb_row_part<4>(Y, U, m0, n0, part + (1 * 4 + cg) * C);
+    gb_zero<4>(Y);
+    gb_mm<4, false, false>(Y, K, PB, S0, PB, m0, n0, S);
+    gb_row_part<4>(Y, dR, m0, n0, part + (2 * 4 + cg) * C);
+    gb_zero<4>(Y);
+    gb_mm<4, false, true>(Y, Do, PB, S0, PB, m0, n0, S);
+    gb_add_rows<4>(DQ, Y, eG, m0);
+    gb_zero<4>(Y);
+    gb_mm<4, false, true>(Y, U, PB, dS, PB, m0, n0, S);
+    gb_add_rows<4>(DK, Y, El, m0);
+    gb_zero<4>(Y);
+    gb_mm<4, false, true>(Y, dR, PB, S0, PB, m0, n0, S);
+    gb_add_rows<4>(DK, Y, mEB, m0);
+    /* dq, dk to the result (rows < n, columns < S_k = 128: all) */
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int r = m0 + g + 8 * hf, i = n0 + 8 * u + 2 * t;
+            if (r < n) {
+                *(float2 *)(dQo + r * ldq + i) = make_float2(DQ[u][2 * hf], DQ[u][2 * hf + 1]);
+                *(float2 *)(dKo + r * ldq + i) = make_float2(DK[u][2 * hf], DK[u][2 * hf + 1]);
+            }
+        }
+    ss = cu_block_sum(ss, red); /* synchronises the block: the partials are in */
+    /* a row's sums over the 4 column strips, in order, into the first strip's place */
+    if (threadIdx.x < 3 * C) {
+        const int k = threadIdx.x / C, r = threadIdx.x % C;
+        float x = 0.0f;
+        for (int c = 0; c < 4; c++)
+            x += part[(k * 4 + c) * C + r];
+        part[k * 4 * C + r] = x;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const float *aq = part, *au = part + 4 * C, *aw = part + 8 * C;
+        float tail = expf(G[C - 1]) * (float)ss;
+        for (int r = 0; r < C; r++)
+            tail += El[r] * au[r];
+        float acc = 0.0f;
+        for (int r = C - 1; r >= 0; r--) {
+            float gg = dgam[r] + eG[r] * aq[r] - El[r] * au[r] + mEB[r] * aw[r];
+            if (r == C - 1)
+                gg += tail;
+            acc += gg;
+            if (r < n) {
+                dgo[r * ldg] = acc;
+                dbo[r * ldg] = dB[r] + av[r] - eG[r] * aw[r];
+            }
+        }
+    }
+}
+
 /* ---- out: the forward's outputs, a block a (chunk, co value columns) ---- */
 
 /* block ci * cob + c: chunk ci, columns c * co .. X = [diag(e^G) Q | P] [C][ldx]; Y = [S0; U]
@@ -828,7 +1202,10 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     if (st != LT_OK)
         return st;
     a.scr = (float *)scratch;
-    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32, fix = wy_fix(P, a.L);
+    const int32_t prec = lt_get_param_i32(node, 2);
+    const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
+               bf16 = prec == LT_DELTA_NET_PREC_BF16 && a.L.sk == GB_S && a.L.sv == GB_S &&
+                      P.skp == GB_S && P.svp == GB_S;
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
@@ -838,7 +1215,8 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
         {WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
         {WY_PICK_F(dn_wy_fwd_kernel, false), P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
         {WY_PICK(dn_wy_bwd_kernel), P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
-        {WY_PICK(dn_wy_grad_kernel), P.shared_grad, P.chunks, "delta_net_back_grad"}};
+        {bf16 ? dn_wy_grad_bf16_kernel : WY_PICK(dn_wy_grad_kernel),
+         bf16 ? (size_t)GB_SHARED : P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)ks[i].shared),
@@ -881,7 +1259,7 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
             return st;
     }
     a.scr = (float *)scratch;
-    const bool tf1 = lt_get_param_i32(node, 2) == LT_DELTA_NET_PREC_TF32, fix = wy_fix(P, a.L),
+    const bool tf1 = lt_get_param_i32(node, 2) != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
                fix_out = wy_fix_out(P, a.L);
     struct {
         void (*fn)(struct wy_args);

@@ -16,7 +16,7 @@
  * and register j gets matrix j's row l / 4 at columns 2 (l % 4) and the next, the element
  * layout of A's and B's registers above. With .trans it gets the column instead, which reads
  * a matrix stored the other way round. The three loads below name their rows so:
- *   mb_load_a: A (16 x 16) from X[m][k] (rows m);
+ *   mb_load_a: A (16 x 16) from X[m][k] (rows m); mb_load_a_km from X[k][m];
  *   mb_load_b_nk: two B tiles (k 16 x n 16) from X[n][k] (K of S = Q K^T: rows are keys);
  *   mb_load_b_kn: two B tiles from X[k][n] (V of O = P V: rows are the keys summed over).
  * A row pitch of 8 mod 64 BF16 elements (16 bytes mod 128) puts the 8 rows of a matrix on
@@ -76,6 +76,14 @@ static __device__ __forceinline__ void mb_load_a(uint32_t *a, const __nv_bfloat1
 {
     const int l = mb_lane();
     mb_ldsm4<false>(a, X + (m0 + l % 8 + 8 * (l / 8 % 2)) * ld + k0 + 8 * (l / 16));
+}
+
+/* A's registers for rows m0.. and columns k0.. of A(m, k) = X[k][m] (A stored transposed) */
+static __device__ __forceinline__ void mb_load_a_km(uint32_t *a, const __nv_bfloat16 *X, int ld,
+                                                    int m0, int k0)
+{
+    const int l = mb_lane();
+    mb_ldsm4<true>(a, X + (k0 + l % 8 + 8 * (l / 16)) * ld + m0 + 8 * (l / 8 % 2));
 }
 
 /* B's registers of two tiles, columns n0..n0+7 (b[0..1]) and n0+8.. (b[2..3]), rows k0..k0+15,
