@@ -1134,6 +1134,149 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
     }
 }
 
+/* ---- bwd on BF16 tensor cores (LT_DELTA_NET_PREC_BF16, Qwen3.5's widths, 64 columns) ---- */
+
+/* The bwd walk with the state gradient dS in the warps' registers (F32) for the whole walk:
+ * warp w owns rows 16 (w % 8).. and columns 32 (w / 8).. of the block's [128 x 64], so the
+ * update dS = eL dS + [Q; K]^T Z scales and adds into the same registers every chunk, and
+ * each chunk's products (dR = F Do + G2 dS, then that update) read BF16 operands by
+ * ldmatrix: dS itself as a BF16 copy the warps write next to its F32 store to scratch. */
+#define BW_PV (WYF_CV + 8) /* BF16 pitch of 64-wide rows */
+/* shared bytes: dS [S][PV]; Q over K [2C][PB]; F [C][PV]; G2 [C][PB]; Z [2C][PV] (e^G Do
+ * over -e^G beta dR); Do [C][PV]; vectors eG, mEB */
+#define BW_SHARED                                                                                  \
+    (GB_S * BW_PV * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PV * 2 + GB_C * GB_PB * 2 +               \
+     3 * GB_C * BW_PV * 2 + 2 * GB_C * 4)
+
+/* X[r][j] = BF16 of ld(r, j) for r < rows, j < W (a multiple of 64), as gb_fill */
+template <int W, int PITCH, typename Ld>
+static __device__ __forceinline__ void gb_fill_w(gb_t *X, int rows, Ld ld)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = DN_WY_THREADS / 32;
+    constexpr int GROUPS = W / 64;
+    const int items = (rows / nw) * GROUPS;
+    for (int it0 = 0; it0 < items; it0 += WY_INFLIGHT / 2) {
+        float v[WY_INFLIGHT / 2][2];
+#pragma unroll
+        for (int k = 0; k < WY_INFLIGHT / 2; k++) {
+            const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
+            v[k][0] = it < items ? ld(r, j) : 0.0f;
+            v[k][1] = it < items ? ld(r, j + 1) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < WY_INFLIGHT / 2; k++) {
+            const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
+            if (it < items)
+                *(uint32_t *)(X + r * PITCH + j) = mb_pack(v[k][0], v[k][1]);
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = BW_PV, CV = WYF_CV;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
+                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const int j0 = (int)c * CV;
+    gb_t *dSb = (gb_t *)sh, *QK = dSb + S * PV, *F = QK + 2 * C * PB, *G2 = F + C * PV,
+         *Z = G2 + C * PB;
+    gb_t *Do = Z + 2 * C * PV;
+    float *eG = (float *)(Do + C * PV), *mEB = eG + C;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    /* this warp's strips: of dS (16 x 32) and of dR (16 x 16) */
+    const int sm0 = warp % 8 * 16, sn0 = warp / 8 * 32, rm0 = warp % 4 * 16, rn0 = warp / 4 * 16;
+    float DS[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) /* the final state's gradient: rows T.. of grad */
+            DS[u][i] = cu_getf(a.grad, j0 + sn0 + 8 * u + 2 * t + i % 2, h,
+                               L.nt + sm0 + g + 8 * (i / 2), b);
+    for (int64_t ch = P.n_ch - 1; ch >= 0; ch--) {
+        const int64_t ci = (b * L.hv + h) * P.n_ch + ch, t0 = ch * C;
+        const int n = wy_len(L, ch);
+        float *gds = wy_state(a, P.off_ds, ci), *gdr = wy_rows_v(a, P.off_dr, ci);
+        const float *gf = wy_cc(a, P.off_f, ci), *gg2 = wy_rows_k(a, P.off_g2, ci),
+                    *gv = wy_vec(a, ci);
+        /* dS at the chunk's end: F32 to scratch, BF16 for G2 dS */
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = sm0 + g + 8 * hf, jj = sn0 + 8 * u + 2 * t;
+                *(float2 *)(gds + i * S + j0 + jj) = make_float2(DS[u][2 * hf], DS[u][2 * hf + 1]);
+                *(uint32_t *)(dSb + i * PV + jj) = mb_pack(DS[u][2 * hf], DS[u][2 * hf + 1]);
+            }
+        if (threadIdx.x < C) {
+            const int r = threadIdx.x;
+            eG[r] = expf(gv[r]);
+            mEB[r] = -eG[r] * gv[C + r];
+        }
+        gb_fill_w<S, PB>(QK, 2 * C, [&](int r, int i) {
+            const int rr = r % C;
+            return rr < n ? cu_getf(r < C ? a.s.q : a.s.k, i, hk, t0 + rr, b) : 0.0f;
+        });
+        gb_fill_w<S, PB>(G2, C, [&](int r, int i) { return gg2[r * S + i]; });
+        gb_fill_w<C, PV>(F, C, [&](int r, int q) { return gf[r * C + q]; });
+        __syncthreads(); /* eG */
+        {
+            /* Do (the output's gradient times scale) and Z's top e^G Do: pairs of columns,
+             * a warp a row at a time */
+            constexpr int NP = C * CV / 2 / DN_WY_THREADS;
+            float v[NP][2];
+#pragma unroll
+            for (int k = 0; k < NP; k++) {
+                const int e = k * DN_WY_THREADS + threadIdx.x, r = e / (CV / 2),
+                          jj = 2 * (e % (CV / 2));
+                v[k][0] = r < n ? a.scale * cu_getf(a.grad, j0 + jj, h, t0 + r, b) : 0.0f;
+                v[k][1] = r < n ? a.scale * cu_getf(a.grad, j0 + jj + 1, h, t0 + r, b) : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < NP; k++) {
+                const int e = k * DN_WY_THREADS + threadIdx.x, r = e / (CV / 2),
+                          jj = 2 * (e % (CV / 2));
+                *(uint32_t *)(Do + r * PV + jj) = mb_pack(v[k][0], v[k][1]);
+                *(uint32_t *)(Z + r * PV + jj) = mb_pack(eG[r] * v[k][0], eG[r] * v[k][1]);
+            }
+        }
+        __syncthreads();
+        /* dR = T^T (P^T Do + diag(El) K dS) = F Do + G2 dS */
+        float R[2][4];
+        gb_zero<2>(R);
+        gb_mm<2, false, false>(R, F, PV, Do, PV, rm0, rn0, C);
+        gb_mm<2, false, false>(R, G2, PB, dSb, PV, rm0, rn0, S);
+        const float eL = expf(gv[C - 1]);
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = rm0 + g + 8 * hf, jj = rn0 + 8 * u + 2 * t;
+                *(float2 *)(gdr + r * S + j0 + jj) = make_float2(R[u][2 * hf], R[u][2 * hf + 1]);
+                *(uint32_t *)(Z + (C + r) * PV + jj) =
+                    mb_pack(mEB[r] * R[u][2 * hf], mEB[r] * R[u][2 * hf + 1]);
+            }
+        __syncthreads();
+        /* dS = eL dS + [Q; K]^T Z */
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                DS[u][i] *= eL;
+        gb_mm<4, true, false>(DS, QK, PB, Z, PV, sm0, sn0, 2 * C);
+        __syncthreads(); /* before the next chunk's operands land */
+    }
+    float *dstate = a.out + L.off_state;
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            dstate[((b * L.hv + h) * L.sk + sm0 + g + 8 * (i / 2)) * L.sv + j0 + sn0 + 8 * u +
+                   2 * t + i % 2] = DS[u][i];
+}
+
 /* ---- out: the forward's outputs, a block a (chunk, co value columns) ---- */
 
 /* block ci * cob + c: chunk ci, columns c * co .. X = [diag(e^G) Q | P] [C][ldx]; Y = [S0; U]
@@ -1214,7 +1357,9 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     } ks[] = {
         {WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
         {WY_PICK_F(dn_wy_fwd_kernel, false), P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
-        {WY_PICK(dn_wy_bwd_kernel), P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
+        {bf16 && P.cv == WYF_CV ? dn_wy_bwd_bf16_kernel : WY_PICK(dn_wy_bwd_kernel),
+         bf16 && P.cv == WYF_CV ? (size_t)BW_SHARED : P.shared_bwd, P.state_blocks,
+         "delta_net_back_bwd"},
         {bf16 ? dn_wy_grad_bf16_kernel : WY_PICK(dn_wy_grad_kernel),
          bf16 ? (size_t)GB_SHARED : P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
