@@ -48,9 +48,9 @@ static double mm_f32_worst;
  * ~1e-7. The H200 measured at most 1.8e-7 over these cases (forward) and 1.5e-7 (backward):
  * 2e-6 leaves ten times that, and a wrong term or index is O(1). */
 #define TOL_DN_TF32 2e-6
-/* DELTA_NET_BACK of LT_DELTA_NET_PREC_BF16: the grad kernel's operands rounded to BF16
- * (relative error up to 2^-9, 4x TF32's), the other kernels' to TF32. Measured on the CUDA
- * emulation (which rounds as the device does): see the session record; a wrong term or
+/* DELTA_NET(_BACK) of LT_DELTA_NET_PREC_BF16: the walks' and the grad kernel's operands
+ * rounded to BF16 (relative error up to 2^-9, 4x TF32's), the other kernels' to TF32. Measured on
+ * the CUDA emulation (which rounds as the device does): see the session record; a wrong term or
  * index is O(1). */
 #define TOL_DN_BF16 2e-5
 /* FLASH_ATTN(_BACK) of LT_FLASH_ATTN_PREC_BF16: q, k, v, do, the probabilities and dS enter
@@ -1621,33 +1621,35 @@ static void test_recurrent_loss_optim(void)
                          lbl(layout_names[L_CONTIG], what), v == 1 ? TOL_DN_TF32 : TOL_F32,
                          b_delta_net, &p);
             }
-    /* LT_DELTA_NET_PREC_BF16 (training on a device): the backward's grad kernel on BF16
-     * tensor cores at Qwen3.5's widths (128 x 128; the others run TF32), against the CPU's
-     * F32 under TOL_DN_BF16: a tail, grouped heads, an initial state and none, the 0.8B
-     * training shape, packed examples */
+    /* LT_DELTA_NET_PREC_BF16 (training on a device): the forward's and the backward's state
+     * walks and the backward's grad kernel on BF16 tensor cores at Qwen3.5's widths (128 x
+     * 128; the others run TF32), forward and backward against the CPU's F32 under
+     * TOL_DN_BF16: a tail, grouped heads, an initial state and none, the 0.8B training
+     * shape, packed examples */
     static const int64_t fdims[][4] = {{128, 128, 150, 2},
                                        {128, 128, 200, 3},
                                        {128, 128, 512, 16},
                                        {128, 128, 150, 4},
                                        {20, 40, 150, 2}};
     static const int fheads[][2] = {{2, 4}, {4, 8}, {16, 16}, {16, 32}, {1, 2}};
-    for (int d = 0; d < (int)(sizeof(fdims) / sizeof(fdims[0])); d++)
-        for (int v = 0; v < 3; v++) { /* zero state, a state, packed */
-            p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
-            memcpy(p.ne, fdims[d], sizeof(p.ne));
-            p.i[0] = fheads[d][0], p.i[1] = fheads[d][1], p.i[3] = 1;
-            p.i[2] = LT_DELTA_NET_PATH_AUTO;
-            p.f[0] = v != 1 ? 1.0f : 0.0f, p.f[1] = 2.0f, p.f[2] = v == 2 ? 1.0f : 0.0f;
-            char what[64];
-            snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld bf16%s",
-                     (long long)fdims[d][0], (long long)fdims[d][1], fheads[d][0], fheads[d][1],
-                     (long long)fdims[d][2], (long long)fdims[d][3],
-                     v == 0   ? " no-state"
-                     : v == 2 ? " reset"
-                              : "");
-            run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[L_CONTIG], what), TOL_DN_BF16,
-                     b_delta_net, &p);
-        }
+    for (int back = 0; back < 2; back++)
+        for (int d = 0; d < (int)(sizeof(fdims) / sizeof(fdims[0])); d++)
+            for (int v = 0; v < 3; v++) { /* zero state, a state, packed */
+                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                memcpy(p.ne, fdims[d], sizeof(p.ne));
+                p.i[0] = fheads[d][0], p.i[1] = fheads[d][1], p.i[3] = back;
+                p.i[2] = back ? LT_DELTA_NET_PATH_AUTO : LT_DELTA_NET_PATH_CHUNKED;
+                p.f[0] = v != 1 ? 1.0f : 0.0f, p.f[1] = 2.0f, p.f[2] = v == 2 ? 1.0f : 0.0f;
+                char what[64];
+                snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld bf16%s",
+                         (long long)fdims[d][0], (long long)fdims[d][1], fheads[d][0], fheads[d][1],
+                         (long long)fdims[d][2], (long long)fdims[d][3],
+                         v == 0   ? " no-state"
+                         : v == 2 ? " reset"
+                                  : "");
+                run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
+                         lbl(layout_names[L_CONTIG], what), TOL_DN_BF16, b_delta_net, &p);
+            }
 
     /* GDN_DECODE (one decode token, conv to gated norm): S in {1, 3}, H_k in {1, 2} with
      * H_v = 2 H_k, S_k = S_v in {16, 128}, contiguous, with the states as the sequences' own

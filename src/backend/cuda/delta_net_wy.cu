@@ -1277,6 +1277,100 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
                    2 * t + i % 2] = DS[u][i];
 }
 
+/* ---- fwd on BF16 tensor cores (LT_DELTA_NET_PREC_BF16, Qwen3.5's widths, 64 columns) ---- */
+
+/* The fwd walk with the state in the warps' registers (F32) for the whole walk, as the bwd
+ * one above: warp w owns rows 16 (w % 8).. and columns 32 (w / 8).. of the block's
+ * [128 x 64]; U = Uv - Wk S0 starts from Uv in the registers of its strip (16 x 16 a warp)
+ * and reads S0 as a BF16 copy; S = eL S + K^T diag(El) U adds into the state's registers.
+ * FORWARD (DELTA_NET): the state after the last chunk goes to the result's rows T.. too. */
+/* shared bytes: S0 [S][PV]; Wk, K [C][PB]; El U [C][PV]; vector El */
+#define FW_SHARED (GB_S * BW_PV * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PV * 2 + GB_C * 4)
+
+template <bool FORWARD>
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = BW_PV, CV = WYF_CV;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
+                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const int j0 = (int)c * CV;
+    gb_t *S0b = (gb_t *)sh, *Wk = S0b + S * PV, *K = Wk + C * PB, *UE = K + C * PB;
+    float *El = (float *)(UE + C * PV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int sm0 = warp % 8 * 16, sn0 = warp / 8 * 32, rm0 = warp % 4 * 16, rn0 = warp / 4 * 16;
+    float SS[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; u++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            SS[u][i] =
+                cu_getf(a.s.state, j0 + sn0 + 8 * u + 2 * t + i % 2, sm0 + g + 8 * (i / 2), h, b);
+    for (int64_t ch = 0; ch < P.n_ch; ch++) {
+        const int64_t ci = (b * L.hv + h) * P.n_ch + ch, t0 = ch * C;
+        const int n = wy_len(L, ch);
+        float *gs = wy_state(a, P.off_s0, ci), *gu = wy_rows_v(a, P.off_u, ci);
+        const float *gwk = wy_rows_k(a, P.off_wk, ci), *gv = wy_vec(a, ci);
+        /* S0: F32 to scratch, BF16 for Wk S0 */
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int i = sm0 + g + 8 * hf, jj = sn0 + 8 * u + 2 * t;
+                *(float2 *)(gs + i * S + j0 + jj) = make_float2(SS[u][2 * hf], SS[u][2 * hf + 1]);
+                *(uint32_t *)(S0b + i * PV + jj) = mb_pack(SS[u][2 * hf], SS[u][2 * hf + 1]);
+            }
+        if (threadIdx.x < C)
+            El[threadIdx.x] = expf(gv[C - 1] - gv[threadIdx.x]);
+        gb_fill_w<S, PB>(Wk, C, [&](int r, int i) { return gwk[r * S + i]; });
+        gb_fill_w<S, PB>(
+            K, C, [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; });
+        /* this warp's strip of Uv */
+        float2 uv[2][2];
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++)
+                uv[u][hf] =
+                    *(const float2 *)(gu + (rm0 + g + 8 * hf) * S + j0 + rn0 + 8 * u + 2 * t);
+        __syncthreads();
+        /* U = Uv - Wk S0: to scratch, and El U as the state update's operand */
+        float W[2][4];
+        gb_zero<2>(W);
+        gb_mm<2, false, false>(W, Wk, PB, S0b, PV, rm0, rn0, S);
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = rm0 + g + 8 * hf, jj = rn0 + 8 * u + 2 * t;
+                const float x0 = uv[u][hf].x - W[u][2 * hf], x1 = uv[u][hf].y - W[u][2 * hf + 1];
+                *(float2 *)(gu + r * S + j0 + jj) = make_float2(x0, x1);
+                *(uint32_t *)(UE + r * PV + jj) = mb_pack(El[r] * x0, El[r] * x1);
+            }
+        __syncthreads();
+        /* S = eL S + K^T diag(El) U */
+        const float eL = expf(gv[C - 1]);
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                SS[u][i] *= eL;
+        gb_mm<4, true, false>(SS, K, PB, UE, PV, sm0, sn0, C);
+        __syncthreads(); /* before the next chunk's operands land */
+    }
+    if (FORWARD) { /* S[i][j] at row T + i of DELTA_NET's result [S_v, H_v, T + S_k, B] */
+        float *so = a.out + ((b * (L.nt + L.sk) + L.nt) * L.hv + h) * L.sv + j0;
+        const int64_t ldo = L.hv * L.sv;
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                so[(sm0 + g + 8 * (i / 2)) * ldo + sn0 + 8 * u + 2 * t + i % 2] = SS[u][i];
+    }
+}
+
 /* ---- out: the forward's outputs, a block a (chunk, co value columns) ---- */
 
 /* block ci * cob + c: chunk ci, columns c * co .. X = [diag(e^G) Q | P] [C][ldx]; Y = [S0; U]
@@ -1356,7 +1450,9 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
         const char *name;
     } ks[] = {
         {WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
-        {WY_PICK_F(dn_wy_fwd_kernel, false), P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
+        {bf16 && P.cv == WYF_CV ? dn_wy_fwd_bf16_kernel<false> : WY_PICK_F(dn_wy_fwd_kernel, false),
+         bf16 && P.cv == WYF_CV ? (size_t)FW_SHARED : P.shared_fwd, P.state_blocks,
+         "delta_net_back_fwd"},
         {bf16 && P.cv == WYF_CV ? dn_wy_bwd_bf16_kernel : WY_PICK(dn_wy_bwd_kernel),
          bf16 && P.cv == WYF_CV ? (size_t)BW_SHARED : P.shared_bwd, P.state_blocks,
          "delta_net_back_bwd"},
@@ -1404,15 +1500,19 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
             return st;
     }
     a.scr = (float *)scratch;
-    const bool tf1 = lt_get_param_i32(node, 2) != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
-               fix_out = wy_fix_out(P, a.L);
+    const int32_t prec = lt_get_param_i32(node, 2);
+    const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
+               fix_out = wy_fix_out(P, a.L),
+               bf16 = prec == LT_DELTA_NET_PREC_BF16 && a.L.sk == GB_S && a.L.sv == GB_S &&
+                      P.skp == GB_S && P.svp == GB_S && P.cv == WYF_CV;
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
     } ks[] = {{WY_PICK_F(dn_wy_prep_kernel, true), P.shared_prep, P.chunks, "delta_net_prep"},
-              {WY_PICK_F(dn_wy_fwd_kernel, true), P.shared_fwd, P.state_blocks, "delta_net_fwd"},
+              {bf16 ? dn_wy_fwd_bf16_kernel<true> : WY_PICK_F(dn_wy_fwd_kernel, true),
+               bf16 ? (size_t)FW_SHARED : P.shared_fwd, P.state_blocks, "delta_net_fwd"},
               {fix_out ? (tf1 ? dn_wy_out_kernel<true, true> : dn_wy_out_kernel<false, true>)
                        : (tf1 ? dn_wy_out_kernel<true, false> : dn_wy_out_kernel<false, false>),
                P.shared_out, P.out_blocks, "delta_net_out"}};
