@@ -518,6 +518,111 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
     }
 }
 
+/* ---- grad's pieces that both its kernels (TF32 and BF16) share ---- */
+
+/* where a chunk's dq, dk rows (ld apart), dg and dbeta (ldg apart) go: the result with
+ * H_v = H_k, else the (value head, sequence)'s partials */
+struct wy_grad_dest {
+    float *dq, *dk, *dg, *dbeta;
+    int64_t ld, ldg;
+};
+
+static __device__ __forceinline__ wy_grad_dest wy_grad_dest_of(const struct wy_args &a, int64_t b,
+                                                               int64_t h, int64_t hk, int64_t t0)
+{
+    const struct dn_red &L = a.L;
+    wy_grad_dest d;
+    if (a.P.direct) {
+        const int64_t row = (b * L.nt + t0) * L.hk + hk;
+        d.dq = a.out + L.off_q + row * L.sk;
+        d.dk = a.out + L.off_k + row * L.sk;
+        d.ld = L.hk * L.sk;
+        d.dg = a.out + L.off_g + (b * L.nt + t0) * L.hv + h;
+        d.dbeta = a.out + L.off_beta + (b * L.nt + t0) * L.hv + h;
+        d.ldg = L.hv;
+    } else {
+        float *mine = a.scr + a.P.off_part + ((b * L.hv + h) * L.nt + t0) * a.P.part_per_token;
+        d.dq = mine;
+        d.dk = mine + L.sk;
+        d.ld = a.P.part_per_token;
+        d.dg = mine + 2 * L.sk;
+        d.dbeta = d.dg + 1;
+        d.ldg = a.P.part_per_token;
+    }
+    return d;
+}
+
+/* the chunk's vectors from its G and beta in scratch: G, e^G, El, beta, -e^G beta (threads
+ * below C; the caller synchronises) */
+static __device__ __forceinline__ void wy_grad_vectors(const float *gv, float *G, float *eG,
+                                                       float *El, float *Bv, float *mEB)
+{
+    if (threadIdx.x < WY_C) {
+        const int r = threadIdx.x;
+        G[r] = gv[r];
+        eG[r] = expf(gv[r]);
+        El[r] = expf(gv[WY_C - 1] - gv[r]);
+        Bv[r] = gv[WY_C + r];
+        mEB[r] = -eG[r] * Bv[r];
+    }
+}
+
+/* the gate terms of dP (row r gets M1_rs P_rs, column s loses it) and of dA (dbeta_r +=
+ * sum_s M2_rs Ab_rs; row r gets beta_r M2_rs Ab_rs, column s loses it) into dgam and dB,
+ * from M1, M2, P, Ab [C][lc]; the whole block calls it */
+static __device__ __forceinline__ void wy_gate_terms(const float *M1, const float *M2,
+                                                     const float *Pm, const float *Ab, int lc,
+                                                     const float *Bv, float *dgam, float *dB)
+{
+    const int r = threadIdx.x / WY_LPR, l = threadIdx.x % WY_LPR;
+    float x1 = 0.0f, y1 = 0.0f, x2 = 0.0f, y2 = 0.0f;
+    for (int q = l; q <= r; q += WY_LPR)
+        x1 = fmaf(M1[r * lc + q], Pm[r * lc + q], x1);
+    for (int q = r + l; q < WY_C; q += WY_LPR)
+        y1 = fmaf(M1[q * lc + r], Pm[q * lc + r], y1);
+    for (int q = l; q < r; q += WY_LPR)
+        x2 = fmaf(M2[r * lc + q], Ab[r * lc + q], x2);
+    for (int q = r + 1 + l; q < WY_C; q += WY_LPR)
+        y2 = fmaf(Bv[q] * M2[q * lc + r], Ab[q * lc + r], y2);
+    x1 = wy_row_sum(x1);
+    y1 = wy_row_sum(y1);
+    x2 = wy_row_sum(x2);
+    y2 = wy_row_sum(y2);
+    if (l == 0) {
+        dgam[r] = x1 - y1 + Bv[r] * x2 - y2;
+        dB[r] = x2;
+    }
+}
+
+/* dg (the suffix sums of dgam and the states' terms) and dbeta of the chunk's n rows, by
+ * one thread: aq, au, aw are the row sums Do . (Q S0), U . (K dS), dR . (K S0), av dR . V,
+ * ss <dS, S0> */
+static __device__ __forceinline__ void
+wy_gate_grads(const wy_grad_dest &d, int n, const float *G, const float *eG, const float *El,
+              const float *mEB, const float *dgam, const float *dB, const float *aq,
+              const float *au, const float *aw, const float *av, double ss)
+{
+    const int C = WY_C;
+    /* the end state: x_r = El_r u_r . (K dS)_r goes to the last row and leaves row r;
+     * e^{G_last} <dS, S0> to the last row */
+    float tail = expf(G[C - 1]) * (float)ss;
+    for (int r = 0; r < C; r++)
+        tail += El[r] * au[r];
+    float acc = 0.0f;
+    for (int r = C - 1; r >= 0; r--) {
+        /* O's state term e^G_r Do_r.(Q S0)_r; -x_r; dW_r . W_r = -e^G_r beta_r dR_r . W_r */
+        float g = dgam[r] + eG[r] * aq[r] - El[r] * au[r] + mEB[r] * aw[r];
+        if (r == C - 1)
+            g += tail;
+        acc += g;
+        if (r < n) {
+            d.dg[r * d.ldg] = acc;
+            /* dbeta: the dA terms, then dR . X = dR . V - e^G_r dR . W */
+            d.dbeta[r * d.ldg] = dB[r] + av[r] - eG[r] * aw[r];
+        }
+    }
+}
+
 /* ---- grad: the rest of the adjoint, a block a chunk ---- */
 
 /* Do, U, dR [C][ldw]; region A: M1, M2 [C][ldc], then the slices S0s, dSs [skp][lds] and
@@ -547,36 +652,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
           *dgam = mEB + C, *dB = dgam + C, *aq = dB + C, *au = aq + C, *aw = au + C,
           *av = aw + C;
     static_assert(DN_WY_VECS >= 11, "grad keeps 11 vectors");
-    /* where this chunk's dq, dk rows (ld apart), dg and dbeta go */
-    float *dQo, *dKo, *dgo, *dbo;
-    int64_t ldq, ldg;
-    if (P.direct) {
-        const int64_t row = (b * L.nt + t0) * L.hk + hk;
-        dQo = a.out + L.off_q + row * L.sk;
-        dKo = a.out + L.off_k + row * L.sk;
-        ldq = L.hk * L.sk;
-        dgo = a.out + L.off_g + (b * L.nt + t0) * L.hv + h;
-        dbo = a.out + L.off_beta + (b * L.nt + t0) * L.hv + h;
-        ldg = L.hv;
-    } else {
-        float *mine = a.scr + P.off_part + ((b * L.hv + h) * L.nt + t0) * P.part_per_token;
-        dQo = mine;
-        dKo = mine + L.sk;
-        ldq = P.part_per_token;
-        dgo = mine + 2 * L.sk;
-        dbo = dgo + 1;
-        ldg = P.part_per_token;
-    }
-    const float *gv = wy_vec(a, ci);
-    if (threadIdx.x < C) {
-        const int r = threadIdx.x;
-        G[r] = gv[r];
-        eG[r] = expf(gv[r]);
-        El[r] = expf(gv[C - 1] - gv[r]);
-        Bv[r] = gv[C + r];
-        mEB[r] = -eG[r] * Bv[r];
-        aq[r] = au[r] = aw[r] = av[r] = 0.0f;
-    }
+    const wy_grad_dest dst = wy_grad_dest_of(a, b, h, hk, t0);
+    wy_grad_vectors(wy_vec(a, ci), G, eG, El, Bv, mEB);
+    if (threadIdx.x < C)
+        aq[threadIdx.x] = au[threadIdx.x] = aw[threadIdx.x] = av[threadIdx.x] = 0.0f;
     const float *gu = wy_rows_v(a, P.off_u, ci), *gdr = wy_rows_v(a, P.off_dr, ci);
     const float *gp = wy_cc(a, P.off_p, ci), *gab = wy_cc(a, P.off_ab, ci);
     wy_async(U, lw, gu, svp, C, svp);
@@ -628,28 +707,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         }
     }
     __syncthreads();
-    /* the gate terms of dP (row r gets M1_rs P_rs, column s loses it) and of dA (dbeta_r
-     * += sum_s M2_rs Ab_rs; row r gets beta_r M2_rs Ab_rs, column s loses it) */
-    {
-        const int r = threadIdx.x / WY_LPR, l = threadIdx.x % WY_LPR;
-        float x1 = 0.0f, y1 = 0.0f, x2 = 0.0f, y2 = 0.0f;
-        for (int q = l; q <= r; q += WY_LPR)
-            x1 = fmaf(M1[r * lc + q], Pm[r * lc + q], x1);
-        for (int q = r + l; q < C; q += WY_LPR)
-            y1 = fmaf(M1[q * lc + r], Pm[q * lc + r], y1);
-        for (int q = l; q < r; q += WY_LPR)
-            x2 = fmaf(M2[r * lc + q], Ab[r * lc + q], x2);
-        for (int q = r + 1 + l; q < C; q += WY_LPR)
-            y2 = fmaf(Bv[q] * M2[q * lc + r], Ab[q * lc + r], y2);
-        x1 = wy_row_sum(x1);
-        y1 = wy_row_sum(y1);
-        x2 = wy_row_sum(x2);
-        y2 = wy_row_sum(y2);
-        if (l == 0) {
-            dgam[r] = x1 - y1 + Bv[r] * x2 - y2;
-            dB[r] = x2;
-        }
-    }
+    wy_gate_terms(M1, M2, Pm, Ab, lc, Bv, dgam, dB);
     __syncthreads();
     /* M1 o E on s <= r (dQK), M2 o B E on s < r (dKK) */
     for (int e = threadIdx.x; e < C * C; e += blockDim.x) {
@@ -736,29 +794,11 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
         cb_acc64_mm<TF1>(DK, dR + j0, lw, 1, S0s, 1, ls, skp, cs);
         __syncthreads(); /* before the next slice lands over S0s and dSs */
     }
-    cb_acc64_store(DQ, dQo, ldq, skp, n, sk);
-    cb_acc64_store(DK, dKo, ldq, skp, n, sk);
+    cb_acc64_store(DQ, dst.dq, dst.ld, skp, n, sk);
+    cb_acc64_store(DK, dst.dk, dst.ld, skp, n, sk);
     ss = cu_block_sum(ss, red); /* synchronises the block */
-    if (threadIdx.x == 0) {
-        /* the end state: x_r = El_r u_r . (K dS)_r goes to the last row and leaves row r;
-         * e^{G_last} <dS, S0> to the last row */
-        float tail = expf(G[C - 1]) * (float)ss;
-        for (int r = 0; r < C; r++)
-            tail += El[r] * au[r];
-        float acc = 0.0f;
-        for (int r = C - 1; r >= 0; r--) {
-            /* O's state term e^G_r Do_r.(Q S0)_r; -x_r; dW_r . W_r = -e^G_r beta_r dR_r . W_r */
-            float g = dgam[r] + eG[r] * aq[r] - El[r] * au[r] + mEB[r] * aw[r];
-            if (r == C - 1)
-                g += tail;
-            acc += g;
-            if (r < n) {
-                dgo[r * ldg] = acc;
-                /* dbeta: the dA terms, then dR . X = dR . V - e^G_r dR . W */
-                dbo[r * ldg] = dB[r] + av[r] - eG[r] * aw[r];
-            }
-        }
-    }
+    if (threadIdx.x == 0)
+        wy_gate_grads(dst, n, G, eG, El, mEB, dgam, dB, aq, au, aw, av, ss);
 }
 
 /* ---- grad on BF16 tensor cores (LT_DELTA_NET_PREC_BF16, Qwen3.5's widths alone) ---- */
@@ -825,12 +865,14 @@ template <int NT> static __device__ __forceinline__ void gb_zero(float (*c)[4])
             c[u][i] = 0.0f;
 }
 
-/* X[r][j] = BF16 of ld(r, j) for r < rows, j < GB_S (j in pairs), WY_INFLIGHT pairs of a warp
- * in flight: warp w takes rows w, w + 16, ..., lane l the pairs l, l + 32 */
-template <typename Ld> static __device__ __forceinline__ void gb_fill(gb_t *X, int rows, Ld ld)
+/* X[r][j] (pitch PITCH) = BF16 of ld(r, j) for r < rows (a multiple of 16), j < W (a
+ * multiple of 64) in pairs, WY_INFLIGHT / 2 pairs of a warp in flight: warp w takes rows w,
+ * w + 16, ..., lane l the pairs l, l + 32, ... */
+template <int W, int PITCH, typename Ld>
+static __device__ __forceinline__ void gb_fill_w(gb_t *X, int rows, Ld ld)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = DN_WY_THREADS / 32;
-    constexpr int GROUPS = GB_S / 64; /* pairs of a row, by 32 */
+    constexpr int GROUPS = W / 64;
     const int items = (rows / nw) * GROUPS;
     for (int it0 = 0; it0 < items; it0 += WY_INFLIGHT / 2) {
         float v[WY_INFLIGHT / 2][2];
@@ -844,7 +886,7 @@ template <typename Ld> static __device__ __forceinline__ void gb_fill(gb_t *X, i
         for (int k = 0; k < WY_INFLIGHT / 2; k++) {
             const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
             if (it < items)
-                *(uint32_t *)(X + r * GB_PB + j) = mb_pack(v[k][0], v[k][1]);
+                *(uint32_t *)(X + r * PITCH + j) = mb_pack(v[k][0], v[k][1]);
         }
     }
 }
@@ -913,44 +955,20 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
     gb_t *S0 = (gb_t *)R, *dS = S0 + S * PB;
     float *G = R + GB_REGION / 4, *eG = G + C, *El = eG + C, *Bv = El + C, *mEB = Bv + C,
           *dgam = mEB + C, *dB = dgam + C, *av = dB + C, *part = av + C; /* part [3][4][C] */
-    float *dQo, *dKo, *dgo, *dbo;
-    int64_t ldq, ldg;
-    if (P.direct) {
-        const int64_t row = (b * L.nt + t0) * L.hk + hk;
-        dQo = a.out + L.off_q + row * L.sk;
-        dKo = a.out + L.off_k + row * L.sk;
-        ldq = L.hk * L.sk;
-        dgo = a.out + L.off_g + (b * L.nt + t0) * L.hv + h;
-        dbo = a.out + L.off_beta + (b * L.nt + t0) * L.hv + h;
-        ldg = L.hv;
-    } else {
-        float *mine = a.scr + P.off_part + ((b * L.hv + h) * L.nt + t0) * P.part_per_token;
-        dQo = mine;
-        dKo = mine + L.sk;
-        ldq = P.part_per_token;
-        dgo = mine + 2 * L.sk;
-        dbo = dgo + 1;
-        ldg = P.part_per_token;
-    }
-    const float *gv = wy_vec(a, ci);
-    if (threadIdx.x < C) {
-        const int r = threadIdx.x;
-        G[r] = gv[r];
-        eG[r] = expf(gv[r]);
-        El[r] = expf(gv[C - 1] - gv[r]);
-        Bv[r] = gv[C + r];
-        mEB[r] = -eG[r] * Bv[r];
-    }
+    const wy_grad_dest dst = wy_grad_dest_of(a, b, h, hk, t0);
+    wy_grad_vectors(wy_vec(a, ci), G, eG, El, Bv, mEB);
     const float *gu = wy_rows_v(a, P.off_u, ci), *gdr = wy_rows_v(a, P.off_dr, ci);
     wy_async(Pm, LF, wy_cc(a, P.off_p, ci), C, C, C);
     wy_async(Ab, LF, wy_cc(a, P.off_ab, ci), C, C, C);
-    gb_fill(Do, C, [&](int r, int j) {
+    gb_fill_w<S, PB>(Do, C, [&](int r, int j) {
         return r < n ? a.scale * cu_getf(a.grad, j, h, t0 + r, b) : 0.0f;
     });
-    gb_fill(U, C, [&](int r, int j) { return gu[r * S + j]; });
-    gb_fill(dR, C, [&](int r, int j) { return gdr[r * S + j]; });
-    gb_fill(Q, C, [&](int r, int i) { return r < n ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; });
-    gb_fill(K, C, [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; });
+    gb_fill_w<S, PB>(U, C, [&](int r, int j) { return gu[r * S + j]; });
+    gb_fill_w<S, PB>(dR, C, [&](int r, int j) { return gdr[r * S + j]; });
+    gb_fill_w<S, PB>(Q, C,
+                     [&](int r, int i) { return r < n ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; });
+    gb_fill_w<S, PB>(K, C,
+                     [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; });
     wy_async_wait();
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -998,27 +1016,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
             }
     }
     __syncthreads();
-    /* the gate terms of dP and dA (as the TF32 kernel's) */
-    {
-        const int r = threadIdx.x / WY_LPR, l = threadIdx.x % WY_LPR;
-        float x1 = 0.0f, y1 = 0.0f, x2 = 0.0f, y2 = 0.0f;
-        for (int q = l; q <= r; q += WY_LPR)
-            x1 = fmaf(M1[r * LF + q], Pm[r * LF + q], x1);
-        for (int q = r + l; q < C; q += WY_LPR)
-            y1 = fmaf(M1[q * LF + r], Pm[q * LF + r], y1);
-        for (int q = l; q < r; q += WY_LPR)
-            x2 = fmaf(M2[r * LF + q], Ab[r * LF + q], x2);
-        for (int q = r + 1 + l; q < C; q += WY_LPR)
-            y2 = fmaf(Bv[q] * M2[q * LF + r], Ab[q * LF + r], y2);
-        x1 = wy_row_sum(x1);
-        y1 = wy_row_sum(y1);
-        x2 = wy_row_sum(x2);
-        y2 = wy_row_sum(y2);
-        if (l == 0) {
-            dgam[r] = x1 - y1 + Bv[r] * x2 - y2;
-            dB[r] = x2;
-        }
-    }
+    wy_gate_terms(M1, M2, Pm, Ab, LF, Bv, dgam, dB);
     /* M1 o E on s <= r (dQK), M2 o B E on s < r (dKK), as BF16 operands */
     for (int e = threadIdx.x; e < C * C / 2; e += blockDim.x) {
         const int r = e / (C / 2), q = 2 * (e % (C / 2));
@@ -1101,8 +1099,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
         for (int hf = 0; hf < 2; hf++) {
             const int r = m0 + g + 8 * hf, i = n0 + 8 * u + 2 * t;
             if (r < n) {
-                *(float2 *)(dQo + r * ldq + i) = make_float2(DQ[u][2 * hf], DQ[u][2 * hf + 1]);
-                *(float2 *)(dKo + r * ldq + i) = make_float2(DK[u][2 * hf], DK[u][2 * hf + 1]);
+                *(float2 *)(dst.dq + r * dst.ld + i) =
+                    make_float2(DQ[u][2 * hf], DQ[u][2 * hf + 1]);
+                *(float2 *)(dst.dk + r * dst.ld + i) =
+                    make_float2(DK[u][2 * hf], DK[u][2 * hf + 1]);
             }
         }
     ss = cu_block_sum(ss, red); /* synchronises the block: the partials are in */
@@ -1115,23 +1115,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
         part[k * 4 * C + r] = x;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        const float *aq = part, *au = part + 4 * C, *aw = part + 8 * C;
-        float tail = expf(G[C - 1]) * (float)ss;
-        for (int r = 0; r < C; r++)
-            tail += El[r] * au[r];
-        float acc = 0.0f;
-        for (int r = C - 1; r >= 0; r--) {
-            float gg = dgam[r] + eG[r] * aq[r] - El[r] * au[r] + mEB[r] * aw[r];
-            if (r == C - 1)
-                gg += tail;
-            acc += gg;
-            if (r < n) {
-                dgo[r * ldg] = acc;
-                dbo[r * ldg] = dB[r] + av[r] - eG[r] * aw[r];
-            }
-        }
-    }
+    if (threadIdx.x == 0)
+        wy_gate_grads(dst, n, G, eG, El, mEB, dgam, dB, part, part + 4 * C, part + 8 * C, av, ss);
 }
 
 /* ---- bwd on BF16 tensor cores (LT_DELTA_NET_PREC_BF16, Qwen3.5's widths, 64 columns) ---- */
@@ -1148,28 +1133,20 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
     (GB_S * BW_PV * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PV * 2 + GB_C * GB_PB * 2 +               \
      3 * GB_C * BW_PV * 2 + 2 * GB_C * 4)
 
-/* X[r][j] = BF16 of ld(r, j) for r < rows, j < W (a multiple of 64), as gb_fill */
-template <int W, int PITCH, typename Ld>
-static __device__ __forceinline__ void gb_fill_w(gb_t *X, int rows, Ld ld)
+/* a walk's state strip in registers (rows sm0 + g (+ 8), columns sn0 + 8 u + 2 t (+ 1)) to
+ * scratch as F32 (the block's columns from j0 of a [S][S] state) and to X [S][PV] as BF16 */
+static __device__ __forceinline__ void bw_store_state(const float (*st)[4], float *gs, gb_t *X,
+                                                      int sm0, int sn0, int j0)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = DN_WY_THREADS / 32;
-    constexpr int GROUPS = W / 64;
-    const int items = (rows / nw) * GROUPS;
-    for (int it0 = 0; it0 < items; it0 += WY_INFLIGHT / 2) {
-        float v[WY_INFLIGHT / 2][2];
+    const int g = (threadIdx.x & 31) / 4, t = threadIdx.x & 3;
 #pragma unroll
-        for (int k = 0; k < WY_INFLIGHT / 2; k++) {
-            const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
-            v[k][0] = it < items ? ld(r, j) : 0.0f;
-            v[k][1] = it < items ? ld(r, j + 1) : 0.0f;
-        }
+    for (int u = 0; u < 4; u++)
 #pragma unroll
-        for (int k = 0; k < WY_INFLIGHT / 2; k++) {
-            const int it = it0 + k, r = warp + it / GROUPS * nw, j = 2 * (lane + it % GROUPS * 32);
-            if (it < items)
-                *(uint32_t *)(X + r * PITCH + j) = mb_pack(v[k][0], v[k][1]);
+        for (int hf = 0; hf < 2; hf++) {
+            const int i = sm0 + g + 8 * hf, jj = sn0 + 8 * u + 2 * t;
+            *(float2 *)(gs + i * GB_S + j0 + jj) = make_float2(st[u][2 * hf], st[u][2 * hf + 1]);
+            *(uint32_t *)(X + i * BW_PV + jj) = mb_pack(st[u][2 * hf], st[u][2 * hf + 1]);
         }
-    }
 }
 
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel(struct wy_args a)
@@ -1202,14 +1179,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
         const float *gf = wy_cc(a, P.off_f, ci), *gg2 = wy_rows_k(a, P.off_g2, ci),
                     *gv = wy_vec(a, ci);
         /* dS at the chunk's end: F32 to scratch, BF16 for G2 dS */
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int i = sm0 + g + 8 * hf, jj = sn0 + 8 * u + 2 * t;
-                *(float2 *)(gds + i * S + j0 + jj) = make_float2(DS[u][2 * hf], DS[u][2 * hf + 1]);
-                *(uint32_t *)(dSb + i * PV + jj) = mb_pack(DS[u][2 * hf], DS[u][2 * hf + 1]);
-            }
+        bw_store_state(DS, gds, dSb, sm0, sn0, j0);
         if (threadIdx.x < C) {
             const int r = threadIdx.x;
             eG[r] = expf(gv[r]);
@@ -1314,14 +1284,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
         float *gs = wy_state(a, P.off_s0, ci), *gu = wy_rows_v(a, P.off_u, ci);
         const float *gwk = wy_rows_k(a, P.off_wk, ci), *gv = wy_vec(a, ci);
         /* S0: F32 to scratch, BF16 for Wk S0 */
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-#pragma unroll
-            for (int hf = 0; hf < 2; hf++) {
-                const int i = sm0 + g + 8 * hf, jj = sn0 + 8 * u + 2 * t;
-                *(float2 *)(gs + i * S + j0 + jj) = make_float2(SS[u][2 * hf], SS[u][2 * hf + 1]);
-                *(uint32_t *)(S0b + i * PV + jj) = mb_pack(SS[u][2 * hf], SS[u][2 * hf + 1]);
-            }
+        bw_store_state(SS, gs, S0b, sm0, sn0, j0);
         if (threadIdx.x < C)
             El[threadIdx.x] = expf(gv[C - 1] - gv[threadIdx.x]);
         gb_fill_w<S, PB>(Wk, C, [&](int r, int i) { return gwk[r * S + i]; });
