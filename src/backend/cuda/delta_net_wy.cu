@@ -67,6 +67,8 @@
 #include <cuda_pipeline.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/delta_net_impl.h"
 #define CB_WARPS (DN_WY_THREADS / 32) /* the products' warps: every kernel here */
@@ -1375,6 +1377,16 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_out_kernel(stru
                sv - j0);
 }
 
+/* whether a node of LT_DELTA_NET_PREC_BF16 at S_k = S_v = 128 takes the BF16 kernels (with
+ * 64 columns a walk for the walks): LATHE_DN_BF16=0 keeps the TF32 ones (one TF32 product),
+ * which is how a device run compares the two */
+static bool wy_bf16(int32_t prec, const struct dn_wy_plan &P, const struct dn_red &L)
+{
+    const char *e = getenv("LATHE_DN_BF16");
+    return prec == LT_DELTA_NET_PREC_BF16 && !(e && strcmp(e, "0") == 0) && L.sk == GB_S &&
+           L.sv == GB_S && P.skp == GB_S && P.svp == GB_S;
+}
+
 /* kernel K's instance for the node's precision (tf1) and shape (fix); WY_PICK_F for the
  * kernels whose first template argument is FORWARD */
 #define WY_PICK(K)                                                                                 \
@@ -1404,8 +1416,7 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     a.scr = (float *)scratch;
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
-               bf16 = prec == LT_DELTA_NET_PREC_BF16 && a.L.sk == GB_S && a.L.sv == GB_S &&
-                      P.skp == GB_S && P.svp == GB_S;
+               bf16 = wy_bf16(prec, P, a.L);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
@@ -1465,9 +1476,7 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
     a.scr = (float *)scratch;
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
-               fix_out = wy_fix_out(P, a.L),
-               bf16 = prec == LT_DELTA_NET_PREC_BF16 && a.L.sk == GB_S && a.L.sv == GB_S &&
-                      P.skp == GB_S && P.svp == GB_S && P.cv == WYF_CV;
+               fix_out = wy_fix_out(P, a.L), bf16 = wy_bf16(prec, P, a.L) && P.cv == WYF_CV;
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
