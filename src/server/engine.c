@@ -104,11 +104,11 @@ static lt_status load_all(struct engine *e)
     /* the base session now, so a model that cannot fit says so at start */
     struct eng_config none = {0};
     int hst;
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     struct eng_session *es = eng_session_get(e, &none, &hst);
     /* on a device, load its kernels now rather than during the first request */
     lt_status ws = es && !e->backends[0]->is_host ? lt_session_warmup(es->s) : LT_OK;
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
     if (!es)
         return lt_fail(LT_ERR_NOMEM, "cannot create a session of %d x %d tokens: %s", P, n_ctx,
                        lt_last_error());
@@ -399,7 +399,7 @@ static int eng_slots(struct srv_engine *se, struct srv_slot_info **out, int *n)
     struct srv_slot_info *v = calloc((size_t)P, sizeof(*v));
     if (!v)
         return srv_fail(503, NULL, NULL, "out of memory for %d slots", P);
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     for (int i = 0; i < P; i++) {
         const struct eng_slot *sl = &e->slots[i];
         struct srv_slot_info *si = &v[i];
@@ -416,7 +416,7 @@ static int eng_slots(struct srv_engine *se, struct srv_slot_info **out, int *n)
         si->sampling = sl->g->p.sampling;
         si->n_stops = (int)sl->g->p.n_stops;
     }
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
     *out = v;
     *n = P;
     return 200;
@@ -436,7 +436,7 @@ static int eng_embed(struct srv_engine *se, const lt_token *ids, size_t n, float
     if (n > (size_t)e->info.n_ctx)
         return srv_fail(400, "input", "context_length_exceeded",
                         "an input of %zu tokens exceeds the context of %d", n, e->info.n_ctx);
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     lt_status ls = LT_OK;
     if (!e->embed_s) {
         struct lt_session_params sp = {
@@ -472,7 +472,7 @@ static int eng_embed(struct srv_engine *se, const lt_token *ids, size_t n, float
         for (int64_t d = 0; d < D; d++)
             out[d] = norm > 0 ? (float)(out[d] / norm) : 0.0f;
     }
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
     if (ls != LT_OK)
         return srv_fail(srv_http_status_of(ls), "input", NULL, "embedding: %s", lt_last_error());
     pthread_mutex_lock(&e->stats_mu);
@@ -597,6 +597,7 @@ lt_status srv_engine_model_new(const struct lt_server_params *p, struct srv_engi
     pthread_cond_init(&e->ready_cv, NULL);
     atomic_init(&e->state, SRV_STATE_LOADING);
     atomic_init(&e->act.busy, 0);
+    atomic_init(&e->step_waiting, 0);
     atomic_init(&e->act.last_busy_us, 0);
     bool ok = true;
     e->model_path = strdup(p->model_path);

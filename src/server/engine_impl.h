@@ -161,8 +161,10 @@ struct engine {
     struct srv_gen **admitting; /* [ENG_MAX_QUEUE], the loop's */
     bool stopping;
 
-    /* the decode loop (step_mu) */
+    /* the decode loop (step_mu); step_waiting counts other threads waiting for step_mu
+     * (eng_step_lock), for whom the loop stands aside between two steps */
     pthread_mutex_t step_mu;
+    atomic_int step_waiting;
     pthread_t loop_thread;
     bool have_loop_thread;
     struct eng_slot *slots; /* [parallel] */
@@ -202,6 +204,11 @@ struct lt_backend *srv_backend_locked_new(struct lt_backend *inner);
 
 /* slots.c */
 void *eng_loop_main(void *arg);
+/* step_mu for a thread other than the loop. A mutex is not fair: the loop, taking it again
+ * right after each step, would keep an HTTP thread (/slots, an adapter load) waiting until
+ * every generation ends; these let the loop see the waiter and give way. */
+void eng_step_lock(struct engine *e);
+void eng_step_unlock(struct engine *e);
 /* Fails every queued and active generation (shutdown). Caller holds nothing. */
 void eng_fail_all(struct engine *e, int status, const char *msg);
 void eng_metrics_decode(struct engine *e, struct lt_strbuf *out);

@@ -251,11 +251,11 @@ void eng_sessions_collect(struct engine *e)
 
 void eng_sessions_free_all(struct engine *e)
 {
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     for (int i = 0; i < e->n_sessions; i++)
         eng_session_free(e, e->sessions[i]);
     e->n_sessions = 0;
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
 }
 
 /* ---- the registry ---- */
@@ -312,7 +312,7 @@ int eng_lora_load(struct srv_engine *se, const char *name, const char *path, flo
     l->scale = scale;
 
     int st = 200;
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     pthread_mutex_lock(&e->lora_mu);
     struct eng_lora *old = find_lora(e, name, -1);
     if (e->n_loras == ENG_MAX_LORAS) {
@@ -328,7 +328,7 @@ int eng_lora_load(struct srv_engine *se, const char *name, const char *path, flo
     pthread_mutex_unlock(&e->lora_mu);
     if (st == 200)
         eng_sessions_collect(e);
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
     if (st != 200) {
         lt_lora_free(lora);
         free(l);
@@ -340,7 +340,7 @@ int eng_lora_unload(struct srv_engine *se, const char *name)
 {
     struct engine *e = se->impl;
     int st = 200;
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     pthread_mutex_lock(&e->lora_mu);
     struct eng_lora *l = find_lora(e, name, -1);
     if (!l)
@@ -366,7 +366,7 @@ int eng_lora_unload(struct srv_engine *se, const char *name)
     } else if (st == 200) {
         eng_sessions_collect(e); /* idle sessions reading it go, and it with them */
     }
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
     return st;
 }
 

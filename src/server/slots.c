@@ -583,6 +583,27 @@ static bool any_busy(struct engine *e)
     return atomic_load(&e->act.busy) > 0;
 }
 
+void eng_step_lock(struct engine *e)
+{
+    atomic_fetch_add(&e->step_waiting, 1);
+    pthread_mutex_lock(&e->step_mu);
+    atomic_fetch_sub(&e->step_waiting, 1);
+}
+
+void eng_step_unlock(struct engine *e)
+{
+    pthread_mutex_unlock(&e->step_mu);
+}
+
+/* Between two steps: while another thread waits for step_mu, let it have it first. */
+static void give_way(struct engine *e)
+{
+    while (atomic_load(&e->step_waiting) > 0) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void *eng_loop_main(void *arg)
 {
     struct engine *e = arg;
@@ -610,6 +631,7 @@ void *eng_loop_main(void *arg)
             pthread_mutex_unlock(&e->q_mu);
         }
         pthread_mutex_unlock(&e->step_mu);
+        give_way(e);
         if (waiting) {
             /* queued work no session could take (all busy with other adapter sets and not
              * idle yet): it cannot be, since no slot is busy; yield briefly anyway */
@@ -623,7 +645,7 @@ void *eng_loop_main(void *arg)
 
 void eng_fail_all(struct engine *e, int status, const char *msg)
 {
-    pthread_mutex_lock(&e->step_mu);
+    eng_step_lock(e);
     for (int i = 0; e->slots && i < e->p.parallel; i++)
         if (e->slots[i].state != ENG_SLOT_FREE)
             slot_end(e, &e->slots[i], SRV_FINISH_ERROR, status, msg);
@@ -635,7 +657,7 @@ void eng_fail_all(struct engine *e, int status, const char *msg)
             break;
         queued_end(e, g, SRV_FINISH_ERROR, status, msg);
     }
-    pthread_mutex_unlock(&e->step_mu);
+    eng_step_unlock(e);
 }
 
 static int cmp_float(const void *a, const void *b)
