@@ -292,12 +292,48 @@ static void test_fit(void)
     put_msg(&last1, "user", "u3", false);
     put_msg(&last1, "assistant", "c", true);
 
-    /* left: the last `window` tokens */
+    /* left: the `window` tokens that end where the last trained turn ends (its closing
+     * marker's label is the last; the newline after it is dropped) */
+    int stop = full.n - 2;
     int W = full.n - 10;
     CHECK(chat(conv, W, LT_FIT_LEFT, &d) == LT_OK, "%s", lt_last_error());
-    CHECK(d.n == 1 && d.ex[0].n == W && same_as(&d.ex[0], &full, full.n - W), "fit left");
-    CHECK(d.n_fitted == 1, "fitted %d", d.n_fitted);
+    CHECK(d.n == 1 && d.ex[0].n == W && same_as(&d.ex[0], &full, stop - W), "fit left");
+    CHECK(d.n_fitted == 1 && d.n_skipped == 0, "fitted %d skipped %d", d.n_fitted, d.n_skipped);
     lt_dataset_free(&d);
+
+    /* left, cut inside the long reply: what is kept of it is masked, the rest as before */
+    int a0 = 0; /* the first 'A' */
+    while (full.tok[a0] != 'A')
+        a0++;
+    int a_end = a0 + 30; /* its closing marker; labels a0 - 1 .. a_end - 1 train it */
+    int start = a0 + 5;
+    CHECK(chat(conv, stop - start, LT_FIT_LEFT, &d) == LT_OK, "%s", lt_last_error());
+    bool masked = d.n == 1 && d.ex[0].n == stop - start;
+    for (int i = 0; masked && i < d.ex[0].n; i++) {
+        int k = start + i;
+        int32_t want = k >= a_end ? (full.trained[k + 1] ? full.tok[k + 1] : -1) : -1;
+        masked = d.ex[0].tokens[i] == full.tok[k] && d.ex[0].labels[i] == want;
+    }
+    CHECK(masked, "fit left masks the reply it cut at the front");
+    CHECK(d.ex[0].n_loss == 4, "only b and c train: %d", d.ex[0].n_loss);
+    lt_dataset_free(&d);
+
+    /* left: an example whose last reply alone does not fit is skipped and counted */
+    const char *longlast = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"},"
+                           " {\"role\": \"assistant\", \"content\": "
+                           "\"BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB"
+                           "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB\"}]}";
+    char two[2048];
+    snprintf(two, sizeof(two), "%s\n%s\n", longlast, conv);
+    CHECK(chat(two, W, LT_FIT_LEFT, &d) == LT_OK, "%s", lt_last_error());
+    CHECK(d.n == 1 && d.n_skipped == 1 && d.n_fitted == 1 && d.ex[0].source == 1 &&
+              same_as(&d.ex[0], &full, stop - W),
+          "skipped %d fitted %d", d.n_skipped, d.n_fitted);
+    lt_dataset_free(&d);
+    CHECK(chat(longlast, 30, LT_FIT_LEFT, &d) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "no example fits the window of 30") &&
+              strstr(lt_last_error(), "1 skipped"),
+          "%s", lt_last_error());
 
     /* middle: drop the first exchange only */
     CHECK(chat(conv, last2.n, LT_FIT_MIDDLE, &d) == LT_OK, "%s", lt_last_error());
@@ -309,9 +345,14 @@ static void test_fit(void)
     CHECK(d.n == 1 && d.ex[0].n == last1.n && same_as(&d.ex[0], &last1, 0),
           "fit middle keeps system + last exchange");
     lt_dataset_free(&d);
-    /* middle: not even that */
+    /* middle: not even that: skipped, and with no other example, refused */
+    snprintf(two, sizeof(two), "%s\n{\"prompt\": \"p\", \"completion\": \"q\"}\n", conv);
+    CHECK(chat(two, last1.n - 1, LT_FIT_MIDDLE, &d) == LT_OK && d.n == 1 && d.n_skipped == 1 &&
+              d.ex[0].source == 1,
+          "fit middle skips what cannot fit: %s", lt_last_error());
+    lt_dataset_free(&d);
     CHECK(chat(conv, last1.n - 1, LT_FIT_MIDDLE, &d) == LT_ERR_INVALID &&
-              strstr(lt_last_error(), "example 0") && strstr(lt_last_error(), "last exchange"),
+              strstr(lt_last_error(), "1 skipped") && strstr(lt_last_error(), "last exchange"),
           "%s", lt_last_error());
     /* and a fitting example is left alone */
     CHECK(chat(conv, full.n, LT_FIT_MIDDLE, &d) == LT_OK && d.ex[0].n == full.n && d.n_fitted == 0,

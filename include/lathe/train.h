@@ -205,6 +205,7 @@ struct lt_train_progress {
     double eta_s;
     int n_examples; /* examples (or text windows) loaded, both splits; 0 before loading */
     int n_fitted;   /* of those, shortened by the fit policy to fit the window */
+    int n_skipped;  /* examples the fit policy could not fit (not among n_examples) */
     double step_s;  /* running time of the last optimizer step (pauses excluded) */
 };
 
@@ -221,6 +222,7 @@ struct lt_train_result {
     size_t allocated_bytes;       /* what allocation took */
     int n_fallback;               /* nodes not on the first backend */
     int n_train, n_val;           /* examples (or text windows) in each split */
+    int n_fitted, n_skipped;      /* examples the fit policy shortened, and left out */
     int n_tokens_graph;           /* tokens per sequence of the micro-batch graph (<= window) */
     int n_seqs_graph;             /* sequences per micro-batch graph */
     bool packed;                  /* examples packed padding-free into the sequences */

@@ -65,13 +65,13 @@ static json_t *pace_json(const struct srv_train_info *ti)
                                  : "yield",
         "windows", (json_int_t)ps->windows, "windows_busy", (json_int_t)ps->windows_busy,
         "window_ms", "last", ps->window_ms_last, "p95", ps->window_ms_p95, "max", ps->window_ms_max,
-        "total", ps->window_ms_total, "yielded_ms", ps->yielded_ms, "serving_tokens_per_ms", "without_window",
-        ps->rate_clean > 0 ? json_real(ps->rate_clean) : json_null(), "with_window",
-        ps->rate_window > 0 ? json_real(ps->rate_window) : json_null(), "slowdown", "requests",
-        (json_int_t)ps->n_overlapped, "percent_histogram", hist, "max_ppm",
+        "total", ps->window_ms_total, "yielded_ms", ps->yielded_ms, "serving_tokens_per_ms",
+        "without_window", ps->rate_clean > 0 ? json_real(ps->rate_clean) : json_null(),
+        "with_window", ps->rate_window > 0 ? json_real(ps->rate_window) : json_null(), "slowdown",
+        "requests", (json_int_t)ps->n_overlapped, "percent_histogram", hist, "max_ppm",
         (json_int_t)ps->slowdown_max_ppm, "waiting_for_serving", ps->waiting_for_serving, "epochs",
         epochs, "examples", pr->n_examples, "examples_truncated", pr->n_fitted, "examples_skipped",
-        0, "window_asked", ti->params.window);
+        pr->n_skipped, "window_asked", ti->params.window);
 }
 
 static json_t *train_json(const struct srv_train_info *ti)
@@ -410,6 +410,8 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         p.examples = examples.data;
     }
     train_set_fields(body, &p);
+    if (!srv_json_get(body, "val_split"))
+        p.val_split = SRV_TRAIN_VAL_SPLIT_DEFAULT;
     json_t *tg = srv_json_get(body, "targets");
     if (tg) {
         if ((st = join_targets(tg, targets, sizeof(targets))) != 200)

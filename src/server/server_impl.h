@@ -228,6 +228,10 @@ struct srv_train_pacing {
 };
 
 #define SRV_TRAIN_SHARE_PPM_DEFAULT 250000
+/* POST /train holds this share out for the eval loss when val_split is absent, as
+ * CambrianTech's /train does; `lathe train` and fine-tuning jobs (OpenAI's shape: a
+ * validation_file or none) hold out nothing unless asked */
+#define SRV_TRAIN_VAL_SPLIT_DEFAULT 0.1f
 #define SRV_PACE_HIST 101 /* slowdown histogram buckets: whole percent 0..100 */
 
 /* What the job's pacing has seen (the trainer's, under its lock). Rates are serving's

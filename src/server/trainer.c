@@ -303,6 +303,11 @@ static void *watch_main(void *arg)
     ti->result.curve = NULL;
     ti->have_result = true;
     ti->state = res.state;
+    if (ti->prog.n_examples == 0) { /* a dry run, or one that ended before its first step */
+        ti->prog.n_examples = res.n_train + res.n_val;
+        ti->prog.n_fitted = res.n_fitted;
+        ti->prog.n_skipped = res.n_skipped;
+    }
     ti->finished_at = srv_now_unix();
     if (res.n_epochs > 0) {
         ti->n_epochs = res.n_epochs;
@@ -530,12 +535,12 @@ static void pace_metrics(const struct srv_train_info *ti, struct lt_strbuf *out)
         "# TYPE lathe_train_waiting_for_serving gauge\nlathe_train_waiting_for_serving %d\n"
         "# TYPE lathe_train_examples gauge\nlathe_train_examples %d\n"
         "# TYPE lathe_train_examples_truncated gauge\nlathe_train_examples_truncated %d\n"
-        "# TYPE lathe_train_examples_skipped gauge\nlathe_train_examples_skipped 0\n"
+        "# TYPE lathe_train_examples_skipped gauge\nlathe_train_examples_skipped %d\n"
         "# TYPE lathe_train_window_asked gauge\nlathe_train_window_asked %d\n",
         ti->meta.pacing.max_slowdown_ppm, (long long)ps->windows, (long long)ps->windows_busy,
         ps->window_ms_last, ps->window_ms_p95, ps->window_ms_max, ps->yielded_ms, ps->rate_clean,
         ps->rate_window, (long long)ps->n_overlapped, (long long)ps->slowdown_max_ppm,
-        ps->waiting_for_serving, pr->n_examples, pr->n_fitted, ti->params.window);
+        ps->waiting_for_serving, pr->n_examples, pr->n_fitted, pr->n_skipped, ti->params.window);
     srv_strbuf_appendf(out, "# HELP lathe_train_slowdown_requests Overlapped requests by "
                             "serving's slowdown, whole percent.\n"
                             "# TYPE lathe_train_slowdown_requests gauge\n");

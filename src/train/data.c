@@ -107,6 +107,7 @@ static lt_status add_held_out(const struct lt_tokenizer *tok, const struct lt_ch
     *order = merged;
     *n_val = v.n;
     out->n_fitted += v.n_fitted;
+    out->n_skipped += v.n_skipped;
     lt_dataset_free(&v);
     return LT_OK;
 }

@@ -40,6 +40,7 @@ struct lt_dataset {
     int64_t n_tokens; /* sum of n */
     int64_t n_loss;   /* sum of n_loss */
     int n_fitted;     /* examples shortened by the fit policy */
+    int n_skipped;    /* examples the fit policy could not fit, left out */
     /* after lt_dataset_chat failed: the example at fault (0-based, blank lines not counted)
      * and its line (1-based); -1 when no one example is (none at all, a bad window) */
     int bad_example, bad_line;

@@ -197,7 +197,7 @@ out_free:
 
 /* fit MIDDLE: drops the oldest exchanges until the rendering fits. The leading system
  * messages and the last exchange always stay; when those alone are too long, *n_tokens is
- * left over the window and the caller refuses. */
+ * left over the window and the caller skips the example. */
 static lt_status fit_middle(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                             const struct chat_example *c, int window, int32_t **tokens,
                             int32_t **labels, int *n_tokens)
@@ -242,6 +242,36 @@ static lt_status fit_middle(const struct lt_tokenizer *tok, const struct lt_chat
     return st;
 }
 
+/* fit LEFT: keeps the tail of an example (tk, lb; *n tokens) that ends where its last
+ * trained turn ends, at most window tokens, with the tokenizer's bos in front when it adds
+ * one. A trained turn cut at the front is masked: a reply learned without its opening (its
+ * role header) teaches the wrong thing. False when the last trained turn alone does not fit;
+ * the caller skips the example and counts it. lb[i] labels position i (the next token). */
+static bool fit_left(int32_t *tk, int32_t *lb, int *n, int window, bool bos)
+{
+    int last = *n - 1; /* the last trained position, and the first of its run */
+    while (last >= 0 && lb[last] < 0)
+        last--;
+    int first = last;
+    while (first > 0 && lb[first - 1] >= 0)
+        first--;
+    int head = bos ? 1 : 0;
+    int stop = last + 1, start = stop - (window - head);
+    if (start < head)
+        start = head;
+    if (last < 0 || first < start)
+        return false;
+    if (start > 0 && lb[start - 1] >= 0) /* a trained run goes on before the cut */
+        for (int i = start; i < stop && lb[i] >= 0; i++)
+            lb[i] = -1;
+    if (bos && start > head)
+        lb[0] = -1; /* bos now precedes the cut, whose first token is not learned */
+    memmove(tk + head, tk + start, (size_t)(stop - start) * sizeof(*tk));
+    memmove(lb + head, lb + start, (size_t)(stop - start) * sizeof(*lb));
+    *n = head + stop - start;
+    return true;
+}
+
 lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                           const char *jsonl, size_t len, int window, enum lt_fit_policy fit,
                           struct lt_dataset *out)
@@ -253,6 +283,7 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
         return lt_fail(LT_ERR_INVALID, "window must be at least 2 tokens, not %d", window);
     lt_status st = LT_OK;
     int line = 0, index = 0;
+    bool bos = lt_tokenizer_add_bos(tok) && lt_tokenizer_bos(tok) != LT_TOKEN_NONE;
     for (size_t p = 0; p < len && st == LT_OK;) {
         const char *s = jsonl + p;
         const char *nl = memchr(s, '\n', len - p);
@@ -276,33 +307,33 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
         int n = 0;
         if (st == LT_OK)
             st = render(tok, ct, c.msgs, c.train, c.n, c.tools, &tokens, &labels, &n);
+        int n_full = n;
+        int n_loss = 0;
+        for (int i = 0; st == LT_OK && i < n; i++)
+            n_loss += labels[i] >= 0;
+        if (st == LT_OK && n_loss == 0)
+            st = lt_fail(LT_ERR_INVALID,
+                         "nothing to train on: no assistant turn without \"train\": false");
+        bool skip = false;
         if (st == LT_OK && n > window && fit == LT_FIT_MIDDLE) {
             st = fit_middle(tok, ct, &c, window, &tokens, &labels, &n);
+            skip = st == LT_OK && n > window; /* its head and last exchange alone overflow */
+        }
+        if (st == LT_OK && n > window && fit == LT_FIT_LEFT)
+            skip = !fit_left(tokens, labels, &n, window, bos);
+        for (int i = n_loss = 0; st == LT_OK && !skip && i < n; i++)
+            n_loss += labels[i] >= 0;
+        skip = skip || (st == LT_OK && n_loss == 0); /* the fit left no trained turn */
+        if (st == LT_OK && !skip && n > window)
+            st = lt_fail(LT_ERR_INVALID,
+                         "%d tokens, longer than the window of %d; raise the "
+                         "window or give a fit policy (middle or left)",
+                         n, window);
+        if (st == LT_OK && !skip && n < n_full)
             out->n_fitted++;
-        }
-        const int32_t *tk = tokens, *lb = labels;
-        if (st == LT_OK && n > window && fit == LT_FIT_LEFT) {
-            tk += n - window;
-            lb += n - window;
-            n = window;
-            out->n_fitted++;
-        }
-        if (st == LT_OK && n > window)
-            st = lt_fail(LT_ERR_INVALID, "%d tokens, longer than the window of %d%s", n, window,
-                         fit == LT_FIT_MIDDLE
-                             ? " even with only its system messages and last exchange"
-                             : "; raise the window or give a fit policy (middle or left)");
-        if (st == LT_OK) {
-            int n_loss = 0;
-            for (int i = 0; i < n; i++)
-                n_loss += lb[i] >= 0;
-            if (n_loss == 0)
-                st = lt_fail(LT_ERR_INVALID,
-                             "nothing to train on: no assistant turn without \"train\": false%s",
-                             fit == LT_FIT_LEFT ? " in its last window tokens" : "");
-        }
-        if (st == LT_OK)
-            st = lt_dataset_push(out, tk, lb, n, index);
+        out->n_skipped += skip;
+        if (st == LT_OK && !skip)
+            st = lt_dataset_push(out, tokens, labels, n, index);
         free(tokens);
         free(labels);
         chat_example_free(&c);
@@ -314,6 +345,14 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
     int bad = st != LT_OK ? index : -1, bad_line = st != LT_OK ? line : -1;
     if (st != LT_OK)
         st = lt_fail(st, "example %d (line %d): %s", index, line, lt_last_error());
+    if (st == LT_OK && out->n == 0 && out->n_skipped > 0)
+        st = lt_fail(LT_ERR_INVALID,
+                     "no example fits the window of %d tokens: %d skipped, since %s; raise the "
+                     "window",
+                     window, out->n_skipped,
+                     fit == LT_FIT_LEFT ? "the last trained turn alone does not fit"
+                                        : "the system messages and the last exchange alone do "
+                                          "not fit");
     if (st == LT_OK && out->n == 0)
         st = lt_fail(LT_ERR_INVALID, "the examples hold no example (every line is blank)");
     if (st != LT_OK) {

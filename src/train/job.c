@@ -262,6 +262,8 @@ static lt_status load_data(struct lt_train_job *j, struct run *r)
     r->pad = pad == LT_TOKEN_NONE ? 0 : pad;
     j->result.n_train = r->data.n - r->n_val;
     j->result.n_val = r->n_val;
+    j->result.n_fitted = r->data.n_fitted;
+    j->result.n_skipped = r->data.n_skipped;
     j->result.n_tokens_graph = r->n_tokens;
     return LT_OK;
 }
@@ -627,7 +629,8 @@ static lt_status train_loop(struct lt_train_job *j, struct run *r)
     struct lt_train_progress pr = {.n_epochs = p->epochs,
                                    .n_steps = n_steps,
                                    .n_examples = r->data.n,
-                                   .n_fitted = r->data.n_fitted};
+                                   .n_fitted = r->data.n_fitted,
+                                   .n_skipped = r->data.n_skipped};
     double t_mark = now_s();
     lt_status st = LT_OK;
     for (int ep = 0; ep < p->epochs; ep++) {

@@ -28,10 +28,11 @@ static const struct lt_train_field fields[] = {
      "tokens per example", AT(window)},
     {NULL, "fit", "--fit", NULL, LT_TF_FIT, 0, 0, false, false, false, "none|middle|left", "none",
      "an example longer than the window: refuse it, drop its oldest exchanges, or keep "
-     "its tail",
+     "the tail that ends its last trained turn (a turn cut at the front is masked); with "
+     "middle or left, one that still cannot fit is skipped and counted",
      AT(fit)},
-    {NULL, "val_split", "--val-split", NULL, LT_TF_FLOAT, 0, 1, false, true, false, "F", "0",
-     "fraction held out for the eval loss", AT(val_split)},
+    {NULL, "val_split", "--val-split", NULL, LT_TF_FLOAT, 0, 1, false, true, false, "F",
+     "0 (POST /train: 0.1)", "fraction held out for the eval loss", AT(val_split)},
     {NULL, "seed", "--seed", NULL, LT_TF_U64, 0, 9.2e18, false, false, true, "N", "42",
      "shuffling and LoRA init", AT(seed)},
     {NULL, "parse_special", NULL, NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, "true",

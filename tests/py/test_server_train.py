@@ -5,6 +5,9 @@ SmolLM2-135M-Instruct on the CPU, while a thread polls /health (never failing on
      the library's sentence and the refusal's kind; nothing is written; chat still answers.
      Bad inline examples (an array, a JSONL string) get a 400 naming the example at once.
      A short job with a validation split reports train and eval loss per epoch.
+     Without val_split, /train holds 10% out (as CambrianTech's /train does); fit "left"
+     masks a reply it cut at the front and skips (and counts) an example whose last reply
+     cannot fit, instead of failing the job.
   2. Pause, resume and cancel a running job; a second /train meanwhile gets 409; a cancelled
      job leaves no file.
   3. A LoRA job teaches a made-up fact (who founded the Zorblax Institute) while a client
@@ -151,6 +154,45 @@ def run_eval(c, srv, train_dir):
             f"packed {j.get('packed')}, no_pack {j['params'].get('no_pack')}")
 
 
+def run_fit_defaults(c, srv, train_dir):
+    """Dry runs: the default split, and what fit "left" keeps, truncates and skips."""
+    def dry(body):
+        r = srv.post("/train", dict(body, out="dry.gguf", dry_run=True))
+        c.check(r.status_code == 200, f"dry run: {r.status_code} {r.text[:300]}")
+        return wait_train(srv, ("done", "error", "cancelled"), timeout=120)
+
+    j = dry({"examples": EXAMPLES, "window": 128})
+    res = j.get("result") or {}
+    c.check(j["state"] == "done" and abs(j["params"]["val_split"] - 0.1) < 1e-6
+            and res.get("n_val") == 1 and res.get("n_train") == 5,
+            f"val_split 0.1 by default: {j['params'].get('val_split')} {json.dumps(res)[:200]}")
+    j = dry({"examples": EXAMPLES, "window": 128, "val_split": 0})
+    res = j.get("result") or {}
+    c.check(res.get("n_val") == 0 and res.get("n_train") == 6, f"val_split 0: {json.dumps(res)[:200]}")
+
+    long_reply = " ".join(["The lighthouse keeper climbed the stairs again."] * 30)
+    cut = {"messages": [{"role": "user", "content": "Tell me a story."},
+                        {"role": "assistant", "content": long_reply},
+                        {"role": "user", "content": "Who founded the Zorblax Institute?"},
+                        {"role": "assistant", "content": FACT[0][1]}]}
+    too_long = {"prompt": "Tell me a story.", "completion": long_reply}
+    j = dry({"examples": EXAMPLES + [cut, too_long], "window": 128, "fit": "left"})
+    pace = j.get("pacing") or {}
+    c.check(j["state"] == "done" and pace.get("examples") == 7 and pace.get("examples_truncated") == 1
+            and pace.get("examples_skipped") == 1,
+            f"fit left: {j['state']} {j.get('error')} {json.dumps(pace)[:400]}")
+    m = srv.metrics()
+    c.check(m.get("lathe_train_examples_skipped") == 1 and m.get("lathe_train_examples_truncated") == 1,
+            "the counts in /metrics")
+    r = srv.post("/train", {"out": "dry.gguf", "examples": [too_long], "window": 128, "fit": "left",
+                            "dry_run": True})
+    j = r.json() if r.status_code != 200 else wait_train(srv, ("done", "error", "cancelled"), timeout=120)
+    msg = (j.get("error") or {}).get("message", "") if isinstance(j.get("error"), dict) else str(j.get("error"))
+    c.check(j.get("ok") is False or j.get("state") == "error", f"nothing fits: {json.dumps(j)[:300]}")
+    c.check("no example fits the window of 128" in msg, f"the reason: {msg[:300]}")
+    c.check(not os.path.exists(os.path.join(train_dir, "dry.gguf")), "dry runs write nothing")
+
+
 def run_control(c, srv, train_dir):
     r = srv.post("/train", {"out": "cancelled.gguf", "text": TEXT, "window": 64, "epochs": 30})
     c.check(r.status_code == 200, f"long job starts: {r.text[:200]}")
@@ -270,6 +312,7 @@ def main():
                            ("refusal", lambda: run_refusal(c, srv, train_dir)),
                            ("bad examples", lambda: run_bad_examples(c, srv, train_dir)),
                            ("eval", lambda: run_eval(c, srv, train_dir)),
+                           ("fit and defaults", lambda: run_fit_defaults(c, srv, train_dir)),
                            ("control", lambda: run_control(c, srv, train_dir)),
                            ("fact", lambda: run_fact(c, srv, client, train_dir)),
                            ("fine-tuning", lambda: run_fine_tuning(c, srv, client, train_dir))))
