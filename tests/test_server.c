@@ -40,10 +40,16 @@ static json_t *parse(const struct http_reply *r)
 }
 
 /* An OpenAI-shaped error with this status, param (NULL: null) and code. */
+/* OpenAI's error object; or /train's shape: "ok" false, the sentence under "error" and the
+ * object's other fields beside it. */
 static bool is_error(const struct http_reply *r, int status, const char *param, const char *code)
 {
     json_t *j = parse(r);
     json_t *e = json_object_get(j, "error");
+    if (json_is_string(e) && json_is_false(json_object_get(j, "ok"))) {
+        json_object_set(j, "message", e);
+        e = j;
+    }
     bool ok = r->status == status && json_is_string(json_object_get(e, "message")) &&
               json_is_string(json_object_get(e, "type")) &&
               json_is_string(json_object_get(e, "code")) && json_object_get(e, "param");

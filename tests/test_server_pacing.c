@@ -13,9 +13,9 @@
  *   - GET /train's "pacing", the fine-tuning job's "lathe_pacing" and /metrics carry the
  *     contract's numbers;
  *   - the wire shape of CambrianTech's llama.cpp /train: "ok" on every /train reply (false
- *     on errors, which keep OpenAI's error object), pause and resume take {"out": NAME} and
- *     refuse a name that is not the running job's, parse_special true is accepted and false
- *     refused naming the field. */
+ *     on errors, whose sentence is under "error", with its param beside it), pause and resume take
+ * {"out": NAME} and refuse a name that is not the running job's, parse_special true is accepted and
+ * false refused naming the field. */
 #include "check.h"
 
 #include "server/server_impl.h"
@@ -96,7 +96,8 @@ static json_t *get_json(const char *path)
     return j;
 }
 
-/* POSTs body; the status, and the error's param into param (when there is one). */
+/* POSTs body; the status, and the error's param into param (when there is one). Reads
+ * OpenAI's error object, and /train's shape (the sentence under "error", param beside it). */
 static int post(const char *path, const char *body, char *param, size_t size, char *msg,
                 size_t msg_size)
 {
@@ -104,6 +105,10 @@ static int post(const char *path, const char *body, char *param, size_t size, ch
     int st = http_do(port, "POST", path, body, &r) ? r.status : -1;
     json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
     json_t *e = json_object_get(j, "error");
+    if (json_is_string(e)) {
+        json_object_set(j, "message", e);
+        e = j;
+    }
     if (param)
         snprintf(param, size, "%s",
                  json_string_value(json_object_get(e, "param"))
@@ -317,7 +322,7 @@ static void test_pacing_under_traffic(void)
 }
 
 /* POSTs body to path; the status, with the reply's "ok" into *ok (-1: absent or not a bool)
- * and the error's param. */
+ * and the error's param ("" also when the error's sentence is not a string under "error"). */
 static int post_ok(const char *path, const char *body, int *ok, char *param, size_t size)
 {
     struct http_reply r;
@@ -325,8 +330,9 @@ static int post_ok(const char *path, const char *body, int *ok, char *param, siz
     json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
     json_t *o = json_object_get(j, "ok");
     *ok = json_is_boolean(o) ? json_is_true(o) : -1;
-    const char *p = json_string_value(json_object_get(json_object_get(j, "error"), "param"));
-    snprintf(param, size, "%s", p ? p : "");
+    const char *p = json_string_value(json_object_get(j, "param"));
+    const char *e = json_string_value(json_object_get(j, "error"));
+    snprintf(param, size, "%s", p && e && *e ? p : "");
     json_decref(j);
     http_reply_free(&r);
     return st;

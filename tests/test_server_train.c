@@ -66,7 +66,7 @@ static bool train_state(char *state, size_t size)
     return ok && s;
 }
 
-/* Posts body to /train; it must be answered 400 with error.param == param and a message
+/* Posts body to /train; it must be answered 400 with param == param and a sentence
  * containing each of want[] (NULL-terminated), and no job may start. */
 static void check_refused(const char *what, const char *body, const char *param,
                           const char *want_code, const char *const *want)
@@ -74,8 +74,8 @@ static void check_refused(const char *what, const char *body, const char *param,
     struct http_reply r;
     CHECK(http_do(port, "POST", "/train", body, &r), "%s: a reply", what);
     json_t *j = r.body ? json_loads(r.body, 0, NULL) : NULL;
-    json_t *err = json_object_get(j, "error");
-    const char *msg = json_string_value(json_object_get(err, "message"));
+    json_t *err = j; /* /train's shape: the sentence under "error", param and code beside it */
+    const char *msg = json_string_value(json_object_get(err, "error"));
     const char *got_param = json_string_value(json_object_get(err, "param"));
     const char *type = json_string_value(json_object_get(err, "type"));
     const char *code = json_string_value(json_object_get(err, "code"));

@@ -163,7 +163,8 @@ static void respond_train_info(struct srv_app *app, struct srv_response *rs, con
 }
 
 /* lathe's shape answers in the wire shape of CambrianTech's llama.cpp /train as well: every
- * reply, error or not, carries "ok" (true below 400); errors keep OpenAI's "error" object. */
+ * reply, error or not, carries "ok" (true below 400), and an error its sentence under
+ * "error", with the OpenAI error object's type, param and code beside it. */
 static void mark_ok(struct srv_response *rs)
 {
     json_t *j = rs->is_stream ? NULL : json_loadb(rs->body.data, rs->body.len, 0, NULL);
@@ -172,6 +173,20 @@ static void mark_ok(struct srv_response *rs)
         return;
     }
     json_object_set_new(j, "ok", json_boolean(rs->status < 400));
+    json_t *e = json_object_get(j, "error");
+    if (rs->status >= 400 && json_is_object(e)) {
+        json_incref(e);
+        static const char *const keys[] = {"type", "param", "code"};
+        for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+            json_t *v = json_object_get(e, keys[i]);
+            if (v)
+                json_object_set(j, keys[i], v);
+        }
+        json_t *msg = json_object_get(e, "message");
+        json_object_set_new(j, "error",
+                            json_is_string(msg) ? json_incref(msg) : json_string("error"));
+        json_decref(e);
+    }
     srv_respond_json(rs, rs->status, j);
 }
 

@@ -52,11 +52,13 @@ static int f_detok(struct srv_engine *e, const lt_token *ids, size_t n, unsigned
     return 200;
 }
 
-static int f_chat(struct srv_engine *e, const struct lt_chat_message *m, size_t n, bool think,
-                  struct lt_tokens *out)
+static int f_chat(struct srv_engine *e, const struct lt_chat_message *m, size_t n,
+                  const struct lt_chat_options *opt, struct lt_tokens *out)
 {
+    (void)opt;
     for (size_t i = 0; i < n; i++)
-        f_tok(e, m[i].content, strlen(m[i].content), 0, out);
+        if (m[i].content)
+            f_tok(e, m[i].content, strlen(m[i].content), 0, out);
     return 200;
 }
 
@@ -191,7 +193,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (rs.status >= 400) {
         json_t *j = json_loadb(rs.body.data, rs.body.len, 0, NULL);
         json_t *e = json_object_get(j, "error");
-        if (!json_is_string(json_object_get(e, "message")) || !json_object_get(e, "param"))
+        if (json_is_string(e) && json_is_false(json_object_get(j, "ok"))) /* /train's shape */
+            e = json_object_get(j, "param") ? e : NULL;
+        else if (!json_is_string(json_object_get(e, "message")) || !json_object_get(e, "param"))
+            e = NULL;
+        if (!e)
             abort();
         json_decref(j);
     }

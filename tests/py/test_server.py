@@ -213,8 +213,13 @@ class Checks:
 
 
 def is_openai_error(r, status, param):
+    """OpenAI's error object; or /train's shape (CambrianTech's wire): "ok" false, the
+    sentence under "error", the object's other fields beside it."""
     try:
-        e = r.json()["error"]
+        j = r.json()
+        e = j["error"]
+        if isinstance(e, str) and j.get("ok") is False:
+            e = dict(j, message=e)
     except Exception:  # noqa: BLE001
         return False
     return (r.status_code == status and isinstance(e.get("message"), str) and e["message"]

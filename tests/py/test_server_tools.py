@@ -229,9 +229,9 @@ def run_train(c, srv):
     bad = dict(TRAIN_EXAMPLE, tools={"type": "function"})
     r = srv.post("/train", {"out": "tools.gguf", "examples": [TRAIN_EXAMPLE, bad],
                             "window": 512, "dry_run": True})
-    err = r.json().get("error") or {}
+    err = r.json()
     c.check(r.status_code == 400 and err.get("param") == "examples[1]"
-            and "\"tools\" must be an array" in err.get("message", ""),
+            and "\"tools\" must be an array" in err.get("error", ""),
             f"non-array tools: {r.status_code} {r.text[:400]}")
 
 
