@@ -72,6 +72,10 @@
 #   tflash  FLASH_ATTN in the training graph (the default on a device) against the chain of
 #           products and SOFT_MAX (the default; LATHE_FLASH_ATTN=1 turns flash on), 16x512
 #           and 4x2048, full and LoRA
+#   tdn     the DeltaNet kernels on BF16 tensor cores (the default in a device's training
+#           job) against TF32 (LATHE_DN_BF16=0): bench_train lathe alone at TDN_SHAPES
+#           (default "16x512 4x2048"), full and LoRA, alternating, then the full fine-tune's
+#           loss curve at 16x512 both ways (its own bench runs write the text)
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -792,6 +796,31 @@ phase_tflash() {
     done
 }
 
+# tdn: the DeltaNet's BF16 kernels (LT_DELTA_NET_PREC_BF16, a device job's default) against
+# the TF32 ones (LATHE_DN_BF16=0) on one machine: tokens/s, GPU peak and the estimate at each
+# shape, BF16 first and TF32 after, then both again at the first shape (the order's drift
+# shows); then the loss curves of the full fine-tune at 16x512, which should agree to the
+# rounding's size
+phase_tdn() {
+    local sh first="" mode
+    for sh in ${TDN_SHAPES:-16x512 4x2048}; do
+        [ -z "$first" ] && first=$sh
+        LATHE_DN_BF16=1 SHAPES=$sh lathe_alone tdn_bf16_$sh ""
+        LATHE_DN_BF16=0 SHAPES=$sh lathe_alone tdn_tf32_$sh ""
+    done
+    LATHE_DN_BF16=1 SHAPES=$first lathe_alone tdn_bf16_again ""
+    LATHE_DN_BF16=0 SHAPES=$first lathe_alone tdn_tf32_again ""
+    local txt=$W/bench_text_16x512.txt
+    [ -f "$txt" ] || { row "tdn loss curves" "skipped: no $txt (no 16x512 run)"; return; }
+    for mode in 1 0; do
+        LATHE_DN_BF16=$mode timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/tdn-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            --epochs 1 --full --lr 1e-5 >"$out/tdn_loss_$mode.log" 2>&1
+        row "full 16x512, LATHE_DN_BF16=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tdn_loss_$mode.log" | awk '{printf "%s ", $2}')"
+    done
+    rm -f $W/tdn-out.gguf
+}
+
 # mdecode: the model decode checks with the sessions on CUDA0 (every architecture: decode,
 # prefill, batched decode, F16 cache, the kept step), then the conformance group of the
 # decode's recurrent kernels
@@ -887,8 +916,8 @@ PYEOF
 }
 
 # prec: (after tprof, which writes the 16x512 text) the full fine-tune's first steps with the
-# device's default precision (BF16 products, TF32 delta rule, BF16 attention operands) against
-# --f32-products (every product F32, the delta rule in three TF32 products): the loss curves
+# device's default precision (BF16 products, the delta rule and attention on BF16 operands)
+# against --f32-products (every product F32, the delta rule's in TF32): the loss curves
 # side by side, and tokens/s
 phase_prec() {
     local txt=$W/bench_text_16x512.txt mode
@@ -914,7 +943,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
