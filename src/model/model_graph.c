@@ -742,6 +742,8 @@ bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be, boo
     const bool want = env && *env ? strcmp(env, "1") == 0 : by_default;
     if (!want || hp->head_dim <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
         return false;
+    char caller_error[1024]; /* a probe: the caller's last error stays as it was */
+    snprintf(caller_error, sizeof(caller_error), "%s", lt_last_error());
     struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
     if (!ctx)
         return false;
@@ -757,6 +759,6 @@ bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be, boo
     bool ok = back && lt_backend_supports_op(be, o, reason, sizeof(reason)) &&
               lt_backend_supports_op(be, back, reason, sizeof(reason));
     lt_ctx_free(ctx);
-    lt_clear_error();
+    lt_fail(LT_OK, "%s", caller_error);
     return ok;
 }

@@ -731,12 +731,13 @@ static void job_main(struct lt_train_job *j)
         st = load_data(j, &r);
     if (st == LT_OK)
         st = make_trainables(j, &r, &ad);
-    /* on a device, products by F32 weights (full fine-tuning, an F32 base) run in BF16 */
-    ad.bf16_products = !j->p.f32_products && !j->backends[0]->is_host;
-    ad.fused_loss = !j->backends[0]->is_host;
-    ad.flash_attn = lt_model_flash_attn_on(j->model, j->backends[0], ad.bf16_products);
-    if (st == LT_OK)
+    if (st == LT_OK) { /* after a failure, nothing here may touch the error's sentence */
+        /* on a device, products by F32 weights (full fine-tuning, an F32 base) run in BF16 */
+        ad.bf16_products = !j->p.f32_products && !j->backends[0]->is_host;
+        ad.fused_loss = !j->backends[0]->is_host;
+        ad.flash_attn = lt_model_flash_attn_on(j->model, j->backends[0], ad.bf16_products);
         st = choose_and_admit(j, &r, &ad);
+    }
     st = agree(j, st); /* every rank admitted, or none allocates */
     if (st == LT_OK && j->p.comm)
         st = agree(j, same_geometry(j, &r));

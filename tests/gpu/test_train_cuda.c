@@ -228,6 +228,13 @@ static void test_refusal(struct lt_backend *cpu)
     CHECK(st == LT_OK && r.n_fallback > 0, "without device_only: admitted with %d fallback nodes",
           r.n_fallback);
     lt_train_result_free(&r);
+    /* a job whose data fails keeps its reason on a device too (the attention probe after the
+     * data once wiped it: "lathe train: " with nothing after) */
+    struct lt_train_params bad = {.out = out_path, .examples = "{not json\n", .window = 32};
+    st = lt_train_job_run(m, both, 2, &bad, NULL, NULL, &r);
+    CHECK(st == LT_ERR_FORMAT && strstr(r.error, "example 0 (line 1)") && !exists(out_path),
+          "a bad example's reason: %d '%s'", st, r.error);
+    lt_train_result_free(&r);
 out_free:
     lt_model_free(m);
     lt_backend_free(cuda);
