@@ -48,8 +48,11 @@ static void test_formulas(void)
     double v[20];
     for (int i = 0; i < 20; i++)
         v[i] = 20 - i; /* 20..1 */
-    CHECK(srv_pace_p95(v, 20) == 19, "p95 of 1..20 by nearest rank: %g", srv_pace_p95(v, 20));
-    CHECK(srv_pace_p95(v, 1) == 20 && srv_pace_p95(v, 0) == 0, "p95 of one and of none");
+    CHECK(srv_pace_percentile(v, 20, 95) == 19, "p95 of 1..20 by nearest rank: %g",
+          srv_pace_percentile(v, 20, 95));
+    CHECK(srv_pace_percentile(v, 20, 50) == 10, "p50 of 1..20: %g", srv_pace_percentile(v, 20, 50));
+    CHECK(srv_pace_percentile(v, 1, 95) == 20 && srv_pace_percentile(v, 0, 95) == 0,
+          "p95 of one and of none");
 }
 
 #if !defined(LATHE_HAVE_JANSSON) || !defined(LATHE_HAVE_MHD)
@@ -357,8 +360,17 @@ static void test_wire_compat(void)
     snprintf(body, sizeof(body),
              "{\"out\":\"w.gguf\",\"window\":16,\"epochs\":64,\"parse_special\":true,%s}",
              text_field);
-    st = post_ok("/train", body, &ok, param, sizeof(param));
-    CHECK(st == 200 && ok == 1, "parse_special true: %d ok %d", st, ok);
+    struct http_reply rp;
+    st = http_do(port, "POST", "/train", body, &rp) ? rp.status : -1;
+    json_t *started = rp.body ? json_loads(rp.body, 0, NULL) : NULL;
+    json_t *status = json_object_get(started, "status");
+    CHECK(st == 200 && json_is_true(json_object_get(started, "ok")) && json_is_object(status) &&
+              json_is_string(json_object_get(status, "state")) &&
+              json_integer_value(json_object_get(status, "window_asked")) == 16,
+          "parse_special true: %d, and the start's reply carries its status: %s", st,
+          rp.body ? rp.body : "");
+    json_decref(started);
+    http_reply_free(&rp);
     st = post_ok("/train/pause", "{\"out\":\"other.gguf\"}", &ok, param, sizeof(param));
     CHECK(st == 409 && ok == 0 && !strcmp(param, "out"), "another name is refused: %d '%s'", st,
           param);
@@ -374,11 +386,28 @@ static void test_wire_compat(void)
         sleep_ms(20);
     }
     CHECK(state && !strcmp(state, "paused"), "paused: %s", state ? state : "?");
+    /* the fork's status fields, top level */
+    CHECK(json_is_true(json_object_get(j, "paused")) &&
+              json_is_true(json_object_get(j, "pause_requested")) &&
+              json_is_integer(json_object_get(j, "windows")) &&
+              json_is_integer(json_object_get(j, "windows_while_busy")) &&
+              json_is_number(json_object_get(j, "window_ms_p50")) &&
+              json_is_number(json_object_get(j, "yielded_ms")) &&
+              json_integer_value(json_object_get(j, "share_ppm")) == 250000 &&
+              json_integer_value(json_object_get(j, "examples_skipped")) == 0 &&
+              json_is_integer(json_object_get(j, "examples")) &&
+              json_integer_value(json_object_get(j, "layers_adapted")) ==
+                  json_integer_value(json_object_get(j, "n_layer")) &&
+              json_integer_value(json_object_get(j, "n_layer")) == 2,
+          "the fork's status fields while paused");
     json_decref(j);
     st = post_ok("/train/resume", "{\"out\":\"other\"}", &ok, param, sizeof(param));
     CHECK(st == 409 && ok == 0, "resume another name: %d", st);
     st = post_ok("/train/resume", "{\"out\":\"w.gguf\"}", &ok, param, sizeof(param));
     CHECK(st == 200 && ok == 1, "resume by name: %d", st);
+    j = get_json("/train");
+    CHECK(json_is_false(json_object_get(j, "pause_requested")), "resumed: no pause asked");
+    json_decref(j);
     st = post_ok("/train/cancel", "", &ok, param, sizeof(param));
     CHECK(st == 200 && ok == 1, "cancel with no body: %d", st);
     cancel_job();

@@ -36,7 +36,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-double srv_pace_p95(const double *v, int n)
+double srv_pace_percentile(const double *v, int n, int pct)
 {
     double s[256];
     if (n <= 0)
@@ -44,6 +44,7 @@ double srv_pace_p95(const double *v, int n)
     n = n < 256 ? n : 256;
     memcpy(s, v, (size_t)n * sizeof(double));
     qsort(s, (size_t)n, sizeof(double), cmp_double);
-    int k = (95 * n + 99) / 100; /* nearest rank: ceil(0.95 n), 1-based */
+    int k = (pct * n + 99) / 100; /* nearest rank: ceil(pct / 100 n), 1-based */
+    k = k < 1 ? 1 : k;
     return s[k - 1];
 }

@@ -74,14 +74,54 @@ static json_t *pace_json(const struct srv_train_info *ti)
         pr->n_skipped, "window_asked", ti->params.window);
 }
 
+/* The status fields of CambrianTech's /train, top level as its clients read them (lathe's own
+ * are in "pacing", "progress" and "params"): the window, the examples' counts, the pacing's
+ * windows and yields, pause, the depth adapted, and the output's path once written. */
+static void fork_status_fields(json_t *j, const struct srv_train_info *ti)
+{
+    const struct srv_train_pace_stats *ps = &ti->pace;
+    const struct lt_train_progress *pr = &ti->prog;
+    const struct srv_train_pacing *pc = &ti->meta.pacing;
+    int n_layer = ti->meta.n_layer, top = ti->params.top_layers;
+    json_t *f = json_pack(
+        "{s:i,s:i,s:i,s:i,s:i,s:f,s:i,s:I,s:I,s:f,s:f,s:f,s:f,s:b,s:b,s:b}", "window",
+        ti->have_result && ti->result.n_tokens_graph > 0 ? ti->result.n_tokens_graph
+                                                         : ti->params.window,
+        "window_asked", ti->params.window, "examples", pr->n_examples, "examples_truncated",
+        pr->n_fitted, "examples_skipped", pr->n_skipped, "yielded_ms", ps->yielded_ms, "share_ppm",
+        pc->share_ppm > 0 ? pc->share_ppm : SRV_TRAIN_SHARE_PPM_DEFAULT, "windows",
+        (json_int_t)ps->windows, "windows_while_busy", (json_int_t)ps->windows_busy,
+        "window_ms_last", ps->window_ms_last, "window_ms_max", ps->window_ms_max, "window_ms_p50",
+        ps->window_ms_p50, "window_ms_p95", ps->window_ms_p95, "pause_requested",
+        ti->pause_requested, "paused", ti->state == LT_TRAIN_PAUSED, "waiting_for_serving",
+        ps->waiting_for_serving);
+    if (!f)
+        return;
+    if (n_layer > 0) {
+        json_object_set_new(f, "n_layer", json_integer(n_layer));
+        json_object_set_new(f, "layers_adapted",
+                            json_integer(top > 0 && top < n_layer ? top : n_layer));
+    }
+    if (ti->state == LT_TRAIN_DONE && ti->meta.out_path[0])
+        json_object_set_new(f, "adapter", json_string(ti->meta.out_path));
+    json_object_update_missing(j, f);
+    json_decref(f);
+}
+
 static json_t *train_json(const struct srv_train_info *ti)
 {
     const struct lt_train_progress *pr = &ti->prog;
     json_t *epochs = json_array();
-    for (int i = 0; i < ti->n_epochs; i++)
-        json_array_append_new(epochs, json_pack("{s:i,s:o,s:o}", "epoch", i + 1, "train_loss",
-                                                num_or_null(ti->train_loss[i]), "eval_loss",
-                                                num_or_null(ti->eval_loss[i])));
+    const struct srv_train_pace_stats *ps = &ti->pace;
+    for (int i = 0; i < ti->n_epochs; i++) {
+        bool timed = i < ps->n_epoch_times; /* seconds and tokens/s as CambrianTech's /train */
+        json_array_append_new(
+            epochs,
+            json_pack("{s:i,s:o,s:o,s:o,s:o}", "epoch", i + 1, "train_loss",
+                      num_or_null(ti->train_loss[i]), "eval_loss", num_or_null(ti->eval_loss[i]),
+                      "seconds", timed ? json_real(ps->epoch_s[i]) : json_null(), "train_tok_s",
+                      timed ? json_real(ps->epoch_tokens_per_s[i]) : json_null()));
+    }
     const struct lt_train_result *r = &ti->result;
     const struct lt_train_params *p = &ti->params;
     json_t *j = json_pack(
@@ -113,6 +153,7 @@ static json_t *train_json(const struct srv_train_info *ti)
     if (!j)
         return NULL;
     json_object_set_new(j, "pacing", pace_json(ti));
+    fork_status_fields(j, ti);
     /* examples packed padding-free into the micro-batch's sequences (known once admitted) */
     json_object_set_new(j, "packed", ti->have_result ? json_boolean(r->packed) : json_null());
     bool failed = ti->state == LT_TRAIN_ERROR && ti->have_result;
@@ -383,6 +424,19 @@ static void train_set_fields(const json_t *body, struct lt_train_params *p)
     }
 }
 
+/* CambrianTech's /train answers a start with {"ok": true, "status": {...}}: the job object
+ * carries a copy of itself under "status" for its clients. */
+static void with_status(struct srv_response *rs)
+{
+    json_t *j = rs->status == 200 ? json_loadb(rs->body.data, rs->body.len, 0, NULL) : NULL;
+    if (json_is_object(j)) {
+        json_object_set_new(j, "status", json_deep_copy(j));
+        srv_respond_json(rs, rs->status, j);
+    } else {
+        json_decref(j);
+    }
+}
+
 void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs)
 {
@@ -404,6 +458,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     if (!require_training(app, rs))
         goto out_free;
     snprintf(meta.out_name, sizeof(meta.out_name), "%s", out);
+    snprintf(meta.out_path, sizeof(meta.out_path), "%s", path);
     if ((st = parse_pacing(body, "", &meta.pacing)) != 200)
         goto out_error;
     if (!srv_json_bool(body, "parse_special", true)) {
@@ -441,6 +496,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     struct srv_model_info mi;
     app->engine->iface->info(app->engine, &mi);
     snprintf(meta.model, sizeof(meta.model), "%s", mi.id);
+    meta.n_layer = (int)mi.n_layer;
     if (p.top_layers > mi.n_layer) {
         st = srv_fail(400, "top_layers", "out_of_range", "'top_layers' must be 0..%lld",
                       (long long)mi.n_layer);
@@ -452,6 +508,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
         goto out_error;
     respond_train_info(app, rs, id, train_json);
+    with_status(rs);
     goto out_free;
 
 out_error:

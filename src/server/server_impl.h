@@ -238,7 +238,7 @@ struct srv_train_pacing {
  * decode tokens per wall-clock ms. */
 struct srv_train_pace_stats {
     int64_t windows, windows_busy; /* windows taken; those during which serving decoded */
-    double window_ms_last, window_ms_p95, window_ms_max;
+    double window_ms_last, window_ms_p50, window_ms_p95, window_ms_max;
     double window_ms_total;               /* all windows' time */
     double yielded_ms;                    /* total time waited between windows */
     double rate_clean, rate_window;       /* tokens/ms without and with a window; 0: not yet */
@@ -260,9 +260,9 @@ struct srv_train_pace_stats {
  * share, training taking share/1e6 of the time. */
 double srv_pace_yield_bound(double d, double r0, double r_w, int max_slowdown_ppm);
 double srv_pace_yield_share(double d, int share_ppm);
-/* The 95th percentile (nearest rank) of v[0..n); 0 for n == 0. Sorts a copy of at most
+/* The pct-th percentile (nearest rank) of v[0..n); 0 for n == 0. Sorts a copy of at most
  * 256 values: the caller keeps a ring of the latest. */
-double srv_pace_p95(const double *v, int n);
+double srv_pace_percentile(const double *v, int n, int pct);
 
 /* What the caller adds to the job parameters, for reporting. */
 struct srv_train_meta {
@@ -270,6 +270,8 @@ struct srv_train_meta {
     char out_name[SRV_NAME_MAX];      /* the adapter's name inside the train dir */
     char training_file[SRV_NAME_MAX]; /* fine-tuning shape: the examples file; "" otherwise */
     char validation_file[SRV_NAME_MAX]; /* and its held-out examples' file; "" when none */
+    char out_path[1024]; /* where the output is written (POST /train's "adapter" when done) */
+    int n_layer;         /* the model's blocks (how many a job adapts is reported) */
     bool openai_shape;
     struct srv_train_pacing pacing;
 };
@@ -285,6 +287,7 @@ struct srv_train_info {
     float train_loss[LT_TRAIN_MAX_EPOCHS];
     float eval_loss[LT_TRAIN_MAX_EPOCHS]; /* NAN: none */
     double yielded_s;               /* time spent waiting for decoding to go idle */
+    bool pause_requested;           /* a pause asked and not resumed since */
     struct srv_train_pace_stats pace;
     size_t rss_bytes;               /* the process's resident memory now */
     bool have_result;

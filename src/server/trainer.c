@@ -165,7 +165,8 @@ static void window_end(struct srv_trainer *t, struct record *r, double d_s)
     ps->window_ms_last = ms;
     ps->window_ms_total += ms;
     ps->window_ms_max = ms > ps->window_ms_max ? ms : ps->window_ms_max;
-    ps->window_ms_p95 = srv_pace_p95(r->win_ms, r->n_win < 64 ? r->n_win : 64);
+    ps->window_ms_p50 = srv_pace_percentile(r->win_ms, r->n_win < 64 ? r->n_win : 64, 50);
+    ps->window_ms_p95 = srv_pace_percentile(r->win_ms, r->n_win < 64 ? r->n_win : 64, 95);
     if (dtok > 0 && dus > 0 && ms > 0) {
         /* over the window's wall-clock time: a decode step that waited for the device, or a
          * prefill the window slowed, costs serving as much as a slower step does */
@@ -303,6 +304,7 @@ static void *watch_main(void *arg)
     ti->result.curve = NULL;
     ti->have_result = true;
     ti->state = res.state;
+    ti->pause_requested = false;
     if (ti->prog.n_examples == 0) { /* a dry run, or one that ended before its first step */
         ti->prog.n_examples = res.n_train + res.n_val;
         ti->prog.n_fitted = res.n_fitted;
@@ -501,9 +503,11 @@ int srv_trainer_control(struct srv_trainer *t, const char *id, enum srv_train_op
         add_event(r, "info", "cancel requested");
     } else if (op == SRV_TRAIN_PAUSE) {
         lt_train_job_pause(r->job);
+        r->info.pause_requested = true;
         add_event(r, "info", "pause requested");
     } else {
         lt_train_job_resume(r->job);
+        r->info.pause_requested = false;
         add_event(r, "info", "resumed");
     }
     pthread_mutex_unlock(&t->mu);

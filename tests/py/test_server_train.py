@@ -149,6 +149,11 @@ def run_eval(c, srv, train_dir):
     c.check(mem.get("scratch_bytes") == 0 and mem.get("in_use_bytes") == 0
             and mem["peak_bytes"] >= mem["allocated_bytes"] > 0, f"memory: {mem}")
     c.check(os.path.exists(os.path.join(train_dir, "eval.gguf")), "eval job wrote its adapter")
+    # CambrianTech's status fields: the adapter's path, the depth adapted, epochs timed
+    c.check(j.get("adapter") == os.path.join(train_dir, "eval.gguf") and j.get("layers_adapted") == 2
+            and j.get("n_layer", 0) > 2 and j.get("window_asked") == 32
+            and all(isinstance(e.get("seconds"), float) and isinstance(e.get("train_tok_s"), float) for e in ep),
+            f"the fork's fields: {j.get('adapter')} {j.get('layers_adapted')} {j.get('n_layer')} {ep}")
     # text windows are all one length: nothing to pack; no_pack is echoed with the params
     c.check(j.get("packed") is False and j["params"].get("no_pack") is False,
             f"packed {j.get('packed')}, no_pack {j['params'].get('no_pack')}")
