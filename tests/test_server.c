@@ -446,7 +446,7 @@ static void test_train(void)
                  "examples", "invalid_value");
     expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"rank\":0}", 400, "rank",
                  "out_of_range");
-    expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"epochs\":65}", 400,
+    expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"epochs\":101}", 400,
                  "epochs", "out_of_range");
     expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"lr\":2}", 400, "lr",
                  "out_of_range");

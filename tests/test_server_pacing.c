@@ -140,6 +140,8 @@ static void test_fields_checked(void)
         {"\"share_ppm\":0", "share_ppm"},
         {"\"share_ppm\":1000001", "share_ppm"},
         {"\"yield\":\"yes\"", "yield"},
+        {"\"chunk\":300", "chunk"}, /* the fork's: a multiple of 256, at least 256 */
+        {"\"chunk\":128", "chunk"},
         {"\"max_slowdown_ppm\":100000,\"share_ppm\":500000", "share_ppm"},
     };
     char body[9000], param[64], msg[512];
@@ -358,7 +360,8 @@ static void test_wire_compat(void)
     st = post_ok("/train/pause", "{\"out\":\"w.gguf\"}", &ok, param, sizeof(param));
     CHECK(st == 409 && ok == 0 && !strcmp(param, "out"), "pause with no job running: %d", st);
     snprintf(body, sizeof(body),
-             "{\"out\":\"w.gguf\",\"window\":16,\"epochs\":64,\"parse_special\":true,%s}",
+             "{\"out\":\"w.gguf\",\"window\":16,\"epochs\":100,\"parse_special\":true,"
+             "\"chunk\":512,%s}",
              text_field);
     struct http_reply rp;
     st = http_do(port, "POST", "/train", body, &rp) ? rp.status : -1;

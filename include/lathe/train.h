@@ -32,7 +32,7 @@ enum lt_fit_policy {
 };
 
 #define LT_TRAIN_MAX_TARGETS 16
-#define LT_TRAIN_MAX_EPOCHS 64
+#define LT_TRAIN_MAX_EPOCHS 100 /* as CambrianTech's /train */
 
 /* Zero numeric fields take the documented defaults (lt_train_params_defaults), so a
  * zeroed struct plus a data source and an output is a valid job. */

@@ -365,13 +365,15 @@ static int check_data(struct srv_app *app, const struct lt_train_params *p, cons
 }
 
 /* POST /train's fields: the keys of the parameters' table (lathe/train.h) with its types and
- * ranges, then the pacing fields. Returns how many (at most cap). */
+ * ranges, then the pacing fields and CambrianTech's `chunk`. Returns how many (at most cap). */
 static size_t train_fields(struct srv_field *out, size_t cap)
 {
     static const struct srv_field pacing[] = {
         {"max_slowdown_ppm", SRV_JT_INT, 1, 999999, false},
         {"share_ppm", SRV_JT_INT, 1, 1000000, false},
         {"yield", SRV_JT_BOOL, 0, 0, false},
+        /* the fork's graph size within a window; accepted for its clients, no effect here */
+        {"chunk", SRV_JT_INT, 256, 1 << 30, false},
     };
     size_t n_t, n = 0;
     const struct lt_train_field *t = lt_train_fields(&n_t);
@@ -461,6 +463,13 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     snprintf(meta.out_path, sizeof(meta.out_path), "%s", path);
     if ((st = parse_pacing(body, "", &meta.pacing)) != 200)
         goto out_error;
+    if (srv_json_int(body, "chunk", 256) % 256 != 0) {
+        st = srv_fail(400, "chunk", "invalid_value",
+                      "'chunk' must be a multiple of 256 (it is accepted as CambrianTech's /train "
+                      "takes it, and has no effect: lathe's step graph holds whole windows, "
+                      "batch_tokens of them)");
+        goto out_error;
+    }
     if (!srv_json_bool(body, "parse_special", true)) {
         st = srv_fail(400, "parse_special", "unsupported_value",
                       "'parse_special' false is not supported: chat examples are rendered "

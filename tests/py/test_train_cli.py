@@ -84,9 +84,9 @@ def main():
     check(r.returncode == 0 and "--memory-budget-mib" in r.stdout and "--dry-run" in r.stdout, "--help")
     r = lathe("-m", model, "--out", out)
     check(r.returncode == 2 and "give the training data" in r.stderr, f"no data: {r.stderr}")
-    r = lathe("-m", model, "--examples", data, "--out", out, "--epochs", "100", "--targets", "attn_q,nope",
+    r = lathe("-m", model, "--examples", data, "--out", out, "--epochs", "101", "--targets", "attn_q,nope",
               "--val-split", "2")
-    check(r.returncode == 2 and "epochs must be 1..64" in r.stderr and "unknown target 'nope'" in r.stderr
+    check(r.returncode == 2 and "epochs must be 1..100" in r.stderr and "unknown target 'nope'" in r.stderr
           and "val_split" in r.stderr, f"every bad field named: {r.stderr}")
     r = lathe("-m", model, "--examples", data, "--out", out, "--rank", "x")
     check(r.returncode == 2 and "--rank: bad value 'x'" in r.stderr, f"bad value: {r.stderr}")
