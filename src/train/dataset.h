@@ -57,8 +57,9 @@ lt_status lt_dataset_text_flags(const struct lt_tokenizer *tok, const char *text
 
 /* Chat JSONL (blank lines skipped). A malformed line is LT_ERR_FORMAT, an example too long
  * for the window (with fit NONE) or with nothing to train on LT_ERR_INVALID; the message
- * starts "example N (line L): " and out->bad_example, out->bad_line say the same. Needs
- * jansson in the build. */
+ * starts "example N (line L): " and out->bad_example, out->bad_line say the same. With fit
+ * MIDDLE or LEFT an example that still cannot fit is left out and counted (n_skipped); none
+ * left at all is LT_ERR_INVALID naming the window. Needs jansson in the build. */
 lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_template *ct,
                           const char *jsonl, size_t len, int window, enum lt_fit_policy fit,
                           struct lt_dataset *out);
