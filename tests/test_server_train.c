@@ -118,7 +118,7 @@ static void test_bad_data(void)
                   ",{\"prompt\":\"hi\",\"completion\":\"a completion far longer than thirty-two "
                   "byte tokens\"}]}",
                   "examples[1]", "invalid_example",
-                  (const char *const[]){"example 1: ", "longer than the window of 32", NULL});
+                  (const char *const[]){"example 1: ", "more than the window of 32 holds", NULL});
     check_refused("array, example 0 with nothing to train on",
                   "{\"out\":\"a.gguf\",\"window\":64,\"examples\":[{\"messages\":[{\"role\":"
                   "\"user\",\"content\":\"hi\"}]}," GOOD "]}",

@@ -340,20 +340,29 @@ static void test_fit(void)
     CHECK(d.n == 1 && d.ex[0].n == last2.n && same_as(&d.ex[0], &last2, 0),
           "fit middle keeps system + last two exchanges");
     lt_dataset_free(&d);
-    /* middle: room for the last exchange only */
-    CHECK(chat(conv, last2.n - 1, LT_FIT_MIDDLE, &d) == LT_OK, "%s", lt_last_error());
+    /* middle: room for the last exchange only (a window holds window + 1 tokens) */
+    CHECK(chat(conv, last2.n - 2, LT_FIT_MIDDLE, &d) == LT_OK, "%s", lt_last_error());
     CHECK(d.n == 1 && d.ex[0].n == last1.n && same_as(&d.ex[0], &last1, 0),
           "fit middle keeps system + last exchange");
     lt_dataset_free(&d);
     /* middle: not even that: skipped, and with no other example, refused */
     snprintf(two, sizeof(two), "%s\n{\"prompt\": \"p\", \"completion\": \"q\"}\n", conv);
-    CHECK(chat(two, last1.n - 1, LT_FIT_MIDDLE, &d) == LT_OK && d.n == 1 && d.n_skipped == 1 &&
+    CHECK(chat(two, last1.n - 2, LT_FIT_MIDDLE, &d) == LT_OK && d.n == 1 && d.n_skipped == 1 &&
               d.ex[0].source == 1,
           "fit middle skips what cannot fit: %s", lt_last_error());
     lt_dataset_free(&d);
-    CHECK(chat(conv, last1.n - 1, LT_FIT_MIDDLE, &d) == LT_ERR_INVALID &&
+    CHECK(chat(conv, last1.n - 2, LT_FIT_MIDDLE, &d) == LT_ERR_INVALID &&
               strstr(lt_last_error(), "1 skipped") && strstr(lt_last_error(), "last exchange"),
           "%s", lt_last_error());
+    /* window + 1 tokens fit with no policy: the last token (a newline after the closing
+     * marker, only a target) goes, every label stays */
+    CHECK(chat(conv, full.n - 1, LT_FIT_NONE, &d) == LT_OK && d.n == 1 && d.ex[0].n == full.n - 1 &&
+              same_as(&d.ex[0], &full, 0) && d.n_fitted == 0 && d.ex[0].n_loss == 35,
+          "window + 1 tokens: %s", lt_last_error());
+    lt_dataset_free(&d);
+    CHECK(chat(conv, full.n - 2, LT_FIT_NONE, &d) == LT_ERR_INVALID &&
+              strstr(lt_last_error(), "more than the window"),
+          "window + 2 tokens: %s", lt_last_error());
     /* and a fitting example is left alone */
     CHECK(chat(conv, full.n, LT_FIT_MIDDLE, &d) == LT_OK && d.ex[0].n == full.n && d.n_fitted == 0,
           "no fit needed");

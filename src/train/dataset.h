@@ -13,9 +13,11 @@
  * Chat: each JSONL line is {"prompt", "completion"} (plus an optional "system") or
  * {"messages": [{"role", "content", "train"?, "tool_calls"?}, ...]}, with an optional
  * "tools" array, rendered through the model's chat template (the tools as the server
- * renders them; an assistant message with tool_calls may have a null content). Loss is on the tokens of assistant turns (content and closing marker), except
- * turns marked "train": false, which stay as context. An example longer than the window is
- * refused with its index unless a fit policy is given. */
+ * renders them; an assistant message with tool_calls may have a null content). Loss is on
+ * the tokens of assistant turns (content and closing marker), except turns marked "train":
+ * false, which stay as context. An example of window + 1 tokens fits (its last token is only
+ * a target: the label at window - 1); a longer one is refused with its index unless a fit
+ * policy is given. */
 #ifndef LATHE_TRAIN_DATASET_H
 #define LATHE_TRAIN_DATASET_H
 

@@ -314,22 +314,29 @@ lt_status lt_dataset_chat(const struct lt_tokenizer *tok, const struct lt_chat_t
         if (st == LT_OK && n_loss == 0)
             st = lt_fail(LT_ERR_INVALID,
                          "nothing to train on: no assistant turn without \"train\": false");
+        /* window + 1 tokens fit: the last one is only a target (the label at window - 1), never
+         * an input that predicts anything, so it is dropped with nothing lost (window
+         * predictions, as CambrianTech's /train counts an example) */
+        int room = window + 1;
         bool skip = false;
-        if (st == LT_OK && n > window && fit == LT_FIT_MIDDLE) {
-            st = fit_middle(tok, ct, &c, window, &tokens, &labels, &n);
-            skip = st == LT_OK && n > window; /* its head and last exchange alone overflow */
+        if (st == LT_OK && n > room && fit == LT_FIT_MIDDLE) {
+            st = fit_middle(tok, ct, &c, room, &tokens, &labels, &n);
+            skip = st == LT_OK && n > room; /* its head and last exchange alone overflow */
         }
-        if (st == LT_OK && n > window && fit == LT_FIT_LEFT)
+        if (st == LT_OK && n > room && fit == LT_FIT_LEFT)
             skip = !fit_left(tokens, labels, &n, window, bos);
+        bool fitted = st == LT_OK && !skip && n < n_full;
+        if (st == LT_OK && n == room)
+            n = window;
         for (int i = n_loss = 0; st == LT_OK && !skip && i < n; i++)
             n_loss += labels[i] >= 0;
         skip = skip || (st == LT_OK && n_loss == 0); /* the fit left no trained turn */
         if (st == LT_OK && !skip && n > window)
             st = lt_fail(LT_ERR_INVALID,
-                         "%d tokens, longer than the window of %d; raise the "
-                         "window or give a fit policy (middle or left)",
-                         n, window);
-        if (st == LT_OK && !skip && n < n_full)
+                         "%d tokens, more than the window of %d holds (%d: the last token is only "
+                         "a target); raise the window or give a fit policy (middle or left)",
+                         n, window, room);
+        if (fitted && !skip)
             out->n_fitted++;
         out->n_skipped += skip;
         if (st == LT_OK && !skip)

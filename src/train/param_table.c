@@ -25,7 +25,9 @@ static const struct lt_train_field fields[] = {
     {NULL, "examples", NULL, NULL, LT_TF_STRING, 0, 0, false, false, false, NULL, NULL,
      "chat examples: JSONL text, or an array of example objects", AT(examples)},
     {NULL, "window", "--window", NULL, LT_TF_INT, 2, 1 << 20, false, false, false, "N", "256",
-     "tokens per example", AT(window)},
+     "tokens per example (a chat example may have one more: its last token is only a "
+     "target)",
+     AT(window)},
     {NULL, "fit", "--fit", NULL, LT_TF_FIT, 0, 0, false, false, false, "none|middle|left", "none",
      "an example longer than the window: refuse it, drop its oldest exchanges, or keep "
      "the tail that ends its last trained turn (a turn cut at the front is masked); with "
