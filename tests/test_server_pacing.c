@@ -293,6 +293,7 @@ static void test_pacing_under_traffic(void)
     static const char *const names[] = {"lathe_train_max_slowdown_ppm 500000",
                                         "lathe_train_windows ",
                                         "lathe_train_windows_busy ",
+                                        "lathe_train_window_ms{stat=\"p50\"} ",
                                         "lathe_train_window_ms{stat=\"p95\"} ",
                                         "lathe_train_yielded_ms ",
                                         "lathe_train_serving_tokens_per_ms{window=\"no\"} ",

@@ -527,8 +527,8 @@ static void pace_metrics(const struct srv_train_info *ti, struct lt_strbuf *out)
         "# HELP lathe_train_windows_busy Windows during which serving decoded.\n"
         "# TYPE lathe_train_windows_busy gauge\nlathe_train_windows_busy %lld\n"
         "# TYPE lathe_train_window_ms gauge\n"
-        "lathe_train_window_ms{stat=\"last\"} %g\nlathe_train_window_ms{stat=\"p95\"} %g\n"
-        "lathe_train_window_ms{stat=\"max\"} %g\n"
+        "lathe_train_window_ms{stat=\"last\"} %g\nlathe_train_window_ms{stat=\"p50\"} %g\n"
+        "lathe_train_window_ms{stat=\"p95\"} %g\nlathe_train_window_ms{stat=\"max\"} %g\n"
         "# TYPE lathe_train_yielded_ms gauge\nlathe_train_yielded_ms %g\n"
         "# HELP lathe_train_serving_tokens_per_ms Serving's decode rate measured by the job.\n"
         "# TYPE lathe_train_serving_tokens_per_ms gauge\n"
@@ -542,9 +542,10 @@ static void pace_metrics(const struct srv_train_info *ti, struct lt_strbuf *out)
         "# TYPE lathe_train_examples_skipped gauge\nlathe_train_examples_skipped %d\n"
         "# TYPE lathe_train_window_asked gauge\nlathe_train_window_asked %d\n",
         ti->meta.pacing.max_slowdown_ppm, (long long)ps->windows, (long long)ps->windows_busy,
-        ps->window_ms_last, ps->window_ms_p95, ps->window_ms_max, ps->yielded_ms, ps->rate_clean,
-        ps->rate_window, (long long)ps->n_overlapped, (long long)ps->slowdown_max_ppm,
-        ps->waiting_for_serving, pr->n_examples, pr->n_fitted, pr->n_skipped, ti->params.window);
+        ps->window_ms_last, ps->window_ms_p50, ps->window_ms_p95, ps->window_ms_max, ps->yielded_ms,
+        ps->rate_clean, ps->rate_window, (long long)ps->n_overlapped,
+        (long long)ps->slowdown_max_ppm, ps->waiting_for_serving, pr->n_examples, pr->n_fitted,
+        pr->n_skipped, ti->params.window);
     srv_strbuf_appendf(out, "# HELP lathe_train_slowdown_requests Overlapped requests by "
                             "serving's slowdown, whole percent.\n"
                             "# TYPE lathe_train_slowdown_requests gauge\n");
