@@ -426,6 +426,24 @@ static void train_set_fields(const json_t *body, struct lt_train_params *p)
     }
 }
 
+/* The fields of CambrianTech's /train that lathe takes its own way: chunk (checked, no
+ * effect) and parse_special (false refused). 200, or the refusal. */
+static int check_fork_fields(const json_t *body)
+{
+    if (srv_json_int(body, "chunk", 256) % 256 != 0)
+        return srv_fail(400, "chunk", "invalid_value",
+                        "'chunk' must be a multiple of 256 (it is accepted as CambrianTech's "
+                        "/train takes it, and has no effect: lathe's step graph holds whole "
+                        "windows, batch_tokens of them)");
+    if (!srv_json_bool(body, "parse_special", true))
+        return srv_fail(400, "parse_special", "unsupported_value",
+                        "'parse_special' false is not supported: chat examples are rendered "
+                        "through the model's chat template, whose role markers are special "
+                        "tokens, so their text is always read as those tokens; leave it out or "
+                        "send true");
+    return 200;
+}
+
 /* CambrianTech's /train answers a start with {"ok": true, "status": {...}}: the job object
  * carries a copy of itself under "status" for its clients. */
 static void with_status(struct srv_response *rs)
@@ -461,23 +479,8 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         goto out_free;
     snprintf(meta.out_name, sizeof(meta.out_name), "%s", out);
     snprintf(meta.out_path, sizeof(meta.out_path), "%s", path);
-    if ((st = parse_pacing(body, "", &meta.pacing)) != 200)
+    if ((st = parse_pacing(body, "", &meta.pacing)) != 200 || (st = check_fork_fields(body)) != 200)
         goto out_error;
-    if (srv_json_int(body, "chunk", 256) % 256 != 0) {
-        st = srv_fail(400, "chunk", "invalid_value",
-                      "'chunk' must be a multiple of 256 (it is accepted as CambrianTech's /train "
-                      "takes it, and has no effect: lathe's step graph holds whole windows, "
-                      "batch_tokens of them)");
-        goto out_error;
-    }
-    if (!srv_json_bool(body, "parse_special", true)) {
-        st = srv_fail(400, "parse_special", "unsupported_value",
-                      "'parse_special' false is not supported: chat examples are rendered "
-                      "through the model's chat template, whose role markers are special "
-                      "tokens, so their text is always read as those tokens; leave it out or "
-                      "send true");
-        goto out_error;
-    }
     p.out = path;
     p.text = srv_json_str(body, "text", NULL);
     json_t *ex = srv_json_get(body, "examples");
