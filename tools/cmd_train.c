@@ -337,6 +337,14 @@ static void train_watch(struct lt_train_job *job, struct lt_train_result *r)
     sigaction(SIGINT, &old_sa, NULL);
 }
 
+/* What the fit policy did to the examples, when it did anything */
+static void train_print_fit(const struct lt_train_result *r)
+{
+    if (r->n_fitted > 0 || r->n_skipped > 0)
+        printf("fit: %d examples shortened to the window, %d skipped (they could not fit)\n",
+               r->n_fitted, r->n_skipped);
+}
+
 /* The admission report of a dry run or a refusal */
 static void train_print_admission(const struct lt_train_params *p, const struct lt_train_result *r)
 {
@@ -351,6 +359,8 @@ static void train_print_admission(const struct lt_train_params *p, const struct 
                (double)r->peak_bytes / (1 << 20), r->n_train, r->n_val, r->n_seqs_graph,
                r->n_tokens_graph, r->packed ? " (examples packed)" : "", r->grad_accum,
                r->n_trainable, (long long)r->n_trainable_elements);
+    if (r->status == LT_OK)
+        train_print_fit(r);
     if (r->status == LT_OK && r->n_recomputed > 0)
         printf("checkpointing: the backward recomputes %d forward tensors, a layer at a time\n",
                r->n_recomputed);
@@ -370,6 +380,7 @@ static void train_print_done(const struct lt_train_params *p, struct lt_train_re
            (long long)r->tokens, r->seconds, r->tokens_per_s, r->n_seqs_graph, r->n_tokens_graph,
            r->packed ? " (examples packed)" : "", r->grad_accum, (double)r->peak_bytes / (1 << 20),
            (double)r->allocated_bytes / (1 << 20), r->n_fallback);
+    train_print_fit(r);
     if (r->scratch_bytes || r->in_use_bytes)
         printf("the estimate counts %.1f MiB in use on the device before the job and %.1f MiB of "
                "kernels' working memory; allocated counts the job's graph buffers only\n",

@@ -105,6 +105,22 @@ def main():
     check(r.returncode == 0 and "placement" in r.stdout and "memory estimate" in r.stdout
           and "trainable tensors" in r.stdout and "dry run: admitted" in r.stdout, f"dry run: {r.stdout}{r.stderr}")
     check(not os.path.exists(out), "a dry run writes nothing")
+    # fit left: a conversation whose first reply is cut is kept (that reply masked), one whose
+    # only reply cannot fit is skipped, and both are counted
+    story = " ".join(["The lighthouse keeper climbed the stairs again."] * 30)
+    fitdata = os.path.join(TMP, "fit.jsonl")
+    with open(fitdata, "w") as f:
+        for q, a in EXAMPLES:
+            f.write(json.dumps({"prompt": q, "completion": a}) + "\n")
+        f.write(json.dumps({"messages": [{"role": "user", "content": "Tell me a story."},
+                                         {"role": "assistant", "content": story},
+                                         {"role": "user", "content": EXAMPLES[0][0]},
+                                         {"role": "assistant", "content": EXAMPLES[0][1]}]}) + "\n")
+        f.write(json.dumps({"prompt": "Tell me a story.", "completion": story}) + "\n")
+    r = lathe("-m", model, "--examples", fitdata, "--out", out, "--dry-run", "--window", "128",
+              "--fit", "left")
+    check(r.returncode == 0 and "fit: 1 examples shortened to the window, 1 skipped" in r.stdout,
+          f"fit left's counts: {r.stdout}{r.stderr}")
     r = lathe("-m", model, "--examples", data, "--out", out, "--dry-run", "--memory-budget-mib", "10")
     check(r.returncode == 1 and "over the budget of 10.0 MiB" in r.stderr and
           "nothing was allocated" in r.stderr, f"memory refusal: {r.stderr}")
