@@ -205,14 +205,18 @@ static void respond_train_info(struct srv_app *app, struct srv_response *rs, con
 
 /* lathe's shape answers in the wire shape of CambrianTech's llama.cpp /train as well: every
  * reply, error or not, carries "ok" (true below 400), and an error its sentence under
- * "error", with the OpenAI error object's type, param and code beside it. */
-static void mark_ok(struct srv_response *rs)
+ * "error", with the OpenAI error object's type, param and code beside it. A start
+ * (with_status) answers {"ok": true, "status": {...}} there: the job object carries a copy of
+ * itself under "status". */
+static void mark_ok(struct srv_response *rs, bool with_status)
 {
     json_t *j = rs->is_stream ? NULL : json_loadb(rs->body.data, rs->body.len, 0, NULL);
     if (!json_is_object(j)) {
         json_decref(j);
         return;
     }
+    if (with_status && rs->status == 200)
+        json_object_set_new(j, "status", json_deep_copy(j));
     json_object_set_new(j, "ok", json_boolean(rs->status < 400));
     json_t *e = json_object_get(j, "error");
     if (rs->status >= 400 && json_is_object(e)) {
@@ -235,7 +239,7 @@ void srv_route_train_get(struct srv_app *app, const struct srv_request *rq,
                          struct srv_response *rs)
 {
     respond_train_info(app, rs, NULL, train_json);
-    mark_ok(rs);
+    mark_ok(rs, false);
 }
 
 static bool require_training(struct srv_app *app, struct srv_response *rs)
@@ -444,19 +448,6 @@ static int check_fork_fields(const json_t *body)
     return 200;
 }
 
-/* CambrianTech's /train answers a start with {"ok": true, "status": {...}}: the job object
- * carries a copy of itself under "status" for its clients. */
-static void with_status(struct srv_response *rs)
-{
-    json_t *j = rs->status == 200 ? json_loadb(rs->body.data, rs->body.len, 0, NULL) : NULL;
-    if (json_is_object(j)) {
-        json_object_set_new(j, "status", json_deep_copy(j));
-        srv_respond_json(rs, rs->status, j);
-    } else {
-        json_decref(j);
-    }
-}
-
 void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
                           struct srv_response *rs)
 {
@@ -466,6 +457,7 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     struct lt_strbuf examples = {0};
     struct lt_train_params p = {0};
     struct srv_train_meta meta = {0};
+    bool started = false;
     char path[1024], targets[512];
     int st = srv_parse_body(rq, &body);
     if (st == 200)
@@ -520,13 +512,13 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
     if ((st = app->engine->iface->train_start(app->engine, &p, &meta, id, sizeof(id))) != 200)
         goto out_error;
     respond_train_info(app, rs, id, train_json);
-    with_status(rs);
+    started = true;
     goto out_free;
 
 out_error:
     srv_respond_last_error(rs, st);
 out_free:
-    mark_ok(rs);
+    mark_ok(rs, started);
     lt_strbuf_free(&examples);
     json_decref(body);
 }
@@ -590,7 +582,7 @@ static void train_control(struct srv_app *app, const struct srv_request *rq,
             respond_train_info(app, rs, id, shape);
     }
     if (shape == train_json)
-        mark_ok(rs);
+        mark_ok(rs, false);
 }
 
 void srv_route_train_cancel(struct srv_app *app, const struct srv_request *rq,
