@@ -217,8 +217,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_kernel(stru
     const int C = WY_C;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
-                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const struct wy_walk w = wy_walk_of(a);
+    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
     const int lk = FIX ? WYF_S + 4 : (int)P.ldk, lv = FIX ? WYF_CV + 4 : (int)P.ldv,
               skp = FIX ? WYF_S : (int)P.skp, cv = FIX ? WYF_CV : (int)P.cv,
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
@@ -289,8 +289,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
     const int C = WY_C;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
-                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const struct wy_walk w = wy_walk_of(a);
+    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
     const int lk = FIX ? WYF_S + 4 : (int)P.ldk, lv = FIX ? WYF_CV + 4 : (int)P.ldv, lc = C + 4,
               skp = FIX ? WYF_S : (int)P.skp, cv = FIX ? WYF_CV : (int)P.cv,
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,

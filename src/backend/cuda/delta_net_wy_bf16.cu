@@ -340,6 +340,18 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
     (GB_S * BW_PV * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PV * 2 + GB_C * GB_PB * 2 +               \
      3 * GB_C * BW_PV * 2 + 2 * GB_C * 4)
 
+/* A BF16 walk's warp: its lane's group g and thread t in the mma fragments, its strip of the
+ * [128 x 64] state (rows sm0.. 16, columns sn0.. 32) and of a chunk's [64 x 64] product
+ * (rows rm0.. 16, columns rn0.. 16). */
+struct bw_warp {
+    int g, t, sm0, sn0, rm0, rn0;
+};
+static __device__ __forceinline__ struct bw_warp bw_warp_of(void)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return {lane / 4, lane % 4, warp % 8 * 16, warp / 8 * 32, warp % 4 * 16, warp / 4 * 16};
+}
+
 /* a walk's state strip in registers (rows sm0 + g (+ 8), columns sn0 + 8 u + 2 t (+ 1)) to
  * scratch as F32 (the block's columns from j0 of a [S][S] state) and to X [S][PV] as BF16 */
 static __device__ __forceinline__ void bw_store_state(const float (*st)[4], float *gs, gb_t *X,
@@ -362,16 +374,16 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
     constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = BW_PV, CV = WYF_CV;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
-                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const struct wy_walk w = wy_walk_of(a);
+    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
     const int j0 = (int)c * CV;
     gb_t *dSb = (gb_t *)sh, *QK = dSb + S * PV, *F = QK + 2 * C * PB, *G2 = F + C * PV,
          *Z = G2 + C * PB;
     gb_t *Do = Z + 2 * C * PV;
     float *eG = (float *)(Do + C * PV), *mEB = eG + C;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     /* this warp's strips: of dS (16 x 32) and of dR (16 x 16) */
-    const int sm0 = warp % 8 * 16, sn0 = warp / 8 * 32, rm0 = warp % 4 * 16, rn0 = warp / 4 * 16;
+    const struct bw_warp wp = bw_warp_of();
+    const int g = wp.g, t = wp.t, sm0 = wp.sm0, sn0 = wp.sn0, rm0 = wp.rm0, rn0 = wp.rn0;
     float DS[4][4];
 #pragma unroll
     for (int u = 0; u < 4; u++)
@@ -471,13 +483,13 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
     constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = BW_PV, CV = WYF_CV;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t c = blockIdx.x % P.cblocks, h = blockIdx.x / P.cblocks % L.hv,
-                  b = blockIdx.x / P.cblocks / L.hv, hk = h % L.hk;
+    const struct wy_walk w = wy_walk_of(a);
+    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
     const int j0 = (int)c * CV;
     gb_t *S0b = (gb_t *)sh, *Wk = S0b + S * PV, *K = Wk + C * PB, *UE = K + C * PB;
     float *El = (float *)(UE + C * PV);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int sm0 = warp % 8 * 16, sn0 = warp / 8 * 32, rm0 = warp % 4 * 16, rn0 = warp / 4 * 16;
+    const struct bw_warp wp = bw_warp_of();
+    const int g = wp.g, t = wp.t, sm0 = wp.sm0, sn0 = wp.sn0, rm0 = wp.rm0, rn0 = wp.rn0;
     float SS[4][4];
 #pragma unroll
     for (int u = 0; u < 4; u++)

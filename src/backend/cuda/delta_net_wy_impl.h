@@ -57,6 +57,17 @@ struct wy_args {
     float scale;
 };
 
+/* A walk's block: the state's column block c, the value head h with its key head hk, and
+ * the sequence b (blockIdx.x = (b * H_v + h) * cblocks + c). */
+struct wy_walk {
+    int64_t c, h, b, hk;
+};
+static __device__ __forceinline__ struct wy_walk wy_walk_of(const struct wy_args &a)
+{
+    const int64_t x = blockIdx.x, cb = a.P.cblocks, h = x / cb % a.L.hv;
+    return {x % cb, h, x / cb / a.L.hv, h % a.L.hk};
+}
+
 /* a chunk's pieces of scratch (ci: (b * H_v + h) * n_ch + c) */
 static __device__ __forceinline__ float *wy_vec(const struct wy_args &a, int64_t ci)
 {
