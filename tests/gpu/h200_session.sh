@@ -42,6 +42,7 @@
 #           jobs (parity, the BF16-product full fine-tune, refusal), bench/bench_train.sh
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
 #           at 16x512 under LATHE_CUDA_PROFILE
+#   tmodel  bench_train lathe alone, full at 16x512: the model and text dnkern / dnsrc need
 #   tprof   (see its function) bench_train lathe alone, then both jobs at 16x512 under
 #           LATHE_CUDA_PROFILE=${PROF_MODE:-2} (3: issue times without the queue's waits)
 #   tbase   bench_train (PEER=none) with this tree's lathe and with .base's (built here): a
@@ -742,6 +743,12 @@ lathe_alone() {
     row "bench_train $2 ${3:-} (PEER=none)" "rc $?"
     grep -E "lathe: rc" "$out/$1.log" | sed 's/; lathe.s own.*estimate/; estimate/' | cut -c1-200
     grep -E "^[0-9. ]*(the estimate counts|checkpointing:)" "$out/$1.log" | cut -c1-200
+}
+
+# tmodel: bench_train lathe alone, the full job at 16x512 (2 steps): the 0.8B-shaped model and
+# the text that dnkern, dnstall and dnsrc read, one row of tokens/s besides
+phase_tmodel() {
+    SHAPES=16x512 lathe_alone tmodel "" full
 }
 
 # tbase: training throughput before and after on one machine: `lathe` built from .base's

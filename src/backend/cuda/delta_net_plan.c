@@ -146,10 +146,10 @@ static int64_t wy_tail(void)
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* prep: K, Q [C][ldk]; V [C][ldw]; Ab, P, T [C][ldc] */
+/* prep: K, Q [C][ldk]; V [C][ldw]; Ab, P, T, At [C][ldc] */
 static int64_t wy_prep_floats(const struct dn_wy_plan *p)
 {
-    return 2 * DN_CHUNK * p->ldk + DN_CHUNK * p->ldw + 3 * DN_CHUNK * p->ldc + wy_tail();
+    return 2 * DN_CHUNK * p->ldk + DN_CHUNK * p->ldw + 4 * DN_CHUNK * p->ldc + wy_tail();
 }
 
 /* fwd: S0 [skp][ldv]; Wk, K [C][ldk]; U [C][ldv] */

@@ -71,11 +71,14 @@
 #include "backend/cuda/delta_net_wy_impl.h"
 #include "lathe/ops.h"
 
-/* X = (I + diag(B) Ab)^-1 X in place on the 64 columns of X [C][lx] (Ab strictly lower,
- * zeros elsewhere): a warp takes 8 columns, lane l holding rows l and l + 32 of each in
- * registers, and walks the pivots q in order: row q is final, so it is broadcast and every
- * row below takes its multiple away (as delta_net_chunk.cu's cb_solve_cols). */
-static __device__ void wy_solve64(const float *Ab, const float *B, int lc, float *X, int lx)
+/* X = (I + diag(B) Ab)^-1 X in place on the 64 columns of X [C][lx], given At [C][lc] with
+ * At[q][r] = B_r Ab_rq (Ab strictly lower, zeros elsewhere): a warp takes 8 columns, lane l
+ * holding rows l and l + 32 of each in registers, and walks the pivots q in order: row q is
+ * final, so it is broadcast and every row below takes its multiple away (as
+ * delta_net_chunk.cu's cb_solve_cols). At is Ab's transpose so that a pivot's multipliers
+ * are one row, read without bank conflicts (Ab's column at a pitch of 68 floats was a 4-way
+ * conflict a load, and a product a load besides). */
+static __device__ void wy_solve64(const float *At, int lc, float *X, int lx)
 {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     constexpr int CPW = WY_C / (DN_WY_THREADS / 32);
@@ -86,9 +89,8 @@ static __device__ void wy_solve64(const float *Ab, const float *B, int lc, float
         u0[k] = X[lane * lx + j];
         u1[k] = X[(lane + 32) * lx + j];
     }
-    const float b0 = B[lane], b1 = B[lane + 32];
     for (int q = 0; q < WY_C; q++) {
-        const float a0 = b0 * Ab[lane * lc + q], a1 = b1 * Ab[(lane + 32) * lc + q];
+        const float a0 = At[q * lc + lane], a1 = At[q * lc + lane + 32];
 #pragma unroll
         for (int k = 0; k < CPW; k++) {
             const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
@@ -146,19 +148,27 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
               sv = FIX ? WYF_S : (int)L.sv;
     float *K = sh, *Q = K + C * lk, *V = Q + C * lk, *Ab = V + C * lw, *Pm = Ab + C * lc,
-          *T = Pm + C * lc, *G = T + C * lc, *Bv = G + C;
-    wy_fill( /* K's rows, then Q's (Q follows K) */
-        2 * C, skp,
-        [&](int r, int i) {
-            const int rr = r % C;
-            return rr < n && i < sk ? cu_getf(r < C ? a.s.k : a.s.q, i, hk, t0 + rr, b) : 0.0f;
-        },
-        [&](int r, int i, float x) { K[r * lk + i] = x; });
-    wy_fill(
-        C, svp,
-        [&](int r, int j) { return r < n && j < sv ? cu_getf(a.s.v, j, h, t0 + r, b) : 0.0f; },
-        [&](int r, int j, float x) { V[r * lw + j] = x; });
+          *T = Pm + C * lc, *At = T + C * lc, *G = At + C * lc, *Bv = G + C;
+    if (FIX && wy_src_rows_ok(a.s.k) && wy_src_rows_ok(a.s.q) && wy_src_rows_ok(a.s.v)) {
+        wy_src_async(K, lk, a.s.k, hk, t0, b, n, WYF_S);
+        wy_src_async(Q, lk, a.s.q, hk, t0, b, n, WYF_S);
+        wy_src_async(V, lw, a.s.v, h, t0, b, n, WYF_S);
+    } else {
+        wy_fill(/* K's rows, then Q's (Q follows K) */
+                2 * C, skp,
+                [&](int r, int i) {
+                    const int rr = r % C;
+                    return rr < n && i < sk ? cu_getf(r < C ? a.s.k : a.s.q, i, hk, t0 + rr, b)
+                                            : 0.0f;
+                },
+                [&](int r, int i, float x) { K[r * lk + i] = x; });
+        wy_fill(
+            C, svp,
+            [&](int r, int j) { return r < n && j < sv ? cu_getf(a.s.v, j, h, t0 + r, b) : 0.0f; },
+            [&](int r, int j, float x) { V[r * lw + j] = x; });
+    }
     wy_gates(a.s, h, b, t0, n, G, Bv);
+    wy_async_wait();
     __syncthreads();
     cb_mm<TF1>(Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
     cb_mm<TF1>(Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
@@ -170,7 +180,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
         const int r = e / C, q = e % C;
         const float d = q <= r ? expf(G[r] - G[q]) : 0.0f;
         const float ab = q < r ? Ab[r * lc + q] * d : 0.0f, pv = Pm[r * lc + q] * d;
-        Ab[r * lc + q] = ab;
+        At[q * lc + r] = Bv[r] * ab;
         Pm[r * lc + q] = pv;
         T[r * lc + q] = r == q ? 1.0f : 0.0f;
         if (!FORWARD)
@@ -194,7 +204,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
         gv[C + threadIdx.x] = Bv[threadIdx.x];
     }
     __syncthreads();
-    wy_solve64(Ab, Bv, lc, T, lc);
+    wy_solve64(At, lc, T, lc);
     __syncthreads();
     /* Uv = T (B V), Wk = T (B e^G K); for bwd F = T^T P^T and G2 = T^T (El K) */
     cb_mm<TF1>(wy_rows_v(a, P.off_u, ci), svp, T, lc, 1, V, lw, 1, C, svp, C, 1.0f, false);
@@ -581,12 +591,25 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_out_kernel(stru
     if (threadIdx.x < C)
         eG[threadIdx.x] = expf(gv[threadIdx.x]);
     __syncthreads();
-    wy_fill( /* diag(e^G) Q to X's left (zeros past the tokens and S_k) */
-        C, skp,
-        [&](int r, int i) { return r < n && i < sk ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; },
-        [&](int r, int i, float x) { X[r * lx + i] = eG[r] * x; });
+    const bool rows = FIX && wy_src_rows_ok(a.s.q);
+    if (rows) /* Q to X's left, scaled below */
+        wy_src_async(X, lx, a.s.q, hk, t0, b, n, WYF_S);
+    else
+        wy_fill(/* diag(e^G) Q to X's left (zeros past the tokens and S_k) */
+                C, skp,
+                [&](int r, int i) {
+                    return r < n && i < sk ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f;
+                },
+                [&](int r, int i, float x) { X[r * lx + i] = eG[r] * x; });
     wy_async_wait();
     __syncthreads();
+    if (rows) {
+        for (int e = threadIdx.x; e < C * WYF_S; e += blockDim.x) {
+            const int r = e / WYF_S, i = e % WYF_S;
+            X[r * lx + i] = eG[r] * X[r * lx + i];
+        }
+        __syncthreads();
+    }
     float *o = a.out + ((b * (L.nt + L.sk) + t0) * L.hv + h) * L.sv + j0;
     cb_mm<TF1>(o, L.hv * L.sv, X, lx, 1, Y, ly, 1, C, co, skp + C, a.scale, false, NULL, n,
                sv - j0);

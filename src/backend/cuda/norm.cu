@@ -565,6 +565,103 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_launched("norm_mul_back");
 }
 
+/* RMS_NORM or L2_NORM without a weight (BACK false), or their backward (BACK true), on
+ * contiguous rows (norm_rows_fit): a warp a row, lane l holding float4s l + 32 k (k < V4)
+ * of x (and g) in registers between the sums and the stores. norm_kernel and
+ * norm_back_kernel read each element through cu_getf twice (three times backward), with a
+ * division a row: 111 and 115 us for Qwen3.5-0.8B's q and k norms of 16 x 512 tokens
+ * (rows of 128; 64 MiB a tensor), under half of the device's bandwidth (H100). Values,
+ * sums and roundings are theirs. */
+template <int V4, bool BACK>
+static __global__ void __launch_bounds__(256)
+    norm_rows_kernel(const float *__restrict__ x, const float *__restrict__ g,
+                     float *__restrict__ y, int n, int64_t rows, bool rms, float eps)
+{
+    const int lane = (int)(threadIdx.x & 31), n4 = n / 4;
+    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (r >= rows)
+        return;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 *xr = (const float4 *)(x + r * n), *gr = (const float4 *)(g + r * n);
+    float4 xv[V4], gv[V4];
+    double s = 0.0, dot = 0.0;
+#pragma unroll
+    for (int k = 0; k < V4; k++) {
+        const int c = lane + 32 * k;
+        xv[k] = c < n4 ? xr[c] : zero;
+        gv[k] = BACK && c < n4 ? gr[c] : zero;
+    }
+#pragma unroll
+    for (int k = 0; k < V4; k++) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const double xj = (double)f4_at(xv[k], j);
+            s += xj * xj;
+            if (BACK)
+                dot += (double)f4_at(gv[k], j) * xj;
+        }
+    }
+    s = cu_warp_sum(s);
+    if (rms)
+        s /= (double)n;
+    const double f = 1.0 / sqrt(s + (double)eps);
+    float fa = (float)f, fb = 0.0f;
+    if (BACK) {
+        dot = cu_warp_sum(dot);
+        if (rms)
+            dot /= (double)n;
+        fb = (float)(f * f * f * dot);
+    }
+    float4 *yr = (float4 *)(y + r * n);
+#pragma unroll
+    for (int k = 0; k < V4; k++) {
+        const int c = lane + 32 * k;
+        float4 o;
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            f4_at(o, j) =
+                BACK ? __fsub_rn(__fmul_rn(fa, f4_at(gv[k], j)), __fmul_rn(fb, f4_at(xv[k], j)))
+                     : __fmul_rn(f4_at(xv[k], j), fa);
+        if (c < n4)
+            yr[c] = o;
+    }
+}
+
+/* Whether norm_rows_kernel takes a plain norm or its backward: x (and g) and the result
+ * contiguous F32 on 16 bytes, rows of at most 1024 floats, a multiple of 4. A choice among
+ * this file's kernels, not a claim (cu_norm_supported takes any strides). */
+static bool norm_rows_fit(const struct lt_tensor *node)
+{
+    const int64_t n = node->ne[0];
+    if (n % 4 != 0 || n > 1024 || node->type != LT_TYPE_F32 || !lt_is_contiguous(node) ||
+        (uintptr_t)node->data % 16 != 0)
+        return false;
+    if (node->op == LT_OP_RMS_NORM && (node->src[1] || node->src[2]))
+        return false;
+    for (int i = 0; i < (is_back(node->op) ? 2 : 1); i++) {
+        const struct lt_tensor *t = node->src[i];
+        if (!lt_is_contiguous(t) || (uintptr_t)t->data % 16 != 0)
+            return false;
+    }
+    return true;
+}
+
+template <int V4> static void norm_rows(struct cu_ctx *c, const struct lt_tensor *node, bool rms)
+{
+    const bool back = is_back(node->op);
+    const int64_t rows = lt_nrows(node);
+    const unsigned blocks = (unsigned)((rows + 7) / 8); /* 8 warps, 8 rows, a block */
+    const float *x = (const float *)node->src[back ? 1 : 0]->data,
+                *g = back ? (const float *)node->src[0]->data : nullptr;
+    const float eps = lt_get_param_f32(node, 0);
+    if (back)
+        norm_rows_kernel<V4, true><<<blocks, 256, 0, c->stream>>>(x, g, (float *)node->data,
+                                                                  (int)node->ne[0], rows, rms, eps);
+    else
+        norm_rows_kernel<V4, false><<<blocks, 256, 0, c->stream>>>(
+            x, g, (float *)node->data, (int)node->ne[0], rows, rms, eps);
+}
+
 /* RMS_NORM with a weight (and gate), rows of at most 32 C: a warp a row, its values kept in
  * registers between the sum and the stores (norm_kernel reads them twice) */
 template <int C, bool GATED>
@@ -644,6 +741,10 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (node->op == LT_OP_RMS_NORM && node->src[1] && warp) {
         lane_columns(node->ne[0], [&](auto k) { norm_mul_warps<decltype(k)::value>(c, node); });
         return cu_launched("norm_mul");
+    }
+    if (warp && rows / 8 < 0x7fffffff && norm_rows_fit(node)) { /* C columns: C / 4 float4s */
+        lane_columns(node->ne[0], [&](auto k) { norm_rows<decltype(k)::value / 4>(c, node, rms); });
+        return cu_launched(is_back(node->op) ? "norm_back_rows" : "norm_rows");
     }
     if (!is_back(node->op)) {
         const struct lt_tensor *w = node->op == LT_OP_RMS_NORM ? node->src[1] : NULL;
