@@ -815,11 +815,18 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
 }
 
 /* i[0]: RMS_NORM (with a weight, stored as type[1]) or RMS_NORM_MUL_BACK; i[1]: the gate z;
- * x in lay[0], the gradient and z in lay[1]; ne[0] a row, ne[1] x 6 rows */
+ * x in lay[0], the gradient and z in lay[1]; ne[0] a row, ne[1] x 6 rows. i[2]: x is instead
+ * the first 3 of 4 blocks of ne[1] rows along dim 2 (rows contiguous, blocks apart), as a
+ * DeltaNet layer's output rows are a view of DELTA_NET's result */
 static struct lt_tensor *b_norm_mul(struct build *b, const struct params *p)
 {
     const int64_t n = p->ne[0], n1 = p->ne[1] ? p->ne[1] : 6;
-    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n, n1, 3, 2, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *x;
+    if (p->i[2]) {
+        struct lt_tensor *big = mk(b, LT_TYPE_F32, L_CONTIG, n, n1, 4, 2, FILL_UNIFORM, -2, 2);
+        x = lt_view_4d(b->ctx, big, n, n1, 3, 2, big->nb[1], big->nb[2], big->nb[3], 0);
+    } else
+        x = mk(b, LT_TYPE_F32, p->lay[0], n, n1, 3, 2, FILL_UNIFORM, -2, 2);
     struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, n, 1, 1, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *z =
         p->i[1] ? mk(b, LT_TYPE_F32, p->lay[1], n, n1, 3, 2, FILL_UNIFORM, -4, 4) : NULL;
@@ -1087,6 +1094,16 @@ static void test_nn(void)
                     run_case(op, lbl(l ? layout_names[lx] : "all contig", fbuf),
                              o == 1 ? TOL_HALF : TOL_F32, b_norm_mul, &p);
                 }
+    /* the weighted norm's gradients with x's rows contiguous but their blocks apart (the
+     * float4 kernel reads such an x by its strides), gated and not */
+    for (int gated = 0; gated < 2; gated++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[0] = LT_OP_RMS_NORM_MUL_BACK, p.i[1] = gated, p.i[2] = 1;
+        p.ne[0] = 128, p.ne[1] = 700;
+        run_case(LT_OP_RMS_NORM_MUL_BACK,
+                 lbl("rows apart", gated ? "128 x 4200 gate" : "128 x 4200"), TOL_F32, b_norm_mul,
+                 &p);
+    }
     static const enum lt_op ropes[] = {LT_OP_ROPE, LT_OP_ROPE_BACK};
     for (int o = 0; o < 2; o++)
         for (int l = 0; l < L_COUNT; l++)

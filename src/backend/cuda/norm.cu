@@ -345,6 +345,21 @@ static constexpr int nmb_rows_blocks(int v4, bool gated)
     return gated ? (v4 == 1 ? 4 : v4 == 2 ? 3 : v4 == 4 ? 2 : 1) : (v4 <= 4 ? 4 : 2);
 }
 
+/* x's rows for norm_mul_back_rows_kernel, in floats: row r = (i1, i2, i3) starts at
+ * i1 s1 + i2 s2 + i3 s3 (a contiguous x has s1 = n, s2 = n ne1, s3 = n ne1 ne2). x may be a
+ * view whose rows are contiguous but whose sequences are apart, as the DeltaNet output's rows
+ * of DELTA_NET's result are (180 us a node for its gated norm's gradients at 16 x 512 tokens
+ * through the strided warp kernel, H100). */
+struct nmb_rows_x {
+    int64_t ne1, ne2, s1, s2, s3;
+};
+
+static __device__ __forceinline__ int64_t nmb_x_row(const struct nmb_rows_x &xs, int64_t r)
+{
+    const int64_t i1 = r % xs.ne1, i2 = (r / xs.ne1) % xs.ne2, i3 = r / (xs.ne1 * xs.ne2);
+    return i1 * xs.s1 + i2 * xs.s2 + i3 * xs.s3;
+}
+
 /* RMS_NORM_MUL_BACK on contiguous rows (norm_mul_back_rows_fit): as the warp kernel, a warp
  * a part, but lane l holds float4s l + 32 k (k < V4) of a row of n <= 128 V4 floats,
  * addressed by one 64-bit offset a row and 32-bit ones within it, and the lanes' sums of
@@ -357,7 +372,8 @@ static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
     norm_mul_back_rows_kernel(const float *__restrict__ g, const float *__restrict__ x,
                               const float *__restrict__ z, const float *__restrict__ w,
                               float *__restrict__ dx, float *__restrict__ dz,
-                              float *__restrict__ dw, int n, int64_t rows, int64_t parts, float eps)
+                              float *__restrict__ dw, int n, int64_t rows, int64_t parts, float eps,
+                              struct nmb_rows_x xs)
 {
     __shared__ float4 dw_sums[8][32 * V4]; /* a warp's; each lane touches its own float4s */
     const int lane = (int)(threadIdx.x & 31), n4 = n / 4;
@@ -372,7 +388,7 @@ static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
     const int64_t end = (p + 1) * rows / parts;
     for (int64_t r = p * rows / parts; r < end; r++) {
         const int64_t row = r * n;
-        const float4 *xr = (const float4 *)(x + row), *gr = (const float4 *)(g + row);
+        const float4 *xr = (const float4 *)(x + nmb_x_row(xs, r)), *gr = (const float4 *)(g + row);
         const float4 *zr = GATED ? (const float4 *)(z + row) : nullptr;
         float4 xv[V4], gv[V4], zv[V4];
 #pragma unroll
@@ -501,18 +517,24 @@ template <int C> static void norm_mul_back_warps(struct cu_ctx *c, const struct 
         norm_mul_back_warp_kernel<C, false><<<blocks, 256, 0, c->stream>>>(a);
 }
 
-/* Whether norm_mul_back_rows_kernel takes the node: g, x (and z) contiguous, rows of at most
- * 1024 floats, a multiple of 4, and every buffer on 16 bytes (float4s). A choice among this
- * file's kernels, not a claim: cu_norm_supported still takes any strides, which the warp and
- * block kernels run. */
+/* Whether norm_mul_back_rows_kernel takes the node: g (and z) contiguous, x's rows
+ * contiguous and each on 16 bytes (nmb_rows_x), rows of at most 1024 floats, a multiple of
+ * 4, and every buffer on 16 bytes (float4s). A choice among this file's kernels, not a
+ * claim: cu_norm_supported still takes any strides, which the warp and block kernels run. */
 static bool norm_mul_back_rows_fit(const struct lt_tensor *node)
 {
-    const int64_t n = node->src[1]->ne[0];
+    const struct lt_tensor *x = node->src[1];
+    const int64_t n = x->ne[0];
     if (n % 4 != 0 || n > 1024 || (uintptr_t)node->data % 16 != 0)
+        return false;
+    if (x->nb[0] != sizeof(float) ||
+        ((uintptr_t)x->data | (uintptr_t)x->nb[1] | (uintptr_t)x->nb[2] | (uintptr_t)x->nb[3]) %
+                16 !=
+            0)
         return false;
     for (int i = 0; i < 4; i++) {
         const struct lt_tensor *t = node->src[i];
-        if (t && (!lt_is_contiguous(t) || (uintptr_t)t->data % 16 != 0))
+        if (i != 1 && t && (!lt_is_contiguous(t) || (uintptr_t)t->data % 16 != 0))
             return false;
     }
     return true;
@@ -527,12 +549,14 @@ template <int V4> static void norm_mul_back_rows(struct cu_ctx *c, const struct 
                 *z = (const float *)a.z.data;
     const int n = (int)a.x.ne[0];
     const int64_t rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
+    const struct nmb_rows_x xs = {a.x.ne[1] > 0 ? a.x.ne[1] : 1, a.x.ne[2] > 0 ? a.x.ne[2] : 1,
+                                  a.x.nb[1] / 4, a.x.nb[2] / 4, a.x.nb[3] / 4};
     if (a.gated)
         norm_mul_back_rows_kernel<V4, true><<<blocks, 256, 0, c->stream>>>(
-            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps);
+            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
     else
         norm_mul_back_rows_kernel<V4, false><<<blocks, 256, 0, c->stream>>>(
-            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps);
+            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
 }
 
 static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
