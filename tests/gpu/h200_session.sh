@@ -77,6 +77,8 @@
 #           job) against TF32 (LATHE_DN_BF16=0): bench_train lathe alone at TDN_SHAPES
 #           (default "16x512 4x2048"), full and LoRA, alternating, then the full fine-tune's
 #           loss curve at 16x512 both ways (its own bench runs write the text)
+#   tprep   the DeltaNet prep on BF16 tensor cores against its TF32 twin (LATHE_DN_PREP_BF16=0)
+#           beside the BF16 walks: bench_train lathe alone at 16x512, alternating, loss curves
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
 #           default precision against --f32-products
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
@@ -826,6 +828,25 @@ phase_tdn() {
         row "full 16x512, LATHE_DN_BF16=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tdn_loss_$mode.log" | awk '{printf "%s ", $2}')"
     done
     rm -f $W/tdn-out.gguf
+}
+
+# tprep: the DeltaNet prep kernel on BF16 tensor cores (the default with the BF16 kernels)
+# against the TF32 prep beside them (LATHE_DN_PREP_BF16=0): bench_train lathe alone at
+# 16x512, full and LoRA, alternating, then the full fine-tune's loss curve both ways
+phase_tprep() {
+    local mode
+    for mode in 1 0 1 0; do
+        LATHE_DN_PREP_BF16=$mode SHAPES=16x512 lathe_alone tprep_$mode ""
+    done
+    local txt=$W/bench_text_16x512.txt
+    [ -f "$txt" ] || { row "tprep loss curves" "skipped: no $txt"; return; }
+    for mode in 1 0; do
+        LATHE_DN_PREP_BF16=$mode timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/tprep-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            --epochs 1 --full --lr 1e-5 >"$out/tprep_loss_$mode.log" 2>&1
+        row "full 16x512, LATHE_DN_PREP_BF16=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tprep_loss_$mode.log" | awk '{printf "%s ", $2}')"
+    done
+    rm -f $W/tprep-out.gguf
 }
 
 # mdecode: the model decode checks with the sessions on CUDA0 (every architecture: decode,

@@ -51,7 +51,8 @@
  *         key head.
  * Every product runs on tensor cores in three TF32 products (cb_mma, delta_net_mma.h), so the
  * precision stays F32's, or in one TF32 product for a node of LT_DELTA_NET_PREC_TF32 (the
- * kernels' template flag TF1: training on a device, whose other products round to BF16); T's
+ * kernels' template flag TF1: training on a device, whose other products round to BF16; at
+ * Qwen3.5's widths its prep, walks and grad run delta_net_wy_bf16.cu's BF16 kernels); T's
  * substitution and the gates are plain F32 (exponents G_r - G_s with s <= r only). A tail chunk (T
  * not a multiple of 64) is padded with zero q, k, v, beta and g, which makes its extra rows of U
  * and dR zero (and of T the identity's). Scratch for 16 x 512 tokens, 16 heads, S_k = S_v = 128:
@@ -70,64 +71,6 @@
 
 #include "backend/cuda/delta_net_wy_impl.h"
 #include "lathe/ops.h"
-
-/* X = (I + diag(B) Ab)^-1 X in place on the 64 columns of X [C][lx], given At [C][lc] with
- * At[q][r] = B_r Ab_rq (Ab strictly lower, zeros elsewhere): a warp takes 8 columns, lane l
- * holding rows l and l + 32 of each in registers, and walks the pivots q in order: row q is
- * final, so it is broadcast and every row below takes its multiple away (as
- * delta_net_chunk.cu's cb_solve_cols). At is Ab's transpose so that a pivot's multipliers
- * are one row, read without bank conflicts (Ab's column at a pitch of 68 floats was a 4-way
- * conflict a load, and a product a load besides). */
-static __device__ void wy_solve64(const float *At, int lc, float *X, int lx)
-{
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    constexpr int CPW = WY_C / (DN_WY_THREADS / 32);
-    float u0[CPW], u1[CPW];
-#pragma unroll
-    for (int k = 0; k < CPW; k++) {
-        const int j = warp * CPW + k;
-        u0[k] = X[lane * lx + j];
-        u1[k] = X[(lane + 32) * lx + j];
-    }
-    for (int q = 0; q < WY_C; q++) {
-        const float a0 = At[q * lc + lane], a1 = At[q * lc + lane + 32];
-#pragma unroll
-        for (int k = 0; k < CPW; k++) {
-            const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
-            u0[k] = fmaf(-a0, uq, u0[k]);
-            u1[k] = fmaf(-a1, uq, u1[k]);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < CPW; k++) {
-        const int j = warp * CPW + k;
-        X[lane * lx + j] = u0[k];
-        X[(lane + 32) * lx + j] = u1[k];
-    }
-}
-
-/* G (the chunk's inclusive sum of g, zeros past the tokens: G stays at its last value) and
- * beta (zeros past the tokens) of chunk [t0, t0 + n) into G and Bv; the block calls it and
- * finds them after its next barrier. Each warp scans its 32 by shuffles, then the second
- * half adds the first's total. */
-static __device__ void wy_gates(const struct dn_srcs &s, int64_t h, int64_t b, int64_t t0, int n,
-                                float *G, float *Bv)
-{
-    if (threadIdx.x < WY_C) {
-        const int r = threadIdx.x;
-        float x = r < n ? cu_getf(s.g, h, t0 + r, b, 0) : 0.0f;
-        for (int o = 1; o < 32; o <<= 1) {
-            const float y = __shfl_up_sync(0xffffffffu, x, o);
-            if ((r & 31) >= o)
-                x += y;
-        }
-        G[r] = x;
-        Bv[r] = r < n ? cu_getf(s.beta, h, t0 + r, b, 0) : 0.0f;
-    }
-    __syncthreads();
-    if (threadIdx.x >= 32 && threadIdx.x < WY_C)
-        G[threadIdx.x] += G[31];
-}
 
 /* ---- prep: a block a chunk ---- */
 
@@ -148,7 +91,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
               sv = FIX ? WYF_S : (int)L.sv;
     float *K = sh, *Q = K + C * lk, *V = Q + C * lk, *Ab = V + C * lw, *Pm = Ab + C * lc,
-          *T = Pm + C * lc, *At = T + C * lc, *G = At + C * lc, *Bv = G + C;
+          *T = Pm + C * lc, *At = T + C * lc, *G = At + C * lc, *Bv = G + C, *eGv = Bv + C,
+          *Elv = eGv + C;
     if (FIX && wy_src_rows_ok(a.s.k) && wy_src_rows_ok(a.s.q) && wy_src_rows_ok(a.s.v)) {
         wy_src_async(K, lk, a.s.k, hk, t0, b, n, WYF_S);
         wy_src_async(Q, lk, a.s.q, hk, t0, b, n, WYF_S);
@@ -170,6 +114,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     wy_gates(a.s, h, b, t0, n, G, Bv);
     wy_async_wait();
     __syncthreads();
+    if (threadIdx.x < C) { /* a row's factors, once (they were an exponential an element) */
+        eGv[threadIdx.x] = expf(G[threadIdx.x]);
+        Elv[threadIdx.x] = expf(G[C - 1] - G[threadIdx.x]);
+    }
     cb_mm<TF1>(Ab, lc, K, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
     cb_mm<TF1>(Pm, lc, Q, lk, 1, K, 1, lk, C, C, skp, 1.0f, false);
     __syncthreads();
@@ -194,9 +142,9 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     for (int e = threadIdx.x; e < C * skp; e += blockDim.x) {
         const int r = e / skp, i = e % skp;
         const float x = K[r * lk + i];
-        Q[r * lk + i] = x * Bv[r] * expf(G[r]);
+        Q[r * lk + i] = x * Bv[r] * eGv[r];
         if (!FORWARD)
-            K[r * lk + i] = x * expf(G[C - 1] - G[r]);
+            K[r * lk + i] = x * Elv[r];
     }
     if (threadIdx.x < C) {
         float *gv = wy_vec(a, ci);
@@ -625,6 +573,14 @@ static bool wy_bf16(int32_t prec, const struct dn_wy_plan &P, const struct dn_re
            L.sv == WYF_S && P.skp == WYF_S && P.svp == WYF_S;
 }
 
+/* whether a node that takes the BF16 kernels takes the BF16 prep too: LATHE_DN_PREP_BF16=0
+ * keeps the TF32 prep beside the BF16 walks and grad (a device run's before / after) */
+static bool wy_bf16_prep_on(void)
+{
+    const char *e = getenv("LATHE_DN_PREP_BF16");
+    return !(e && strcmp(e, "0") == 0);
+}
+
 /* kernel K's instance for the node's precision (tf1) and shape (fix); WY_PICK_F for the
  * kernels whose first template argument is FORWARD */
 #define WY_PICK(K)                                                                                 \
@@ -654,20 +610,22 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     a.scr = (float *)scratch;
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
-               bf16 = wy_bf16(prec, P, a.L), walk16 = bf16 && P.cv == WYF_CV;
+               bf16 = wy_bf16(prec, P, a.L), walk16 = bf16 && P.cv == WYF_CV,
+               prep16 = bf16 && wy_bf16_prep_on();
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{WY_PICK_F(dn_wy_prep_kernel, false), P.shared_prep, P.chunks, "delta_net_back_prep"},
-              {walk16 ? wy_bf16_fwd(false).fn : WY_PICK_F(dn_wy_fwd_kernel, false),
-               walk16 ? wy_bf16_fwd(false).shared : P.shared_fwd, P.state_blocks,
-               "delta_net_back_fwd"},
-              {walk16 ? wy_bf16_bwd().fn : WY_PICK(dn_wy_bwd_kernel),
-               walk16 ? wy_bf16_bwd().shared : P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
-              {bf16 ? wy_bf16_grad().fn : WY_PICK(dn_wy_grad_kernel),
-               bf16 ? wy_bf16_grad().shared : P.shared_grad, P.chunks, "delta_net_back_grad"}};
+    } ks[] = {
+        {prep16 ? wy_bf16_prep(false).fn : WY_PICK_F(dn_wy_prep_kernel, false),
+         prep16 ? wy_bf16_prep(false).shared : P.shared_prep, P.chunks, "delta_net_back_prep"},
+        {walk16 ? wy_bf16_fwd(false).fn : WY_PICK_F(dn_wy_fwd_kernel, false),
+         walk16 ? wy_bf16_fwd(false).shared : P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
+        {walk16 ? wy_bf16_bwd().fn : WY_PICK(dn_wy_bwd_kernel),
+         walk16 ? wy_bf16_bwd().shared : P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
+        {bf16 ? wy_bf16_grad().fn : WY_PICK(dn_wy_grad_kernel),
+         bf16 ? wy_bf16_grad().shared : P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)ks[i].shared),
@@ -712,13 +670,15 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
     a.scr = (float *)scratch;
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
-               fix_out = wy_fix_out(P, a.L), bf16 = wy_bf16(prec, P, a.L) && P.cv == WYF_CV;
+               fix_out = wy_fix_out(P, a.L), bf16 = wy_bf16(prec, P, a.L) && P.cv == WYF_CV,
+               prep16 = wy_bf16(prec, P, a.L) && wy_bf16_prep_on();
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {{WY_PICK_F(dn_wy_prep_kernel, true), P.shared_prep, P.chunks, "delta_net_prep"},
+    } ks[] = {{prep16 ? wy_bf16_prep(true).fn : WY_PICK_F(dn_wy_prep_kernel, true),
+               prep16 ? wy_bf16_prep(true).shared : P.shared_prep, P.chunks, "delta_net_prep"},
               {bf16 ? wy_bf16_fwd(true).fn : WY_PICK_F(dn_wy_fwd_kernel, true),
                bf16 ? wy_bf16_fwd(true).shared : P.shared_fwd, P.state_blocks, "delta_net_fwd"},
               {fix_out ? (tf1 ? dn_wy_out_kernel<true, true> : dn_wy_out_kernel<false, true>)

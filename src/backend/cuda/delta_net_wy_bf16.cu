@@ -553,6 +553,189 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
     }
 }
 
+/* ---- prep on BF16 tensor cores ---- */
+
+/* The prep kernel's algebra (delta_net_wy.cu) with its six products on BF16 tensor cores
+ * (F32 accumulation): Ab = K K^T and P = Q K^T, then Uv = T (B V), Wk = T (B e^G K) and,
+ * backward, F = T^T P^T and G2 = T^T (El K). The TF32 kernel spent about a third of its
+ * instructions in its products (Nsight Compute, 16 x 512 tokens, H100, after its loads went
+ * to cp.async) and a quarter in the element-wise passes between them; here the operands are
+ * rounded to BF16 once, scaled as they arrive from the sources (the gates come first), Ab and
+ * P are gated and masked in the registers of the product that made them and leave from
+ * there, and every product reads its tiles by ldmatrix. What stays F32: the gates, T's
+ * substitution (on At, Ab's transpose scaled by beta, as the TF32 kernel's) and every value
+ * written to scratch. Each warp owns rows 16 (w % 4).. and, of a product of 64 columns,
+ * columns 16 (w / 4)..; of one of 128, columns 32 (w / 4).. */
+#define PB_SHARED                                                                                  \
+    (5 * GB_C * GB_PB * 2 + 2 * GB_C * GB_PC * 2 + 2 * GB_C * GB_LF * 4 + 4 * GB_C * 4)
+static_assert(PB_SHARED <= DN_CBACK_MAX_SHARED, "prep's BF16 kernel fits one block an SM");
+
+/* the F32 tiles c (NT of 16 x 8 at columns n0 + 8 u, rows m0..) into dst [..][ld] */
+template <int NT>
+static __device__ __forceinline__ void pb_store(float *dst, int ld, const float (*c)[4], int m0,
+                                                int n0)
+{
+    const int lane = threadIdx.x & 31, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int u = 0; u < NT; u++)
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++)
+            *(float2 *)(dst + (m0 + g + 8 * hf) * ld + n0 + 8 * u + 2 * t) =
+                make_float2(c[u][2 * hf], c[u][2 * hf + 1]);
+}
+
+/* four floats as BF16s at X (8 bytes) */
+static __device__ __forceinline__ void pb_put4(gb_t *X, float4 v)
+{
+    *(uint2 *)X = make_uint2(mb_pack(v.x, v.y), mb_pack(v.z, v.w));
+}
+
+static __device__ __forceinline__ float4 pb_scale(float4 v, float f)
+{
+    return make_float4(v.x * f, v.y * f, v.z * f, v.w * f);
+}
+
+/* K, Q, V of the chunk's n tokens into Kb, Qb, Vb (B V), BK (B e^G K) and, backward, EK
+ * (El K), BF16 [C][PB], zeros past the tokens: by float4 loads where the sources' rows allow
+ * (wy_src_rows_ok), each thread's 12 in flight at once, else element by element */
+template <bool FORWARD>
+static __device__ __forceinline__ void pb_operands(const struct wy_args &a, int64_t h, int64_t hk,
+                                                   int64_t b, int64_t t0, int n, const float *Bv,
+                                                   const float *eG, const float *El, gb_t *Kb,
+                                                   gb_t *Qb, gb_t *Vb, gb_t *BK, gb_t *EK)
+{
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, Q4 = S / 4, ITEMS = 3 * C * Q4 / DN_WY_THREADS;
+    if (wy_src_rows_ok(a.s.k) && wy_src_rows_ok(a.s.q) && wy_src_rows_ok(a.s.v)) {
+        float4 v[ITEMS];
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            const int e = threadIdx.x + k * DN_WY_THREADS, which = e / (C * Q4),
+                      r = e % (C * Q4) / Q4, c4 = e % Q4;
+            const struct cu_t &src = which == 0 ? a.s.k : which == 1 ? a.s.q : a.s.v;
+            const int64_t head = which == 2 ? h : hk;
+            v[k] = r < n ? *(const float4 *)(src.data + head * src.nb[1] + (t0 + r) * src.nb[2] +
+                                             b * src.nb[3] + c4 * 16)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int k = 0; k < ITEMS; k++) {
+            const int e = threadIdx.x + k * DN_WY_THREADS, which = e / (C * Q4),
+                      r = e % (C * Q4) / Q4, at = r * PB + 4 * (e % Q4);
+            if (which == 0) {
+                pb_put4(Kb + at, v[k]);
+                pb_put4(BK + at, pb_scale(pb_scale(v[k], Bv[r]), eG[r]));
+                if (!FORWARD)
+                    pb_put4(EK + at, pb_scale(v[k], El[r]));
+            } else if (which == 1) {
+                pb_put4(Qb + at, v[k]);
+            } else {
+                pb_put4(Vb + at, pb_scale(v[k], Bv[r]));
+            }
+        }
+        return;
+    }
+    auto key = [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; };
+    gb_fill_w<S, PB>(Kb, C, key);
+    gb_fill_w<S, PB>(BK, C, [&](int r, int i) { return key(r, i) * Bv[r] * eG[r]; });
+    if (!FORWARD)
+        gb_fill_w<S, PB>(EK, C, [&](int r, int i) { return key(r, i) * El[r]; });
+    gb_fill_w<S, PB>(Qb, C,
+                     [&](int r, int i) { return r < n ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; });
+    gb_fill_w<S, PB>(Vb, C, [&](int r, int j) {
+        return r < n ? cu_getf(a.s.v, j, h, t0 + r, b) * Bv[r] : 0.0f;
+    });
+}
+
+template <bool FORWARD>
+static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_bf16_kernel(struct wy_args a)
+{
+    extern __shared__ __align__(128) float sh[];
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PC = GB_PC, LF = GB_LF;
+    const struct dn_red &L = a.L;
+    const struct dn_wy_plan &P = a.P;
+    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv, b = ci / P.n_ch / L.hv,
+                  hk = h % L.hk, t0 = ch * C;
+    const int n = wy_len(L, ch);
+    gb_t *Kb = (gb_t *)sh, *Qb = Kb + C * PB, *Vb = Qb + C * PB, *BK = Vb + C * PB,
+         *EK = BK + C * PB, *Tb = EK + C * PB, *Pb = Tb + C * PC;
+    float *At = (float *)(Pb + C * PC), *T = At + C * LF, *G = T + C * LF, *Bv = G + C,
+          *eG = Bv + C, *El = eG + C;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane / 4, t = lane % 4;
+    const int m0 = 16 * (warp % 4), n16 = 16 * (warp / 4), n32 = 32 * (warp / 4);
+    wy_gates(a.s, h, b, t0, n, G, Bv);
+    __syncthreads();
+    if (threadIdx.x < C) {
+        const int r = threadIdx.x;
+        eG[r] = expf(G[r]);
+        El[r] = expf(G[C - 1] - G[r]);
+        float *gv = wy_vec(a, ci);
+        gv[r] = G[r];
+        gv[C + r] = Bv[r];
+    }
+    for (int e = threadIdx.x; e < C * C; e += blockDim.x)
+        T[e / C * LF + e % C] = e / C == e % C ? 1.0f : 0.0f;
+    __syncthreads();
+    pb_operands<FORWARD>(a, h, hk, b, t0, n, Bv, eG, El, Kb, Qb, Vb, BK, EK);
+    __syncthreads();
+    { /* Ab = K K^T and P = Q K^T, gated and masked in registers: At, P to scratch (and Ab) */
+        float cA[2][4], cP[2][4];
+        gb_zero<2>(cA);
+        gb_zero<2>(cP);
+        gb_mm<2, false, true>(cA, Kb, PB, Kb, PB, m0, n16, S);
+        gb_mm<2, false, true>(cP, Qb, PB, Kb, PB, m0, n16, S);
+        float *gab = FORWARD ? NULL : wy_cc(a, P.off_ab, ci), *gp = wy_cc(a, P.off_p, ci);
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                const int r = m0 + g + 8 * hf, q = n16 + 8 * u + 2 * t;
+                float ab[2], pv[2];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const float d = q + j <= r ? expf(G[r] - G[q + j]) : 0.0f;
+                    ab[j] = q + j < r ? cA[u][2 * hf + j] * d : 0.0f;
+                    pv[j] = cP[u][2 * hf + j] * d;
+                    At[(q + j) * LF + r] = Bv[r] * ab[j];
+                }
+                *(float2 *)(gp + r * C + q) = make_float2(pv[0], pv[1]);
+                if (!FORWARD) {
+                    *(float2 *)(gab + r * C + q) = make_float2(ab[0], ab[1]);
+                    *(uint32_t *)(Pb + r * PC + q) = mb_pack(pv[0], pv[1]);
+                }
+            }
+    }
+    __syncthreads();
+    wy_solve64(At, LF, T, LF);
+    __syncthreads();
+    for (int e = threadIdx.x; e < C * C / 2; e += blockDim.x) {
+        const int r = 2 * e / C, q = 2 * e % C;
+        *(uint32_t *)(Tb + r * PC + q) = mb_pack(T[r * LF + q], T[r * LF + q + 1]);
+    }
+    __syncthreads();
+    float c4[4][4];
+    gb_zero<4>(c4); /* Uv = T (B V) */
+    gb_mm<4, false, false>(c4, Tb, PC, Vb, PB, m0, n32, C);
+    pb_store<4>(wy_rows_v(a, P.off_u, ci), S, c4, m0, n32);
+    gb_zero<4>(c4); /* Wk = T (B e^G K) */
+    gb_mm<4, false, false>(c4, Tb, PC, BK, PB, m0, n32, C);
+    pb_store<4>(wy_rows_k(a, P.off_wk, ci), S, c4, m0, n32);
+    if (FORWARD)
+        return;
+    float c2[2][4];
+    gb_zero<2>(c2); /* F = T^T P^T */
+    gb_mm<2, true, true>(c2, Tb, PC, Pb, PC, m0, n16, C);
+    pb_store<2>(wy_cc(a, P.off_f, ci), C, c2, m0, n16);
+    gb_zero<4>(c4); /* G2 = T^T (El K) */
+    gb_mm<4, true, false>(c4, Tb, PC, EK, PB, m0, n32, C);
+    pb_store<4>(wy_rows_k(a, P.off_g2, ci), S, c4, m0, n32);
+}
+
+struct wy_kernel wy_bf16_prep(bool forward)
+{
+    return {forward ? dn_wy_prep_bf16_kernel<true> : dn_wy_prep_bf16_kernel<false>,
+            (size_t)PB_SHARED};
+}
+
 struct wy_kernel wy_bf16_grad(void)
 {
     return {dn_wy_grad_bf16_kernel, (size_t)GB_SHARED};

@@ -197,6 +197,64 @@ static __device__ __forceinline__ float wy_row_dot(const float *X, int lx, const
     return wy_row_sum(x);
 }
 
+/* X = (I + diag(B) Ab)^-1 X in place on the 64 columns of X [C][lx], given At [C][lc] with
+ * At[q][r] = B_r Ab_rq (Ab strictly lower, zeros elsewhere): a warp takes 8 columns, lane l
+ * holding rows l and l + 32 of each in registers, and walks the pivots q in order: row q is
+ * final, so it is broadcast and every row below takes its multiple away (as
+ * delta_net_chunk.cu's cb_solve_cols). At is Ab's transpose so that a pivot's multipliers
+ * are one row, read without bank conflicts (Ab's column at a pitch of 68 floats was a 4-way
+ * conflict a load, and a product a load besides). */
+static __device__ __forceinline__ void wy_solve64(const float *At, int lc, float *X, int lx)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    constexpr int CPW = WY_C / (DN_WY_THREADS / 32);
+    float u0[CPW], u1[CPW];
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const int j = warp * CPW + k;
+        u0[k] = X[lane * lx + j];
+        u1[k] = X[(lane + 32) * lx + j];
+    }
+    for (int q = 0; q < WY_C; q++) {
+        const float a0 = At[q * lc + lane], a1 = At[q * lc + lane + 32];
+#pragma unroll
+        for (int k = 0; k < CPW; k++) {
+            const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
+            u0[k] = fmaf(-a0, uq, u0[k]);
+            u1[k] = fmaf(-a1, uq, u1[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const int j = warp * CPW + k;
+        X[lane * lx + j] = u0[k];
+        X[(lane + 32) * lx + j] = u1[k];
+    }
+}
+
+/* G (the chunk's inclusive sum of g, zeros past the tokens: G stays at its last value) and
+ * beta (zeros past the tokens) of chunk [t0, t0 + n) into G and Bv; the block calls it and
+ * finds them after its next barrier. Each warp scans its 32 by shuffles, then the second
+ * half adds the first's total. */
+static __device__ __forceinline__ void wy_gates(const struct dn_srcs &s, int64_t h, int64_t b,
+                                                int64_t t0, int n, float *G, float *Bv)
+{
+    if (threadIdx.x < WY_C) {
+        const int r = threadIdx.x;
+        float x = r < n ? cu_getf(s.g, h, t0 + r, b, 0) : 0.0f;
+        for (int o = 1; o < 32; o <<= 1) {
+            const float y = __shfl_up_sync(0xffffffffu, x, o);
+            if ((r & 31) >= o)
+                x += y;
+        }
+        G[r] = x;
+        Bv[r] = r < n ? cu_getf(s.beta, h, t0 + r, b, 0) : 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x >= 32 && threadIdx.x < WY_C)
+        G[threadIdx.x] += G[31];
+}
+
 /* ---- grad's pieces that both its kernels (TF32 and BF16) share ---- */
 
 /* where a chunk's dq, dk rows (ld apart), dg and dbeta (ldg apart) go: the result with
@@ -304,7 +362,7 @@ wy_gate_grads(const wy_grad_dest &d, int n, const float *G, const float *eG, con
 
 /* The BF16 kernels (delta_net_wy_bf16.cu), each with the shared memory it asks for: grad
  * (S_k = S_v = 128), bwd and fwd (those widths and 64 columns a walk; fwd's FORWARD as
- * dn_wy_fwd_kernel's) */
+ * dn_wy_fwd_kernel's), prep (those widths; FORWARD as dn_wy_prep_kernel's) */
 struct wy_kernel {
     void (*fn)(struct wy_args);
     size_t shared;
@@ -312,5 +370,6 @@ struct wy_kernel {
 struct wy_kernel wy_bf16_grad(void);
 struct wy_kernel wy_bf16_bwd(void);
 struct wy_kernel wy_bf16_fwd(bool forward);
+struct wy_kernel wy_bf16_prep(bool forward);
 
 #endif
