@@ -90,13 +90,21 @@ static const char *lbl(const char *a, const char *b)
 
 /* ---- copies ---- */
 
+/* i[0]: 240 elements (four floats a store on CUDA) instead of 210. A zero fill (a memset on
+ * CUDA) takes an input into its first half (ACC, as a view's gradient does), so that the
+ * result is not all zeros and the half left must still read zero */
 static struct lt_tensor *b_fill(struct build *b, const struct params *p)
 {
-    static const int64_t ne[4] = {7, 5, 3, 2};
+    static const int64_t ne[2][4] = {{7, 5, 3, 2}, {8, 5, 3, 2}};
+    const int64_t *n = ne[p->i[0] ? 1 : 0];
     struct lt_tensor like = {0};
     like.type = LT_TYPE_F32;
-    memcpy(like.ne, ne, sizeof(ne));
-    return lt_fill(b->ctx, &like, p->f[0]);
+    memcpy(like.ne, n, sizeof(ne[0]));
+    struct lt_tensor *f = lt_fill(b->ctx, &like, p->f[0]);
+    if (p->f[0] != 0.0f || !f)
+        return f;
+    struct lt_tensor *x = mk(b, LT_TYPE_F32, L_CONTIG, n[0], n[1], n[2], 1, FILL_UNIFORM, -1, 1);
+    return lt_acc(b->ctx, f, x, f->nb[1], f->nb[2], f->nb[3], 0);
 }
 
 static struct lt_tensor *b_cont(struct build *b, const struct params *p)
@@ -211,6 +219,13 @@ static void test_copies(void)
     struct params p = P(0, 0, LT_TYPE_F32, LT_TYPE_F32);
     p.f[0] = 1.5f;
     run_case(LT_OP_FILL, "contig", TOL_F32, b_fill, &p);
+    p.i[0] = 1;
+    run_case(LT_OP_FILL, "contig/240", TOL_F32, b_fill, &p);
+    p.f[0] = 0.0f; /* a memset on CUDA */
+    run_case(LT_OP_FILL, "contig/240 zero", TOL_F32, b_fill, &p);
+    p.i[0] = 0;
+    run_case(LT_OP_FILL, "contig zero", TOL_F32, b_fill, &p);
+    p.f[0] = 1.5f;
     static const enum lt_type cont_types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16, LT_TYPE_I32};
     for (int t = 0; t < 4; t++)
         for (int l = 0; l < L_COUNT; l++) {
