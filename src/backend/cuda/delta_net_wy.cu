@@ -84,8 +84,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     const int C = WY_C;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
-                  b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
+    const struct wy_chunk ck = wy_chunk_of(a, blockIdx.x);
+    const int64_t ci = ck.ci, ch = ck.ch, h = ck.h, b = ck.b, hk = ck.hk, t0 = ck.t0;
     const int n = wy_len(L, ch), lk = FIX ? WYF_S + 4 : (int)P.ldk,
               lw = FIX ? WYF_S + 4 : (int)P.ldw, lc = C + 4, skp = FIX ? WYF_S : (int)P.skp,
               svp = FIX ? WYF_S : (int)P.svp, sk = FIX ? WYF_S : (int)L.sk,
@@ -344,8 +344,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_kernel(str
     const int C = WY_C;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
-                  b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
+    const struct wy_chunk ck = wy_chunk_of(a, blockIdx.x);
+    const int64_t ci = ck.ci, ch = ck.ch, h = ck.h, b = ck.b, hk = ck.hk, t0 = ck.t0;
     const int n = wy_len(L, ch), lk = FIX ? WYF_S + 4 : (int)P.ldk,
               lw = FIX ? WYF_S + 4 : (int)P.ldw, lc = C + 4, ls = FIX ? WYF_CS + 4 : (int)P.lds,
               skp = FIX ? WYF_S : (int)P.skp, svp = FIX ? WYF_S : (int)P.svp,
@@ -523,8 +523,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_out_kernel(stru
     const int C = WY_C;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t ci = blockIdx.x / P.cob, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv,
-                  b = ci / P.n_ch / L.hv, hk = h % L.hk, t0 = ch * C;
+    const struct wy_chunk ck = wy_chunk_of(a, blockIdx.x / P.cob);
+    const int64_t ci = ck.ci, ch = ck.ch, h = ck.h, b = ck.b, hk = ck.hk, t0 = ck.t0;
     const int n = wy_len(L, ch), lx = FIX ? WYF_S + C + 4 : (int)P.ldx,
               ly = FIX ? WYF_CO + 4 : (int)P.ldy, skp = FIX ? WYF_S : (int)P.skp,
               co = FIX ? WYF_CO : (int)P.co, sk = FIX ? WYF_S : (int)L.sk,

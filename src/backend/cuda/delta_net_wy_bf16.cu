@@ -152,8 +152,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
     constexpr int C = GB_C, S = GB_S, PB = GB_PB, PC = GB_PC, LF = GB_LF;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv, b = ci / P.n_ch / L.hv,
-                  hk = h % L.hk, t0 = ch * C;
+    const struct wy_chunk ck = wy_chunk_of(a, blockIdx.x);
+    const int64_t ci = ck.ci, ch = ck.ch, h = ck.h, b = ck.b, hk = ck.hk, t0 = ck.t0;
     const int n = wy_len(L, ch);
     gb_t *Do = (gb_t *)sh, *U = Do + C * PB, *dR = U + C * PB, *Q = dR + C * PB, *K = Q + C * PB,
          *M1e = K + C * PB, *M2e = M1e + C * PC;
@@ -653,8 +653,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_bf16_kerne
     constexpr int C = GB_C, S = GB_S, PB = GB_PB, PC = GB_PC, LF = GB_LF;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const int64_t ci = blockIdx.x, ch = ci % P.n_ch, h = ci / P.n_ch % L.hv, b = ci / P.n_ch / L.hv,
-                  hk = h % L.hk, t0 = ch * C;
+    const struct wy_chunk ck = wy_chunk_of(a, blockIdx.x);
+    const int64_t ci = ck.ci, ch = ck.ch, h = ck.h, b = ck.b, hk = ck.hk, t0 = ck.t0;
     const int n = wy_len(L, ch);
     gb_t *Kb = (gb_t *)sh, *Qb = Kb + C * PB, *Vb = Qb + C * PB, *BK = Vb + C * PB,
          *EK = BK + C * PB, *Tb = EK + C * PB, *Pb = Tb + C * PC;

@@ -68,6 +68,17 @@ static __device__ __forceinline__ struct wy_walk wy_walk_of(const struct wy_args
     return {x % cb, h, x / cb / a.L.hv, h % a.L.hk};
 }
 
+/* A chunk's block: chunk ci = (b * H_v + h) * n_ch + ch, of value head h (key head hk) of
+ * sequence b, from token t0 = ch * DN_CHUNK */
+struct wy_chunk {
+    int64_t ci, ch, h, b, hk, t0;
+};
+static __device__ __forceinline__ struct wy_chunk wy_chunk_of(const struct wy_args &a, int64_t ci)
+{
+    const int64_t ch = ci % a.P.n_ch, h = ci / a.P.n_ch % a.L.hv;
+    return {ci, ch, h, ci / a.P.n_ch / a.L.hv, h % a.L.hk, ch * WY_C};
+}
+
 /* a chunk's pieces of scratch (ci: (b * H_v + h) * n_ch + c) */
 static __device__ __forceinline__ float *wy_vec(const struct wy_args &a, int64_t ci)
 {
