@@ -811,7 +811,7 @@ phase_tflash() {
 # shows); then the loss curves of the full fine-tune at 16x512, which should agree to the
 # rounding's size
 phase_tdn() {
-    local sh first="" mode
+    local sh first=""
     for sh in ${TDN_SHAPES:-16x512 4x2048}; do
         [ -z "$first" ] && first=$sh
         LATHE_DN_BF16=1 SHAPES=$sh lathe_alone tdn_bf16_$sh ""
@@ -819,15 +819,21 @@ phase_tdn() {
     done
     LATHE_DN_BF16=1 SHAPES=$first lathe_alone tdn_bf16_again ""
     LATHE_DN_BF16=0 SHAPES=$first lathe_alone tdn_tf32_again ""
-    local txt=$W/bench_text_16x512.txt
-    [ -f "$txt" ] || { row "tdn loss curves" "skipped: no $txt (no 16x512 run)"; return; }
+    loss_curves LATHE_DN_BF16 tdn
+}
+
+# loss_curves VAR NAME: the full fine-tune's loss curve at 16x512 (one epoch of the 16x512
+# bench text) with VAR=1, then VAR=0, a row each (logs NAME_loss_1.log, NAME_loss_0.log)
+loss_curves() {
+    local txt=$W/bench_text_16x512.txt mode
+    [ -f "$txt" ] || { row "$2 loss curves" "skipped: no $txt (no 16x512 run)"; return; }
     for mode in 1 0; do
-        LATHE_DN_BF16=$mode timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
-            --out $W/tdn-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
-            --epochs 1 --full --lr 1e-5 >"$out/tdn_loss_$mode.log" 2>&1
-        row "full 16x512, LATHE_DN_BF16=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tdn_loss_$mode.log" | awk '{printf "%s ", $2}')"
+        env "$1=$mode" timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/$2-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            --epochs 1 --full --lr 1e-5 >"$out/$2_loss_$mode.log" 2>&1
+        row "full 16x512, $1=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/$2_loss_$mode.log" | awk '{printf "%s ", $2}')"
     done
-    rm -f $W/tdn-out.gguf
+    rm -f $W/$2-out.gguf
 }
 
 # tprep: the DeltaNet prep kernel on BF16 tensor cores (the default with the BF16 kernels)
@@ -838,15 +844,7 @@ phase_tprep() {
     for mode in 1 0 1 0; do
         LATHE_DN_PREP_BF16=$mode SHAPES=16x512 lathe_alone tprep_$mode ""
     done
-    local txt=$W/bench_text_16x512.txt
-    [ -f "$txt" ] || { row "tprep loss curves" "skipped: no $txt"; return; }
-    for mode in 1 0; do
-        LATHE_DN_PREP_BF16=$mode timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
-            --out $W/tprep-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
-            --epochs 1 --full --lr 1e-5 >"$out/tprep_loss_$mode.log" 2>&1
-        row "full 16x512, LATHE_DN_PREP_BF16=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tprep_loss_$mode.log" | awk '{printf "%s ", $2}')"
-    done
-    rm -f $W/tprep-out.gguf
+    loss_curves LATHE_DN_PREP_BF16 tprep
 }
 
 # mdecode: the model decode checks with the sessions on CUDA0 (every architecture: decode,

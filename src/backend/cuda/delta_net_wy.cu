@@ -563,22 +563,27 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_out_kernel(stru
                sv - j0);
 }
 
+/* whether the switch `name` is set to "0" (read at each launch, as LATHE_DN_BACK is) */
+static bool wy_env_off(const char *name)
+{
+    const char *e = getenv(name);
+    return e && strcmp(e, "0") == 0;
+}
+
 /* whether a node of LT_DELTA_NET_PREC_BF16 at S_k = S_v = 128 takes the BF16 kernels (with
  * 64 columns a walk for the walks): LATHE_DN_BF16=0 keeps the TF32 ones (one TF32 product),
  * which is how a device run compares the two */
 static bool wy_bf16(int32_t prec, const struct dn_wy_plan &P, const struct dn_red &L)
 {
-    const char *e = getenv("LATHE_DN_BF16");
-    return prec == LT_DELTA_NET_PREC_BF16 && !(e && strcmp(e, "0") == 0) && L.sk == WYF_S &&
+    return prec == LT_DELTA_NET_PREC_BF16 && !wy_env_off("LATHE_DN_BF16") && L.sk == WYF_S &&
            L.sv == WYF_S && P.skp == WYF_S && P.svp == WYF_S;
 }
 
-/* whether a node that takes the BF16 kernels takes the BF16 prep too: LATHE_DN_PREP_BF16=0
- * keeps the TF32 prep beside the BF16 walks and grad (a device run's before / after) */
-static bool wy_bf16_prep_on(void)
+/* whether such a node's prep is the BF16 one too: LATHE_DN_PREP_BF16=0 keeps the TF32 prep
+ * beside the BF16 walks and grad (a device run's before / after) */
+static bool wy_prep16(int32_t prec, const struct dn_wy_plan &P, const struct dn_red &L)
 {
-    const char *e = getenv("LATHE_DN_PREP_BF16");
-    return !(e && strcmp(e, "0") == 0);
+    return wy_bf16(prec, P, L) && !wy_env_off("LATHE_DN_PREP_BF16");
 }
 
 /* kernel K's instance for the node's precision (tf1) and shape (fix); WY_PICK_F for the
@@ -611,7 +616,7 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
                bf16 = wy_bf16(prec, P, a.L), walk16 = bf16 && P.cv == WYF_CV,
-               prep16 = bf16 && wy_bf16_prep_on();
+               prep16 = wy_prep16(prec, P, a.L);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
@@ -671,7 +676,7 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
                fix_out = wy_fix_out(P, a.L), bf16 = wy_bf16(prec, P, a.L) && P.cv == WYF_CV,
-               prep16 = wy_bf16(prec, P, a.L) && wy_bf16_prep_on();
+               prep16 = wy_prep16(prec, P, a.L);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
