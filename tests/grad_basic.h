@@ -2,9 +2,9 @@
  * the backward graph's layouts beside every finite-difference check.
  *
  * Every node autodiff adds must be one the CPU backend accepts, and apart from copies
- * (CONT) and views it must read only contiguous tensors: the rules hand no backward kernel a
- * strided forward source (they copy it first), so a device whose kernels need unit strides
- * can run the whole backward pass. */
+ * (CONT), views and SWIGLU_BACK it must read only contiguous tensors: the rules hand no
+ * backward kernel a strided forward source it cannot take (they copy it first), so a device
+ * whose kernels need unit strides can run the whole backward pass. */
 #ifndef LATHE_TESTS_GRAD_BASIC_H
 #define LATHE_TESTS_GRAD_BASIC_H
 
@@ -22,10 +22,12 @@ static bool reads_any_layout(enum lt_op op)
            op == LT_OP_TRANSPOSE;
 }
 
-/* Every backward node but copies and views reads contiguous sources. */
+/* Every backward node but copies and views reads contiguous sources; SWIGLU_BACK reads gate
+ * and up as they lie (every backend's kernels take any strides: the gated attention's gate is
+ * a strided view of the query projection, which a copy would cost a pass over). */
 static bool reads_contiguous(enum lt_op op)
 {
-    return !reads_any_layout(op);
+    return !reads_any_layout(op) && op != LT_OP_SWIGLU_BACK;
 }
 
 /* gradcheck and the layout check of the same case */

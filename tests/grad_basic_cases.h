@@ -75,6 +75,12 @@ static struct lt_tensor *build_swiglu(struct lt_ctx *ctx, struct lt_tensor **x, 
     return lt_swiglu(ctx, x[0], x[1]);
 }
 
+static struct lt_tensor *build_sigmoid_glu(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    (void)user;
+    return lt_glu_as(ctx, x[0], x[1], LT_GLU_SIGMOID, LT_TYPE_F32);
+}
+
 static void test_swiglu(void)
 {
     for (int l = 0; l < GC_LAYOUT_COUNT; l++) {
@@ -89,6 +95,12 @@ static void test_swiglu(void)
         in[0].trainable = false;
         snprintf(name, sizeof(name), "swiglu (up only), %s", gc_layout_names[l]);
         check_case(name, build_swiglu, NULL, in, 2);
+        in[0].trainable = true;
+        snprintf(name, sizeof(name), "sigmoid glu, %s", gc_layout_names[l]);
+        check_case(name, build_sigmoid_glu, NULL, in, 2);
+        in[1].trainable = false;
+        snprintf(name, sizeof(name), "sigmoid glu (gate only), %s", gc_layout_names[l]);
+        check_case(name, build_sigmoid_glu, NULL, in, 2);
     }
 }
 

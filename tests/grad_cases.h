@@ -41,6 +41,7 @@ static const struct grad_family grad_families[] = {
     {"cross_entropy", test_cross_entropy},
     {"lm head (rms_norm, mul_mat, cross_entropy)", test_lm_head},
     {"linear_ce (the head and the loss in one)", test_linear_ce},
+    {"tied embedding (get_rows into linear_ce's head)", test_tied_embedding},
     {"GQA attention", test_attention},
     {"flash_attn (causal, groups, masks)", test_flash_attn},
     {"ssm_conv, delta_net", test_backward_rules},

@@ -471,6 +471,59 @@ static void test_linear_ce(void)
         }
 }
 
+/* A tied embedding: one table gives the hidden states (get_rows) and is LINEAR_CE's head
+ * (itself, or its BF16 copy as a device's step reads it, user non-NULL). Its gradient is the
+ * head's with the embedding's rows added in place: one GET_ROWS_BACK into the head's part,
+ * no dense scatter and no ADD, whichever rule runs first (the copy's comes last). */
+static struct lt_tensor *build_tied(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    static const int32_t ids[4] = {3, 0, 3, 6}, labels[4] = {1, 6, -1, 0};
+    memcpy(x[1]->data, ids, sizeof(ids));
+    memcpy(x[2]->data, labels, sizeof(labels));
+    struct lt_tensor *h = lt_rms_norm(ctx, lt_get_rows(ctx, x[0], x[1]), 1e-6f);
+    struct lt_tensor *w = user ? lt_cont_as(ctx, x[0], LT_TYPE_BF16) : x[0];
+    return lt_scale(ctx, lt_linear_cross_entropy(ctx, w, h, x[2]), 3.0f);
+}
+
+static void test_tied_embedding(void)
+{
+    struct gc_input in[3] = {
+        f32_in(6, 7, 1, 1, GC_CONTIGUOUS, true, -1, 1),
+        {LT_TYPE_I32, {4, 1, 1, 1}, GC_CONTIGUOUS, false, 0, 1},
+        {LT_TYPE_I32, {4, 1, 1, 1}, GC_CONTIGUOUS, false, 0, 1},
+    };
+    /* finite differences through the F32 head (a BF16 one is a step function at their
+     * scale: test_linear_ce) */
+    nn_check_case("tied embedding", build_tied, NULL, in, 3);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 4 << 20});
+        struct lt_tensor *x[3], *storage[3];
+        for (int i = 0; i < 3; i++)
+            x[i] = gc_make_input(ctx, &in[i], &storage[i]);
+        struct lt_tensor *loss = build_tied(ctx, x, bf16 ? (void *)1 : NULL);
+        struct lt_graph *g = lt_graph_new(ctx, 256);
+        lt_status st = g && loss ? lt_graph_build(g, loss) : LT_ERR_NOMEM;
+        const int n_forward = g ? g->n_nodes : 0;
+        if (st == LT_OK)
+            st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
+        CHECK(st == LT_OK, "tied embedding%s: autodiff: %s", bf16 ? " (bf16 head)" : "",
+              lt_last_error());
+        int adds = 0, dense = 0;
+        for (int i = n_forward; st == LT_OK && i < g->n_nodes; i++) {
+            adds += g->nodes[i]->op == LT_OP_ADD;
+            dense += g->nodes[i]->op == LT_OP_GET_ROWS_BACK && !g->nodes[i]->src[2];
+        }
+        const struct lt_tensor *d = x[0]->grad;
+        CHECK(st != LT_OK ||
+                  (d && d->op == LT_OP_GET_ROWS_BACK && d->src[2] && adds == 0 && dense == 0),
+              "tied embedding%s: the table's gradient is %s (into the head's: %s), %d ADD, %d "
+              "dense scatters",
+              bf16 ? " (bf16 head)" : "", d ? lt_op_name(d->op) : "none",
+              d && d->src[2] ? "yes" : "no", adds, dense);
+        lt_ctx_free(ctx);
+    }
+}
+
 /* ---- an attention block with grouped KV heads ---- */
 
 #define ATT_D 4   /* head_dim */

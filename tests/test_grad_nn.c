@@ -363,6 +363,7 @@ int main(void)
     test_cross_entropy();
     test_lm_head();
     test_linear_ce();
+    test_tied_embedding();
     test_linear_ce_fold();
     test_linear_ce_fold_refused();
     test_linear_ce_fold_train();

@@ -145,6 +145,15 @@ static void test_unary(struct ops_test *t)
 
 /* ---- swiglu and silu_back: two same-shape sources ---- */
 
+/* out's values after its graph runs on one CPU thread (NULL when it cannot); free() them */
+static float *run_dense(struct ops_test *t, struct lt_tensor *out)
+{
+    struct lt_graph *g = out ? lt_graph_new(t->ctx, 64) : NULL;
+    if (!g || lt_graph_build(g, out) != LT_OK || lt_cpu_graph_compute(t->cpu[0], g) != LT_OK)
+        return NULL;
+    return dense(out);
+}
+
 static void test_pairs(struct ops_test *t)
 {
     char what[128];
@@ -154,16 +163,21 @@ static void test_pairs(struct ops_test *t)
             struct lt_tensor *b =
                 input_new(t, lb == 1 ? LT_TYPE_F16 : LT_TYPE_F32, shape, lb, -8, 8);
             float *av = dense(a), *bv = dense(b);
-            float ref_swiglu[210], ref_back[210];
+            float ref_swiglu[210], ref_back[210], ref_sig[210];
             for (int i = 0; i < 210; i++) {
                 double g = av[i], u = bv[i];
                 ref_swiglu[i] = (float)(g / (1 + exp(-g)) * u);
+                ref_sig[i] = (float)(u / (1 + exp(-g)));
                 /* silu_back(grad = a, x = b) */
                 double s = 1 / (1 + exp(-u));
                 ref_back[i] = (float)(g * (s + u * s * (1 - s)));
             }
             snprintf(what, sizeof(what), "swiglu of %s and %s", layout_names[la], layout_names[lb]);
             check_op(t, lt_swiglu(t->ctx, a, b), ref_swiglu, 1e-6, 4e-6, what);
+            snprintf(what, sizeof(what), "sigmoid glu of %s and %s", layout_names[la],
+                     layout_names[lb]);
+            check_op(t, lt_glu_as(t->ctx, a, b, LT_GLU_SIGMOID, LT_TYPE_F32), ref_sig, 1e-6, 4e-6,
+                     what);
             snprintf(what, sizeof(what), "silu_back of %s and %s", layout_names[la],
                      layout_names[lb]);
             check_op(t, lt_silu_back(t->ctx, a, b), ref_back, 1e-6, 4e-6, what);
@@ -175,6 +189,18 @@ static void test_pairs(struct ops_test *t)
     check_refused(lt_swiglu(t->ctx, g, u), "ffn_up", "swiglu of different shapes");
     check_refused(lt_silu_back(t->ctx, g, u), "ffn_gate", "silu_back of different shapes");
     check_refused(lt_swiglu_back(t->ctx, g, g, u), "ffn_up", "swiglu_back of different shapes");
+    check_refused(lt_glu_as(t->ctx, g, g, (enum lt_glu)7, LT_TYPE_F32), "no gate activation",
+                  "glu of an unknown activation");
+    /* the value of the two-node form it replaces in Qwen3.5's gated attention, bit for bit */
+    struct lt_tensor *x = input_new(t, LT_TYPE_F32, shape, 0, -8, 8),
+                     *o = input_new(t, LT_TYPE_F32, shape, 2, -3, 3);
+    struct lt_tensor *two = lt_mul(t->ctx, o, lt_sigmoid(t->ctx, x)),
+                     *one = lt_glu_as(t->ctx, x, o, LT_GLU_SIGMOID, LT_TYPE_F32);
+    float *v2 = run_dense(t, two), *v1 = run_dense(t, one);
+    CHECK(v1 && v2 && memcmp(v1, v2, 210 * sizeof(float)) == 0,
+          "sigmoid glu equals mul(up, sigmoid(gate)) bit for bit");
+    free(v1);
+    free(v2);
 }
 
 /* ---- swiglu_back: both gradients of swiglu, d gate then d up, over the layouts ---- */
@@ -190,12 +216,18 @@ static void test_swiglu_back(struct ops_test *t)
                 input_new(t, lx == 1 ? LT_TYPE_BF16 : LT_TYPE_F32, shape, lx, -8, 8);
             struct lt_tensor *u = input_new(t, LT_TYPE_F32, shape, lu, -3, 3);
             float *gv = dense(g), *xv = dense(x), *uv = dense(u);
-            float ref[420];
+            float ref[420], ref_sig[420];
             for (int i = 0; i < 210; i++) {
                 double s = 1 / (1 + exp(-(double)xv[i]));
                 ref[i] = (float)(gv[i] * uv[i] * (s + xv[i] * s * (1 - s)));
                 ref[210 + i] = (float)(gv[i] * xv[i] * s);
+                ref_sig[i] = (float)(gv[i] * uv[i] * s * (1 - s));
+                ref_sig[210 + i] = (float)(gv[i] * s);
             }
+            snprintf(what, sizeof(what), "sigmoid glu_back of %s, %s, %s", layout_names[lg],
+                     layout_names[lx], layout_names[lu]);
+            check_op(t, lt_glu_back_as(t->ctx, g, x, u, LT_GLU_SIGMOID, LT_TYPE_F32), ref_sig, 1e-6,
+                     4e-6, what);
             snprintf(what, sizeof(what), "swiglu_back of %s, %s, %s", layout_names[lg],
                      layout_names[lx], layout_names[lu]);
             struct lt_tensor *r = lt_swiglu_back(t->ctx, g, x, u);

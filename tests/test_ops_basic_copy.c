@@ -305,6 +305,18 @@ static void test_get_rows(struct ops_test *t)
                         back[(i2 * 6 + fixed[i2 * 4 + i1]) * 7 + i0] += gv[(i2 * 4 + i1) * 7 + i0];
             snprintf(what, sizeof(what), "get_rows_back of %s", layout_names[l]);
             check_op(t, lt_get_rows_back(t->ctx, grad, ids, like), back, 1e-6, 1e-6, what);
+            /* in place: the rows added to what a node wrote there (made again each run) */
+            struct lt_tensor *base =
+                input_new(t, LT_TYPE_F32, (int64_t[]){7, 6, 3, 1}, LAYOUT_CONTIGUOUS, -1, 1);
+            struct lt_tensor *into = lt_scale(t->ctx, base, 2.0f);
+            float *bv = dense(base);
+            for (int i = 0; i < 7 * 6 * 3; i++)
+                back[i] += 2.0f * bv[i];
+            snprintf(what, sizeof(what), "get_rows_back of %s into a tensor", layout_names[l]);
+            struct lt_tensor *r2 = lt_get_rows_back_into(t->ctx, grad, ids, into);
+            CHECK(r2 && r2->view_src == into && r2->src[2] == into, "%s: a writer over it", what);
+            check_op(t, r2, back, 1e-6, 1e-6, what);
+            free(bv);
             free(gv);
         }
 
@@ -354,6 +366,10 @@ static void test_get_rows(struct ops_test *t)
     struct lt_tensor *g = lt_set_name(lt_new_tensor_3d(t->ctx, LT_TYPE_F32, 5, 4, 3), "grad");
     struct lt_tensor *ids = lt_new_tensor_2d(t->ctx, LT_TYPE_I32, 4, 3);
     check_refused(lt_get_rows_back(t->ctx, g, ids, a), "grad", "get_rows_back of 5-wide rows");
+    struct lt_tensor *half = lt_set_name(lt_new_tensor_3d(t->ctx, LT_TYPE_F16, 7, 6, 3), "half");
+    struct lt_tensor *g7 = lt_new_tensor_3d(t->ctx, LT_TYPE_F32, 7, 4, 3);
+    check_refused(lt_get_rows_back_into(t->ctx, g7, ids, half), "half",
+                  "get_rows_back into an f16 tensor");
 }
 
 /* ---- set_rows ---- */

@@ -49,8 +49,11 @@ static void count(const struct lt_graph *g, void *user)
         c->conv_silu += t->op == LT_OP_CONV_SILU;
         c->conv_acc += t->op == LT_OP_ACC && strstr(t->name, "conv_output") != NULL;
         c->half_swiglu_back += t->op == LT_OP_SWIGLU_BACK && t->type == LT_TYPE_BF16;
+        /* a rounding of a SWIGLU_BACK's gradient (a copy of the gated attention's, which
+         * the tiny models' attention permutes, keeps its type) */
         c->cont_of_swiglu_back += t->op == LT_OP_CONT && t->src[0] && t->src[0]->view_src &&
-                                  t->src[0]->view_src->op == LT_OP_SWIGLU_BACK;
+                                  t->src[0]->view_src->op == LT_OP_SWIGLU_BACK &&
+                                  t->type != t->src[0]->type;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
         c->lce += t->op == LT_OP_LINEAR_CE;
         if (t->op == LT_OP_LINEAR_CE_BACK) {

@@ -216,6 +216,17 @@ struct lt_tensor *lt_swiglu(struct lt_ctx *ctx, struct lt_tensor *gate, struct l
 /* lt_swiglu with the result stored as type (F32, F16 or BF16), as lt_mul_as */
 struct lt_tensor *lt_swiglu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up,
                                enum lt_type type);
+/* The gate's activation of a gated unit act(gate) * up: SWIGLU's and SWIGLU_BACK's
+ * op_params[0] (silu: the FFN's SwiGLU; sigmoid: Qwen3.5's gated attention output) */
+enum lt_glu { LT_GLU_SILU = 0, LT_GLU_SIGMOID = 1 };
+/* act(gate) * up as one SWIGLU node, stored as type; with LT_GLU_SIGMOID the value is
+ * lt_mul(up, lt_sigmoid(gate))'s, bit for bit */
+struct lt_tensor *lt_glu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up,
+                            enum lt_glu act, enum lt_type type);
+/* a SWIGLU or SWIGLU_BACK node's activation, and whether it is one of enum lt_glu (a
+ * precondition every backend's claim checks) */
+enum lt_glu lt_glu_of(const struct lt_tensor *node);
+bool lt_glu_fits(const struct lt_tensor *node);
 
 /* Causal depthwise conv1d. sx [d_conv - 1 + T, channels, n_seqs] holds, per channel, the
  * carried state (the previous d_conv - 1 inputs) followed by the T new inputs, time
@@ -413,6 +424,14 @@ struct lt_tensor *lt_repeat_back(struct lt_ctx *ctx, struct lt_tensor *a, struct
  * of grad [n, k, ne2, ne3] added at ids (I32 [k, ne2, ne3]); repeated ids accumulate. */
 struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                    struct lt_tensor *ids, struct lt_tensor *like);
+/* The same rows added into `into` (contiguous F32 of the table's shape) in place: the result
+ * is a view of into (GET_ROWS_BACK with into as source 2), no pass over the rows no id names
+ * (a tied embedding's gradient, added to the LM head's) */
+struct lt_tensor *lt_get_rows_back_into(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                        struct lt_tensor *ids, struct lt_tensor *into);
+/* whether a GET_ROWS_BACK node's source 2, when it has one, is the contiguous F32 storage it
+ * writes over (the in-place form's precondition, every backend's claim checks it) */
+bool lt_get_rows_back_into_fits(const struct lt_tensor *node);
 /* grad * d silu(x) / dx, same shapes */
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x);
 /* Both gradients of lt_swiglu(gate, up) for its result's gradient grad (all three float, one
@@ -425,6 +444,10 @@ struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, str
 struct lt_tensor *lt_swiglu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
                                     struct lt_tensor *gate, struct lt_tensor *up,
                                     enum lt_type type);
+/* both gradients of lt_glu_as(gate, up, act) (d gate = g up act'(gate), d up = g act(gate)),
+ * laid out as lt_swiglu_back's */
+struct lt_tensor *lt_glu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *gate,
+                                 struct lt_tensor *up, enum lt_glu act, enum lt_type type);
 struct lt_tensor *lt_swiglu_back_gate(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_swiglu_back_up(struct lt_ctx *ctx, struct lt_tensor *r);
 /* whether a SWIGLU_BACK node's sources and result have shapes that fit (the one shape rule

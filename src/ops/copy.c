@@ -212,6 +212,11 @@ static lt_status cont_backward(struct lt_autodiff *ad, struct lt_tensor *node)
     struct lt_tensor *a = node->src[0];
     if (!lt_ad_wants(ad, a))
         return LT_OK;
+    /* node's gradient, when it is an accumulator node alone reads, has no reader after this
+     * rule: it is handed over (a tied LM head's BF16 copy hands its gradient to the table,
+     * with which the embedding's rows then add up in place) */
+    if (lt_ad_grad_owned(ad, node))
+        return lt_ad_add_owned(ad, a, node->grad);
     return lt_ad_add(ad, a, node->grad);
 }
 

@@ -94,26 +94,46 @@ struct lt_tensor *lt_get_rows(struct lt_ctx *ctx, struct lt_tensor *a, struct lt
  * read contiguous, like every forward source a backward kernel reads. */
 static lt_status get_rows_backward(struct lt_autodiff *ad, struct lt_tensor *node)
 {
-    struct lt_tensor *a = node->src[0], *ids = node->src[1];
+    struct lt_tensor *a = node->src[0], *ids = node->src[1], *acc = a->grad;
     if (!lt_ad_wants(ad, a))
         return LT_OK;
-    return lt_ad_add(ad, a,
-                     lt_get_rows_back(lt_ad_ctx(ad), node->grad, lt_ad_contiguous(ad, ids), a));
+    struct lt_ctx *ctx = lt_ad_ctx(ad);
+    if (acc && lt_ad_grad_owned(ad, a) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc)) {
+        /* an accumulator only a reads (a tied LM head's gradient): the rows go into it in
+         * place, where a dense scatter and an ADD each took a pass over the whole table */
+        struct lt_tensor *t =
+            lt_get_rows_back_into(ctx, node->grad, lt_ad_contiguous(ad, ids), acc);
+        if (!t)
+            return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", a->name,
+                           lt_last_error());
+        lt_format_name(t, "grad for %s", a->name);
+        lt_ad_set_owned_grad(ad, a, t);
+        return LT_OK;
+    }
+    /* a fresh scatter is a's own: a head's gradient handed over later takes its rows in place
+     * (lt_ad_add_owned) */
+    struct lt_tensor *d = lt_get_rows_back(ctx, node->grad, lt_ad_contiguous(ad, ids), a);
+    lt_status st = lt_ad_add(ad, a, d);
+    if (st == LT_OK && !acc && d && a->grad == d)
+        lt_ad_set_owned_grad(ad, a, d);
+    return st;
 }
 
 /* ---- get_rows_back: scatter-add ---- */
 
-/* Threads first zero their share of the rows; then each adds every grad row into its own
- * slice of columns, so repeated ids never race and always add up in the same order. Ids
- * outside the result's rows are skipped. */
+/* Threads first zero their share of the rows (not in place: lt_get_rows_back_into); then
+ * each adds every grad row into its own slice of columns, so repeated ids never race and
+ * always add up in the same order. Ids outside the result's rows are skipped. */
 static void get_rows_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *grad = node->src[0], *ids = node->src[1];
     const int64_t ne0 = node->ne[0];
-    int64_t lo, hi;
-    lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
-    memset((float *)node->data + lo * ne0, 0, (size_t)(hi - lo) * (size_t)ne0 * sizeof(float));
-    lt_compute_barrier(p);
+    if (!node->src[2]) {
+        int64_t lo, hi;
+        lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
+        memset((float *)node->data + lo * ne0, 0, (size_t)(hi - lo) * (size_t)ne0 * sizeof(float));
+        lt_compute_barrier(p);
+    }
     int64_t c0, c1;
     lt_split_range(ne0, p->ith, p->nth, &c0, &c1);
     if (c0 >= c1)
@@ -152,7 +172,25 @@ static bool get_rows_back_supported(const struct lt_tensor *node, char *reason, 
         snprintf(reason, reason_size, "the result's shape does not match its sources");
         return false;
     }
+    if (!lt_get_rows_back_into_fits(node)) {
+        snprintf(reason, reason_size,
+                 "it adds in place into a tensor other than contiguous f32 "
+                 "storage of its result");
+        return false;
+    }
     return true;
+}
+
+bool lt_get_rows_back_into_fits(const struct lt_tensor *node)
+{
+    const struct lt_tensor *into = node->src[2];
+    if (!into)
+        return true;
+    const struct lt_tensor *root = into->view_src ? into->view_src : into;
+    const size_t offs = into->view_src ? into->view_offs : 0;
+    return into->type == LT_TYPE_F32 && node->type == LT_TYPE_F32 && lt_is_contiguous(into) &&
+           lt_is_contiguous(node) && lt_same_shape(into, node) && node->view_src == root &&
+           node->view_offs == offs;
 }
 
 struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
@@ -175,6 +213,26 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
         return fail_shapes(LT_OP_GET_ROWS_BACK, grad, ids, "ids must be [k, ne2, ne3] of grad");
     return lt_new_op_tensor(ctx, LT_OP_GET_ROWS_BACK, LT_TYPE_F32, LT_MAX_DIMS, like->ne,
                             (struct lt_tensor *[]){grad, ids}, 2);
+}
+
+struct lt_tensor *lt_get_rows_back_into(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                        struct lt_tensor *ids, struct lt_tensor *into)
+{
+    LT_REQUIRE("get_rows_back_into", grad, ids, into);
+    if (into->type != LT_TYPE_F32 || !lt_is_contiguous(into)) {
+        lt_fail(LT_ERR_INVALID, "GET_ROWS_BACK into '%s' (%s, %s): it takes contiguous f32",
+                into->name, lt_type_name(into->type), lt_layout_name(into));
+        return NULL;
+    }
+    if (!lt_get_rows_back(ctx, grad, ids, into)) /* the checks */
+        return NULL;
+    struct lt_tensor *t = lt_writer_over(ctx, into, LT_OP_GET_ROWS_BACK);
+    if (!t)
+        return NULL;
+    t->src[0] = grad;
+    t->src[1] = ids;
+    t->src[2] = into;
+    return t;
 }
 
 /* get_rows_back: result row ids[r] received grad row r, so grad's gradient is the
@@ -284,7 +342,7 @@ const struct lt_op_def lt_op_def_set_rows = {.name = "SET_ROWS",
                                              .cpu_work_size = set_rows_work_size,
                                              .cpu_forward = set_rows_forward};
 const struct lt_op_def lt_op_def_get_rows_back = {.name = "GET_ROWS_BACK",
-                                                  .n_src = 2,
+                                                  .n_src = 3,
                                                   .cpu_supported = get_rows_back_supported,
                                                   .cpu_work_size = get_rows_back_work_size,
                                                   .cpu_forward = get_rows_back_forward,

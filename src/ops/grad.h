@@ -48,6 +48,12 @@ bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src);
 /* src->grad = grad, a tensor made for src alone (a fresh zero or product, or an in-place
  * accumulation into one) */
 void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
+/* src->grad += grad, where grad is an accumulator the caller hands over (nothing else reads
+ * it: a rule's fresh part, or its node's own gradient). A first contribution becomes src's
+ * own; when src's gradient so far is a scatter made for src alone (GET_ROWS_BACK: an
+ * embedding's rows), the rows go into grad in place instead (a tied LM head's gradient: no
+ * dense scatter and no ADD over the whole table); otherwise as lt_ad_add. */
+lt_status lt_ad_add_owned(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
 /* t rounded to type (F16 or BF16) by a CONT, named "<t> (<type>)": the one already made for t
  * when one of the last LT_AD_ROUNDED roundings was (a LoRA target's base product and its
  * adapter's B product read one output gradient). */

@@ -452,8 +452,10 @@ static lt_status lce_rule(struct lt_autodiff *ad, struct lt_tensor *node)
     lt_status st = LT_OK;
     if (dh)
         st = lt_ad_add(ad, h, lt_linear_cross_entropy_back_h(ctx, r));
+    /* the head's part of r is w's alone (r's other parts lie apart from it): handed over, a
+     * tied embedding's rows add into it in place */
     if (st == LT_OK && dw)
-        st = lt_ad_add(ad, w, lt_linear_cross_entropy_back_w(ctx, r));
+        st = lt_ad_add_owned(ad, w, lt_linear_cross_entropy_back_w(ctx, r));
     if (st == LT_OK && fold)
         st = lt_ad_fold_loss(ad, node, lt_linear_cross_entropy_back_loss(ctx, r));
     return st;

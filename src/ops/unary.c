@@ -235,8 +235,11 @@ static void pair_forward(const struct lt_compute_params *p, struct lt_tensor *no
         const float *x = lt_row_f32(a, i1, i2, i3, buf);
         const float *u = lt_row_f32(b, i1, i2, i3, buf + lt_scratch_floats(ne0));
         float *y = f32 ? (float *)node->data + r * ne0 : buf + 2 * lt_scratch_floats(ne0);
-        if (node->op == LT_OP_SWIGLU) {
-            /* x: gate, u: up */
+        if (node->op == LT_OP_SWIGLU && lt_glu_of(node) == LT_GLU_SIGMOID) {
+            /* x: gate, u: up; SIGMOID's value, then MUL's product */
+            for (int64_t i = 0; i < ne0; i++)
+                y[i] = u[i] * (1.0f / (1.0f + expf(-x[i])));
+        } else if (node->op == LT_OP_SWIGLU) {
             for (int64_t i = 0; i < ne0; i++)
                 y[i] = x[i] / (1.0f + expf(-x[i])) * u[i];
         } else {
@@ -257,6 +260,11 @@ static bool pair_supported(const struct lt_tensor *node, char *reason, size_t re
     if (!check_source_float(node, 0, reason, reason_size) ||
         !check_source_float(node, 1, reason, reason_size))
         return false;
+    if (node->op == LT_OP_SWIGLU && !lt_glu_fits(node)) {
+        snprintf(reason, reason_size, "op_params[0] %d is no gate activation",
+                 (int)lt_get_param_i32(node, 0));
+        return false;
+    }
     if (node->op == LT_OP_SWIGLU && lt_type_is_float(node->type) && node->type != LT_TYPE_F32) {
         if (!lt_is_contiguous(node)) {
             snprintf(reason, reason_size, "the result is %s %s, not contiguous",
@@ -309,6 +317,32 @@ struct lt_tensor *lt_swiglu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struc
     return pair_new(ctx, LT_OP_SWIGLU, gate, up, type);
 }
 
+struct lt_tensor *lt_glu_as(struct lt_ctx *ctx, struct lt_tensor *gate, struct lt_tensor *up,
+                            enum lt_glu act, enum lt_type type)
+{
+    if (act != LT_GLU_SILU && act != LT_GLU_SIGMOID) {
+        lt_fail(LT_ERR_INVALID, "glu of '%s': %d is no gate activation", gate ? gate->name : "?",
+                (int)act);
+        return NULL;
+    }
+    struct lt_tensor *r = pair_new(ctx, LT_OP_SWIGLU, gate, up, type);
+    if (r)
+        lt_set_param_i32(r, 0, (int32_t)act);
+    return r;
+}
+
+enum lt_glu lt_glu_of(const struct lt_tensor *node)
+{
+    return (enum lt_glu)lt_get_param_i32(node, 0);
+}
+
+bool lt_glu_fits(const struct lt_tensor *node)
+{
+    const int32_t act = lt_get_param_i32(node, 0);
+    return (node->op == LT_OP_SWIGLU || node->op == LT_OP_SWIGLU_BACK) &&
+           (act == LT_GLU_SILU || act == LT_GLU_SIGMOID);
+}
+
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x)
 {
     return pair_new(ctx, LT_OP_SILU_BACK, grad, x, LT_TYPE_F32);
@@ -325,7 +359,18 @@ struct lt_tensor *lt_swiglu_back(struct lt_ctx *ctx, struct lt_tensor *grad, str
 struct lt_tensor *lt_swiglu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
                                     struct lt_tensor *gate, struct lt_tensor *up, enum lt_type type)
 {
+    return lt_glu_back_as(ctx, grad, gate, up, LT_GLU_SILU, type);
+}
+
+struct lt_tensor *lt_glu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *gate,
+                                 struct lt_tensor *up, enum lt_glu act, enum lt_type type)
+{
     LT_REQUIRE("swiglu_back", grad, gate, up);
+    if (act != LT_GLU_SILU && act != LT_GLU_SIGMOID) {
+        lt_fail(LT_ERR_INVALID, "swiglu_back of '%s': %d is no gate activation", gate->name,
+                (int)act);
+        return NULL;
+    }
     if (!lt_type_is_float(type)) {
         lt_fail(LT_ERR_INVALID, "swiglu_back of '%s' into %s: the result must be f32, f16 or bf16",
                 gate->name, lt_type_name(type));
@@ -345,8 +390,10 @@ struct lt_tensor *lt_swiglu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
     int64_t ne[4] = {gate->ne[0], gate->ne[1], gate->ne[2], 2 * gate->ne[3]};
     struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_SWIGLU_BACK, type, 4, ne,
                                            (struct lt_tensor *[]){grad, gate, up}, 3);
-    if (r)
+    if (r) {
+        lt_set_param_i32(r, 0, (int32_t)act);
         lt_format_name(r, "swiglu_back(%s)", gate->name);
+    }
     return r;
 }
 
@@ -384,7 +431,7 @@ static void swiglu_back_forward(const struct lt_compute_params *p, struct lt_ten
     const struct lt_tensor *g = node->src[0], *gate = node->src[1], *up = node->src[2];
     const int64_t ne0 = gate->ne[0], ne1 = gate->ne[1], ne2 = gate->ne[2], ne3 = gate->ne[3];
     const int64_t rows = lt_nrows(gate), sf = (int64_t)lt_scratch_floats(ne0);
-    const bool f32 = node->type == LT_TYPE_F32;
+    const bool f32 = node->type == LT_TYPE_F32, sigmoid = lt_glu_of(node) == LT_GLU_SIGMOID;
     float *buf = (float *)p->wdata + (size_t)p->ith * 5 * (size_t)sf;
     int64_t lo, hi;
     lt_split_range(rows, p->ith, p->nth, &lo, &hi);
@@ -395,10 +442,18 @@ static void swiglu_back_forward(const struct lt_compute_params *p, struct lt_ten
         const float *u = lt_row_f32(up, i1, i2, i3, buf + 2 * sf);
         float *dg = f32 ? (float *)node->data + r * ne0 : buf + 3 * sf;
         float *du = f32 ? (float *)node->data + (rows + r) * ne0 : buf + 4 * sf;
-        for (int64_t i = 0; i < ne0; i++) {
-            const float d = 1.0f + expf(-x[i]), gu = gr[i] * u[i], s = 1.0f / d;
-            dg[i] = gu * s * (1.0f + x[i] * (1.0f - s));
-            du[i] = gr[i] * (x[i] / d);
+        if (sigmoid) {
+            for (int64_t i = 0; i < ne0; i++) {
+                const float s = 1.0f / (1.0f + expf(-x[i]));
+                dg[i] = gr[i] * u[i] * s * (1.0f - s);
+                du[i] = gr[i] * s;
+            }
+        } else {
+            for (int64_t i = 0; i < ne0; i++) {
+                const float d = 1.0f + expf(-x[i]), gu = gr[i] * u[i], s = 1.0f / d;
+                dg[i] = gu * s * (1.0f + x[i] * (1.0f - s));
+                du[i] = gr[i] * (x[i] / d);
+            }
         }
         if (!f32) { /* d up's rows follow d gate's: dim 3 offset by gate's ne3 */
             lt_row_from_f32(node, i1, i2, i3, dg);
@@ -427,8 +482,8 @@ static bool swiglu_back_supported(const struct lt_tensor *node, char *reason, si
 bool lt_swiglu_back_fits(const struct lt_tensor *node)
 {
     const struct lt_tensor *x = node->src[1];
-    return node->op == LT_OP_SWIGLU_BACK && node->src[0] && x && node->src[2] &&
-           lt_same_shape(x, node->src[0]) && lt_same_shape(x, node->src[2]) &&
+    return node->op == LT_OP_SWIGLU_BACK && lt_glu_fits(node) && node->src[0] && x &&
+           node->src[2] && lt_same_shape(x, node->src[0]) && lt_same_shape(x, node->src[2]) &&
            node->ne[0] == x->ne[0] && node->ne[1] == x->ne[1] && node->ne[2] == x->ne[2] &&
            node->ne[3] == 2 * x->ne[3];
 }
@@ -489,7 +544,10 @@ static lt_status unary_backward(struct lt_autodiff *ad, struct lt_tensor *node)
 }
 
 /* y = silu(gate) * up: d gate = silu'(gate) * (g * up), d up = g * silu(gate), both from
- * one SWIGLU_BACK node (one pass over g, gate and up instead of four nodes' seven). When
+ * one SWIGLU_BACK node (one pass over g, gate and up instead of four nodes' seven); with
+ * the sigmoid, s = sigmoid(gate): d gate = g up s (1 - s), d up = g s (where a SIGMOID and
+ * a MUL took five nodes). gate and up are read as they lie (the gated attention's gate is
+ * a strided view of the query projection). When
  * gate and up are half-precision products that only this node reads (a device's training
  * step), the node writes both gradients in that type: their products would round them to
  * it anyway, each with a pass of its own (CONT). */
@@ -500,9 +558,8 @@ static lt_status swiglu_backward(struct lt_autodiff *ad, struct lt_tensor *node)
     if (!lt_ad_wants(ad, gate) && !lt_ad_wants(ad, up))
         return LT_OK;
     const enum lt_type tg = lt_ad_grad_type(ad, gate, node), tu = lt_ad_grad_type(ad, up, node);
-    struct lt_tensor *r =
-        lt_swiglu_back_as(ctx, lt_ad_contiguous(ad, node->grad), lt_ad_contiguous(ad, gate),
-                          lt_ad_contiguous(ad, up), tg == tu ? tg : LT_TYPE_F32);
+    struct lt_tensor *r = lt_glu_back_as(ctx, lt_ad_contiguous(ad, node->grad), gate, up,
+                                         lt_glu_of(node), tg == tu ? tg : LT_TYPE_F32);
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());

@@ -191,6 +191,9 @@ static struct lt_tensor *b_get_rows_back(struct build *b, const struct params *p
 {
     struct lt_tensor *g = mk(b, p->type[0], p->lay[0], 8, 6, 2, 1, FILL_UNIFORM, -1, 1);
     struct lt_tensor *ids = mk(b, LT_TYPE_I32, L_CONTIG, 6, 2, 1, 1, FILL_INT, 0, 5);
+    if (p->i[0]) /* in place: the rows added to a tensor's values (a tied head's gradient) */
+        return lt_get_rows_back_into(b->ctx, g, ids,
+                                     mk(b, LT_TYPE_F32, L_CONTIG, 8, 5, 2, 1, FILL_UNIFORM, -1, 1));
     struct lt_tensor like = {0};
     like.type = LT_TYPE_F32;
     like.ne[0] = 8, like.ne[1] = 5, like.ne[2] = 2, like.ne[3] = 1;
@@ -305,6 +308,8 @@ static void test_copies(void)
     for (int l = 0; l < L_COUNT; l++) {
         p = P(l, 0, l == L_SLICED ? LT_TYPE_F16 : LT_TYPE_F32, LT_TYPE_F32);
         run_case(LT_OP_GET_ROWS_BACK, layout_names[l], TOL_F32, b_get_rows_back, &p);
+        p.i[0] = 1;
+        run_case(LT_OP_GET_ROWS_BACK, lbl(layout_names[l], "into"), TOL_F32, b_get_rows_back, &p);
     }
     static const enum lt_type set_types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
     for (int t = 0; t < 3; t++)
@@ -592,19 +597,36 @@ static struct lt_tensor *b_pair(struct build *b, const struct params *p)
     const int64_t n3 = p->ne[3] ? p->ne[3] : 2;
     struct lt_tensor *x = mk(b, p->type[0], p->lay[0], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
     struct lt_tensor *y = mk(b, p->type[1], p->lay[1], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
-    return p->i[0] == LT_OP_SWIGLU ? lt_swiglu_as(b->ctx, x, y, p->type[2])
+    return p->i[0] == LT_OP_SWIGLU ? lt_glu_as(b->ctx, x, y, (enum lt_glu)p->i[1], p->type[2])
                                    : lt_silu_back(b->ctx, x, y);
 }
 
 /* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1],
- * the result of type type[2] (0: F32) */
+ * the result of type type[2] (0: F32), the gate's activation i[1] (enum lt_glu) */
 static struct lt_tensor *b_swiglu_back(struct build *b, const struct params *p)
 {
     const int64_t n3 = p->ne[3] ? p->ne[3] : 2; /* 1: 162 elements, the scalar flat kernel */
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 3, n3, FILL_UNIFORM, -2, 2);
     struct lt_tensor *x = mk(b, p->type[1], p->lay[1], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
     struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[2], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
-    return lt_swiglu_back_as(b->ctx, g, x, u, p->type[2] ? p->type[2] : LT_TYPE_F32);
+    return lt_glu_back_as(b->ctx, g, x, u, (enum lt_glu)p->i[1],
+                          p->type[2] ? p->type[2] : LT_TYPE_F32);
+}
+
+/* SWIGLU (i[0] 0) or SWIGLU_BACK (1) of activation i[1], the gate every other half row of a
+ * [32, 6, 3, 2] tensor (Qwen3.5's gated attention's gate: a strided view of whole float4
+ * rows, which the row kernels take), up and the gradient in layouts lay[1] and lay[0], the
+ * result of type type[2] */
+static struct lt_tensor *b_glu_rows(struct build *b, const struct params *p)
+{
+    struct lt_tensor *qg = mk(b, LT_TYPE_F32, L_CONTIG, 32, 6, 3, 2, FILL_UNIFORM, -4, 4);
+    struct lt_tensor *gate =
+        lt_view_4d(b->ctx, qg, 16, 6, 3, 2, qg->nb[1], qg->nb[2], qg->nb[3], 16 * sizeof(float));
+    struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[1], 16, 6, 3, 2, FILL_UNIFORM, -4, 4);
+    if (p->i[0] == 0)
+        return lt_glu_as(b->ctx, gate, u, (enum lt_glu)p->i[1], p->type[2]);
+    struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 16, 6, 3, 2, FILL_UNIFORM, -2, 2);
+    return lt_glu_back_as(b->ctx, g, gate, u, (enum lt_glu)p->i[1], p->type[2]);
 }
 
 static struct lt_tensor *b_reduce(struct build *b, const struct params *p)
@@ -745,6 +767,27 @@ static void test_elementwise(void)
                          lt_type_name(p.type[2])),
                      TOL_HALF, b_swiglu_back, &p);
         }
+    /* the sigmoid gate (Qwen3.5's gated attention output), forward and backward, every layout;
+     * then the gate a strided view of whole rows: F32 and BF16 results with up contiguous (the
+     * float4 row kernels), and up sliced (the indexed ones) */
+    for (int l = 0; l < L_COUNT; l++) {
+        p = P(l, (l + 1) % L_COUNT, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[0] = LT_OP_SWIGLU, p.i[1] = LT_GLU_SIGMOID, p.lay[2] = (l + 2) % L_COUNT;
+        run_case(LT_OP_SWIGLU, lbl(layout_names[l], "sigmoid"), TOL_F32, b_pair, &p);
+        run_case(LT_OP_SWIGLU_BACK, lbl(layout_names[l], "sigmoid"), TOL_F32, b_swiglu_back, &p);
+    }
+    for (int k = 0; k < 2; k++)
+        for (int a = 0; a < 2; a++)
+            for (int v = 0; v < 3; v++) {
+                p = P(L_CONTIG, v == 2 ? L_SLICED : L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                p.i[0] = k, p.i[1] = a ? LT_GLU_SIGMOID : LT_GLU_SILU;
+                p.type[2] = v == 1 ? LT_TYPE_BF16 : LT_TYPE_F32;
+                run_case(k ? LT_OP_SWIGLU_BACK : LT_OP_SWIGLU,
+                         lbl(a ? "gate rows, sigmoid" : "gate rows, silu", v == 0   ? "f32"
+                                                                           : v == 1 ? "bf16"
+                                                                                    : "sliced up"),
+                         v == 1 ? TOL_HALF : TOL_F32, b_glu_rows, &p);
+            }
     /* SWIGLU writing a half activation (ffn_down's input): expf may differ in the last bit
      * between CPU and device, which can move a rounding by one half ulp */
     for (int h = 0; h < 2; h++)

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/quant.cuh"
+#include "lathe/ops.h"
 
 static const enum lt_op copy_ops[] = {LT_OP_CONT,   LT_OP_CPY,         LT_OP_CONCAT,
                                       LT_OP_REPEAT, LT_OP_GET_ROWS,    LT_OP_ACC,
@@ -169,6 +170,12 @@ bool cu_copy_supported(const struct lt_tensor *node, char *reason, size_t reason
         if (grad->ne[0] != node->ne[0] || grad->ne[1] != ids->ne[0] ||
             grad->ne[2] != node->ne[2] || grad->ne[3] != node->ne[3] || !ids_match(ids, node)) {
             snprintf(reason, reason_size, "the result's shape does not match its sources");
+            return false;
+        }
+        if (!lt_get_rows_back_into_fits(node)) {
+            snprintf(reason, reason_size,
+                     "it adds in place into a tensor other than contiguous "
+                     "f32 storage of its result");
             return false;
         }
         return true;
@@ -779,8 +786,10 @@ lt_status cu_copy_compute(struct cu_ctx *c, struct lt_tensor *node)
     case LT_OP_GET_ROWS_BACK: {
         if (n == 0)
             return LT_OK;
-        lt_status st = cu_check(cudaMemsetAsync(node->data, 0, (size_t)n * 4, c->stream),
-                                "zeroing get_rows_back's result");
+        lt_status st = node->src[2]
+                           ? LT_OK /* in place: the rows add to what is there */
+                           : cu_check(cudaMemsetAsync(node->data, 0, (size_t)n * 4, c->stream),
+                                      "zeroing get_rows_back's result");
         int64_t ng = lt_nelements(node->src[0]);
         if (st != LT_OK || ng == 0)
             return st;
