@@ -142,37 +142,33 @@ static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt
         return NULL;
     if (round_x && !(xr = bf16_act(b, x)))
         return NULL;
-    /* the base product first; with BF16 products each adapter's product is added into it in
-     * place (MUL_MAT_ACC: in cuBLAS's epilogue, where an ADD took a pass over [rows, T] of
-     * its own), otherwise by an ADD. The rank-r product carries the sum (a pass over the F32
-     * [rows, T] in and one out); the other way round, the adapter's product wrote that
-     * [rows, T] and the base product read it in its epilogue, slower (a 16 x 512 LoRA step of
-     * Qwen3.5-0.8B on an H100: the qkv product took 94 us with the addend, 61 without, and
-     * the adapter's 30). */
+    /* with BF16 products the adapters' outputs come first, summed, and the base product is
+     * added into that sum in place (MUL_MAT_ACC: in cuBLAS's epilogue, where an ADD took
+     * a pass over [rows, T] of its own); otherwise the base product first, adapters added.
+     * The other order with BF16 products (the base product first, each rank-r product
+     * adding into it) measured slower: on an H100 at Qwen3.5-0.8B's 16 x 512, cuBLAS's
+     * rank-16 product with the F32 [2048, 8192] addend took 72 us, where the adapter's
+     * product writing it took 30 and the base product reading it 33 more than without. */
     const bool half =
         b->ad && b->ad->bf16_products && (x->type == LT_TYPE_F32 || x->type == LT_TYPE_BF16);
-    struct lt_tensor *y = lt_mul_mat(b->ctx, wr, xr);
-    for (int i = 0; y && b->ad && i < b->ad->n_lora; i++) {
+    struct lt_tensor *y = half ? NULL : lt_mul_mat(b->ctx, wr, xr);
+    for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)
             continue;
         struct lt_tensor *axr = lora_ax(b, l, x, half);
         struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
         struct lt_tensor *bw = half && lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : lb;
-        if (!axr || !bw)
+        struct lt_tensor *bax = axr && bw ? lt_mul_mat(b->ctx, bw, axr) : NULL;
+        if (!bax)
             return NULL;
-        if (half) {
-            y = lt_mul_mat_acc(b->ctx, bw, axr, y);
-        } else {
-            struct lt_tensor *bax = lt_mul_mat(b->ctx, bw, axr);
-            if (bax)
-                lt_format_name(bax, "lora %s", w->name);
-            y = bax ? lt_add(b->ctx, y, bax) : NULL;
-        }
+        lt_format_name(bax, "lora %s", w->name);
+        y = y ? lt_add(b->ctx, y, bax) : bax;
         if (!y)
             return NULL;
-        lt_format_name(y, "lora %s", w->name);
     }
+    if (half)
+        y = y ? lt_mul_mat_acc(b->ctx, wr, xr, y) : lt_mul_mat(b->ctx, wr, xr);
     return y;
 }
 
