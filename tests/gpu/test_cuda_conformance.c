@@ -977,11 +977,14 @@ static struct lt_tensor *b_add_norm(struct build *b, const struct params *p)
     return lt_add_rms_norm(b->ctx, x, u, w, 1e-6f);
 }
 
-/* i[0]: op, i[1]: n_dims, i[2]: mode; f[0]: base */
+/* i[0]: op, i[1]: n_dims, i[2]: mode; f[0]: base; ne[0..2] the shape when set (else
+ * [16, 3, 5, 2]) */
 static struct lt_tensor *b_rope(struct build *b, const struct params *p)
 {
-    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], 16, 3, 5, 2, FILL_UNIFORM, -1, 1);
-    struct lt_tensor *pos = mk(b, LT_TYPE_I32, L_CONTIG, 5, 1, 1, 1, FILL_INT, 0, 3000);
+    const int64_t n0 = p->ne[0] ? p->ne[0] : 16, n1 = p->ne[0] ? p->ne[1] : 3,
+                  n2 = p->ne[0] ? p->ne[2] : 5, n3 = p->ne[0] ? 1 : 2;
+    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], n0, n1, n2, n3, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *pos = mk(b, LT_TYPE_I32, L_CONTIG, n2, 1, 1, 1, FILL_INT, 0, 3000);
     if (p->i[0] == LT_OP_ROPE)
         return lt_rope(b->ctx, x, pos, p->i[1], (enum lt_rope_mode)p->i[2], p->f[0]);
     return lt_rope_back(b->ctx, x, pos, p->i[1], (enum lt_rope_mode)p->i[2], p->f[0]);
@@ -1176,6 +1179,14 @@ static void test_nn(void)
                     run_case(ropes[o], lbl(layout_names[l], mode ? "neox" : "normal"), TOL_F32,
                              b_rope, &p);
                 }
+    /* Qwen3.5's queries: 8 heads of 256, the first 64 dims turned (a token's 2048 elements
+     * over one block's threads, several each) */
+    for (int o = 0; o < 2; o++) {
+        p = P(L_CONTIG, 0, LT_TYPE_F32, LT_TYPE_F32);
+        p.i[0] = ropes[o], p.i[1] = 64, p.i[2] = LT_ROPE_NEOX, p.f[0] = 1e7f;
+        p.ne[0] = 256, p.ne[1] = 8, p.ne[2] = 40;
+        run_case(ropes[o], "256 x 8 x 40, 64 dims", TOL_F32, b_rope, &p);
+    }
     for (int l = 0; l < L_COUNT; l++)
         for (int mask = 0; mask < 3; mask++)
             for (int causal = 0; causal < 2; causal++) {
