@@ -45,6 +45,9 @@
 #   tmodel  bench_train lathe alone, full at 16x512: the model and text dnkern / dnsrc need
 #   tprof   (see its function) bench_train lathe alone, then both jobs at 16x512 under
 #           LATHE_CUDA_PROFILE=${PROF_MODE:-2} (3: issue times without the queue's waits)
+#   pbase   (after q08) inference before and after on one machine: `lathe bench` pp512 / tg128
+#           and the greedy text of a 504-token prompt on both 0.8B files, with this tree's
+#           lathe and with .base's (built here; carry ".base"), the texts compared
 #   tbase   bench_train (PEER=none) with this tree's lathe and with .base's (built here): a
 #           before / after of training tokens/s on one machine (carry ".base", as dnbase)
 #   tmem    bench_train (PEER=none) with --checkpoint on, then off: tokens/s, GPU peak, estimate
@@ -751,6 +754,28 @@ lathe_alone() {
 # the text that dnkern, dnstall and dnsrc read, one row of tokens/s besides
 phase_tmodel() {
     SHAPES=16x512 lathe_alone tmodel "" full
+}
+
+# pbase: inference before and after on one machine (see the header)
+phase_pbase() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    base_unpack pbase && base_build pbase lathe_cli || return
+    local rev ty who bin prompt
+    rev=$(cat .base/rev 2>/dev/null || echo "base")
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for ty in bf16 q8_0; do
+        for who in new $rev; do
+            bin=$L
+            [ $who = new ] || bin=$BASE/b/lathe
+            timeout 90 $bin bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 --backend cuda \
+                >"$out/pbase_${ty}_$who.log" 2>&1
+            row "lathe bench $ty ($who)" "rc $? $(grep -E 'tg128|pp512' "$out/pbase_${ty}_$who.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+            timeout 60 $bin run -m $W/q08-$ty.gguf -p "$prompt" -n 64 --ignore-eos --temp 0 \
+                --backend cuda >"$out/pbase_text_${ty}_$who.txt" 2>/dev/null
+        done
+        cmp -s "$out/pbase_text_${ty}_new.txt" "$out/pbase_text_${ty}_$rev.txt"
+        row "  $ty greedy text, new against $rev" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/pbase_text_${ty}_new.txt") bytes)"
+    done
 }
 
 # tbase: training throughput before and after on one machine: `lathe` built from .base's
