@@ -218,17 +218,13 @@ static __device__ __forceinline__ void dn_load_token(struct dn_token<N> &x, cons
     x.v = active ? *(const float *)(p.v + t * s.v.nb[2]) : 0.0f;
 }
 
-/* forward: tokens whose loads are in flight, 4 where a thread keeps at most 8 rows (S_k up to
- * 128: 231 registers, two blocks an SM), else 2 (16 rows: 254 registers, no spills) */
-#define DN_FWD_AHEAD(N) ((N) <= 8 ? 4 : 2)
-
 /* block: columns c * DN_FWD_COLS .. of value head h of sequence b (block (b * H_v + h) *
  * chunks + c); thread (jj, r) = (threadIdx / DN_FWD_ROW_GROUPS, threadIdx %
  * DN_FWD_ROW_GROUPS) keeps S[i][j] of column j = c * DN_FWD_COLS + jj at the N key rows
  * i = r + m * DN_FWD_ROW_GROUPS in registers (0 past S_k or S_v, so it adds nothing); the
  * dot products over a column are shuffle trees over its DN_FWD_ROW_GROUPS lanes. No shared
  * memory and no block barrier: every warp runs its two columns alone, reading the next
- * DN_FWD_AHEAD tokens' inputs while it computes this one's. */
+ * token's inputs while it computes this one's. */
 template <int N>
 static __global__ void __launch_bounds__(DN_FWD_THREADS)
 delta_net_kernel(struct dn_srcs s, float *out, float scale, int64_t chunks)
@@ -251,43 +247,32 @@ delta_net_kernel(struct dn_srcs s, float *out, float scale, int64_t chunks)
                                   cu_ptr(s.v, jl, h, 0, b), cu_ptr(s.g, h, 0, b, 0),
                                   cu_ptr(s.beta, h, 0, b, 0)};
     float *o_out = out + (b * ne2 * hv + h) * sv + jl; /* token t at o_out[t * hv * sv] */
-    /* AHEAD tokens' loads in flight: slot u holds token t0 + u, and once it is used it loads
-     * token t0 + u + AHEAD (the last tokens reload themselves). With one
-     * token ahead, each step waited on its loads (a step's arithmetic is shorter than a
-     * load's latency): 0.6 us a token for a one-sequence prefill of Qwen3.5-0.8B, H100. */
-    constexpr int AHEAD = DN_FWD_AHEAD(N);
-    struct dn_token<N> x[AHEAD];
+    struct dn_token<N> cur, next;
+    if (nt > 0)
+        dn_load_token(cur, s, p, 0, r, active);
+    for (int64_t t = 0; t < nt; t++) {
+        /* the next token's loads are in flight while this one computes (the last reloads
+         * itself) */
+        dn_load_token(next, s, p, t + 1 < nt ? t + 1 : t, r, active);
+        const float a = expf(cur.g);
+        float kv = 0.0f;
 #pragma unroll
-    for (int u = 0; u < AHEAD; u++)
-        if (u < nt)
-            dn_load_token(x[u], s, p, u, r, active);
-    for (int64_t t0 = 0; t0 < nt; t0 += AHEAD) {
-#pragma unroll
-        for (int u = 0; u < AHEAD; u++) {
-            const int64_t t = t0 + u;
-            if (t >= nt)
-                break;
-            const struct dn_token<N> cur = x[u];
-            dn_load_token(x[u], s, p, t + AHEAD < nt ? t + AHEAD : t, r, active);
-            const float a = expf(cur.g);
-            float kv = 0.0f;
-#pragma unroll
-            for (int m = 0; m < N; m++) {
-                S[m] *= a;
-                kv = fmaf(cur.k[m], S[m], kv);
-            }
-            kv = group_sum(kv, DN_FWD_ROW_GROUPS);
-            const float d = cur.beta * (cur.v - kv);
-            float o = 0.0f;
-#pragma unroll
-            for (int m = 0; m < N; m++) {
-                S[m] = fmaf(cur.k[m], d, S[m]);
-                o = fmaf(cur.q[m], S[m], o);
-            }
-            o = group_sum(o, DN_FWD_ROW_GROUPS);
-            if (active && r == 0)
-                o_out[t * hv * sv] = o * scale;
+        for (int m = 0; m < N; m++) {
+            S[m] *= a;
+            kv = fmaf(cur.k[m], S[m], kv);
         }
+        kv = group_sum(kv, DN_FWD_ROW_GROUPS);
+        const float d = cur.beta * (cur.v - kv);
+        float o = 0.0f;
+#pragma unroll
+        for (int m = 0; m < N; m++) {
+            S[m] = fmaf(cur.k[m], d, S[m]);
+            o = fmaf(cur.q[m], S[m], o);
+        }
+        o = group_sum(o, DN_FWD_ROW_GROUPS);
+        if (active && r == 0)
+            o_out[t * hv * sv] = o * scale;
+        cur = next;
     }
     float *s_out = o_out + nt * hv * sv; /* the new state's row i at s_out[i * hv * sv] */
 #pragma unroll
