@@ -98,18 +98,10 @@ static lt_status get_rows_backward(struct lt_autodiff *ad, struct lt_tensor *nod
     if (!lt_ad_wants(ad, a))
         return LT_OK;
     struct lt_ctx *ctx = lt_ad_ctx(ad);
-    if (acc && lt_ad_grad_owned(ad, a) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc)) {
-        /* an accumulator only a reads (a tied LM head's gradient): the rows go into it in
-         * place, where a dense scatter and an ADD each took a pass over the whole table */
-        struct lt_tensor *t =
-            lt_get_rows_back_into(ctx, node->grad, lt_ad_contiguous(ad, ids), acc);
-        if (!t)
-            return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", a->name,
-                           lt_last_error());
-        lt_format_name(t, "grad for %s", a->name);
-        lt_ad_set_owned_grad(ad, a, t);
-        return LT_OK;
-    }
+    /* an accumulator only a reads (a tied LM head's gradient): the rows go into it in place,
+     * where a dense scatter and an ADD each took a pass over the whole table */
+    if (acc && lt_ad_grad_owned(ad, a) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc))
+        return lt_ad_rows_into(ad, a, node->grad, lt_ad_contiguous(ad, ids), acc);
     /* a fresh scatter is a's own: a head's gradient handed over later takes its rows in place
      * (lt_ad_add_owned) */
     struct lt_tensor *d = lt_get_rows_back(ctx, node->grad, lt_ad_contiguous(ad, ids), a);

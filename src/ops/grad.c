@@ -127,21 +127,25 @@ void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct 
     lt_ptrmap_set(&ad->owned, src, 1);
 }
 
+lt_status lt_ad_rows_into(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *rows,
+                          struct lt_tensor *ids, struct lt_tensor *into)
+{
+    struct lt_tensor *t = lt_get_rows_back_into(ad->ctx, rows, ids, into);
+    if (!t)
+        return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", src->name,
+                       lt_last_error());
+    lt_format_name(t, "grad for %s", src->name);
+    lt_ad_set_owned_grad(ad, src, t);
+    return LT_OK;
+}
+
 lt_status lt_ad_add_owned(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)
 {
     struct lt_tensor *had = src->grad;
     const bool fits =
         grad && grad->type == LT_TYPE_F32 && lt_is_contiguous(grad) && lt_same_shape(grad, src);
-    if (fits && had && lt_ad_grad_owned(ad, src) && had->op == LT_OP_GET_ROWS_BACK &&
-        !had->src[2]) {
-        struct lt_tensor *t = lt_get_rows_back_into(ad->ctx, had->src[0], had->src[1], grad);
-        if (!t)
-            return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", src->name,
-                           lt_last_error());
-        lt_format_name(t, "grad for %s", src->name);
-        lt_ad_set_owned_grad(ad, src, t);
-        return LT_OK;
-    }
+    if (fits && had && lt_ad_grad_owned(ad, src) && had->op == LT_OP_GET_ROWS_BACK && !had->src[2])
+        return lt_ad_rows_into(ad, src, had->src[0], had->src[1], grad);
     lt_status st = lt_ad_add(ad, src, grad);
     if (st == LT_OK && !had && fits && src->grad == grad)
         lt_ad_set_owned_grad(ad, src, grad);

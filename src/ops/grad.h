@@ -54,6 +54,10 @@ void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct 
  * embedding's rows), the rows go into grad in place instead (a tied LM head's gradient: no
  * dense scatter and no ADD over the whole table); otherwise as lt_ad_add. */
 lt_status lt_ad_add_owned(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
+/* src's gradient becomes `into` (an accumulator src alone reads: contiguous F32 of src's
+ * shape) with the rows of `rows` added at ids in place (lt_get_rows_back_into) */
+lt_status lt_ad_rows_into(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *rows,
+                          struct lt_tensor *ids, struct lt_tensor *into);
 /* t rounded to type (F16 or BF16) by a CONT, named "<t> (<type>)": the one already made for t
  * when one of the last LT_AD_ROUNDED roundings was (a LoRA target's base product and its
  * adapter's B product read one output gradient). */
