@@ -28,6 +28,8 @@
 #           (serve_N.log): per N the profile's summary line, its costliest ops and node kinds
 #           (decode, prefill and warm-up together; a kind names its shapes, so N's products
 #           stand apart)
+#   pfsrc   (after q08) Nsight Compute's full set and stall samples by SASS line on one launch
+#           of a 512-token prefill's per-token DELTA_NET kernel (PF_RE, PF_SKIP)
 #   kprof   (after q08) Nsight Compute's duration of every kernel of a few BF16 decode tokens
 #           (launched one by one, graphs off), summed by kernel: the device's share of a token
 #   profile  (after q08) `lathe run` prefill and decode with LATHE_CUDA_PROFILE=1
@@ -496,20 +498,20 @@ phase_dnstall() {
 # chunk-parallel backward's grad kernel) of a 16x512 full fine-tune, then its warp-stall
 # samples summed by CUDA source line, the costliest lines with their text (build with
 # CMAKE_EXTRA=-DCMAKE_CUDA_FLAGS=-lineinfo for the lines) (after tprof)
-phase_dnsrc() {
-    local txt=$W/bench_text_16x512.txt ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    [ -f "$txt" ] && [ -f $W/q08-bf16.gguf ] || { row "dnsrc" "skipped: no model or text"; return; }
-    rm -f $W/dnsrc.ncu-rep
-    timeout $(($(left) - 5)) $ncu --set full --import-source yes -k "regex:${DNK_RE:-dn_wy_grad}" \
-        --launch-skip ${DNK_SKIP:-0} --launch-count 1 -o $W/dnsrc \
-        $L train -m $W/q08-bf16.gguf --text "$txt" --out $W/prof-out.gguf --backend cuda \
-        --device-only --window 512 --batch-tokens 8192 --full --lr 1e-5 \
-        >"$out/dnsrc.log" 2>&1
-    row "dnsrc (ncu full set, one kernel)" "rc $?"
-    $ncu -i $W/dnsrc.ncu-rep --page details >"$out/dnsrc_details.txt" 2>&1
-    grep -E "Duration|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|Stall|Bank Conflicts|Executed Instructions  " "$out/dnsrc_details.txt" | head -20
-    $ncu -i $W/dnsrc.ncu-rep --page source --csv --print-source sass >"$out/dnsrc_source.csv" 2>&1
-    python3 - "$out/dnsrc_source.csv" <<'PY'
+# ncu_src NAME KERNEL_RE SKIP CMD...: Nsight Compute's full set on one launch of the kernels
+# matching KERNEL_RE (after SKIP of them) while CMD runs: its details' headline figures, then
+# the stall samples and instructions by opcode and by SASS line (logs NAME_*.txt / .csv)
+ncu_src() {
+    local name=$1 re=$2 skip=$3 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    shift 3
+    rm -f $W/$name.ncu-rep
+    timeout $(($(left) - 5)) $ncu --set full --import-source yes -k "regex:$re" \
+        --launch-skip $skip --launch-count 1 -o $W/$name "$@" >"$out/$name.log" 2>&1
+    row "$name (ncu full set, one kernel)" "rc $?"
+    $ncu -i $W/$name.ncu-rep --page details >"$out/${name}_details.txt" 2>&1
+    grep -E "Duration|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|Stall|Bank Conflicts|Executed Instructions  |Achieved Occupancy|Registers Per" "$out/${name}_details.txt" | head -22
+    $ncu -i $W/$name.ncu-rep --page source --csv --print-source sass >"$out/${name}_source.csv" 2>&1
+    python3 - "$out/${name}_source.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
 hi = next((i for i, r in enumerate(rows) if any("Warp Stall Sampling (All" in c for c in r)), None)
@@ -542,6 +544,22 @@ for op, (v, x) in sorted(byop.items(), key=lambda kv: -kv[1][0])[:25]:
 for v, x, l, s in sorted(data, reverse=True)[:30]:
     print(f"{100*v/tot:5.1f}% {100*x/totx:5.1f}%i  {l:>6} {s}")
 PY
+}
+
+phase_dnsrc() {
+    local txt=$W/bench_text_16x512.txt
+    [ -f "$txt" ] && [ -f $W/q08-bf16.gguf ] || { row "dnsrc" "skipped: no model or text"; return; }
+    ncu_src dnsrc "${DNK_RE:-dn_wy_grad}" ${DNK_SKIP:-0} \
+        $L train -m $W/q08-bf16.gguf --text "$txt" --out $W/prof-out.gguf --backend cuda \
+        --device-only --window 512 --batch-tokens 8192 --full --lr 1e-5
+}
+
+# pfsrc: (after q08) the same for a one-sequence prefill's per-token DELTA_NET kernel (pp512 of
+# the BF16 file; the skip passes the warm-up's 64-token prefill, 18 layers)
+phase_pfsrc() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    ncu_src pfsrc "${PF_RE:-delta_net_kernel}" ${PF_SKIP:-18} \
+        $L bench -m $W/q08-bf16.gguf -p 512 -n 0 -r 1 --backend cuda
 }
 
 phase_profile() {
