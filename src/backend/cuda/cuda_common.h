@@ -189,6 +189,17 @@ static inline struct cu_t cu_view(const struct lt_tensor *t)
     return v;
 }
 
+/* Whether t's rows are whole runs of 16 bytes: F32, unit element stride, the data and the row,
+ * plane and batch strides on 16 bytes, so a kernel may read a row a float4 at a time (that
+ * ne0 is a multiple of 4 is the caller's to check). A choice among a launcher's kernels, never
+ * a claim; host and device code ask it alike. */
+static inline __host__ __device__ bool cu_rows16(const struct cu_t &t)
+{
+    return t.type == LT_TYPE_F32 && t.nb[0] == 4 &&
+           (((uintptr_t)t.data | (uintptr_t)t.nb[1] | (uintptr_t)t.nb[2] | (uintptr_t)t.nb[3]) &
+            15) == 0;
+}
+
 /* Blocks for a grid-stride loop over n items, threads per block given. */
 static inline unsigned cu_blocks(int64_t n, int threads)
 {

@@ -72,12 +72,7 @@ static __device__ void cb_solve_cols(const struct cb_block &w, float *X, bool tr
         const float a0 = transposed ? w.B[q] * w.Ab[q * lc + lane] : b0 * w.Ab[lane * lc + q];
         const float a1 =
             transposed ? w.B[q] * w.Ab[q * lc + lane + 32] : b1 * w.Ab[(lane + 32) * lc + q];
-#pragma unroll
-        for (int k = 0; k < CPW; k++) {
-            const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
-            u0[k] = fmaf(-a0, uq, u0[k]);
-            u1[k] = fmaf(-a1, uq, u1[k]);
-        }
+        cb_pivot<CPW>(u0, u1, a0, a1, q);
     }
 #pragma unroll
     for (int k = 0; k < CPW; k++) {

@@ -343,4 +343,20 @@ static __device__ __forceinline__ void cb_fill(int rows, int cols, Ld ld, St st)
         }
 }
 
+/* One pivot q of a unit lower triangular substitution on a warp's CPW columns, lane l
+ * holding rows l and l + 32 of each (u0, u1): row q is final, so it is broadcast, and the
+ * lane's rows take away their multiples a0, a1 of it (delta_net_chunk.cu's cb_solve_cols,
+ * delta_net_wy_impl.h's wy_solve64) */
+template <int CPW>
+static __device__ __forceinline__ void cb_pivot(float (&u0)[CPW], float (&u1)[CPW], float a0,
+                                                float a1, int q)
+{
+#pragma unroll
+    for (int k = 0; k < CPW; k++) {
+        const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
+        u0[k] = fmaf(-a0, uq, u0[k]);
+        u1[k] = fmaf(-a1, uq, u1[k]);
+    }
+}
+
 #endif

@@ -93,7 +93,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_prep_kernel(str
     float *K = sh, *Q = K + C * lk, *V = Q + C * lk, *Ab = V + C * lw, *Pm = Ab + C * lc,
           *T = Pm + C * lc, *At = T + C * lc, *G = At + C * lc, *Bv = G + C, *eGv = Bv + C,
           *Elv = eGv + C;
-    if (FIX && wy_src_rows_ok(a.s.k) && wy_src_rows_ok(a.s.q) && wy_src_rows_ok(a.s.v)) {
+    if (FIX && cu_rows16(a.s.k) && cu_rows16(a.s.q) && cu_rows16(a.s.v)) {
         wy_src_async(K, lk, a.s.k, hk, t0, b, n, WYF_S);
         wy_src_async(Q, lk, a.s.q, hk, t0, b, n, WYF_S);
         wy_src_async(V, lw, a.s.v, h, t0, b, n, WYF_S);
@@ -539,7 +539,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_out_kernel(stru
     if (threadIdx.x < C)
         eG[threadIdx.x] = expf(gv[threadIdx.x]);
     __syncthreads();
-    const bool rows = FIX && wy_src_rows_ok(a.s.q);
+    const bool rows = FIX && cu_rows16(a.s.q);
     if (rows) /* Q to X's left, scaled below */
         wy_src_async(X, lx, a.s.q, hk, t0, b, n, WYF_S);
     else

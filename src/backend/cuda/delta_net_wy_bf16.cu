@@ -98,6 +98,18 @@ static __device__ __forceinline__ void gb_fill_w(gb_t *X, int rows, Ld ld)
     }
 }
 
+/* the loader gb_fill_w takes for a chunk's rows of a source: t(i, hd, t0 + r, b) for r < n,
+ * zeros past the tokens */
+struct gb_rows {
+    const struct cu_t *t;
+    int64_t hd, t0, b;
+    int n;
+    __device__ __forceinline__ float operator()(int r, int i) const
+    {
+        return r < n ? cu_getf(*t, i, hd, t0 + r, b) : 0.0f;
+    }
+};
+
 /* this lane's partial of row sums sum_j X[r][j] Y(r, j) over its strip (Y the product's tiles
  * at columns n0..), rows m0 + g and m0 + g + 8, summed over the 4 lanes of a row; lane t = 0
  * stores them at part[row] */
@@ -172,10 +184,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
     });
     gb_fill_w<S, PB>(U, C, [&](int r, int j) { return gu[r * S + j]; });
     gb_fill_w<S, PB>(dR, C, [&](int r, int j) { return gdr[r * S + j]; });
-    gb_fill_w<S, PB>(Q, C,
-                     [&](int r, int i) { return r < n ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; });
-    gb_fill_w<S, PB>(K, C,
-                     [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; });
+    gb_fill_w<S, PB>(Q, C, gb_rows{&a.s.q, hk, t0, b, n});
+    gb_fill_w<S, PB>(K, C, gb_rows{&a.s.k, hk, t0, b, n});
     wy_async_wait();
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -507,8 +517,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
         if (threadIdx.x < C)
             El[threadIdx.x] = expf(gv[C - 1] - gv[threadIdx.x]);
         gb_fill_w<S, PB>(Wk, C, [&](int r, int i) { return gwk[r * S + i]; });
-        gb_fill_w<S, PB>(
-            K, C, [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; });
+        gb_fill_w<S, PB>(K, C, gb_rows{&a.s.k, hk, t0, b, n});
         /* this warp's strip of Uv */
         float2 uv[2][2];
 #pragma unroll
@@ -597,7 +606,7 @@ static __device__ __forceinline__ float4 pb_scale(float4 v, float f)
 
 /* K, Q, V of the chunk's n tokens into Kb, Qb, Vb (B V), BK (B e^G K) and, backward, EK
  * (El K), BF16 [C][PB], zeros past the tokens: by float4 loads where the sources' rows allow
- * (wy_src_rows_ok), each thread's 12 in flight at once, else element by element */
+ * (cu_rows16), each thread's 12 in flight at once, else element by element */
 template <bool FORWARD>
 static __device__ __forceinline__ void pb_operands(const struct wy_args &a, int64_t h, int64_t hk,
                                                    int64_t b, int64_t t0, int n, const float *Bv,
@@ -605,7 +614,7 @@ static __device__ __forceinline__ void pb_operands(const struct wy_args &a, int6
                                                    gb_t *Qb, gb_t *Vb, gb_t *BK, gb_t *EK)
 {
     constexpr int C = GB_C, S = GB_S, PB = GB_PB, Q4 = S / 4, ITEMS = 3 * C * Q4 / DN_WY_THREADS;
-    if (wy_src_rows_ok(a.s.k) && wy_src_rows_ok(a.s.q) && wy_src_rows_ok(a.s.v)) {
+    if (cu_rows16(a.s.k) && cu_rows16(a.s.q) && cu_rows16(a.s.v)) {
         float4 v[ITEMS];
 #pragma unroll
         for (int k = 0; k < ITEMS; k++) {
@@ -634,13 +643,12 @@ static __device__ __forceinline__ void pb_operands(const struct wy_args &a, int6
         }
         return;
     }
-    auto key = [&](int r, int i) { return r < n ? cu_getf(a.s.k, i, hk, t0 + r, b) : 0.0f; };
+    auto key = gb_rows{&a.s.k, hk, t0, b, n};
     gb_fill_w<S, PB>(Kb, C, key);
     gb_fill_w<S, PB>(BK, C, [&](int r, int i) { return key(r, i) * Bv[r] * eG[r]; });
     if (!FORWARD)
         gb_fill_w<S, PB>(EK, C, [&](int r, int i) { return key(r, i) * El[r]; });
-    gb_fill_w<S, PB>(Qb, C,
-                     [&](int r, int i) { return r < n ? cu_getf(a.s.q, i, hk, t0 + r, b) : 0.0f; });
+    gb_fill_w<S, PB>(Qb, C, gb_rows{&a.s.q, hk, t0, b, n});
     gb_fill_w<S, PB>(Vb, C, [&](int r, int j) {
         return r < n ? cu_getf(a.s.v, j, h, t0 + r, b) * Bv[r] : 0.0f;
     });

@@ -122,18 +122,9 @@ static __device__ __forceinline__ void wy_async_wait()
     __pipeline_wait_prior(0);
 }
 
-/* Whether a source's rows (ne0 of them, for each head, token and sequence) can be copied
- * by wy_src_async: F32, ne0 contiguous, every row starting on 16 bytes. The same for every
- * thread of a block (a choice of copy, not a claim: the kernels read any strides). */
-static __device__ __forceinline__ bool wy_src_rows_ok(const struct cu_t &t)
-{
-    return t.type == LT_TYPE_F32 && t.nb[0] == 4 &&
-           (((uintptr_t)t.data | (uintptr_t)t.nb[1] | (uintptr_t)t.nb[2] | (uintptr_t)t.nb[3]) &
-            15) == 0;
-}
-
 /* X[r][i] (pitch ld) = t(i, h, t0 + r, b) for r < n, i < width (a multiple of 4, at most
- * ne0), zeros for rows n..WY_C, by 16-byte asynchronous copies (wy_src_rows_ok(t)); the
+ * ne0), zeros for rows n..WY_C, by 16-byte asynchronous copies (cu_rows16(t), the same for every
+ * thread of a block: the kernels read any strides otherwise); the
  * caller ends with wy_async_wait() and a barrier. The prep and out kernels' loads of q, k
  * and v element by element (cu_getf's strides and type a float) were most of their
  * instructions (Nsight Compute, 16 x 512 tokens, H100: 70% of out's). */
@@ -226,15 +217,8 @@ static __device__ __forceinline__ void wy_solve64(const float *At, int lc, float
         u0[k] = X[lane * lx + j];
         u1[k] = X[(lane + 32) * lx + j];
     }
-    for (int q = 0; q < WY_C; q++) {
-        const float a0 = At[q * lc + lane], a1 = At[q * lc + lane + 32];
-#pragma unroll
-        for (int k = 0; k < CPW; k++) {
-            const float uq = __shfl_sync(0xffffffffu, q < 32 ? u0[k] : u1[k], q & 31);
-            u0[k] = fmaf(-a0, uq, u0[k]);
-            u1[k] = fmaf(-a1, uq, u1[k]);
-        }
-    }
+    for (int q = 0; q < WY_C; q++)
+        cb_pivot<CPW>(u0, u1, At[q * lc + lane], At[q * lc + lane + 32], q);
 #pragma unroll
     for (int k = 0; k < CPW; k++) {
         const int j = warp * CPW + k;

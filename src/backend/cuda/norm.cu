@@ -527,10 +527,7 @@ static bool norm_mul_back_rows_fit(const struct lt_tensor *node)
     const int64_t n = x->ne[0];
     if (n % 4 != 0 || n > 1024 || (uintptr_t)node->data % 16 != 0)
         return false;
-    if (x->nb[0] != sizeof(float) ||
-        ((uintptr_t)x->data | (uintptr_t)x->nb[1] | (uintptr_t)x->nb[2] | (uintptr_t)x->nb[3]) %
-                16 !=
-            0)
+    if (!cu_rows16(cu_view(x)))
         return false;
     for (int i = 0; i < 4; i++) {
         const struct lt_tensor *t = node->src[i];

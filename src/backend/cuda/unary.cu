@@ -141,15 +141,14 @@ static __global__ void pair_flat4_kernel(int kind, const float4 *a, const float4
         cu_store4(y, YT, f, apply_pair4(kind, a[f], b[f]));
 }
 
-/* Whether t's rows are whole float4s: F32, unit element stride, ne0 a multiple of 4, data and
- * row, plane and batch strides 16-byte aligned, its float4s counted in 32 bits. A strided
- * view of whole rows passes (the gated attention's gate, every other 256 floats of the
- * query projection), which the element-wise kernels read an element at a time. */
+/* Whether t's rows are whole float4s (cu_rows16, ne0 a multiple of 4), its float4s counted
+ * in 32 bits. A strided view of whole rows passes (the gated attention's gate, every other
+ * 256 floats of the query projection), which the element-wise kernels read an element at a
+ * time. */
 static bool rows4_ok(const struct lt_tensor *t)
 {
-    return t->type == LT_TYPE_F32 && t->nb[0] == sizeof(float) && t->ne[0] % 4 == 0 &&
-           t->ne[0] > 0 && cu_aligned(t->data, 16) && t->nb[1] % 16 == 0 && t->nb[2] % 16 == 0 &&
-           t->nb[3] % 16 == 0 && lt_nelements(t) / 4 <= 0x7fffffff;
+    return cu_rows16(cu_view(t)) && t->ne[0] % 4 == 0 && t->ne[0] > 0 &&
+           lt_nelements(t) / 4 <= 0x7fffffff;
 }
 
 /* float4 f4 of t (rows4_ok), in row-major order: row f4 / q, q = ne0 / 4 float4s a row */
