@@ -429,9 +429,10 @@ struct lt_tensor *lt_get_rows_back(struct lt_ctx *ctx, struct lt_tensor *grad,
  * (a tied embedding's gradient, added to the LM head's) */
 struct lt_tensor *lt_get_rows_back_into(struct lt_ctx *ctx, struct lt_tensor *grad,
                                         struct lt_tensor *ids, struct lt_tensor *into);
-/* whether a GET_ROWS_BACK node's source 2, when it has one, is the contiguous F32 storage it
- * writes over (the in-place form's precondition, every backend's claim checks it) */
-bool lt_get_rows_back_into_fits(const struct lt_tensor *node);
+/* whether a GET_ROWS_BACK node's shapes fit (grad's rows, the ids, the result) and its
+ * source 2, when it has one, is the contiguous F32 storage it writes over: the one shape rule
+ * every backend's claim checks */
+bool lt_get_rows_back_fits(const struct lt_tensor *node);
 /* grad * d silu(x) / dx, same shapes */
 struct lt_tensor *lt_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x);
 /* Both gradients of lt_swiglu(gate, up) for its result's gradient grad (all three float, one

@@ -155,27 +155,25 @@ static size_t get_rows_back_work_size(const struct lt_tensor *node, int nth)
 
 static bool get_rows_back_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
-    const struct lt_tensor *grad = node->src[0], *ids = node->src[1];
     if (!check_source_readable(node, 0, reason, reason_size) ||
-        !rows_ids_supported(node, ids, reason, reason_size))
+        !rows_ids_supported(node, node->src[1], reason, reason_size))
         return false;
-    if (grad->ne[0] != node->ne[0] || grad->ne[1] != ids->ne[0] || grad->ne[2] != node->ne[2] ||
-        grad->ne[3] != node->ne[3] || !ids_match(ids, node)) {
-        snprintf(reason, reason_size, "the result's shape does not match its sources");
-        return false;
-    }
-    if (!lt_get_rows_back_into_fits(node)) {
+    if (!lt_get_rows_back_fits(node)) {
         snprintf(reason, reason_size,
-                 "it adds in place into a tensor other than contiguous f32 "
-                 "storage of its result");
+                 "the result's shape does not match its sources, or it adds in place into a "
+                 "tensor other than contiguous f32 storage of its result");
         return false;
     }
     return true;
 }
 
-bool lt_get_rows_back_into_fits(const struct lt_tensor *node)
+bool lt_get_rows_back_fits(const struct lt_tensor *node)
 {
-    const struct lt_tensor *into = node->src[2];
+    const struct lt_tensor *grad = node->src[0], *ids = node->src[1], *into = node->src[2];
+    if (node->op != LT_OP_GET_ROWS_BACK || !grad || !ids || grad->ne[0] != node->ne[0] ||
+        grad->ne[1] != ids->ne[0] || grad->ne[2] != node->ne[2] || grad->ne[3] != node->ne[3] ||
+        !ids_match(ids, node))
+        return false;
     if (!into)
         return true;
     const struct lt_tensor *root = into->view_src ? into->view_src : into;

@@ -96,11 +96,6 @@ static bool shapes_concat_ok(const struct lt_tensor *node)
     return true;
 }
 
-static bool ids_match(const struct lt_tensor *ids, const struct lt_tensor *rows)
-{
-    return ids->ne[1] == rows->ne[2] && ids->ne[2] == rows->ne[3] && ids->ne[3] == 1;
-}
-
 static bool acc_window_ok(const struct lt_tensor *node)
 {
     const struct lt_tensor *b = node->src[1];
@@ -166,16 +161,10 @@ bool cu_copy_supported(const struct lt_tensor *node, char *reason, size_t reason
             !cu_check_source(node, 1, CU_TYPES_I32, reason, reason_size) ||
             !cu_check_result_f32(node, reason, reason_size))
             return false;
-        const struct lt_tensor *grad = node->src[0], *ids = node->src[1];
-        if (grad->ne[0] != node->ne[0] || grad->ne[1] != ids->ne[0] ||
-            grad->ne[2] != node->ne[2] || grad->ne[3] != node->ne[3] || !ids_match(ids, node)) {
-            snprintf(reason, reason_size, "the result's shape does not match its sources");
-            return false;
-        }
-        if (!lt_get_rows_back_into_fits(node)) {
+        if (!lt_get_rows_back_fits(node)) {
             snprintf(reason, reason_size,
-                     "it adds in place into a tensor other than contiguous "
-                     "f32 storage of its result");
+                     "the result's shape does not match its sources, or it adds in place into "
+                     "a tensor other than contiguous f32 storage of its result");
             return false;
         }
         return true;
