@@ -28,6 +28,9 @@
 #           (serve_N.log): per N the profile's summary line, its costliest ops and node kinds
 #           (decode, prefill and warm-up together; a kind names its shapes, so N's products
 #           stand apart)
+#   pfprof  (after q08) pp512 of the BF16 file under LATHE_CUDA_PROFILE=2 for each LATHE_DN_FWD
+#           in PF_MODES (default "default wy"): device time, costliest ops and node kinds
+#   ppfwd   pp512 and pp2048 with LATHE_DN_FWD in PPFWD_MODES (default "token default wy")
 #   pfsrc   (after q08) Nsight Compute's full set and stall samples by SASS line on one launch
 #           of a 512-token prefill's per-token DELTA_NET kernel (PF_RE, PF_SKIP)
 #   kprof   (after q08) Nsight Compute's duration of every kernel of a few BF16 decode tokens
@@ -258,6 +261,12 @@ phase_q08() {
         timeout 120 $L check-ref $W/q08-f32.gguf $Q/reference.safetensors --backend cuda \
             >"$out/checkref-q08.log" 2>&1
     row "0.8B: check-ref --backend cuda (f32)" "rc $?"
+    local fm
+    for fm in ${Q08_FWD_MODES:-}; do # the same with LATHE_DN_FWD=$fm
+        LATHE_DN_FWD=$fm timeout 120 $L check-ref $W/q08-f32.gguf $Q/reference.safetensors \
+            --backend cuda >"$out/checkref-q08-$fm.log" 2>&1
+        row "0.8B: check-ref --backend cuda (f32), LATHE_DN_FWD=$fm" "rc $? $(grep -ciE 'pass' "$out/checkref-q08-$fm.log") pass lines"
+    done
     $L convert $Q -o $W/q08-bf16.gguf --outtype bf16 >>"$out/q08_convert.log" 2>&1
     $L convert $Q -o $W/q08-q8_0.gguf --outtype q8_0 >>"$out/q08_convert.log" 2>&1
     rm -f $W/q08-f32.gguf
@@ -562,6 +571,27 @@ phase_pfsrc() {
         $L bench -m $W/q08-bf16.gguf -p 512 -n 0 -r 1 --backend cuda
 }
 
+# pfprof: (after q08) pp512 of the BF16 file under LATHE_CUDA_PROFILE=2 (graphs off) for each
+# LATHE_DN_FWD in PF_MODES (default "default wy"): device time, the costliest ops and kinds
+phase_pfprof() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    local v prompt
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for v in ${PF_MODES:-default wy}; do
+        LATHE_DN_FWD=$v LATHE_CUDA_GRAPHS=0 LATHE_CUDA_PROFILE=2 timeout 60 $L bench -m $W/q08-bf16.gguf \
+            -p 512 -n 0 -r 3 --backend cuda >"$out/pfprof_$v.log" 2>&1
+        row "pp512 profile, LATHE_DN_FWD=$v" "rc $?"
+        echo "== pp512 profile, LATHE_DN_FWD=$v"
+        grep -E 'profile:' "$out/pfprof_$v.log" | cut -c1-200
+        grep -E '^[A-Z_]+ +[0-9]' "$out/pfprof_$v.log" | sort -k3 -n -r | head -12
+        sed -n '/by node kind/,$p' "$out/pfprof_$v.log" | head -24 | cut -c1-160
+        timeout 60 env LATHE_DN_FWD=$v $L run -m $W/q08-bf16.gguf -p "$prompt" -n 64 --ignore-eos \
+            --temp 0 --backend cuda >"$out/pfprof_text_$v.txt" 2>/dev/null
+    done
+    cmp -s "$out/pfprof_text_default.txt" "$out/pfprof_text_wy.txt"
+    row "  bf16 greedy text (504-token prompt), default against wy" "$([ $? = 0 ] && echo same || echo DIFFERENT)"
+}
+
 phase_profile() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
@@ -720,7 +750,7 @@ phase_ppfwd() {
     fi
     local p v
     for p in 512 2048; do
-        for v in token default; do
+        for v in ${PPFWD_MODES:-token default wy}; do
             LATHE_DN_FWD=$v timeout 60 $L bench -m $W/q08-bf16.gguf -p $p -n 0 -r 5 --backend cuda \
                 >"$out/ppfwd_${p}_$v.log" 2>&1
             row "pp$p, LATHE_DN_FWD=$v" "rc $? $(grep -E "pp$p" "$out/ppfwd_${p}_$v.log" | awk -F'|' '{printf "%s", $7}')"
@@ -1012,7 +1042,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

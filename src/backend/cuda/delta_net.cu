@@ -75,8 +75,9 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
  * did all of a chunk's work in its sequential walk, 4.2 ms).
  * LATHE_DN_FWD=token keeps the per-token kernel for every DELTA_NET node, LATHE_DN_FWD=v1
  * the choice before the chunk-parallel forward (CHUNKED: delta_net_chunk.cu's kernel; AUTO:
- * the per-token one), for comparison. The precondition and the launcher both ask here (the
- * environment is read each time, so both see the same answer). */
+ * the per-token one), LATHE_DN_FWD=wy the chunk-parallel forward for AUTO nodes of any
+ * length and batch where its plan fits, for comparison. The precondition and the launcher both ask
+ * here (the environment is read each time, so both see the same answer). */
 enum dn_kind { DN_KIND_TOKEN, DN_KIND_CHUNKED, DN_KIND_WY };
 
 struct dn_plans {
@@ -90,13 +91,13 @@ static bool back_v1_requested(void)
     return e && strcmp(e, "v1") == 0;
 }
 
-/* LATHE_DN_FWD: 0 unset (the default), 1 "token", 2 "v1" */
+/* LATHE_DN_FWD: 0 unset (the default), 1 "token", 2 "v1", 3 "wy" */
 static int fwd_env(void)
 {
     const char *e = getenv("LATHE_DN_FWD");
     if (!e)
         return 0;
-    return strcmp(e, "token") == 0 ? 1 : strcmp(e, "v1") == 0 ? 2 : 0;
+    return strcmp(e, "token") == 0 ? 1 : strcmp(e, "v1") == 0 ? 2 : strcmp(e, "wy") == 0 ? 3 : 0;
 }
 
 static enum dn_kind chunked_plan(const struct lt_tensor *node, struct dn_plans *p)
@@ -110,9 +111,10 @@ static enum dn_kind chunked_plan(const struct lt_tensor *node, struct dn_plans *
         if (env == 1 || path == LT_DELTA_NET_PATH_RECURRENT)
             return DN_KIND_TOKEN;
         const bool chunked = path == LT_DELTA_NET_PATH_CHUNKED;
-        if (env == 0 && (chunked || cu_dn_wy_fwd_auto(v->ne[1], q->ne[3], q->ne[2])) &&
+        const bool auto_wy = env == 3 || cu_dn_wy_fwd_auto(v->ne[1], q->ne[3], q->ne[2]);
+        if ((env == 0 || env == 3) && (chunked || auto_wy) &&
             cu_dn_wy_fwd_plan_init(&p->wy, q->ne[0], v->ne[0], q->ne[1], v->ne[1], q->ne[3],
-                                q->ne[2], reason, sizeof(reason)))
+                                   q->ne[2], reason, sizeof(reason)))
             return DN_KIND_WY;
         if (!chunked)
             return DN_KIND_TOKEN;
