@@ -1,6 +1,6 @@
 /* bench_delta_net.c: the gated delta rule's nodes on the CUDA backend at Qwen3.5-0.8B's
  * training shapes (16 heads of S_k = S_v = 128; 16 x 512 and 4 x 2048 tokens) and a
- * one-sequence prefill's (1 x 512, 1 x 2048): DELTA_NET
+ * one-sequence prefill's (1 x 64, 128, 512 and 2048): DELTA_NET
  * and DELTA_NET_BACK, each a one-node graph run by the scheduler, on the paths the backend
  * has (chunked: the chunk-parallel kernels of delta_net_wy.cu; token: the per-token scan)
  * and at the precisions of the chunked kernels' products (bf16: BF16 operands where a kernel
@@ -110,7 +110,8 @@ int main(int argc, char **argv)
         printf("skipped: %s\n", lt_last_error());
         return 77;
     }
-    static const int64_t shapes[][2] = {{512, 16}, {2048, 4}, {512, 1}, {2048, 1}};
+    static const int64_t shapes[][2] = {{512, 16}, {2048, 4}, {64, 1},
+                                        {128, 1},  {512, 1},  {2048, 1}};
     static const struct {
         const char *name;
         enum lt_delta_net_path path;

@@ -49,6 +49,12 @@ static const struct shape shapes[] = {
     {"gate/up  1024->3584", 1024, 3584},
     {"down:3584->1024", 3584, 1024},
     {"lm_head  1024->248320", 1024, 248320},
+    /* the 0.8B model's stacked projections as a prefill runs them: a DeltaNet layer's
+     * inputs (qkv, z, b, a), an FFN's gate and up, an attention layer's q (with its gate),
+     * k and v */
+    {"dn in    1024->8224", 1024, 8224},
+    {"gate+up  1024->7168", 1024, 7168},
+    {"attn in  1024->5120", 1024, 5120},
 };
 static const int64_t token_counts[] = {1, 64, 512};
 

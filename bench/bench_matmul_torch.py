@@ -1,5 +1,6 @@
 """bench_matmul_torch.py: torch.matmul times for the shapes of bench_matmul.c (Qwen3.5-0.8B:
-hidden 1024, intermediate 3584, vocabulary 248320; 1, 64 and 512 tokens), BF16 weights.
+hidden 1024, intermediate 3584, vocabulary 248320, and the stacked projections a prefill
+runs; 1, 64 and 512 tokens), BF16 weights.
 
 Two torch figures per shape, timed the way bench_matmul times lathe and cuBLAS (wall clock
 around one product and a synchronisation, median after warm-ups):
@@ -17,7 +18,8 @@ except ImportError:
     sys.exit(77)
 
 SHAPES = [("gate/up  1024->3584", 1024, 3584), ("down     3584->1024", 3584, 1024),
-          ("lm_head  1024->248320", 1024, 248320)]
+          ("lm_head  1024->248320", 1024, 248320), ("dn in    1024->8224", 1024, 8224),
+          ("gate+up  1024->7168", 1024, 7168), ("attn in  1024->5120", 1024, 5120)]
 TOKENS = [1, 64, 512]
 
 

@@ -306,18 +306,18 @@ int main(void)
             check_wyfplan(wsks[a], wsvs[b], hk, hv, 1 + (int64_t)a % 3,
                           (int64_t)(a * 97 + b * 13));
         }
-    /* AUTO's choice: decode and short prefills stay per token, and so does a one-sequence
-     * prefill at any length (its 16 walks), and 3 sequences; 16 sequences of 16 heads go by
-     * chunks from 64 tokens, 8 and 4 sequences too (4 x 2048 tokens: a training step's
-     * shape); the conformance suite's AUTO shapes cross it at T 64 (64 value heads, 2
-     * sequences); 32 heads of 2 sequences go by chunks once they have 128 chunks */
+    /* AUTO's choice: decode and prefills under a chunk stay per token; from 64 tokens every
+     * batch goes by chunks, a one-sequence prefill of 16 heads included */
     CHECK(!cu_dn_wy_fwd_auto(16, 1, 1) && !cu_dn_wy_fwd_auto(16, 16, 1) && !cu_dn_wy_fwd_auto(16, 16, 63));
+    CHECK(!cu_dn_wy_fwd_auto(16, 1, 63) && cu_dn_wy_fwd_auto(16, 1, 64) &&
+          cu_dn_wy_fwd_auto(16, 1, 512));
     CHECK(cu_dn_wy_fwd_auto(16, 16, 64) && cu_dn_wy_fwd_auto(16, 16, 512) && cu_dn_wy_fwd_auto(16, 8, 64));
     CHECK(cu_dn_wy_fwd_auto(16, 4, 2048) && cu_dn_wy_fwd_auto(16, 7, 512));
-    CHECK(!cu_dn_wy_fwd_auto(16, 1, 449) && !cu_dn_wy_fwd_auto(16, 1, 4096) &&
-          !cu_dn_wy_fwd_auto(16, 3, 4096));
-    CHECK(!cu_dn_wy_fwd_auto(64, 2, 63) && cu_dn_wy_fwd_auto(64, 2, 64));
-    CHECK(!cu_dn_wy_fwd_auto(32, 2, 64) && cu_dn_wy_fwd_auto(32, 2, 65));
+    CHECK(cu_dn_wy_fwd_auto(16, 1, 449) && cu_dn_wy_fwd_auto(16, 1, 4096) &&
+          cu_dn_wy_fwd_auto(16, 3, 4096));
+    CHECK(!cu_dn_wy_fwd_auto(64, 2, 63) && cu_dn_wy_fwd_auto(64, 2, 64) &&
+          cu_dn_wy_fwd_auto(32, 2, 64));
+    CHECK(!cu_dn_wy_fwd_auto(0, 2, 64) && !cu_dn_wy_fwd_auto(16, 0, 64));
     CHECK(!cu_dn_wy_fwd_auto(1000, 1000, 0));
     /* the conformance suite's forward shapes */
     static const int64_t fts[] = {0, 1, 5, 63, 64, 65, 150, 512, 2048};

@@ -574,7 +574,11 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         state = named(lt_fill(ctx, like, 0.0f), "state_zero", il);
     }
     struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk));
-    if (b->ad && b->ad->bf16_products)
+    /* BF16 operands where the step's products round to BF16 anyway: a device's training
+     * step, and a prefill of half weights (half_acts, the layer's output product BF16 or
+     * F16), as FLASH_ATTN's. A prefill of F32 weights (check-ref's) keeps F32. */
+    if ((b->ad && b->ad->bf16_products) ||
+        (b->half_acts && act_type(b, 1, &ly->ssm_out) != LT_TYPE_F32))
         lt_delta_net_set_prec(r, LT_DELTA_NET_PREC_BF16);
     if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
         return st;

@@ -30,6 +30,8 @@
 #           stand apart)
 #   pfprof  (after q08) pp512 of the BF16 file under LATHE_CUDA_PROFILE=2 for each LATHE_DN_FWD
 #           in PF_MODES (default "default wy"): device time, costliest ops and node kinds
+#   ppenv   (after q08) pp512, pp2048 and a greedy text under each VAR=VALUE of PPENV (default
+#           LATHE_FLASH_ATTN=0 and =1), the texts compared
 #   ppfwd   pp512 and pp2048 with LATHE_DN_FWD in PPFWD_MODES (default "token default wy")
 #   pfsrc   (after q08) Nsight Compute's full set and stall samples by SASS line on one launch
 #           of a 512-token prefill's per-token DELTA_NET kernel (PF_RE, PF_SKIP)
@@ -132,12 +134,12 @@ row "build (sm_90, -Werror)" "ok in $(($(date +%s) - t_start)) s"
 passed() { grep -E 'passed, .* failed' "$1" | tail -1; }
 
 phase_bench() {
-    timeout 90 $b/bench/bench_matmul 100 >"$out/bench_matmul.log" 2>&1
+    timeout 150 $b/bench/bench_matmul ${MM_REPS:-100} >"$out/bench_matmul.log" 2>&1
     row "bench_matmul (lathe vs cuBLAS)" "rc $?"
-    timeout 90 python3 bench/bench_matmul_torch.py >"$out/bench_torch.log" 2>&1
+    timeout 90 python3 bench/bench_matmul_torch.py ${MM_REPS:-100} >"$out/bench_torch.log" 2>&1
     row "bench_matmul_torch" "rc $?"
-    grep -vE "^$" "$out/bench_matmul.log" | tail -16
-    tail -8 "$out/bench_torch.log"
+    sed -n '1,/^$/p;/^|/p' "$out/bench_matmul.log" | head -${MM_LINES:-40}
+    tail -20 "$out/bench_torch.log"
 }
 
 phase_traincli() {
@@ -569,6 +571,30 @@ phase_pfsrc() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     ncu_src pfsrc "${PF_RE:-delta_net_kernel}" ${PF_SKIP:-18} \
         $L bench -m $W/q08-bf16.gguf -p 512 -n 0 -r 1 --backend cuda
+}
+
+# ppenv: (after q08) pp512 and pp2048 of the BF16 file, and the greedy text of a 504-token
+# prompt, under each VAR=VALUE of PPENV (default "LATHE_FLASH_ATTN=0 LATHE_FLASH_ATTN=1"),
+# the texts compared with the first's
+phase_ppenv() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    local e p prompt first=""
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for e in ${PPENV:-LATHE_FLASH_ATTN=0 LATHE_FLASH_ATTN=1}; do
+        for p in 512 2048; do
+            env $e timeout 60 $L bench -m $W/q08-bf16.gguf -p $p -n 0 -r 5 --backend cuda \
+                >"$out/ppenv_${p}_$e.log" 2>&1
+            row "pp$p, $e" "rc $? $(grep -E "pp$p" "$out/ppenv_${p}_$e.log" | awk -F'|' '{printf "%s", $7}')"
+        done
+        env $e timeout 60 $L run -m $W/q08-bf16.gguf -p "$prompt" -n 64 --ignore-eos --temp 0 \
+            --backend cuda >"$out/ppenv_text_$e.txt" 2>/dev/null
+        if [ -z "$first" ]; then
+            first=$e
+        else
+            cmp -s "$out/ppenv_text_$first.txt" "$out/ppenv_text_$e.txt"
+            row "  greedy text, $e against $first" "$([ $? = 0 ] && echo same || echo DIFFERENT)"
+        fi
+    done
 }
 
 # pfprof: (after q08) pp512 of the BF16 file under LATHE_CUDA_PROFILE=2 (graphs off) for each
@@ -1042,7 +1068,7 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -1576,12 +1576,11 @@ static void test_recurrent_loss_optim(void)
                 }
             }
     /* the forward as models build it (AUTO): the chunk-parallel kernels where
-     * cu_dn_wy_fwd_auto says so (T >= 64, B H_v >= 64 walks and B H_v ceil(T / 64) >= 128
-     * chunks), the per-token kernel elsewhere; around one chunk, two chunks and a long tail,
-     * two sequences packed side by side, grouped heads (H_v = 2 H_k), with an initial state
-     * and without (zeros). Both S 16 x 12 (padded) and S 128 x 128, with 64 value heads, go
-     * by chunks from T 64; then Qwen3.5-0.8B's training shape (16 x 512 tokens, 16 heads of
-     * 128) */
+     * cu_dn_wy_fwd_auto says so (T >= 64), the per-token kernel elsewhere; around one chunk, two
+     * chunks and a long tail, two sequences packed side by side, grouped heads (H_v = 2 H_k), with
+     * an initial state and without (zeros). Both S 16 x 12 (padded) and S 128 x 128, with 64 value
+     * heads, go by chunks from T 64; then Qwen3.5-0.8B's training shape (16 x 512 tokens, 16 heads
+     * of 128) */
     static const int64_t auto_t[] = {1, 63, 64, 65, 150, 512};
     static const int64_t auto_s[][3] = {{16, 12, 32}, {128, 128, 32}}; /* S_k, S_v, H_k */
     for (int si = 0; si < 2; si++)
@@ -1609,6 +1608,19 @@ static void test_recurrent_loss_optim(void)
         run_case(LT_OP_DELTA_NET,
                  lbl(layout_names[L_CONTIG], zero ? "128x128 H16/16 T512 B16 auto no-state"
                                                   : "128x128 H16/16 T512 B16 auto"),
+                 TOL_F32, b_delta_net, &p);
+    }
+    /* a one-sequence prefill of Qwen3.5-0.8B's heads, by chunks from 64 tokens (the state
+     * walk's columns narrowed to 16: 128 blocks), with a tail, q and v sliced views */
+    for (int zero = 0; zero < 2; zero++) {
+        p = P(L_SLICED, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        const int64_t ne[4] = {128, 128, 150, 1};
+        memcpy(p.ne, ne, sizeof(p.ne));
+        p.i[0] = 16, p.i[1] = 16, p.i[2] = LT_DELTA_NET_PATH_AUTO;
+        p.f[0] = (float)zero;
+        run_case(LT_OP_DELTA_NET,
+                 lbl(layout_names[L_SLICED],
+                     zero ? "128x128 H16/16 T150 B1 auto no-state" : "128x128 H16/16 T150 B1 auto"),
                  TOL_F32, b_delta_net, &p);
     }
     /* the backward: the chunk-parallel kernels (AUTO; LATHE_DN_BACK=v1 for the chunked

@@ -67,17 +67,18 @@ static const enum lt_op delta_net_ops[] = {LT_OP_DELTA_NET, LT_OP_DELTA_NET_BACK
  * its plan fits, else the per-token one; LATHE_DN_BACK=v1 skips the first, for comparison,
  * and a node that asks for the recurrent path gets the per-token kernel.
  * DELTA_NET: the chunk-parallel forward (delta_net_wy.cu) when the node's path is CHUNKED,
- * or AUTO where cu_dn_wy_fwd_auto says so (T >= 64, at least 64 walks and 128 chunks over
- * the sequences and value heads: see delta_net_plan.h for why), and its plan fits (S_k, S_v <=
- * 128); else, for CHUNKED, the chunked kernel of delta_net_chunk.cu where its plan fits; else the
- * per-token kernel (RECURRENT, decode, short prefills, S_k past 128). The per-token kernel
+ * or AUTO where cu_dn_wy_fwd_auto says so (T >= 64: see delta_net_plan.h for why), and its
+ * plan fits (S_k, S_v <= 128); else, for CHUNKED, the chunked kernel of delta_net_chunk.cu where
+ * its plan fits; else the per-token kernel (RECURRENT, decode, prefills under a chunk, S_k past
+ * 128). The per-token kernel
  * took 3.1 ms a node at 16 x 512 tokens of Qwen3.5-0.8B (and the older chunked one, which
  * did all of a chunk's work in its sequential walk, 4.2 ms).
  * LATHE_DN_FWD=token keeps the per-token kernel for every DELTA_NET node, LATHE_DN_FWD=v1
  * the choice before the chunk-parallel forward (CHUNKED: delta_net_chunk.cu's kernel; AUTO:
  * the per-token one), LATHE_DN_FWD=wy the chunk-parallel forward for AUTO nodes of any
- * length and batch where its plan fits, for comparison. The precondition and the launcher both ask
- * here (the environment is read each time, so both see the same answer). */
+ * length where its plan fits (a T past the rule's 64 is the default's choice), for comparison. The
+ * precondition and the launcher both ask here (the environment is read each time, so both see the
+ * same answer). */
 enum dn_kind { DN_KIND_TOKEN, DN_KIND_CHUNKED, DN_KIND_WY };
 
 struct dn_plans {

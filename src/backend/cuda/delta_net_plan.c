@@ -314,6 +314,5 @@ bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_
 
 bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt)
 {
-    return nt >= DN_WY_FWD_MIN_T && nb * hv >= DN_WY_FWD_MIN_HEADS &&
-           nb * hv * ((nt + DN_CHUNK - 1) / DN_CHUNK) >= DN_WY_FWD_MIN_CHUNKS;
+    return nt >= DN_WY_FWD_MIN_T && hv > 0 && nb > 0;
 }

@@ -164,24 +164,19 @@ bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk
  * them), and out's sizes: co = 64 columns where they divide svp (else 32, else 16),
  * narrowed while out's grid is short of DN_BACK_TARGET_BLOCKS. delta_net.cu takes it for a
  * DELTA_NET node whose path is CHUNKED, or AUTO where cu_dn_wy_fwd_auto says so. */
-#define DN_WY_FWD_MIN_T 64         /* AUTO: tokens a sequence, at least */
-#define DN_WY_FWD_MIN_CHUNKS 128   /* AUTO: chunks B * H_v * ceil(T / DN_CHUNK), at least */
-#define DN_WY_FWD_MIN_HEADS 64     /* AUTO: walks B * H_v, at least */
+#define DN_WY_FWD_MIN_T 64 /* AUTO: tokens a sequence, at least */
 
 /* Whether a DELTA_NET node of path AUTO with H_v value heads, B sequences and T tokens goes
- * by chunks: T >= DN_WY_FWD_MIN_T (decode and short prefills keep the per-token kernel), at
- * least DN_WY_FWD_MIN_CHUNKS chunks (prep, a block a chunk, about a block for each of the
- * H200's 132 SMs) and at least DN_WY_FWD_MIN_HEADS (sequence, value head) walks. The
- * per-token kernel's time is T steps whatever the batch (~0.24 us a token for one sequence
- * of 16 heads of 128, more once its grid passes a wave: 3.1 ms for 16 x 512 tokens); the
- * chunked one's state walk took ~30 us a chunk of 64 (Nsight Compute, 16 x 512 tokens:
- * prep 1.3 ms, walk 1.3 ms, outputs 0.6 ms at its locked clocks; 2.44 ms a node in a
- * training step against the per-token 3.11), ~0.5 us a token, which one sequence's 32 walks
- * cannot hide: a one-sequence prefill keeps the per-token kernel at any length, 16
- * sequences of 16 heads go by chunks (measured), and so do 4 (measured: in a 4 x 2048
- * training step the per-token forward took 4.04 ms a node, H100, where bench_delta_net's
- * chunk-parallel one takes 1.11; the per-token kernel's step grows with its walks past
- * one sequence's, ~2 us a token at 64 walks). The rule was 128 walks until then. */
+ * by chunks: T >= DN_WY_FWD_MIN_T, whatever the batch (decode and prefills shorter than a
+ * chunk keep the per-token kernel). The per-token kernel's time is T steps whatever the
+ * batch (~0.6 us a token for one sequence of 16 heads of 128 in a prefill, more once its
+ * grid passes a wave: 3.1 ms for 16 x 512 tokens). The chunk-parallel forward narrows its
+ * state walk's columns to 16 when the batch is short (128 blocks for one sequence of 16
+ * heads), so even one sequence's walk fills the device: H100, bench_delta_net, 16 heads of
+ * 128, BF16 products: 1 x 512 tokens 0.141 ms against the per-token 0.299, 1 x 2048 0.494
+ * against 1.921; `lathe bench` of Qwen3.5-0.8B BF16, pp512 55.7k tokens/s against 44.0k,
+ * pp2048 68.2k against 38.5k (4b4895b, LATHE_DN_FWD=wy against the rule before, which also
+ * asked for 64 walks and 128 chunks and so kept a one-sequence prefill per token). */
 bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
 
 bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,
