@@ -267,6 +267,16 @@ static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws
     return t;
 }
 
+/* Whether a layer's recurrence or attention (DELTA_NET, FLASH_ATTN) may take BF16 operands
+ * where the graph's products round their activations anyway: a device's training step
+ * (bf16_products), or a prefill with half activations whose layer output weight `wo` is
+ * not F32 (BF16, F16 or quantised: those products round the activations to BF16 or F16).
+ * A prefill of F32 weights (check-ref's, the CPU oracle's) keeps F32. */
+static bool half_mixer(struct lt_mb *b, struct lt_tensor *wo)
+{
+    return (b->ad && b->ad->bf16_products) || (b->half_acts && wo && W(b, wo)->type != LT_TYPE_F32);
+}
+
 /* whether a graph takes the fused forms that have backward rules where the chain they
  * replace is the F32 path's: a device's training step (BF16 products; RMS_NORM with its
  * weight and gate, one RMS_NORM_MUL_BACK a norm) */
@@ -324,8 +334,8 @@ static struct lt_tensor *attention(struct lt_mb *b, int il, struct lt_tensor *q,
         struct lt_tensor *o = named(lt_flash_attn(ctx, q4, k, v, b->attn_pos ? b->pos : b->kq_mask,
                                                   1.0f / sqrtf((float)D), b->causal),
                                     "flash_attn", il); /* [D, H, T, S] */
-        const bool half = (b->ad && b->ad->bf16_products) || b->half_acts;
-        lt_flash_attn_set_prec(o, half ? LT_FLASH_ATTN_PREC_BF16 : LT_FLASH_ATTN_PREC_F32);
+        lt_flash_attn_set_prec(o, half_mixer(b, b->m->layers[il].wo) ? LT_FLASH_ATTN_PREC_BF16
+                                                                     : LT_FLASH_ATTN_PREC_F32);
         return o ? lt_reshape_2d(ctx, o, D * H, T * S) : NULL;
     }
     struct lt_tensor *qp = lt_permute(ctx, q4, 0, 2, 1, 3); /* [D, T, H, S] */
@@ -574,11 +584,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         state = named(lt_fill(ctx, like, 0.0f), "state_zero", il);
     }
     struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk));
-    /* BF16 operands where the step's products round to BF16 anyway: a device's training
-     * step, and a prefill of half weights (half_acts, the layer's output product BF16 or
-     * F16), as FLASH_ATTN's. A prefill of F32 weights (check-ref's) keeps F32. */
-    if ((b->ad && b->ad->bf16_products) ||
-        (b->half_acts && act_type(b, 1, &ly->ssm_out) != LT_TYPE_F32))
+    if (half_mixer(b, ly->ssm_out))
         lt_delta_net_set_prec(r, LT_DELTA_NET_PREC_BF16);
     if ((st = lt_mb_check(named(r, "delta_net", il), "delta_net", il)))
         return st;
@@ -742,7 +748,9 @@ bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be, boo
      * slower than the chain, 25% at 16 x 512 and 50% at 4 x 2048 tokens of Qwen3.5-0.8B. The
      * BF16 tensor-core kernels (flash_attn_bf16.cu) are faster than the chain in a BF16
      * training step (H100, 3818660: 16 x 512 +2.3% full, +2.2% LoRA; 4 x 2048 even; 4 to 5
-     * GiB less), so such a job takes them by default; prefill waits for its own measurement.
+     * GiB less), so such a job takes them by default. So does a device's prefill (session.c):
+     * H100, Qwen3.5-0.8B BF16, `lathe bench` pp512 65.4k tokens/s against the chain's 63.2k,
+     * pp2048 91.0k against 74.9k, the same greedy text (cf39614).
      * (On the CUDA emulation a SmolLM2 LoRA step's first loss through the F32 FLASH_ATTN is
      * 12.6789 against the chain's 12.6796: the attention outputs agree to 1.5e-9, and the
      * Q4_1 products round their activations to 8 bits, which turns that into 5e-5 in the

@@ -205,7 +205,8 @@ lt_status lt_session_new(const struct lt_model *m, const struct lt_session_param
         s->n_be = 1;
     }
     s->p.backends = NULL;
-    s->flash = lt_model_flash_attn_on(m, s->be[0], false);
+    /* a device's prefill takes FLASH_ATTN by default (LATHE_FLASH_ATTN=0 keeps the chain) */
+    s->flash = lt_model_flash_attn_on(m, s->be[0], !s->be[0]->is_host);
     s->sched = lt_sched_new(s->be, s->n_be);
     if (!s->sched) {
         st = LT_ERR_NOMEM;

@@ -28,8 +28,9 @@
 #           (serve_N.log): per N the profile's summary line, its costliest ops and node kinds
 #           (decode, prefill and warm-up together; a kind names its shapes, so N's products
 #           stand apart)
-#   pfprof  (after q08) pp512 of the BF16 file under LATHE_CUDA_PROFILE=2 for each LATHE_DN_FWD
-#           in PF_MODES (default "default wy"): device time, costliest ops and node kinds
+#   pfprof  (after q08) pp512 of the files of PF_TYPES (default bf16) under LATHE_CUDA_PROFILE=
+#           ${PF_PROF:-2} for each LATHE_DN_FWD in PF_MODES (default "default wy"): device
+#           time, costliest ops and node kinds
 #   ppenv   (after q08) pp512, pp2048 and a greedy text under each VAR=VALUE of PPENV (default
 #           LATHE_FLASH_ATTN=0 and =1), the texts compared
 #   ppfwd   pp512 and pp2048 with LATHE_DN_FWD in PPFWD_MODES (default "token default wy")
@@ -601,21 +602,23 @@ phase_ppenv() {
 # LATHE_DN_FWD in PF_MODES (default "default wy"): device time, the costliest ops and kinds
 phase_pfprof() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
-    local v prompt
+    local v ty prompt
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
-    for v in ${PF_MODES:-default wy}; do
-        LATHE_DN_FWD=$v LATHE_CUDA_GRAPHS=0 LATHE_CUDA_PROFILE=2 timeout 60 $L bench -m $W/q08-bf16.gguf \
-            -p 512 -n 0 -r 3 --backend cuda >"$out/pfprof_$v.log" 2>&1
-        row "pp512 profile, LATHE_DN_FWD=$v" "rc $?"
-        echo "== pp512 profile, LATHE_DN_FWD=$v"
-        grep -E 'profile:' "$out/pfprof_$v.log" | cut -c1-200
-        grep -E '^[A-Z_]+ +[0-9]' "$out/pfprof_$v.log" | sort -k3 -n -r | head -12
-        sed -n '/by node kind/,$p' "$out/pfprof_$v.log" | head -24 | cut -c1-160
-        timeout 60 env LATHE_DN_FWD=$v $L run -m $W/q08-bf16.gguf -p "$prompt" -n 64 --ignore-eos \
-            --temp 0 --backend cuda >"$out/pfprof_text_$v.txt" 2>/dev/null
+    for ty in ${PF_TYPES:-bf16}; do
+        for v in ${PF_MODES:-default wy}; do
+            local tag=${ty}_$v
+            LATHE_DN_FWD=$v LATHE_CUDA_GRAPHS=0 LATHE_CUDA_PROFILE=${PF_PROF:-2} timeout 60 $L bench \
+                -m $W/q08-$ty.gguf -p 512 -n 0 -r 3 --backend cuda >"$out/pfprof_$tag.log" 2>&1
+            row "pp512 $ty profile ${PF_PROF:-2}, LATHE_DN_FWD=$v" "rc $? $(grep -E "pp512" "$out/pfprof_$tag.log" | awk -F'|' '{printf "%s", $7}')"
+            echo "== pp512 $ty profile ${PF_PROF:-2}, LATHE_DN_FWD=$v"
+            grep -E 'profile:' "$out/pfprof_$tag.log" | cut -c1-200
+            grep -E '^[A-Z_]+ +[0-9]' "$out/pfprof_$tag.log" | sort -k3 -n -r | head -12
+            sed -n '/by node kind/,$p' "$out/pfprof_$tag.log" | head -${PF_KINDS:-24} | cut -c1-160
+            [ -n "${PF_TEXT:-}" ] || continue
+            timeout 60 env LATHE_DN_FWD=$v $L run -m $W/q08-$ty.gguf -p "$prompt" -n 64 --ignore-eos \
+                --temp 0 --backend cuda >"$out/pfprof_text_$tag.txt" 2>/dev/null
+        done
     done
-    cmp -s "$out/pfprof_text_default.txt" "$out/pfprof_text_wy.txt"
-    row "  bf16 greedy text (504-token prompt), default against wy" "$([ $? = 0 ] && echo same || echo DIFFERENT)"
 }
 
 phase_profile() {
