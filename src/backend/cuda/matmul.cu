@@ -11,7 +11,8 @@
  *     result (b is rounded to a's precision: ~1e-6 normalised error for BF16); a b already
  *     of a's type (the model's prefill activations, written so by the op producing them)
  *     is read as it is, which saves the conversion kernel;
- *   - quantised a: dequantised to F16 in tiles of rows, b converted to F16, as for F16
+ *   - quantised a: dequantised to F16 in tiles of rows (dequant_a_kernel, 32 elements a
+ *     thread), b converted to F16, as for F16
  *     (an activation beyond F16's range, 65504, would become inf).
  * a is used in place when its type is ct and one of its two inner strides is one element;
  * otherwise (other strides, or quantised) it is converted tile by tile into scratch, at
@@ -266,6 +267,53 @@ static __global__ void convert_a_kernel(struct cu_t a, int64_t a2, int64_t a3, i
         cu_store(dst + f * es, ct, cu_read(a, f % K, m0 + f / K, a2, a3));
 }
 
+/* Quantised rows [m0, m0 + tl) of a's head (a2, a3) into contiguous F16 [K, tl], 32
+ * elements a thread (one block of a 32-element format, an eighth of a K-quant's block):
+ * convert_a_kernel's values bit for bit (cu_dequant, then cu_store's rounding to F16), with
+ * one division a thread instead of one an element, the block's address found once, and
+ * four 16-byte stores. K is a multiple of 32 (every quantised row is whole blocks). */
+template <int TY>
+static __global__ void dequant_a_kernel(struct cu_t a, int64_t a2, int64_t a3, int64_t m0,
+                                        int64_t tl, __half *dst)
+{
+    constexpr int BS = cu_block_size(TY);
+    const int64_t runs = a.ne[0] / 32, n = runs * tl;
+    for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
+        const int64_t r = f / runs, e0 = (f - r * runs) * 32;
+        const uint8_t *blk = (const uint8_t *)cu_ptr(a, e0 / BS, m0 + r, a2, a3);
+        const int j0 = (int)(e0 % BS);
+        uint4 out[4];
+        __half *h = (__half *)out;
+#pragma unroll
+        for (int j = 0; j < 32; j++)
+            h[j] = __float2half_rn(cu_dequant(blk, TY, j0 + j));
+        uint4 *d = (uint4 *)(dst + r * a.ne[0] + e0);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            d[i] = out[i];
+    }
+}
+
+/* dequant_a_kernel's instance for a's type, NULL for a type it has none of (the generic
+ * convert_a_kernel then runs) */
+typedef void (*dequant_a_fn)(struct cu_t, int64_t, int64_t, int64_t, int64_t, __half *);
+static dequant_a_fn dequant_a_of(int type)
+{
+    switch (type) {
+    case LT_TYPE_Q4_0: return dequant_a_kernel<LT_TYPE_Q4_0>;
+    case LT_TYPE_Q4_1: return dequant_a_kernel<LT_TYPE_Q4_1>;
+    case LT_TYPE_Q5_0: return dequant_a_kernel<LT_TYPE_Q5_0>;
+    case LT_TYPE_Q5_1: return dequant_a_kernel<LT_TYPE_Q5_1>;
+    case LT_TYPE_Q8_0: return dequant_a_kernel<LT_TYPE_Q8_0>;
+    case LT_TYPE_Q2_K: return dequant_a_kernel<LT_TYPE_Q2_K>;
+    case LT_TYPE_Q3_K: return dequant_a_kernel<LT_TYPE_Q3_K>;
+    case LT_TYPE_Q4_K: return dequant_a_kernel<LT_TYPE_Q4_K>;
+    case LT_TYPE_Q5_K: return dequant_a_kernel<LT_TYPE_Q5_K>;
+    case LT_TYPE_Q6_K: return dequant_a_kernel<LT_TYPE_Q6_K>;
+    default: return NULL;
+    }
+}
+
 /* ---- products ---- */
 
 struct gemm_args {
@@ -373,12 +421,17 @@ static lt_status run_tiled(struct cu_ctx *c, const struct cu_mm_plan *p, const s
     lt_status st = cu_scratch(c, CU_SCRATCH_A, tile_bytes(p), &tile);
     if (st != LT_OK)
         return st;
+    const dequant_a_fn dq = dequant_a_of(a->type);
     for (int64_t a3 = 0; a3 < p->A3; a3++)
         for (int64_t a2 = 0; a2 < p->A2; a2++)
             for (int64_t m0 = 0; m0 < p->M; m0 += p->tile) {
                 const int64_t tl = p->M - m0 < p->tile ? p->M - m0 : p->tile;
-                convert_a_kernel<<<cu_blocks(tl * p->K, 256), 256, 0, c->stream>>>(
-                    cu_view(a), a2, a3, m0, tl, (char *)tile, (int)p->ct, (int)p->es);
+                if (dq && p->ct == LT_TYPE_F16 && p->K % 32 == 0)
+                    dq<<<cu_blocks(tl * p->K / 32, 256), 256, 0, c->stream>>>(
+                        cu_view(a), a2, a3, m0, tl, (__half *)tile);
+                else
+                    convert_a_kernel<<<cu_blocks(tl * p->K, 256), 256, 0, c->stream>>>(
+                        cu_view(a), a2, a3, m0, tl, (char *)tile, (int)p->ct, (int)p->es);
                 st = cu_launched("mul_mat convert_a");
                 for (int64_t i3 = a3 * p->r3; i3 < (a3 + 1) * p->r3 && st == LT_OK; i3++)
                     st = head_products(c, p, (const char *)tile, p->lda, a2, i3, bbase, cbase, m0,
