@@ -138,7 +138,7 @@ static void check_wyplan(int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t
     CHECK(p.chunks == nb * hv * p.n_ch && p.state_blocks == nb * hv * p.cblocks);
     /* columns narrowed only for a short grid (up to S_k 128, bwd fits at 64 columns) */
     const int64_t wider = 2 * p.cv;
-    CHECK(p.cv == DN_WY_MAX_CV || nb * hv * ((sv + wider - 1) / wider) < DN_BACK_TARGET_BLOCKS,
+    CHECK(p.cv == DN_WY_MAX_CV || nb * hv * ((sv + wider - 1) / wider) < DN_WY_TARGET_BLOCKS,
           "state blocks %lld cv %lld", (long long)p.state_blocks, (long long)p.cv);
     CHECK(p.direct == (hv == hk));
     CHECK(p.part_per_token == 2 * sk + 2 && p.part_per_block == nt * p.part_per_token);
@@ -247,10 +247,13 @@ int main(void)
           (long long)wp.chunks, (long long)wp.state_blocks);
     CHECK(wp.scratch_floats == 142868480 + 2048 * 64 * 128, "scratch %lld floats",
           (long long)wp.scratch_floats);
-    /* one sequence: the state passes narrow to 16 columns for a grid of 128 */
+    /* one sequence of 16 heads keeps 64 columns (32 blocks: the BF16 walk); 4 heads narrow
+     * to 16 columns for a grid of 32 */
     CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 16, 16, 1, 512, wreason, sizeof(wreason)), "%s",
           wreason);
-    CHECK(wp.cv == 16 && wp.state_blocks == 128, "cv %lld", (long long)wp.cv);
+    CHECK(wp.cv == 64 && wp.state_blocks == 32, "cv %lld", (long long)wp.cv);
+    CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 4, 4, 1, 512, wreason, sizeof(wreason)), "%s", wreason);
+    CHECK(wp.cv == 16 && wp.state_blocks == 32, "cv %lld", (long long)wp.cv);
     /* grouped heads keep partials for the reduction */
     CHECK(cu_dn_wy_plan_init(&wp, 128, 128, 8, 16, 16, 512, wreason, sizeof(wreason)), "%s",
           wreason);
@@ -288,10 +291,11 @@ int main(void)
     CHECK(wp.scratch_floats == 2048LL * (2 * 64 + 64 * 64 + 64 * 128 + 64 * 128 + 128 * 128),
           "forward scratch %lld floats", (long long)wp.scratch_floats);
     CHECK(2 * (wp.shared_out + 1024) <= 228u << 10, "out: %zu bytes", wp.shared_out);
-    /* a one-sequence prefill of 64 tokens: 16 chunks, out narrowed to 16 columns (128 blocks) */
+    /* a one-sequence prefill of 64 tokens: 16 chunks, out narrowed to 16 columns (128
+     * blocks), the state walk at 64 columns (32 blocks) */
     CHECK(cu_dn_wy_fwd_plan_init(&wp, 128, 128, 16, 16, 1, 64, wreason, sizeof(wreason)), "%s",
           wreason);
-    CHECK(wp.co == 16 && wp.out_blocks == 128 && wp.cv == 16, "co %lld out blocks %lld",
+    CHECK(wp.co == 16 && wp.out_blocks == 128 && wp.cv == 64, "co %lld out blocks %lld",
           (long long)wp.co, (long long)wp.out_blocks);
     /* no tokens: no chunks, no scratch, fwd alone copies the state */
     CHECK(cu_dn_wy_fwd_plan_init(&wp, 128, 128, 2, 4, 2, 0, wreason, sizeof(wreason)), "%s", wreason);

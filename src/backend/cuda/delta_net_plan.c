@@ -2,7 +2,6 @@
  * rule (see delta_net_plan.h). Compiled in every build: it needs no CUDA. */
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include "backend/cuda/delta_net_plan.h"
 
@@ -210,19 +209,14 @@ bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk
     p->ldk = p->skp + 4;
     p->ldc = DN_CHUNK + 4;
     /* The state passes' columns: DN_WY_MAX_CV (fewer blocks load each chunk's Q, K, P, T),
-     * narrowed while their grid is short of DN_BACK_TARGET_BLOCKS or bwd's shared memory is
+     * narrowed while their grid is short of DN_WY_TARGET_BLOCKS or bwd's shared memory is
      * over the limit (the widest of the two passes). */
     int64_t cv = DN_WY_MAX_CV;
-    /* LATHE_DN_MIN_CV=32 or 64 stops the narrowing for a short grid there (a device run's
-     * comparison; unset, 16) */
-    const char *min_env = getenv("LATHE_DN_MIN_CV");
-    const int64_t min_cv =
-        min_env && (atoi(min_env) == 32 || atoi(min_env) == 64) ? atoi(min_env) : 16;
     for (;;) {
         wy_set_cv(p, sv, cv);
-        const bool short_grid = hv * nb * p->cblocks < DN_BACK_TARGET_BLOCKS;
+        const bool short_grid = hv * nb * p->cblocks < DN_WY_TARGET_BLOCKS;
         const bool too_big = (size_t)wy_bwd_floats(p) * F > DN_CBACK_MAX_SHARED;
-        if (cv == 16 || (cv <= min_cv && !too_big) || !(short_grid || too_big))
+        if (cv == 16 || !(short_grid || too_big))
             break;
         cv /= 2;
     }

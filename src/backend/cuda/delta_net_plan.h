@@ -114,6 +114,16 @@ bool cu_dn_cback_plan_init(struct dn_cback_plan *p, int64_t sk, int64_t sv, int6
  * memory are 4 past the widths (see dn_cback_plan). */
 #define DN_WY_THREADS 512 /* every kernel: 16 warps, 8 lanes a chunk row in the row sums */
 #define DN_WY_MAX_CV 64   /* value columns a block of the state passes, at most */
+/* The state passes narrow their columns (64, 32, 16) only while their grid is short of this
+ * many blocks. It was DN_BACK_TARGET_BLOCKS (128), which narrowed one sequence of 16 heads
+ * of 128 to 16 columns (128 blocks) and so off the BF16 walk: H100, bench_delta_net, 1 x 512
+ * tokens, BF16, forward 0.140 ms at 16 columns against 0.098 at 64, backward 0.335 against
+ * 0.212 (1 x 2048: 0.495 against 0.339, 1.186 against 0.759; TF32 and F32 faster at 64 as
+ * well, 32 columns slower than both); `lathe bench` of the 0.8B BF16 file pp512 64.6k
+ * against 71.5k, pp2048 89.1k against 103.4k, the same greedy text (1ebe46f,
+ * LATHE_DN_MIN_CV). A walk is sequential over the chunks, so its time is the chunks' count
+ * times a step's latency; a wider block's step costs about what a narrow one's does. */
+#define DN_WY_TARGET_BLOCKS 32
 #define DN_WY_VECS 12     /* vectors of DN_CHUNK floats a block keeps in shared memory */
 
 struct dn_wy_plan {
