@@ -517,10 +517,11 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
 
     /* causal conv1d over time of the q, k, v channels, after the carried K - 1 inputs, and
      * its silu. A graph with no state to read or keep (a training step) takes the
-     * projection as it is (CONV_SILU: zeros before the first step); a session's layer
-     * conv's the carried inputs followed by the new ones, time innermost (SSM_CONV), and
-     * keeps the last K - 1 of them */
-    struct lt_tensor *sx = NULL, *conv = NULL, *q, *k, *v;
+     * projection as it is (CONV_SILU: zeros before the first step), and so does a session's
+     * first prefill of a sequence (ls.conv NULL: zeros carried in), which keeps the last
+     * K - 1 inputs; otherwise a session's layer conv's the carried inputs followed by the
+     * new ones, time innermost (SSM_CONV), and keeps the last K - 1 of them */
+    struct lt_tensor *sx = NULL, *conv = NULL, *conv_keep = NULL, *q, *k, *v;
     if (split) {
         const int64_t width[3] = {key_dim, key_dim, value_dim};
         const char *names[3] = {"q_conv", "k_conv", "v_conv"};
@@ -544,6 +545,18 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         if (x3 && !lt_is_contiguous(x3))                   /* a slice of a fused projection */
             x3 = lt_cont(ctx, x3);
         conv = lt_conv_silu_packed(ctx, x3, W(b, ly->ssm_conv1d), b->gate_reset ? b->pos : NULL);
+    } else if (!ls.conv && T >= K - 1 && !b->tok_mask) {
+        /* a session's first prefill of a sequence (zeros carried in): CONV_SILU, zeros before
+         * t = 0, the sums and roundings of the form below (conv_silu.c), and the last K - 1
+         * inputs kept as they lie in the projection (H100, 0.8B: CONCAT, SSM_CONV and SILU
+         * took ~52 us a layer of a 512-token prefill, the first two reading time innermost) */
+        struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S] */
+        struct lt_tensor *xc = x3 && !lt_is_contiguous(x3) ? lt_cont(ctx, x3) : x3;
+        conv = lt_conv_silu_packed(ctx, xc, W(b, ly->ssm_conv1d), NULL);
+        struct lt_tensor *last = x3 ? lt_view_3d(ctx, x3, C, K - 1, S, x3->nb[1], x3->nb[2],
+                                                 (size_t)(T - K + 1) * x3->nb[1])
+                                    : NULL;
+        conv_keep = last ? lt_transpose(ctx, last) : NULL; /* [K - 1, C, S] */
     } else {
         struct lt_tensor *conv_state = ls.conv;
         if (!conv_state) {
@@ -592,8 +605,9 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
     if (keeps_state) {
         struct lt_tensor *conv_new =
-            b->tok_mask
-                ? sx
+            b->tok_mask ? sx
+            : conv_keep
+                ? named(conv_keep, "conv_state_new", il)
                 : named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
                         "conv_state_new", il);
         struct lt_tensor *ssm_new = named(lt_delta_net_state(ctx, r), "state_new", il);
@@ -603,10 +617,10 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             return st;
     }
     /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head (one node in a device's
-     * training step) */
+     * training step, and in a session's graph: b->fused) */
     struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
     struct lt_tensor *on, *nw = W(b, ly->ssm_norm);
-    if (train_fused(b) && norm_weight_fits(nw, Sv)) {
+    if ((train_fused(b) || b->fused) && norm_weight_fits(nw, Sv)) {
         on = lt_rms_norm_mul_gated(ctx, o, nw, z4, b->m->hp.rms_eps, act_type(b, 1, &ly->ssm_out));
     } else {
         struct lt_tensor *zs = named(lt_silu(ctx, z4), "z_silu", il);
