@@ -550,9 +550,8 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
          * t = 0, the sums and roundings of the form below (conv_silu.c), and the last K - 1
          * inputs kept as they lie in the projection (H100, 0.8B: CONCAT, SSM_CONV and SILU
          * took ~52 us a layer of a 512-token prefill, the first two reading time innermost) */
-        struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S] */
-        struct lt_tensor *xc = x3 && !lt_is_contiguous(x3) ? lt_cont(ctx, x3) : x3;
-        conv = lt_conv_silu_packed(ctx, xc, W(b, ly->ssm_conv1d), NULL);
+        struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S], read as it lies */
+        conv = lt_conv_silu_packed(ctx, x3, W(b, ly->ssm_conv1d), NULL);
         struct lt_tensor *last = x3 ? lt_view_3d(ctx, x3, C, K - 1, S, x3->nb[1], x3->nb[2],
                                                  (size_t)(T - K + 1) * x3->nb[1])
                                     : NULL;

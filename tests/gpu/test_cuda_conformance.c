@@ -1505,8 +1505,10 @@ static void test_recurrent_loss_optim(void)
             run_case(back ? LT_OP_SSM_CONV_BACK : LT_OP_SSM_CONV, lbl(layout_names[l], "tiles"),
                      TOL_F32, b_ssm_conv, &p);
         }
-    /* CONV_SILU and its backward: every layout of x (the device takes contiguous x and
-     * gradient; the others are its honest no), weight types; shapes with tails of the
+    /* CONV_SILU and its backward: every layout of x (the forward takes x whose channels are
+     * unit-strided at any row strides, sliced and broadcast rows too, the backward
+     * contiguous x and gradient; the others are its honest no), weight types; shapes with
+     * tails of the
      * 256-channel blocks and 32-step walks, fewer steps than taps, 1 and 8 taps */
     static const int64_t cs_shapes[][4] = {
         {10, 9, 2, 4}, {300, 70, 3, 4}, {33, 2, 2, 4}, {64, 65, 1, 1}, {40, 33, 2, 8}};
@@ -1599,30 +1601,25 @@ static void test_recurrent_loss_optim(void)
                 run_case(LT_OP_DELTA_NET, lbl(layout_names[L_CONTIG], what), TOL_F32, b_delta_net,
                          &p);
             }
-    for (int zero = 0; zero < 2; zero++) {
-        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
-        const int64_t ne[4] = {128, 128, 512, 16};
-        memcpy(p.ne, ne, sizeof(p.ne));
-        p.i[0] = 16, p.i[1] = 16, p.i[2] = LT_DELTA_NET_PATH_AUTO;
-        p.f[0] = (float)zero;
-        run_case(LT_OP_DELTA_NET,
-                 lbl(layout_names[L_CONTIG], zero ? "128x128 H16/16 T512 B16 auto no-state"
-                                                  : "128x128 H16/16 T512 B16 auto"),
-                 TOL_F32, b_delta_net, &p);
-    }
-    /* a one-sequence prefill of Qwen3.5-0.8B's heads, by chunks from 64 tokens (the state
-     * walk's columns narrowed to 16: 128 blocks), with a tail, q and v sliced views */
-    for (int zero = 0; zero < 2; zero++) {
-        p = P(L_SLICED, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
-        const int64_t ne[4] = {128, 128, 150, 1};
-        memcpy(p.ne, ne, sizeof(p.ne));
-        p.i[0] = 16, p.i[1] = 16, p.i[2] = LT_DELTA_NET_PATH_AUTO;
-        p.f[0] = (float)zero;
-        run_case(LT_OP_DELTA_NET,
-                 lbl(layout_names[L_SLICED],
-                     zero ? "128x128 H16/16 T150 B1 auto no-state" : "128x128 H16/16 T150 B1 auto"),
-                 TOL_F32, b_delta_net, &p);
-    }
+    /* Qwen3.5-0.8B's heads by chunks: its training shape, and a one-sequence prefill (the
+     * state walk at 64 columns, 32 blocks) with a tail, q and v sliced views */
+    static const struct {
+        int64_t t, b;
+        int lay;
+    } qshapes[] = {{512, 16, L_CONTIG}, {150, 1, L_SLICED}};
+    for (int qi = 0; qi < 2; qi++)
+        for (int zero = 0; zero < 2; zero++) {
+            p = P(qshapes[qi].lay, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+            const int64_t ne[4] = {128, 128, qshapes[qi].t, qshapes[qi].b};
+            memcpy(p.ne, ne, sizeof(p.ne));
+            p.i[0] = 16, p.i[1] = 16, p.i[2] = LT_DELTA_NET_PATH_AUTO;
+            p.f[0] = (float)zero;
+            char what[64];
+            snprintf(what, sizeof(what), "128x128 H16/16 T%lld B%lld auto%s", (long long)ne[2],
+                     (long long)ne[3], zero ? " no-state" : "");
+            run_case(LT_OP_DELTA_NET, lbl(layout_names[qshapes[qi].lay], what), TOL_F32,
+                     b_delta_net, &p);
+        }
     /* the backward: the chunk-parallel kernels (AUTO; LATHE_DN_BACK=v1 for the chunked
      * one) around the chunk size of 64, two sequences packed side by side, and a long one;
      * grouped heads (H_v = 2 H_k or 3 H_k: partials and the reduction) and H_v = H_k (dq,

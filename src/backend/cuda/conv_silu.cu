@@ -1,6 +1,8 @@
 /* conv_silu.cu: CONV_SILU and CONV_SILU_BACK on the device (see src/ops/conv_silu.c).
  *
- * x [C, T, S] contiguous F32 (channels innermost), w [K, C] F32, F16 or BF16 with K <=
+ * x [C, T, S] F32 with unit-strided channels (cs_rows_ok: the forward's x may have any row
+ * strides of whole floats, a slice of a fused projection as it lies; the backward's x and
+ * gradient are contiguous), w [K, C] F32, F16 or BF16 with K <=
  * CS_MAX_K taps. A thread takes one channel of one sequence over CS_STEPS time steps and
  * walks them once, keeping the last K inputs (and, backward, the last K gradients g') in
  * registers; the lanes of a warp take neighbouring channels, so every read and write of a
@@ -25,6 +27,13 @@ static const enum lt_op conv_silu_ops[] = {LT_OP_CONV_SILU, LT_OP_CONV_SILU_BACK
 #define CS_STEPS 32 /* time steps a thread walks */
 #define CS_THREADS 256
 
+/* x's rows (one time step's channels) unit-strided, at strides of whole floats */
+static bool cs_rows_ok(const struct lt_tensor *x)
+{
+    return x->nb[0] == sizeof(float) && x->nb[1] % sizeof(float) == 0 &&
+           x->nb[2] % sizeof(float) == 0 && x->view_offs % sizeof(float) == 0;
+}
+
 bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     const bool back = node->op == LT_OP_CONV_SILU_BACK;
@@ -45,9 +54,10 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
         snprintf(reason, reason_size, "the positions are not contiguous, one a step");
         return false;
     }
-    if (!lt_is_contiguous(x) || (back && !lt_is_contiguous(node->src[0]))) {
-        snprintf(reason, reason_size, "%s is not contiguous (the kernels read channels in rows)",
-                 back && lt_is_contiguous(x) ? "the gradient" : "x");
+    if (back ? !lt_is_contiguous(x) || !lt_is_contiguous(node->src[0]) : !cs_rows_ok(x)) {
+        snprintf(reason, reason_size, "%s is not %s (the kernels read channels in rows)",
+                 back && lt_is_contiguous(x) ? "the gradient" : "x",
+                 back ? "contiguous" : "unit-strided in its channels");
         return false;
     }
     if (x->ne[3] != 1 || w->ne[1] != x->ne[0] || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] < 1 ||
@@ -105,28 +115,30 @@ static __device__ __forceinline__ int first_tap(const int32_t *pos, int K, size_
  * of 2,048 channels by 16 x 512 steps). */
 #define CS_BATCH 4
 
+/* x[c, t, s] at x[s ld2 + t ld1 + c] (floats); y contiguous */
 template <int K>
 static __global__ void conv_silu_kernel(const float *__restrict__ x, struct cu_t w,
                                         const int32_t *__restrict__ pos, float *__restrict__ y,
-                                        int C, int T)
+                                        int C, int T, size_t ld1, size_t ld2)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
     const int t0 = blockIdx.z * CS_STEPS, t1 = min(t0 + CS_STEPS, T);
-    const size_t base = (size_t)blockIdx.y * T * C + c; /* x[c, t, s] = x[base + t C] */
+    const size_t base = (size_t)blockIdx.y * T * C + c; /* y[c, t, s] = y[base + t C] */
+    const size_t xbase = (size_t)blockIdx.y * ld2 + c;
     float wk[K], xw[K];
     load_w<K>(w, c, wk);
 #pragma unroll
     for (int k = 0; k + 1 < K; k++) {
         const int t = t0 + k - (K - 1);
-        xw[k] = t >= 0 ? x[base + (size_t)t * C] : 0.0f;
+        xw[k] = t >= 0 ? x[xbase + (size_t)t * ld1] : 0.0f;
     }
     for (int tb = t0; tb < t1; tb += CS_BATCH) {
         float xb[CS_BATCH];
 #pragma unroll
         for (int i = 0; i < CS_BATCH; i++)
-            xb[i] = tb + i < t1 ? x[base + (size_t)(tb + i) * C] : 0.0f;
+            xb[i] = tb + i < t1 ? x[xbase + (size_t)(tb + i) * ld1] : 0.0f;
 #pragma unroll
         for (int i = 0; i < CS_BATCH; i++) {
             const int t = tb + i;
@@ -290,8 +302,9 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     const int steps = (T + CS_STEPS - 1) / CS_STEPS;
     const dim3 grid((unsigned)((C + CS_THREADS - 1) / CS_THREADS), (unsigned)S, (unsigned)steps);
     if (!back) {
-        conv_silu_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)x->data, cu_view(w),
-                                                                pos, (float *)node->data, C, T);
+        conv_silu_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>(
+            (const float *)x->data, cu_view(w), pos, (float *)node->data, C, T,
+            x->nb[1] / sizeof(float), x->nb[2] / sizeof(float));
         return cu_launched("conv_silu");
     }
     void *part;
