@@ -521,6 +521,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
      * first prefill of a sequence (ls.conv NULL: zeros carried in), which keeps the last
      * K - 1 inputs; otherwise a session's layer conv's the carried inputs followed by the
      * new ones, time innermost (SSM_CONV), and keeps the last K - 1 of them */
+    /* conv_keep: what a session keeps as the next conv state, [K - 1, C, S] */
     struct lt_tensor *sx = NULL, *conv = NULL, *conv_keep = NULL, *q, *k, *v;
     if (split) {
         const int64_t width[3] = {key_dim, key_dim, value_dim};
@@ -555,7 +556,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *last = x3 ? lt_view_3d(ctx, x3, C, K - 1, S, x3->nb[1], x3->nb[2],
                                                  (size_t)(T - K + 1) * x3->nb[1])
                                     : NULL;
-        conv_keep = last ? lt_transpose(ctx, last) : NULL; /* [K - 1, C, S] */
+        conv_keep = named(last ? lt_transpose(ctx, last) : NULL, "conv_state_new", il);
     } else {
         struct lt_tensor *conv_state = ls.conv;
         if (!conv_state) {
@@ -568,6 +569,12 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             return st;
         conv = named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
         conv = lt_silu(ctx, conv);
+        /* a padded batch hands over all of sx (each sequence keeps its own steps) */
+        conv_keep =
+            b->tok_mask
+                ? sx
+                : named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
+                        "conv_state_new", il);
     }
     if (!split) {
         conv = named(conv, "conv_output_silu", il); /* [C, T, S] */
@@ -603,16 +610,10 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *o =
         named(lt_delta_net_output(ctx, r), "attn_output", il); /* [Sv, Hv, T, S] */
     if (keeps_state) {
-        struct lt_tensor *conv_new =
-            b->tok_mask ? sx
-            : conv_keep
-                ? named(conv_keep, "conv_state_new", il)
-                : named(lt_view_3d(ctx, sx, K - 1, C, S, sx->nb[1], sx->nb[2], (size_t)T * es),
-                        "conv_state_new", il);
         struct lt_tensor *ssm_new = named(lt_delta_net_state(ctx, r), "state_new", il);
-        if ((st = lt_mb_check(conv_new, "conv_state_new", il)) ||
+        if ((st = lt_mb_check(conv_keep, "conv_state_new", il)) ||
             (st = lt_mb_check(ssm_new, "state_new", il)) ||
-            (st = b->hooks->recr_store(b, il, conv_new, ssm_new)))
+            (st = b->hooks->recr_store(b, il, conv_keep, ssm_new)))
             return st;
     }
     /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head (one node in a device's

@@ -405,10 +405,11 @@ static lt_status hook_recr_load(struct lt_mb *b, int il, struct lt_mb_layer_stat
     struct step *sp = b->hooks->user;
     struct lt_session *s = sp->s;
     struct lt_tensor *cs = s->conv[il], *ss = s->ssm[il];
+    /* a sequence's first prefill carries no conv inputs in: zeros (NULL), so the layer may
+     * take CONV_SILU over the projection as it lies */
+    const bool fresh = !sp->decode && !sp->batch && sp->p0 == 0;
     if (!sp->decode && !sp->batch) {
-        /* a sequence's first prefill carries no conv inputs in: zeros (NULL), so the layer may
-         * take CONV_SILU over the projection as it lies */
-        ls->conv = sp->p0 == 0 ? NULL : state_slot(b, cs, 2, sp->seq);
+        ls->conv = fresh ? NULL : state_slot(b, cs, 2, sp->seq);
         ls->ssm = state_slot(b, ss, 3, sp->seq);
     } else {
         if (sp->kept) {
@@ -422,7 +423,6 @@ static lt_status hook_recr_load(struct lt_mb *b, int il, struct lt_mb_layer_stat
         ls->ssm = r ? lt_reshape_4d(b->ctx, r, ss->ne[0], ss->ne[1], ss->ne[2], sp->n) : NULL;
     }
     lt_status st;
-    const bool fresh = !sp->decode && !sp->batch && sp->p0 == 0;
     if ((!fresh && (st = lt_mb_check(ls->conv, "conv_state", il))) ||
         (st = lt_mb_check(ls->ssm, "state", il)))
         return st;

@@ -180,13 +180,14 @@ bool cu_dn_wy_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk
  * by chunks: T >= DN_WY_FWD_MIN_T, whatever the batch (decode and prefills shorter than a
  * chunk keep the per-token kernel). The per-token kernel's time is T steps whatever the
  * batch (~0.6 us a token for one sequence of 16 heads of 128 in a prefill, more once its
- * grid passes a wave: 3.1 ms for 16 x 512 tokens). The chunk-parallel forward narrows its
- * state walk's columns to 16 when the batch is short (128 blocks for one sequence of 16
- * heads), so even one sequence's walk fills the device: H100, bench_delta_net, 16 heads of
- * 128, BF16 products: 1 x 512 tokens 0.141 ms against the per-token 0.299, 1 x 2048 0.494
- * against 1.921; `lathe bench` of Qwen3.5-0.8B BF16, pp512 55.7k tokens/s against 44.0k,
- * pp2048 68.2k against 38.5k (4b4895b, LATHE_DN_FWD=wy against the rule before, which also
- * asked for 64 walks and 128 chunks and so kept a one-sequence prefill per token). */
+ * grid passes a wave: 3.1 ms for 16 x 512 tokens). The chunk-parallel forward beat it for
+ * one sequence too, already with its state walk narrowed to 16 columns (the plan then):
+ * H100, bench_delta_net, 16 heads of 128, BF16 products: 1 x 512 tokens 0.141 ms against
+ * the per-token 0.299, 1 x 2048 0.494 against 1.921; `lathe bench` of Qwen3.5-0.8B BF16,
+ * pp512 55.7k tokens/s against 44.0k, pp2048 68.2k against 38.5k (4b4895b, LATHE_DN_FWD=wy
+ * against the rule before, which also asked for 64 walks and 128 chunks and so kept a
+ * one-sequence prefill per token); at 64 tokens the two tie. DN_WY_TARGET_BLOCKS then kept
+ * one sequence's walk at 64 columns, faster again. */
 bool cu_dn_wy_fwd_auto(int64_t hv, int64_t nb, int64_t nt);
 
 bool cu_dn_wy_fwd_plan_init(struct dn_wy_plan *p, int64_t sk, int64_t sv, int64_t hk, int64_t hv,

@@ -426,7 +426,7 @@ static lt_status run_tiled(struct cu_ctx *c, const struct cu_mm_plan *p, const s
         for (int64_t a2 = 0; a2 < p->A2; a2++)
             for (int64_t m0 = 0; m0 < p->M; m0 += p->tile) {
                 const int64_t tl = p->M - m0 < p->tile ? p->M - m0 : p->tile;
-                if (dq && p->ct == LT_TYPE_F16 && p->K % 32 == 0)
+                if (dq) /* a quantised a: ct is F16, K whole blocks (a multiple of 32) */
                     dq<<<cu_blocks(tl * p->K / 32, 256), 256, 0, c->stream>>>(
                         cu_view(a), a2, a3, m0, tl, (__half *)tile);
                 else
