@@ -403,6 +403,7 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
     (void)d;
     switch (a) {
     case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
     case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin: *v = 232448; break;
     default: return fail(cudaErrorInvalidValue);

@@ -62,6 +62,9 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   pdl     (after q08) LATHE_CUDA_PDL=1 checked (model decode, conformance) and measured
+#           against off: lathe bench on both 0.8B files, alternating; greedy text both ways;
+#           with PDL_TRAIN=1 also bench_train 16x512 (lathe alone) off, then on
 #   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
 #           GDN_DECODE and ARGMAX
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
@@ -1071,7 +1074,42 @@ phase_dnback() {
     phase_trainspeed
 }
 
-declare -A need=([tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+# pdl: (after q08) programmatic dependent launch (LATHE_CUDA_PDL=1, cuda_common.h) checked and
+# measured: the model decode checks on CUDA0 and the conformance groups in PDL_GROUPS (default
+# "matmul nn recurrent") with it on; then `lathe bench -p 512 -n 128 -r 3` on both 0.8B files
+# off / on / off / on (one machine, alternating), the graph counts with it on, and the greedy
+# text of a 504-token prompt both ways
+phase_pdl() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    LATHE_CUDA_PDL=1 timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/pdl_decode.log" 2>&1
+    row "PDL on: model decode on CUDA0" "rc $? $(passed "$out/pdl_decode.log")"
+    grep -E "check failed" "$out/pdl_decode.log" | head -5
+    LATHE_CUDA_PDL=1 timeout 200 $b/tests/gpu_test_cuda_conformance ${PDL_GROUPS:-matmul nn recurrent} \
+        >"$out/pdl_conf.log" 2>&1
+    row "PDL on: conformance ${PDL_GROUPS:-matmul nn recurrent}" "rc $? $(passed "$out/pdl_conf.log")"
+    grep -E "check failed|first mismatch" "$out/pdl_conf.log" | head -8
+    local ty v prompt
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for ty in bf16 q8_0; do
+        for v in 0 1 0 1; do
+            LATHE_CUDA_PDL=$v LATHE_CUDA_GRAPHS_STATS=1 timeout 90 $L bench -m $W/q08-$ty.gguf \
+                -p 512 -n 128 -r 3 --backend cuda >"$out/pdl_bench_${ty}_$v.log" 2>&1
+            row "lathe bench $ty, LATHE_CUDA_PDL=$v" "rc $? $(grep -E 'tg128|pp512' "$out/pdl_bench_${ty}_$v.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+        done
+        grep -iE 'graph' "$out/pdl_bench_${ty}_1.log" | head -3
+        for v in 0 1; do
+            LATHE_CUDA_PDL=$v timeout 60 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 64 --ignore-eos \
+                --temp 0 --backend cuda >"$out/pdl_text_${ty}_$v.txt" 2>/dev/null
+        done
+        cmp -s "$out/pdl_text_${ty}_0.txt" "$out/pdl_text_${ty}_1.txt"
+        row "  $ty greedy text, PDL on against off" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/pdl_text_${ty}_1.txt") bytes)"
+    done
+    [ -n "${PDL_TRAIN:-}" ] || return 0 # PDL_TRAIN=1: training 16x512 off / on too
+    LATHE_CUDA_PDL=0 lathe_alone pdl_train_off ""
+    LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
+}
+
+declare -A need=([pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

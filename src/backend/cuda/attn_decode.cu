@@ -114,6 +114,7 @@ static __global__ void attn_decode_kernel(struct cu_t q, struct cu_t k, struct c
                                           bool has_gate, struct cu_t kn, struct cu_t vn,
                                           bool has_new, float *y, float *scores, float scale)
 {
+    cu_pdl_enter();
     extern __shared__ float qs[]; /* [D] */
     __shared__ double red[32];
     __shared__ float redf[32];
@@ -202,12 +203,12 @@ lt_status cu_attn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     lt_status st = cu_scratch(c, CU_SCRATCH_WORK, scores_bytes(node), &scores);
     if (st != LT_OK)
         return st;
-    attn_decode_kernel<<<(unsigned)blocks, AD_THREADS, (size_t)q->ne[0] * sizeof(float),
-                         c->stream>>>(
-        cu_view(q), cu_view(k), cu_view(node->src[AD_V]), (const int32_t *)node->src[AD_IDS]->data,
-        (const int32_t *)node->src[AD_POS]->data, cu_view(gate ? gate : q), gate != NULL,
-        cu_view(kn ? kn : q), cu_view(vn ? vn : q), kn != NULL, (float *)node->data,
-        (float *)scores, lt_get_param_f32(node, 0));
+    cu_launch_pdl(c, attn_decode_kernel, (unsigned)blocks, AD_THREADS,
+                  (size_t)q->ne[0] * sizeof(float), cu_view(q), cu_view(k),
+                  cu_view(node->src[AD_V]), (const int32_t *)node->src[AD_IDS]->data,
+                  (const int32_t *)node->src[AD_POS]->data, cu_view(gate ? gate : q), gate != NULL,
+                  cu_view(kn ? kn : q), cu_view(vn ? vn : q), kn != NULL, (float *)node->data,
+                  (float *)scores, lt_get_param_f32(node, 0));
     return cu_launched("attn_decode");
 }
 

@@ -42,6 +42,7 @@ template <int OP> static __device__ __forceinline__ float apply(float x, float u
 template <int OP>
 static __global__ void binary_kernel(struct cu_t a, struct cu_t b, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     const int es = out.type == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -60,6 +61,7 @@ template <int OP, int YT>
 static __global__ void binary_flat_kernel(const float *a, const float *b, char *y, int64_t n,
                                           int64_t bn)
 {
+    cu_pdl_enter();
     const int es = YT == LT_TYPE_F32 ? 4 : 2;
     if (n <= 0x7fffffff) {
         const uint32_t n32 = (uint32_t)n, bn32 = (uint32_t)bn;
@@ -77,6 +79,7 @@ template <int OP>
 static __global__ void binary_rows_kernel(const float *a, const float *b, float *y, int64_t n,
                                           uint32_t n0)
 {
+    cu_pdl_enter();
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         y[f] = apply<OP>(a[f], b[f <= 0x7fffffff ? (uint32_t)f / n0 : f / n0]);
 }
@@ -90,6 +93,7 @@ template <int OP, int YT>
 static __global__ void binary_flat4_kernel(const float4 *a, const float4 *b, char *y, uint32_t n4,
                                            uint32_t bn4)
 {
+    cu_pdl_enter();
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f], u = b[bn4 == n4 ? f : f % bn4];
         cu_store4(y, YT, f,
@@ -102,6 +106,7 @@ template <int OP>
 static __global__ void binary_rows4_kernel(const float4 *a, const float *b, float4 *y, uint32_t n4,
                                            uint32_t n0q)
 {
+    cu_pdl_enter();
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f];
         const float u = b[f / n0q];
@@ -128,12 +133,14 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
         const uint32_t n4 = (uint32_t)(n / 4), bn4 = (uint32_t)(bn / 4);
         const unsigned blocks = cu_blocks(n4, 256);
         if (node->type == LT_TYPE_BF16)
-            binary_flat4_kernel<OP, LT_TYPE_BF16>
-                <<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+            cu_launch_pdl(c, binary_flat4_kernel<OP, LT_TYPE_BF16>, blocks, 256, 0, ad, bd, y, n4,
+                          bn4);
         else if (node->type == LT_TYPE_F16)
-            binary_flat4_kernel<OP, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+            cu_launch_pdl(c, binary_flat4_kernel<OP, LT_TYPE_F16>, blocks, 256, 0, ad, bd, y, n4,
+                          bn4);
         else
-            binary_flat4_kernel<OP, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n4, bn4);
+            cu_launch_pdl(c, binary_flat4_kernel<OP, LT_TYPE_F32>, blocks, 256, 0, ad, bd, y, n4,
+                          bn4);
         return cu_launched("binary_flat4");
     }
     if (flat) {
@@ -141,11 +148,12 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
         char *y = (char *)node->data;
         const unsigned blocks = cu_blocks(n, 256);
         if (node->type == LT_TYPE_BF16)
-            binary_flat_kernel<OP, LT_TYPE_BF16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
+            cu_launch_pdl(c, binary_flat_kernel<OP, LT_TYPE_BF16>, blocks, 256, 0, ad, bd, y, n,
+                          bn);
         else if (node->type == LT_TYPE_F16)
-            binary_flat_kernel<OP, LT_TYPE_F16><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
+            cu_launch_pdl(c, binary_flat_kernel<OP, LT_TYPE_F16>, blocks, 256, 0, ad, bd, y, n, bn);
         else
-            binary_flat_kernel<OP, LT_TYPE_F32><<<blocks, 256, 0, c->stream>>>(ad, bd, y, n, bn);
+            cu_launch_pdl(c, binary_flat_kernel<OP, LT_TYPE_F32>, blocks, 256, 0, ad, bd, y, n, bn);
         return cu_launched("binary_flat");
     }
     if (a->type == LT_TYPE_F32 && b->type == LT_TYPE_F32 && node->type == LT_TYPE_F32 &&
@@ -155,18 +163,17 @@ template <int OP> static lt_status launch(struct cu_ctx *c, struct lt_tensor *no
         if (a->ne[0] % 4 == 0 && n <= 0x7fffffff && cu_aligned(a->data, 16) &&
             cu_aligned(node->data, 16)) {
             const uint32_t n4 = (uint32_t)(n / 4);
-            binary_rows4_kernel<OP><<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-                (const float4 *)a->data, (const float *)b->data, (float4 *)node->data, n4,
-                (uint32_t)(a->ne[0] / 4));
+            cu_launch_pdl(c, binary_rows4_kernel<OP>, cu_blocks(n4, 256), 256, 0,
+                          (const float4 *)a->data, (const float *)b->data, (float4 *)node->data, n4,
+                          (uint32_t)(a->ne[0] / 4));
             return cu_launched("binary_rows4");
         }
-        binary_rows_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(
-            (const float *)a->data, (const float *)b->data, (float *)node->data, n,
-            (uint32_t)a->ne[0]);
+        cu_launch_pdl(c, binary_rows_kernel<OP>, cu_blocks(n, 256), 256, 0, (const float *)a->data,
+                      (const float *)b->data, (float *)node->data, n, (uint32_t)a->ne[0]);
         return cu_launched("binary_rows");
     }
-    binary_kernel<OP><<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a), cu_view(b),
-                                                               cu_view(node));
+    cu_launch_pdl(c, binary_kernel<OP>, cu_blocks(n, 256), 256, 0, cu_view(a), cu_view(b),
+                  cu_view(node));
     return cu_launched("binary");
 }
 

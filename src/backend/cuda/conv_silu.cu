@@ -121,6 +121,7 @@ static __global__ void conv_silu_kernel(const float *__restrict__ x, struct cu_t
                                         const int32_t *__restrict__ pos, float *__restrict__ y,
                                         int C, int T, size_t ld1, size_t ld2)
 {
+    cu_pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
@@ -204,6 +205,7 @@ static __global__ void __launch_bounds__(CS_THREADS, 4)
                           const int32_t *__restrict__ pos, float *__restrict__ dx,
                           float *__restrict__ part, int C, int T)
 {
+    cu_pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
         return;
@@ -255,6 +257,7 @@ static __global__ void __launch_bounds__(32 * CS_DW_SPLIT)
     conv_silu_dw_kernel(const float *__restrict__ part, float *__restrict__ dw, int K, int C,
                         int blocks)
 {
+    cu_pdl_enter();
     __shared__ float runs[CS_DW_SPLIT][32];
     const int c = blockIdx.x * 32 + threadIdx.x, k = blockIdx.y, y = threadIdx.y;
     const int per = (blocks + CS_DW_SPLIT - 1) / CS_DW_SPLIT, b0 = y * per,
@@ -302,9 +305,9 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     const int steps = (T + CS_STEPS - 1) / CS_STEPS;
     const dim3 grid((unsigned)((C + CS_THREADS - 1) / CS_THREADS), (unsigned)S, (unsigned)steps);
     if (!back) {
-        conv_silu_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>(
-            (const float *)x->data, cu_view(w), pos, (float *)node->data, C, T,
-            x->nb[1] / sizeof(float), x->nb[2] / sizeof(float));
+        cu_launch_pdl(c, conv_silu_kernel<K>, grid, CS_THREADS, 0, (const float *)x->data,
+                      cu_view(w), pos, (float *)node->data, C, T, x->nb[1] / sizeof(float),
+                      x->nb[2] / sizeof(float));
         return cu_launched("conv_silu");
     }
     void *part;
@@ -312,13 +315,14 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     if (st != LT_OK)
         return st;
     float *dx = (float *)node->data;
-    conv_silu_back_kernel<K><<<grid, CS_THREADS, 0, c->stream>>>((const float *)node->src[0]->data,
-                                                                 (const float *)x->data, cu_view(w),
-                                                                 pos, dx, (float *)part, C, T);
+    cu_launch_pdl(c, conv_silu_back_kernel<K>, grid, CS_THREADS, 0,
+                  (const float *)node->src[0]->data, (const float *)x->data, cu_view(w), pos, dx,
+                  (float *)part, C, T);
     if ((st = cu_launched("conv_silu_back")) != LT_OK)
         return st;
-    conv_silu_dw_kernel<<<dim3((unsigned)((C + 31) / 32), (unsigned)K), dim3(32, CS_DW_SPLIT), 0,
-                          c->stream>>>((const float *)part, dx + lt_nelements(x), K, C, S * steps);
+    cu_launch_pdl(c, conv_silu_dw_kernel, dim3((unsigned)((C + 31) / 32), (unsigned)K),
+                  dim3(32, CS_DW_SPLIT), 0, (const float *)part, dx + lt_nelements(x), K, C,
+                  S * steps);
     return cu_launched("conv_silu_back_dw");
 }
 

@@ -216,6 +216,7 @@ bool cu_copy_supported(const struct lt_tensor *node, char *reason, size_t reason
 /* a and d in units of `es` bytes (elements, or blocks for quantised types) */
 static __global__ void copy_same_kernel(struct cu_t a, struct cu_t d, int64_t n, int es)
 {
+    cu_pdl_enter();
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3, j0, j1, j2, j3;
         cu_unravel(f, a.ne, i0, i1, i2, i3);
@@ -236,6 +237,7 @@ static __global__ void copy_same_kernel(struct cu_t a, struct cu_t d, int64_t n,
 
 static __global__ void copy_convert_kernel(struct cu_t a, struct cu_t d, int64_t n)
 {
+    cu_pdl_enter();
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3, j0, j1, j2, j3;
         cu_unravel(f, a.ne, i0, i1, i2, i3);
@@ -248,6 +250,7 @@ static __global__ void copy_convert_kernel(struct cu_t a, struct cu_t d, int64_t
 template <int TA, int TD>
 static __global__ void convert_flat_kernel(const char *a, char *d, int64_t n)
 {
+    cu_pdl_enter();
     const int ea = TA == LT_TYPE_F32 ? 4 : 2, ed = TD == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         cu_store(d + f * ed, TD, cu_load(a + f * ea, TA));
@@ -258,6 +261,7 @@ static __global__ void convert_flat_kernel(const char *a, char *d, int64_t n)
  * its gradients (the products' operands) near 2.1 TB/s. */
 static __global__ void f32_flat4_kernel(const float4 *a, char *d, uint32_t n4, int type)
 {
+    cu_pdl_enter();
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
         cu_store4(d, type, f, a[f]);
 }
@@ -266,14 +270,14 @@ lt_status cu_convert_f32_flat(struct cu_ctx *c, const float *src, char *dst, int
                               const char *what)
 {
     if (n % 4 == 0 && n / 4 <= 0xffffffff && cu_aligned(src, 16) && cu_aligned(dst, 8))
-        f32_flat4_kernel<<<cu_blocks(n / 4, 256), 256, 0, c->stream>>>((const float4 *)src, dst,
-                                                                      (uint32_t)(n / 4), type);
+        cu_launch_pdl(c, f32_flat4_kernel, cu_blocks(n / 4, 256), 256, 0, (const float4 *)src, dst,
+                      (uint32_t)(n / 4), type);
     else if (type == LT_TYPE_BF16)
-        convert_flat_kernel<LT_TYPE_F32, LT_TYPE_BF16>
-            <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)src, dst, n);
+        cu_launch_pdl(c, convert_flat_kernel<LT_TYPE_F32, LT_TYPE_BF16>, cu_blocks(n, 256), 256, 0,
+                      (const char *)src, dst, n);
     else
-        convert_flat_kernel<LT_TYPE_F32, LT_TYPE_F16>
-            <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)src, dst, n);
+        cu_launch_pdl(c, convert_flat_kernel<LT_TYPE_F32, LT_TYPE_F16>, cu_blocks(n, 256), 256, 0,
+                      (const char *)src, dst, n);
     return cu_launched(what);
 }
 
@@ -300,6 +304,7 @@ template <typename F> static void float_types(int ta, int td, F f)
 
 static __global__ void concat_kernel(struct cu_t a, struct cu_t b, struct cu_t out, int dim)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -318,6 +323,7 @@ static __global__ void concat_kernel(struct cu_t a, struct cu_t b, struct cu_t o
 
 static __global__ void repeat_kernel(struct cu_t a, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -350,6 +356,7 @@ static __device__ double repeat_back_sum(const struct cu_t &a, const struct cu_t
  * the 4 tiles of a grouped-query gradient of 64 MB in a training step) */
 static __global__ void repeat_back_thread_kernel(struct cu_t a, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     const int64_t t0 = a.ne[0] / out.ne[0], t1 = a.ne[1] / out.ne[1], t2 = a.ne[2] / out.ne[2],
                   t3 = a.ne[3] / out.ne[3];
@@ -371,6 +378,7 @@ static __global__ void repeat_back_thread_kernel(struct cu_t a, struct cu_t out)
 /* many tiles: a block per output element */
 static __global__ void repeat_back_block_kernel(struct cu_t a, struct cu_t out)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     const int64_t n = cu_nelements(out);
     float *y = (float *)out.data;
@@ -392,6 +400,7 @@ static __device__ __forceinline__ int32_t id_at(const struct cu_t &ids, int64_t 
 
 static __global__ void get_rows_kernel(struct cu_t a, struct cu_t ids, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -406,6 +415,7 @@ static __global__ void get_rows_kernel(struct cu_t a, struct cu_t ids, struct cu
 /* grad [n, k, ne2, ne3] rows added into out's rows at ids (out zeroed first) */
 static __global__ void get_rows_back_kernel(struct cu_t grad, struct cu_t ids, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(grad);
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -423,6 +433,7 @@ static __global__ void get_rows_back_kernel(struct cu_t grad, struct cu_t ids, s
  * write nothing) */
 static __global__ void set_rows_kernel(struct cu_t src, struct cu_t ids, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(src), row = src.ne[0] * src.ne[1];
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         const int64_t j = f % row, i2 = f / row;
@@ -436,6 +447,7 @@ static __global__ void set_rows_kernel(struct cu_t src, struct cu_t ids, struct 
 
 static __global__ void read_all_kernel(struct cu_t a, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -449,6 +461,7 @@ static __global__ void read_all_kernel(struct cu_t a, struct cu_t out)
 static __global__ void acc_add_kernel(struct cu_t b, float *window, int64_t s1, int64_t s2,
                                       int64_t s3, bool atomic)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(b);
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
@@ -469,6 +482,7 @@ static __global__ void acc_add_kernel(struct cu_t b, float *window, int64_t s1, 
 static __global__ void acc_add4_kernel(const float4 *b, float *window, int n0q, int n1, int n2,
                                        int64_t s1, int64_t s2, int64_t s3, int nq)
 {
+    cu_pdl_enter();
     for (int g = blockIdx.x * blockDim.x + threadIdx.x; g < nq; g += gridDim.x * blockDim.x) {
         const int r = g / n0q, q = g - r * n0q, i1 = r % n1, r2 = r / n1, i2 = r2 % n2,
                   i3 = r2 / n2;
@@ -491,6 +505,7 @@ static __global__ void acc_add4_kernel(const float4 *b, float *window, int n0q, 
 static __global__ void tile_copy_kernel(struct cu_t a, struct cu_t b, int64_t split,
                                         struct cu_t out)
 {
+    cu_pdl_enter();
     __shared__ float tile[TILE][TILE + 1];
     const int64_t n0 = out.ne[0], n1 = out.ne[1];
     const int64_t i2 = blockIdx.z % out.ne[2], i3 = blockIdx.z / out.ne[2];
@@ -517,6 +532,7 @@ static __global__ void tile_copy_kernel(struct cu_t a, struct cu_t b, int64_t sp
 template <int TA, int TD>
 static __global__ void copy_rows_kernel(struct cu_t a, char *d, int64_t rows)
 {
+    cu_pdl_enter();
     const int ea = TA == LT_TYPE_F32 ? 4 : 2, ed = TD == LT_TYPE_F32 ? 4 : 2;
     const int lane = threadIdx.x & 31;
     const int64_t n0 = a.ne[0], warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -545,8 +561,8 @@ static lt_status launch_tile_copy(struct cu_ctx *c, const struct lt_tensor *a,
         return LT_ERR_UNSUPPORTED; /* the caller takes the element kernels */
     dim3 grid((unsigned)((out->ne[0] + TILE - 1) / TILE), (unsigned)((out->ne[1] + TILE - 1) / TILE),
               (unsigned)planes);
-    tile_copy_kernel<<<grid, dim3(TILE, 8), 0, c->stream>>>(cu_view(a), cu_view(b ? b : a), split,
-                                                            cu_view(out));
+    cu_launch_pdl(c, tile_copy_kernel, grid, dim3(TILE, 8), 0, cu_view(a), cu_view(b ? b : a),
+                  split, cu_view(out));
     return cu_launched("tile_copy");
 }
 
@@ -580,9 +596,8 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
             return cu_convert_f32_flat(c, (const float *)a->data, (char *)node->data, n,
                                        node->type, "copy_convert_flat");
         float_types(a->type, node->type, [&](auto ta, auto td) {
-            convert_flat_kernel<decltype(ta)::value, decltype(td)::value>
-                <<<cu_blocks(n, 256), 256, 0, c->stream>>>((const char *)a->data,
-                                                           (char *)node->data, n);
+            cu_launch_pdl(c, convert_flat_kernel<decltype(ta)::value, decltype(td)::value>,
+                          cu_blocks(n, 256), 256, 0, (const char *)a->data, (char *)node->data, n);
         });
         return cu_launched("copy_convert_flat");
     }
@@ -591,20 +606,20 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
         const int64_t rows = n / a->ne[0];
         /* 8 warps, 8 rows, a block */
         float_types(a->type, node->type, [&](auto ta, auto td) {
-            copy_rows_kernel<decltype(ta)::value, decltype(td)::value>
-                <<<cu_blocks(rows, 8), 256, 0, c->stream>>>(av, (char *)node->data, rows);
+            cu_launch_pdl(c, copy_rows_kernel<decltype(ta)::value, decltype(td)::value>,
+                          cu_blocks(rows, 8), 256, 0, av, (char *)node->data, rows);
         });
         return cu_launched("copy_rows");
     }
     if (a->type != node->type) {
-        copy_convert_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(av, dv, n);
+        cu_launch_pdl(c, copy_convert_kernel, cu_blocks(n, 256), 256, 0, av, dv, n);
         return cu_launched("copy_convert");
     }
     const struct lt_type_traits *tt = lt_type_traits(a->type);
     av.ne[0] /= tt->block_size;
     dv.ne[0] /= tt->block_size;
     n /= tt->block_size;
-    copy_same_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(av, dv, n, (int)tt->type_size);
+    cu_launch_pdl(c, copy_same_kernel, cu_blocks(n, 256), 256, 0, av, dv, n, (int)tt->type_size);
     return cu_launched("copy_same");
 }
 
@@ -617,6 +632,7 @@ static lt_status launch_cpy(struct cu_ctx *c, struct lt_tensor *node)
 static __global__ void repeat_back_cols_kernel(const float *a, int64_t n0, int64_t rows,
                                                int64_t per, double *part)
 {
+    cu_pdl_enter();
     const int64_t r0 = blockIdx.x * per, r1 = r0 + per < rows ? r0 + per : rows;
     for (int64_t col = threadIdx.x; col < n0; col += blockDim.x) {
         double s = 0.0;
@@ -634,6 +650,7 @@ static __global__ void repeat_back_cols_kernel(const float *a, int64_t n0, int64
 static __global__ void repeat_back_sum_kernel(const double *part, int64_t n0, int64_t nblk,
                                               float *y)
 {
+    cu_pdl_enter();
     __shared__ double sums[RB_SUM_WARPS][32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int64_t col = blockIdx.x * 32 + lane;
@@ -688,20 +705,20 @@ static lt_status launch_repeat_back(struct cu_ctx *c, struct lt_tensor *node)
         if (st != LT_OK)
             return st;
         const int threads = n >= 256 ? 256 : (int)((n + 31) / 32 * 32);
-        repeat_back_cols_kernel<<<(unsigned)used, threads, 0, c->stream>>>(
-            (const float *)a->data, n, rows, per, (double *)part);
+        cu_launch_pdl(c, repeat_back_cols_kernel, (unsigned)used, threads, 0,
+                      (const float *)a->data, n, rows, per, (double *)part);
         if ((st = cu_launched("repeat_back_cols")) != LT_OK)
             return st;
-        repeat_back_sum_kernel<<<(unsigned)((n + 31) / 32), 32 * RB_SUM_WARPS, 0, c->stream>>>(
-            (const double *)part, n, used, (float *)node->data);
+        cu_launch_pdl(c, repeat_back_sum_kernel, (unsigned)((n + 31) / 32), 32 * RB_SUM_WARPS, 0,
+                      (const double *)part, n, used, (float *)node->data);
         return cu_launched("repeat_back_sum");
     }
     if (tiles <= 64) {
-        repeat_back_thread_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a),
-                                                                            cu_view(node));
+        cu_launch_pdl(c, repeat_back_thread_kernel, cu_blocks(n, 256), 256, 0, cu_view(a),
+                      cu_view(node));
         return cu_launched("repeat_back_thread");
     }
-    repeat_back_block_kernel<<<cu_blocks(n, 1), 256, 0, c->stream>>>(cu_view(a), cu_view(node));
+    cu_launch_pdl(c, repeat_back_block_kernel, cu_blocks(n, 1), 256, 0, cu_view(a), cu_view(node));
     return cu_launched("repeat_back_block");
 }
 
@@ -710,7 +727,7 @@ static lt_status launch_acc(struct cu_ctx *c, struct lt_tensor *node)
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     int64_t n = lt_nelements(node), nb_ = lt_nelements(b);
     if (n > 0 && a->data != node->data) { /* in place (lt_acc_inplace): a is there */
-        read_all_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(cu_view(a), cu_view(node));
+        cu_launch_pdl(c, read_all_kernel, cu_blocks(n, 256), 256, 0, cu_view(a), cu_view(node));
         lt_status st = cu_launched("acc_copy");
         if (st != LT_OK)
             return st;
@@ -727,14 +744,13 @@ static lt_status launch_acc(struct cu_ctx *c, struct lt_tensor *node)
     if (apart && b->type == LT_TYPE_F32 && lt_is_contiguous(b) && nb_ < INT32_MAX &&
         b->ne[0] % 4 == 0 && nb1 % 16 == 0 && nb2 % 16 == 0 && nb3 % 16 == 0 &&
         cu_aligned(window, 16) && cu_aligned(b->data, 16)) {
-        acc_add4_kernel<<<cu_blocks(nb_ / 4, 256), 256, 0, c->stream>>>(
-            (const float4 *)b->data, window, (int)(b->ne[0] / 4), (int)b->ne[1], (int)b->ne[2],
-            (int64_t)(nb1 / 4), (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), (int)(nb_ / 4));
+        cu_launch_pdl(c, acc_add4_kernel, cu_blocks(nb_ / 4, 256), 256, 0, (const float4 *)b->data,
+                      window, (int)(b->ne[0] / 4), (int)b->ne[1], (int)b->ne[2], (int64_t)(nb1 / 4),
+                      (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), (int)(nb_ / 4));
         return cu_launched("acc_add4");
     }
-    acc_add_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(
-        cu_view(b), window, (int64_t)(nb1 / 4),
-        (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), !apart);
+    cu_launch_pdl(c, acc_add_kernel, cu_blocks(nb_, 256), 256, 0, cu_view(b), window,
+                  (int64_t)(nb1 / 4), (int64_t)(nb2 / 4), (int64_t)(nb3 / 4), !apart);
     return cu_launched("acc_add");
 }
 
@@ -757,20 +773,20 @@ lt_status cu_copy_compute(struct cu_ctx *c, struct lt_tensor *node)
             if (st != LT_ERR_UNSUPPORTED)
                 return st;
         }
-        concat_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(node->src[0]), cu_view(node->src[1]),
-                                                      cu_view(node), lt_get_param_i32(node, 0));
+        cu_launch_pdl(c, concat_kernel, blocks, 256, 0, cu_view(node->src[0]),
+                      cu_view(node->src[1]), cu_view(node), lt_get_param_i32(node, 0));
         return cu_launched("concat");
     case LT_OP_REPEAT:
         if (n == 0)
             return LT_OK;
-        repeat_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(node->src[0]), cu_view(node));
+        cu_launch_pdl(c, repeat_kernel, blocks, 256, 0, cu_view(node->src[0]), cu_view(node));
         return cu_launched("repeat");
     case LT_OP_REPEAT_BACK: return launch_repeat_back(c, node);
     case LT_OP_GET_ROWS:
         if (n == 0)
             return LT_OK;
-        get_rows_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(node->src[0]),
-                                                        cu_view(node->src[1]), cu_view(node));
+        cu_launch_pdl(c, get_rows_kernel, blocks, 256, 0, cu_view(node->src[0]),
+                      cu_view(node->src[1]), cu_view(node));
         return cu_launched("get_rows");
     case LT_OP_GET_ROWS_BACK: {
         if (n == 0)
@@ -782,16 +798,16 @@ lt_status cu_copy_compute(struct cu_ctx *c, struct lt_tensor *node)
         int64_t ng = lt_nelements(node->src[0]);
         if (st != LT_OK || ng == 0)
             return st;
-        get_rows_back_kernel<<<cu_blocks(ng, 256), 256, 0, c->stream>>>(
-            cu_view(node->src[0]), cu_view(node->src[1]), cu_view(node));
+        cu_launch_pdl(c, get_rows_back_kernel, cu_blocks(ng, 256), 256, 0, cu_view(node->src[0]),
+                      cu_view(node->src[1]), cu_view(node));
         return cu_launched("get_rows_back");
     }
     case LT_OP_SET_ROWS: {
         const int64_t ns = lt_nelements(node->src[0]);
         if (ns == 0)
             return LT_OK;
-        set_rows_kernel<<<cu_blocks(ns, 256), 256, 0, c->stream>>>(
-            cu_view(node->src[0]), cu_view(node->src[2]), cu_view(node));
+        cu_launch_pdl(c, set_rows_kernel, cu_blocks(ns, 256), 256, 0, cu_view(node->src[0]),
+                      cu_view(node->src[2]), cu_view(node));
         return cu_launched("set_rows");
     }
     case LT_OP_ACC: return launch_acc(c, node);

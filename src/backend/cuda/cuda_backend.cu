@@ -584,6 +584,12 @@ extern "C" struct lt_backend *lt_backend_cuda_new(int device)
     {
         const char *e = getenv("LATHE_CUDA_CHECK_SCRATCH");
         c->check_scratch = e && strcmp(e, "1") == 0;
+        const char *pdl = getenv("LATHE_CUDA_PDL");
+        int major = 0;
+        c->pdl = pdl && strcmp(pdl, "1") == 0 &&
+                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+                     cudaSuccess &&
+                 major >= 9;
     }
     cu_profile_new(c);
     cu_graphs_new(c);

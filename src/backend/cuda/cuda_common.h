@@ -63,6 +63,9 @@ struct cu_ctx {
      * block sets every counter it used back to zero, so the next launch (or a replayed
      * CUDA graph) finds them zero. One stream runs one node at a time. */
     int *counters;
+    /* LATHE_CUDA_PDL=1 on a device of compute capability 9.0 or more: the kernels launched
+     * through cu_launch_pdl may start while the kernel before them finishes (see there) */
+    bool pdl;
 };
 
 #define CU_COUNTERS 16384
@@ -384,6 +387,89 @@ __device__ __forceinline__ float cu_block_max(float v, float *shared)
     __syncthreads();
     v = lane < n_warps ? shared[lane] : -INFINITY;
     return cu_warp_max(v);
+}
+
+/* ---- programmatic dependent launch (PDL, compute capability 9.0) ----
+ *
+ * A kernel queued by cu_launch_pdl with c->pdl set may be started by the device as soon as
+ * every block of the kernel before it in the stream has passed cu_pdl_trigger (or exited),
+ * not when that kernel has finished: its blocks then wait in cu_pdl_wait until the kernel
+ * before has finished and its writes are visible. The rule every such kernel keeps: no
+ * thread reads or writes memory another kernel may write, or that a kernel before it may
+ * still read, before it has passed cu_pdl_wait. What may come first is only work on what
+ * no kernel writes (a weight's bytes, prefetched into L2 by cu_prefetch_l2, a hint that
+ * changes no value). Each such kernel calls cu_pdl_trigger after its wait, so at most one
+ * kernel waits ahead of the one running. Replayed in a CUDA graph (decode), the weights of
+ * the next product stream in while the kernel before it runs. A kernel launched otherwise
+ * (<<<>>>, cuBLAS) waits for the whole stream before it, as always; the two instructions
+ * do nothing in a kernel launched without the attribute, before sm_90 and on the CPU
+ * emulation (which runs launches one after another). */
+static __device__ __forceinline__ void cu_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(LATHE_CUEMU_CORE_H)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void cu_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(LATHE_CUEMU_CORE_H)
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+/* a PDL kernel's first statement (after its prefetches, if any): the wait, then the trigger */
+static __device__ __forceinline__ void cu_pdl_enter()
+{
+    cu_pdl_wait();
+    cu_pdl_trigger();
+}
+
+/* asks L2 to fetch `bytes` at p (both multiples of 16): a hint, no value changes */
+static __device__ __forceinline__ void cu_prefetch_l2(const void *p, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(LATHE_CUEMU_CORE_H)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* cu_prefetch_l2 over the whole 16-byte runs inside [p, p + bytes) */
+static __device__ __forceinline__ void cu_prefetch_l2_span(const void *p, int64_t bytes)
+{
+    const uintptr_t b = ((uintptr_t)p + 15) & ~(uintptr_t)15,
+                    e = ((uintptr_t)p + bytes) & ~(uintptr_t)15;
+    if (bytes > 0 && e > b && e - b <= 0xffffffffu)
+        cu_prefetch_l2((const void *)b, (uint32_t)(e - b));
+}
+
+/* Queues kernel k on c's stream, with the PDL attribute when c->pdl (see above: k must keep
+ * the rule). Its launch error is left for cu_launched, as a <<<>>> launch's. */
+template <typename... P, typename... A>
+static inline void cu_launch_pdl(const struct cu_ctx *c, void (*k)(P...), dim3 grid, dim3 block,
+                                 size_t shared, A... args)
+{
+#ifdef LATHE_CUEMU_CORE_H
+    k *cuemu_cfg(grid, block, shared, c->stream)(((P)args)...);
+#else
+    if (c->pdl) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = shared;
+        cfg.stream = c->stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        (void)cudaLaunchKernelEx(&cfg, k, ((P)args)...);
+        return;
+    }
+    k<<<grid, block, shared, c->stream>>>(((P)args)...);
+#endif
 }
 
 #endif /* __CUDACC__ */

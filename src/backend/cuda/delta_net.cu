@@ -232,6 +232,7 @@ template <int N>
 static __global__ void __launch_bounds__(DN_FWD_THREADS)
 delta_net_kernel(struct dn_srcs s, float *out, float scale, int64_t chunks)
 {
+    cu_pdl_enter();
     const int64_t sk = s.q.ne[0], sv = s.v.ne[0], hv = s.v.ne[1], nt = s.q.ne[2];
     const int r = (int)(threadIdx.x % DN_FWD_ROW_GROUPS),
               jj = (int)(threadIdx.x / DN_FWD_ROW_GROUPS);
@@ -290,8 +291,8 @@ template <int N>
 static lt_status launch_forward(struct cu_ctx *c, const struct dn_fwd_plan &p,
                                 const struct dn_srcs &s, float *out, float scale)
 {
-    delta_net_kernel<N><<<(unsigned)p.blocks, DN_FWD_THREADS, 0, c->stream>>>(s, out, scale,
-                                                                               p.chunks);
+    cu_launch_pdl(c, delta_net_kernel<N>, (unsigned)p.blocks, DN_FWD_THREADS, 0, s, out, scale,
+                  p.chunks);
     return cu_launched("delta_net");
 }
 
@@ -409,6 +410,7 @@ static __global__ void __launch_bounds__(DN_BACK_THREADS)
 delta_net_back_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *work, float *part,
                       struct dn_back_layout L, float scale)
 {
+    cu_pdl_enter();
     extern __shared__ float sh[];
     __shared__ double red[32];
     const struct dn_back_plan &P = L.p;
@@ -529,6 +531,7 @@ delta_net_back_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *wor
  * and over the column chunks, in that order. */
 static __global__ void delta_net_back_reduce_kernel(const float *part, float *out, struct dn_red L)
 {
+    cu_pdl_enter();
     const int64_t sk = L.sk, nt = L.nt, n_qk = L.nb * nt * L.hk * sk, n_g = L.nb * nt * L.hv;
     for (int64_t f = cu_thread_index(); f < 2 * n_qk + n_g; f += cu_thread_count()) {
         if (f < 2 * n_qk) {
@@ -565,7 +568,7 @@ lt_status cu_dn_launch_reduce(struct cu_ctx *c, const float *part, float *out,
     int64_t grid = (n_red + 255) / 256;
     if (grid > (int64_t)c->n_sm * 8)
         grid = (int64_t)c->n_sm * 8;
-    delta_net_back_reduce_kernel<<<(unsigned)grid, 256, 0, c->stream>>>(part, out, R);
+    cu_launch_pdl(c, delta_net_back_reduce_kernel, (unsigned)grid, 256, 0, part, out, R);
     return cu_launched("delta_net_back_reduce");
 }
 
@@ -611,9 +614,9 @@ static lt_status launch_back(struct cu_ctx *c, struct lt_tensor *node)
                   "raising delta_net_back's shared memory");
     if (st != LT_OK)
         return st;
-    delta_net_back_kernel<<<(unsigned)L.p.blocks, (unsigned)L.p.threads, L.p.shared_bytes,
-                            c->stream>>>(s, cu_view(node->src[0]), (float *)node->data, work,
-                                         part, L, lt_get_param_f32(node, 0));
+    cu_launch_pdl(c, delta_net_back_kernel, (unsigned)L.p.blocks, (unsigned)L.p.threads,
+                  L.p.shared_bytes, s, cu_view(node->src[0]), (float *)node->data, work, part, L,
+                  lt_get_param_f32(node, 0));
     st = cu_launched("delta_net_back");
     if (st != LT_OK)
         return st;

@@ -404,6 +404,7 @@ static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
 delta_net_cfwd_kernel(struct dn_srcs s, float *out, struct dn_red L, struct dn_cback_plan P,
                       float scale)
 {
+    cu_pdl_enter();
     extern __shared__ __align__(128) float sh[];
     const int C = CB_C;
     struct cb_block w = cb_block_of(sh, L, P);
@@ -440,6 +441,7 @@ static __global__ void __launch_bounds__(DN_CBACK_THREADS, 1)
 delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ckpt_all,
                        float *part, struct dn_red L, struct dn_cback_plan P, float scale)
 {
+    cu_pdl_enter();
     extern __shared__ __align__(128) float sh[];
     __shared__ double red[32];
     const int C = CB_C;
@@ -495,8 +497,8 @@ lt_status cu_dn_launch_chunked_forward(struct cu_ctx *c, struct lt_tensor *node,
                             "raising delta_net's shared memory");
     if (st != LT_OK)
         return st;
-    delta_net_cfwd_kernel<<<(unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes, c->stream>>>(
-        s, (float *)node->data, cu_dn_red_of(node), P, lt_get_param_f32(node, 0));
+    cu_launch_pdl(c, delta_net_cfwd_kernel, (unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes, s,
+                  (float *)node->data, cu_dn_red_of(node), P, lt_get_param_f32(node, 0));
     return cu_launched("delta_net_chunked");
 }
 
@@ -522,9 +524,9 @@ lt_status cu_dn_launch_chunked_backward(struct cu_ctx *c, struct lt_tensor *node
                   "raising delta_net_back's shared memory");
     if (st != LT_OK)
         return st;
-    delta_net_cback_kernel<<<(unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes, c->stream>>>(
-        s, cu_view(node->src[0]), (float *)node->data, ckpt, part, R, P,
-        lt_get_param_f32(node, 0));
+    cu_launch_pdl(c, delta_net_cback_kernel, (unsigned)P.blocks, DN_CBACK_THREADS, P.shared_bytes,
+                  s, cu_view(node->src[0]), (float *)node->data, ckpt, part, R, P,
+                  lt_get_param_f32(node, 0));
     st = cu_launched("delta_net_back_chunked");
     if (st != LT_OK)
         return st;

@@ -13,6 +13,7 @@ bool cu_fill_supported(const struct lt_tensor *node, char *reason, size_t reason
 
 static __global__ void fill_kernel(float *d, int64_t n, float v)
 {
+    cu_pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         d[i] = v;
@@ -21,6 +22,7 @@ static __global__ void fill_kernel(float *d, int64_t n, float v)
 /* four floats a store (a result on 16 bytes, n a multiple of 4) */
 static __global__ void fill4_kernel(float4 *d, int64_t n4, float v)
 {
+    cu_pdl_enter();
     const float4 x = make_float4(v, v, v, v);
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -45,9 +47,10 @@ lt_status cu_fill_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_check(cudaMemsetAsync(node->data, 0, (size_t)n * sizeof(float), c->stream),
                         "zeroing a fill");
     if (n % 4 == 0 && (uintptr_t)node->data % 16 == 0)
-        fill4_kernel<<<cu_blocks(n / 4, 256), 256, 0, c->stream>>>((float4 *)node->data, n / 4, v);
+        cu_launch_pdl(c, fill4_kernel, cu_blocks(n / 4, 256), 256, 0, (float4 *)node->data, n / 4,
+                      v);
     else
-        fill_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>((float *)node->data, n, v);
+        cu_launch_pdl(c, fill_kernel, cu_blocks(n, 256), 256, 0, (float *)node->data, n, v);
     return cu_launched("fill");
 }
 

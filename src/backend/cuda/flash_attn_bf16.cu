@@ -87,6 +87,7 @@ template <int DP>
 static __global__ void __launch_bounds__(256)
     fb_stage_kernel(struct cu_t x, __nv_bfloat16 *dst, int64_t np, int64_t D)
 {
+    cu_pdl_enter();
     constexpr int P = DP / 4, R = 256 / P;
     const int64_t hd = blockIdx.y, s = blockIdx.z;
     const int i = 4 * (int)(threadIdx.x % P);
@@ -118,6 +119,7 @@ static __global__ void __launch_bounds__(256)
 /* dd[(s H + h) T + t] = do . o over the row (F32 sources, any strides): a warp a row */
 static __global__ void __launch_bounds__(256) fb_dot_kernel(struct fa_args a)
 {
+    cu_pdl_enter();
     const int64_t row = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
     if (row >= a.S * a.H * a.T)
         return;
@@ -699,8 +701,9 @@ static lt_status fb_stage(struct cu_ctx *c, const struct cu_t &x, __nv_bfloat16 
 {
     if (x.ne[3] * x.ne[1] * np == 0)
         return LT_OK;
-    fb_stage_kernel<DP><<<dim3((unsigned)((np + 15) / 16), (unsigned)x.ne[1], (unsigned)x.ne[3]),
-                          256, 0, c->stream>>>(x, dst, np, D);
+    cu_launch_pdl(c, fb_stage_kernel<DP>,
+                  dim3((unsigned)((np + 15) / 16), (unsigned)x.ne[1], (unsigned)x.ne[3]), 256, 0, x,
+                  dst, np, D);
     return cu_launched("flash_attn_bf16_stage");
 }
 
@@ -729,7 +732,7 @@ static lt_status fb_run(struct cu_ctx *c, const struct lt_tensor *node, const st
         return fb_launch(c, fb_forward_kernel<DP, false>, queries, 128, F::FWD, a, x,
                          "flash_attn_bf16");
     const int64_t rows = a.S * a.H * a.T;
-    fb_dot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, c->stream>>>(a);
+    cu_launch_pdl(c, fb_dot_kernel, (unsigned)((rows + 7) / 8), 256, 0, a);
     st = cu_launched("flash_attn_bf16_dot");
     if (st == LT_OK)
         st = fb_launch(c, fb_forward_kernel<DP, true>, queries, 128, F::FWD, a, x,

@@ -291,6 +291,7 @@ static __device__ void gdn_norm(const struct gdn_srcs &s, float *out, float eps,
  * read it, has finished) */
 static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps, int64_t n_k_heads)
 {
+    cu_pdl_enter();
     __shared__ double red[32];
     const int64_t hv = s.ssm_state.ne[2], h = blockIdx.x % hv, b = blockIdx.x / hv;
     gdn_norm(s, out, eps, h, b, red);
@@ -308,6 +309,7 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, int64_t w, int64_t split,
                       int n_groups, float eps, int *counters)
 {
+    cu_pdl_enter();
     extern __shared__ float sh[];
     __shared__ double red[32];
     const int64_t sv = s.ssm_state.ne[0], sk = s.ssm_state.ne[1], hv = s.ssm_state.ne[2],
@@ -489,18 +491,18 @@ lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
     const unsigned blocks = (unsigned)(d.hv * d.s * p.split);
     const float eps = lt_get_param_f32(node, 0);
     if (gdn_fused(d)) {
-        gdn_decode_kernel<true><<<blocks, p.threads, p.shared, c->stream>>>(
-            s, (float *)node->data, d.hk, p.w, p.split, p.groups, eps, c->counters);
+        cu_launch_pdl(c, gdn_decode_kernel<true>, blocks, p.threads, p.shared, s,
+                      (float *)node->data, d.hk, p.w, p.split, p.groups, eps, c->counters);
         return cu_launched("gdn_decode");
     }
-    gdn_decode_kernel<false><<<blocks, p.threads, p.shared, c->stream>>>(
-        s, (float *)node->data, d.hk, p.w, p.split, p.groups, eps, nullptr);
+    cu_launch_pdl(c, gdn_decode_kernel<false>, blocks, p.threads, p.shared, s, (float *)node->data,
+                  d.hk, p.w, p.split, p.groups, eps, nullptr);
     lt_status st = cu_launched("gdn_decode");
     if (st != LT_OK)
         return st;
     const int64_t nt = (d.sv + 31) / 32 * 32;
-    gdn_norm_kernel<<<(unsigned)(d.hv * d.s), (unsigned)(nt < 1024 ? nt : 1024), 0, c->stream>>>(
-        s, (float *)node->data, eps, d.hk);
+    cu_launch_pdl(c, gdn_norm_kernel, (unsigned)(d.hv * d.s), (unsigned)(nt < 1024 ? nt : 1024), 0,
+                  s, (float *)node->data, eps, d.hk);
     return cu_launched("gdn_decode's norm");
 }
 

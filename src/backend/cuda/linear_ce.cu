@@ -169,6 +169,7 @@ static __global__ void lce_rows_kernel(const float *z, int64_t V, int64_t nc, co
 static __global__ void lce_mean_kernel(const double *tok, const int32_t *labels, int64_t N,
                                        float *out)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     double total = 0.0, valid = 0.0;
     for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
@@ -187,6 +188,7 @@ static __global__ void lce_mean_kernel(const double *tok, const int32_t *labels,
 static __global__ void lce_coef_kernel(const float *grad_loss, const int32_t *labels, int64_t N,
                                        double *coef)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     double valid = 0.0;
     for (int64_t n = threadIdx.x; n < N; n += blockDim.x)
@@ -393,8 +395,8 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
         r.loss = (float *)node->data;
     }
     if (back && r.N > 0) {
-        lce_coef_kernel<<<1, 256, 0, c->stream>>>((const float *)node->src[0]->data, r.labels, r.N,
-                                                  r.coef);
+        cu_launch_pdl(c, lce_coef_kernel, 1, 256, 0, (const float *)node->src[0]->data, r.labels,
+                      r.N, r.coef);
         if ((st = cu_launched("linear_ce_coef")) != LT_OK)
             return st;
     }
@@ -407,7 +409,7 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
     }
     if (st != LT_OK || !r.loss)
         return st;
-    lce_mean_kernel<<<1, 256, 0, c->stream>>>(r.tok, r.labels, r.N, r.loss);
+    cu_launch_pdl(c, lce_mean_kernel, 1, 256, 0, r.tok, r.labels, r.N, r.loss);
     return cu_launched("linear_ce_mean");
 }
 

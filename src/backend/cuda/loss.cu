@@ -72,6 +72,7 @@ static __device__ void row_lse(const struct cu_t &x, int64_t n, float *fshared, 
 static __global__ void ce_rows_kernel(struct cu_t x, const char *labels, int64_t lstride,
                                       double *row_loss)
 {
+    cu_pdl_enter();
     __shared__ float fshared[32];
     __shared__ double dshared[32];
     const int64_t V = x.ne[0], N = x.ne[1];
@@ -92,6 +93,7 @@ static __global__ void ce_rows_kernel(struct cu_t x, const char *labels, int64_t
 static __global__ void ce_mean_kernel(const double *row_loss, const char *labels, int64_t lstride,
                                       int64_t N, float *out)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     double total = 0.0, valid = 0.0;
     for (int64_t n = threadIdx.x; n < N; n += blockDim.x) {
@@ -109,6 +111,7 @@ static __global__ void ce_mean_kernel(const double *row_loss, const char *labels
 static __global__ void ce_count_kernel(const char *labels, int64_t lstride, int64_t N,
                                        double *n_valid)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     double valid = 0.0;
     for (int64_t n = threadIdx.x; n < N; n += blockDim.x)
@@ -121,6 +124,7 @@ static __global__ void ce_count_kernel(const char *labels, int64_t lstride, int6
 static __global__ void ce_back_kernel(const float *grad_loss, struct cu_t x, const char *labels,
                                       int64_t lstride, const double *n_valid, float *d)
 {
+    cu_pdl_enter();
     __shared__ float fshared[32];
     __shared__ double dshared[32];
     const int64_t V = x.ne[0], N = x.ne[1];
@@ -172,25 +176,24 @@ lt_status cu_loss_compute(struct cu_ctx *c, struct lt_tensor *node)
         return st;
     if (!back) {
         if (N > 0) {
-            ce_rows_kernel<<<cu_blocks(N, 1), 256, 0, c->stream>>>(cu_view(logits), lab, ls,
-                                                                   (double *)scratch);
+            cu_launch_pdl(c, ce_rows_kernel, cu_blocks(N, 1), 256, 0, cu_view(logits), lab, ls,
+                          (double *)scratch);
             st = cu_launched("cross_entropy_rows");
             if (st != LT_OK)
                 return st;
         }
-        ce_mean_kernel<<<1, 256, 0, c->stream>>>((const double *)scratch, lab, ls, N,
-                                                 (float *)node->data);
+        cu_launch_pdl(c, ce_mean_kernel, 1, 256, 0, (const double *)scratch, lab, ls, N,
+                      (float *)node->data);
         return cu_launched("cross_entropy_mean");
     }
     if (N == 0 || logits->ne[0] == 0)
         return LT_OK;
-    ce_count_kernel<<<1, 256, 0, c->stream>>>(lab, ls, N, (double *)scratch);
+    cu_launch_pdl(c, ce_count_kernel, 1, 256, 0, lab, ls, N, (double *)scratch);
     st = cu_launched("cross_entropy_count");
     if (st != LT_OK)
         return st;
-    ce_back_kernel<<<cu_blocks(N, 1), 256, 0, c->stream>>>(
-        (const float *)node->src[0]->data, cu_view(logits), lab, ls, (const double *)scratch,
-        (float *)node->data);
+    cu_launch_pdl(c, ce_back_kernel, cu_blocks(N, 1), 256, 0, (const float *)node->src[0]->data,
+                  cu_view(logits), lab, ls, (const double *)scratch, (float *)node->data);
     return cu_launched("cross_entropy_back");
 }
 

@@ -250,6 +250,7 @@ bool cu_matmul_supported(const struct lt_tensor *node, char *reason, size_t reas
 /* b (F32, F16 or BF16, any strides) into contiguous [K, N, B2, B3] of type ct */
 static __global__ void convert_b_kernel(struct cu_t b, char *dst, int ct, int es)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(b);
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
@@ -262,6 +263,7 @@ static __global__ void convert_b_kernel(struct cu_t b, char *dst, int ct, int es
 static __global__ void convert_a_kernel(struct cu_t a, int64_t a2, int64_t a3, int64_t m0,
                                         int64_t tl, char *dst, int ct, int es)
 {
+    cu_pdl_enter();
     const int64_t K = a.ne[0], n = K * tl;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         cu_store(dst + f * es, ct, cu_read(a, f % K, m0 + f / K, a2, a3));
@@ -430,8 +432,8 @@ static lt_status run_tiled(struct cu_ctx *c, const struct cu_mm_plan *p, const s
                     dq<<<cu_blocks(tl * p->K / 32, 256), 256, 0, c->stream>>>(
                         cu_view(a), a2, a3, m0, tl, (__half *)tile);
                 else
-                    convert_a_kernel<<<cu_blocks(tl * p->K, 256), 256, 0, c->stream>>>(
-                        cu_view(a), a2, a3, m0, tl, (char *)tile, (int)p->ct, (int)p->es);
+                    cu_launch_pdl(c, convert_a_kernel, cu_blocks(tl * p->K, 256), 256, 0,
+                                  cu_view(a), a2, a3, m0, tl, (char *)tile, (int)p->ct, (int)p->es);
                 st = cu_launched("mul_mat convert_a");
                 for (int64_t i3 = a3 * p->r3; i3 < (a3 + 1) * p->r3 && st == LT_OK; i3++)
                     st = head_products(c, p, (const char *)tile, p->lda, a2, i3, bbase, cbase, m0,
@@ -496,8 +498,8 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
         lt_status st = cu_scratch(c, CU_SCRATCH_B, b_converted_bytes(b, &p), &bc);
         if (st != LT_OK)
             return st;
-        convert_b_kernel<<<cu_blocks(nb_, 256), 256, 0, c->stream>>>(cu_view(b), (char *)bc,
-                                                                     (int)p.ct, (int)p.es);
+        cu_launch_pdl(c, convert_b_kernel, cu_blocks(nb_, 256), 256, 0, cu_view(b), (char *)bc,
+                      (int)p.ct, (int)p.es);
         st = cu_launched("mul_mat convert_b");
         if (st != LT_OK)
             return st;

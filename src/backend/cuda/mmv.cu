@@ -168,6 +168,15 @@ static __global__ void __launch_bounds__(256)
     const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
     const int64_t rows = M * B2 * b.ne[3];
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, part = w % WPR;
+    { /* PDL (cuda_common.h): the rows of the block's first turn into L2 meanwhile */
+        const int64_t r = (int64_t)blockIdx.x * RPB + (int64_t)(w / WPR) * RW + lane;
+        if (part == 0 && lane < RW && r < rows) {
+            const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+            cu_prefetch_l2_span(a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3],
+                                (int64_t)K8 * 16);
+        }
+    }
+    cu_pdl_enter();
     /* every block takes the same number of turns: the barriers below are reached by all */
     for (int64_t r0 = (int64_t)blockIdx.x * RPB; r0 < rows; r0 += (int64_t)gridDim.x * RPB) {
         const int64_t rb = r0 + (int64_t)(w / WPR) * RW; /* the team's first row */
@@ -485,7 +494,7 @@ static void mmv_half_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const st
     constexpr int RPB = 8 / WPR * RW;
     const int64_t groups = (p->M * p->B2 * p->B3 + RPB - 1) / RPB;
     const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
-    mmv_half_kernel<TYPE, NC, RW, WPR><<<blocks, 256, 0, c->stream>>>(av, bv, dst, p->r2, p->r3);
+    cu_launch_pdl(c, mmv_half_kernel<TYPE, NC, RW, WPR>, blocks, 256, 0, av, bv, dst, p->r2, p->r3);
 }
 
 template <int TYPE, int NC, int RW>

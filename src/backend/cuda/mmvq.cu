@@ -75,6 +75,7 @@ bool cu_mmvq_takes(enum lt_type t, int64_t K)
 static __global__ void mmvq_quantise_kernel(struct cu_t b, int8_t *__restrict__ xq,
                                             float2 *__restrict__ xd, int64_t nblocks)
 {
+    cu_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t kblocks = b.ne[0] / MMVQ_QK, N = b.ne[1], B2 = b.ne[2];
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -266,6 +267,11 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     const int j = tid & 3; /* the quarter of the block: quants 8j .. 8j + 7 */
     const int64_t K = (int64_t)nblk * MMVQ_QK;
     const int64_t row0 = (int64_t)blockIdx.x * ROWS;
+    if (tid < ROWS && row0 + tid < M && blockIdx.y < nch) /* PDL (cuda_common.h) */
+        cu_prefetch_l2_span(a + (blockIdx.y % B2 / r2) * anb2 + (blockIdx.y / B2 / r3) * anb3 +
+                                (row0 + tid) * anb1,
+                            (int64_t)nblk * BYTES);
+    cu_pdl_enter();
     for (int64_t ch = blockIdx.y; ch < nch; ch += gridDim.y) {
         const int64_t i2 = ch % B2, i3 = ch / B2;
         const char *ah = a + (i2 / r2) * anb2 + (i3 / r3) * anb3;
@@ -354,13 +360,13 @@ static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int 
     const uintptr_t odd_bits =
         ((uintptr_t)a->data | (uintptr_t)a->nb[1] | (uintptr_t)a->nb[2] | (uintptr_t)a->nb[3]) & 1;
     if (!odd_bits) /* every block 2-byte aligned */
-        mmvq_kernel<TYPE, NC, ROWS, true><<<grid, NW * 32, 0, c->stream>>>(
-            (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
-            r2, r3, B2, nch, xq, xd, dst);
+        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, true>, grid, NW * 32, 0, (const char *)a->data,
+                      (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk, r2, r3, B2,
+                      nch, xq, xd, dst);
     else
-        mmvq_kernel<TYPE, NC, ROWS, false><<<grid, NW * 32, 0, c->stream>>>(
-            (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk,
-            r2, r3, B2, nch, xq, xd, dst);
+        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, false>, grid, NW * 32, 0,
+                      (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
+                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
 }
 
 template <int TYPE, int NC>
@@ -422,7 +428,8 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
     int8_t *xq = (int8_t *)scratch;
     float2 *xd = (float2 *)((char *)scratch + d_off);
     const int64_t nblocks = cols * nblk;
-    mmvq_quantise_kernel<<<cu_blocks(nblocks, 8), 256, 0, c->stream>>>(cu_view(b), xq, xd, nblocks);
+    cu_launch_pdl(c, mmvq_quantise_kernel, cu_blocks(nblocks, 8), 256, 0, cu_view(b), xq, xd,
+                  nblocks);
     st = cu_launched("mul_mat mmvq quantise");
     if (st != LT_OK)
         return st;

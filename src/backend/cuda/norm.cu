@@ -128,6 +128,7 @@ template <bool WARP>
 static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, struct cu_t z,
                                    bool gated, int out_type, bool rms, float eps)
 {
+    cu_pdl_enter();
     using T = row_team<WARP>;
     __shared__ double shared[32];
     const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
@@ -163,6 +164,7 @@ static __device__ __forceinline__ float add_at(const struct cu_t &a, const struc
 static __global__ void __launch_bounds__(1024)
     add_norm_kernel(struct cu_t a, struct cu_t b, const float *w, float *y, float eps)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     const int64_t n = a.ne[0], rows = a.ne[1], bd = blockDim.x, tail = ADD_NORM_KEEP * bd;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -196,6 +198,7 @@ template <bool WARP>
 static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx, bool rms,
                                         float eps)
 {
+    cu_pdl_enter();
     using T = row_team<WARP>;
     __shared__ double shared[32];
     const int64_t rows = x.ne[1] * x.ne[2] * x.ne[3];
@@ -279,6 +282,7 @@ static __device__ __forceinline__ const char *row_at(const struct cu_t &t, int64
 template <int C, bool GATED>
 static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct nmb_args a)
 {
+    cu_pdl_enter();
     const int64_t n = a.x.ne[0], rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
     const int lane = (int)(threadIdx.x & 31);
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -451,6 +455,7 @@ static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
 #define NMB_KEEP 8
 static __global__ void __launch_bounds__(256) norm_mul_back_block_kernel(struct nmb_args a)
 {
+    cu_pdl_enter();
     using T = row_team<false>;
     __shared__ double shared[32];
     const int64_t n = a.x.ne[0], rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
@@ -512,9 +517,9 @@ template <int C> static void norm_mul_back_warps(struct cu_ctx *c, const struct 
 {
     const unsigned blocks = (unsigned)cu_blocks(a.parts, 8); /* 8 warps a block, a part each */
     if (a.gated)
-        norm_mul_back_warp_kernel<C, true><<<blocks, 256, 0, c->stream>>>(a);
+        cu_launch_pdl(c, norm_mul_back_warp_kernel<C, true>, blocks, 256, 0, a);
     else
-        norm_mul_back_warp_kernel<C, false><<<blocks, 256, 0, c->stream>>>(a);
+        cu_launch_pdl(c, norm_mul_back_warp_kernel<C, false>, blocks, 256, 0, a);
 }
 
 /* Whether norm_mul_back_rows_kernel takes the node: g (and z) contiguous, x's rows
@@ -581,7 +586,7 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
         const int64_t t = (n + 31) / 32 * 32;
         const int threads = t > 256 ? 256 : (int)t;
         const unsigned blocks = a.parts < 65535 ? (unsigned)a.parts : 65535u;
-        norm_mul_back_block_kernel<<<blocks, threads, 0, c->stream>>>(a);
+        cu_launch_pdl(c, norm_mul_back_block_kernel, blocks, threads, 0, a);
     }
     return cu_launched("norm_mul_back");
 }
@@ -598,6 +603,7 @@ static __global__ void __launch_bounds__(256)
     norm_rows_kernel(const float *__restrict__ x, const float *__restrict__ g,
                      float *__restrict__ y, int n, int64_t rows, bool rms, float eps)
 {
+    cu_pdl_enter();
     const int lane = (int)(threadIdx.x & 31), n4 = n / 4;
     const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
     if (r >= rows)
@@ -676,11 +682,11 @@ template <int V4> static void norm_rows(struct cu_ctx *c, const struct lt_tensor
                 *g = back ? (const float *)node->src[0]->data : nullptr;
     const float eps = lt_get_param_f32(node, 0);
     if (back)
-        norm_rows_kernel<V4, true><<<blocks, 256, 0, c->stream>>>(x, g, (float *)node->data,
-                                                                  (int)node->ne[0], rows, rms, eps);
+        cu_launch_pdl(c, norm_rows_kernel<V4, true>, blocks, 256, 0, x, g, (float *)node->data,
+                      (int)node->ne[0], rows, rms, eps);
     else
-        norm_rows_kernel<V4, false><<<blocks, 256, 0, c->stream>>>(
-            x, g, (float *)node->data, (int)node->ne[0], rows, rms, eps);
+        cu_launch_pdl(c, norm_rows_kernel<V4, false>, blocks, 256, 0, x, g, (float *)node->data,
+                      (int)node->ne[0], rows, rms, eps);
 }
 
 /* RMS_NORM with a weight (and gate), rows of at most 32 C: a warp a row, its values kept in
@@ -690,6 +696,7 @@ static __global__ void __launch_bounds__(256)
     norm_mul_warp_kernel(struct cu_t x, const float *w, struct cu_t z, char *y, int out_type,
                          float eps)
 {
+    cu_pdl_enter();
     const int64_t n = x.ne[0], rows = x.ne[1] * x.ne[2] * x.ne[3];
     const int lane = (int)(threadIdx.x & 31), es = out_type == LT_TYPE_F32 ? 4 : 2;
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
@@ -729,11 +736,11 @@ template <int C> static void norm_mul_warps(struct cu_ctx *c, const struct lt_te
     const float *w = (const float *)node->src[1]->data;
     const float eps = lt_get_param_f32(node, 0);
     if (z)
-        norm_mul_warp_kernel<C, true>
-            <<<blocks, 256, 0, c->stream>>>(xv, w, zv, (char *)node->data, (int)node->type, eps);
+        cu_launch_pdl(c, norm_mul_warp_kernel<C, true>, blocks, 256, 0, xv, w, zv,
+                      (char *)node->data, (int)node->type, eps);
     else
-        norm_mul_warp_kernel<C, false>
-            <<<blocks, 256, 0, c->stream>>>(xv, w, zv, (char *)node->data, (int)node->type, eps);
+        cu_launch_pdl(c, norm_mul_warp_kernel<C, false>, blocks, 256, 0, xv, w, zv,
+                      (char *)node->data, (int)node->type, eps);
 }
 
 lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -752,9 +759,9 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
     const int threads = t > 256 ? 256 : (int)t;
     if (node->op == LT_OP_ADD_RMS_NORM) {
         const int wide = t > 1024 ? 1024 : (int)t;
-        add_norm_kernel<<<cu_blocks(node->ne[1], 1), wide, 0, c->stream>>>(
-            cu_view(node->src[0]), cu_view(node->src[1]), (const float *)node->src[2]->data,
-            (float *)node->data, eps);
+        cu_launch_pdl(c, add_norm_kernel, cu_blocks(node->ne[1], 1), wide, 0, cu_view(node->src[0]),
+                      cu_view(node->src[1]), (const float *)node->src[2]->data, (float *)node->data,
+                      eps);
         return cu_launched("add_norm");
     }
     const bool warp = cu_warp_rows(node->ne[0], rows);
@@ -773,19 +780,19 @@ lt_status cu_norm_compute(struct cu_ctx *c, struct lt_tensor *node)
         const struct cu_t xv = cu_view(node->src[0]), zv = z ? cu_view(z) : xv;
         const float *wd = w ? (const float *)w->data : NULL;
         if (warp)
-            norm_kernel<true><<<warp_blocks, 256, 0, c->stream>>>(
-                xv, (char *)node->data, wd, zv, z != NULL, (int)node->type, rms, eps);
+            cu_launch_pdl(c, norm_kernel<true>, warp_blocks, 256, 0, xv, (char *)node->data, wd, zv,
+                          z != NULL, (int)node->type, rms, eps);
         else
-            norm_kernel<false><<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-                xv, (char *)node->data, wd, zv, z != NULL, (int)node->type, rms, eps);
+            cu_launch_pdl(c, norm_kernel<false>, cu_blocks(rows, 1), threads, 0, xv,
+                          (char *)node->data, wd, zv, z != NULL, (int)node->type, rms, eps);
         return cu_launched("norm");
     }
     if (warp)
-        norm_back_kernel<true><<<warp_blocks, 256, 0, c->stream>>>(
-            cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
+        cu_launch_pdl(c, norm_back_kernel<true>, warp_blocks, 256, 0, cu_view(node->src[0]),
+                      cu_view(node->src[1]), (float *)node->data, rms, eps);
     else
-        norm_back_kernel<false><<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-            cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
+        cu_launch_pdl(c, norm_back_kernel<false>, cu_blocks(rows, 1), threads, 0,
+                      cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data, rms, eps);
     return cu_launched("norm_back");
 }
 

@@ -71,6 +71,7 @@ static __device__ __forceinline__ void adamw_one(const struct adamw_hp &h, float
 static __global__ void adamw_kernel(float *w, float *acc, float *m, float *v, const float *hp,
                                     int64_t n)
 {
+    cu_pdl_enter();
     const struct adamw_hp h = adamw_hp_load(hp);
     for (int64_t i = cu_thread_index(); i < n; i += cu_thread_count()) {
         float wi = w[i], mi = m[i], vi = v[i];
@@ -86,6 +87,7 @@ static __global__ void adamw_kernel(float *w, float *acc, float *m, float *v, co
 static __global__ void adamw_vec4_kernel(float4 *w, float4 *acc, float4 *m, float4 *v,
                                          const float *hp, int64_t n4)
 {
+    cu_pdl_enter();
     const struct adamw_hp h = adamw_hp_load(hp);
     for (int64_t i = cu_thread_index(); i < n4; i += cu_thread_count()) {
         float4 wi = w[i], gi = acc[i], mi = m[i], vi = v[i];
@@ -103,6 +105,7 @@ static __global__ void adamw_vec4_kernel(float4 *w, float4 *acc, float4 *m, floa
 /* hp = [lr, weight_decay, grad_scale] */
 static __global__ void sgd_kernel(float *w, float *acc, const float *hp, int64_t n)
 {
+    cu_pdl_enter();
     const float lr = hp[0], wd = hp[1], gs = hp[2];
     for (int64_t i = cu_thread_index(); i < n; i += cu_thread_count()) {
         const float g = __fmul_rn(acc[i], gs);
@@ -125,15 +128,15 @@ lt_status cu_optim_compute(struct cu_ctx *c, struct lt_tensor *node)
         const float *hp = (const float *)node->src[4]->data;
         if (n % 4 == 0 && cu_aligned(w, 16) && cu_aligned(acc, 16) && cu_aligned(m, 16) &&
             cu_aligned(v, 16)) {
-            adamw_vec4_kernel<<<cu_blocks(n / 4, 256), 256, 0, c->stream>>>((float4 *)w, (float4 *)acc,
-                                                             (float4 *)m, (float4 *)v, hp, n / 4);
+            cu_launch_pdl(c, adamw_vec4_kernel, cu_blocks(n / 4, 256), 256, 0, (float4 *)w,
+                          (float4 *)acc, (float4 *)m, (float4 *)v, hp, n / 4);
             return cu_launched("adamw_vec4");
         }
-        adamw_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(w, acc, m, v, hp, n);
+        cu_launch_pdl(c, adamw_kernel, cu_blocks(n, 256), 256, 0, w, acc, m, v, hp, n);
         return cu_launched("adamw");
     }
-    sgd_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(w, acc, (const float *)node->src[2]->data,
-                                                         n);
+    cu_launch_pdl(c, sgd_kernel, cu_blocks(n, 256), 256, 0, w, acc,
+                  (const float *)node->src[2]->data, n);
     return cu_launched("sgd");
 }
 

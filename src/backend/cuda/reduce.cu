@@ -61,6 +61,7 @@ bool cu_reduce_supported(const struct lt_tensor *node, char *reason, size_t reas
 /* y[r] = sum of row r * scale, a row a team (row_team; cu_warp_rows picks which) */
 template <bool WARP> static __global__ void sum_rows_kernel(struct cu_t a, float *y, double scale)
 {
+    cu_pdl_enter();
     using T = row_team<WARP>;
     __shared__ double shared[32];
     const int64_t rows = a.ne[1] * a.ne[2] * a.ne[3];
@@ -78,6 +79,7 @@ template <bool WARP> static __global__ void sum_rows_kernel(struct cu_t a, float
 /* stage 1: block b's share of every element into partial[b] */
 static __global__ void sum_partial_kernel(struct cu_t a, double *partial)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     const int64_t n = cu_nelements(a);
     double s = 0.0;
@@ -94,6 +96,7 @@ static __global__ void sum_partial_kernel(struct cu_t a, double *partial)
 /* stage 2: one block adds the partials */
 static __global__ void sum_final_kernel(const double *partial, int n, float *y)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
@@ -155,6 +158,7 @@ static size_t argmax_scratch_bytes(const struct lt_tensor *node)
 static __global__ void __launch_bounds__(ARGMAX_THREADS)
     argmax_kernel(struct cu_t a, int n, int parts, int len, int32_t *y, float *pv, int *pi)
 {
+    cu_pdl_enter();
     __shared__ float wv[32];
     __shared__ int wi[32];
     __shared__ int any_nan;
@@ -214,6 +218,7 @@ static __global__ void __launch_bounds__(ARGMAX_THREADS)
 static __global__ void argmax_final_kernel(const float *pv, const int *pi, int parts, int64_t rows,
                                            int32_t *y)
 {
+    cu_pdl_enter();
     const int64_t r = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (r >= rows) /* the whole warp leaves together */
@@ -274,13 +279,12 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
             pv = (float *)partial;
             pi = (int *)(pv + blocks);
         }
-        argmax_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), ARGMAX_THREADS, 0,
-                        c->stream>>>(cu_view(a), n_arg, (int)parts,
-                                     parts > 1 ? ARGMAX_PART : n_arg, y, pv, pi);
+        cu_launch_pdl(c, argmax_kernel, (unsigned)(blocks < 65535 ? blocks : 65535), ARGMAX_THREADS,
+                      0, cu_view(a), n_arg, (int)parts, parts > 1 ? ARGMAX_PART : n_arg, y, pv, pi);
         if ((st = cu_launched("argmax")) != LT_OK || parts == 1)
             return st;
-        argmax_final_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, c->stream>>>(pv, pi, (int)parts,
-                                                                                rows, y);
+        cu_launch_pdl(c, argmax_final_kernel, (unsigned)((rows + 7) / 8), 256, 0, pv, pi,
+                      (int)parts, rows, y);
         return cu_launched("argmax_final");
     }
     if (node->op != LT_OP_SUM) {
@@ -289,11 +293,11 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
             return LT_OK;
         double scale = node->op == LT_OP_MEAN && a->ne[0] > 0 ? 1.0 / (double)a->ne[0] : 1.0;
         if (cu_warp_rows(a->ne[0], rows))
-            sum_rows_kernel<true><<<cu_blocks(rows, 8), 256, 0, c->stream>>>(
-                cu_view(a), (float *)node->data, scale);
+            cu_launch_pdl(c, sum_rows_kernel<true>, cu_blocks(rows, 8), 256, 0, cu_view(a),
+                          (float *)node->data, scale);
         else
-            sum_rows_kernel<false><<<cu_blocks(rows, 1), row_threads(a->ne[0]), 0, c->stream>>>(
-                cu_view(a), (float *)node->data, scale);
+            cu_launch_pdl(c, sum_rows_kernel<false>, cu_blocks(rows, 1), row_threads(a->ne[0]), 0,
+                          cu_view(a), (float *)node->data, scale);
         return cu_launched("sum_rows");
     }
     void *partial;
@@ -302,12 +306,12 @@ lt_status cu_reduce_compute(struct cu_ctx *c, struct lt_tensor *node)
         return st;
     int blocks = (int)cu_blocks(n, 256);
     blocks = blocks > SUM_BLOCKS ? SUM_BLOCKS : blocks;
-    sum_partial_kernel<<<blocks, 256, 0, c->stream>>>(cu_view(a), (double *)partial);
+    cu_launch_pdl(c, sum_partial_kernel, blocks, 256, 0, cu_view(a), (double *)partial);
     st = cu_launched("sum_partial");
     if (st != LT_OK)
         return st;
-    sum_final_kernel<<<1, 256, 0, c->stream>>>((const double *)partial, blocks,
-                                               (float *)node->data);
+    cu_launch_pdl(c, sum_final_kernel, 1, 256, 0, (const double *)partial, blocks,
+                  (float *)node->data);
     return cu_launched("sum_final");
 }
 

@@ -56,6 +56,7 @@ bool cu_rope_supported(const struct lt_tensor *node, char *reason, size_t reason
 static __global__ void rope_kernel(struct cu_t a, const char *pos, int64_t pos_stride, float *y,
                                    int n_dims, bool neox, float base, float sign)
 {
+    cu_pdl_enter();
     extern __shared__ float cs_sn[]; /* [half] cos, then [half] sign * sin */
     const int half = n_dims / 2;
     const int64_t i2 = blockIdx.x % a.ne[2], i3 = blockIdx.x / a.ne[2];
@@ -98,11 +99,11 @@ lt_status cu_rope_compute(struct cu_ctx *c, struct lt_tensor *node)
         return LT_OK;
     const struct lt_tensor *a = node->src[0], *pos = node->src[1];
     const int n_dims = lt_get_param_i32(node, 0);
-    rope_kernel<<<(unsigned)(a->ne[2] * a->ne[3]), 256, (size_t)n_dims * sizeof(float),
-                  c->stream>>>(cu_view(a), (const char *)pos->data, (int64_t)pos->nb[0],
-                               (float *)node->data, n_dims,
-                               lt_get_param_i32(node, 1) == LT_ROPE_NEOX, lt_get_param_f32(node, 2),
-                               node->op == LT_OP_ROPE_BACK ? -1.0f : 1.0f);
+    cu_launch_pdl(c, rope_kernel, (unsigned)(a->ne[2] * a->ne[3]), 256,
+                  (size_t)n_dims * sizeof(float), cu_view(a), (const char *)pos->data,
+                  (int64_t)pos->nb[0], (float *)node->data, n_dims,
+                  lt_get_param_i32(node, 1) == LT_ROPE_NEOX, lt_get_param_f32(node, 2),
+                  node->op == LT_OP_ROPE_BACK ? -1.0f : 1.0f);
     return cu_launched("rope");
 }
 

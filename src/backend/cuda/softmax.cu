@@ -51,6 +51,7 @@ bool cu_softmax_supported(const struct lt_tensor *node, char *reason, size_t rea
 static __global__ void soft_max_kernel(struct cu_t a, struct cu_t mask, bool has_mask, float *out,
                                        float scale, bool causal)
 {
+    cu_pdl_enter();
     __shared__ double dshared[32];
     __shared__ float fshared[32];
     const int64_t ne0 = a.ne[0], ne1 = a.ne[1], rows = a.ne[1] * a.ne[2] * a.ne[3];
@@ -90,6 +91,7 @@ static __global__ void soft_max_kernel(struct cu_t a, struct cu_t mask, bool has
 
 static __global__ void soft_max_back_kernel(struct cu_t dy, struct cu_t yt, float *dx)
 {
+    cu_pdl_enter();
     __shared__ double shared[32];
     const int64_t ne0 = yt.ne[0], ne1 = yt.ne[1], rows = yt.ne[1] * yt.ne[2] * yt.ne[3];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -114,15 +116,15 @@ lt_status cu_softmax_compute(struct cu_ctx *c, struct lt_tensor *node)
     int64_t t = (node->ne[0] + 31) / 32 * 32;
     const int threads = t > 256 ? 256 : (int)t;
     if (node->op == LT_OP_SOFT_MAX_BACK) {
-        soft_max_back_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-            cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data);
+        cu_launch_pdl(c, soft_max_back_kernel, cu_blocks(rows, 1), threads, 0,
+                      cu_view(node->src[0]), cu_view(node->src[1]), (float *)node->data);
         return cu_launched("soft_max_back");
     }
     const struct lt_tensor *mask = node->src[1];
     struct cu_t mv = mask ? cu_view(mask) : cu_view(node->src[0]);
-    soft_max_kernel<<<cu_blocks(rows, 1), threads, 0, c->stream>>>(
-        cu_view(node->src[0]), mv, mask != NULL, (float *)node->data, lt_get_param_f32(node, 0),
-        lt_get_param_i32(node, 1) != 0);
+    cu_launch_pdl(c, soft_max_kernel, cu_blocks(rows, 1), threads, 0, cu_view(node->src[0]), mv,
+                  mask != NULL, (float *)node->data, lt_get_param_f32(node, 0),
+                  lt_get_param_i32(node, 1) != 0);
     return cu_launched("soft_max");
 }
 

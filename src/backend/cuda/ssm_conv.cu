@@ -54,6 +54,7 @@ bool cu_ssm_conv_supported(const struct lt_tensor *node, char *reason, size_t re
 /* y [C, T, S] contiguous */
 static __global__ void ssm_conv_kernel(struct cu_t sx, struct cu_t w, float *y, int64_t n_t)
 {
+    cu_pdl_enter();
     const int64_t n_c = sx.ne[1], n = n_c * n_t * sx.ne[2], d_conv = w.ne[0];
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         const int64_t c = f % n_c, t = (f / n_c) % n_t, s = f / (n_c * n_t);
@@ -73,6 +74,7 @@ static __global__ void ssm_conv_kernel(struct cu_t sx, struct cu_t w, float *y, 
 #define SSM_TILE 32
 static __global__ void ssm_conv_tile_kernel(struct cu_t sx, struct cu_t w, float *y, int64_t n_t)
 {
+    cu_pdl_enter();
     __shared__ float xs[SSM_TILE + SSM_BACK_MAX_K - 1][SSM_TILE + 1]; /* [time][channel] */
     const int64_t n_c = sx.ne[1], c0 = (int64_t)blockIdx.x * SSM_TILE,
                   t0 = (int64_t)blockIdx.y * SSM_TILE, s = blockIdx.z;
@@ -108,6 +110,7 @@ static __global__ void ssm_conv_tile_kernel(struct cu_t sx, struct cu_t w, float
 static __global__ void ssm_conv_back_sx_kernel(struct cu_t g, struct cu_t sx, struct cu_t w,
                                                float *dsx)
 {
+    cu_pdl_enter();
     const int64_t n_l = sx.ne[0], n_c = sx.ne[1], n = cu_nelements(sx), d_conv = w.ne[0];
     const int64_t n_t = n_l - d_conv + 1;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -125,6 +128,7 @@ static __global__ void ssm_conv_back_sx_kernel(struct cu_t g, struct cu_t sx, st
 static __global__ void ssm_conv_back_w_kernel(struct cu_t g, struct cu_t sx, struct cu_t w,
                                               float *dw)
 {
+    cu_pdl_enter();
     const int64_t d_conv = w.ne[0], n_c = sx.ne[1], n = d_conv * n_c;
     const int64_t n_t = sx.ne[0] - d_conv + 1;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -155,6 +159,7 @@ static __global__ void ssm_conv_back_w_kernel(struct cu_t g, struct cu_t sx, str
 static __global__ void ssm_conv_back_walk_kernel(struct cu_t g, struct cu_t sx, struct cu_t w,
                                                  float *dsx, float *part)
 {
+    cu_pdl_enter();
     /* a warp's tiles of 32 steps by its 32 channels: sx and d sx (time innermost) pass
      * through shared memory so that a warp reads and writes 32 neighbouring steps of a
      * channel row at once, g (channels innermost) is read a tile ahead of its use; the
@@ -218,6 +223,7 @@ static __global__ void ssm_conv_back_walk_kernel(struct cu_t g, struct cu_t sx, 
 static __global__ void ssm_conv_back_w_sum_kernel(const float *part, float *dw, int64_t d_conv,
                                                   int64_t n_c, int64_t n_s)
 {
+    cu_pdl_enter();
     for (int64_t f = cu_thread_index(); f < d_conv * n_c; f += cu_thread_count()) {
         const int64_t k = f % d_conv, c = f / d_conv;
         float total = 0.0f;
@@ -259,13 +265,13 @@ static lt_status ssm_conv_back_walk(struct cu_ctx *c, struct lt_tensor *node)
         return st;
     const dim3 grid((unsigned)((n_c + SSM_WALK_WARPS * SSM_TILE - 1) / (SSM_WALK_WARPS * SSM_TILE)),
                     (unsigned)n_s);
-    ssm_conv_back_walk_kernel<<<grid, SSM_WALK_WARPS * 32, 0, c->stream>>>(
-        cu_view(g), cu_view(sx), cu_view(w), dsx, (float *)part);
+    cu_launch_pdl(c, ssm_conv_back_walk_kernel, grid, SSM_WALK_WARPS * 32, 0, cu_view(g),
+                  cu_view(sx), cu_view(w), dsx, (float *)part);
     st = cu_launched("ssm_conv_back_walk");
     if (st != LT_OK)
         return st;
-    ssm_conv_back_w_sum_kernel<<<cu_blocks(d_conv * n_c, 256), 256, 0, c->stream>>>(
-        (const float *)part, dsx + lt_nelements(sx), d_conv, n_c, n_s);
+    cu_launch_pdl(c, ssm_conv_back_w_sum_kernel, cu_blocks(d_conv * n_c, 256), 256, 0,
+                  (const float *)part, dsx + lt_nelements(sx), d_conv, n_c, n_s);
     return cu_launched("ssm_conv_back_w_sum");
 }
 
@@ -284,12 +290,12 @@ lt_status cu_ssm_conv_compute(struct cu_ctx *c, struct lt_tensor *node)
             (n_t + SSM_TILE - 1) / SSM_TILE <= 65535) {
             const dim3 grid((unsigned)((sx->ne[1] + SSM_TILE - 1) / SSM_TILE),
                             (unsigned)((n_t + SSM_TILE - 1) / SSM_TILE), (unsigned)sx->ne[2]);
-            ssm_conv_tile_kernel<<<grid, dim3(SSM_TILE, 8), 0, c->stream>>>(
-                cu_view(sx), cu_view(w), (float *)node->data, n_t);
+            cu_launch_pdl(c, ssm_conv_tile_kernel, grid, dim3(SSM_TILE, 8), 0, cu_view(sx),
+                          cu_view(w), (float *)node->data, n_t);
             return cu_launched("ssm_conv_tile");
         }
-        ssm_conv_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(
-            cu_view(sx), cu_view(w), (float *)node->data, n_t);
+        cu_launch_pdl(c, ssm_conv_kernel, cu_blocks(n, 256), 256, 0, cu_view(sx), cu_view(w),
+                      (float *)node->data, n_t);
         return cu_launched("ssm_conv");
     }
     const struct lt_tensor *g = node->src[0], *sx = node->src[1], *w = node->src[2];
@@ -298,16 +304,16 @@ lt_status cu_ssm_conv_compute(struct cu_ctx *c, struct lt_tensor *node)
         return ssm_conv_back_walk(c, node);
     float *dsx = (float *)node->data;
     if (nsx > 0) {
-        ssm_conv_back_sx_kernel<<<cu_blocks(nsx, 256), 256, 0, c->stream>>>(
-            cu_view(g), cu_view(sx), cu_view(w), dsx);
+        cu_launch_pdl(c, ssm_conv_back_sx_kernel, cu_blocks(nsx, 256), 256, 0, cu_view(g),
+                      cu_view(sx), cu_view(w), dsx);
         lt_status st = cu_launched("ssm_conv_back_sx");
         if (st != LT_OK)
             return st;
     }
     if (nw == 0)
         return LT_OK;
-    ssm_conv_back_w_kernel<<<cu_blocks(nw, 128), 128, 0, c->stream>>>(cu_view(g), cu_view(sx),
-                                                                      cu_view(w), dsx + nsx);
+    cu_launch_pdl(c, ssm_conv_back_w_kernel, cu_blocks(nw, 128), 128, 0, cu_view(g), cu_view(sx),
+                  cu_view(w), dsx + nsx);
     return cu_launched("ssm_conv_back_w");
 }
 

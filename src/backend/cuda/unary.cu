@@ -100,6 +100,7 @@ static __device__ __forceinline__ float apply_pair(int kind, float x, float u)
 
 static __global__ void unary_kernel(int op, float s, struct cu_t a, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     float *y = (float *)out.data;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -111,6 +112,7 @@ static __global__ void unary_kernel(int op, float s, struct cu_t a, struct cu_t 
 
 static __global__ void unary_flat_kernel(int op, float s, const float *a, float *y, int64_t n)
 {
+    cu_pdl_enter();
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         y[f] = apply(op, s, a[f]);
 }
@@ -120,6 +122,7 @@ static __global__ void unary_flat_kernel(int op, float s, const float *a, float 
  * a training step's SILU, SWIGLU and their backwards near 2.1-2.4 TB/s. n4 = elements / 4. */
 static __global__ void unary_flat4_kernel(int op, float s, const float4 *a, float4 *y, uint32_t n4)
 {
+    cu_pdl_enter();
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x) {
         const float4 x = a[f];
         y[f] =
@@ -137,6 +140,7 @@ template <int YT>
 static __global__ void pair_flat4_kernel(int kind, const float4 *a, const float4 *b, char *y,
                                          uint32_t n4)
 {
+    cu_pdl_enter();
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
         cu_store4(y, YT, f, apply_pair4(kind, a[f], b[f]));
 }
@@ -164,6 +168,7 @@ template <int YT>
 static __global__ void pair_rows4_kernel(int kind, struct cu_t a, struct cu_t b, char *y,
                                          uint32_t n4, uint32_t q)
 {
+    cu_pdl_enter();
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
         cu_store4(y, YT, f, apply_pair4(kind, row4_get(a, f, q), row4_get(b, f, q)));
 }
@@ -176,6 +181,7 @@ static bool flat4_ok(int64_t n, const void *p0, const void *p1, const void *p2, 
 
 static __global__ void pair_kernel(int kind, struct cu_t a, struct cu_t b, struct cu_t out)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(out);
     const int es = out.type == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
@@ -192,6 +198,7 @@ template <int YT>
 static __global__ void pair_flat_kernel(int kind, const float *a, const float *b, char *y,
                                         int64_t n)
 {
+    cu_pdl_enter();
     const int es = YT == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         cu_store(y + f * es, YT, apply_pair(kind, a[f], b[f]));
@@ -221,6 +228,7 @@ static __device__ __forceinline__ void swiglu_back_at(int kind, float g, float x
 static __global__ void swiglu_back_kernel(int kind, struct cu_t g, struct cu_t x, struct cu_t u,
                                           char *y, int t)
 {
+    cu_pdl_enter();
     const int64_t n = cu_nelements(x);
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
@@ -234,6 +242,7 @@ static __global__ void swiglu_back_kernel(int kind, struct cu_t g, struct cu_t x
 static __global__ void swiglu_back_flat_kernel(int kind, const float *g, const float *x,
                                                const float *u, char *y, int t, int64_t n)
 {
+    cu_pdl_enter();
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count())
         swiglu_back_at(kind, g[f], x[f], u[f], y, t, n, f);
 }
@@ -253,6 +262,7 @@ static __device__ __forceinline__ void swiglu_back4(int kind, float4 gv, float4 
 static __global__ void swiglu_back_flat4_kernel(int kind, const float4 *g, const float4 *x,
                                                 const float4 *u, char *y, int t, uint32_t n4)
 {
+    cu_pdl_enter();
     char *yu = y + (size_t)n4 * 4 * (t == LT_TYPE_F32 ? 4 : 2); /* d up's half */
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
         swiglu_back4(kind, g[f], x[f], u[f], y, yu, t, f);
@@ -263,6 +273,7 @@ static __global__ void swiglu_back_rows4_kernel(int kind, struct cu_t g, struct 
                                                 struct cu_t u, char *y, int t, uint32_t n4,
                                                 uint32_t q)
 {
+    cu_pdl_enter();
     char *yu = y + (size_t)n4 * 4 * (t == LT_TYPE_F32 ? 4 : 2);
     for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
         swiglu_back4(kind, row4_get(g, f, q), row4_get(x, f, q), row4_get(u, f, q), y, yu, t, f);
@@ -281,23 +292,23 @@ static lt_status launch_swiglu_back(struct cu_ctx *c, struct lt_tensor *node)
         flat = flat && node->src[i]->type == LT_TYPE_F32 && lt_is_contiguous(node->src[i]);
     if (flat && flat4_ok(n, g->data, x->data, u->data, node->data)) {
         const uint32_t n4 = (uint32_t)(n / 4);
-        swiglu_back_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-            kind, (const float4 *)g->data, (const float4 *)x->data, (const float4 *)u->data,
-            (char *)node->data, (int)node->type, n4);
+        cu_launch_pdl(c, swiglu_back_flat4_kernel, cu_blocks(n4, 256), 256, 0, kind,
+                      (const float4 *)g->data, (const float4 *)x->data, (const float4 *)u->data,
+                      (char *)node->data, (int)node->type, n4);
         return cu_launched("swiglu_back_flat4");
     }
     if (flat) {
-        swiglu_back_flat_kernel<<<blocks, 256, 0, c->stream>>>(
-            kind, (const float *)g->data, (const float *)x->data, (const float *)u->data,
-            (char *)node->data, (int)node->type, n);
+        cu_launch_pdl(c, swiglu_back_flat_kernel, blocks, 256, 0, kind, (const float *)g->data,
+                      (const float *)x->data, (const float *)u->data, (char *)node->data,
+                      (int)node->type, n);
     } else if (rows4_ok(g) && rows4_ok(x) && rows4_ok(u) && cu_aligned(node->data, 16)) {
         const uint32_t n4 = (uint32_t)(n / 4), q = (uint32_t)(x->ne[0] / 4);
-        swiglu_back_rows4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-            kind, cu_view(g), cu_view(x), cu_view(u), (char *)node->data, (int)node->type, n4, q);
+        cu_launch_pdl(c, swiglu_back_rows4_kernel, cu_blocks(n4, 256), 256, 0, kind, cu_view(g),
+                      cu_view(x), cu_view(u), (char *)node->data, (int)node->type, n4, q);
         return cu_launched("swiglu_back_rows4");
     } else {
-        swiglu_back_kernel<<<blocks, 256, 0, c->stream>>>(kind, cu_view(g), cu_view(x), cu_view(u),
-                                                          (char *)node->data, (int)node->type);
+        cu_launch_pdl(c, swiglu_back_kernel, blocks, 256, 0, kind, cu_view(g), cu_view(x),
+                      cu_view(u), (char *)node->data, (int)node->type);
     }
     return cu_launched("swiglu_back");
 }
@@ -316,19 +327,19 @@ template <int YT> static lt_status launch_pair(struct cu_ctx *c, struct lt_tenso
         (!flat && rows4_ok(a) && rows4_ok(b) && cu_aligned(y, 16))) {
         const uint32_t n4 = (uint32_t)(n / 4);
         if (flat)
-            pair_flat4_kernel<YT><<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-                kind, (const float4 *)a->data, (const float4 *)b->data, y, n4);
+            cu_launch_pdl(c, pair_flat4_kernel<YT>, cu_blocks(n4, 256), 256, 0, kind,
+                          (const float4 *)a->data, (const float4 *)b->data, y, n4);
         else
-            pair_rows4_kernel<YT><<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-                kind, cu_view(a), cu_view(b), y, n4, (uint32_t)(a->ne[0] / 4));
+            cu_launch_pdl(c, pair_rows4_kernel<YT>, cu_blocks(n4, 256), 256, 0, kind, cu_view(a),
+                          cu_view(b), y, n4, (uint32_t)(a->ne[0] / 4));
         return cu_launched("swiglu/silu_back float4s");
     }
     if (flat)
-        pair_flat_kernel<YT><<<cu_blocks(n, 256), 256, 0, c->stream>>>(
-            kind, (const float *)a->data, (const float *)b->data, y, n);
+        cu_launch_pdl(c, pair_flat_kernel<YT>, cu_blocks(n, 256), 256, 0, kind,
+                      (const float *)a->data, (const float *)b->data, y, n);
     else
-        pair_kernel<<<cu_blocks(n, 256), 256, 0, c->stream>>>(kind, cu_view(a), cu_view(b),
-                                                              cu_view(node));
+        cu_launch_pdl(c, pair_kernel, cu_blocks(n, 256), 256, 0, kind, cu_view(a), cu_view(b),
+                      cu_view(node));
     return cu_launched("swiglu/silu_back");
 }
 
@@ -352,16 +363,16 @@ lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (a->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
         flat4_ok(n, a->data, node->data, node->data, node->data)) {
         const uint32_t n4 = (uint32_t)(n / 4);
-        unary_flat4_kernel<<<cu_blocks(n4, 256), 256, 0, c->stream>>>(
-            (int)node->op, s, (const float4 *)a->data, (float4 *)node->data, n4);
+        cu_launch_pdl(c, unary_flat4_kernel, cu_blocks(n4, 256), 256, 0, (int)node->op, s,
+                      (const float4 *)a->data, (float4 *)node->data, n4);
         return cu_launched("unary_flat4");
     }
     if (a->type == LT_TYPE_F32 && lt_is_contiguous(a)) {
-        unary_flat_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, s, (const float *)a->data,
-                                                          (float *)node->data, n);
+        cu_launch_pdl(c, unary_flat_kernel, blocks, 256, 0, (int)node->op, s,
+                      (const float *)a->data, (float *)node->data, n);
         return cu_launched("unary_flat");
     }
-    unary_kernel<<<blocks, 256, 0, c->stream>>>((int)node->op, s, cu_view(a), cu_view(node));
+    cu_launch_pdl(c, unary_kernel, blocks, 256, 0, (int)node->op, s, cu_view(a), cu_view(node));
     return cu_launched("unary");
 }
 

@@ -377,6 +377,7 @@ enum cudaMemcpyKind {
 enum cudaDeviceAttr {
     cudaDevAttrMaxThreadsPerBlock = 1,
     cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
