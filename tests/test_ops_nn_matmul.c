@@ -246,6 +246,80 @@ static void test_mul_mat_acc(void)
     lt_ctx_free(ctx);
 }
 
+/* MUL_MAT_GLU: the stacked product's SwiGLU in one node equals SWIGLU of the two halves of
+ * MUL_MAT's product bit for bit (its CPU kernel is MUL_MAT's, then SWIGLU's value), over
+ * weight types (float, Q8_0, Q4_1), decode and wider column counts, 1 and 2 threads; and its
+ * refusals (an odd row count, a 3-d weight, half columns) */
+static void test_mul_mat_glu(void)
+{
+    static const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16, LT_TYPE_Q8_0,
+                                         LT_TYPE_Q4_1};
+    static const int64_t ns[] = {1, 3, 8, 20};
+    int runs = 0, bad = 0;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+            for (int nth = 1; nth <= 2; nth++, runs++) {
+                const int64_t K = 256, H = 24, N = ns[ni];
+                struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
+                int64_t ane[4] = {K, 2 * H, 1, 1}, bne[4] = {K, N, 1, 1};
+                float *ra = malloc(sizeof(float) * (size_t)(K * 2 * H));
+                float *rb = malloc(sizeof(float) * (size_t)(K * N));
+                float *want = malloc(sizeof(float) * (size_t)(H * N));
+                float *got = malloc(sizeof(float) * (size_t)(H * N));
+                struct lt_tensor *a = nn_make(ctx, types[ti], NN_CONTIG, ane);
+                struct lt_tensor *b = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, bne);
+                const struct lt_type_traits *tt = lt_type_traits(types[ti]);
+                if (a && tt->is_quantized) { /* random floats, quantised */
+                    CHECK(tt->from_float != NULL, "%s has no quantiser", tt->name);
+                    for (int64_t i = 0; i < K * 2 * H; i++)
+                        ra[i] = nn_rand();
+                    if (tt->from_float)
+                        tt->from_float(ra, a->data, K * 2 * H);
+                } else if (a) {
+                    nn_fill_rand(a, ra, 1.0f);
+                }
+                nn_fill_rand(b, rb, 1.0f);
+                struct lt_tensor *glu = lt_mul_mat_glu(ctx, a, b);
+                struct lt_tensor *p = lt_mul_mat(ctx, a, b);
+                struct lt_tensor *sw =
+                    p ? lt_swiglu(ctx, lt_view_2d(ctx, p, H, N, p->nb[1], 0),
+                                  lt_view_2d(ctx, p, H, N, p->nb[1], (size_t)H * sizeof(float)))
+                      : NULL;
+                char reason[LT_REASON_MAX] = "";
+                bool ok = glu && sw && glu->op == LT_OP_MUL_MAT_GLU && glu->ne[0] == H &&
+                          glu->ne[1] == N && lt_cpu_supports_op(glu, reason, sizeof(reason)) &&
+                          nn_run(ctx, glu, nth) == LT_OK && nn_run(ctx, sw, nth) == LT_OK;
+                CHECK(ok, "mul_mat_glu %s N=%lld: %s %s", lt_type_name(types[ti]), (long long)N,
+                      reason, lt_last_error());
+                if (ok) {
+                    lt_tensor_read_f32(glu, got);
+                    lt_tensor_read_f32(sw, want);
+                    const bool same = memcmp(got, want, sizeof(float) * (size_t)(H * N)) == 0;
+                    CHECK(same, "mul_mat_glu %s N=%lld, %d threads: not SWIGLU's values",
+                          lt_type_name(types[ti]), (long long)N, nth);
+                    bad += !same;
+                } else {
+                    bad++;
+                }
+                free(ra);
+                free(rb);
+                free(want);
+                free(got);
+                lt_ctx_free(ctx);
+            }
+    printf("mul_mat_glu: %d runs, %d bad\n", runs, bad);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *b = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3);
+    CHECK(lt_mul_mat_glu(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 5), b) == NULL, "odd rows");
+    CHECK(strstr(lt_last_error(), "mul_mat_glu") != NULL, "%s", lt_last_error());
+    CHECK(lt_mul_mat_glu(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 4, 2), b) == NULL,
+          "a 3-d weight");
+    CHECK(lt_mul_mat_glu(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 4),
+                         lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 3)) == NULL,
+          "half columns");
+    lt_ctx_free(ctx);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -354,6 +428,7 @@ int main(void)
     test_mul_mat_broadcast_b();
     test_mul_mat_refusals();
     test_mul_mat_acc();
+    test_mul_mat_glu();
     if (getenv("LATHE_BENCH"))
         bench_mul_mat(atoi(getenv("LATHE_BENCH")) > 0 ? atoi(getenv("LATHE_BENCH")) : 2);
     nn_backends_free();

@@ -55,6 +55,14 @@ struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_
  * base product added into its adapter's output (src/model/model_graph.c). */
 struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                  struct lt_tensor *c);
+/* A stacked gate and up projection and its SwiGLU in one MUL_MAT_GLU node (inference only,
+ * no backward rule): a [K, 2 H] (any type mul_mat reads; rows 0 .. H - 1 the gate's, H ..
+ * 2 H - 1 the up's), b [K, N] F32 -> F32 [H, N]:
+ *   p = mul_mat(a, b); dst[h, n] = silu(p[h, n]) * p[H + h, n]
+ * with SWIGLU's value of each element, so on the CPU it equals lt_swiglu of the product's
+ * two halves bit for bit. A decode step's FFN (src/model/model_graph.c): one launch where a
+ * device's few-column kernel computes both rows of an output and its SwiGLU at once. */
+struct lt_tensor *lt_mul_mat_glu(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */
 struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);

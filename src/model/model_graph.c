@@ -181,8 +181,9 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
  * (model_load.c): with b->fused and no adapter, replacement or BF16 rounding on any member,
  * one product by the joint matrix, out[i] the view of member i's rows (columns as far apart
  * as the joint's rows); otherwise mm() of each. */
-static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
-                          int n, struct lt_tensor *x, struct lt_tensor **out)
+/* whether the group's products may be the one product by `joint` (mm_group) */
+static bool joint_takes(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
+                        int n, struct lt_tensor *x)
 {
     bool one = b->fused && joint && x;
     for (int i = 0; one && i < n; i++) {
@@ -190,7 +191,13 @@ static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_te
         for (int j = 0; one && b->ad && j < b->ad->n_lora; j++)
             one = b->ad->lora[j].w != ws[i];
     }
-    if (!one) {
+    return one;
+}
+
+static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
+                          int n, struct lt_tensor *x, struct lt_tensor **out)
+{
+    if (!joint_takes(b, joint, ws, n, x)) {
         for (int i = 0; i < n; i++)
             if (!(out[i] = mm(b, ws[i], x)))
                 return lt_mb_check(NULL, "a projection", -1);
@@ -639,6 +646,14 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     const struct lt_model_layer *ly = &b->m->layers[il];
     struct lt_tensor *proj[2];
     struct lt_tensor *const ws[2] = {ly->ffn_gate, ly->ffn_up};
+    if (b->n_tokens == 1 && x && x->type == LT_TYPE_F32 &&
+        act_type(b, 1, &ly->ffn_down) == LT_TYPE_F32 && joint_takes(b, ly->ffn_gate_up, ws, 2, x) &&
+        ws[0]->ne[1] == ws[1]->ne[1]) {
+        /* a decode step: the stacked product and its SwiGLU as one MUL_MAT_GLU node (the
+         * joint's rows: the gate's, then the up's) */
+        struct lt_tensor *h = named(lt_mul_mat_glu(b->ctx, ly->ffn_gate_up, x), "ffn_swiglu", il);
+        return named(mm(b, ly->ffn_down, h), "ffn_out", il);
+    }
     if (mm_group(b, ly->ffn_gate_up, ws, 2, x, proj) != LT_OK)
         return NULL;
     struct lt_tensor *gate = named(proj[0], "ffn_gate", il);

@@ -121,6 +121,7 @@ LT_DECLARE_OP(get_rows);
 LT_DECLARE_OP(set_rows);
 LT_DECLARE_OP(mul_mat);
 LT_DECLARE_OP(mul_mat_acc);
+LT_DECLARE_OP(mul_mat_glu);
 LT_DECLARE_OP(add);
 LT_DECLARE_OP(sub);
 LT_DECLARE_OP(mul);

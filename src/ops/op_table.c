@@ -18,6 +18,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_SET_ROWS] = &lt_op_def_set_rows,
     [LT_OP_MUL_MAT] = &lt_op_def_mul_mat,
     [LT_OP_MUL_MAT_ACC] = &lt_op_def_mul_mat_acc,
+    [LT_OP_MUL_MAT_GLU] = &lt_op_def_mul_mat_glu,
     [LT_OP_ADD] = &lt_op_def_add,
     [LT_OP_SUB] = &lt_op_def_sub,
     [LT_OP_MUL] = &lt_op_def_mul,

@@ -373,6 +373,31 @@ static void mm_acc_case(enum lt_type t, enum lt_type tb, int la, int lb, int64_t
              b_mul_mat_acc, &p);
 }
 
+/* MUL_MAT_GLU: a [K, 2 H] (ne[1] = H) of type[0] in lay[0], F32 columns [K, N] in lay[1] */
+static struct lt_tensor *b_mul_mat_glu(struct build *b, const struct params *p)
+{
+    struct lt_tensor *a =
+        mk(b, p->type[0], p->lay[0], p->ne[0], 2 * p->ne[1], 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *x =
+        mk(b, LT_TYPE_F32, p->lay[1], p->ne[0], p->ne[2], 1, 1, FILL_UNIFORM, -1, 1);
+    return lt_mul_mat_glu(b->ctx, a, x);
+}
+
+static void mm_glu_case(enum lt_type t, int la, int lb, int64_t K, int64_t H, int64_t N)
+{
+    struct params p = P(la, lb, t, LT_TYPE_F32);
+    p.ne[0] = K, p.ne[1] = H, p.ne[2] = N;
+    const bool quant = lt_type_traits(t)->is_quantized;
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s/%s%s%s/K%lld/N%lld", lt_type_name(t), layout_names[la],
+             la == lb ? "" : "+", la == lb ? "" : layout_names[lb], (long long)K, (long long)N);
+    run_case(LT_OP_MUL_MAT_GLU, buf,
+             t == LT_TYPE_F32 ? TOL_MM_F32
+             : quant          ? TOL_QUANT
+                              : TOL_MM_HALF,
+             b_mul_mat_glu, &p);
+}
+
 /* a of type t, b of type tb: F32, or t itself for F16 / BF16 (cuBLAS reads it in place) */
 static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
                       int64_t N, int a2, int b2, int a3, int b3)
@@ -459,6 +484,28 @@ static void test_matmul(void)
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 1024, 300, 1, 1, 1);
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 100, 3, 1, 1);
     mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 1024, 64, 2, 1, 1);
+    /* MUL_MAT_GLU (a decode step's FFN): F16 / BF16 rows against 1 to 8 aligned columns in
+     * the one kernel (its warps a team 1 to 8: K 1024 / 3584, H 500 / 37 / 1024), more
+     * columns, strided columns and a sliced weight through the product and SWIGLU, F32 and
+     * quantised weights (mmvq, the element kernel, dequantised tiles) likewise */
+    for (int t = 1; t < 3; t++) {
+        static const int64_t gn[] = {1, 2, 3, 5, 8};
+        for (int i = 0; i < 5; i++)
+            mm_glu_case(halfs[t], L_CONTIG, L_CONTIG, 1024, 500, gn[i]);
+        mm_glu_case(halfs[t], L_CONTIG, L_CONTIG, 3584, 37, 1);
+        mm_glu_case(halfs[t], L_CONTIG, L_CONTIG, 256, 1024, 2);
+        mm_glu_case(halfs[t], L_CONTIG, L_CONTIG, 1024, 60, 9);
+        mm_glu_case(halfs[t], L_CONTIG, L_CONTIG, 256, 40, 20);
+        mm_glu_case(halfs[t], L_CONTIG, L_TRANSPOSED, 512, 40, 3);
+        mm_glu_case(halfs[t], L_SLICED, L_CONTIG, 512, 40, 1);
+        mm_glu_case(halfs[t], L_CONTIG, L_SLICED, 512, 40, 4);
+    }
+    mm_glu_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 1);
+    mm_glu_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 12);
+    mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 48, 1);
+    mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 48, 6);
+    mm_glu_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 512, 24, 2);
+    mm_glu_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 24, 12);
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                           LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K,
                                           LT_TYPE_Q5_K, LT_TYPE_Q6_K, LT_TYPE_Q8_K};

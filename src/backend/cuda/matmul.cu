@@ -55,8 +55,9 @@
 #include "backend/cuda/mmv.cuh"
 #include "backend/cuda/mmvq.cuh"
 #include "backend/cuda/quant.cuh"
+#include "lathe/ops.h"
 
-static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT, LT_OP_MUL_MAT_ACC};
+static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT, LT_OP_MUL_MAT_ACC, LT_OP_MUL_MAT_GLU};
 
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
@@ -239,9 +240,107 @@ static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan
     return cu_mm_plan_make(node, p, reason, reason_size);
 }
 
+/* ---- MUL_MAT_GLU: a stacked gate and up product [2 H, N] and its SwiGLU [H, N] ----
+ * One kernel (cu_mmv_glu_run: both rows of an output in one warp team, its SwiGLU in the
+ * epilogue) where the product's plan takes mmv and cu_mmv_glu_takes holds (a decode step's
+ * F16 / BF16 FFN); otherwise the product into scratch by this file's own launcher, then
+ * SWIGLU over its halves by unary.cu's (so whatever MUL_MAT and SWIGLU take, this takes). */
+
+/* the node as the MUL_MAT writing its whole product [2 H, N] contiguous at `data` */
+static struct lt_tensor glu_product(const struct lt_tensor *node, void *data)
+{
+    struct lt_tensor t = *node;
+    t.op = LT_OP_MUL_MAT;
+    t.ne[0] = node->src[0]->ne[1];
+    t.nb[0] = sizeof(float);
+    for (int i = 1; i < LT_MAX_DIMS; i++)
+        t.nb[i] = t.nb[i - 1] * (size_t)t.ne[i - 1];
+    t.src[2] = NULL;
+    t.view_src = NULL;
+    t.view_offs = 0;
+    t.data = data;
+    return t;
+}
+
+/* the SWIGLU of that product's halves into the node (*gate and *up: the halves' views) */
+static struct lt_tensor glu_swiglu(const struct lt_tensor *node, const struct lt_tensor *prod,
+                                   struct lt_tensor *gate, struct lt_tensor *up)
+{
+    const int64_t H = node->ne[0];
+    *gate = *prod;
+    gate->ne[0] = H;
+    gate->op = LT_OP_NONE;
+    gate->src[0] = gate->src[1] = NULL;
+    *up = *gate;
+    up->data = prod->data ? (char *)prod->data + H * sizeof(float) : NULL;
+    struct lt_tensor sw = *node;
+    sw.op = LT_OP_SWIGLU;
+    sw.src[0] = gate;
+    sw.src[1] = up;
+    sw.src[2] = NULL;
+    lt_set_param_i32(&sw, 0, LT_GLU_SILU);
+    return sw;
+}
+
+/* the claim's and the launcher's precondition; *p is the product's plan */
+static bool glu_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
+                               size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    if (!a || !b || b->type != LT_TYPE_F32 || a->ne[1] != 2 * node->ne[0] ||
+        node->ne[1] != b->ne[1] || a->ne[2] != 1 || a->ne[3] != 1 || b->ne[2] != 1 ||
+        b->ne[3] != 1 || node->ne[2] != 1 || node->ne[3] != 1) {
+        snprintf(reason, reason_size,
+                 "the sources and result do not fit (a 2-d weight of 2 H rows, 2-d f32 columns, "
+                 "[H, N] out)");
+        return false;
+    }
+    if (!cu_check_result_f32(node, reason, reason_size))
+        return false;
+    const struct lt_tensor t = glu_product(node, NULL);
+    if (!cu_mm_supported_plan(&t, p, reason, reason_size))
+        return false;
+    struct lt_tensor gate, up;
+    const struct lt_tensor sw = glu_swiglu(node, &t, &gate, &up);
+    return cu_unary_supported(&sw, reason, reason_size);
+}
+
+/* the one kernel's case */
+static bool glu_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
+{
+    const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
+    return p->mmv && !p->mmvq && cu_mmv_glu_takes(&ms, node->src[0], node->src[1]);
+}
+
+static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    struct cu_mm_plan p;
+    if (!glu_supported_plan(node, &p, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    if (lt_nelements(node) == 0)
+        return LT_OK;
+    if (p.K > 0 && glu_fused(node, &p)) {
+        const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
+        return cu_mmv_glu_run(c, &ms, node->src[0], node->src[1], (float *)node->data);
+    }
+    void *prod;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, 2 * lt_nbytes(node), &prod);
+    if (st != LT_OK)
+        return st;
+    struct lt_tensor t = glu_product(node, prod);
+    if ((st = cu_matmul_compute(c, &t)) != LT_OK)
+        return st;
+    struct lt_tensor gate, up;
+    struct lt_tensor sw = glu_swiglu(node, &t, &gate, &up);
+    return cu_unary_compute(c, &sw);
+}
+
 bool cu_matmul_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     struct cu_mm_plan p;
+    if (node->op == LT_OP_MUL_MAT_GLU)
+        return glu_supported_plan(node, &p, reason, reason_size);
     return cu_mm_supported_plan(node, &p, reason, reason_size);
 }
 
@@ -448,6 +547,15 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
 {
     struct cu_mm_plan p;
     char reason[CU_REASON_MAX];
+    if (node->op == LT_OP_MUL_MAT_GLU) {
+        if (!glu_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
+            (p.K > 0 && glu_fused(node, &p)))
+            return;
+        const struct lt_tensor t = glu_product(node, NULL);
+        matmul_scratch(&t, need);
+        need[CU_SCRATCH_WORK] = 2 * lt_nbytes(node);
+        return;
+    }
     if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
         p.K == 0)
         return;
@@ -463,6 +571,8 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
 
 lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
+    if (node->op == LT_OP_MUL_MAT_GLU)
+        return glu_compute(c, node);
     char reason[CU_REASON_MAX];
     struct cu_mm_plan p;
     if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)))

@@ -158,20 +158,25 @@ template <int NC> struct mmv_half_unroll {
     static constexpr int u = NC <= 2 ? 4 : 2; /* registers: RW U chunks, RW NC sums */
 };
 
-template <int TYPE, int NC, int RW, int WPR>
+/* GLU (MUL_MAT_GLU, one slice): a team's output h is silu(a row h . b) * (a row H + h . b),
+ * H = M / 2: its RW = 2 rows are h and H + h, and the walk over them is the same. */
+template <int TYPE, int NC, int RW, int WPR, bool GLU = false>
 static __global__ void __launch_bounds__(256)
     mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3)
 {
-    constexpr int TEAMS = 8 / WPR, RPB = TEAMS * RW, STEP = 32 * WPR, U = mmv_half_unroll<NC>::u;
+    static_assert(!GLU || RW == 2, "a GLU team takes its gate row and its up row");
+    constexpr int OUT = GLU ? 1 : RW; /* outputs a team */
+    constexpr int TEAMS = 8 / WPR, RPB = TEAMS * OUT, STEP = 32 * WPR, U = mmv_half_unroll<NC>::u;
     __shared__ float part_sum[8][RW][NC];
     const int K8 = (int)(a.ne[0] / 8);
-    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2];
-    const int64_t rows = M * B2 * b.ne[3];
+    const int64_t M = a.ne[1], N = b.ne[1], B2 = b.ne[2], H = M / 2;
+    const int64_t rows = GLU ? H : M * B2 * b.ne[3]; /* outputs */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, part = w % WPR;
     { /* PDL (cuda_common.h): the rows of the block's first turn into L2 meanwhile */
-        const int64_t r = (int64_t)blockIdx.x * RPB + (int64_t)(w / WPR) * RW + lane;
+        const int64_t r = (int64_t)blockIdx.x * RPB + (int64_t)(w / WPR) * OUT + (GLU ? 0 : lane);
         if (part == 0 && lane < RW && r < rows) {
-            const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
+            const int64_t m = GLU ? r + lane * H : r % M, i2 = GLU ? 0 : (r / M) % B2,
+                          i3 = GLU ? 0 : r / (M * B2);
             cu_prefetch_l2_span(a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] + (i3 / r3) * a.nb[3],
                                 (int64_t)K8 * 16);
         }
@@ -179,7 +184,7 @@ static __global__ void __launch_bounds__(256)
     cu_pdl_enter();
     /* every block takes the same number of turns: the barriers below are reached by all */
     for (int64_t r0 = (int64_t)blockIdx.x * RPB; r0 < rows; r0 += (int64_t)gridDim.x * RPB) {
-        const int64_t rb = r0 + (int64_t)(w / WPR) * RW; /* the team's first row */
+        const int64_t rb = r0 + (int64_t)(w / WPR) * OUT; /* the team's first output */
         float acc[RW][NC];
 #pragma unroll
         for (int t = 0; t < RW; t++)
@@ -192,7 +197,7 @@ static __global__ void __launch_bounds__(256)
             const uint4 *row[RW];
 #pragma unroll
             for (int t = 0; t < RW; t++) { /* rows past the end read the team's first again */
-                const int64_t m = (rb + t < rows ? rb + t : rb) % M;
+                const int64_t m = GLU ? rb + t * H : (rb + t < rows ? rb + t : rb) % M;
                 row[t] = (const uint4 *)(a.data + m * a.nb[1] + (i2 / r2) * a.nb[2] +
                                          (i3 / r3) * a.nb[3]);
             }
@@ -250,7 +255,12 @@ static __global__ void __launch_bounds__(256)
                             acc[t][n] += part_sum[w + p][t][n];
             __syncthreads(); /* part_sum is written again in the next turn */
         }
-        if (part == 0 && lane == 0)
+        if (GLU && part == 0 && lane == 0 && rb < rows) {
+            for (int n = 0; n < NC && n < N; n++) { /* SWIGLU's value (unary.cu) */
+                const float g = acc[0][n];
+                dst[n * H + rb] = g / (1.0f + expf(-g)) * acc[1][n];
+            }
+        } else if (!GLU && part == 0 && lane == 0)
 #pragma unroll
             for (int t = 0; t < RW; t++) {
                 const int64_t r = rb + t;
@@ -497,6 +507,50 @@ static void mmv_half_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const st
     cu_launch_pdl(c, mmv_half_kernel<TYPE, NC, RW, WPR>, blocks, 256, 0, av, bv, dst, p->r2, p->r3);
 }
 
+/* MUL_MAT_GLU's kernel: RW 2 (the gate row and the up row), WPR doubled as mmv_half_cut does
+ * over the H outputs' teams */
+template <int TYPE, int NC, int WPR>
+static void mmv_glu_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                       const struct cu_t &bv, float *dst)
+{
+    constexpr int RPB = 8 / WPR;
+    const int64_t groups = (p->M / 2 + RPB - 1) / RPB;
+    const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
+    cu_launch_pdl(c, mmv_half_kernel<TYPE, NC, 2, WPR, true>, blocks, 256, 0, av, bv, dst, p->r2,
+                  p->r3);
+}
+
+template <int TYPE, int NC>
+static void mmv_glu_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                        const struct cu_t &bv, float *dst)
+{
+    const int64_t runs = p->K / 8 / 32, teams = p->M / 2;
+    const int64_t want = 8 * (int64_t)(c->n_sm > 0 ? c->n_sm : 1);
+    int wpr = 1;
+    while (wpr < 8 && teams * wpr < want && runs >= 4 * wpr)
+        wpr *= 2;
+    switch (wpr) {
+    case 1: mmv_glu_go<TYPE, NC, 1>(c, p, av, bv, dst); break;
+    case 2: mmv_glu_go<TYPE, NC, 2>(c, p, av, bv, dst); break;
+    case 4: mmv_glu_go<TYPE, NC, 4>(c, p, av, bv, dst); break;
+    default: mmv_glu_go<TYPE, NC, 8>(c, p, av, bv, dst); break;
+    }
+}
+
+template <int TYPE>
+static void mmv_glu_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                           const struct cu_t &bv, float *dst)
+{
+    if (p->N <= 1)
+        mmv_glu_wpr<TYPE, 1>(c, p, av, bv, dst);
+    else if (p->N <= 2)
+        mmv_glu_wpr<TYPE, 2>(c, p, av, bv, dst);
+    else if (p->N <= 4)
+        mmv_glu_wpr<TYPE, 4>(c, p, av, bv, dst);
+    else
+        mmv_glu_wpr<TYPE, 8>(c, p, av, bv, dst);
+}
+
 template <int TYPE, int NC, int RW>
 static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
                          const struct cu_t &bv, float *dst, int wpr)
@@ -535,14 +589,38 @@ static void mmv_half_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, cons
         mmv_half_rw<TYPE, 8>(c, p, av, bv, dst);
 }
 
+/* unsplit F16 / BF16 rows of whole 16-byte chunks, 16-byte aligned: what
+ * mmv_half_kernel reads (and mmv_kernel's VEC form) */
+static bool half_rows(const struct cu_mmv_shape *p, const struct lt_tensor *a)
+{
+    return (a->type == LT_TYPE_F16 || a->type == LT_TYPE_BF16) && a->nb[0] == 2 && p->K % 8 == 0 &&
+           (uintptr_t)a->data % 16 == 0 && (p->M <= 1 || a->nb[1] % 16 == 0) &&
+           (p->A2 <= 1 || a->nb[2] % 16 == 0) && (p->A3 <= 1 || a->nb[3] % 16 == 0);
+}
+
+bool cu_mmv_glu_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                      const struct lt_tensor *b)
+{
+    return p->N >= 1 && p->N <= 8 && p->M % 2 == 0 && p->A2 == 1 && p->A3 == 1 && p->B2 == 1 &&
+           p->B3 == 1 && half_rows(p, a) && half_cols(p, cu_view(b));
+}
+
+lt_status cu_mmv_glu_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                         const struct lt_tensor *b, float *dst)
+{
+    const struct cu_t av = cu_view(a), bv = cu_view(b);
+    if (a->type == LT_TYPE_F16)
+        mmv_glu_launch<LT_TYPE_F16>(c, p, av, bv, dst);
+    else
+        mmv_glu_launch<LT_TYPE_BF16>(c, p, av, bv, dst);
+    return cu_launched("mul_mat_glu mmv");
+}
+
 lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
                      const struct lt_tensor *b, float *dst)
 {
     const struct cu_t av = cu_view(a), bv = cu_view(b);
-    const bool vec = (a->type == LT_TYPE_F16 || a->type == LT_TYPE_BF16) && a->nb[0] == 2 &&
-                     p->K % 8 == 0 && (uintptr_t)a->data % 16 == 0 &&
-                     (p->M <= 1 || a->nb[1] % 16 == 0) && (p->A2 <= 1 || a->nb[2] % 16 == 0) &&
-                     (p->A3 <= 1 || a->nb[3] % 16 == 0);
+    const bool vec = half_rows(p, a);
     switch (a->type) {
     case LT_TYPE_F16:
         vec &&half_cols(p, bv) ? mmv_half_launch<LT_TYPE_F16>(c, p, av, bv, dst)

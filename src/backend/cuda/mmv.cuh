@@ -18,4 +18,13 @@ struct cu_mmv_shape {
 lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
                      const struct lt_tensor *b, float *dst);
 
+/* MUL_MAT_GLU by one kernel: dst[h, n] = silu(a row h . b col n) * (a row H + h . b col n)
+ * for H = M / 2 (mmv_half_kernel's GLU form). It takes one slice of 1 to 8 columns of F32
+ * floats one after another (columns 16-byte aligned), against unsplit F16 / BF16 rows of
+ * whole 16-byte chunks: cu_mmv_glu_takes, which matmul.cu's claim and launcher both ask. */
+bool cu_mmv_glu_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                      const struct lt_tensor *b);
+lt_status cu_mmv_glu_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                         const struct lt_tensor *b, float *dst);
+
 #endif
