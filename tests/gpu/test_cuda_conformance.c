@@ -487,7 +487,9 @@ static void test_matmul(void)
     /* MUL_MAT_GLU (a decode step's FFN): F16 / BF16 rows against 1 to 8 aligned columns in
      * the one kernel (its warps a team 1 to 8: K 1024 / 3584, H 500 / 37 / 1024), more
      * columns, strided columns and a sliced weight through the product and SWIGLU, F32 and
-     * quantised weights (mmvq, the element kernel, dequantised tiles) likewise */
+     * quantised weights likewise (the element kernel, dequantised tiles); Q8_0, Q4_0 and
+     * Q5_0 over 1 to 8 columns through mmvq's GLU form (one and four rows a block, any
+     * columns' strides) */
     for (int t = 1; t < 3; t++) {
         static const int64_t gn[] = {1, 2, 3, 5, 8};
         for (int i = 0; i < 5; i++)
@@ -504,6 +506,11 @@ static void test_matmul(void)
     mm_glu_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 12);
     mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 48, 1);
     mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 48, 6);
+    mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 2200, 1); /* four rows a block */
+    mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 2201, 1);
+    mm_glu_case(LT_TYPE_Q8_0, L_CONTIG, L_TRANSPOSED, 512, 37, 3);
+    mm_glu_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 45, 2);
+    mm_glu_case(LT_TYPE_Q5_0, L_CONTIG, L_SLICED, 256, 45, 8);
     mm_glu_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 512, 24, 2);
     mm_glu_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 24, 12);
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,

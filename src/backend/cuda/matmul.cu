@@ -305,11 +305,11 @@ static bool glu_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *
     return cu_unary_supported(&sw, reason, reason_size);
 }
 
-/* the one kernel's case */
+/* the one kernel's case (mmvq: its two, the quantisation and the fused product) */
 static bool glu_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
 {
     const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
-    return p->mmv && !p->mmvq && cu_mmv_glu_takes(&ms, node->src[0], node->src[1]);
+    return p->mmvq || (p->mmv && cu_mmv_glu_takes(&ms, node->src[0], node->src[1]));
 }
 
 static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -320,6 +320,8 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_refuse(node, reason);
     if (lt_nelements(node) == 0)
         return LT_OK;
+    if (p.K > 0 && glu_fused(node, &p) && p.mmvq)
+        return cu_mmvq_glu_run(c, node->src[0], node->src[1], (float *)node->data);
     if (p.K > 0 && glu_fused(node, &p)) {
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
         return cu_mmv_glu_run(c, &ms, node->src[0], node->src[1], (float *)node->data);
@@ -548,9 +550,13 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
     struct cu_mm_plan p;
     char reason[CU_REASON_MAX];
     if (node->op == LT_OP_MUL_MAT_GLU) {
-        if (!glu_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
-            (p.K > 0 && glu_fused(node, &p)))
+        if (!glu_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0)
             return;
+        if (p.K > 0 && glu_fused(node, &p)) {
+            if (p.mmvq)
+                need[CU_SCRATCH_B] = cu_mmvq_scratch_bytes(node->src[0], node->src[1]);
+            return;
+        }
         const struct lt_tensor t = glu_product(node, NULL);
         matmul_scratch(&t, need);
         need[CU_SCRATCH_WORK] = 2 * lt_nbytes(node);

@@ -250,8 +250,10 @@ static bool mmvq_many_rows(const struct cu_ctx *c, int64_t M)
 }
 
 /* dst[(ch * NC + n) * M + m] for the rows m of this block and every slice ch = i3 * B2 + i2.
- * a: the weight's data and byte strides of rows and heads; xq, xd: the quantised columns. */
-template <int TYPE, int NC, int ROWS, bool EVEN>
+ * a: the weight's data and byte strides of rows and heads; xq, xd: the quantised columns.
+ * GLU (MUL_MAT_GLU, one slice): the block's ROWS / 2 outputs h take rows h and M / 2 + h,
+ * dst[n * M / 2 + h] = silu(row h's sum) * row M / 2 + h's. */
+template <int TYPE, int NC, int ROWS, bool EVEN, bool GLU = false>
 static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     mmvq_kernel(const char *__restrict__ a, int64_t anb1, int64_t anb2, int64_t anb3, int64_t M,
                 int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
@@ -265,11 +267,20 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     __shared__ float part[NW - 1][NC][ROWS][32];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int j = tid & 3; /* the quarter of the block: quants 8j .. 8j + 7 */
-    const int64_t K = (int64_t)nblk * MMVQ_QK;
-    const int64_t row0 = (int64_t)blockIdx.x * ROWS;
-    if (tid < ROWS && row0 + tid < M && blockIdx.y < nch) /* PDL (cuda_common.h) */
+    static_assert(!GLU || ROWS % 2 == 0, "a GLU block takes gate and up rows in pairs");
+    constexpr int OUT = GLU ? ROWS / 2 : ROWS; /* outputs a block */
+    const int64_t K = (int64_t)nblk * MMVQ_QK, H = M / 2;
+    const int64_t row0 = (int64_t)blockIdx.x * OUT; /* the block's first output */
+    /* row r of the block (past the end: the last one, read, not written) */
+    auto row_of = [&](int r) -> int64_t {
+        if (!GLU)
+            return row0 + r < M ? row0 + r : M - 1;
+        const int64_t h = row0 + r % OUT < H ? row0 + r % OUT : H - 1;
+        return (r < OUT ? 0 : H) + h;
+    };
+    if (tid < ROWS && blockIdx.y < nch) /* PDL (cuda_common.h) */
         cu_prefetch_l2_span(a + (blockIdx.y % B2 / r2) * anb2 + (blockIdx.y / B2 / r3) * anb3 +
-                                (row0 + tid) * anb1,
+                                row_of(tid) * anb1,
                             (int64_t)nblk * BYTES);
     cu_pdl_enter();
     for (int64_t ch = blockIdx.y; ch < nch; ch += gridDim.y) {
@@ -278,7 +289,7 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
         const char *arow[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; r++)
-            arow[r] = ah + (row0 + r < M ? row0 + r : M - 1) * anb1; /* past M: read, not written */
+            arow[r] = ah + row_of(r) * anb1;
         const int8_t *xc = xq + ch * NC * K + 8 * j;
         const float2 *dc = xd + ch * NC * nblk;
         float acc[NC][ROWS];
@@ -338,7 +349,17 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
                         v += __shfl_xor_sync(0xffffffffu, v, o);
                     acc[n][r] = v;
                 }
-            if (lane == 0)
+            if (lane == 0 && GLU)
+#pragma unroll
+                for (int n = 0; n < NC; n++)
+#pragma unroll
+                    for (int r = 0; r < OUT; r++)
+                        if (row0 + r < H) { /* SWIGLU's value (unary.cu) */
+                            const float g = acc[n][r];
+                            dst[(ch * NC + n) * H + row0 + r] =
+                                g / (1.0f + expf(-g)) * acc[n][r + OUT];
+                        }
+            if (lane == 0 && !GLU)
 #pragma unroll
                 for (int n = 0; n < NC; n++)
 #pragma unroll
@@ -350,50 +371,54 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     }
 }
 
-template <int TYPE, int NC, int ROWS>
+template <int TYPE, int NC, int ROWS, bool GLU>
 static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk, int64_t r2,
                     int64_t r3, int64_t B2, int64_t nch, const int8_t *xq, const float2 *xd,
                     float *dst)
 {
-    constexpr int NW = mmvq_shape<NC>::warps;
-    const dim3 grid((unsigned)((M + ROWS - 1) / ROWS), (unsigned)(nch < 65535 ? nch : 65535));
+    constexpr int NW = mmvq_shape<NC>::warps, OUT = GLU ? ROWS / 2 : ROWS;
+    const int64_t outs = GLU ? M / 2 : M;
+    const dim3 grid((unsigned)((outs + OUT - 1) / OUT), (unsigned)(nch < 65535 ? nch : 65535));
     const uintptr_t odd_bits =
         ((uintptr_t)a->data | (uintptr_t)a->nb[1] | (uintptr_t)a->nb[2] | (uintptr_t)a->nb[3]) & 1;
     if (!odd_bits) /* every block 2-byte aligned */
-        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, true>, grid, NW * 32, 0, (const char *)a->data,
-                      (int64_t)a->nb[1], (int64_t)a->nb[2], (int64_t)a->nb[3], M, nblk, r2, r3, B2,
-                      nch, xq, xd, dst);
+        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, true, GLU>, grid, NW * 32, 0,
+                      (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
+                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
     else
-        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, false>, grid, NW * 32, 0,
+        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, false, GLU>, grid, NW * 32, 0,
                       (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
                       (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
 }
 
-template <int TYPE, int NC>
+/* GLU: rows in pairs (a gate row and its up row), so one row a block becomes two */
+template <int TYPE, int NC, bool GLU>
 static void mmvq_launch(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
                         int64_t r2, int64_t r3, int64_t B2, int64_t nch, const int8_t *xq,
                         const float2 *xd, float *dst)
 {
+    constexpr int many = mmvq_shape<NC>::rows_many, few = mmvq_shape<NC>::rows;
+    constexpr int few_glu = few < 2 ? 2 : few;
     if (mmvq_many_rows(c, M))
-        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows_many>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
+        mmvq_go<TYPE, NC, many, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
     else
-        mmvq_go<TYPE, NC, mmvq_shape<NC>::rows>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
+        mmvq_go<TYPE, NC, GLU ? few_glu : few, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
 }
 
-template <int TYPE>
+template <int TYPE, bool GLU>
 static void mmvq_columns(struct cu_ctx *c, const struct lt_tensor *a, int64_t N, int64_t M,
                          int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
                          const int8_t *xq, const float2 *xd, float *dst)
 {
     switch (N) {
-    case 1: mmvq_launch<TYPE, 1>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 2: mmvq_launch<TYPE, 2>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 3: mmvq_launch<TYPE, 3>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 4: mmvq_launch<TYPE, 4>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 5: mmvq_launch<TYPE, 5>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 6: mmvq_launch<TYPE, 6>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 7: mmvq_launch<TYPE, 7>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    default: mmvq_launch<TYPE, 8>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 1: mmvq_launch<TYPE, 1, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 2: mmvq_launch<TYPE, 2, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 3: mmvq_launch<TYPE, 3, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 4: mmvq_launch<TYPE, 4, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 5: mmvq_launch<TYPE, 5, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 6: mmvq_launch<TYPE, 6, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 7: mmvq_launch<TYPE, 7, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    default: mmvq_launch<TYPE, 8, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
     }
 }
 
@@ -412,8 +437,9 @@ size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *
     return scratch_layout(a, b, &d_off);
 }
 
-lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                      float *dst, int64_t r2, int64_t r3)
+/* the product (glu false) or MUL_MAT_GLU's (glu: one slice, M even) */
+static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+                          float *dst, int64_t r2, int64_t r3, bool glu)
 {
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2];
     const int64_t nch = B2 * b->ne[3], cols = N * nch, nblk = K / MMVQ_QK;
@@ -433,14 +459,36 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
     st = cu_launched("mul_mat mmvq quantise");
     if (st != LT_OK)
         return st;
+    if (glu && (M % 2 != 0 || nch != 1))
+        return lt_fail(LT_ERR_BACKEND, "%s: mul_mat_glu mmvq called outside its plan", c->name);
     switch (a->type) {
     case LT_TYPE_Q4_0:
-        mmvq_columns<LT_TYPE_Q4_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst);
+        glu ? mmvq_columns<LT_TYPE_Q4_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
+            : mmvq_columns<LT_TYPE_Q4_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd,
+                                                dst);
         break;
     case LT_TYPE_Q5_0:
-        mmvq_columns<LT_TYPE_Q5_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst);
+        glu ? mmvq_columns<LT_TYPE_Q5_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
+            : mmvq_columns<LT_TYPE_Q5_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd,
+                                                dst);
         break;
-    default: mmvq_columns<LT_TYPE_Q8_0>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    default:
+        glu ? mmvq_columns<LT_TYPE_Q8_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
+            : mmvq_columns<LT_TYPE_Q8_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd,
+                                                dst);
+        break;
     }
-    return cu_launched("mul_mat mmvq");
+    return cu_launched(glu ? "mul_mat_glu mmvq" : "mul_mat mmvq");
+}
+
+lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+                      float *dst, int64_t r2, int64_t r3)
+{
+    return mmvq_run(c, a, b, dst, r2, r3, false);
+}
+
+lt_status cu_mmvq_glu_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+                          float *dst)
+{
+    return mmvq_run(c, a, b, dst, 1, 1, true);
 }

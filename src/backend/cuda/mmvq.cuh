@@ -29,5 +29,10 @@ size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *
 
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                       float *dst, int64_t r2, int64_t r3);
+/* MUL_MAT_GLU by the same two kernels: a [K, 2 H] (one slice) as above and b [K, N], dst [H,
+ * N] = silu(rows 0 .. H - 1's products) * rows H .. 2 H - 1's, each output's two rows in one
+ * block. Scratch as cu_mmvq_run's. */
+lt_status cu_mmvq_glu_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+                          float *dst);
 
 #endif
