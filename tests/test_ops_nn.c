@@ -725,6 +725,79 @@ static void ref_softmax_row(const double *x, const float *m, int64_t n, int64_t 
         y[i] /= s;
 }
 
+/* RMS_NORM_ROPE: lt_rms_norm_rope equals lt_rope of lt_rms_norm_mul bit for bit (the CPU
+ * runs the two kernels), over layouts of x (contiguous, transposed, permuted, sliced, and a
+ * query's view: every other head_dim of a row), NEOX and NORMAL pairs, all and part of the
+ * head rotated, 1 and 2 threads; and its refusals */
+static void test_rms_norm_rope(void)
+{
+    const int64_t ne[4] = {12, 3, 4, 2};
+    const int64_t cnt = nn_count(ne);
+    const int32_t positions[4] = {0, 5, 999, 31000};
+    float *rx = nn_alloc(cnt), *rw = nn_alloc(ne[0]), *want = nn_alloc(cnt), *got = nn_alloc(cnt);
+    int runs = 0, bad = 0;
+    for (int mi = 0; mi < 2; mi++)
+        for (int nd = 8; nd <= 12; nd += 4)
+            for (int lay = 0; lay <= NN_LAYOUT_COUNT; lay++)
+                for (int nth = 1; nth <= 2; nth++, runs++) {
+                    const enum lt_rope_mode mode = mi ? LT_ROPE_NEOX : LT_ROPE_NORMAL;
+                    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+                    struct lt_tensor *x;
+                    if (lay == NN_LAYOUT_COUNT) { /* the query half of [q, gate] rows */
+                        struct lt_tensor *qg =
+                            lt_new_tensor_4d(ctx, LT_TYPE_F32, 2 * ne[0], ne[1], ne[2], ne[3]);
+                        x = lt_view_4d(ctx, qg, ne[0], ne[1], ne[2], ne[3], qg->nb[1], qg->nb[2],
+                                       qg->nb[3], 0);
+                    } else {
+                        x = nn_make(ctx, LT_TYPE_F32, (enum nn_layout)lay, ne);
+                    }
+                    struct lt_tensor *w = lt_new_tensor_1d(ctx, LT_TYPE_F32, ne[0]);
+                    struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, ne[2]);
+                    memcpy(pos->data, positions, sizeof(positions));
+                    nn_fill_rand(x, rx, 3.0f);
+                    nn_fill_rand(w, rw, 1.0f);
+                    struct lt_tensor *y =
+                        lt_rms_norm_rope(ctx, x, w, 1e-6f, pos, nd, mode, 10000.0f);
+                    struct lt_tensor *n = lt_rms_norm_mul(ctx, x, w, 1e-6f, LT_TYPE_F32);
+                    struct lt_tensor *chain = n ? lt_rope(ctx, n, pos, nd, mode, 10000.0f) : NULL;
+                    const bool ok = y && chain && y->op == LT_OP_RMS_NORM_ROPE &&
+                                    nn_run(ctx, y, nth) == LT_OK &&
+                                    nn_run(ctx, chain, nth) == LT_OK;
+                    CHECK(ok, "rms_norm_rope: %s", lt_last_error());
+                    if (ok) {
+                        nn_read(y, got);
+                        nn_read(chain, want);
+                        const bool same = memcmp(got, want, sizeof(float) * (size_t)cnt) == 0;
+                        CHECK(same,
+                              "rms_norm_rope mode %d n_dims %d layout %d, %d threads: not "
+                              "the chain's values",
+                              (int)mode, nd, lay, nth);
+                        bad += !same;
+                    } else {
+                        bad++;
+                    }
+                    lt_ctx_free(ctx);
+                }
+    printf("rms_norm_rope: %d runs, %d bad\n", runs, bad);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *x = lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 2, 3);
+    struct lt_tensor *pos = lt_new_tensor_1d(ctx, LT_TYPE_I32, 3);
+    CHECK(lt_rms_norm_rope(ctx, x, lt_new_tensor_1d(ctx, LT_TYPE_F32, 7), 1e-6f, pos, 8,
+                           LT_ROPE_NEOX, 1e4f) == NULL,
+          "a weight of another length");
+    CHECK(lt_rms_norm_rope(ctx, x, lt_new_tensor_1d(ctx, LT_TYPE_F32, 8), 1e-6f,
+                           lt_new_tensor_1d(ctx, LT_TYPE_I32, 2), 8, LT_ROPE_NEOX, 1e4f) == NULL,
+          "positions of another count");
+    CHECK(lt_rms_norm_rope(ctx, x, lt_new_tensor_1d(ctx, LT_TYPE_F32, 8), 1e-6f, pos, 9,
+                           LT_ROPE_NEOX, 1e4f) == NULL,
+          "an odd n_dims");
+    lt_ctx_free(ctx);
+    free(rx);
+    free(rw);
+    free(want);
+    free(got);
+}
+
 static void test_softmax(void)
 {
     const int64_t ne[4] = {11, 7, 4, 2}, mne[4] = {11, 7, 2, 1};
@@ -1179,6 +1252,7 @@ int main(void)
     test_attn_decode_store();
     test_flash_attn_chain();
     test_rope();
+    test_rms_norm_rope();
     test_softmax();
     test_cross_entropy();
     test_linear_ce();

@@ -162,6 +162,14 @@ struct lt_tensor *lt_rope(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_ten
 /* The adjoint of lt_rope (the inverse rotation) applied to grad = dL/dy, same arguments. */
 struct lt_tensor *lt_rope_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *pos,
                                int n_dims, enum lt_rope_mode mode, float freq_base);
+/* lt_rope(lt_rms_norm_mul(x, w, eps, F32), pos, ...) in one RMS_NORM_ROPE node (inference
+ * only, no backward rule): x F32 [head_dim, n_head, n_tokens, ne3] of any strides, w F32
+ * [head_dim]; the result F32, contiguous. Each row's values are the two nodes' (on the CPU
+ * their kernels, one after the other, bit for bit). Qwen3.5's query and key norms before
+ * their rotation in a decode step (src/model/model_graph.c): one launch for each. */
+struct lt_tensor *lt_rms_norm_rope(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w,
+                                   float eps, struct lt_tensor *pos, int n_dims,
+                                   enum lt_rope_mode mode, float freq_base);
 
 /* softmax over ne[0] of (a * scale + mask). mask (optional, F32, broadcast over a's dims
  * 2 and 3) is additive. causal: key i0 of query row i1 is masked when

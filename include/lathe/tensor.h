@@ -122,6 +122,7 @@ enum lt_op {
     LT_OP_ADD_RMS_NORM, /* a + b and rms_norm(a + b) * w in one (inference) */
     LT_OP_L2_NORM,
     LT_OP_ROPE,
+    LT_OP_RMS_NORM_ROPE, /* rope(rms_norm(x) * w) of each head's row in one (inference) */
     LT_OP_SOFT_MAX,
     LT_OP_ATTN_DECODE, /* one decode token's attention over the KV cache (inference) */
     LT_OP_FLASH_ATTN,  /* softmax(q k^T) v in one node, without T x T scores */

@@ -375,26 +375,41 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *const ws[3] = {ly->wq, ly->wk, ly->wv};
     if ((st = mm_group(b, ly->wqkv, ws, 3, x, proj)))
         return st;
+    /* a decode step of Qwen3.5: each head's norm and rotation as one RMS_NORM_ROPE node */
+    const bool nr = hp->arch == LT_ARCH_QWEN35 && b->fused && b->n_tokens == 1 &&
+                    norm_weight_fits(W(b, ly->q_norm), D) && norm_weight_fits(W(b, ly->k_norm), D);
     if (hp->arch == LT_ARCH_QWEN35) {
         /* attn_q gives, per head, head_dim of query then head_dim of gate */
         struct lt_tensor *qg = named(proj[0], "Qcur_full", il);
         size_t es = sizeof(float);
         q = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, qg->nb[1], 0), "Qcur_view", il);
         gate = named(lt_view_3d(ctx, qg, D, H, N, 2 * D * es, qg->nb[1], D * es), "gate", il);
-        q = named(norm(b, q, ly->q_norm, LT_TYPE_F32), "Qcur_normed", il);
+        if (!nr)
+            q = named(norm(b, q, ly->q_norm, LT_TYPE_F32), "Qcur_normed", il);
     } else {
         q = as_3d(ctx, add_bias(b, proj[0], ly->bq), D, H, N);
     }
     struct lt_tensor *k = as_3d(ctx, add_bias(b, proj[1], ly->bk), D, Hkv, N);
     struct lt_tensor *v = add_bias(b, proj[2], ly->bv);
     v = as_3d(ctx, v, D, Hkv, N);
-    if (k && hp->arch == LT_ARCH_QWEN35)
+    if (k && hp->arch == LT_ARCH_QWEN35 && !nr)
         k = named(norm(b, k, ly->k_norm, LT_TYPE_F32), "Kcur_normed", il);
     if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)) ||
         (st = lt_mb_check(v, "Vcur", il)))
         return st;
-    q = named(lt_rope(ctx, q, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Qcur", il);
-    k = named(lt_rope(ctx, k, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Kcur", il);
+    if (nr) {
+        q = named(lt_rms_norm_rope(ctx, q, W(b, ly->q_norm), hp->rms_eps, b->pos, (int)hp->n_rot,
+                                   hp->rope_mode, hp->rope_base),
+                  "Qcur", il);
+        k = named(lt_rms_norm_rope(ctx, k, W(b, ly->k_norm), hp->rms_eps, b->pos, (int)hp->n_rot,
+                                   hp->rope_mode, hp->rope_base),
+                  "Kcur", il);
+    } else {
+        q = named(lt_rope(ctx, q, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Qcur",
+                  il);
+        k = named(lt_rope(ctx, k, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Kcur",
+                  il);
+    }
     named(v, "Vcur", il);
     if ((st = lt_mb_check(q, "Qcur", il)) || (st = lt_mb_check(k, "Kcur", il)))
         return st;

@@ -147,6 +147,7 @@ LT_DECLARE_OP(rms_norm);
 LT_DECLARE_OP(add_rms_norm);
 LT_DECLARE_OP(l2_norm);
 LT_DECLARE_OP(rope);
+LT_DECLARE_OP(rms_norm_rope);
 LT_DECLARE_OP(soft_max);
 LT_DECLARE_OP(attn_decode);
 LT_DECLARE_OP(flash_attn);

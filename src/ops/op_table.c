@@ -44,6 +44,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_ADD_RMS_NORM] = &lt_op_def_add_rms_norm,
     [LT_OP_L2_NORM] = &lt_op_def_l2_norm,
     [LT_OP_ROPE] = &lt_op_def_rope,
+    [LT_OP_RMS_NORM_ROPE] = &lt_op_def_rms_norm_rope,
     [LT_OP_SOFT_MAX] = &lt_op_def_soft_max,
     [LT_OP_ATTN_DECODE] = &lt_op_def_attn_decode,
     [LT_OP_FLASH_ATTN] = &lt_op_def_flash_attn,

@@ -176,6 +176,102 @@ static lt_status rope_rule(struct lt_autodiff *ad, struct lt_tensor *node)
                                   lt_get_param_f32(node, 2)));
 }
 
+/* ---- RMS_NORM_ROPE: RMS_NORM (with its weight) and ROPE in one node; on the CPU the two
+ * ops' own kernels, the norm into scratch, then the rotation out of it ---- */
+
+struct lt_tensor *lt_rms_norm_rope(struct lt_ctx *ctx, struct lt_tensor *x, struct lt_tensor *w,
+                                   float eps, struct lt_tensor *pos, int n_dims,
+                                   enum lt_rope_mode mode, float freq_base)
+{
+    LT_REQUIRE("rms_norm_rope", x, w, pos);
+    /* the two ops' checks, on the nodes the fused one stands for */
+    struct lt_tensor *n = lt_rms_norm_mul(ctx, x, w, eps, LT_TYPE_F32);
+    if (!n || !lt_rope(ctx, n, pos, n_dims, mode, freq_base))
+        return NULL;
+    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_RMS_NORM_ROPE, LT_TYPE_F32, 4, x->ne,
+                                           (struct lt_tensor *[]){x, w, pos}, 3);
+    if (!t)
+        return NULL;
+    lt_set_param_i32(t, 0, n_dims);
+    lt_set_param_i32(t, 1, (int32_t)mode);
+    lt_set_param_f32(t, 2, freq_base);
+    lt_set_param_f32(t, 3, eps);
+    return t;
+}
+
+/* the RMS_NORM the node stands for, writing contiguous F32 at data */
+static struct lt_tensor norm_part(const struct lt_tensor *node, void *data)
+{
+    struct lt_tensor t = *node;
+    t.op = LT_OP_RMS_NORM;
+    t.src[0] = node->src[0];
+    t.src[1] = node->src[1];
+    t.src[2] = NULL;
+    memset(t.op_params, 0, sizeof(t.op_params));
+    lt_set_param_f32(&t, 0, lt_get_param_f32(node, 3));
+    t.view_src = NULL;
+    t.view_offs = 0;
+    t.data = data;
+    return t;
+}
+
+/* the ROPE of that norm into the node */
+static struct lt_tensor rope_part(const struct lt_tensor *node, struct lt_tensor *normed)
+{
+    struct lt_tensor t = *node;
+    t.op = LT_OP_ROPE;
+    t.src[0] = normed;
+    t.src[1] = node->src[2];
+    t.src[2] = NULL;
+    lt_set_param_f32(&t, 3, 0.0f);
+    return t;
+}
+
+static size_t normed_bytes(const struct lt_tensor *node)
+{
+    return ((size_t)lt_nelements(node) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+static bool rms_norm_rope_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    struct lt_tensor n = norm_part(node, NULL);
+    const struct lt_tensor r = rope_part(node, &n);
+    const struct lt_op_def *nd = lt_op_def(LT_OP_RMS_NORM), *rd = lt_op_def(LT_OP_ROPE);
+    if (!node->src[1] || !node->src[2]) {
+        snprintf(reason, reason_size, "the weight or the positions are missing");
+        return false;
+    }
+    return nd->cpu_supported(&n, reason, reason_size) && rd->cpu_supported(&r, reason, reason_size);
+}
+
+static size_t rms_norm_rope_work_size(const struct lt_tensor *node, int nth)
+{
+    struct lt_tensor n = norm_part(node, NULL);
+    const struct lt_tensor r = rope_part(node, &n);
+    const size_t a = lt_op_def(LT_OP_RMS_NORM)->cpu_work_size(&n, nth), b = rope_work_size(&r, nth);
+    return normed_bytes(node) + (a > b ? a : b);
+}
+
+static void rms_norm_rope_forward(const struct lt_compute_params *p, struct lt_tensor *node)
+{
+    struct lt_tensor n = norm_part(node, p->wdata);
+    struct lt_tensor r = rope_part(node, &n);
+    struct lt_compute_params q = *p;
+    q.wdata = (char *)p->wdata + normed_bytes(node);
+    q.wsize = p->wsize - normed_bytes(node);
+    lt_op_def(LT_OP_RMS_NORM)->cpu_forward(&q, &n);
+    lt_compute_barrier(p);
+    rope_forward(&q, &r);
+}
+
+const struct lt_op_def lt_op_def_rms_norm_rope = {
+    .name = "RMS_NORM_ROPE",
+    .n_src = 3,
+    .cpu_supported = rms_norm_rope_supported,
+    .cpu_work_size = rms_norm_rope_work_size,
+    .cpu_forward = rms_norm_rope_forward,
+};
+
 const struct lt_op_def lt_op_def_rope = {
     .name = "ROPE",
     .n_src = 2,

@@ -64,7 +64,8 @@
 #           full: padding-free packing (the default) against --no-pack, tokens/s
 #   pdl     (after q08) LATHE_CUDA_PDL=1 checked (model decode, conformance) and measured
 #           against off: lathe bench on both 0.8B files, alternating; greedy text both ways;
-#           with PDL_TRAIN=1 also bench_train 16x512 (lathe alone) off, then on
+#           with PDL_TRAIN=1 also the CUDA training jobs with it on and bench_train 16x512
+#           (lathe alone) off, then on
 #   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
 #           GDN_DECODE and ARGMAX
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
@@ -1104,7 +1105,9 @@ phase_pdl() {
         cmp -s "$out/pdl_text_${ty}_0.txt" "$out/pdl_text_${ty}_1.txt"
         row "  $ty greedy text, PDL on against off" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/pdl_text_${ty}_1.txt") bytes)"
     done
-    [ -n "${PDL_TRAIN:-}" ] || return 0 # PDL_TRAIN=1: training 16x512 off / on too
+    [ -n "${PDL_TRAIN:-}" ] || return 0 # PDL_TRAIN=1: the CUDA training jobs, 16x512 off / on
+    LATHE_CUDA_PDL=1 timeout 200 $b/tests/gpu_test_train_cuda >"$out/pdl_train_cuda.log" 2>&1
+    row "PDL on: CUDA training jobs" "rc $? $(passed "$out/pdl_train_cuda.log")"
     LATHE_CUDA_PDL=0 lathe_alone pdl_train_off ""
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }

@@ -1044,6 +1044,25 @@ static struct lt_tensor *b_rope(struct build *b, const struct params *p)
     return lt_rope_back(b->ctx, x, pos, p->i[1], (enum lt_rope_mode)p->i[2], p->f[0]);
 }
 
+/* RMS_NORM_ROPE: x as b_rope's (i[3] 1: the query half of [q, gate] rows, a strided view),
+ * a weight [ne0], i[1] n_dims, i[2] mode, f[0] the base */
+static struct lt_tensor *b_rms_norm_rope(struct build *b, const struct params *p)
+{
+    const int64_t n0 = p->ne[0] ? p->ne[0] : 16, n1 = p->ne[0] ? p->ne[1] : 3,
+                  n2 = p->ne[0] ? p->ne[2] : 5, n3 = p->ne[0] ? 1 : 2;
+    struct lt_tensor *x;
+    if (p->i[3]) {
+        struct lt_tensor *qg =
+            mk(b, LT_TYPE_F32, L_CONTIG, 2 * n0, n1, n2, n3, FILL_UNIFORM, -2, 2);
+        x = lt_view_4d(b->ctx, qg, n0, n1, n2, n3, qg->nb[1], qg->nb[2], qg->nb[3], 0);
+    } else {
+        x = mk(b, LT_TYPE_F32, p->lay[0], n0, n1, n2, n3, FILL_UNIFORM, -2, 2);
+    }
+    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, n0, 1, 1, 1, FILL_UNIFORM, 0.5, 1.5);
+    struct lt_tensor *pos = mk(b, LT_TYPE_I32, L_CONTIG, n2, 1, 1, 1, FILL_INT, 0, 3000);
+    return lt_rms_norm_rope(b->ctx, x, w, 1e-6f, pos, p->i[1], (enum lt_rope_mode)p->i[2], p->f[0]);
+}
+
 /* i[0]: mask (0 none, 1 tiled, 2 full); i[1]: causal; f[0]: scale */
 static struct lt_tensor *b_soft_max(struct build *b, const struct params *p)
 {
@@ -1241,6 +1260,32 @@ static void test_nn(void)
         p.ne[0] = 256, p.ne[1] = 8, p.ne[2] = 40;
         run_case(ropes[o], "256 x 8 x 40, 64 dims", TOL_F32, b_rope, &p);
     }
+    /* RMS_NORM_ROPE (a decode step's query and key norms and rotation): every layout, both
+     * modes, part and all of the head turned; Qwen3.5's query view (256 of each 512-float
+     * row, 8 heads, 64 dims turned) and key (2 heads), one and four tokens; a head_dim of 80
+     * (not a warp's multiple) */
+    for (int l = 0; l < L_COUNT; l++)
+        for (int mode = 0; mode < 2; mode++)
+            for (int partial = 0; partial < 2; partial++) {
+                p = P(l, 0, LT_TYPE_F32, LT_TYPE_F32);
+                p.i[1] = partial ? 8 : 16;
+                p.i[2] = mode ? LT_ROPE_NEOX : LT_ROPE_NORMAL;
+                p.f[0] = partial ? 1e6f : 1e4f;
+                run_case(LT_OP_RMS_NORM_ROPE, lbl(layout_names[l], mode ? "neox" : "normal"),
+                         TOL_F32, b_rms_norm_rope, &p);
+            }
+    for (int t = 1; t <= 4; t += 3)
+        for (int kq = 0; kq < 2; kq++) {
+            p = P(L_CONTIG, 0, LT_TYPE_F32, LT_TYPE_F32);
+            p.i[1] = 64, p.i[2] = LT_ROPE_NEOX, p.i[3] = kq == 0, p.f[0] = 1e7f;
+            p.ne[0] = 256, p.ne[1] = kq == 0 ? 8 : 2, p.ne[2] = t;
+            run_case(LT_OP_RMS_NORM_ROPE, kq == 0 ? "query view 256 x 8" : "key 256 x 2", TOL_F32,
+                     b_rms_norm_rope, &p);
+        }
+    p = P(L_SLICED, 0, LT_TYPE_F32, LT_TYPE_F32);
+    p.i[1] = 80, p.i[2] = LT_ROPE_NEOX, p.f[0] = 1e4f;
+    p.ne[0] = 80, p.ne[1] = 5, p.ne[2] = 3;
+    run_case(LT_OP_RMS_NORM_ROPE, "80 x 5 x 3, sliced", TOL_F32, b_rms_norm_rope, &p);
     for (int l = 0; l < L_COUNT; l++)
         for (int mask = 0; mask < 3; mask++)
             for (int causal = 0; causal < 2; causal++) {
