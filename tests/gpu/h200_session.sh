@@ -1090,6 +1090,9 @@ phase_pdl() {
     row "PDL on: conformance ${PDL_GROUPS:-matmul nn recurrent}" "rc $? $(passed "$out/pdl_conf.log")"
     grep -E "check failed|first mismatch" "$out/pdl_conf.log" | head -8
     local ty v prompt
+    LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
+        >"$out/pdl_nodes.log" 2>&1
+    row "nodes a token (64 BF16 tokens)" "$(awk '$1 ~ /^[A-Z_0-9]+$/ && $2 ~ /^[0-9]+$/ {n += $2; if ($1 == "ARGMAX") t = $2} END {if (t) printf "%.1f (%d nodes over %d ARGMAX)", n / t, n, t}' "$out/pdl_nodes.log")"
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
     for ty in bf16 q8_0; do
         for v in 0 1 0 1; do
