@@ -177,10 +177,6 @@ static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tens
     return w ? mm_rows(b, w, x, 0, w->ne[1]) : NULL;
 }
 
-/* The products of x by ws[0..n), a layer group stacked in one matrix `joint` at upload
- * (model_load.c): with b->fused and no adapter, replacement or BF16 rounding on any member,
- * one product by the joint matrix, out[i] the view of member i's rows (columns as far apart
- * as the joint's rows); otherwise mm() of each. */
 /* whether the group's products may be the one product by `joint` (mm_group) */
 static bool joint_takes(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
                         int n, struct lt_tensor *x)
@@ -194,6 +190,10 @@ static bool joint_takes(struct lt_mb *b, struct lt_tensor *joint, struct lt_tens
     return one;
 }
 
+/* The products of x by ws[0..n), a layer group stacked in one matrix `joint` at upload
+ * (model_load.c): with b->fused and no adapter, replacement or BF16 rounding on any member,
+ * one product by the joint matrix, out[i] the view of member i's rows (columns as far apart
+ * as the joint's rows); otherwise mm() of each. */
 static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
                           int n, struct lt_tensor *x, struct lt_tensor **out)
 {
