@@ -83,6 +83,38 @@ bool cu_rope_supported(const struct lt_tensor *node, char *reason, size_t reason
     return true;
 }
 
+/* Element i0 (< n_dims) of a rotated row: its pair j, its partner, whether it is the pair's
+ * first (NEOX pairs (j, j + half), NORMAL (2j, 2j + 1)); and its value from its own (v) and
+ * its partner's (vo), each product rounded */
+struct rope_pair {
+    int j, other;
+    bool first;
+};
+
+static __device__ __forceinline__ rope_pair pair_of(int i0, int half, bool neox)
+{
+    const bool first = neox ? i0 < half : i0 % 2 == 0;
+    return {neox ? (first ? i0 : i0 - half) : i0 / 2,
+            neox ? (first ? i0 + half : i0 - half) : (first ? i0 + 1 : i0 - 1), first};
+}
+
+/* pair j's cos and sin at position p (the CPU's rounding of the angle: rope.c) */
+static __device__ __forceinline__ void pair_angle(int j, int n_dims, float base, float p, float *cs,
+                                                  float *sn)
+{
+    const float e = (float)(2 * j) / (float)n_dims;
+    const float inv_freq = 1.0f / (float)pow((double)base, (double)e);
+    const float angle = p * inv_freq;
+    *cs = (float)cos((double)angle);
+    *sn = (float)sin((double)angle);
+}
+
+static __device__ __forceinline__ float rotated(float v, float vo, float cs, float sn, bool first)
+{
+    return first ? __fsub_rn(__fmul_rn(v, cs), __fmul_rn(vo, sn))
+                 : __fadd_rn(__fmul_rn(vo, sn), __fmul_rn(v, cs));
+}
+
 /* One block a token (i2, i3): first its pairs' cos and sin, once each in shared memory (a
  * pair's angle depends on the token's position and the pair alone: every head and both
  * elements of the pair share it, where each element took its own pow, cos and sin in
@@ -97,11 +129,8 @@ static __global__ void rope_kernel(struct cu_t a, const char *pos, int64_t pos_s
     const int64_t i2 = blockIdx.x % a.ne[2], i3 = blockIdx.x / a.ne[2];
     const float p = (float)*(const int32_t *)(pos + i2 * pos_stride);
     for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float e = (float)(2 * j) / (float)n_dims;
-        const float inv_freq = 1.0f / (float)pow((double)base, (double)e);
-        const float angle = p * inv_freq;
-        cs_sn[j] = (float)cos((double)angle);
-        cs_sn[half + j] = sign * (float)sin((double)angle);
+        pair_angle(j, n_dims, base, p, &cs_sn[j], &cs_sn[half + j]);
+        cs_sn[half + j] *= sign;
     }
     __syncthreads();
     const int ne0 = (int)a.ne[0], per = ne0 * (int)a.ne[1];
@@ -113,14 +142,8 @@ static __global__ void rope_kernel(struct cu_t a, const char *pos, int64_t pos_s
             yt[k] = x;
             continue;
         }
-        /* j: the pair; first: is i0 the pair's first element; other: the partner */
-        const bool first = neox ? i0 < half : i0 % 2 == 0;
-        const int j = neox ? (first ? i0 : i0 - half) : i0 / 2;
-        const int other = neox ? (first ? i0 + half : i0 - half) : (first ? i0 + 1 : i0 - 1);
-        const float cs = cs_sn[j], sn = cs_sn[half + j];
-        const float xo = cu_getf(a, other, i1, i2, i3);
-        yt[k] = first ? __fsub_rn(__fmul_rn(x, cs), __fmul_rn(xo, sn))
-                      : __fadd_rn(__fmul_rn(xo, sn), __fmul_rn(x, cs));
+        const rope_pair q = pair_of(i0, half, neox);
+        yt[k] = rotated(x, cu_getf(a, q.other, i1, i2, i3), cs_sn[q.j], cs_sn[half + q.j], q.first);
     }
 }
 
@@ -139,13 +162,8 @@ static __global__ void norm_rope_kernel(struct cu_t x, const float *w, const cha
     const int64_t r = blockIdx.x, i1 = r % x.ne[1], i2 = (r / x.ne[1]) % x.ne[2],
                   i3 = r / (x.ne[1] * x.ne[2]);
     const float p = (float)*(const int32_t *)(pos + i2 * pos_stride);
-    for (int j = threadIdx.x; j < half; j += blockDim.x) {
-        const float e = (float)(2 * j) / (float)n_dims;
-        const float inv_freq = 1.0f / (float)pow((double)base, (double)e);
-        const float angle = p * inv_freq;
-        cs[j] = (float)cos((double)angle);
-        sn[j] = (float)sin((double)angle);
-    }
+    for (int j = threadIdx.x; j < half; j += blockDim.x)
+        pair_angle(j, n_dims, base, p, &cs[j], &sn[j]);
     double s = 0.0;
     for (int i0 = threadIdx.x; i0 < ne0; i0 += blockDim.x) {
         const float v = cu_getf(x, i0, i1, i2, i3);
@@ -164,12 +182,8 @@ static __global__ void norm_rope_kernel(struct cu_t x, const float *w, const cha
             yr[i0] = v;
             continue;
         }
-        const bool first = neox ? i0 < half : i0 % 2 == 0;
-        const int j = neox ? (first ? i0 : i0 - half) : i0 / 2;
-        const int other = neox ? (first ? i0 + half : i0 - half) : (first ? i0 + 1 : i0 - 1);
-        const float vo = row[other];
-        yr[i0] = first ? __fsub_rn(__fmul_rn(v, cs[j]), __fmul_rn(vo, sn[j]))
-                       : __fadd_rn(__fmul_rn(vo, sn[j]), __fmul_rn(v, cs[j]));
+        const rope_pair q = pair_of(i0, half, neox);
+        yr[i0] = rotated(v, row[q.other], cs[q.j], sn[q.j], q.first);
     }
 }
 
