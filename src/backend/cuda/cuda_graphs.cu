@@ -55,6 +55,7 @@ struct cu_graphs {
     uint64_t clock;
     void *blas_workspace; /* cuBLAS's, set once: no allocation inside a capture */
     long launched, instantiated, eager;
+    long long launched_nodes; /* nodes of the lists launched as graphs, summed */
 };
 
 void cu_graphs_free(struct cu_ctx *c)
@@ -63,8 +64,11 @@ void cu_graphs_free(struct cu_ctx *c)
     if (!gs)
         return;
     if (getenv("LATHE_CUDA_GRAPHS_STATS"))
-        fprintf(stderr, "%s graphs: %ld launched, %ld instantiated, %ld lists run eagerly\n",
-                c->name, gs->launched, gs->instantiated, gs->eager);
+        fprintf(stderr,
+                "%s graphs: %ld launched, %ld instantiated, %ld lists run eagerly; %.1f nodes a "
+                "launch\n",
+                c->name, gs->launched, gs->instantiated, gs->eager,
+                gs->launched ? (double)gs->launched_nodes / (double)gs->launched : 0.0);
     for (int i = 0; i < CU_GRAPH_SLOTS; i++) {
         if (gs->slot[i].exec)
             cudaGraphExecDestroy(gs->slot[i].exec);
@@ -246,6 +250,7 @@ lt_status cu_graph_compute(struct lt_backend *be, struct cu_ctx *c,
     gs->slot[k].last_used = ++gs->clock;
     *eager = false;
     gs->launched++;
+    gs->launched_nodes += n_nodes;
     return cu_check(cudaGraphLaunch(gs->slot[k].exec, c->stream), "launching a CUDA graph");
 }
 
