@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/cuda/mmv.cuh"
 #include "backend/cuda/quant.cuh"
 
@@ -537,18 +539,25 @@ static void mmv_glu_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const st
     }
 }
 
+/* f(NC) for the smallest of 1, 2, 4, 8 columns that holds N, as a compile-time constant
+ * (std::integral_constant): the one place the half kernels' column count is picked */
+template <typename F> static void by_columns(int64_t N, F f)
+{
+    if (N <= 1)
+        f(std::integral_constant<int, 1>{});
+    else if (N <= 2)
+        f(std::integral_constant<int, 2>{});
+    else if (N <= 4)
+        f(std::integral_constant<int, 4>{});
+    else
+        f(std::integral_constant<int, 8>{});
+}
+
 template <int TYPE>
 static void mmv_glu_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
                            const struct cu_t &bv, float *dst)
 {
-    if (p->N <= 1)
-        mmv_glu_wpr<TYPE, 1>(c, p, av, bv, dst);
-    else if (p->N <= 2)
-        mmv_glu_wpr<TYPE, 2>(c, p, av, bv, dst);
-    else if (p->N <= 4)
-        mmv_glu_wpr<TYPE, 4>(c, p, av, bv, dst);
-    else
-        mmv_glu_wpr<TYPE, 8>(c, p, av, bv, dst);
+    by_columns(p->N, [&](auto nc) { mmv_glu_wpr<TYPE, decltype(nc)::value>(c, p, av, bv, dst); });
 }
 
 template <int TYPE, int NC, int RW>
@@ -579,14 +588,7 @@ template <int TYPE>
 static void mmv_half_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
                             const struct cu_t &bv, float *dst)
 {
-    if (p->N <= 1)
-        mmv_half_rw<TYPE, 1>(c, p, av, bv, dst);
-    else if (p->N <= 2)
-        mmv_half_rw<TYPE, 2>(c, p, av, bv, dst);
-    else if (p->N <= 4)
-        mmv_half_rw<TYPE, 4>(c, p, av, bv, dst);
-    else
-        mmv_half_rw<TYPE, 8>(c, p, av, bv, dst);
+    by_columns(p->N, [&](auto nc) { mmv_half_rw<TYPE, decltype(nc)::value>(c, p, av, bv, dst); });
 }
 
 /* unsplit F16 / BF16 rows of whole 16-byte chunks, 16-byte aligned: what
