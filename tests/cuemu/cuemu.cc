@@ -30,9 +30,12 @@ static cudaError_t fail(cudaError_t e)
 
 /* ---- fibers ---- */
 
-/* emu_switch(save, to): saves the callee-saved registers and the FP control words on the
- * current stack, stores the stack pointer in *save, and resumes the context whose stack
- * pointer is `to` (one saved the same way, or a fresh frame from fiber_frame). */
+/* emu_switch(save, to): saves the callee-saved registers on the current stack, stores the
+ * stack pointer in *save, and resumes the context whose stack pointer is `to` (one saved the
+ * same way, or a fresh frame from fiber_frame). The FP control words (MXCSR, x87) are not
+ * switched: nothing the emulation runs changes them, so every fiber keeps the thread's.
+ * (Saving and loading them took about a third of a switch; the emulated conformance suite
+ * switches fibers at every warp collective.) */
 extern "C" void cuemu_switch(void **save, void *to);
 #if defined(__x86_64__)
 asm(".text\n"
@@ -40,10 +43,8 @@ asm(".text\n"
     ".type cuemu_switch,@function\n"
     "cuemu_switch:\n"
     "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
-    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
-    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
     ".size cuemu_switch, .-cuemu_switch\n");
@@ -108,6 +109,23 @@ static void release_warp(int wi)
             wake(fibers[i], i);
 }
 
+/* Leaves the running fiber (its stack pointer saved at *save) for the next runnable one,
+ * without a stop in the scheduler (half the switches), or for the scheduler when none is
+ * runnable. A fiber that leaves is never in the queue (it was taken off when it ran). */
+static void switch_next(void **save)
+{
+    if (ready_head == ready.size()) {
+        cuemu_switch(save, sched_sp);
+        return;
+    }
+    const int i = ready[ready_head++];
+    if (ready_head == ready.size()) /* drained: reuse the buffer */
+        ready.clear(), ready_head = 0;
+    cur = i;
+    cuemu_thread_idx = fibers[i].idx;
+    cuemu_switch(save, fibers[i].sp);
+}
+
 static void fiber_entry()
 {
     for (;;) {
@@ -122,20 +140,24 @@ static void fiber_entry()
         warp_state &w = warps[f.warp];
         if (w.arrived > 0 && w.arrived == w.live)
             release_warp(f.warp);
-        cuemu_switch(&f.sp, sched_sp);
+        switch_next(&f.sp);
     }
 }
 
-/* a fresh frame on f's stack that cuemu_switch resumes into fiber_entry (see the frame's
- * layout in cuemu_switch: control words, six registers, the return address) */
-static void fiber_frame(fiber &f)
+/* a fresh frame on fiber i's stack that cuemu_switch resumes into fiber_entry (see the
+ * frame's layout in cuemu_switch: six registers, the return address). The stacks' tops
+ * are staggered by 64 bytes a fiber: at the same offset in their mappings, every fiber's
+ * saved registers would fall in one set of the L1 cache. */
+static void fiber_frame(fiber &f, size_t i)
 {
-    uintptr_t top = (uintptr_t)(f.stack + STACK_BYTES + GUARD_BYTES) & ~(uintptr_t)15;
-    uint64_t *sp = (uint64_t *)(top - 72);
-    sp[0] = 0x1f80u | ((uint64_t)0x037fu << 32); /* MXCSR, x87 control word: the defaults */
-    for (int i = 1; i <= 6; i++)
-        sp[i] = 0;
-    sp[7] = (uint64_t)(uintptr_t)&fiber_entry;
+    uintptr_t top = (uintptr_t)(f.stack + STACK_BYTES + GUARD_BYTES - (i % 64) * 64) &
+                    ~(uintptr_t)15;
+    /* six registers, then the return address: fiber_entry starts at top - 8, as if called */
+    uint64_t *sp = (uint64_t *)(top - 64);
+    for (int r = 0; r < 6; r++)
+        sp[r] = 0;
+    sp[6] = (uint64_t)(uintptr_t)&fiber_entry;
+    sp[7] = 0;
     f.sp = sp;
 }
 
@@ -157,7 +179,7 @@ static void ensure_fibers(size_t n)
 
 static void yield_to_scheduler()
 {
-    cuemu_switch(&fibers[cur].sp, sched_sp);
+    switch_next(&fibers[cur].sp);
 }
 
 void cuemu_sync_block(void)
@@ -276,7 +298,7 @@ static cudaError_t run_grid(dim3 g, dim3 b, size_t shared, cuemu_task *t)
                                   (unsigned)(i / ((size_t)b.x * b.y))};
                     f.warp = (int)(i / 32);
                     f.lane = (int)(i % 32);
-                    fiber_frame(f);
+                    fiber_frame(f, i);
                     ready.push_back((int)i);
                 }
                 for (size_t w = 0; w < warps.size(); w++) {
