@@ -246,6 +246,26 @@ static void test_mul_mat_acc(void)
     lt_ctx_free(ctx);
 }
 
+/* a weight of `type` [K, M] filled from random floats (quantised for a quantised type), the
+ * floats in ra */
+static struct lt_tensor *random_weight(struct lt_ctx *ctx, enum lt_type type, int64_t K, int64_t M,
+                                       float *ra)
+{
+    int64_t ane[4] = {K, M, 1, 1};
+    struct lt_tensor *a = nn_make(ctx, type, NN_CONTIG, ane);
+    const struct lt_type_traits *tt = lt_type_traits(type);
+    if (a && tt->is_quantized) {
+        CHECK(tt->from_float != NULL, "%s has no quantiser", tt->name);
+        for (int64_t i = 0; i < K * M; i++)
+            ra[i] = nn_rand();
+        if (tt->from_float)
+            tt->from_float(ra, a->data, K * M);
+    } else if (a) {
+        nn_fill_rand(a, ra, 1.0f);
+    }
+    return a;
+}
+
 /* MUL_MAT_GLU: the stacked product's SwiGLU in one node equals SWIGLU of the two halves of
  * MUL_MAT's product bit for bit (its CPU kernel is MUL_MAT's, then SWIGLU's value), over
  * weight types (float, Q8_0, Q4_1), decode and wider column counts, 1 and 2 threads; and its
@@ -261,23 +281,13 @@ static void test_mul_mat_glu(void)
             for (int nth = 1; nth <= 2; nth++, runs++) {
                 const int64_t K = 256, H = 24, N = ns[ni];
                 struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
-                int64_t ane[4] = {K, 2 * H, 1, 1}, bne[4] = {K, N, 1, 1};
+                int64_t bne[4] = {K, N, 1, 1};
                 float *ra = malloc(sizeof(float) * (size_t)(K * 2 * H));
                 float *rb = malloc(sizeof(float) * (size_t)(K * N));
                 float *want = malloc(sizeof(float) * (size_t)(H * N));
                 float *got = malloc(sizeof(float) * (size_t)(H * N));
-                struct lt_tensor *a = nn_make(ctx, types[ti], NN_CONTIG, ane);
+                struct lt_tensor *a = random_weight(ctx, types[ti], K, 2 * H, ra);
                 struct lt_tensor *b = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, bne);
-                const struct lt_type_traits *tt = lt_type_traits(types[ti]);
-                if (a && tt->is_quantized) { /* random floats, quantised */
-                    CHECK(tt->from_float != NULL, "%s has no quantiser", tt->name);
-                    for (int64_t i = 0; i < K * 2 * H; i++)
-                        ra[i] = nn_rand();
-                    if (tt->from_float)
-                        tt->from_float(ra, a->data, K * 2 * H);
-                } else if (a) {
-                    nn_fill_rand(a, ra, 1.0f);
-                }
                 nn_fill_rand(b, rb, 1.0f);
                 struct lt_tensor *glu = lt_mul_mat_glu(ctx, a, b);
                 struct lt_tensor *p = lt_mul_mat(ctx, a, b);
@@ -317,6 +327,91 @@ static void test_mul_mat_glu(void)
     CHECK(lt_mul_mat_glu(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 4),
                          lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 3)) == NULL,
           "half columns");
+    lt_ctx_free(ctx);
+}
+
+/* MUL_MAT_ADD_RMS_NORM: the product added to a residual and normed in one node equals
+ * ADD_RMS_NORM of the residual and MUL_MAT's product bit for bit (both halves), over weight
+ * types, column counts, a contiguous and a transposed residual, 1 and 2 threads; and its
+ * refusals (a 3-d weight, a residual of another shape, half columns) */
+static void test_mul_mat_add_rms_norm(void)
+{
+    static const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16, LT_TYPE_Q8_0,
+                                         LT_TYPE_Q4_1};
+    static const int64_t ns[] = {1, 3, 9};
+    int runs = 0, bad = 0;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+            for (int lay = 0; lay < 2; lay++)
+                for (int nth = 1; nth <= 2; nth++, runs++) {
+                    const int64_t K = 256, M = 40, N = ns[ni];
+                    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
+                    int64_t bne[4] = {K, N, 1, 1}, xne[4] = {M, N, 1, 1}, wne[4] = {M, 1, 1, 1};
+                    float *ra = malloc(sizeof(float) * (size_t)(K * M));
+                    float *rb = malloc(sizeof(float) * (size_t)(K * N));
+                    float *rx = malloc(sizeof(float) * (size_t)(M * N));
+                    float *rw = malloc(sizeof(float) * (size_t)M);
+                    float *want = malloc(sizeof(float) * (size_t)(2 * M * N));
+                    float *got = malloc(sizeof(float) * (size_t)(2 * M * N));
+                    struct lt_tensor *a = random_weight(ctx, types[ti], K, M, ra);
+                    struct lt_tensor *b = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, bne);
+                    struct lt_tensor *x =
+                        nn_make(ctx, LT_TYPE_F32, lay ? NN_TRANSPOSED : NN_CONTIG, xne);
+                    struct lt_tensor *w = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, wne);
+                    nn_fill_rand(b, rb, 1.0f);
+                    nn_fill_rand(x, rx, 1.0f);
+                    nn_fill_rand(w, rw, 1.0f);
+                    struct lt_tensor *f = lt_mul_mat_add_rms_norm(ctx, a, b, x, w, 1e-6f);
+                    struct lt_tensor *p = lt_mul_mat(ctx, a, b);
+                    struct lt_tensor *r = p ? lt_add_rms_norm(ctx, x, p, w, 1e-6f) : NULL;
+                    char reason[LT_REASON_MAX] = "";
+                    bool ok = f && r && f->op == LT_OP_MUL_MAT_ADD_RMS_NORM && f->ne[0] == M &&
+                              f->ne[1] == N && f->ne[2] == 2 &&
+                              lt_cpu_supports_op(f, reason, sizeof(reason)) &&
+                              nn_run(ctx, f, nth) == LT_OK && nn_run(ctx, r, nth) == LT_OK;
+                    CHECK(ok, "mul_mat_add_rms_norm %s N=%lld: %s %s", lt_type_name(types[ti]),
+                          (long long)N, reason, lt_last_error());
+                    if (ok) {
+                        lt_tensor_read_f32(f, got);
+                        lt_tensor_read_f32(r, want);
+                        const bool same =
+                            memcmp(got, want, sizeof(float) * (size_t)(2 * M * N)) == 0;
+                        CHECK(same,
+                              "mul_mat_add_rms_norm %s N=%lld %s, %d threads: not "
+                              "ADD_RMS_NORM's values",
+                              lt_type_name(types[ti]), (long long)N,
+                              nn_layout_names[lay ? NN_TRANSPOSED : NN_CONTIG], nth);
+                        bad += !same;
+                    } else {
+                        bad++;
+                    }
+                    free(ra);
+                    free(rb);
+                    free(rx);
+                    free(rw);
+                    free(want);
+                    free(got);
+                    lt_ctx_free(ctx);
+                }
+    printf("mul_mat_add_rms_norm: %d runs, %d bad\n", runs, bad);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *b = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3);
+    struct lt_tensor *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 3);
+    struct lt_tensor *w = lt_new_tensor_1d(ctx, LT_TYPE_F32, 4);
+    CHECK(lt_mul_mat_add_rms_norm(ctx, lt_new_tensor_3d(ctx, LT_TYPE_F32, 8, 4, 2), b, x, w,
+                                  1e-6f) == NULL,
+          "a 3-d weight");
+    CHECK(strstr(lt_last_error(), "mul_mat_add_rms_norm") != NULL, "%s", lt_last_error());
+    CHECK(lt_mul_mat_add_rms_norm(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 5), b, x, w, 1e-6f) ==
+              NULL,
+          "a residual of another shape");
+    CHECK(lt_mul_mat_add_rms_norm(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 4),
+                                  lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 3), x, w, 1e-6f) == NULL,
+          "half columns");
+    struct lt_tensor *ok =
+        lt_mul_mat_add_rms_norm(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 4), b, x, w, 1e-6f);
+    CHECK(ok && lt_add_rms_norm_out(ctx, ok) != NULL && lt_add_rms_norm_sum(ctx, ok) != NULL,
+          "its halves as ADD_RMS_NORM's: %s", lt_last_error());
     lt_ctx_free(ctx);
 }
 
@@ -429,6 +524,7 @@ int main(void)
     test_mul_mat_refusals();
     test_mul_mat_acc();
     test_mul_mat_glu();
+    test_mul_mat_add_rms_norm();
     if (getenv("LATHE_BENCH"))
         bench_mul_mat(atoi(getenv("LATHE_BENCH")) > 0 ? atoi(getenv("LATHE_BENCH")) : 2);
     nn_backends_free();

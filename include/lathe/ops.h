@@ -63,6 +63,18 @@ struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct
  * two halves bit for bit. A decode step's FFN (src/model/model_graph.c): one launch where a
  * device's few-column kernel computes both rows of an output and its SwiGLU at once. */
 struct lt_tensor *lt_mul_mat_glu(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+/* A product added to the residual stream and the weighted RMS norm of the sum, in one
+ * MUL_MAT_ADD_RMS_NORM node (inference only, no backward rule): a [K, M] (2-d, any type
+ * lt_mul_mat takes), b [K, N] F32, x [M, N] F32, w [M] F32 -> F32 [M, N, 2]:
+ *   r = add_rms_norm(x, mul_mat(a, b), w, eps)
+ * laid out as ADD_RMS_NORM's result (lt_add_rms_norm_sum / _out view its halves), so on the
+ * CPU it equals that chain bit for bit. A decode step's output and down projections
+ * (src/model/model_graph.c): a device's few-column kernel adds the residual as it stores each
+ * output, and the last of its blocks to finish norms the sums, where the norm took a launch
+ * of its own. */
+struct lt_tensor *lt_mul_mat_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a,
+                                          struct lt_tensor *b, struct lt_tensor *x,
+                                          struct lt_tensor *w, float eps);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */
 struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
@@ -132,7 +144,8 @@ bool lt_rms_norm_mul_back_fits(const struct lt_tensor *node);
 /* The residual sum r = a + b and rms_norm(r) * w in one ADD_RMS_NORM node (inference only,
  * no backward rule): a and b F32 [ne0, ne1] of any strides, w F32 [ne0] contiguous. The
  * result is F32 [ne0, ne1, 2]: r, then the normed rows; lt_add_rms_norm_sum / _out view
- * them. Each value is what lt_add, then lt_rms_norm_mul(.., LT_TYPE_F32), store. */
+ * them (and the halves of a MUL_MAT_ADD_RMS_NORM's result alike). Each value is what lt_add, then
+ * lt_rms_norm_mul(.., LT_TYPE_F32), store. */
 struct lt_tensor *lt_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                   struct lt_tensor *w, float eps);
 struct lt_tensor *lt_add_rms_norm_sum(struct lt_ctx *ctx, struct lt_tensor *r);

@@ -691,8 +691,19 @@ static enum lt_type attn_norm_type(struct lt_mb *b, int il)
     return act_type(b, ly->recurrent ? 4 : 3, readers);
 }
 
-/* The residual sum x + a (*sum) and its norm by w stored as type (returned): one
- * ADD_RMS_NORM node with b->fused when the norm is F32, else ADD then norm(). */
+/* Whether a, a layer's output or FFN's, is a plain product that MUL_MAT_ADD_RMS_NORM can
+ * take over in a one-token step: a 2-d weight (no adapter added to it) by F32 columns */
+static bool product_to_fold(const struct lt_mb *b, const struct lt_tensor *a)
+{
+    const struct lt_tensor *w = a->src[0], *h = a->src[1];
+    return b->n_tokens == 1 && a->op == LT_OP_MUL_MAT && w && h && w->ne[2] == 1 && w->ne[3] == 1 &&
+           h->type == LT_TYPE_F32 && h->ne[2] == 1 && h->ne[3] == 1;
+}
+
+/* The residual sum x + a (*sum) and its norm by w stored as type (returned): with b->fused
+ * when the norm is F32, one ADD_RMS_NORM node, or in a one-token step where a is a plain
+ * product one MUL_MAT_ADD_RMS_NORM node in a's place (the product's kernel adds and norms:
+ * a decode token's output and down projections); else ADD then norm(). */
 static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *a,
                                   struct lt_tensor *w, enum lt_type type, struct lt_tensor **sum)
 {
@@ -702,7 +713,10 @@ static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct l
         return NULL;
     if (b->fused && type == LT_TYPE_F32 && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
         lt_nelements(wr) == x->ne[0] && lt_same_shape(x, a) && x->ne[2] == 1 && x->ne[3] == 1) {
-        struct lt_tensor *r = lt_add_rms_norm(b->ctx, x, a, wr, b->m->hp.rms_eps);
+        struct lt_tensor *r =
+            product_to_fold(b, a)
+                ? lt_mul_mat_add_rms_norm(b->ctx, a->src[0], a->src[1], x, wr, b->m->hp.rms_eps)
+                : lt_add_rms_norm(b->ctx, x, a, wr, b->m->hp.rms_eps);
         *sum = lt_add_rms_norm_sum(b->ctx, r);
         return lt_add_rms_norm_out(b->ctx, r);
     }

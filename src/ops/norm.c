@@ -198,7 +198,7 @@ struct lt_tensor *lt_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a, struc
 
 static struct lt_tensor *add_rms_norm_part(struct lt_ctx *ctx, struct lt_tensor *r, int part)
 {
-    if (!r || r->op != LT_OP_ADD_RMS_NORM) {
+    if (!r || (r->op != LT_OP_ADD_RMS_NORM && r->op != LT_OP_MUL_MAT_ADD_RMS_NORM)) {
         lt_fail(LT_ERR_INVALID, "add_rms_norm_%s of '%s', not an ADD_RMS_NORM",
                 part ? "out" : "sum", r ? r->name : "(null)");
         return NULL;

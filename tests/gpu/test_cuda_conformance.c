@@ -398,6 +398,36 @@ static void mm_glu_case(enum lt_type t, int la, int lb, int64_t K, int64_t H, in
              b_mul_mat_glu, &p);
 }
 
+/* MUL_MAT_ADD_RMS_NORM: a [K, M] of type[0] in lay[0], F32 columns [K, N] in lay[1], the
+ * residual [M, N] in lay[1] too, the norm's weight [M] */
+static struct lt_tensor *b_mul_mat_add_rms_norm(struct build *b, const struct params *p)
+{
+    struct lt_tensor *a =
+        mk(b, p->type[0], p->lay[0], p->ne[0], p->ne[1], 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *x =
+        mk(b, LT_TYPE_F32, p->lay[1], p->ne[0], p->ne[2], 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *r =
+        mk(b, LT_TYPE_F32, p->lay[1], p->ne[1], p->ne[2], 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, p->ne[1], 1, 1, 1, FILL_UNIFORM, 0.5f, 1.5f);
+    return lt_mul_mat_add_rms_norm(b->ctx, a, x, r, w, 1e-6f);
+}
+
+static void mm_norm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_t N)
+{
+    struct params p = P(la, lb, t, LT_TYPE_F32);
+    p.ne[0] = K, p.ne[1] = M, p.ne[2] = N;
+    const bool quant = lt_type_traits(t)->is_quantized;
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s/%s%s%s/K%lld/M%lld/N%lld", lt_type_name(t), layout_names[la],
+             la == lb ? "" : "+", la == lb ? "" : layout_names[lb], (long long)K, (long long)M,
+             (long long)N);
+    run_case(LT_OP_MUL_MAT_ADD_RMS_NORM, buf,
+             t == LT_TYPE_F32 ? TOL_MM_F32
+             : quant          ? TOL_QUANT
+                              : TOL_MM_HALF,
+             b_mul_mat_add_rms_norm, &p);
+}
+
 /* a of type t, b of type tb: F32, or t itself for F16 / BF16 (cuBLAS reads it in place) */
 static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
                       int64_t N, int a2, int b2, int a3, int b3)
@@ -513,6 +543,30 @@ static void test_matmul(void)
     mm_glu_case(LT_TYPE_Q5_0, L_CONTIG, L_SLICED, 256, 45, 8);
     mm_glu_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 512, 24, 2);
     mm_glu_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 24, 12);
+    /* MUL_MAT_ADD_RMS_NORM (a decode step's output and down projections): one column of F16
+     * / BF16 rows (warps a team 1 to 8: M 1024 / 40 / 3000, K 2048 / 3584 / 256) and of Q8_0,
+     * Q4_0, Q5_0 (mmvq: one and four rows a block) in the one kernel with its last-block norm,
+     * back to back (the counter set back to zero); more columns, a transposed residual and
+     * columns, a sliced weight, F32 and other quantised weights through the product and
+     * ADD_RMS_NORM */
+    for (int t = 1; t < 3; t++) {
+        mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 2048, 1024, 1);
+        mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 3584, 1024, 1);
+        mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 256, 3000, 1);
+        mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 1024, 40, 1);
+        mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 512, 40, 3);
+        mm_norm_case(halfs[t], L_CONTIG, L_TRANSPOSED, 512, 40, 1);
+        mm_norm_case(halfs[t], L_SLICED, L_CONTIG, 512, 40, 1);
+    }
+    mm_norm_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 1);
+    mm_norm_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 12);
+    mm_norm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 2048, 1024, 1);
+    mm_norm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 5000, 1); /* four rows a block */
+    mm_norm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 512, 37, 3);
+    mm_norm_case(LT_TYPE_Q8_0, L_CONTIG, L_TRANSPOSED, 512, 37, 1);
+    mm_norm_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 45, 1);
+    mm_norm_case(LT_TYPE_Q5_0, L_CONTIG, L_CONTIG, 256, 45, 1);
+    mm_norm_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 512, 24, 1);
     static const enum lt_type quants[] = {LT_TYPE_Q4_0, LT_TYPE_Q4_1, LT_TYPE_Q5_0, LT_TYPE_Q5_1,
                                           LT_TYPE_Q8_0, LT_TYPE_Q2_K, LT_TYPE_Q3_K, LT_TYPE_Q4_K,
                                           LT_TYPE_Q5_K, LT_TYPE_Q6_K, LT_TYPE_Q8_K};

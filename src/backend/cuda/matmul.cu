@@ -57,7 +57,8 @@
 #include "backend/cuda/quant.cuh"
 #include "lathe/ops.h"
 
-static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT, LT_OP_MUL_MAT_ACC, LT_OP_MUL_MAT_GLU};
+static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT, LT_OP_MUL_MAT_ACC, LT_OP_MUL_MAT_GLU,
+                                        LT_OP_MUL_MAT_ADD_RMS_NORM};
 
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
@@ -246,16 +247,20 @@ static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan
  * F16 / BF16 FFN); otherwise the product into scratch by this file's own launcher, then
  * SWIGLU over its halves by unary.cu's (so whatever MUL_MAT and SWIGLU take, this takes). */
 
-/* the node as the MUL_MAT writing its whole product [2 H, N] contiguous at `data` */
-static struct lt_tensor glu_product(const struct lt_tensor *node, void *data)
+/* the node (MUL_MAT_GLU's or MUL_MAT_ADD_RMS_NORM's) as the MUL_MAT writing its whole
+ * product [M, N] (M = a's rows) contiguous at `data` */
+static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
 {
     struct lt_tensor t = *node;
     t.op = LT_OP_MUL_MAT;
     t.ne[0] = node->src[0]->ne[1];
+    t.ne[1] = node->src[1]->ne[1];
+    t.ne[2] = t.ne[3] = 1;
     t.nb[0] = sizeof(float);
     for (int i = 1; i < LT_MAX_DIMS; i++)
         t.nb[i] = t.nb[i - 1] * (size_t)t.ne[i - 1];
-    t.src[2] = NULL;
+    for (int i = 2; i < LT_MAX_SRC; i++)
+        t.src[i] = NULL;
     t.view_src = NULL;
     t.view_offs = 0;
     t.data = data;
@@ -297,7 +302,7 @@ static bool glu_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *
     }
     if (!cu_check_result_f32(node, reason, reason_size))
         return false;
-    const struct lt_tensor t = glu_product(node, NULL);
+    const struct lt_tensor t = product_of(node, NULL);
     if (!cu_mm_supported_plan(&t, p, reason, reason_size))
         return false;
     struct lt_tensor gate, up;
@@ -330,7 +335,7 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
     lt_status st = cu_scratch(c, CU_SCRATCH_WORK, 2 * lt_nbytes(node), &prod);
     if (st != LT_OK)
         return st;
-    struct lt_tensor t = glu_product(node, prod);
+    struct lt_tensor t = product_of(node, prod);
     if ((st = cu_matmul_compute(c, &t)) != LT_OK)
         return st;
     struct lt_tensor gate, up;
@@ -338,11 +343,98 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_unary_compute(c, &sw);
 }
 
+/* ---- MUL_MAT_ADD_RMS_NORM: a product [M, N], the residual added and the sum normed ----
+ * One kernel (mmv_half_kernel, or mmvq's two, with norm_epi.cuh's epilogue) for one column
+ * whose product takes mmv or mmvq (cu_mmv_norm_takes, cu_mmvq_norm_takes) and a contiguous
+ * residual: a decode step's output and down projections; otherwise the product into scratch
+ * by this file's own launcher, then ADD_RMS_NORM by norm.cu's (so whatever MUL_MAT and
+ * ADD_RMS_NORM take, this takes). */
+
+/* ADD_RMS_NORM of the residual and the product prod (its tensor: *pt) into the node */
+static struct lt_tensor norm_of(const struct lt_tensor *node, const struct lt_tensor *prod,
+                                struct lt_tensor *pt)
+{
+    *pt = *prod;
+    pt->op = LT_OP_NONE;
+    for (int i = 0; i < LT_MAX_SRC; i++)
+        pt->src[i] = NULL;
+    struct lt_tensor t = *node;
+    t.op = LT_OP_ADD_RMS_NORM;
+    for (int i = 0; i < LT_MAX_SRC; i++)
+        t.src[i] = NULL;
+    t.src[0] = node->src[2];
+    t.src[1] = pt;
+    t.src[2] = node->src[3];
+    return t;
+}
+
+/* the claim's and the launcher's precondition; *p is the product's plan */
+static bool man_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
+                               size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    if (!a || !b || !node->src[2] || !node->src[3] || b->type != LT_TYPE_F32 || a->ne[2] != 1 ||
+        a->ne[3] != 1 || b->ne[2] != 1 || b->ne[3] != 1 || node->ne[0] != a->ne[1] ||
+        node->ne[1] != b->ne[1]) {
+        snprintf(reason, reason_size,
+                 "the sources and result do not fit (a 2-d weight of M rows, 2-d f32 columns, "
+                 "[M, N, 2] out)");
+        return false;
+    }
+    const struct lt_tensor t = product_of(node, NULL);
+    if (!cu_mm_supported_plan(&t, p, reason, reason_size))
+        return false;
+    struct lt_tensor pt;
+    const struct lt_tensor an = norm_of(node, &t, &pt);
+    return cu_norm_supported(&an, reason, reason_size);
+}
+
+/* the one kernel's case (mmvq: its two) */
+static bool man_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1], *x = node->src[2];
+    const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
+    return p->K > 0 && p->N == 1 && lt_is_contiguous(x) && p->M <= INT_MAX &&
+           ((p->mmvq && cu_mmvq_norm_takes(b)) || (p->mmv && cu_mmv_norm_takes(&ms, a, b)));
+}
+
+static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    struct cu_mm_plan p;
+    if (!man_supported_plan(node, &p, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    if (lt_nelements(node) == 0)
+        return LT_OK;
+    float *sum = (float *)node->data;
+    if (man_fused(node, &p)) {
+        const struct cu_norm_epi epi = {(const float *)node->src[2]->data,
+                                        (const float *)node->src[3]->data, sum + p.M, c->counters,
+                                        lt_get_param_f32(node, 0)};
+        if (p.mmvq)
+            return cu_mmvq_norm_run(c, node->src[0], node->src[1], sum, &epi);
+        const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
+        return cu_mmv_norm_run(c, &ms, node->src[0], node->src[1], sum, &epi);
+    }
+    void *prod;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, lt_nbytes(node) / 2, &prod);
+    if (st != LT_OK)
+        return st;
+    struct lt_tensor t = product_of(node, prod);
+    if ((st = cu_matmul_compute(c, &t)) != LT_OK)
+        return st;
+    struct lt_tensor pt;
+    struct lt_tensor an = norm_of(node, &t, &pt);
+    return cu_norm_compute(c, &an);
+}
+
 bool cu_matmul_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     struct cu_mm_plan p;
     if (node->op == LT_OP_MUL_MAT_GLU)
         return glu_supported_plan(node, &p, reason, reason_size);
+    if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM)
+        return man_supported_plan(node, &p, reason, reason_size);
     return cu_mm_supported_plan(node, &p, reason, reason_size);
 }
 
@@ -557,9 +649,18 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
                 need[CU_SCRATCH_B] = cu_mmvq_scratch_bytes(node->src[0], node->src[1]);
             return;
         }
-        const struct lt_tensor t = glu_product(node, NULL);
+        const struct lt_tensor t = product_of(node, NULL);
         matmul_scratch(&t, need);
         need[CU_SCRATCH_WORK] = 2 * lt_nbytes(node);
+        return;
+    }
+    if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM) {
+        if (!man_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0)
+            return;
+        const struct lt_tensor t = product_of(node, NULL);
+        matmul_scratch(&t, need); /* the product's (mmvq's columns, fused or not) */
+        if (!man_fused(node, &p))
+            need[CU_SCRATCH_WORK] = lt_nbytes(node) / 2;
         return;
     }
     if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
@@ -579,6 +680,8 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     if (node->op == LT_OP_MUL_MAT_GLU)
         return glu_compute(c, node);
+    if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM)
+        return man_compute(c, node);
     char reason[CU_REASON_MAX];
     struct cu_mm_plan p;
     if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)))

@@ -161,12 +161,16 @@ template <int NC> struct mmv_half_unroll {
 };
 
 /* GLU (MUL_MAT_GLU, one slice): a team's output h is silu(a row h . b) * (a row H + h . b),
- * H = M / 2: its RW = 2 rows are h and H + h, and the walk over them is the same. */
-template <int TYPE, int NC, int RW, int WPR, bool GLU = false>
+ * H = M / 2: its RW = 2 rows are h and H + h, and the walk over them is the same.
+ * EPI (MUL_MAT_ADD_RMS_NORM, one slice, one column, RW 1): dst holds the residual plus each
+ * output, and the last block norms them (norm_epi.cuh). */
+template <int TYPE, int NC, int RW, int WPR, bool GLU = false, bool EPI = false>
 static __global__ void __launch_bounds__(256)
-    mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3)
+    mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3,
+                    struct cu_norm_epi epi)
 {
     static_assert(!GLU || RW == 2, "a GLU team takes its gate row and its up row");
+    static_assert(!EPI || (NC == 1 && RW == 1 && !GLU), "the epilogue norms one column");
     constexpr int OUT = GLU ? 1 : RW; /* outputs a team */
     constexpr int TEAMS = 8 / WPR, RPB = TEAMS * OUT, STEP = 32 * WPR, U = mmv_half_unroll<NC>::u;
     __shared__ float part_sum[8][RW][NC];
@@ -270,9 +274,12 @@ static __global__ void __launch_bounds__(256)
                     break;
                 const int64_t m = r % M, i2 = (r / M) % B2, i3 = r / (M * B2);
                 for (int n = 0; n < NC && n < N; n++)
-                    dst[((i3 * B2 + i2) * N + n) * M + m] = acc[t][n];
+                    dst[((i3 * B2 + i2) * N + n) * M + m] =
+                        EPI ? cu_epi_sum(epi, m, acc[t][n]) : acc[t][n];
             }
     }
+    if (EPI)
+        cu_epi_finish(epi, dst, M);
 }
 
 /* Q8_0 rows of K % 256 == 0 elements, 16-byte aligned (rows of whole 272-byte groups of 8
@@ -499,14 +506,15 @@ static void mmv_half_cut(const struct cu_ctx *c, const struct cu_mmv_shape *p, i
         *wpr *= 2;
 }
 
-template <int TYPE, int NC, int RW, int WPR>
+template <int TYPE, int NC, int RW, int WPR, bool EPI = false>
 static void mmv_half_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                        const struct cu_t &bv, float *dst)
+                        const struct cu_t &bv, float *dst, const struct cu_norm_epi &epi = {})
 {
     constexpr int RPB = 8 / WPR * RW;
     const int64_t groups = (p->M * p->B2 * p->B3 + RPB - 1) / RPB;
     const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
-    cu_launch_pdl(c, mmv_half_kernel<TYPE, NC, RW, WPR>, blocks, 256, 0, av, bv, dst, p->r2, p->r3);
+    cu_launch_pdl(c, mmv_half_kernel<TYPE, NC, RW, WPR, false, EPI>, blocks, 256, 0, av, bv, dst,
+                  p->r2, p->r3, epi);
 }
 
 /* MUL_MAT_GLU's kernel: RW 2 (the gate row and the up row), WPR doubled as mmv_half_cut does
@@ -519,7 +527,7 @@ static void mmv_glu_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const str
     const int64_t groups = (p->M / 2 + RPB - 1) / RPB;
     const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
     cu_launch_pdl(c, mmv_half_kernel<TYPE, NC, 2, WPR, true>, blocks, 256, 0, av, bv, dst, p->r2,
-                  p->r3);
+                  p->r3, cu_norm_epi{});
 }
 
 template <int TYPE, int NC>
@@ -560,15 +568,16 @@ static void mmv_glu_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, const
     by_columns(p->N, [&](auto nc) { mmv_glu_wpr<TYPE, decltype(nc)::value>(c, p, av, bv, dst); });
 }
 
-template <int TYPE, int NC, int RW>
+template <int TYPE, int NC, int RW, bool EPI = false>
 static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                         const struct cu_t &bv, float *dst, int wpr)
+                         const struct cu_t &bv, float *dst, int wpr,
+                         const struct cu_norm_epi &epi = {})
 {
     switch (wpr) {
-    case 1: mmv_half_go<TYPE, NC, RW, 1>(c, p, av, bv, dst); break;
-    case 2: mmv_half_go<TYPE, NC, RW, 2>(c, p, av, bv, dst); break;
-    case 4: mmv_half_go<TYPE, NC, RW, 4>(c, p, av, bv, dst); break;
-    default: mmv_half_go<TYPE, NC, RW, 8>(c, p, av, bv, dst); break;
+    case 1: mmv_half_go<TYPE, NC, RW, 1, EPI>(c, p, av, bv, dst, epi); break;
+    case 2: mmv_half_go<TYPE, NC, RW, 2, EPI>(c, p, av, bv, dst, epi); break;
+    case 4: mmv_half_go<TYPE, NC, RW, 4, EPI>(c, p, av, bv, dst, epi); break;
+    default: mmv_half_go<TYPE, NC, RW, 8, EPI>(c, p, av, bv, dst, epi); break;
     }
 }
 
@@ -616,6 +625,26 @@ lt_status cu_mmv_glu_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const s
     else
         mmv_glu_launch<LT_TYPE_BF16>(c, p, av, bv, dst);
     return cu_launched("mul_mat_glu mmv");
+}
+
+bool cu_mmv_norm_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                       const struct lt_tensor *b)
+{
+    return p->N == 1 && p->A2 == 1 && p->A3 == 1 && p->B2 == 1 && p->B3 == 1 && half_rows(p, a) &&
+           half_cols(p, cu_view(b));
+}
+
+lt_status cu_mmv_norm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                          const struct lt_tensor *b, float *dst, const struct cu_norm_epi *epi)
+{
+    const struct cu_t av = cu_view(a), bv = cu_view(b);
+    int rw, wpr;
+    mmv_half_cut(c, p, &rw, &wpr); /* one column, one slice: rw is 1 */
+    if (a->type == LT_TYPE_F16)
+        mmv_half_wpr<LT_TYPE_F16, 1, 1, true>(c, p, av, bv, dst, wpr, *epi);
+    else
+        mmv_half_wpr<LT_TYPE_BF16, 1, 1, true>(c, p, av, bv, dst, wpr, *epi);
+    return cu_launched("mul_mat_add_rms_norm mmv");
 }
 
 lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,

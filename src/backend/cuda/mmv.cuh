@@ -5,6 +5,7 @@
 #define LATHE_BACKEND_CUDA_MMV_CUH
 
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/norm_epi.cuh"
 
 /* What the kernels need of matmul.cu's plan: a [K, M, A2, A3], b [K, N, B2, B3] (N <= 8),
  * r2 = B2 / A2, r3 = B3 / A3. */
@@ -26,5 +27,14 @@ bool cu_mmv_glu_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
                       const struct lt_tensor *b);
 lt_status cu_mmv_glu_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
                          const struct lt_tensor *b, float *dst);
+
+/* MUL_MAT_ADD_RMS_NORM by one kernel (mmv_half_kernel with norm_epi.cuh's epilogue): dst [M]
+ * = epi->res + a b, then epi->out = its weighted RMS norm, for one column of F32 floats
+ * (16-byte aligned) against one slice of unsplit F16 / BF16 rows of whole 16-byte chunks:
+ * cu_mmv_norm_takes, which matmul.cu's claim and launcher both ask. */
+bool cu_mmv_norm_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                       const struct lt_tensor *b);
+lt_status cu_mmv_norm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                          const struct lt_tensor *b, float *dst, const struct cu_norm_epi *epi);
 
 #endif
