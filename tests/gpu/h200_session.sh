@@ -1082,6 +1082,8 @@ phase_dnback() {
 # text of a 504-token prompt both ways
 phase_pdl() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
+    timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/pdl_decode_off.log" 2>&1
+    row "PDL off: model decode on CUDA0" "rc $? $(passed "$out/pdl_decode_off.log")"
     LATHE_CUDA_PDL=1 timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/pdl_decode.log" 2>&1
     row "PDL on: model decode on CUDA0" "rc $? $(passed "$out/pdl_decode.log")"
     grep -E "check failed" "$out/pdl_decode.log" | head -5
