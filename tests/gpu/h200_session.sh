@@ -62,6 +62,7 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   dfuse   (after q08) decode's fused nodes in one short call (see its function)
 #   pdl     (after q08) LATHE_CUDA_PDL=1 checked (model decode, conformance) and measured
 #           against off: lathe bench on both 0.8B files, alternating; greedy text both ways;
 #           with PDL_TRAIN=1 also the CUDA training jobs with it on and bench_train 16x512
@@ -277,6 +278,7 @@ phase_q08() {
     $L convert $Q -o $W/q08-bf16.gguf --outtype bf16 >>"$out/q08_convert.log" 2>&1
     $L convert $Q -o $W/q08-q8_0.gguf --outtype q8_0 >>"$out/q08_convert.log" 2>&1
     rm -f $W/q08-f32.gguf
+    [ -z "${Q08_LEAN:-}" ] || return 0 # Q08_LEAN=1: the files and check-ref alone
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
     for ty in bf16 q8_0; do
         timeout 90 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 256 --ignore-eos --temp 0 --timings \
@@ -837,6 +839,42 @@ phase_tmodel() {
     SHAPES=16x512 lathe_alone tmodel "" full
 }
 
+# dfuse: (after q08) decode's fused nodes in one short call: the model decode checks on CUDA0
+# with PDL off and on, the conformance cases of MUL_MAT_ADD_RMS_NORM and MUL_MAT_GLU, nodes a
+# token, `lathe bench -p 512 -n 128 -r 3` on both 0.8B files with PDL off then on, and the
+# BF16 greedy text of a 504-token prompt both ways
+phase_dfuse() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    local v ty op prompt
+    for v in 0 1; do
+        LATHE_CUDA_PDL=$v timeout 60 $b/tests/gpu_test_model_decode_cuda >"$out/dfuse_decode_$v.log" 2>&1
+        row "PDL $v: model decode on CUDA0" "rc $? $(passed "$out/dfuse_decode_$v.log")"
+        grep -E "check failed" "$out/dfuse_decode_$v.log" | head -3
+    done
+    for op in MUL_MAT_ADD_RMS_NORM MUL_MAT_GLU; do
+        LATHE_CONF_OP=$op timeout 60 $b/tests/gpu_test_cuda_conformance matmul >"$out/dfuse_conf_$op.log" 2>&1
+        row "conformance $op" "rc $? $(passed "$out/dfuse_conf_$op.log") $(grep -E "^$op " "$out/dfuse_conf_$op.log" | awk '{print "worst", $6}')"
+    done
+    LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
+        >"$out/dfuse_nodes.log" 2>&1
+    row "nodes a token (64 BF16 tokens)" "$(awk '$1 ~ /^[A-Z_0-9]+$/ && $2 ~ /^[0-9]+$/ {n += $2; if ($1 == "ARGMAX") t = $2} END {if (t) printf "%.1f (%d nodes over %d ARGMAX)", n / t, n, t}' "$out/dfuse_nodes.log")"
+    for ty in bf16 q8_0; do
+        for v in 0 1; do
+            LATHE_CUDA_PDL=$v timeout 60 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 \
+                --backend cuda >"$out/dfuse_bench_${ty}_$v.log" 2>&1
+            row "lathe bench $ty, LATHE_CUDA_PDL=$v" "rc $? $(grep -E 'tg128|pp512' "$out/dfuse_bench_${ty}_$v.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+        done
+    done
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    for v in 0 1; do
+        LATHE_CUDA_PDL=$v timeout 40 $L run -m $W/q08-bf16.gguf -p "$prompt" -n 64 --ignore-eos \
+            --temp 0 --backend cuda >"$out/dfuse_text_$v.txt" 2>/dev/null
+    done
+    cmp -s "$out/dfuse_text_0.txt" "$out/dfuse_text_1.txt"
+    row "  bf16 greedy text, PDL on against off" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/dfuse_text_1.txt") bytes)"
+    head -c 300 "$out/dfuse_text_0.txt"; echo
+}
+
 # pbase: inference before and after on one machine (see the header)
 phase_pbase() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
@@ -1117,7 +1155,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
