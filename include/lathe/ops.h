@@ -75,6 +75,14 @@ struct lt_tensor *lt_mul_mat_glu(struct lt_ctx *ctx, struct lt_tensor *a, struct
 struct lt_tensor *lt_mul_mat_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a,
                                           struct lt_tensor *b, struct lt_tensor *x,
                                           struct lt_tensor *w, float eps);
+/* The parts a fused product node's kernels run (the CPU's, and a device's when it has no
+ * one-kernel form), as tensors built on the stack. lt_fused_product: a MUL_MAT_GLU or
+ * MUL_MAT_ADD_RMS_NORM node as the MUL_MAT writing its whole product [M, N] (M = a's rows,
+ * N = b's columns) contiguous at data. lt_fused_add_norm: a MUL_MAT_ADD_RMS_NORM node as the
+ * ADD_RMS_NORM of its residual and that product (at prod; *p, which must outlive the
+ * result, holds it as the source), writing the node's result. */
+struct lt_tensor lt_fused_product(const struct lt_tensor *node, void *data);
+struct lt_tensor lt_fused_add_norm(const struct lt_tensor *node, void *prod, struct lt_tensor *p);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */
 struct lt_tensor *lt_add(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);

@@ -37,8 +37,7 @@ struct lt_tensor *lt_mul_mat_glu(struct lt_ctx *ctx, struct lt_tensor *a, struct
 /* ---- the product both run first: [M, N] (M = a's rows, N = b's columns) into scratch,
  * by MUL_MAT's kernel on a copy of the node that writes there ---- */
 
-/* the node as the MUL_MAT writing its whole [M, N] product, contiguous, at `data` */
-static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
+struct lt_tensor lt_fused_product(const struct lt_tensor *node, void *data)
 {
     struct lt_tensor t = *node;
     t.op = LT_OP_MUL_MAT;
@@ -58,20 +57,20 @@ static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
 
 static size_t product_bytes(const struct lt_tensor *node)
 {
-    const struct lt_tensor t = product_of(node, NULL);
+    const struct lt_tensor t = lt_fused_product(node, NULL);
     return ((size_t)lt_nelements(&t) * sizeof(float) + 63) & ~(size_t)63;
 }
 
 static bool product_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
-    const struct lt_tensor t = product_of(node, NULL);
+    const struct lt_tensor t = lt_fused_product(node, NULL);
     return lt_op_def(LT_OP_MUL_MAT)->cpu_supported(&t, reason, reason_size);
 }
 
 /* MUL_MAT's scratch after the product's own */
 static size_t product_work_size(const struct lt_tensor *node, int nth)
 {
-    const struct lt_tensor t = product_of(node, NULL);
+    const struct lt_tensor t = lt_fused_product(node, NULL);
     return product_bytes(node) + lt_op_def(LT_OP_MUL_MAT)->cpu_work_size(&t, nth);
 }
 
@@ -81,7 +80,7 @@ static float *product_run(const struct lt_compute_params *prm, const struct lt_t
                           struct lt_compute_params *rest)
 {
     float *prod = (float *)prm->wdata;
-    struct lt_tensor t = product_of(node, prod);
+    struct lt_tensor t = lt_fused_product(node, prod);
     *rest = *prm;
     rest->wdata = (char *)prm->wdata + product_bytes(node);
     rest->wsize = prm->wsize - product_bytes(node);
@@ -164,11 +163,9 @@ struct lt_tensor *lt_mul_mat_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *
     return t;
 }
 
-/* the node's ADD_RMS_NORM of x and the product at prod (contiguous [M, N]), into the node;
- * *p receives the product's tensor the ADD_RMS_NORM reads */
-static struct lt_tensor add_norm_of(const struct lt_tensor *node, float *prod, struct lt_tensor *p)
+struct lt_tensor lt_fused_add_norm(const struct lt_tensor *node, void *prod, struct lt_tensor *p)
 {
-    *p = product_of(node, prod);
+    *p = lt_fused_product(node, prod);
     p->op = LT_OP_NONE;
     for (int i = 0; i < LT_MAX_SRC; i++)
         p->src[i] = NULL;
@@ -194,7 +191,7 @@ static bool mul_mat_add_rms_norm_supported(const struct lt_tensor *node, char *r
         return false;
     }
     struct lt_tensor p;
-    const struct lt_tensor t = add_norm_of(node, NULL, &p);
+    const struct lt_tensor t = lt_fused_add_norm(node, NULL, &p);
     return product_supported(node, reason, reason_size) &&
            lt_op_def(LT_OP_ADD_RMS_NORM)->cpu_supported(&t, reason, reason_size);
 }
@@ -202,7 +199,7 @@ static bool mul_mat_add_rms_norm_supported(const struct lt_tensor *node, char *r
 static size_t mul_mat_add_rms_norm_work_size(const struct lt_tensor *node, int nth)
 {
     struct lt_tensor p;
-    const struct lt_tensor t = add_norm_of(node, NULL, &p);
+    const struct lt_tensor t = lt_fused_add_norm(node, NULL, &p);
     const size_t prod = product_work_size(node, nth),
                  norm = product_bytes(node) + lt_op_def(LT_OP_ADD_RMS_NORM)->cpu_work_size(&t, nth);
     return prod > norm ? prod : norm;
@@ -213,7 +210,7 @@ static void mul_mat_add_rms_norm_forward(const struct lt_compute_params *prm,
 {
     struct lt_compute_params rest;
     float *prod = product_run(prm, node, &rest);
-    struct lt_tensor p, t = add_norm_of(node, prod, &p);
+    struct lt_tensor p, t = lt_fused_add_norm(node, prod, &p);
     lt_op_def(LT_OP_ADD_RMS_NORM)->cpu_forward(&rest, &t);
 }
 

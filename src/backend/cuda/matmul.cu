@@ -247,27 +247,8 @@ static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan
  * F16 / BF16 FFN); otherwise the product into scratch by this file's own launcher, then
  * SWIGLU over its halves by unary.cu's (so whatever MUL_MAT and SWIGLU take, this takes). */
 
-/* the node (MUL_MAT_GLU's or MUL_MAT_ADD_RMS_NORM's) as the MUL_MAT writing its whole
- * product [M, N] (M = a's rows) contiguous at `data` */
-static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
-{
-    struct lt_tensor t = *node;
-    t.op = LT_OP_MUL_MAT;
-    t.ne[0] = node->src[0]->ne[1];
-    t.ne[1] = node->src[1]->ne[1];
-    t.ne[2] = t.ne[3] = 1;
-    t.nb[0] = sizeof(float);
-    for (int i = 1; i < LT_MAX_DIMS; i++)
-        t.nb[i] = t.nb[i - 1] * (size_t)t.ne[i - 1];
-    for (int i = 2; i < LT_MAX_SRC; i++)
-        t.src[i] = NULL;
-    t.view_src = NULL;
-    t.view_offs = 0;
-    t.data = data;
-    return t;
-}
-
-/* the SWIGLU of that product's halves into the node (*gate and *up: the halves' views) */
+/* the SWIGLU of the product's halves (lt_fused_product) into the node (*gate and *up: the
+ * halves' views) */
 static struct lt_tensor glu_swiglu(const struct lt_tensor *node, const struct lt_tensor *prod,
                                    struct lt_tensor *gate, struct lt_tensor *up)
 {
@@ -302,7 +283,7 @@ static bool glu_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *
     }
     if (!cu_check_result_f32(node, reason, reason_size))
         return false;
-    const struct lt_tensor t = product_of(node, NULL);
+    const struct lt_tensor t = lt_fused_product(node, NULL);
     if (!cu_mm_supported_plan(&t, p, reason, reason_size))
         return false;
     struct lt_tensor gate, up;
@@ -335,7 +316,7 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
     lt_status st = cu_scratch(c, CU_SCRATCH_WORK, 2 * lt_nbytes(node), &prod);
     if (st != LT_OK)
         return st;
-    struct lt_tensor t = product_of(node, prod);
+    struct lt_tensor t = lt_fused_product(node, prod);
     if ((st = cu_matmul_compute(c, &t)) != LT_OK)
         return st;
     struct lt_tensor gate, up;
@@ -350,24 +331,6 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
  * by this file's own launcher, then ADD_RMS_NORM by norm.cu's (so whatever MUL_MAT and
  * ADD_RMS_NORM take, this takes). */
 
-/* ADD_RMS_NORM of the residual and the product prod (its tensor: *pt) into the node */
-static struct lt_tensor norm_of(const struct lt_tensor *node, const struct lt_tensor *prod,
-                                struct lt_tensor *pt)
-{
-    *pt = *prod;
-    pt->op = LT_OP_NONE;
-    for (int i = 0; i < LT_MAX_SRC; i++)
-        pt->src[i] = NULL;
-    struct lt_tensor t = *node;
-    t.op = LT_OP_ADD_RMS_NORM;
-    for (int i = 0; i < LT_MAX_SRC; i++)
-        t.src[i] = NULL;
-    t.src[0] = node->src[2];
-    t.src[1] = pt;
-    t.src[2] = node->src[3];
-    return t;
-}
-
 /* the claim's and the launcher's precondition; *p is the product's plan */
 static bool man_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
                                size_t reason_size)
@@ -381,11 +344,11 @@ static bool man_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *
                  "[M, N, 2] out)");
         return false;
     }
-    const struct lt_tensor t = product_of(node, NULL);
+    const struct lt_tensor t = lt_fused_product(node, NULL);
     if (!cu_mm_supported_plan(&t, p, reason, reason_size))
         return false;
     struct lt_tensor pt;
-    const struct lt_tensor an = norm_of(node, &t, &pt);
+    const struct lt_tensor an = lt_fused_add_norm(node, t.data, &pt);
     return cu_norm_supported(&an, reason, reason_size);
 }
 
@@ -420,11 +383,11 @@ static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
     lt_status st = cu_scratch(c, CU_SCRATCH_WORK, lt_nbytes(node) / 2, &prod);
     if (st != LT_OK)
         return st;
-    struct lt_tensor t = product_of(node, prod);
+    struct lt_tensor t = lt_fused_product(node, prod);
     if ((st = cu_matmul_compute(c, &t)) != LT_OK)
         return st;
     struct lt_tensor pt;
-    struct lt_tensor an = norm_of(node, &t, &pt);
+    struct lt_tensor an = lt_fused_add_norm(node, t.data, &pt);
     return cu_norm_compute(c, &an);
 }
 
@@ -649,7 +612,7 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
                 need[CU_SCRATCH_B] = cu_mmvq_scratch_bytes(node->src[0], node->src[1]);
             return;
         }
-        const struct lt_tensor t = product_of(node, NULL);
+        const struct lt_tensor t = lt_fused_product(node, NULL);
         matmul_scratch(&t, need);
         need[CU_SCRATCH_WORK] = 2 * lt_nbytes(node);
         return;
@@ -657,7 +620,7 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
     if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM) {
         if (!man_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0)
             return;
-        const struct lt_tensor t = product_of(node, NULL);
+        const struct lt_tensor t = lt_fused_product(node, NULL);
         matmul_scratch(&t, need); /* the product's (mmvq's columns, fused or not) */
         if (!man_fused(node, &p))
             need[CU_SCRATCH_WORK] = lt_nbytes(node) / 2;
