@@ -62,6 +62,7 @@
 #   tbudget bench_train full under a 24 GiB budget, LoRA under 8 GiB, checkpointing auto
 #   tpack   chat examples of mixed lengths (about 30 to 500 tokens) on the 0.8B shape, LoRA and
 #           full: padding-free packing (the default) against --no-pack, tokens/s
+#   dcheck  decode's fused kernels checked without a model (see its function)
 #   dfuse   (after q08) decode's fused nodes in one short call (see its function)
 #   pdl     (after q08) LATHE_CUDA_PDL=1 checked (model decode, conformance) and measured
 #           against off: lathe bench on both 0.8B files, alternating; greedy text both ways;
@@ -100,6 +101,8 @@
 #   smolA   keeps the first half of SmolLM2's GGUF (.smolA) in /root for the next call
 #   smol    joins it with .smolB; `lathe run --chat --backend cuda` on the capital of France;
 #           a LoRA teaching the Zorblax fact through `lathe train --backend cuda`
+# BUILD_TARGETS replaces the list of targets built (e.g. for dcheck alone:
+# "gpu_test_cuda_conformance gpu_test_model_decode_cuda").
 # Inputs carried next to the tree (tests/gpu/h200_prepare.sh makes them): .devdebs, .golden,
 # .smolA / .smolB.
 set -o pipefail
@@ -129,8 +132,8 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 
 if ! { cmake -S . -B $b -DCMAKE_CUDA_ARCHITECTURES=90 -DLATHE_WERROR=ON ${CMAKE_EXTRA:-} >"$out/configure.log" 2>&1 &&
-       cmake --build $b -j16 --target lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
-           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda bench_matmul bench_delta_net >"$out/build.log" 2>&1; }; then
+       cmake --build $b -j16 --target ${BUILD_TARGETS:-lathe_cli gpu_test_cuda_conformance gpu_test_cuda_scenario \
+           gpu_test_train_cuda gpu_test_cuda_gradcheck gpu_test_cuda_graphs gpu_test_model_decode_cuda bench_matmul bench_delta_net} >"$out/build.log" 2>&1; }; then
     grep -E "error|Could not|not found" "$out/configure.log" "$out/build.log" | head -20
     exit 1
 fi
@@ -845,16 +848,8 @@ phase_tmodel() {
 # BF16 greedy text of a 504-token prompt both ways
 phase_dfuse() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
-    local v ty op prompt
-    for v in 0 1; do
-        LATHE_CUDA_PDL=$v timeout 60 $b/tests/gpu_test_model_decode_cuda >"$out/dfuse_decode_$v.log" 2>&1
-        row "PDL $v: model decode on CUDA0" "rc $? $(passed "$out/dfuse_decode_$v.log")"
-        grep -E "check failed" "$out/dfuse_decode_$v.log" | head -3
-    done
-    for op in MUL_MAT_ADD_RMS_NORM MUL_MAT_GLU; do
-        LATHE_CONF_OP=$op timeout 60 $b/tests/gpu_test_cuda_conformance matmul >"$out/dfuse_conf_$op.log" 2>&1
-        row "conformance $op" "rc $? $(passed "$out/dfuse_conf_$op.log") $(grep -E "^$op " "$out/dfuse_conf_$op.log" | awk '{print "worst", $6}')"
-    done
+    local ty v prompt
+    phase_dcheck
     LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
         >"$out/dfuse_nodes.log" 2>&1
     row "nodes a token (64 BF16 tokens)" "$(awk '$1 ~ /^[A-Z_0-9]+$/ && $2 ~ /^[0-9]+$/ {n += $2; if ($1 == "ARGMAX") t = $2} END {if (t) printf "%.1f (%d nodes over %d ARGMAX)", n / t, n, t}' "$out/dfuse_nodes.log")"
@@ -873,6 +868,21 @@ phase_dfuse() {
     cmp -s "$out/dfuse_text_0.txt" "$out/dfuse_text_1.txt"
     row "  bf16 greedy text, PDL on against off" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/dfuse_text_1.txt") bytes)"
     head -c 300 "$out/dfuse_text_0.txt"; echo
+}
+
+# dcheck: decode's fused kernels checked, no model needed: the model decode checks on CUDA0
+# with PDL off and on, and the conformance cases of MUL_MAT_ADD_RMS_NORM and MUL_MAT_GLU
+phase_dcheck() {
+    local v op
+    for v in 0 1; do
+        LATHE_CUDA_PDL=$v timeout 60 $b/tests/gpu_test_model_decode_cuda >"$out/dcheck_decode_$v.log" 2>&1
+        row "PDL $v: model decode on CUDA0" "rc $? $(passed "$out/dcheck_decode_$v.log")"
+        grep -E "check failed" "$out/dcheck_decode_$v.log" | head -3
+    done
+    for op in MUL_MAT_ADD_RMS_NORM MUL_MAT_GLU; do
+        LATHE_CONF_OP=$op timeout 60 $b/tests/gpu_test_cuda_conformance matmul >"$out/dcheck_conf_$op.log" 2>&1
+        row "conformance $op" "rc $? $(passed "$out/dcheck_conf_$op.log") $(grep -E "^$op " "$out/dcheck_conf_$op.log" | awk '{print "worst", $6}')"
+    done
 }
 
 # pbase: inference before and after on one machine (see the header)
@@ -1155,7 +1165,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
