@@ -692,10 +692,15 @@ static enum lt_type attn_norm_type(struct lt_mb *b, int il)
 }
 
 /* Whether a, a layer's output or FFN's, is a plain product that MUL_MAT_ADD_RMS_NORM can
- * take over in a one-token step: a 2-d weight (no adapter added to it) by F32 columns */
+ * take over in a one-token step: a 2-d weight (no adapter added to it) by F32 columns.
+ * LATHE_FUSE_ADD_NORM=0 keeps the product and ADD_RMS_NORM apart (a before / after switch
+ * for the device's measurements). */
 static bool product_to_fold(const struct lt_mb *b, const struct lt_tensor *a)
 {
     const struct lt_tensor *w = a->src[0], *h = a->src[1];
+    const char *env = getenv("LATHE_FUSE_ADD_NORM");
+    if (env && strcmp(env, "0") == 0)
+        return false;
     return b->n_tokens == 1 && a->op == LT_OP_MUL_MAT && w && h && w->ne[2] == 1 && w->ne[3] == 1 &&
            h->type == LT_TYPE_F32 && h->ne[2] == 1 && h->ne[3] == 1;
 }

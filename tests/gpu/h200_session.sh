@@ -844,8 +844,9 @@ phase_tmodel() {
 
 # dfuse: (after q08) decode's fused nodes in one short call: the model decode checks on CUDA0
 # with PDL off and on, the conformance cases of MUL_MAT_ADD_RMS_NORM and MUL_MAT_GLU, nodes a
-# token, `lathe bench -p 512 -n 128 -r 3` on both 0.8B files with PDL off then on, and the
-# BF16 greedy text of a 504-token prompt both ways
+# token, `lathe bench -p 512 -n 128 -r 3` on both 0.8B files with PDL off then on and with
+# LATHE_FUSE_ADD_NORM=0 (the products and ADD_RMS_NORM apart), and the BF16 greedy text of a
+# 504-token prompt both ways
 phase_dfuse() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     local ty v prompt
@@ -859,6 +860,9 @@ phase_dfuse() {
                 --backend cuda >"$out/dfuse_bench_${ty}_$v.log" 2>&1
             row "lathe bench $ty, LATHE_CUDA_PDL=$v" "rc $? $(grep -E 'tg128|pp512' "$out/dfuse_bench_${ty}_$v.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
         done
+        LATHE_FUSE_ADD_NORM=0 timeout 60 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 \
+            --backend cuda >"$out/dfuse_bench_${ty}_unfused.log" 2>&1
+        row "lathe bench $ty, LATHE_FUSE_ADD_NORM=0" "rc $? $(grep -E 'tg128|pp512' "$out/dfuse_bench_${ty}_unfused.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
     done
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
     for v in 0 1; do
