@@ -298,6 +298,26 @@ static bool glu_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
     return p->mmvq || (p->mmv && cu_mmv_glu_takes(&ms, node->src[0], node->src[1]));
 }
 
+/* the bytes of a fused node's product [M, N] (lt_fused_product) */
+static size_t fused_product_bytes(const struct lt_tensor *node)
+{
+    const struct lt_tensor t = lt_fused_product(node, NULL);
+    return (size_t)lt_nelements(&t) * sizeof(float);
+}
+
+/* a fused node's product into CU_SCRATCH_WORK by MUL_MAT's own launcher (the fused nodes'
+ * path where they have no one-kernel form); *t is the product's tensor */
+static lt_status fused_product_run(struct cu_ctx *c, const struct lt_tensor *node,
+                                   struct lt_tensor *t)
+{
+    void *prod;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, fused_product_bytes(node), &prod);
+    if (st != LT_OK)
+        return st;
+    *t = lt_fused_product(node, prod);
+    return cu_matmul_compute(c, t);
+}
+
 static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -312,12 +332,9 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
         return cu_mmv_glu_run(c, &ms, node->src[0], node->src[1], (float *)node->data);
     }
-    void *prod;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, 2 * lt_nbytes(node), &prod);
+    struct lt_tensor t;
+    lt_status st = fused_product_run(c, node, &t);
     if (st != LT_OK)
-        return st;
-    struct lt_tensor t = lt_fused_product(node, prod);
-    if ((st = cu_matmul_compute(c, &t)) != LT_OK)
         return st;
     struct lt_tensor gate, up;
     struct lt_tensor sw = glu_swiglu(node, &t, &gate, &up);
@@ -379,12 +396,9 @@ static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
         return cu_mmv_norm_run(c, &ms, node->src[0], node->src[1], sum, &epi);
     }
-    void *prod;
-    lt_status st = cu_scratch(c, CU_SCRATCH_WORK, lt_nbytes(node) / 2, &prod);
+    struct lt_tensor t;
+    lt_status st = fused_product_run(c, node, &t);
     if (st != LT_OK)
-        return st;
-    struct lt_tensor t = lt_fused_product(node, prod);
-    if ((st = cu_matmul_compute(c, &t)) != LT_OK)
         return st;
     struct lt_tensor pt;
     struct lt_tensor an = lt_fused_add_norm(node, t.data, &pt);
@@ -614,7 +628,7 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
         }
         const struct lt_tensor t = lt_fused_product(node, NULL);
         matmul_scratch(&t, need);
-        need[CU_SCRATCH_WORK] = 2 * lt_nbytes(node);
+        need[CU_SCRATCH_WORK] = fused_product_bytes(node);
         return;
     }
     if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM) {
@@ -623,7 +637,7 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
         const struct lt_tensor t = lt_fused_product(node, NULL);
         matmul_scratch(&t, need); /* the product's (mmvq's columns, fused or not) */
         if (!man_fused(node, &p))
-            need[CU_SCRATCH_WORK] = lt_nbytes(node) / 2;
+            need[CU_SCRATCH_WORK] = fused_product_bytes(node);
         return;
     }
     if (!cu_mm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
