@@ -300,6 +300,38 @@ static __global__ void gdn_norm_kernel(struct gdn_srcs s, float *out, float eps,
         qk_conv_store(s, n_k_heads, h, b, slot);
 }
 
+/* PDL (cuda_common.h): before its wait, a block asks L2 for what it reads that the product
+ * ahead does not write: its columns of the state, the conv state and conv weights of its
+ * channels, and the norm's weight. Hints only (cu_prefetch_l2 changes no value), so a slot
+ * id read here is only an address, kept inside the cache. Without PDL they are issued just
+ * before the loads, and cost a few instructions. */
+static __device__ void gdn_prefetch(const struct gdn_srcs &s, int64_t n_k_heads, int64_t w,
+                                    int64_t split)
+{
+    const int64_t sv = s.ssm_state.ne[0], sk = s.ssm_state.ne[1], hv = s.ssm_state.ne[2];
+    const int64_t K = s.conv_w.ne[0];
+    const int64_t hb = blockIdx.x / split, h = hb % hv, b = hb / hv, hk = h % n_k_heads;
+    const int64_t j0 = blockIdx.x % split * w, cols = sv - j0 < w ? sv - j0 : w;
+    const int64_t slot = s.ids ? (int64_t)s.ids[b] : b;
+    if (slot < 0 || slot >= s.ssm_state.ne[3])
+        return;
+    const int t = threadIdx.x;
+    if (s.ssm_state.nb[0] == (int64_t)sizeof(float))
+        for (int64_t i = t; i < sk; i += blockDim.x)
+            cu_prefetch_l2_span(cu_ptr(s.ssm_state, j0, i, h, slot), cols * (int64_t)sizeof(float));
+    /* channel runs [c, c + n): the key head's q and k, the block's v */
+    const int64_t c0[3] = {hk * sk, n_k_heads * sk + hk * sk, 2 * n_k_heads * sk + h * sv + j0};
+    const int64_t n[3] = {sk, sk, cols};
+    if (t < 3 && s.conv_state.nb[0] == (int64_t)sizeof(float) &&
+        s.conv_state.nb[1] == (K - 1) * (int64_t)sizeof(float))
+        cu_prefetch_l2_span(cu_ptr(s.conv_state, 0, c0[t], slot, 0),
+                            n[t] * (K - 1) * (int64_t)sizeof(float));
+    if (t >= 32 && t < 35 && s.conv_w.nb[1] == K * s.conv_w.nb[0])
+        cu_prefetch_l2_span(cu_ptr(s.conv_w, 0, c0[t - 32], 0, 0), n[t - 32] * s.conv_w.nb[1]);
+    if (t == 64 && s.norm_w.nb[0] == (int64_t)sizeof(float))
+        cu_prefetch_l2_span(s.norm_w.data, sv * (int64_t)sizeof(float));
+}
+
 /* block: columns [j0, j0 + w) of value head h of sequence b, blockIdx = (b H_v + h) split +
  * part, j0 = part w (see the file comment); shared: q, k [S_k], v, delta [w], partial sums
  * [R][w]. y gets the raw o (times the scale); FUSED: the head's last block finishes it,
@@ -309,6 +341,7 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
     gdn_decode_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, int64_t w, int64_t split,
                       int n_groups, float eps, int *counters)
 {
+    gdn_prefetch(s, n_k_heads, w, split);
     cu_pdl_enter();
     extern __shared__ float sh[];
     __shared__ double red[32];
