@@ -875,7 +875,8 @@ phase_dfuse() {
 }
 
 # dcheck: decode's fused kernels checked, no model needed: the model decode checks on CUDA0
-# with PDL off and on, and the conformance cases of MUL_MAT_ADD_RMS_NORM and MUL_MAT_GLU
+# with PDL off and on, and the conformance cases of MUL_MAT_ADD_RMS_NORM, MUL_MAT_GLU and
+# GDN_DECODE
 phase_dcheck() {
     local v op
     for v in 0 1; do
@@ -883,8 +884,10 @@ phase_dcheck() {
         row "PDL $v: model decode on CUDA0" "rc $? $(passed "$out/dcheck_decode_$v.log")"
         grep -E "check failed" "$out/dcheck_decode_$v.log" | head -3
     done
-    for op in MUL_MAT_ADD_RMS_NORM MUL_MAT_GLU; do
-        LATHE_CONF_OP=$op timeout 60 $b/tests/gpu_test_cuda_conformance matmul >"$out/dcheck_conf_$op.log" 2>&1
+    local og
+    for og in MUL_MAT_ADD_RMS_NORM:matmul MUL_MAT_GLU:matmul GDN_DECODE:recurrent; do
+        op=${og%%:*}
+        LATHE_CONF_OP=$op timeout 60 $b/tests/gpu_test_cuda_conformance ${og#*:} >"$out/dcheck_conf_$op.log" 2>&1
         row "conformance $op" "rc $? $(passed "$out/dcheck_conf_$op.log") $(grep -E "^$op " "$out/dcheck_conf_$op.log" | awk '{print "worst", $6}')"
     done
 }
