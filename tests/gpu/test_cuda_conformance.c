@@ -544,11 +544,11 @@ static void test_matmul(void)
     mm_glu_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 512, 24, 2);
     mm_glu_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 24, 12);
     /* MUL_MAT_ADD_RMS_NORM (a decode step's output and down projections): one column of F16
-     * / BF16 rows (warps a team 1 to 8: M 1024 / 40 / 3000, K 2048 / 3584 / 256) and of Q8_0,
-     * Q4_0, Q5_0 (mmvq: one and four rows a block) in the one kernel with its last-block norm,
-     * back to back (the counter set back to zero); more columns, a transposed residual and
-     * columns, a sliced weight, F32 and other quantised weights through the product and
-     * ADD_RMS_NORM */
+     * / BF16 rows (warps a team 1 to 8: M 1024 / 40 / 3000, K 2048 / 3584 / 256) in the one
+     * kernel with its last-block norm, back to back (the counter set back to zero); Q8_0,
+     * Q4_0, Q5_0 (mmvq's product: one and four rows a block), more columns, a transposed
+     * residual and columns, a sliced weight, F32 and other quantised weights through the
+     * product and ADD_RMS_NORM */
     for (int t = 1; t < 3; t++) {
         mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 2048, 1024, 1);
         mm_norm_case(halfs[t], L_CONTIG, L_CONTIG, 3584, 1024, 1);

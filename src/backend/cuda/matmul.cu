@@ -342,11 +342,13 @@ static lt_status glu_compute(struct cu_ctx *c, struct lt_tensor *node)
 }
 
 /* ---- MUL_MAT_ADD_RMS_NORM: a product [M, N], the residual added and the sum normed ----
- * One kernel (mmv_half_kernel, or mmvq's two, with norm_epi.cuh's epilogue) for one column
- * whose product takes mmv or mmvq (cu_mmv_norm_takes, cu_mmvq_norm_takes) and a contiguous
- * residual: a decode step's output and down projections; otherwise the product into scratch
- * by this file's own launcher, then ADD_RMS_NORM by norm.cu's (so whatever MUL_MAT and
- * ADD_RMS_NORM take, this takes). */
+ * One kernel (mmv_half_kernel with norm_epi.cuh's epilogue) for one column of F16 / BF16
+ * weights whose product takes mmv (cu_mmv_norm_takes) and a contiguous residual: a decode
+ * step's output and down projections; otherwise the product into scratch by this file's
+ * own launcher, then ADD_RMS_NORM by norm.cu's (so whatever MUL_MAT and ADD_RMS_NORM take,
+ * this takes). Q8_0 (mmvq) had the epilogue too and lost by it: on an H100, tg128 of the
+ * 0.8B Q8_0 file 577.6 tokens/s with it, 653.1 without (2026-12-07): its 1,024-row products
+ * run a row a block, so 1,024 blocks counted in and a last block's serial norm. */
 
 /* the claim's and the launcher's precondition; *p is the product's plan */
 static bool man_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
@@ -369,13 +371,13 @@ static bool man_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *
     return cu_norm_supported(&an, reason, reason_size);
 }
 
-/* the one kernel's case (mmvq: its two) */
+/* the one kernel's case */
 static bool man_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1], *x = node->src[2];
     const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
-    return p->K > 0 && p->N == 1 && lt_is_contiguous(x) && p->M <= INT_MAX &&
-           ((p->mmvq && cu_mmvq_norm_takes(b)) || (p->mmv && cu_mmv_norm_takes(&ms, a, b)));
+    return p->K > 0 && p->N == 1 && lt_is_contiguous(x) && p->M <= INT_MAX && p->mmv &&
+           cu_mmv_norm_takes(&ms, a, b);
 }
 
 static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -391,8 +393,6 @@ static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
         const struct cu_norm_epi epi = {(const float *)node->src[2]->data,
                                         (const float *)node->src[3]->data, sum + p.M, c->counters,
                                         lt_get_param_f32(node, 0)};
-        if (p.mmvq)
-            return cu_mmvq_norm_run(c, node->src[0], node->src[1], sum, &epi);
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
         return cu_mmv_norm_run(c, &ms, node->src[0], node->src[1], sum, &epi);
     }

@@ -252,17 +252,13 @@ static bool mmvq_many_rows(const struct cu_ctx *c, int64_t M)
 /* dst[(ch * NC + n) * M + m] for the rows m of this block and every slice ch = i3 * B2 + i2.
  * a: the weight's data and byte strides of rows and heads; xq, xd: the quantised columns.
  * GLU (MUL_MAT_GLU, one slice): the block's ROWS / 2 outputs h take rows h and M / 2 + h,
- * dst[n * M / 2 + h] = silu(row h's sum) * row M / 2 + h's.
- * EPI (MUL_MAT_ADD_RMS_NORM, one slice, one column): dst[m] = the residual plus row m's sum,
- * and the last block norms them (norm_epi.cuh). */
-template <int TYPE, int NC, int ROWS, bool EVEN, bool GLU = false, bool EPI = false>
+ * dst[n * M / 2 + h] = silu(row h's sum) * row M / 2 + h's. */
+template <int TYPE, int NC, int ROWS, bool EVEN, bool GLU = false>
 static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     mmvq_kernel(const char *__restrict__ a, int64_t anb1, int64_t anb2, int64_t anb3, int64_t M,
                 int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
-                const int8_t *__restrict__ xq, const float2 *__restrict__ xd, float *dst,
-                struct cu_norm_epi epi)
+                const int8_t *__restrict__ xq, const float2 *__restrict__ xd, float *dst)
 {
-    static_assert(!EPI || (NC == 1 && !GLU), "the epilogue norms one column");
     constexpr int NW = mmvq_shape<NC>::warps;
     constexpr int PER_ITER = NW * 32 / 4; /* blocks a step of the whole thread block */
     constexpr int BYTES = mmvq_type<TYPE>::bytes;
@@ -368,19 +364,16 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
                         if (row0 + r < M)
-                            dst[(ch * NC + n) * M + row0 + r] =
-                                EPI ? cu_epi_sum(epi, row0 + r, acc[n][r]) : acc[n][r];
+                            dst[(ch * NC + n) * M + row0 + r] = acc[n][r];
         }
         __syncthreads(); /* part is written again for the next slice */
     }
-    if (EPI)
-        cu_epi_finish(epi, dst, M);
 }
 
-template <int TYPE, int NC, int ROWS, bool GLU, bool EPI = false>
+template <int TYPE, int NC, int ROWS, bool GLU>
 static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk, int64_t r2,
                     int64_t r3, int64_t B2, int64_t nch, const int8_t *xq, const float2 *xd,
-                    float *dst, const struct cu_norm_epi &epi = {})
+                    float *dst)
 {
     constexpr int NW = mmvq_shape<NC>::warps, OUT = GLU ? ROWS / 2 : ROWS;
     const int64_t outs = GLU ? M / 2 : M;
@@ -388,27 +381,13 @@ static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int 
     const uintptr_t odd_bits =
         ((uintptr_t)a->data | (uintptr_t)a->nb[1] | (uintptr_t)a->nb[2] | (uintptr_t)a->nb[3]) & 1;
     if (!odd_bits) /* every block 2-byte aligned */
-        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, true, GLU, EPI>, grid, NW * 32, 0,
+        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, true, GLU>, grid, NW * 32, 0,
                       (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
-                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst, epi);
+                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
     else
-        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, false, GLU, EPI>, grid, NW * 32, 0,
+        cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, false, GLU>, grid, NW * 32, 0,
                       (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
-                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst, epi);
-}
-
-/* MUL_MAT_ADD_RMS_NORM's product: one column, one slice, rows a block as mmvq_launch picks */
-template <int TYPE>
-static void mmvq_norm_launch(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
-                             const int8_t *xq, const float2 *xd, float *dst,
-                             const struct cu_norm_epi &epi)
-{
-    if (mmvq_many_rows(c, M))
-        mmvq_go<TYPE, 1, mmvq_shape<1>::rows_many, false, true>(c, a, M, nblk, 1, 1, 1, 1, xq, xd,
-                                                                dst, epi);
-    else
-        mmvq_go<TYPE, 1, mmvq_shape<1>::rows, false, true>(c, a, M, nblk, 1, 1, 1, 1, xq, xd, dst,
-                                                           epi);
+                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
 }
 
 /* GLU: rows in pairs (a gate row and its up row), so one row a block becomes two */
@@ -457,11 +436,9 @@ size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *
     return scratch_layout(a, b, &d_off);
 }
 
-/* the product (glu false, epi NULL), MUL_MAT_GLU's (glu: one slice, M even) or
- * MUL_MAT_ADD_RMS_NORM's (epi: one slice, one column) */
+/* the product (glu false) or MUL_MAT_GLU's (glu: one slice, M even) */
 static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                          float *dst, int64_t r2, int64_t r3, bool glu,
-                          const struct cu_norm_epi *epi)
+                          float *dst, int64_t r2, int64_t r3, bool glu)
 {
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2];
     const int64_t nch = B2 * b->ne[3], cols = N * nch, nblk = K / MMVQ_QK;
@@ -483,18 +460,6 @@ static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const str
         return st;
     if (glu && (M % 2 != 0 || nch != 1))
         return lt_fail(LT_ERR_BACKEND, "%s: mul_mat_glu mmvq called outside its plan", c->name);
-    if (epi && (N != 1 || nch != 1))
-        return lt_fail(LT_ERR_BACKEND, "%s: mul_mat_add_rms_norm mmvq called outside its plan",
-                       c->name);
-    if (epi) {
-        if (a->type == LT_TYPE_Q4_0)
-            mmvq_norm_launch<LT_TYPE_Q4_0>(c, a, M, (int)nblk, xq, xd, dst, *epi);
-        else if (a->type == LT_TYPE_Q5_0)
-            mmvq_norm_launch<LT_TYPE_Q5_0>(c, a, M, (int)nblk, xq, xd, dst, *epi);
-        else
-            mmvq_norm_launch<LT_TYPE_Q8_0>(c, a, M, (int)nblk, xq, xd, dst, *epi);
-        return cu_launched("mul_mat_add_rms_norm mmvq");
-    }
     switch (a->type) {
     case LT_TYPE_Q4_0:
         glu ? mmvq_columns<LT_TYPE_Q4_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
@@ -518,22 +483,11 @@ static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const str
 lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                       float *dst, int64_t r2, int64_t r3)
 {
-    return mmvq_run(c, a, b, dst, r2, r3, false, NULL);
+    return mmvq_run(c, a, b, dst, r2, r3, false);
 }
 
 lt_status cu_mmvq_glu_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                           float *dst)
 {
-    return mmvq_run(c, a, b, dst, 1, 1, true, NULL);
-}
-
-bool cu_mmvq_norm_takes(const struct lt_tensor *b)
-{
-    return b->ne[1] == 1 && b->ne[2] == 1 && b->ne[3] == 1;
-}
-
-lt_status cu_mmvq_norm_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                           float *dst, const struct cu_norm_epi *epi)
-{
-    return mmvq_run(c, a, b, dst, 1, 1, false, epi);
+    return mmvq_run(c, a, b, dst, 1, 1, true);
 }

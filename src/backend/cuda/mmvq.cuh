@@ -8,7 +8,6 @@
 #define LATHE_BACKEND_CUDA_MMVQ_CUH
 
 #include "backend/cuda/cuda_common.h"
-#include "backend/cuda/norm_epi.cuh"
 
 /* The most columns (b's ne[1]) one launch takes: one kernel instantiation per count. */
 #define CU_MMVQ_MAX_N 8
@@ -35,12 +34,5 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
  * block. Scratch as cu_mmvq_run's. */
 lt_status cu_mmvq_glu_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                           float *dst);
-/* MUL_MAT_ADD_RMS_NORM by the same two kernels (the product's with norm_epi.cuh's epilogue):
- * a as above, b one column of one slice (cu_mmvq_norm_takes: matmul.cu's claim and launcher
- * both ask), dst [M] = epi->res + a b, then epi->out its weighted RMS norm. Scratch as
- * cu_mmvq_run's. */
-bool cu_mmvq_norm_takes(const struct lt_tensor *b);
-lt_status cu_mmvq_norm_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                           float *dst, const struct cu_norm_epi *epi);
 
 #endif
