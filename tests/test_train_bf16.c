@@ -9,8 +9,8 @@
  *     (chain_norms) within 1e-5: the fusion changes no value beyond summation order;
  *   - the activations that only products read are written in BF16 by their producers (no
  *     CONT rounds a norm's output), and so are the FFN's gate and up gradients
- *     (SWIGLU_BACK in BF16, no CONT of them); the F32 graph keeps the chain (no
- *     RMS_NORM_MUL_BACK) and F32 gradients;
+ *     (SWIGLU_BACK in BF16, no CONT of them; so too with a LoRA adapter on ffn_up); the
+ *     F32 graph keeps the chain (no RMS_NORM_MUL_BACK) and F32 gradients;
  *   - its loss is the F32 graph's within 1e-2 and its gradients within 0.1 of their largest
  *     (BF16 operands; the tiny random Qwen3.5 is the loosest, ~0.08);
  *   - its loss, LINEAR_CE, is folded into its backward (one LINEAR_CE_BACK making dh, dw and
@@ -144,6 +144,11 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
           "dh and the loss: %lld)",
           cs.lce, cs.lce_back, cs.lce_parts, (long long)cs.lce_elements,
           (long long)(hp->n_embd * S * T + 1));
+    /* ffn_up is a product added over its adapter's (MUL_MAT_ACC), ffn_gate a plain one: both
+     * still take their gradients in BF16 from SWIGLU_BACK, with no CONT rounding them */
+    CHECK(cs.half_swiglu_back > 0 && cs.cont_of_swiglu_back == 0,
+          "qwen35 LoRA: %d BF16 SWIGLU_BACK nodes, %d CONT of their gradients", cs.half_swiglu_back,
+          cs.cont_of_swiglu_back);
     printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n", l->n_pairs,
            e);
     free(gs);
