@@ -63,8 +63,9 @@ struct cu_ctx {
      * block sets every counter it used back to zero, so the next launch (or a replayed
      * CUDA graph) finds them zero. One stream runs one node at a time. */
     int *counters;
-    /* LATHE_CUDA_PDL=1 on a device of compute capability 9.0 or more: the kernels launched
-     * through cu_launch_pdl may start while the kernel before them finishes (see there) */
+    /* a device of compute capability 9.0 or more, unless LATHE_CUDA_PDL=0: the kernels
+     * launched through cu_launch_pdl may start while the kernel before them finishes (see
+     * there) */
     bool pdl;
 };
 
