@@ -39,7 +39,10 @@
 #      -DLLAMA_OPENSSL=OFF (LLAMA_BUILD_TOOLS stays ON, its default: both programs are under
 #      tools/ in this version; nothing else is fetched). With taskset there it is pinned to
 #      cores 2.., so the lathe runs meanwhile (pinned to cores 0-1, -t 2) do not share cores
-#      with the compilers: lathe's host side (a graph built per step) is single-threaded.
+#      with the compilers: lathe's host side (a graph built per step) is single-threaded. The
+#      build runs under `nice -n 19`: started with BUILD_ONLY=1 ahead of h200_session.sh in one
+#      call (2026-12-07), it took the cores lathe's own build (100 s against 70) and the
+#      checkpoint (123 s against 35) needed, and was only half done when the call ended.
 #   2. rebuilds build-h200/lathe (incremental; a fresh configure as h200_session.sh does when
 #      there is none), makes the checkpoint and the GGUFs when /tmp/h200w lacks them
 #      (as bench/bench_train.sh does), and runs
@@ -160,7 +163,7 @@ set -o pipefail
         -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF -DGGML_CUDA_NCCL=OFF \\
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \\
         -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF &&
-    timeout 1500 ${pin_build[*]} cmake --build $LW/build -j16 --target llama-bench llama-batched-bench
+    timeout 1500 nice -n 19 ${pin_build[*]} cmake --build $LW/build -j16 --target llama-bench llama-batched-bench
 } >$LW/build.log 2>&1
 echo \$? >$LW/build.rc
 EOF
