@@ -27,18 +27,20 @@ enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
     const struct lt_tensor *a = t ? t->src[0] : NULL, *b = t ? t->src[1] : NULL;
     const bool half =
         a && b && (a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) && b->type == a->type;
-    const bool acc = t && t->op == LT_OP_MUL_MAT_ACC;
+    const bool acc = half && t->op == LT_OP_MUL_MAT_ACC;
     if (!half || (t->op != LT_OP_MUL_MAT && !acc) || t->grad ||
         lt_ptrmap_get(&ad->readers, t, 0) != 1)
         return LT_TYPE_F32;
     bool reads = false;
     for (int s = 0; s < LT_MAX_SRC; s++)
         reads |= reader->src[s] == t;
+    if (!reads)
+        return LT_TYPE_F32;
     /* MUL_MAT_ACC's rule hands its gradient whole to the addend c (a LoRA target's adapter
      * product): c must take it in that type too */
-    if (reads && acc && lt_ad_wants(ad, t->src[2]) && lt_ad_grad_type(ad, t->src[2], t) != a->type)
+    if (acc && lt_ad_wants(ad, t->src[2]) && lt_ad_grad_type(ad, t->src[2], t) != a->type)
         return LT_TYPE_F32;
-    return reads ? a->type : LT_TYPE_F32;
+    return a->type;
 }
 
 struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enum lt_type type)

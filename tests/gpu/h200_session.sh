@@ -64,10 +64,10 @@
 #           full: padding-free packing (the default) against --no-pack, tokens/s
 #   dcheck  decode's fused kernels checked without a model (see its function)
 #   dfuse   (after q08) decode's fused nodes in one short call (see its function)
-#   pdl     (after q08) LATHE_CUDA_PDL=1 (the default since b464635) checked (model decode, conformance) and measured
-#           against off: lathe bench on both 0.8B files, alternating; greedy text both ways;
-#           with PDL_TRAIN=1 also the CUDA training jobs with it on and bench_train 16x512
-#           (lathe alone) off, then on
+#   pdl     (after q08) LATHE_CUDA_PDL=1 (the default since b464635) checked (model
+#           decode, conformance) and measured against off: lathe bench on both 0.8B files,
+#           alternating; greedy text both ways; with PDL_TRAIN=1 also the CUDA training
+#           jobs with it on and bench_train 16x512 (lathe alone) off, then on
 #   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
 #           GDN_DECODE and ARGMAX
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half

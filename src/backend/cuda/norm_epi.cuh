@@ -1,12 +1,12 @@
 /* norm_epi.cuh (internal, CUDA C++): MUL_MAT_ADD_RMS_NORM's epilogue in the few-column
- * product kernels (mmv.cu's mmv_half_kernel, mmvq.cu's mmvq_kernel), for one column (a
- * decode step's output and down projections). Each output m is stored as res[m] + its
- * product (the result's sum half, as ADD_RMS_NORM adds); then the grid's last block to
- * finish (the blocks count their arrivals in one of the context's counters, cu_ctx) norms the
- * whole column as ADD_RMS_NORM's kernel (norm.cu) does: the squares summed in double,
- * f = (sum / M + eps)^(-1/2) rounded to float, out[m] = (sum[m] f) w[m]. The norm's launch,
+ * F16 / BF16 product kernel (mmv.cu's mmv_half_kernel), for one column (a decode step's
+ * output and down projections; mmvq's had it too, and lost by it: matmul.cu says why). Each output
+ * m is stored as res[m] + its product (the result's sum half, as ADD_RMS_NORM adds); then the
+ * grid's last block to finish (the blocks count their arrivals in one of the context's counters,
+ * cu_ctx) norms the whole column as ADD_RMS_NORM's kernel (norm.cu) does: the squares summed in
+ * double, f = (sum / M + eps)^(-1/2) rounded to float, out[m] = (sum[m] f) w[m]. The norm's launch,
  * and its wait for the product, are gone; what is left is one block's pass over M floats
- * that are still in L2. matmul.cu decides when (cu_mmv_norm_takes, cu_mmvq_norm_takes). */
+ * that are still in L2. matmul.cu decides when (cu_mmv_norm_takes). */
 #ifndef LATHE_BACKEND_CUDA_NORM_EPI_CUH
 #define LATHE_BACKEND_CUDA_NORM_EPI_CUH
 
