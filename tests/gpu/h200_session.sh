@@ -64,10 +64,11 @@
 #           full: padding-free packing (the default) against --no-pack, tokens/s
 #   dcheck  decode's fused kernels checked without a model (see its function)
 #   dfuse   (after q08) decode's fused nodes in one short call (see its function)
-#   pdl     (after q08) LATHE_CUDA_PDL=1 (the default since b464635) checked (model
-#           decode, conformance) and measured against off: lathe bench on both 0.8B files,
-#           alternating; greedy text both ways; with PDL_TRAIN=1 also the CUDA training
-#           jobs with it on and bench_train 16x512 (lathe alone) off, then on
+#   denv    (after q08) a decode switch DVAR (default LATHE_CUDA_GDN_HEAD) at 1 checked (model
+#           decode both ways, conformance DENV_GROUPS) and measured against 0: lathe bench on
+#           both 0.8B files, alternating; greedy text both ways, compared
+#   pdl     denv of LATHE_CUDA_PDL (the default since b464635); with PDL_TRAIN=1 also the
+#           CUDA training jobs with it on and bench_train 16x512 (lathe alone) off, then on
 #   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
 #           GDN_DECODE and ARGMAX
 #   mmv     the matmul conformance group, bench_matmul's decode products with the half
@@ -414,13 +415,15 @@ ki, vi, ui = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Met
 tot = collections.defaultdict(float); cnt = collections.Counter()
 for r in rows:
     v = float(r[vi].replace(",", "")); u = r[ui]
-    us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000 if u == "msecond" else v
-    name = r[ki].split("(")[0].split("<")[0][:40]
+    us = v / 1000 if u in ("nsecond", "ns") else v * 1000 if u in ("msecond", "ms") else v
+    name = r[ki].split("(")[0].split("<")[0][:32]
+    if "Grid Size" in hdr:
+        name += " " + r[hdr.index("Grid Size")].replace(" ", "")
     tot[name] += us; cnt[name] += 1
 T = sum(tot.values())
 print(f"{len(rows)} kernels, {T:.0f} us in all, {T/len(rows) if rows else 0:.2f} us a kernel")
-for n, t in sorted(tot.items(), key=lambda x: -x[1])[:25]:
-    print(f"  {n:40s} {cnt[n]:6d} {t:10.1f} us {t/cnt[n]:8.2f} us/kernel")
+for n, t in sorted(tot.items(), key=lambda x: -x[1])[:30]:
+    print(f"  {n:48s} {cnt[n]:6d} {t:10.1f} us {t/cnt[n]:8.2f} us/kernel")
 PY
 }
 
@@ -1135,36 +1138,46 @@ phase_dnback() {
 # "matmul nn recurrent") with it on; then `lathe bench -p 512 -n 128 -r 3` on both 0.8B files
 # off / on / off / on (one machine, alternating), the graph counts with it on, and the greedy
 # text of a 504-token prompt both ways
-phase_pdl() {
+# denv: (after q08) a decode switch DVAR (default LATHE_CUDA_GDN_HEAD) checked and measured,
+# =0 against =1: the model decode checks both ways, the conformance groups DENV_GROUPS
+# (default recurrent) with it on, nodes a token, lathe bench on both 0.8B files (alternating
+# twice) and the greedy text of a 504-token prompt both ways, compared
+phase_denv() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
-    timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/pdl_decode_off.log" 2>&1
-    row "PDL off: model decode on CUDA0" "rc $? $(passed "$out/pdl_decode_off.log")"
-    LATHE_CUDA_PDL=1 timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/pdl_decode.log" 2>&1
-    row "PDL on: model decode on CUDA0" "rc $? $(passed "$out/pdl_decode.log")"
-    grep -E "check failed" "$out/pdl_decode.log" | head -5
-    LATHE_CUDA_PDL=1 timeout 200 $b/tests/gpu_test_cuda_conformance ${PDL_GROUPS:-matmul nn recurrent} \
-        >"$out/pdl_conf.log" 2>&1
-    row "PDL on: conformance ${PDL_GROUPS:-matmul nn recurrent}" "rc $? $(passed "$out/pdl_conf.log")"
-    grep -E "check failed|first mismatch" "$out/pdl_conf.log" | head -8
-    local ty v prompt
+    local var=${DVAR:-LATHE_CUDA_GDN_HEAD} ty v prompt
+    for v in 0 1; do
+        env $var=$v timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/denv_decode_$v.log" 2>&1
+        row "$var=$v: model decode on CUDA0" "rc $? $(passed "$out/denv_decode_$v.log")"
+        grep -E "check failed" "$out/denv_decode_$v.log" | head -5
+    done
+    env $var=1 timeout 200 $b/tests/gpu_test_cuda_conformance ${DENV_GROUPS:-recurrent} \
+        >"$out/denv_conf.log" 2>&1
+    row "$var=1: conformance ${DENV_GROUPS:-recurrent}" "rc $? $(passed "$out/denv_conf.log")"
+    grep -E "check failed|first mismatch|^GDN_DECODE " "$out/denv_conf.log" | head -8
     LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
-        >"$out/pdl_nodes.log" 2>&1
-    row "nodes a token (64 BF16 tokens)" "$(awk '$1 ~ /^[A-Z_0-9]+$/ && $2 ~ /^[0-9]+$/ {n += $2; if ($1 == "ARGMAX") t = $2} END {if (t) printf "%.1f (%d nodes over %d ARGMAX)", n / t, n, t}' "$out/pdl_nodes.log")"
+        >"$out/denv_nodes.log" 2>&1
+    row "nodes a token (64 BF16 tokens)" "$(awk '$1 ~ /^[A-Z_0-9]+$/ && $2 ~ /^[0-9]+$/ {n += $2; if ($1 == "ARGMAX") t = $2} END {if (t) printf "%.1f (%d nodes over %d ARGMAX)", n / t, n, t}' "$out/denv_nodes.log")"
+    grep -E "^(GDN_DECODE|ARGMAX) " "$out/denv_nodes.log" | head -2
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
     for ty in bf16 q8_0; do
         for v in 0 1 0 1; do
-            LATHE_CUDA_PDL=$v LATHE_CUDA_GRAPHS_STATS=1 timeout 90 $L bench -m $W/q08-$ty.gguf \
-                -p 512 -n 128 -r 3 --backend cuda >"$out/pdl_bench_${ty}_$v.log" 2>&1
-            row "lathe bench $ty, LATHE_CUDA_PDL=$v" "rc $? $(grep -E 'tg128|pp512' "$out/pdl_bench_${ty}_$v.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+            env $var=$v timeout 90 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 --backend cuda \
+                >"$out/denv_bench_${ty}_$v.log" 2>&1
+            row "lathe bench $ty, $var=$v" "rc $? $(grep -E 'tg128|pp512' "$out/denv_bench_${ty}_$v.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
         done
-        grep -iE 'graph' "$out/pdl_bench_${ty}_1.log" | head -3
         for v in 0 1; do
-            LATHE_CUDA_PDL=$v timeout 60 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 64 --ignore-eos \
-                --temp 0 --backend cuda >"$out/pdl_text_${ty}_$v.txt" 2>/dev/null
+            env $var=$v timeout 60 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 64 --ignore-eos \
+                --temp 0 --backend cuda >"$out/denv_text_${ty}_$v.txt" 2>/dev/null
         done
-        cmp -s "$out/pdl_text_${ty}_0.txt" "$out/pdl_text_${ty}_1.txt"
-        row "  $ty greedy text, PDL on against off" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/pdl_text_${ty}_1.txt") bytes)"
+        cmp -s "$out/denv_text_${ty}_0.txt" "$out/denv_text_${ty}_1.txt"
+        row "  $ty greedy text, $var=1 against 0" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/denv_text_${ty}_1.txt") bytes)"
     done
+}
+
+# pdl: denv of LATHE_CUDA_PDL (conformance groups matmul nn recurrent); with PDL_TRAIN=1 also
+# the CUDA training jobs with it on and bench_train 16x512 (lathe alone) off, then on
+phase_pdl() {
+    DVAR=LATHE_CUDA_PDL DENV_GROUPS=${PDL_GROUPS:-matmul nn recurrent} phase_denv
     [ -n "${PDL_TRAIN:-}" ] || return 0 # PDL_TRAIN=1: the CUDA training jobs, 16x512 off / on
     LATHE_CUDA_PDL=1 timeout 200 $b/tests/gpu_test_train_cuda >"$out/pdl_train_cuda.log" 2>&1
     row "PDL on: CUDA training jobs" "rc $? $(passed "$out/pdl_train_cuda.log")"
@@ -1172,7 +1185,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -1455,13 +1455,14 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 }
 
 /* GDN_DECODE: ne[0] S_k = S_v, ne[1] S (1 or 3); i[0] H_k (H_v = 2 H_k, so value heads
- * share key heads); K = 4; qkv and conv_state in layout lay[0], the ssm state in lay[1],
- * conv_w of type[1]. i[1]: the states are caches of S + 2 slots read at seq_ids and both
- * caches are written in place (compared as extras): 1 ids {2} / {3, 0, 4}, 2 with ids
- * outside the caches ({3, -1, 5}: those sequences skipped, zeros) */
+ * share key heads; i[2] = 1: H_v = H_k, Qwen3.5-0.8B's); K = 4; qkv and conv_state in layout
+ * lay[0], the ssm state in lay[1], conv_w of type[1]. i[1]: the states are caches of S + 2 slots
+ * read at seq_ids and both caches are written in place (compared as extras): 1 ids {2} / {3, 0, 4},
+ * 2 with ids outside the caches ({3, -1, 5}: those sequences skipped, zeros) */
 static struct lt_tensor *b_gdn_decode(struct build *b, const struct params *p)
 {
-    const int64_t sk = p->ne[0], sv = p->ne[0], ns = p->ne[1], hk = p->i[0], hv = 2 * hk, K = 4;
+    const int64_t sk = p->ne[0], sv = p->ne[0], ns = p->ne[1], hk = p->i[0];
+    const int64_t hv = p->i[2] ? hk : 2 * hk, K = 4;
     const int64_t C = 2 * sk * hk + sv * hv, slots = p->i[1] ? ns + 2 : ns;
     struct lt_tensor *qkv = mk(b, LT_TYPE_F32, p->lay[0], C, ns, 1, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *z = mk(b, LT_TYPE_F32, L_CONTIG, sv * hv, ns, 1, 1, FILL_UNIFORM, -2, 2);
@@ -1929,6 +1930,19 @@ static void test_recurrent_loss_optim(void)
                              cache ? " cache" : "");
                     run_case(LT_OP_GDN_DECODE, lbl("contig", what), TOL_F32, b_gdn_decode, &p);
                 }
+    /* S_k = S_v = 128 (CUDA's whole-head kernel) with H_v = H_k: each key head's conv state
+     * read by one block, which writes it in place */
+    for (int cache = 0; cache < 3; cache++)
+        for (int ns = cache == 2 ? 3 : 1; ns <= 3; ns += 2) { /* S 1 outside: all zeros */
+            p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+            p.ne[0] = 128, p.ne[1] = ns, p.i[0] = 3, p.i[1] = cache, p.i[2] = 1;
+            char what[48];
+            snprintf(what, sizeof(what), "128 S%d Hv=Hk 3%s", ns,
+                     cache == 1   ? " cache"
+                     : cache == 2 ? " ids outside"
+                                  : "");
+            run_case(LT_OP_GDN_DECODE, lbl("contig", what), TOL_F32, b_gdn_decode, &p);
+        }
     for (int l = 1; l < L_COUNT; l++) {
         p = P(l, L_SLICED, LT_TYPE_F32, LT_TYPE_F32);
         p.ne[0] = 16, p.ne[1] = 3, p.i[0] = 2, p.i[1] = 1;

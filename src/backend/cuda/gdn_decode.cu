@@ -500,6 +500,242 @@ static __global__ void __launch_bounds__(GDN_MAX_THREADS)
         counters[hb] = 0;
 }
 
+/* ---- the whole-head kernel: a block a (value head, sequence), everything before the wait ----
+ *
+ * Where it fits (head_fits: S_v = 128, S_k = 32 GDN_HEAD_RPT, K <= 4, the state's rows
+ * contiguous and 16-byte aligned), a block of 1024 threads takes a whole value head of one
+ * sequence, so no block waits on another (no counter, no second pass over y, but for the
+ * key heads' conv state when H_v > H_k given the caches). Warp w holds rows w, w + 32, ...
+ * of the head's state, lane l its columns 4l .. 4l + 3: GDN_HEAD_RPT float4 loads a thread.
+ * Those loads, the conv inputs carried in the conv state, the conv weights, dt, a and the
+ * norm weight are all issued before the PDL wait: none of them is written by the kernel
+ * just ahead (the input projection), and every kernel before that one has finished by the
+ * time this one starts (each kernel triggers its dependents only after its own wait; see
+ * cuda_common.h), so what they wrote is in L2, read through it (__ldcg). After the wait a
+ * thread reads one qkv channel (threads 0 .. 2 S_k + S_v - 1: q, k, then v), z, beta and
+ * alpha, and the rest is arithmetic and six barriers: the conv and silu, the l2 norms (warp
+ * sums in double), the two walks over the registers (each column's 32 warp partial sums
+ * added in warp order by its thread), the gated norm. Its rounding is the generic kernel's,
+ * term by term; only the order of the sums differs. One block a head took ~18 us a layer
+ * when it read its state after the wait (the file comment); the generic kernel's 128 blocks
+ * still took ~18 us (Nsight Compute, H100, 2026-12-07), most of it waiting on memory
+ * between its phases. */
+#define GDN_HEAD_SV 128
+#define GDN_HEAD_RPT 4 /* rows a thread: S_k = 128 */
+#define GDN_HEAD_THREADS 1024
+#define GDN_HEAD_KMAX 4
+
+/* LATHE_CUDA_GDN_HEAD=0 in the environment (read once): the generic kernel everywhere */
+static bool head_off(void)
+{
+    const char *env = getenv("LATHE_CUDA_GDN_HEAD");
+    return env && strcmp(env, "0") == 0;
+}
+
+static bool head_fits(const struct lt_tensor *node, const struct gdn_shape &d)
+{
+    static const bool off = head_off() || unfused_asked();
+    const struct lt_tensor *ss = node->src[GDN_SSM_STATE];
+    const bool caches = node->src[GDN_SEQ_IDS] != nullptr;
+    const int64_t state_at = d.sv * d.hv * d.s + (d.k - 1) * d.c * d.s; /* floats into the result */
+    return !off && d.sv == GDN_HEAD_SV && d.sk == 32 * GDN_HEAD_RPT && d.k <= GDN_HEAD_KMAX &&
+           ss->nb[0] == (int64_t)sizeof(float) && ss->nb[1] % 16 == 0 && ss->nb[2] % 16 == 0 &&
+           ss->nb[3] % 16 == 0 && (uintptr_t)ss->data % 16 == 0 &&
+           (caches ? d.hv == d.hk || (d.hv + d.hk) * d.s <= CU_COUNTERS
+                   : state_at % 4 == 0 && (uintptr_t)node->data % 16 == 0);
+}
+
+/* the new conv state of channel c (inputs `tap` carried, this token's x) over the old one
+ * in the cache's slot, or into the result's conv part (conv_new) */
+static __device__ void conv_store(const struct gdn_srcs &s, int64_t c, int64_t b, int64_t slot,
+                                  const float *tap, float x, float *conv_new)
+{
+    const int64_t K = s.conv_w.ne[0], C = s.qkv.ne[0];
+    for (int64_t t = 0; t < K - 1; t++) {
+        const float v = t < K - 2 ? tap[t + 1] : x;
+        if (conv_new)
+            conv_new[(b * C + c) * (K - 1) + t] = v;
+        else
+            *(float *)cu_ptr(s.conv_state, t, c, slot, 0) = v;
+    }
+}
+
+static __device__ __forceinline__ float4 f4_mul(float4 a, float f)
+{
+    return make_float4(__fmul_rn(a.x, f), __fmul_rn(a.y, f), __fmul_rn(a.z, f), __fmul_rn(a.w, f));
+}
+
+/* acc + k (s decay), element by element, each operation rounded */
+static __device__ __forceinline__ float4 f4_kv(float4 acc, float k, float4 sd)
+{
+    return make_float4(__fadd_rn(acc.x, __fmul_rn(k, sd.x)), __fadd_rn(acc.y, __fmul_rn(k, sd.y)),
+                       __fadd_rn(acc.z, __fmul_rn(k, sd.z)), __fadd_rn(acc.w, __fmul_rn(k, sd.w)));
+}
+
+/* thread j < S_v: the sum over the 32 warps' partial sums of column j, in warp order */
+static __device__ __forceinline__ float head_col_sum(const float *part, int j)
+{
+    float acc = part[j];
+    for (int w = 1; w < 32; w++)
+        acc = __fadd_rn(acc, part[w * GDN_HEAD_SV + j]);
+    return acc;
+}
+
+template <int RPT>
+static __global__ void __launch_bounds__(GDN_HEAD_THREADS, 1)
+    gdn_head_kernel(struct gdn_srcs s, float *out, int64_t n_k_heads, float eps, int *counters)
+{
+    constexpr int SV = GDN_HEAD_SV, SK = 32 * RPT, KM = GDN_HEAD_KMAX;
+    __shared__ float q[SK], k[SK], v[SV], dj[SV];
+    __shared__ __align__(16) float part[32 * SV];
+    __shared__ double red[32];
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+    const int64_t hv = s.ssm_state.ne[2], n_slot = s.ssm_state.ne[3], ns = s.qkv.ne[1];
+    const int64_t C = s.qkv.ne[0], K = s.conv_w.ne[0];
+    const int64_t h = blockIdx.x % hv, b = blockIdx.x / hv, hk = h % n_k_heads;
+    const int64_t slot = s.ids ? (int64_t)__ldcg(s.ids + b) : b;
+    const bool live = slot >= 0 && slot < n_slot;
+
+    /* before the wait: the state, this thread's channel's carried inputs and weights */
+    const int64_t nb1 = s.ssm_state.nb[1];
+    const char *st = live ? cu_ptr(s.ssm_state, 0, 0, h, slot) : nullptr;
+    float4 sr[RPT];
+#pragma unroll
+    for (int r = 0; r < RPT; r++)
+        sr[r] = live ? __ldcg((const float4 *)(st + (w + 32 * r) * nb1) + lane)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const int64_t ch = t < SK            ? hk * SK + t
+                       : t < 2 * SK      ? n_k_heads * SK + hk * SK + (t - SK)
+                       : t < 2 * SK + SV ? 2 * n_k_heads * SK + h * SV + (t - 2 * SK)
+                                         : -1;
+    float tap[KM - 1], wt[KM];
+#pragma unroll
+    for (int i = 0; i < KM; i++) {
+        wt[i] = live && ch >= 0 && i < K ? cu_get(s.conv_w, i, ch, 0, 0) : 0.0f;
+        if (i < KM - 1)
+            tap[i] = live && ch >= 0 && i < K - 1
+                         ? __ldcg((const float *)cu_ptr(s.conv_state, i, ch, slot, 0))
+                         : 0.0f;
+    }
+    const float a_h = cu_getf(s.a, h, 0, 0, 0), dt_h = cu_getf(s.dt, h, 0, 0, 0);
+    const float nw = t < SV ? cu_getf(s.norm_w, t, 0, 0, 0) : 0.0f;
+    cu_pdl_enter();
+
+    float *y = out + (b * hv + h) * SV;
+    if (!live) { /* a skipped sequence (only given the caches): zeros, no slot touched */
+        if (t < SV)
+            y[t] = 0.0f;
+        return;
+    }
+    const float x = ch >= 0 ? cu_getf(s.qkv, ch, b, 0, 0) : 0.0f;
+    const float zt = t < SV ? cu_getf(s.z, h * SV + t, b, 0, 0) : 0.0f;
+    const float bt = cu_getf(s.beta, h, b, 0, 0), al = cu_getf(s.alpha, h, b, 0, 0);
+
+    /* the conv and silu of the thread's channel (ssm_conv.c's order), its new conv state */
+    float cv = 0.0f;
+    if (ch >= 0) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < KM; i++)
+            if (i < K)
+                acc = __fadd_rn(acc, __fmul_rn(wt[i], i < K - 1 ? tap[i] : x));
+        cv = acc / (1.0f + expf(-acc));
+        float *conv_new = s.ids ? nullptr : out + SV * hv * ns;
+        const bool own = t >= 2 * SK || (s.ids ? hv == n_k_heads : h < n_k_heads);
+        if (own) /* v: the block's own; q and k: the only reader's, or the result's writer */
+            conv_store(s, ch, b, slot, tap, x, conv_new);
+    }
+
+    /* the l2 norms of q (warps 0 .. RPT - 1) and k (RPT .. 2 RPT - 1), beta, the decay */
+    const double sq = cu_warp_sum(t < 2 * SK ? (double)cv * (double)cv : 0.0);
+    if (lane == 0)
+        red[w] = sq;
+    __syncthreads();
+    double sqq = 0.0, skk = 0.0;
+#pragma unroll
+    for (int i = 0; i < RPT; i++) {
+        sqq += red[i];
+        skk += red[RPT + i];
+    }
+    if (t < SK)
+        q[t] = __fmul_rn(cv, (float)(1.0 / sqrt(sqq + (double)GDN_L2_EPS)));
+    else if (t < 2 * SK)
+        k[t - SK] = __fmul_rn(cv, (float)(1.0 / sqrt(skk + (double)GDN_L2_EPS)));
+    else if (t < 2 * SK + SV)
+        v[t - 2 * SK] = cv;
+    const float beta = 1.0f / (1.0f + expf(-bt));
+    const float xa = __fadd_rn(al, dt_h);
+    const float sp = xa > 20.0f ? xa : log1pf(expf(xa));
+    const float decay = expf(__fmul_rn(sp, a_h));
+    const float scale = 1.0f / sqrtf((float)SK);
+    __syncthreads();
+
+    /* walk 1: k . (decay S[:, j]) */
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < RPT; r++)
+        acc = f4_kv(acc, k[w + 32 * r], f4_mul(sr[r], decay));
+    ((float4 *)part)[w * (SV / 4) + lane] = acc;
+    __syncthreads();
+    if (t < SV)
+        dj[t] = __fmul_rn(beta, __fsub_rn(v[t], head_col_sum(part, t)));
+    __syncthreads();
+
+    /* walk 2: the new column, S' = decay S + k delta, and q . S'[:, j] */
+    const float4 d = ((const float4 *)dj)[lane];
+    char *st_new = s.ids ? (char *)st
+                         : (char *)(out + SV * hv * ns + (K - 1) * C * ns + (b * hv + h) * SK * SV);
+    const int64_t nb1_new = s.ids ? nb1 : (int64_t)sizeof(float) * SV;
+    acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < RPT; r++) {
+        const int i = w + 32 * r;
+        const float4 sd = f4_mul(sr[r], decay);
+        const float ki = k[i], qi = q[i];
+        const float4 sn =
+            make_float4(__fadd_rn(sd.x, __fmul_rn(ki, d.x)), __fadd_rn(sd.y, __fmul_rn(ki, d.y)),
+                        __fadd_rn(sd.z, __fmul_rn(ki, d.z)), __fadd_rn(sd.w, __fmul_rn(ki, d.w)));
+        ((float4 *)(st_new + i * nb1_new))[lane] = sn;
+        acc = f4_kv(acc, qi, sn);
+    }
+    ((float4 *)part)[w * (SV / 4) + lane] = acc;
+    __syncthreads();
+
+    /* the gated norm: y = rms_norm(o) norm_w silu(z), o = (q . S') scale */
+    const float o = t < SV ? __fmul_rn(head_col_sum(part, t), scale) : 0.0f;
+    const double so = cu_warp_sum((double)o * (double)o);
+    if (lane == 0 && w < SV / 32)
+        red[w] = so;
+    __syncthreads();
+    if (t < SV) {
+        double sum = 0.0;
+        for (int i = 0; i < SV / 32; i++)
+            sum += red[i];
+        const float f = (float)(1.0 / sqrt(sum / (double)SV + (double)eps));
+        const float zs = zt / (1.0f + expf(-zt));
+        y[t] = __fmul_rn(__fmul_rn(__fmul_rn(o, f), nw), zs);
+    }
+
+    if (s.ids && hv != n_k_heads) {
+        /* the key head's q and k channels, read by its H_v / H_k value heads: the last of
+         * their blocks to get here (counters[H_v S + b H_k + hk]) stores their new conv state */
+        __shared__ bool last_k;
+        int *kc = counters + hv * ns + b * n_k_heads + hk;
+        if (t == 0) {
+            __threadfence();
+            last_k = atomicAdd(kc, 1) == (int)(hv / n_k_heads) - 1;
+        }
+        __syncthreads();
+        if (last_k) {
+            __threadfence();
+            if (t < 2 * SK)
+                conv_store(s, ch, b, slot, tap, x, nullptr);
+            if (t == 0)
+                *kc = 0;
+        }
+    }
+}
+
 lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
     char reason[CU_REASON_MAX];
@@ -520,9 +756,14 @@ lt_status cu_gdn_decode_compute(struct cu_ctx *c, struct lt_tensor *node)
                          nullptr};
     if (node->src[GDN_SEQ_IDS])
         s.ids = (const int32_t *)node->src[GDN_SEQ_IDS]->data;
+    const float eps = lt_get_param_f32(node, 0);
+    if (head_fits(node, d)) {
+        cu_launch_pdl(c, gdn_head_kernel<GDN_HEAD_RPT>, (unsigned)(d.hv * d.s), GDN_HEAD_THREADS, 0,
+                      s, (float *)node->data, d.hk, eps, c->counters);
+        return cu_launched("gdn_decode (whole heads)");
+    }
     const struct gdn_plan p = plan_of(d);
     const unsigned blocks = (unsigned)(d.hv * d.s * p.split);
-    const float eps = lt_get_param_f32(node, 0);
     if (gdn_fused(d)) {
         cu_launch_pdl(c, gdn_decode_kernel<true>, blocks, p.threads, p.shared, s,
                       (float *)node->data, d.hk, p.w, p.split, p.groups, eps, c->counters);
