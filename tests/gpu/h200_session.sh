@@ -64,7 +64,7 @@
 #           full: padding-free packing (the default) against --no-pack, tokens/s
 #   dcheck  decode's fused kernels checked without a model (see its function)
 #   dfuse   (after q08) decode's fused nodes in one short call (see its function)
-#   denv    (after q08) a decode switch DVAR (default LATHE_CUDA_GDN_HEAD) at 1 checked (model
+#   denv    (after q08) a decode switch DVAR (default LATHE_CUDA_GDN_HEAD; DVALS "0 1") checked (model
 #           decode both ways, conformance DENV_GROUPS) and measured against 0: lathe bench on
 #           both 0.8B files, alternating; greedy text both ways, compared
 #   pdl     denv of LATHE_CUDA_PDL (the default since b464635); with PDL_TRAIN=1 also the
@@ -1139,20 +1139,23 @@ phase_dnback() {
 # off / on / off / on (one machine, alternating), the graph counts with it on, and the greedy
 # text of a 504-token prompt both ways
 # denv: (after q08) a decode switch DVAR (default LATHE_CUDA_GDN_HEAD) checked and measured,
-# =0 against =1: the model decode checks both ways, the conformance groups DENV_GROUPS
+# its two values DVALS (default "0 1", the second the one checked): the model decode checks both ways, the conformance groups DENV_GROUPS
 # (default recurrent) with it on, nodes a token, lathe bench on both 0.8B files (alternating
 # twice) and the greedy text of a 504-token prompt both ways, compared
 phase_denv() {
     [ -f $W/q08-bf16.gguf ] || phase_q08
     local var=${DVAR:-LATHE_CUDA_GDN_HEAD} ty v prompt
-    for v in 0 1; do
+    local v0=${DVALS:-0 1}
+    local v1=${v0#* }
+    v0=${v0%% *}
+    for v in $v0 $v1; do
         env $var=$v timeout 120 $b/tests/gpu_test_model_decode_cuda >"$out/denv_decode_$v.log" 2>&1
         row "$var=$v: model decode on CUDA0" "rc $? $(passed "$out/denv_decode_$v.log")"
         grep -E "check failed" "$out/denv_decode_$v.log" | head -5
     done
-    env $var=1 timeout 200 $b/tests/gpu_test_cuda_conformance ${DENV_GROUPS:-recurrent} \
+    env $var=$v1 timeout 200 $b/tests/gpu_test_cuda_conformance ${DENV_GROUPS:-recurrent} \
         >"$out/denv_conf.log" 2>&1
-    row "$var=1: conformance ${DENV_GROUPS:-recurrent}" "rc $? $(passed "$out/denv_conf.log")"
+    row "$var=$v1: conformance ${DENV_GROUPS:-recurrent}" "rc $? $(passed "$out/denv_conf.log")"
     grep -E "check failed|first mismatch|^GDN_DECODE " "$out/denv_conf.log" | head -8
     LATHE_CUDA_PROFILE=1 timeout 60 $L run -m $W/q08-bf16.gguf -p "The" -n 64 --backend cuda \
         >"$out/denv_nodes.log" 2>&1
@@ -1160,17 +1163,17 @@ phase_denv() {
     grep -E "^(GDN_DECODE|ARGMAX) " "$out/denv_nodes.log" | head -2
     prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
     for ty in bf16 q8_0; do
-        for v in 0 1 0 1; do
+        for v in $v0 $v1 $v0 $v1; do
             env $var=$v timeout 90 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 --backend cuda \
                 >"$out/denv_bench_${ty}_$v.log" 2>&1
             row "lathe bench $ty, $var=$v" "rc $? $(grep -E 'tg128|pp512' "$out/denv_bench_${ty}_$v.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
         done
-        for v in 0 1; do
+        for v in $v0 $v1; do
             env $var=$v timeout 60 $L run -m $W/q08-$ty.gguf -p "$prompt" -n 64 --ignore-eos \
                 --temp 0 --backend cuda >"$out/denv_text_${ty}_$v.txt" 2>/dev/null
         done
-        cmp -s "$out/denv_text_${ty}_0.txt" "$out/denv_text_${ty}_1.txt"
-        row "  $ty greedy text, $var=1 against 0" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/denv_text_${ty}_1.txt") bytes)"
+        cmp -s "$out/denv_text_${ty}_$v0.txt" "$out/denv_text_${ty}_$v1.txt"
+        row "  $ty greedy text, $var=$v1 against $v0" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/denv_text_${ty}_$v1.txt") bytes)"
     done
 }
 

@@ -472,9 +472,12 @@ static bool half_cols(const struct cu_mmv_shape *p, const struct cu_t &bv)
 }
 
 /* How mmv_half_kernel is cut: RW = 4 rows a team for a product of one slice and more than
- * one column, else 1; then WPR warps a team, doubled from 1 while the teams are fewer than 8
- * warps an SM's worth and each warp keeps at least two 32-chunk runs of a row.
- * LATHE_CUDA_MMV_RW=1|4 and LATHE_CUDA_MMV_WPR=1|2|4|8 fix them (read once a process; for
+ * one column, or of one column and more rows than one wave of the one-row kernel takes
+ * (wave1, 0: not asked; the 0.8B model's input projection, 8,224 rows, took 1.56 waves of
+ * 5 blocks an SM at 48 registers; four rows a team take it in one, so that every block's
+ * rows are asked of L2 before the PDL wait), else 1; then WPR warps a team, doubled from 1 while
+ * the teams are fewer than 8 warps an SM's worth and each warp keeps at least two 32-chunk runs of
+ * a row. LATHE_CUDA_MMV_RW=1|4 and LATHE_CUDA_MMV_WPR=1|2|4|8 fix them (read once a process; for
  * bench_matmul's comparisons; RW 4 is taken only for one slice). Measured on an H100
  * (bench_matmul's decode products, BF16, GB/s of weights, RW 4 against 1): 8 columns,
  * 1024 -> 8224 rows 877 against 570, 1024 -> 7168 797 / 507, 1024 -> 5120 611 / 506,
@@ -488,13 +491,15 @@ static int env_choice(const char *name)
     return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
 }
 
-static void mmv_half_cut(const struct cu_ctx *c, const struct cu_mmv_shape *p, int *rw, int *wpr)
+static void mmv_half_cut(const struct cu_ctx *c, const struct cu_mmv_shape *p, int64_t wave1,
+                         int *rw, int *wpr)
 {
     static const int fixed_rw = env_choice("LATHE_CUDA_MMV_RW"),
                      fixed_wpr = env_choice("LATHE_CUDA_MMV_WPR");
     const int64_t rows = p->M * p->B2 * p->B3;
     const bool one_slice = p->B2 * p->B3 == 1;
-    *rw = one_slice && (fixed_rw == 4 || (fixed_rw != 1 && p->N > 1)) ? 4 : 1;
+    const bool four = p->N > 1 || (wave1 > 0 && rows > wave1);
+    *rw = one_slice && (fixed_rw == 4 || (fixed_rw != 1 && four)) ? 4 : 1;
     if (fixed_wpr) {
         *wpr = fixed_wpr;
         return;
@@ -581,12 +586,28 @@ static void mmv_half_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const s
     }
 }
 
+/* rows one wave of mmv_half_kernel<TYPE, 1, 1, 1> takes on c's device (its blocks of 8 rows
+ * an SM, asked of the runtime once a type, times the SMs) */
+template <int TYPE> static int64_t mmv_half_wave(const struct cu_ctx *c)
+{
+    static int per_sm = 0;
+    if (per_sm == 0) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &n, mmv_half_kernel<TYPE, 1, 1, 1, false, false>, 256, 0) != cudaSuccess ||
+            n < 1)
+            n = 1;
+        per_sm = n;
+    }
+    return (int64_t)per_sm * 8 * (c->n_sm > 0 ? c->n_sm : 1);
+}
+
 template <int TYPE, int NC>
 static void mmv_half_rw(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
                         const struct cu_t &bv, float *dst)
 {
     int rw, wpr;
-    mmv_half_cut(c, p, &rw, &wpr);
+    mmv_half_cut(c, p, NC == 1 ? mmv_half_wave<TYPE>(c) : 0, &rw, &wpr);
     if (rw == 4)
         mmv_half_wpr<TYPE, NC, 4>(c, p, av, bv, dst, wpr);
     else
@@ -639,7 +660,7 @@ lt_status cu_mmv_norm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const 
 {
     const struct cu_t av = cu_view(a), bv = cu_view(b);
     int rw, wpr;
-    mmv_half_cut(c, p, &rw, &wpr); /* one column, one slice: rw is 1 */
+    mmv_half_cut(c, p, 0, &rw, &wpr); /* one column, one slice: rw is 1 */
     if (a->type == LT_TYPE_F16)
         mmv_half_wpr<LT_TYPE_F16, 1, 1, true>(c, p, av, bv, dst, wpr, *epi);
     else
