@@ -23,6 +23,7 @@
 /* ---- an emulated CUDA device: CUDA's verdicts, the CPU's kernels, device memory ---- */
 
 static int emu_half_nodes, emu_half_refused;
+static int emu_norm_products; /* RMS_NORM_MUL_MAT and MUL_MAT_ACC nodes CUDA took */
 
 static bool half_type(enum lt_type t)
 {
@@ -34,6 +35,8 @@ static bool emu_supports(struct lt_backend *be, const struct lt_tensor *node, ch
 {
     bool ok =
         lt_cuda_verdict(node, reason, reason_size) && gap_verdict(be, node, reason, reason_size);
+    emu_norm_products +=
+        ok && (node->op == LT_OP_RMS_NORM_MUL_MAT || node->op == LT_OP_MUL_MAT_ACC);
     bool half =
         half_type(node->type) || (node->op == LT_OP_MUL_MAT && half_type(node->src[1]->type));
     if (half) {
@@ -169,6 +172,32 @@ static void test_arch(const struct tm_spec *spec, enum lt_type wtype, const char
               "%s %s: %d nodes with half activations asked, %d refused by CUDA", spec->arch,
               lt_type_name(wtype), emu_half_nodes, emu_half_refused);
         lt_session_free(s);
+
+        /* a decode token on the emulated device: its norms taken into the products after
+         * them (RMS_NORM_MUL_MAT, the residual added by MUL_MAT_ACC), the same logits bit for
+         * bit as with LATHE_FUSE_NORM_MM=0 (MUL_MAT_ADD_RMS_NORM's norms), on the CPU's kernels */
+        float *dec[2] = {f32, half};
+        int seen[2] = {0, 0};
+        for (int off = 0; off < 2 && ok; off++) {
+            if (off)
+                setenv("LATHE_FUSE_NORM_MM", "0", 1);
+            int seq = 0;
+            emu_norm_products = 0;
+            ok = lt_session_new(m, &sp, &s) == LT_OK &&
+                 lt_session_prefill(s, 0, tokens, T_LONG, false, NULL) == LT_OK &&
+                 lt_session_decode(s, 1, &seq, &tokens[T_LONG], dec[off]) == LT_OK;
+            seen[off] = emu_norm_products;
+            lt_session_free(s);
+            unsetenv("LATHE_FUSE_NORM_MM");
+        }
+        CHECK(ok, "%s %s: decode on the emulated device: %s", spec->arch, lt_type_name(wtype),
+              lt_last_error());
+        CHECK(!ok || (seen[0] > 0 && seen[1] == 0),
+              "%s %s: norms taken into products on the device: %d nodes, %d with the switch off",
+              spec->arch, lt_type_name(wtype), seen[0], seen[1]);
+        CHECK(!ok || !memcmp(f32, half, sizeof(float) * (size_t)V),
+              "%s %s: decode with the norms in the products differs from MUL_MAT_ADD_RMS_NORM's",
+              spec->arch, lt_type_name(wtype));
         lt_backend_free(bes[0]);
     }
     free(f32);

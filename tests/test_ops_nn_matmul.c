@@ -330,6 +330,80 @@ static void test_mul_mat_glu(void)
     lt_ctx_free(ctx);
 }
 
+/* RMS_NORM_MUL_MAT: the product (or its SwiGLU) of the weighted RMS norm of the columns in
+ * one node equals the chain RMS_NORM (weighted), MUL_MAT (, SWIGLU) bit for bit, over weight
+ * types, column counts and 1 and 2 threads; and its refusals */
+static void test_rms_norm_mul_mat(void)
+{
+    static const enum lt_type types[] = {LT_TYPE_F32, LT_TYPE_BF16, LT_TYPE_Q8_0};
+    static const int64_t ns[] = {1, 3, 9};
+    int runs = 0, bad = 0;
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+            for (int glu = 0; glu < 2; glu++)
+                for (int nth = 1; nth <= 2; nth++, runs++) {
+                    const int64_t K = 256, M = 48, N = ns[ni], O = glu ? M / 2 : M;
+                    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 8 << 20});
+                    int64_t xne[4] = {K, N, 1, 1}, wne[4] = {K, 1, 1, 1};
+                    float *ra = malloc(sizeof(float) * (size_t)(K * M));
+                    float *rx = malloc(sizeof(float) * (size_t)(K * N));
+                    float *rw = malloc(sizeof(float) * (size_t)K);
+                    float *want = malloc(sizeof(float) * (size_t)(O * N));
+                    float *got = malloc(sizeof(float) * (size_t)(O * N));
+                    struct lt_tensor *a = random_weight(ctx, types[ti], K, M, ra);
+                    struct lt_tensor *x = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, xne);
+                    struct lt_tensor *w = nn_make(ctx, LT_TYPE_F32, NN_CONTIG, wne);
+                    nn_fill_rand(x, rx, 2.0f);
+                    nn_fill_rand(w, rw, 1.0f);
+                    struct lt_tensor *f = lt_rms_norm_mul_mat(ctx, a, x, w, 1e-6f, glu);
+                    struct lt_tensor *p =
+                        lt_mul_mat(ctx, a, lt_rms_norm_mul(ctx, x, w, 1e-6f, LT_TYPE_F32));
+                    struct lt_tensor *ref =
+                        !glu || !p ? p
+                                   : lt_swiglu(ctx, lt_view_2d(ctx, p, O, N, p->nb[1], 0),
+                                               lt_view_2d(ctx, p, O, N, p->nb[1],
+                                                          (size_t)O * sizeof(float)));
+                    char reason[LT_REASON_MAX] = "";
+                    bool ok = f && ref && f->op == LT_OP_RMS_NORM_MUL_MAT && f->ne[0] == O &&
+                              f->ne[1] == N && lt_cpu_supports_op(f, reason, sizeof(reason)) &&
+                              nn_run(ctx, f, nth) == LT_OK && nn_run(ctx, ref, nth) == LT_OK;
+                    CHECK(ok, "rms_norm_mul_mat %s N=%lld glu %d: %s %s", lt_type_name(types[ti]),
+                          (long long)N, glu, reason, lt_last_error());
+                    if (ok) {
+                        lt_tensor_read_f32(f, got);
+                        lt_tensor_read_f32(ref, want);
+                        const bool same = memcmp(got, want, sizeof(float) * (size_t)(O * N)) == 0;
+                        CHECK(same,
+                              "rms_norm_mul_mat %s N=%lld glu %d, %d threads: not the chain's",
+                              lt_type_name(types[ti]), (long long)N, glu, nth);
+                        bad += !same;
+                    } else {
+                        bad++;
+                    }
+                    free(ra);
+                    free(rx);
+                    free(rw);
+                    free(want);
+                    free(got);
+                    lt_ctx_free(ctx);
+                }
+    printf("rms_norm_mul_mat: %d runs, %d bad\n", runs, bad);
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_tensor *x = lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 3),
+                     *w = lt_new_tensor_1d(ctx, LT_TYPE_F32, 8);
+    CHECK(lt_rms_norm_mul_mat(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 5), x, w, 1e-6f, true) ==
+              NULL,
+          "odd rows for glu");
+    CHECK(strstr(lt_last_error(), "rms_norm_mul_mat") != NULL, "%s", lt_last_error());
+    CHECK(lt_rms_norm_mul_mat(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 4), x,
+                              lt_new_tensor_1d(ctx, LT_TYPE_F32, 7), 1e-6f, false) == NULL,
+          "a weight of the wrong length");
+    CHECK(lt_rms_norm_mul_mat(ctx, lt_new_tensor_2d(ctx, LT_TYPE_F32, 8, 4),
+                              lt_new_tensor_2d(ctx, LT_TYPE_F16, 8, 3), w, 1e-6f, false) == NULL,
+          "half columns");
+    lt_ctx_free(ctx);
+}
+
 /* MUL_MAT_ADD_RMS_NORM: the product added to a residual and normed in one node equals
  * ADD_RMS_NORM of the residual and MUL_MAT's product bit for bit (both halves), over weight
  * types, column counts, a contiguous and a transposed residual, 1 and 2 threads; and its
@@ -524,6 +598,7 @@ int main(void)
     test_mul_mat_refusals();
     test_mul_mat_acc();
     test_mul_mat_glu();
+    test_rms_norm_mul_mat();
     test_mul_mat_add_rms_norm();
     if (getenv("LATHE_BENCH"))
         bench_mul_mat(atoi(getenv("LATHE_BENCH")) > 0 ? atoi(getenv("LATHE_BENCH")) : 2);

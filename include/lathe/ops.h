@@ -75,13 +75,28 @@ struct lt_tensor *lt_mul_mat_glu(struct lt_ctx *ctx, struct lt_tensor *a, struct
 struct lt_tensor *lt_mul_mat_add_rms_norm(struct lt_ctx *ctx, struct lt_tensor *a,
                                           struct lt_tensor *b, struct lt_tensor *x,
                                           struct lt_tensor *w, float eps);
+/* The product of a weight with the weighted RMS norm of F32 columns, in one
+ * RMS_NORM_MUL_MAT node (inference only, no backward rule): a [K, M] (2-d, any type
+ * lt_mul_mat takes), x [K, N] F32 (2-d), w [K] F32 -> F32 [M, N], or with glu (M even)
+ * [M / 2, N]:
+ *   h = rms_norm_mul(x, w, eps); p = mul_mat(a, h); glu ? swiglu of p's halves (as
+ *   lt_mul_mat_glu) : p
+ * so on the CPU it equals that chain bit for bit. A decode step's input projections and FFN
+ * (src/model/model_graph.c): a device's few-column kernel norms the column in each block
+ * before its products, so the product ahead (MUL_MAT_ACC, the residual added as it stores)
+ * needs no last block to norm the sums. */
+struct lt_tensor *lt_rms_norm_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *x,
+                                      struct lt_tensor *w, float eps, bool glu);
 /* The parts a fused product node's kernels run (the CPU's, and a device's when it has no
- * one-kernel form), as tensors built on the stack. lt_fused_product: a MUL_MAT_GLU or
- * MUL_MAT_ADD_RMS_NORM node as the MUL_MAT writing its whole product [M, N] (M = a's rows,
- * N = b's columns) contiguous at data. lt_fused_add_norm: a MUL_MAT_ADD_RMS_NORM node as the
- * ADD_RMS_NORM of its residual and that product (at prod; *p, which must outlive the
- * result, holds it as the source), writing the node's result. */
+ * one-kernel form), as tensors built on the stack. lt_fused_product: a MUL_MAT_GLU,
+ * MUL_MAT_ADD_RMS_NORM or RMS_NORM_MUL_MAT node as the MUL_MAT writing its whole product [M, N] (M
+ * = a's rows, N = b's columns) contiguous at data. lt_fused_add_norm: a MUL_MAT_ADD_RMS_NORM node
+ * as the ADD_RMS_NORM of its residual and that product (at prod; *p, which must outlive the result,
+ * holds it as the source), writing the node's result. */
 struct lt_tensor lt_fused_product(const struct lt_tensor *node, void *data);
+/* lt_fused_norm: an RMS_NORM_MUL_MAT node as the weighted RMS_NORM of its columns, writing
+ * [K, N] F32 contiguous at data (its product is lt_fused_product with src[1] set to it). */
+struct lt_tensor lt_fused_norm(const struct lt_tensor *node, void *data);
 struct lt_tensor lt_fused_add_norm(const struct lt_tensor *node, void *prod, struct lt_tensor *p);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */

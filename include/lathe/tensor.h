@@ -94,6 +94,7 @@ enum lt_op {
     LT_OP_MUL_MAT_ACC, /* c += a b in place (c: F32, contiguous, of the product's shape) */
     LT_OP_MUL_MAT_GLU, /* silu(a's gate rows b) * (a's up rows b) of a stacked a (inference) */
     LT_OP_MUL_MAT_ADD_RMS_NORM, /* x + a b and its rms_norm(..) * w in one (inference) */
+    LT_OP_RMS_NORM_MUL_MAT,     /* a (rms_norm(x) * w), or its GLU, in one (inference) */
     /* element-wise binary, with broadcasting of src1 over src0 */
     LT_OP_ADD,
     LT_OP_SUB,

@@ -126,6 +126,42 @@ static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_
     return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
 }
 
+/* LATHE_FUSE_NORM_MM=0 in the environment (read as a graph is built): a decode step's norms
+ * stay where MUL_MAT_ADD_RMS_NORM puts them (a before / after switch for the device's
+ * measurements and the tests) */
+static bool norm_mm_off(void)
+{
+    const char *env = getenv("LATHE_FUSE_NORM_MM");
+    return env && strcmp(env, "0") == 0;
+}
+
+static bool half_type(enum lt_type t)
+{
+    return t == LT_TYPE_F16 || t == LT_TYPE_BF16;
+}
+
+/* Whether the product of the weight w (as the graph reads it) by x takes x's norm into one
+ * RMS_NORM_MUL_MAT node: a fused one-token step (decode) whose x is the F32 weighted RMS
+ * norm (RMS_NORM_MUL, no gate) of 2-d F32 columns, against F16 / BF16 rows. */
+static bool norm_into_product(const struct lt_mb *b, const struct lt_tensor *w,
+                              const struct lt_tensor *x)
+{
+    return b->fused && b->n_tokens == 1 && !norm_mm_off() && w && x && half_type(w->type) &&
+           w->ne[2] == 1 && w->ne[3] == 1 && x->op == LT_OP_RMS_NORM && x->type == LT_TYPE_F32 &&
+           x->src[1] && !x->src[2] && x->src[0]->type == LT_TYPE_F32 && x->src[0]->ne[1] == 1 &&
+           x->src[0]->ne[2] == 1 && x->src[0]->ne[3] == 1;
+}
+
+/* w x (lt_mul_mat), or its SwiGLU with glu (lt_mul_mat_glu), with x's norm taken in
+ * (norm_into_product) where it may */
+static struct lt_tensor *product(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x,
+                                 bool glu)
+{
+    if (norm_into_product(b, w, x))
+        return lt_rms_norm_mul_mat(b->ctx, w, x->src[0], x->src[1], lt_get_param_f32(x, 0), glu);
+    return glu ? lt_mul_mat_glu(b->ctx, w, x) : lt_mul_mat(b->ctx, w, x);
+}
+
 /* w x, plus B (scale * A x) for each LoRA adapter of w: the scale meets the rank-r A x, not
  * the output (a pass over [r, T] instead of [rows, T], forward and backward). With
  * bf16_products, an F32 weight matrix and x are rounded to BF16 first, and so are the
@@ -151,7 +187,7 @@ static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt
      * product writing it took 30 and the base product reading it 33 more than without. */
     const bool half =
         b->ad && b->ad->bf16_products && (x->type == LT_TYPE_F32 || x->type == LT_TYPE_BF16);
-    struct lt_tensor *y = half ? NULL : lt_mul_mat(b->ctx, wr, xr);
+    struct lt_tensor *y = half ? NULL : product(b, wr, xr, false);
     for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];
         if (l->w != w)
@@ -203,7 +239,7 @@ static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_te
                 return lt_mb_check(NULL, "a projection", -1);
         return LT_OK;
     }
-    struct lt_tensor *y = lt_mul_mat(b->ctx, joint, x);
+    struct lt_tensor *y = product(b, joint, x, false);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         out[i] = y ? lt_view_2d(b->ctx, y, ws[i]->ne[1], y->ne[1], y->nb[1], off) : NULL;
@@ -666,7 +702,7 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
         ws[0]->ne[1] == ws[1]->ne[1]) {
         /* a decode step: the stacked product and its SwiGLU as one MUL_MAT_GLU node (the
          * joint's rows: the gate's, then the up's) */
-        struct lt_tensor *h = named(lt_mul_mat_glu(b->ctx, ly->ffn_gate_up, x), "ffn_swiglu", il);
+        struct lt_tensor *h = named(product(b, ly->ffn_gate_up, x, true), "ffn_swiglu", il);
         return named(mm(b, ly->ffn_down, h), "ffn_out", il);
     }
     if (mm_group(b, ly->ffn_gate_up, ws, 2, x, proj) != LT_OK)
@@ -678,17 +714,25 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     return named(mm(b, ly->ffn_down, h), "ffn_out", il);
 }
 
+/* The weights of layer il's input projections, the readers of its attention norm (4 or 3) */
+static int attn_readers(const struct lt_mb *b, int il, struct lt_tensor *readers[4])
+{
+    const struct lt_model_layer *ly = &b->m->layers[il];
+    if (ly->recurrent) {
+        readers[0] = ly->ssm_qkv, readers[1] = ly->ssm_z;
+        readers[2] = ly->ssm_beta, readers[3] = ly->ssm_alpha;
+        return 4;
+    }
+    readers[0] = ly->wq, readers[1] = ly->wk, readers[2] = ly->wv;
+    return 3;
+}
+
 /* The type of layer il's attention norm: what its input projections read */
 static enum lt_type attn_norm_type(struct lt_mb *b, int il)
 {
-    const struct lt_model_layer *ly = &b->m->layers[il];
-    struct lt_tensor *readers[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
-    if (!ly->recurrent) {
-        readers[0] = ly->wq;
-        readers[1] = ly->wk;
-        readers[2] = ly->wv;
-    }
-    return act_type(b, ly->recurrent ? 4 : 3, readers);
+    struct lt_tensor *readers[4];
+    const int n = attn_readers(b, il, readers);
+    return act_type(b, n, readers);
 }
 
 /* Whether a, a layer's output or FFN's, is a plain product that MUL_MAT_ADD_RMS_NORM can
@@ -708,9 +752,14 @@ static bool product_to_fold(const struct lt_mb *b, const struct lt_tensor *a)
 /* The residual sum x + a (*sum) and its norm by w stored as type (returned): with b->fused
  * when the norm is F32, one ADD_RMS_NORM node, or in a one-token step where a is a plain
  * product one MUL_MAT_ADD_RMS_NORM node in a's place (the product's kernel adds and norms:
- * a decode token's output and down projections); else ADD then norm(). */
+ * a decode token's output and down projections); else ADD then norm(). In a one-token step
+ * of one sequence where a is a plain product of F16 / BF16 rows and the norm's readers
+ * (`readers`, n of them) are F16 / BF16 products too, the product is added over x in place
+ * (MUL_MAT_ACC) and the norm is an RMS_NORM_MUL node its readers take into themselves
+ * (norm_into_product): no block of the product waits for all the others to norm the sum. */
 static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *a,
-                                  struct lt_tensor *w, enum lt_type type, struct lt_tensor **sum)
+                                  struct lt_tensor *w, enum lt_type type, struct lt_tensor **sum,
+                                  int n, struct lt_tensor *const *readers)
 {
     struct lt_tensor *wr = W(b, w);
     *sum = NULL;
@@ -718,6 +767,15 @@ static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct l
         return NULL;
     if (b->fused && type == LT_TYPE_F32 && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
         lt_nelements(wr) == x->ne[0] && lt_same_shape(x, a) && x->ne[2] == 1 && x->ne[3] == 1) {
+        bool defer = n > 0 && product_to_fold(b, a) && half_type(a->src[0]->type) &&
+                     !norm_mm_off() && lt_is_contiguous(x) && x->type == LT_TYPE_F32 &&
+                     x->ne[1] == 1;
+        for (int i = 0; defer && i < n; i++)
+            defer = readers[i] && half_type(W(b, readers[i])->type);
+        if (defer) {
+            *sum = lt_mul_mat_acc(b->ctx, a->src[0], a->src[1], x);
+            return *sum ? lt_rms_norm_mul(b->ctx, *sum, wr, b->m->hp.rms_eps, LT_TYPE_F32) : NULL;
+        }
         struct lt_tensor *r =
             product_to_fold(b, a)
                 ? lt_mul_mat_add_rms_norm(b->ctx, a->src[0], a->src[1], x, wr, b->m->hp.rms_eps)
@@ -753,17 +811,19 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
         if (st != LT_OK)
             return st;
         struct lt_tensor *ffn_in[2] = {ly->ffn_gate, ly->ffn_up};
-        struct lt_tensor *hn = named(add_norm(b, x, a, ly->ffn_norm, act_type(b, 2, ffn_in), &r),
-                                     "ffn_norm", il);
+        struct lt_tensor *hn = named(
+            add_norm(b, x, a, ly->ffn_norm, act_type(b, 2, ffn_in), &r, 2, ffn_in), "ffn_norm", il);
         named(r, "ffn_inp", il);
         struct lt_tensor *f = ffn(b, il, hn);
         if ((st = lt_mb_check(f, "ffn_out", il)))
             return st;
+        struct lt_tensor *next[4];
         if (il + 1 < m->hp.n_layer)
-            h = named(add_norm(b, r, f, m->layers[il + 1].attn_norm, attn_norm_type(b, il + 1), &x),
+            h = named(add_norm(b, r, f, m->layers[il + 1].attn_norm, attn_norm_type(b, il + 1), &x,
+                               attn_readers(b, il + 1, next), next),
                       "attn_norm", il + 1);
-        else
-            h = named(add_norm(b, r, f, m->out_norm, LT_TYPE_F32, &x), "result_norm", -1);
+        else /* the head's product keeps its norm apart (a product too wide for mmv) */
+            h = named(add_norm(b, r, f, m->out_norm, LT_TYPE_F32, &x, 0, NULL), "result_norm", -1);
         named(x, "l_out", il);
         if ((st = lt_mb_check(x, "l_out", il)))
             return st;

@@ -123,6 +123,7 @@ LT_DECLARE_OP(mul_mat);
 LT_DECLARE_OP(mul_mat_acc);
 LT_DECLARE_OP(mul_mat_glu);
 LT_DECLARE_OP(mul_mat_add_rms_norm);
+LT_DECLARE_OP(rms_norm_mul_mat);
 LT_DECLARE_OP(add);
 LT_DECLARE_OP(sub);
 LT_DECLARE_OP(mul);

@@ -20,6 +20,7 @@ static const struct lt_op_def *const op_table[] = {
     [LT_OP_MUL_MAT_ACC] = &lt_op_def_mul_mat_acc,
     [LT_OP_MUL_MAT_GLU] = &lt_op_def_mul_mat_glu,
     [LT_OP_MUL_MAT_ADD_RMS_NORM] = &lt_op_def_mul_mat_add_rms_norm,
+    [LT_OP_RMS_NORM_MUL_MAT] = &lt_op_def_rms_norm_mul_mat,
     [LT_OP_ADD] = &lt_op_def_add,
     [LT_OP_SUB] = &lt_op_def_sub,
     [LT_OP_MUL] = &lt_op_def_mul,

@@ -67,6 +67,8 @@
 #   denv    (after q08) a decode switch DVAR (default LATHE_CUDA_GDN_HEAD; DVALS "0 1") checked (model
 #           decode both ways, conformance DENV_GROUPS) and measured against 0: lathe bench on
 #           both 0.8B files, alternating; greedy text both ways, compared
+#   dab     (after q08) decode settings against each other (DAB_SETS: sets of VAR=VALUE
+#           separated by ";", an empty one the defaults): lathe bench (DAB_TYPES), greedy text
 #   pdl     denv of LATHE_CUDA_PDL (the default since b464635); with PDL_TRAIN=1 also the
 #           CUDA training jobs with it on and bench_train 16x512 (lathe alone) off, then on
 #   dbench  (after q08) lathe bench on both 0.8B files (graphs on), the decode profile's
@@ -1177,6 +1179,35 @@ phase_denv() {
     done
 }
 
+# dab: (after q08) decode settings against each other: for each set of VAR=VALUE words in
+# DAB_SETS (sets separated by ";"; an empty set is the defaults), lathe bench on the files of
+# DAB_TYPES (default bf16), DAB_ROUNDS rounds (default 2) over the sets in turn, and in the
+# first round the BF16 greedy text of a 504-token prompt, compared with the first set's
+phase_dab() {
+    [ -f $W/q08-bf16.gguf ] || phase_q08
+    local prompt ty i r set
+    local -a sets
+    prompt=$(python3 -c 'print(" ".join(["the quick brown fox jumps over the lazy dog"] * 56))')
+    IFS=';' read -ra sets <<<"${DAB_SETS:-}"
+    for r in $(seq 1 ${DAB_ROUNDS:-2}); do
+        i=0
+        for set in "${sets[@]}"; do
+            for ty in ${DAB_TYPES:-bf16}; do
+                env $set timeout 90 $L bench -m $W/q08-$ty.gguf -p 512 -n 128 -r 3 --backend cuda \
+                    >"$out/dab_${ty}_${i}_$r.log" 2>&1
+                row "[${set:-defaults}] $ty" "rc $? $(grep -E 'tg128|pp512' "$out/dab_${ty}_${i}_$r.log" | awk -F'|' '{printf "%s %s; ", $6, $7}')"
+            done
+            if [ $r = 1 ]; then
+                env $set timeout 60 $L run -m $W/q08-bf16.gguf -p "$prompt" -n 64 --ignore-eos \
+                    --temp 0 --backend cuda >"$out/dab_text_$i.txt" 2>/dev/null
+                cmp -s "$out/dab_text_0.txt" "$out/dab_text_$i.txt"
+                row "  [${set:-defaults}] greedy text against the first set's" "$([ $? = 0 ] && echo same || echo DIFFERENT) ($(wc -c <"$out/dab_text_$i.txt") bytes)"
+            fi
+            i=$((i + 1))
+        done
+    done
+}
+
 # pdl: denv of LATHE_CUDA_PDL (conformance groups matmul nn recurrent); with PDL_TRAIN=1 also
 # the CUDA training jobs with it on and bench_train 16x512 (lathe alone) off, then on
 phase_pdl() {
@@ -1188,7 +1219,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

@@ -428,6 +428,34 @@ static void mm_norm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, i
              b_mul_mat_add_rms_norm, &p);
 }
 
+/* RMS_NORM_MUL_MAT: a [K, M] of type[0] in lay[0] (i[0]: glu, M = 2 ne[1]; else M = ne[1]),
+ * F32 columns [K, N] in lay[1], the norm's weight [K] */
+static struct lt_tensor *b_rms_norm_mul_mat(struct build *b, const struct params *p)
+{
+    const int64_t M = p->i[0] ? 2 * p->ne[1] : p->ne[1];
+    struct lt_tensor *a = mk(b, p->type[0], p->lay[0], p->ne[0], M, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *x =
+        mk(b, LT_TYPE_F32, p->lay[1], p->ne[0], p->ne[2], 1, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, p->ne[0], 1, 1, 1, FILL_UNIFORM, 0.5f, 1.5f);
+    return lt_rms_norm_mul_mat(b->ctx, a, x, w, 1e-6f, p->i[0] != 0);
+}
+
+static void mm_rnm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_t N, int glu)
+{
+    struct params p = P(la, lb, t, LT_TYPE_F32);
+    p.ne[0] = K, p.ne[1] = M, p.ne[2] = N, p.i[0] = glu;
+    const bool quant = lt_type_traits(t)->is_quantized;
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%s/%s%s%s/K%lld/M%lld/N%lld%s", lt_type_name(t), layout_names[la],
+             la == lb ? "" : "+", la == lb ? "" : layout_names[lb], (long long)K, (long long)M,
+             (long long)N, glu ? " glu" : "");
+    run_case(LT_OP_RMS_NORM_MUL_MAT, buf,
+             t == LT_TYPE_F32 ? TOL_MM_F32
+             : quant          ? TOL_QUANT
+                              : TOL_MM_HALF,
+             b_rms_norm_mul_mat, &p);
+}
+
 /* a of type t, b of type tb: F32, or t itself for F16 / BF16 (cuBLAS reads it in place) */
 static void mm_case_b(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
                       int64_t N, int a2, int b2, int a3, int b3)
@@ -514,6 +542,33 @@ static void test_matmul(void)
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 1024, 300, 1, 1, 1);
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 100, 3, 1, 1);
     mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 1024, 64, 2, 1, 1);
+    /* one F32 column of F16 / BF16 rows: mmv_half_kernel's epilogue adds into the result
+     * (a decode step's output and down projections before RMS_NORM_MUL_MAT; four rows a
+     * team past one wave of the one-row kernel) */
+    for (int t = 1; t < 3; t++) {
+        mm_acc_case(halfs[t], LT_TYPE_F32, L_CONTIG, L_CONTIG, 2048, 1024, 1, 1, 1);
+        mm_acc_case(halfs[t], LT_TYPE_F32, L_CONTIG, L_CONTIG, 3584, 1024, 1, 1, 1);
+        mm_acc_case(halfs[t], LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 9000, 1, 1, 1);
+    }
+    /* RMS_NORM_MUL_MAT (a decode step's input projections and FFN after MUL_MAT_ACC): one
+     * column of F16 / BF16 rows in the one kernel (one and four rows a team, warps a team 1
+     * to 8, glu), and through the norm, the product and SWIGLU: more columns, strided
+     * columns, a sliced weight, F32 and quantised weights */
+    for (int t = 1; t < 3; t++) {
+        for (int glu = 0; glu < 2; glu++) {
+            mm_rnm_case(halfs[t], L_CONTIG, L_CONTIG, 1024, 500, 1, glu);
+            mm_rnm_case(halfs[t], L_CONTIG, L_CONTIG, 256, 9000, 1, glu);
+            mm_rnm_case(halfs[t], L_CONTIG, L_CONTIG, 3584, 40, 1, glu);
+            mm_rnm_case(halfs[t], L_CONTIG, L_CONTIG, 512, 40, 3, glu);
+            mm_rnm_case(halfs[t], L_CONTIG, L_TRANSPOSED, 512, 40, 1, glu);
+            mm_rnm_case(halfs[t], L_SLICED, L_CONTIG, 512, 40, 1, glu);
+        }
+    }
+    for (int glu = 0; glu < 2; glu++) {
+        mm_rnm_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 1, glu);
+        mm_rnm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 48, 1, glu);
+        mm_rnm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 512, 37, 3, glu);
+    }
     /* MUL_MAT_GLU (a decode step's FFN): F16 / BF16 rows against 1 to 8 aligned columns in
      * the one kernel (its warps a team 1 to 8: K 1024 / 3584, H 500 / 37 / 1024), more
      * columns, strided columns and a sliced weight through the product and SWIGLU, F32 and

@@ -113,7 +113,8 @@ bool cu_graph_worthy(const struct cu_ctx *c, struct lt_tensor *const *nodes, int
         return true;
     for (int i = 0; i < n_nodes; i++)
         if ((nodes[i]->op == LT_OP_MUL_MAT || nodes[i]->op == LT_OP_MUL_MAT_ACC ||
-             nodes[i]->op == LT_OP_MUL_MAT_GLU || nodes[i]->op == LT_OP_MUL_MAT_ADD_RMS_NORM) &&
+             nodes[i]->op == LT_OP_MUL_MAT_GLU || nodes[i]->op == LT_OP_MUL_MAT_ADD_RMS_NORM ||
+             nodes[i]->op == LT_OP_RMS_NORM_MUL_MAT) &&
             nodes[i]->src[1]->ne[1] > CU_GRAPH_MAX_TOKENS)
             return false;
     return true;

@@ -58,7 +58,7 @@
 #include "lathe/ops.h"
 
 static const enum lt_op matmul_ops[] = {LT_OP_MUL_MAT, LT_OP_MUL_MAT_ACC, LT_OP_MUL_MAT_GLU,
-                                        LT_OP_MUL_MAT_ADD_RMS_NORM};
+                                        LT_OP_MUL_MAT_ADD_RMS_NORM, LT_OP_RMS_NORM_MUL_MAT};
 
 #define TILE_BYTES ((size_t)64 << 20)
 #define MMV_MAX_N 8
@@ -199,8 +199,11 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
     }
     p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N &&
               (p->N == 1 ? p->sb2 == p->ldb : p->sb2 == p->N * p->ldb) && fits_int(p->N * p->r2);
-    /* MUL_MAT_ACC adds into its result through cuBLAS's beta, whatever the columns */
-    p->mmv = node->op != LT_OP_MUL_MAT_ACC && use_mmv(a, b, p);
+    /* MUL_MAT_ACC adds into its result through cuBLAS's beta, or for one column of F16 / BF16
+     * rows through mmv_half_kernel's epilogue (a decode step's output and down projections
+     * added to the residual, whose norm the product after takes: RMS_NORM_MUL_MAT) */
+    const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
+    p->mmv = use_mmv(a, b, p) && (node->op != LT_OP_MUL_MAT_ACC || cu_mmv_norm_takes(&ms, a, b));
     /* a node autodiff differentiates keeps F32 activations, as on the CPU (src/ops/matmul.c:
      * its loss and gradients are the F32 ones; a forward piecewise constant in b would
      * defeat finite differences) */
@@ -405,9 +408,104 @@ static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
     return cu_norm_compute(c, &an);
 }
 
+/* ---- RMS_NORM_MUL_MAT: the weighted RMS norm of the columns, their product [M, N], or its
+ * SwiGLU [M / 2, N] ----
+ * One kernel (mmv_half_kernel's NORM form: each block norms the column in shared memory,
+ * then its products, with GLU's epilogue for glu) for one contiguous column against F16 /
+ * BF16 rows whose product takes mmv (cu_mmv_rnm_takes): a decode step's input projections
+ * and FFN, after MUL_MAT_ACC added the residual; otherwise the norm into scratch by
+ * norm.cu's launcher, the product by this file's (into scratch for glu), then SWIGLU by
+ * unary.cu's (so whatever RMS_NORM, MUL_MAT and SWIGLU take, this takes). */
+
+static bool rnm_glu(const struct lt_tensor *node)
+{
+    return lt_get_param_i32(node, 1) != 0;
+}
+
+/* the one kernel's case */
+static bool rnm_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
+{
+    const struct lt_tensor *a = node->src[0], *x = node->src[1], *w = node->src[2];
+    const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
+    return p->K > 0 && p->mmv && !p->mmvq && lt_is_contiguous(x) && w->type == LT_TYPE_F32 &&
+           lt_is_contiguous(w) && lt_nelements(w) == p->K &&
+           cu_mmv_rnm_takes(&ms, a, x, rnm_glu(node));
+}
+
+/* the claim's and the launcher's precondition; *p is the product's plan */
+static bool rnm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *p, char *reason,
+                               size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *x = node->src[1];
+    const bool glu = rnm_glu(node);
+    if (!a || !x || !node->src[2] || x->type != LT_TYPE_F32 || a->ne[2] != 1 || a->ne[3] != 1 ||
+        x->ne[2] != 1 || x->ne[3] != 1 || node->ne[0] * (glu ? 2 : 1) != a->ne[1] ||
+        node->ne[1] != x->ne[1] || node->ne[2] != 1 || node->ne[3] != 1) {
+        snprintf(reason, reason_size,
+                 "the sources and result do not fit (a 2-d weight of M rows, 2-d f32 columns, "
+                 "[M, N] or [M / 2, N] out)");
+        return false;
+    }
+    if (!cu_check_result_f32(node, reason, reason_size))
+        return false;
+    struct lt_tensor h = lt_fused_norm(node, NULL), t = lt_fused_product(node, NULL);
+    t.src[1] = &h;
+    if (!cu_mm_supported_plan(&t, p, reason, reason_size))
+        return false;
+    if (rnm_fused(node, p))
+        return true;
+    if (!cu_norm_supported(&h, reason, reason_size))
+        return false;
+    struct lt_tensor gate, up;
+    const struct lt_tensor sw = glu_swiglu(node, &t, &gate, &up);
+    return !glu || cu_unary_supported(&sw, reason, reason_size);
+}
+
+/* scratch (CU_SCRATCH_WORK) of the unfused path: the normed columns, then the product (glu) */
+static size_t rnm_norm_bytes(const struct lt_tensor *node)
+{
+    return ((size_t)node->src[1]->ne[0] * (size_t)node->src[1]->ne[1] * sizeof(float) + 255) &
+           ~(size_t)255;
+}
+
+static lt_status rnm_compute(struct cu_ctx *c, struct lt_tensor *node)
+{
+    char reason[CU_REASON_MAX];
+    struct cu_mm_plan p;
+    if (!rnm_supported_plan(node, &p, reason, sizeof(reason)))
+        return cu_refuse(node, reason);
+    if (lt_nelements(node) == 0)
+        return LT_OK;
+    const bool glu = rnm_glu(node);
+    if (rnm_fused(node, &p)) {
+        const struct cu_norm_epi norm = {NULL, (const float *)node->src[2]->data, NULL, NULL,
+                                         lt_get_param_f32(node, 0)};
+        const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
+        return cu_mmv_rnm_run(c, &ms, node->src[0], node->src[1], (float *)node->data, &norm, glu);
+    }
+    void *work;
+    lt_status st = cu_scratch(c, CU_SCRATCH_WORK,
+                              rnm_norm_bytes(node) + (glu ? fused_product_bytes(node) : 0), &work);
+    if (st != LT_OK)
+        return st;
+    struct lt_tensor h = lt_fused_norm(node, work);
+    if ((st = cu_norm_compute(c, &h)) != LT_OK)
+        return st;
+    struct lt_tensor t =
+        lt_fused_product(node, glu ? (char *)work + rnm_norm_bytes(node) : node->data);
+    t.src[1] = &h;
+    if ((st = cu_matmul_compute(c, &t)) != LT_OK || !glu)
+        return st;
+    struct lt_tensor gate, up;
+    struct lt_tensor sw = glu_swiglu(node, &t, &gate, &up);
+    return cu_unary_compute(c, &sw);
+}
+
 bool cu_matmul_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     struct cu_mm_plan p;
+    if (node->op == LT_OP_RMS_NORM_MUL_MAT)
+        return rnm_supported_plan(node, &p, reason, reason_size);
     if (node->op == LT_OP_MUL_MAT_GLU)
         return glu_supported_plan(node, &p, reason, reason_size);
     if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM)
@@ -631,6 +729,17 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
         need[CU_SCRATCH_WORK] = fused_product_bytes(node);
         return;
     }
+    if (node->op == LT_OP_RMS_NORM_MUL_MAT) {
+        if (!rnm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
+            rnm_fused(node, &p))
+            return;
+        struct lt_tensor h = lt_fused_norm(node, NULL), t = lt_fused_product(node, NULL);
+        t.src[1] = &h;
+        matmul_scratch(&t, need);
+        need[CU_SCRATCH_WORK] =
+            rnm_norm_bytes(node) + (rnm_glu(node) ? fused_product_bytes(node) : 0);
+        return;
+    }
     if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM) {
         if (!man_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0)
             return;
@@ -655,6 +764,8 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
 
 lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
 {
+    if (node->op == LT_OP_RMS_NORM_MUL_MAT)
+        return rnm_compute(c, node);
     if (node->op == LT_OP_MUL_MAT_GLU)
         return glu_compute(c, node);
     if (node->op == LT_OP_MUL_MAT_ADD_RMS_NORM)
@@ -674,6 +785,10 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
         return cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3);
     if (p.mmv) {
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
+        if (node->op == LT_OP_MUL_MAT_ACC) { /* the addend is the result's own storage */
+            const struct cu_norm_epi acc = {(const float *)node->data, NULL, NULL, NULL, 0.0f};
+            return cu_mmv_norm_run(c, &ms, a, b, (float *)node->data, &acc);
+        }
         return cu_mmv_run(c, &ms, a, b, (float *)node->data);
     }
     const char *bbase = (const char *)b->data;

@@ -163,14 +163,19 @@ template <int NC> struct mmv_half_unroll {
 /* GLU (MUL_MAT_GLU, one slice): a team's output h is silu(a row h . b) * (a row H + h . b),
  * H = M / 2: its RW = 2 rows are h and H + h, and the walk over them is the same.
  * EPI (MUL_MAT_ADD_RMS_NORM, one slice, one column, RW 1): dst holds the residual plus each
- * output, and the last block norms them (norm_epi.cuh). */
-template <int TYPE, int NC, int RW, int WPR, bool GLU = false, bool EPI = false>
+ * output, and the last block norms them (norm_epi.cuh); with no norm weight (epi.w NULL:
+ * MUL_MAT_ACC) dst holds the addend plus each output, and nothing follows.
+ * NORM (RMS_NORM_MUL_MAT, one slice, one column): every block norms the column b first, as
+ * RMS_NORM with the weight epi.w and epi.eps does (squares summed in double, each product
+ * rounded), into dynamic shared memory (K floats), and its products read it there. */
+template <int TYPE, int NC, int RW, int WPR, bool GLU = false, bool EPI = false, bool NORM = false>
 static __global__ void __launch_bounds__(256)
     mmv_half_kernel(struct cu_t a, struct cu_t b, float *dst, int64_t r2, int64_t r3,
                     struct cu_norm_epi epi)
 {
     static_assert(!GLU || RW == 2, "a GLU team takes its gate row and its up row");
     static_assert(!EPI || (NC == 1 && RW == 1 && !GLU), "the epilogue norms one column");
+    static_assert(!NORM || (NC == 1 && !EPI), "the prologue norms one column");
     constexpr int OUT = GLU ? 1 : RW; /* outputs a team */
     constexpr int TEAMS = 8 / WPR, RPB = TEAMS * OUT, STEP = 32 * WPR, U = mmv_half_unroll<NC>::u;
     __shared__ float part_sum[8][RW][NC];
@@ -188,6 +193,24 @@ static __global__ void __launch_bounds__(256)
         }
     }
     cu_pdl_enter();
+    extern __shared__ float4 normed[]; /* NORM: the normed column, K floats */
+    if (NORM) {
+        __shared__ double red[32];
+        const float *x = (const float *)b.data;
+        float *xs = (float *)normed;
+        const int64_t K = (int64_t)K8 * 8;
+        double s = 0.0;
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+            const float v = x[k];
+            xs[k] = v;
+            s += (double)v * (double)v;
+        }
+        s = cu_block_sum(s, red);
+        const float f = (float)(1.0 / sqrt(s / (double)K + (double)epi.eps));
+        for (int64_t k = threadIdx.x; k < K; k += blockDim.x)
+            xs[k] = __fmul_rn(__fmul_rn(xs[k], f), epi.w[k]);
+        __syncthreads();
+    }
     /* every block takes the same number of turns: the barriers below are reached by all */
     for (int64_t r0 = (int64_t)blockIdx.x * RPB; r0 < rows; r0 += (int64_t)gridDim.x * RPB) {
         const int64_t rb = r0 + (int64_t)(w / WPR) * OUT; /* the team's first output */
@@ -227,8 +250,10 @@ static __global__ void __launch_bounds__(256)
 #pragma unroll
                     for (int n = 0; n < NC; n++)
                         if (n < N) {
-                            const float4 *xk = (const float4 *)(xb + n * b.nb[1]) + 2 * k8;
-                            const float4 x0 = __ldg(xk), x1 = __ldg(xk + 1);
+                            const float4 *xk = NORM ? normed + 2 * k8
+                                                    : (const float4 *)(xb + n * b.nb[1]) + 2 * k8;
+                            const float4 x0 = NORM ? xk[0] : __ldg(xk),
+                                         x1 = NORM ? xk[1] : __ldg(xk + 1);
 #pragma unroll
                             for (int t = 0; t < RW; t++)
                                 acc[t][n] += wf[t][0] * x0.x + wf[t][1] * x0.y + wf[t][2] * x0.z +
@@ -535,16 +560,22 @@ static void mmv_glu_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const str
                   p->r3, cu_norm_epi{});
 }
 
-template <int TYPE, int NC>
-static void mmv_glu_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
-                        const struct cu_t &bv, float *dst)
+/* GLU's warps a team: mmv_half_cut's rule over its H = M / 2 teams */
+static int mmv_glu_cut(const struct cu_ctx *c, const struct cu_mmv_shape *p)
 {
     const int64_t runs = p->K / 8 / 32, teams = p->M / 2;
     const int64_t want = 8 * (int64_t)(c->n_sm > 0 ? c->n_sm : 1);
     int wpr = 1;
     while (wpr < 8 && teams * wpr < want && runs >= 4 * wpr)
         wpr *= 2;
-    switch (wpr) {
+    return wpr;
+}
+
+template <int TYPE, int NC>
+static void mmv_glu_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                        const struct cu_t &bv, float *dst)
+{
+    switch (mmv_glu_cut(c, p)) {
     case 1: mmv_glu_go<TYPE, NC, 1>(c, p, av, bv, dst); break;
     case 2: mmv_glu_go<TYPE, NC, 2>(c, p, av, bv, dst); break;
     case 4: mmv_glu_go<TYPE, NC, 4>(c, p, av, bv, dst); break;
@@ -666,6 +697,67 @@ lt_status cu_mmv_norm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const 
     else
         mmv_half_wpr<LT_TYPE_BF16, 1, 1, true>(c, p, av, bv, dst, wpr, *epi);
     return cu_launched("mul_mat_add_rms_norm mmv");
+}
+
+/* RMS_NORM_MUL_MAT's kernel: the product's cut (GLU's or one column's), NORM, K floats of
+ * dynamic shared memory */
+template <int TYPE, int RW, int WPR, bool GLU>
+static void mmv_rnm_go(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                       const struct cu_t &bv, float *dst, const struct cu_norm_epi &epi)
+{
+    constexpr int RPB = 8 / WPR * (GLU ? 1 : RW);
+    const int64_t groups = ((GLU ? p->M / 2 : p->M) + RPB - 1) / RPB;
+    const unsigned blocks = (unsigned)(groups < 65535 * 4 ? groups : 65535 * 4);
+    cu_launch_pdl(c, mmv_half_kernel<TYPE, 1, RW, WPR, GLU, false, true>, blocks, 256,
+                  (size_t)p->K * sizeof(float), av, bv, dst, p->r2, p->r3, epi);
+}
+
+template <int TYPE, int RW, bool GLU>
+static void mmv_rnm_wpr(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                        const struct cu_t &bv, float *dst, const struct cu_norm_epi &epi, int wpr)
+{
+    switch (wpr) {
+    case 1: mmv_rnm_go<TYPE, RW, 1, GLU>(c, p, av, bv, dst, epi); break;
+    case 2: mmv_rnm_go<TYPE, RW, 2, GLU>(c, p, av, bv, dst, epi); break;
+    case 4: mmv_rnm_go<TYPE, RW, 4, GLU>(c, p, av, bv, dst, epi); break;
+    default: mmv_rnm_go<TYPE, RW, 8, GLU>(c, p, av, bv, dst, epi); break;
+    }
+}
+
+template <int TYPE>
+static void mmv_rnm_launch(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct cu_t &av,
+                           const struct cu_t &bv, float *dst, const struct cu_norm_epi &epi,
+                           bool glu)
+{
+    if (glu) {
+        mmv_rnm_wpr<TYPE, 2, true>(c, p, av, bv, dst, epi, mmv_glu_cut(c, p));
+        return;
+    }
+    int rw, wpr;
+    mmv_half_cut(c, p, mmv_half_wave<TYPE>(c), &rw, &wpr);
+    if (rw == 4)
+        mmv_rnm_wpr<TYPE, 4, false>(c, p, av, bv, dst, epi, wpr);
+    else
+        mmv_rnm_wpr<TYPE, 1, false>(c, p, av, bv, dst, epi, wpr);
+}
+
+bool cu_mmv_rnm_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                      const struct lt_tensor *x, bool glu)
+{
+    return cu_mmv_norm_takes(p, a, x) && (!glu || p->M % 2 == 0) &&
+           p->K * (int64_t)sizeof(float) <= CU_MMV_NORM_MAX_SHARED;
+}
+
+lt_status cu_mmv_rnm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                         const struct lt_tensor *x, float *dst, const struct cu_norm_epi *norm,
+                         bool glu)
+{
+    const struct cu_t av = cu_view(a), xv = cu_view(x);
+    if (a->type == LT_TYPE_F16)
+        mmv_rnm_launch<LT_TYPE_F16>(c, p, av, xv, dst, *norm, glu);
+    else
+        mmv_rnm_launch<LT_TYPE_BF16>(c, p, av, xv, dst, *norm, glu);
+    return cu_launched("rms_norm_mul_mat mmv");
 }
 
 lt_status cu_mmv_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,

@@ -37,4 +37,17 @@ bool cu_mmv_norm_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
 lt_status cu_mmv_norm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
                           const struct lt_tensor *b, float *dst, const struct cu_norm_epi *epi);
 
+/* RMS_NORM_MUL_MAT by one kernel (mmv_half_kernel's NORM form, each block norming the column
+ * in shared memory first): dst = a (rms_norm(x) * norm->w) (norm->eps), or with glu its
+ * SwiGLU as cu_mmv_glu_run's, for one column of F32 floats (16-byte aligned, contiguous)
+ * against one slice of unsplit F16 / BF16 rows of whole 16-byte chunks, K floats within
+ * CU_MMV_NORM_MAX_SHARED: cu_mmv_rnm_takes, which matmul.cu's claim and launcher both ask.
+ * Only norm->w and norm->eps are read. */
+#define CU_MMV_NORM_MAX_SHARED (32 * 1024)
+bool cu_mmv_rnm_takes(const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                      const struct lt_tensor *x, bool glu);
+lt_status cu_mmv_rnm_run(struct cu_ctx *c, const struct cu_mmv_shape *p, const struct lt_tensor *a,
+                         const struct lt_tensor *x, float *dst, const struct cu_norm_epi *norm,
+                         bool glu);
+
 #endif

@@ -29,9 +29,12 @@ static __device__ __forceinline__ float cu_epi_sum(const struct cu_norm_epi &e, 
 }
 
 /* Called once by every thread of every block, after the block's last store of a sum (sum:
- * the M sums, the kernel's dst). A block that is not the last returns at once. */
+ * the M sums, the kernel's dst). A block that is not the last returns at once, and every
+ * block when there is no norm (e.w NULL: MUL_MAT_ACC's addend, res, is dst itself). */
 static __device__ void cu_epi_finish(const struct cu_norm_epi &e, const float *sum, int64_t M)
 {
+    if (!e.w) /* MUL_MAT_ACC: the sums alone */
+        return;
     __shared__ int last;
     __shared__ double shared[32];
     __threadfence(); /* this block's sums, visible to the last block */
