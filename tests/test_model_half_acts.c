@@ -23,7 +23,7 @@
 /* ---- an emulated CUDA device: CUDA's verdicts, the CPU's kernels, device memory ---- */
 
 static int emu_half_nodes, emu_half_refused;
-static int emu_norm_products; /* RMS_NORM_MUL_MAT and MUL_MAT_ACC nodes CUDA took */
+static int emu_norm_products; /* RMS_NORM_MUL_MAT and MUL_MAT_ACC nodes asked */
 
 static bool half_type(enum lt_type t)
 {
@@ -35,8 +35,13 @@ static bool emu_supports(struct lt_backend *be, const struct lt_tensor *node, ch
 {
     bool ok =
         lt_cuda_verdict(node, reason, reason_size) && gap_verdict(be, node, reason, reason_size);
-    emu_norm_products +=
-        ok && (node->op == LT_OP_RMS_NORM_MUL_MAT || node->op == LT_OP_MUL_MAT_ACC);
+    if (node->op == LT_OP_RMS_NORM_MUL_MAT || node->op == LT_OP_MUL_MAT_ACC) {
+        emu_norm_products++;
+        if (!ok) {
+            emu_half_refused++;
+            fprintf(stderr, "CUDA refuses %s '%s': %s\n", lt_op_name(node->op), node->name, reason);
+        }
+    }
     bool half =
         half_type(node->type) || (node->op == LT_OP_MUL_MAT && half_type(node->src[1]->type));
     if (half) {
@@ -192,6 +197,8 @@ static void test_arch(const struct tm_spec *spec, enum lt_type wtype, const char
         }
         CHECK(ok, "%s %s: decode on the emulated device: %s", spec->arch, lt_type_name(wtype),
               lt_last_error());
+        CHECK(emu_half_refused == 0, "%s %s: CUDA refused %d of the decode's nodes", spec->arch,
+              lt_type_name(wtype), emu_half_refused);
         CHECK(!ok || (seen[0] > 0 && seen[1] == 0),
               "%s %s: norms taken into products on the device: %d nodes, %d with the switch off",
               spec->arch, lt_type_name(wtype), seen[0], seen[1]);
