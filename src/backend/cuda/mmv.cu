@@ -195,8 +195,9 @@ static __global__ void __launch_bounds__(256)
     /* NORM: the norm's weight (no kernel writes it) is loaded before the wait, up to
      * CU_EPI_KEEP elements a thread (K <= 2048), and the column's elements are kept in
      * registers between its sum of squares and the normed stores (one trip to L2 after the
-     * wait, where loading both after it took two; Nsight Compute put the prologue at ~4 us
-     * of a cold kernel, H100, 2026-12-07) */
+     * wait, where loading both after it took two). On an H100 (2026-12-07), the 0.8B BF16
+     * file's tg128 with RMS_NORM_MUL_MAT against LATHE_FUSE_NORM_MM=0: 719.7 against 743.2
+     * with two trips, 780.3 / 773.0 against 725.2 / 724.2 / 727.1 with one */
     const int64_t K = (int64_t)K8 * 8;
     float wv[NORM ? CU_EPI_KEEP : 1];
 #pragma unroll
@@ -524,7 +525,9 @@ static bool half_cols(const struct cu_mmv_shape *p, const struct cu_t &bv)
  * one column, or of one column and more rows than one wave of the one-row kernel takes
  * (wave1, 0: not asked; the 0.8B model's input projection, 8,224 rows, took 1.56 waves of
  * 5 blocks an SM at 48 registers; four rows a team take it in one, so that every block's
- * rows are asked of L2 before the PDL wait), else 1; then WPR warps a team, doubled from 1 while
+ * rows are asked of L2 before the PDL wait; tg128 of the BF16 file 719.7 against 704.1 with
+ * LATHE_CUDA_MMV_RW=1, one run each on an H100, within that machine's run-to-run spread),
+ * else 1; then WPR warps a team, doubled from 1 while
  * the teams are fewer than 8 warps an SM's worth and each warp keeps at least two 32-chunk runs of
  * a row. LATHE_CUDA_MMV_RW=1|4 and LATHE_CUDA_MMV_WPR=1|2|4|8 fix them (read once a process; for
  * bench_matmul's comparisons; RW 4 is taken only for one slice). Measured on an H100
