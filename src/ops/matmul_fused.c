@@ -112,10 +112,11 @@ static bool mul_mat_glu_supported(const struct lt_tensor *node, char *reason, si
     return product_supported(node, reason, reason_size);
 }
 
-static void mul_mat_glu_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
+/* the node's [H, N] = SWIGLU's value (unary.c) of the halves of the product [2 H, N] at prod,
+ * this thread's share */
+static void glu_of_halves(const struct lt_compute_params *prm, struct lt_tensor *node,
+                          const float *prod)
 {
-    struct lt_compute_params rest;
-    const float *prod = product_run(prm, node, &rest);
     const int64_t H = node->ne[0];
     int64_t lo, hi;
     lt_split_range(lt_nelements(node), prm->ith, prm->nth, &lo, &hi);
@@ -123,8 +124,14 @@ static void mul_mat_glu_forward(const struct lt_compute_params *prm, struct lt_t
     for (int64_t i = lo; i < hi; i++) {
         const float *col = prod + (i / H) * 2 * H;
         const float g = col[i % H], u = col[H + i % H];
-        y[i] = g / (1.0f + expf(-g)) * u; /* SWIGLU's value (unary.c) */
+        y[i] = g / (1.0f + expf(-g)) * u;
     }
+}
+
+static void mul_mat_glu_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
+{
+    struct lt_compute_params rest;
+    glu_of_halves(prm, node, product_run(prm, node, &rest));
 }
 
 /* inference only: no backward rule */
@@ -345,15 +352,7 @@ static void rms_norm_mul_mat_forward(const struct lt_compute_params *prm, struct
     if (!glu)
         return;
     lt_compute_barrier(prm);
-    const int64_t H = node->ne[0];
-    int64_t lo, hi;
-    lt_split_range(lt_nelements(node), prm->ith, prm->nth, &lo, &hi);
-    float *y = (float *)node->data;
-    for (int64_t i = lo; i < hi; i++) {
-        const float *col = prod + (i / H) * 2 * H;
-        const float g = col[i % H], u = col[H + i % H];
-        y[i] = g / (1.0f + expf(-g)) * u; /* SWIGLU's value (unary.c) */
-    }
+    glu_of_halves(prm, node, prod);
 }
 
 /* inference only: no backward rule */

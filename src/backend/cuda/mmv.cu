@@ -198,42 +198,15 @@ static __global__ void __launch_bounds__(256)
      * wait, where loading both after it took two). On an H100 (2026-12-07), the 0.8B BF16
      * file's tg128 with RMS_NORM_MUL_MAT against LATHE_FUSE_NORM_MM=0: 719.7 against 743.2
      * with two trips, 780.3 / 773.0 against 725.2 / 724.2 / 727.1 with one */
-    const int64_t K = (int64_t)K8 * 8;
-    float wv[NORM ? CU_EPI_KEEP : 1];
-#pragma unroll
-    for (int r = 0; r < (NORM ? CU_EPI_KEEP : 0); r++) {
-        const int64_t k = threadIdx.x + (int64_t)r * blockDim.x;
-        wv[r] = k < K ? epi.w[k] : 0.0f;
-    }
+    float wv[CU_EPI_KEEP];
+    if (NORM)
+        cu_norm_weights(epi.w, (int64_t)K8 * 8, wv);
     cu_pdl_enter();
     extern __shared__ float4 normed[]; /* NORM: the normed column, K floats */
     if (NORM) {
         __shared__ double red[32];
-        const float *x = (const float *)b.data;
-        float *xs = (float *)normed;
-        float xv[CU_EPI_KEEP];
-        double s = 0.0;
-#pragma unroll
-        for (int r = 0; r < CU_EPI_KEEP; r++) {
-            const int64_t k = threadIdx.x + (int64_t)r * blockDim.x;
-            xv[r] = k < K ? x[k] : 0.0f;
-            s += (double)xv[r] * (double)xv[r];
-        }
-        for (int64_t k = threadIdx.x + (int64_t)CU_EPI_KEEP * blockDim.x; k < K; k += blockDim.x) {
-            const float v = x[k];
-            xs[k] = v;
-            s += (double)v * (double)v;
-        }
-        s = cu_block_sum(s, red);
-        const float f = (float)(1.0 / sqrt(s / (double)K + (double)epi.eps));
-#pragma unroll
-        for (int r = 0; r < CU_EPI_KEEP; r++) {
-            const int64_t k = threadIdx.x + (int64_t)r * blockDim.x;
-            if (k < K)
-                xs[k] = __fmul_rn(__fmul_rn(xv[r], f), wv[r]);
-        }
-        for (int64_t k = threadIdx.x + (int64_t)CU_EPI_KEEP * blockDim.x; k < K; k += blockDim.x)
-            xs[k] = __fmul_rn(__fmul_rn(xs[k], f), epi.w[k]);
+        cu_block_rms_norm((const float *)b.data, epi.w, wv, (float *)normed, (int64_t)K8 * 8,
+                          epi.eps, red);
         __syncthreads();
     }
     /* every block takes the same number of turns: the barriers below are reached by all */

@@ -28,6 +28,51 @@ static __device__ __forceinline__ float cu_epi_sum(const struct cu_norm_epi &e, 
     return __fadd_rn(e.res[m], v);
 }
 
+/* The weights w[i] of a thread's first CU_EPI_KEEP elements (i = threadIdx.x + r blockDim.x;
+ * 0 past n) into wv, ahead of cu_block_rms_norm: a PDL kernel may load them before its wait
+ * when no kernel writes w (a norm's weight). */
+static __device__ __forceinline__ void cu_norm_weights(const float *w, int64_t n, float *wv)
+{
+#pragma unroll
+    for (int r = 0; r < CU_EPI_KEEP; r++) {
+        const int64_t i = threadIdx.x + (int64_t)r * blockDim.x;
+        wv[r] = i < n ? w[i] : 0.0f;
+    }
+}
+
+/* By a whole block, reached together: dst[i] = (x[i] f) w[i] for i < n, f = (sum x^2 / n +
+ * eps)^(-1/2) from the squares summed in double and rounded to float once, each product
+ * rounded (ADD_RMS_NORM's and RMS_NORM's formula). x is read through L2 (__ldcg: other
+ * blocks or the kernel ahead wrote it); a thread's first CU_EPI_KEEP elements stay in
+ * registers between the two passes, with their weights wv (cu_norm_weights), the rest are
+ * read again. red: 32 doubles of shared memory. */
+static __device__ void cu_block_rms_norm(const float *x, const float *w, const float *wv,
+                                         float *dst, int64_t n, float eps, double *red)
+{
+    float v[CU_EPI_KEEP];
+    double s = 0.0;
+#pragma unroll
+    for (int r = 0; r < CU_EPI_KEEP; r++) {
+        const int64_t i = threadIdx.x + (int64_t)r * blockDim.x;
+        v[r] = i < n ? __ldcg(x + i) : 0.0f;
+        s += (double)v[r] * (double)v[r];
+    }
+    for (int64_t i = threadIdx.x + (int64_t)CU_EPI_KEEP * blockDim.x; i < n; i += blockDim.x) {
+        const double xi = (double)__ldcg(x + i);
+        s += xi * xi;
+    }
+    s = cu_block_sum(s, red);
+    const float f = (float)(1.0 / sqrt(s / (double)n + (double)eps));
+#pragma unroll
+    for (int r = 0; r < CU_EPI_KEEP; r++) {
+        const int64_t i = threadIdx.x + (int64_t)r * blockDim.x;
+        if (i < n)
+            dst[i] = __fmul_rn(__fmul_rn(v[r], f), wv[r]);
+    }
+    for (int64_t i = threadIdx.x + (int64_t)CU_EPI_KEEP * blockDim.x; i < n; i += blockDim.x)
+        dst[i] = __fmul_rn(__fmul_rn(__ldcg(x + i), f), w[i]);
+}
+
 /* Called once by every thread of every block, after the block's last store of a sum (sum:
  * the M sums, the kernel's dst). A block that is not the last returns at once, and every
  * block when there is no norm (e.w NULL: MUL_MAT_ACC's addend, res, is dst itself). */
@@ -45,31 +90,9 @@ static __device__ void cu_epi_finish(const struct cu_norm_epi &e, const float *s
     if (!last)
         return;
     __threadfence();
-    /* up to CU_EPI_KEEP sums a thread are kept in registers between the two passes, with
-     * their weights loaded beside them (one trip to L2 instead of two); more go to L2 again */
-    float v[CU_EPI_KEEP], wv[CU_EPI_KEEP];
-    double s = 0.0;
-#pragma unroll
-    for (int r = 0; r < CU_EPI_KEEP; r++) {
-        const int64_t i = threadIdx.x + (int64_t)r * blockDim.x;
-        v[r] = i < M ? __ldcg(sum + i) : 0.0f;
-        wv[r] = i < M ? e.w[i] : 0.0f;
-        s += (double)v[r] * (double)v[r];
-    }
-    for (int64_t i = threadIdx.x + (int64_t)CU_EPI_KEEP * blockDim.x; i < M; i += blockDim.x) {
-        const double x = (double)__ldcg(sum + i);
-        s += x * x;
-    }
-    s = cu_block_sum(s, shared);
-    const float f = (float)(1.0 / sqrt(s / (double)M + (double)e.eps));
-#pragma unroll
-    for (int r = 0; r < CU_EPI_KEEP; r++) {
-        const int64_t i = threadIdx.x + (int64_t)r * blockDim.x;
-        if (i < M)
-            e.out[i] = __fmul_rn(__fmul_rn(v[r], f), wv[r]);
-    }
-    for (int64_t i = threadIdx.x + (int64_t)CU_EPI_KEEP * blockDim.x; i < M; i += blockDim.x)
-        e.out[i] = __fmul_rn(__fmul_rn(__ldcg(sum + i), f), e.w[i]);
+    float wv[CU_EPI_KEEP];
+    cu_norm_weights(e.w, M, wv);
+    cu_block_rms_norm(sum, e.w, wv, e.out, M, e.eps, shared);
     if (threadIdx.x == 0)
         *e.counter = 0;
 }
