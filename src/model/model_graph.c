@@ -135,18 +135,22 @@ static bool norm_mm_off(void)
     return env && strcmp(env, "0") == 0;
 }
 
-static bool half_type(enum lt_type t)
+/* weights whose one-column product a device runs with a norm taken in first or a residual
+ * added as it stores (CUDA: mmv_half_kernel for F16 / BF16, mmvq for Q8_0 / Q4_0 / Q5_0) */
+static bool norm_product_type(enum lt_type t)
 {
-    return t == LT_TYPE_F16 || t == LT_TYPE_BF16;
+    return t == LT_TYPE_F16 || t == LT_TYPE_BF16 || t == LT_TYPE_Q8_0 || t == LT_TYPE_Q4_0 ||
+           t == LT_TYPE_Q5_0;
 }
 
 /* Whether the product of the weight w (as the graph reads it) by x takes x's norm into one
  * RMS_NORM_MUL_MAT node: a fused one-token step (decode) whose x is the F32 weighted RMS
- * norm (RMS_NORM_MUL, no gate) of 2-d F32 columns, against F16 / BF16 rows. */
+ * norm (RMS_NORM_MUL, no gate) of one F32 column (one sequence: a device norms it in each
+ * block of the product, or as it quantises it), against rows of a norm_product_type. */
 static bool norm_into_product(const struct lt_mb *b, const struct lt_tensor *w,
                               const struct lt_tensor *x)
 {
-    return b->fused && b->n_tokens == 1 && !norm_mm_off() && w && x && half_type(w->type) &&
+    return b->fused && b->n_tokens == 1 && !norm_mm_off() && w && x && norm_product_type(w->type) &&
            w->ne[2] == 1 && w->ne[3] == 1 && x->op == LT_OP_RMS_NORM && x->type == LT_TYPE_F32 &&
            x->src[1] && !x->src[2] && x->src[0]->type == LT_TYPE_F32 && x->src[0]->ne[1] == 1 &&
            x->src[0]->ne[2] == 1 && x->src[0]->ne[3] == 1;
@@ -753,8 +757,8 @@ static bool product_to_fold(const struct lt_mb *b, const struct lt_tensor *a)
  * when the norm is F32, one ADD_RMS_NORM node, or in a one-token step where a is a plain
  * product one MUL_MAT_ADD_RMS_NORM node in a's place (the product's kernel adds and norms:
  * a decode token's output and down projections); else ADD then norm(). In a one-token step
- * of one sequence where a is a plain product of F16 / BF16 rows and the norm's readers
- * (`readers`, n of them) are F16 / BF16 products too, the product is added over x in place
+ * of one sequence where a is a plain product of rows of a norm_product_type and the norm's
+ * readers (`readers`, n of them) are such products too, the product is added over x in place
  * (MUL_MAT_ACC) and the norm is an RMS_NORM_MUL node its readers take into themselves
  * (norm_into_product): no block of the product waits for all the others to norm the sum. */
 static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *a,
@@ -767,11 +771,11 @@ static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct l
         return NULL;
     if (b->fused && type == LT_TYPE_F32 && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
         lt_nelements(wr) == x->ne[0] && lt_same_shape(x, a) && x->ne[2] == 1 && x->ne[3] == 1) {
-        bool defer = n > 0 && product_to_fold(b, a) && half_type(a->src[0]->type) &&
+        bool defer = n > 0 && product_to_fold(b, a) && norm_product_type(a->src[0]->type) &&
                      !norm_mm_off() && lt_is_contiguous(x) && x->type == LT_TYPE_F32 &&
                      x->ne[1] == 1;
         for (int i = 0; defer && i < n; i++)
-            defer = readers[i] && half_type(W(b, readers[i])->type);
+            defer = readers[i] && norm_product_type(W(b, readers[i])->type);
         if (defer) {
             *sum = lt_mul_mat_acc(b->ctx, a->src[0], a->src[1], x);
             return *sum ? lt_rms_norm_mul(b->ctx, *sum, wr, b->m->hp.rms_eps, LT_TYPE_F32) : NULL;

@@ -42,6 +42,12 @@ static double mm_f32_worst;
  * float additions (~1e-12 here), so such cases are held to TOL_MMVQ_SAME: a wrong scale,
  * rounding or block order would show as ~1e-5. */
 #define TOL_MMVQ_SAME 1e-9
+/* RMS_NORM_MUL_MAT of Q8_0 / Q4_0 / Q5_0 weights (mmvq, its quantisation taking the norm):
+ * the normed column x f w, w in [0.5, 1.5], has a block's largest element up to 1.5 / sqrt(
+ * E[w^2]) ~ 1.44 times further from its rms than x alone, so the bound above doubles (~1e-4),
+ * and a GLU output silu(g) u carries the roundings of both its rows: up to about twice that
+ * again. A run of the whole suite put one GLU case at 1.5e-4. */
+#define TOL_QUANT_NORMED 4e-4
 /* DELTA_NET(_BACK) of LT_DELTA_NET_PREC_TF32 against the CPU's F32: every operand of the
  * chunked kernels' products is rounded to TF32 (relative error up to 2^-11, ~2.8e-4 rms), so a
  * product of random terms is ~3e-4 off in relative terms and its normalised squared error
@@ -451,7 +457,7 @@ static void mm_rnm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, in
              (long long)N, glu ? " glu" : "");
     run_case(LT_OP_RMS_NORM_MUL_MAT, buf,
              t == LT_TYPE_F32 ? TOL_MM_F32
-             : quant          ? TOL_QUANT
+             : quant          ? TOL_QUANT_NORMED
                               : TOL_MM_HALF,
              b_rms_norm_mul_mat, &p);
 }
@@ -542,7 +548,8 @@ static void test_matmul(void)
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 1024, 300, 1, 1, 1);
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 100, 3, 1, 1);
     mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 1024, 64, 2, 1, 1);
-    /* one F32 column of F16 / BF16 rows: mmv_half_kernel's epilogue adds into the result
+    /* one F32 column of F16 / BF16 rows (Q8_0 / Q4_0 / Q5_0: mmvq): the product's epilogue
+     * adds into the result
      * (a decode step's output and down projections before RMS_NORM_MUL_MAT; four rows a
      * team past one wave of the one-row kernel) */
     for (int t = 1; t < 3; t++) {
@@ -550,6 +557,10 @@ static void test_matmul(void)
         mm_acc_case(halfs[t], LT_TYPE_F32, L_CONTIG, L_CONTIG, 3584, 1024, 1, 1, 1);
         mm_acc_case(halfs[t], LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 9000, 1, 1, 1);
     }
+    mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 2048, 1024, 1, 1, 1);
+    mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 5000, 1, 1, 1);
+    mm_acc_case(LT_TYPE_Q4_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 45, 1, 1, 1);
+    mm_acc_case(LT_TYPE_Q5_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 45, 1, 1, 1);
     /* RMS_NORM_MUL_MAT (a decode step's input projections and FFN after MUL_MAT_ACC): one
      * column of F16 / BF16 rows in the one kernel (one and four rows a team, warps a team 1
      * to 8, glu), and through the norm, the product and SWIGLU: more columns, strided
@@ -567,7 +578,12 @@ static void test_matmul(void)
     for (int glu = 0; glu < 2; glu++) {
         mm_rnm_case(LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 40, 1, glu);
         mm_rnm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 1024, 48, 1, glu);
+        mm_rnm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 256, 5000, 1, glu); /* four rows a block */
+        mm_rnm_case(LT_TYPE_Q8_0, L_CONTIG, L_TRANSPOSED, 512, 37, 1, glu);
         mm_rnm_case(LT_TYPE_Q8_0, L_CONTIG, L_CONTIG, 512, 37, 3, glu);
+        mm_rnm_case(LT_TYPE_Q4_0, L_CONTIG, L_CONTIG, 256, 45, 1, glu);
+        mm_rnm_case(LT_TYPE_Q5_0, L_CONTIG, L_CONTIG, 256, 45, 1, glu);
+        mm_rnm_case(LT_TYPE_Q4_K, L_CONTIG, L_CONTIG, 512, 24, 1, glu);
     }
     /* MUL_MAT_GLU (a decode step's FFN): F16 / BF16 rows against 1 to 8 aligned columns in
      * the one kernel (its warps a team 1 to 8: K 1024 / 3584, H 500 / 37 / 1024), more

@@ -85,6 +85,12 @@ struct cu_mm_plan {
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
 
+/* one column of one slice: a decode step's single sequence */
+static bool one_column(const struct cu_mm_plan *p)
+{
+    return p->N == 1 && p->A2 == 1 && p->A3 == 1 && p->B2 == 1 && p->B3 == 1;
+}
+
 static cudaDataType_t cuda_type(enum lt_type t)
 {
     return t == LT_TYPE_F16 ? CUDA_R_16F : t == LT_TYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -199,11 +205,13 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
     }
     p->fold = p->r2 > 1 && p->op_b == CUBLAS_OP_N &&
               (p->N == 1 ? p->sb2 == p->ldb : p->sb2 == p->N * p->ldb) && fits_int(p->N * p->r2);
-    /* MUL_MAT_ACC adds into its result through cuBLAS's beta, or for one column of F16 / BF16
-     * rows through mmv_half_kernel's epilogue (a decode step's output and down projections
-     * added to the residual, whose norm the product after takes: RMS_NORM_MUL_MAT) */
+    /* MUL_MAT_ACC adds into its result through cuBLAS's beta, or for one column (one slice)
+     * of F16 / BF16 rows through mmv_half_kernel's epilogue, of Q8_0 / Q4_0 / Q5_0 rows
+     * through mmvq's (a decode step's output and down projections added to the residual,
+     * whose norm the product after takes: RMS_NORM_MUL_MAT) */
     const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
-    p->mmv = use_mmv(a, b, p) && (node->op != LT_OP_MUL_MAT_ACC || cu_mmv_norm_takes(&ms, a, b));
+    p->mmv = use_mmv(a, b, p) && (node->op != LT_OP_MUL_MAT_ACC || cu_mmv_norm_takes(&ms, a, b) ||
+                                  (!node->grad && one_column(p) && cu_mmvq_takes(a->type, p->K)));
     /* a node autodiff differentiates keeps F32 activations, as on the CPU (src/ops/matmul.c:
      * its loss and gradients are the F32 ones; a forward piecewise constant in b would
      * defeat finite differences) */
@@ -412,8 +420,9 @@ static lt_status man_compute(struct cu_ctx *c, struct lt_tensor *node)
  * SwiGLU [M / 2, N] ----
  * One kernel (mmv_half_kernel's NORM form: each block norms the column in shared memory,
  * then its products, with GLU's epilogue for glu) for one contiguous column against F16 /
- * BF16 rows whose product takes mmv (cu_mmv_rnm_takes): a decode step's input projections
- * and FFN, after MUL_MAT_ACC added the residual; otherwise the norm into scratch by
+ * BF16 rows whose product takes mmv (cu_mmv_rnm_takes), or mmvq's two with the norm in the
+ * quantisation for Q8_0 / Q4_0 / Q5_0 rows: a decode step's input projections and FFN,
+ * after MUL_MAT_ACC added the residual; otherwise the norm into scratch by
  * norm.cu's launcher, the product by this file's (into scratch for glu), then SWIGLU by
  * unary.cu's (so whatever RMS_NORM, MUL_MAT and SWIGLU take, this takes). */
 
@@ -422,14 +431,17 @@ static bool rnm_glu(const struct lt_tensor *node)
     return lt_get_param_i32(node, 1) != 0;
 }
 
-/* the one kernel's case */
+/* the one kernel's case (mmvq: its two, the quantisation taking the norm) */
 static bool rnm_fused(const struct lt_tensor *node, const struct cu_mm_plan *p)
 {
     const struct lt_tensor *a = node->src[0], *x = node->src[1], *w = node->src[2];
     const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
-    return p->K > 0 && p->mmv && !p->mmvq && lt_is_contiguous(x) && w->type == LT_TYPE_F32 &&
-           lt_is_contiguous(w) && lt_nelements(w) == p->K &&
-           cu_mmv_rnm_takes(&ms, a, x, rnm_glu(node));
+    if (p->K <= 0 || !p->mmv || !lt_is_contiguous(x) || w->type != LT_TYPE_F32 ||
+        !lt_is_contiguous(w) || lt_nelements(w) != p->K)
+        return false;
+    if (p->mmvq)
+        return one_column(p) && (!rnm_glu(node) || p->M % 2 == 0);
+    return cu_mmv_rnm_takes(&ms, a, x, rnm_glu(node));
 }
 
 /* the claim's and the launcher's precondition; *p is the product's plan */
@@ -477,6 +489,9 @@ static lt_status rnm_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (lt_nelements(node) == 0)
         return LT_OK;
     const bool glu = rnm_glu(node);
+    if (rnm_fused(node, &p) && p.mmvq)
+        return cu_mmvq_rnm_run(c, node->src[0], node->src[1], (const float *)node->src[2]->data,
+                               lt_get_param_f32(node, 0), glu, (float *)node->data);
     if (rnm_fused(node, &p)) {
         const struct cu_norm_epi norm = {NULL, (const float *)node->src[2]->data, NULL, NULL,
                                          lt_get_param_f32(node, 0)};
@@ -730,9 +745,13 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
         return;
     }
     if (node->op == LT_OP_RMS_NORM_MUL_MAT) {
-        if (!rnm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0 ||
-            rnm_fused(node, &p))
+        if (!rnm_supported_plan(node, &p, reason, sizeof(reason)) || lt_nelements(node) == 0)
             return;
+        if (rnm_fused(node, &p)) {
+            if (p.mmvq)
+                need[CU_SCRATCH_B] = cu_mmvq_scratch_bytes(node->src[0], node->src[1]);
+            return;
+        }
         struct lt_tensor h = lt_fused_norm(node, NULL), t = lt_fused_product(node, NULL);
         t.src[1] = &h;
         matmul_scratch(&t, need);
@@ -782,7 +801,9 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
                               : cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
                                          "zeroing an empty product");
     if (p.mmvq)
-        return cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3);
+        return node->op == LT_OP_MUL_MAT_ACC
+                   ? cu_mmvq_acc_run(c, a, b, (float *)node->data)
+                   : cu_mmvq_run(c, a, b, (float *)node->data, p.r2, p.r3);
     if (p.mmv) {
         const struct cu_mmv_shape ms = {p.K, p.M, p.N, p.A2, p.A3, p.B2, p.B3, p.r2, p.r3};
         if (node->op == LT_OP_MUL_MAT_ACC) { /* the addend is the result's own storage */

@@ -72,20 +72,36 @@ bool cu_mmvq_takes(enum lt_type t, int64_t K)
 
 /* ---- 1. the activation columns to int8 blocks ---- */
 
+/* With a norm weight nw (RMS_NORM_MUL_MAT, one column): each warp first takes the column's
+ * weighted RMS norm factor, the squares summed in double over the whole column by its lanes
+ * (every warp again: K floats from L2), and quantises (x f) nw instead of x, each product
+ * rounded as RMS_NORM's. */
 static __global__ void mmvq_quantise_kernel(struct cu_t b, int8_t *__restrict__ xq,
-                                            float2 *__restrict__ xd, int64_t nblocks)
+                                            float2 *__restrict__ xd, int64_t nblocks,
+                                            const float *nw, float eps)
 {
     cu_pdl_enter();
     const int lane = threadIdx.x & 31;
-    const int64_t kblocks = b.ne[0] / MMVQ_QK, N = b.ne[1], B2 = b.ne[2];
+    const int64_t K = b.ne[0], kblocks = K / MMVQ_QK, N = b.ne[1], B2 = b.ne[2];
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+    float f = 1.0f;
+    if (nw) { /* one column: the caller's plan */
+        double s = 0.0;
+        for (int64_t k = lane; k < K; k += 32) {
+            const double v = (double)*(const float *)(b.data + k * b.nb[0]);
+            s += v * v;
+        }
+        f = (float)(1.0 / sqrt(cu_warp_sum(s) / (double)K + (double)eps));
+    }
     /* i (warp-uniform): block kb of column c = (i3 * B2 + i2) * N + n */
     for (int64_t i = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); i < nblocks;
          i += warps) {
         const int64_t kb = i % kblocks, c = i / kblocks;
         const int64_t n = c % N, i2 = (c / N) % B2, i3 = c / (N * B2);
-        const float x = *(const float *)(b.data + (kb * MMVQ_QK + lane) * b.nb[0] + n * b.nb[1] +
-                                         i2 * b.nb[2] + i3 * b.nb[3]);
+        float x = *(const float *)(b.data + (kb * MMVQ_QK + lane) * b.nb[0] + n * b.nb[1] +
+                                   i2 * b.nb[2] + i3 * b.nb[3]);
+        if (nw)
+            x = __fmul_rn(__fmul_rn(x, f), nw[kb * MMVQ_QK + lane]);
         const bool bad = __any_sync(0xffffffffu, !isfinite(x));
         float d = __int_as_float(0x7fc00000); /* nan */
         int q = 0;
@@ -252,12 +268,14 @@ static bool mmvq_many_rows(const struct cu_ctx *c, int64_t M)
 /* dst[(ch * NC + n) * M + m] for the rows m of this block and every slice ch = i3 * B2 + i2.
  * a: the weight's data and byte strides of rows and heads; xq, xd: the quantised columns.
  * GLU (MUL_MAT_GLU, one slice): the block's ROWS / 2 outputs h take rows h and M / 2 + h,
- * dst[n * M / 2 + h] = silu(row h's sum) * row M / 2 + h's. */
+ * dst[n * M / 2 + h] = silu(row h's sum) * row M / 2 + h's. addend (not GLU; NULL: none): each
+ * output stored as addend's element at its place plus the sum (MUL_MAT_ACC: addend is dst). */
 template <int TYPE, int NC, int ROWS, bool EVEN, bool GLU = false>
 static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
     mmvq_kernel(const char *__restrict__ a, int64_t anb1, int64_t anb2, int64_t anb3, int64_t M,
                 int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
-                const int8_t *__restrict__ xq, const float2 *__restrict__ xd, float *dst)
+                const int8_t *__restrict__ xq, const float2 *__restrict__ xd, float *dst,
+                const float *addend)
 {
     constexpr int NW = mmvq_shape<NC>::warps;
     constexpr int PER_ITER = NW * 32 / 4; /* blocks a step of the whole thread block */
@@ -363,8 +381,10 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
                 for (int n = 0; n < NC; n++)
 #pragma unroll
                     for (int r = 0; r < ROWS; r++)
-                        if (row0 + r < M)
-                            dst[(ch * NC + n) * M + row0 + r] = acc[n][r];
+                        if (row0 + r < M) {
+                            const int64_t o = (ch * NC + n) * M + row0 + r;
+                            dst[o] = addend ? __fadd_rn(addend[o], acc[n][r]) : acc[n][r];
+                        }
         }
         __syncthreads(); /* part is written again for the next slice */
     }
@@ -373,7 +393,7 @@ static __global__ void __launch_bounds__(mmvq_shape<NC>::warps * 32)
 template <int TYPE, int NC, int ROWS, bool GLU>
 static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk, int64_t r2,
                     int64_t r3, int64_t B2, int64_t nch, const int8_t *xq, const float2 *xd,
-                    float *dst)
+                    float *dst, const float *addend)
 {
     constexpr int NW = mmvq_shape<NC>::warps, OUT = GLU ? ROWS / 2 : ROWS;
     const int64_t outs = GLU ? M / 2 : M;
@@ -383,41 +403,42 @@ static void mmvq_go(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int 
     if (!odd_bits) /* every block 2-byte aligned */
         cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, true, GLU>, grid, NW * 32, 0,
                       (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
-                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
+                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst, addend);
     else
         cu_launch_pdl(c, mmvq_kernel<TYPE, NC, ROWS, false, GLU>, grid, NW * 32, 0,
                       (const char *)a->data, (int64_t)a->nb[1], (int64_t)a->nb[2],
-                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst);
+                      (int64_t)a->nb[3], M, nblk, r2, r3, B2, nch, xq, xd, dst, addend);
 }
 
 /* GLU: rows in pairs (a gate row and its up row), so one row a block becomes two */
 template <int TYPE, int NC, bool GLU>
 static void mmvq_launch(struct cu_ctx *c, const struct lt_tensor *a, int64_t M, int nblk,
                         int64_t r2, int64_t r3, int64_t B2, int64_t nch, const int8_t *xq,
-                        const float2 *xd, float *dst)
+                        const float2 *xd, float *dst, const float *addend)
 {
     constexpr int many = mmvq_shape<NC>::rows_many, few = mmvq_shape<NC>::rows;
     constexpr int few_glu = few < 2 ? 2 : few;
     if (mmvq_many_rows(c, M))
-        mmvq_go<TYPE, NC, many, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
+        mmvq_go<TYPE, NC, many, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend);
     else
-        mmvq_go<TYPE, NC, GLU ? few_glu : few, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst);
+        mmvq_go<TYPE, NC, GLU ? few_glu : few, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst,
+                                                    addend);
 }
 
 template <int TYPE, bool GLU>
 static void mmvq_columns(struct cu_ctx *c, const struct lt_tensor *a, int64_t N, int64_t M,
                          int nblk, int64_t r2, int64_t r3, int64_t B2, int64_t nch,
-                         const int8_t *xq, const float2 *xd, float *dst)
+                         const int8_t *xq, const float2 *xd, float *dst, const float *addend)
 {
     switch (N) {
-    case 1: mmvq_launch<TYPE, 1, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 2: mmvq_launch<TYPE, 2, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 3: mmvq_launch<TYPE, 3, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 4: mmvq_launch<TYPE, 4, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 5: mmvq_launch<TYPE, 5, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 6: mmvq_launch<TYPE, 6, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    case 7: mmvq_launch<TYPE, 7, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
-    default: mmvq_launch<TYPE, 8, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst); break;
+    case 1: mmvq_launch<TYPE, 1, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    case 2: mmvq_launch<TYPE, 2, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    case 3: mmvq_launch<TYPE, 3, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    case 4: mmvq_launch<TYPE, 4, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    case 5: mmvq_launch<TYPE, 5, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    case 6: mmvq_launch<TYPE, 6, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    case 7: mmvq_launch<TYPE, 7, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
+    default: mmvq_launch<TYPE, 8, GLU>(c, a, M, nblk, r2, r3, B2, nch, xq, xd, dst, addend); break;
     }
 }
 
@@ -436,14 +457,24 @@ size_t cu_mmvq_scratch_bytes(const struct lt_tensor *a, const struct lt_tensor *
     return scratch_layout(a, b, &d_off);
 }
 
+/* What a product adds to mmvq's two kernels: the norm its quantisation takes (nw, eps; one
+ * column), and the addend of its stores (not with glu) */
+struct mmvq_extra {
+    const float *nw;
+    float eps;
+    const float *addend;
+};
+
 /* the product (glu false) or MUL_MAT_GLU's (glu: one slice, M even) */
 static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
-                          float *dst, int64_t r2, int64_t r3, bool glu)
+                          float *dst, int64_t r2, int64_t r3, bool glu,
+                          const struct mmvq_extra &ex = {})
 {
     const int64_t K = a->ne[0], M = a->ne[1], N = b->ne[1], B2 = b->ne[2];
     const int64_t nch = B2 * b->ne[3], cols = N * nch, nblk = K / MMVQ_QK;
     if (!cu_mmvq_takes(a->type, K) || N < 1 || N > CU_MMVQ_MAX_N || M < 1 || nch < 1 ||
-        b->type != LT_TYPE_F32 || b->ne[0] != K || nblk > INT32_MAX || M > INT32_MAX)
+        b->type != LT_TYPE_F32 || b->ne[0] != K || nblk > INT32_MAX || M > INT32_MAX ||
+        (ex.nw && cols != 1) || (ex.addend && glu))
         return lt_fail(LT_ERR_BACKEND, "%s: mul_mat mmvq called outside its plan", c->name);
     size_t d_off;
     void *scratch;
@@ -454,7 +485,7 @@ static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const str
     float2 *xd = (float2 *)((char *)scratch + d_off);
     const int64_t nblocks = cols * nblk;
     cu_launch_pdl(c, mmvq_quantise_kernel, cu_blocks(nblocks, 8), 256, 0, cu_view(b), xq, xd,
-                  nblocks);
+                  nblocks, ex.nw, ex.eps);
     st = cu_launched("mul_mat mmvq quantise");
     if (st != LT_OK)
         return st;
@@ -462,19 +493,22 @@ static lt_status mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const str
         return lt_fail(LT_ERR_BACKEND, "%s: mul_mat_glu mmvq called outside its plan", c->name);
     switch (a->type) {
     case LT_TYPE_Q4_0:
-        glu ? mmvq_columns<LT_TYPE_Q4_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
-            : mmvq_columns<LT_TYPE_Q4_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd,
-                                                dst);
+        glu ? mmvq_columns<LT_TYPE_Q4_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst,
+                                               ex.addend)
+            : mmvq_columns<LT_TYPE_Q4_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst,
+                                                ex.addend);
         break;
     case LT_TYPE_Q5_0:
-        glu ? mmvq_columns<LT_TYPE_Q5_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
-            : mmvq_columns<LT_TYPE_Q5_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd,
-                                                dst);
+        glu ? mmvq_columns<LT_TYPE_Q5_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst,
+                                               ex.addend)
+            : mmvq_columns<LT_TYPE_Q5_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst,
+                                                ex.addend);
         break;
     default:
-        glu ? mmvq_columns<LT_TYPE_Q8_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst)
-            : mmvq_columns<LT_TYPE_Q8_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd,
-                                                dst);
+        glu ? mmvq_columns<LT_TYPE_Q8_0, true>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst,
+                                               ex.addend)
+            : mmvq_columns<LT_TYPE_Q8_0, false>(c, a, N, M, (int)nblk, r2, r3, B2, nch, xq, xd, dst,
+                                                ex.addend);
         break;
     }
     return cu_launched(glu ? "mul_mat_glu mmvq" : "mul_mat mmvq");
@@ -490,4 +524,16 @@ lt_status cu_mmvq_glu_run(struct cu_ctx *c, const struct lt_tensor *a, const str
                           float *dst)
 {
     return mmvq_run(c, a, b, dst, 1, 1, true);
+}
+
+lt_status cu_mmvq_acc_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+                          float *dst)
+{
+    return mmvq_run(c, a, b, dst, 1, 1, false, mmvq_extra{nullptr, 0.0f, dst});
+}
+
+lt_status cu_mmvq_rnm_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *x,
+                          const float *nw, float eps, bool glu, float *dst)
+{
+    return mmvq_run(c, a, x, dst, 1, 1, glu, mmvq_extra{nw, eps, nullptr});
 }

@@ -34,5 +34,13 @@ lt_status cu_mmvq_run(struct cu_ctx *c, const struct lt_tensor *a, const struct 
  * block. Scratch as cu_mmvq_run's. */
 lt_status cu_mmvq_glu_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
                           float *dst);
+/* MUL_MAT_ACC of one column and one slice: dst [M] += a b (dst is the addend too, each output
+ * stored as its old value plus the sum). */
+lt_status cu_mmvq_acc_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *b,
+                          float *dst);
+/* RMS_NORM_MUL_MAT of one column x [K] (one slice): the quantisation takes x's weighted RMS
+ * norm (nw [K], eps) first; dst as cu_mmvq_run's, or with glu cu_mmvq_glu_run's. */
+lt_status cu_mmvq_rnm_run(struct cu_ctx *c, const struct lt_tensor *a, const struct lt_tensor *x,
+                          const float *nw, float eps, bool glu, float *dst);
 
 #endif
