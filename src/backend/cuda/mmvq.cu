@@ -31,6 +31,10 @@
  *      8, so none leaves the allocation. Partial sums go through shared memory to warp 0,
  *      which reduces and writes.
  * The row loop has no grid-stride: M / ROWS blocks in x, the B2 * B3 slices in y.
+ * A decode step of one sequence adds two things (matmul.cu): RMS_NORM_MUL_MAT's quantisation
+ * takes the column's weighted RMS norm first (each warp sums the whole column's squares),
+ * and MUL_MAT_ACC's stores add the product to the result's old value (the residual). Both
+ * are one column of one slice.
  *
  * Scratch: the CU_SCRATCH_B slot (b's conversion, which the few-columns path never does),
  * (K + K / 32 * 8) bytes a column. It grows, synchronising, only outside a CUDA graph
