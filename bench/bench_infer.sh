@@ -56,7 +56,8 @@
 # call it again at once (within 30 s) and it waits for the build that went on meanwhile.
 #
 # Environment: BUILD_ONLY=1 (start the llama.cpp build and exit), BUDGET=570, LATHE=build-h200/lathe, TYPES="bf16 q8_0", P=512, N=128, R=3,
-# NPL=1,4,16,64, LLAMA_TGZ=.llamacpp/llama.cpp-0.3.36.tar.xz, OUT=/tmp/bench_infer
+# NPL=1,4,16,64 (none: no llama-batched-bench; with it a fresh machine gets the same-run
+# ratio in one call: NPL=none BUDGET=580 bash bench/bench_infer.sh), LLAMA_TGZ=.llamacpp/llama.cpp-0.3.36.tar.xz, OUT=/tmp/bench_infer
 # (bench_infer.log: everything; bench_infer.md: the tables; llama_build.log).
 set -o pipefail
 export LC_ALL=C PYTHONUNBUFFERED=1
@@ -275,7 +276,7 @@ if [ $llama_ok = 1 ]; then
         say "llama-bench $ty: rc $rc"
     done
     f=$W/q08-bf16.gguf
-    if [ -f "$f" ]; then
+    if [ -f "$f" ] && [ "$NPL" != none ]; then
         cmd=("$LBB" -m "$f" -c 16384 -b 2048 -ub 512 -npp 128 -ntg 128 -npl "$NPL" -ngl 99)
         echo "\$ ${cmd[*]}" >>"$log"
         timeout "$(cap 240)" "${cmd[@]}" >$W/bi_batched.txt 2>&1
@@ -304,7 +305,7 @@ fi
             echo "| q08-$ty.gguf | $t | ${lc:-failed} | ${gc:-failed} | $ratio |"
         done
     done
-    if [ $llama_ok = 1 ]; then
+    if [ $llama_ok = 1 ] && [ "$NPL" != none ]; then
         echo
         echo "## llama-batched-bench, q08-bf16.gguf (-c 16384 -b 2048 -ub 512 -npp 128 -ntg 128 -npl $NPL)"
         echo
