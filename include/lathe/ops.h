@@ -95,8 +95,11 @@ struct lt_tensor *lt_rms_norm_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, s
  * holds it as the source), writing the node's result. */
 struct lt_tensor lt_fused_product(const struct lt_tensor *node, void *data);
 /* lt_fused_norm: an RMS_NORM_MUL_MAT node as the weighted RMS_NORM of its columns, writing
- * [K, N] F32 contiguous at data (its product is lt_fused_product with src[1] set to it). */
+ * [K, N] F32 contiguous at data. lt_fused_norm_product: its product, lt_fused_product
+ * reading *h (the norm, which must outlive the result) for its columns. */
 struct lt_tensor lt_fused_norm(const struct lt_tensor *node, void *data);
+struct lt_tensor lt_fused_norm_product(const struct lt_tensor *node, struct lt_tensor *h,
+                                       void *data);
 struct lt_tensor lt_fused_add_norm(const struct lt_tensor *node, void *prod, struct lt_tensor *p);
 
 /* element-wise binary; b is broadcast over a (lt_can_repeat(b, a)) */

@@ -285,6 +285,14 @@ struct lt_tensor lt_fused_norm(const struct lt_tensor *node, void *data)
     return t;
 }
 
+struct lt_tensor lt_fused_norm_product(const struct lt_tensor *node, struct lt_tensor *h,
+                                       void *data)
+{
+    struct lt_tensor p = lt_fused_product(node, data);
+    p.src[1] = h;
+    return p;
+}
+
 static size_t bytes64(size_t n)
 {
     return (n + 63) & ~(size_t)63;
@@ -318,18 +326,16 @@ static bool rms_norm_mul_mat_supported(const struct lt_tensor *node, char *reaso
         snprintf(reason, reason_size, "the result is not contiguous f32");
         return false;
     }
-    const struct lt_tensor h = lt_fused_norm(node, NULL);
-    struct lt_tensor p = lt_fused_product(node, NULL);
-    p.src[1] = (struct lt_tensor *)&h;
+    struct lt_tensor h = lt_fused_norm(node, NULL);
+    const struct lt_tensor p = lt_fused_norm_product(node, &h, NULL);
     return lt_op_def(LT_OP_RMS_NORM)->cpu_supported(&h, reason, reason_size) &&
            lt_op_def(LT_OP_MUL_MAT)->cpu_supported(&p, reason, reason_size);
 }
 
 static size_t rms_norm_mul_mat_work_size(const struct lt_tensor *node, int nth)
 {
-    const struct lt_tensor h = lt_fused_norm(node, NULL);
-    struct lt_tensor p = lt_fused_product(node, NULL);
-    p.src[1] = (struct lt_tensor *)&h;
+    struct lt_tensor h = lt_fused_norm(node, NULL);
+    const struct lt_tensor p = lt_fused_norm_product(node, &h, NULL);
     const size_t norm = lt_op_def(LT_OP_RMS_NORM)->cpu_work_size(&h, nth),
                  prod = lt_op_def(LT_OP_MUL_MAT)->cpu_work_size(&p, nth);
     return normed_bytes(node) + rms_norm_mul_mat_prod_bytes(node) + (norm > prod ? norm : prod);
@@ -346,8 +352,7 @@ static void rms_norm_mul_mat_forward(const struct lt_compute_params *prm, struct
     lt_op_def(LT_OP_RMS_NORM)->cpu_forward(&rest, &h);
     lt_compute_barrier(prm);
     float *prod = glu ? (float *)((char *)prm->wdata + normed_bytes(node)) : (float *)node->data;
-    struct lt_tensor p = lt_fused_product(node, prod);
-    p.src[1] = &h;
+    struct lt_tensor p = lt_fused_norm_product(node, &h, prod);
     lt_op_def(LT_OP_MUL_MAT)->cpu_forward(&rest, &p);
     if (!glu)
         return;

@@ -460,8 +460,8 @@ static bool rnm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan *
     }
     if (!cu_check_result_f32(node, reason, reason_size))
         return false;
-    struct lt_tensor h = lt_fused_norm(node, NULL), t = lt_fused_product(node, NULL);
-    t.src[1] = &h;
+    struct lt_tensor h = lt_fused_norm(node, NULL);
+    struct lt_tensor t = lt_fused_norm_product(node, &h, NULL);
     if (!cu_mm_supported_plan(&t, p, reason, reason_size))
         return false;
     if (rnm_fused(node, p))
@@ -507,8 +507,7 @@ static lt_status rnm_compute(struct cu_ctx *c, struct lt_tensor *node)
     if ((st = cu_norm_compute(c, &h)) != LT_OK)
         return st;
     struct lt_tensor t =
-        lt_fused_product(node, glu ? (char *)work + rnm_norm_bytes(node) : node->data);
-    t.src[1] = &h;
+        lt_fused_norm_product(node, &h, glu ? (char *)work + rnm_norm_bytes(node) : node->data);
     if ((st = cu_matmul_compute(c, &t)) != LT_OK || !glu)
         return st;
     struct lt_tensor gate, up;
@@ -752,8 +751,8 @@ static void matmul_scratch(const struct lt_tensor *node, size_t need[CU_SCRATCH_
                 need[CU_SCRATCH_B] = cu_mmvq_scratch_bytes(node->src[0], node->src[1]);
             return;
         }
-        struct lt_tensor h = lt_fused_norm(node, NULL), t = lt_fused_product(node, NULL);
-        t.src[1] = &h;
+        struct lt_tensor h = lt_fused_norm(node, NULL);
+        struct lt_tensor t = lt_fused_norm_product(node, &h, NULL);
         matmul_scratch(&t, need);
         need[CU_SCRATCH_WORK] =
             rnm_norm_bytes(node) + (rnm_glu(node) ? fused_product_bytes(node) : 0);

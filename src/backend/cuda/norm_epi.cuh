@@ -6,7 +6,10 @@
  * cu_ctx) norms the whole column as ADD_RMS_NORM's kernel (norm.cu) does: the squares summed in
  * double, f = (sum / M + eps)^(-1/2) rounded to float, out[m] = (sum[m] f) w[m]. The norm's launch,
  * and its wait for the product, are gone; what is left is one block's pass over M floats
- * that are still in L2. matmul.cu decides when (cu_mmv_norm_takes). */
+ * that are still in L2. matmul.cu decides when (cu_mmv_norm_takes). With no norm weight
+ * (e.w NULL) the same epilogue is MUL_MAT_ACC's: each output stored over its old value plus
+ * the product, nothing after. The block-wide norm (cu_block_rms_norm) also serves
+ * RMS_NORM_MUL_MAT's prologue in the same kernel, where every block norms the column first. */
 #ifndef LATHE_BACKEND_CUDA_NORM_EPI_CUH
 #define LATHE_BACKEND_CUDA_NORM_EPI_CUH
 
