@@ -189,6 +189,28 @@ static void test_mul_mat_frozen_types(void)
             }
         }
 }
+/* A product joined along its contraction, [a0 ; a1] x [b0 ; b1] (MUL_MAT's rule takes each
+ * part's gradients as the part's own product would, never the joined operand's): a0 [5, 4]
+ * and a1 [3, 4] against b0 [5, 6] and b1 [3, 6]; user: whether a0 is frozen (a LoRA
+ * target's weight, joined with its adapter's B) */
+static struct lt_tensor *build_joined_product(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    (void)user;
+    return lt_mul_mat(ctx, lt_concat(ctx, x[0], x[1], 0), lt_concat(ctx, x[2], x[3], 0));
+}
+
+static void test_joined_product(void)
+{
+    for (int frozen = 0; frozen < 2; frozen++) {
+        struct gc_input in[4] = {{LT_TYPE_F32, {5, 4, 1, 1}, GC_CONTIGUOUS, !frozen, -1, 1},
+                                 {LT_TYPE_F32, {3, 4, 1, 1}, GC_CONTIGUOUS, true, -1, 1},
+                                 {LT_TYPE_F32, {5, 6, 1, 1}, GC_CONTIGUOUS, true, -1, 1},
+                                 {LT_TYPE_F32, {3, 6, 1, 1}, GC_CONTIGUOUS, true, -1, 1}};
+        nn_check_case(frozen ? "joined product, first weight part frozen" : "joined product",
+                      build_joined_product, NULL, in, 4);
+    }
+}
+
 /* ---- rms_norm, l2_norm ---- */
 
 struct norm_case {

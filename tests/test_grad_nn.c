@@ -350,6 +350,7 @@ int main(void)
     test_mul_mat();
     test_mul_mat_same_source();
     test_mul_mat_acc();
+    test_joined_product();
     test_mul_mat_frozen_types();
     test_mul_mat_trainable_f16_refused();
     test_train_through_frozen_weight(LT_TYPE_Q8_0);

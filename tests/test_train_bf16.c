@@ -31,7 +31,8 @@
 struct graph_counts {
     int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, half_swiglu_back,
         cont_of_swiglu_back, refused;
-    int lce, lce_back;    /* LINEAR_CE and LINEAR_CE_BACK nodes */
+    int joined, concat_readers; /* products of joined operands (LoRA), readers of a join */
+    int lce, lce_back;          /* LINEAR_CE and LINEAR_CE_BACK nodes */
     unsigned lce_parts;   /* the LINEAR_CE_BACK's parts */
     int64_t lce_elements; /* and its result's elements */
     char why[256];
@@ -55,6 +56,10 @@ static void count(const struct lt_graph *g, void *user)
                                   t->src[0]->view_src->op == LT_OP_SWIGLU_BACK &&
                                   t->type != t->src[0]->type;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
+        c->joined += t->op == LT_OP_MUL_MAT && t->src[0]->op == LT_OP_CONCAT &&
+                     t->src[1]->op == LT_OP_CONCAT;
+        for (int k = 0; k < LT_MAX_SRC && t->src[k]; k++)
+            c->concat_readers += t->src[k]->op == LT_OP_CONCAT && t->src[k]->type == LT_TYPE_BF16;
         c->lce += t->op == LT_OP_LINEAR_CE;
         if (t->op == LT_OP_LINEAR_CE_BACK) {
             c->lce_back++;
@@ -158,6 +163,78 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
     lt_lora_free(l);
 }
 
+/* A LoRA job's device graph on Qwen3.5 with adapters on every projection, B drawn nonzero:
+ * with the targets' products joined along the contraction ([W ; B] against [x ; A x], where
+ * the outputs outnumber half the inputs) the loss and the adapters' gradients are those of
+ * the base product added over the adapter's (LATHE_LORA_JOIN=0). The sums differ only in
+ * order, in F32; an activation rounded to BF16 after them may land one step apart, so the
+ * bound is 1e-4, not the 1e-5 of the same sums in the same order. Nothing but the joined
+ * products reads a join (two each): no gradient of the joined weight [K + r, rows] is made. */
+static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
+{
+    struct lt_lora *l = NULL;
+    const struct lt_lora_params lp = {.rank = 4,
+                                      .alpha = 8,
+                                      .targets = "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,"
+                                                 "attn_output,ffn_gate,ffn_up,ffn_down",
+                                      .seed = 9};
+    CHECK(lt_lora_new(m, &lp, &l) == LT_OK, "LoRA: %s", lt_last_error());
+    if (!l)
+        return;
+    struct lt_model_replace *rep = calloc((size_t)(2 * l->n_pairs), sizeof(*rep));
+    size_t n_w = 0;
+    for (int i = 0; i < l->n_pairs; i++) {
+        float *bd = (float *)l->pairs[i].b->data;
+        for (int64_t j = 0; j < lt_nelements(l->pairs[i].b); j++)
+            bd[j] = 0.03f * (float)((j * 29 + i) % 17 - 8);
+        rep[2 * i].with = l->pairs[i].a;
+        rep[2 * i + 1].with = l->pairs[i].b;
+        n_w += (size_t)(lt_nelements(l->pairs[i].a) + lt_nelements(l->pairs[i].b));
+    }
+    struct lt_model_lora *list = NULL;
+    int n_list = 0;
+    const float one = 1.0f;
+    CHECK(lt_lora_model_list(m, &l, &one, 1, &list, &n_list) == LT_OK, "%s", lt_last_error());
+    float *gj = malloc(n_w * sizeof(float)), *ga = malloc(n_w * sizeof(float)), lj = 0, la = 0;
+    const int V = (int)lt_model_hparams(m)->n_vocab;
+    int32_t tok[S * T], lab[S * T];
+    tm_next_tokens(tok, lab, T, S * T, V);
+    struct graph_counts cj, ca;
+    for (int off = 0; off < 2 && list; off++) {
+        struct lt_model_adapters ad = {.replace = rep,
+                                       .n_replace = 2 * l->n_pairs,
+                                       .lora = list,
+                                       .n_lora = n_list,
+                                       .fused_loss = true,
+                                       .bf16_products = true};
+        struct graph_counts *c = off ? &ca : &cj;
+        memset(c, 0, sizeof(*c));
+        if (off)
+            setenv("LATHE_LORA_JOIN", "0", 1);
+        CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, off ? &la : &lj, off ? ga : gj,
+                                count, c) == LT_OK,
+              "LoRA, LATHE_LORA_JOIN %s: %s", off ? "0" : "unset", lt_last_error());
+        unsetenv("LATHE_LORA_JOIN");
+    }
+    const double e = tm_rel_err(gj, ga, (int)n_w);
+    CHECK(fabsf(lj - la) <= 1e-5f * fabsf(la) && e < 1e-4,
+          "qwen35 LoRA: joined products' loss %.7f against %.7f, adapter gradients off by %.3g",
+          (double)lj, (double)la, e);
+    CHECK(cj.joined > 0 && ca.joined == 0 && cj.concat_readers == 2 * cj.joined &&
+              ca.concat_readers == 0 && cj.refused == 0,
+          "qwen35 LoRA: %d joined products (%d with the switch off), %d readers of the joins, "
+          "%d nodes CUDA refuses (%s)",
+          cj.joined, ca.joined, cj.concat_readers, cj.refused, cj.why);
+    printf("qwen35 LoRA (%d adapters): %d joined products, loss and gradients within %.2g of "
+           "the added ones'\n",
+           l->n_pairs, cj.joined, e);
+    free(gj);
+    free(ga);
+    free(list);
+    free(rep);
+    lt_lora_free(l);
+}
+
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
 {
     char path[600];
@@ -242,8 +319,10 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                "%.2g of the chained norms'; %d RMS_NORM_MUL_BACK, %d gated norms; the folded "
                "head's gradients within %.2g of mul_mat's\n",
                sp->arch, (double)l16, (double)l32, e, ech, c16.norm_mul_back, c16.gated_norms, emm);
-        if (qwen35)
+        if (qwen35) {
             test_lora_split(m, cpu);
+            test_lora_join(m, cpu);
+        }
     }
     free(g32);
     free(g16);

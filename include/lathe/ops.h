@@ -28,8 +28,13 @@ struct lt_tensor *lt_cont_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_ty
 /* Writes a (converted to dst's type) into dst, which may be a view; the result is a view
  * of dst that depends on the copy, so later readers of it see the new values. */
 struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *dst);
-/* a and b equal in every dim but `dim`; the result is contiguous. */
+/* a and b equal in every dim but `dim`; the result is contiguous F32. */
 struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim);
+/* lt_concat stored as `type` (F32, F16 or BF16): a LoRA target's weight and adapter, and its
+ * input and the adapter's A x, joined along the contraction (dim 0) into one BF16 product
+ * (src/model/model_graph.c; MUL_MAT's rule then takes the parts' gradients apart). */
+struct lt_tensor *lt_concat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                               int dim, enum lt_type type);
 /* a repeated (tiled) to the shape of `like`; each of a's dims divides like's. */
 struct lt_tensor *lt_repeat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *like);
 /* Rows of a [n, rows, ne2] picked by ids (I32 [k, ne2]): F32 [n, k, ne2]. Any type of a

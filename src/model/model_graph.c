@@ -114,6 +114,7 @@ static struct lt_tensor *lora_ax(struct lt_mb *b, const struct lt_model_lora *l,
     b->ax_lora = axr ? l : NULL;
     b->ax_x = x;
     b->ax = axr;
+    b->axz = NULL;
     return axr;
 }
 
@@ -124,6 +125,56 @@ static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_
     if (!w || (r0 == 0 && n == w->ne[1]))
         return w;
     return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
+}
+
+/* LATHE_LORA_JOIN=0 in the environment (read as a graph is built): a LoRA target's product
+ * stays the base product added over its adapter's (a before / after switch) */
+static bool lora_join_off(void)
+{
+    const char *env = getenv("LATHE_LORA_JOIN");
+    return env && strcmp(env, "0") == 0;
+}
+
+/* With BF16 products, the rows [r0, r0 + n) of a LoRA target w (its only adapter l) as one
+ * product joined along the contraction: [W ; B] (each output row's K weights, then its r
+ * adapter weights) against [x ; scale A x], where the base product added over B's F32
+ * output [n, T] (written once, read once more in cuBLAS's epilogue) took 8 bytes an
+ * output more than the product alone. The joins cost a copy of W's rows and of x ([K, T],
+ * made once for every row range of w, as A x is): worth it where the outputs outnumber
+ * the inputs, 2 n > K (the q, k, v, gate and up projections of Qwen3.5; not its output or
+ * down projections). MUL_MAT's rule takes the gradients of the parts (x, and A x and B
+ * through theirs) as the two products' rules would: the same products, the same values. */
+static bool lora_joins(const struct lt_mb *b, const struct lt_tensor *w, const struct lt_tensor *wr,
+                       const struct lt_tensor *xr, int64_t n)
+{
+    if (lora_join_off() || wr->type != LT_TYPE_BF16 || xr->type != LT_TYPE_BF16 || wr->ne[2] != 1 ||
+        wr->ne[3] != 1 || xr->ne[2] != 1 || xr->ne[3] != 1 || 2 * n <= wr->ne[0])
+        return false;
+    int adapters = 0;
+    for (int i = 0; i < b->ad->n_lora; i++)
+        adapters += b->ad->lora[i].w == w;
+    return adapters == 1;
+}
+
+static struct lt_tensor *lora_joined(struct lt_mb *b, const struct lt_model_lora *l,
+                                     struct lt_tensor *x, struct lt_tensor *xr,
+                                     struct lt_tensor *wr, int64_t r0, int64_t n)
+{
+    struct lt_tensor *axr = lora_ax(b, l, x, true);
+    if (!b->axz && axr) {
+        b->axz = lt_concat_as(b->ctx, xr, axr, 0, LT_TYPE_BF16);
+        if (b->axz)
+            lt_format_name(b->axz, "%s ; lora_a %s", xr->name, l->w->name);
+    }
+    struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
+    struct lt_tensor *bw = lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : NULL;
+    struct lt_tensor *wb = bw ? lt_concat_as(b->ctx, wr, bw, 0, LT_TYPE_BF16) : NULL;
+    if (wb)
+        lt_format_name(wb, "%s ; lora_b", l->w->name);
+    struct lt_tensor *y = wb && b->axz ? lt_mul_mat(b->ctx, wb, b->axz) : NULL;
+    if (y)
+        lt_format_name(y, "lora-joined %s", l->w->name);
+    return y;
 }
 
 /* LATHE_FUSE_NORM_MM=0 in the environment (read as a graph is built): a decode step's norms
@@ -191,6 +242,10 @@ static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt
      * product writing it took 30 and the base product reading it 33 more than without. */
     const bool half =
         b->ad && b->ad->bf16_products && (x->type == LT_TYPE_F32 || x->type == LT_TYPE_BF16);
+    if (half && lora_joins(b, w, wr, xr, n))
+        for (int i = 0; i < b->ad->n_lora; i++)
+            if (b->ad->lora[i].w == w)
+                return lora_joined(b, &b->ad->lora[i], x, xr, wr, r0, n);
     struct lt_tensor *y = half ? NULL : product(b, wr, xr, false);
     for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];

@@ -149,9 +149,10 @@ struct lt_mb {
     /* ad->bf16_products: the last activation rounded to BF16, and what it was rounded from
      * (the q/k/v and gate/up products of one input share one rounding) */
     struct lt_tensor *bf16_from, *bf16_act;
-    /* the last LoRA adapter's scaled A x (lora_ax), for the products by its other rows */
+    /* the last LoRA adapter's scaled A x (lora_ax), for the products by its other rows, and
+     * the input joined with it, [x ; A x] (lora_joined) */
     const struct lt_model_lora *ax_lora;
-    struct lt_tensor *ax_x, *ax;
+    struct lt_tensor *ax_x, *ax, *axz;
     const struct lt_mb_hooks *hooks;
     /* optional, n_layer + 1 slots: the residual stream entering each layer, then the last
      * layer's output (the layer boundaries a training graph recomputes between) */

@@ -252,12 +252,16 @@ static void concat_forward(const struct lt_compute_params *p, struct lt_tensor *
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const int dim = lt_get_param_i32(node, 0);
+    /* an F32 result's rows are written in place; a half one's go through the scratch row */
+    const bool f32 = node->type == LT_TYPE_F32;
+    float *buf = f32 ? NULL : (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(node->ne[0]);
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i[LT_MAX_DIMS] = {0};
         row_index(node, r, &i[1], &i[2], &i[3]);
-        float *y = (float *)node->data + r * node->ne[0];
+        const int64_t o1 = i[1], o2 = i[2], o3 = i[3];
+        float *y = f32 ? (float *)node->data + r * node->ne[0] : buf;
         if (dim == 0) {
             lt_row_to_f32(a, i[1], i[2], i[3], y);
             lt_row_to_f32(b, i[1], i[2], i[3], y + a->ne[0]);
@@ -267,16 +271,28 @@ static void concat_forward(const struct lt_compute_params *p, struct lt_tensor *
             i[dim] -= a->ne[dim];
             lt_row_to_f32(b, i[1], i[2], i[3], y);
         }
+        if (!f32)
+            lt_row_from_f32(node, o1, o2, o3, buf);
     }
+}
+
+static size_t concat_work_size(const struct lt_tensor *node, int nth)
+{
+    return node->type == LT_TYPE_F32 ? 0 : row_work_size(node->ne[0], nth);
 }
 
 static bool concat_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     int dim = lt_get_param_i32(node, 0);
     if (!check_source_readable(node, 0, reason, reason_size) ||
-        !check_source_readable(node, 1, reason, reason_size) ||
-        !check_result_f32(node, reason, reason_size))
+        !check_source_readable(node, 1, reason, reason_size))
         return false;
+    if (!lt_is_contiguous(node) ||
+        (node->type != LT_TYPE_F32 && node->type != LT_TYPE_F16 && node->type != LT_TYPE_BF16)) {
+        snprintf(reason, reason_size, "the result is %s %s, not contiguous f32, f16 or bf16",
+                 lt_type_name(node->type), lt_layout_name(node));
+        return false;
+    }
     if (dim < 0 || dim >= LT_MAX_DIMS) {
         snprintf(reason, reason_size, "concat along dimension %d", dim);
         return false;
@@ -291,7 +307,8 @@ static bool concat_supported(const struct lt_tensor *node, char *reason, size_t 
     return true;
 }
 
-struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim)
+struct lt_tensor *lt_concat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                               int dim, enum lt_type type)
 {
     LT_REQUIRE("concat", a, b);
     if (dim < 0 || dim >= LT_MAX_DIMS) {
@@ -304,17 +321,27 @@ struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_t
                 lt_type_name(a->type), b->name, lt_type_name(b->type));
         return NULL;
     }
+    if (type != LT_TYPE_F32 && type != LT_TYPE_F16 && type != LT_TYPE_BF16) {
+        lt_fail(LT_ERR_INVALID, "CONCAT of '%s' and '%s' into %s: only f32, f16 or bf16", a->name,
+                b->name, lt_type_name(type));
+        return NULL;
+    }
     int64_t ne[LT_MAX_DIMS];
     for (int k = 0; k < LT_MAX_DIMS; k++) {
         if (k != dim && a->ne[k] != b->ne[k])
             return fail_shapes(LT_OP_CONCAT, a, b, "shapes differ outside the concat dimension");
         ne[k] = a->ne[k] + (k == dim ? b->ne[k] : 0);
     }
-    struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_CONCAT, LT_TYPE_F32, LT_MAX_DIMS, ne,
-                                           (struct lt_tensor *[]){a, b}, 2);
+    struct lt_tensor *t =
+        lt_new_op_tensor(ctx, LT_OP_CONCAT, type, LT_MAX_DIMS, ne, (struct lt_tensor *[]){a, b}, 2);
     if (t)
         lt_set_param_i32(t, 0, dim);
     return t;
+}
+
+struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim)
+{
+    return lt_concat_as(ctx, a, b, dim, LT_TYPE_F32);
 }
 
 /* concat: each source's gradient is its window of the result's gradient (a view, which
@@ -516,6 +543,7 @@ const struct lt_op_def lt_op_def_cpy = {.name = "CPY",
 const struct lt_op_def lt_op_def_concat = {.name = "CONCAT",
                                            .n_src = 2,
                                            .cpu_supported = concat_supported,
+                                           .cpu_work_size = concat_work_size,
                                            .cpu_forward = concat_forward,
                                            .backward = concat_backward};
 const struct lt_op_def lt_op_def_acc = {.name = "ACC",

@@ -859,44 +859,13 @@ static lt_status add_product(struct lt_autodiff *ad, struct lt_tensor *src, stru
     return st;
 }
 
-/* da for every a that wants one: the formula does not read a, and the F32 gradient of an
- * F16/BF16/quantised a computed from a trainable tensor (a CPY into a half KV cache, say)
- * passes on through that op's rule. A frozen weight never wants one; a non-F32 leaf
- * flagged trainable is refused, since no optimizer step updates it. */
-static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+/* The gradients of a x b for the operands that want one, g the result's gradient (rounded as
+ * the operands are): da for an a that wants one (the formula does not read a), db likewise */
+static lt_status product_grads(struct lt_autodiff *ad, struct lt_tensor *a, struct lt_tensor *b,
+                               struct lt_tensor *g)
 {
-    struct lt_tensor *a = node->src[0], *b = node->src[1];
-    if (node->op == LT_OP_MUL_MAT_ACC && lt_ad_wants(ad, node->src[2])) {
-        /* c passes whole: its gradient is the result's */
-        lt_status st = lt_ad_add(ad, node->src[2], node->grad);
-        if (st != LT_OK)
-            return st;
-    }
     struct lt_ctx *ctx = lt_ad_ctx(ad);
-    bool want_a = lt_ad_wants(ad, a), want_b = lt_ad_wants(ad, b);
-    if (!want_a && !want_b)
-        return LT_OK;
-    if (want_a && a->type != LT_TYPE_F32 && a->op == LT_OP_NONE)
-        return lt_fail(LT_ERR_UNSUPPORTED,
-                       "'%s' is a trainable %s weight of MUL_MAT '%s': only f32 weights take "
-                       "gradients (a quantised or half weight stays frozen; train an adapter "
-                       "or an f32 copy)",
-                       a->name, lt_type_name(a->type), node->name);
-    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
-    if (!g)
-        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
-    /* a and b both in one half type (a device's training products: operands rounded to
-     * BF16): each product would round g to that type on its own (a device product takes
-     * one operand type); round it once, the same bits, one pass fewer. The rounding is
-     * shared with any other rule that rounds this g (lt_ad_rounded): a LoRA target's
-     * frozen base product (only db wanted) and its adapter's B product read one g. */
-    if ((a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) && b->type == a->type &&
-        g->type == LT_TYPE_F32) {
-        struct lt_tensor *gh = lt_ad_rounded(ad, g, a->type);
-        if (!gh)
-            return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
-        g = gh;
-    }
+    const bool want_a = lt_ad_wants(ad, a), want_b = lt_ad_wants(ad, b);
     lt_status st = LT_OK;
     if (want_b) {
         struct lt_tensor *at = transposable(ctx, a);
@@ -913,6 +882,65 @@ static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node
         st = lt_ad_add(ad, a, da ? sum_head_groups(ctx, da, a->ne[2], a->ne[3]) : NULL);
     }
     return st;
+}
+
+/* Whether a x b is a product joined along its contraction: a = [a0 ; a1] and b = [b0 ; b1],
+ * both CONCATs along dim 0 split at the same K, 2-d. Then a x b = a0 x b0 + a1 x b1, and
+ * the rule takes each part's gradients as that part's product would: a LoRA target's
+ * frozen weight joined with its adapter's B, and its input with the adapter's A x
+ * (src/model/model_graph.c), give the input's and B's gradients alone, never the full
+ * [K + r, rows] gradient of the joined weight. */
+static bool joined_product(const struct lt_tensor *a, const struct lt_tensor *b)
+{
+    return a->op == LT_OP_CONCAT && b->op == LT_OP_CONCAT && lt_get_param_i32(a, 0) == 0 &&
+           lt_get_param_i32(b, 0) == 0 && a->src[0]->ne[0] == b->src[0]->ne[0] && a->ne[2] == 1 &&
+           a->ne[3] == 1 && b->ne[2] == 1 && b->ne[3] == 1;
+}
+
+/* da and db for the operands that want one. The F32 gradient of an F16/BF16/quantised a
+ * computed from a trainable tensor (a CPY into a half KV cache, say) passes on through that
+ * op's rule. A frozen weight never wants one; a non-F32 leaf flagged trainable is refused,
+ * since no optimizer step updates it. */
+static lt_status mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
+{
+    struct lt_tensor *a = node->src[0], *b = node->src[1];
+    if (node->op == LT_OP_MUL_MAT_ACC && lt_ad_wants(ad, node->src[2])) {
+        /* c passes whole: its gradient is the result's */
+        lt_status st = lt_ad_add(ad, node->src[2], node->grad);
+        if (st != LT_OK)
+            return st;
+    }
+    if (!lt_ad_wants(ad, a) && !lt_ad_wants(ad, b))
+        return LT_OK;
+    const bool joined = joined_product(a, b);
+    for (int i = 0; i < (joined ? 2 : 1); i++) {
+        const struct lt_tensor *ai = joined ? a->src[i] : a;
+        if (lt_ad_wants(ad, ai) && ai->type != LT_TYPE_F32 && ai->op == LT_OP_NONE)
+            return lt_fail(LT_ERR_UNSUPPORTED,
+                           "'%s' is a trainable %s weight of MUL_MAT '%s': only f32 weights take "
+                           "gradients (a quantised or half weight stays frozen; train an adapter "
+                           "or an f32 copy)",
+                           ai->name, lt_type_name(ai->type), node->name);
+    }
+    struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    if (!g)
+        return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
+    /* a and b both in one half type (a device's training products: operands rounded to
+     * BF16): each product would round g to that type on its own (a device product takes
+     * one operand type); round it once, the same bits, one pass fewer. The rounding is
+     * shared with any other rule that rounds this g (lt_ad_rounded): a LoRA target's
+     * frozen base product (only db wanted) and its adapter's B product read one g. */
+    if ((a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) && b->type == a->type &&
+        g->type == LT_TYPE_F32) {
+        struct lt_tensor *gh = lt_ad_rounded(ad, g, a->type);
+        if (!gh)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
+        g = gh;
+    }
+    if (!joined)
+        return product_grads(ad, a, b, g);
+    lt_status st = product_grads(ad, a->src[0], b->src[0], g);
+    return st == LT_OK ? product_grads(ad, a->src[1], b->src[1], g) : st;
 }
 
 const struct lt_op_def lt_op_def_mul_mat = {

@@ -144,6 +144,19 @@ static struct lt_tensor *b_concat(struct build *b, const struct params *p)
     return lt_concat(b->ctx, x, y, dim);
 }
 
+/* CONCAT into a half result (lt_concat_as): along dim 0, i[1] x 8 + 3 i[2] elements of x
+ * then 16 of y a row (i[2] = 1: lengths that rule out the kernel's 16-byte words), 7 rows;
+ * a third type or a dim other than 0 (i[0]) is what the device refuses */
+static struct lt_tensor *b_concat_half(struct build *b, const struct params *p)
+{
+    const int64_t na = p->i[1] * 8 + 3 * p->i[2], nb = 16 - 3 * p->i[2];
+    const int dim = p->i[0];
+    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], na, 7, 1, 1, FILL_UNIFORM, -1, 1);
+    struct lt_tensor *y = mk(b, p->type[1], p->lay[1], dim == 0 ? nb : na, dim == 1 ? 5 : 7, 1, 1,
+                             FILL_UNIFORM, -1, 1);
+    return lt_concat_as(b->ctx, x, y, dim, p->type[2]);
+}
+
 static struct lt_tensor *b_repeat(struct build *b, const struct params *p)
 {
     struct lt_tensor *a = mk(b, p->type[0], p->lay[0], 4, p->i[0] ? 5 : 1, 3, 1, FILL_UNIFORM, -1, 1);
@@ -275,6 +288,34 @@ static void test_copies(void)
             snprintf(buf, sizeof(buf), "dim%d", dim);
             run_case(LT_OP_CONCAT, lbl(layout_names[l], buf), TOL_F32, b_concat, &p);
         }
+    /* half results: the LoRA joins of model_graph.c (BF16 weight rows with B's, and x with
+     * A x), the layouts and lengths the 16-byte words take and those they do not */
+    static const struct {
+        int l0, l1;
+        enum lt_type t0, t1, t;
+        int dim, k8, odd;
+    } halves[] = {
+        {L_CONTIG, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16, LT_TYPE_BF16, 0, 128, 0},
+        {L_CONTIG, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16, LT_TYPE_BF16, 0, 4, 1},
+        {L_SLICED, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16, LT_TYPE_BF16, 0, 4, 0},
+        {L_CONTIG, L_SLICED, LT_TYPE_F16, LT_TYPE_F16, LT_TYPE_F16, 0, 2, 0},
+        {L_TRANSPOSED, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16, LT_TYPE_BF16, 0, 2, 0},
+        {L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_BF16, LT_TYPE_BF16, 0, 2, 0},
+        {L_CONTIG, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16, LT_TYPE_BF16, 1, 2, 0},
+        {L_CONTIG, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16, LT_TYPE_F32, 0, 4, 0},
+    };
+    for (size_t k = 0; k < sizeof(halves) / sizeof(halves[0]); k++) {
+        p = P(halves[k].l0, halves[k].l1, halves[k].t0, halves[k].t1);
+        p.type[2] = halves[k].t;
+        p.i[0] = halves[k].dim;
+        p.i[1] = halves[k].k8;
+        p.i[2] = halves[k].odd;
+        char buf[48];
+        snprintf(buf, sizeof(buf), "%s,%s>%s dim%d K%lld", lt_type_name(halves[k].t0),
+                 lt_type_name(halves[k].t1), lt_type_name(halves[k].t), halves[k].dim,
+                 (long long)(halves[k].k8 * 8 + 3 * halves[k].odd));
+        run_case(LT_OP_CONCAT, lbl(layout_names[halves[k].l0], buf), TOL_F32, b_concat_half, &p);
+    }
     for (int l = 0; l < L_COUNT; l++) {
         p = P(l, 0, l == L_SLICED ? LT_TYPE_BF16 : LT_TYPE_F32, LT_TYPE_F32);
         p.i[0] = l % 2;

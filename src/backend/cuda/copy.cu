@@ -110,6 +110,24 @@ static bool acc_window_ok(const struct lt_tensor *node)
     return end <= (size_t)lt_nelements(node) * 4;
 }
 
+/* A half result of CONCAT: along dim 0, both sources of its type, 2-d (one plane), each
+ * source's elements adjacent (rows may lie apart), the result contiguous: concat_rows_kernel */
+static bool concat_rows_ok(const struct lt_tensor *node, char *reason, size_t reason_size)
+{
+    const struct lt_tensor *a = node->src[0], *b = node->src[1];
+    const bool ok = lt_get_param_i32(node, 0) == 0 && a->type == node->type &&
+                    b->type == node->type && lt_is_contiguous(node) && node->ne[2] == 1 &&
+                    node->ne[3] == 1 && a->nb[0] == 2 && b->nb[0] == 2 && a->nb[1] % 2 == 0 &&
+                    b->nb[1] % 2 == 0 && a->ne[1] == node->ne[1] && b->ne[1] == node->ne[1] &&
+                    a->ne[0] + b->ne[0] == node->ne[0];
+    if (!ok)
+        snprintf(reason, reason_size,
+                 "a %s result takes a concat along dim 0 of two 2-d %s sources with adjacent "
+                 "elements",
+                 lt_type_name(node->type), lt_type_name(node->type));
+    return ok;
+}
+
 bool cu_copy_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     switch (node->op) {
@@ -117,8 +135,11 @@ bool cu_copy_supported(const struct lt_tensor *node, char *reason, size_t reason
     case LT_OP_CPY: return cpy_supported(node, reason, reason_size);
     case LT_OP_CONCAT:
         if (!cu_check_source(node, 0, CU_TYPES_READABLE, reason, reason_size) ||
-            !cu_check_source(node, 1, CU_TYPES_READABLE, reason, reason_size) ||
-            !cu_check_result_f32(node, reason, reason_size))
+            !cu_check_source(node, 1, CU_TYPES_READABLE, reason, reason_size))
+            return false;
+        if (node->type == LT_TYPE_F16 || node->type == LT_TYPE_BF16)
+            return concat_rows_ok(node, reason, reason_size);
+        if (!cu_check_result_f32(node, reason, reason_size))
             return false;
         if (!shapes_concat_ok(node)) {
             snprintf(reason, reason_size, "the result's shape does not match its sources");
@@ -300,6 +321,31 @@ template <typename F> static void float_types(int ta, int td, F f)
         with_td(std::integral_constant<int, LT_TYPE_F16>{});
     else
         with_td(std::integral_constant<int, LT_TYPE_F32>{});
+}
+
+/* CONCAT along dim 0 of two 2-byte sources into a result of their type (a LoRA target's
+ * BF16 weight and adapter, or its input and the adapter's A x): a block a result row, the
+ * two source rows copied as 16-byte words where every row start allows, else as 2-byte
+ * elements. Sources' rows may lie apart (nb1), their elements may not (concat_rows_ok). */
+static __global__ void concat_rows_kernel(const char *a, size_t nba, int64_t na, const char *b,
+                                          size_t nbb, int64_t nb, char *y, int64_t rows, bool words)
+{
+    cu_pdl_enter();
+    const int64_t ny = na + nb;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        const char *ar = a + (size_t)r * nba, *br = b + (size_t)r * nbb;
+        char *yr = y + (size_t)r * (size_t)ny * 2;
+        if (words) {
+            for (int64_t i = threadIdx.x; i < na / 8; i += blockDim.x)
+                ((uint4 *)yr)[i] = __ldg((const uint4 *)ar + i);
+            for (int64_t i = threadIdx.x; i < nb / 8; i += blockDim.x)
+                ((uint4 *)(yr + na * 2))[i] = __ldg((const uint4 *)br + i);
+        } else {
+            for (int64_t i = threadIdx.x; i < ny; i += blockDim.x)
+                ((unsigned short *)yr)[i] =
+                    i < na ? ((const unsigned short *)ar)[i] : ((const unsigned short *)br)[i - na];
+        }
+    }
 }
 
 static __global__ void concat_kernel(struct cu_t a, struct cu_t b, struct cu_t out, int dim)
@@ -767,6 +813,18 @@ lt_status cu_copy_compute(struct cu_ctx *c, struct lt_tensor *node)
     case LT_OP_CONCAT:
         if (n == 0)
             return LT_OK;
+        if (node->type != LT_TYPE_F32) { /* concat_rows_ok, by the check above */
+            const struct lt_tensor *a = node->src[0], *b = node->src[1];
+            const int64_t na = a->ne[0], nb = b->ne[0];
+            const bool words = na % 8 == 0 && nb % 8 == 0 && a->nb[1] % 16 == 0 &&
+                               b->nb[1] % 16 == 0 && (uintptr_t)a->data % 16 == 0 &&
+                               (uintptr_t)b->data % 16 == 0 && (uintptr_t)node->data % 16 == 0;
+            const int64_t rows = node->ne[1];
+            cu_launch_pdl(c, concat_rows_kernel, (unsigned)(rows < 65535 ? rows : 65535), 128, 0,
+                          (const char *)a->data, a->nb[1], na, (const char *)b->data, b->nb[1], nb,
+                          (char *)node->data, rows, words);
+            return cu_launched("concat_rows");
+        }
         if (lt_get_param_i32(node, 0) == 0 &&
             (dim1_faster(node->src[0]) || dim1_faster(node->src[1]))) {
             lt_status st = launch_tile_copy(c, node->src[0], node->src[1], node->src[0]->ne[0], node);
