@@ -97,6 +97,8 @@
 #           job) against TF32 (LATHE_DN_BF16=0): bench_train lathe alone at TDN_SHAPES
 #           (default "16x512 4x2048"), full and LoRA, alternating, then the full fine-tune's
 #           loss curve at 16x512 both ways (its own bench runs write the text)
+#   tjoin   LoRA's joined products (the default) against LATHE_LORA_JOIN=0: bench_train lathe
+#           alone at 16x512, LoRA, alternating; loss curves both ways; the LoRA step's profile
 #   tprep   the DeltaNet prep on BF16 tensor cores against its TF32 twin (LATHE_DN_PREP_BF16=0)
 #           beside the BF16 walks: bench_train lathe alone at 16x512, alternating, loss curves
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
@@ -1013,6 +1015,34 @@ phase_tprep() {
     loss_curves LATHE_DN_PREP_BF16 tprep
 }
 
+# tjoin: a LoRA target's product joined along the contraction (the default) against the base
+# product added over the adapter's (LATHE_LORA_JOIN=0): bench_train lathe alone, LoRA at
+# 16x512, alternating; the LoRA loss curve both ways; then the LoRA step's profile with the
+# joins (LATHE_CUDA_PROFILE=2: device ms by op and by node kind)
+phase_tjoin() {
+    local mode txt=$W/bench_text_16x512.txt
+    for mode in 1 0 1 0; do
+        LATHE_LORA_JOIN=$mode SHAPES=16x512 lathe_alone tjoin_$mode "" lora
+    done
+    [ -f "$txt" ] || { row "tjoin loss curves" "skipped: no $txt"; return; }
+    local lora="--rank 16 --alpha 32 --lr 1e-4 --targets attn_q,attn_k,attn_v,attn_output,attn_qkv,attn_gate,ssm_out,ffn_gate,ffn_up,ffn_down"
+    for mode in 1 0; do
+        LATHE_LORA_JOIN=$mode timeout 60 $L train -m $W/q08-bf16.gguf --text "$txt" \
+            --out $W/tjoin-out.gguf --backend cuda --device-only --window 512 --batch-tokens 8192 \
+            --epochs 1 $lora >"$out/tjoin_loss_$mode.log" 2>&1
+        row "LoRA 16x512, LATHE_LORA_JOIN=$mode" "rc $? loss $(grep -oE 'loss [0-9.]+' "$out/tjoin_loss_$mode.log" | awk '{printf "%s ", $2}')"
+    done
+    [ "$(left)" -gt 40 ] || return
+    LATHE_CUDA_PROFILE=2 LATHE_CUDA_PROFILE_SKIP=2 timeout $(($(left) - 10)) $L train -m $W/q08-bf16.gguf \
+        --text "$txt" --out $W/tjoin-out.gguf --backend cuda --device-only --window 512 \
+        --batch-tokens 8192 $lora >"$out/tjoin_prof.log" 2>&1
+    row "LoRA 16x512 under LATHE_CUDA_PROFILE=2" "rc $?"
+    rm -f $W/tjoin-out.gguf
+    echo "==== tjoin profile"
+    grep -E "profile:" "$out/tjoin_prof.log"
+    sed -n '/by node kind/,$p' "$out/tjoin_prof.log" | head -${KINDS:-45} | cut -c1-200
+}
+
 # mdecode: the model decode checks with the sessions on CUDA0 (every architecture: decode,
 # prefill, batched decode, F16 cache, the kept step), then the conformance group of the
 # decode's recurrent kernels
@@ -1219,7 +1249,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tjoin]=200 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
