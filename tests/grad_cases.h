@@ -32,6 +32,7 @@ static const struct grad_family grad_families[] = {
     {"mul_mat (GQA heads, odd K, N=1, M=1)", test_mul_mat},
     {"mul_mat(x, x)", test_mul_mat_same_source},
     {"mul_mat_acc (c + a b over c)", test_mul_mat_acc},
+    {"mul_mat of joined operands ([a0 ; a1] [b0 ; b1], LoRA)", test_joined_product},
     {"mul_mat, frozen F16/BF16/Q8_0 a", test_mul_mat_frozen_types},
     {"rms_norm, l2_norm", test_norms},
     {"rms_norm * w (* silu(z)), fused", test_norm_mul},
