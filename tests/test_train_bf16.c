@@ -32,6 +32,7 @@ struct graph_counts {
     int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, half_swiglu_back,
         cont_of_swiglu_back, refused;
     int joined, concat_readers; /* products of joined operands (LoRA), readers of a join */
+    int half_products;          /* products that store BF16 (the FFN's gate and up) */
     int lce, lce_back;          /* LINEAR_CE and LINEAR_CE_BACK nodes */
     unsigned lce_parts;   /* the LINEAR_CE_BACK's parts */
     int64_t lce_elements; /* and its result's elements */
@@ -56,6 +57,7 @@ static void count(const struct lt_graph *g, void *user)
                                   t->src[0]->view_src->op == LT_OP_SWIGLU_BACK &&
                                   t->type != t->src[0]->type;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
+        c->half_products += t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16;
         c->joined += t->op == LT_OP_MUL_MAT && t->src[0]->op == LT_OP_CONCAT &&
                      t->src[1]->op == LT_OP_CONCAT;
         for (int k = 0; k < LT_MAX_SRC && t->src[k]; k++)
@@ -120,6 +122,9 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
     struct graph_counts cs, cc;
+    /* the FFN's products in F32 (LATHE_HALF_FFN=0): their BF16 results would turn the two
+     * graphs' F32 differences in summation order into whole BF16 steps */
+    setenv("LATHE_HALF_FFN", "0", 1);
     for (int chain = 0; chain < 2 && list; chain++) {
         struct lt_model_adapters ad = {.replace = rep,
                                        .n_replace = 2 * l->n_pairs,
@@ -134,6 +139,7 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
                                 chain ? gc : gs, count, c) == LT_OK,
               "LoRA, chain_norms %d: %s", chain, lt_last_error());
     }
+    unsetenv("LATHE_HALF_FFN");
     const double e = tm_rel_err(gs, gc, (int)n_w);
     CHECK(fabsf(ls - lc) <= 1e-6f * fabsf(lc) && e < 1e-5 && cs.conv_silu == 3 * cc.conv_silu &&
               cc.conv_silu > 0,
@@ -211,10 +217,12 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
         memset(c, 0, sizeof(*c));
         if (off)
             setenv("LATHE_LORA_JOIN", "0", 1);
+        setenv("LATHE_HALF_FFN", "0", 1); /* as in test_lora_split */
         CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, off ? &la : &lj, off ? ga : gj,
                                 count, c) == LT_OK,
               "LoRA, LATHE_LORA_JOIN %s: %s", off ? "0" : "unset", lt_last_error());
         unsetenv("LATHE_LORA_JOIN");
+        unsetenv("LATHE_HALF_FFN");
     }
     const double e = tm_rel_err(gj, ga, (int)n_w);
     CHECK(fabsf(lj - la) <= 1e-5f * fabsf(la) && e < 1e-4,
@@ -299,6 +307,12 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                       cch.conv_acc > 0,
                   "qwen35: %d CONV_SILU and %d ACC into a conv output (chained norms: %d and %d)",
                   c16.conv_silu, c16.conv_acc, cch.conv_silu, cch.conv_acc);
+        /* the FFN's gate and up store BF16 (lt_mul_mat_as), a pair a layer, in the BF16 graph
+         * alone */
+        const int n_layer = (int)lt_model_hparams(m)->n_layer;
+        CHECK(c16.half_products == 2 * n_layer && c32.half_products == 0,
+              "%s: %d products store BF16 (want the %d layers' gate and up), %d in F32", sp->arch,
+              c16.half_products, n_layer, c32.half_products);
         CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
               c16.refused, c16.why);
         /* every weight trainable: the head's backward makes dh, dw and the loss, in place of

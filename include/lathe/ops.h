@@ -54,6 +54,11 @@ struct lt_tensor *lt_set_rows(struct lt_ctx *ctx, struct lt_tensor *src, struct 
  * a is broadcast over b's dims 2 and 3 in groups (B2 % A2 == 0): consecutive b heads
  * share one a head, as grouped-query attention shares a KV head. */
 struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b);
+/* lt_mul_mat stored as `type`: F32, or the type of a and b when both are that one half type
+ * (F32 sums, each output rounded once): a device's training step's FFN gate and up
+ * projections, which only SWIGLU and its backward read (src/model/model_graph.c) */
+struct lt_tensor *lt_mul_mat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                enum lt_type type);
 /* c + mul_mat(a, b), written over c in place (the result is a view of c): c must be F32,
  * contiguous and of the product's shape, and read by nothing after this node. A device adds
  * the product in its epilogue (cuBLAS beta = 1), without a pass of its own: a LoRA target's

@@ -127,6 +127,21 @@ static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_
     return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
 }
 
+/* LATHE_HALF_FFN=0 in the environment (read as a graph is built): a training step's FFN gate
+ * and up products stay F32 (a before / after switch) */
+static bool half_ffn_off(void)
+{
+    const char *env = getenv("LATHE_HALF_FFN");
+    return env && strcmp(env, "0") == 0;
+}
+
+/* the type of a BF16 product's result in mm_rows: b->product_type (BF16 while ffn() builds
+ * the gate and up products of a device's training step) */
+static enum lt_type half_product(const struct lt_mb *b)
+{
+    return b->product_type == LT_TYPE_BF16 ? LT_TYPE_BF16 : LT_TYPE_F32;
+}
+
 /* LATHE_LORA_JOIN=0 in the environment (read as a graph is built): a LoRA target's product
  * stays the base product added over its adapter's (a before / after switch) */
 static bool lora_join_off(void)
@@ -171,7 +186,7 @@ static struct lt_tensor *lora_joined(struct lt_mb *b, const struct lt_model_lora
     struct lt_tensor *wb = bw ? lt_concat_as(b->ctx, wr, bw, 0, LT_TYPE_BF16) : NULL;
     if (wb)
         lt_format_name(wb, "%s ; lora_b", l->w->name);
-    struct lt_tensor *y = wb && b->axz ? lt_mul_mat(b->ctx, wb, b->axz) : NULL;
+    struct lt_tensor *y = wb && b->axz ? lt_mul_mat_as(b->ctx, wb, b->axz, half_product(b)) : NULL;
     if (y)
         lt_format_name(y, "lora-joined %s", l->w->name);
     return y;
@@ -263,7 +278,10 @@ static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt
             return NULL;
     }
     if (half)
-        y = y ? lt_mul_mat_acc(b->ctx, wr, xr, y) : lt_mul_mat(b->ctx, wr, xr);
+        y = y ? lt_mul_mat_acc(b->ctx, wr, xr, y)
+              : lt_mul_mat_as(b->ctx, wr, xr,
+                              wr->type == LT_TYPE_BF16 && xr->type == LT_TYPE_BF16 ? half_product(b)
+                                                                                   : LT_TYPE_F32);
     return y;
 }
 
@@ -764,7 +782,12 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
         struct lt_tensor *h = named(product(b, ly->ffn_gate_up, x, true), "ffn_swiglu", il);
         return named(mm(b, ly->ffn_down, h), "ffn_out", il);
     }
-    if (mm_group(b, ly->ffn_gate_up, ws, 2, x, proj) != LT_OK)
+    /* a device's training step: the gate and up products store BF16, which SWIGLU and its
+     * backward read (half the bytes written, read twice and kept for the backward) */
+    b->product_type = b->ad && b->ad->bf16_products && !half_ffn_off() ? LT_TYPE_BF16 : LT_TYPE_F32;
+    const lt_status st = mm_group(b, ly->ffn_gate_up, ws, 2, x, proj);
+    b->product_type = LT_TYPE_F32;
+    if (st != LT_OK)
         return NULL;
     struct lt_tensor *gate = named(proj[0], "ffn_gate", il);
     struct lt_tensor *up = named(proj[1], "ffn_up", il);

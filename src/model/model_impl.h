@@ -153,6 +153,9 @@ struct lt_mb {
      * the input joined with it, [x ; A x] (lora_joined) */
     const struct lt_model_lora *ax_lora;
     struct lt_tensor *ax_x, *ax, *axz;
+    /* the type a training step's plain BF16 products store (mm_rows: BF16 for the FFN's gate
+     * and up, which only SWIGLU and its backward read), F32 otherwise */
+    enum lt_type product_type;
     const struct lt_mb_hooks *hooks;
     /* optional, n_layer + 1 slots: the residual stream entering each layer, then the last
      * layer's output (the layer boundaries a training graph recomputes between) */

@@ -57,7 +57,8 @@ static bool half_pair(enum lt_type ta, enum lt_type tb)
     return (tb == LT_TYPE_F16 || tb == LT_TYPE_BF16) && ta == tb;
 }
 
-struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
+static struct lt_tensor *mul_mat_new(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                     enum lt_type type)
 {
     LT_REQUIRE("mul_mat", a, b);
     const struct lt_type_traits *ta = lt_type_traits(a->type);
@@ -81,9 +82,26 @@ struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_
                 (long long)b->ne[2], (long long)b->ne[3]);
         return NULL;
     }
+    if (type != LT_TYPE_F32 && (!half_pair(a->type, b->type) || type != a->type)) {
+        lt_fail(LT_ERR_INVALID,
+                "mul_mat of '%s' (%s) and '%s' (%s) into %s: a half result takes operands of "
+                "its own type",
+                a->name, lt_type_name(a->type), b->name, lt_type_name(b->type), lt_type_name(type));
+        return NULL;
+    }
     int64_t ne[4] = {a->ne[1], b->ne[1], b->ne[2], b->ne[3]};
-    return lt_new_op_tensor(ctx, LT_OP_MUL_MAT, LT_TYPE_F32, 4, ne,
-                            (struct lt_tensor *[]){a, b}, 2);
+    return lt_new_op_tensor(ctx, LT_OP_MUL_MAT, type, 4, ne, (struct lt_tensor *[]){a, b}, 2);
+}
+
+struct lt_tensor *lt_mul_mat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b)
+{
+    return mul_mat_new(ctx, a, b, LT_TYPE_F32);
+}
+
+struct lt_tensor *lt_mul_mat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
+                                enum lt_type type)
+{
+    return mul_mat_new(ctx, a, b, type);
 }
 
 struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
@@ -396,11 +414,42 @@ static void mm_plan_make(const struct lt_tensor *node, int nth, struct mm_plan *
     }
 }
 
-static size_t mul_mat_work_size(const struct lt_tensor *node, int nth)
+static size_t f32_product_bytes(const struct lt_tensor *node)
+{
+    return ((size_t)lt_nelements(node) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+/* the node as the MUL_MAT writing its F32 product at `data` (a half result's, before its
+ * rounding; MUL_MAT_ACC's, before its sum) */
+static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
+{
+    struct lt_tensor t = *node;
+    t.op = LT_OP_MUL_MAT;
+    t.type = LT_TYPE_F32;
+    t.nb[0] = sizeof(float);
+    for (int d = 1; d < LT_MAX_DIMS; d++)
+        t.nb[d] = t.nb[d - 1] * (size_t)t.ne[d - 1];
+    t.src[2] = NULL;
+    t.view_src = NULL;
+    t.view_offs = 0;
+    t.data = data;
+    return t;
+}
+
+static size_t mul_mat_f32_work_size(const struct lt_tensor *node, int nth)
 {
     struct mm_plan p;
     mm_plan_make(node, nth, &p);
     return p.b_copy_bytes + (size_t)nth * p.thread_bytes;
+}
+
+/* a half result: the F32 product in scratch first, then rounded */
+static size_t mul_mat_work_size(const struct lt_tensor *node, int nth)
+{
+    if (node->type == LT_TYPE_F32)
+        return mul_mat_f32_work_size(node, nth);
+    const struct lt_tensor t = product_of(node, NULL);
+    return f32_product_bytes(node) + mul_mat_f32_work_size(&t, nth);
 }
 
 static bool mul_mat_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -421,8 +470,10 @@ static bool mul_mat_supported(const struct lt_tensor *node, char *reason, size_t
                  lt_type_name(b->type), lt_type_name(a->type));
         return false;
     }
-    if (node->type != LT_TYPE_F32 || !lt_is_contiguous(node)) {
-        snprintf(reason, reason_size, "the result is not contiguous f32");
+    if ((node->type != LT_TYPE_F32 && (!half_pair(a->type, b->type) || node->type != a->type)) ||
+        !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size,
+                 "the result is not contiguous f32 (nor of its half operands' type)");
         return false;
     }
     if (a->ne[0] != b->ne[0] || a->ne[2] == 0 || a->ne[3] == 0 || b->ne[2] % a->ne[2] ||
@@ -674,7 +725,7 @@ static void mm_dot_forward(const struct lt_compute_params *prm, const struct mm_
     }
 }
 
-static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
+static void mul_mat_f32_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
 {
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     struct mm_plan p;
@@ -739,21 +790,24 @@ static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tenso
 /* ---- MUL_MAT_ACC on the CPU: the product into scratch (MUL_MAT's kernel, on a copy of
  * the node that writes there), then added into c ---- */
 
-static size_t acc_product_bytes(const struct lt_tensor *node)
+static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
 {
-    return ((size_t)lt_nelements(node) * sizeof(float) + 63) & ~(size_t)63;
-}
-
-/* the node as the MUL_MAT writing its product at `data` */
-static struct lt_tensor product_of(const struct lt_tensor *node, void *data)
-{
-    struct lt_tensor t = *node;
-    t.op = LT_OP_MUL_MAT;
-    t.src[2] = NULL;
-    t.view_src = NULL;
-    t.view_offs = 0;
-    t.data = data;
-    return t;
+    if (node->type == LT_TYPE_F32) {
+        mul_mat_f32_forward(prm, node);
+        return;
+    }
+    float *prod = (float *)prm->wdata;
+    struct lt_tensor t = product_of(node, prod);
+    struct lt_compute_params q = *prm;
+    q.wdata = (char *)prm->wdata + f32_product_bytes(node);
+    q.wsize = prm->wsize - f32_product_bytes(node);
+    mul_mat_f32_forward(&q, &t);
+    lt_compute_barrier(prm);
+    int64_t lo, hi;
+    lt_split_range(lt_nelements(node), prm->ith, prm->nth, &lo, &hi);
+    const struct lt_type_traits *tt = lt_type_traits(node->type);
+    if (hi > lo)
+        tt->from_float(prod + lo, (char *)node->data + (size_t)lo * tt->type_size, hi - lo);
 }
 
 static bool mul_mat_acc_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -771,7 +825,7 @@ static bool mul_mat_acc_supported(const struct lt_tensor *node, char *reason, si
 static size_t mul_mat_acc_work_size(const struct lt_tensor *node, int nth)
 {
     const struct lt_tensor t = product_of(node, NULL);
-    return acc_product_bytes(node) + mul_mat_work_size(&t, nth);
+    return f32_product_bytes(node) + mul_mat_work_size(&t, nth);
 }
 
 static void mul_mat_acc_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
@@ -779,8 +833,8 @@ static void mul_mat_acc_forward(const struct lt_compute_params *prm, struct lt_t
     float *prod = (float *)prm->wdata;
     struct lt_tensor t = product_of(node, prod);
     struct lt_compute_params q = *prm;
-    q.wdata = (char *)prm->wdata + acc_product_bytes(node);
-    q.wsize = prm->wsize - acc_product_bytes(node);
+    q.wdata = (char *)prm->wdata + f32_product_bytes(node);
+    q.wsize = prm->wsize - f32_product_bytes(node);
     mul_mat_forward(&q, &t);
     lt_compute_barrier(prm);
     int64_t lo, hi;

@@ -97,6 +97,8 @@
 #           job) against TF32 (LATHE_DN_BF16=0): bench_train lathe alone at TDN_SHAPES
 #           (default "16x512 4x2048"), full and LoRA, alternating, then the full fine-tune's
 #           loss curve at 16x512 both ways (its own bench runs write the text)
+#   tenv    a training switch TVAR (default LATHE_HALF_FFN) on against off: bench_train lathe
+#           alone at 16x512 (TJOBS, default "full lora"), alternating; full loss curves both ways
 #   tjoin   LoRA's joined products (the default) against LATHE_LORA_JOIN=0: bench_train lathe
 #           alone at 16x512, LoRA, alternating; loss curves both ways; the LoRA step's profile
 #   tprep   the DeltaNet prep on BF16 tensor cores against its TF32 twin (LATHE_DN_PREP_BF16=0)
@@ -1043,6 +1045,19 @@ phase_tjoin() {
     sed -n '/by node kind/,$p' "$out/tjoin_prof.log" | head -${KINDS:-45} | cut -c1-200
 }
 
+# tenv: a training switch TVAR (default LATHE_HALF_FFN: the FFN's gate and up products
+# storing BF16) at 1 (the default) against 0: bench_train lathe alone at 16x512, TJOBS
+# (default "full lora"), alternating, then the full fine-tune's loss curve both ways
+phase_tenv() {
+    local mode var=${TVAR:-LATHE_HALF_FFN}
+    for mode in 1 0 1 0; do
+        export "$var=$mode"
+        SHAPES=16x512 lathe_alone tenv_$mode "" "${TJOBS:-full lora}"
+    done
+    unset "$var"
+    loss_curves "$var" tenv
+}
+
 # mdecode: the model decode checks with the sessions on CUDA0 (every architecture: decode,
 # prefill, batched decode, F16 cache, the kept step), then the conformance group of the
 # decode's recurrent kernels
@@ -1249,7 +1264,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([tjoin]=200 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tjoin]=200 [tenv]=200 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"

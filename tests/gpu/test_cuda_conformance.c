@@ -390,6 +390,17 @@ static struct lt_tensor *b_mul_mat(struct build *b, const struct params *p)
     return lt_mul_mat(b->ctx, a, x);
 }
 
+/* b_mul_mat's product of two operands of one half type, stored in that type
+ * (lt_mul_mat_as: a training step's FFN gate and up) */
+static struct lt_tensor *b_mul_mat_half(struct build *b, const struct params *p)
+{
+    struct lt_tensor *a =
+        mk(b, p->type[0], p->lay[0], p->ne[0], p->ne[1], p->i[0], p->i[2], FILL_UNIFORM, -1, 1);
+    struct lt_tensor *x =
+        mk(b, p->type[0], p->lay[1], p->ne[0], p->ne[2], p->i[1], p->i[3], FILL_UNIFORM, -1, 1);
+    return lt_mul_mat_as(b->ctx, a, x, p->type[0]);
+}
+
 /* MUL_MAT_ACC: b_mul_mat's product added over c, contiguous F32 [M, N, B2, B3] */
 static struct lt_tensor *b_mul_mat_acc(struct build *b, const struct params *p)
 {
@@ -539,6 +550,26 @@ static void mm_case(enum lt_type t, int la, int lb, int64_t K, int64_t M, int64_
 static void test_matmul(void)
 {
     static const enum lt_type halfs[] = {LT_TYPE_F32, LT_TYPE_F16, LT_TYPE_BF16};
+    /* half results (lt_mul_mat_as): 2-d operands as they lie go to one cuBLAS product;
+     * batched ones are refused (the CPU runs them). Both sides round the F32 sums once, which
+     * differ in order: TOL_MM_HALF */
+    static const struct {
+        int la, lb;
+        int64_t n, a2, b2;
+    } hr[] = {{L_CONTIG, L_CONTIG, 40, 1, 1}, {L_TRANSPOSED, L_CONTIG, 40, 1, 1},
+              {L_CONTIG, L_SLICED, 40, 1, 1}, {L_CONTIG, L_TRANSPOSED, 19, 1, 1},
+              {L_CONTIG, L_CONTIG, 3, 1, 1},  {L_CONTIG, L_CONTIG, 12, 2, 2}};
+    for (int t = 1; t < 3; t++)
+        for (size_t k = 0; k < sizeof(hr) / sizeof(hr[0]); k++) {
+            struct params p = P(hr[k].la, hr[k].lb, halfs[t], halfs[t]);
+            p.ne[0] = 64, p.ne[1] = 48, p.ne[2] = hr[k].n;
+            p.i[0] = (int)hr[k].a2, p.i[1] = (int)hr[k].b2, p.i[2] = 1, p.i[3] = 1;
+            char buf[64];
+            snprintf(buf, sizeof(buf), "%s>%s/%s+%s/N%lld%s", lt_type_name(halfs[t]),
+                     lt_type_name(halfs[t]), layout_names[hr[k].la], layout_names[hr[k].lb],
+                     (long long)hr[k].n, hr[k].a2 > 1 ? " batched" : "");
+            run_case(LT_OP_MUL_MAT, buf, TOL_MM_HALF, b_mul_mat_half, &p);
+        }
     for (int t = 0; t < 3; t++) {
         for (int la = 0; la < L_COUNT; la++)
             for (int lb = 0; lb < L_COUNT; lb++) {
@@ -821,14 +852,14 @@ static struct lt_tensor *b_pair(struct build *b, const struct params *p)
                                    : lt_silu_back(b->ctx, x, y);
 }
 
-/* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1],
- * the result of type type[2] (0: F32), the gate's activation i[1] (enum lt_glu) */
+/* SWIGLU_BACK: the gradient, gate and up in layouts lay[0..2], the gate of type type[1], up
+ * of type[3], the result of type type[2] (0: F32), the gate's activation i[1] (enum lt_glu) */
 static struct lt_tensor *b_swiglu_back(struct build *b, const struct params *p)
 {
     const int64_t n3 = p->ne[3] ? p->ne[3] : 2; /* 1: 162 elements, the scalar flat kernel */
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[0], 9, 6, 3, n3, FILL_UNIFORM, -2, 2);
     struct lt_tensor *x = mk(b, p->type[1], p->lay[1], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
-    struct lt_tensor *u = mk(b, LT_TYPE_F32, p->lay[2], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
+    struct lt_tensor *u = mk(b, p->type[3], p->lay[2], 9, 6, 3, n3, FILL_UNIFORM, -4, 4);
     return lt_glu_back_as(b->ctx, g, x, u, (enum lt_glu)p->i[1],
                           p->type[2] ? p->type[2] : LT_TYPE_F32);
 }
@@ -971,6 +1002,18 @@ static void test_elementwise(void)
                                        : bf16 ? "bf16 gate"
                                               : "rotated"),
                  TOL_F32, b_swiglu_back, &p);
+    }
+    /* SWIGLU and SWIGLU_BACK over contiguous BF16 / F16 gate and up (the FFN's products
+     * storing half results): the typed float4 kernels; 324 elements */
+    for (int h = 0; h < 2; h++) {
+        const enum lt_type ht = h ? LT_TYPE_F16 : LT_TYPE_BF16;
+        p = P(L_CONTIG, L_CONTIG, ht, ht);
+        p.i[0] = LT_OP_SWIGLU, p.type[2] = LT_TYPE_BF16;
+        run_case(LT_OP_SWIGLU, lbl("contig 324", lt_type_name(ht)), TOL_HALF, b_pair, &p);
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, ht);
+        p.lay[2] = L_CONTIG, p.type[2] = LT_TYPE_BF16, p.type[3] = ht;
+        run_case(LT_OP_SWIGLU_BACK, lbl("contig 324", lt_type_name(ht)), TOL_HALF, b_swiglu_back,
+                 &p);
     }
     /* SWIGLU_BACK writing half gradients (a device's training step: the FFN's gate and up
      * products read them): strided sources (the indexed kernel), all contiguous with 162

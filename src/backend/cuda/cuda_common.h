@@ -260,6 +260,23 @@ __device__ __forceinline__ void cu_store4(char *y, int type, size_t f4, float4 v
     ((uint2 *)y)[f4] = u;
 }
 
+/* Elements 4 f4 .. 4 f4 + 3 of x, of float type `type`, as floats: cu_store4's inverse (one
+ * 16- or 8-byte load; x aligned to four of its elements) */
+__device__ __forceinline__ float4 cu_load4(const char *x, int type, size_t f4)
+{
+    if (type == LT_TYPE_F32)
+        return ((const float4 *)x)[f4];
+    const uint2 u = ((const uint2 *)x)[f4];
+    if (type == LT_TYPE_BF16) {
+        const float2 lo = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x),
+                     hi = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+    const float2 lo = __half22float2(*(const __half2 *)&u.x),
+                 hi = __half22float2(*(const __half2 *)&u.y);
+    return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 __device__ __forceinline__ const char *cu_ptr(const struct cu_t &t, int64_t i0, int64_t i1,
                                               int64_t i2, int64_t i3)
 {

@@ -246,10 +246,22 @@ static bool cu_mm_supported_plan(const struct lt_tensor *node, struct cu_mm_plan
                                                  ? CU_TYPE_BIT(ta)
                                                  : 0);
     if (!cu_check_source(node, 0, CU_TYPES_FLOAT | CU_TYPES_QUANT, reason, reason_size) ||
-        !cu_check_source(node, 1, b_types, reason, reason_size) ||
-        !cu_check_result_f32(node, reason, reason_size))
+        !cu_check_source(node, 1, b_types, reason, reason_size))
         return false;
-    return cu_mm_plan_make(node, p, reason, reason_size);
+    if (node->type == LT_TYPE_F32)
+        return cu_check_result_f32(node, reason, reason_size) &&
+               cu_mm_plan_make(node, p, reason, reason_size);
+    /* a half result (lt_mul_mat_as): one cuBLAS product of operands of its type as they lie,
+     * writing it rounded (a training step's FFN gate and up) */
+    const bool half = node->op == LT_OP_MUL_MAT && (ta == LT_TYPE_F16 || ta == LT_TYPE_BF16) &&
+                      tb == ta && node->type == ta && lt_is_contiguous(node) &&
+                      cu_mm_plan_make(node, p, reason, reason_size) && p->a_direct && p->b_direct &&
+                      !p->mmv && p->A2 == 1 && p->A3 == 1 && p->B2 == 1 && p->B3 == 1;
+    if (!half)
+        snprintf(reason, reason_size,
+                 "a %s result takes one product of 2-d %s operands that cuBLAS reads as they lie",
+                 lt_type_name(node->type), lt_type_name(node->type));
+    return half;
 }
 
 /* ---- MUL_MAT_GLU: a stacked gate and up product [2 H, N] and its SwiGLU [H, N] ----
@@ -835,6 +847,15 @@ lt_status cu_matmul_compute(struct cu_ctx *c, struct lt_tensor *node)
         if (st != LT_OK)
             return st;
         bbase = (const char *)bc;
+    }
+    if (node->type != LT_TYPE_F32) { /* cu_mm_supported_plan: one direct 2-d product */
+        const float alpha = 1.0f, beta = 0.0f;
+        const cudaDataType_t t = cuda_type(p.ct);
+        return cu_check_blas(cublasGemmEx(c->blas, p.op_a, p.op_b, (int)p.M, (int)p.N, (int)p.K,
+                                          &alpha, a->data, t, (int)p.lda, b->data, t, (int)p.ldb,
+                                          &beta, node->data, t, (int)p.M, CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT),
+                             "cublasGemmEx (mul_mat, half result)");
     }
     if (p.a_direct)
         return run_direct(c, &p, a, bbase, (float *)node->data);

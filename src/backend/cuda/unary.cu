@@ -145,6 +145,17 @@ static __global__ void pair_flat4_kernel(int kind, const float4 *a, const float4
         cu_store4(y, YT, f, apply_pair4(kind, a[f], b[f]));
 }
 
+/* the pair on contiguous sources of float types ta and tb (F32, F16, BF16: a training step's
+ * FFN gate and up written in BF16 by their products), four elements a thread */
+template <int YT>
+static __global__ void pair_typed4_kernel(int kind, const char *a, int ta, const char *b, int tb,
+                                          char *y, uint32_t n4)
+{
+    cu_pdl_enter();
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
+        cu_store4(y, YT, f, apply_pair4(kind, cu_load4(a, ta, f), cu_load4(b, tb, f)));
+}
+
 /* Whether t's rows are whole float4s (cu_rows16, ne0 a multiple of 4), its float4s counted
  * in 32 bits. A strided view of whole rows passes (the gated attention's gate, every other
  * 256 floats of the query projection), which the element-wise kernels read an element at a
@@ -259,6 +270,17 @@ static __device__ __forceinline__ void swiglu_back4(int kind, float4 gv, float4 
     cu_store4(yu, t, f, make_float4(r0.y, r1.y, r2.y, r3.y));
 }
 
+/* contiguous sources of float types tg, tx and tu, four elements a thread */
+static __global__ void swiglu_back_typed4_kernel(int kind, const char *g, int tg, const char *x,
+                                                 int tx, const char *u, int tu, char *y, int t,
+                                                 uint32_t n4)
+{
+    cu_pdl_enter();
+    char *yu = y + (size_t)n4 * 4 * (t == LT_TYPE_F32 ? 4 : 2); /* d up's half */
+    for (uint32_t f = blockIdx.x * blockDim.x + threadIdx.x; f < n4; f += gridDim.x * blockDim.x)
+        swiglu_back4(kind, cu_load4(g, tg, f), cu_load4(x, tx, f), cu_load4(u, tu, f), y, yu, t, f);
+}
+
 static __global__ void swiglu_back_flat4_kernel(int kind, const float4 *g, const float4 *x,
                                                 const float4 *u, char *y, int t, uint32_t n4)
 {
@@ -297,6 +319,16 @@ static lt_status launch_swiglu_back(struct cu_ctx *c, struct lt_tensor *node)
                       (char *)node->data, (int)node->type, n4);
         return cu_launched("swiglu_back_flat4");
     }
+    bool typed = !flat;
+    for (int i = 0; i < 3; i++)
+        typed = typed && lt_is_contiguous(node->src[i]);
+    if (typed && flat4_ok(n, g->data, x->data, u->data, node->data)) {
+        const uint32_t n4 = (uint32_t)(n / 4);
+        cu_launch_pdl(c, swiglu_back_typed4_kernel, cu_blocks(n4, 256), 256, 0, kind,
+                      (const char *)g->data, (int)g->type, (const char *)x->data, (int)x->type,
+                      (const char *)u->data, (int)u->type, (char *)node->data, (int)node->type, n4);
+        return cu_launched("swiglu_back_typed4");
+    }
     if (flat) {
         cu_launch_pdl(c, swiglu_back_flat_kernel, blocks, 256, 0, kind, (const float *)g->data,
                       (const float *)x->data, (const float *)u->data, (char *)node->data,
@@ -323,6 +355,14 @@ template <int YT> static lt_status launch_pair(struct cu_ctx *c, struct lt_tenso
     char *y = (char *)node->data;
     const bool flat = a->type == LT_TYPE_F32 && b->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
                       lt_is_contiguous(b);
+    if (!flat && lt_is_contiguous(a) && lt_is_contiguous(b) &&
+        flat4_ok(n, a->data, b->data, y, y)) {
+        const uint32_t n4 = (uint32_t)(n / 4);
+        cu_launch_pdl(c, pair_typed4_kernel<YT>, cu_blocks(n4, 256), 256, 0, kind,
+                      (const char *)a->data, (int)a->type, (const char *)b->data, (int)b->type, y,
+                      n4);
+        return cu_launched("swiglu/silu_back typed float4s");
+    }
     if ((flat && flat4_ok(n, a->data, b->data, y, y)) ||
         (!flat && rows4_ok(a) && rows4_ok(b) && cu_aligned(y, 16))) {
         const uint32_t n4 = (uint32_t)(n / 4);
