@@ -97,10 +97,13 @@
 #           job) against TF32 (LATHE_DN_BF16=0): bench_train lathe alone at TDN_SHAPES
 #           (default "16x512 4x2048"), full and LoRA, alternating, then the full fine-tune's
 #           loss curve at 16x512 both ways (its own bench runs write the text)
+#   tsets   bench_train lathe alone at 16x512 under each set of TSETS ("JOBS:VAR=VALUE ...",
+#           ";"-separated), in order
 #   tenv    a training switch TVAR (default LATHE_HALF_FFN) on against off: bench_train lathe
 #           alone at 16x512 (TJOBS, default "full lora"), alternating; full loss curves both ways
 #   tjoin   LoRA's joined products (the default) against LATHE_LORA_JOIN=0: bench_train lathe
-#           alone at 16x512, LoRA, alternating; loss curves both ways; the LoRA step's profile
+#           alone at 16x512, LoRA, alternating (TJOIN_ROUNDS, default "1 0 1 0"; empty: none);
+#           loss curves both ways; the LoRA step's profile
 #   tprep   the DeltaNet prep on BF16 tensor cores against its TF32 twin (LATHE_DN_PREP_BF16=0)
 #           beside the BF16 walks: bench_train lathe alone at 16x512, alternating, loss curves
 #   prec    (after tprof) the full fine-tune's loss curve and tokens/s at the device's
@@ -1023,7 +1026,7 @@ phase_tprep() {
 # joins (LATHE_CUDA_PROFILE=2: device ms by op and by node kind)
 phase_tjoin() {
     local mode txt=$W/bench_text_16x512.txt
-    for mode in 1 0 1 0; do
+    for mode in ${TJOIN_ROUNDS-1 0 1 0}; do
         LATHE_LORA_JOIN=$mode SHAPES=16x512 lathe_alone tjoin_$mode "" lora
     done
     [ -f "$txt" ] || { row "tjoin loss curves" "skipped: no $txt"; return; }
@@ -1043,6 +1046,21 @@ phase_tjoin() {
     echo "==== tjoin profile"
     grep -E "profile:" "$out/tjoin_prof.log"
     sed -n '/by node kind/,$p' "$out/tjoin_prof.log" | head -${KINDS:-45} | cut -c1-200
+}
+
+# tsets: bench_train lathe alone at 16x512 under each set of TSETS (";"-separated sets
+# "JOBS:VAR=VALUE ...", JOBS of full and lora, no assignments: the defaults), in order: a
+# before / after of several training switches in one call
+phase_tsets() {
+    local sets set jobs vars a i=0
+    IFS=';' read -ra sets <<<"${TSETS:-full lora:;full lora:LATHE_HALF_FFN=0}"
+    for set in "${sets[@]}"; do
+        jobs=${set%%:*} vars=${set#*:} i=$((i + 1))
+        row "tsets $i: $jobs" "${vars:-defaults}"
+        for a in $vars; do export "$a"; done
+        SHAPES=16x512 lathe_alone tsets_$i "" "$jobs"
+        for a in $vars; do unset "${a%%=*}"; done
+    done
 }
 
 # tenv: a training switch TVAR (default LATHE_HALF_FFN: the FFN's gate and up products
@@ -1264,7 +1282,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([tjoin]=200 [tenv]=200 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tjoin]=100 [tenv]=200 [tsets]=120 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
