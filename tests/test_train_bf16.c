@@ -90,33 +90,71 @@ static lt_status run(const struct lt_model *m, struct lt_backend *cpu,
     return tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, loss, grads, count, c);
 }
 
+/* A LoRA job's adapters on m for `targets`, B drawn nonzero (B = 0 would hide the adapters'
+ * products in the forward) from the pattern `mul` and `mod`: the adapters' A and B as the
+ * tensors whose gradients the runner reads (w NULL: no weight is replaced), and the
+ * model's list of them; n_w their floats. False (checked) when the adapters can't be made. */
+struct lora_job {
+    struct lt_lora *l;
+    struct lt_model_replace *rep;
+    struct lt_model_lora *list;
+    int n_list;
+    size_t n_w;
+};
+
+static bool lora_job_new(const struct lt_model *m, const char *targets, uint64_t seed, float scale,
+                         int mul, int mod, struct lora_job *j)
+{
+    memset(j, 0, sizeof(*j));
+    const struct lt_lora_params lp = {.rank = 4, .alpha = 8, .targets = targets, .seed = seed};
+    CHECK(lt_lora_new(m, &lp, &j->l) == LT_OK, "LoRA: %s", lt_last_error());
+    if (!j->l)
+        return false;
+    j->rep = calloc((size_t)(2 * j->l->n_pairs), sizeof(*j->rep));
+    for (int i = 0; i < j->l->n_pairs; i++) {
+        float *bd = (float *)j->l->pairs[i].b->data;
+        for (int64_t k = 0; k < lt_nelements(j->l->pairs[i].b); k++)
+            bd[k] = scale * (float)((k * mul + i) % mod - mod / 2);
+        j->rep[2 * i].with = j->l->pairs[i].a;
+        j->rep[2 * i + 1].with = j->l->pairs[i].b;
+        j->n_w += (size_t)(lt_nelements(j->l->pairs[i].a) + lt_nelements(j->l->pairs[i].b));
+    }
+    const float one = 1.0f;
+    CHECK(lt_lora_model_list(m, &j->l, &one, 1, &j->list, &j->n_list) == LT_OK, "%s",
+          lt_last_error());
+    return j->list != NULL;
+}
+
+static void lora_job_free(struct lora_job *j)
+{
+    free(j->list);
+    free(j->rep);
+    lt_lora_free(j->l);
+}
+
+/* the adapters of j, the device's training graph (fused loss, BF16 products) */
+static struct lt_model_adapters lora_adapters(const struct lora_job *j, bool chain)
+{
+    return (struct lt_model_adapters){.replace = j->rep,
+                                      .n_replace = 2 * j->l->n_pairs,
+                                      .lora = j->list,
+                                      .n_lora = j->n_list,
+                                      .fused_loss = true,
+                                      .bf16_products = true,
+                                      .chain_norms = chain};
+}
+
 /* A LoRA job's device graph on Qwen3.5, adapters on the QKV, gate and up weights with B
  * drawn nonzero: q, k and v as three products (each adapter's B sliced alike, mm_rows)
  * give the one-projection graph's (chain_norms) loss and adapter gradients within 1e-5 */
 static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
 {
-    struct lt_lora *l = NULL;
-    const struct lt_lora_params lp = {
-        .rank = 4, .alpha = 8, .targets = "attn_qkv,attn_gate,ffn_up", .seed = 5};
-    CHECK(lt_lora_new(m, &lp, &l) == LT_OK, "LoRA: %s", lt_last_error());
-    if (!l)
+    struct lora_job j;
+    if (!lora_job_new(m, "attn_qkv,attn_gate,ffn_up", 5, 0.02f, 37, 19, &j)) {
+        lora_job_free(&j);
         return;
-    /* the adapters' A and B as the tensors whose gradients the runner reads (w NULL: no
-     * weight is replaced) */
-    struct lt_model_replace *rep = calloc((size_t)(2 * l->n_pairs), sizeof(*rep));
-    size_t n_w = 0;
-    for (int i = 0; i < l->n_pairs; i++) {
-        float *bd = (float *)l->pairs[i].b->data;
-        for (int64_t j = 0; j < lt_nelements(l->pairs[i].b); j++)
-            bd[j] = 0.02f * (float)((j * 37 + i) % 19 - 9);
-        rep[2 * i].with = l->pairs[i].a;
-        rep[2 * i + 1].with = l->pairs[i].b;
-        n_w += (size_t)(lt_nelements(l->pairs[i].a) + lt_nelements(l->pairs[i].b));
     }
-    struct lt_model_lora *list = NULL;
-    int n_list = 0;
-    const float one = 1.0f;
-    CHECK(lt_lora_model_list(m, &l, &one, 1, &list, &n_list) == LT_OK, "%s", lt_last_error());
+    const size_t n_w = j.n_w;
     float *gs = malloc(n_w * sizeof(float)), *gc = malloc(n_w * sizeof(float)), ls = 0, lc = 0;
     const int V = (int)lt_model_hparams(m)->n_vocab;
     int32_t tok[S * T], lab[S * T];
@@ -125,14 +163,8 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
     /* the FFN's products in F32 (LATHE_HALF_FFN=0): their BF16 results would turn the two
      * graphs' F32 differences in summation order into whole BF16 steps */
     setenv("LATHE_HALF_FFN", "0", 1);
-    for (int chain = 0; chain < 2 && list; chain++) {
-        struct lt_model_adapters ad = {.replace = rep,
-                                       .n_replace = 2 * l->n_pairs,
-                                       .lora = list,
-                                       .n_lora = n_list,
-                                       .fused_loss = true,
-                                       .bf16_products = true,
-                                       .chain_norms = chain};
+    for (int chain = 0; chain < 2; chain++) {
+        struct lt_model_adapters ad = lora_adapters(&j, chain);
         struct graph_counts *c = chain ? &cc : &cs;
         memset(c, 0, sizeof(*c));
         CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, chain ? &lc : &ls,
@@ -155,18 +187,17 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
           "dh and the loss: %lld)",
           cs.lce, cs.lce_back, cs.lce_parts, (long long)cs.lce_elements,
           (long long)(hp->n_embd * S * T + 1));
-    /* ffn_up is a product added over its adapter's (MUL_MAT_ACC), ffn_gate a plain one: both
-     * still take their gradients in BF16 from SWIGLU_BACK, with no CONT rounding them */
+    /* ffn_up is a LoRA target's product (joined with its adapter's, or added over it:
+     * MUL_MAT_ACC), ffn_gate a plain one: both still take their gradients in BF16 from
+     * SWIGLU_BACK, with no CONT rounding them */
     CHECK(cs.half_swiglu_back > 0 && cs.cont_of_swiglu_back == 0,
           "qwen35 LoRA: %d BF16 SWIGLU_BACK nodes, %d CONT of their gradients", cs.half_swiglu_back,
           cs.cont_of_swiglu_back);
-    printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n", l->n_pairs,
-           e);
+    printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n",
+           j.l->n_pairs, e);
     free(gs);
     free(gc);
-    free(list);
-    free(rep);
-    lt_lora_free(l);
+    lora_job_free(&j);
 }
 
 /* A LoRA job's device graph on Qwen3.5 with adapters on every projection, B drawn nonzero:
@@ -178,41 +209,22 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
  * products reads a join (two each): no gradient of the joined weight [K + r, rows] is made. */
 static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
 {
-    struct lt_lora *l = NULL;
-    const struct lt_lora_params lp = {.rank = 4,
-                                      .alpha = 8,
-                                      .targets = "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,"
-                                                 "attn_output,ffn_gate,ffn_up,ffn_down",
-                                      .seed = 9};
-    CHECK(lt_lora_new(m, &lp, &l) == LT_OK, "LoRA: %s", lt_last_error());
-    if (!l)
+    struct lora_job j;
+    if (!lora_job_new(m,
+                      "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate,"
+                      "ffn_up,ffn_down",
+                      9, 0.03f, 29, 17, &j)) {
+        lora_job_free(&j);
         return;
-    struct lt_model_replace *rep = calloc((size_t)(2 * l->n_pairs), sizeof(*rep));
-    size_t n_w = 0;
-    for (int i = 0; i < l->n_pairs; i++) {
-        float *bd = (float *)l->pairs[i].b->data;
-        for (int64_t j = 0; j < lt_nelements(l->pairs[i].b); j++)
-            bd[j] = 0.03f * (float)((j * 29 + i) % 17 - 8);
-        rep[2 * i].with = l->pairs[i].a;
-        rep[2 * i + 1].with = l->pairs[i].b;
-        n_w += (size_t)(lt_nelements(l->pairs[i].a) + lt_nelements(l->pairs[i].b));
     }
-    struct lt_model_lora *list = NULL;
-    int n_list = 0;
-    const float one = 1.0f;
-    CHECK(lt_lora_model_list(m, &l, &one, 1, &list, &n_list) == LT_OK, "%s", lt_last_error());
+    const size_t n_w = j.n_w;
     float *gj = malloc(n_w * sizeof(float)), *ga = malloc(n_w * sizeof(float)), lj = 0, la = 0;
     const int V = (int)lt_model_hparams(m)->n_vocab;
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
     struct graph_counts cj, ca;
-    for (int off = 0; off < 2 && list; off++) {
-        struct lt_model_adapters ad = {.replace = rep,
-                                       .n_replace = 2 * l->n_pairs,
-                                       .lora = list,
-                                       .n_lora = n_list,
-                                       .fused_loss = true,
-                                       .bf16_products = true};
+    for (int off = 0; off < 2; off++) {
+        struct lt_model_adapters ad = lora_adapters(&j, false);
         struct graph_counts *c = off ? &ca : &cj;
         memset(c, 0, sizeof(*c));
         if (off)
@@ -235,12 +247,10 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
           cj.joined, ca.joined, cj.concat_readers, cj.refused, cj.why);
     printf("qwen35 LoRA (%d adapters): %d joined products, loss and gradients within %.2g of "
            "the added ones'\n",
-           l->n_pairs, cj.joined, e);
+           j.l->n_pairs, cj.joined, e);
     free(gj);
     free(ga);
-    free(list);
-    free(rep);
-    lt_lora_free(l);
+    lora_job_free(&j);
 }
 
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)

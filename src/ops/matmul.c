@@ -787,15 +787,14 @@ static void mul_mat_f32_forward(const struct lt_compute_params *prm, struct lt_t
     }
 }
 
-/* ---- MUL_MAT_ACC on the CPU: the product into scratch (MUL_MAT's kernel, on a copy of
- * the node that writes there), then added into c ---- */
+/* ---- products through F32 scratch on the CPU: MUL_MAT's kernel on a copy of the node that
+ * writes there, then a half result rounded from it, or MUL_MAT_ACC's added into c ---- */
 
-static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
+/* the node's F32 product in scratch (the start of wdata; f32_product_bytes), and this
+ * thread's share [*lo, *hi) of its elements, after a barrier */
+static float *product_in_scratch(const struct lt_compute_params *prm, struct lt_tensor *node,
+                                 int64_t *lo, int64_t *hi)
 {
-    if (node->type == LT_TYPE_F32) {
-        mul_mat_f32_forward(prm, node);
-        return;
-    }
     float *prod = (float *)prm->wdata;
     struct lt_tensor t = product_of(node, prod);
     struct lt_compute_params q = *prm;
@@ -803,8 +802,18 @@ static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tenso
     q.wsize = prm->wsize - f32_product_bytes(node);
     mul_mat_f32_forward(&q, &t);
     lt_compute_barrier(prm);
+    lt_split_range(lt_nelements(node), prm->ith, prm->nth, lo, hi);
+    return prod;
+}
+
+static void mul_mat_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
+{
+    if (node->type == LT_TYPE_F32) {
+        mul_mat_f32_forward(prm, node);
+        return;
+    }
     int64_t lo, hi;
-    lt_split_range(lt_nelements(node), prm->ith, prm->nth, &lo, &hi);
+    const float *prod = product_in_scratch(prm, node, &lo, &hi);
     const struct lt_type_traits *tt = lt_type_traits(node->type);
     if (hi > lo)
         tt->from_float(prod + lo, (char *)node->data + (size_t)lo * tt->type_size, hi - lo);
@@ -830,15 +839,8 @@ static size_t mul_mat_acc_work_size(const struct lt_tensor *node, int nth)
 
 static void mul_mat_acc_forward(const struct lt_compute_params *prm, struct lt_tensor *node)
 {
-    float *prod = (float *)prm->wdata;
-    struct lt_tensor t = product_of(node, prod);
-    struct lt_compute_params q = *prm;
-    q.wdata = (char *)prm->wdata + f32_product_bytes(node);
-    q.wsize = prm->wsize - f32_product_bytes(node);
-    mul_mat_forward(&q, &t);
-    lt_compute_barrier(prm);
     int64_t lo, hi;
-    lt_split_range(lt_nelements(node), prm->ith, prm->nth, &lo, &hi);
+    const float *prod = product_in_scratch(prm, node, &lo, &hi);
     float *y = (float *)node->data; /* c's storage: contiguous */
     for (int64_t i = lo; i < hi; i++)
         y[i] += prod[i];
