@@ -32,7 +32,9 @@ struct graph_counts {
     int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, half_swiglu_back,
         cont_of_swiglu_back, refused;
     int joined, concat_readers; /* products of joined operands (LoRA), readers of a join */
-    int half_products;          /* products that store BF16 (the FFN's gate and up) */
+    int half_ffn, half_qkv;     /* products that store BF16: the FFN's gate and up, and
+                                   Qwen3.5's q, k and v; other products that do */
+    int half_other;
     int lce, lce_back;          /* LINEAR_CE and LINEAR_CE_BACK nodes */
     unsigned lce_parts;   /* the LINEAR_CE_BACK's parts */
     int64_t lce_elements; /* and its result's elements */
@@ -57,7 +59,14 @@ static void count(const struct lt_graph *g, void *user)
                                   t->src[0]->view_src->op == LT_OP_SWIGLU_BACK &&
                                   t->type != t->src[0]->type;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
-        c->half_products += t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16;
+        if (t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16) {
+            if (strncmp(t->name, "ffn_gate", 8) == 0 || strncmp(t->name, "ffn_up", 6) == 0)
+                c->half_ffn++;
+            else if (strncmp(t->name, "linear_attn_qkv_mixed", 21) == 0)
+                c->half_qkv++;
+            else
+                c->half_other++;
+        }
         c->joined += t->op == LT_OP_MUL_MAT && t->src[0]->op == LT_OP_CONCAT &&
                      t->src[1]->op == LT_OP_CONCAT;
         for (int k = 0; k < LT_MAX_SRC && t->src[k]; k++)
@@ -160,9 +169,10 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
     struct graph_counts cs, cc;
-    /* the FFN's products in F32 (LATHE_HALF_FFN=0): their BF16 results would turn the two
-     * graphs' F32 differences in summation order into whole BF16 steps */
+    /* the products in F32 (LATHE_HALF_FFN=0, LATHE_HALF_QKV=0): their BF16 results would turn
+     * the two graphs' F32 differences in summation order into whole BF16 steps */
     setenv("LATHE_HALF_FFN", "0", 1);
+    setenv("LATHE_HALF_QKV", "0", 1);
     for (int chain = 0; chain < 2; chain++) {
         struct lt_model_adapters ad = lora_adapters(&j, chain);
         struct graph_counts *c = chain ? &cc : &cs;
@@ -172,6 +182,7 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
               "LoRA, chain_norms %d: %s", chain, lt_last_error());
     }
     unsetenv("LATHE_HALF_FFN");
+    unsetenv("LATHE_HALF_QKV");
     const double e = tm_rel_err(gs, gc, (int)n_w);
     CHECK(fabsf(ls - lc) <= 1e-6f * fabsf(lc) && e < 1e-5 && cs.conv_silu == 3 * cc.conv_silu &&
               cc.conv_silu > 0,
@@ -230,11 +241,13 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
         if (off)
             setenv("LATHE_LORA_JOIN", "0", 1);
         setenv("LATHE_HALF_FFN", "0", 1); /* as in test_lora_split */
+        setenv("LATHE_HALF_QKV", "0", 1);
         CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, off ? &la : &lj, off ? ga : gj,
                                 count, c) == LT_OK,
               "LoRA, LATHE_LORA_JOIN %s: %s", off ? "0" : "unset", lt_last_error());
         unsetenv("LATHE_LORA_JOIN");
         unsetenv("LATHE_HALF_FFN");
+        unsetenv("LATHE_HALF_QKV");
     }
     const double e = tm_rel_err(gj, ga, (int)n_w);
     CHECK(fabsf(lj - la) <= 1e-5f * fabsf(la) && e < 1e-4,
@@ -267,7 +280,8 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         return;
     }
     float *g32 = malloc(n_w * sizeof(float)), *g16 = malloc(n_w * sizeof(float)),
-          *gch = malloc(n_w * sizeof(float)), *gmm = malloc(n_w * sizeof(float));
+          *gch = malloc(n_w * sizeof(float)), *gmm = malloc(n_w * sizeof(float)),
+          *gfu = malloc(n_w * sizeof(float));
     const int V = (int)lt_model_hparams(m)->n_vocab;
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
@@ -279,20 +293,30 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         st = run(m, cpu, rep, n_rep, tok, lab, true, false, true, &l16, g16, &c16);
         CHECK(st == LT_OK, "%s BF16 products: %s", sp->arch, lt_last_error());
     }
+    /* the fused norms against their chain with the q, k and v products in F32 on both sides
+     * (LATHE_HALF_QKV=0): the chain keeps Qwen3.5's q, k and v as one F32 product */
+    float lfu = 0;
+    struct graph_counts cfu;
+    setenv("LATHE_HALF_QKV", "0", 1);
     if (st == LT_OK) {
         st = run(m, cpu, rep, n_rep, tok, lab, true, true, true, &lch, gch, &cch);
         CHECK(st == LT_OK, "%s BF16 products, chained norms: %s", sp->arch, lt_last_error());
     }
+    if (st == LT_OK) {
+        st = run(m, cpu, rep, n_rep, tok, lab, true, false, true, &lfu, gfu, &cfu);
+        CHECK(st == LT_OK, "%s BF16 products, F32 q, k, v: %s", sp->arch, lt_last_error());
+    }
+    unsetenv("LATHE_HALF_QKV");
     if (st == LT_OK) {
         st = run(m, cpu, rep, n_rep, tok, lab, false, false, false, &lmm, gmm, &cmm);
         CHECK(st == LT_OK, "%s F32, the head as mul_mat: %s", sp->arch, lt_last_error());
     }
     if (st == LT_OK) {
         const bool qwen35 = !strcmp(sp->arch, "qwen35");
-        const double e = tm_rel_err(g16, g32, (int)n_w), ech = tm_rel_err(g16, gch, (int)n_w);
-        CHECK(fabsf(l16 - lch) <= 1e-6f * fabsf(lch) && ech < 1e-5,
+        const double e = tm_rel_err(g16, g32, (int)n_w), ech = tm_rel_err(gfu, gch, (int)n_w);
+        CHECK(fabsf(lfu - lch) <= 1e-6f * fabsf(lch) && ech < 1e-5,
               "%s: fused norms' loss %.7f against the chain's %.7f, gradients off by %.3g",
-              sp->arch, (double)l16, (double)lch, ech);
+              sp->arch, (double)lfu, (double)lch, ech);
         CHECK(cch.norm_mul_back == 0 && cch.gated_norms == 0,
               "%s: chain_norms left %d RMS_NORM_MUL_BACK and %d gated norms", sp->arch,
               cch.norm_mul_back, cch.gated_norms);
@@ -317,12 +341,16 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                       cch.conv_acc > 0,
                   "qwen35: %d CONV_SILU and %d ACC into a conv output (chained norms: %d and %d)",
                   c16.conv_silu, c16.conv_acc, cch.conv_silu, cch.conv_acc);
-        /* the FFN's gate and up store BF16 (lt_mul_mat_as), a pair a layer, in the BF16 graph
-         * alone */
+        /* the FFN's gate and up store BF16 (lt_mul_mat_as), a pair a layer, and so do
+         * Qwen3.5's q, k and v, three a DeltaNet layer, in the BF16 graph alone */
         const int n_layer = (int)lt_model_hparams(m)->n_layer;
-        CHECK(c16.half_products == 2 * n_layer && c32.half_products == 0,
-              "%s: %d products store BF16 (want the %d layers' gate and up), %d in F32", sp->arch,
-              c16.half_products, n_layer, c32.half_products);
+        CHECK(c16.half_ffn == 2 * n_layer && (c16.half_qkv > 0) == qwen35 &&
+                  c16.half_qkv % 3 == 0 && c16.half_other == 0 &&
+                  c32.half_ffn + c32.half_qkv + c32.half_other == 0,
+              "%s: products that store BF16: %d of the FFN (want the %d layers' gate and up), %d "
+              "q, k, v, %d others; %d in F32",
+              sp->arch, c16.half_ffn, n_layer, c16.half_qkv, c16.half_other,
+              c32.half_ffn + c32.half_qkv + c32.half_other);
         CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
               c16.refused, c16.why);
         /* every weight trainable: the head's backward makes dh, dw and the loss, in place of
@@ -352,6 +380,7 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     free(g16);
     free(gch);
     free(gmm);
+    free(gfu);
     lt_model_f32_params_free(fp);
     lt_model_free(m);
     remove(path);

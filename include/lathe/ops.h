@@ -300,8 +300,9 @@ bool lt_glu_fits(const struct lt_tensor *node);
  * The next state is the view of sx's last d_conv - 1 time steps. */
 struct lt_tensor *lt_ssm_conv(struct lt_ctx *ctx, struct lt_tensor *sx, struct lt_tensor *w);
 
-/* silu of the same conv over x [channels, T, n_seqs] F32 (channels innermost: a projection's
- * output as it is) with no carried state (zeros before t = 0); w [d_conv, channels]:
+/* silu of the same conv over x [channels, T, n_seqs] F32 or BF16 (channels innermost: a
+ * projection's output as it is, which a training step's q, k and v products store in BF16)
+ * with no carried state (zeros before t = 0); w [d_conv, channels]:
  *   y[c, t, s] = silu(sum_k w[k, c] * x[c, t + k - (d_conv - 1), s]),
  * the values of silu(ssm_conv(concat(zeros, transpose(x)), w)) in one node (a training
  * step's layers, which carry no state). Result [channels, T, n_seqs]. */

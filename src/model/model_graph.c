@@ -127,12 +127,20 @@ static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_
     return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
 }
 
-/* LATHE_HALF_FFN=0 in the environment (read as a graph is built): a training step's FFN gate
- * and up products stay F32 (a before / after switch) */
-static bool half_ffn_off(void)
+/* LATHE_HALF_FFN=0 / LATHE_HALF_QKV=0 in the environment (read as a graph is built): a
+ * training step's FFN gate and up products, or its DeltaNet q, k and v products, stay F32
+ * (before / after switches) */
+static bool env_off(const char *name)
 {
-    const char *env = getenv("LATHE_HALF_FFN");
+    const char *env = getenv(name);
     return env && strcmp(env, "0") == 0;
+}
+
+/* the type the products of a device's training step that only one elementwise op and its
+ * backward read may store: BF16 unless the switch `name` is off */
+static enum lt_type half_out(const struct lt_mb *b, const char *name)
+{
+    return b->ad && b->ad->bf16_products && !env_off(name) ? LT_TYPE_BF16 : LT_TYPE_F32;
 }
 
 /* the type of a BF16 product's result in mm_rows: b->product_type (BF16 while ffn() builds
@@ -664,8 +672,12 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *part[3];
         int64_t c0 = 0;
         for (int i = 0; i < 3; c0 += width[i++]) {
+            /* a device's training step: each stores BF16, which CONV_SILU and its backward
+             * read (half the bytes written, read twice and kept for the backward) */
+            b->product_type = half_out(b, "LATHE_HALF_QKV");
             struct lt_tensor *y = named(mm_rows(b, ly->ssm_qkv, x, c0, width[i]),
                                         "linear_attn_qkv_mixed", il); /* [width, N] */
+            b->product_type = LT_TYPE_F32;
             struct lt_tensor *cw = rows_of(ctx, W(b, ly->ssm_conv1d), c0, width[i]);
             y = y ? lt_reshape_3d(ctx, y, width[i], T, S) : NULL;
             part[i] =
@@ -784,7 +796,7 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     }
     /* a device's training step: the gate and up products store BF16, which SWIGLU and its
      * backward read (half the bytes written, read twice and kept for the backward) */
-    b->product_type = b->ad && b->ad->bf16_products && !half_ffn_off() ? LT_TYPE_BF16 : LT_TYPE_F32;
+    b->product_type = half_out(b, "LATHE_HALF_FFN");
     const lt_status st = mm_group(b, ly->ffn_gate_up, ws, 2, x, proj);
     b->product_type = LT_TYPE_F32;
     if (st != LT_OK)

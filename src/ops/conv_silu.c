@@ -2,7 +2,7 @@
  * over a projection as it comes (channels innermost) with no carried state, and its
  * backward CONV_SILU_BACK: constructors, shape rules, the backward rule and CPU kernels.
  *
- * x [C, T, S] F32 (any strides), w [K, C] F32, F16 or BF16; with x = 0 before t = 0,
+ * x [C, T, S] F32 or BF16 (any strides), w [K, C] F32, F16 or BF16; with x = 0 before t = 0,
  *   y[c, t, s] = silu(p), p = sum_k w[k, c] x[c, t + k - (K - 1), s] (k in order).
  * That is silu(ssm_conv(concat(zeros [K - 1, C, S], transpose(x)), w)), the form a session's
  * layer keeps (it carries the state), with the same sums (conv_rows.h, shared with
@@ -33,10 +33,11 @@
 
 static bool shapes_ok(const struct lt_tensor *x, const struct lt_tensor *w, const char *what)
 {
-    if (x->type != LT_TYPE_F32 ||
+    if ((x->type != LT_TYPE_F32 && x->type != LT_TYPE_BF16) ||
         (w->type != LT_TYPE_F32 && w->type != LT_TYPE_F16 && w->type != LT_TYPE_BF16)) {
-        lt_fail(LT_ERR_INVALID, "%s: '%s' is %s and weight '%s' %s (F32 x; F32, F16 or BF16 w)",
-                what, x->name, lt_type_name(x->type), w->name, lt_type_name(w->type));
+        lt_fail(LT_ERR_INVALID,
+                "%s: '%s' is %s and weight '%s' %s (F32 or BF16 x; F32, F16 or BF16 w)", what,
+                x->name, lt_type_name(x->type), w->name, lt_type_name(w->type));
         return false;
     }
     if (x->ne[3] != 1 || w->ne[2] != 1 || w->ne[3] != 1 || w->ne[1] != x->ne[0] || w->ne[0] < 1 ||
@@ -155,8 +156,9 @@ static void load_padded(const struct lt_tensor *x, int64_t c, int64_t s, int64_t
     for (int64_t k = 0; k + 1 < K; k++)
         xp[k] = 0.0f;
     const char *p = (const char *)x->data + c * x->nb[0] + s * x->nb[2];
+    void (*to_float)(const void *, float *, int64_t) = lt_type_traits(x->type)->to_float;
     for (int64_t t = 0; t < x->ne[1]; t++)
-        xp[K - 1 + t] = *(const float *)(p + t * x->nb[1]);
+        to_float(p + t * x->nb[1], xp + K - 1 + t, 1);
 }
 
 static void conv_silu_forward(const struct lt_compute_params *p, struct lt_tensor *node)

@@ -1525,14 +1525,14 @@ static struct lt_tensor *b_ssm_conv(struct build *b, const struct params *p)
     return lt_ssm_conv_back(b->ctx, g, sx, w);
 }
 
-/* CONV_SILU (i[0] 0) or its backward: x [C, T, S] in lay[0] (ne[0..2]), w [i[1] taps, C] of
- * type[1] in lay[1], the gradient in lay[2]; i[2] 1: packed examples, each step's position
+/* CONV_SILU (i[0] 0) or its backward: x [C, T, S] of type[0] in lay[0] (ne[0..2]), w [i[1] taps, C]
+ * of type[1] in lay[1], the gradient in lay[2]; i[2] 1: packed examples, each step's position
  * within its example (examples of 1, 2, 3, ... steps, then the rest of the row) */
 static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
 {
     static float pos_vals[4096];
     const int64_t C = p->ne[0], T = p->ne[1], S = p->ne[2];
-    struct lt_tensor *x = mk(b, LT_TYPE_F32, p->lay[0], C, T, S, 1, FILL_UNIFORM, -2, 2);
+    struct lt_tensor *x = mk(b, p->type[0], p->lay[0], C, T, S, 1, FILL_UNIFORM, -2, 2);
     struct lt_tensor *w = mk(b, p->type[1], p->lay[1], p->i[1], C, 1, 1, FILL_UNIFORM, -1, 1);
     struct lt_tensor *pos = NULL;
     if (p->i[2] && T * S <= 4096) {
@@ -1848,6 +1848,17 @@ static void test_recurrent_loss_optim(void)
             snprintf(what, sizeof(what), "C%lld T%lld S%lld K%d packed", (long long)p.ne[0],
                      (long long)p.ne[1], (long long)p.ne[2], p.i[1]);
             run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU, what, TOL_F32, b_conv_silu, &p);
+        }
+        /* x in BF16 (a training step's q, k and v products store BF16): contiguous, and a
+         * sliced view of whole elements (the forward's rows at strides; the backward refuses
+         * it: it reads x contiguous), packed; the same values on both sides */
+        for (int l = 0; l < 2; l++) {
+            p = P(l ? L_SLICED : L_CONTIG, L_CONTIG, LT_TYPE_BF16, LT_TYPE_BF16);
+            p.lay[2] = L_CONTIG;
+            p.i[0] = back, p.i[1] = 4, p.i[2] = l;
+            p.ne[0] = 40, p.ne[1] = 33, p.ne[2] = 2;
+            run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU,
+                     lbl(layout_names[p.lay[0]], "bf16 x"), TOL_F32, b_conv_silu, &p);
         }
     }
     /* the forward: CHUNKED runs the chunk-parallel kernels (delta_net_wy.cu; the CPU its

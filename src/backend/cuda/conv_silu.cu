@@ -27,11 +27,24 @@ static const enum lt_op conv_silu_ops[] = {LT_OP_CONV_SILU, LT_OP_CONV_SILU_BACK
 #define CS_STEPS 32 /* time steps a thread walks */
 #define CS_THREADS 256
 
-/* x's rows (one time step's channels) unit-strided, at strides of whole floats */
+/* x's rows (one time step's channels) unit-strided, at strides of whole elements */
 static bool cs_rows_ok(const struct lt_tensor *x)
 {
-    return x->nb[0] == sizeof(float) && x->nb[1] % sizeof(float) == 0 &&
-           x->nb[2] % sizeof(float) == 0 && x->view_offs % sizeof(float) == 0;
+    const size_t es = x->type == LT_TYPE_F32 ? sizeof(float) : 2;
+    return x->nb[0] == es && x->nb[1] % es == 0 && x->nb[2] % es == 0 && x->view_offs % es == 0;
+}
+
+/* x: F32, or BF16 (a training step's q, k and v products store BF16) */
+#define CS_X_TYPES (CU_TYPES_F32 | CU_TYPE_BIT(LT_TYPE_BF16))
+
+/* element i of x as a float */
+static __device__ __forceinline__ float cs_x(const float *x, size_t i)
+{
+    return x[i];
+}
+static __device__ __forceinline__ float cs_x(const __nv_bfloat16 *x, size_t i)
+{
+    return __bfloat162float(x[i]);
 }
 
 bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -43,7 +56,7 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
     }
     const int ix = back ? 1 : 0;
     if ((back && !cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size)) ||
-        !cu_check_source(node, ix, CU_TYPES_F32, reason, reason_size) ||
+        !cu_check_source(node, ix, CS_X_TYPES, reason, reason_size) ||
         !cu_check_source(node, ix + 1, CU_TYPES_FLOAT, reason, reason_size) ||
         !cu_check_result_f32(node, reason, reason_size))
         return false;
@@ -116,8 +129,8 @@ static __device__ __forceinline__ int first_tap(const int32_t *pos, int K, size_
 #define CS_BATCH 4
 
 /* x[c, t, s] at x[s ld2 + t ld1 + c] (floats); y contiguous */
-template <int K>
-static __global__ void conv_silu_kernel(const float *__restrict__ x, struct cu_t w,
+template <int K, typename XT>
+static __global__ void conv_silu_kernel(const XT *__restrict__ x, struct cu_t w,
                                         const int32_t *__restrict__ pos, float *__restrict__ y,
                                         int C, int T, size_t ld1, size_t ld2)
 {
@@ -133,13 +146,13 @@ static __global__ void conv_silu_kernel(const float *__restrict__ x, struct cu_t
 #pragma unroll
     for (int k = 0; k + 1 < K; k++) {
         const int t = t0 + k - (K - 1);
-        xw[k] = t >= 0 ? x[xbase + (size_t)t * ld1] : 0.0f;
+        xw[k] = t >= 0 ? cs_x(x, xbase + (size_t)t * ld1) : 0.0f;
     }
     for (int tb = t0; tb < t1; tb += CS_BATCH) {
         float xb[CS_BATCH];
 #pragma unroll
         for (int i = 0; i < CS_BATCH; i++)
-            xb[i] = tb + i < t1 ? x[xbase + (size_t)(tb + i) * ld1] : 0.0f;
+            xb[i] = tb + i < t1 ? cs_x(x, xbase + (size_t)(tb + i) * ld1) : 0.0f;
 #pragma unroll
         for (int i = 0; i < CS_BATCH; i++) {
             const int t = tb + i;
@@ -199,9 +212,9 @@ back_step(int t, int T, int u0, int u1, float xt, float gt, const int32_t *pos, 
     }
 }
 
-template <int K>
+template <int K, typename XT>
 static __global__ void __launch_bounds__(CS_THREADS, 4)
-    conv_silu_back_kernel(const float *__restrict__ g, const float *__restrict__ x, struct cu_t w,
+    conv_silu_back_kernel(const float *__restrict__ g, const XT *__restrict__ x, struct cu_t w,
                           const int32_t *__restrict__ pos, float *__restrict__ dx,
                           float *__restrict__ part, int C, int T)
 {
@@ -218,7 +231,7 @@ static __global__ void __launch_bounds__(CS_THREADS, 4)
 #pragma unroll
     for (int k = 0; k < K; k++) {
         const int t = u0 + k - (K - 1);
-        xw[k] = k + 1 < K && t >= 0 ? x[base + (size_t)t * C] : 0.0f;
+        xw[k] = k + 1 < K && t >= 0 ? cs_x(x, base + (size_t)t * C) : 0.0f;
         gw[k] = 0.0f;
         fw[k] = 0;
         dwk[k] = 0.0f;
@@ -229,7 +242,7 @@ static __global__ void __launch_bounds__(CS_THREADS, 4)
 #pragma unroll
         for (int i = 0; i < CS_BATCH; i++) {
             const bool in = tb + i < last;
-            xb[i] = in ? x[base + (size_t)(tb + i) * C] : 0.0f;
+            xb[i] = in ? cs_x(x, base + (size_t)(tb + i) * C) : 0.0f;
             gb[i] = in ? g[base + (size_t)(tb + i) * C] : 0.0f;
         }
 #pragma unroll
@@ -295,7 +308,7 @@ static void conv_silu_scratch(const struct lt_tensor *node, size_t need[CU_SCRAT
         need[CU_SCRATCH_WORK] = part_bytes(node);
 }
 
-template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
+template <int K, typename XT> static lt_status launch(struct cu_ctx *c, struct lt_tensor *node)
 {
     const bool back = node->op == LT_OP_CONV_SILU_BACK;
     const struct lt_tensor *x = node->src[back ? 1 : 0], *w = node->src[back ? 2 : 1],
@@ -305,9 +318,9 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     const int steps = (T + CS_STEPS - 1) / CS_STEPS;
     const dim3 grid((unsigned)((C + CS_THREADS - 1) / CS_THREADS), (unsigned)S, (unsigned)steps);
     if (!back) {
-        cu_launch_pdl(c, conv_silu_kernel<K>, grid, CS_THREADS, 0, (const float *)x->data,
-                      cu_view(w), pos, (float *)node->data, C, T, x->nb[1] / sizeof(float),
-                      x->nb[2] / sizeof(float));
+        cu_launch_pdl(c, conv_silu_kernel<K, XT>, grid, CS_THREADS, 0, (const XT *)x->data,
+                      cu_view(w), pos, (float *)node->data, C, T, x->nb[1] / sizeof(XT),
+                      x->nb[2] / sizeof(XT));
         return cu_launched("conv_silu");
     }
     void *part;
@@ -315,8 +328,8 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
     if (st != LT_OK)
         return st;
     float *dx = (float *)node->data;
-    cu_launch_pdl(c, conv_silu_back_kernel<K>, grid, CS_THREADS, 0,
-                  (const float *)node->src[0]->data, (const float *)x->data, cu_view(w), pos, dx,
+    cu_launch_pdl(c, conv_silu_back_kernel<K, XT>, grid, CS_THREADS, 0,
+                  (const float *)node->src[0]->data, (const XT *)x->data, cu_view(w), pos, dx,
                   (float *)part, C, T);
     if ((st = cu_launched("conv_silu_back")) != LT_OK)
         return st;
@@ -324,6 +337,21 @@ template <int K> static lt_status launch(struct cu_ctx *c, struct lt_tensor *nod
                   dim3(32, CS_DW_SPLIT), 0, (const float *)part, dx + lt_nelements(x), K, C,
                   S * steps);
     return cu_launched("conv_silu_back_dw");
+}
+
+/* launch for K taps (1 .. CS_MAX_K) and x's element type XT */
+template <typename XT> static lt_status launch_taps(struct cu_ctx *c, struct lt_tensor *node, int K)
+{
+    switch (K) {
+    case 1: return launch<1, XT>(c, node);
+    case 2: return launch<2, XT>(c, node);
+    case 3: return launch<3, XT>(c, node);
+    case 4: return launch<4, XT>(c, node);
+    case 5: return launch<5, XT>(c, node);
+    case 6: return launch<6, XT>(c, node);
+    case 7: return launch<7, XT>(c, node);
+    default: return launch<8, XT>(c, node);
+    }
 }
 
 lt_status cu_conv_silu_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -338,16 +366,8 @@ lt_status cu_conv_silu_compute(struct cu_ctx *c, struct lt_tensor *node)
                    ? LT_OK
                    : cu_check(cudaMemsetAsync(node->data, 0, lt_nbytes(node), c->stream),
                               "zeroing conv_silu_back");
-    switch (w->ne[0]) {
-    case 1: return launch<1>(c, node);
-    case 2: return launch<2>(c, node);
-    case 3: return launch<3>(c, node);
-    case 4: return launch<4>(c, node);
-    case 5: return launch<5>(c, node);
-    case 6: return launch<6>(c, node);
-    case 7: return launch<7>(c, node);
-    default: return launch<8>(c, node);
-    }
+    return x->type == LT_TYPE_BF16 ? launch_taps<__nv_bfloat16>(c, node, (int)w->ne[0])
+                                   : launch_taps<float>(c, node, (int)w->ne[0]);
 }
 
 const struct cu_family cu_family_conv_silu = {
