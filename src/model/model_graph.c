@@ -127,9 +127,9 @@ static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_
     return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
 }
 
-/* LATHE_HALF_FFN=0 / LATHE_HALF_QKV=0 in the environment (read as a graph is built): a
- * training step's FFN gate and up products, or its DeltaNet q, k and v products, stay F32
- * (before / after switches) */
+/* NAME=0 in the environment, read as a graph is built: the before / after switches
+ * LATHE_HALF_FFN and LATHE_HALF_QKV (a training step's FFN gate and up products, or its
+ * DeltaNet q, k and v products, stay F32) and LATHE_LORA_JOIN (lora_joins) */
 static bool env_off(const char *name)
 {
     const char *env = getenv(name);
@@ -143,19 +143,11 @@ static enum lt_type half_out(const struct lt_mb *b, const char *name)
     return b->ad && b->ad->bf16_products && !env_off(name) ? LT_TYPE_BF16 : LT_TYPE_F32;
 }
 
-/* the type of a BF16 product's result in mm_rows: b->product_type (BF16 while ffn() builds
- * the gate and up products of a device's training step) */
+/* the type of a BF16 product's result in mm_rows: b->product_type (BF16 while a device's
+ * training step builds the FFN's gate and up products, or Qwen3.5's q, k and v) */
 static enum lt_type half_product(const struct lt_mb *b)
 {
     return b->product_type == LT_TYPE_BF16 ? LT_TYPE_BF16 : LT_TYPE_F32;
-}
-
-/* LATHE_LORA_JOIN=0 in the environment (read as a graph is built): a LoRA target's product
- * stays the base product added over its adapter's (a before / after switch) */
-static bool lora_join_off(void)
-{
-    const char *env = getenv("LATHE_LORA_JOIN");
-    return env && strcmp(env, "0") == 0;
 }
 
 /* With BF16 products, the rows [r0, r0 + n) of a LoRA target w (its only adapter l) as one
@@ -166,12 +158,13 @@ static bool lora_join_off(void)
  * made once for every row range of w, as A x is): worth it where the outputs outnumber
  * the inputs, 2 n > K (the q, k, v, gate and up projections of Qwen3.5; not its output or
  * down projections). MUL_MAT's rule takes the gradients of the parts (x, and A x and B
- * through theirs) as the two products' rules would: the same products, the same values. */
+ * through theirs) as the two products' rules would: the same products, the same values.
+ * LATHE_LORA_JOIN=0 keeps the base product added over the adapter's. */
 static bool lora_joins(const struct lt_mb *b, const struct lt_tensor *w, const struct lt_tensor *wr,
                        const struct lt_tensor *xr, int64_t n)
 {
-    if (lora_join_off() || wr->type != LT_TYPE_BF16 || xr->type != LT_TYPE_BF16 || wr->ne[2] != 1 ||
-        wr->ne[3] != 1 || xr->ne[2] != 1 || xr->ne[3] != 1 || 2 * n <= wr->ne[0])
+    if (env_off("LATHE_LORA_JOIN") || wr->type != LT_TYPE_BF16 || xr->type != LT_TYPE_BF16 ||
+        wr->ne[2] != 1 || wr->ne[3] != 1 || xr->ne[2] != 1 || xr->ne[3] != 1 || 2 * n <= wr->ne[0])
         return false;
     int adapters = 0;
     for (int i = 0; i < b->ad->n_lora; i++)

@@ -154,7 +154,8 @@ struct lt_mb {
     const struct lt_model_lora *ax_lora;
     struct lt_tensor *ax_x, *ax, *axz;
     /* the type a training step's plain BF16 products store (mm_rows: BF16 for the FFN's gate
-     * and up, which only SWIGLU and its backward read), F32 otherwise */
+     * and up, and Qwen3.5's q, k and v, which only SWIGLU / CONV_SILU and their backwards
+     * read), F32 otherwise */
     enum lt_type product_type;
     const struct lt_mb_hooks *hooks;
     /* optional, n_layer + 1 slots: the residual stream entering each layer, then the last
