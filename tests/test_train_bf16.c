@@ -153,6 +153,24 @@ static struct lt_model_adapters lora_adapters(const struct lora_job *j, bool cha
                                       .chain_norms = chain};
 }
 
+/* The loss and adapter gradients of j's graph (chain_norms `chain`) on tok / lab, its nodes
+ * counted into c, with every product storing F32 (LATHE_HALF_FFN=0, LATHE_HALF_QKV=0): the
+ * equivalence tests compare two graphs whose F32 sums differ in order, which BF16 results
+ * would turn into whole BF16 steps */
+static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const struct lora_job *j,
+                     bool chain, const int32_t *tok, const int32_t *lab, float *loss, float *grads,
+                     struct graph_counts *c, const char *what)
+{
+    struct lt_model_adapters ad = lora_adapters(j, chain);
+    memset(c, 0, sizeof(*c));
+    setenv("LATHE_HALF_FFN", "0", 1);
+    setenv("LATHE_HALF_QKV", "0", 1);
+    CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, loss, grads, count, c) == LT_OK,
+          "LoRA, %s: %s", what, lt_last_error());
+    unsetenv("LATHE_HALF_FFN");
+    unsetenv("LATHE_HALF_QKV");
+}
+
 /* A LoRA job's device graph on Qwen3.5, adapters on the QKV, gate and up weights with B
  * drawn nonzero: q, k and v as three products (each adapter's B sliced alike, mm_rows)
  * give the one-projection graph's (chain_norms) loss and adapter gradients within 1e-5 */
@@ -169,20 +187,8 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
     struct graph_counts cs, cc;
-    /* the products in F32 (LATHE_HALF_FFN=0, LATHE_HALF_QKV=0): their BF16 results would turn
-     * the two graphs' F32 differences in summation order into whole BF16 steps */
-    setenv("LATHE_HALF_FFN", "0", 1);
-    setenv("LATHE_HALF_QKV", "0", 1);
-    for (int chain = 0; chain < 2; chain++) {
-        struct lt_model_adapters ad = lora_adapters(&j, chain);
-        struct graph_counts *c = chain ? &cc : &cs;
-        memset(c, 0, sizeof(*c));
-        CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, chain ? &lc : &ls,
-                                chain ? gc : gs, count, c) == LT_OK,
-              "LoRA, chain_norms %d: %s", chain, lt_last_error());
-    }
-    unsetenv("LATHE_HALF_FFN");
-    unsetenv("LATHE_HALF_QKV");
+    lora_run(m, cpu, &j, false, tok, lab, &ls, gs, &cs, "q, k, v split");
+    lora_run(m, cpu, &j, true, tok, lab, &lc, gc, &cc, "chain_norms");
     const double e = tm_rel_err(gs, gc, (int)n_w);
     CHECK(fabsf(ls - lc) <= 1e-6f * fabsf(lc) && e < 1e-5 && cs.conv_silu == 3 * cc.conv_silu &&
               cc.conv_silu > 0,
@@ -234,21 +240,10 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
     int32_t tok[S * T], lab[S * T];
     tm_next_tokens(tok, lab, T, S * T, V);
     struct graph_counts cj, ca;
-    for (int off = 0; off < 2; off++) {
-        struct lt_model_adapters ad = lora_adapters(&j, false);
-        struct graph_counts *c = off ? &ca : &cj;
-        memset(c, 0, sizeof(*c));
-        if (off)
-            setenv("LATHE_LORA_JOIN", "0", 1);
-        setenv("LATHE_HALF_FFN", "0", 1); /* as in test_lora_split */
-        setenv("LATHE_HALF_QKV", "0", 1);
-        CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, off ? &la : &lj, off ? ga : gj,
-                                count, c) == LT_OK,
-              "LoRA, LATHE_LORA_JOIN %s: %s", off ? "0" : "unset", lt_last_error());
-        unsetenv("LATHE_LORA_JOIN");
-        unsetenv("LATHE_HALF_FFN");
-        unsetenv("LATHE_HALF_QKV");
-    }
+    lora_run(m, cpu, &j, false, tok, lab, &lj, gj, &cj, "joined");
+    setenv("LATHE_LORA_JOIN", "0", 1);
+    lora_run(m, cpu, &j, false, tok, lab, &la, ga, &ca, "LATHE_LORA_JOIN=0");
+    unsetenv("LATHE_LORA_JOIN");
     const double e = tm_rel_err(gj, ga, (int)n_w);
     CHECK(fabsf(lj - la) <= 1e-5f * fabsf(la) && e < 1e-4,
           "qwen35 LoRA: joined products' loss %.7f against %.7f, adapter gradients off by %.3g",

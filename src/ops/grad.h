@@ -83,4 +83,7 @@ lt_status lt_ad_fold_loss(struct lt_autodiff *ad, struct lt_tensor *node, struct
 /* t itself when contiguous, otherwise a CONT copy of it. */
 struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t);
 
+/* MUL_MAT's and MUL_MAT_ACC's rule (src/ops/matmul_grad.c) */
+lt_status lt_mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node);
+
 #endif
