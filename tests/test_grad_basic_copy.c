@@ -6,7 +6,8 @@
  * CPY is also checked by hand where finite differences cannot see it: dst (trainable, and a
  * window of a larger trainable tensor) gets no gradient from the copy, and a copy into F16
  * passes the gradient through unchanged. A frozen (F16, not trainable) embedding table gets
- * no GET_ROWS_BACK at all.
+ * no GET_ROWS_BACK at all. Row windows of a BF16 rounding send their F32 gradients to the
+ * rows they view.
  *
  * The layout cases live in grad_copy_cases.h, which test_grad_sched.c also runs through
  * the scheduler; the checks by hand stay here. */
@@ -86,6 +87,55 @@ static void test_cpy_dst(void)
     lt_ctx_free(ctx);
 }
 
+/* Views of a half rounding take F32 gradients: a trainable a [4, 6] rounded to BF16 whole,
+ * two row windows of the rounding read (rows 1..2 and 4..5, as LoRA's B rounded once and
+ * viewed a row range at a time): a's gradient is w1 and w2 on those rows, 0 elsewhere. The
+ * windows' strides and offsets are the half tensor's bytes, the accumulator's F32. */
+static void test_view_of_half(void)
+{
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+    struct lt_backend *cpu = lt_backend_cpu_new(2);
+    struct lt_tensor *a = lt_set_name(lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 6), "a");
+    struct lt_tensor *w1 = lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 2);
+    struct lt_tensor *w2 = lt_new_tensor_2d(ctx, LT_TYPE_F32, 4, 2);
+    a->flags |= LT_FLAG_PARAM;
+    for (int i = 0; i < 24; i++)
+        ((float *)a->data)[i] = 0.5f * (float)i - 3.0f;
+    for (int i = 0; i < 8; i++) {
+        ((float *)w1->data)[i] = 0.25f * (float)i + 1.0f;
+        ((float *)w2->data)[i] = -0.5f * (float)i;
+    }
+    struct lt_tensor *h = lt_cont_as(ctx, a, LT_TYPE_BF16);
+    struct lt_tensor *v1 = lt_view_2d(ctx, h, 4, 2, h->nb[1], 1 * h->nb[1]);
+    struct lt_tensor *v2 = lt_view_2d(ctx, h, 4, 2, h->nb[1], 4 * h->nb[1]);
+    struct lt_tensor *loss =
+        lt_add(ctx, lt_sum(ctx, lt_mul(ctx, v1, w1)), lt_sum(ctx, lt_mul(ctx, v2, w2)));
+    struct lt_graph *g = lt_graph_new(ctx, 256);
+    lt_status st = lt_graph_build(g, loss);
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
+    if (st == LT_OK)
+        st = lt_cpu_graph_compute(cpu, g);
+    CHECK(st == LT_OK && a->grad, "views of a BF16 rounding: %s", lt_last_error());
+    if (st == LT_OK && a->grad) {
+        float ga[24];
+        lt_tensor_read_f32(a->grad, ga);
+        for (int r = 0; r < 6; r++)
+            for (int c = 0; c < 4; c++) {
+                const float *w = r == 1 || r == 2   ? (float *)w1->data + (r - 1) * 4
+                                 : r == 4 || r == 5 ? (float *)w2->data + (r - 4) * 4
+                                                    : NULL;
+                const float expect = w ? w[c] : 0.0f;
+                CHECK(ga[r * 4 + c] == expect,
+                      "views of a BF16 rounding: d a[%d, %d] = %g, "
+                      "expected %g",
+                      r, c, (double)ga[r * 4 + c], (double)expect);
+            }
+    }
+    lt_backend_free(cpu);
+    lt_ctx_free(ctx);
+}
+
 /* A frozen F16 table (not trainable) gets no gradient and no GET_ROWS_BACK, while the
  * trainable tensor multiplied with its rows gets its own. */
 static void test_frozen_table(void)
@@ -111,6 +161,7 @@ int main(void)
 {
     test_cont_cpy();
     test_cpy_dst();
+    test_view_of_half();
     test_concat();
     test_repeat();
     test_get_rows();

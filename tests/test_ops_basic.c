@@ -1,8 +1,8 @@
 /* test_ops_basic.c: element-wise unary ops, swiglu, silu_back, the binary ops with
- * broadcasting (and mul and swiglu writing F16 / BF16 results), and the reductions, on the CPU backend with 1 and 2 threads, against
- * plain reference loops, for contiguous, transposed, permuted and sliced inputs (and
- * broadcast second sources). Copies, rows and the backward helpers are in
- * test_ops_basic_copy.c. */
+ * broadcasting (and mul, scale and swiglu writing F16 / BF16 results), and the reductions, on the
+ * CPU backend with 1 and 2 threads, against plain reference loops, for contiguous, transposed,
+ * permuted and sliced inputs (and broadcast second sources). Copies, rows and the backward helpers
+ * are in test_ops_basic_copy.c. */
 #include "test_ops_basic.h"
 
 static const int64_t shape[4] = {7, 5, 3, 2};
@@ -326,7 +326,8 @@ static void test_binary(struct ops_test *t)
     check_refused(lt_div(t->ctx, a, ids), "ids", "div by i32");
 }
 
-/* ---- half results (lt_mul_as, lt_swiglu_as: a model's activations for half weights) ---- */
+/* ---- half results (lt_mul_as, lt_swiglu_as: a model's activations for half weights;
+ * lt_scale_as: a LoRA adapter's scaled A) ---- */
 
 static float round_to(enum lt_type type, float v)
 {
@@ -334,9 +335,9 @@ static float round_to(enum lt_type type, float v)
                                 : lt_fp16_to_fp32(lt_fp32_to_fp16(v));
 }
 
-/* MUL into F16 / BF16 is the F32 product rounded once to nearest even, exactly; SWIGLU's
- * is within half a unit of the last place of the type (its expf may differ from libm's
- * double exp in the last F32 bit, which can move a rounding) */
+/* MUL and SCALE into F16 / BF16 are the F32 products rounded once to nearest even, exactly;
+ * SWIGLU's is within half a unit of the last place of the type (its expf may differ from
+ * libm's double exp in the last F32 bit, which can move a rounding) */
 static void test_half_results(struct ops_test *t)
 {
     static const enum lt_type types[] = {LT_TYPE_BF16, LT_TYPE_F16};
@@ -351,7 +352,7 @@ static void test_half_results(struct ops_test *t)
                 struct lt_tensor *u =
                     input_new(t, LT_TYPE_F32, shape, (la + 1) % LAYOUT_COUNT, -3, 3);
                 float *av = dense(a), *bv = dense(b), *uv = dense(u);
-                float ref_mul[210], ref_swiglu[210];
+                float ref_mul[210], ref_swiglu[210], ref_scale[210];
                 for (int64_t i3 = 0; i3 < 2; i3++)
                     for (int64_t i2 = 0; i2 < 3; i2++)
                         for (int64_t i1 = 0; i1 < 5; i1++)
@@ -360,6 +361,7 @@ static void test_half_results(struct ops_test *t)
                                                  i3 % b->ne[3]);
                                 int64_t i = flat(shape, i0, i1, i2, i3);
                                 ref_mul[i] = round_to(type, av[i] * bv[j]);
+                                ref_scale[i] = round_to(type, av[i] * 1.5f);
                                 double g = av[i];
                                 ref_swiglu[i] = round_to(type, (float)(g / (1 + exp(-g)) * uv[i]));
                             }
@@ -372,6 +374,11 @@ static void test_half_results(struct ops_test *t)
                          lt_type_name(type));
                 check_op(t, lt_swiglu_as(t->ctx, a, u, type), ref_swiglu, 1e-6,
                          type == LT_TYPE_BF16 ? 1.0 / 256 : 1.0 / 2048, what);
+                snprintf(what, sizeof(what), "scale of %s into %s", layout_names[la],
+                         lt_type_name(type));
+                struct lt_tensor *sc = lt_scale_as(t->ctx, a, 1.5f, type);
+                CHECK(sc && sc->type == type, "%s: the result's type", what);
+                check_op(t, sc, ref_scale, 0, 0, what);
                 free(av);
                 free(bv);
                 free(uv);
@@ -379,6 +386,7 @@ static void test_half_results(struct ops_test *t)
     struct lt_tensor *a = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 7, 5), "normed");
     check_refused(lt_mul_as(t->ctx, a, a, LT_TYPE_Q8_0), "normed", "mul into q8_0");
     check_refused(lt_swiglu_as(t->ctx, a, a, LT_TYPE_I32), "normed", "swiglu into i32");
+    check_refused(lt_scale_as(t->ctx, a, 2.0f, LT_TYPE_Q8_0), "normed", "scale into q8_0");
 }
 
 /* ---- reductions ---- */

@@ -35,6 +35,11 @@ struct graph_counts {
     int half_ffn, half_qkv;     /* products that store BF16: the FFN's gate and up, and
                                    Qwen3.5's q, k and v; other products that do */
     int half_other;
+    /* LoRA's A x: SCALE nodes with a half result (lt_scale_as of A), SCALE nodes of a
+     * product (A x scaled), CONT nodes rounding an A x product, A x products storing BF16,
+     * and A x's gradients made in BF16 by a product (SCALE and CONT of the forward's A x
+     * products alone: a gradient's name starts "grad for") */
+    int scale_half, scale_of_product, cont_of_ax, half_ax, half_ax_grad;
     int lce, lce_back;          /* LINEAR_CE and LINEAR_CE_BACK nodes */
     unsigned lce_parts;   /* the LINEAR_CE_BACK's parts */
     int64_t lce_elements; /* and its result's elements */
@@ -67,6 +72,16 @@ static void count(const struct lt_graph *g, void *user)
             else
                 c->half_other++;
         }
+        c->scale_half += t->op == LT_OP_SCALE && t->type != LT_TYPE_F32;
+        c->scale_of_product +=
+            t->op == LT_OP_SCALE && t->src[0]->op == LT_OP_MUL_MAT &&
+            (strncmp(t->name, "lora_a", 6) == 0 || strncmp(t->src[0]->name, "lora_a", 6) == 0);
+        c->cont_of_ax += t->op == LT_OP_CONT && t->src[0]->op == LT_OP_MUL_MAT &&
+                         strncmp(t->src[0]->name, "lora_a", 6) == 0;
+        c->half_ax +=
+            t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16 && strncmp(t->name, "lora_a", 6) == 0;
+        c->half_ax_grad += t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16 &&
+                           strncmp(t->name, "grad for lora_a", 15) == 0;
         c->joined += t->op == LT_OP_MUL_MAT && t->src[0]->op == LT_OP_CONCAT &&
                      t->src[1]->op == LT_OP_CONCAT;
         for (int k = 0; k < LT_MAX_SRC && t->src[k]; k++)
@@ -99,9 +114,9 @@ static lt_status run(const struct lt_model *m, struct lt_backend *cpu,
     return tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, loss, grads, count, c);
 }
 
-/* A LoRA job's adapters on m for `targets`, B drawn nonzero (B = 0 would hide the adapters'
- * products in the forward) from the pattern `mul` and `mod`: the adapters' A and B as the
- * tensors whose gradients the runner reads (w NULL: no weight is replaced), and the
+/* A LoRA job's adapters (rank 4, alpha `alpha`) on m for `targets`, B drawn nonzero (B = 0
+ * would hide the adapters' products in the forward) from the pattern `mul` and `mod`: the adapters'
+ * A and B as the tensors whose gradients the runner reads (w NULL: no weight is replaced), and the
  * model's list of them; n_w their floats. False (checked) when the adapters can't be made. */
 struct lora_job {
     struct lt_lora *l;
@@ -112,10 +127,10 @@ struct lora_job {
 };
 
 static bool lora_job_new(const struct lt_model *m, const char *targets, uint64_t seed, float scale,
-                         int mul, int mod, struct lora_job *j)
+                         int mul, int mod, float alpha, struct lora_job *j)
 {
     memset(j, 0, sizeof(*j));
-    const struct lt_lora_params lp = {.rank = 4, .alpha = 8, .targets = targets, .seed = seed};
+    const struct lt_lora_params lp = {.rank = 4, .alpha = alpha, .targets = targets, .seed = seed};
     CHECK(lt_lora_new(m, &lp, &j->l) == LT_OK, "LoRA: %s", lt_last_error());
     if (!j->l)
         return false;
@@ -141,15 +156,16 @@ static void lora_job_free(struct lora_job *j)
     lt_lora_free(j->l);
 }
 
-/* the adapters of j, the device's training graph (fused loss, BF16 products) */
-static struct lt_model_adapters lora_adapters(const struct lora_job *j, bool chain)
+/* the adapters of j in the device's training graph (fused loss, BF16 products) or, bf16
+ * false, the same graph with F32 products */
+static struct lt_model_adapters lora_adapters(const struct lora_job *j, bool chain, bool bf16)
 {
     return (struct lt_model_adapters){.replace = j->rep,
                                       .n_replace = 2 * j->l->n_pairs,
                                       .lora = j->list,
                                       .n_lora = j->n_list,
                                       .fused_loss = true,
-                                      .bf16_products = true,
+                                      .bf16_products = bf16,
                                       .chain_norms = chain};
 }
 
@@ -161,7 +177,7 @@ static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const str
                      bool chain, const int32_t *tok, const int32_t *lab, float *loss, float *grads,
                      struct graph_counts *c, const char *what)
 {
-    struct lt_model_adapters ad = lora_adapters(j, chain);
+    struct lt_model_adapters ad = lora_adapters(j, chain, true);
     memset(c, 0, sizeof(*c));
     setenv("LATHE_HALF_FFN", "0", 1);
     setenv("LATHE_HALF_QKV", "0", 1);
@@ -177,7 +193,7 @@ static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const str
 static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
 {
     struct lora_job j;
-    if (!lora_job_new(m, "attn_qkv,attn_gate,ffn_up", 5, 0.02f, 37, 19, &j)) {
+    if (!lora_job_new(m, "attn_qkv,attn_gate,ffn_up", 5, 0.02f, 37, 19, 8.0f, &j)) {
         lora_job_free(&j);
         return;
     }
@@ -230,7 +246,7 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
     if (!lora_job_new(m,
                       "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate,"
                       "ffn_up,ffn_down",
-                      9, 0.03f, 29, 17, &j)) {
+                      9, 0.03f, 29, 17, 8.0f, &j)) {
         lora_job_free(&j);
         return;
     }
@@ -244,6 +260,20 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
     setenv("LATHE_LORA_JOIN", "0", 1);
     lora_run(m, cpu, &j, false, tok, lab, &la, ga, &ca, "LATHE_LORA_JOIN=0");
     unsetenv("LATHE_LORA_JOIN");
+    /* A x as one BF16 product of A rounded with the scale (2 here), and B rounded whole:
+     * the bits of the chain before (LATHE_LORA_HALF_AX=0), a power of two scaling exactly */
+    float *gc = malloc(n_w * sizeof(float)), lc = 0;
+    struct graph_counts cc;
+    setenv("LATHE_LORA_HALF_AX", "0", 1);
+    lora_run(m, cpu, &j, false, tok, lab, &lc, gc, &cc, "LATHE_LORA_HALF_AX=0");
+    unsetenv("LATHE_LORA_HALF_AX");
+    const double ec = tm_rel_err(gj, gc, (int)n_w);
+    CHECK(lj == lc && ec == 0 && cj.half_ax == j.l->n_pairs && cc.half_ax == 0 &&
+              cc.scale_of_product == j.l->n_pairs,
+          "qwen35 LoRA: A x folded, loss %.7f against the chain's %.7f, adapter gradients off by "
+          "%.3g; %d A x products storing BF16 (the chain: %d, with %d SCALE of them)",
+          (double)lj, (double)lc, ec, cj.half_ax, cc.half_ax, cc.scale_of_product);
+    free(gc);
     const double e = tm_rel_err(gj, ga, (int)n_w);
     CHECK(fabsf(lj - la) <= 1e-5f * fabsf(la) && e < 1e-4,
           "qwen35 LoRA: joined products' loss %.7f against %.7f, adapter gradients off by %.3g",
@@ -258,6 +288,60 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
            j.l->n_pairs, cj.joined, e);
     free(gj);
     free(ga);
+    lora_job_free(&j);
+}
+
+/* A LoRA job's device graph on Qwen3.5 with adapters on every projection, at a scale that
+ * is no power of two (alpha 6, rank 4): each adapter's A x is one product storing BF16 from
+ * A scaled as it is rounded (lt_scale_as), with no SCALE or rounding of [r, T] after it, and
+ * where one product reads A x its gradient is made in BF16 by the product that computes it.
+ * The loss and the adapters' gradients stay within the BF16 products' bounds of the same
+ * job's F32 graph (1e-2 and 0.1, as the whole models'). */
+static void test_lora_ax(const struct lt_model *m, struct lt_backend *cpu)
+{
+    struct lora_job j;
+    if (!lora_job_new(m,
+                      "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate,"
+                      "ffn_up,ffn_down",
+                      13, 0.03f, 31, 23, 6.0f, &j)) {
+        lora_job_free(&j);
+        return;
+    }
+    const size_t n_w = j.n_w;
+    float *g16 = malloc(n_w * sizeof(float)), *g32 = malloc(n_w * sizeof(float)), l16 = 0, l32 = 0;
+    const int V = (int)lt_model_hparams(m)->n_vocab;
+    int32_t tok[S * T], lab[S * T];
+    tm_next_tokens(tok, lab, T, S * T, V);
+    struct graph_counts c16, c32;
+    memset(&c16, 0, sizeof(c16));
+    memset(&c32, 0, sizeof(c32));
+    struct lt_model_adapters a16 = lora_adapters(&j, false, true),
+                             a32 = lora_adapters(&j, false, false);
+    CHECK(tm_loss_and_grads(m, cpu, &a16, tok, lab, T, S, NULL, &l16, g16, count, &c16) == LT_OK,
+          "LoRA, BF16 products: %s", lt_last_error());
+    CHECK(tm_loss_and_grads(m, cpu, &a32, tok, lab, T, S, NULL, &l32, g32, count, &c32) == LT_OK,
+          "LoRA, F32 products: %s", lt_last_error());
+    const double e = tm_rel_err(g16, g32, (int)n_w);
+    const int n = j.l->n_pairs;
+    CHECK(fabsf(l16 - l32) <= 1e-2f * fabsf(l32) && e < 0.1,
+          "qwen35 LoRA at scale 1.5: BF16 products' loss %.6f against F32's %.6f, adapter "
+          "gradients off by %.3g",
+          (double)l16, (double)l32, e);
+    CHECK(c16.scale_half == n && c16.half_ax == n && c16.scale_of_product == 0 &&
+              c16.cont_of_ax == 0 && c16.half_ax_grad > 0 && c16.refused == 0,
+          "qwen35 LoRA (%d adapters): %d half SCALE of A, %d A x products storing BF16, %d "
+          "SCALE and %d CONT after a product, %d A x gradients made BF16, %d nodes CUDA refuses "
+          "(%s)",
+          n, c16.scale_half, c16.half_ax, c16.scale_of_product, c16.cont_of_ax, c16.half_ax_grad,
+          c16.refused, c16.why);
+    CHECK(c32.scale_of_product == n && c32.scale_half == 0 && c32.half_ax == 0,
+          "qwen35 LoRA, F32 products: %d SCALE of A x (want %d), %d half SCALE, %d half A x",
+          c32.scale_of_product, n, c32.scale_half, c32.half_ax);
+    printf("qwen35 LoRA (%d adapters) at scale 1.5: BF16 loss %.5f (F32 %.5f), gradients within "
+           "%.2g; %d A x gradients made in BF16\n",
+           n, (double)l16, (double)l32, e, c16.half_ax_grad);
+    free(g16);
+    free(g32);
     lora_job_free(&j);
 }
 
@@ -369,6 +453,7 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         if (qwen35) {
             test_lora_split(m, cpu);
             test_lora_join(m, cpu);
+            test_lora_ax(m, cpu);
         }
     }
     free(g32);

@@ -125,6 +125,9 @@ struct lt_tensor *lt_mul_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_t
 
 /* element-wise unary (F32 in, F32 out, same shape, contiguous result) */
 struct lt_tensor *lt_scale(struct lt_ctx *ctx, struct lt_tensor *a, float s);
+/* lt_scale with the result stored as type (F32, F16 or BF16; computed in F32, rounded once):
+ * a LoRA adapter's A times its scale, in the half type its product reads (model_graph.c) */
+struct lt_tensor *lt_scale_as(struct lt_ctx *ctx, struct lt_tensor *a, float s, enum lt_type type);
 struct lt_tensor *lt_silu(struct lt_ctx *ctx, struct lt_tensor *a);
 struct lt_tensor *lt_sigmoid(struct lt_ctx *ctx, struct lt_tensor *a);
 struct lt_tensor *lt_softplus(struct lt_ctx *ctx, struct lt_tensor *a);

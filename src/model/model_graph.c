@@ -95,22 +95,43 @@ static bool bf16_x(const struct lt_mb *b, const struct lt_tensor *wr, const stru
                                    x->ne[1] > 8);
 }
 
+/* NAME=0 in the environment, read as a graph is built: the before / after switches
+ * LATHE_HALF_FFN and LATHE_HALF_QKV (a training step's FFN gate and up products, or its
+ * DeltaNet q, k and v products, stay F32), LATHE_LORA_JOIN (lora_joins) and
+ * LATHE_LORA_HALF_AX (lora_ax) */
+static bool env_off(const char *name)
+{
+    const char *env = getenv(name);
+    return env && strcmp(env, "0") == 0;
+}
+
 /* LoRA adapter l's scale * A x, rounded to BF16 when half (as its B product reads it): made
  * once for the products by several row ranges of one weight (mm_rows), so that A's gradient
- * sums theirs in F32 and rounds once, as one product's would */
+ * sums theirs in F32 and rounds once, as one product's would. Half, the scale meets A as it
+ * is rounded ([K, r], one node: lt_scale_as) and the product stores BF16 itself, where a
+ * SCALE and a rounding of [r, T] followed it (two nodes a step for each adapter, and MUL_MAT's
+ * rule then makes A x's gradient in BF16 too: one rounding fewer). For the usual power-of-two
+ * scale (alpha / rank) the values are those of the F32 product scaled, then rounded.
+ * LATHE_LORA_HALF_AX=0 keeps the chain before (and lora_b_half's rounding a range). */
 static struct lt_tensor *lora_ax(struct lt_mb *b, const struct lt_model_lora *l,
                                  struct lt_tensor *x, bool half)
 {
     if (b->ax_lora == l && b->ax_x == x)
         return b->ax;
+    const bool fold = half && !env_off("LATHE_LORA_HALF_AX"); /* 0: the chain before */
     struct lt_tensor *xa = half ? bf16_act(b, x) : x; /* the base product's, when it rounds */
-    struct lt_tensor *a = half ? lt_cont_as(b->ctx, l->a, LT_TYPE_BF16) : l->a;
-    struct lt_tensor *ax = a && xa ? lt_mul_mat(b->ctx, a, xa) : NULL;
-    if (ax && l->scale != 1.0f)
+    struct lt_tensor *a = !half ? l->a
+                          : fold && l->scale != 1.0f
+                              ? lt_scale_as(b->ctx, l->a, l->scale, LT_TYPE_BF16)
+                              : lt_cont_as(b->ctx, l->a, LT_TYPE_BF16);
+    struct lt_tensor *ax = NULL;
+    if (a && xa)
+        ax = fold ? lt_mul_mat_as(b->ctx, a, xa, LT_TYPE_BF16) : lt_mul_mat(b->ctx, a, xa);
+    if (ax && !fold && l->scale != 1.0f)
         ax = lt_scale(b->ctx, ax, l->scale);
     if (ax)
         lt_format_name(ax, "lora_a %s", l->w->name);
-    struct lt_tensor *axr = half && ax ? lt_cont_as(b->ctx, ax, LT_TYPE_BF16) : ax;
+    struct lt_tensor *axr = half && !fold && ax ? lt_cont_as(b->ctx, ax, LT_TYPE_BF16) : ax;
     b->ax_lora = axr ? l : NULL;
     b->ax_x = x;
     b->ax = axr;
@@ -127,13 +148,21 @@ static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_
     return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
 }
 
-/* NAME=0 in the environment, read as a graph is built: the before / after switches
- * LATHE_HALF_FFN and LATHE_HALF_QKV (a training step's FFN gate and up products, or its
- * DeltaNet q, k and v products, stay F32) and LATHE_LORA_JOIN (lora_joins) */
-static bool env_off(const char *name)
+/* rows [r0, r0 + n) of LoRA adapter l's B rounded to BF16: B rounded whole once, for every
+ * row range's product (q, k and v of one projection), then viewed; the ranges' gradients
+ * add up into the rounding's, which passes them to B */
+static struct lt_tensor *lora_b_half(struct lt_mb *b, const struct lt_model_lora *l, int64_t r0,
+                                     int64_t n)
 {
-    const char *env = getenv(name);
-    return env && strcmp(env, "0") == 0;
+    if (env_off("LATHE_LORA_HALF_AX")) { /* the ranges rounded one by one, as before */
+        struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
+        return lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : NULL;
+    }
+    if (b->bh_lora != l) {
+        b->bh = lt_cont_as(b->ctx, l->b, LT_TYPE_BF16);
+        b->bh_lora = b->bh ? l : NULL;
+    }
+    return rows_of(b->ctx, b->bh, r0, n);
 }
 
 /* the type the products of a device's training step that only one elementwise op and its
@@ -182,8 +211,7 @@ static struct lt_tensor *lora_joined(struct lt_mb *b, const struct lt_model_lora
         if (b->axz)
             lt_format_name(b->axz, "%s ; lora_a %s", xr->name, l->w->name);
     }
-    struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
-    struct lt_tensor *bw = lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : NULL;
+    struct lt_tensor *bw = lora_b_half(b, l, r0, n);
     struct lt_tensor *wb = bw ? lt_concat_as(b->ctx, wr, bw, 0, LT_TYPE_BF16) : NULL;
     if (wb)
         lt_format_name(wb, "%s ; lora_b", l->w->name);
@@ -268,8 +296,7 @@ static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt
         if (l->w != w)
             continue;
         struct lt_tensor *axr = lora_ax(b, l, x, half);
-        struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
-        struct lt_tensor *bw = half && lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : lb;
+        struct lt_tensor *bw = half ? lora_b_half(b, l, r0, n) : rows_of(b->ctx, l->b, r0, n);
         struct lt_tensor *bax = axr && bw ? lt_mul_mat(b->ctx, bw, axr) : NULL;
         if (!bax)
             return NULL;

@@ -153,6 +153,10 @@ struct lt_mb {
      * the input joined with it, [x ; A x] (lora_joined) */
     const struct lt_model_lora *ax_lora;
     struct lt_tensor *ax_x, *ax, *axz;
+    /* the last LoRA adapter's B rounded to BF16 whole, for the products by its row ranges
+     * (lora_b_half: one rounding a step for q, k and v, not one a range) */
+    const struct lt_model_lora *bh_lora;
+    struct lt_tensor *bh;
     /* the type a training step's plain BF16 products store (mm_rows: BF16 for the FFN's gate
      * and up, and Qwen3.5's q, k and v, which only SWIGLU / CONV_SILU and their backwards
      * read), F32 otherwise */

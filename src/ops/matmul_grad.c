@@ -57,10 +57,21 @@ static struct lt_tensor *sum_head_groups(struct lt_ctx *ctx, struct lt_tensor *t
  * gradients; Qwen3.5's norm output four). The first contribution is a fresh product, src's
  * own from then on. The sums are the same either way: c + x y, element by element. */
 static lt_status add_product(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *x,
-                             struct lt_tensor *y)
+                             struct lt_tensor *y, const struct lt_tensor *reader)
 {
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *acc = src->grad;
+    /* src a half product that only `reader` reads (lt_ad_grad_type: a LoRA adapter's A x,
+     * which its B product or the joined product reads): its own rule would round this
+     * gradient to its operands' type first, so the product stores it in that type, each
+     * element rounded once from the same F32 sum */
+    const enum lt_type half = reader ? lt_ad_grad_type(ad, src, reader) : LT_TYPE_F32;
+    if (!acc && half != LT_TYPE_F32 && x->type == half && y->type == half) {
+        struct lt_tensor *p = lt_mul_mat_as(ctx, x, y, half);
+        if (p)
+            lt_format_name(p, "grad for %s", src->name);
+        return lt_ad_add(ad, src, p);
+    }
     if (acc && lt_ad_grad_owned(ad, src) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc)) {
         struct lt_tensor *t = lt_mul_mat_acc(ctx, x, y, acc);
         if (!t)
@@ -79,9 +90,10 @@ static lt_status add_product(struct lt_autodiff *ad, struct lt_tensor *src, stru
 }
 
 /* The gradients of a x b for the operands that want one, g the result's gradient (rounded as
- * the operands are): da for an a that wants one (the formula does not read a), db likewise */
+ * the operands are): da for an a that wants one (the formula does not read a), db likewise;
+ * reader_b is the node that reads b (the product, or the join that holds b) */
 static lt_status product_grads(struct lt_autodiff *ad, struct lt_tensor *a, struct lt_tensor *b,
-                               struct lt_tensor *g)
+                               struct lt_tensor *g, const struct lt_tensor *reader_b)
 {
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     const bool want_a = lt_ad_wants(ad, a), want_b = lt_ad_wants(ad, b);
@@ -89,14 +101,14 @@ static lt_status product_grads(struct lt_autodiff *ad, struct lt_tensor *a, stru
     if (want_b) {
         struct lt_tensor *at = transposable(ctx, a);
         at = at ? lt_transpose(ctx, at) : NULL;
-        st = at ? add_product(ad, b, at, g) : lt_ad_add(ad, b, NULL);
+        st = at ? add_product(ad, b, at, g, reader_b) : lt_ad_add(ad, b, NULL);
     }
     if (st == LT_OK && want_a) {
         struct lt_tensor *bt = lt_transpose(ctx, b), *gt = lt_transpose(ctx, g);
         if (!bt || !gt)
             return lt_ad_add(ad, a, NULL);
         if (b->ne[2] == a->ne[2] && b->ne[3] == a->ne[3])
-            return add_product(ad, a, bt, gt);
+            return add_product(ad, a, bt, gt, NULL);
         struct lt_tensor *da = lt_mul_mat(ctx, bt, gt);
         st = lt_ad_add(ad, a, da ? sum_head_groups(ctx, da, a->ne[2], a->ne[3]) : NULL);
     }
@@ -157,7 +169,11 @@ lt_status lt_mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
         g = gh;
     }
     if (!joined)
-        return product_grads(ad, a, b, g);
-    lt_status st = product_grads(ad, a->src[0], b->src[0], g);
-    return st == LT_OK ? product_grads(ad, a->src[1], b->src[1], g) : st;
+        return product_grads(ad, a, b, g, node);
+    /* the join b hands its parts their gradients only through this node's rule when this
+     * node is b's one reader (row ranges of one weight share one join of the input: each
+     * range's product adds to the parts) */
+    const struct lt_tensor *join = lt_ptrmap_get(&ad->readers, b, 0) == 1 ? b : NULL;
+    lt_status st = product_grads(ad, a->src[0], b->src[0], g, join);
+    return st == LT_OK ? product_grads(ad, a->src[1], b->src[1], g, join) : st;
 }

@@ -4,8 +4,9 @@
  * Sources may have any strides (transposed, permuted, sliced, broadcast with nb = 0) and
  * be F32, F16 or BF16: a kernel reads each source row as ne0 floats, in place when it is
  * F32 with unit stride, otherwise converted into its thread's scratch. Results are
- * contiguous F32 of the first source's shape (swiglu's may be F16 or BF16, lt_swiglu_as:
- * computed in F32, rounded once to nearest even); threads split the rows.
+ * contiguous F32 of the first source's shape (swiglu's and scale's may be F16 or BF16,
+ * lt_swiglu_as and lt_scale_as: computed in F32, rounded once to nearest even); threads
+ * split the rows.
  *
  * Backward rules build each derivative from these same ops. They prefer the result y
  * (always contiguous) to the source x where the derivative can be written in y (exp,
@@ -119,19 +120,30 @@ static void unary_forward(const struct lt_compute_params *p, struct lt_tensor *n
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
     float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(a->ne[0]);
     float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
+    const bool f32 = node->type == LT_TYPE_F32; /* else a half SCALE: through a scratch row */
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
         const float *x = lt_row_f32(a, i1, i2, i3, buf);
-        unary_apply(node->op, s, x, (float *)node->data + r * ne0, ne0);
+        float *y = f32 ? (float *)node->data + r * ne0 : buf + lt_scratch_floats(a->ne[0]);
+        unary_apply(node->op, s, x, y, ne0);
+        if (!f32)
+            lt_row_from_f32(node, i1, i2, i3, y);
     }
+}
+
+/* a result of lt_scale_as: contiguous F16 or BF16 (the only unary op with a half result) */
+static bool half_scale(const struct lt_tensor *node)
+{
+    return node->op == LT_OP_SCALE && (node->type == LT_TYPE_F16 || node->type == LT_TYPE_BF16) &&
+           lt_is_contiguous(node);
 }
 
 static bool unary_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
 {
     if (!check_source_float(node, 0, reason, reason_size) ||
-        !check_result_f32(node, reason, reason_size))
+        (!half_scale(node) && !check_result_f32(node, reason, reason_size)))
         return false;
     if (!lt_same_shape(node, node->src[0])) {
         snprintf(reason, reason_size, "source 0 differs in shape from the result");
@@ -140,7 +152,8 @@ static bool unary_supported(const struct lt_tensor *node, char *reason, size_t r
     return true;
 }
 
-static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a)
+static struct lt_tensor *unary_new_as(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
+                                      enum lt_type type)
 {
     LT_REQUIRE(lt_op_name(op), a);
     if (!lt_type_is_float(a->type)) {
@@ -148,13 +161,28 @@ static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_
                 a->name, lt_type_name(a->type));
         return NULL;
     }
-    return lt_new_op_tensor(ctx, op, LT_TYPE_F32, LT_MAX_DIMS, a->ne, &a, 1);
+    return lt_new_op_tensor(ctx, op, type, LT_MAX_DIMS, a->ne, &a, 1);
+}
+
+static struct lt_tensor *unary_new(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a)
+{
+    return unary_new_as(ctx, op, a, LT_TYPE_F32);
 }
 
 struct lt_tensor *lt_scale(struct lt_ctx *ctx, struct lt_tensor *a, float s)
 {
+    return lt_scale_as(ctx, a, s, LT_TYPE_F32);
+}
+
+struct lt_tensor *lt_scale_as(struct lt_ctx *ctx, struct lt_tensor *a, float s, enum lt_type type)
+{
     LT_REQUIRE("scale", a);
-    struct lt_tensor *t = unary_new(ctx, LT_OP_SCALE, a);
+    if (type != LT_TYPE_F32 && type != LT_TYPE_F16 && type != LT_TYPE_BF16) {
+        lt_fail(LT_ERR_INVALID, "scale of '%s' into %s: the result must be f32, f16 or bf16",
+                a->name, lt_type_name(type));
+        return NULL;
+    }
+    struct lt_tensor *t = unary_new_as(ctx, LT_OP_SCALE, a, type);
     if (t)
         lt_set_param_f32(t, 0, s);
     return t;

@@ -40,10 +40,15 @@ static lt_status view_backward(struct lt_autodiff *ad, struct lt_tensor *node)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", a->name);
     if (!a->grad) /* a FILL has no sources to be named after (profiles list it by name) */
         lt_format_name(into, "zero grad for %s", a->name);
+    /* the window's strides and offset in the accumulator's bytes: a view of a half tensor
+     * (LoRA's B rounded whole, then viewed a row range at a time) takes an F32 gradient */
+    const size_t es = lt_type_traits(node->type)->type_size,
+                 ei = lt_type_traits(into->type)->type_size;
+    const size_t nb1 = node->nb[1] / es * ei, nb2 = node->nb[2] / es * ei,
+                 nb3 = node->nb[3] / es * ei, at = offset / es * ei;
     const bool in_place = own && into->type == LT_TYPE_F32 && lt_is_contiguous(into);
-    struct lt_tensor *sum =
-        in_place ? lt_acc_inplace(ctx, into, g, node->nb[1], node->nb[2], node->nb[3], offset)
-                 : lt_acc(ctx, into, g, node->nb[1], node->nb[2], node->nb[3], offset);
+    struct lt_tensor *sum = in_place ? lt_acc_inplace(ctx, into, g, nb1, nb2, nb3, at)
+                                     : lt_acc(ctx, into, g, nb1, nb2, nb3, at);
     if (!sum)
         return lt_fail(LT_ERR_INVALID, "cannot send the gradient of view '%s' to '%s': %s",
                        node->name, a->name, lt_last_error());

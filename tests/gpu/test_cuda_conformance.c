@@ -827,7 +827,8 @@ static struct lt_tensor *b_unary(struct build *b, const struct params *p)
         mk(b, p->type[0], p->lay[0], 9, 6, 3, p->ne[3] ? p->ne[3] : 2, FILL_UNIFORM, lo, hi);
     struct lt_ctx *c = b->ctx;
     switch (op) {
-    case LT_OP_SCALE: return lt_scale(c, x, -0.37f);
+    case LT_OP_SCALE: /* type[2]: the result's (0: F32; a half one is lt_scale_as's) */
+        return p->type[2] ? lt_scale_as(c, x, -0.37f, p->type[2]) : lt_scale(c, x, -0.37f);
     case LT_OP_SILU: return lt_silu(c, x);
     case LT_OP_SIGMOID: return lt_sigmoid(c, x);
     case LT_OP_SOFTPLUS: return lt_softplus(c, x);
@@ -966,6 +967,20 @@ static void test_elementwise(void)
             p.i[0] = unary_list[u];
             run_case(unary_list[u], lbl(layout_names[l], t == LT_TYPE_F32 ? "" : lt_type_name(t)),
                      TOL_F32, b_unary, &p);
+        }
+    /* SCALE writing a half result (a LoRA adapter's A rounded with its scale): every layout
+     * of an F32 source, and contiguous half sources */
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < L_COUNT + 1; l++) {
+            const bool half_src = l == L_COUNT;
+            p = P(half_src ? L_CONTIG : l, 0, half_src ? half_out[1 - h] : LT_TYPE_F32,
+                  LT_TYPE_F32);
+            p.type[2] = half_out[h];
+            p.i[0] = LT_OP_SCALE;
+            run_case(
+                LT_OP_SCALE,
+                lbl(half_src ? "contig, half source" : layout_names[l], lt_type_name(half_out[h])),
+                TOL_F32, b_unary, &p);
         }
     static const enum lt_op pairs[] = {LT_OP_SWIGLU, LT_OP_SILU_BACK};
     for (int o = 0; o < 2; o++)

@@ -2,8 +2,8 @@
  * sqrt, sin, cos, abs, neg, relu), SWIGLU, SILU_BACK and SWIGLU_BACK on the device.
  *
  * Sources are F32, F16 or BF16 of any strides; results are contiguous F32 of source 0's
- * shape (SWIGLU's and SWIGLU_BACK's may be F16 or BF16, lt_swiglu_as and lt_swiglu_back_as:
- * rounded to nearest even from F32). The formulas
+ * shape (SCALE's, SWIGLU's and SWIGLU_BACK's may be F16 or BF16, lt_scale_as, lt_swiglu_as
+ * and lt_swiglu_back_as: rounded to nearest even from F32). The formulas
  * are the CPU's (src/ops/unary.c) with CUDA's IEEE-accurate float functions (no fast math):
  * softplus is linear above 20 like torch.nn.Softplus. */
 #include <stdio.h>
@@ -49,10 +49,12 @@ bool cu_unary_supported(const struct lt_tensor *node, char *reason, size_t reaso
         }
         return true;
     }
+    /* SWIGLU's and SCALE's results may be half (lt_swiglu_as, lt_scale_as) */
+    const bool half_ok = node->op == LT_OP_SWIGLU || node->op == LT_OP_SCALE;
     if (!cu_check_source(node, 0, CU_TYPES_FLOAT, reason, reason_size) ||
         (is_pair(node->op) && !cu_check_source(node, 1, CU_TYPES_FLOAT, reason, reason_size)) ||
-        (node->op == LT_OP_SWIGLU ? !cu_check_result_float(node, reason, reason_size)
-                                  : !cu_check_result_f32(node, reason, reason_size)))
+        (half_ok ? !cu_check_result_float(node, reason, reason_size)
+                 : !cu_check_result_f32(node, reason, reason_size)))
         return false;
     if (node->op == LT_OP_SWIGLU && !lt_glu_fits(node)) {
         snprintf(reason, reason_size, "op_params[0] %d is no gate activation",
@@ -98,15 +100,17 @@ static __device__ __forceinline__ float apply_pair(int kind, float x, float u)
     return x * s * (1.0f + u * (1.0f - s));
 }
 
+/* any source layout; the result contiguous F32, or F16 / BF16 (a SCALE's, rounded to nearest
+ * even as cu_store rounds) */
 static __global__ void unary_kernel(int op, float s, struct cu_t a, struct cu_t out)
 {
     cu_pdl_enter();
     const int64_t n = cu_nelements(out);
-    float *y = (float *)out.data;
+    const int es = out.type == LT_TYPE_F32 ? 4 : 2;
     for (int64_t f = cu_thread_index(); f < n; f += cu_thread_count()) {
         int64_t i0, i1, i2, i3;
         cu_unravel(f, out.ne, i0, i1, i2, i3);
-        y[f] = apply(op, s, cu_get(a, i0, i1, i2, i3));
+        cu_store(out.data + f * es, out.type, apply(op, s, cu_get(a, i0, i1, i2, i3)));
     }
 }
 
@@ -400,14 +404,15 @@ lt_status cu_unary_compute(struct cu_ctx *c, struct lt_tensor *node)
                : node->type == LT_TYPE_F16 ? launch_pair<LT_TYPE_F16>(c, node)
                                            : launch_pair<LT_TYPE_F32>(c, node);
     const float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
-    if (a->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
+    const bool f32 = node->type == LT_TYPE_F32; /* else a half SCALE: the indexed kernel */
+    if (f32 && a->type == LT_TYPE_F32 && lt_is_contiguous(a) &&
         flat4_ok(n, a->data, node->data, node->data, node->data)) {
         const uint32_t n4 = (uint32_t)(n / 4);
         cu_launch_pdl(c, unary_flat4_kernel, cu_blocks(n4, 256), 256, 0, (int)node->op, s,
                       (const float4 *)a->data, (float4 *)node->data, n4);
         return cu_launched("unary_flat4");
     }
-    if (a->type == LT_TYPE_F32 && lt_is_contiguous(a)) {
+    if (f32 && a->type == LT_TYPE_F32 && lt_is_contiguous(a)) {
         cu_launch_pdl(c, unary_flat_kernel, blocks, 256, 0, (int)node->op, s,
                       (const float *)a->data, (float *)node->data, n);
         return cu_launched("unary_flat");
