@@ -345,6 +345,77 @@ static void test_linear_ce_fold_train(void)
     lt_ctx_free(wctx);
 }
 
+/* One SGD step (lr 1) of a training graph over loss = sum(mul_mat(scale(A, s), x) * w), A
+ * [K, M] trainable: A moves by s x w^T (its gradient, a SCALE of the rule's product, is
+ * accumulated by one scaled MUL_MAT_ACC), and the gradient graph holds one node more than the
+ * same graph without the scale (the forward's SCALE alone: no product, SCALE and ACC beside
+ * the accumulation). Returns A's step in *step; nodes in the gradient graph, 0 on failure. */
+#define SPA_K 6
+#define SPA_M 5
+#define SPA_N 4
+static int scaled_product_step(float s, bool scaled, float *step)
+{
+    struct lt_ctx *wctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20});
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
+    struct lt_backend *cpu = lt_backend_cpu_new(2);
+    struct lt_tensor *A = lt_set_name(lt_new_tensor_2d(wctx, LT_TYPE_F32, SPA_K, SPA_M), "A");
+    struct lt_tensor *x = lt_new_tensor_2d(wctx, LT_TYPE_F32, SPA_K, SPA_N);
+    struct lt_tensor *w = lt_new_tensor_2d(wctx, LT_TYPE_F32, SPA_M, SPA_N);
+    float a0[SPA_K * SPA_M];
+    for (int i = 0; i < SPA_K * SPA_M; i++)
+        ((float *)A->data)[i] = a0[i] = 0.125f * (float)(i % 7) - 0.25f;
+    for (int i = 0; i < SPA_K * SPA_N; i++)
+        ((float *)x->data)[i] = 0.25f * (float)(i % 5) - 0.5f;
+    for (int i = 0; i < SPA_M * SPA_N; i++)
+        ((float *)w->data)[i] = 0.5f - 0.0625f * (float)i;
+    A->flags |= LT_FLAG_PARAM;
+    struct lt_tensor *as = scaled ? lt_scale(ctx, A, s) : A;
+    struct lt_tensor *loss = lt_sum(ctx, lt_mul(ctx, lt_mul_mat(ctx, as, x), w));
+    struct lt_train_graph_params p = {
+        .backends = &cpu, .n_backends = 1, .device_only = true, .optimizer = LT_OPTIMIZER_SGD};
+    struct lt_train_graph *tg = NULL;
+    float l = NAN;
+    int nodes = 0;
+    lt_status st = lt_train_graph_new(ctx, loss, &p, &tg, NULL);
+    if (st == LT_OK) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        lt_train_graph_print(tg, f);
+        fclose(f);
+        if (sscanf(buf, "gradient graph: %d nodes", &nodes) != 1)
+            nodes = 0;
+        free(buf);
+        st = lt_train_graph_alloc(tg);
+    }
+    if (st == LT_OK)
+        st = lt_train_graph_accumulate(tg, &l);
+    if (st == LT_OK)
+        st = lt_train_graph_step(tg, 1.0f);
+    lt_train_graph_free(tg); /* A goes home, trained */
+    CHECK(st == LT_OK, "training a scaled product: %s", lt_last_error());
+    for (int i = 0; i < SPA_K * SPA_M; i++)
+        step[i] = a0[i] - ((float *)A->data)[i];
+    lt_backend_free(cpu);
+    lt_ctx_free(ctx);
+    lt_ctx_free(wctx);
+    return st == LT_OK ? nodes : 0;
+}
+
+static void test_scaled_product_accumulates(void)
+{
+    float s1[SPA_K * SPA_M], s2[SPA_K * SPA_M];
+    const int plain = scaled_product_step(1.0f, false, s1);
+    const int scaled = scaled_product_step(1.5f, true, s2);
+    double bad = 0;
+    for (int i = 0; i < SPA_K * SPA_M; i++)
+        bad = fmax(bad, fabs(s2[i] - 1.5f * s1[i]));
+    CHECK(plain > 0 && scaled == plain + 1,
+          "the scaled product's gradient graph: %d nodes, the plain one's %d (want one more)",
+          scaled, plain);
+    CHECK(bad < 1e-6, "the scaled product's step is %g off 1.5 times the plain one's", bad);
+}
+
 int main(void)
 {
     test_mul_mat();
@@ -368,6 +439,7 @@ int main(void)
     test_linear_ce_fold();
     test_linear_ce_fold_refused();
     test_linear_ce_fold_train();
+    test_scaled_product_accumulates();
     test_attention();
     test_flash_attn();
     return check_summary();

@@ -180,8 +180,9 @@ static void test_mul_mat_refusals(void)
     lt_ctx_free(ctx);
 }
 
-/* MUL_MAT_ACC: c + a b written over c, against the plain loop plus c, over a's types and
- * shapes (grouped heads, N = 1) on 1 and 2 threads; and its refusals */
+/* MUL_MAT_ACC: c + a b written over c (with 2 threads c - 0.75 a b, lt_mul_mat_acc_scaled),
+ * against the plain loop plus c, over a's types and shapes (grouped heads, N = 1) on 1 and 2
+ * threads; and its refusals */
 static void test_mul_mat_acc(void)
 {
     int bad = 0, runs = 0;
@@ -204,7 +205,10 @@ static void test_mul_mat_acc(void)
                 nn_fill_rand(a, ra, 1.0f);
                 nn_fill_rand(b, rb, 1.0f);
                 nn_fill_rand(cc, rc, 1.0f);
-                struct lt_tensor *d = lt_mul_mat_acc(ctx, a, b, cc);
+                /* the second thread count's runs scaled (lt_mul_mat_acc_scaled) */
+                const float alpha = nth == 2 ? -0.75f : 1.0f;
+                struct lt_tensor *d = nth == 2 ? lt_mul_mat_acc_scaled(ctx, a, b, cc, alpha)
+                                               : lt_mul_mat_acc(ctx, a, b, cc);
                 char reason[LT_REASON_MAX] = "";
                 bool ok = d && d->view_src == cc && lt_cpu_supports_op(d, reason, sizeof(reason)) &&
                           nn_run(ctx, d, nth) == LT_OK;
@@ -213,7 +217,7 @@ static void test_mul_mat_acc(void)
                 if (ok) {
                     ref_mul_mat(ra, ane, rb, bne, ref);
                     for (int64_t i = 0; i < n; i++)
-                        ref[i] += rc[i];
+                        ref[i] = alpha * ref[i] + rc[i];
                     lt_tensor_read_f32(cc, got); /* written over c */
                     long worst = 0;
                     double r =

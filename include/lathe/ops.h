@@ -65,6 +65,14 @@ struct lt_tensor *lt_mul_mat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct 
  * base product added into its adapter's output (src/model/model_graph.c). */
 struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                  struct lt_tensor *c);
+/* c + alpha mul_mat(a, b), the same written over c (op_params[0]: alpha; 1 for
+ * lt_mul_mat_acc): a device scales the product in its epilogue (cuBLAS alpha). A training
+ * step's accumulation of a gradient that is a scaled product (a LoRA adapter's A, scaled as
+ * it is rounded: src/opt/train_graph.c). */
+struct lt_tensor *lt_mul_mat_acc_scaled(struct lt_ctx *ctx, struct lt_tensor *a,
+                                        struct lt_tensor *b, struct lt_tensor *c, float alpha);
+/* the alpha of a MUL_MAT_ACC node (1 for any other node) */
+float lt_mul_mat_acc_alpha(const struct lt_tensor *node);
 /* A stacked gate and up projection and its SwiGLU in one MUL_MAT_GLU node (inference only,
  * no backward rule): a [K, 2 H] (any type mul_mat reads; rows 0 .. H - 1 the gate's, H ..
  * 2 H - 1 the up's), b [K, N] F32 -> F32 [H, N]:

@@ -100,6 +100,17 @@ struct lt_tensor *lt_mul_mat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct 
 struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                  struct lt_tensor *c)
 {
+    return lt_mul_mat_acc_scaled(ctx, a, b, c, 1.0f);
+}
+
+float lt_mul_mat_acc_alpha(const struct lt_tensor *node)
+{
+    return node && node->op == LT_OP_MUL_MAT_ACC ? lt_get_param_f32(node, 0) : 1.0f;
+}
+
+struct lt_tensor *lt_mul_mat_acc_scaled(struct lt_ctx *ctx, struct lt_tensor *a,
+                                        struct lt_tensor *b, struct lt_tensor *c, float alpha)
+{
     LT_REQUIRE("mul_mat_acc", a, b, c);
     struct lt_tensor *checked = lt_mul_mat(ctx, a, b); /* the product's checks and shape */
     if (!checked)
@@ -120,6 +131,7 @@ struct lt_tensor *lt_mul_mat_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct
     t->src[0] = a;
     t->src[1] = b;
     t->src[2] = c;
+    lt_set_param_f32(t, 0, alpha);
     return t;
 }
 
@@ -835,8 +847,9 @@ static void mul_mat_acc_forward(const struct lt_compute_params *prm, struct lt_t
     int64_t lo, hi;
     const float *prod = product_in_scratch(prm, node, &lo, &hi);
     float *y = (float *)node->data; /* c's storage: contiguous */
+    const float alpha = lt_mul_mat_acc_alpha(node);
     for (int64_t i = lo; i < hi; i++)
-        y[i] += prod[i];
+        y[i] += alpha * prod[i];
 }
 
 const struct lt_op_def lt_op_def_mul_mat = {

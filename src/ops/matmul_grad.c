@@ -154,6 +154,10 @@ lt_status lt_mul_mat_backward(struct lt_autodiff *ad, struct lt_tensor *node)
                            ai->name, lt_type_name(ai->type), node->name);
     }
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    /* a scaled MUL_MAT_ACC's product part: alpha a b */
+    const float alpha = lt_mul_mat_acc_alpha(node);
+    if (g && alpha != 1.0f)
+        g = lt_scale(lt_ad_ctx(ad), g, alpha);
     if (!g)
         return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", node->name);
     /* a and b both in one half type (a device's training products: operands rounded to

@@ -125,16 +125,23 @@ static lt_status build_flat(struct lt_train_graph *tg)
 }
 
 /* acc += grad, written over acc (the result is a view of it). A gradient that is one
- * product (a weight read by one MUL_MAT: its rule's fresh product, which nothing else reads)
- * becomes MUL_MAT_ACC into acc, the sum in the product's epilogue; any other is added by an
- * ACC over the whole of acc. Before, an ADD made the sum and a CPY stored it: five passes
- * over every gradient a step (~11 ms of a 16 x 512 full fine-tune's 506 over two steps of
- * Qwen3.5-0.8B on an H100), where the product writes it once and the ACC takes three. */
+ * product (a weight read by one MUL_MAT: its rule's fresh product, which nothing else reads),
+ * or one scaled product, becomes MUL_MAT_ACC into acc, the sum (and the scale) in the
+ * product's epilogue; any other is added by an ACC over the whole of acc. Before, an ADD
+ * made the sum and a CPY stored it: five passes over every gradient a step (~11 ms of a 16 x
+ * 512 full fine-tune's 506 over two steps of Qwen3.5-0.8B on an H100), where the product
+ * writes it once and the ACC takes three. */
 static struct lt_tensor *accumulate_into(struct lt_ctx *ctx, struct lt_tensor *acc,
                                          struct lt_tensor *grad)
 {
     if (grad->op == LT_OP_MUL_MAT && !grad->view_src && lt_same_shape(grad, acc))
         return lt_mul_mat_acc(ctx, grad->src[0], grad->src[1], acc);
+    /* a scaled product (a LoRA adapter's A, scaled as the graph rounds it: SCALE's rule
+     * scales A's gradient): the scale goes into the product's epilogue with the sum */
+    const struct lt_tensor *p = grad->op == LT_OP_SCALE ? grad->src[0] : NULL;
+    if (p && p->op == LT_OP_MUL_MAT && p->type == LT_TYPE_F32 && !p->view_src &&
+        lt_same_shape(p, acc) && lt_is_contiguous(p))
+        return lt_mul_mat_acc_scaled(ctx, p->src[0], p->src[1], acc, lt_get_param_f32(grad, 0));
     return lt_acc_inplace(ctx, acc, grad, acc->nb[1], acc->nb[2], acc->nb[3], 0);
 }
 

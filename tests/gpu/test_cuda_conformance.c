@@ -401,7 +401,8 @@ static struct lt_tensor *b_mul_mat_half(struct build *b, const struct params *p)
     return lt_mul_mat_as(b->ctx, a, x, p->type[0]);
 }
 
-/* MUL_MAT_ACC: b_mul_mat's product added over c, contiguous F32 [M, N, B2, B3] */
+/* MUL_MAT_ACC: b_mul_mat's product added over c, contiguous F32 [M, N, B2, B3], scaled by
+ * f[0] where it is set (lt_mul_mat_acc_scaled) */
 static struct lt_tensor *b_mul_mat_acc(struct build *b, const struct params *p)
 {
     struct lt_tensor *a =
@@ -410,25 +411,34 @@ static struct lt_tensor *b_mul_mat_acc(struct build *b, const struct params *p)
         mk(b, p->type[1], p->lay[1], p->ne[0], p->ne[2], p->i[1], p->i[3], FILL_UNIFORM, -1, 1);
     struct lt_tensor *c =
         mk(b, LT_TYPE_F32, L_CONTIG, p->ne[1], p->ne[2], p->i[1], p->i[3], FILL_UNIFORM, -1, 1);
-    return lt_mul_mat_acc(b->ctx, a, x, c);
+    return p->f[0] != 0.0f ? lt_mul_mat_acc_scaled(b->ctx, a, x, c, p->f[0])
+                           : lt_mul_mat_acc(b->ctx, a, x, c);
 }
 
-static void mm_acc_case(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
-                        int64_t N, int a2, int b2)
+static void mm_acc_case_scaled(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K,
+                               int64_t M, int64_t N, int a2, int b2, float alpha)
 {
     struct params p = P(la, lb, t, tb);
+    p.f[0] = alpha;
     p.ne[0] = K, p.ne[1] = M, p.ne[2] = N;
     p.i[0] = a2, p.i[1] = b2, p.i[2] = 1, p.i[3] = 1;
     const bool quant = lt_type_traits(t)->is_quantized;
-    char buf[64];
-    snprintf(buf, sizeof(buf), "%s%s%s/%s%s%s/N%lld", lt_type_name(t), tb == LT_TYPE_F32 ? "" : "x",
-             tb == LT_TYPE_F32 ? "" : lt_type_name(tb), layout_names[la], la == lb ? "" : "+",
-             la == lb ? "" : layout_names[lb], (long long)N);
+    char buf[80];
+    snprintf(buf, sizeof(buf), "%s%s%s/%s%s%s/N%lld%s", lt_type_name(t),
+             tb == LT_TYPE_F32 ? "" : "x", tb == LT_TYPE_F32 ? "" : lt_type_name(tb),
+             layout_names[la], la == lb ? "" : "+", la == lb ? "" : layout_names[lb], (long long)N,
+             alpha != 0.0f ? "/scaled" : "");
     run_case(LT_OP_MUL_MAT_ACC, buf,
              t == LT_TYPE_F32 ? TOL_MM_F32
              : quant          ? TOL_QUANT
                               : TOL_MM_HALF,
              b_mul_mat_acc, &p);
+}
+
+static void mm_acc_case(enum lt_type t, enum lt_type tb, int la, int lb, int64_t K, int64_t M,
+                        int64_t N, int a2, int b2)
+{
+    mm_acc_case_scaled(t, tb, la, lb, K, M, N, a2, b2, 0.0f);
 }
 
 /* MUL_MAT_GLU: a [K, 2 H] (ne[1] = H) of type[0] in lay[0], F32 columns [K, N] in lay[1] */
@@ -620,6 +630,12 @@ static void test_matmul(void)
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 1024, 300, 1, 1, 1);
     mm_acc_case(LT_TYPE_BF16, LT_TYPE_F32, L_CONTIG, L_CONTIG, 256, 100, 3, 1, 1);
     mm_acc_case(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 1024, 64, 2, 1, 1);
+    /* scaled (a LoRA A's gradient accumulated with its scale): cuBLAS's alpha, also where
+     * the unscaled one-column product takes the few-column kernel */
+    mm_acc_case_scaled(LT_TYPE_BF16, LT_TYPE_BF16, L_TRANSPOSED, L_CONTIG, 64, 48, 19, 1, 1, 1.5f);
+    mm_acc_case_scaled(LT_TYPE_F32, LT_TYPE_F32, L_CONTIG, L_SLICED, 64, 48, 19, 1, 1, -0.75f);
+    mm_acc_case_scaled(LT_TYPE_BF16, LT_TYPE_BF16, L_CONTIG, L_CONTIG, 1024, 300, 1, 1, 1, 2.0f);
+    mm_acc_case_scaled(LT_TYPE_Q8_0, LT_TYPE_F32, L_CONTIG, L_CONTIG, 96, 40, 17, 1, 1, 0.5f);
     /* one F32 column of F16 / BF16 rows (Q8_0 / Q4_0 / Q5_0: mmvq): the product's epilogue
      * adds into the result
      * (a decode step's output and down projections before RMS_NORM_MUL_MAT; four rows a

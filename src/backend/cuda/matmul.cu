@@ -81,6 +81,7 @@ struct cu_mm_plan {
     bool mmv;              /* few columns: our own kernel, not cuBLAS (use_mmv) */
     bool mmvq;             /* of which Q8_0 / Q4_0 / Q5_0 a meets int8 activations (mmvq.cu) */
     float beta;            /* 1 for MUL_MAT_ACC (the result, c's storage, is added to), else 0 */
+    float alpha;           /* the product's factor: MUL_MAT_ACC's alpha, else 1 */
 };
 
 static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
@@ -146,6 +147,7 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
     const struct lt_tensor *a = node->src[0], *b = node->src[1];
     const struct lt_type_traits *ta = lt_type_traits(a->type);
     memset(p, 0, sizeof(*p));
+    p->alpha = 1.0f;
     p->K = a->ne[0];
     p->M = a->ne[1];
     p->N = b->ne[1];
@@ -210,8 +212,10 @@ static bool cu_mm_plan_make(const struct lt_tensor *node, struct cu_mm_plan *p, 
      * through mmvq's (a decode step's output and down projections added to the residual,
      * whose norm the product after takes: RMS_NORM_MUL_MAT) */
     const struct cu_mmv_shape ms = {p->K, p->M, p->N, p->A2, p->A3, p->B2, p->B3, p->r2, p->r3};
-    p->mmv = use_mmv(a, b, p) && (node->op != LT_OP_MUL_MAT_ACC || cu_mmv_norm_takes(&ms, a, b) ||
-                                  (!node->grad && one_column(p) && cu_mmvq_takes(a->type, p->K)));
+    p->alpha = lt_mul_mat_acc_alpha(node); /* a scaled product: cuBLAS's alpha alone */
+    p->mmv = use_mmv(a, b, p) && p->alpha == 1.0f &&
+             (node->op != LT_OP_MUL_MAT_ACC || cu_mmv_norm_takes(&ms, a, b) ||
+              (!node->grad && one_column(p) && cu_mmvq_takes(a->type, p->K)));
     /* a node autodiff differentiates keeps F32 activations, as on the CPU (src/ops/matmul.c:
      * its loss and gradients are the F32 ones; a forward piecewise constant in b would
      * defeat finite differences) */
@@ -625,7 +629,7 @@ struct gemm_args {
 
 static lt_status gemm(struct cu_ctx *c, const struct cu_mm_plan *p, const struct gemm_args *g)
 {
-    const float alpha = 1.0f, beta = p->beta;
+    const float alpha = p->alpha, beta = p->beta;
     const cudaDataType_t t = cuda_type(p->ct);
     if (g->batch == 1)
         return cu_check_blas(cublasGemmEx(c->blas, g->op_a, g->op_b, (int)g->m, (int)g->n,
