@@ -36,6 +36,7 @@ static const struct grad_family grad_families[] = {
     {"mul_mat, frozen F16/BF16/Q8_0 a", test_mul_mat_frozen_types},
     {"rms_norm, l2_norm", test_norms},
     {"rms_norm * w (* silu(z)), fused", test_norm_mul},
+    {"x + rms_norm(x) * w * v (the residual's gradient in the norm's)", test_norm_residual},
     {"l2_norm of a viewed k_conv", test_l2_norm_of_k_conv},
     {"rope (normal, neox, partial)", test_rope},
     {"soft_max (scale, causal, masks)", test_soft_max},

@@ -274,6 +274,38 @@ static void test_norm_mul(void)
     }
 }
 
+/* A residual block over the weighted norm: x + rms_norm(x) * w * v (v a trainable
+ * [8, 3, 2, 2], the norm's reader), x and w trainable. The residual sum hands its gradient to
+ * x before the norm's rule runs, which then adds it inside its RMS_NORM_MUL_BACK
+ * (lt_rms_norm_mul_back_add): no ADD node sums x's two gradients. */
+static struct lt_tensor *build_norm_residual(struct lt_ctx *ctx, struct lt_tensor **x, void *user)
+{
+    (void)user;
+    struct lt_tensor *nx = lt_rms_norm_mul(ctx, x[0], x[1], 1e-5f, LT_TYPE_F32);
+    return lt_add(ctx, x[0], lt_mul(ctx, nx, x[2]));
+}
+
+static void test_norm_residual(void)
+{
+    for (int l = 0; l < GC_LAYOUT_COUNT; l++) {
+        struct gc_input in[3] = {f32_in(8, 3, 2, 2, l, true, -2, 2),
+                                 f32_in(8, 1, 1, 1, GC_CONTIGUOUS, true, -1.5f, 1.5f),
+                                 f32_in(8, 3, 2, 2, GC_CONTIGUOUS, true, -1, 1)};
+        char name[96];
+        snprintf(name, sizeof(name), "x + rms_norm_mul(x) * v, x %s", gc_layout_names[l]);
+        nn_check_case(name, build_norm_residual, NULL, in, 3);
+        int n_add = -1, n_back = -1;
+        CHECK(gc_check_backward_graph(name, build_norm_residual, NULL, in, 3, reads_contiguous_only,
+                                      LT_OP_ADD, &n_add) > 0 &&
+                  gc_check_backward_graph(name, build_norm_residual, NULL, in, 3,
+                                          reads_contiguous_only, LT_OP_RMS_NORM_MUL_BACK,
+                                          &n_back) > 0,
+              "%s: backward graph", name);
+        CHECK(n_add == 0 && n_back == 1, "%s: %d ADD and %d RMS_NORM_MUL_BACK nodes backward", name,
+              n_add, n_back);
+    }
+}
+
 /* Qwen3.5's Gated DeltaNet: q, k and v are channel slices of one conv output [3 * 8, T];
  * k_conv [4, 2, T] (head_dim 4, 2 heads) is the middle third, a non-contiguous view whose
  * l2 norm is trained through. */

@@ -429,6 +429,7 @@ int main(void)
     test_train_through_frozen_weight(LT_TYPE_BF16);
     test_norms();
     test_norm_mul();
+    test_norm_residual();
     test_l2_norm_of_k_conv();
     test_rope();
     test_soft_max();

@@ -184,6 +184,13 @@ struct lt_tensor *lt_rms_norm_mul_gated(struct lt_ctx *ctx, struct lt_tensor *a,
 struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *grad,
                                        struct lt_tensor *x, struct lt_tensor *w,
                                        struct lt_tensor *z, float eps);
+/* The same with c (F32, contiguous, x's shape) added into dx: its fifth source, so dx's rows
+ * hold c + dx (z may be NULL). The rule passes the gradient x already has (a residual
+ * stream's, handed on whole by the next residual sum) this way, where an ADD took a pass of
+ * its own over [ne0, rows]. */
+struct lt_tensor *lt_rms_norm_mul_back_add(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                           struct lt_tensor *x, struct lt_tensor *w,
+                                           struct lt_tensor *z, float eps, struct lt_tensor *c);
 int64_t lt_rms_norm_mul_back_parts(const struct lt_tensor *x);
 /* Whether an RMS_NORM_MUL_BACK node's sources and result are the shapes and types above (the
  * CPU's and CUDA's predicates both ask it) */

@@ -112,7 +112,26 @@ struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *gra
                                        struct lt_tensor *x, struct lt_tensor *w,
                                        struct lt_tensor *z, float eps)
 {
+    return lt_rms_norm_mul_back_add(ctx, grad, x, w, z, eps, NULL);
+}
+
+/* c, RMS_NORM_MUL_BACK's optional addend of dx: F32, contiguous, x's shape */
+static bool addend_fits(const struct lt_tensor *c, const struct lt_tensor *x)
+{
+    return !c || (c->type == LT_TYPE_F32 && lt_is_contiguous(c) && lt_same_shape(c, x));
+}
+
+struct lt_tensor *lt_rms_norm_mul_back_add(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                           struct lt_tensor *x, struct lt_tensor *w,
+                                           struct lt_tensor *z, float eps, struct lt_tensor *c)
+{
     LT_REQUIRE("rms_norm_mul_back", grad, x, w);
+    if (!addend_fits(c, x)) {
+        lt_fail(LT_ERR_INVALID,
+                "rms_norm_mul_back of '%s': the addend '%s' is not contiguous f32 of its shape",
+                x->name, c->name);
+        return NULL;
+    }
     if (grad->type != LT_TYPE_F32 || x->type != LT_TYPE_F32 || !lt_same_shape(grad, x) ||
         (z && (z->type != LT_TYPE_F32 || !lt_same_shape(z, x)))) {
         lt_fail(LT_ERR_INVALID, "rms_norm_mul_back: '%s', '%s'%s%s must be f32 of one shape",
@@ -132,7 +151,10 @@ struct lt_tensor *lt_rms_norm_mul_back(struct lt_ctx *ctx, struct lt_tensor *gra
     const int64_t rows = lt_nrows(x), parts = lt_rms_norm_mul_back_parts(x);
     int64_t ne[2] = {x->ne[0], rows * (z ? 2 : 1) + parts};
     struct lt_tensor *t = lt_new_op_tensor(ctx, LT_OP_RMS_NORM_MUL_BACK, LT_TYPE_F32, 2, ne,
-                                           (struct lt_tensor *[]){grad, x, w, z}, z ? 4 : 3);
+                                           (struct lt_tensor *[]){grad, x, w, z, c},
+                                           c   ? 5
+                                           : z ? 4
+                                               : 3);
     if (t) {
         lt_set_param_f32(t, 0, eps);
         lt_set_param_i32(t, 1, (int32_t)parts);
@@ -150,7 +172,7 @@ bool lt_rms_norm_mul_back_fits(const struct lt_tensor *node)
     return g->type == LT_TYPE_F32 && x->type == LT_TYPE_F32 && lt_same_shape(g, x) &&
            (!z || (z->type == LT_TYPE_F32 && lt_same_shape(z, x))) && w->type == LT_TYPE_F32 &&
            lt_is_contiguous(w) && lt_nelements(w) == x->ne[0] && node->type == LT_TYPE_F32 &&
-           lt_is_contiguous(node) && node->ne[0] == x->ne[0] &&
+           addend_fits(node->src[4], x) && lt_is_contiguous(node) && node->ne[0] == x->ne[0] &&
            node->ne[1] == rows * (z ? 2 : 1) + parts && node->ne[2] == 1 && node->ne[3] == 1 &&
            lt_get_param_i32(node, 1) == parts;
 }
@@ -422,13 +444,15 @@ static void l2_norm_back_forward(const struct lt_compute_params *p, struct lt_te
 }
 
 /* RMS_NORM_MUL_BACK. Row r: h = g w s (s = silu(z), or 1), f and dot = sum(h x) / n as
- * RMS_NORM_BACK's, dx = f h - f^3 dot x; dz = g (x f) w silu'(z); and part p of the rows
+ * RMS_NORM_BACK's, dx = f h - f^3 dot x (plus the addend c, c + dx as ADD(c, dx) sums it);
+ * dz = g (x f) w silu'(z); and part p of the rows
  * (rows p * rows / parts up to the next's) adds g (x f) s into dw's partial row p. Threads
  * take whole parts, so each partial row is one thread's, in row order, whatever the count. */
 static void rms_norm_mul_back_forward(const struct lt_compute_params *p, struct lt_tensor *node)
 {
     const struct lt_tensor *gt = node->src[0], *xt = node->src[1], *zt = node->src[3];
     const float *w = (const float *)node->src[2]->data;
+    const float *c = node->src[4] ? (const float *)node->src[4]->data : NULL; /* dx's addend */
     const int64_t n = xt->ne[0], rows = lt_nrows(xt), parts = lt_get_param_i32(node, 1);
     const float eps = lt_get_param_f32(node, 0);
     float *gbuf = (float *)p->wdata + (size_t)p->ith * 3 * (size_t)n, *xbuf = gbuf + n,
@@ -456,7 +480,8 @@ static void rms_norm_mul_back_forward(const struct lt_compute_params *p, struct 
             for (int64_t i = 0; i < n; i++) {
                 const float s = z ? silu_of(z[i]) : 1.0f, xf = x[i] * f;
                 const float h = z ? (g[i] * w[i]) * s : g[i] * w[i];
-                dx[r * n + i] = f * h - fb * x[i];
+                const float d = f * h - fb * x[i];
+                dx[r * n + i] = c ? c[r * n + i] + d : d;
                 acc[i] += (double)((g[i] * xf) * s);
                 if (z) {
                     const float sg = 1.0f / (1.0f + expf(-z[i]));
@@ -564,14 +589,25 @@ static lt_status rms_norm_mul_rule(struct lt_autodiff *ad, struct lt_tensor *nod
         return LT_OK;
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
+    /* x's gradient so far (a residual stream's, handed on by the next residual sum) is added
+     * into dx by the node itself; dx's rows then are x's whole gradient so far */
+    struct lt_tensor *c = want_x && x->grad && addend_fits(x->grad, x) ? x->grad : NULL;
     struct lt_tensor *r =
-        g ? lt_rms_norm_mul_back(ctx, g, x, w, z, lt_get_param_f32(node, 0)) : NULL;
+        g ? lt_rms_norm_mul_back_add(ctx, g, x, w, z, lt_get_param_f32(node, 0), c) : NULL;
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());
     lt_status st = LT_OK;
-    if (want_x)
+    if (want_x && c) {
+        struct lt_tensor *dx = norm_mul_back_part(ctx, r, 0);
+        if (!dx)
+            return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", x->name);
+        lt_format_name(dx, "grad for %s", x->name);
+        x->grad = dx; /* not owned: a view of the node's result */
+        lt_ptrmap_set(&ad->owned, x, 0);
+    } else if (want_x) {
         st = lt_ad_add(ad, x, norm_mul_back_part(ctx, r, 0));
+    }
     if (st == LT_OK && want_z)
         st = lt_ad_add(ad, z, norm_mul_back_part(ctx, r, 1));
     if (st == LT_OK && want_w) {

@@ -1170,7 +1170,8 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
 /* i[0]: RMS_NORM (with a weight, stored as type[1]) or RMS_NORM_MUL_BACK; i[1]: the gate z;
  * x in lay[0], the gradient and z in lay[1]; ne[0] a row, ne[1] x 6 rows. i[2]: x is instead
  * the first 3 of 4 blocks of ne[1] rows along dim 2 (rows contiguous, blocks apart), as a
- * DeltaNet layer's output rows are a view of DELTA_NET's result */
+ * DeltaNet layer's output rows are a view of DELTA_NET's result. i[3]: the backward adds a
+ * contiguous addend into dx (lt_rms_norm_mul_back_add: a residual stream's gradient) */
 static struct lt_tensor *b_norm_mul(struct build *b, const struct params *p)
 {
     const int64_t n = p->ne[0], n1 = p->ne[1] ? p->ne[1] : 6;
@@ -1187,7 +1188,9 @@ static struct lt_tensor *b_norm_mul(struct build *b, const struct params *p)
         return z ? lt_rms_norm_mul_gated(b->ctx, x, w, z, 1e-6f, p->type[1])
                  : lt_rms_norm_mul(b->ctx, x, w, 1e-6f, p->type[1]);
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[1], n, n1, 3, 2, FILL_UNIFORM, -1, 1);
-    return lt_rms_norm_mul_back(b->ctx, g, x, w, z, 1e-6f);
+    struct lt_tensor *c =
+        p->i[3] ? mk(b, LT_TYPE_F32, L_CONTIG, n, n1, 3, 2, FILL_UNIFORM, -3, 3) : NULL;
+    return lt_rms_norm_mul_back_add(b->ctx, g, x, w, z, 1e-6f, c);
 }
 
 /* i[0]: gate; i[1]: k_new and v_new given (k_new in lay[0]); type[1]: the caches' type;
@@ -1469,6 +1472,21 @@ static void test_nn(void)
                     run_case(op, lbl(l ? layout_names[lx] : "all contig", fbuf),
                              o == 1 ? TOL_HALF : TOL_F32, b_norm_mul, &p);
                 }
+    /* the weighted norm's gradients with an addend in dx (the residual stream's gradient):
+     * the float4 kernel (contiguous rows of 1024 and 128), the strided warp kernel (a
+     * transposed x) and the block kernel (rows of 1500), gated and not */
+    static const int64_t add_shapes[][3] = {
+        {1024, 20, L_CONTIG}, {128, 50, L_CONTIG}, {13, 6, L_TRANSPOSED}, {1500, 10, L_CONTIG}};
+    for (size_t c = 0; c < sizeof(add_shapes) / sizeof(add_shapes[0]); c++)
+        for (int gated = 0; gated < 2; gated++) {
+            p = P((int)add_shapes[c][2], L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+            p.i[0] = LT_OP_RMS_NORM_MUL_BACK, p.i[1] = gated, p.i[3] = 1;
+            p.ne[0] = add_shapes[c][0], p.ne[1] = add_shapes[c][1];
+            snprintf(fbuf, sizeof(fbuf), "%lld x %lld%s, addend", (long long)p.ne[0],
+                     (long long)p.ne[1] * 6, gated ? " gate" : "");
+            run_case(LT_OP_RMS_NORM_MUL_BACK, lbl(layout_names[add_shapes[c][2]], fbuf), TOL_F32,
+                     b_norm_mul, &p);
+        }
     /* the weighted norm's gradients with x's rows contiguous but their blocks apart (the
      * float4 kernel reads such an x by its strides), gated and not */
     for (int gated = 0; gated < 2; gated++) {

@@ -56,6 +56,7 @@ static bool norm_mul_back_supported(const struct lt_tensor *node, char *reason, 
            cu_check_source(node, 1, CU_TYPES_F32, reason, reason_size) &&
            cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size) &&
            (!node->src[3] || cu_check_source(node, 3, CU_TYPES_F32, reason, reason_size)) &&
+           (!node->src[4] || cu_check_source(node, 4, CU_TYPES_F32, reason, reason_size)) &&
            cu_check_result_f32(node, reason, reason_size);
 }
 
@@ -222,6 +223,7 @@ static __global__ void norm_back_kernel(struct cu_t g, struct cu_t x, float *dx,
 struct nmb_args {
     struct cu_t g, x, z;
     const float *w;
+    const float *c; /* dx's addend (contiguous, x's shape), or NULL */
     bool gated;
     float *dx, *dz, *dw;
     int64_t parts;
@@ -264,8 +266,11 @@ static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64
 {
     const int64_t at = r * a.x.ne[0] + i0;
     const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
-    return nmb_out(a.gated, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3), a.w[i0], zv,
-                   nmb_d(a.gated, zv), fa, fb, a.dx + at, a.dz + at);
+    const float dw = nmb_out(a.gated, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3),
+                             a.w[i0], zv, nmb_d(a.gated, zv), fa, fb, a.dx + at, a.dz + at);
+    if (a.c)
+        a.dx[at] = __fadd_rn(a.c[at], a.dx[at]);
+    return dw;
 }
 
 /* The start of row r (flattened over dims 1..3) of t */
@@ -319,10 +324,13 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
 #pragma unroll
             for (int k = 0; k < C; k++) {
                 const int64_t i0 = lane + 32 * k;
-                if (i0 < n)
+                if (i0 < n) {
                     acc[k] =
                         __fadd_rn(acc[k], nmb_out(GATED, gv[k], xv[k], a.w[i0], zv[k], dv[k], fa,
                                                   fb, a.dx + r * n + i0, a.dz + r * n + i0));
+                    if (a.c)
+                        a.dx[r * n + i0] = __fadd_rn(a.c[r * n + i0], a.dx[r * n + i0]);
+                }
             }
         }
 #pragma unroll
@@ -375,9 +383,9 @@ template <int V4, bool GATED>
 static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
     norm_mul_back_rows_kernel(const float *__restrict__ g, const float *__restrict__ x,
                               const float *__restrict__ z, const float *__restrict__ w,
-                              float *__restrict__ dx, float *__restrict__ dz,
-                              float *__restrict__ dw, int n, int64_t rows, int64_t parts, float eps,
-                              struct nmb_rows_x xs)
+                              const float *__restrict__ cadd, float *__restrict__ dx,
+                              float *__restrict__ dz, float *__restrict__ dw, int n, int64_t rows,
+                              int64_t parts, float eps, struct nmb_rows_x xs)
 {
     __shared__ float4 dw_sums[8][32 * V4]; /* a warp's; each lane touches its own float4s */
     const int lane = (int)(threadIdx.x & 31), n4 = n / 4;
@@ -435,6 +443,12 @@ static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
                                       nmb_d(GATED, zj), fa, fb, &f4_at(dx4, j), &f4_at(dz4, j)));
             }
             sums[32 * k] = sum;
+            if (in && cadd) { /* the addend: c + dx, as ADD(c, dx) */
+                float4 cv = ((const float4 *)(cadd + row))[c];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    f4_at(dx4, j) = __fadd_rn(f4_at(cv, j), f4_at(dx4, j));
+            }
             if (in)
                 ((float4 *)(dx + row))[c] = dx4;
             if (GATED && in)
@@ -534,7 +548,7 @@ static bool norm_mul_back_rows_fit(const struct lt_tensor *node)
         return false;
     if (!cu_rows16(cu_view(x)))
         return false;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) { /* g, w, z and the addend c */
         const struct lt_tensor *t = node->src[i];
         if (i != 1 && t && (!lt_is_contiguous(t) || (uintptr_t)t->data % 16 != 0))
             return false;
@@ -555,10 +569,10 @@ template <int V4> static void norm_mul_back_rows(struct cu_ctx *c, const struct 
                                   a.x.nb[1] / 4, a.x.nb[2] / 4, a.x.nb[3] / 4};
     if (a.gated)
         norm_mul_back_rows_kernel<V4, true><<<blocks, 256, 0, c->stream>>>(
-            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
+            g, x, z, a.w, a.c, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
     else
         norm_mul_back_rows_kernel<V4, false><<<blocks, 256, 0, c->stream>>>(
-            g, x, z, a.w, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
+            g, x, z, a.w, a.c, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
 }
 
 static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -569,6 +583,7 @@ static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
     a.g = cu_view(node->src[0]);
     a.x = cu_view(x);
     a.w = (const float *)node->src[2]->data;
+    a.c = node->src[4] ? (const float *)node->src[4]->data : NULL;
     a.gated = node->src[3] != NULL;
     a.z = a.gated ? cu_view(node->src[3]) : a.x;
     a.dx = (float *)node->data;
