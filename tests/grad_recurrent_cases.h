@@ -39,6 +39,13 @@ static bool loss_rules_ready(void)
     return lt_op_def(LT_OP_MUL)->backward && lt_op_def(LT_OP_SUM)->backward;
 }
 
+/* no op's sources are held to contiguity here (gc_check_backward_graph's layout rule) */
+static bool dn_layout_free(enum lt_op op)
+{
+    (void)op;
+    return false;
+}
+
 /* GC_PERMUTED is left out: gradcheck.h's permuted view does not have the shape asked for */
 static const enum gc_layout gc_layouts[] = {GC_CONTIGUOUS, GC_TRANSPOSED, GC_SLICED};
 
@@ -69,6 +76,7 @@ static void test_backward_rules(void)
                gc_layout_names[gc_layouts[li % 3]], (long long)in[0].ne[1], e);
     }
     const int64_t lens[] = {3, 70};
+    int n_acc_packed[2] = {0, 0};
     for (int part = GC_DN_ALL; part <= GC_DN_STATE; part++)
         for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
             const int64_t nt = lens[li];
@@ -91,6 +99,21 @@ static void test_backward_rules(void)
             enum gc_dn_part pp = part;
             double e = gradcheck(name, gc_delta_net, &pp, in, 6, 1e-2);
             printf("%s through autodiff: worst gradient error %.2e\n", name, e);
+            /* the output's gradient alone goes to DELTA_NET_BACK as it is: no ACC into a
+             * zero of the packed result beyond the packed case's (the sliced inputs' own);
+             * the state's gradient still takes one */
+            int n_acc = -1;
+            const uint64_t rng = gc_rng; /* the next cases' inputs stay what they were */
+            CHECK(gc_check_backward_graph(name, gc_delta_net, &pp, in, 6, dn_layout_free,
+                                          LT_OP_ACC, &n_acc) > 0,
+                  "%s: backward graph", name);
+            gc_rng = rng;
+            if (part == GC_DN_ALL)
+                n_acc_packed[li] = n_acc;
+            else
+                CHECK(n_acc == n_acc_packed[li] + (part == GC_DN_STATE),
+                      "%s: %d ACC nodes in the backward graph (the packed result's: %d)", name,
+                      n_acc, n_acc_packed[li]);
         }
 }
 

@@ -670,7 +670,11 @@ static void test_delta_net_shapes(void)
     CHECK(r && r->ne[0] == 3 && r->ne[1] == 4 && r->ne[2] == 2 + 4 && r->ne[3] == 1);
     struct lt_tensor *o = lt_delta_net_output(ctx, r), *s = lt_delta_net_state(ctx, r);
     CHECK(o && lt_same_shape(o, in.v) && s && lt_same_shape(s, in.s0));
-    CHECK(lt_delta_net_back(ctx, in.v, in.q, in.k, in.v, in.g, in.beta, in.s0, 1) == NULL);
+    /* the gradient of the whole result or of the output alone (v's shape); no other */
+    struct lt_tensor *g_bad = lt_new_tensor_4d(ctx, LT_TYPE_F32, 3, 4, 2 + 1, 1);
+    CHECK(lt_delta_net_back(ctx, g_bad, in.q, in.k, in.v, in.g, in.beta, in.s0, 1) == NULL);
+    CHECK(lt_delta_net_back(ctx, in.v, in.q, in.k, in.v, in.g, in.beta, in.s0, 1) != NULL,
+          "the output's gradient alone: %s", lt_last_error());
     CHECK(lt_delta_net_back_grad(ctx, r, LT_DELTA_NET_GRAD_Q) == NULL);
     struct lt_tensor *f16 = lt_new_tensor_4d(ctx, LT_TYPE_F16, 4, 2, 2, 1);
     struct lt_tensor *rh = lt_delta_net(ctx, f16, in.k, in.v, in.g, in.beta, in.s0, 1);

@@ -426,7 +426,10 @@ struct lt_tensor *lt_conv_silu_back_x(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_conv_silu_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 
 /* Backward of lt_delta_net. grad [S_v, H_v, T + S_k, B] is the gradient of its packed
- * result (output rows, then the new state's rows; either part may be zero); the other
+ * result (output rows, then the new state's rows; either part may be zero), or [S_v, H_v, T,
+ * B], the output's alone, the new state's gradient zero (a training step, whose layers
+ * carry no state: the rule passes the output's gradient as it is, without a zero of the
+ * whole result to add it into); the other
  * sources and scale are the forward's. The result is one flat F32 tensor packing the
  * gradients of q, k, v, g, beta and state in enum order, each contiguous and shaped like
  * its source; lt_delta_net_back_grad views one. Seven sources. */
@@ -497,6 +500,9 @@ void lt_linear_cross_entropy_set_chunk(struct lt_tensor *r, int32_t tokens);
  * (b's shape). Used to send a gradient into a view of a larger tensor. */
 struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, size_t nb1,
                          size_t nb2, size_t nb3, size_t offset);
+/* The window of an ACC node (lt_acc, lt_acc_inplace): its strides nb1..nb3 and byte offset
+ * in the result; false for any other node. */
+bool lt_acc_window(const struct lt_tensor *node, size_t nb[3], size_t *offset);
 /* lt_acc written into a's own storage (the result is a view of a, as CPY's is of its
  * destination): for a contiguous F32 a that nothing else reads afterwards, the gradient
  * accumulator autodiff builds for a tensor with several views. Saves copying a whole. */

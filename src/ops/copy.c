@@ -484,6 +484,17 @@ struct lt_tensor *lt_acc(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
     return t;
 }
 
+bool lt_acc_window(const struct lt_tensor *node, size_t nb[3], size_t *offset)
+{
+    if (!node || node->op != LT_OP_ACC)
+        return false;
+    nb[0] = get_param_size(node, 0);
+    nb[1] = get_param_size(node, 2);
+    nb[2] = get_param_size(node, 4);
+    *offset = get_param_size(node, 6);
+    return true;
+}
+
 struct lt_tensor *lt_acc_inplace(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                  size_t nb1, size_t nb2, size_t nb3, size_t offset)
 {

@@ -1614,7 +1614,8 @@ static enum lt_delta_net_prec dn_prec_of(const struct params *p)
  * initial state is zeros (a sequence with no state before it); f[1]: the node's precision
  * (dn_prec_of); f[2] nonzero: packed examples, the gate -30 lower (a packed
  * training step's reset, LT_MB_GATE_RESET) at steps 40, 100 and 300 and 301 (an example of
- * one step) of every sequence and head */
+ * one step) of every sequence and head; f[3] nonzero: the backward's gradient is the
+ * output's alone, [S_v, H_v, T, B] (a training step's) */
 static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
 {
     const int64_t sk = p->ne[0], sv = p->ne[1], nt = p->ne[2], nb = p->ne[3], hk = p->i[0],
@@ -1645,8 +1646,9 @@ static struct lt_tensor *b_delta_net(struct build *b, const struct params *p)
     const float st_hi = p->f[0] != 0.0f ? 0.0f : 0.5f;
     struct lt_tensor *st =
         mk(b, LT_TYPE_F32, p->lay[1], sv, sk, hv, nb, FILL_UNIFORM, -st_hi, st_hi);
-    if (p->i[3]) {
-        struct lt_tensor *gr = mk(b, LT_TYPE_F32, L_CONTIG, sv, hv, nt + sk, nb, FILL_UNIFORM, -1, 1);
+    if (p->i[3]) { /* f[3] nonzero: the output's gradient alone (the final state's zero) */
+        struct lt_tensor *gr = mk(b, LT_TYPE_F32, L_CONTIG, sv, hv, p->f[3] != 0.0f ? nt : nt + sk,
+                                  nb, FILL_UNIFORM, -1, 1);
         struct lt_tensor *r = lt_delta_net_back(b->ctx, gr, q, k, v, g, beta, st, 0.25f);
         lt_delta_net_set_path(r, (enum lt_delta_net_path)p->i[2]);
         lt_delta_net_set_prec(r, dn_prec_of(p));
@@ -2035,6 +2037,44 @@ static void test_recurrent_loss_optim(void)
                         unsetenv("LATHE_DN_BACK");
                 }
             }
+    /* the backward of the output's gradient alone (a training step's: the final state's
+     * gradient zero, its rows absent): the chunk-parallel kernels at F32, TF32 and BF16 (0.8B's
+     * heads), the per-token kernel and LATHE_DN_BACK=v1's chunked one */
+    static const struct {
+        int64_t ne[4];
+        int hk, hv, path; /* path: 0 chunk-parallel, 1 per token, 2 v1 */
+        float prec;
+    } odims[] = {{{16, 12, 65, 2}, 2, 4, 0, 0.0f},   {{16, 12, 65, 2}, 2, 4, 0, 1.0f},
+                 {{128, 128, 150, 2}, 2, 4, 0, 2.0f}, {{16, 12, 5, 2}, 2, 4, 1, 0.0f},
+                 {{16, 12, 65, 2}, 2, 4, 2, 0.0f}};
+    for (int d = 0; d < (int)(sizeof(odims) / sizeof(odims[0])); d++) {
+        p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+        memcpy(p.ne, odims[d].ne, sizeof(p.ne));
+        p.i[0] = odims[d].hk, p.i[1] = odims[d].hv, p.i[3] = 1;
+        p.i[2] = odims[d].path == 1 ? LT_DELTA_NET_PATH_RECURRENT : LT_DELTA_NET_PATH_AUTO;
+        p.f[1] = odims[d].prec, p.f[3] = 1.0f;
+        static const char *const opath[] = {"chunk-par", "token", "v1"};
+        char what[64];
+        snprintf(what, sizeof(what), "%lldx%lld H%d/%d T%lld B%lld %s%s output grad",
+                 (long long)p.ne[0], (long long)p.ne[1], p.i[0], p.i[1], (long long)p.ne[2],
+                 (long long)p.ne[3], opath[odims[d].path],
+                 odims[d].prec == 2.0f   ? " bf16"
+                 : odims[d].prec != 0.0f ? " tf32"
+                                         : "");
+        if (odims[d].path == 2)
+            setenv("LATHE_DN_BACK", "v1", 1);
+        run_case(LT_OP_DELTA_NET_BACK, lbl(layout_names[L_CONTIG], what),
+                 odims[d].prec == 2.0f   ? TOL_DN_BF16
+                 : odims[d].prec != 0.0f ? TOL_DN_TF32
+                                         : TOL_F32,
+                 b_delta_net, &p);
+        if (odims[d].path == 2) {
+            if (dn_back_env)
+                setenv("LATHE_DN_BACK", dn_back_saved, 1);
+            else
+                unsetenv("LATHE_DN_BACK");
+        }
+    }
     /* LT_DELTA_NET_PREC_TF32 (training on a device): the chunk-parallel forward and backward
      * in one TF32 product instead of three, against the CPU's F32 under TOL_DN_TF32: tails,
      * packed sequences, grouped heads, an initial state and none, Qwen3.5-0.8B's shape, its

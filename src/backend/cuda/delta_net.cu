@@ -159,8 +159,10 @@ bool cu_delta_net_supported(const struct lt_tensor *node, char *reason, size_t r
         int64_t n = 0;
         for (int i = 0; i < SRC_COUNT; i++)
             n += lt_nelements(node->src[1 + i]);
-        ok = ok && gr->ne[0] == sv && gr->ne[1] == hv && gr->ne[2] == nt + sk &&
-             gr->ne[3] == nb && lt_nelements(node) == n;
+        /* the whole result's gradient, or the output's alone (the final state's zero) */
+        ok = ok && gr->ne[0] == sv && gr->ne[1] == hv &&
+             (gr->ne[2] == nt + sk || gr->ne[2] == nt) && gr->ne[3] == nb &&
+             lt_nelements(node) == n;
     } else {
         ok = ok && node->ne[0] == sv && node->ne[1] == hv && node->ne[2] == nt + sk &&
              node->ne[3] == nb;
@@ -438,7 +440,7 @@ delta_net_back_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *wor
     }
     /* the gradient of the final state: rows T.. of grad */
     for (int64_t i = r; i < sk; i += R)
-        dS[i * C + jj] = active ? cu_getf(grad, j, h, nt + i, b) : 0.0f;
+        dS[i * C + jj] = active && grad.ne[2] > nt ? cu_getf(grad, j, h, nt + i, b) : 0.0f;
     for (int64_t t0 = nt > 0 ? (nt - 1) / P.seg * P.seg : -1; t0 >= 0; t0 -= P.seg) {
         const int64_t n = nt - t0 < P.seg ? nt - t0 : P.seg;
         for (int64_t i = r; i < sk; i += R)

@@ -461,7 +461,8 @@ delta_net_cback_kernel(struct dn_srcs s, struct cu_t grad, float *out, float *ck
     cb_fill(
         w.skp, cv,
         [&](int i, int jj) {
-            return i < L.sk && cb_col_ok(w, L, jj) ? cu_getf(grad, w.j0 + jj, w.h, L.nt + i, w.b)
+            return i < L.sk && cb_col_ok(w, L, jj) && grad.ne[2] > L.nt
+                       ? cu_getf(grad, w.j0 + jj, w.h, L.nt + i, w.b)
                                                    : 0.0f;
         },
         [&](int i, int jj, float x) { w.dS[i * w.lv + jj] = x; });

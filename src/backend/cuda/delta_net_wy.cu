@@ -260,7 +260,9 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_kernel(stru
     wy_fill(
         skp, cv,
         [&](int i, int jj) {
-            return i < sk && j0 + jj < sv ? cu_getf(a.grad, j0 + jj, h, L.nt + i, b) : 0.0f;
+            return i < sk && j0 + jj < sv && a.grad.ne[2] > L.nt
+                       ? cu_getf(a.grad, j0 + jj, h, L.nt + i, b)
+                       : 0.0f;
         },
         [&](int i, int jj, float x) { dS[i * lv + jj] = x; });
     __syncthreads();

@@ -398,9 +398,10 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
 #pragma unroll
     for (int u = 0; u < 4; u++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) /* the final state's gradient: rows T.. of grad */
-            DS[u][i] = cu_getf(a.grad, j0 + sn0 + 8 * u + 2 * t + i % 2, h,
-                               L.nt + sm0 + g + 8 * (i / 2), b);
+        for (int i = 0; i < 4; i++) /* the final state's gradient: rows T.. of grad (or 0) */
+            DS[u][i] = a.grad.ne[2] > L.nt ? cu_getf(a.grad, j0 + sn0 + 8 * u + 2 * t + i % 2, h,
+                                                     L.nt + sm0 + g + 8 * (i / 2), b)
+                                           : 0.0f;
     for (int64_t ch = P.n_ch - 1; ch >= 0; ch--) {
         const int64_t ci = (b * L.hv + h) * P.n_ch + ch, t0 = ch * C;
         const int n = wy_len(L, ch);
