@@ -13,6 +13,16 @@
  * the scheduler; the checks by hand stay here. */
 #include "grad_copy_cases.h"
 
+/* loss's graph and its backward, built in ctx and run on the CPU backend */
+static lt_status backward_on_cpu(struct lt_ctx *ctx, struct lt_backend *cpu, struct lt_tensor *loss)
+{
+    struct lt_graph *g = lt_graph_new(ctx, 256);
+    lt_status st = g ? lt_graph_build(g, loss) : LT_ERR_NOMEM;
+    if (st == LT_OK)
+        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
+    return st == LT_OK ? lt_cpu_graph_compute(cpu, g) : st;
+}
+
 /* loss = sum(cpy(a, window of D) * w) + sum(other window of D * w2), D and a trainable:
  * a's gradient is w; D's is w2 on the window read and 0 elsewhere, the copied window
  * included (its old values are overwritten). And a copy into F16 passes w through. */
@@ -45,12 +55,7 @@ static void test_cpy_dst(void)
         lt_add(ctx, lt_sum(ctx, lt_mul(ctx, y, w)), lt_sum(ctx, lt_mul(ctx, other, w2)));
     /* second graph: a into F16, then read */
     struct lt_tensor *loss16 = lt_sum(ctx, lt_mul(ctx, lt_cpy(ctx, a, h), w));
-    struct lt_graph *g = lt_graph_new(ctx, 256);
-    lt_status st = lt_graph_build(g, loss);
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
-    if (st == LT_OK)
-        st = lt_cpu_graph_compute(cpu, g);
+    lt_status st = backward_on_cpu(ctx, cpu, loss);
     CHECK(st == LT_OK, "%s", lt_last_error());
     CHECK(a->grad && D->grad, "both a and D have gradients");
     if (st == LT_OK && a->grad && D->grad) {
@@ -70,12 +75,7 @@ static void test_cpy_dst(void)
               ((float *)D->data)[2 * 8 + 4] == ((float *)a->data)[5]);
     }
     a->grad = NULL;
-    struct lt_graph *g16 = lt_graph_new(ctx, 256);
-    st = lt_graph_build(g16, loss16);
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g16, loss16, 1.0f, NULL);
-    if (st == LT_OK)
-        st = lt_cpu_graph_compute(cpu, g16);
+    st = backward_on_cpu(ctx, cpu, loss16);
     CHECK(st == LT_OK, "%s", lt_last_error());
     if (st == LT_OK && a->grad) {
         float ga[6];
@@ -110,12 +110,7 @@ static void test_view_of_half(void)
     struct lt_tensor *v2 = lt_view_2d(ctx, h, 4, 2, h->nb[1], 4 * h->nb[1]);
     struct lt_tensor *loss =
         lt_add(ctx, lt_sum(ctx, lt_mul(ctx, v1, w1)), lt_sum(ctx, lt_mul(ctx, v2, w2)));
-    struct lt_graph *g = lt_graph_new(ctx, 256);
-    lt_status st = lt_graph_build(g, loss);
-    if (st == LT_OK)
-        st = lt_autodiff_build(ctx, g, loss, 1.0f, NULL);
-    if (st == LT_OK)
-        st = lt_cpu_graph_compute(cpu, g);
+    lt_status st = backward_on_cpu(ctx, cpu, loss);
     CHECK(st == LT_OK && a->grad, "views of a BF16 rounding: %s", lt_last_error());
     if (st == LT_OK && a->grad) {
         float ga[24];

@@ -156,6 +156,37 @@ static void lora_job_free(struct lora_job *j)
     lt_lora_free(j->l);
 }
 
+#define LORA_ALL_TARGETS                                                                           \
+    "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down"
+
+/* What a test comparing two runs of one LoRA job holds: the job (lora_job_new's arguments),
+ * the tokens both runs read and a gradient buffer for each (n_w floats) */
+struct lora_pair {
+    struct lora_job j;
+    float *ga, *gb;
+    int32_t tok[S * T], lab[S * T];
+};
+
+static bool lora_pair_new(const struct lt_model *m, const char *targets, uint64_t seed, float scale,
+                          int mul, int mod, float alpha, struct lora_pair *p)
+{
+    if (!lora_job_new(m, targets, seed, scale, mul, mod, alpha, &p->j)) {
+        lora_job_free(&p->j);
+        return false;
+    }
+    p->ga = malloc(p->j.n_w * sizeof(float));
+    p->gb = malloc(p->j.n_w * sizeof(float));
+    tm_next_tokens(p->tok, p->lab, T, S * T, (int)lt_model_hparams(m)->n_vocab);
+    return true;
+}
+
+static void lora_pair_free(struct lora_pair *p)
+{
+    free(p->ga);
+    free(p->gb);
+    lora_job_free(&p->j);
+}
+
 /* the adapters of j in the device's training graph (fused loss, BF16 products) or, bf16
  * false, the same graph with F32 products */
 static struct lt_model_adapters lora_adapters(const struct lora_job *j, bool chain, bool bf16)
@@ -192,20 +223,14 @@ static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const str
  * give the one-projection graph's (chain_norms) loss and adapter gradients within 1e-5 */
 static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
 {
-    struct lora_job j;
-    if (!lora_job_new(m, "attn_qkv,attn_gate,ffn_up", 5, 0.02f, 37, 19, 8.0f, &j)) {
-        lora_job_free(&j);
+    struct lora_pair lp;
+    if (!lora_pair_new(m, "attn_qkv,attn_gate,ffn_up", 5, 0.02f, 37, 19, 8.0f, &lp))
         return;
-    }
-    const size_t n_w = j.n_w;
-    float *gs = malloc(n_w * sizeof(float)), *gc = malloc(n_w * sizeof(float)), ls = 0, lc = 0;
-    const int V = (int)lt_model_hparams(m)->n_vocab;
-    int32_t tok[S * T], lab[S * T];
-    tm_next_tokens(tok, lab, T, S * T, V);
+    float ls = 0, lc = 0;
     struct graph_counts cs, cc;
-    lora_run(m, cpu, &j, false, tok, lab, &ls, gs, &cs, "q, k, v split");
-    lora_run(m, cpu, &j, true, tok, lab, &lc, gc, &cc, "chain_norms");
-    const double e = tm_rel_err(gs, gc, (int)n_w);
+    lora_run(m, cpu, &lp.j, false, lp.tok, lp.lab, &ls, lp.ga, &cs, "q, k, v split");
+    lora_run(m, cpu, &lp.j, true, lp.tok, lp.lab, &lc, lp.gb, &cc, "chain_norms");
+    const double e = tm_rel_err(lp.ga, lp.gb, (int)lp.j.n_w);
     CHECK(fabsf(ls - lc) <= 1e-6f * fabsf(lc) && e < 1e-5 && cs.conv_silu == 3 * cc.conv_silu &&
               cc.conv_silu > 0,
           "qwen35 LoRA: split q, k, v loss %.7f against %.7f, adapter gradients off by %.3g; "
@@ -227,10 +252,8 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
           "qwen35 LoRA: %d BF16 SWIGLU_BACK nodes, %d CONT of their gradients", cs.half_swiglu_back,
           cs.cont_of_swiglu_back);
     printf("qwen35 LoRA (%d adapters): split q, k, v within %.2g of one projection's\n",
-           j.l->n_pairs, e);
-    free(gs);
-    free(gc);
-    lora_job_free(&j);
+           lp.j.l->n_pairs, e);
+    lora_pair_free(&lp);
 }
 
 /* A LoRA job's device graph on Qwen3.5 with adapters on every projection, B drawn nonzero:
@@ -242,34 +265,27 @@ static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
  * products reads a join (two each): no gradient of the joined weight [K + r, rows] is made. */
 static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
 {
-    struct lora_job j;
-    if (!lora_job_new(m,
-                      "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate,"
-                      "ffn_up,ffn_down",
-                      9, 0.03f, 29, 17, 8.0f, &j)) {
-        lora_job_free(&j);
+    struct lora_pair lp;
+    if (!lora_pair_new(m, LORA_ALL_TARGETS, 9, 0.03f, 29, 17, 8.0f, &lp))
         return;
-    }
-    const size_t n_w = j.n_w;
-    float *gj = malloc(n_w * sizeof(float)), *ga = malloc(n_w * sizeof(float)), lj = 0, la = 0;
-    const int V = (int)lt_model_hparams(m)->n_vocab;
-    int32_t tok[S * T], lab[S * T];
-    tm_next_tokens(tok, lab, T, S * T, V);
+    const struct lora_job *j = &lp.j;
+    const size_t n_w = j->n_w;
+    float *gj = lp.ga, *ga = lp.gb, lj = 0, la = 0;
     struct graph_counts cj, ca;
-    lora_run(m, cpu, &j, false, tok, lab, &lj, gj, &cj, "joined");
+    lora_run(m, cpu, j, false, lp.tok, lp.lab, &lj, gj, &cj, "joined");
     setenv("LATHE_LORA_JOIN", "0", 1);
-    lora_run(m, cpu, &j, false, tok, lab, &la, ga, &ca, "LATHE_LORA_JOIN=0");
+    lora_run(m, cpu, j, false, lp.tok, lp.lab, &la, ga, &ca, "LATHE_LORA_JOIN=0");
     unsetenv("LATHE_LORA_JOIN");
     /* A x as one BF16 product of A rounded with the scale (2 here), and B rounded whole:
      * the bits of the chain before (LATHE_LORA_HALF_AX=0), a power of two scaling exactly */
     float *gc = malloc(n_w * sizeof(float)), lc = 0;
     struct graph_counts cc;
     setenv("LATHE_LORA_HALF_AX", "0", 1);
-    lora_run(m, cpu, &j, false, tok, lab, &lc, gc, &cc, "LATHE_LORA_HALF_AX=0");
+    lora_run(m, cpu, j, false, lp.tok, lp.lab, &lc, gc, &cc, "LATHE_LORA_HALF_AX=0");
     unsetenv("LATHE_LORA_HALF_AX");
     const double ec = tm_rel_err(gj, gc, (int)n_w);
-    CHECK(lj == lc && ec == 0 && cj.half_ax == j.l->n_pairs && cc.half_ax == 0 &&
-              cc.scale_of_product == j.l->n_pairs,
+    CHECK(lj == lc && ec == 0 && cj.half_ax == j->l->n_pairs && cc.half_ax == 0 &&
+              cc.scale_of_product == j->l->n_pairs,
           "qwen35 LoRA: A x folded, loss %.7f against the chain's %.7f, adapter gradients off by "
           "%.3g; %d A x products storing BF16 (the chain: %d, with %d SCALE of them)",
           (double)lj, (double)lc, ec, cj.half_ax, cc.half_ax, cc.scale_of_product);
@@ -285,10 +301,8 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
           cj.joined, ca.joined, cj.concat_readers, cj.refused, cj.why);
     printf("qwen35 LoRA (%d adapters): %d joined products, loss and gradients within %.2g of "
            "the added ones'\n",
-           j.l->n_pairs, cj.joined, e);
-    free(gj);
-    free(ga);
-    lora_job_free(&j);
+           j->l->n_pairs, cj.joined, e);
+    lora_pair_free(&lp);
 }
 
 /* A LoRA job's device graph on Qwen3.5 with adapters on every projection, at a scale that
@@ -299,30 +313,23 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
  * job's F32 graph (1e-2 and 0.1, as the whole models'). */
 static void test_lora_ax(const struct lt_model *m, struct lt_backend *cpu)
 {
-    struct lora_job j;
-    if (!lora_job_new(m,
-                      "attn_qkv,attn_gate,ssm_out,attn_q,attn_k,attn_v,attn_output,ffn_gate,"
-                      "ffn_up,ffn_down",
-                      13, 0.03f, 31, 23, 6.0f, &j)) {
-        lora_job_free(&j);
+    struct lora_pair lp;
+    if (!lora_pair_new(m, LORA_ALL_TARGETS, 13, 0.03f, 31, 23, 6.0f, &lp))
         return;
-    }
-    const size_t n_w = j.n_w;
-    float *g16 = malloc(n_w * sizeof(float)), *g32 = malloc(n_w * sizeof(float)), l16 = 0, l32 = 0;
-    const int V = (int)lt_model_hparams(m)->n_vocab;
-    int32_t tok[S * T], lab[S * T];
-    tm_next_tokens(tok, lab, T, S * T, V);
+    float *g16 = lp.ga, *g32 = lp.gb, l16 = 0, l32 = 0;
     struct graph_counts c16, c32;
     memset(&c16, 0, sizeof(c16));
     memset(&c32, 0, sizeof(c32));
-    struct lt_model_adapters a16 = lora_adapters(&j, false, true),
-                             a32 = lora_adapters(&j, false, false);
-    CHECK(tm_loss_and_grads(m, cpu, &a16, tok, lab, T, S, NULL, &l16, g16, count, &c16) == LT_OK,
+    struct lt_model_adapters a16 = lora_adapters(&lp.j, false, true),
+                             a32 = lora_adapters(&lp.j, false, false);
+    CHECK(tm_loss_and_grads(m, cpu, &a16, lp.tok, lp.lab, T, S, NULL, &l16, g16, count, &c16) ==
+              LT_OK,
           "LoRA, BF16 products: %s", lt_last_error());
-    CHECK(tm_loss_and_grads(m, cpu, &a32, tok, lab, T, S, NULL, &l32, g32, count, &c32) == LT_OK,
+    CHECK(tm_loss_and_grads(m, cpu, &a32, lp.tok, lp.lab, T, S, NULL, &l32, g32, count, &c32) ==
+              LT_OK,
           "LoRA, F32 products: %s", lt_last_error());
-    const double e = tm_rel_err(g16, g32, (int)n_w);
-    const int n = j.l->n_pairs;
+    const double e = tm_rel_err(g16, g32, (int)lp.j.n_w);
+    const int n = lp.j.l->n_pairs;
     CHECK(fabsf(l16 - l32) <= 1e-2f * fabsf(l32) && e < 0.1,
           "qwen35 LoRA at scale 1.5: BF16 products' loss %.6f against F32's %.6f, adapter "
           "gradients off by %.3g",
@@ -340,9 +347,7 @@ static void test_lora_ax(const struct lt_model *m, struct lt_backend *cpu)
     printf("qwen35 LoRA (%d adapters) at scale 1.5: BF16 loss %.5f (F32 %.5f), gradients within "
            "%.2g; %d A x gradients made in BF16\n",
            n, (double)l16, (double)l32, e, c16.half_ax_grad);
-    free(g16);
-    free(g32);
-    lora_job_free(&j);
+    lora_pair_free(&lp);
 }
 
 static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
