@@ -502,3 +502,44 @@ struct lt_tensor *lt_model_find_weight(const struct lt_model *m, const char *nam
             return m->weights[i];
     return NULL;
 }
+
+/* whether the model's attention runs as one FLASH_ATTN node (and its backward) on be: asked
+ * by a training job and a session's prefill */
+bool lt_model_flash_attn_on(const struct lt_model *m, struct lt_backend *be, bool by_default)
+{
+    const char *env = getenv("LATHE_FLASH_ATTN");
+    const struct lt_model_hparams *hp = lt_model_hparams(m);
+    /* The F32 / TF32 kernels were right on the H200 (the same loss curve as the chain's) but
+     * slower than the chain, 25% at 16 x 512 and 50% at 4 x 2048 tokens of Qwen3.5-0.8B. The
+     * BF16 tensor-core kernels (flash_attn_bf16.cu) are faster than the chain in a BF16
+     * training step (H100, 3818660: 16 x 512 +2.3% full, +2.2% LoRA; 4 x 2048 even; 4 to 5
+     * GiB less), so such a job takes them by default. So does a device's prefill (session.c):
+     * H100, Qwen3.5-0.8B BF16, `lathe bench` pp512 65.4k tokens/s against the chain's 63.2k,
+     * pp2048 91.0k against 74.9k, the same greedy text (cf39614).
+     * (On the CUDA emulation a SmolLM2 LoRA step's first loss through the F32 FLASH_ATTN is
+     * 12.6789 against the chain's 12.6796: the attention outputs agree to 1.5e-9, and the
+     * Q4_1 products round their activations to 8 bits, which turns that into 5e-5 in the
+     * loss; on F32 weights the two agree.) */
+    const bool want = env && *env ? strcmp(env, "1") == 0 : by_default;
+    if (!want || hp->head_dim <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0)
+        return false;
+    char caller_error[1024]; /* a probe: the caller's last error stays as it was */
+    snprintf(caller_error, sizeof(caller_error), "%s", lt_last_error());
+    struct lt_ctx *ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 16, .no_alloc = true});
+    if (!ctx)
+        return false;
+    const int64_t D = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    struct lt_tensor *q = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, H, 1, 1),
+                     *k = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, Hkv, 1, 1),
+                     *v = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, Hkv, 1, 1),
+                     *mask = lt_new_tensor_4d(ctx, LT_TYPE_F32, 1, 1, 1, 1),
+                     *g = lt_new_tensor_4d(ctx, LT_TYPE_F32, D, H, 1, 1);
+    struct lt_tensor *o = lt_flash_attn(ctx, q, k, v, mask, 1.0f, true);
+    struct lt_tensor *back = o && g ? lt_flash_attn_back(ctx, g, o) : NULL;
+    char reason[160];
+    bool ok = back && lt_backend_supports_op(be, o, reason, sizeof(reason)) &&
+              lt_backend_supports_op(be, back, reason, sizeof(reason));
+    lt_ctx_free(ctx);
+    lt_fail(LT_OK, "%s", caller_error);
+    return ok;
+}
