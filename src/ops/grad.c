@@ -135,16 +135,22 @@ void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct 
     lt_ptrmap_set(&ad->owned, src, 1);
 }
 
-lt_status lt_ad_rows_into(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *rows,
-                          struct lt_tensor *ids, struct lt_tensor *into)
+lt_status lt_ad_take_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *t,
+                          bool owned)
 {
-    struct lt_tensor *t = lt_get_rows_back_into(ad->ctx, rows, ids, into);
     if (!t)
         return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", src->name,
                        lt_last_error());
     lt_format_name(t, "grad for %s", src->name);
-    lt_ad_set_owned_grad(ad, src, t);
+    src->grad = t;
+    lt_ptrmap_set(&ad->owned, src, owned);
     return LT_OK;
+}
+
+lt_status lt_ad_rows_into(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *rows,
+                          struct lt_tensor *ids, struct lt_tensor *into)
+{
+    return lt_ad_take_grad(ad, src, lt_get_rows_back_into(ad->ctx, rows, ids, into), true);
 }
 
 lt_status lt_ad_add_owned(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad)

@@ -48,6 +48,12 @@ bool lt_ad_grad_owned(struct lt_autodiff *ad, const struct lt_tensor *src);
 /* src->grad = grad, a tensor made for src alone (a fresh zero or product, or an in-place
  * accumulation into one) */
 void lt_ad_set_owned_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *grad);
+/* t, a node that holds src's whole gradient so far (a sum a rule made over it in place, or
+ * beside it), becomes src's gradient, named for src: owned (lt_ad_set_owned_grad) or not
+ * (a part of a larger result, which others' rules may also hold). A NULL t (its constructor
+ * failed) is reported naming src. */
+lt_status lt_ad_take_grad(struct lt_autodiff *ad, struct lt_tensor *src, struct lt_tensor *t,
+                          bool owned);
 /* src->grad += grad, where grad is an accumulator the caller hands over (nothing else reads
  * it: a rule's fresh part, or its node's own gradient). A first contribution becomes src's
  * own; when src's gradient so far is a scatter made for src alone (GET_ROWS_BACK: an

@@ -72,15 +72,8 @@ static lt_status add_product(struct lt_autodiff *ad, struct lt_tensor *src, stru
             lt_format_name(p, "grad for %s", src->name);
         return lt_ad_add(ad, src, p);
     }
-    if (acc && lt_ad_grad_owned(ad, src) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc)) {
-        struct lt_tensor *t = lt_mul_mat_acc(ctx, x, y, acc);
-        if (!t)
-            return lt_fail(LT_ERR_INVALID, "cannot accumulate the gradient for '%s': %s", src->name,
-                           lt_last_error());
-        lt_format_name(t, "grad for %s", src->name);
-        lt_ad_set_owned_grad(ad, src, t);
-        return LT_OK;
-    }
+    if (acc && lt_ad_grad_owned(ad, src) && acc->type == LT_TYPE_F32 && lt_is_contiguous(acc))
+        return lt_ad_take_grad(ad, src, lt_mul_mat_acc(ctx, x, y, acc), true);
     const bool first = !acc;
     struct lt_tensor *p = lt_mul_mat(ctx, x, y);
     lt_status st = lt_ad_add(ad, src, p);

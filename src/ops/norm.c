@@ -598,14 +598,9 @@ static lt_status rms_norm_mul_rule(struct lt_autodiff *ad, struct lt_tensor *nod
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());
     lt_status st = LT_OK;
-    if (want_x && c) {
-        struct lt_tensor *dx = norm_mul_back_part(ctx, r, 0);
-        if (!dx)
-            return lt_fail(LT_ERR_NOMEM, "out of memory for the gradient of '%s'", x->name);
-        lt_format_name(dx, "grad for %s", x->name);
-        x->grad = dx; /* not owned: a view of the node's result */
-        lt_ptrmap_set(&ad->owned, x, 0);
-    } else if (want_x) {
+    if (want_x && c) /* not owned: a view of the node's result */
+        st = lt_ad_take_grad(ad, x, norm_mul_back_part(ctx, r, 0), false);
+    else if (want_x) {
         st = lt_ad_add(ad, x, norm_mul_back_part(ctx, r, 0));
     }
     if (st == LT_OK && want_z)

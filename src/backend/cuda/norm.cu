@@ -243,14 +243,17 @@ static __device__ __forceinline__ float nmb_h(bool gated, float gv, float wv, fl
     return gated ? __fmul_rn(gw, sv) : gw;
 }
 
-/* One element, given its g, x, w, z, d = nmb_d(z) and the row's fa = f and fb: sets dx (and
- * dz), returns the row's term of dw, g (x f) silu(z). The CPU's expressions (src/ops/norm.c),
- * each product rounded; every kernel of RMS_NORM_MUL_BACK computes its elements here. */
+/* One element, given its g, x, w, z, d = nmb_d(z) and the row's fa = f and fb: sets dx (plus
+ * the addend *c where c is given: c + dx, as ADD(c, dx) sums it) and dz, returns the row's
+ * term of dw, g (x f) silu(z). The CPU's expressions (src/ops/norm.c), each product rounded;
+ * every kernel of RMS_NORM_MUL_BACK computes its elements here. */
 static __device__ __forceinline__ float nmb_out(bool gated, float gv, float xv, float wv, float zv,
-                                                float d, float fa, float fb, float *dx, float *dz)
+                                                float d, float fa, float fb, const float *c,
+                                                float *dx, float *dz)
 {
     const float sv = gated ? zv / d : 1.0f, xf = __fmul_rn(xv, fa);
-    *dx = __fsub_rn(__fmul_rn(fa, nmb_h(gated, gv, wv, sv)), __fmul_rn(fb, xv));
+    const float dxv = __fsub_rn(__fmul_rn(fa, nmb_h(gated, gv, wv, sv)), __fmul_rn(fb, xv));
+    *dx = c ? __fadd_rn(*c, dxv) : dxv;
     if (!gated)
         return __fmul_rn(gv, xf); /* times silu = 1: the same bits */
     const float sg = 1.0f / d;
@@ -266,11 +269,8 @@ static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64
 {
     const int64_t at = r * a.x.ne[0] + i0;
     const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
-    const float dw = nmb_out(a.gated, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3),
-                             a.w[i0], zv, nmb_d(a.gated, zv), fa, fb, a.dx + at, a.dz + at);
-    if (a.c)
-        a.dx[at] = __fadd_rn(a.c[at], a.dx[at]);
-    return dw;
+    return nmb_out(a.gated, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3), a.w[i0], zv,
+                   nmb_d(a.gated, zv), fa, fb, a.c ? a.c + at : nullptr, a.dx + at, a.dz + at);
 }
 
 /* The start of row r (flattened over dims 1..3) of t */
@@ -324,13 +324,10 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
 #pragma unroll
             for (int k = 0; k < C; k++) {
                 const int64_t i0 = lane + 32 * k;
-                if (i0 < n) {
-                    acc[k] =
-                        __fadd_rn(acc[k], nmb_out(GATED, gv[k], xv[k], a.w[i0], zv[k], dv[k], fa,
-                                                  fb, a.dx + r * n + i0, a.dz + r * n + i0));
-                    if (a.c)
-                        a.dx[r * n + i0] = __fadd_rn(a.c[r * n + i0], a.dx[r * n + i0]);
-                }
+                if (i0 < n)
+                    acc[k] = __fadd_rn(acc[k], nmb_out(GATED, gv[k], xv[k], a.w[i0], zv[k], dv[k],
+                                                       fa, fb, a.c ? a.c + r * n + i0 : nullptr,
+                                                       a.dx + r * n + i0, a.dz + r * n + i0));
             }
         }
 #pragma unroll
@@ -434,21 +431,17 @@ static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
             const int c = lane + 32 * k;
             const bool in = c < n4;
             float4 wv = in ? __ldg(w4 + c) : zero, sum = sums[32 * k], dx4, dz4;
+            float4 cv = in && cadd ? ((const float4 *)(cadd + row))[c] : zero; /* the addend */
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const float zj = f4_at(zv[k], j);
                 f4_at(sum, j) =
                     __fadd_rn(f4_at(sum, j),
                               nmb_out(GATED, f4_at(gv[k], j), f4_at(xv[k], j), f4_at(wv, j), zj,
-                                      nmb_d(GATED, zj), fa, fb, &f4_at(dx4, j), &f4_at(dz4, j)));
+                                      nmb_d(GATED, zj), fa, fb, cadd ? &f4_at(cv, j) : nullptr,
+                                      &f4_at(dx4, j), &f4_at(dz4, j)));
             }
             sums[32 * k] = sum;
-            if (in && cadd) { /* the addend: c + dx, as ADD(c, dx) */
-                float4 cv = ((const float4 *)(cadd + row))[c];
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    f4_at(dx4, j) = __fadd_rn(f4_at(cv, j), f4_at(dx4, j));
-            }
             if (in)
                 ((float4 *)(dx + row))[c] = dx4;
             if (GATED && in)
