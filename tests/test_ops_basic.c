@@ -383,6 +383,20 @@ static void test_half_results(struct ops_test *t)
                 free(bv);
                 free(uv);
             }
+    /* long rows of a transposed source on two threads: each thread reads its rows into its
+     * own scratch and rounds through a second row after it (a thread's rows once overlapped
+     * the next thread's: caught on a 16-core machine, not by the small cases above) */
+    for (int rep = 0; rep < 4; rep++) {
+        const int64_t ne[4] = {2048, 48, 1, 1};
+        struct lt_tensor *x = input_new(t, LT_TYPE_F32, ne, LAYOUT_TRANSPOSED, -3, 3);
+        float *xv = dense(x), *ref = malloc(sizeof(float) * 2048 * 48);
+        for (int64_t i = 0; i < 2048 * 48; i++)
+            ref[i] = round_to(LT_TYPE_BF16, xv[i] * 1.5f);
+        check_op(t, lt_scale_as(t->ctx, x, 1.5f, LT_TYPE_BF16), ref, 0, 0,
+                 "scale of a transposed [2048, 48] into bf16");
+        free(xv);
+        free(ref);
+    }
     struct lt_tensor *a = lt_set_name(lt_new_tensor_2d(t->ctx, LT_TYPE_F32, 7, 5), "normed");
     check_refused(lt_mul_as(t->ctx, a, a, LT_TYPE_Q8_0), "normed", "mul into q8_0");
     check_refused(lt_swiglu_as(t->ctx, a, a, LT_TYPE_I32), "normed", "swiglu into i32");

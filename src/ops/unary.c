@@ -118,9 +118,10 @@ static void unary_forward(const struct lt_compute_params *p, struct lt_tensor *n
 {
     const struct lt_tensor *a = node->src[0];
     const int64_t ne0 = node->ne[0], ne1 = node->ne[1], ne2 = node->ne[2];
-    float *buf = (float *)p->wdata + (size_t)p->ith * lt_scratch_floats(a->ne[0]);
     float s = node->op == LT_OP_SCALE ? lt_get_param_f32(node, 0) : 0.0f;
     const bool f32 = node->type == LT_TYPE_F32; /* else a half SCALE: through a scratch row */
+    /* a thread's scratch: x's row, and a half result's row after it (rows_work_size) */
+    float *buf = (float *)p->wdata + (size_t)p->ith * (f32 ? 1 : 2) * lt_scratch_floats(a->ne[0]);
     int64_t lo, hi;
     lt_split_range(lt_nrows(node), p->ith, p->nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
