@@ -331,6 +331,30 @@ static void test_conv_silu(int64_t n_t)
     CHECK(ey <= 1e-6 * sy && ex <= 1e-6 * sxm && ew <= 1e-6 * sw,
           "conv_silu (T %lld) against silu(ssm_conv(concat)): y %g, d x %g, d w %g (of %g, %g, %g)",
           (long long)n_t, ey, ex, ew, sy, sxm, sw);
+    /* d x in BF16 (lt_conv_silu_back_as): each element the F32 one rounded once, d w the
+     * same bits after it (past a pad where n_c n_t n_s is odd: T 7) */
+    struct lt_tensor *bh = lt_conv_silu_back_as(ctx, gr, x, w, NULL, LT_TYPE_BF16);
+    struct lt_tensor *dxh = bh ? lt_conv_silu_back_x(ctx, bh) : NULL,
+                     *dwh = bh ? lt_conv_silu_back_w(ctx, bh) : NULL;
+    CHECK(dxh && dwh && dxh->type == LT_TYPE_BF16 && dwh->type == LT_TYPE_F32 &&
+              lt_same_shape(dxh, x) && lt_same_shape(dwh, w),
+          "conv_silu_back into bf16: %s", lt_last_error());
+    if (dxh && dwh && compute(graph_of(ctx, bh))) {
+        int bad = 0;
+        for (int64_t s = 0; s < n_s; s++)
+            for (int64_t t = 0; t < n_t; t++)
+                for (int64_t c = 0; c < n_c; c++)
+                    bad += lt_get_f32_nd(dxh, c, t, s, 0) !=
+                           lt_bf16_to_fp32(lt_fp32_to_bf16(lt_get_f32_nd(dx, c, t, s, 0)));
+        for (int64_t c = 0; c < n_c; c++)
+            for (int64_t k = 0; k < d; k++)
+                bad += lt_get_f32_nd(dwh, k, c, 0, 0) != lt_get_f32_nd(dw, k, c, 0, 0);
+        CHECK(bad == 0, "conv_silu_back into bf16 (T %lld): %d elements differ from the f32 one's",
+              (long long)n_t, bad);
+    }
+    CHECK(lt_conv_silu_back_as(ctx, gr, x, w, NULL, LT_TYPE_F16) == NULL &&
+              strstr(lt_last_error(), "f32 or bf16"),
+          "%s", lt_last_error());
     /* shape and type checks name what is wrong */
     CHECK(lt_conv_silu(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_F32, d, n_c + 1)) == NULL);
     CHECK(lt_conv_silu(ctx, x, lt_new_tensor_2d(ctx, LT_TYPE_I32, d, n_c)) == NULL);

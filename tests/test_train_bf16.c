@@ -31,6 +31,7 @@
 struct graph_counts {
     int norm_mul_back, gated_norms, silu, cont_of_norm, conv_silu, conv_acc, half_swiglu_back,
         cont_of_swiglu_back, refused;
+    int half_conv_back, cont_of_conv_back; /* CONV_SILU_BACK with a BF16 d x, roundings of one */
     int joined, concat_readers; /* products of joined operands (LoRA), readers of a join */
     int half_ffn, half_qkv;     /* products that store BF16: the FFN's gate and up, and
                                    Qwen3.5's q, k and v; other products that do */
@@ -64,6 +65,10 @@ static void count(const struct lt_graph *g, void *user)
                                   t->src[0]->view_src->op == LT_OP_SWIGLU_BACK &&
                                   t->type != t->src[0]->type;
         c->cont_of_norm += t->op == LT_OP_CONT && t->src[0] && t->src[0]->op == LT_OP_RMS_NORM;
+        c->half_conv_back += t->op == LT_OP_CONV_SILU_BACK && t->type == LT_TYPE_BF16;
+        c->cont_of_conv_back += t->op == LT_OP_CONT && t->src[0] && t->src[0]->view_src &&
+                                t->src[0]->view_src->op == LT_OP_CONV_SILU_BACK &&
+                                t->type != t->src[0]->type;
         if (t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16) {
             if (strncmp(t->name, "ffn_gate", 8) == 0 || strncmp(t->name, "ffn_up", 6) == 0)
                 c->half_ffn++;
@@ -425,6 +430,12 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                       cch.conv_acc > 0,
                   "qwen35: %d CONV_SILU and %d ACC into a conv output (chained norms: %d and %d)",
                   c16.conv_silu, c16.conv_acc, cch.conv_silu, cch.conv_acc);
+        /* their backwards write d x in BF16, which the q, k, v products read unrounded */
+        if (qwen35)
+            CHECK(c16.half_conv_back == c16.conv_silu && c16.cont_of_conv_back == 0 &&
+                      c32.half_conv_back == 0 && c32.conv_silu > 0,
+                  "qwen35: %d of %d CONV_SILU_BACK write BF16 (%d CONT of their d x); %d in F32",
+                  c16.half_conv_back, c16.conv_silu, c16.cont_of_conv_back, c32.half_conv_back);
         /* the FFN's gate and up store BF16 (lt_mul_mat_as), a pair a layer, and so do
          * Qwen3.5's q, k and v, three a DeltaNet layer, in the BF16 graph alone */
         const int n_layer = (int)lt_model_hparams(m)->n_layer;

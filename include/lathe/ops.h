@@ -422,6 +422,12 @@ struct lt_tensor *lt_ssm_conv_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
  * lt_conv_silu_back_x and _w view the parts. */
 struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
                                     struct lt_tensor *w, struct lt_tensor *pos);
+/* The same with d x of type (F32 or BF16: each element rounded once). A BF16 result holds d x
+ * (padded to an even count), then d w in F32 from byte lt_conv_silu_back_dw_offset. */
+struct lt_tensor *lt_conv_silu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                       struct lt_tensor *x, struct lt_tensor *w,
+                                       struct lt_tensor *pos, enum lt_type type);
+size_t lt_conv_silu_back_dw_offset(const struct lt_tensor *r);
 struct lt_tensor *lt_conv_silu_back_x(struct lt_ctx *ctx, struct lt_tensor *r);
 struct lt_tensor *lt_conv_silu_back_w(struct lt_ctx *ctx, struct lt_tensor *r);
 

@@ -253,6 +253,11 @@ struct lt_tensor *lt_view_3d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne
 struct lt_tensor *lt_view_4d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1,
                              int64_t ne2, int64_t ne3, size_t nb1, size_t nb2, size_t nb3,
                              size_t offset);
+/* ne0 contiguous elements of type (unblocked, as a's) from byte offset of a's storage (a
+ * multiple of the element): one part of a packed result of mixed types, CONV_SILU_BACK's F32
+ * d w after a half d x. */
+struct lt_tensor *lt_view_1d_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_type type,
+                                int64_t ne0, size_t offset);
 /* a must be contiguous; the element count must match. */
 struct lt_tensor *lt_reshape_2d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1);
 struct lt_tensor *lt_reshape_3d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, int64_t ne1,

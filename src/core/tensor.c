@@ -212,10 +212,11 @@ bool lt_sources_present(const char *what, const char *names, const struct lt_ten
     return true;
 }
 
-static struct lt_tensor *new_view(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
-                                  int n_dims, const int64_t *ne, const size_t *nb, size_t offset)
+static struct lt_tensor *new_view_as(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
+                                     enum lt_type type, int n_dims, const int64_t *ne,
+                                     const size_t *nb, size_t offset)
 {
-    struct lt_tensor *t = new_header(ctx, a->type, n_dims, ne);
+    struct lt_tensor *t = new_header(ctx, type, n_dims, ne);
     if (!t)
         return NULL;
     for (int i = 0; i < LT_MAX_DIMS; i++)
@@ -238,6 +239,27 @@ static struct lt_tensor *new_view(struct lt_ctx *ctx, enum lt_op op, struct lt_t
     }
     lt_format_name(t, "%s (view)", a->name);
     return t;
+}
+
+static struct lt_tensor *new_view(struct lt_ctx *ctx, enum lt_op op, struct lt_tensor *a,
+                                  int n_dims, const int64_t *ne, const size_t *nb, size_t offset)
+{
+    return new_view_as(ctx, op, a, a->type, n_dims, ne, nb, offset);
+}
+
+struct lt_tensor *lt_view_1d_as(struct lt_ctx *ctx, struct lt_tensor *a, enum lt_type type,
+                                int64_t ne0, size_t offset)
+{
+    LT_REQUIRE("view_1d_as", a);
+    const struct lt_type_traits *tt = lt_type_traits(type);
+    if (tt->is_quantized || lt_type_traits(a->type)->is_quantized || offset % tt->type_size != 0) {
+        lt_fail(LT_ERR_INVALID,
+                "view of '%s' (%s) as %s at offset %zu: both types must be unblocked and the "
+                "offset a multiple of the element",
+                a->name, lt_type_name(a->type), lt_type_name(type), offset);
+        return NULL;
+    }
+    return new_view_as(ctx, LT_OP_VIEW, a, type, 1, (int64_t[]){ne0}, NULL, offset);
 }
 
 struct lt_tensor *lt_view_1d(struct lt_ctx *ctx, struct lt_tensor *a, int64_t ne0, size_t offset)

@@ -12,10 +12,15 @@
  *
  * CONV_SILU_BACK(g, x, w) recomputes p, takes g' = g silu'(p) (SILU_BACK's expression) and
  * packs d x (x's shape, contiguous, channels innermost: the projection's gradient needs no
- * copy) and then d w (w's shape) into one flat F32 tensor, viewed by lt_conv_silu_back_x
- * and _w. d x[c, u] = sum_k w[k, c] g'[u + K - 1 - k] over 0 <= u + K - 1 - k < T, k in
- * order; d w[k, c] = sum_s sum_t g'[t] x[t + k - (K - 1)], as SSM_CONV_BACK sums them.
- * Threads split the channels: a channel's outputs and gradients depend on it alone.
+ * copy) and then d w (w's shape) into one flat tensor, viewed by lt_conv_silu_back_x
+ * and _w. The result is F32, or BF16 (lt_conv_silu_back_as): d x rounded once to BF16, then
+ * d w still in F32 from the next 4-byte boundary (lt_conv_silu_back_dw_offset). A device's
+ * training step asks for BF16 where x is a BF16 product that the conv alone reads: that
+ * product's rule would round d x to BF16 before its own products anyway, in a pass of its
+ * own (CONT; 3.9 ms of a 16 x 512 step pair at Qwen3.5-0.8B, H100). d x[c, u] = sum_k w[k, c] g'[u
+ * + K - 1 - k] over 0 <= u + K - 1 - k < T, k in order; d w[k, c] = sum_s sum_t g'[t] x[t + k - (K
+ * - 1)], as SSM_CONV_BACK sums them. Threads split the channels: a channel's outputs and gradients
+ * depend on it alone.
  *
  * Packed sequences (several examples one after another in a row of T steps): with pos (I32,
  * T x S, contiguous: each step's position within its own example, the positions a packed
@@ -85,7 +90,31 @@ struct lt_tensor *lt_conv_silu_packed(struct lt_ctx *ctx, struct lt_tensor *x, s
 struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, struct lt_tensor *x,
                                     struct lt_tensor *w, struct lt_tensor *pos)
 {
+    return lt_conv_silu_back_as(ctx, grad, x, w, pos, LT_TYPE_F32);
+}
+
+/* d x's elements in the result, padded to a whole 4-byte word in a BF16 one */
+static int64_t dx_slots(const struct lt_tensor *x, enum lt_type type)
+{
+    const int64_t nx = lt_nelements(x);
+    return type == LT_TYPE_F32 ? nx : nx + (nx & 1);
+}
+
+size_t lt_conv_silu_back_dw_offset(const struct lt_tensor *r)
+{
+    return (size_t)dx_slots(r->src[1], r->type) * lt_type_traits(r->type)->type_size;
+}
+
+struct lt_tensor *lt_conv_silu_back_as(struct lt_ctx *ctx, struct lt_tensor *grad,
+                                       struct lt_tensor *x, struct lt_tensor *w,
+                                       struct lt_tensor *pos, enum lt_type type)
+{
     LT_REQUIRE("conv_silu_back", grad, x, w);
+    if (type != LT_TYPE_F32 && type != LT_TYPE_BF16) {
+        lt_fail(LT_ERR_INVALID, "conv_silu_back of '%s' into %s: d x must be f32 or bf16", x->name,
+                lt_type_name(type));
+        return NULL;
+    }
     if (!shapes_ok(x, w, "conv_silu_back") || !pos_ok(x, pos, "conv_silu_back"))
         return NULL;
     if (grad->type != LT_TYPE_F32 || !lt_same_shape(grad, x)) {
@@ -93,8 +122,9 @@ struct lt_tensor *lt_conv_silu_back(struct lt_ctx *ctx, struct lt_tensor *grad, 
                 grad->name, lt_type_name(grad->type));
         return NULL;
     }
-    int64_t n = lt_nelements(x) + lt_nelements(w);
-    struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_CONV_SILU_BACK, LT_TYPE_F32, 1, &n,
+    /* d w's F32 elements take two slots each of a BF16 result */
+    int64_t n = dx_slots(x, type) + lt_nelements(w) * (type == LT_TYPE_F32 ? 1 : 2);
+    struct lt_tensor *r = lt_new_op_tensor(ctx, LT_OP_CONV_SILU_BACK, type, 1, &n,
                                            (struct lt_tensor *[]){grad, x, w, pos}, pos ? 4 : 3);
     if (r)
         lt_format_name(r, "conv_silu_back(%s)", x->name);
@@ -110,12 +140,15 @@ static struct lt_tensor *back_part(struct lt_ctx *ctx, struct lt_tensor *r, bool
         return NULL;
     }
     const struct lt_tensor *x = r->src[1], *w = r->src[2];
-    const size_t es = sizeof(float);
-    struct lt_tensor *v =
-        dw ? lt_view_2d(ctx, r, w->ne[0], w->ne[1], es * (size_t)w->ne[0],
-                        es * (size_t)lt_nelements(x))
-           : lt_view_3d(ctx, r, x->ne[0], x->ne[1], x->ne[2], es * (size_t)x->ne[0],
-                        es * (size_t)(x->ne[0] * x->ne[1]), 0);
+    const size_t es = lt_type_traits(r->type)->type_size;
+    struct lt_tensor *v;
+    if (dw) {
+        v = lt_view_1d_as(ctx, r, LT_TYPE_F32, lt_nelements(w), lt_conv_silu_back_dw_offset(r));
+        v = v ? lt_reshape_2d(ctx, v, w->ne[0], w->ne[1]) : NULL;
+    } else {
+        v = lt_view_3d(ctx, r, x->ne[0], x->ne[1], x->ne[2], es * (size_t)x->ne[0],
+                       es * (size_t)(x->ne[0] * x->ne[1]), 0);
+    }
     if (v)
         lt_format_name(v, "d %s", dw ? w->name : x->name);
     return v;
@@ -133,10 +166,11 @@ struct lt_tensor *lt_conv_silu_back_w(struct lt_ctx *ctx, struct lt_tensor *r)
 
 /* ---- CPU ---- */
 
-/* per thread: a channel's inputs over time (history zeros, then T), its gradient, w's row */
+/* per thread: a channel's inputs over time (history zeros, then T), its gradient, w's row,
+ * and (backward) its d x over time before a BF16 result rounds it */
 static size_t scratch_floats(const struct lt_tensor *x, const struct lt_tensor *w)
 {
-    size_t n = (size_t)(x->ne[1] + w->ne[0]) * 2 + (size_t)w->ne[0];
+    size_t n = (size_t)(x->ne[1] + w->ne[0]) * 2 + (size_t)w->ne[0] + (size_t)x->ne[1];
     return (n + 15) & ~(size_t)15; /* each thread's part 64-byte aligned */
 }
 
@@ -187,11 +221,14 @@ static void conv_silu_back_forward(const struct lt_compute_params *p, struct lt_
     const struct lt_tensor *grad = node->src[0], *x = node->src[1], *w = node->src[2];
     const int64_t K = w->ne[0], C = x->ne[0], T = x->ne[1], S = x->ne[2];
     const int32_t *pos0 = node->src[3] ? node->src[3]->data : NULL;
-    float *dx = node->data;
-    float *dw = dx + lt_nelements(x);
+    const bool f32 = node->type == LT_TYPE_F32; /* else d x in BF16 (lt_conv_silu_back_as) */
+    float *dx = f32 ? node->data : NULL;
+    uint16_t *dxh = f32 ? NULL : node->data;
+    float *dw = (float *)((char *)node->data + lt_conv_silu_back_dw_offset(node));
     float *xp = (float *)p->wdata + scratch_floats(x, w) * (size_t)p->ith;
     float *gr = xp + T + K;
     float *wr = gr + T + K;
+    float *dxr = wr + K; /* a BF16 result's d x over time, before rounding */
     int64_t c0, c1;
     lt_split_range(C, p->ith, p->nth, &c0, &c1);
     for (int64_t c = c0; c < c1; c++) {
@@ -209,7 +246,13 @@ static void conv_silu_back_forward(const struct lt_compute_params *p, struct lt_
                     *(const float *)lt_elem_ptr(grad, c, t, s, 0) * sg * (1.0f + u * (1.0f - sg));
             }
             /* input u sits at K - 1 + u of xp: d x of the new inputs only */
-            lt_conv_back_x(wr, gr, K, T, K - 1, T + K - 1, dx + s * T * C + c, C, pos);
+            if (f32) {
+                lt_conv_back_x(wr, gr, K, T, K - 1, T + K - 1, dx + s * T * C + c, C, pos);
+            } else {
+                lt_conv_back_x(wr, gr, K, T, K - 1, T + K - 1, dxr, 1, pos);
+                for (int64_t t = 0; t < T; t++)
+                    dxh[s * T * C + t * C + c] = lt_fp32_to_bf16(dxr[t]);
+            }
             lt_conv_back_w(gr, xp, K, T, dwc, pos);
         }
     }
@@ -224,7 +267,11 @@ static lt_status conv_silu_backward(struct lt_autodiff *ad, struct lt_tensor *no
         return LT_OK;
     struct lt_ctx *ctx = lt_ad_ctx(ad);
     struct lt_tensor *g = lt_ad_contiguous(ad, node->grad);
-    struct lt_tensor *r = g ? lt_conv_silu_back(ctx, g, x, w, node->src[2]) : NULL;
+    /* d x in BF16 where x is a BF16 product only this node reads (see the head comment) */
+    const enum lt_type tx = lt_ad_wants(ad, x) && lt_ad_grad_type(ad, x, node) == LT_TYPE_BF16
+                                ? LT_TYPE_BF16
+                                : LT_TYPE_F32;
+    struct lt_tensor *r = g ? lt_conv_silu_back_as(ctx, g, x, w, node->src[2], tx) : NULL;
     if (!r)
         return lt_fail(LT_ERR_INVALID, "cannot build the gradient of '%s': %s", node->name,
                        lt_last_error());

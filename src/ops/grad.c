@@ -21,9 +21,23 @@ struct lt_tensor *lt_ad_contiguous(struct lt_autodiff *ad, struct lt_tensor *t)
     return c;
 }
 
+static bool reads_tensor(const struct lt_tensor *reader, const struct lt_tensor *t)
+{
+    bool reads = false;
+    for (int s = 0; s < LT_MAX_SRC; s++)
+        reads |= reader->src[s] == t;
+    return reads;
+}
+
 enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
                              const struct lt_tensor *reader)
 {
+    /* a reshape of a contiguous tensor, read by `reader` alone: RESHAPE's rule hands its
+     * gradient on reshaped, so it takes whatever type its source's gradient may have (a
+     * Qwen3.5 q, k or v product reshaped to [C, T, S] for CONV_SILU) */
+    if (t && t->op == LT_OP_RESHAPE && lt_is_contiguous(t->src[0]) && !t->grad &&
+        lt_ptrmap_get(&ad->readers, t, 0) == 1 && reads_tensor(reader, t))
+        return lt_ad_grad_type(ad, t->src[0], t);
     const struct lt_tensor *a = t ? t->src[0] : NULL, *b = t ? t->src[1] : NULL;
     const bool half =
         a && b && (a->type == LT_TYPE_BF16 || a->type == LT_TYPE_F16) && b->type == a->type;
@@ -31,10 +45,7 @@ enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
     if (!half || (t->op != LT_OP_MUL_MAT && !acc) || t->grad ||
         lt_ptrmap_get(&ad->readers, t, 0) != 1)
         return LT_TYPE_F32;
-    bool reads = false;
-    for (int s = 0; s < LT_MAX_SRC; s++)
-        reads |= reader->src[s] == t;
-    if (!reads)
+    if (!reads_tensor(reader, t))
         return LT_TYPE_F32;
     /* MUL_MAT_ACC's rule hands its gradient whole to the addend c (a LoRA target's adapter
      * product): c must take it in that type too */

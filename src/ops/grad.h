@@ -73,7 +73,8 @@ struct lt_tensor *lt_ad_rounded(struct lt_autodiff *ad, struct lt_tensor *t, enu
  * gradient is that rule's alone, and MUL_MAT's rule would round it to that type before its
  * products), or such a product added over an addend (MUL_MAT_ACC: a LoRA target's base
  * product over its adapter's) whose addend takes its gradient in that type by the same
- * rule, or wants none; F32 otherwise. */
+ * rule, or wants none; or a reshape of such a product that reads nothing but `reader`; F32
+ * otherwise. */
 enum lt_type lt_ad_grad_type(struct lt_autodiff *ad, const struct lt_tensor *t,
                              const struct lt_tensor *reader);
 /* Is node the loss with its gradient still autodiff's seed (the constant grad_scale, nothing

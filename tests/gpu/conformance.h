@@ -54,6 +54,9 @@ struct build {
     int n_in;
     struct lt_tensor *extra[MAX_EXTRA]; /* tensors the op updates in place, compared too */
     int n_extra;
+    /* compared in place of the result: one part of a packed result of mixed types (the
+     * others go in extra), whose bytes read as one type would mean nothing; NULL: the result */
+    struct lt_tensor *out_as;
     uint64_t seed;
 };
 
@@ -305,8 +308,8 @@ static struct run_result run_on(struct lt_backend *const *bes, int n_be, build_f
         fprintf(stderr, "computing '%s': %s\n", out->name, lt_last_error());
         goto out_sched;
     }
-    res.out = read_floats(out);
-    res.n_out = lt_nelements(out);
+    res.out = read_floats(b.out_as ? b.out_as : out);
+    res.n_out = lt_nelements(b.out_as ? b.out_as : out);
     res.n_extra = b.n_extra;
     for (int i = 0; i < b.n_extra; i++) {
         res.extra[i] = read_floats(b.extra[i]);

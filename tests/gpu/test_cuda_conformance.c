@@ -1576,7 +1576,8 @@ static struct lt_tensor *b_ssm_conv(struct build *b, const struct params *p)
 
 /* CONV_SILU (i[0] 0) or its backward: x [C, T, S] of type[0] in lay[0] (ne[0..2]), w [i[1] taps, C]
  * of type[1] in lay[1], the gradient in lay[2]; i[2] 1: packed examples, each step's position
- * within its example (examples of 1, 2, 3, ... steps, then the rest of the row) */
+ * within its example (examples of 1, 2, 3, ... steps, then the rest of the row); type[2] BF16:
+ * the backward's d x in BF16 (lt_conv_silu_back_as), compared as its two views */
 static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
 {
     static float pos_vals[4096];
@@ -1599,7 +1600,12 @@ static struct lt_tensor *b_conv_silu(struct build *b, const struct params *p)
     if (!p->i[0])
         return lt_conv_silu_packed(b->ctx, x, w, pos);
     struct lt_tensor *g = mk(b, LT_TYPE_F32, p->lay[2], C, T, S, 1, FILL_UNIFORM, -1, 1);
-    return lt_conv_silu_back(b->ctx, g, x, w, pos);
+    if (p->type[2] != LT_TYPE_BF16)
+        return lt_conv_silu_back(b->ctx, g, x, w, pos);
+    struct lt_tensor *r = lt_conv_silu_back_as(b->ctx, g, x, w, pos, LT_TYPE_BF16);
+    b->out_as = r ? lt_conv_silu_back_x(b->ctx, r) : NULL;
+    b->extra[b->n_extra++] = r ? lt_conv_silu_back_w(b->ctx, r) : NULL;
+    return b->out_as && b->extra[0] ? r : NULL;
 }
 
 /* f[1] of a DELTA_NET case: 0 F32, 1 TF32, 2 BF16 */
@@ -1911,6 +1917,20 @@ static void test_recurrent_loss_optim(void)
             run_case(back ? LT_OP_CONV_SILU_BACK : LT_OP_CONV_SILU,
                      lbl(layout_names[p.lay[0]], "bf16 x"), TOL_F32, b_conv_silu, &p);
         }
+    }
+    /* the backward's d x in BF16 (a training step's q, k, v products): F32 and BF16 x, an
+     * even and an odd count of d x (d w then starts past a pad), packed or not */
+    static const int64_t cs_half[][4] = {{40, 33, 2, 4}, {11, 9, 1, 4}, {300, 70, 3, 4}};
+    for (size_t k = 0; k < sizeof(cs_half) / sizeof(cs_half[0]); k++) {
+        p = P(L_CONTIG, L_CONTIG, k == 1 ? LT_TYPE_F32 : LT_TYPE_BF16, LT_TYPE_F32);
+        p.lay[2] = L_CONTIG;
+        p.type[2] = LT_TYPE_BF16;
+        p.i[0] = 1, p.i[1] = (int)cs_half[k][3], p.i[2] = k != 1;
+        p.ne[0] = cs_half[k][0], p.ne[1] = cs_half[k][1], p.ne[2] = cs_half[k][2];
+        char what[64];
+        snprintf(what, sizeof(what), "bf16 d x, C%lld T%lld S%lld%s", (long long)p.ne[0],
+                 (long long)p.ne[1], (long long)p.ne[2], p.i[2] ? " packed" : "");
+        run_case(LT_OP_CONV_SILU_BACK, what, TOL_F32, b_conv_silu, &p);
     }
     /* the forward: CHUNKED runs the chunk-parallel kernels (delta_net_wy.cu; the CPU its
      * chunked path), RECURRENT the per-token kernel (the CPU its recurrence), and CHUNKED

@@ -14,12 +14,15 @@
  *             d x[u] = sum_k w[k] g'[u + K - 1 - k] (terms past T are zero);
  *             d w[k] partials, a float a (sequence, step block, tap, channel) in scratch,
  *             then summed over the sequences and step blocks in order by a second kernel.
+ *             d x is stored F32, or BF16 for a BF16 result (lt_conv_silu_back_as: each sum
+ *             rounded once to nearest even, as the CPU rounds it), d w F32 either way.
  * Packed examples (an optional I32 source of each step's position within its example): a tap
  * that would reach back past the example's first step is skipped, as the CPU skips it
  * (conv_rows.h), in the forward's sum, d x's and d w's. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
+#include "lathe/ops.h"
 
 static const enum lt_op conv_silu_ops[] = {LT_OP_CONV_SILU, LT_OP_CONV_SILU_BACK};
 
@@ -57,9 +60,15 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
     const int ix = back ? 1 : 0;
     if ((back && !cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size)) ||
         !cu_check_source(node, ix, CS_X_TYPES, reason, reason_size) ||
-        !cu_check_source(node, ix + 1, CU_TYPES_FLOAT, reason, reason_size) ||
-        !cu_check_result_f32(node, reason, reason_size))
+        !cu_check_source(node, ix + 1, CU_TYPES_FLOAT, reason, reason_size))
         return false;
+    /* the backward's result may be BF16 (d x rounded, d w F32 after it) */
+    if (back && node->type == LT_TYPE_BF16 ? !lt_is_contiguous(node)
+                                           : !cu_check_result_f32(node, reason, reason_size)) {
+        if (back && node->type == LT_TYPE_BF16)
+            snprintf(reason, reason_size, "the result is not contiguous");
+        return false;
+    }
     const struct lt_tensor *x = node->src[ix], *w = node->src[ix + 1], *pos = node->src[ix + 2];
     if (pos && !cu_check_source(node, ix + 2, CU_TYPES_I32, reason, reason_size))
         return false;
@@ -78,9 +87,12 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
         snprintf(reason, reason_size, "x and w do not fit, or w has more than %d taps", CS_MAX_K);
         return false;
     }
-    const bool shape_ok = back ? lt_same_shape(node->src[0], x) &&
-                                     lt_nelements(node) == lt_nelements(x) + lt_nelements(w)
-                               : lt_same_shape(node, x);
+    const int64_t nx = lt_nelements(x), nw = lt_nelements(w);
+    const bool shape_ok =
+        back ? lt_same_shape(node->src[0], x) &&
+                   lt_nelements(node) ==
+                       (node->type == LT_TYPE_F32 ? nx + nw : nx + (nx & 1) + 2 * nw)
+             : lt_same_shape(node, x);
     if (!shape_ok) {
         snprintf(reason, reason_size, "the result's shape does not match its sources");
         return false;
@@ -171,10 +183,19 @@ static __global__ void conv_silu_kernel(const XT *__restrict__ x, struct cu_t w,
 /* One step t of the backward's walk (conv_silu_back_kernel), given x[t] and g[t] (unread
  * past T): g'_t and its first tap into the window gw, fw; d w's terms while t < u1; d x at
  * u = t - (K - 1) once u >= u0. */
-template <int K>
+static __device__ __forceinline__ void cs_put(float *dx, size_t i, float v)
+{
+    dx[i] = v;
+}
+static __device__ __forceinline__ void cs_put(__nv_bfloat16 *dx, size_t i, float v)
+{
+    dx[i] = __float2bfloat16_rn(v);
+}
+
+template <int K, typename DT>
 static __device__ __forceinline__ void
 back_step(int t, int T, int u0, int u1, float xt, float gt, const int32_t *pos, size_t row0,
-          const float *wk, float *xw, float *gw, int *fw, float *dwk, float *dx, size_t base, int C)
+          const float *wk, float *xw, float *gw, int *fw, float *dwk, DT *dx, size_t base, int C)
 {
     float gp = 0.0f; /* g' past T: no term */
     int k0 = 0;
@@ -208,14 +229,14 @@ back_step(int t, int T, int u0, int u1, float xt, float gt, const int32_t *pos, 
         for (int k = 0; k < K; k++)
             if (k >= fw[K - 1 - k])
                 acc = __fadd_rn(acc, __fmul_rn(wk[k], gw[K - 1 - k]));
-        dx[base + (size_t)u * C] = acc;
+        cs_put(dx, base + (size_t)u * C, acc);
     }
 }
 
-template <int K, typename XT>
+template <int K, typename XT, typename DT>
 static __global__ void __launch_bounds__(CS_THREADS, 4)
     conv_silu_back_kernel(const float *__restrict__ g, const XT *__restrict__ x, struct cu_t w,
-                          const int32_t *__restrict__ pos, float *__restrict__ dx,
+                          const int32_t *__restrict__ pos, DT *__restrict__ dx,
                           float *__restrict__ part, int C, int T)
 {
     cu_pdl_enter();
@@ -327,15 +348,20 @@ template <int K, typename XT> static lt_status launch(struct cu_ctx *c, struct l
     lt_status st = cu_scratch(c, CU_SCRATCH_WORK, part_bytes(node), &part);
     if (st != LT_OK)
         return st;
-    float *dx = (float *)node->data;
-    cu_launch_pdl(c, conv_silu_back_kernel<K, XT>, grid, CS_THREADS, 0,
-                  (const float *)node->src[0]->data, (const XT *)x->data, cu_view(w), pos, dx,
-                  (float *)part, C, T);
+    const float *g = (const float *)node->src[0]->data;
+    if (node->type == LT_TYPE_BF16)
+        cu_launch_pdl(c, conv_silu_back_kernel<K, XT, __nv_bfloat16>, grid, CS_THREADS, 0, g,
+                      (const XT *)x->data, cu_view(w), pos, (__nv_bfloat16 *)node->data,
+                      (float *)part, C, T);
+    else
+        cu_launch_pdl(c, conv_silu_back_kernel<K, XT, float>, grid, CS_THREADS, 0, g,
+                      (const XT *)x->data, cu_view(w), pos, (float *)node->data, (float *)part, C,
+                      T);
     if ((st = cu_launched("conv_silu_back")) != LT_OK)
         return st;
+    float *dw = (float *)((char *)node->data + lt_conv_silu_back_dw_offset(node));
     cu_launch_pdl(c, conv_silu_dw_kernel, dim3((unsigned)((C + 31) / 32), (unsigned)K),
-                  dim3(32, CS_DW_SPLIT), 0, (const float *)part, dx + lt_nelements(x), K, C,
-                  S * steps);
+                  dim3(32, CS_DW_SPLIT), 0, (const float *)part, dw, K, C, S * steps);
     return cu_launched("conv_silu_back_dw");
 }
 
