@@ -2175,6 +2175,42 @@ static void test_recurrent_loss_optim(void)
                 run_case(back ? LT_OP_DELTA_NET_BACK : LT_OP_DELTA_NET,
                          lbl(layout_names[L_CONTIG], what), TOL_DN_BF16, b_delta_net, &p);
             }
+    /* the BF16 walks of a head's 128 columns a block (LATHE_DN_WIDE=1, the default from 128
+     * (sequence, head) pairs) against blocks of 64 (=0): the same bits, forward and backward,
+     * with a state and packed examples */
+    const char *only_op = getenv("LATHE_CONF_OP");
+    if (!only_op || !*only_op || strcmp(only_op, "DELTA_NET") == 0 ||
+        strcmp(only_op, "DELTA_NET_BACK") == 0) {
+        const char *wide_env = getenv("LATHE_DN_WIDE");
+        char wide_saved[8] = "";
+        if (wide_env)
+            snprintf(wide_saved, sizeof(wide_saved), "%s", wide_env);
+        for (int back = 0; back < 2; back++)
+            for (int v = 1; v < 3; v++) {
+                p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+                memcpy(p.ne, fdims[0], sizeof(p.ne));
+                p.i[0] = fheads[0][0], p.i[1] = fheads[0][1], p.i[3] = back;
+                p.i[2] = back ? LT_DELTA_NET_PATH_AUTO : LT_DELTA_NET_PATH_CHUNKED;
+                p.f[0] = 0.0f, p.f[1] = 2.0f, p.f[2] = v == 2 ? 1.0f : 0.0f;
+                struct lt_backend *both[2] = {g_cuda, g_cpu};
+                struct run_result r[2];
+                for (int wide = 0; wide < 2; wide++) {
+                    setenv("LATHE_DN_WIDE", wide ? "1" : "0", 1);
+                    r[wide] =
+                        run_on(both, 2, b_delta_net, &p, 0x71de0000u + back * 2 + v, NULL, NULL, 0);
+                }
+                CHECK(r[0].ok && r[1].ok && r[0].n_out == r[1].n_out &&
+                          memcmp(r[0].out, r[1].out, sizeof(float) * (size_t)r[0].n_out) == 0,
+                      "%s bf16 %s: the walks of 128 columns differ from those of 64",
+                      back ? "DELTA_NET_BACK" : "DELTA_NET", v == 2 ? "packed" : "with a state");
+                run_result_free(&r[0]);
+                run_result_free(&r[1]);
+            }
+        if (wide_env)
+            setenv("LATHE_DN_WIDE", wide_saved, 1);
+        else
+            unsetenv("LATHE_DN_WIDE");
+    }
     /* the same with q and v sliced, k transposed: rows the BF16 prep cannot copy four floats
      * at a time (its element-wise fill) */
     for (int back = 0; back < 2; back++) {

@@ -588,6 +588,22 @@ static bool wy_prep16(int32_t prec, const struct dn_wy_plan &P, const struct dn_
     return wy_bf16(prec, P, L) && !wy_env_off("LATHE_DN_PREP_BF16");
 }
 
+/* Whether the BF16 fwd walk takes a head's 128 columns in one block (dn_wy_fwd_bf16_kernel's
+ * wide form) where the plan has two blocks of 64: with at least DN_WY_WIDE_MIN_HEADS
+ * (sequence, value head) pairs, so that the halved grid still fills an H100's 132 SMs (16 x
+ * 512 tokens of 16 heads: 256). LATHE_DN_WIDE=0 keeps the blocks of 64 (a device run's
+ * before / after; the same sums either way), =1 takes 128 whatever the count (the tests'
+ * small cases). */
+#define DN_WY_WIDE_MIN_HEADS 128
+static bool wy_wide(const struct dn_wy_plan &P)
+{
+    const char *e = getenv("LATHE_DN_WIDE");
+    const bool shape = P.cv == WYF_CV && P.svp == 2 * WYF_CV && P.cblocks == 2;
+    if (e && (strcmp(e, "0") == 0 || strcmp(e, "1") == 0))
+        return shape && e[0] == '1';
+    return shape && P.state_blocks / P.cblocks >= DN_WY_WIDE_MIN_HEADS;
+}
+
 /* kernel K's instance for the node's precision (tf1) and shape (fix); WY_PICK_F for the
  * kernels whose first template argument is FORWARD */
 #define WY_PICK(K)                                                                                 \
@@ -618,21 +634,23 @@ lt_status cu_dn_launch_wy_backward(struct cu_ctx *c, struct lt_tensor *node,
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
                bf16 = wy_bf16(prec, P, a.L), walk16 = bf16 && P.cv == WYF_CV,
-               prep16 = wy_prep16(prec, P, a.L);
+               prep16 = wy_prep16(prec, P, a.L), wide = walk16 && wy_wide(P);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
         int64_t blocks;
         const char *name;
-    } ks[] = {
-        {prep16 ? wy_bf16_prep(false).fn : WY_PICK_F(dn_wy_prep_kernel, false),
-         prep16 ? wy_bf16_prep(false).shared : P.shared_prep, P.chunks, "delta_net_back_prep"},
-        {walk16 ? wy_bf16_fwd(false).fn : WY_PICK_F(dn_wy_fwd_kernel, false),
-         walk16 ? wy_bf16_fwd(false).shared : P.shared_fwd, P.state_blocks, "delta_net_back_fwd"},
-        {walk16 ? wy_bf16_bwd().fn : WY_PICK(dn_wy_bwd_kernel),
-         walk16 ? wy_bf16_bwd().shared : P.shared_bwd, P.state_blocks, "delta_net_back_bwd"},
-        {bf16 ? wy_bf16_grad().fn : WY_PICK(dn_wy_grad_kernel),
-         bf16 ? wy_bf16_grad().shared : P.shared_grad, P.chunks, "delta_net_back_grad"}};
+    } ks[] = {{prep16 ? wy_bf16_prep(false).fn : WY_PICK_F(dn_wy_prep_kernel, false),
+               prep16 ? wy_bf16_prep(false).shared : P.shared_prep, P.chunks,
+               "delta_net_back_prep"},
+              {walk16 ? wy_bf16_fwd(false, wide).fn : WY_PICK_F(dn_wy_fwd_kernel, false),
+               walk16 ? wy_bf16_fwd(false, wide).shared : P.shared_fwd,
+               wide ? P.state_blocks / P.cblocks : P.state_blocks, "delta_net_back_fwd"},
+              {walk16 ? wy_bf16_bwd(wide).fn : WY_PICK(dn_wy_bwd_kernel),
+               walk16 ? wy_bf16_bwd(wide).shared : P.shared_bwd,
+               wide ? P.state_blocks / P.cblocks : P.state_blocks, "delta_net_back_bwd"},
+              {bf16 ? wy_bf16_grad().fn : WY_PICK(dn_wy_grad_kernel),
+               bf16 ? wy_bf16_grad().shared : P.shared_grad, P.chunks, "delta_net_back_grad"}};
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         st = cu_check(cudaFuncSetAttribute(ks[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)ks[i].shared),
@@ -678,7 +696,7 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
     const int32_t prec = lt_get_param_i32(node, 2);
     const bool tf1 = prec != LT_DELTA_NET_PREC_F32, fix = wy_fix(P, a.L),
                fix_out = wy_fix_out(P, a.L), bf16 = wy_bf16(prec, P, a.L) && P.cv == WYF_CV,
-               prep16 = wy_prep16(prec, P, a.L);
+               prep16 = wy_prep16(prec, P, a.L), wide = bf16 && wy_wide(P);
     struct {
         void (*fn)(struct wy_args);
         size_t shared;
@@ -686,8 +704,9 @@ lt_status cu_dn_launch_wy_forward(struct cu_ctx *c, struct lt_tensor *node,
         const char *name;
     } ks[] = {{prep16 ? wy_bf16_prep(true).fn : WY_PICK_F(dn_wy_prep_kernel, true),
                prep16 ? wy_bf16_prep(true).shared : P.shared_prep, P.chunks, "delta_net_prep"},
-              {bf16 ? wy_bf16_fwd(true).fn : WY_PICK_F(dn_wy_fwd_kernel, true),
-               bf16 ? wy_bf16_fwd(true).shared : P.shared_fwd, P.state_blocks, "delta_net_fwd"},
+              {bf16 ? wy_bf16_fwd(true, wide).fn : WY_PICK_F(dn_wy_fwd_kernel, true),
+               bf16 ? wy_bf16_fwd(true, wide).shared : P.shared_fwd,
+               wide ? P.state_blocks / P.cblocks : P.state_blocks, "delta_net_fwd"},
               {fix_out ? (tf1 ? dn_wy_out_kernel<true, true> : dn_wy_out_kernel<false, true>)
                        : (tf1 ? dn_wy_out_kernel<true, false> : dn_wy_out_kernel<false, false>),
                P.shared_out, P.out_blocks, "delta_net_out"}};

@@ -342,61 +342,69 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_grad_bf16_kerne
  * warp w owns rows 16 (w % 8).. and columns 32 (w / 8).. of the block's [128 x 64], so the
  * update dS = eL dS + [Q; K]^T Z scales and adds into the same registers every chunk, and
  * each chunk's products (dR = F Do + G2 dS, then that update) read BF16 operands by
- * ldmatrix: dS itself as a BF16 copy the warps write next to its F32 store to scratch. */
-#define BW_PV (WYF_CV + 8) /* BF16 pitch of 64-wide rows */
-/* shared bytes: dS [S][PV]; Q over K [2C][PB]; F [C][PV]; G2 [C][PB]; Z [2C][PV] (e^G Do
- * over -e^G beta dR); Do [C][PV]; vectors eG, mEB */
-#define BW_SHARED                                                                                  \
-    (GB_S * BW_PV * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PV * 2 + GB_C * GB_PB * 2 +               \
-     3 * GB_C * BW_PV * 2 + 2 * GB_C * 4)
+ * ldmatrix: dS itself as a BF16 copy the warps write next to its F32 store to scratch. CV
+ * columns a block: the plan's 64, or a head's 128 (wy_wide), as the fwd walk below. */
+#define BW_PF (GB_C + 8) /* BF16 pitch of F's 64-wide rows */
+/* shared bytes: dS [S][CV + 8]; Q over K [2C][PB]; F [C][PF]; G2 [C][PB]; Z [2C][CV + 8]
+ * (e^G Do over -e^G beta dR); Do [C][CV + 8]; vectors eG, mEB */
+#define BW_SHARED(CV)                                                                              \
+    (GB_S * ((CV) + 8) * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PF * 2 + GB_C * GB_PB * 2 +          \
+     3 * GB_C * ((CV) + 8) * 2 + 2 * GB_C * 4)
 
-/* A BF16 walk's warp: its lane's group g and thread t in the mma fragments, its strip of the
- * [128 x 64] state (rows sm0.. 16, columns sn0.. 32) and of a chunk's [64 x 64] product
- * (rows rm0.. 16, columns rn0.. 16). */
+/* A BF16 walk's warp of a block of CV state columns (64, or 128 for the wide fwd walk): its
+ * lane's group g and thread t in the mma fragments, its strip of the [128 x CV] state (rows
+ * sm0.. 16, columns sn0.. CV / 2) and of a chunk's [64 x CV] product (rows rm0.. 16, columns
+ * rn0.. CV / 4). */
 struct bw_warp {
     int g, t, sm0, sn0, rm0, rn0;
 };
-static __device__ __forceinline__ struct bw_warp bw_warp_of(void)
+template <int CV = WYF_CV> static __device__ __forceinline__ struct bw_warp bw_warp_of(void)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    return {lane / 4, lane % 4, warp % 8 * 16, warp / 8 * 32, warp % 4 * 16, warp / 4 * 16};
+    return {lane / 4,      lane % 4,           warp % 8 * 16, warp / 8 * (CV / 2),
+            warp % 4 * 16, warp / 4 * (CV / 4)};
 }
 
-/* a walk's state strip in registers (rows sm0 + g (+ 8), columns sn0 + 8 u + 2 t (+ 1)) to
- * scratch as F32 (the block's columns from j0 of a [S][S] state) and to X [S][PV] as BF16 */
+/* a walk's state strip in registers (rows sm0 + g (+ 8), columns sn0 + 8 u + 2 t (+ 1), u <
+ * CV / 16) to scratch as F32 (the block's columns from j0 of a [S][S] state) and to X
+ * [S][CV + 8] as BF16 */
+template <int CV = WYF_CV>
 static __device__ __forceinline__ void bw_store_state(const float (*st)[4], float *gs, gb_t *X,
                                                       int sm0, int sn0, int j0)
 {
     const int g = (threadIdx.x & 31) / 4, t = threadIdx.x & 3;
 #pragma unroll
-    for (int u = 0; u < 4; u++)
+    for (int u = 0; u < CV / 16; u++)
 #pragma unroll
         for (int hf = 0; hf < 2; hf++) {
             const int i = sm0 + g + 8 * hf, jj = sn0 + 8 * u + 2 * t;
             *(float2 *)(gs + i * GB_S + j0 + jj) = make_float2(st[u][2 * hf], st[u][2 * hf + 1]);
-            *(uint32_t *)(X + i * BW_PV + jj) = mb_pack(st[u][2 * hf], st[u][2 * hf + 1]);
+            *(uint32_t *)(X + i * (CV + 8) + jj) = mb_pack(st[u][2 * hf], st[u][2 * hf + 1]);
         }
 }
 
+template <int CV>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
-    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = BW_PV, CV = WYF_CV;
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = CV + 8, PF = BW_PF, NS = CV / 16,
+                  NU = CV / 32;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const struct wy_walk w = wy_walk_of(a);
-    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
+    /* block (b, h, c) is (b * H_v + h) * cb + c, cb column blocks of CV (wy_walk_of's order) */
+    const int64_t cb = P.svp / CV, x = blockIdx.x, c = x % cb, h = x / cb % L.hv, b = x / cb / L.hv,
+                  hk = h % L.hk;
     const int j0 = (int)c * CV;
-    gb_t *dSb = (gb_t *)sh, *QK = dSb + S * PV, *F = QK + 2 * C * PB, *G2 = F + C * PV,
+    gb_t *dSb = (gb_t *)sh, *QK = dSb + S * PV, *F = QK + 2 * C * PB, *G2 = F + C * PF,
          *Z = G2 + C * PB;
     gb_t *Do = Z + 2 * C * PV;
     float *eG = (float *)(Do + C * PV), *mEB = eG + C;
-    /* this warp's strips: of dS (16 x 32) and of dR (16 x 16) */
-    const struct bw_warp wp = bw_warp_of();
+    /* this warp's strips: of dS (16 x CV / 2) and of dR (16 x CV / 4) */
+    const struct bw_warp wp = bw_warp_of<CV>();
     const int g = wp.g, t = wp.t, sm0 = wp.sm0, sn0 = wp.sn0, rm0 = wp.rm0, rn0 = wp.rn0;
-    float DS[4][4];
+    float DS[NS][4];
 #pragma unroll
-    for (int u = 0; u < 4; u++)
+    for (int u = 0; u < NS; u++)
 #pragma unroll
         for (int i = 0; i < 4; i++) /* the final state's gradient: rows T.. of grad (or 0) */
             DS[u][i] = a.grad.ne[2] > L.nt ? cu_getf(a.grad, j0 + sn0 + 8 * u + 2 * t + i % 2, h,
@@ -409,7 +417,7 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
         const float *gf = wy_cc(a, P.off_f, ci), *gg2 = wy_rows_k(a, P.off_g2, ci),
                     *gv = wy_vec(a, ci);
         /* dS at the chunk's end: F32 to scratch, BF16 for G2 dS */
-        bw_store_state(DS, gds, dSb, sm0, sn0, j0);
+        bw_store_state<CV>(DS, gds, dSb, sm0, sn0, j0);
         if (threadIdx.x < C) {
             const int r = threadIdx.x;
             eG[r] = expf(gv[r]);
@@ -420,37 +428,43 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
             return rr < n ? cu_getf(r < C ? a.s.q : a.s.k, i, hk, t0 + rr, b) : 0.0f;
         });
         gb_fill_w<S, PB>(G2, C, [&](int r, int i) { return gg2[r * S + i]; });
-        gb_fill_w<C, PV>(F, C, [&](int r, int q) { return gf[r * C + q]; });
+        gb_fill_w<C, PF>(F, C, [&](int r, int q) { return gf[r * C + q]; });
         __syncthreads(); /* eG */
         {
             /* Do (the output's gradient times scale) and Z's top e^G Do: pairs of columns,
-             * a warp a row at a time */
-            constexpr int NP = C * CV / 2 / DN_WY_THREADS;
-            float v[NP][2];
+             * a warp a row at a time, 4 pairs of a thread in flight (all 8 of the wide
+             * walk's at once spilled 72 bytes a thread; this way 20 remain, its dS and dR
+             * strips taking 48 registers) */
+            constexpr int NP = C * CV / 2 / DN_WY_THREADS, NF = 4;
+            static_assert(NP % NF == 0, "whole rounds of pairs");
 #pragma unroll
-            for (int k = 0; k < NP; k++) {
-                const int e = k * DN_WY_THREADS + threadIdx.x, r = e / (CV / 2),
-                          jj = 2 * (e % (CV / 2));
-                v[k][0] = r < n ? a.scale * cu_getf(a.grad, j0 + jj, h, t0 + r, b) : 0.0f;
-                v[k][1] = r < n ? a.scale * cu_getf(a.grad, j0 + jj + 1, h, t0 + r, b) : 0.0f;
-            }
+            for (int k0 = 0; k0 < NP; k0 += NF) {
+                float v[NF][2];
 #pragma unroll
-            for (int k = 0; k < NP; k++) {
-                const int e = k * DN_WY_THREADS + threadIdx.x, r = e / (CV / 2),
-                          jj = 2 * (e % (CV / 2));
-                *(uint32_t *)(Do + r * PV + jj) = mb_pack(v[k][0], v[k][1]);
-                *(uint32_t *)(Z + r * PV + jj) = mb_pack(eG[r] * v[k][0], eG[r] * v[k][1]);
+                for (int k = 0; k < NF; k++) {
+                    const int e = (k0 + k) * DN_WY_THREADS + threadIdx.x, r = e / (CV / 2),
+                              jj = 2 * (e % (CV / 2));
+                    v[k][0] = r < n ? a.scale * cu_getf(a.grad, j0 + jj, h, t0 + r, b) : 0.0f;
+                    v[k][1] = r < n ? a.scale * cu_getf(a.grad, j0 + jj + 1, h, t0 + r, b) : 0.0f;
+                }
+#pragma unroll
+                for (int k = 0; k < NF; k++) {
+                    const int e = (k0 + k) * DN_WY_THREADS + threadIdx.x, r = e / (CV / 2),
+                              jj = 2 * (e % (CV / 2));
+                    *(uint32_t *)(Do + r * PV + jj) = mb_pack(v[k][0], v[k][1]);
+                    *(uint32_t *)(Z + r * PV + jj) = mb_pack(eG[r] * v[k][0], eG[r] * v[k][1]);
+                }
             }
         }
         __syncthreads();
         /* dR = T^T (P^T Do + diag(El) K dS) = F Do + G2 dS */
-        float R[2][4];
-        gb_zero<2>(R);
-        gb_mm<2, false, false>(R, F, PV, Do, PV, rm0, rn0, C);
-        gb_mm<2, false, false>(R, G2, PB, dSb, PV, rm0, rn0, S);
+        float R[NU][4];
+        gb_zero<NU>(R);
+        gb_mm<NU, false, false>(R, F, PF, Do, PV, rm0, rn0, C);
+        gb_mm<NU, false, false>(R, G2, PB, dSb, PV, rm0, rn0, S);
         const float eL = expf(gv[C - 1]);
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < NU; u++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
                 const int r = rm0 + g + 8 * hf, jj = rn0 + 8 * u + 2 * t;
@@ -461,16 +475,16 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
         __syncthreads();
         /* dS = eL dS + [Q; K]^T Z */
 #pragma unroll
-        for (int u = 0; u < 4; u++)
+        for (int u = 0; u < NS; u++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 DS[u][i] *= eL;
-        gb_mm<4, true, false>(DS, QK, PB, Z, PV, sm0, sn0, 2 * C);
+        gb_mm<NS, true, false>(DS, QK, PB, Z, PV, sm0, sn0, 2 * C);
         __syncthreads(); /* before the next chunk's operands land */
     }
     float *dstate = a.out + L.off_state;
 #pragma unroll
-    for (int u = 0; u < 4; u++)
+    for (int u = 0; u < NS; u++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
             dstate[((b * L.hv + h) * L.sk + sm0 + g + 8 * (i / 2)) * L.sv + j0 + sn0 + 8 * u +
@@ -480,30 +494,37 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
 /* ---- fwd on BF16 tensor cores (LT_DELTA_NET_PREC_BF16, Qwen3.5's widths, 64 columns) ---- */
 
 /* The fwd walk with the state in the warps' registers (F32) for the whole walk, as the bwd
- * one above: warp w owns rows 16 (w % 8).. and columns 32 (w / 8).. of the block's
- * [128 x 64]; U = Uv - Wk S0 starts from Uv in the registers of its strip (16 x 16 a warp)
- * and reads S0 as a BF16 copy; S = eL S + K^T diag(El) U adds into the state's registers.
- * FORWARD (DELTA_NET): the state after the last chunk goes to the result's rows T.. too. */
-/* shared bytes: S0 [S][PV]; Wk, K [C][PB]; El U [C][PV]; vector El */
-#define FW_SHARED (GB_S * BW_PV * 2 + 2 * GB_C * GB_PB * 2 + GB_C * BW_PV * 2 + GB_C * 4)
+ * one above: warp w owns rows 16 (w % 8).. and columns CV / 2 (w / 8).. of the block's
+ * [128 x CV]; U = Uv - Wk S0 starts from Uv in the registers of its strip (16 x CV / 4 a
+ * warp) and reads S0 as a BF16 copy; S = eL S + K^T diag(El) U adds into the state's
+ * registers. FORWARD (DELTA_NET): the state after the last chunk goes to the result's rows
+ * T.. too. CV: the plan's 64 columns a block, or the wide walk's 128 (every column of a
+ * head: wy_wide), which loads each chunk's Wk and K once where two blocks of 64 loaded them
+ * twice, and walks half as many blocks (at 16 x 512 tokens, 16 heads: 256 blocks against 512,
+ * two rounds of an H100's 132 SMs against four, each round a sequential walk of 8 chunks).
+ * Each output element's products and sums are the same in either width. */
+/* shared bytes: S0 [S][CV + 8]; Wk, K [C][PB]; El U [C][CV + 8]; vector El */
+#define FW_SHARED(CV)                                                                              \
+    (GB_S * ((CV) + 8) * 2 + 2 * GB_C * GB_PB * 2 + GB_C * ((CV) + 8) * 2 + GB_C * 4)
 
-template <bool FORWARD>
+template <bool FORWARD, int CV>
 static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel(struct wy_args a)
 {
     extern __shared__ __align__(128) float sh[];
-    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = BW_PV, CV = WYF_CV;
+    constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = CV + 8, NS = CV / 16, NU = CV / 32;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    const struct wy_walk w = wy_walk_of(a);
-    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
+    /* block (b, h, c) is (b * H_v + h) * cb + c, cb column blocks of CV (wy_walk_of's order) */
+    const int64_t cb = P.svp / CV, x = blockIdx.x, c = x % cb, h = x / cb % L.hv, b = x / cb / L.hv,
+                  hk = h % L.hk;
     const int j0 = (int)c * CV;
     gb_t *S0b = (gb_t *)sh, *Wk = S0b + S * PV, *K = Wk + C * PB, *UE = K + C * PB;
     float *El = (float *)(UE + C * PV);
-    const struct bw_warp wp = bw_warp_of();
+    const struct bw_warp wp = bw_warp_of<CV>();
     const int g = wp.g, t = wp.t, sm0 = wp.sm0, sn0 = wp.sn0, rm0 = wp.rm0, rn0 = wp.rn0;
-    float SS[4][4];
+    float SS[NS][4];
 #pragma unroll
-    for (int u = 0; u < 4; u++)
+    for (int u = 0; u < NS; u++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
             SS[u][i] =
@@ -514,26 +535,26 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
         float *gs = wy_state(a, P.off_s0, ci), *gu = wy_rows_v(a, P.off_u, ci);
         const float *gwk = wy_rows_k(a, P.off_wk, ci), *gv = wy_vec(a, ci);
         /* S0: F32 to scratch, BF16 for Wk S0 */
-        bw_store_state(SS, gs, S0b, sm0, sn0, j0);
+        bw_store_state<CV>(SS, gs, S0b, sm0, sn0, j0);
         if (threadIdx.x < C)
             El[threadIdx.x] = expf(gv[C - 1] - gv[threadIdx.x]);
         gb_fill_w<S, PB>(Wk, C, [&](int r, int i) { return gwk[r * S + i]; });
         gb_fill_w<S, PB>(K, C, gb_rows{&a.s.k, hk, t0, b, n});
         /* this warp's strip of Uv */
-        float2 uv[2][2];
+        float2 uv[NU][2];
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < NU; u++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++)
                 uv[u][hf] =
                     *(const float2 *)(gu + (rm0 + g + 8 * hf) * S + j0 + rn0 + 8 * u + 2 * t);
         __syncthreads();
         /* U = Uv - Wk S0: to scratch, and El U as the state update's operand */
-        float W[2][4];
-        gb_zero<2>(W);
-        gb_mm<2, false, false>(W, Wk, PB, S0b, PV, rm0, rn0, S);
+        float W[NU][4];
+        gb_zero<NU>(W);
+        gb_mm<NU, false, false>(W, Wk, PB, S0b, PV, rm0, rn0, S);
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < NU; u++)
 #pragma unroll
             for (int hf = 0; hf < 2; hf++) {
                 const int r = rm0 + g + 8 * hf, jj = rn0 + 8 * u + 2 * t;
@@ -545,18 +566,18 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
         /* S = eL S + K^T diag(El) U */
         const float eL = expf(gv[C - 1]);
 #pragma unroll
-        for (int u = 0; u < 4; u++)
+        for (int u = 0; u < NS; u++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 SS[u][i] *= eL;
-        gb_mm<4, true, false>(SS, K, PB, UE, PV, sm0, sn0, C);
+        gb_mm<NS, true, false>(SS, K, PB, UE, PV, sm0, sn0, C);
         __syncthreads(); /* before the next chunk's operands land */
     }
     if (FORWARD) { /* S[i][j] at row T + i of DELTA_NET's result [S_v, H_v, T + S_k, B] */
         float *so = a.out + ((b * (L.nt + L.sk) + L.nt) * L.hv + h) * L.sv + j0;
         const int64_t ldo = L.hv * L.sv;
 #pragma unroll
-        for (int u = 0; u < 4; u++)
+        for (int u = 0; u < NS; u++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 so[(sm0 + g + 8 * (i / 2)) * ldo + sn0 + 8 * u + 2 * t + i % 2] = SS[u][i];
@@ -750,13 +771,19 @@ struct wy_kernel wy_bf16_grad(void)
     return {dn_wy_grad_bf16_kernel, (size_t)GB_SHARED};
 }
 
-struct wy_kernel wy_bf16_bwd(void)
+struct wy_kernel wy_bf16_bwd(bool wide)
 {
-    return {dn_wy_bwd_bf16_kernel, (size_t)BW_SHARED};
+    if (wide)
+        return {dn_wy_bwd_bf16_kernel<2 * WYF_CV>, (size_t)BW_SHARED(2 * WYF_CV)};
+    return {dn_wy_bwd_bf16_kernel<WYF_CV>, (size_t)BW_SHARED(WYF_CV)};
 }
 
-struct wy_kernel wy_bf16_fwd(bool forward)
+struct wy_kernel wy_bf16_fwd(bool forward, bool wide)
 {
-    return {forward ? dn_wy_fwd_bf16_kernel<true> : dn_wy_fwd_bf16_kernel<false>,
-            (size_t)FW_SHARED};
+    if (wide)
+        return {forward ? dn_wy_fwd_bf16_kernel<true, 2 * WYF_CV>
+                        : dn_wy_fwd_bf16_kernel<false, 2 * WYF_CV>,
+                (size_t)FW_SHARED(2 * WYF_CV)};
+    return {forward ? dn_wy_fwd_bf16_kernel<true, WYF_CV> : dn_wy_fwd_bf16_kernel<false, WYF_CV>,
+            (size_t)FW_SHARED(WYF_CV)};
 }

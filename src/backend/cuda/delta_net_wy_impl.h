@@ -356,15 +356,16 @@ wy_gate_grads(const wy_grad_dest &d, int n, const float *G, const float *eG, con
 }
 
 /* The BF16 kernels (delta_net_wy_bf16.cu), each with the shared memory it asks for: grad
- * (S_k = S_v = 128), bwd and fwd (those widths and 64 columns a walk; fwd's FORWARD as
- * dn_wy_fwd_kernel's), prep (those widths; FORWARD as dn_wy_prep_kernel's) */
+ * (S_k = S_v = 128), bwd and fwd (those widths and 64 columns a walk, or 128 with wide: a
+ * block a head, wy_wide; fwd's FORWARD as dn_wy_fwd_kernel's), prep (those widths; FORWARD as
+ * dn_wy_prep_kernel's) */
 struct wy_kernel {
     void (*fn)(struct wy_args);
     size_t shared;
 };
 struct wy_kernel wy_bf16_grad(void);
-struct wy_kernel wy_bf16_bwd(void);
-struct wy_kernel wy_bf16_fwd(bool forward);
+struct wy_kernel wy_bf16_bwd(bool wide);
+struct wy_kernel wy_bf16_fwd(bool forward, bool wide);
 struct wy_kernel wy_bf16_prep(bool forward);
 
 #endif
