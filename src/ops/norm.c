@@ -600,9 +600,8 @@ static lt_status rms_norm_mul_rule(struct lt_autodiff *ad, struct lt_tensor *nod
     lt_status st = LT_OK;
     if (want_x && c) /* not owned: a view of the node's result */
         st = lt_ad_take_grad(ad, x, norm_mul_back_part(ctx, r, 0), false);
-    else if (want_x) {
+    else if (want_x)
         st = lt_ad_add(ad, x, norm_mul_back_part(ctx, r, 0));
-    }
     if (st == LT_OK && want_z)
         st = lt_ad_add(ad, z, norm_mul_back_part(ctx, r, 1));
     if (st == LT_OK && want_w) {

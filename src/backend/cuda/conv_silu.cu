@@ -63,10 +63,11 @@ bool cu_conv_silu_supported(const struct lt_tensor *node, char *reason, size_t r
         !cu_check_source(node, ix + 1, CU_TYPES_FLOAT, reason, reason_size))
         return false;
     /* the backward's result may be BF16 (d x rounded, d w F32 after it) */
-    if (back && node->type == LT_TYPE_BF16 ? !lt_is_contiguous(node)
-                                           : !cu_check_result_f32(node, reason, reason_size)) {
-        if (back && node->type == LT_TYPE_BF16)
-            snprintf(reason, reason_size, "the result is not contiguous");
+    const bool half_dx = back && node->type == LT_TYPE_BF16;
+    if (!half_dx && !cu_check_result_f32(node, reason, reason_size))
+        return false;
+    if (half_dx && !lt_is_contiguous(node)) {
+        snprintf(reason, reason_size, "the result is not contiguous");
         return false;
     }
     const struct lt_tensor *x = node->src[ix], *w = node->src[ix + 1], *pos = node->src[ix + 2];

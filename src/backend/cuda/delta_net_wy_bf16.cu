@@ -391,9 +391,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_bwd_bf16_kernel
                   NU = CV / 32;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    /* block (b, h, c) is (b * H_v + h) * cb + c, cb column blocks of CV (wy_walk_of's order) */
-    const int64_t cb = P.svp / CV, x = blockIdx.x, c = x % cb, h = x / cb % L.hv, b = x / cb / L.hv,
-                  hk = h % L.hk;
+    const struct wy_walk w = wy_walk_of(a, P.svp / CV); /* column blocks of CV */
+    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
     const int j0 = (int)c * CV;
     gb_t *dSb = (gb_t *)sh, *QK = dSb + S * PV, *F = QK + 2 * C * PB, *G2 = F + C * PF,
          *Z = G2 + C * PB;
@@ -514,9 +513,8 @@ static __global__ void __launch_bounds__(DN_WY_THREADS, 1) dn_wy_fwd_bf16_kernel
     constexpr int C = GB_C, S = GB_S, PB = GB_PB, PV = CV + 8, NS = CV / 16, NU = CV / 32;
     const struct dn_red &L = a.L;
     const struct dn_wy_plan &P = a.P;
-    /* block (b, h, c) is (b * H_v + h) * cb + c, cb column blocks of CV (wy_walk_of's order) */
-    const int64_t cb = P.svp / CV, x = blockIdx.x, c = x % cb, h = x / cb % L.hv, b = x / cb / L.hv,
-                  hk = h % L.hk;
+    const struct wy_walk w = wy_walk_of(a, P.svp / CV); /* column blocks of CV */
+    const int64_t c = w.c, h = w.h, b = w.b, hk = w.hk;
     const int j0 = (int)c * CV;
     gb_t *S0b = (gb_t *)sh, *Wk = S0b + S * PV, *K = Wk + C * PB, *UE = K + C * PB;
     float *El = (float *)(UE + C * PV);

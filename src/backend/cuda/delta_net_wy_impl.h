@@ -58,14 +58,19 @@ struct wy_args {
 };
 
 /* A walk's block: the state's column block c, the value head h with its key head hk, and
- * the sequence b (blockIdx.x = (b * H_v + h) * cblocks + c). */
+ * the sequence b (blockIdx.x = (b * H_v + h) * cb + c), of cb column blocks a head: the
+ * plan's cblocks, or fewer for a wider walk (wy_wide's one a head) */
 struct wy_walk {
     int64_t c, h, b, hk;
 };
+static __device__ __forceinline__ struct wy_walk wy_walk_of(const struct wy_args &a, int64_t cb)
+{
+    const int64_t x = blockIdx.x, h = x / cb % a.L.hv;
+    return {x % cb, h, x / cb / a.L.hv, h % a.L.hk};
+}
 static __device__ __forceinline__ struct wy_walk wy_walk_of(const struct wy_args &a)
 {
-    const int64_t x = blockIdx.x, cb = a.P.cblocks, h = x / cb % a.L.hv;
-    return {x % cb, h, x / cb / a.L.hv, h % a.L.hk};
+    return wy_walk_of(a, a.P.cblocks);
 }
 
 /* A chunk's block: chunk ci = (b * H_v + h) * n_ch + ch, of value head h (key head hk) of
