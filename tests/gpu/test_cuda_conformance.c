@@ -1745,12 +1745,14 @@ static struct lt_tensor *b_linear_ce(struct build *b, const struct params *p)
 /* On the device alone, the backward with the loss part (what a training graph runs in place
  * of LINEAR_CE) against LINEAR_CE and the backward without it, in one graph: the same loss
  * bit for bit (the same logits product and the same column kernel), the same dh and dw bit
- * for bit; F32 and BF16 heads, in one chunk and in four */
+ * for bit; F32 and BF16 heads, in one chunk, in four and in 13 (a BF16 head's backward: four
+ * groups of chunks) */
 static void test_linear_ce_fused_loss(void)
 {
     enum { D = 64, V = 3000, N = 37 };
     for (int t = 0; t < 2; t++)
-        for (int chunk = 0; chunk < 2; chunk++) {
+        for (int chunk = 0; chunk < 3; chunk++) {
+            static const int chunk_tokens[] = {0, 10, 3};
             struct lt_ctx *ctx =
                 lt_ctx_init((struct lt_ctx_params){.mem_size = 1 << 20, .no_alloc = true});
             const enum lt_type wt = t ? LT_TYPE_BF16 : LT_TYPE_F32;
@@ -1768,7 +1770,7 @@ static void test_linear_ce_fused_loss(void)
             struct lt_sched *s = lt_sched_new(&g_cuda, 1);
             lt_status st = g && s ? LT_OK : LT_ERR_NOMEM;
             for (int i = 0; i < 3 && st == LT_OK; i++) {
-                lt_linear_cross_entropy_set_chunk(outs[i], chunk ? 10 : 0);
+                lt_linear_cross_entropy_set_chunk(outs[i], chunk_tokens[chunk]);
                 outs[i]->flags |= LT_FLAG_OUTPUT;
                 st = lt_graph_build(g, outs[i]);
             }
@@ -1813,13 +1815,13 @@ static void test_linear_ce_fused_loss(void)
             if (st == LT_OK && a && b) {
                 CHECK(a[n_grads] == l && l > 0,
                       "LINEAR_CE_BACK's loss %.9g, LINEAR_CE's %.9g (%s head, chunk %d)",
-                      (double)a[n_grads], (double)l, lt_type_name(wt), chunk ? 10 : 0);
+                      (double)a[n_grads], (double)l, lt_type_name(wt), chunk_tokens[chunk]);
                 CHECK(!memcmp(a, b, sizeof(float) * n_grads),
                       "LINEAR_CE_BACK's dh and dw with the loss differ from without (%s head)",
                       lt_type_name(wt));
                 printf("linear_ce on CUDA, %s head, chunk %d: the backward's loss %.7f is "
                        "LINEAR_CE's\n",
-                       lt_type_name(wt), chunk ? 10 : 0, (double)l);
+                       lt_type_name(wt), chunk_tokens[chunk], (double)l);
             }
             free(a);
             free(b);
@@ -2291,15 +2293,19 @@ static void test_recurrent_loss_optim(void)
     for (int back = 0; back < 2; back++)
         for (int k = 0; k < (back ? 6 : 1); k++)
             for (int t = 0; t < 2; t++)
-                for (int chunk = 0; chunk < 4; chunk++) {
+                for (int chunk = 0; chunk < 6; chunk++) {
+                    /* 37 tokens in one chunk, in chunks of 10, or of 3: a BF16 head's
+                     * backward takes its products a group of 4 chunks at a time, so one
+                     * group of 4 chunks or 4 groups */
+                    static const int chunk_tokens[] = {0, 10, 3};
                     p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, lce_types[t]);
-                    p.ne[0] = chunk < 2 ? 3000 : 3001;
+                    p.ne[0] = chunk < 3 ? 3000 : 3001;
                     p.i[0] = back;
-                    p.i[1] = chunk % 2 ? 10 : 0; /* 37 tokens in 4 chunks, or one */
+                    p.i[1] = chunk_tokens[chunk % 3];
                     p.i[2] = lce_parts[k];
                     char what[48];
-                    snprintf(what, sizeof(what), "V%d%s%s%s", (int)p.ne[0], t ? "/bf16" : "",
-                             chunk % 2 ? "/chunk10" : "", lce_part_names[k]);
+                    snprintf(what, sizeof(what), "V%d%s/chunk%d%s", (int)p.ne[0], t ? "/bf16" : "",
+                             p.i[1], lce_part_names[k]);
                     run_case(back ? LT_OP_LINEAR_CE_BACK : LT_OP_LINEAR_CE, what,
                              t ? TOL_HALF : TOL_F32, b_linear_ce, &p);
                 }

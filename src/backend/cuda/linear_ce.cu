@@ -9,17 +9,20 @@
  * keeps one double a token and a last kernel averages them. The logsumexp reads a column
  * once (a running max and rescaled sum a thread). The backward turns the chunk's logits into
  * d z in place (or, for a typed head, into the head's type only), then the products of the
- * parts asked for (op_params[1]): dh (the chunk's columns of dh [D, N]) = w d z, and
- * dw [D, V] += h_chunk d z^T (the first chunk writes, the others add). With the loss part
- * (the loss autodiff seeds, folded into its backward) the same kernel keeps each token's loss
- * from the logits and log-sum-exp it has anyway, and the forward's mean kernel averages them:
- * the forward's logits product is not run again. So the [V, N] logits never exist: a chunk
- * holds at most LCE_CHUNK_FLOATS floats of them (~1,080 tokens of a 248,320-token
- * vocabulary). The chunk is that large because each chunk's dw product reads and writes all
- * of dw (1 GB at Qwen3.5's head): at ~540 tokens that traffic, not the product, set its time
- * (H100, 16 x 512 tokens: ~0.8 ms a chunk against ~0.46 ms of arithmetic). Without dw (a
- * LoRA job's frozen head) the chunk stays as large: no scratch is dw's alone (the typed d z
- * and h serve both products), and no device measured a smaller one. */
+ * parts asked for (op_params[1]): dh (the tokens' columns of dh [D, N]) = w d z, and
+ * dw [D, V] += h d z^T. With the loss part (the loss autodiff seeds, folded into its
+ * backward) the same kernel keeps each token's loss from the logits and log-sum-exp it has
+ * anyway, and the forward's mean kernel averages them: the forward's logits product is not
+ * run again. So the [V, N] logits never exist: a chunk holds at most LCE_CHUNK_FLOATS floats
+ * of them (~1,080 tokens of a 248,320-token vocabulary).
+ *
+ * A typed head's backward takes the products over a group of LCE_GROUP_CHUNKS chunks of
+ * half that size: the group's d z in the head's type (twice a chunk's), the same scratch in
+ * all. Each group's dw product reads and writes all of dw (1 GB at Qwen3.5's head), and at
+ * ~540 tokens that traffic, not the product, set its time (H100, 16 x 512 tokens: ~0.8 ms a
+ * chunk against ~0.46 ms of arithmetic): groups of ~2,160 tokens make four passes over dw a
+ * 16 x 512 step where ~1,080-token chunks made eight. Without dw (a LoRA job's frozen head)
+ * the group serves dh's product alone. */
 #include <stdio.h>
 
 #include "backend/cuda/cuda_common.h"
@@ -28,6 +31,7 @@
 static const enum lt_op linear_ce_ops[] = {LT_OP_LINEAR_CE, LT_OP_LINEAR_CE_BACK};
 
 #define LCE_CHUNK_FLOATS ((int64_t)1 << 28) /* 1 GiB of F32 logits a chunk */
+#define LCE_GROUP_CHUNKS 4 /* a typed head's backward: logits chunks a group (lce_group) */
 #define LCE_THREADS 512 /* a block a token's column (the loss and d z kernels) */
 
 bool cu_linear_ce_supported(const struct lt_tensor *node, char *reason, size_t reason_size)
@@ -265,29 +269,35 @@ static lt_status gemm(struct cu_ctx *c, cublasOperation_t oa, cublasOperation_t 
                          what);
 }
 
-/* A chunk's tokens and the scratch: the chunk's logits [V, nc] F32, then (typed head) d z
- * [V, nc] and h [D, nc] in the head's type (WORK); doubles (REDUCE): forward, each token's
- * loss; backward, the coefficient, then each token's loss when the loss is a part */
+/* The tokens go in groups of ng, each group in logits chunks of nc (a typed head's backward:
+ * LCE_GROUP_CHUNKS chunks a group; otherwise one, ng = nc). The scratch: a chunk's logits
+ * [V, nc] F32, then (typed head) d z [V, ng] and h [D, ng] in the head's type (WORK);
+ * doubles (REDUCE): forward, each token's loss; backward, the coefficient, then each token's
+ * loss when the loss is a part */
 struct lce_sizes {
-    int64_t nc;
+    int64_t nc, ng;
     size_t zf, zt_bytes, ht_bytes, work, reduce;
 };
 
 static struct lce_sizes lce_sizes_of(const struct lt_tensor *node)
 {
-    const int s0 = node->op == LT_OP_LINEAR_CE_BACK ? 1 : 0;
+    const bool back = node->op == LT_OP_LINEAR_CE_BACK;
+    const int s0 = back ? 1 : 0;
     const struct lt_tensor *w = node->src[s0], *h = node->src[s0 + 1];
     const int64_t D = w->ne[0], V = w->ne[1], N = h->ne[1];
-    const bool typed = w->type != LT_TYPE_F32;
+    const bool typed = w->type != LT_TYPE_F32, grouped = typed && back;
     const int es = typed ? 2 : 4;
     struct lce_sizes z;
-    z.nc = V > 0 ? LCE_CHUNK_FLOATS / V : N;
+    /* grouped: half a chunk's F32 logits and twice its typed d z, the same bytes in all */
+    z.nc = V > 0 ? LCE_CHUNK_FLOATS / V / (grouped ? 2 : 1) : N;
     const int64_t cap = lt_get_param_i32(node, 0); /* a test's smaller chunk, or 0 */
     z.nc = cap > 0 && cap < z.nc ? cap : z.nc;
     z.nc = z.nc < 1 ? 1 : z.nc > N ? N : z.nc;
+    z.ng = grouped ? z.nc * LCE_GROUP_CHUNKS : z.nc;
+    z.ng = z.ng > N ? (N > 0 ? N : 1) : z.ng;
     z.zf = (size_t)(V * z.nc);
-    z.zt_bytes = typed ? (size_t)(V * z.nc) * es : 0;
-    z.ht_bytes = typed ? (size_t)(D * z.nc) * es : 0;
+    z.zt_bytes = grouped ? (size_t)(V * z.ng) * es : 0; /* the forward has no d z */
+    z.ht_bytes = typed ? (size_t)(D * z.ng) * es : 0;
     z.work = z.zf * 4 + z.zt_bytes + z.ht_bytes;
     z.reduce = sizeof(double) * (size_t)(N + 1);
     return z;
@@ -316,22 +326,16 @@ struct lce_run {
     float *loss;    /* forward, or backward with the loss part: the mean loss; else NULL */
 };
 
-/* Tokens n0 .. n0 + m: their logits, then forward each one's loss, backward d z (and each
- * one's loss with the loss part) and the products of the gradients asked for */
-static lt_status lce_chunk(const struct lce_run *r, int64_t n0, int64_t m)
+/* Tokens n0 .. n0 + m of the group that starts at g0 (whose h a typed head has in ht):
+ * their logits, then forward each one's loss, backward d z (and each one's loss with the
+ * loss part) */
+static lt_status lce_chunk(const struct lce_run *r, int64_t g0, int64_t n0, int64_t m)
 {
     const int64_t D = r->D, V = r->V;
-    const float *hc = (const float *)r->h->data + n0 * D;
-    const void *hb = hc;
-    lt_status st;
-    if (r->typed) {
-        st = cu_convert_f32_flat(r->c, hc, r->ht, D * m, (int)r->w->type, "linear_ce_convert");
-        if (st != LT_OK)
-            return st;
-        hb = r->ht;
-    }
-    st = gemm(r->c, CUBLAS_OP_T, CUBLAS_OP_N, V, m, D, r->w->data, D, hb, D, r->bt, 0.0f, r->z, V,
-              "cublasGemmEx (linear_ce logits)");
+    const void *hb = r->typed ? (const void *)(r->ht + (n0 - g0) * D * 2)
+                              : (const void *)((const float *)r->h->data + n0 * D);
+    lt_status st = gemm(r->c, CUBLAS_OP_T, CUBLAS_OP_N, V, m, D, r->w->data, D, hb, D, r->bt, 0.0f,
+                        r->z, V, "cublasGemmEx (linear_ce logits)");
     if (st != LT_OK)
         return st;
     const unsigned grid = (unsigned)(m < 65535 ? m : 65535);
@@ -340,16 +344,36 @@ static lt_status lce_chunk(const struct lce_run *r, int64_t n0, int64_t m)
         lce_rows_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->tok);
         return cu_launched("linear_ce_rows");
     }
+    char *zt = r->typed ? r->zt + (n0 - g0) * V * 2 : NULL;
     lce_grad_kernel<<<grid, LCE_THREADS, 0, stream>>>(r->z, V, m, r->labels, n0, r->coef, r->tok,
-                                                      r->zt, (int)r->w->type, r->typed ? 2 : 4);
-    if ((st = cu_launched("linear_ce_grad")) != LT_OK)
+                                                      zt, (int)r->w->type, r->typed ? 2 : 4);
+    return cu_launched("linear_ce_grad");
+}
+
+/* Tokens g0 .. g0 + mg, a chunk of nc at a time (lce_chunk), then the backward's products of
+ * the gradients asked for over the whole group: dh (its columns of dh [D, N]) = w d z, and
+ * dw [D, V] += h_group d z^T (the first group writes, the others add). A group of several
+ * chunks (a typed head's backward) reads and writes dw once for all of them: each pass
+ * over dw (1 GB F32 at Qwen3.5's head) took longer than a chunk's product. */
+static lt_status lce_group(const struct lce_run *r, int64_t g0, int64_t mg, int64_t nc)
+{
+    const int64_t D = r->D, V = r->V;
+    lt_status st = LT_OK;
+    if (r->typed)
+        st = cu_convert_f32_flat(r->c, (const float *)r->h->data + g0 * D, r->ht, D * mg,
+                                 (int)r->w->type, "linear_ce_convert");
+    for (int64_t n0 = g0; n0 < g0 + mg && st == LT_OK; n0 += nc)
+        st = lce_chunk(r, g0, n0, g0 + mg - n0 < nc ? g0 + mg - n0 : nc);
+    if (st != LT_OK || !r->back)
         return st;
     const void *dz = r->typed ? (const void *)r->zt : (const void *)r->z;
+    const void *hb =
+        r->typed ? (const void *)r->ht : (const void *)((const float *)r->h->data + g0 * D);
     if (r->dh)
-        st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_N, D, m, V, r->w->data, D, dz, V, r->bt, 0.0f,
-                  r->dh + n0 * D, D, "cublasGemmEx (linear_ce dh)");
-    if (st == LT_OK && r->dw) /* the first chunk writes dw, the others add */
-        st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_T, D, V, m, hb, D, dz, V, r->bt, n0 ? 1.0f : 0.0f,
+        st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_N, D, mg, V, r->w->data, D, dz, V, r->bt, 0.0f,
+                  r->dh + g0 * D, D, "cublasGemmEx (linear_ce dh)");
+    if (st == LT_OK && r->dw) /* the first group writes dw, the others add */
+        st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_T, D, V, mg, hb, D, dz, V, r->bt, g0 ? 1.0f : 0.0f,
                   r->dw, D, "cublasGemmEx (linear_ce dw)");
     return st;
 }
@@ -382,8 +406,8 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
     if (st != LT_OK)
         return st;
     r.z = (float *)work;
-    r.zt = r.typed ? (char *)(r.z + zs.zf) : NULL;
-    r.ht = r.typed ? r.zt + zs.zt_bytes : NULL;
+    r.zt = zs.zt_bytes ? (char *)(r.z + zs.zf) : NULL;
+    r.ht = r.typed ? (char *)(r.z + zs.zf) + zs.zt_bytes : NULL;
     if (back) { /* REDUCE: the coefficient, then the tokens' losses */
         r.coef = (double *)red;
         r.dh = lce_part(node, LT_LINEAR_CE_DH);
@@ -400,8 +424,8 @@ lt_status cu_linear_ce_compute(struct cu_ctx *c, struct lt_tensor *node)
         if ((st = cu_launched("linear_ce_coef")) != LT_OK)
             return st;
     }
-    for (int64_t n0 = 0; n0 < r.N && r.V > 0 && st == LT_OK; n0 += zs.nc)
-        st = lce_chunk(&r, n0, r.N - n0 < zs.nc ? r.N - n0 : zs.nc);
+    for (int64_t g0 = 0; g0 < r.N && r.V > 0 && st == LT_OK; g0 += zs.ng)
+        st = lce_group(&r, g0, r.N - g0 < zs.ng ? r.N - g0 : zs.ng, zs.nc);
     if (st == LT_OK && back && (r.N == 0 || r.V == 0)) { /* nothing to add: zero gradients */
         const int64_t n_grads = lt_nelements(node) - (r.loss ? 1 : 0); /* they come first */
         st = cu_check(cudaMemsetAsync(node->data, 0, sizeof(float) * (size_t)n_grads, c->stream),
