@@ -766,8 +766,12 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
 
     struct lt_tensor *state = ls.ssm;
     if (!state) {
-        struct lt_tensor *like = lt_new_tensor_4d(ctx, LT_TYPE_F32, Sv, Sk, Hv, S);
-        state = named(lt_fill(ctx, like, 0.0f), "state_zero", il);
+        const struct lt_tensor *z0 = b->state_zero;
+        if (!z0 || z0->ne[0] != Sv || z0->ne[1] != Sk || z0->ne[2] != Hv || z0->ne[3] != S) {
+            struct lt_tensor *like = lt_new_tensor_4d(ctx, LT_TYPE_F32, Sv, Sk, Hv, S);
+            b->state_zero = named(lt_fill(ctx, like, 0.0f), "state_zero", il);
+        }
+        state = b->state_zero;
     }
     struct lt_tensor *r = lt_delta_net(ctx, q, k, v, g, beta, state, 1.0f / sqrtf((float)Sk));
     if (half_mixer(b, ly->ssm_out))

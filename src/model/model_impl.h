@@ -161,6 +161,9 @@ struct lt_mb {
      * and up, and Qwen3.5's q, k and v, which only SWIGLU / CONV_SILU and their backwards
      * read), F32 otherwise */
     enum lt_type product_type;
+    /* the zero initial DeltaNet state of a graph with no state to read, shared by its layers
+     * (all of one shape): one FILL where each layer kept its own until its backward */
+    struct lt_tensor *state_zero;
     const struct lt_mb_hooks *hooks;
     /* optional, n_layer + 1 slots: the residual stream entering each layer, then the last
      * layer's output (the layer boundaries a training graph recomputes between) */
