@@ -452,6 +452,10 @@ static void test_train(void)
                  "out_of_range");
     expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"fit\":\"squeeze\"}", 400,
                  "fit", "invalid_value");
+    expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"checkpoint\":\"some\"}",
+                 400, "checkpoint", "invalid_value");
+    expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"checkpoint\":1}", 400,
+                 "checkpoint", "invalid_type");
     expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"top_layers\":5}", 400,
                  "top_layers", "out_of_range");
     expect_error("POST", "/train", "{\"out\":\"a.gguf\",\"text\":\"x\",\"targets\":\"attn_zz\"}",
@@ -469,7 +473,7 @@ static void test_train(void)
             "{\"prompt\":\"c\",\"completion\":\"d\"}],\"rank\":4,\"alpha\":8,\"epochs\":3,"
             "\"lr\":0.002,\"window\":64,\"targets\":[\"attn_q\",\"attn_v\"],\"val_split\":0.25,"
             "\"seed\":7,\"top_layers\":2,\"memory_budget_mib\":512,\"fit\":\"left\","
-            "\"device_only\":true}",
+            "\"device_only\":true,\"checkpoint\":\"selective\"}",
             &r);
     CHECK(r.status == 200, "%d %s", r.status, r.body);
     http_reply_free(&r);
@@ -488,6 +492,7 @@ static void test_train(void)
     CHECK(p.window == 64 && fabsf(p.val_split - 0.25f) < 1e-7f && p.seed == 7);
     CHECK(p.top_layers == 2 && p.memory_budget_mib == 512 && p.fit == LT_FIT_LEFT);
     CHECK(p.device_only && !p.full && !p.text && !p.text_path && !p.examples_path);
+    CHECK(p.checkpoint == LT_CHECKPOINT_SELECTIVE, "checkpoint %d", (int)p.checkpoint);
 
     /* GET /train carries the refusal unchanged */
     http_do(port, "GET", "/train", NULL, &r);

@@ -20,11 +20,15 @@
  * in the second round */
 static bool use_flash;
 
-/* one accumulate + SGD step of every F32 weight; the loss, the weights after the step
+enum { KEPT, WHOLE, SELECTIVE, MODES }; /* no checkpointing, whole layers, selective */
+static const char *const mode_names[MODES] = {"off", "on", "selective"};
+
+/* one accumulate + SGD step of every F32 weight (checkpointing `mode`); the loss, the weights
+ * after the step
  * (concatenated) and the admission estimate */
 static lt_status one_step(const struct lt_model *m, struct lt_backend *cpu,
                           const struct lt_model_replace *rep, int n_rep, int n_tokens, int n_seqs,
-                          bool remat, bool run, float *loss, float *after, size_t *estimate,
+                          int mode, bool run, float *loss, float *after, size_t *estimate,
                           int *n_recomputed)
 {
     struct lt_model_adapters ad = {
@@ -37,8 +41,9 @@ static lt_status one_step(const struct lt_model *m, struct lt_backend *cpu,
         struct lt_train_graph_params gp = {.backends = &cpu,
                                            .n_backends = 1,
                                            .optimizer = LT_OPTIMIZER_SGD,
-                                           .remat_bounds = remat ? lg.bounds : NULL,
-                                           .n_remat_bounds = remat ? lg.n_bounds : 0};
+                                           .remat_bounds = mode ? lg.bounds : NULL,
+                                           .n_remat_bounds = mode ? lg.n_bounds : 0,
+                                           .remat_selective = mode == SELECTIVE};
         st = lt_train_graph_new(ctx, lg.loss, &gp, &tg, NULL);
     }
     if (st == LT_OK) {
@@ -78,7 +83,7 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
     tm_model_path(path, sizeof(path), "test_train_remat", idx);
     struct lt_model *m;
     struct lt_model_f32_params *fp;
-    float *orig = NULL, *after[2] = {NULL, NULL};
+    float *orig = NULL, *after[MODES] = {NULL};
     const struct lt_model_replace *rep = NULL;
     int n_rep = 0;
     const size_t n_w = tm_load_f32(sp, path, 500 + (uint64_t)idx, &m, &fp, &rep, &n_rep);
@@ -87,21 +92,21 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         goto out_free;
     }
     orig = malloc(n_w * sizeof(float));
-    after[0] = malloc(n_w * sizeof(float));
-    after[1] = malloc(n_w * sizeof(float));
+    for (int r = 0; r < MODES; r++)
+        after[r] = malloc(n_w * sizeof(float));
     size_t at = 0;
     for (int i = 0; i < n_rep; i++) {
         size_t k = (size_t)lt_nelements(rep[i].with);
         lt_tensor_get(rep[i].with, orig + at, 0, k * sizeof(float));
         at += k;
     }
-    float loss[2] = {0, 0};
-    size_t est[2] = {0, 0};
-    int n_rec[2] = {0, 0};
-    for (int r = 0; r < 2; r++) {
-        lt_status st = one_step(m, cpu, rep, n_rep, T, S, r == 1, true, &loss[r], after[r], &est[r],
-                                &n_rec[r]);
-        CHECK(st == LT_OK, "%s, checkpointing %s: %s", sp->arch, r ? "on" : "off", lt_last_error());
+    float loss[MODES] = {0};
+    size_t est[MODES] = {0};
+    int n_rec[MODES] = {0};
+    for (int r = 0; r < MODES; r++) {
+        lt_status st =
+            one_step(m, cpu, rep, n_rep, T, S, r, true, &loss[r], after[r], &est[r], &n_rec[r]);
+        CHECK(st == LT_OK, "%s, checkpointing %s: %s", sp->arch, mode_names[r], lt_last_error());
         at = 0; /* the next run starts from the same weights */
         for (int i = 0; i < n_rep; i++) {
             size_t k = (size_t)lt_nelements(rep[i].with);
@@ -109,34 +114,44 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             at += k;
         }
     }
-    CHECK(n_rec[0] == 0 && n_rec[1] > 0, "%s: %d and %d tensors recomputed", sp->arch, n_rec[0],
-          n_rec[1]);
-    CHECK(memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "%s: loss %.9g kept, %.9g recomputed",
-          sp->arch, (double)loss[0], (double)loss[1]);
+    /* selective: fewer copies than whole layers (the products are kept), but some */
+    CHECK(n_rec[KEPT] == 0 && n_rec[WHOLE] > n_rec[SELECTIVE] && n_rec[SELECTIVE] > 0,
+          "%s: %d, %d and %d tensors recomputed", sp->arch, n_rec[KEPT], n_rec[WHOLE],
+          n_rec[SELECTIVE]);
     CHECK(memcmp(after[0], orig, n_w * sizeof(float)) != 0, "%s: the step changed nothing",
           sp->arch);
-    CHECK(memcmp(after[0], after[1], n_w * sizeof(float)) == 0,
-          "%s: the weights after a step differ with checkpointing", sp->arch);
+    for (int r = WHOLE; r < MODES; r++) {
+        CHECK(memcmp(&loss[KEPT], &loss[r], sizeof(float)) == 0,
+              "%s: loss %.9g kept, %.9g recomputed (%s)", sp->arch, (double)loss[KEPT],
+              (double)loss[r], mode_names[r]);
+        CHECK(memcmp(after[KEPT], after[r], n_w * sizeof(float)) == 0,
+              "%s: the weights after a step differ with checkpointing %s", sp->arch, mode_names[r]);
+    }
     /* a longer batch: the kept activations outweigh the copies of one layer */
-    size_t big[2] = {0, 0};
-    for (int r = 0; r < 2; r++) {
+    size_t big[MODES] = {0};
+    for (int r = 0; r < MODES; r++) {
         int n_r;
-        lt_status st = one_step(m, cpu, rep, n_rep, 64, 8, r == 1, false, NULL, NULL, &big[r], &n_r);
+        lt_status st = one_step(m, cpu, rep, n_rep, 64, 8, r, false, NULL, NULL, &big[r], &n_r);
         CHECK(st == LT_OK, "%s, 8 x 64 estimate: %s", sp->arch, lt_last_error());
     }
     /* at most 3/4: each weight's gradient is made and accumulated as the backward reaches
      * its layer (train_graph.c, order_backward); made after the whole backward, the
      * activations and gradients its product reads stayed, and checkpointing saved 8-12% */
-    CHECK(big[1] * 4 < big[0] * 3,
-          "%s: 8 x 64 tokens: estimate %zu with checkpointing, %zu without", sp->arch, big[1],
-          big[0]);
-    printf("%s: %d tensors recomputed, loss %.6f both ways; estimate 8 x 64: %.1f KiB -> %.1f "
-           "KiB\n",
-           sp->arch, n_rec[1], (double)loss[0], big[0] / 1024.0, big[1] / 1024.0);
+    CHECK(big[WHOLE] * 4 < big[KEPT] * 3,
+          "%s: 8 x 64 tokens: estimate %zu with checkpointing, %zu without", sp->arch, big[WHOLE],
+          big[KEPT]);
+    /* selective: between the two */
+    CHECK(big[SELECTIVE] < big[KEPT] && big[SELECTIVE] >= big[WHOLE],
+          "%s: 8 x 64 tokens: estimate %zu selective, %zu without, %zu whole layers", sp->arch,
+          big[SELECTIVE], big[KEPT], big[WHOLE]);
+    printf("%s: %d tensors recomputed (selective %d), loss %.6f every way; estimate 8 x 64: "
+           "%.1f KiB -> %.1f KiB (selective %.1f KiB)\n",
+           sp->arch, n_rec[WHOLE], n_rec[SELECTIVE], (double)loss[KEPT], big[KEPT] / 1024.0,
+           big[WHOLE] / 1024.0, big[SELECTIVE] / 1024.0);
 out_free:
     free(orig);
-    free(after[0]);
-    free(after[1]);
+    for (int r = 0; r < MODES; r++)
+        free(after[r]);
     lt_model_f32_params_free(fp);
     lt_model_free(m);
     remove(path);

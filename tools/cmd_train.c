@@ -31,9 +31,14 @@
 static void params_markdown(FILE *f)
 {
     static const char *const types[] = {
-        [LT_TF_STRING] = "string", [LT_TF_INT] = "integer", [LT_TF_U64] = "integer",
-        [LT_TF_SIZE] = "integer",  [LT_TF_FLOAT] = "number", [LT_TF_BOOL] = "bool",
-        [LT_TF_FIT] = "none, middle, left", [LT_TF_CHECKPOINT] = "auto, on, off (JSON: bool)",
+        [LT_TF_STRING] = "string",
+        [LT_TF_INT] = "integer",
+        [LT_TF_U64] = "integer",
+        [LT_TF_SIZE] = "integer",
+        [LT_TF_FLOAT] = "number",
+        [LT_TF_BOOL] = "bool",
+        [LT_TF_FIT] = "none, middle, left",
+        [LT_TF_CHECKPOINT] = "auto, on, off, selective (JSON: also bool)",
     };
     fprintf(f, "| `/train` key | `lathe train` flag | fine-tuning key | type, range | default | "
                "meaning |\n| --- | --- | --- | --- | --- | --- |\n");
@@ -362,8 +367,8 @@ static void train_print_admission(const struct lt_train_params *p, const struct 
     if (r->status == LT_OK)
         train_print_fit(r);
     if (r->status == LT_OK && r->n_recomputed > 0)
-        printf("checkpointing: the backward recomputes %d forward tensors, a layer at a time\n",
-               r->n_recomputed);
+        printf("checkpointing%s: the backward recomputes %d forward tensors, a layer at a time\n",
+               r->recompute_selective ? " (selective: no products)" : "", r->n_recomputed);
 }
 
 /* A finished job: the losses, the throughput, the output and its loss curve */
@@ -386,8 +391,8 @@ static void train_print_done(const struct lt_train_params *p, struct lt_train_re
                "kernels' working memory; allocated counts the job's graph buffers only\n",
                (double)r->in_use_bytes / (1 << 20), (double)r->scratch_bytes / (1 << 20));
     if (r->n_recomputed > 0)
-        printf("checkpointing: the backward recomputed %d forward tensors, a layer at a time\n",
-               r->n_recomputed);
+        printf("checkpointing%s: the backward recomputed %d forward tensors, a layer at a time\n",
+               r->recompute_selective ? " (selective: no products)" : "", r->n_recomputed);
     printf("wrote %s (%s)\n", p->out, p->full ? "model" : "LoRA adapter");
     char svg[4096];
     curve_path(p->out, svg, sizeof(svg));

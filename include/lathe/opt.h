@@ -43,9 +43,12 @@ struct lt_train_graph_params {
     /* Activation checkpointing: with n_remat_bounds >= 2, the tensors between boundary L and
      * L + 1 (a model's layers: lt_model_loss_graph.bounds) that the backward reads are
      * recomputed from boundary L once the gradient of boundary L + 1 exists, instead of
-     * being kept from the forward pass. The same values, more compute, less memory. */
+     * being kept from the forward pass. The same values, more compute, less memory. With
+     * remat_selective, only the tensors that cost a pass or two over their sources to make
+     * again (no products, attention or delta rule) are recomputed. */
     struct lt_tensor *const *remat_bounds;
     int n_remat_bounds;
+    bool remat_selective;
 };
 
 struct lt_train_graph;

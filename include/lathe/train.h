@@ -78,9 +78,16 @@ struct lt_train_params {
     bool f32_products;          /* on a device, keep products by F32 weights in F32 (slower;
                                    by default a device rounds their operands to BF16) */
     /* activation checkpointing (each layer's activations recomputed in the backward from
-     * its input instead of kept): AUTO (0) when admission would otherwise refuse for
-     * memory, ON always, OFF never */
-    enum lt_checkpoint { LT_CHECKPOINT_AUTO, LT_CHECKPOINT_ON, LT_CHECKPOINT_OFF } checkpoint;
+     * its input instead of kept): ON always, OFF never, SELECTIVE only the activations that
+     * cost no product to make again (elementwise ops, norms, rope, SwiGLU, the short
+     * convolution: less memory than OFF for a few passes over the activations); AUTO (0):
+     * OFF, then SELECTIVE, then ON, the first that admission takes */
+    enum lt_checkpoint {
+        LT_CHECKPOINT_AUTO,
+        LT_CHECKPOINT_ON,
+        LT_CHECKPOINT_OFF,
+        LT_CHECKPOINT_SELECTIVE
+    } checkpoint;
     bool dry_run;               /* admit, report, and stop before allocating */
     /* data parallelism (lathe/comm.h) */
     int gpus;             /* ranks, one a GPU, for `lathe train` to start; 0: 1. More than one
@@ -135,7 +142,8 @@ enum lt_train_field_type {
     LT_TF_FLOAT,      /* float */
     LT_TF_BOOL,       /* bool; a flag without a value */
     LT_TF_FIT,        /* enum lt_fit_policy: none, middle, left */
-    LT_TF_CHECKPOINT, /* enum lt_checkpoint: auto, on, off (JSON: true / false; absent: auto) */
+    LT_TF_CHECKPOINT, /* enum lt_checkpoint: auto, on, off, selective (JSON: those names, or
+                         true / false for on / off; absent: auto) */
 };
 
 struct lt_train_field {
@@ -228,6 +236,7 @@ struct lt_train_result {
     bool packed;                  /* examples packed padding-free into the sequences */
     int n_recomputed;             /* forward tensors the backward recomputes (0: checkpointing
                                      off) */
+    bool recompute_selective;     /* checkpointing was selective (the cheap tensors alone) */
     int grad_accum;               /* micro-batches per optimizer step (the last may be short) */
     int n_trainable;              /* trainable tensors */
     int64_t n_trainable_elements; /* trainable numbers */

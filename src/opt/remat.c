@@ -18,7 +18,19 @@
  * root, for a view) replaced by their copies; a node that writes into another tensor's
  * storage (CPY) is not copied: its readers keep the original. The values are the same ops
  * on the same inputs, so the loss and every gradient are bit for bit those of the graph
- * without recomputation (test_train_remat). */
+ * without recomputation (test_train_remat).
+ *
+ * Selective checkpointing recomputes only what is cheap to make again and large to keep:
+ * a tensor of an op with no product or sequence mixing (elementwise ops, norms, rope,
+ * SwiGLU, the short convolution, copies and views: recompute_cheap), whose sources are
+ * either recomputed too or kept anyway (the backward reads them as they are, or they lie
+ * outside the layers). The products, attention and the delta rule stay as the forward made
+ * them, so the backward's extra work is a few passes over the layer's activations, where the
+ * whole layer's recomputation ran its products again; and no recomputation keeps a tensor
+ * alive that the backward would not have read.
+ *
+ * Either way a trainable weight's rounding to BF16 (a device's products read it) is made
+ * again for the backward (weight_rounding) rather than kept from the forward. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +49,9 @@ struct remat {
     struct lt_tensor *const *bounds;
     int n_bounds;
     struct lt_tensor **start; /* per layer: the view of b[L] its copies start from (or NULL) */
+    bool selective;           /* recompute only the cheap tensors (selective_ok) */
+    struct lt_ptrmap read;    /* selective: forward tensors the backward reads (1) */
+    struct lt_ptrmap cheap;   /* selective: tensor -> 1 recomputed, 2 kept, 3 being decided */
 };
 
 static int depth_of(const struct remat *r, const struct lt_tensor *t)
@@ -50,7 +65,7 @@ static bool writes_elsewhere(const struct lt_tensor *t)
 }
 
 /* Is t a forward tensor of some layer that the backward may read a copy of? Its layer. */
-static int layer_of(const struct remat *r, const struct lt_tensor *t)
+static int layer_any(const struct remat *r, const struct lt_tensor *t)
 {
     const int d = depth_of(r, t);
     if (d < 0 || d >= r->n_bounds - 1 || writes_elsewhere(t) ||
@@ -62,7 +77,92 @@ static int layer_of(const struct remat *r, const struct lt_tensor *t)
     return d;
 }
 
+/* ops whose result costs a pass or two over their sources to make again: no product, no
+ * attention, no delta rule, no loss */
+static bool recompute_cheap(enum lt_op op)
+{
+    switch (op) {
+    case LT_OP_VIEW:
+    case LT_OP_RESHAPE:
+    case LT_OP_PERMUTE:
+    case LT_OP_TRANSPOSE:
+    case LT_OP_FILL:
+    case LT_OP_CONT:
+    case LT_OP_REPEAT:
+    case LT_OP_ACC:
+    case LT_OP_ADD:
+    case LT_OP_SUB:
+    case LT_OP_MUL:
+    case LT_OP_DIV:
+    case LT_OP_SCALE:
+    case LT_OP_SILU:
+    case LT_OP_SIGMOID:
+    case LT_OP_SOFTPLUS:
+    case LT_OP_EXP:
+    case LT_OP_NEG:
+    case LT_OP_RMS_NORM:
+    case LT_OP_ADD_RMS_NORM:
+    case LT_OP_L2_NORM:
+    case LT_OP_ROPE:
+    case LT_OP_RMS_NORM_ROPE:
+    case LT_OP_SWIGLU:
+    case LT_OP_SSM_CONV:
+    case LT_OP_CONV_SILU: return true;
+    default: return false;
+    }
+}
+
+static bool selective_ok(struct remat *r, const struct lt_tensor *t);
+
+/* whether a recomputed tensor may read t: recomputed itself, or alive when the copy is made
+ * without the copy keeping it (the backward reads it, or it is no layer's: a weight, a
+ * boundary) */
+static bool selective_source_ok(struct remat *r, const struct lt_tensor *t)
+{
+    if (!t || layer_any(r, t) < 0)
+        return true;
+    return lt_ptrmap_get(&r->read, t, 0) || selective_ok(r, t);
+}
+
+/* selective: whether t is recomputed (recompute_cheap, every source selective_source_ok) */
+static bool selective_ok(struct remat *r, const struct lt_tensor *t)
+{
+    const int known = lt_ptrmap_get(&r->cheap, t, 0);
+    if (known)
+        return known == 1;
+    lt_ptrmap_set(&r->cheap, t, 3); /* a cycle cannot happen in a DAG; 3 reads as kept */
+    bool ok = recompute_cheap(t->op);
+    for (int k = 0; ok && k < LT_MAX_SRC; k++)
+        ok = selective_source_ok(r, t->src[k]);
+    ok = ok && (!t->view_src || selective_source_ok(r, t->view_src));
+    lt_ptrmap_set(&r->cheap, t, ok ? 1 : 2);
+    return ok;
+}
+
+/* The layer of a forward tensor the backward reads a copy of, or -1: layer_any's, and when
+ * selective only for a tensor selective_ok recomputes */
+static int layer_of(struct remat *r, const struct lt_tensor *t)
+{
+    const int d = layer_any(r, t);
+    return d >= 0 && r->selective && !selective_ok(r, t) ? -1 : d;
+}
+
 static struct lt_tensor *copy_of(struct remat *r, struct lt_tensor *t, int layer);
+
+/* Is t a trainable weight rounded for a device's products (a CONT of the weight or of a view
+ * of it)? Such a rounding depends on no boundary, so the forward's was kept for the
+ * backward's products (~0.9 GiB at Qwen3.5-0.8B's full fine-tune); the backward rounds it
+ * again instead, one pass over the weight. */
+static bool weight_rounding(const struct remat *r, const struct lt_tensor *t)
+{
+    if (!t || t->op != LT_OP_CONT || depth_of(r, t) >= 0 || writes_elsewhere(t) ||
+        (t->flags & (LT_FLAG_OUTPUT | LT_FLAG_LOSS | LT_FLAG_PARAM | LT_FLAG_INPUT)))
+        return false;
+    const struct lt_tensor *w = t->src[0];
+    while (w && w->op != LT_OP_NONE && lt_op_is_view(w->op))
+        w = w->view_src ? w->view_src : w->src[0];
+    return w && (w->flags & LT_FLAG_PARAM);
+}
 
 /* what a copy of layer `layer` reads in place of t */
 static struct lt_tensor *source_for(struct remat *r, struct lt_tensor *t, int layer)
@@ -71,7 +171,7 @@ static struct lt_tensor *source_for(struct remat *r, struct lt_tensor *t, int la
         return NULL;
     if (t == r->bounds[layer])
         return r->start[layer];
-    return layer_of(r, t) == layer ? copy_of(r, t, layer) : t;
+    return layer_of(r, t) == layer || weight_rounding(r, t) ? copy_of(r, t, layer) : t;
 }
 
 static struct lt_tensor *copy_of(struct remat *r, struct lt_tensor *t, int layer)
@@ -116,16 +216,18 @@ static struct lt_tensor *copy_of(struct remat *r, struct lt_tensor *t, int layer
 }
 
 lt_status lt_remat_rewrite(struct lt_ctx *ctx, struct lt_graph *g, int n_forward,
-                           struct lt_tensor *const *bounds, int n_bounds, int *n_recomputed)
+                           struct lt_tensor *const *bounds, int n_bounds, bool selective,
+                           int *n_recomputed)
 {
     *n_recomputed = 0;
     if (n_bounds < 2)
         return LT_OK;
-    struct remat r = {.ctx = ctx, .bounds = bounds, .n_bounds = n_bounds};
+    struct remat r = {.ctx = ctx, .bounds = bounds, .n_bounds = n_bounds, .selective = selective};
     const size_t keys = (size_t)(g->n_nodes + g->n_leafs) * 2 + (size_t)n_bounds + 16;
     lt_status st = LT_OK;
     r.start = calloc((size_t)n_bounds, sizeof(*r.start));
-    if (!r.start || !lt_ptrmap_init(&r.depth, keys) || !lt_ptrmap_init(&r.copy, keys)) {
+    if (!r.start || !lt_ptrmap_init(&r.depth, keys) || !lt_ptrmap_init(&r.copy, keys) ||
+        (selective && (!lt_ptrmap_init(&r.read, keys) || !lt_ptrmap_init(&r.cheap, keys)))) {
         st = lt_fail(LT_ERR_NOMEM, "out of memory for checkpointing");
         goto out;
     }
@@ -143,6 +245,14 @@ lt_status lt_remat_rewrite(struct lt_ctx *ctx, struct lt_graph *g, int n_forward
         if (d >= 0)
             lt_ptrmap_set(&r.depth, t, d + 2);
     }
+    /* selective: what the backward reads of the forward (and the storage of its views) */
+    for (int i = n_forward; selective && i < g->n_nodes; i++)
+        for (int k = 0; k <= LT_MAX_SRC; k++) {
+            const struct lt_tensor *s =
+                k < LT_MAX_SRC ? g->nodes[i]->src[k] : g->nodes[i]->view_src;
+            for (; s; s = s->view_src)
+                lt_ptrmap_set(&r.read, s, 1);
+        }
     /* where each layer's copies start: b[L] again, once b[L + 1]'s gradient exists */
     for (int L = 0; L + 1 < n_bounds; L++) {
         struct lt_tensor *x = bounds[L], *after = bounds[L + 1] ? bounds[L + 1]->grad : NULL;
@@ -163,7 +273,7 @@ lt_status lt_remat_rewrite(struct lt_ctx *ctx, struct lt_graph *g, int n_forward
         struct lt_tensor *t = g->nodes[i];
         for (int k = 0; k < LT_MAX_SRC; k++) {
             struct lt_tensor *s = t->src[k];
-            const int L = s ? layer_of(&r, s) : -1;
+            const int L = !s ? -1 : weight_rounding(&r, s) ? 0 : layer_of(&r, s);
             if (L < 0 || !r.start[L])
                 continue;
             if (!(t->src[k] = copy_of(&r, s, L))) {
@@ -171,7 +281,9 @@ lt_status lt_remat_rewrite(struct lt_ctx *ctx, struct lt_graph *g, int n_forward
                 goto out;
             }
         }
-        const int L = t->view_src ? layer_of(&r, t->view_src) : -1;
+        const int L = !t->view_src                       ? -1
+                      : weight_rounding(&r, t->view_src) ? 0
+                                                         : layer_of(&r, t->view_src);
         if (L >= 0 && r.start[L]) { /* a view of a forward tensor: of its copy */
             struct lt_tensor *root = copy_of(&r, t->view_src, L);
             if (!root) {
@@ -187,5 +299,9 @@ out:
     free(r.copies);
     lt_ptrmap_free(&r.depth);
     lt_ptrmap_free(&r.copy);
+    if (selective) {
+        lt_ptrmap_free(&r.read);
+        lt_ptrmap_free(&r.cheap);
+    }
     return st;
 }

@@ -346,7 +346,7 @@ lt_status lt_train_graph_new(struct lt_ctx *ctx, struct lt_tensor *loss,
     tg->n_forward = forward_count(tg->grads, loss);
     if (params->n_remat_bounds >= 2) {
         st = lt_remat_rewrite(ctx, tg->grads, tg->n_forward, params->remat_bounds,
-                              params->n_remat_bounds, &tg->n_recomputed);
+                              params->n_remat_bounds, params->remat_selective, &tg->n_recomputed);
         if (st != LT_OK)
             goto out_free;
     }

@@ -389,7 +389,7 @@ static size_t train_fields(struct srv_field *out, size_t cap)
             [LT_TF_STRING] = SRV_JT_STRING, [LT_TF_INT] = SRV_JT_INT,
             [LT_TF_U64] = SRV_JT_INT,       [LT_TF_SIZE] = SRV_JT_INT,
             [LT_TF_FLOAT] = SRV_JT_NUMBER,  [LT_TF_BOOL] = SRV_JT_BOOL,
-            [LT_TF_FIT] = SRV_JT_STRING,    [LT_TF_CHECKPOINT] = SRV_JT_BOOL,
+            [LT_TF_FIT] = SRV_JT_STRING,    [LT_TF_CHECKPOINT] = SRV_JT_BOOL | SRV_JT_STRING,
         };
         bool list = !strcmp(f->key, "examples") || !strcmp(f->key, "targets");
         /* open bounds: the nearest number inside (srv_field's range is inclusive) */
@@ -421,9 +421,9 @@ static void train_set_fields(const json_t *body, struct lt_train_params *p)
         case LT_TF_SIZE: *(size_t *)at = (size_t)srv_json_int(body, f->key, 0); break;
         case LT_TF_FLOAT: *(float *)at = (float)srv_json_num(body, f->key, 0); break;
         case LT_TF_BOOL: *(bool *)at = srv_json_bool(body, f->key, false); break;
-        case LT_TF_CHECKPOINT: /* absent: auto (only when the job would not fit otherwise) */
-            *(enum lt_checkpoint *)at =
-                srv_json_bool(body, f->key, false) ? LT_CHECKPOINT_ON : LT_CHECKPOINT_OFF;
+        case LT_TF_CHECKPOINT: /* absent: auto; a name is the route's (checked there) */
+            if (json_is_boolean(v))
+                *(enum lt_checkpoint *)at = json_is_true(v) ? LT_CHECKPOINT_ON : LT_CHECKPOINT_OFF;
             break;
         default: break;
         }
@@ -491,6 +491,12 @@ void srv_route_train_post(struct srv_app *app, const struct srv_request *rq,
         if ((st = join_targets(tg, targets, sizeof(targets))) != 200)
             goto out_error;
         p.targets = targets;
+    }
+    const char *ckpt = srv_json_str(body, "checkpoint", NULL);
+    if (ckpt && !lt_train_field_parse(lt_train_field_by_key("checkpoint"), ckpt, &p)) {
+        st = srv_fail(400, "checkpoint", "invalid_value",
+                      "'checkpoint' must be auto, on, off or selective (or true or false)");
+        goto out_error;
     }
     const char *fit = srv_json_str(body, "fit", NULL);
     if (fit && !lt_fit_policy_parse(fit, &p.fit)) {

@@ -327,8 +327,9 @@ static void capture_admission(struct lt_train_job *j, struct run *r)
 }
 
 static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
-                                    const struct lt_model_adapters *ad, bool remat)
+                                    const struct lt_model_adapters *ad, enum lt_checkpoint c)
 {
+    const bool remat = c == LT_CHECKPOINT_ON || c == LT_CHECKPOINT_SELECTIVE;
     const struct lt_train_params *p = &j->p;
     r->ctx = lt_ctx_init((struct lt_ctx_params){.mem_size = 16u << 20, .no_alloc = true});
     if (!r->ctx)
@@ -351,6 +352,7 @@ static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
         .weight_decay = p->weight_decay,
         .remat_bounds = remat ? r->lg.bounds : NULL,
         .n_remat_bounds = remat ? r->lg.n_bounds : 0,
+        .remat_selective = c == LT_CHECKPOINT_SELECTIVE,
     };
     st = lt_train_graph_new(r->ctx, r->lg.loss, &gp, &r->tg, &j->result.refusal);
     if (st != LT_OK)
@@ -359,6 +361,7 @@ static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
     res->peak_bytes = lt_train_graph_estimate(r->tg);
     lt_train_graph_estimate_parts(r->tg, &res->scratch_bytes, &res->in_use_bytes);
     res->n_recomputed = lt_train_graph_n_recomputed(r->tg);
+    res->recompute_selective = c == LT_CHECKPOINT_SELECTIVE;
     res->n_fallback = lt_train_graph_n_fallback(r->tg);
     res->n_trainable = lt_train_graph_n_params(r->tg);
     for (int i = 0; i < res->n_trainable; i++)
@@ -369,18 +372,29 @@ static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
 
 static void release_graph(struct run *r, struct lt_train_result *res);
 
-/* The graph of r->n_seqs sequences, with checkpointing as the job asks: AUTO tries without
- * first, then with it when admission refused for memory (the same values, a third more
- * compute, the activations of one layer at a time). */
+/* The graph of r->n_seqs sequences, with checkpointing as the job asks: AUTO tries without,
+ * then selective, then whole layers, each after admission refused the one before for memory
+ * (the same values; selective recomputes the cheap activations alone, whole layers run a
+ * third more compute and keep the activations of one layer at a time). */
 static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
                                  const struct lt_model_adapters *ad)
 {
     const enum lt_checkpoint c = j->p.checkpoint;
-    lt_status st = build_and_admit_as(j, r, ad, c == LT_CHECKPOINT_ON);
-    if (st == LT_OK || c != LT_CHECKPOINT_AUTO || j->result.refusal.kind != LT_REFUSAL_MEMORY)
-        return st;
-    release_graph(r, &j->result);
-    return build_and_admit_as(j, r, ad, true);
+    if (c != LT_CHECKPOINT_AUTO)
+        return build_and_admit_as(j, r, ad, c);
+    static const enum lt_checkpoint ladder[] = {LT_CHECKPOINT_OFF, LT_CHECKPOINT_SELECTIVE,
+                                                LT_CHECKPOINT_ON};
+    lt_status st = LT_OK;
+    for (size_t i = 0; i < sizeof(ladder) / sizeof(ladder[0]); i++) {
+        if (i > 0) {
+            if (j->result.refusal.kind != LT_REFUSAL_MEMORY)
+                return st;
+            release_graph(r, &j->result);
+        }
+        if ((st = build_and_admit_as(j, r, ad, ladder[i])) == LT_OK)
+            return st;
+    }
+    return st;
 }
 
 #define AUTO_BATCH_TOKENS 16384

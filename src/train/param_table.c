@@ -86,10 +86,12 @@ static const struct lt_train_field fields[] = {
      "to TF32)",
      AT(f32_products)},
     {NULL, "checkpoint", "--checkpoint", NULL, LT_TF_CHECKPOINT, 0, 0, false, false, false,
-     "auto|on|off", "auto",
+     "auto|on|off|selective", "auto",
      "recompute each layer's activations in the backward instead of "
-     "keeping them (less memory, ~1/3 more compute); auto: when the job would not fit "
-     "otherwise (JSON: true or false)",
+     "keeping them (less memory, ~1/3 more compute); selective: only those that cost no "
+     "product to make again (norms, elementwise ops, rope, SwiGLU, the short convolution); "
+     "auto: off, then selective, then on, the first that fits (JSON: true or false for on or "
+     "off)",
      AT(checkpoint)},
     {NULL, "dry_run", "--dry-run", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
      "admit and report, then stop without training", AT(dry_run)},
@@ -143,8 +145,8 @@ bool lt_train_field_parse(const struct lt_train_field *f, const char *text,
     case LT_TF_BOOL: *(bool *)at = true; return true;
     case LT_TF_FIT: return lt_fit_policy_parse(text, (enum lt_fit_policy *)at);
     case LT_TF_CHECKPOINT: {
-        static const char *const names[] = {"auto", "on", "off"};
-        for (int i = 0; i < 3; i++)
+        static const char *const names[] = {"auto", "on", "off", "selective"};
+        for (int i = 0; i < 4; i++)
             if (!strcmp(text, names[i])) {
                 *(enum lt_checkpoint *)at = (enum lt_checkpoint)i;
                 return true;

@@ -181,8 +181,35 @@ static void test_parity(struct lt_backend *cuda, struct lt_backend *cpu)
     sd = lt_train_job_run(md, both, 2, &f, NULL, NULL, &rd);
     CHECK(sd == LT_OK && rd.train_loss[1] < rd.train_loss[0] && exists(out_path),
           "full fine-tune on CUDA: %s (%g -> %g)", rd.error, rd.train_loss[0], rd.train_loss[1]);
-    lt_train_result_free(&rd);
     remove(out_path);
+    /* the same with checkpointing, whole layers and selective (the device's graph: weights
+     * rounded to BF16, fused norms, the LINEAR_CE head): the same ops on the same inputs, so
+     * the same loss curve; selective recomputes fewer tensors than whole layers */
+    static const enum lt_checkpoint modes[] = {LT_CHECKPOINT_ON, LT_CHECKPOINT_SELECTIVE};
+    int recomputed[2] = {0, 0};
+    for (int i = 0; i < 2 && sd == LT_OK; i++) {
+        struct lt_train_params fc = f;
+        fc.checkpoint = modes[i];
+        struct lt_train_result rc;
+        lt_status sc = lt_train_job_run(md, both, 2, &fc, NULL, NULL, &rc);
+        const char *name = i ? "selective" : "on";
+        CHECK(sc == LT_OK, "full fine-tune on CUDA, checkpoint %s: %s", name, rc.error);
+        if (sc == LT_OK) {
+            const double worst = worst_step(&rd, &rc);
+            recomputed[i] = rc.n_recomputed;
+            printf("full fine-tune on CUDA, checkpoint %s: %d tensors recomputed, worst step "
+                   "difference %.2e\n",
+                   name, rc.n_recomputed, worst);
+            CHECK(rc.n_curve == rd.n_curve && worst < 1e-6 && rc.n_fallback == 0,
+                  "checkpoint %s follows the job without: %g", name, worst);
+            CHECK(rc.recompute_selective == (i == 1), "the result says which checkpointing");
+        }
+        lt_train_result_free(&rc);
+        remove(out_path);
+    }
+    CHECK(sd != LT_OK || (recomputed[1] > 0 && recomputed[1] < recomputed[0]),
+          "selective recomputes %d tensors, whole layers %d", recomputed[1], recomputed[0]);
+    lt_train_result_free(&rd);
 out_free:
     lt_model_free(mh);
     lt_model_free(md);
