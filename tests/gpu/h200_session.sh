@@ -51,6 +51,8 @@
 #           (lathe vs HF eager + peft, SHAPES, default "16x512 1x512") and a full fine-tune
 #           at 16x512 under LATHE_CUDA_PROFILE
 #   tmodel  bench_train lathe alone, full at 16x512: the model and text dnkern / dnsrc need
+#   tckpt   bench_train lathe alone at 16x512, full and LoRA, with `--checkpoint` off,
+#           selective and on (TCKPT_MODES): tokens/s, the GPU peak and the estimate of each
 #   tprof   (see its function) bench_train lathe alone, then both jobs at 16x512 under
 #           LATHE_CUDA_PROFILE=${PROF_MODE:-2} (3: issue times without the queue's waits)
 #   pbase   (after q08) inference before and after on one machine: `lathe bench` pp512 / tg128
@@ -854,6 +856,15 @@ phase_tmodel() {
     SHAPES=16x512 lathe_alone tmodel "" full
 }
 
+# tckpt: what each checkpointing mode costs and saves: bench_train lathe alone at 16x512
+# (full and LoRA) with --checkpoint off, selective and on
+phase_tckpt() {
+    local m
+    for m in ${TCKPT_MODES:-off selective on}; do
+        SHAPES=16x512 lathe_alone tckpt_$m "--checkpoint $m" "full lora"
+    done
+}
+
 # dfuse: (after q08) decode's fused nodes in one short call: the model decode checks on CUDA0
 # with PDL off and on, the conformance cases of MUL_MAT_ADD_RMS_NORM and MUL_MAT_GLU, nodes a
 # token, `lathe bench -p 512 -n 128 -r 3` on both 0.8B files with PDL off then on and with
@@ -1282,7 +1293,7 @@ phase_pdl() {
     LATHE_CUDA_PDL=1 lathe_alone pdl_train_on ""
 }
 
-declare -A need=([tjoin]=100 [tenv]=200 [tsets]=120 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
+declare -A need=([tckpt]=200 [tjoin]=100 [tenv]=200 [tsets]=120 [dab]=60 [denv]=150 [dcheck]=30 [dfuse]=80 [pdl]=200 [tdn]=200 [tbase]=180 [dnbase]=110 [confg]=60 [dnbench]=40 [dbench]=50 [mdecode]=60 [tgraph]=100 [tflash]=200 [tpack]=120 [tbudget]=90 [tmem]=120 [prec]=100 [ppfwd]=60 [pfprof]=40 [ppenv]=50 [dnkern]=40 [dnfast]=200 [conf]=150 [tprof]=120 [servebench]=80 [serveprof]=80 [pacing]=150 [kprof]=120 [decode]=150 [dnback]=200 [trainspeed]=200 [q15]=240 [scale35]=150 [profile]=60 [traincli]=150 [serve]=150 [scale]=120 [q08]=150 [sanitize]=90 [gradcheck]=60 [smol]=60)
 for ph in "$@"; do
     if [ "$(left)" -lt "${need[$ph]:-30}" ]; then
         row "phase $ph" "skipped: out of time"
