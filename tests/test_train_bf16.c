@@ -41,6 +41,10 @@ struct graph_counts {
      * and A x's gradients made in BF16 by a product (SCALE and CONT of the forward's A x
      * products alone: a gradient's name starts "grad for") */
     int scale_half, scale_of_product, cont_of_ax, half_ax, half_ax_grad;
+    /* lora_share_ax: products of several adapters' joined A's (half_ax counts them too),
+     * and the products into the gradients of the norms' outputs that the projections read
+     * (the base products' and the adapters' rank-r terms) */
+    int shared_ax, into_norms;
     int lce, lce_back;          /* LINEAR_CE and LINEAR_CE_BACK nodes */
     unsigned lce_parts;   /* the LINEAR_CE_BACK's parts */
     int64_t lce_elements; /* and its result's elements */
@@ -87,6 +91,12 @@ static void count(const struct lt_graph *g, void *user)
             t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16 && strncmp(t->name, "lora_a", 6) == 0;
         c->half_ax_grad += t->op == LT_OP_MUL_MAT && t->type == LT_TYPE_BF16 &&
                            strncmp(t->name, "grad for lora_a", 15) == 0;
+        c->shared_ax += t->op == LT_OP_MUL_MAT && strncmp(t->name, "lora_a shared", 13) == 0;
+        /* a product into an input's gradient whose contraction is the adapters' ranks: the
+         * first operand's rows are A's (a view of a rounding of A, or of the joined A's) */
+        c->into_norms += (t->op == LT_OP_MUL_MAT || t->op == LT_OP_MUL_MAT_ACC) &&
+                         (strncmp(t->name, "grad for attn_norm", 18) == 0 ||
+                          strncmp(t->name, "grad for ffn_norm", 17) == 0);
         c->joined += t->op == LT_OP_MUL_MAT && t->src[0]->op == LT_OP_CONCAT &&
                      t->src[1]->op == LT_OP_CONCAT;
         for (int k = 0; k < LT_MAX_SRC && t->src[k]; k++)
@@ -273,6 +283,7 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
     struct lora_pair lp;
     if (!lora_pair_new(m, LORA_ALL_TARGETS, 9, 0.03f, 29, 17, 8.0f, &lp))
         return;
+    setenv("LATHE_LORA_SHARE_A", "0", 1); /* an A x a weight, as counted below */
     const struct lora_job *j = &lp.j;
     const size_t n_w = j->n_w;
     float *gj = lp.ga, *ga = lp.gb, lj = 0, la = 0;
@@ -307,6 +318,41 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
     printf("qwen35 LoRA (%d adapters): %d joined products, loss and gradients within %.2g of "
            "the added ones'\n",
            j->l->n_pairs, cj.joined, e);
+    unsetenv("LATHE_LORA_SHARE_A");
+    lora_pair_free(&lp);
+}
+
+/* A LoRA job's device graph on Qwen3.5 with adapters on every projection: the adapters of
+ * the products that read one input (the gate and up; a DeltaNet's q/k/v and gate; an
+ * attention's q, k and v) take their A x as one product by their A's joined along the rank
+ * (lora_share_ax), so the input's gradient takes their terms in one product where it took
+ * one an adapter. The same sums of the same terms: the loss and the adapters' gradients are
+ * those of an A x an adapter (LATHE_LORA_SHARE_A=0) to F32 order, and CUDA runs every node. */
+static void test_lora_share(const struct lt_model *m, struct lt_backend *cpu)
+{
+    struct lora_pair lp;
+    if (!lora_pair_new(m, LORA_ALL_TARGETS, 21, 0.03f, 41, 13, 8.0f, &lp))
+        return;
+    float ls = 0, lo = 0;
+    struct graph_counts cs, co;
+    lora_run(m, cpu, &lp.j, false, lp.tok, lp.lab, &ls, lp.ga, &cs, "A x shared");
+    setenv("LATHE_LORA_SHARE_A", "0", 1);
+    lora_run(m, cpu, &lp.j, false, lp.tok, lp.lab, &lo, lp.gb, &co, "LATHE_LORA_SHARE_A=0");
+    unsetenv("LATHE_LORA_SHARE_A");
+    const double e = tm_rel_err(lp.ga, lp.gb, (int)lp.j.n_w);
+    CHECK(fabsf(ls - lo) <= 1e-6f * fabsf(lo) && e < 1e-5,
+          "qwen35 LoRA: shared A x loss %.7f against %.7f, adapter gradients off by %.3g",
+          (double)ls, (double)lo, e);
+    CHECK(cs.shared_ax > 0 && co.shared_ax == 0 && cs.half_ax < co.half_ax &&
+              cs.into_norms < co.into_norms && cs.refused == 0,
+          "qwen35 LoRA: %d shared A x products (%d with the switch off), %d A x products "
+          "in all against %d, %d products into the norms' gradients against %d, %d nodes CUDA "
+          "refuses (%s)",
+          cs.shared_ax, co.shared_ax, cs.half_ax, co.half_ax, cs.into_norms, co.into_norms,
+          cs.refused, cs.why);
+    printf("qwen35 LoRA (%d adapters): %d shared A x products, %d A x products against %d, "
+           "%d products into the norms' gradients against %d; within %.2g\n",
+           lp.j.l->n_pairs, cs.shared_ax, cs.half_ax, co.half_ax, cs.into_norms, co.into_norms, e);
     lora_pair_free(&lp);
 }
 
@@ -321,6 +367,7 @@ static void test_lora_ax(const struct lt_model *m, struct lt_backend *cpu)
     struct lora_pair lp;
     if (!lora_pair_new(m, LORA_ALL_TARGETS, 13, 0.03f, 31, 23, 6.0f, &lp))
         return;
+    setenv("LATHE_LORA_SHARE_A", "0", 1); /* an A x a weight, as counted below */
     float *g16 = lp.ga, *g32 = lp.gb, l16 = 0, l32 = 0;
     struct graph_counts c16, c32;
     memset(&c16, 0, sizeof(c16));
@@ -352,6 +399,7 @@ static void test_lora_ax(const struct lt_model *m, struct lt_backend *cpu)
     printf("qwen35 LoRA (%d adapters) at scale 1.5: BF16 loss %.5f (F32 %.5f), gradients within "
            "%.2g; %d A x gradients made in BF16\n",
            n, (double)l16, (double)l32, e, c16.half_ax_grad);
+    unsetenv("LATHE_LORA_SHARE_A");
     lora_pair_free(&lp);
 }
 
@@ -470,6 +518,7 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
             test_lora_split(m, cpu);
             test_lora_join(m, cpu);
             test_lora_ax(m, cpu);
+            test_lora_share(m, cpu);
         }
     }
     free(g32);

@@ -118,6 +118,14 @@ static struct lt_tensor *lora_ax(struct lt_mb *b, const struct lt_model_lora *l,
 {
     if (b->ax_lora == l && b->ax_x == x)
         return b->ax;
+    for (int i = 0; half && b->share_x == x && i < b->n_share; i++)
+        if (b->share_lora[i] == l) { /* a part of the shared product (lora_share_ax) */
+            b->ax_lora = l;
+            b->ax_x = x;
+            b->ax = b->share_ax[i];
+            b->axz = NULL;
+            return b->ax;
+        }
     const bool fold = half && !env_off("LATHE_LORA_HALF_AX"); /* 0: the chain before */
     struct lt_tensor *xa = half ? bf16_act(b, x) : x; /* the base product's, when it rounds */
     struct lt_tensor *a = !half ? l->a
@@ -137,6 +145,78 @@ static struct lt_tensor *lora_ax(struct lt_mb *b, const struct lt_model_lora *l,
     b->ax = axr;
     b->axz = NULL;
     return axr;
+}
+
+/* The only adapter of weight w, or NULL (none, or several) */
+static const struct lt_model_lora *only_lora(const struct lt_mb *b, const struct lt_tensor *w)
+{
+    const struct lt_model_lora *one = NULL;
+    for (int i = 0; w && b->ad && i < b->ad->n_lora; i++)
+        if (b->ad->lora[i].w == w) {
+            if (one)
+                return NULL;
+            one = &b->ad->lora[i];
+        }
+    return one;
+}
+
+/* Before the products of a layer's weights ws[0..n) that read one input x (q, k and v; the
+ * gate and up; a DeltaNet's q/k/v, gate, beta and alpha), with BF16 products: the scaled
+ * A x of their adapters (two or more, one a weight) as one product by the A's joined along
+ * the rank, [K, r1 + r2 + ...], each adapter's part a contiguous copy of its rows, which
+ * lora_ax hands out. x's gradient then takes the adapters' terms in one product over its
+ * F32 [K, T] where it took one each (each reading and writing all of it: ~26 us a product at
+ * Qwen3.5-0.8B's 1,024 x 8,192), A's gradients one product reading x once, and the forward
+ * one product reading x. The same sums; the parts' copies are [r, T]. Once per x (a later
+ * call for the same x changes nothing). LATHE_LORA_SHARE_A=0 keeps an A x a weight. */
+static void lora_share_ax(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *const *ws, int n)
+{
+    if (!x || b->share_x == x || !b->ad || !b->ad->bf16_products ||
+        (x->type != LT_TYPE_F32 && x->type != LT_TYPE_BF16) || env_off("LATHE_LORA_SHARE_A") ||
+        env_off("LATHE_LORA_HALF_AX"))
+        return;
+    b->share_x = x;
+    b->n_share = 0;
+    const struct lt_model_lora *ls[LT_MB_SHARE_MAX];
+    int m = 0;
+    for (int i = 0; i < n && m < LT_MB_SHARE_MAX; i++) {
+        const struct lt_model_lora *l = ws[i] ? only_lora(b, ws[i]) : NULL;
+        if (l && l->a->ne[0] == x->ne[0])
+            ls[m++] = l;
+    }
+    if (m < 2)
+        return;
+    /* the A's rounded (and scaled) one after another: [K * r] each, joined end to end (the
+     * rank is A's outer dimension, so [K, r1 + r2] is the two laid one after the other: a
+     * concat along dim 0 of flat tensors, which a device runs as one copy) */
+    struct lt_tensor *aj = NULL, *xa = bf16_act(b, x);
+    int64_t rank = 0;
+    for (int i = 0; i < m; i++) {
+        struct lt_tensor *a = ls[i]->scale != 1.0f
+                                  ? lt_scale_as(b->ctx, ls[i]->a, ls[i]->scale, LT_TYPE_BF16)
+                                  : lt_cont_as(b->ctx, ls[i]->a, LT_TYPE_BF16);
+        struct lt_tensor *flat = a ? lt_reshape_2d(b->ctx, a, lt_nelements(a), 1) : NULL;
+        aj = i == 0 ? flat : aj && flat ? lt_concat_as(b->ctx, aj, flat, 0, LT_TYPE_BF16) : NULL;
+        rank += ls[i]->a->ne[1];
+    }
+    aj = aj ? lt_reshape_2d(b->ctx, aj, x->ne[0], rank) : NULL;
+    struct lt_tensor *y = aj && xa ? lt_mul_mat_as(b->ctx, aj, xa, LT_TYPE_BF16) : NULL;
+    if (!y)
+        return; /* each adapter its own A x (lora_ax) */
+    lt_format_name(y, "lora_a shared %s", ls[0]->w->name);
+    int64_t r0 = 0;
+    for (int i = 0; i < m; i++) {
+        const int64_t r = ls[i]->a->ne[1];
+        struct lt_tensor *v = lt_view_2d(b->ctx, y, r, y->ne[1], y->nb[1], (size_t)r0 * y->nb[0]);
+        struct lt_tensor *part = v ? lt_cont(b->ctx, v) : NULL;
+        if (!part)
+            return;
+        lt_format_name(part, "lora_a %s", ls[i]->w->name);
+        b->share_lora[i] = ls[i];
+        b->share_ax[i] = part;
+        r0 += r;
+    }
+    b->n_share = m;
 }
 
 /* rows [r0, r0 + n) of the matrix w (its outputs r0..: a contiguous view), or w itself when
@@ -339,6 +419,7 @@ static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_te
                           int n, struct lt_tensor *x, struct lt_tensor **out)
 {
     if (!joint_takes(b, joint, ws, n, x)) {
+        lora_share_ax(b, x, ws, n);
         for (int i = 0; i < n; i++)
             if (!(out[i] = mm(b, ws[i], x)))
                 return lt_mb_check(NULL, "a projection", -1);
@@ -651,6 +732,8 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     const bool split = train_fused(b) && !ls.conv && !keeps_state;
     struct lt_tensor *proj[4] = {NULL};
     struct lt_tensor *const ws[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
+    if (split) /* the q, k and v products by ssm_qkv's rows come after the others */
+        lora_share_ax(b, x, ws, 4);
     if (split ? (st = mm_group(b, NULL, ws + 1, 3, x, proj + 1))
               : (st = mm_group(b, ly->ssm_in, ws, 4, x, proj)))
         return st;

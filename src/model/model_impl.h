@@ -109,6 +109,8 @@ struct lt_mb_hooks {
  * test_train_packed's gradients, -30 1e-6). */
 #define LT_MB_GATE_RESET (-30.0f)
 
+#define LT_MB_SHARE_MAX 8 /* adapters a shared A x product joins (lora_share_ax) */
+
 struct lt_mb {
     const struct lt_model *m;
     struct lt_ctx *ctx;
@@ -157,6 +159,12 @@ struct lt_mb {
      * (lora_b_half: one rounding a step for q, k and v, not one a range) */
     const struct lt_model_lora *bh_lora;
     struct lt_tensor *bh;
+    /* the adapters of a layer's products that read one input share_x (lora_share_ax): each
+     * one's scaled A x, a part of one product by their A's joined along the rank */
+    struct lt_tensor *share_x;
+    int n_share;
+    const struct lt_model_lora *share_lora[LT_MB_SHARE_MAX];
+    struct lt_tensor *share_ax[LT_MB_SHARE_MAX];
     /* the type a training step's plain BF16 products store (mm_rows: BF16 for the FFN's gate
      * and up, and Qwen3.5's q, k and v, which only SWIGLU / CONV_SILU and their backwards
      * read), F32 otherwise */
