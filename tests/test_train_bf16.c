@@ -34,7 +34,9 @@ struct graph_counts {
     int half_conv_back, cont_of_conv_back; /* CONV_SILU_BACK with a BF16 d x, roundings of one */
     int joined, concat_readers; /* products of joined operands (LoRA), readers of a join */
     int half_ffn, half_qkv;     /* products that store BF16: the FFN's gate and up, and
-                                   Qwen3.5's q, k and v; other products that do */
+                                   Qwen3.5's q, k and v; its z (the gated norm's gate); other
+                                   products that do */
+    int half_z;
     int half_other;
     /* LoRA's A x: SCALE nodes with a half result (lt_scale_as of A), SCALE nodes of a
      * product (A x scaled), CONT nodes rounding an A x product, A x products storing BF16,
@@ -78,6 +80,8 @@ static void count(const struct lt_graph *g, void *user)
                 c->half_ffn++;
             else if (strncmp(t->name, "linear_attn_qkv_mixed", 21) == 0)
                 c->half_qkv++;
+            else if (strncmp(t->name, "z-", 2) == 0)
+                c->half_z++;
             else
                 c->half_other++;
         }
@@ -216,7 +220,8 @@ static struct lt_model_adapters lora_adapters(const struct lora_job *j, bool cha
 }
 
 /* The loss and adapter gradients of j's graph (chain_norms `chain`) on tok / lab, its nodes
- * counted into c, with every product storing F32 (LATHE_HALF_FFN=0, LATHE_HALF_QKV=0): the
+ * counted into c, with every product storing F32 (LATHE_HALF_FFN=0, LATHE_HALF_QKV=0,
+ * LATHE_HALF_Z=0): the
  * equivalence tests compare two graphs whose F32 sums differ in order, which BF16 results
  * would turn into whole BF16 steps */
 static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const struct lora_job *j,
@@ -227,10 +232,12 @@ static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const str
     memset(c, 0, sizeof(*c));
     setenv("LATHE_HALF_FFN", "0", 1);
     setenv("LATHE_HALF_QKV", "0", 1);
+    setenv("LATHE_HALF_Z", "0", 1);
     CHECK(tm_loss_and_grads(m, cpu, &ad, tok, lab, T, S, NULL, loss, grads, count, c) == LT_OK,
           "LoRA, %s: %s", what, lt_last_error());
     unsetenv("LATHE_HALF_FFN");
     unsetenv("LATHE_HALF_QKV");
+    unsetenv("LATHE_HALF_Z");
 }
 
 /* A LoRA job's device graph on Qwen3.5, adapters on the QKV, gate and up weights with B
@@ -430,11 +437,13 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         st = run(m, cpu, rep, n_rep, tok, lab, true, false, true, &l16, g16, &c16);
         CHECK(st == LT_OK, "%s BF16 products: %s", sp->arch, lt_last_error());
     }
-    /* the fused norms against their chain with the q, k and v products in F32 on both sides
-     * (LATHE_HALF_QKV=0): the chain keeps Qwen3.5's q, k and v as one F32 product */
+    /* the fused norms against their chain with the q, k, v and z products in F32 on both
+     * sides (LATHE_HALF_QKV=0, LATHE_HALF_Z=0): the chain keeps Qwen3.5's q, k and v as one
+     * F32 product, and its z, which SILU reads, in F32 */
     float lfu = 0;
     struct graph_counts cfu;
     setenv("LATHE_HALF_QKV", "0", 1);
+    setenv("LATHE_HALF_Z", "0", 1);
     if (st == LT_OK) {
         st = run(m, cpu, rep, n_rep, tok, lab, true, true, true, &lch, gch, &cch);
         CHECK(st == LT_OK, "%s BF16 products, chained norms: %s", sp->arch, lt_last_error());
@@ -444,6 +453,7 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
         CHECK(st == LT_OK, "%s BF16 products, F32 q, k, v: %s", sp->arch, lt_last_error());
     }
     unsetenv("LATHE_HALF_QKV");
+    unsetenv("LATHE_HALF_Z");
     if (st == LT_OK) {
         st = run(m, cpu, rep, n_rep, tok, lab, false, false, false, &lmm, gmm, &cmm);
         CHECK(st == LT_OK, "%s F32, the head as mul_mat: %s", sp->arch, lt_last_error());
@@ -485,15 +495,16 @@ static void test_arch(const struct tm_spec *sp, int idx, struct lt_backend *cpu)
                   "qwen35: %d of %d CONV_SILU_BACK write BF16 (%d CONT of their d x); %d in F32",
                   c16.half_conv_back, c16.conv_silu, c16.cont_of_conv_back, c32.half_conv_back);
         /* the FFN's gate and up store BF16 (lt_mul_mat_as), a pair a layer, and so do
-         * Qwen3.5's q, k and v, three a DeltaNet layer, in the BF16 graph alone */
+         * Qwen3.5's q, k and v, three a DeltaNet layer, and its z, one, in the BF16 graph
+         * alone */
         const int n_layer = (int)lt_model_hparams(m)->n_layer;
         CHECK(c16.half_ffn == 2 * n_layer && (c16.half_qkv > 0) == qwen35 &&
-                  c16.half_qkv % 3 == 0 && c16.half_other == 0 &&
-                  c32.half_ffn + c32.half_qkv + c32.half_other == 0,
+                  c16.half_qkv % 3 == 0 && c16.half_z * 3 == c16.half_qkv && c16.half_other == 0 &&
+                  c32.half_ffn + c32.half_qkv + c32.half_z + c32.half_other == 0,
               "%s: products that store BF16: %d of the FFN (want the %d layers' gate and up), %d "
-              "q, k, v, %d others; %d in F32",
-              sp->arch, c16.half_ffn, n_layer, c16.half_qkv, c16.half_other,
-              c32.half_ffn + c32.half_qkv + c32.half_other);
+              "q, k, v, %d z, %d others; %d in F32",
+              sp->arch, c16.half_ffn, n_layer, c16.half_qkv, c16.half_z, c16.half_other,
+              c32.half_ffn + c32.half_qkv + c32.half_z + c32.half_other);
         CHECK(c16.refused == 0, "%s: CUDA refuses %d nodes of the BF16 graph (%s)", sp->arch,
               c16.refused, c16.why);
         /* every weight trainable: the head's backward makes dh, dw and the loss, in place of

@@ -96,8 +96,8 @@ static bool bf16_x(const struct lt_mb *b, const struct lt_tensor *wr, const stru
 }
 
 /* NAME=0 in the environment, read as a graph is built: the before / after switches
- * LATHE_HALF_FFN and LATHE_HALF_QKV (a training step's FFN gate and up products, or its
- * DeltaNet q, k and v products, stay F32), LATHE_LORA_JOIN (lora_joins) and
+ * LATHE_HALF_FFN, LATHE_HALF_QKV and LATHE_HALF_Z (a training step's FFN gate and up
+ * products, its DeltaNet q, k and v products, or its z, stay F32), LATHE_LORA_JOIN (lora_joins) and
  * LATHE_LORA_HALF_AX (lora_ax) */
 static bool env_off(const char *name)
 {
@@ -732,10 +732,19 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     const bool split = train_fused(b) && !ls.conv && !keeps_state;
     struct lt_tensor *proj[4] = {NULL};
     struct lt_tensor *const ws[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
-    if (split) /* the q, k and v products by ssm_qkv's rows come after the others */
-        lora_share_ax(b, x, ws, 4);
-    if (split ? (st = mm_group(b, NULL, ws + 1, 3, x, proj + 1))
-              : (st = mm_group(b, ly->ssm_in, ws, 4, x, proj)))
+    if (split) {
+        lora_share_ax(b, x, ws, 4); /* the q, k and v products by ssm_qkv's rows come later */
+        /* z stores BF16 where the gated norm (one node, which reads a BF16 gate) is its only
+         * reader: half the bytes written, read by the norm and kept for its backward */
+        if (norm_weight_fits(W(b, ly->ssm_norm), Sv))
+            b->product_type = half_out(b, "LATHE_HALF_Z");
+        proj[1] = mm(b, ws[1], x);
+        b->product_type = LT_TYPE_F32;
+        st = proj[1] ? mm_group(b, NULL, ws + 2, 2, x, proj + 2) : lt_mb_check(NULL, "z", il);
+    } else {
+        st = mm_group(b, ly->ssm_in, ws, 4, x, proj);
+    }
+    if (st)
         return st;
     struct lt_tensor *qkv = split ? NULL : named(proj[0], "linear_attn_qkv_mixed", il); /* [C, N] */
     struct lt_tensor *z = named(proj[1], "z", il);                       /* [value_dim, N] */

@@ -7,8 +7,9 @@
  * L2). Sums run in double. Sources may have any strides; results are contiguous F32.
  * RMS_NORM may carry a weight (lt_rms_norm_mul): src[1], F32 [ne0], and the result y * w,
  * stored as F32, F16 or BF16, each product rounded as MUL rounds it; and then a gate
- * (lt_rms_norm_mul_gated, Qwen3.5's gated norm of the DeltaNet output): src[2], F32 of x's
- * shape, the result y * w * silu(z). Its backward rule is one RMS_NORM_MUL_BACK node, whose
+ * (lt_rms_norm_mul_gated, Qwen3.5's gated norm of the DeltaNet output): src[2], F32 or BF16
+ * of x's shape (a device's training step stores the gate's product in BF16), the result
+ * y * w * silu(z). Its backward rule is one RMS_NORM_MUL_BACK node, whose
  * result holds dx, dz (gated) and partial sums of dw over groups of rows (a REPEAT_BACK adds
  * them): one pass over x, z and the gradient where the chain of RMS_NORM, MUL by w, SILU and
  * MUL and their rules took about ten (a device's BF16 training step takes it, model_graph.c;
@@ -85,13 +86,20 @@ struct lt_tensor *lt_rms_norm_mul(struct lt_ctx *ctx, struct lt_tensor *a, struc
     return t;
 }
 
+/* the gated norm's gate: F32, or BF16 (read as floats) */
+static bool gate_type_ok(const struct lt_tensor *z)
+{
+    return z->type == LT_TYPE_F32 || z->type == LT_TYPE_BF16;
+}
+
 struct lt_tensor *lt_rms_norm_mul_gated(struct lt_ctx *ctx, struct lt_tensor *a,
                                         struct lt_tensor *w, struct lt_tensor *z, float eps,
                                         enum lt_type type)
 {
     LT_REQUIRE("rms_norm_mul_gated", a, w, z);
-    if (z->type != LT_TYPE_F32 || !lt_same_shape(z, a)) {
-        lt_fail(LT_ERR_INVALID, "rms_norm_mul_gated of '%s': the gate '%s' is not f32 of its shape",
+    if (!gate_type_ok(z) || !lt_same_shape(z, a)) {
+        lt_fail(LT_ERR_INVALID,
+                "rms_norm_mul_gated of '%s': the gate '%s' is not f32 or bf16 of its shape",
                 a->name, z->name);
         return NULL;
     }
@@ -133,8 +141,10 @@ struct lt_tensor *lt_rms_norm_mul_back_add(struct lt_ctx *ctx, struct lt_tensor 
         return NULL;
     }
     if (grad->type != LT_TYPE_F32 || x->type != LT_TYPE_F32 || !lt_same_shape(grad, x) ||
-        (z && (z->type != LT_TYPE_F32 || !lt_same_shape(z, x)))) {
-        lt_fail(LT_ERR_INVALID, "rms_norm_mul_back: '%s', '%s'%s%s must be f32 of one shape",
+        (z && (!gate_type_ok(z) || !lt_same_shape(z, x)))) {
+        lt_fail(LT_ERR_INVALID,
+                "rms_norm_mul_back: '%s', '%s'%s%s must be of one shape, f32 (the gate f32 or "
+                "bf16)",
                 grad->name, x->name, z ? " and " : "", z ? z->name : "");
         return NULL;
     }
@@ -170,7 +180,7 @@ bool lt_rms_norm_mul_back_fits(const struct lt_tensor *node)
         return false;
     const int64_t rows = lt_nrows(x), parts = lt_rms_norm_mul_back_parts(x);
     return g->type == LT_TYPE_F32 && x->type == LT_TYPE_F32 && lt_same_shape(g, x) &&
-           (!z || (z->type == LT_TYPE_F32 && lt_same_shape(z, x))) && w->type == LT_TYPE_F32 &&
+           (!z || (gate_type_ok(z) && lt_same_shape(z, x))) && w->type == LT_TYPE_F32 &&
            lt_is_contiguous(w) && lt_nelements(w) == x->ne[0] && node->type == LT_TYPE_F32 &&
            addend_fits(node->src[4], x) && lt_is_contiguous(node) && node->ne[0] == x->ne[0] &&
            node->ne[1] == rows * (z ? 2 : 1) + parts && node->ne[2] == 1 && node->ne[3] == 1 &&
@@ -321,9 +331,9 @@ static bool norm_supported(const struct lt_tensor *node, char *reason, size_t re
         return false;
     }
     const struct lt_tensor *z = norm_gate(node);
-    if (z && (!w || z->type != LT_TYPE_F32 || !lt_same_shape(z, node))) {
+    if (z && (!w || !gate_type_ok(z) || !lt_same_shape(z, node))) {
         snprintf(reason, reason_size,
-                 "the gate (source 2) is not f32 of the result's shape, "
+                 "the gate (source 2) is not f32 or bf16 of the result's shape, "
                  "after a weight");
         return false;
     }
@@ -347,6 +357,14 @@ static const float *row_f32(const struct lt_tensor *t, int64_t r, float *buf)
 {
     int64_t i1 = r % t->ne[1], i2 = (r / t->ne[1]) % t->ne[2], i3 = r / (t->ne[1] * t->ne[2]);
     const char *row = (const char *)t->data + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+    if (t->type == LT_TYPE_BF16) { /* a gate stored in BF16: widened */
+        for (int64_t i = 0; i < t->ne[0]; i++) {
+            uint16_t h;
+            memcpy(&h, row + i * t->nb[0], sizeof(h));
+            buf[i] = lt_bf16_to_fp32(h);
+        }
+        return buf;
+    }
     if (t->nb[0] == sizeof(float))
         return (const float *)row;
     for (int64_t i = 0; i < t->ne[0]; i++)

@@ -1167,7 +1167,8 @@ static struct lt_tensor *b_norm(struct build *b, const struct params *p)
                                      : lt_l2_norm_back(b->ctx, g, x, eps);
 }
 
-/* i[0]: RMS_NORM (with a weight, stored as type[1]) or RMS_NORM_MUL_BACK; i[1]: the gate z;
+/* i[0]: RMS_NORM (with a weight, stored as type[1]) or RMS_NORM_MUL_BACK; i[1]: the gate z
+ * (1: F32, 2: BF16, as a device's training step stores the gate's product);
  * x in lay[0], the gradient and z in lay[1]; ne[0] a row, ne[1] x 6 rows. i[2]: x is instead
  * the first 3 of 4 blocks of ne[1] rows along dim 2 (rows contiguous, blocks apart), as a
  * DeltaNet layer's output rows are a view of DELTA_NET's result. i[3]: the backward adds a
@@ -1182,8 +1183,9 @@ static struct lt_tensor *b_norm_mul(struct build *b, const struct params *p)
     } else
         x = mk(b, LT_TYPE_F32, p->lay[0], n, n1, 3, 2, FILL_UNIFORM, -2, 2);
     struct lt_tensor *w = mk(b, LT_TYPE_F32, L_CONTIG, n, 1, 1, 1, FILL_UNIFORM, -2, 2);
-    struct lt_tensor *z =
-        p->i[1] ? mk(b, LT_TYPE_F32, p->lay[1], n, n1, 3, 2, FILL_UNIFORM, -4, 4) : NULL;
+    struct lt_tensor *z = p->i[1] ? mk(b, p->i[1] == 2 ? LT_TYPE_BF16 : LT_TYPE_F32, p->lay[1], n,
+                                       n1, 3, 2, FILL_UNIFORM, -4, 4)
+                                  : NULL;
     if (p->i[0] == LT_OP_RMS_NORM)
         return z ? lt_rms_norm_mul_gated(b->ctx, x, w, z, 1e-6f, p->type[1])
                  : lt_rms_norm_mul(b->ctx, x, w, 1e-6f, p->type[1]);
@@ -1487,6 +1489,28 @@ static void test_nn(void)
             run_case(LT_OP_RMS_NORM_MUL_BACK, lbl(layout_names[add_shapes[c][2]], fbuf), TOL_F32,
                      b_norm_mul, &p);
         }
+    /* a BF16 gate, forward (to F32 and BF16) and backward: every layout pair at 13 x 36,
+     * the float4 kernels (rows of 128, contiguous and x transposed), the block kernel (rows
+     * of 1500), and x's rows apart (DELTA_NET's output) */
+    static const int64_t bz_shapes[][3] = {{13, 6, L_COUNT}, {128, 700, 1}, {1500, 50, 0}};
+    for (size_t c = 0; c < sizeof(bz_shapes) / sizeof(bz_shapes[0]); c++)
+        for (int o = 0; o < 3; o++)
+            for (int l = 0; l <= (int)bz_shapes[c][2]; l++) {
+                const int lx = l ? l - 1 : L_CONTIG, lg = l ? l % L_COUNT : L_CONTIG;
+                const enum lt_op op = o < 2 ? LT_OP_RMS_NORM : LT_OP_RMS_NORM_MUL_BACK;
+                p = P(lx, lg, LT_TYPE_F32, o == 1 ? LT_TYPE_BF16 : LT_TYPE_F32);
+                p.i[0] = op, p.i[1] = 2;
+                p.ne[0] = bz_shapes[c][0], p.ne[1] = bz_shapes[c][1];
+                snprintf(fbuf, sizeof(fbuf), "%lld x %lld bf16 gate%s", (long long)p.ne[0],
+                         (long long)p.ne[1] * 6, o == 1 ? " bf16" : "");
+                run_case(op, lbl(l ? layout_names[lx] : "all contig", fbuf),
+                         o == 1 ? TOL_HALF : TOL_F32, b_norm_mul, &p);
+            }
+    p = P(L_CONTIG, L_CONTIG, LT_TYPE_F32, LT_TYPE_F32);
+    p.i[0] = LT_OP_RMS_NORM_MUL_BACK, p.i[1] = 2, p.i[2] = 1;
+    p.ne[0] = 128, p.ne[1] = 700;
+    run_case(LT_OP_RMS_NORM_MUL_BACK, lbl("rows apart", "128 x 4200 bf16 gate"), TOL_F32,
+             b_norm_mul, &p);
     /* the weighted norm's gradients with x's rows contiguous but their blocks apart (the
      * float4 kernel reads such an x by its strides), gated and not */
     for (int gated = 0; gated < 2; gated++) {

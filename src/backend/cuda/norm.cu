@@ -7,7 +7,8 @@
  * row; sources are F32 of any strides, results contiguous F32, except RMS_NORM with a
  * weight (src[1], F32 [ne0]: the inference fusion), whose result y * w is stored as F32,
  * F16 or BF16, each product rounded on its own as the CPU's are, and then by silu(z) with a
- * gate (src[2], F32 of x's shape, any strides). ADD_RMS_NORM (inference) writes the residual
+ * gate (src[2], F32 or BF16 of x's shape, any strides; the backward reads it the same way).
+ * ADD_RMS_NORM (inference) writes the residual
  * sum a + b and then rms_norm(a + b) * w into its [ne0, ne1, 2] result. RMS_NORM_MUL_BACK
  * (the weighted norm's gradients: dx, dz, dw's partial sums, src/ops/norm.c's layout) gives
  * each part of the rows one warp (rows of up to 1,024, read as float4s where contiguous) or
@@ -55,7 +56,8 @@ static bool norm_mul_back_supported(const struct lt_tensor *node, char *reason, 
     return cu_check_source(node, 0, CU_TYPES_F32, reason, reason_size) &&
            cu_check_source(node, 1, CU_TYPES_F32, reason, reason_size) &&
            cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size) &&
-           (!node->src[3] || cu_check_source(node, 3, CU_TYPES_F32, reason, reason_size)) &&
+           (!node->src[3] || cu_check_source(node, 3, CU_TYPES_F32 | CU_TYPE_BIT(LT_TYPE_BF16),
+                                             reason, reason_size)) &&
            (!node->src[4] || cu_check_source(node, 4, CU_TYPES_F32, reason, reason_size)) &&
            cu_check_result_f32(node, reason, reason_size);
 }
@@ -87,9 +89,11 @@ bool cu_norm_supported(const struct lt_tensor *node, char *reason, size_t reason
         snprintf(reason, reason_size, "the weight (source 1) is not contiguous f32 [ne0]");
         return false;
     }
-    if (node->src[2] && (!cu_check_source(node, 2, CU_TYPES_F32, reason, reason_size) ||
-                         !lt_same_shape(node->src[2], node))) {
-        snprintf(reason, reason_size, "the gate (source 2) is not f32 of the result's shape");
+    if (node->src[2] &&
+        (!cu_check_source(node, 2, CU_TYPES_F32 | CU_TYPE_BIT(LT_TYPE_BF16), reason, reason_size) ||
+         !lt_same_shape(node->src[2], node))) {
+        snprintf(reason, reason_size,
+                 "the gate (source 2) is not f32 or bf16 of the result's shape");
         return false;
     }
     if (!(CU_TYPES_FLOAT & CU_TYPE_BIT(node->type)) || !lt_is_contiguous(node)) {
@@ -142,7 +146,7 @@ static __global__ void norm_kernel(struct cu_t x, char *y, const float *w, struc
             if (w)
                 v = __fmul_rn(v, w[i0]);
             if (gated)
-                v = __fmul_rn(v, silu_of(cu_getf(z, i0, i1, i2, i3)));
+                v = __fmul_rn(v, silu_of(cu_get(z, i0, i1, i2, i3)));
             cu_store(y + (r * x.ne[0] + i0) * es, out_type, v);
         }
     }
@@ -268,7 +272,7 @@ static __device__ __forceinline__ float nmb_elem(const struct nmb_args &a, int64
                                                  float fb)
 {
     const int64_t at = r * a.x.ne[0] + i0;
-    const float zv = a.gated ? cu_getf(a.z, i0, i1, i2, i3) : 0.0f;
+    const float zv = a.gated ? cu_get(a.z, i0, i1, i2, i3) : 0.0f;
     return nmb_out(a.gated, cu_getf(a.g, i0, i1, i2, i3), cu_getf(a.x, i0, i1, i2, i3), a.w[i0], zv,
                    nmb_d(a.gated, zv), fa, fb, a.c ? a.c + at : nullptr, a.dx + at, a.dz + at);
 }
@@ -310,7 +314,7 @@ static __global__ void __launch_bounds__(256) norm_mul_back_warp_kernel(struct n
                 const bool in = i0 < n;
                 xv[k] = in ? *(const float *)(xr + i0 * a.x.nb[0]) : 0.0f;
                 gv[k] = in ? *(const float *)(gr + i0 * a.g.nb[0]) : 0.0f;
-                zv[k] = GATED && in ? *(const float *)(zr + i0 * a.z.nb[0]) : 0.0f;
+                zv[k] = GATED && in ? cu_load(zr + i0 * a.z.nb[0], a.z.type) : 0.0f;
                 dv[k] = nmb_d(GATED, zv[k]);
                 const float h =
                     in ? nmb_h(GATED, gv[k], a.w[i0], GATED ? zv[k] / dv[k] : 1.0f) : 0.0f;
@@ -379,7 +383,7 @@ static __device__ __forceinline__ int64_t nmb_x_row(const struct nmb_rows_x &xs,
 template <int V4, bool GATED>
 static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
     norm_mul_back_rows_kernel(const float *__restrict__ g, const float *__restrict__ x,
-                              const float *__restrict__ z, const float *__restrict__ w,
+                              const char *__restrict__ z, int z_type, const float *__restrict__ w,
                               const float *__restrict__ cadd, float *__restrict__ dx,
                               float *__restrict__ dz, float *__restrict__ dw, int n, int64_t rows,
                               int64_t parts, float eps, struct nmb_rows_x xs)
@@ -398,14 +402,15 @@ static __global__ void __launch_bounds__(256, nmb_rows_blocks(V4, GATED))
     for (int64_t r = p * rows / parts; r < end; r++) {
         const int64_t row = r * n;
         const float4 *xr = (const float4 *)(x + nmb_x_row(xs, r)), *gr = (const float4 *)(g + row);
-        const float4 *zr = GATED ? (const float4 *)(z + row) : nullptr;
+        /* the gate's row: F32 or BF16 (cu_load4: one 16- or 8-byte load a float4) */
+        const char *zr = GATED ? z + row * (z_type == LT_TYPE_F32 ? 4 : 2) : nullptr;
         float4 xv[V4], gv[V4], zv[V4];
 #pragma unroll
         for (int k = 0; k < V4; k++) {
             const int c = lane + 32 * k;
             xv[k] = c < n4 ? xr[c] : zero;
             gv[k] = c < n4 ? gr[c] : zero;
-            zv[k] = GATED && c < n4 ? zr[c] : zero;
+            zv[k] = GATED && c < n4 ? cu_load4(zr, z_type, (size_t)c) : zero;
         }
         double s = 0.0, dot = 0.0;
 #pragma unroll
@@ -480,7 +485,7 @@ static __global__ void __launch_bounds__(256) norm_mul_back_block_kernel(struct 
             double s = 0.0, dot = 0.0;
             for (int64_t i0 = T::lane(); i0 < n; i0 += T::size()) {
                 const float xv = cu_getf(a.x, i0, i1, i2, i3), gv = cu_getf(a.g, i0, i1, i2, i3);
-                const float sv = a.gated ? silu_of(cu_getf(a.z, i0, i1, i2, i3)) : 1.0f;
+                const float sv = a.gated ? silu_of(cu_get(a.z, i0, i1, i2, i3)) : 1.0f;
                 s += (double)xv * (double)xv;
                 dot += (double)nmb_h(a.gated, gv, a.w[i0], sv) * (double)xv;
             }
@@ -554,18 +559,18 @@ template <int V4> static void norm_mul_back_rows(struct cu_ctx *c, const struct 
     /* 8 warps a block, a part each, and no grid stride: rows of 4 floats or more make at most
      * LT_NORM_DW_ELEMENTS / 4 parts, 2^17 blocks */
     const unsigned blocks = (unsigned)((a.parts + 7) / 8);
-    const float *g = (const float *)a.g.data, *x = (const float *)a.x.data,
-                *z = (const float *)a.z.data;
+    const float *g = (const float *)a.g.data, *x = (const float *)a.x.data;
+    const char *z = a.z.data;
     const int n = (int)a.x.ne[0];
     const int64_t rows = a.x.ne[1] * a.x.ne[2] * a.x.ne[3];
     const struct nmb_rows_x xs = {a.x.ne[1] > 0 ? a.x.ne[1] : 1, a.x.ne[2] > 0 ? a.x.ne[2] : 1,
                                   a.x.nb[1] / 4, a.x.nb[2] / 4, a.x.nb[3] / 4};
     if (a.gated)
         norm_mul_back_rows_kernel<V4, true><<<blocks, 256, 0, c->stream>>>(
-            g, x, z, a.w, a.c, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
+            g, x, z, (int)a.z.type, a.w, a.c, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
     else
         norm_mul_back_rows_kernel<V4, false><<<blocks, 256, 0, c->stream>>>(
-            g, x, z, a.w, a.c, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
+            g, x, z, (int)a.z.type, a.w, a.c, a.dx, a.dz, a.dw, n, rows, a.parts, a.eps, xs);
 }
 
 static lt_status norm_mul_back_compute(struct cu_ctx *c, struct lt_tensor *node)
@@ -718,7 +723,7 @@ static __global__ void __launch_bounds__(256)
         for (int k = 0; k < C; k++) {
             const int64_t i0 = lane + 32 * k;
             xv[k] = i0 < n ? *(const float *)(xr + i0 * x.nb[0]) : 0.0f;
-            zv[k] = GATED && i0 < n ? *(const float *)(zr + i0 * z.nb[0]) : 0.0f;
+            zv[k] = GATED && i0 < n ? cu_load(zr + i0 * z.nb[0], z.type) : 0.0f;
             s += (double)xv[k] * (double)xv[k];
         }
         s = cu_warp_sum(s);
