@@ -43,7 +43,7 @@ struct graph_counts {
      * and A x's gradients made in BF16 by a product (SCALE and CONT of the forward's A x
      * products alone: a gradient's name starts "grad for") */
     int scale_half, scale_of_product, cont_of_ax, half_ax, half_ax_grad;
-    /* lora_share_ax: products of several adapters' joined A's (half_ax counts them too),
+    /* lt_mb_lora_share_ax: products of several adapters' joined A's (half_ax counts them too),
      * and the products into the gradients of the norms' outputs that the projections read
      * (the base products' and the adapters' rank-r terms) */
     int shared_ax, into_norms;
@@ -241,7 +241,7 @@ static void lora_run(const struct lt_model *m, struct lt_backend *cpu, const str
 }
 
 /* A LoRA job's device graph on Qwen3.5, adapters on the QKV, gate and up weights with B
- * drawn nonzero: q, k and v as three products (each adapter's B sliced alike, mm_rows)
+ * drawn nonzero: q, k and v as three products (each adapter's B sliced alike, lt_mb_mm_rows)
  * give the one-projection graph's (chain_norms) loss and adapter gradients within 1e-5 */
 static void test_lora_split(const struct lt_model *m, struct lt_backend *cpu)
 {
@@ -332,7 +332,7 @@ static void test_lora_join(const struct lt_model *m, struct lt_backend *cpu)
 /* A LoRA job's device graph on Qwen3.5 with adapters on every projection: the adapters of
  * the products that read one input (the gate and up; a DeltaNet's q/k/v and gate; an
  * attention's q, k and v) take their A x as one product by their A's joined along the rank
- * (lora_share_ax), so the input's gradient takes their terms in one product where it took
+ * (lt_mb_lora_share_ax), so the input's gradient takes their terms in one product where it took
  * one an adapter. The same sums of the same terms: the loss and the adapters' gradients are
  * those of an A x an adapter (LATHE_LORA_SHARE_A=0) to F32 order, and CUDA runs every node. */
 static void test_lora_share(const struct lt_model *m, struct lt_backend *cpu)

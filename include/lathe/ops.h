@@ -32,7 +32,7 @@ struct lt_tensor *lt_cpy(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tens
 struct lt_tensor *lt_concat(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b, int dim);
 /* lt_concat stored as `type` (F32, F16 or BF16): a LoRA target's weight and adapter, and its
  * input and the adapter's A x, joined along the contraction (dim 0) into one BF16 product
- * (src/model/model_graph.c; MUL_MAT's rule then takes the parts' gradients apart). */
+ * (src/model/model_products.c; MUL_MAT's rule then takes the parts' gradients apart). */
 struct lt_tensor *lt_concat_as(struct lt_ctx *ctx, struct lt_tensor *a, struct lt_tensor *b,
                                int dim, enum lt_type type);
 /* a repeated (tiled) to the shape of `like`; each of a's dims divides like's. */

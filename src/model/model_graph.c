@@ -12,9 +12,9 @@
  *
  * With b->fused (inference): RMS_NORM carries its weight (one node for norm and scale); a
  * layer's projections of one input are one product when the loader stacked their weights
- * (mm_group); a Gated DeltaNet layer's decode step is one GDN_DECODE node (delta_step); an
- * attention layer's decode step reads the cache in one ATTN_DECODE node; the residual sum
- * and the next norm are one ADD_RMS_NORM node (add_norm).
+ * (lt_mb_mm_group, model_products.c); a Gated DeltaNet layer's decode step is one GDN_DECODE node
+ * (delta_step); an attention layer's decode step reads the cache in one ATTN_DECODE node; the
+ * residual sum and the next norm are one ADD_RMS_NORM node (add_norm).
  *
  * Activations are F32, except with b->half_acts (inference, chosen by the session): then
  * the ops whose results only F16 / BF16 weights multiply write them in that type (act_type):
@@ -53,387 +53,6 @@ static struct lt_tensor *named(struct lt_tensor *t, const char *name, int il)
     if (il >= 0)
         return lt_format_name(t, "%s-%d", name, il);
     return lt_set_name(t, name);
-}
-
-/* The tensor the graph reads for weight w (a replacement, when the adapters give one). */
-static struct lt_tensor *W(struct lt_mb *b, struct lt_tensor *w)
-{
-    if (!w || !b->ad)
-        return w;
-    for (int i = 0; i < b->ad->n_replace; i++)
-        if (b->ad->replace[i].w == w)
-            return b->ad->replace[i].with;
-    return w;
-}
-
-/* x rounded to BF16, once for every product that reads it (x itself when its producer
- * wrote BF16: act_type) */
-static struct lt_tensor *bf16_act(struct lt_mb *b, struct lt_tensor *x)
-{
-    if (x && x->type == LT_TYPE_BF16)
-        return x;
-    if (b->bf16_from != x) {
-        b->bf16_act = lt_cont_as(b->ctx, x, LT_TYPE_BF16);
-        b->bf16_from = b->bf16_act ? x : NULL;
-    }
-    return b->bf16_act;
-}
-
-/* whether a product by wr (a weight as the graph reads it) rounds it to BF16 */
-static bool bf16_product(const struct lt_mb *b, const struct lt_tensor *wr)
-{
-    return wr && b->ad && b->ad->bf16_products && wr->type == LT_TYPE_F32 && wr->ne[1] > 1;
-}
-
-/* whether that product reads x rounded to BF16 (bf16_act): an F32 weight's, and a BF16
- * weight's (a LoRA job's frozen base), which would round x inside each product that reads
- * it (q, k, v and the gate read one x): the same values, rounded once */
-static bool bf16_x(const struct lt_mb *b, const struct lt_tensor *wr, const struct lt_tensor *x)
-{
-    return bf16_product(b, wr) || (wr && x && b->ad && b->ad->bf16_products &&
-                                   wr->type == LT_TYPE_BF16 && x->type == LT_TYPE_F32 &&
-                                   x->ne[1] > 8);
-}
-
-/* NAME=0 in the environment, read as a graph is built: the before / after switches
- * LATHE_HALF_FFN, LATHE_HALF_QKV and LATHE_HALF_Z (a training step's FFN gate and up
- * products, its DeltaNet q, k and v products, or its z, stay F32), LATHE_LORA_JOIN (lora_joins) and
- * LATHE_LORA_HALF_AX (lora_ax) */
-static bool env_off(const char *name)
-{
-    const char *env = getenv(name);
-    return env && strcmp(env, "0") == 0;
-}
-
-/* LoRA adapter l's scale * A x, rounded to BF16 when half (as its B product reads it): made
- * once for the products by several row ranges of one weight (mm_rows), so that A's gradient
- * sums theirs in F32 and rounds once, as one product's would. Half, the scale meets A as it
- * is rounded ([K, r], one node: lt_scale_as) and the product stores BF16 itself, where a
- * SCALE and a rounding of [r, T] followed it (two nodes a step for each adapter, and MUL_MAT's
- * rule then makes A x's gradient in BF16 too: one rounding fewer). For the usual power-of-two
- * scale (alpha / rank) the values are those of the F32 product scaled, then rounded.
- * LATHE_LORA_HALF_AX=0 keeps the chain before (and lora_b_half's rounding a range). */
-static struct lt_tensor *lora_ax(struct lt_mb *b, const struct lt_model_lora *l,
-                                 struct lt_tensor *x, bool half)
-{
-    if (b->ax_lora == l && b->ax_x == x)
-        return b->ax;
-    for (int i = 0; half && b->share_x == x && i < b->n_share; i++)
-        if (b->share_lora[i] == l) { /* a part of the shared product (lora_share_ax) */
-            b->ax_lora = l;
-            b->ax_x = x;
-            b->ax = b->share_ax[i];
-            b->axz = NULL;
-            return b->ax;
-        }
-    const bool fold = half && !env_off("LATHE_LORA_HALF_AX"); /* 0: the chain before */
-    struct lt_tensor *xa = half ? bf16_act(b, x) : x; /* the base product's, when it rounds */
-    struct lt_tensor *a = !half ? l->a
-                          : fold && l->scale != 1.0f
-                              ? lt_scale_as(b->ctx, l->a, l->scale, LT_TYPE_BF16)
-                              : lt_cont_as(b->ctx, l->a, LT_TYPE_BF16);
-    struct lt_tensor *ax = NULL;
-    if (a && xa)
-        ax = fold ? lt_mul_mat_as(b->ctx, a, xa, LT_TYPE_BF16) : lt_mul_mat(b->ctx, a, xa);
-    if (ax && !fold && l->scale != 1.0f)
-        ax = lt_scale(b->ctx, ax, l->scale);
-    if (ax)
-        lt_format_name(ax, "lora_a %s", l->w->name);
-    struct lt_tensor *axr = half && !fold && ax ? lt_cont_as(b->ctx, ax, LT_TYPE_BF16) : ax;
-    b->ax_lora = axr ? l : NULL;
-    b->ax_x = x;
-    b->ax = axr;
-    b->axz = NULL;
-    return axr;
-}
-
-/* The only adapter of weight w, or NULL (none, or several) */
-static const struct lt_model_lora *only_lora(const struct lt_mb *b, const struct lt_tensor *w)
-{
-    const struct lt_model_lora *one = NULL;
-    for (int i = 0; w && b->ad && i < b->ad->n_lora; i++)
-        if (b->ad->lora[i].w == w) {
-            if (one)
-                return NULL;
-            one = &b->ad->lora[i];
-        }
-    return one;
-}
-
-/* Before the products of a layer's weights ws[0..n) that read one input x (q, k and v; the
- * gate and up; a DeltaNet's q/k/v, gate, beta and alpha), with BF16 products: the scaled
- * A x of their adapters (two or more, one a weight) as one product by the A's joined along
- * the rank, [K, r1 + r2 + ...], each adapter's part a contiguous copy of its rows, which
- * lora_ax hands out. x's gradient then takes the adapters' terms in one product over its
- * F32 [K, T] where it took one each (each reading and writing all of it: ~26 us a product at
- * Qwen3.5-0.8B's 1,024 x 8,192), A's gradients one product reading x once, and the forward
- * one product reading x. The same sums; the parts' copies are [r, T]. Once per x (a later
- * call for the same x changes nothing). LATHE_LORA_SHARE_A=0 keeps an A x a weight. */
-static void lora_share_ax(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *const *ws, int n)
-{
-    if (!x || b->share_x == x || !b->ad || !b->ad->bf16_products ||
-        (x->type != LT_TYPE_F32 && x->type != LT_TYPE_BF16) || env_off("LATHE_LORA_SHARE_A") ||
-        env_off("LATHE_LORA_HALF_AX"))
-        return;
-    b->share_x = x;
-    b->n_share = 0;
-    const struct lt_model_lora *ls[LT_MB_SHARE_MAX];
-    int m = 0;
-    for (int i = 0; i < n && m < LT_MB_SHARE_MAX; i++) {
-        const struct lt_model_lora *l = ws[i] ? only_lora(b, ws[i]) : NULL;
-        if (l && l->a->ne[0] == x->ne[0])
-            ls[m++] = l;
-    }
-    if (m < 2)
-        return;
-    /* the A's rounded (and scaled) one after another: [K * r] each, joined end to end (the
-     * rank is A's outer dimension, so [K, r1 + r2] is the two laid one after the other: a
-     * concat along dim 0 of flat tensors, which a device runs as one copy) */
-    struct lt_tensor *aj = NULL, *xa = bf16_act(b, x);
-    int64_t rank = 0;
-    for (int i = 0; i < m; i++) {
-        struct lt_tensor *a = ls[i]->scale != 1.0f
-                                  ? lt_scale_as(b->ctx, ls[i]->a, ls[i]->scale, LT_TYPE_BF16)
-                                  : lt_cont_as(b->ctx, ls[i]->a, LT_TYPE_BF16);
-        struct lt_tensor *flat = a ? lt_reshape_2d(b->ctx, a, lt_nelements(a), 1) : NULL;
-        aj = i == 0 ? flat : aj && flat ? lt_concat_as(b->ctx, aj, flat, 0, LT_TYPE_BF16) : NULL;
-        rank += ls[i]->a->ne[1];
-    }
-    aj = aj ? lt_reshape_2d(b->ctx, aj, x->ne[0], rank) : NULL;
-    struct lt_tensor *y = aj && xa ? lt_mul_mat_as(b->ctx, aj, xa, LT_TYPE_BF16) : NULL;
-    if (!y)
-        return; /* each adapter its own A x (lora_ax) */
-    lt_format_name(y, "lora_a shared %s", ls[0]->w->name);
-    int64_t r0 = 0;
-    for (int i = 0; i < m; i++) {
-        const int64_t r = ls[i]->a->ne[1];
-        struct lt_tensor *v = lt_view_2d(b->ctx, y, r, y->ne[1], y->nb[1], (size_t)r0 * y->nb[0]);
-        struct lt_tensor *part = v ? lt_cont(b->ctx, v) : NULL;
-        if (!part)
-            return;
-        lt_format_name(part, "lora_a %s", ls[i]->w->name);
-        b->share_lora[i] = ls[i];
-        b->share_ax[i] = part;
-        r0 += r;
-    }
-    b->n_share = m;
-}
-
-/* rows [r0, r0 + n) of the matrix w (its outputs r0..: a contiguous view), or w itself when
- * that is all of it */
-static struct lt_tensor *rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_t r0, int64_t n)
-{
-    if (!w || (r0 == 0 && n == w->ne[1]))
-        return w;
-    return lt_view_2d(ctx, w, w->ne[0], n, w->nb[1], (size_t)r0 * w->nb[1]);
-}
-
-/* rows [r0, r0 + n) of LoRA adapter l's B rounded to BF16: B rounded whole once, for every
- * row range's product (q, k and v of one projection), then viewed; the ranges' gradients
- * add up into the rounding's, which passes them to B */
-static struct lt_tensor *lora_b_half(struct lt_mb *b, const struct lt_model_lora *l, int64_t r0,
-                                     int64_t n)
-{
-    if (env_off("LATHE_LORA_HALF_AX")) { /* the ranges rounded one by one, as before */
-        struct lt_tensor *lb = rows_of(b->ctx, l->b, r0, n);
-        return lb ? lt_cont_as(b->ctx, lb, LT_TYPE_BF16) : NULL;
-    }
-    if (b->bh_lora != l) {
-        b->bh = lt_cont_as(b->ctx, l->b, LT_TYPE_BF16);
-        b->bh_lora = b->bh ? l : NULL;
-    }
-    return rows_of(b->ctx, b->bh, r0, n);
-}
-
-/* the type the products of a device's training step that only one elementwise op and its
- * backward read may store: BF16 unless the switch `name` is off */
-static enum lt_type half_out(const struct lt_mb *b, const char *name)
-{
-    return b->ad && b->ad->bf16_products && !env_off(name) ? LT_TYPE_BF16 : LT_TYPE_F32;
-}
-
-/* the type of a BF16 product's result in mm_rows: b->product_type (BF16 while a device's
- * training step builds the FFN's gate and up products, or Qwen3.5's q, k and v) */
-static enum lt_type half_product(const struct lt_mb *b)
-{
-    return b->product_type == LT_TYPE_BF16 ? LT_TYPE_BF16 : LT_TYPE_F32;
-}
-
-/* With BF16 products, the rows [r0, r0 + n) of a LoRA target w (its only adapter l) as one
- * product joined along the contraction: [W ; B] (each output row's K weights, then its r
- * adapter weights) against [x ; scale A x], where the base product added over B's F32
- * output [n, T] (written once, read once more in cuBLAS's epilogue) took 8 bytes an
- * output more than the product alone. The joins cost a copy of W's rows and of x ([K, T],
- * made once for every row range of w, as A x is): worth it where the outputs outnumber
- * the inputs, 2 n > K (the q, k, v, gate and up projections of Qwen3.5; not its output or
- * down projections). MUL_MAT's rule takes the gradients of the parts (x, and A x and B
- * through theirs) as the two products' rules would: the same products, the same values.
- * LATHE_LORA_JOIN=0 keeps the base product added over the adapter's. */
-static bool lora_joins(const struct lt_mb *b, const struct lt_tensor *w, const struct lt_tensor *wr,
-                       const struct lt_tensor *xr, int64_t n)
-{
-    if (env_off("LATHE_LORA_JOIN") || wr->type != LT_TYPE_BF16 || xr->type != LT_TYPE_BF16 ||
-        wr->ne[2] != 1 || wr->ne[3] != 1 || xr->ne[2] != 1 || xr->ne[3] != 1 || 2 * n <= wr->ne[0])
-        return false;
-    int adapters = 0;
-    for (int i = 0; i < b->ad->n_lora; i++)
-        adapters += b->ad->lora[i].w == w;
-    return adapters == 1;
-}
-
-static struct lt_tensor *lora_joined(struct lt_mb *b, const struct lt_model_lora *l,
-                                     struct lt_tensor *x, struct lt_tensor *xr,
-                                     struct lt_tensor *wr, int64_t r0, int64_t n)
-{
-    struct lt_tensor *axr = lora_ax(b, l, x, true);
-    if (!b->axz && axr) {
-        b->axz = lt_concat_as(b->ctx, xr, axr, 0, LT_TYPE_BF16);
-        if (b->axz)
-            lt_format_name(b->axz, "%s ; lora_a %s", xr->name, l->w->name);
-    }
-    struct lt_tensor *bw = lora_b_half(b, l, r0, n);
-    struct lt_tensor *wb = bw ? lt_concat_as(b->ctx, wr, bw, 0, LT_TYPE_BF16) : NULL;
-    if (wb)
-        lt_format_name(wb, "%s ; lora_b", l->w->name);
-    struct lt_tensor *y = wb && b->axz ? lt_mul_mat_as(b->ctx, wb, b->axz, half_product(b)) : NULL;
-    if (y)
-        lt_format_name(y, "lora-joined %s", l->w->name);
-    return y;
-}
-
-/* LATHE_FUSE_NORM_MM=0 in the environment (read as a graph is built): a decode step's norms
- * stay where MUL_MAT_ADD_RMS_NORM puts them (a before / after switch for the device's
- * measurements and the tests) */
-static bool norm_mm_off(void)
-{
-    const char *env = getenv("LATHE_FUSE_NORM_MM");
-    return env && strcmp(env, "0") == 0;
-}
-
-/* weights whose one-column product a device runs with a norm taken in first or a residual
- * added as it stores (CUDA: mmv_half_kernel for F16 / BF16, mmvq for Q8_0 / Q4_0 / Q5_0) */
-static bool norm_product_type(enum lt_type t)
-{
-    return t == LT_TYPE_F16 || t == LT_TYPE_BF16 || t == LT_TYPE_Q8_0 || t == LT_TYPE_Q4_0 ||
-           t == LT_TYPE_Q5_0;
-}
-
-/* Whether the product of the weight w (as the graph reads it) by x takes x's norm into one
- * RMS_NORM_MUL_MAT node: a fused one-token step (decode) whose x is the F32 weighted RMS
- * norm (RMS_NORM_MUL, no gate) of one F32 column (one sequence: a device norms it in each
- * block of the product, or as it quantises it), against rows of a norm_product_type. */
-static bool norm_into_product(const struct lt_mb *b, const struct lt_tensor *w,
-                              const struct lt_tensor *x)
-{
-    return b->fused && b->n_tokens == 1 && !norm_mm_off() && w && x && norm_product_type(w->type) &&
-           w->ne[2] == 1 && w->ne[3] == 1 && x->op == LT_OP_RMS_NORM && x->type == LT_TYPE_F32 &&
-           x->src[1] && !x->src[2] && x->src[0]->type == LT_TYPE_F32 && x->src[0]->ne[1] == 1 &&
-           x->src[0]->ne[2] == 1 && x->src[0]->ne[3] == 1;
-}
-
-/* w x (lt_mul_mat), or its SwiGLU with glu (lt_mul_mat_glu), with x's norm taken in
- * (norm_into_product) where it may */
-static struct lt_tensor *product(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x,
-                                 bool glu)
-{
-    if (norm_into_product(b, w, x))
-        return lt_rms_norm_mul_mat(b->ctx, w, x->src[0], x->src[1], lt_get_param_f32(x, 0), glu);
-    return glu ? lt_mul_mat_glu(b->ctx, w, x) : lt_mul_mat(b->ctx, w, x);
-}
-
-/* w x, plus B (scale * A x) for each LoRA adapter of w: the scale meets the rank-r A x, not
- * the output (a pass over [r, T] instead of [rows, T], forward and backward). With
- * bf16_products, an F32 weight matrix and x are rounded to BF16 first, and so are the
- * adapters' operands: A, B, the x that A reads (the base product's rounding of it) and the
- * scaled A x. B's product writes [rows, T] and its gradient reads as much: in F32 (no
- * tensor cores) the adapters' products took more of a LoRA step than the base products.
- * mm_rows takes the output rows [r0, r0 + n) alone (those of w and of each B). */
-static struct lt_tensor *mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x,
-                                 int64_t r0, int64_t n)
-{
-    struct lt_tensor *wr = rows_of(b->ctx, W(b, w), r0, n), *xr = x;
-    const bool round_w = bf16_product(b, wr), round_x = bf16_x(b, wr, x);
-    if (round_w && !(wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16)))
-        return NULL;
-    if (round_x && !(xr = bf16_act(b, x)))
-        return NULL;
-    /* with BF16 products the adapters' outputs come first, summed, and the base product is
-     * added into that sum in place (MUL_MAT_ACC: in cuBLAS's epilogue, where an ADD took
-     * a pass over [rows, T] of its own); otherwise the base product first, adapters added.
-     * The other order with BF16 products (the base product first, each rank-r product
-     * adding into it) measured slower: on an H100 at Qwen3.5-0.8B's 16 x 512, cuBLAS's
-     * rank-16 product with the F32 [2048, 8192] addend took 72 us, where the adapter's
-     * product writing it took 30 and the base product reading it 33 more than without. */
-    const bool half =
-        b->ad && b->ad->bf16_products && (x->type == LT_TYPE_F32 || x->type == LT_TYPE_BF16);
-    if (half && lora_joins(b, w, wr, xr, n))
-        for (int i = 0; i < b->ad->n_lora; i++)
-            if (b->ad->lora[i].w == w)
-                return lora_joined(b, &b->ad->lora[i], x, xr, wr, r0, n);
-    struct lt_tensor *y = half ? NULL : product(b, wr, xr, false);
-    for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
-        const struct lt_model_lora *l = &b->ad->lora[i];
-        if (l->w != w)
-            continue;
-        struct lt_tensor *axr = lora_ax(b, l, x, half);
-        struct lt_tensor *bw = half ? lora_b_half(b, l, r0, n) : rows_of(b->ctx, l->b, r0, n);
-        struct lt_tensor *bax = axr && bw ? lt_mul_mat(b->ctx, bw, axr) : NULL;
-        if (!bax)
-            return NULL;
-        lt_format_name(bax, "lora %s", w->name);
-        y = y ? lt_add(b->ctx, y, bax) : bax;
-        if (!y)
-            return NULL;
-    }
-    if (half)
-        y = y ? lt_mul_mat_acc(b->ctx, wr, xr, y)
-              : lt_mul_mat_as(b->ctx, wr, xr,
-                              wr->type == LT_TYPE_BF16 && xr->type == LT_TYPE_BF16 ? half_product(b)
-                                                                                   : LT_TYPE_F32);
-    return y;
-}
-
-static struct lt_tensor *mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x)
-{
-    return w ? mm_rows(b, w, x, 0, w->ne[1]) : NULL;
-}
-
-/* whether the group's products may be the one product by `joint` (mm_group) */
-static bool joint_takes(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
-                        int n, struct lt_tensor *x)
-{
-    bool one = b->fused && joint && x;
-    for (int i = 0; one && i < n; i++) {
-        one = ws[i] && W(b, ws[i]) == ws[i] && !bf16_product(b, ws[i]);
-        for (int j = 0; one && b->ad && j < b->ad->n_lora; j++)
-            one = b->ad->lora[j].w != ws[i];
-    }
-    return one;
-}
-
-/* The products of x by ws[0..n), a layer group stacked in one matrix `joint` at upload
- * (model_load.c): with b->fused and no adapter, replacement or BF16 rounding on any member,
- * one product by the joint matrix, out[i] the view of member i's rows (columns as far apart
- * as the joint's rows); otherwise mm() of each. */
-static lt_status mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
-                          int n, struct lt_tensor *x, struct lt_tensor **out)
-{
-    if (!joint_takes(b, joint, ws, n, x)) {
-        lora_share_ax(b, x, ws, n);
-        for (int i = 0; i < n; i++)
-            if (!(out[i] = mm(b, ws[i], x)))
-                return lt_mb_check(NULL, "a projection", -1);
-        return LT_OK;
-    }
-    struct lt_tensor *y = product(b, joint, x, false);
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        out[i] = y ? lt_view_2d(b->ctx, y, ws[i]->ne[1], y->ne[1], y->nb[1], off) : NULL;
-        off += (size_t)ws[i]->ne[1] * sizeof(float);
-        if (!out[i])
-            return lt_mb_check(NULL, joint->name, -1);
-    }
-    return LT_OK;
 }
 
 /* t [a * c, n] (contiguous, or a view of a joint product's rows) as [a, c, n] */
@@ -475,19 +94,19 @@ static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws
          * product, a BF16 one's: bf16_x; a LoRA adapter reads the base product's x), the op
          * producing x writes it in BF16 and no CONT rounds it; a quantised reader keeps F32 */
         for (int i = 0; i < n; i++) {
-            const struct lt_tensor *wr = ws[i] ? W(b, ws[i]) : NULL;
-            if (!wr || !(bf16_product(b, wr) || wr->type == LT_TYPE_BF16))
+            const struct lt_tensor *wr = ws[i] ? lt_mb_w(b, ws[i]) : NULL;
+            if (!wr || !(lt_mb_bf16_product(b, wr) || wr->type == LT_TYPE_BF16))
                 return LT_TYPE_F32;
         }
         return LT_TYPE_BF16;
     }
     if (!b->half_acts || n < 1 || !ws[0])
         return LT_TYPE_F32;
-    enum lt_type t = W(b, ws[0])->type;
+    enum lt_type t = lt_mb_w(b, ws[0])->type;
     if (t != LT_TYPE_F16 && t != LT_TYPE_BF16)
         return LT_TYPE_F32;
     for (int i = 0; i < n; i++) {
-        if (!ws[i] || W(b, ws[i])->type != t)
+        if (!ws[i] || lt_mb_w(b, ws[i])->type != t)
             return LT_TYPE_F32;
         for (int j = 0; b->ad && j < b->ad->n_lora; j++)
             if (b->ad->lora[j].w == ws[i])
@@ -503,7 +122,8 @@ static enum lt_type act_type(struct lt_mb *b, int n, struct lt_tensor *const *ws
  * A prefill of F32 weights (check-ref's, the CPU oracle's) keeps F32. */
 static bool half_mixer(struct lt_mb *b, struct lt_tensor *wo)
 {
-    return (b->ad && b->ad->bf16_products) || (b->half_acts && wo && W(b, wo)->type != LT_TYPE_F32);
+    return (b->ad && b->ad->bf16_products) ||
+           (b->half_acts && wo && lt_mb_w(b, wo)->type != LT_TYPE_F32);
 }
 
 /* whether a graph takes the fused forms that have backward rules where the chain they
@@ -526,16 +146,16 @@ static bool norm_weight_fits(const struct lt_tensor *wr, int64_t n)
 static struct lt_tensor *norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *w,
                               enum lt_type type)
 {
-    struct lt_tensor *wr = W(b, w);
+    struct lt_tensor *wr = lt_mb_w(b, w);
     if ((b->fused || train_fused(b)) && x && norm_weight_fits(wr, x->ne[0]))
         return lt_rms_norm_mul(b->ctx, x, wr, b->m->hp.rms_eps, type);
     struct lt_tensor *n = lt_rms_norm(b->ctx, x, b->m->hp.rms_eps);
-    return lt_mul_as(b->ctx, n, W(b, w), type);
+    return lt_mul_as(b->ctx, n, lt_mb_w(b, w), type);
 }
 
 static struct lt_tensor *add_bias(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *bias)
 {
-    return bias && x ? lt_add(b->ctx, x, W(b, bias)) : x;
+    return bias && x ? lt_add(b->ctx, x, lt_mb_w(b, bias)) : x;
 }
 
 /* t rounded to BF16 when the step's products are (bf16_products), else t */
@@ -595,11 +215,12 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     lt_status st;
     struct lt_tensor *q, *gate = NULL, *proj[3];
     struct lt_tensor *const ws[3] = {ly->wq, ly->wk, ly->wv};
-    if ((st = mm_group(b, ly->wqkv, ws, 3, x, proj)))
+    if ((st = lt_mb_mm_group(b, ly->wqkv, ws, 3, x, proj)))
         return st;
     /* a decode step of Qwen3.5: each head's norm and rotation as one RMS_NORM_ROPE node */
     const bool nr = hp->arch == LT_ARCH_QWEN35 && b->fused && b->n_tokens == 1 &&
-                    norm_weight_fits(W(b, ly->q_norm), D) && norm_weight_fits(W(b, ly->k_norm), D);
+                    norm_weight_fits(lt_mb_w(b, ly->q_norm), D) &&
+                    norm_weight_fits(lt_mb_w(b, ly->k_norm), D);
     if (hp->arch == LT_ARCH_QWEN35) {
         /* attn_q gives, per head, head_dim of query then head_dim of gate */
         struct lt_tensor *qg = named(proj[0], "Qcur_full", il);
@@ -620,11 +241,11 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         (st = lt_mb_check(v, "Vcur", il)))
         return st;
     if (nr) {
-        q = named(lt_rms_norm_rope(ctx, q, W(b, ly->q_norm), hp->rms_eps, b->pos, (int)hp->n_rot,
-                                   hp->rope_mode, hp->rope_base),
+        q = named(lt_rms_norm_rope(ctx, q, lt_mb_w(b, ly->q_norm), hp->rms_eps, b->pos,
+                                   (int)hp->n_rot, hp->rope_mode, hp->rope_base),
                   "Qcur", il);
-        k = named(lt_rms_norm_rope(ctx, k, W(b, ly->k_norm), hp->rms_eps, b->pos, (int)hp->n_rot,
-                                   hp->rope_mode, hp->rope_base),
+        k = named(lt_rms_norm_rope(ctx, k, lt_mb_w(b, ly->k_norm), hp->rms_eps, b->pos,
+                                   (int)hp->n_rot, hp->rope_mode, hp->rope_base),
                   "Kcur", il);
     } else {
         q = named(lt_rope(ctx, q, b->pos, (int)hp->n_rot, hp->rope_mode, hp->rope_base), "Qcur",
@@ -653,7 +274,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
                                  1.0f / sqrtf((float)D), ls.kv_to_attn ? k4 : NULL,
                                  ls.kv_to_attn ? v4 : NULL),
                   "attn_decode", il);
-        o = named(mm(b, ly->wo, o), "attn_out", il);
+        o = named(lt_mb_mm(b, ly->wo, o), "attn_out", il);
         *out = o;
         return lt_mb_check(o, "attn_out", il);
     }
@@ -668,7 +289,7 @@ static lt_status build_attn_layer(struct lt_mb *b, int il, struct lt_tensor *x,
             lt_glu_as(ctx, gate, as_3d(ctx, o, D, H, N), LT_GLU_SIGMOID, act_type(b, 1, &ly->wo));
         o = named(g ? lt_reshape_2d(ctx, g, D * H, N) : NULL, "attn_gated", il);
     }
-    o = named(mm(b, ly->wo, o), "attn_out", il);
+    o = named(lt_mb_mm(b, ly->wo, o), "attn_out", il);
     *out = o;
     return lt_mb_check(o, "attn_out", il);
 }
@@ -686,9 +307,9 @@ static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *pr
      * place; otherwise the gathered states come in and the new ones go out */
     const bool in_place = ls->conv_cache && ls->ssm_cache && ls->seq_ids;
     struct lt_tensor *r = named(
-        lt_gdn_decode(ctx, proj[0], proj[1], proj[2], proj[3],
-                      in_place ? ls->conv_cache : ls->conv, in_place ? ls->ssm_cache : ls->ssm,
-                      W(b, ly->ssm_conv1d), W(b, ly->ssm_dt), W(b, ly->ssm_a), W(b, ly->ssm_norm),
+        lt_gdn_decode(ctx, proj[0], proj[1], proj[2], proj[3], in_place ? ls->conv_cache : ls->conv,
+                      in_place ? ls->ssm_cache : ls->ssm, lt_mb_w(b, ly->ssm_conv1d),
+                      lt_mb_w(b, ly->ssm_dt), lt_mb_w(b, ly->ssm_a), lt_mb_w(b, ly->ssm_norm),
                       b->m->hp.ssm_n_k_heads, b->m->hp.rms_eps, in_place ? ls->seq_ids : NULL),
         "gdn_decode", il);
     if ((st = lt_mb_check(r, "gdn_decode", il)))
@@ -701,7 +322,7 @@ static lt_status delta_step(struct lt_mb *b, int il, struct lt_tensor *const *pr
         (b->hooks->recr_store && (st = b->hooks->recr_store(b, il, conv_new, ssm_new))))
         return st;
     struct lt_tensor *on = named(lt_gdn_decode_output(ctx, r), "attn_out_norm", il);
-    struct lt_tensor *y = named(mm(b, ly->ssm_out, on), "linear_attn_out", il);
+    struct lt_tensor *y = named(lt_mb_mm(b, ly->ssm_out, on), "linear_attn_out", il);
     *out = y;
     return lt_mb_check(y, "linear_attn_out", il);
 }
@@ -733,16 +354,16 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     struct lt_tensor *proj[4] = {NULL};
     struct lt_tensor *const ws[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
     if (split) {
-        lora_share_ax(b, x, ws, 4); /* the q, k and v products by ssm_qkv's rows come later */
+        lt_mb_lora_share_ax(b, x, ws, 4); /* the q, k and v products by ssm_qkv's rows come later */
         /* z stores BF16 where the gated norm (one node, which reads a BF16 gate) is its only
          * reader: half the bytes written, read by the norm and kept for its backward */
-        if (norm_weight_fits(W(b, ly->ssm_norm), Sv))
-            b->product_type = half_out(b, "LATHE_HALF_Z");
-        proj[1] = mm(b, ws[1], x);
+        if (norm_weight_fits(lt_mb_w(b, ly->ssm_norm), Sv))
+            b->product_type = lt_mb_half_out(b, "LATHE_HALF_Z");
+        proj[1] = lt_mb_mm(b, ws[1], x);
         b->product_type = LT_TYPE_F32;
-        st = proj[1] ? mm_group(b, NULL, ws + 2, 2, x, proj + 2) : lt_mb_check(NULL, "z", il);
+        st = proj[1] ? lt_mb_mm_group(b, NULL, ws + 2, 2, x, proj + 2) : lt_mb_check(NULL, "z", il);
     } else {
-        st = mm_group(b, ly->ssm_in, ws, 4, x, proj);
+        st = lt_mb_mm_group(b, ly->ssm_in, ws, 4, x, proj);
     }
     if (st)
         return st;
@@ -758,9 +379,9 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         return delta_step(b, il, proj, &ls, out);
     beta = named(lt_sigmoid(ctx, cols_3d(ctx, beta, Hv, T, S)), "beta_sigmoid", il);
     /* g = -exp(A_log) * softplus(alpha + dt_bias); ssm_a holds -exp(A_log) */
-    struct lt_tensor *g = lt_add(ctx, cols_3d(ctx, alpha, Hv, T, S), W(b, ly->ssm_dt));
+    struct lt_tensor *g = lt_add(ctx, cols_3d(ctx, alpha, Hv, T, S), lt_mb_w(b, ly->ssm_dt));
     g = named(lt_softplus(ctx, g), "a_softplus", il);
-    g = named(lt_mul(ctx, g, W(b, ly->ssm_a)), "gate", il);
+    g = named(lt_mul(ctx, g, lt_mb_w(b, ly->ssm_a)), "gate", il);
     if (b->gate_reset) /* packed examples: nothing flows in from the example before */
         g = named(lt_add(ctx, g, b->gate_reset), "gate_reset", il);
     if (b->tok_mask) { /* padding: no update, no decay */
@@ -786,11 +407,11 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         for (int i = 0; i < 3; c0 += width[i++]) {
             /* a device's training step: each stores BF16, which CONV_SILU and its backward
              * read (half the bytes written, read twice and kept for the backward) */
-            b->product_type = half_out(b, "LATHE_HALF_QKV");
-            struct lt_tensor *y = named(mm_rows(b, ly->ssm_qkv, x, c0, width[i]),
+            b->product_type = lt_mb_half_out(b, "LATHE_HALF_QKV");
+            struct lt_tensor *y = named(lt_mb_mm_rows(b, ly->ssm_qkv, x, c0, width[i]),
                                         "linear_attn_qkv_mixed", il); /* [width, N] */
             b->product_type = LT_TYPE_F32;
-            struct lt_tensor *cw = rows_of(ctx, W(b, ly->ssm_conv1d), c0, width[i]);
+            struct lt_tensor *cw = lt_mb_rows_of(ctx, lt_mb_w(b, ly->ssm_conv1d), c0, width[i]);
             y = y ? lt_reshape_3d(ctx, y, width[i], T, S) : NULL;
             part[i] =
                 y && cw ? lt_conv_silu_packed(ctx, y, cw, b->gate_reset ? b->pos : NULL) : NULL;
@@ -804,14 +425,15 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S] */
         if (x3 && !lt_is_contiguous(x3))                   /* a slice of a fused projection */
             x3 = lt_cont(ctx, x3);
-        conv = lt_conv_silu_packed(ctx, x3, W(b, ly->ssm_conv1d), b->gate_reset ? b->pos : NULL);
+        conv =
+            lt_conv_silu_packed(ctx, x3, lt_mb_w(b, ly->ssm_conv1d), b->gate_reset ? b->pos : NULL);
     } else if (!ls.conv && T >= K - 1 && !b->tok_mask) {
         /* a session's first prefill of a sequence (zeros carried in): CONV_SILU, zeros before
          * t = 0, the sums and roundings of the form below (conv_silu.c), and the last K - 1
          * inputs kept as they lie in the projection (H100, 0.8B: CONCAT, SSM_CONV and SILU
          * took ~52 us a layer of a 512-token prefill, the first two reading time innermost) */
         struct lt_tensor *x3 = cols_3d(ctx, qkv, C, T, S); /* [C, T, S], read as it lies */
-        conv = lt_conv_silu_packed(ctx, x3, W(b, ly->ssm_conv1d), NULL);
+        conv = lt_conv_silu_packed(ctx, x3, lt_mb_w(b, ly->ssm_conv1d), NULL);
         struct lt_tensor *last = x3 ? lt_view_3d(ctx, x3, C, K - 1, S, x3->nb[1], x3->nb[2],
                                                  (size_t)(T - K + 1) * x3->nb[1])
                                     : NULL;
@@ -826,7 +448,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
         sx = named(lt_concat(ctx, conv_state, qkv_t, 0), "conv_input", il);      /* [K-1+T, C, S] */
         if ((st = lt_mb_check(sx, "conv_input", il)))
             return st;
-        conv = named(lt_ssm_conv(ctx, sx, W(b, ly->ssm_conv1d)), "conv_output_raw", il);
+        conv = named(lt_ssm_conv(ctx, sx, lt_mb_w(b, ly->ssm_conv1d)), "conv_output_raw", il);
         conv = lt_silu(ctx, conv);
         /* a padded batch hands over all of sx (each sequence keeps its own steps) */
         conv_keep =
@@ -882,7 +504,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     /* gated RMSNorm: rms_norm(o) * w * silu(z), per value head (one node in a device's
      * training step, and in a session's graph: b->fused) */
     struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
-    struct lt_tensor *on, *nw = W(b, ly->ssm_norm);
+    struct lt_tensor *on, *nw = lt_mb_w(b, ly->ssm_norm);
     if ((train_fused(b) || b->fused) && norm_weight_fits(nw, Sv)) {
         on = lt_rms_norm_mul_gated(ctx, o, nw, z4, b->m->hp.rms_eps, act_type(b, 1, &ly->ssm_out));
     } else {
@@ -892,7 +514,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
     }
     on = named(on, "attn_out_norm", il);
     on = lt_reshape_2d(ctx, on, value_dim, T * S);
-    struct lt_tensor *y = named(mm(b, ly->ssm_out, on), "linear_attn_out", il);
+    struct lt_tensor *y = named(lt_mb_mm(b, ly->ssm_out, on), "linear_attn_out", il);
     *out = y;
     return lt_mb_check(y, "linear_attn_out", il);
 }
@@ -903,17 +525,17 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     struct lt_tensor *proj[2];
     struct lt_tensor *const ws[2] = {ly->ffn_gate, ly->ffn_up};
     if (b->n_tokens == 1 && x && x->type == LT_TYPE_F32 &&
-        act_type(b, 1, &ly->ffn_down) == LT_TYPE_F32 && joint_takes(b, ly->ffn_gate_up, ws, 2, x) &&
-        ws[0]->ne[1] == ws[1]->ne[1]) {
+        act_type(b, 1, &ly->ffn_down) == LT_TYPE_F32 &&
+        lt_mb_joint_takes(b, ly->ffn_gate_up, ws, 2, x) && ws[0]->ne[1] == ws[1]->ne[1]) {
         /* a decode step: the stacked product and its SwiGLU as one MUL_MAT_GLU node (the
          * joint's rows: the gate's, then the up's) */
-        struct lt_tensor *h = named(product(b, ly->ffn_gate_up, x, true), "ffn_swiglu", il);
-        return named(mm(b, ly->ffn_down, h), "ffn_out", il);
+        struct lt_tensor *h = named(lt_mb_product(b, ly->ffn_gate_up, x, true), "ffn_swiglu", il);
+        return named(lt_mb_mm(b, ly->ffn_down, h), "ffn_out", il);
     }
     /* a device's training step: the gate and up products store BF16, which SWIGLU and its
      * backward read (half the bytes written, read twice and kept for the backward) */
-    b->product_type = half_out(b, "LATHE_HALF_FFN");
-    const lt_status st = mm_group(b, ly->ffn_gate_up, ws, 2, x, proj);
+    b->product_type = lt_mb_half_out(b, "LATHE_HALF_FFN");
+    const lt_status st = lt_mb_mm_group(b, ly->ffn_gate_up, ws, 2, x, proj);
     b->product_type = LT_TYPE_F32;
     if (st != LT_OK)
         return NULL;
@@ -921,7 +543,7 @@ static struct lt_tensor *ffn(struct lt_mb *b, int il, struct lt_tensor *x)
     struct lt_tensor *up = named(proj[1], "ffn_up", il);
     struct lt_tensor *h =
         named(lt_swiglu_as(b->ctx, gate, up, act_type(b, 1, &ly->ffn_down)), "ffn_swiglu", il);
-    return named(mm(b, ly->ffn_down, h), "ffn_out", il);
+    return named(lt_mb_mm(b, ly->ffn_down, h), "ffn_out", il);
 }
 
 /* The weights of layer il's input projections, the readers of its attention norm (4 or 3) */
@@ -966,22 +588,23 @@ static bool product_to_fold(const struct lt_mb *b, const struct lt_tensor *a)
  * of one sequence where a is a plain product of rows of a norm_product_type and the norm's
  * readers (`readers`, n of them) are such products too, the product is added over x in place
  * (MUL_MAT_ACC) and the norm is an RMS_NORM_MUL node its readers take into themselves
- * (norm_into_product): no block of the product waits for all the others to norm the sum. */
+ * (model_products.c's norm_into_product): no block of the product waits for all the others to norm
+ * the sum. */
 static struct lt_tensor *add_norm(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *a,
                                   struct lt_tensor *w, enum lt_type type, struct lt_tensor **sum,
                                   int n, struct lt_tensor *const *readers)
 {
-    struct lt_tensor *wr = W(b, w);
+    struct lt_tensor *wr = lt_mb_w(b, w);
     *sum = NULL;
     if (!x || !a)
         return NULL;
     if (b->fused && type == LT_TYPE_F32 && wr && wr->type == LT_TYPE_F32 && lt_is_contiguous(wr) &&
         lt_nelements(wr) == x->ne[0] && lt_same_shape(x, a) && x->ne[2] == 1 && x->ne[3] == 1) {
-        bool defer = n > 0 && product_to_fold(b, a) && norm_product_type(a->src[0]->type) &&
-                     !norm_mm_off() && lt_is_contiguous(x) && x->type == LT_TYPE_F32 &&
+        bool defer = n > 0 && product_to_fold(b, a) && lt_mb_norm_product_type(a->src[0]->type) &&
+                     !lt_mb_norm_mm_off() && lt_is_contiguous(x) && x->type == LT_TYPE_F32 &&
                      x->ne[1] == 1;
         for (int i = 0; defer && i < n; i++)
-            defer = readers[i] && norm_product_type(W(b, readers[i])->type);
+            defer = readers[i] && lt_mb_norm_product_type(lt_mb_w(b, readers[i])->type);
         if (defer) {
             *sum = lt_mul_mat_acc(b->ctx, a->src[0], a->src[1], x);
             return *sum ? lt_rms_norm_mul(b->ctx, *sum, wr, b->m->hp.rms_eps, LT_TYPE_F32) : NULL;
@@ -1004,7 +627,7 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
     int64_t N = b->n_tokens * b->n_seqs;
     lt_status st;
     struct lt_tensor *ids = lt_reshape_2d(ctx, tokens, N, 1);
-    struct lt_tensor *x = named(lt_get_rows(ctx, W(b, m->tok_embd), ids), "inp_embd", -1);
+    struct lt_tensor *x = named(lt_get_rows(ctx, lt_mb_w(b, m->tok_embd), ids), "inp_embd", -1);
     if ((st = lt_mb_check(x, "inp_embd", -1)))
         return st;
     if (b->bounds)
@@ -1046,17 +669,17 @@ lt_status lt_mb_forward(struct lt_mb *b, struct lt_tensor *tokens, struct lt_ten
 
 struct lt_tensor *lt_mb_logits(struct lt_mb *b, struct lt_tensor *hidden)
 {
-    return named(mm(b, b->m->output, hidden), "result_output", -1);
+    return named(lt_mb_mm(b, b->m->output, hidden), "result_output", -1);
 }
 
 /* The mean loss of hidden [D, N]: LINEAR_CE (the head and the loss in one, no [V, N]
  * logits) when the adapters ask for fused_loss and the head, as the graph reads it, is a
  * contiguous float matrix without LoRA adapters (rounded to BF16 with bf16_products, as
- * mm() would); otherwise the logits (*logits) and CROSS_ENTROPY. */
+ * lt_mb_mm() would); otherwise the logits (*logits) and CROSS_ENTROPY. */
 struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct lt_tensor *labels,
                              struct lt_tensor **logits)
 {
-    struct lt_tensor *w = b->m->output, *wr = W(b, w);
+    struct lt_tensor *w = b->m->output, *wr = lt_mb_w(b, w);
     bool fused = b->ad && b->ad->fused_loss && wr && hidden && lt_is_contiguous(wr) &&
                  lt_is_contiguous(hidden) &&
                  (wr->type == LT_TYPE_F32 || wr->type == LT_TYPE_F16 || wr->type == LT_TYPE_BF16);
@@ -1067,7 +690,7 @@ struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct l
         *logits = lt_mb_logits(b, hidden);
         return lt_cross_entropy(b->ctx, *logits, labels);
     }
-    if (bf16_product(b, wr))
+    if (lt_mb_bf16_product(b, wr))
         wr = lt_cont_as(b->ctx, wr, LT_TYPE_BF16);
     struct lt_tensor *h = lt_reshape_2d(b->ctx, hidden, hidden->ne[0], lt_nelements(hidden) / hidden->ne[0]);
     return lt_linear_cross_entropy(b->ctx, wr, h, labels);

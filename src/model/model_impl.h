@@ -42,7 +42,7 @@ struct lt_model_layer {
 
     /* Projections of one input laid side by side when the weights were uploaded (NULL
      * otherwise): one matrix whose rows are its members' in order, which a product reads
-     * at once (inference, model_graph.c's mm_group). Not in lt_model.weights. */
+     * at once (inference, model_products.c's lt_mb_mm_group). Not in lt_model.weights. */
     struct lt_tensor *ffn_gate_up; /* ffn_gate, ffn_up */
     struct lt_tensor *wqkv;        /* wq, wk, wv */
     struct lt_tensor *ssm_in;      /* ssm_qkv, ssm_z, ssm_beta, ssm_alpha */
@@ -109,7 +109,8 @@ struct lt_mb_hooks {
  * test_train_packed's gradients, -30 1e-6). */
 #define LT_MB_GATE_RESET (-30.0f)
 
-#define LT_MB_SHARE_MAX 8 /* adapters a shared A x product joins (lora_share_ax) */
+#define LT_MB_SHARE_MAX                                                                            \
+    8 /* adapters a shared A x product joins (model_products.c, lt_mb_lora_share_ax) */
 
 struct lt_mb {
     const struct lt_model *m;
@@ -159,13 +160,13 @@ struct lt_mb {
      * (lora_b_half: one rounding a step for q, k and v, not one a range) */
     const struct lt_model_lora *bh_lora;
     struct lt_tensor *bh;
-    /* the adapters of a layer's products that read one input share_x (lora_share_ax): each
+    /* the adapters of a layer's products that read one input share_x (lt_mb_lora_share_ax): each
      * one's scaled A x, a part of one product by their A's joined along the rank */
     struct lt_tensor *share_x;
     int n_share;
     const struct lt_model_lora *share_lora[LT_MB_SHARE_MAX];
     struct lt_tensor *share_ax[LT_MB_SHARE_MAX];
-    /* the type a training step's plain BF16 products store (mm_rows: BF16 for the FFN's gate
+    /* the type a training step's plain BF16 products store (lt_mb_mm_rows: BF16 for the FFN's gate
      * and up, and Qwen3.5's q, k and v, which only SWIGLU / CONV_SILU and their backwards
      * read), F32 otherwise */
     enum lt_type product_type;
@@ -189,5 +190,32 @@ struct lt_tensor *lt_mb_loss(struct lt_mb *b, struct lt_tensor *hidden, struct l
 
 /* Fails with a message naming what went wrong when t is NULL (a constructor failed). */
 lt_status lt_mb_check(struct lt_tensor *t, const char *what, int il);
+
+/* model_products.c: the forward's products. lt_mb_w: the tensor the graph reads for weight
+ * w; lt_mb_mm / lt_mb_mm_rows: w x (its rows [r0, r0 + n)) with the adapters of w and the
+ * roundings b asks for; lt_mb_mm_group: the products of x by ws[0..n) (one by `joint` where
+ * it may); lt_mb_product: w x with x's norm taken in where it may (decode); lt_mb_lora_share_ax:
+ * before the products of ws[0..n) that read x, their adapters' A x as one product;
+ * lt_mb_half_out: BF16 for a training step's product that one elementwise op reads, unless
+ * the switch `name` is 0; lt_mb_rows_of: rows [r0, r0 + n) of a matrix; lt_mb_bf16_product:
+ * whether the product by wr rounds it; lt_mb_norm_mm_off / lt_mb_norm_product_type: decode's
+ * norm into the product (LATHE_FUSE_NORM_MM, the weight types); lt_mb_joint_takes: whether a
+ * group's products may be the one by `joint` */
+struct lt_tensor *lt_mb_w(struct lt_mb *b, struct lt_tensor *w);
+struct lt_tensor *lt_mb_mm(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x);
+struct lt_tensor *lt_mb_mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x,
+                                int64_t r0, int64_t n);
+lt_status lt_mb_mm_group(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws,
+                         int n, struct lt_tensor *x, struct lt_tensor **out);
+struct lt_tensor *lt_mb_product(struct lt_mb *b, struct lt_tensor *w, struct lt_tensor *x,
+                                bool glu);
+void lt_mb_lora_share_ax(struct lt_mb *b, struct lt_tensor *x, struct lt_tensor *const *ws, int n);
+enum lt_type lt_mb_half_out(const struct lt_mb *b, const char *name);
+struct lt_tensor *lt_mb_rows_of(struct lt_ctx *ctx, struct lt_tensor *w, int64_t r0, int64_t n);
+bool lt_mb_bf16_product(const struct lt_mb *b, const struct lt_tensor *wr);
+bool lt_mb_norm_mm_off(void);
+bool lt_mb_norm_product_type(enum lt_type t);
+bool lt_mb_joint_takes(struct lt_mb *b, struct lt_tensor *joint, struct lt_tensor *const *ws, int n,
+                       struct lt_tensor *x);
 
 #endif

@@ -112,7 +112,7 @@ static lt_status product_grads(struct lt_autodiff *ad, struct lt_tensor *a, stru
  * both CONCATs along dim 0 split at the same K, 2-d. Then a x b = a0 x b0 + a1 x b1, and
  * the rule takes each part's gradients as that part's product would: a LoRA target's
  * frozen weight joined with its adapter's B, and its input with the adapter's A x
- * (src/model/model_graph.c), give the input's and B's gradients alone, never the full
+ * (src/model/model_products.c), give the input's and B's gradients alone, never the full
  * [K + r, rows] gradient of the joined weight. */
 static bool joined_product(const struct lt_tensor *a, const struct lt_tensor *b)
 {

@@ -288,7 +288,7 @@ static void test_copies(void)
             snprintf(buf, sizeof(buf), "dim%d", dim);
             run_case(LT_OP_CONCAT, lbl(layout_names[l], buf), TOL_F32, b_concat, &p);
         }
-    /* half results: the LoRA joins of model_graph.c (BF16 weight rows with B's, and x with
+    /* half results: the LoRA joins of model_products.c (BF16 weight rows with B's, and x with
      * A x), the layouts and lengths the 16-byte words take and those they do not */
     static const struct {
         int l0, l1;
