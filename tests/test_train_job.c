@@ -210,6 +210,73 @@ static void test_dry_run_and_refusals(struct lt_model *m)
     lt_backend_free(cpu);
 }
 
+/* --checkpoint auto: without checkpointing where the job fits, else selective where that
+ * fits, else whole layers, else a refusal. A model whose FFN is wide (SwiGLU's output, which
+ * selective recomputes, is as large as the gate and up products, which only whole layers
+ * do), short windows (the attention scores, kept by both, stay small). Each mode's need
+ * comes from its own refusal under a 1 MiB budget; budgets between them pick each mode. */
+static void test_checkpoint_ladder(void)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/test_train_job_wide.gguf", dir);
+    struct tiny_spec sp = {64, 2, 1, 512, 4, LT_TYPE_F32, 11};
+    struct lt_model *m = tiny_model_write(path, &sp) == 0 ? load(path) : NULL;
+    CHECK(m != NULL, "the wide model");
+    if (!m)
+        return;
+    struct lt_backend *gap = gap_backend_new("GAP0");
+    struct lt_backend *cpu = lt_backend_cpu_new(1);
+    struct lt_backend *both[2] = {gap, cpu};
+    struct lt_train_params p = {.out = out_path,
+                                .text = text,
+                                .window = 32,
+                                .batch_tokens = 4096,
+                                .full = true,
+                                .dry_run = true,
+                                .memory_budget_mib = 1};
+    static const enum lt_checkpoint modes[3] = {LT_CHECKPOINT_OFF, LT_CHECKPOINT_SELECTIVE,
+                                                LT_CHECKPOINT_ON};
+    static const char *const names[3] = {"off", "selective", "on"};
+    size_t need[3] = {0};
+    struct lt_train_result r;
+    for (int i = 0; i < 3; i++) {
+        p.checkpoint = modes[i];
+        const lt_status st = lt_train_job_run(m, both, 2, &p, NULL, NULL, &r);
+        need[i] = st == LT_ERR_REFUSED ? r.refusal.need_bytes : 0;
+        lt_train_result_free(&r);
+    }
+    const size_t mib = 1u << 20;
+    CHECK(need[0] > need[1] + 2 * mib && need[1] > need[2] + 2 * mib && need[2] > 2 * mib,
+          "needs %zu (off) > %zu (selective) > %zu (on), a MiB or more apart", need[0], need[1],
+          need[2]);
+    p.checkpoint = LT_CHECKPOINT_AUTO;
+    for (int i = 0; i < 4 && need[2] > 2 * mib; i++) {
+        /* room for mode i alone (and those before it refused): between its need and the
+         * need of the mode before it; i = 3: under every need */
+        p.memory_budget_mib = i == 0  ? need[0] / mib + 2
+                              : i < 3 ? need[i] / mib + 1
+                                      : need[2] / mib - 1;
+        const lt_status st = lt_train_job_run(m, both, 2, &p, NULL, NULL, &r);
+        if (i == 3)
+            CHECK(st == LT_ERR_REFUSED && r.refusal.kind == LT_REFUSAL_MEMORY,
+                  "auto under every need: refused (%s)", r.error);
+        else
+            CHECK(st == LT_OK && (r.n_recomputed > 0) == (i > 0) &&
+                      r.recompute_selective == (i == 1),
+                  "auto with a budget of %zu MiB: %s, %d tensors recomputed%s (want %s)",
+                  p.memory_budget_mib, st == LT_OK ? "admitted" : r.error, r.n_recomputed,
+                  r.recompute_selective ? ", selective" : "", names[i]);
+        lt_train_result_free(&r);
+    }
+    printf("checkpoint auto: needs %.1f / %.1f / %.1f MiB (off / selective / on), each taken "
+           "under its budget\n",
+           need[0] / (double)mib, need[1] / (double)mib, need[2] / (double)mib);
+    lt_backend_free(gap);
+    lt_backend_free(cpu);
+    lt_model_free(m);
+    remove(path);
+}
+
 static enum lt_train_state wait_for(struct lt_train_job *job, int min_step, enum lt_train_state s)
 {
     struct lt_train_progress pr;
@@ -511,6 +578,7 @@ int main(void)
         test_packed_job(m, cpu);
         lt_model_free(m);
     }
+    test_checkpoint_ladder();
     test_lora_bases(cpu);
     test_full(cpu, LT_TYPE_F32);
     test_full(cpu, LT_TYPE_F16);

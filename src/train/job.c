@@ -373,28 +373,29 @@ static lt_status build_and_admit_as(struct lt_train_job *j, struct run *r,
 static void release_graph(struct run *r, struct lt_train_result *res);
 
 /* The graph of r->n_seqs sequences, with checkpointing as the job asks: AUTO tries without,
- * then selective, then whole layers, each after admission refused the one before for memory
- * (the same values; selective recomputes the cheap activations alone, whole layers run a
- * third more compute and keep the activations of one layer at a time). */
+ * then (refused for memory) with whole layers, the least memory; when that fits, selective
+ * (which recomputes the cheap activations alone) is tried before it is kept, and whole
+ * layers are built again if selective does not fit. The same values every way; a job that
+ * fits in no way is refused after two graphs, as before selective existed (a refusal must
+ * cost little: test_train_refusal_cost). */
 static lt_status build_and_admit(struct lt_train_job *j, struct run *r,
                                  const struct lt_model_adapters *ad)
 {
     const enum lt_checkpoint c = j->p.checkpoint;
     if (c != LT_CHECKPOINT_AUTO)
         return build_and_admit_as(j, r, ad, c);
-    static const enum lt_checkpoint ladder[] = {LT_CHECKPOINT_OFF, LT_CHECKPOINT_SELECTIVE,
-                                                LT_CHECKPOINT_ON};
-    lt_status st = LT_OK;
-    for (size_t i = 0; i < sizeof(ladder) / sizeof(ladder[0]); i++) {
-        if (i > 0) {
-            if (j->result.refusal.kind != LT_REFUSAL_MEMORY)
-                return st;
-            release_graph(r, &j->result);
-        }
-        if ((st = build_and_admit_as(j, r, ad, ladder[i])) == LT_OK)
-            return st;
-    }
-    return st;
+    lt_status st = build_and_admit_as(j, r, ad, LT_CHECKPOINT_OFF);
+    if (st == LT_OK || j->result.refusal.kind != LT_REFUSAL_MEMORY)
+        return st;
+    release_graph(r, &j->result);
+    if ((st = build_and_admit_as(j, r, ad, LT_CHECKPOINT_ON)) != LT_OK)
+        return st;
+    release_graph(r, &j->result);
+    st = build_and_admit_as(j, r, ad, LT_CHECKPOINT_SELECTIVE);
+    if (st == LT_OK || j->result.refusal.kind != LT_REFUSAL_MEMORY)
+        return st;
+    release_graph(r, &j->result);
+    return build_and_admit_as(j, r, ad, LT_CHECKPOINT_ON);
 }
 
 #define AUTO_BATCH_TOKENS 16384

@@ -90,8 +90,8 @@ static const struct lt_train_field fields[] = {
      "recompute each layer's activations in the backward instead of "
      "keeping them (less memory, ~1/3 more compute); selective: only those that cost no "
      "product to make again (norms, elementwise ops, rope, SwiGLU, the short convolution); "
-     "auto: off, then selective, then on, the first that fits (JSON: true or false for on or "
-     "off)",
+     "auto: off; if that does not fit, selective where it fits, else on (JSON: true or "
+     "false for on or off)",
      AT(checkpoint)},
     {NULL, "dry_run", "--dry-run", NULL, LT_TF_BOOL, 0, 0, false, false, false, NULL, NULL,
      "admit and report, then stop without training", AT(dry_run)},
