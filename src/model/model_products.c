@@ -230,10 +230,7 @@ static bool lora_joins(const struct lt_mb *b, const struct lt_tensor *w, const s
     if (env_off("LATHE_LORA_JOIN") || wr->type != LT_TYPE_BF16 || xr->type != LT_TYPE_BF16 ||
         wr->ne[2] != 1 || wr->ne[3] != 1 || xr->ne[2] != 1 || xr->ne[3] != 1 || 2 * n <= wr->ne[0])
         return false;
-    int adapters = 0;
-    for (int i = 0; i < b->ad->n_lora; i++)
-        adapters += b->ad->lora[i].w == w;
-    return adapters == 1;
+    return only_lora(b, w) != NULL;
 }
 
 static struct lt_tensor *lora_joined(struct lt_mb *b, const struct lt_model_lora *l,
@@ -322,9 +319,7 @@ struct lt_tensor *lt_mb_mm_rows(struct lt_mb *b, struct lt_tensor *w, struct lt_
     const bool half =
         b->ad && b->ad->bf16_products && (x->type == LT_TYPE_F32 || x->type == LT_TYPE_BF16);
     if (half && lora_joins(b, w, wr, xr, n))
-        for (int i = 0; i < b->ad->n_lora; i++)
-            if (b->ad->lora[i].w == w)
-                return lora_joined(b, &b->ad->lora[i], x, xr, wr, r0, n);
+        return lora_joined(b, only_lora(b, w), x, xr, wr, r0, n);
     struct lt_tensor *y = half ? NULL : lt_mb_product(b, wr, xr, false);
     for (int i = 0; (y || half) && b->ad && i < b->ad->n_lora; i++) {
         const struct lt_model_lora *l = &b->ad->lora[i];

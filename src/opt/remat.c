@@ -158,9 +158,7 @@ static bool weight_rounding(const struct remat *r, const struct lt_tensor *t)
     if (!t || t->op != LT_OP_CONT || depth_of(r, t) >= 0 || writes_elsewhere(t) ||
         (t->flags & (LT_FLAG_OUTPUT | LT_FLAG_LOSS | LT_FLAG_PARAM | LT_FLAG_INPUT)))
         return false;
-    const struct lt_tensor *w = t->src[0];
-    while (w && w->op != LT_OP_NONE && lt_op_is_view(w->op))
-        w = w->view_src ? w->view_src : w->src[0];
+    const struct lt_tensor *w = t->src[0] ? lt_storage_root(t->src[0]) : NULL;
     return w && (w->flags & LT_FLAG_PARAM);
 }
 
