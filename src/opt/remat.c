@@ -162,6 +162,19 @@ static bool weight_rounding(const struct remat *r, const struct lt_tensor *t)
     return w && (w->flags & LT_FLAG_PARAM);
 }
 
+/* the layer whose copy of t the backward reads instead of t, or -1 (none, or the layer's
+ * copies have no start: no gradient reaches its output). A weight rounding reads no
+ * boundary, so it needs no start and any index serves. */
+static int backward_copy_layer(struct remat *r, const struct lt_tensor *t)
+{
+    if (!t)
+        return -1;
+    if (weight_rounding(r, t))
+        return 0;
+    const int L = layer_of(r, t);
+    return L >= 0 && r->start[L] ? L : -1;
+}
+
 /* what a copy of layer `layer` reads in place of t */
 static struct lt_tensor *source_for(struct remat *r, struct lt_tensor *t, int layer)
 {
@@ -271,18 +284,16 @@ lt_status lt_remat_rewrite(struct lt_ctx *ctx, struct lt_graph *g, int n_forward
         struct lt_tensor *t = g->nodes[i];
         for (int k = 0; k < LT_MAX_SRC; k++) {
             struct lt_tensor *s = t->src[k];
-            const int L = !s ? -1 : weight_rounding(&r, s) ? 0 : layer_of(&r, s);
-            if (L < 0 || !r.start[L])
+            const int L = backward_copy_layer(&r, s);
+            if (L < 0)
                 continue;
             if (!(t->src[k] = copy_of(&r, s, L))) {
                 st = lt_fail(LT_ERR_NOMEM, "out of memory for checkpointing");
                 goto out;
             }
         }
-        const int L = !t->view_src                       ? -1
-                      : weight_rounding(&r, t->view_src) ? 0
-                                                         : layer_of(&r, t->view_src);
-        if (L >= 0 && r.start[L]) { /* a view of a forward tensor: of its copy */
+        const int L = backward_copy_layer(&r, t->view_src);
+        if (L >= 0) { /* a view of a forward tensor: of its copy */
             struct lt_tensor *root = copy_of(&r, t->view_src, L);
             if (!root) {
                 st = lt_fail(LT_ERR_NOMEM, "out of memory for checkpointing");
