@@ -329,11 +329,18 @@ struct lce_run {
 /* Tokens n0 .. n0 + m of the group that starts at g0 (whose h a typed head has in ht):
  * their logits, then forward each one's loss, backward d z (and each one's loss with the
  * loss part) */
+/* token n's hidden state as the products read it: the group's copy in the head's type (the
+ * group starts at g0), or h itself for an F32 head */
+static const void *lce_h(const struct lce_run *r, int64_t g0, int64_t n)
+{
+    return r->typed ? (const void *)(r->ht + (n - g0) * r->D * 2)
+                    : (const void *)((const float *)r->h->data + n * r->D);
+}
+
 static lt_status lce_chunk(const struct lce_run *r, int64_t g0, int64_t n0, int64_t m)
 {
     const int64_t D = r->D, V = r->V;
-    const void *hb = r->typed ? (const void *)(r->ht + (n0 - g0) * D * 2)
-                              : (const void *)((const float *)r->h->data + n0 * D);
+    const void *hb = lce_h(r, g0, n0);
     lt_status st = gemm(r->c, CUBLAS_OP_T, CUBLAS_OP_N, V, m, D, r->w->data, D, hb, D, r->bt, 0.0f,
                         r->z, V, "cublasGemmEx (linear_ce logits)");
     if (st != LT_OK)
@@ -366,9 +373,7 @@ static lt_status lce_group(const struct lce_run *r, int64_t g0, int64_t mg, int6
         st = lce_chunk(r, g0, n0, g0 + mg - n0 < nc ? g0 + mg - n0 : nc);
     if (st != LT_OK || !r->back)
         return st;
-    const void *dz = r->typed ? (const void *)r->zt : (const void *)r->z;
-    const void *hb =
-        r->typed ? (const void *)r->ht : (const void *)((const float *)r->h->data + g0 * D);
+    const void *dz = r->typed ? (const void *)r->zt : (const void *)r->z, *hb = lce_h(r, g0, g0);
     if (r->dh)
         st = gemm(r->c, CUBLAS_OP_N, CUBLAS_OP_N, D, mg, V, r->w->data, D, dz, V, r->bt, 0.0f,
                   r->dh + g0 * D, D, "cublasGemmEx (linear_ce dh)");
