@@ -351,13 +351,16 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
      * 506 over two steps on an H100) */
     const bool keeps_state = b->hooks && b->hooks->recr_store;
     const bool split = train_fused(b) && !ls.conv && !keeps_state;
+    /* the output's gated RMSNorm is one node (which also reads a BF16 gate) */
+    const bool gated_norm_fused =
+        (train_fused(b) || b->fused) && norm_weight_fits(lt_mb_w(b, ly->ssm_norm), Sv);
     struct lt_tensor *proj[4] = {NULL};
     struct lt_tensor *const ws[4] = {ly->ssm_qkv, ly->ssm_z, ly->ssm_beta, ly->ssm_alpha};
     if (split) {
         lt_mb_lora_share_ax(b, x, ws, 4); /* the q, k and v products by ssm_qkv's rows come later */
         /* z stores BF16 where the gated norm (one node, which reads a BF16 gate) is its only
          * reader: half the bytes written, read by the norm and kept for its backward */
-        if (norm_weight_fits(lt_mb_w(b, ly->ssm_norm), Sv))
+        if (gated_norm_fused)
             b->product_type = lt_mb_half_out(b, "LATHE_HALF_Z");
         proj[1] = lt_mb_mm(b, ws[1], x);
         b->product_type = LT_TYPE_F32;
@@ -505,7 +508,7 @@ static lt_status build_delta_layer(struct lt_mb *b, int il, struct lt_tensor *x,
      * training step, and in a session's graph: b->fused) */
     struct lt_tensor *z4 = as_4d(ctx, z, Sv, Hv, T, S);
     struct lt_tensor *on, *nw = lt_mb_w(b, ly->ssm_norm);
-    if ((train_fused(b) || b->fused) && norm_weight_fits(nw, Sv)) {
+    if (gated_norm_fused) {
         on = lt_rms_norm_mul_gated(ctx, o, nw, z4, b->m->hp.rms_eps, act_type(b, 1, &ly->ssm_out));
     } else {
         struct lt_tensor *zs = named(lt_silu(ctx, z4), "z_silu", il);
